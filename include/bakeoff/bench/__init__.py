@@ -1,0 +1,1 @@
+"""Benchmark: workloads, the streaming client, load generation and the metric definitions."""

@@ -1,0 +1,62 @@
+"""The two tables every later step reads: one row per request, one row per measured point.
+
+These column lists are the contract between the benchmark, the results store, validation, cost
+and reports. Add columns freely; rename or drop none without updating every reader.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Identity of a point: one (target, workload, concurrency or rate, repeat) measurement.
+POINT_KEY = ["run_id", "target", "workload", "concurrency", "repeat"]
+
+
+@dataclass
+class RequestRecord:
+    """One request as the client saw it. Times are seconds; offsets are from this request's send."""
+
+    run_id: str
+    target: str
+    workload: str
+    concurrency: int
+    repeat: int
+    index: int
+    warmup: bool
+    send_time: float                 # UTC wall clock (epoch seconds) at send
+    start_offset: float              # seconds since the point's first send (monotonic)
+    ttft: float | None = None        # to first chunk carrying generated text (reasoning included)
+    ttfa: float | None = None        # to first answer (non-reasoning) text
+    e2e: float | None = None         # to last byte
+    chunk_offsets: list[float] = field(default_factory=list)  # arrival of every text-bearing chunk
+    prompt_tokens: int | None = None      # from usage
+    output_tokens: int | None = None      # from usage, else the client count (see tokens_source)
+    output_tokens_client: int | None = None
+    tokens_source: str = "usage"          # usage | client
+    requested_input_len: int = 0
+    requested_output_len: int = 0
+    ignore_eos: bool = True
+    finish_reason: str | None = None
+    status_code: int | None = None
+    error_kind: str | None = None         # None when the request succeeded
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Columns of the per-point table (bench.metrics.summarize produces them).
+POINT_COLUMNS = POINT_KEY + [
+    "gpus", "emulated", "completed", "failed", "error_rate", "duration_s",
+    "request_throughput", "input_tps", "output_tps", "total_tps",
+    "output_tps_per_gpu", "total_tps_per_gpu",
+    "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99",
+    "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99",
+    "itl_ms_mean", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99",
+    "e2e_ms_mean", "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99",
+    "interactivity", "goodput_rps", "good_fraction", "meets_slo",
+]

@@ -1,0 +1,77 @@
+"""The provider interface every cloud (and the local emulator) implements.
+
+Lifecycle: create -> wait_ready -> describe -> terminate, plus list_tagged to find leftovers by
+run tag even when the task that created them is gone. Every method is safe to retry.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TAG_RUN = "bakeoff:run_id"
+TAG_TARGET = "bakeoff:target"
+TAG_EXPIRES = "bakeoff:expires_at"
+TAG_PLAN = "bakeoff:plan"
+
+
+class ProviderError(RuntimeError):
+    """A provider call failed in a way a person must act on; the message says what to do."""
+
+
+class CapacityError(ProviderError):
+    """No capacity for the instance type where it was asked for."""
+
+
+@dataclass
+class Instance:
+    """A running (or once running) node. Small and JSON-able: it travels between tasks."""
+
+    provider: str
+    id: str
+    target: str                       # target slug
+    run_id: str
+    state: str                        # pending | running | terminated | failed
+    host: str | None = None           # address the serving port is reached on
+    port: int | None = None           # serving port
+    instance_type: str = ""
+    region: str | None = None
+    launched_at: float | None = None  # epoch seconds
+    expires_at: float | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Instance":
+        return cls(**d)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class Provider(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+        """Start (or find, if a previous try already started) the instance for target in run_id."""
+
+    @abc.abstractmethod
+    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
+        """Block until the node is running and reachable; raise ProviderError on timeout."""
+
+    @abc.abstractmethod
+    def describe(self, instance_id: str) -> Instance | None:
+        """Current state, or None if the provider no longer knows it."""
+
+    @abc.abstractmethod
+    def terminate(self, instance_id: str) -> bool:
+        """Terminate; True if something was terminated, False if already gone. Never raises for 'gone'."""
+
+    @abc.abstractmethod
+    def list_tagged(self, run_id: str | None = None) -> list[Instance]:
+        """Live instances carrying bakeoff tags (all runs when run_id is None)."""

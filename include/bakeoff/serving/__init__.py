@@ -1,0 +1,1 @@
+"""Serving stacks: from a target to a running OpenAI-compatible endpoint."""

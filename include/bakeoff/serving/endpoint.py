@@ -1,0 +1,25 @@
+"""An endpoint: where a target's model is served, and how to talk to it."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Endpoint:
+    """JSON-able; never holds the API key itself, only the name of where to find it."""
+
+    target: str                 # target slug
+    base_url: str               # e.g. http://127.0.0.1:8123
+    model: str                  # the model id the server answers to
+    stack: str
+    emulated: bool = False
+    api_key_env: str | None = None     # environment variable holding the key, if any
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Endpoint":
+        return cls(**d)

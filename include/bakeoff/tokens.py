@@ -1,0 +1,27 @@
+"""The emulator's token convention, shared with the client's cross-check count.
+
+One token is one whitespace-separated word. Real servers use real tokenizers; for them the client
+count is only a cross-check against the server's `usage`, so an approximation is enough there.
+"""
+from __future__ import annotations
+
+import random
+
+# A fixed vocabulary of short, distinct words: prompts built from it have exactly the token
+# count asked for under this convention.
+VOCAB = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar "
+    "papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu amber basil cedar dune "
+    "ember fern granite harbor iris jade kelp lotus maple nectar onyx pearl quartz raven sage "
+    "thistle umber violet willow yarrow zephyr"
+).split()
+
+
+def count(text: str) -> int:
+    return len(text.split())
+
+
+def words(n: int, seed: int) -> str:
+    """n deterministic words for a given seed."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(VOCAB) for _ in range(n))
