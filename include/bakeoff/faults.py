@@ -1,0 +1,19 @@
+"""Planned failures, for rehearsing teardown on purpose (tests, the fault-injection benchmark).
+
+A target opts in with ``provider_options: {inject_fault: <stage>}``; the pipeline calls
+``maybe_fail(stage, target)`` at each stage. Only sandbox and local plans should carry this.
+"""
+from __future__ import annotations
+
+STAGES = ("launch", "after_create", "ready_timeout", "deploy", "benchmark", "report")
+
+
+class InjectedFault(RuntimeError):
+    """A failure the plan asked for."""
+
+
+def maybe_fail(stage: str, target) -> None:
+    assert stage in STAGES, stage
+    wanted = (getattr(target, "provider_options", None) or {}).get("inject_fault")
+    if wanted == stage:
+        raise InjectedFault(f"injected fault at stage {stage!r} for target {target.name!r}")

@@ -1,0 +1,186 @@
+"""The steps of one bake-off, as plain functions the DAG and the CLI both call.
+
+Every step takes and returns small JSON-able values (paths, ids, summaries) and reads the
+resolved plan from the run directory, so each is safe to retry and to run in a fresh process.
+Large data goes to the results store, point by point, so a later failure loses nothing measured.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from bakeoff import faults, store
+from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
+from bakeoff.providers import Instance, Provider, get_provider
+from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
+from bakeoff.secrets import api_key
+from bakeoff.serving.endpoint import Endpoint
+
+log = logging.getLogger(__name__)
+
+# DAG layer may install a function that turns a provider name into credentials (Airflow hooks).
+CredentialsFn = Callable[[str], dict[str, Any]]
+_credentials: CredentialsFn = lambda name: {}  # noqa: E731
+
+
+def set_credentials_resolver(fn: CredentialsFn) -> None:
+    global _credentials
+    _credentials = fn
+
+
+def provider_for(name: str, **options: Any) -> Provider:
+    return get_provider(name, credentials=_credentials(name), **options)
+
+
+# --- run-level steps ----------------------------------------------------------------------------
+
+def start_run(plan_ref: str, run_id: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Resolve the plan (file + trigger-form overrides), check the budget, record the run."""
+    plan = apply_overrides(load_plan(plan_ref), overrides)
+    from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
+    estimate = budget.check(plan)
+    rdir = store.run_dir(plan.name, run_id)
+    store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
+    store.update_run(rdir, plan=plan.name, run_id=run_id, started_at=time.time(), status="running",
+                     emulated=plan.emulated, budget=estimate, targets={t.slug: {"name": t.name} for t in plan.targets})
+    return {"run_dir": str(rdir), "plan": plan.name, "targets": [t.slug for t in plan.targets]}
+
+
+def run_plan(run_dir: str | Path) -> Plan:
+    return plan_from_dict(store.read_json(Path(run_dir) / "plan.json"), source="plan.json")
+
+
+def _run_id(run_dir: str | Path) -> str:
+    return store.read_json(Path(run_dir) / "run.json")["run_id"]
+
+
+def _target_step(run_dir: str | Path, slug: str, step: str, **info: Any) -> None:
+    store.update_run(Path(run_dir), targets={slug: {**_target_state(run_dir, slug), step: info}})
+
+
+def _target_state(run_dir: str | Path, slug: str) -> dict[str, Any]:
+    return (store.read_json(Path(run_dir) / "run.json", {}).get("targets") or {}).get(slug, {})
+
+
+# --- per-target steps ---------------------------------------------------------------------------
+
+def provision(run_dir: str, slug: str) -> dict[str, Any]:
+    """Start the target's instance (idempotent per run and target) and wait until it is reachable."""
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    faults.maybe_fail("launch", target)
+    expires = time.time() + plan.max_instance_hours * 3600
+    tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
+    provider = provider_for(target.provider)
+    inst = provider.create(target, rid, tags=tags, spec={"api_key": api_key(rid, target.slug), "expires_at": expires})
+    tdir = store.target_dir(plan.name, rid, target.slug)
+    store.write_json(tdir / "instance.json", inst.to_dict())
+    _target_step(run_dir, slug, "provision", instance_id=inst.id, launched_at=inst.launched_at or time.time())
+    faults.maybe_fail("after_create", target)
+    faults.maybe_fail("ready_timeout", target)
+    inst = provider.wait_ready(inst, timeout_s=target.provider_options.get("ready_timeout_s", 1800))
+    store.write_json(tdir / "instance.json", inst.to_dict())
+    return inst.to_dict()
+
+
+def deploy(run_dir: str, slug: str, instance: dict[str, Any]) -> dict[str, Any]:
+    """Bring the serving stack up on the instance and wait until it serves the model."""
+    from bakeoff.serving import deploy as deploy_mod  # noqa: PLC0415
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    inst = Instance.from_dict(instance)
+    faults.maybe_fail("deploy", target)
+    endpoint = deploy_mod.deploy(target, inst, api_key=api_key(rid, target.slug),
+                                 out_dir=store.target_dir(plan.name, rid, target.slug))
+    _target_step(run_dir, slug, "deploy", ready=True, base_url=endpoint.base_url)
+    return endpoint.to_dict()
+
+
+def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
+    """Score the endpoint on the offline accuracy set; the pass rule is applied at validation."""
+    from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    result = run_gate(Endpoint.from_dict(endpoint), api_key(rid, target.slug), target, plan,
+                      store.target_dir(plan.name, rid, target.slug))
+    summary = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
+    _target_step(run_dir, slug, "accuracy", **summary)
+    return summary
+
+
+def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
+    """Run every workload's load points; each point is stored as soon as it is measured."""
+    from bakeoff.bench.sweep import run_workload  # noqa: PLC0415
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    ep = Endpoint.from_dict(endpoint)
+    tdir = store.target_dir(plan.name, rid, target.slug)
+    faults.maybe_fail("benchmark", target)
+    points = 0
+    for workload in plan.workloads:
+        summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, api_key(rid, target.slug), ep.emulated)
+        points += len(summaries)
+    _target_step(run_dir, slug, "benchmark", points=points)
+    return {"target": slug, "points": points}
+
+
+def terminate(run_dir: str, slug: str, instance: dict[str, Any] | None) -> dict[str, Any]:
+    """Terminate the target's instance; safe when it is already gone or was never created."""
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    provider = provider_for(target.provider)
+    ids = {instance["id"]} if instance else set()
+    ids |= {i.id for i in provider.list_tagged(rid) if i.target == target.slug}
+    done = [i for i in sorted(ids) if provider.terminate(i)]
+    _target_step(run_dir, slug, "terminate", terminated_at=time.time(), instances=sorted(ids))
+    return {"target": slug, "terminated": done}
+
+
+def sweep(run_dir: str) -> dict[str, Any]:
+    """Terminate anything still tagged with this run on every provider the plan uses."""
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    killed: dict[str, list[str]] = {}
+    for name in sorted({t.provider for t in plan.targets}):
+        provider = provider_for(name)
+        leftovers = provider.list_tagged(rid)
+        killed[name] = [i.id for i in leftovers if provider.terminate(i.id)]
+        for i in leftovers:
+            log.warning("sweep: terminated %s instance %s (target %s) left by run %s", name, i.id, i.target, rid)
+    store.update_run(Path(run_dir), sweep={"at": time.time(), "terminated": killed})
+    return killed
+
+
+def validate(run_dir: str) -> dict[str, Any]:
+    from bakeoff.quality.validate import validate_run  # noqa: PLC0415
+    summary = validate_run(run_plan(run_dir), Path(run_dir))
+    store.update_run(Path(run_dir), validation={"passed": summary.get("passed")})
+    return {"passed": summary.get("passed"),
+            "failed_targets": [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]}
+
+
+def cost(run_dir: str) -> dict[str, Any]:
+    from bakeoff.cost import cost_run  # noqa: PLC0415
+    return cost_run(run_plan(run_dir), Path(run_dir))
+
+
+def report(run_dir: str) -> dict[str, str]:
+    from bakeoff.paths import reports_root, safe_name  # noqa: PLC0415
+    from bakeoff.report import build_report  # noqa: PLC0415
+    plan = run_plan(run_dir)
+    for t in plan.targets:
+        faults.maybe_fail("report", t)
+    out = reports_root() / safe_name(plan.name) / Path(run_dir).name
+    paths = build_report(plan, Path(run_dir), out)
+    store.update_run(Path(run_dir), report=paths)
+    return paths
+
+
+def publish(run_dir: str, paths: dict[str, str], **s3: Any) -> dict[str, Any]:
+    from bakeoff.publish import publish as publish_reports  # noqa: PLC0415
+    return publish_reports(run_plan(run_dir), Path(run_dir), paths, **s3)
+
+
+def finish(run_dir: str, status: str) -> None:
+    store.update_run(Path(run_dir), status=status, finished_at=time.time())
