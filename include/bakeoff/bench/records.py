@@ -40,6 +40,11 @@ class RequestRecord:
     status_code: int | None = None
     error_kind: str | None = None         # None when the request succeeded
     error: str | None = None
+    # added by the benchmark harness (issue 3); readers that do not know them can ignore them
+    elapsed: float | None = None          # send to end of the request, failed ones included
+    scheduled_offset: float | None = None  # open-loop modes: when the arrival process wanted the send
+    token_mismatch: bool = False          # usage and client count disagree by more than 10%
+    chunks: int = 0                       # text-bearing chunks received
 
     @property
     def ok(self) -> bool:
@@ -59,4 +64,8 @@ POINT_COLUMNS = POINT_KEY + [
     "itl_ms_mean", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99",
     "e2e_ms_mean", "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99",
     "interactivity", "goodput_rps", "good_fraction", "meets_slo",
+    # added by the benchmark harness (issue 3)
+    "load_mode", "rate", "ttfa_ms_mean", "ttfa_ms_p50", "ttfa_ms_p90", "ttfa_ms_p99",
+    "tokens_per_chunk", "token_mismatches", "usage_missing", "errors_by_kind",
+    "send_lag_ms_p99", "loop_lag_ms_p99", "client_cpu_pct", "client_bound",
 ]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from bakeoff.plan.target import Strict
 
@@ -15,14 +15,46 @@ class Slo(Strict):
     interactivity_stat: Literal["p50", "mean"] = "p50"
 
 
+class Accuracy(Strict):
+    """The accuracy gate: greedy answers to an evaluation set, scored against a reference."""
+
+    enabled: bool = True
+    backend: Literal["builtin", "lm_eval"] = Field(
+        "builtin", description="builtin: the offline arithmetic set shipped with bakeoff; "
+                               "lm_eval: lm-evaluation-harness local-completions (install lm_eval yourself)")
+    reference: float | Literal["best"] = Field(
+        "best", description="reference score: a fixed number in [0, 1], or 'best' = best target in the run")
+    reference_output_tokens: float | None = Field(
+        None, gt=0, description="reference mean output tokens per item; default: the reference target's")
+    min_score_ratio: float = Field(0.99, gt=0, le=1, description="pass when score >= ratio x reference")
+    output_tokens_tolerance: float = Field(0.10, ge=0, le=1, description="mean output tokens within +-this of the reference")
+    eval_size: int = Field(200, ge=1, le=10000, description="items in the builtin set")
+    seed: int = 0
+    max_tokens: int = Field(16, ge=1, le=512)
+    concurrency: int = Field(8, ge=1, le=256)
+    request_timeout_s: float = Field(60.0, gt=0)
+    lm_eval_tasks: list[str] = Field(["gsm8k"], min_length=1)
+    lm_eval_limit: int | None = Field(None, ge=1, description="items per lm-eval task (None = all)")
+
+    @field_validator("reference")
+    @classmethod
+    def _unit(cls, v: float | str) -> float | str:
+        if isinstance(v, float) and not 0 < v <= 1:
+            raise ValueError(f"a fixed reference score must be in (0, 1], got {v}; or use 'best'")
+        return v
+
+
 class Quality(Strict):
     max_error_rate: float = Field(0.02, ge=0, le=1)
     output_len_tolerance: float = Field(0.10, ge=0, le=1)
     min_completed_per_point: int = Field(1, ge=1)
     max_cv: float = Field(0.15, gt=0, description="largest coefficient of variation between repeats")
+    accuracy: Accuracy = Accuracy()
 
 
 class Pricing(Strict):
     market: str = "on_demand"
     utilisation: float = Field(1.0, gt=0, le=1, description="share of paid hours actually serving")
     usd_per_kwh: float = Field(0.10, ge=0)
+    rank_by: Literal["output", "total"] = Field(
+        "output", description="tokens the cost ranking is per: output tokens only, or input + output")

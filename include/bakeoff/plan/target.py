@@ -1,12 +1,13 @@
 """A target: one (hardware, serving stack, model, quantization) combination to evaluate."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bakeoff import catalog
+from bakeoff import catalog, faults
 
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean"]
 # bytes per weight for each quantization the catalog knows
@@ -17,6 +18,110 @@ COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "fp4"}
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# A container image reference: [registry[:port]/]path[:tag][@sha256:digest]. Anything else (spaces,
+# quotes, ';', '|', newlines) is refused here, and every value is shell-quoted again in user-data.
+_IMAGE_RE = re.compile(
+    r"^(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::[0-9]{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
+_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+
+
+def check_image(v: str) -> str:
+    if not _IMAGE_RE.match(v):
+        raise ValueError(f"{v!r} is not a container image reference; write it as registry/name:tag (e.g. vllm/vllm-openai:v0.25.0)")
+    return v
+
+
+def check_arg(v: str) -> str:
+    """Engine arguments and env values are passed as single, quoted words: no control characters."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError(f"{v!r} contains a newline or control character; give one plain value per list item")
+    return v
+
+
+class ProviderOptions(Strict):
+    """Where and how a target's node is provisioned. Cloud-specific fields are ignored by other clouds.
+
+    The same object answers ``.get(key, default)`` so code written against the earlier free-form
+    dict keeps working.
+    """
+
+    regions: list[str] = Field([], description="ordered: capacity errors fail over to the next")
+    zones: list[str] = Field([], description="AWS availability zones, ordered; tried within their region")
+    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]{8,17}$")
+    security_group_ids: list[str] = []
+    ami: str | None = Field(None, pattern=r"^ami-[0-9a-f]{8,17}$")
+    ssm_parameter: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]+$", description="SSM public parameter naming the AMI")
+    capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$", description="EC2 Capacity Block / ODCR id")
+    key_name: str | None = Field(None, pattern=_NAME_RE, description="EC2 key pair for SSH (optional)")
+    ssh_key_ids: list[str] = Field([], description="Vultr / DigitalOcean SSH key ids (optional)")
+    os_image: str | int | None = Field(None, description="Vultr os_id / image_id or DigitalOcean image slug")
+    root_volume_gb: int = Field(1000, ge=50, le=16000)
+    ingress_cidr: str | None = Field(None, description="only this CIDR reaches the serving port")
+    client_mode: Literal["remote", "co-located"] = "remote"
+    ready_timeout_s: float = Field(1800, gt=0, description="node boot deadline")
+    deploy_timeout_s: float | None = Field(None, gt=0, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)")
+    inject_fault: str | None = Field(None, description="rehearsal only: fail on purpose at this stage")
+    base_url: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?/?$", description="static: existing endpoint")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="static: env var holding the endpoint's key")
+
+    @field_validator("regions", "zones", "security_group_ids", "ssh_key_ids")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for x in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", x):
+                raise ValueError(f"{x!r} is not a valid region/zone/id; use letters, digits, - and _")
+        return v
+
+    @field_validator("os_image")
+    @classmethod
+    def _os_image(cls, v: str | int | None) -> str | int | None:
+        if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", v):
+            raise ValueError(f"{v!r} is not an image id or slug")
+        return v
+
+    @field_validator("ingress_cidr")
+    @classmethod
+    def _cidr(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return str(ipaddress.ip_network(v, strict=False))
+        except ValueError:
+            raise ValueError(f"{v!r} is not a CIDR; write e.g. 203.0.113.7/32 (the address Airflow reaches the node from)") from None
+
+    @field_validator("inject_fault")
+    @classmethod
+    def _fault(cls, v: str | None) -> str | None:
+        if v is not None and v not in faults.STAGES:
+            raise ValueError(f"unknown fault stage {v!r}; use one of {', '.join(faults.STAGES)}")
+        return v
+
+    @field_validator("client_mode")
+    @classmethod
+    def _client(cls, v: str) -> str:
+        if v == "co-located":
+            raise ValueError("co-located clients are not available yet; use client_mode: remote "
+                             "(the client runs on the Airflow worker and the network round trip is recorded)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_vpc(self) -> "ProviderOptions":
+        if (self.subnet_id or self.security_group_ids) and len(self.regions) > 1:
+            raise ValueError("subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)")
+        if self.ami and self.ssm_parameter:
+            raise ValueError("give either ami or ssm_parameter, not both")
+        return self
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = getattr(self, key, None)
+        return default if v is None else v
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
 
 
 class EmulatorSettings(Strict):
@@ -51,7 +156,7 @@ class Target(Strict):
     engine_args: list[str] = []
     env: dict[str, str] = {}
     emulator: EmulatorSettings = EmulatorSettings()
-    provider_options: dict[str, Any] = {}
+    provider_options: ProviderOptions = ProviderOptions()
     price: PriceOverride | None = None
     notes: str = ""
 
@@ -60,6 +165,25 @@ class Target(Strict):
     def _printable(cls, v: str) -> str:
         if any(ord(c) < 32 for c in v):
             raise ValueError("must not contain control characters")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image_ref(cls, v: str | None) -> str | None:
+        return None if v is None else check_image(v)
+
+    @field_validator("engine_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        return [check_arg(a) for a in v]
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ValueError(f"environment variable name {k!r} is not a valid name; use letters, digits and _")
+            check_arg(val)
         return v
 
     @field_validator("instance_type")
@@ -90,6 +214,9 @@ class Target(Strict):
         if self.gpus_used > it.gpus:
             raise ValueError(
                 f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; lower tensor_parallel")
+        if self.provider in ("aws", "vultr", "digitalocean") and it.provider != self.provider:
+            raise ValueError(f"instance type {it.type} is sold by {it.provider}, not {self.provider}; "
+                             f"pick a {self.provider} instance type or change provider")
         if it.usd_per_hour is None and self.price is None:
             raise ValueError(
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "

@@ -1,11 +1,28 @@
-"""A workload: what the benchmark sends (lengths, endpoint) and how hard (load levels)."""
+"""A workload: what the benchmark sends (lengths, prompts, endpoint) and how hard (load mode, levels)."""
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from bakeoff.plan.target import Strict
+
+
+class SlaSearch(Strict):
+    """Find the highest load meeting every SLO: bracket by doubling from ``start``, then bisect."""
+
+    over: Literal["concurrency", "rate"] = "concurrency"
+    start: float = Field(1, gt=0, description="first load probed (concurrency or requests/s)")
+    max: float = Field(512, gt=0, description="highest load ever probed")
+    tolerance: float = Field(0.0, ge=0, description="stop bisecting when hi - lo <= max(1 step, tolerance x lo); "
+                                                     "a step is 1 for concurrency, 0.05 x lo for rate")
+    max_probes: int = Field(16, ge=2, le=64)
+
+    @model_validator(mode="after")
+    def _order(self) -> "SlaSearch":
+        if self.start > self.max:
+            raise ValueError(f"start ({self.start}) must not exceed max ({self.max})")
+        return self
 
 
 class Workload(Strict):
@@ -25,6 +42,33 @@ class Workload(Strict):
     request_timeout_s: float = Field(300.0, gt=0)
     seed: int = 0
 
+    # --- prompts -----------------------------------------------------------------------------
+    source: Literal["synthetic", "jsonl", "sharegpt", "length_log"] = Field(
+        "synthetic", description="synthetic: random words of sampled lengths; jsonl: the user's prompts "
+        "(prompt or messages, optional max_tokens); sharegpt: ShareGPT JSON; length_log: CSV of "
+        "input_len,output_len whose empirical distribution synthetic prompts follow")
+    source_path: str | None = Field(None, description="file for source jsonl/sharegpt/length_log")
+    prefix_ratio: float = Field(0.0, ge=0, lt=1, description="share of each prompt that is a shared prefix "
+                                "(the prefix-cache hit ratio a caching server sees; public MI355X figures use 0.6)")
+    prefix_groups: int = Field(1, ge=1, description="distinct shared prefixes, assigned round-robin")
+
+    # --- load ----------------------------------------------------------------------------------
+    load: Literal["concurrency", "rate", "trace", "sla"] = Field(
+        "concurrency", description="concurrency: closed-loop sweep; rate: open-loop arrivals at each of "
+        "`rates`; trace: replay the timestamps in trace_path; sla: search the highest load meeting the SLOs")
+    preset: Literal["inferencemax"] | None = Field(
+        None, description="inferencemax: concurrency doubles from concurrency[0] to concurrency[-1], "
+        "10 x C prompts and 2 x C warm-up requests per point")
+    rates: list[float] = Field([], description="requests per second for load: rate")
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0, description="gamma shape k: 1 = Poisson, < 1 burstier, > 1 smoother "
+                              "(coefficient of variation of gaps = 1/sqrt(k))")
+    max_concurrency: int | None = Field(None, ge=1, description="cap on requests in flight in open-loop modes")
+    trace_path: str | None = Field(None, description="JSONL of {timestamp (s) | timestamp_ms, input_len?, output_len?}")
+    sla: SlaSearch | None = None
+    max_point_s: float | None = Field(None, gt=0, description="stop sending new requests after this long")
+    workers: int = Field(1, ge=1, le=64, description="client processes sharing the load (when one core is not enough)")
+
     @field_validator("concurrency")
     @classmethod
     def _levels(cls, v: list[int]) -> list[int]:
@@ -33,10 +77,47 @@ class Workload(Strict):
                 raise ValueError(f"concurrency levels must be >= 1, got {c}; list positive integers such as [1, 2, 4, 8]")
         return v
 
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v: list[float]) -> list[float]:
+        for r in v:
+            if r <= 0:
+                raise ValueError(f"rates must be > 0 requests/s, got {r}; list positive numbers such as [0.5, 1, 2]")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Workload":
+        if self.source != "synthetic" and not self.source_path:
+            raise ValueError(f"source_path: required when source is {self.source!r}; give the file's path")
+        if self.load == "rate" and not self.rates:
+            raise ValueError("rates: required when load is 'rate'; list requests per second such as [1, 2, 4]")
+        if self.load == "trace" and not self.trace_path:
+            raise ValueError("trace_path: required when load is 'trace'; give a JSONL file of timestamps")
+        if self.load == "sla" and self.sla is None:
+            self.sla = SlaSearch(start=self.concurrency[0], max=max(self.concurrency[-1], self.concurrency[0]))
+        if self.preset == "inferencemax" and len(self.concurrency) > 2:
+            raise ValueError("concurrency: with preset inferencemax give [start, end]; levels double between them")
+        return self
+
+    def levels(self) -> list[int]:
+        """Concurrency levels of a sweep (the preset expands [start, end] by doubling)."""
+        if self.preset == "inferencemax":
+            start, end = self.concurrency[0], self.concurrency[-1]
+            out, c = [], start
+            while c <= end:
+                out.append(c)
+                c *= 2
+            return out
+        return list(self.concurrency)
+
     def requests_at(self, concurrency: int) -> int:
+        if self.preset == "inferencemax":
+            return 10 * concurrency
         return self.requests_per_point or 10 * concurrency
 
     def warmup_at(self, concurrency: int) -> int:
+        if self.preset == "inferencemax":
+            return 2 * concurrency
         return 2 * concurrency if self.warmup_requests is None else self.warmup_requests
 
     def length_bounds(self, length: int) -> tuple[int, int]:

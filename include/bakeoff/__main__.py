@@ -1,0 +1,3 @@
+from bakeoff.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""Per-point summary with the project's metric definitions (see docs: vLLM/SGLang/MLPerf naming).
+
+- TTFT: send -> first chunk carrying generated text (reasoning included); TTFA: first answer text.
+- TPOT: per request (E2E - TTFT) / (output tokens - 1); requests with <= 1 output token excluded.
+- ITL: gaps between consecutive text-bearing chunks, pooled over requests. With multi-token chunks a
+  gap is not a per-token latency, so ITL and TPOT are never mixed.
+- E2E: send -> last byte. Duration: first measured send -> last measured response (warm-up excluded).
+- Throughput per GPU: tokens / duration / GPUs serving the model (target.gpus_used); input tokens
+  from usage, else the requested prompt length.
+- Interactivity: 1000 / TPOT (p50 by default; Slo.interactivity_stat), tokens/s per user.
+- Goodput: requests meeting every per-request SLO per second; good_fraction = good / (succeeded +
+  failed). A request's TTFT is held to ttft_p99_ms and its TPOT to tpot_p99_ms (tpot_p50_ms when no
+  p99 bound is set). meets_slo holds when the point's statistics meet every SLO that is set (and the
+  error rate is within max_error_rate when given).
+Statistics are mean, p50, p90, p99 (linear interpolation, as numpy and vLLM compute them).
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from bakeoff.bench.records import POINT_COLUMNS, POINT_KEY, RequestRecord
+
+NAN = float("nan")
+
+
+def _rows(records) -> list[dict[str, Any]]:
+    if isinstance(records, pd.DataFrame):
+        return records.to_dict("records")
+    return [r.to_row() if isinstance(r, RequestRecord) else dict(r) for r in records]
+
+
+def _num(v) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def stats_ms(values: Iterable[float], prefix: str) -> dict[str, float]:
+    """mean/p50/p90/p99 in milliseconds of values given in seconds (NaN when empty)."""
+    a = np.asarray([v for v in values if v is not None], dtype=float) * 1e3
+    if a.size == 0:
+        return {f"{prefix}_mean": NAN, f"{prefix}_p50": NAN, f"{prefix}_p90": NAN, f"{prefix}_p99": NAN}
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {f"{prefix}_mean": float(a.mean()), f"{prefix}_p50": float(p50),
+            f"{prefix}_p90": float(p90), f"{prefix}_p99": float(p99)}
+
+
+def request_tpot(row: dict[str, Any]) -> float | None:
+    """Seconds per output token after the first; None for <= 1-token outputs or failures."""
+    out, e2e, ttft = _num(row.get("output_tokens")), _num(row.get("e2e")), _num(row.get("ttft"))
+    if row.get("error_kind") or out is None or out <= 1 or e2e is None or ttft is None:
+        return None
+    return (e2e - ttft) / (out - 1)
+
+
+def chunk_gaps(offsets) -> list[float]:
+    offs = list(offsets) if offsets is not None else []
+    return [b - a for a, b in zip(offs, offs[1:])]
+
+
+def request_is_good(row: dict[str, Any], slo) -> bool:
+    if row.get("error_kind"):
+        return False
+    ttft = _num(row.get("ttft"))
+    if slo is not None and slo.ttft_p99_ms is not None and (ttft is None or ttft * 1e3 > slo.ttft_p99_ms):
+        return False
+    limit = None if slo is None else (slo.tpot_p99_ms or slo.tpot_p50_ms)
+    tpot = request_tpot(row)
+    if limit is not None and tpot is not None and tpot * 1e3 > limit:
+        return False
+    return True
+
+
+def point_meets_slo(summary: dict[str, Any], slo, max_error_rate: float | None = None) -> bool:
+    if not summary.get("completed"):
+        return False
+    if max_error_rate is not None and summary["error_rate"] > max_error_rate:
+        return False
+    if slo is None:
+        return True
+    for bound, col in ((slo.ttft_p99_ms, "ttft_ms_p99"), (slo.tpot_p50_ms, "tpot_ms_p50"), (slo.tpot_p99_ms, "tpot_ms_p99")):
+        if bound is None:
+            continue
+        v = _num(summary.get(col))
+        if v is None or v > bound:
+            return False
+    return True
+
+
+def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: float | None = None,
+              load_mode: str = "concurrency", rate: float | None = None,
+              client: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here).
+
+    ``client`` carries the fidelity monitor's figures (send_lag_ms_p99, loop_lag_ms_p99,
+    client_cpu_pct, client_bound) when the point was measured under it.
+    """
+    if gpus < 1:
+        raise ValueError(f"gpus: must be >= 1 (the target's tensor_parallel x pipeline_parallel), got {gpus}")
+    rows = _rows(records)
+    if not rows:
+        raise ValueError("records: a point needs at least one request record")
+    out: dict[str, Any] = {k: rows[0].get(k) for k in POINT_KEY}
+    measured = [r for r in rows if not r.get("warmup")]
+    ok = [r for r in measured if not r.get("error_kind")]
+    n, completed = len(measured), len(ok)
+    starts = [_num(r.get("start_offset")) for r in measured]
+    ends = []
+    for r in measured:
+        s, el = _num(r.get("start_offset")), _num(r.get("elapsed"))
+        if el is None:
+            el = _num(r.get("e2e"))
+        if s is not None and el is not None:
+            ends.append(s + el)
+    starts = [s for s in starts if s is not None]
+    duration = (max(ends) - min(starts)) if starts and ends else NAN
+    in_tok = sum(int(_num(r.get("prompt_tokens")) if _num(r.get("prompt_tokens")) is not None
+                     else r.get("requested_input_len") or 0) for r in ok)
+    out_tok = sum(int(_num(r.get("output_tokens")) or 0) for r in ok)
+    per_s = (lambda x: x / duration) if duration and duration > 0 else (lambda x: NAN)
+
+    out.update(gpus=int(gpus), emulated=bool(emulated), completed=completed, failed=n - completed,
+               error_rate=(n - completed) / n if n else 1.0, duration_s=duration,
+               request_throughput=per_s(completed), input_tps=per_s(in_tok), output_tps=per_s(out_tok),
+               total_tps=per_s(in_tok + out_tok))
+    out["output_tps_per_gpu"] = out["output_tps"] / gpus
+    out["total_tps_per_gpu"] = out["total_tps"] / gpus
+
+    tpots = [t for t in (request_tpot(r) for r in ok) if t is not None]
+    gaps = [g for r in ok for g in chunk_gaps(r.get("chunk_offsets"))]
+    out.update(stats_ms((r.get("ttft") for r in ok), "ttft_ms"))
+    out.update(stats_ms(tpots, "tpot_ms"))
+    out.update(stats_ms(gaps, "itl_ms"))
+    out.update(stats_ms((r.get("e2e") for r in ok), "e2e_ms"))
+    stat = getattr(slo, "interactivity_stat", "p50") if slo is not None else "p50"
+    tpot_stat = out[f"tpot_ms_{stat}"]
+    out["interactivity"] = 1000.0 / tpot_stat if tpot_stat and not math.isnan(tpot_stat) and tpot_stat > 0 else NAN
+    good = sum(1 for r in measured if request_is_good(r, slo))
+    out["goodput_rps"] = per_s(good)
+    out["good_fraction"] = good / n if n else 0.0
+    out["meets_slo"] = point_meets_slo(out, slo, max_error_rate)
+
+    out["load_mode"] = load_mode
+    out["rate"] = float(rate) if rate is not None else NAN
+    out.update(stats_ms((r.get("ttfa") for r in ok), "ttfa_ms"))
+    chunks = sum(int(r.get("chunks") or 0) for r in ok)
+    out["tokens_per_chunk"] = out_tok / chunks if chunks else NAN
+    out["token_mismatches"] = sum(1 for r in ok if r.get("token_mismatch"))
+    out["usage_missing"] = sum(1 for r in ok if r.get("tokens_source") == "client")
+    out["errors_by_kind"] = json.dumps(dict(sorted(Counter(r["error_kind"] for r in measured if r.get("error_kind")).items())))
+    client = client or {}
+    for k in ("send_lag_ms_p99", "loop_lag_ms_p99", "client_cpu_pct"):
+        out[k] = float(client[k]) if client.get(k) is not None else NAN
+    out["client_bound"] = bool(client.get("client_bound", False))
+    return {k: out.get(k) for k in POINT_COLUMNS}

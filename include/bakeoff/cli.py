@@ -1,0 +1,111 @@
+"""`python -m bakeoff ...`: the library without Airflow.
+
+plan check   validate a plan file and print what it resolves to
+run          a whole bake-off in this process (same steps as the DAG, teardown guaranteed)
+summary      the latest run's report path and headline table
+bench        benchmark one endpoint by hand
+reap         terminate expired or orphaned bakeoff instances
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+
+from bakeoff import pipeline, store
+from bakeoff.plan import PlanError, load_plan
+
+
+def _plan_check(args) -> int:
+    plan = load_plan(args.plan)
+    from bakeoff.budget import estimate
+    for t in plan.targets:
+        print(f"{t.name}: {t.provider} {t.instance_type} ({t.instance.gpus}x {t.gpu.name}), {t.stack}, "
+              f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]")
+    est = estimate(plan)
+    print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")
+    return 0
+
+
+def _run(args) -> int:
+    """Sequential bake-off: per target provision..benchmark with terminate in finally, then the rest."""
+    run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
+    run = pipeline.start_run(args.plan, run_id, {"targets": args.targets or []})
+    failed = []
+    for slug in run["targets"]:
+        inst = None
+        try:
+            inst = pipeline.provision(run["run_dir"], slug)
+            ep = pipeline.deploy(run["run_dir"], slug, inst)
+            pipeline.accuracy_gate(run["run_dir"], slug, ep)
+            pipeline.benchmark(run["run_dir"], slug, ep)
+        except Exception as e:  # noqa: BLE001 - one target failing must not stop the others
+            failed.append(slug)
+            print(f"target {slug} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        finally:
+            pipeline.terminate(run["run_dir"], slug, inst)
+    pipeline.sweep(run["run_dir"])
+    steps = [("validate", pipeline.validate), ("cost", pipeline.cost), ("report", pipeline.report)]
+    for name, step in steps:
+        try:
+            step(run["run_dir"])
+        except Exception as e:  # noqa: BLE001
+            failed.append(name)
+            print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+    pipeline.finish(run["run_dir"], "failed" if failed else "success")
+    _print_summary(store.read_json(f"{run['run_dir']}/run.json"))
+    return 1 if failed else 0
+
+
+def _summary(args) -> int:
+    runs = store.list_runs(args.plan)
+    if not runs:
+        print(f"no runs stored for plan {args.plan!r}", file=sys.stderr)
+        return 1
+    _print_summary(runs[0])
+    return 0
+
+
+def _print_summary(run: dict) -> None:
+    from bakeoff.headline import headline_table  # noqa: PLC0415
+    print(f"run {run.get('run_id')} of plan {run.get('plan')}: {run.get('status')}")
+    for kind, path in sorted((run.get("report") or {}).items()):
+        print(f"  {kind}: {path}")
+    print(headline_table(run["run_dir"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bakeoff", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="check a plan file")
+    p.add_argument("action", choices=["check"])
+    p.add_argument("plan")
+    p.set_defaults(func=_plan_check)
+    p = sub.add_parser("run", help="run a whole bake-off without Airflow")
+    p.add_argument("--plan", default="local-demo")
+    p.add_argument("--targets", nargs="*")
+    p.add_argument("--run-id")
+    p.set_defaults(func=_run)
+    p = sub.add_parser("summary", help="print the latest run's report paths and headline")
+    p.add_argument("--plan", default="local-demo")
+    p.set_defaults(func=_summary)
+    for module in ("bakeoff.bench.cli", "bakeoff.reaper"):
+        try:
+            __import__(module, fromlist=["add_parser"]).add_parser(sub)
+        except (ImportError, AttributeError):
+            pass
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except PlanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        from bakeoff.budget import BudgetExceeded  # noqa: PLC0415
+        if isinstance(e, BudgetExceeded):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise

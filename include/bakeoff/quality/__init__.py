@@ -1,0 +1,8 @@
+"""Quality gates: a result that fails validation never reaches a cost ranking as if it were good.
+
+- ``validate.validate_run``: GX suites (requests, points, coverage, repeats), traffic compliance
+  and accuracy verdicts for every target of a run -> ``validation.json``.
+- ``accuracy.run_gate``: the per-target accuracy gate run before the benchmark -> ``accuracy.json``.
+- ``support.support_matrix``: GPU x stack x model x quantization -> deployed / ready / passed.
+Submodules are imported explicitly; this package imports nothing heavy.
+"""

@@ -1,0 +1,160 @@
+"""Accuracy gate: does the target serve the model correctly, not just fast?
+
+``run_gate`` runs after deploy and before the benchmark: the evaluation set, greedily, against
+the target's /v1/completions, one score and every answer written to ``accuracy.json``.
+The pass rule needs every target's score when the reference is "best target in the run", so
+``judge`` is applied later, by validation, over all targets' documents. ``agreement`` compares
+the same items across targets: numeric drift from quantised kernels shows up there first.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bakeoff import tokens
+from bakeoff.quality import evalset
+from bakeoff.serving.endpoint import Endpoint
+from bakeoff.store import write_json
+
+FILE = "accuracy.json"
+
+
+def run_gate(endpoint: Endpoint, api_key: str | None, target, plan, out_dir: Path) -> dict[str, Any]:
+    """Score target's endpoint on the plan's evaluation set; write and return out_dir/accuracy.json.
+
+    The document holds no verdict (see ``judge``) and never the API key.
+    """
+    acc = plan.quality.accuracy
+    started = time.time()
+    if acc.backend == "lm_eval":
+        from bakeoff.quality.lm_eval_backend import evaluate
+        result = evaluate(endpoint, api_key, acc)
+    else:
+        items = evalset.build(acc.eval_size, acc.seed)
+        answers = asyncio.run(_ask_all(endpoint, api_key, items, acc))
+        result = {"eval_set": {"name": evalset.NAME, "size": len(items), "seed": acc.seed,
+                               "fingerprint": evalset.fingerprint(items)},
+                  "items": answers}
+    doc = _summarise(result["items"]) | {
+        "target": target.slug, "target_name": target.name, "model": endpoint.model,
+        "stack": endpoint.stack, "emulated": endpoint.emulated, "backend": acc.backend,
+        "eval_set": result["eval_set"], "max_tokens": acc.max_tokens, "temperature": 0,
+        "started_at": started, "duration_s": round(time.time() - started, 3),
+        "items": result["items"],
+    }
+    write_json(Path(out_dir) / FILE, doc)
+    return doc
+
+
+def _summarise(items: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(items)
+    correct = sum(1 for it in items if it["correct"])
+    counted = [it["output_tokens"] for it in items if it.get("output_tokens") is not None]
+    return {"n": n, "correct": correct, "score": correct / n if n else 0.0,
+            "errors": sum(1 for it in items if it.get("error")),
+            "mean_output_tokens": sum(counted) / len(counted) if counted else None}
+
+
+async def _ask_all(endpoint: Endpoint, api_key: str | None, items: list[evalset.Item], acc) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=acc.concurrency, max_keepalive_connections=acc.concurrency)
+    gate = asyncio.Semaphore(acc.concurrency)
+    async with httpx.AsyncClient(base_url=endpoint.base_url, headers=headers, limits=limits,
+                                 timeout=acc.request_timeout_s) as client:
+        async def one(item: evalset.Item) -> dict[str, Any]:
+            async with gate:
+                return await _ask(client, endpoint.model, item, acc.max_tokens)
+        return await asyncio.gather(*(one(it) for it in items))
+
+
+async def _ask(client: httpx.AsyncClient, model: str, item: evalset.Item, max_tokens: int) -> dict[str, Any]:
+    """One greedy completion; a failed request is a wrong answer with its error recorded."""
+    body = {"model": model, "prompt": item.prompt, "max_tokens": max_tokens, "temperature": 0,
+            "stop": ["\n"], "stream": False}
+    out: dict[str, Any] = {"id": item.id, "expected": item.answer, "answer": None, "correct": False,
+                           "text": None, "output_tokens": None, "finish_reason": None, "error": None}
+    try:
+        resp = await client.post("/v1/completions", json=body)
+        resp.raise_for_status()
+        data = resp.json()
+        choice = data["choices"][0]
+        text = choice.get("text") or ""
+        usage = data.get("usage") or {}
+        out.update(text=text, finish_reason=choice.get("finish_reason"),
+                   output_tokens=usage.get("completion_tokens", tokens.count(text)))
+        out["answer"] = evalset.parse_answer(text)
+        out["correct"] = out["answer"] == item.answer
+    except httpx.HTTPStatusError as e:
+        out["error"] = f"HTTP {e.response.status_code}"
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+        out["error"] = f"{type(e).__name__}: {e}"[:200]
+    return out
+
+
+# --- verdicts over all targets -------------------------------------------------------------
+
+def reference(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
+    """The reference score and output length the plan's rule yields for this run's documents."""
+    acc = plan.quality.accuracy
+    scored = {slug: d for slug, d in docs.items() if d}
+    best = max(scored, key=lambda s: scored[s]["score"], default=None)
+    if acc.reference == "best":
+        ref = {"rule": "best target in the run", "target": best,
+               "score": scored[best]["score"] if best else None}
+    else:
+        ref = {"rule": "fixed", "target": None, "score": float(acc.reference)}
+    if acc.reference_output_tokens is not None:
+        ref["output_tokens"], ref["output_tokens_from"] = acc.reference_output_tokens, "plan"
+    else:
+        ref["output_tokens"] = scored[best]["mean_output_tokens"] if best else None
+        ref["output_tokens_from"] = best
+    return ref
+
+
+def judge(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
+    """Pass/fail per target: score >= ratio x reference, mean output tokens within the tolerance."""
+    acc = plan.quality.accuracy
+    ref = reference(plan, docs)
+    verdicts = {}
+    for slug, doc in docs.items():
+        if not doc:
+            verdicts[slug] = {"passed": False, "score": None, "mean_output_tokens": None,
+                              "failures": ["accuracy: the gate did not run for this target (no accuracy.json)"]}
+            continue
+        failures = []
+        need = acc.min_score_ratio * ref["score"]
+        if doc["score"] < need - 1e-12:
+            ref_name = f"target {ref['target']}" if ref["target"] else "the plan's fixed reference"
+            failures.append(
+                f"accuracy: score {doc['score']:.3f} ({doc['correct']}/{doc['n']}) is below "
+                f"{acc.min_score_ratio:.0%} of {ref['score']:.3f} ({ref_name}) = {need:.3f}")
+        mean, ref_tok = doc.get("mean_output_tokens"), ref["output_tokens"]
+        if mean is None:
+            failures.append("accuracy: no output token counts recorded (every request failed?)")
+        elif ref_tok and abs(mean - ref_tok) > acc.output_tokens_tolerance * ref_tok + 1e-12:
+            failures.append(
+                f"accuracy: mean output tokens {mean:.2f} is outside +-{acc.output_tokens_tolerance:.0%} "
+                f"of the reference {ref_tok:.2f} (from {ref['output_tokens_from']})")
+        verdicts[slug] = {"passed": not failures, "score": doc["score"], "n": doc["n"],
+                          "correct": doc["correct"], "mean_output_tokens": mean, "failures": failures}
+    return {"reference": ref, "targets": verdicts}
+
+
+def agreement(docs: dict[str, dict | None]) -> dict[str, Any]:
+    """Share of identical parsed answers for every pair of targets, over the items both answered."""
+    answers = {slug: {it["id"]: it["answer"] for it in d["items"]} for slug, d in docs.items() if d}
+    sets = {slug: (d.get("eval_set") or {}).get("fingerprint") for slug, d in docs.items() if d}
+    pairs = []
+    for a, b in itertools.combinations(sorted(answers), 2):
+        common = answers[a].keys() & answers[b].keys()
+        same = sum(1 for i in common if answers[a][i] == answers[b][i])
+        pairs.append({"a": a, "b": b, "n": len(common), "agree": same,
+                      "rate": same / len(common) if common else None,
+                      "same_eval_set": sets[a] == sets[b]})
+    rates = [p["rate"] for p in pairs if p["rate"] is not None]
+    return {"pairs": pairs, "min_rate": min(rates) if rates else None}

@@ -1,0 +1,192 @@
+"""Great Expectations suites over one target's tables, defined in code, thresholds from the plan.
+
+Each suite runs on a frame prepared here: the stored tables plus a few derived columns GX cannot
+express itself (a row label for readable failures, output length as a ratio of the request,
+repeats found per point, coefficient of variation between repeats). Every expectation carries a
+one-line ``meta.why`` that the readable summary quotes. Importing this module imports GX (slow),
+so only validation does, at run time.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+import great_expectations as gx
+import great_expectations.expectations as gxe
+import pandas as pd
+from great_expectations.expectations.row_conditions import Column
+
+FINISH_REASONS = ["stop", "length"]       # what OpenAI-compatible servers end a completion with
+PERCENTILE_METRICS = ["ttft", "tpot", "e2e", "itl"]
+CV_METRICS = ["output_tps", "e2e_ms_p50"]  # checked between repeats of one point
+OK = Column("ok") == True  # noqa: E712 - a GX condition object, not a Python comparison
+
+
+@dataclass
+class Check:
+    """One suite on one frame; ``label`` names the row in failure messages."""
+
+    name: str
+    frame: pd.DataFrame
+    suite: gx.ExpectationSuite
+    label: str
+
+
+def make_suite(name: str, expectations: list) -> gx.ExpectationSuite:
+    suite = gx.ExpectationSuite(name=name)
+    for e in expectations:
+        suite.add_expectation(e)
+    return suite
+
+
+def _why(text: str) -> dict:
+    return {"why": text}
+
+
+# --- frames ---------------------------------------------------------------------------------
+
+def point_label(df: pd.DataFrame) -> pd.Series:
+    return df["workload"].astype(str) + " c=" + df["concurrency"].astype(str) + " r=" + df["repeat"].astype(str)
+
+
+def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests with ok/label/ratio columns; list-valued chunk offsets reduced to a count."""
+    df = requests.drop(columns=["chunk_offsets"], errors="ignore").copy()
+    chunks = requests["chunk_offsets"] if "chunk_offsets" in requests else pd.Series([[]] * len(df), index=df.index)
+    df["text_chunks"] = chunks.map(lambda c: 0 if c is None else len(c)).astype("int64")
+    df["ok"] = df["error_kind"].isna().astype(bool)
+    df["ignore_eos"] = df["ignore_eos"].astype(bool)
+    df["request"] = point_label(df) + " #" + df["index"].astype(str)
+    req = pd.to_numeric(df["requested_output_len"], errors="coerce").astype("float64")
+    out = pd.to_numeric(df["output_tokens"], errors="coerce").astype("float64")
+    df["output_len_ratio"] = (out / req.where(req > 0)).astype("float64")
+    for col in ("ttft", "e2e", "output_tokens", "prompt_tokens", "requested_output_len"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    return df
+
+
+def prepare_points(points: pd.DataFrame) -> pd.DataFrame:
+    df = points.copy()
+    df["point"] = point_label(df)
+    return df
+
+
+def coverage_frame(plan, points: pd.DataFrame) -> pd.DataFrame:
+    """One row per planned (workload, concurrency): repeats planned vs distinct repeats stored."""
+    rows = []
+    for w in plan.workloads:
+        for c in w.concurrency:
+            found = 0
+            if not points.empty:
+                mask = (points["workload"] == w.name) & (points["concurrency"] == c)
+                found = int(points.loc[mask, "repeat"].nunique())
+            rows.append({"point": f"{w.name} c={c}", "planned_repeats": w.repeats, "found_repeats": found})
+    return pd.DataFrame(rows, columns=["point", "planned_repeats", "found_repeats"])
+
+
+def repeats_frame(points: pd.DataFrame) -> pd.DataFrame:
+    """Coefficient of variation (sample std / mean) of CV_METRICS across repeats of each point."""
+    cols = ["point", "repeats"] + [f"cv_{m}" for m in CV_METRICS]
+    rows = []
+    if not points.empty:
+        for (w, c), g in points.groupby(["workload", "concurrency"], sort=True):
+            if len(g) < 2:
+                continue
+            row = {"point": f"{w} c={c}", "repeats": len(g)}
+            for m in CV_METRICS:
+                vals = pd.to_numeric(g[m], errors="coerce").dropna()
+                mean = vals.mean() if len(vals) else math.nan
+                row[f"cv_{m}"] = float(vals.std(ddof=1) / mean) if len(vals) >= 2 and mean else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols).astype({f"cv_{m}": "float64" for m in CV_METRICS})
+
+
+# --- suites ---------------------------------------------------------------------------------
+
+def latency_bound_s(plan, target) -> float:
+    """Largest latency a stored request can honestly show: the client's timeout, rescaled when
+    the emulator runs faster than real time, plus slack. Above it a value is garbage or inf."""
+    timeout = max(w.request_timeout_s for w in plan.workloads)
+    scale = target.emulator.time_scale if target.provider == "local" else 1.0
+    return timeout * max(1.0, 1.0 / scale) * 1.1 + 1.0
+
+
+def request_suite(plan, target) -> gx.ExpectationSuite:
+    q, bound = plan.quality, latency_bound_s(plan, target)
+    tol = q.output_len_tolerance
+    exps = []
+    for col in ("ttft", "e2e"):
+        exps += [
+            gxe.ExpectColumnValuesToNotBeNull(column=col, row_condition=OK,
+                                              meta=_why(f"a successful request has a {col}")),
+            gxe.ExpectColumnValuesToBeBetween(column=col, min_value=0, max_value=bound, row_condition=OK,
+                                              meta=_why(f"{col} must be non-negative and finite (<= {bound:.0f} s)")),
+        ]
+    exps += [
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e", column_B="ttft", or_equal=True, row_condition=OK,
+                                                    ignore_row_if="either_value_is_missing",
+                                                    meta=_why("TTFT <= E2E")),
+        gxe.ExpectColumnValuesToBeBetween(column="output_tokens", min_value=1, row_condition=OK,
+                                          meta=_why("a successful request produced at least one token")),
+        gxe.ExpectColumnValuesToBeBetween(column="prompt_tokens", min_value=1, row_condition=OK,
+                                          meta=_why("prompt token counts are positive")),
+        gxe.ExpectColumnValuesToBeBetween(column="output_len_ratio", min_value=1 - tol, max_value=1 + tol,
+                                          row_condition=OK & (Column("ignore_eos") == True),  # noqa: E712
+                                          meta=_why(f"output length within +-{tol:.0%} of the requested length when EOS is ignored")),
+        gxe.ExpectColumnValuesToBeInSet(column="finish_reason", value_set=FINISH_REASONS, row_condition=OK,
+                                        meta=_why(f"finish reason is one of {FINISH_REASONS}")),
+    ]
+    return make_suite(f"{target.slug}.requests", exps)
+
+
+def point_suite(plan, target) -> gx.ExpectationSuite:
+    q = plan.quality
+    exps = [
+        gxe.ExpectColumnValuesToBeBetween(column="error_rate", min_value=0, max_value=q.max_error_rate,
+                                          meta=_why(f"error rate <= {q.max_error_rate:.1%} (plan quality.max_error_rate)")),
+        gxe.ExpectColumnValuesToBeBetween(column="completed", min_value=q.min_completed_per_point,
+                                          meta=_why(f"at least {q.min_completed_per_point} completed requests per point")),
+        gxe.ExpectColumnValuesToBeBetween(column="output_tps", min_value=0, strict_min=True,
+                                          meta=_why("output throughput > 0")),
+        gxe.ExpectColumnValuesToNotBeNull(column="output_tps", meta=_why("output throughput was measured")),
+    ]
+    for m in PERCENTILE_METRICS:
+        for lo, hi in (("p50", "p90"), ("p90", "p99")):
+            exps.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A=f"{m}_ms_{hi}", column_B=f"{m}_ms_{lo}", or_equal=True,
+                ignore_row_if="either_value_is_missing", meta=_why(f"{m} percentiles ordered: {lo} <= {hi}")))
+        exps.append(gxe.ExpectColumnValuesToBeBetween(column=f"{m}_ms_p50", min_value=0,
+                                                      meta=_why(f"{m} p50 is non-negative")))
+    return make_suite(f"{target.slug}.points", exps)
+
+
+def coverage_suite(plan, target) -> gx.ExpectationSuite:
+    return make_suite(f"{target.slug}.coverage", [
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="found_repeats", column_B="planned_repeats", or_equal=True,
+            meta=_why("every planned workload x concurrency x repeat is present")),
+    ])
+
+
+def repeats_suite(plan, target) -> gx.ExpectationSuite:
+    return make_suite(f"{target.slug}.repeats", [
+        gxe.ExpectColumnValuesToBeBetween(column=f"cv_{m}", min_value=0, max_value=plan.quality.max_cv,
+                                          meta=_why(f"repeats consistent: CV of {m} <= {plan.quality.max_cv} (plan quality.max_cv)"))
+        for m in CV_METRICS
+    ])
+
+
+def checks_for(plan, target, requests: pd.DataFrame, points: pd.DataFrame) -> list[Check]:
+    """Every suite for one target that has results, paired with the frame it validates."""
+    from bakeoff.quality import compliance  # imports this module
+
+    checks: list[Check] = []
+    if not requests.empty:
+        req = prepare_requests(requests)
+        flag = "first_chunk_has_text" in req.columns
+        checks += [Check("requests", req, request_suite(plan, target), "request"),
+                   Check("compliance", req, compliance.suite(plan, target, flag), "request")]
+    if not points.empty:
+        checks.append(Check("points", prepare_points(points), point_suite(plan, target), "point"))
+    checks += [Check("coverage", coverage_frame(plan, points), coverage_suite(plan, target), "point"),
+               Check("repeats", repeats_frame(points), repeats_suite(plan, target), "point")]
+    return checks

@@ -1,0 +1,220 @@
+"""Report charts drawn with matplotlib's object API (no pyplot state, no GUI backend): SVG for the
+HTML report (inline, text as paths, so it needs no fonts or network) and PNG for the PDF brief.
+
+Plan-supplied labels are drawn with mathtext off, so a name containing '$' is text, not a formula.
+"""
+from __future__ import annotations
+
+import io
+import re
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+
+from bakeoff.report.data import ReportData
+
+RC = {"text.parse_math": False, "svg.fonttype": "path", "svg.hashsalt": "bakeoff", "font.size": 9,
+      "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+
+
+@contextmanager
+def _style():
+    with rc_context(RC):
+        yield
+
+
+def colours(d: ReportData) -> dict[str, str]:
+    return {t.slug: PALETTE[i % len(PALETTE)] for i, t in enumerate(d.plan.targets)}
+
+
+def _stamp(fig: Figure, emulated: bool) -> None:
+    if emulated:
+        fig.text(0.5, 0.5, "EMULATED", fontsize=46, color="#c00000", alpha=0.14, rotation=20,
+                 ha="center", va="center", weight="bold", zorder=0)
+        fig.text(0.99, 0.01, "EMULATED figures", fontsize=8, color="#c00000", ha="right", va="bottom", weight="bold")
+
+
+def to_svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    text = buf.getvalue()
+    # inline in HTML: drop the XML prolog and doctype, keep the <svg> element
+    text = text[text.index("<svg"):]
+    return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+
+
+def to_png(fig: Figure, dpi: int = 150) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of points no other point beats on both axes (higher is better on each), by x."""
+    order = np.argsort(-x, kind="stable")
+    keep, best = [], -np.inf
+    for i in order:
+        if y[i] > best:
+            keep.append(i)
+            best = y[i]
+    return np.array(sorted(keep, key=lambda i: x[i]), dtype=int)
+
+
+def _levels(d: ReportData, workload: str) -> pd.DataFrame:
+    p = d.tables.points
+    if p.empty:
+        return p
+    p = p[p["workload"] == workload]
+    basis = d.basis
+    return (p.groupby(["target", "concurrency"], sort=True)
+             .agg(interactivity=("interactivity", "mean"), tps=(f"{basis}_tps_per_gpu", "mean"),
+                  usd=(f"usd_per_m_{basis}", "mean"),
+                  meets=("meets_slo", lambda s: bool(s.fillna(False).astype(bool).all())))
+             .reset_index())
+
+
+def _names(d: ReportData) -> dict[str, str]:
+    return {t.slug: t.name for t in d.plan.targets}
+
+
+def throughput_vs_interactivity(d: ReportData, workload: str) -> Figure:
+    with _style():
+        fig = Figure(figsize=(6.4, 3.8))
+        ax = fig.add_subplot()
+        lv, col, names = _levels(d, workload), colours(d), _names(d)
+        for slug, g in (lv.groupby("target") if not lv.empty else []):
+            g = g.dropna(subset=["interactivity", "tps"])
+            if g.empty:
+                continue
+            x, y = g["interactivity"].to_numpy(float), g["tps"].to_numpy(float)
+            front = pareto_front(x, y)
+            ax.scatter(x, y, color=col.get(slug), s=18, alpha=0.6)
+            ax.plot(x[front], y[front], color=col.get(slug), lw=1.8, label=f"{names.get(slug, slug)} (Pareto front)")
+            for xi, yi, c in zip(x, y, g["concurrency"]):
+                ax.annotate(f"c{c}", (xi, yi), textcoords="offset points", xytext=(3, 3), fontsize=7, color="#555")
+        ax.set_xlabel(f"interactivity (tokens/s per user, {d.plan.slo.interactivity_stat} TPOT)")
+        ax.set_ylabel(f"{d.basis} tokens/s per GPU")
+        ax.set_title(f"Throughput per GPU vs interactivity - {workload}")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
+        _stamp(fig, d.emulated)
+        return fig
+
+
+def slo_interactivity(d: ReportData) -> float | None:
+    """Interactivity implied by the plan's TPOT SLO (1000 / TPOT ms), for the SLO marker."""
+    tpot = d.plan.slo.tpot_p50_ms or d.plan.slo.tpot_p99_ms
+    return 1000 / tpot if tpot else None
+
+
+def cost_vs_interactivity(d: ReportData, workload: str) -> Figure:
+    with _style():
+        fig = Figure(figsize=(6.4, 3.8))
+        ax = fig.add_subplot()
+        lv, col, names = _levels(d, workload), colours(d), _names(d)
+        for slug, g in (lv.groupby("target") if not lv.empty else []):
+            g = g.dropna(subset=["interactivity", "usd"]).sort_values("interactivity")
+            if g.empty:
+                continue
+            c = col.get(slug)
+            ax.plot(g["interactivity"], g["usd"], color=c, lw=1.2, alpha=0.7, label=names.get(slug, slug))
+            met = g[g["meets"]]
+            miss = g[~g["meets"]]
+            ax.scatter(met["interactivity"], met["usd"], color=c, s=26, zorder=3)
+            ax.scatter(miss["interactivity"], miss["usd"], facecolors="white", edgecolors=c, s=26, zorder=3)
+        x_slo = slo_interactivity(d)
+        if x_slo:
+            ax.axvline(x_slo, color="#444", ls="--", lw=1)
+            ax.text(x_slo, 0.98, " SLO (TPOT)", transform=ax.get_xaxis_transform(), fontsize=7, va="top")
+        ax.set_xlabel("interactivity (tokens/s per user)")
+        ax.set_ylabel(f"USD per M {d.basis} tokens")
+        ax.set_title(f"Cost vs interactivity - {workload} (filled: meets every SLO)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
+        _stamp(fig, d.emulated)
+        return fig
+
+
+def cost_at_slo(d: ReportData, workload: str, small: bool = False) -> Figure:
+    with _style():
+        ranked = d.ranked(workload)
+        fig = Figure(figsize=(5.6, 0.6 + 0.5 * max(1, len(ranked))) if small else (6.4, 1.0 + 0.6 * max(1, len(ranked))))
+        ax = fig.add_subplot()
+        col, basis = colours(d), d.basis
+        if ranked.empty:
+            ax.text(0.5, 0.5, "no target has a cost at the SLO", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+        else:
+            y = np.arange(len(ranked))[::-1]
+            v = ranked[f"usd_per_m_{basis}"].to_numpy(float)
+            lo = np.nan_to_num(v - ranked[f"usd_per_m_{basis}_ci_low"].to_numpy(float), nan=0.0)
+            hi = np.nan_to_num(ranked[f"usd_per_m_{basis}_ci_high"].to_numpy(float) - v, nan=0.0)
+            ax.barh(y, v, xerr=[lo, hi], color=[col.get(s) for s in ranked["target"]], capsize=4, alpha=0.85)
+            ax.set_yticks(y, [str(n) for n in ranked["name"]])
+            for yi, vi in zip(y, v):
+                ax.text(vi, yi, f"  {vi:.4g}", va="center", fontsize=8)
+            ax.set_xlabel(f"USD per M {basis} tokens at the SLO (95% CI when repeated)")
+            ax.set_xlim(0, float(np.nanmax(v + hi)) * 1.25)
+        ax.set_title(f"Cost at the SLO - {workload}")
+        _stamp(fig, d.emulated)
+        return fig
+
+
+def latency_distributions(d: ReportData, workload: str) -> Figure:
+    """TTFT and TPOT per request, per target and load level, as box plots (warm-up and errors excluded)."""
+    with _style():
+        fig = Figure(figsize=(7.2, 3.6))
+        axes = fig.subplots(1, 2)
+        r = d.requests
+        names, col = _names(d), colours(d)
+        if not r.empty:
+            r = r[(r["workload"] == workload) & ~r["warmup"].astype(bool) & r["error_kind"].isna()].copy()
+            out = r["output_tokens"].astype(float)
+            r["ttft_ms"] = r["ttft"].astype(float) * 1000
+            r["tpot_ms"] = ((r["e2e"] - r["ttft"]).astype(float) * 1000 / (out - 1)).where(out > 1)
+        for ax, metric, label in ((axes[0], "ttft_ms", "TTFT (ms)"), (axes[1], "tpot_ms", "TPOT (ms)")):
+            data, labels, colors = [], [], []
+            for slug in [t.slug for t in d.plan.targets]:
+                sub = r[r["target"] == slug] if not r.empty else r
+                for c, g in (sub.groupby("concurrency") if not sub.empty else []):
+                    vals = g[metric].dropna().to_numpy(float)
+                    if vals.size:
+                        data.append(vals)
+                        labels.append(f"{names.get(slug, slug)[:14]}\nc{c}")
+                        colors.append(col.get(slug))
+            if data:
+                bp = ax.boxplot(data, patch_artist=True, showfliers=True, flierprops={"markersize": 2})
+                for patch, c in zip(bp["boxes"], colors):
+                    patch.set_facecolor(c)
+                    patch.set_alpha(0.5)
+                ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=6, rotation=90)
+            else:
+                ax.text(0.5, 0.5, "no request data", ha="center", va="center", transform=ax.transAxes)
+            ax.set_ylabel(label)
+        fig.suptitle(f"Latency distributions per request - {workload}")
+        _stamp(fig, d.emulated)
+        return fig
+
+
+def trend(d: ReportData, workload: str) -> Figure | None:
+    t = d.trend
+    if t.empty:
+        return None
+    t = t[t["workload"] == workload]
+    if t["run_id"].nunique() < 2:
+        return None
+    with _style():
+        fig = Figure(figsize=(6.4, 3.2))
+        ax = fig.add_subplot()
+        for i, (name, g) in enumerate(t.groupby("target", sort=False)):
+            ax.plot(g["started"], g["usd_per_m"], marker="o", color=PALETTE[i % len(PALETTE)], label=str(name))
+        ax.set_ylabel(f"USD per M {d.basis} tokens at SLO")
+        ax.set_title(f"Cost at the SLO across runs of {d.plan.name} - {workload}")
+        ax.legend(fontsize=7)
+        fig.autofmt_xdate()
+        _stamp(fig, bool(t["emulated"].any()))
+        return fig

@@ -1,0 +1,196 @@
+"""Everything a report shows, gathered once from the results store so HTML, Markdown, PDF and CSV
+cannot disagree: the cost tables, raw requests, validation, support matrix, accuracy, provenance,
+caveats and the trend across earlier runs of the same plan."""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bakeoff import catalog, cost, store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReportData:
+    plan: Any
+    run_dir: Path
+    run: dict[str, Any]
+    tables: cost.CostTables
+    requests: pd.DataFrame
+    validation: dict[str, Any] | None
+    support: list[dict[str, Any]] | None
+    accuracy: dict[str, dict[str, Any]]
+    provenance: dict[str, dict[str, Any]]
+    trend: pd.DataFrame
+    caveats: list[str] = field(default_factory=list)
+    generated_at: str = ""
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.tables.headline.get("emulated"))
+
+    @property
+    def basis(self) -> str:
+        return self.tables.headline["basis"]
+
+    @property
+    def run_id(self) -> str:
+        return self.tables.headline["run_id"]
+
+    @property
+    def workloads(self) -> list[str]:
+        return [w.name for w in self.plan.workloads]
+
+    def ranked(self, workload: str) -> pd.DataFrame:
+        at = self.tables.at_slo
+        if at.empty:
+            return at
+        part = at[(at["workload"] == workload) & at["rank"].notna()]
+        return part.sort_values("rank")
+
+    def unranked_passed(self, workload: str) -> pd.DataFrame:
+        """Targets that passed validation but have no cost at the SLO (no level met it)."""
+        at = self.tables.at_slo
+        if at.empty:
+            return at
+        return at[(at["workload"] == workload) & at["ranked"] & at["rank"].isna()]
+
+    def did_not_pass(self) -> pd.DataFrame:
+        t = self.tables.targets
+        return t[~t["ranked"]]
+
+    def target_points(self, slug: str) -> pd.DataFrame:
+        p = self.tables.points
+        if p.empty:
+            return p
+        return p[p["target"] == slug].sort_values(["workload", "concurrency", "repeat"])
+
+
+def _support(plan, run_dir: Path) -> list[dict[str, Any]] | None:
+    """The software-support matrix, when the quality package provides one; a report never fails on it."""
+    try:
+        from bakeoff.quality.support import support_matrix  # noqa: PLC0415
+    except ImportError:
+        return None
+    try:
+        return list(support_matrix(plan, run_dir))
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("support matrix unavailable: %s", e)
+        return [{"error": f"support matrix could not be built: {e}"}]
+
+
+def _per_target_json(plan, run_dir: Path, name: str) -> dict[str, dict[str, Any]]:
+    out = {}
+    for t in plan.targets:
+        doc = store.read_json(run_dir / f"target={t.slug}" / name)
+        if doc:
+            out[t.slug] = doc
+    return out
+
+
+def _provenance(plan, run_dir: Path) -> dict[str, dict[str, Any]]:
+    """What each target actually ran: provenance.json, else the endpoint's provenance, flattened."""
+    out = {}
+    for t in plan.targets:
+        tdir = run_dir / f"target={t.slug}"
+        doc = store.read_json(tdir / "provenance.json") or (store.read_json(tdir / "endpoint.json") or {}).get("provenance")
+        if doc:
+            out[t.slug] = {k: v for k, v in _flatten(doc).items() if "key" not in k.lower() and "secret" not in k.lower()}
+    return out
+
+
+def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(doc, dict):
+        out: dict[str, Any] = {}
+        for k, v in doc.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): doc}
+
+
+def _trend(plan, run_dir: Path, headline: dict[str, Any]) -> pd.DataFrame:
+    """Cost at the SLO per target across every stored run of this plan (this one included)."""
+    rows = []
+    root = run_dir.parent.parent
+    for run in store.list_runs(plan.name, root=root):
+        rdir = Path(run["run_dir"])
+        h = headline if rdir.resolve() == run_dir.resolve() else store.read_json(rdir / "cost.json")
+        if not h:
+            continue
+        for wl, w in (h.get("workloads") or {}).items():
+            for r in w.get("ranking") or []:
+                rows.append({"run_id": run.get("run_id") or rdir.name, "started_at": run.get("started_at"),
+                             "workload": wl, "target": r["target"], "usd_per_m": r.get("usd_per_m"),
+                             "basis": h.get("basis"), "emulated": bool(h.get("emulated"))})
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df["started"] = pd.to_datetime(df["started_at"], unit="s", utc=True, errors="coerce")
+        df = df.sort_values("started")
+    return df
+
+
+def _caveats(d: ReportData) -> list[str]:
+    plan, t = d.plan, d.tables.targets
+    out = []
+    if d.emulated:
+        out.append("EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
+                   "use it to check the pipeline, never to choose hardware.")
+    for _, r in t.iterrows():
+        if r["price_as_of"] in ("undated", ""):
+            if not r["price_as_of"] and "override" in r["price_source"]:
+                continue
+            out.append(f"The price of {r['name']} ({r['instance_type']}) is undated: {r['price_source']}.")
+        if "(3p)" in r["price_source"]:
+            out.append(f"The price of {r['name']} comes from a third-party aggregator: {r['price_source']}.")
+    if plan.pricing.utilisation < 1:
+        out.append(f"Costs assume {plan.pricing.utilisation:.0%} utilisation: idle paid hours are spread over the tokens served.")
+    at = d.tables.at_slo
+    if not at.empty and "repeats" in at and (at["repeats"].fillna(1) < 2).any():
+        out.append("Some costs at the SLO come from a single repeat: no confidence interval; add workload repeats for one.")
+    if not d.tables.points.empty and (d.tables.points["energy_source"] != "measured").any():
+        out.append(f"Energy is estimated from all-in kW per GPU at {plan.pricing.usd_per_kwh} USD/kWh; cloud prices already "
+                   "include power, so energy cost is shown for on-premises comparison and never added to them.")
+    if d.validation is None:
+        out.append("Validation did not run for this run: no target is quarantined, but none is vouched for either.")
+    for _, r in d.did_not_pass().iterrows():
+        what = "has no results" if r["status"] == "no_results" else "did not pass validation"
+        out.append(f"{r['name']} {what} and is left out of the ranking and break-even prices.")
+    out.append("Break-even prices hold throughput fixed and scale cost linearly with price; TCO columns reprice GPUs "
+               f"at public TCO tiers ({catalog.tco()['source']}, {catalog.tco()['as_of']}).")
+    return out
+
+
+def gather(plan, run_dir: Path, tables: cost.CostTables | None = None) -> ReportData:
+    run_dir = Path(run_dir)
+    tables = tables or cost.compute(plan, run_dir)
+    requests = store.load_requests(run_dir)
+    d = ReportData(
+        plan=plan, run_dir=run_dir, run=store.read_json(run_dir / "run.json", {}) or {}, tables=tables,
+        requests=requests, validation=store.read_json(run_dir / "validation.json"),
+        support=_support(plan, run_dir), accuracy=_per_target_json(plan, run_dir, "accuracy.json"),
+        provenance=_provenance(plan, run_dir), trend=_trend(plan, run_dir, tables.headline),
+        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    d.caveats = _caveats(d)
+    return d
+
+
+def fmt(x: Any, nd: int = 4) -> str:
+    """Numbers for people: significant digits, thousands separators, a dash for missing."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)) or x is pd.NA:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e15):
+        return f"{int(x):,}"
+    if isinstance(x, float):
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{nd}g}"
+    return str(x)

@@ -1,0 +1,93 @@
+"""The self-contained HTML report: one file, inline CSS and SVG, no scripts, no network.
+
+Every plan-supplied string goes through jinja2's autoescape; only the chart SVG (made here by
+matplotlib, text drawn as paths, comments stripped) is marked safe.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from bakeoff import catalog, cost
+from bakeoff.report import charts
+from bakeoff.report.data import ReportData, fmt
+
+STATUS_TEXT = {"passed": "passed", "not_validated": "not validated", "quarantined": "did not pass validation",
+               "no_results": "failed: no results"}
+
+_env = Environment(loader=PackageLoader("bakeoff.report", "templates"),
+                   autoescape=select_autoescape(default=True, default_for_string=True))
+
+
+def slo_text(plan) -> str:
+    parts = [f"{label} ≤ {v:g} ms" for label, v in (("p99 TTFT", plan.slo.ttft_p99_ms), ("p50 TPOT", plan.slo.tpot_p50_ms),
+                                                  ("p99 TPOT", plan.slo.tpot_p99_ms)) if v]
+    return ", ".join(parts) or "no SLO set (every load level qualifies)"
+
+
+def _safe_svg(svg: str) -> Markup:
+    return Markup(re.sub(r"<!--.*?-->", "", svg, flags=re.S))
+
+
+def _ci(row: pd.Series, col: str) -> str:
+    lo, hi = row.get(f"{col}_ci_low"), row.get(f"{col}_ci_high")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "– (1 repeat)"
+    return f"{fmt(lo)} – {fmt(hi)}"
+
+
+def _pct(x: Any) -> str:
+    if x is None or not math.isfinite(x):
+        return "–"
+    return "cheapest" if abs(x) < 1e-9 else f"+{x:.1f}%"
+
+
+def sensitivity_grid(d: ReportData, workload: str) -> dict[str, dict[str, list[float]]] | None:
+    """{'price': {name: [cost per factor]}, 'utilisation': {...}} for ranked targets only."""
+    s = d.tables.sensitivity
+    if s.empty:
+        return None
+    s = s[(s["workload"] == workload) & s["ranked"]]
+    if s.empty:
+        return None
+    col = f"usd_per_m_{d.basis}"
+    out: dict[str, dict[str, list[float]]] = {"price": {}, "utilisation": {}}
+    for (dim, name), g in s.groupby(["dimension", "name"], sort=False):
+        out[dim][name] = g.sort_values("factor")[col].tolist()
+    return out
+
+
+def chart_set(d: ReportData, workload: str) -> dict[str, Markup]:
+    return {"throughput": _safe_svg(charts.to_svg(charts.throughput_vs_interactivity(d, workload))),
+            "cost": _safe_svg(charts.to_svg(charts.cost_vs_interactivity(d, workload))),
+            "at_slo": _safe_svg(charts.to_svg(charts.cost_at_slo(d, workload))),
+            "latency": _safe_svg(charts.to_svg(charts.latency_distributions(d, workload)))}
+
+
+def _support_columns(rows: list[dict[str, Any]] | None) -> list[str]:
+    cols: list[str] = []
+    for r in rows or []:
+        cols += [c for c in r if c not in cols]
+    return cols
+
+
+def render(d: ReportData) -> str:
+    tgt = d.tables.targets
+    trow = {r["target"]: r.to_dict() for _, r in tgt.iterrows()}
+    trends = [charts.trend(d, wl) for wl in d.workloads]
+    tco = catalog.tco()
+    return _env.get_template("report.html.j2").render(
+        d=d, plan=d.plan, h=d.tables.headline, f=fmt, ci=_ci, pct=_pct, trow=trow, status_text=STATUS_TEXT,
+        slo_text=slo_text(d.plan), charts={wl: chart_set(d, wl) for wl in d.workloads},
+        sens={wl: sensitivity_grid(d, wl) for wl in d.workloads}, price_factors=cost.PRICE_FACTORS,
+        utilisations=cost.UTILISATIONS, tco=tco, tco_tiers=tco["tiers"],
+        support=d.support, support_cols=_support_columns(d.support),
+        gpus=sorted({t.gpu.name: t.gpu for t in d.plan.targets}.values(), key=lambda g: g.name),
+        accuracy={slug: {k: v for k, v in doc.items() if isinstance(v, (int, float, str, bool))}
+                  for slug, doc in d.accuracy.items()},
+        trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None])

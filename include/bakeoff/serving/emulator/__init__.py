@@ -1,0 +1,11 @@
+"""The hardware emulator: an OpenAI-compatible server that times its answers like a given GPU node.
+
+It lets a whole bake-off (provision, deploy, benchmark, validate, cost, report, teardown) run on
+one laptop with the real code paths: real HTTP, real SSE streaming in vLLM's exact format, and
+latencies from a continuous-batching roofline model of the target's hardware (or fixed, scripted
+latencies for measuring a client). Everything it produces is emulated and must be labelled so.
+
+Start it with ``python -m bakeoff.serving.emulator --config CONFIG.json [--host H] [--port P]
+[--port-file PATH]``; see config.py for the file's fields.
+"""
+VERSION = "0.1.0"

@@ -1,0 +1,81 @@
+"""Command line: ``python -m bakeoff.serving.emulator --config CONFIG.json --port 0 --port-file F``.
+
+Port 0 binds a free port and writes it to --port-file (atomically, once listening), so a parent
+process can start many emulators at once without choosing ports. Exits on SIGTERM/SIGINT, or by
+itself at the config's expires_at, so no emulator outlives its run even if its parent died.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from bakeoff.serving.emulator.config import EmulatorConfig, EmulatorConfigError, load_config
+from bakeoff.serving.emulator.server import build_app
+
+log = logging.getLogger("bakeoff.emulator")
+
+
+def write_port_file(path: Path, port: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def serve(config: EmulatorConfig, host: str, port: int, port_file: Path | None) -> None:
+    app = build_app(config)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0][1]
+    if port_file:
+        write_port_file(port_file, bound)
+    log.info("emulator listening on %s:%s mode=%s model=%s auth=%s time_scale=%s", host, bound, config.mode,
+             config.served_model, "on" if config.api_key() else "off", config.time_scale)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if config.expires_at is not None:
+        loop.call_later(max(0.0, config.expires_at - time.time()), stop.set)
+    await stop.wait()
+    log.info("emulator on port %s stopping%s", bound,
+             " (expired)" if config.expires_at and time.time() >= config.expires_at else "")
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bakeoff.serving.emulator", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="emulator config JSON")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    ap.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config)
+        if config.mode == "roofline":
+            from bakeoff.serving.emulator.roofline import Roofline
+            Roofline.for_target(config.target)       # fail here, not on the first request
+    except (EmulatorConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    runner(serve(config, args.host, args.port, args.port_file))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The emulator's config file: which target it pretends to be and how it times its answers.
+
+A JSON file rather than command-line flags, because the whole target (hardware, model,
+quantization, efficiency factors) travels in it; the file never holds a secret, only the *name*
+of the environment variable that holds the API key.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bakeoff.plan.target import Target
+
+
+class EmulatorConfigError(ValueError):
+    """A config the emulator cannot start from; the message names each field and the fix."""
+
+
+class Scripted(BaseModel):
+    """Fixed timing with no batching effects: a null server to measure a client against.
+
+    Chunk k (0-based) leaves at ttft_ms + k x tokens_per_chunk x itl_ms after the request arrived.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    ttft_ms: float = Field(100.0, ge=0, description="time to the first chunk")
+    itl_ms: float = Field(10.0, ge=0, description="time per output token")
+    tokens_per_chunk: int = Field(1, ge=1)
+
+
+class EmulatorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["roofline", "scripted"] = "roofline"
+    target: Target | None = Field(None, description="Target.model_dump(mode='json'); required for roofline")
+    served_model: str | None = Field(None, min_length=1, description="model id to answer to; default: the catalog hf_id")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                    description="environment variable holding the bearer key, or null for no auth")
+    scripted: Scripted = Scripted()
+    expires_at: float | None = Field(None, description="epoch seconds; the emulator exits by itself after this")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "EmulatorConfig":
+        if self.mode == "roofline" and self.target is None:
+            raise ValueError("mode 'roofline' needs a target; add target (a plan target as JSON) or use mode 'scripted'")
+        if self.served_model is None:
+            self.served_model = self.target.model_spec.hf_id if self.target else "scripted"
+        return self
+
+    @property
+    def seed(self) -> int:
+        return self.target.emulator.seed if self.target else 0
+
+    @property
+    def accuracy_error_rate(self) -> float:
+        return self.target.emulator.accuracy_error_rate if self.target else 0.0
+
+    @property
+    def time_scale(self) -> float:
+        """Applied to roofline delays only; scripted delays are taken literally."""
+        return self.target.emulator.time_scale if (self.target and self.mode == "roofline") else 1.0
+
+    def api_key(self) -> str | None:
+        """The key from the environment, if auth is configured and the variable is set."""
+        if not self.api_key_env:
+            return None
+        return os.environ.get(self.api_key_env) or None
+
+
+def _explain(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling"
+        elif e["type"] == "missing":
+            msg = "required field is missing; add it"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def config_from_dict(raw: Any, source: str = "emulator config") -> EmulatorConfig:
+    if not isinstance(raw, dict):
+        raise EmulatorConfigError(f"{source}: expected a JSON object at the top level")
+    try:
+        return EmulatorConfig.model_validate(raw)
+    except ValidationError as e:
+        raise EmulatorConfigError(f"{source} is not a valid emulator config:\n{_explain(e)}") from None
+
+
+def load_config(path: str | os.PathLike) -> EmulatorConfig:
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise EmulatorConfigError(f"--config: no file {str(p)!r}; give the path of an emulator config JSON") from None
+    except json.JSONDecodeError as e:
+        raise EmulatorConfigError(f"{p.name}: not valid JSON ({e})") from None
+    return config_from_dict(raw, source=p.name)

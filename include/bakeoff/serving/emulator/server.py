@@ -1,0 +1,267 @@
+"""The emulator's HTTP front end: vLLM's OpenAI-compatible routes on aiohttp.
+
+aiohttp (on uvloop when installed) rather than a framework, because the streaming hot path must
+stay a few microseconds per chunk: the emulator shares two cores with the benchmark client that
+measures it. Routes: POST /v1/completions, /v1/chat/completions; GET /v1/models, /health,
+/version, /metrics. When the config names an api_key_env that is set, every /v1 route needs
+`Authorization: Bearer <key>` (as vLLM's --api-key); the key is never logged.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from bakeoff import tokens
+from bakeoff.serving.emulator import VERSION, sse, textgen
+from bakeoff.serving.emulator.config import EmulatorConfig
+from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, ScriptedEngine, Sequence
+from bakeoff.serving.emulator.roofline import Roofline
+
+log = logging.getLogger("bakeoff.emulator")
+
+CONFIG = web.AppKey("config", EmulatorConfig)
+ENGINE = web.AppKey("engine", object)
+CHAT_DEFAULT_MAX_TOKENS = 256      # vLLM's default is "the rest of the context"; bounded here
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's completions default
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError", param: str | None = None):
+        super().__init__(message)
+        self.status, self.err_type, self.param = status, err_type, param
+
+
+def _error(message: str, status: int, err_type: str, param: str | None = None, code: int | str | None = None) -> web.Response:
+    return web.Response(status=status, body=sse.error_body(message, err_type, code if code is not None else status, param),
+                        content_type="application/json")
+
+
+def build_app(config: EmulatorConfig) -> web.Application:
+    api_key = config.api_key()
+    app = web.Application(middlewares=[_auth_middleware(api_key)] if api_key else [])
+    app[CONFIG] = config
+    if config.mode == "roofline":
+        app[ENGINE] = RooflineEngine(Roofline.for_target(config.target), config.time_scale)
+    else:
+        app[ENGINE] = ScriptedEngine(config.scripted)
+
+    async def _lifecycle(app: web.Application):
+        app[ENGINE].start()
+        yield
+        await app[ENGINE].stop()
+
+    app.cleanup_ctx.append(_lifecycle)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def _auth_middleware(api_key: str):
+    expected = f"Bearer {api_key}".encode()
+
+    @web.middleware
+    async def auth(request: web.Request, handler):
+        if request.path.startswith("/v1"):
+            got = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(got, expected):
+                return _error("Unauthorized: send the server's API key as 'Authorization: Bearer <key>'",
+                              401, "invalid_request_error", code="invalid_api_key")
+        return await handler(request)
+
+    return auth
+
+
+# request parsing ------------------------------------------------------------
+async def _body(request: web.Request, model: str) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    if body.get("model") not in (None, model):
+        raise BadRequest(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError", "model")
+    if (n := body.get("n", 1)) not in (1, None):
+        raise BadRequest(f"n={n} is not supported by the emulator; send n=1", param="n")
+    return body
+
+
+def _int_field(body: dict, name: str, default: int, minimum: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadRequest(f"{name} must be an integer >= {minimum}, got {value!r}", param=name)
+    return value
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):   # [{"type": "text", "text": ...}, ...]
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    raise BadRequest("messages[].content must be a string or a list of content parts", param="messages")
+
+
+def _completion_prompt(body: dict) -> tuple[str, int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt, tokens.count(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return " ".join(map(str, prompt)), len(prompt)    # token ids: one token each
+    raise BadRequest("prompt must be a string, a one-element list of strings, or a list of token ids", param="prompt")
+
+
+def _chat_prompt(body: dict) -> tuple[str, int]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
+    texts = [_content_text(m.get("content")) for m in messages]
+    users = [t for m, t in zip(messages, texts) if m.get("role") == "user"]
+    return (users[-1] if users else texts[-1]), sum(tokens.count(t) for t in texts)
+
+
+# handlers ---------------------------------------------------------------------
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "completion")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "chat")
+
+
+async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
+    arrival = asyncio.get_running_loop().time()
+    config: EmulatorConfig = request.app[CONFIG]
+    engine = request.app[ENGINE]
+    model = config.served_model
+    try:
+        body = await _body(request, model)
+        text, prompt_tokens = (_chat_prompt if kind == "chat" else _completion_prompt)(body)
+        default = CHAT_DEFAULT_MAX_TOKENS if kind == "chat" else COMPLETION_DEFAULT_MAX_TOKENS
+        max_tokens = _int_field(body, "max_tokens", default, 1)
+        if kind == "chat":
+            max_tokens = _int_field(body, "max_completion_tokens", max_tokens, 1)
+        min_tokens = _int_field(body, "min_tokens", 0, 0)
+        engine.check(prompt_tokens, max_tokens)
+    except BadRequest as e:
+        return _error(str(e), e.status, e.err_type, e.param)
+    except Rejected as e:
+        return _error(str(e), 400, "BadRequestError")
+    reply = textgen.reply(text, max_tokens, seed=config.seed, ignore_eos=bool(body.get("ignore_eos")),
+                          min_tokens=min_tokens, error_rate=config.accuracy_error_rate)
+    seq = Sequence(prompt_tokens, len(reply.words), max_tokens, arrival=arrival)
+    words = reply.words
+    if not body.get("stream"):
+        async for _ in engine.stream(seq):
+            pass
+        engine.stats.finished[reply.finish_reason] += 1
+        build = sse.chat_body if kind == "chat" else sse.completion_body
+        return web.Response(body=build(model, reply.text, reply.finish_reason, prompt_tokens, len(words)),
+                            content_type="application/json")
+
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    fmt = sse.StreamFormat(kind, model, include_usage=include_usage)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    await resp.prepare(request)
+    n, sent, pending = len(words), 0, fmt.first
+    async for new in engine.stream(seq):
+        piece = "".join(words[sent:sent + new]) if new > 1 else words[sent]
+        sent += new
+        if sent < n:
+            await resp.write(pending + fmt.chunk(piece) if pending else fmt.chunk(piece))
+            pending = b""
+        else:
+            tail = fmt.usage(prompt_tokens, n) if include_usage else b""
+            await resp.write(pending + fmt.last(piece, reply.finish_reason) + tail + sse.DONE)
+    engine.stats.finished[reply.finish_reason] += 1
+    await resp.write_eof()
+    return resp
+
+
+async def models(request: web.Request) -> web.Response:
+    config: EmulatorConfig = request.app[CONFIG]
+    context = config.target.model_spec.context if config.target else None
+    card = {"id": config.served_model, "object": "model", "created": int(time.time()), "owned_by": "bakeoff-emulator",
+            "root": config.served_model, "parent": None, "max_model_len": context}
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+def version_info(config: EmulatorConfig, engine) -> dict[str, Any]:
+    t = config.target
+    info: dict[str, Any] = {
+        "version": f"bakeoff-emulator-{VERSION}", "emulated": True, "mode": config.mode,
+        "served_model": config.served_model, "time_scale": config.time_scale,
+        "gpu": t.gpu.name if t else None, "gpus": t.tensor_parallel if t else None,
+        "instance_type": t.instance_type if t else None, "model": t.model if t else None,
+        "quantization": t.quantization if t else None, "kv_cache_dtype": t.kv_cache_dtype if t else None,
+    }
+    if isinstance(engine, RooflineEngine):
+        info["roofline"] = engine.roofline.summary()
+        info["efficiency"] = {"prefill": t.emulator.prefill_efficiency, "decode": t.emulator.decode_efficiency}
+    else:
+        info["scripted"] = config.scripted.model_dump()
+    return info
+
+
+async def version(request: web.Request) -> web.Response:
+    return web.json_response(version_info(request.app[CONFIG], request.app[ENGINE]))
+
+
+class _EngineCollector:
+    """Reads the engine's counters at scrape time: no per-token bookkeeping beyond two ints."""
+
+    def __init__(self, engine, model: str, time_scale: float):
+        self.engine, self.labels, self.time_scale = engine, {"model_name": model}, time_scale
+
+    def collect(self):
+        e, names, values = self.engine, ["model_name"], [self.labels["model_name"]]
+        for name, doc, value in (
+            ("vllm:num_requests_running", "Number of requests in the running batch.", len(e.running)),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be scheduled.", len(e.waiting)),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", e.kv_usage),
+            ("bakeoff_emulator_time_scale", "Factor every emulated delay is multiplied by.", self.time_scale),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=names)
+            g.add_metric(values, value)
+            yield g
+        for name, doc, value in (
+            ("vllm:prompt_tokens", "Prefill tokens processed.", e.stats.prompt_tokens),
+            ("vllm:generation_tokens", "Generation tokens processed.", e.stats.generation_tokens),
+        ):
+            c = CounterMetricFamily(name, doc, labels=names)
+            c.add_metric(values, value)
+            yield c
+        c = CounterMetricFamily("vllm:request_success", "Finished requests by finish reason.",
+                                labels=names + ["finished_reason"])
+        for reason in ("stop", "length"):
+            c.add_metric(values + [reason], e.stats.finished[reason])
+        yield c
+
+
+async def metrics(request: web.Request) -> web.Response:
+    app = request.app
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_EngineCollector(app[ENGINE], app[CONFIG].served_model, app[CONFIG].time_scale))
+    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
