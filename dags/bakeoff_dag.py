@@ -33,6 +33,23 @@ PARAMS = {
 DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.duration(seconds=20)}
 
 
+# Mapped task instances are labelled with their target in the UI.
+LABEL = "{{ target_label }}"
+
+
+def _pipeline(item: dict | None = None, credentials: bool = False):
+    """The library's pipeline module, imported at run time (never at parse time)."""
+    from bakeoff import pipeline
+
+    if item is not None:
+        get_current_context()["target_label"] = item["slug"]
+    if credentials:
+        from bakeoff_hooks import install_credentials
+
+        install_credentials()
+    return pipeline
+
+
 def _overrides(params: dict) -> dict:
     return {
         "targets": params.get("targets") or [],
@@ -64,12 +81,10 @@ def bakeoff():
     def start_run() -> dict:
         from airflow.sdk import Variable
 
-        from bakeoff import pipeline
-
         ctx = get_current_context()
         params = ctx["params"]
         plan = params.get("plan") or Variable.get("bakeoff_plan", default="local-demo")
-        return pipeline.start_run(plan, ctx["run_id"], _overrides(params))
+        return _pipeline().start_run(plan, ctx["run_id"], _overrides(params))
 
     @task
     def targets_of(run: dict) -> list[dict]:
@@ -78,45 +93,26 @@ def bakeoff():
     @task_group(group_id="target")
     def evaluate(item: dict):
         @setup
-        @task(map_index_template="{{ task.op_kwargs['item']['slug'] }}")
+        @task(map_index_template=LABEL)
         def provision(item: dict) -> dict:
-            from bakeoff_hooks import install_credentials
+            return _pipeline(item, credentials=True).provision(item["run_dir"], item["slug"])
 
-            from bakeoff import pipeline
-
-            install_credentials()
-            return pipeline.provision(item["run_dir"], item["slug"])
-
-        @task(retries=0)
+        @task(retries=0, map_index_template=LABEL)
         def deploy(item: dict, instance: dict) -> dict:
-            from bakeoff_hooks import install_credentials
+            return _pipeline(item, credentials=True).deploy(item["run_dir"], item["slug"], instance)
 
-            from bakeoff import pipeline
-
-            install_credentials()
-            return pipeline.deploy(item["run_dir"], item["slug"], instance)
-
-        @task(retries=0)
+        @task(retries=0, map_index_template=LABEL)
         def accuracy_gate(item: dict, endpoint: dict) -> dict:
-            from bakeoff import pipeline
+            return _pipeline(item).accuracy_gate(item["run_dir"], item["slug"], endpoint)
 
-            return pipeline.accuracy_gate(item["run_dir"], item["slug"], endpoint)
-
-        @task(retries=0)
+        @task(retries=0, map_index_template=LABEL)
         def benchmark(item: dict, endpoint: dict, gate: dict) -> dict:
-            from bakeoff import pipeline
-
-            return pipeline.benchmark(item["run_dir"], item["slug"], endpoint)
+            return _pipeline(item).benchmark(item["run_dir"], item["slug"], endpoint)
 
         @teardown
-        @task
+        @task(map_index_template=LABEL)
         def terminate(item: dict, instance: dict | None) -> dict:
-            from bakeoff_hooks import install_credentials
-
-            from bakeoff import pipeline
-
-            install_credentials()
-            return pipeline.terminate(item["run_dir"], item["slug"], instance)
+            return _pipeline(item, credentials=True).terminate(item["run_dir"], item["slug"], instance)
 
         inst = provision(item)
         ep = deploy(item, inst)
@@ -129,37 +125,25 @@ def bakeoff():
 
     @task(trigger_rule="all_done")
     def sweep(run: dict) -> dict:
-        from bakeoff_hooks import install_credentials
-
-        from bakeoff import pipeline
-
-        install_credentials()
-        return pipeline.sweep(run["run_dir"])
+        return _pipeline(credentials=True).sweep(run["run_dir"])
 
     @task(trigger_rule="all_done", retries=0)
     def validate(run: dict) -> dict:
-        from bakeoff import pipeline
-
-        return pipeline.validate(run["run_dir"])
+        return _pipeline().validate(run["run_dir"])
 
     @task(trigger_rule="all_done")
     def cost(run: dict) -> dict:
-        from bakeoff import pipeline
-
-        return pipeline.cost(run["run_dir"])
+        return _pipeline().cost(run["run_dir"])
 
     @task(trigger_rule="all_done")
-    def report(run: dict, headline: dict) -> dict:
-        from bakeoff import pipeline
-
-        return pipeline.report(run["run_dir"])
+    def report(run: dict) -> dict:
+        return _pipeline().report(run["run_dir"])
 
     @task(outlets=[REPORTS])
     def publish(run: dict, paths: dict) -> dict:
         from bakeoff_hooks import s3_publish_args
 
-        from bakeoff import pipeline
-
+        pipeline = _pipeline()
         published = pipeline.publish(run["run_dir"], paths, **s3_publish_args())
         pipeline.finish(run["run_dir"], "published")
         get_current_context()["outlet_events"][REPORTS].add(
@@ -169,9 +153,7 @@ def bakeoff():
     @task(trigger_rule="one_failed", retries=0)
     def watcher(run: dict) -> None:
         """Fail the DAG run when any step failed: teardowns and all_done tasks would hide it."""
-        from bakeoff import pipeline
-
-        pipeline.finish(run["run_dir"], "failed")
+        _pipeline().finish(run["run_dir"], "failed")
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
     run = start_run()
@@ -183,7 +165,8 @@ def bakeoff():
     swept >> checked
     headline = cost(run)
     checked >> headline
-    paths = report(run, headline)
+    paths = report(run)
+    headline >> paths
     published = publish(run, paths)
     watched = [*watched_in_group, swept, checked, headline, paths, published]
     watched >> watcher(run)

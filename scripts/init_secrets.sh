@@ -9,13 +9,14 @@
 # Airflow reads the files through its *_CMD settings (e.g. AIRFLOW__CORE__FERNET_KEY_CMD), so no
 # secret is ever written into airflow.cfg, the compose file or a log.
 #
-# usage: init_secrets.sh DIR [USER ...]     (users default to $BAKEOFF_ADMIN_USER, else "admin")
+# usage: init_secrets.sh DIR [USER ...]     (users default to "admin"; the first user's password
+#        is $BAKEOFF_ADMIN_PASSWORD when set, every other one is generated)
 set -euo pipefail
 
 dir=${1:?usage: init_secrets.sh DIR [USER ...]}
 shift
 users=("$@")
-[ ${#users[@]} -gt 0 ] || users=("${BAKEOFF_ADMIN_USER:-admin}")
+[ ${#users[@]} -gt 0 ] || users=(admin)
 py=${PYTHON:-python3}
 
 umask 077

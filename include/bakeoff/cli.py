@@ -55,7 +55,7 @@ def _run(args) -> int:
             failed.append(name)
             print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
     pipeline.finish(run["run_dir"], "failed" if failed else "success")
-    _print_summary(store.read_json(f"{run['run_dir']}/run.json"))
+    _print_summary({**store.read_json(f"{run['run_dir']}/run.json"), "run_dir": run["run_dir"]})
     return 1 if failed else 0
 
 

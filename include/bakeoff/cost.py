@@ -383,7 +383,7 @@ def _headline(plan, run_id: str, basis: str, emulated: bool, tdf: pd.DataFrame, 
         summary = f"only {ranking[0]['target']} has a cost at the SLO: {ranking[0]['usd_per_m']:.4g} USD/M {basis} tokens{stamp}"
     else:
         summary = f"no target has a cost at the SLO (none met it, or none passed validation){stamp}"
-    spend = evaluation[evaluation["spends"]]["usd"].sum(min_count=1)
+    spend = evaluation[evaluation["spends"]]["usd"].sum()  # emulated / static targets bill nothing
     would = evaluation["usd"].sum(min_count=1)
     return {
         "plan": plan.name, "run_id": run_id, "emulated": emulated, "basis": basis, "summary": summary,

@@ -153,11 +153,13 @@ def sweep(run_dir: str) -> dict[str, Any]:
 
 
 def validate(run_dir: str) -> dict[str, Any]:
-    from bakeoff.quality.validate import validate_run  # noqa: PLC0415
+    """Run every quality gate; results are stored first, then a failing target fails the step."""
+    from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415
     summary = validate_run(run_plan(run_dir), Path(run_dir))
-    store.update_run(Path(run_dir), validation={"passed": summary.get("passed")})
-    return {"passed": summary.get("passed"),
-            "failed_targets": [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]}
+    failed = [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]
+    store.update_run(Path(run_dir), validation={"passed": summary.get("passed"), "failed_targets": failed})
+    raise_if_failed(summary)
+    return {"passed": summary.get("passed"), "failed_targets": failed}
 
 
 def cost(run_dir: str) -> dict[str, Any]:
@@ -183,4 +185,6 @@ def publish(run_dir: str, paths: dict[str, str], **s3: Any) -> dict[str, Any]:
 
 
 def finish(run_dir: str, status: str) -> None:
-    store.update_run(Path(run_dir), status=status, finished_at=time.time())
+    """Record the run's outcome; "failed" is sticky, so a later step cannot paint it green."""
+    current = (store.read_json(Path(run_dir) / "run.json", {}) or {}).get("status")
+    store.update_run(Path(run_dir), status="failed" if current == "failed" else status, finished_at=time.time())

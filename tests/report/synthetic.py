@@ -13,6 +13,8 @@ from bakeoff import store
 from bakeoff.bench.records import POINT_COLUMNS
 from bakeoff.plan import Plan, plan_from_dict
 
+XSS = "<script>alert(1)</script>"   # a target name every renderer must show as text
+
 
 def plan_dict(names=("mi355x-vllm", "b200-vllm"), *, concurrency=(1, 4, 16), repeats=1, slo=None,
               utilisation=1.0, notes="") -> dict:
@@ -112,4 +114,26 @@ def make_run(root: Path, plan: Plan, run_id: str = "manual__2026-11-01T00:00:00+
                                  if t.slug in quarantine else
                                  {"passed": False, "failures": ["no results"]} if t.slug in missing else
                                  {"passed": True, "failures": []}) for t in plan.targets}})
+    return rdir
+
+
+def write_points(root: Path, plan: Plan, rows: list[dict], run_id: str = "manual__hand", *,
+                 validation: dict | None = None, run_targets: dict | None = None) -> Path:
+    """Store hand-made point rows (keys: target slug, concurrency, repeat, plus any POINT_COLUMNS
+    to set); everything unset takes a neutral default. For arithmetic checked by hand."""
+    for r in rows:
+        full = {k: None for k in POINT_COLUMNS}
+        full.update(run_id=run_id, workload=plan.workloads[0].name, repeat=0, gpus=8, emulated=True, completed=8,
+                    failed=0, error_rate=0.0, interactivity=50.0, meets_slo=True, output_tps_per_gpu=100.0,
+                    total_tps_per_gpu=1000.0)
+        full.update(r)
+        tdir = store.target_dir(plan.name, run_id, full["target"], root)
+        store.write_frame(store.point_file(tdir, "points", full["workload"], full["concurrency"], full["repeat"]),
+                          pd.DataFrame([full]))
+    rdir = store.run_dir(plan.name, run_id, root)
+    store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
+    store.update_run(rdir, plan=plan.name, run_id=run_id, started_at=time.time(), status="success",
+                     targets=run_targets or {t.slug: {"name": t.name} for t in plan.targets})
+    if validation is not None:
+        store.write_json(rdir / "validation.json", validation)
     return rdir

@@ -1,17 +1,22 @@
-"""The benchmark's HTTP/1.1 streaming transport: an asyncio protocol with httptools' parser.
+"""The benchmark's HTTP/1.1 streaming transport: raw sockets, httptools' parser, kernel timestamps.
 
-Why not httpx or aiohttp here: measured by benchmarks/client_fidelity.py, their per-chunk cost
-(a coroutine wake-up and buffer copies per read) turned into tens of milliseconds of TTFT error at
-high concurrency on one core. Here every read is timestamped in ``data_received`` — the first
-Python code that runs after the socket read — and fed straight to the parser; there is no task
-switch per chunk. Connections are opened and kept alive before measuring, so connection set-up is
-never inside a TTFT. httpx remains the project's client for control-plane calls.
+Why not httpx or aiohttp on the hot path (measured by benchmarks/client_fidelity.py): a timestamp
+taken in Python when a read is processed includes every callback queued ahead of it, so on a busy
+core TTFT grows with concurrency. Here each read is a ``recvmsg`` whose SO_TIMESTAMPNS ancillary
+data says when the kernel received the bytes; the event loop's queueing drops out of the figure as
+long as the client keeps up on average (the fidelity monitor checks that). Per read there is no task
+switch: the parser callbacks feed the SSE accounting directly. Connections are opened and kept
+alive before measuring, so connection set-up is never inside a TTFT. TLS endpoints use an asyncio
+protocol instead (stamped on arrival in Python). httpx remains the project's client for
+control-plane calls.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
+import struct
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -21,6 +26,10 @@ import httptools
 from bakeoff.bench.sse import StreamError, StreamState
 
 _now = time.perf_counter
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux value; absent elsewhere
+_TS = struct.Struct("qq")                                   # struct timespec
+_ANC = socket.CMSG_SPACE(_TS.size)
+_BUF = 1 << 18
 
 
 @dataclass
@@ -67,23 +76,17 @@ class _Job:
             self.fut.set_result((err, now))
 
 
-class _Conn(asyncio.Protocol):
-    __slots__ = ("transport", "job", "alive")
+class _Conn:
+    """One keep-alive connection; subclasses deliver reads to ``feed`` with their arrival time."""
 
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.job: _Job | None = None
-        self.alive = True
+    job: _Job | None = None
+    alive = True
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        now = _now()
+    def feed(self, data: bytes, now: float) -> None:
         job = self.job
         if job is None:                      # bytes nobody asked for: never reuse this connection
             self.alive = False
-            self.transport.close()
+            self.close()
             return
         job.now = now
         job.got_bytes = True
@@ -92,16 +95,94 @@ class _Conn(asyncio.Protocol):
         except httptools.HttpParserError as e:
             job.finish(StreamError("malformed_http", f"unparseable HTTP response: {e}"), now)
 
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
+    def lost(self, exc: BaseException | None) -> None:
         self.alive = False
         job = self.job
         if job is not None:
             kind = "connection_reset" if exc else "truncated"
             detail = f"connection lost: {type(exc).__name__}: {exc}" if exc else "server closed the connection mid-response"
             job.finish(StreamError(kind, detail), _now())
+
+
+class _SocketConn(_Conn):
+    """Plain TCP read with recvmsg and kernel receive timestamps (SO_TIMESTAMPNS).
+
+    The timestamp is when the kernel received the bytes, not when this process got round to
+    reading them, so a busy event loop cannot inflate TTFT or ITL; it is mapped onto the
+    perf_counter clock with the offset sampled at each send.
+    """
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop):
+        self.sock, self.loop = sock, loop
+        self.fd = sock.fileno()
+        self.offset = time.time() - _now()
+        loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(_BUF, _ANC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.close()
+            self.lost(e)
+            return
+        if not data:
+            self.close()
+            self.lost(None)
+            return
+        if anc:
+            sec, ns = _TS.unpack_from(anc[0][2])
+            now = sec + ns * 1e-9 - self.offset
+        else:
+            now = _now()
+        self.feed(data, now)
+
+    def write(self, data: bytes) -> None:
+        self.offset = time.time() - _now()
+        n = self.sock.send(data)
+        if n < len(data):
+            self.loop.create_task(self.loop.sock_sendall(self.sock, data[n:]))
+
+    def closing(self) -> bool:
+        return not self.alive
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.loop.remove_reader(self.fd)
+            self.fd = -1
+            self.sock.close()
+        self.alive = False
+
+
+class _ProtocolConn(_Conn, asyncio.Protocol):
+    """TLS connections: an asyncio protocol, timestamped when data_received runs."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.feed(data, _now())
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost(exc)
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def closing(self) -> bool:
+        return not self.alive or self.transport.is_closing()
+
+    def close(self) -> None:
+        self.alive = False
+        if self.transport is not None:
+            self.transport.close()
 
 
 class StreamingClient:
@@ -135,8 +216,25 @@ class StreamingClient:
 
     async def _open(self) -> _Conn:
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(_Conn, self.host, self.port, ssl=self.ssl,
-                                               server_hostname=self.host if self.ssl else None)
+        if self.ssl is not None:
+            _, conn = await loop.create_connection(_ProtocolConn, self.host, self.port, ssl=self.ssl,
+                                                   server_hostname=self.host)
+        else:
+            info = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            family, _, _, _, addr = info[0]
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                except OSError:
+                    pass                                   # no kernel timestamps: reads are stamped on arrival
+                await loop.sock_connect(sock, addr)
+            except BaseException:
+                sock.close()
+                raise
+            conn = _SocketConn(sock, loop)
         self._all.add(conn)
         return conn
 
@@ -151,7 +249,7 @@ class StreamingClient:
     def _take(self) -> _Conn | None:
         while self._idle:
             c = self._idle.pop()
-            if c.alive and not c.transport.is_closing():
+            if not c.closing():
                 return c
             self._all.discard(c)
         return None
@@ -185,7 +283,10 @@ class StreamingClient:
         state = StreamState(t_send)
         job = conn.job = _Job(conn, state, fut)
         handle = loop.call_at(deadline, job.finish, StreamError("timeout", "request timed out"), 0.0)
-        conn.transport.write(request)
+        try:
+            conn.write(request)
+        except OSError as e:
+            job.finish(StreamError("connection_reset", f"send failed: {type(e).__name__}: {e}"), _now())
         try:
             err, t_end = await fut
         finally:
@@ -204,15 +305,13 @@ class StreamingClient:
         if err is None and job.keep_alive and conn.alive:
             self._idle.append(conn)
         else:
-            conn.alive = False
-            conn.transport.close()
+            conn.close()
             self._all.discard(conn)
         return Outcome(t_send, wall, t_end, job.status, state, err), retry
 
     async def close(self) -> None:
         for c in list(self._all):
-            if c.transport is not None:
-                c.transport.close()
+            c.close()
         self._all.clear()
         self._idle.clear()
         await asyncio.sleep(0)

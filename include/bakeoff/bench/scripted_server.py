@@ -19,6 +19,8 @@ import heapq
 import json
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,6 +31,9 @@ import httptools
 from bakeoff import tokens
 
 _now = time.perf_counter
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TS = struct.Struct("qq")
+_ANC = socket.CMSG_SPACE(_TS.size)
 
 
 @dataclass
@@ -59,10 +64,8 @@ class Script:
         return cls(**inner)
 
 
-@dataclass(order=True)
+@dataclass
 class _Stream:
-    due: float
-    seq: int
     conn: "_ServerConn" = field(compare=False)
     chunks: int = field(compare=False)
     sent: int = field(compare=False, default=0)
@@ -71,7 +74,8 @@ class _Stream:
     ttft: float = field(compare=False, default=0.0)
     frames: list = field(compare=False, default_factory=list)
     last: bytes = field(compare=False, default=b"")
-    tail: bytes = field(compare=False, default=b"")
+    tail: tuple | None = field(compare=False, default=None)
+    late: float = field(compare=False, default=0.0)
 
 
 def _frame(payload: bytes) -> bytes:
@@ -110,7 +114,8 @@ class ScriptedServer:
         return _event(obj)
 
     # --- scheduling --------------------------------------------------------------------------
-    def start_stream(self, conn: "_ServerConn", kind: str, prompt_tokens: int, max_tokens: int, usage: bool) -> None:
+    def start_stream(self, conn: "_ServerConn", kind: str, prompt_tokens: int, max_tokens: int, usage: bool,
+                     arrived: float) -> None:
         s = self.s
         n = s.output_tokens or max_tokens
         k = max(1, s.tokens_per_chunk)
@@ -118,28 +123,37 @@ class ScriptedServer:
         self.inflight += 1
         ttft = (s.ttft_ms + s.ttft_per_inflight_ms * self.inflight) / 1e3
         itl = (s.itl_ms + s.itl_per_inflight_ms * self.inflight) / 1e3
-        t0 = _now()
+        t0 = arrived
         last_n = n - k * (chunks - 1)
         last_text = " " + " ".join(tokens.VOCAB[j % len(tokens.VOCAB)] for j in range(last_n))
-        tail = b""
+        tail = None
         if usage and s.include_usage:
-            tail += _event({"id": "cmpl-scripted", "object": "text_completion" if kind == "completions" else
-                            "chat.completion.chunk", "created": 0, "model": s.served_model, "choices": [],
-                            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-                                      "total_tokens": prompt_tokens + n}})
-        tail += _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+            tail = (kind, prompt_tokens, n)
         self.seq += 1
-        st = _Stream(t0 + ttft, self.seq, conn, chunks, t0=t0, itl=itl, ttft=ttft, frames=self.frames[kind],
+        st = _Stream(conn, chunks, t0=t0, itl=itl, ttft=ttft, frames=self.frames[kind],
                      last=self._chunk(kind, last_text, "length"), tail=tail)
         conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                    b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
-        heapq.heappush(self.heap, st)
+        heapq.heappush(self.heap, (t0 + ttft, self.seq, st))
         self._arm()
+
+    def _tail(self, st: _Stream) -> bytes:
+        """Usage chunk (when asked for), [DONE] and the chunked terminator. The usage carries the
+        server's own lateness on this request's first chunk, so a benchmark can tell the
+        client's share of a TTFT error from the server's."""
+        out = b""
+        if st.tail is not None:
+            kind, p, n = st.tail
+            out = _event({"id": "cmpl-scripted", "object": "text_completion" if kind == "completions" else
+                          "chat.completion.chunk", "created": 0, "model": self.s.served_model, "choices": [],
+                          "usage": {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n,
+                                    "scripted_first_chunk_late_us": round(st.late * 1e6, 1)}})
+        return out + _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
     def _arm(self) -> None:
         if not self.heap:
             return
-        due = self.heap[0].due
+        due = self.heap[0][0]
         if self.handle is not None and self.handle_due <= due:
             return
         if self.handle is not None:
@@ -156,29 +170,30 @@ class ScriptedServer:
         self.handle_due = float("inf")
         heap = self.heap
         now = _now()
-        while heap and heap[0].due <= now:
-            st = heapq.heappop(heap)
+        pop, push, nframes = heapq.heappop, heapq.heappush, len(self.frames["chat"])
+        while heap and heap[0][0] <= now:
+            due, seq, st = pop(heap)
             if st.conn.closed:
                 self.inflight -= 1
                 continue
             if st.sent == 0:
-                self.lateness.append(now - st.due)
+                st.late = now - due
+                self.lateness.append(st.late)
             if st.itl == 0:                     # zero ITL: everything at once
                 st.conn.write(b"".join(st.frames[j % len(st.frames)] for j in range(st.sent, st.chunks - 1))
-                              + st.last + st.tail)
+                              + st.last + self._tail(st))
                 st.sent = st.chunks
             else:
                 st.sent += 1
                 if st.sent == st.chunks:
-                    st.conn.write(st.last + st.tail)
+                    st.conn.write(st.last + self._tail(st))
                 else:
-                    st.conn.write(st.frames[st.sent % len(st.frames)])
+                    st.conn.write(st.frames[st.sent % nframes])
             if st.sent >= st.chunks:
                 self.inflight -= 1
                 st.conn.done_response()
             else:
-                st.due = st.t0 + st.ttft + st.sent * st.itl
-                heapq.heappush(heap, st)
+                push(heap, (st.t0 + st.ttft + st.sent * st.itl, seq, st))
             now = _now()
         self._arm()
 
@@ -190,28 +205,73 @@ class ScriptedServer:
                 "first_chunk_late_ms_max": lat[-1] * 1e3 if lat else None}
 
 
-class _ServerConn(asyncio.Protocol):
-    def __init__(self, server: ScriptedServer):
-        self.srv = server
+class _ServerConn:
+    """One client connection on a raw non-blocking socket. Reads carry the kernel's receive
+    timestamp, so a request's TTFT clock starts when it reached this machine, not when this
+    (possibly busy) process got round to parsing it."""
+
+    def __init__(self, server: ScriptedServer, sock: socket.socket):
+        self.srv, self.sock, self.loop = server, sock, server.loop
+        self.fd = sock.fileno()
         self.closed = False
         self.busy = False
-
-    def connection_made(self, transport) -> None:
-        self.t = transport
+        self.out = b""
+        self.rx = 0.0
         self.parser = httptools.HttpRequestParser(self)
+        self.loop.add_reader(self.fd, self._readable)
 
-    def write(self, data: bytes) -> None:
-        if not self.closed:
-            self.t.write(data)
-
-    def data_received(self, data: bytes) -> None:
+    def _readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(1 << 16, _ANC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self.close()
+        if not data:
+            return self.close()
+        if anc:
+            sec, ns = _TS.unpack_from(anc[0][2])
+            self.rx = sec + ns * 1e-9 - (time.time() - _now())
+        else:
+            self.rx = _now()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
             self._reply(400, b'{"error":"bad request"}', close=True)
 
-    def connection_lost(self, exc) -> None:
-        self.closed = True
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            return self.close()
+        if n < len(data):
+            self.out = data[n:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            n = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self.close()
+        self.out = self.out[n:]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.fd)
+            self.loop.remove_writer(self.fd)
+            self.sock.close()
 
     def on_message_begin(self) -> None:
         self.url, self.body, self.auth = b"", [], None
@@ -234,7 +294,7 @@ class _ServerConn(asyncio.Protocol):
         self.write(b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
                    % (code, reason, ctype, len(body), b"connection: close\r\n" if close else b"", body))
         if close:
-            self.t.close()
+            self.close()
 
     def on_message_complete(self) -> None:
         srv, s = self.srv, self.srv.s
@@ -254,7 +314,10 @@ class _ServerConn(asyncio.Protocol):
                 return self._reply(200, (f"# TYPE scripted_requests_total counter\nscripted_requests_total {srv.requests}\n"
                                          f"scripted_requests_running {srv.inflight}\n").encode(), b"text/plain")
             if path == "/stats":
-                return self._reply(200, json.dumps(srv.stats()).encode())
+                body = json.dumps(srv.stats()).encode()
+                if b"reset=1" in self.url:
+                    srv.lateness.clear()
+                return self._reply(200, body)
             return self._reply(404, b'{"error":"not found"}')
         kind = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(path)
         if kind is None:
@@ -273,7 +336,7 @@ class _ServerConn(asyncio.Protocol):
         n_in = tokens.count(prompt)
         if req.get("stream"):
             self.busy = True
-            srv.start_stream(self, kind, n_in, max_tokens, usage)
+            srv.start_stream(self, kind, n_in, max_tokens, usage, self.rx)
         else:
             n = s.output_tokens or max_tokens
             text = " ".join(tokens.VOCAB[j % len(tokens.VOCAB)] for j in range(n))
@@ -284,11 +347,41 @@ class _ServerConn(asyncio.Protocol):
             srv.loop.call_later(delay, self._reply, 200, json.dumps(body).encode())
 
 
-async def serve(script: Script, host: str = "127.0.0.1", port: int = 0) -> tuple[asyncio.AbstractServer, int]:
+class _Listener:
+    def __init__(self, srv: ScriptedServer, sock: socket.socket):
+        self.srv, self.sock = srv, sock
+        srv.loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                conn.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass
+            _ServerConn(self.srv, conn)
+
+    def close(self) -> None:
+        self.srv.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
+async def serve(script: Script, host: str = "127.0.0.1", port: int = 0) -> tuple[_Listener, int]:
     srv = ScriptedServer(script)
     srv.loop = asyncio.get_running_loop()
-    server = await srv.loop.create_server(lambda: _ServerConn(srv), host, port, backlog=4096)
-    return server, server.sockets[0].getsockname()[1]
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(4096)
+    sock.setblocking(False)
+    return _Listener(srv, sock), sock.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:

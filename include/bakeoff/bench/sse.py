@@ -115,9 +115,12 @@ class StreamState:
 
     # --- after the stream ended -------------------------------------------------------------
     def client_tokens(self) -> int:
-        """Whitespace-word count of everything generated (reasoning included), joined first so
-        that a word split over two chunks counts once."""
-        return tokens.count("".join(self.reasoning)) + tokens.count("".join(self.answer))
+        """Client-side output token estimate: the larger of the text-bearing chunk count and the
+        whitespace-word count (text joined first, so a word split over chunks counts once).
+        Exact under the emulator's convention (one word = one token) and for servers that stream
+        one token per chunk (vLLM, SGLang defaults); a lower bound otherwise."""
+        words = tokens.count("".join(self.reasoning)) + tokens.count("".join(self.answer))
+        return max(words, len(self.offsets))
 
     def verdict(self) -> StreamError | None:
         """Why this stream is not a valid completed response, or None."""

@@ -36,12 +36,14 @@ class Accuracy(Strict):
     lm_eval_tasks: list[str] = Field(["gsm8k"], min_length=1)
     lm_eval_limit: int | None = Field(None, ge=1, description="items per lm-eval task (None = all)")
 
-    @field_validator("reference")
+    @field_validator("reference", mode="before")
     @classmethod
-    def _unit(cls, v: float | str) -> float | str:
-        if isinstance(v, float) and not 0 < v <= 1:
-            raise ValueError(f"a fixed reference score must be in (0, 1], got {v}; or use 'best'")
-        return v
+    def _unit(cls, v: object) -> float | str:
+        if v == "best":
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ValueError(f"got {v!r}; use 'best' (best target in the run) or a fixed score in (0, 1] such as 0.95")
+        return float(v)
 
 
 class Quality(Strict):

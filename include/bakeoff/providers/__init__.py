@@ -15,6 +15,10 @@ __all__ = ["get_provider", "Instance", "Provider", "ProviderError", "CapacityErr
 # name -> "module:Class", imported lazily so a DAG parse never imports boto3.
 PROVIDERS: dict[str, str] = {
     "local": "bakeoff.providers.local:LocalProvider",
+    "static": "bakeoff.providers.static:StaticProvider",
+    "aws": "bakeoff.providers.aws:AwsProvider",
+    "vultr": "bakeoff.providers.vultr:VultrProvider",
+    "digitalocean": "bakeoff.providers.digitalocean:DigitalOceanProvider",
 }
 
 

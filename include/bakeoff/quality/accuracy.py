@@ -106,6 +106,9 @@ def reference(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
     if acc.reference == "best":
         ref = {"rule": "best target in the run", "target": best,
                "score": scored[best]["score"] if best else None}
+        if len(scored) == 1:
+            ref["note"] = ("only one target was scored, so 'best' compares it with itself; "
+                           "set quality.accuracy.reference to a number to gate a single target")
     else:
         ref = {"rule": "fixed", "target": None, "score": float(acc.reference)}
     if acc.reference_output_tokens is not None:
@@ -127,8 +130,11 @@ def judge(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
                               "failures": ["accuracy: the gate did not run for this target (no accuracy.json)"]}
             continue
         failures = []
-        need = acc.min_score_ratio * ref["score"]
-        if doc["score"] < need - 1e-12:
+        need = acc.min_score_ratio * (ref["score"] or 0.0)
+        if not ref["score"]:
+            failures.append("accuracy: the reference score is 0 (no target answered any item correctly), "
+                            "so no target can be shown to serve the model correctly")
+        elif doc["score"] < need - 1e-12:
             ref_name = f"target {ref['target']}" if ref["target"] else "the plan's fixed reference"
             failures.append(
                 f"accuracy: score {doc['score']:.3f} ({doc['correct']}/{doc['n']}) is below "

@@ -7,8 +7,8 @@ Token-exact checks use rows whose counts came from the server's ``usage``; rows 
 client are flagged by the usage check instead.
 
 Limitation: the requests table records text-bearing chunks only, so "the first chunk carries
-text" is checked as "a successful request streamed text, and its TTFT is that chunk's arrival";
-when the client also records ``first_chunk_has_text`` it is checked directly.
+text" is checked as "a successful request streamed text, and its TTFT is the first text chunk's
+arrival"; when the client also records ``first_chunk_has_text`` it is checked directly.
 """
 from __future__ import annotations
 
@@ -24,10 +24,15 @@ NO_EOS = Column("ignore_eos") == True  # noqa: E712
 
 def suite(plan, target, first_chunk_flag: bool = False) -> gx.ExpectationSuite:
     exps = [
+        gxe.ExpectColumnValuesToNotBeNull(column="tokens_source", row_condition=OK,
+                                          meta={"why": "usage present: the token count's source is recorded"}),
         gxe.ExpectColumnValuesToBeInSet(column="tokens_source", value_set=["usage"], row_condition=OK,
                                         meta={"why": "usage present: token counts come from the server's usage"}),
         gxe.ExpectColumnValuesToBeBetween(column="text_chunks", min_value=1, row_condition=OK,
                                           meta={"why": "first chunk carries text: a successful request streamed text"}),
+        gxe.ExpectColumnValuesToBeBetween(column="ttft_minus_first_chunk_s", min_value=0, max_value=0.001,
+                                          row_condition=OK,
+                                          meta={"why": "first chunk carries text: TTFT is the first text chunk's arrival"}),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(
             column_A="requested_output_len", column_B="output_tokens", or_equal=True, row_condition=OK & USAGE,
             ignore_row_if="either_value_is_missing",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
 import great_expectations as gx
 import great_expectations.expectations as gxe
+import numpy as np
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
@@ -49,16 +51,22 @@ def point_label(df: pd.DataFrame) -> pd.Series:
 
 
 def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
-    """Requests with ok/label/ratio columns; list-valued chunk offsets reduced to a count."""
+    """Requests plus ok, a row label, output/requested ratio and chunk-timeline columns
+    (first, last, smallest gap), so GX never sees the list-valued chunk offsets."""
     df = requests.drop(columns=["chunk_offsets"], errors="ignore").copy()
     chunks = requests["chunk_offsets"] if "chunk_offsets" in requests else pd.Series([[]] * len(df), index=df.index)
     df["text_chunks"] = chunks.map(lambda c: 0 if c is None else len(c)).astype("int64")
+    df["first_chunk_s"] = chunks.map(lambda c: float(c[0]) if c is not None and len(c) else None).astype("float64")
+    df["last_chunk_s"] = chunks.map(lambda c: float(c[-1]) if c is not None and len(c) else None).astype("float64")
+    df["min_chunk_gap_s"] = chunks.map(
+        lambda c: float(np.min(np.diff(c))) if c is not None and len(c) > 1 else None).astype("float64")
     df["ok"] = df["error_kind"].isna().astype(bool)
-    df["ignore_eos"] = df["ignore_eos"].astype(bool)
+    df["ignore_eos"] = df["ignore_eos"].astype("boolean").fillna(False).astype(bool)
     df["request"] = point_label(df) + " #" + df["index"].astype(str)
     req = pd.to_numeric(df["requested_output_len"], errors="coerce").astype("float64")
     out = pd.to_numeric(df["output_tokens"], errors="coerce").astype("float64")
     df["output_len_ratio"] = (out / req.where(req > 0)).astype("float64")
+    df["ttft_minus_first_chunk_s"] = (pd.to_numeric(df["ttft"], errors="coerce") - df["first_chunk_s"]).abs()
     for col in ("ttft", "e2e", "output_tokens", "prompt_tokens", "requested_output_len"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     return df
@@ -125,6 +133,11 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e", column_B="ttft", or_equal=True, row_condition=OK,
                                                     ignore_row_if="either_value_is_missing",
                                                     meta=_why("TTFT <= E2E")),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e", column_B="last_chunk_s", or_equal=True,
+                                                    row_condition=OK, ignore_row_if="either_value_is_missing",
+                                                    meta=_why("the last chunk arrives no later than E2E")),
+        gxe.ExpectColumnValuesToBeBetween(column="min_chunk_gap_s", min_value=0, row_condition=OK,
+                                          meta=_why("chunk arrival times never go backwards (ITL >= 0)")),
         gxe.ExpectColumnValuesToBeBetween(column="output_tokens", min_value=1, row_condition=OK,
                                           meta=_why("a successful request produced at least one token")),
         gxe.ExpectColumnValuesToBeBetween(column="prompt_tokens", min_value=1, row_condition=OK,
@@ -132,6 +145,8 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
         gxe.ExpectColumnValuesToBeBetween(column="output_len_ratio", min_value=1 - tol, max_value=1 + tol,
                                           row_condition=OK & (Column("ignore_eos") == True),  # noqa: E712
                                           meta=_why(f"output length within +-{tol:.0%} of the requested length when EOS is ignored")),
+        gxe.ExpectColumnValuesToNotBeNull(column="finish_reason", row_condition=OK,
+                                          meta=_why("a successful request has a finish reason")),
         gxe.ExpectColumnValuesToBeInSet(column="finish_reason", value_set=FINISH_REASONS, row_condition=OK,
                                         meta=_why(f"finish reason is one of {FINISH_REASONS}")),
     ]
@@ -175,10 +190,31 @@ def repeats_suite(plan, target) -> gx.ExpectationSuite:
     ])
 
 
+REQUEST_COLUMNS = {"workload", "concurrency", "repeat", "index", "ttft", "e2e", "prompt_tokens", "output_tokens",
+                   "requested_output_len", "ignore_eos", "finish_reason", "error_kind", "tokens_source"}
+POINT_COLUMNS_CHECKED = {"workload", "concurrency", "repeat", "error_rate", "completed", "output_tps"} | {
+    f"{m}_ms_{p}" for m in PERCENTILE_METRICS for p in ("p50", "p90", "p99")}
+
+
+class MissingColumns(ValueError):
+    """A stored table lacks columns of the records contract (bench.records); nothing to validate."""
+
+
+def _require(df: pd.DataFrame, needed: set[str], table: str) -> None:
+    missing = sorted(needed - set(df.columns))
+    if missing:
+        raise MissingColumns(f"the {table} table lacks contract columns {missing} (see bench/records.py); "
+                             "it was written by an incompatible client version")
+
+
 def checks_for(plan, target, requests: pd.DataFrame, points: pd.DataFrame) -> list[Check]:
     """Every suite for one target that has results, paired with the frame it validates."""
     from bakeoff.quality import compliance  # imports this module
 
+    if not requests.empty:
+        _require(requests, REQUEST_COLUMNS, "requests")
+    if not points.empty:
+        _require(points, POINT_COLUMNS_CHECKED, "points")
     checks: list[Check] = []
     if not requests.empty:
         req = prepare_requests(requests)

@@ -29,8 +29,9 @@ class ValidationFailed(Exception):
     def __init__(self, summary: dict[str, Any]):
         self.summary = summary
         bad = {s: t for s, t in summary["targets"].items() if not t["passed"]}
-        lines = [f"validation failed for {len(bad)} of {len(summary['targets'])} target(s) "
-                 f"(results kept; see {summary.get('summary_file', FILE)}):"]
+        head = (f"validation failed for {len(bad)} of {len(summary['targets'])} target(s) "
+                f"(results kept; see {summary.get('summary_file', FILE)}):")
+        lines = [head]
         for slug, t in bad.items():
             lines.append(f"  {slug}:")
             lines += [f"    - {f}" for f in t["failures"]]
@@ -70,7 +71,13 @@ class _Gx:
         return batch.validate(suite, result_format=fmt).to_json_dict()
 
 
-def _describe(suite_name: str, result: dict[str, Any]) -> str:
+def _row(row: dict[str, Any], label: str) -> str:
+    """'point=w c=1 r=0: tpot_ms_p99=13.6, tpot_ms_p90=18.6' - the row's label first."""
+    values = ", ".join(f"{k}={_fmt(v)}" for k, v in row.items() if k != label)
+    return f"{label}={row.get(label)}: {values}" if label in row else values
+
+
+def _describe(suite_name: str, result: dict[str, Any], label: str) -> str:
     """'[suite] why: expectation(column=..): observed' for one failed expectation."""
     cfg = result["expectation_config"]
     kw = cfg["kwargs"]
@@ -84,7 +91,7 @@ def _describe(suite_name: str, result: dict[str, Any]) -> str:
         rows = res.get("partial_unexpected_index_list") or []
         observed = f"{res['unexpected_count']} of {res.get('element_count')} rows unexpected"
         if rows:
-            observed += "; e.g. " + "; ".join(", ".join(f"{k}={_fmt(v)}" for k, v in r.items()) for r in rows[:3])
+            observed += "; e.g. " + "; ".join(_row(r, label) for r in rows[:3])
     else:
         observed = f"observed {res.get('observed_value')!r}"
     return f"[{suite_name}] {why}: {cfg['type']}({cols}): {observed}"
@@ -116,18 +123,24 @@ def validate_run(plan, run_dir: Path) -> dict[str, Any]:
     for t in plan.targets:
         req, pts = _rows_for(requests, t), _rows_for(points, t)
         entry: dict[str, Any] = {"name": t.name, "suites": {}, "gx_failures": []}
+        for stale in (run_dir / RAW_DIR / t.slug).glob("*.json"):  # from an earlier try of this step
+            stale.unlink()
         if req.empty and pts.empty:
             entry["gx_failures"].append("no results: no requests or points were stored for this target "
                                         "(its deploy or benchmark failed; see run.json)")
         else:
-            for check in suites.checks_for(plan, t, req, pts):
+            try:
+                checks = suites.checks_for(plan, t, req, pts)
+            except suites.MissingColumns as e:
+                checks, entry["gx_failures"] = [], [f"unreadable results: {e}"]
+            for check in checks:
                 raw = gx_session.validate(check.name, check.frame, check.suite, check.label)
                 path = write_json(run_dir / RAW_DIR / t.slug / f"{check.name}.json", raw)
                 failed = [r for r in raw["results"] if not r["success"]]
                 entry["suites"][check.name] = {
                     "passed": raw["success"], "expectations": len(raw["results"]), "failed": len(failed),
                     "rows": len(check.frame), "result_file": str(path.relative_to(run_dir))}
-                entry["gx_failures"] += [_describe(check.name, r) for r in failed]
+                entry["gx_failures"] += [_describe(check.name, r, check.label) for r in failed]
         acc = verdicts["targets"].get(t.slug)
         entry["accuracy"] = acc
         entry["failures"] = entry["gx_failures"] + (acc["failures"] if acc else [])

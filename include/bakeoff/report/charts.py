@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from bakeoff.report.data import ReportData
 
@@ -35,7 +36,6 @@ def _stamp(fig: Figure, emulated: bool) -> None:
     if emulated:
         fig.text(0.5, 0.5, "EMULATED", fontsize=46, color="#c00000", alpha=0.14, rotation=20,
                  ha="center", va="center", weight="bold", zorder=0)
-        fig.text(0.99, 0.01, "EMULATED figures", fontsize=8, color="#c00000", ha="right", va="bottom", weight="bold")
 
 
 def to_svg(fig: Figure) -> str:
@@ -68,7 +68,7 @@ def _levels(d: ReportData, workload: str) -> pd.DataFrame:
     p = d.tables.points
     if p.empty:
         return p
-    p = p[p["workload"] == workload]
+    p = p[(p["workload"] == workload) & p["ranked"].astype(bool)]  # quarantined targets never share a chart
     basis = d.basis
     return (p.groupby(["target", "concurrency"], sort=True)
              .agg(interactivity=("interactivity", "mean"), tps=(f"{basis}_tps_per_gpu", "mean"),
@@ -155,8 +155,8 @@ def cost_at_slo(d: ReportData, workload: str, small: bool = False) -> Figure:
             hi = np.nan_to_num(ranked[f"usd_per_m_{basis}_ci_high"].to_numpy(float) - v, nan=0.0)
             ax.barh(y, v, xerr=[lo, hi], color=[col.get(s) for s in ranked["target"]], capsize=4, alpha=0.85)
             ax.set_yticks(y, [str(n) for n in ranked["name"]])
-            for yi, vi in zip(y, v):
-                ax.text(vi, yi, f"  {vi:.4g}", va="center", fontsize=8)
+            for yi, vi, h in zip(y, v, hi):
+                ax.text(vi + h, yi, f"  {vi:.4g}", va="center", fontsize=8)
             ax.set_xlabel(f"USD per M {basis} tokens at the SLO (95% CI when repeated)")
             ax.set_xlim(0, float(np.nanmax(v + hi)) * 1.25)
         ax.set_title(f"Cost at the SLO - {workload}")
@@ -171,6 +171,7 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
         axes = fig.subplots(1, 2)
         r = d.requests
         names, col = _names(d), colours(d)
+        ranked = [t.slug for t in d.plan.targets if t.slug in set(d.tables.targets.loc[d.tables.targets["ranked"], "target"])]
         if not r.empty:
             r = r[(r["workload"] == workload) & ~r["warmup"].astype(bool) & r["error_kind"].isna()].copy()
             out = r["output_tokens"].astype(float)
@@ -178,24 +179,28 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
             r["tpot_ms"] = ((r["e2e"] - r["ttft"]).astype(float) * 1000 / (out - 1)).where(out > 1)
         for ax, metric, label in ((axes[0], "ttft_ms", "TTFT (ms)"), (axes[1], "tpot_ms", "TPOT (ms)")):
             data, labels, colors = [], [], []
-            for slug in [t.slug for t in d.plan.targets]:
+            for slug in ranked:
                 sub = r[r["target"] == slug] if not r.empty else r
                 for c, g in (sub.groupby("concurrency") if not sub.empty else []):
                     vals = g[metric].dropna().to_numpy(float)
                     if vals.size:
                         data.append(vals)
-                        labels.append(f"{names.get(slug, slug)[:14]}\nc{c}")
+                        labels.append(f"c{c}")
                         colors.append(col.get(slug))
             if data:
                 bp = ax.boxplot(data, patch_artist=True, showfliers=True, flierprops={"markersize": 2})
                 for patch, c in zip(bp["boxes"], colors):
                     patch.set_facecolor(c)
                     patch.set_alpha(0.5)
-                ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=6, rotation=90)
+                ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+                ax.set_xlabel("concurrency, per target")
             else:
                 ax.text(0.5, 0.5, "no request data", ha="center", va="center", transform=ax.transAxes)
             ax.set_ylabel(label)
-        fig.suptitle(f"Latency distributions per request - {workload}")
+        handles = [Patch(facecolor=col[s], alpha=0.5, label=names[s]) for s in ranked]
+        if handles:
+            fig.legend(handles=handles, loc="upper right", fontsize=7, ncols=min(3, len(handles)))
+        fig.suptitle(f"Latency distributions per request - {workload}", x=0.02, ha="left")
         _stamp(fig, d.emulated)
         return fig
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,6 +17,8 @@ import pandas as pd
 from bakeoff import catalog, cost, store
 
 log = logging.getLogger(__name__)
+# provenance keys never shown, whatever a provider put there
+_SECRETISH = re.compile(r"key|secret|passw|authoriz|credential|(^|[._])token$", re.I)
 
 
 @dataclass
@@ -102,7 +106,7 @@ def _provenance(plan, run_dir: Path) -> dict[str, dict[str, Any]]:
         tdir = run_dir / f"target={t.slug}"
         doc = store.read_json(tdir / "provenance.json") or (store.read_json(tdir / "endpoint.json") or {}).get("provenance")
         if doc:
-            out[t.slug] = {k: v for k, v in _flatten(doc).items() if "key" not in k.lower() and "secret" not in k.lower()}
+            out[t.slug] = {k: v for k, v in _flatten(doc).items() if not _SECRETISH.search(k)}
     return out
 
 
@@ -142,13 +146,14 @@ def _caveats(d: ReportData) -> list[str]:
     if d.emulated:
         out.append("EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
                    "use it to check the pipeline, never to choose hardware.")
-    for _, r in t.iterrows():
-        if r["price_as_of"] in ("undated", ""):
-            if not r["price_as_of"] and "override" in r["price_source"]:
-                continue
-            out.append(f"The price of {r['name']} ({r['instance_type']}) is undated: {r['price_source']}.")
-        if "(3p)" in r["price_source"]:
-            out.append(f"The price of {r['name']} comes from a third-party aggregator: {r['price_source']}.")
+    catalog_priced = t[t["price_as_of"] != ""]
+    undated = catalog_priced[catalog_priced["price_as_of"] == "undated"]["name"].tolist()
+    if undated:
+        out.append(f"Undated catalog prices (list prices of unknown date) for: {', '.join(undated)}; "
+                   "confirm them or override with your contract price.")
+    third = t[t["price_source"].str.contains("(3p)", regex=False)]["name"].tolist()
+    if third:
+        out.append(f"Prices from a third-party aggregator, not the provider's own page, for: {', '.join(third)}.")
     if plan.pricing.utilisation < 1:
         out.append(f"Costs assume {plan.pricing.utilisation:.0%} utilisation: idle paid hours are spread over the tokens served.")
     at = d.tables.at_slo
@@ -187,9 +192,10 @@ def fmt(x: Any, nd: int = 4) -> str:
         return "–"
     if isinstance(x, bool):
         return "yes" if x else "no"
-    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e15):
+    if isinstance(x, numbers.Integral) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e15):
         return f"{int(x):,}"
-    if isinstance(x, float):
+    if isinstance(x, numbers.Real):
+        x = float(x)
         if abs(x) >= 1000:
             return f"{x:,.0f}"
         return f"{x:.{nd}g}"

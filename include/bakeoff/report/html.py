@@ -20,6 +20,9 @@ from bakeoff.report.data import ReportData, fmt
 STATUS_TEXT = {"passed": "passed", "not_validated": "not validated", "quarantined": "did not pass validation",
                "no_results": "failed: no results"}
 
+# what a reader needs from accuracy.json (the rest is bookkeeping)
+ACCURACY_FIELDS = ("task", "backend", "score", "threshold", "passed", "n", "correct", "errors", "mean_output_tokens")
+
 _env = Environment(loader=PackageLoader("bakeoff.report", "templates"),
                    autoescape=select_autoescape(default=True, default_for_string=True))
 
@@ -69,6 +72,19 @@ def chart_set(d: ReportData, workload: str) -> dict[str, Markup]:
             "latency": _safe_svg(charts.to_svg(charts.latency_distributions(d, workload)))}
 
 
+def _cell(v: Any) -> str:
+    """A support-matrix value as text: lists joined, missing as empty, booleans as yes/no."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (list, tuple)):
+        return "; ".join(_cell(x) for x in v)
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_cell(x)}" for k, x in v.items())
+    return fmt(v) if isinstance(v, float) else str(v)
+
+
 def _support_columns(rows: list[dict[str, Any]] | None) -> list[str]:
     cols: list[str] = []
     for r in rows or []:
@@ -86,8 +102,7 @@ def render(d: ReportData) -> str:
         slo_text=slo_text(d.plan), charts={wl: chart_set(d, wl) for wl in d.workloads},
         sens={wl: sensitivity_grid(d, wl) for wl in d.workloads}, price_factors=cost.PRICE_FACTORS,
         utilisations=cost.UTILISATIONS, tco=tco, tco_tiers=tco["tiers"],
-        support=d.support, support_cols=_support_columns(d.support),
+        support=d.support, support_cols=_support_columns(d.support), cell=_cell,
         gpus=sorted({t.gpu.name: t.gpu for t in d.plan.targets}.values(), key=lambda g: g.name),
-        accuracy={slug: {k: v for k, v in doc.items() if isinstance(v, (int, float, str, bool))}
-                  for slug, doc in d.accuracy.items()},
+        accuracy={slug: {k: doc[k] for k in ACCURACY_FIELDS if k in doc} for slug, doc in d.accuracy.items()},
         trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None])

@@ -1,16 +1,35 @@
 """Deploy: turn a provisioned instance into a ready, described endpoint.
 
-The server itself is started by the instance's boot script (cloud) or by the local provider
-(emulator); this step waits until it serves the model and records what it is.
+The server itself is started by the instance's boot script (cloud; see userdata.py) or by the
+local provider (emulator); this step waits until it serves the model, and records the outcome in
+``deploy.json`` -- ``{"ready", "failure", "detail"}`` with failure one of image_pull, oom,
+unsupported, timeout, crash -- which the software-support matrix reads. The API key is masked out
+of every detail before it is stored.
 """
 from __future__ import annotations
 
+import logging
+import socket
+import statistics
+import time
 from pathlib import Path
+from typing import Any
 
 from bakeoff import store
 from bakeoff.providers import Instance
 from bakeoff.serving.endpoint import Endpoint
-from bakeoff.serving.readiness import NotReady, wait_ready
+from bakeoff.serving.readiness import NotReady, classify, mask, wait_ready
+
+log = logging.getLogger(__name__)
+LOCAL_PROVIDERS = ("local",)
+
+
+class DeployFailed(NotReady):
+    """The serving stack did not come up; ``failure`` says how (see deploy.json)."""
+
+    def __init__(self, message: str, failure: str, detail: str):
+        super().__init__(message, detail)
+        self.failure, self.detail = failure, detail
 
 
 def served_model(target) -> str:
@@ -18,15 +37,77 @@ def served_model(target) -> str:
     return target.model_spec.hf_id
 
 
+def base_url(instance: Instance) -> str:
+    return (instance.details or {}).get("base_url") or instance.base_url
+
+
+def deploy_timeout(target) -> float:
+    t = target.provider_options.get("deploy_timeout_s")
+    return float(t) if t else (60.0 if target.provider in LOCAL_PROVIDERS else 3600.0)
+
+
 def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) -> Endpoint:
-    timeout = float(target.provider_options.get("deploy_timeout_s", 60 if target.provider == "local" else 3600))
+    url = base_url(instance)
+    emulated = target.provider in LOCAL_PROVIDERS or bool((instance.details or {}).get("emulated"))
+    stack = _stack_facts(target)
     try:
-        info = wait_ready(instance.base_url, api_key, timeout)
+        info = wait_ready(url, api_key, deploy_timeout(target), model=served_model(target))
     except NotReady as e:
-        store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": "timeout", "detail": str(e)})
-        raise
-    endpoint = Endpoint(target=target.slug, base_url=instance.base_url, model=served_model(target),
-                        stack=target.stack, emulated=target.provider == "local", provenance=info)
-    store.write_json(Path(out_dir) / "deploy.json", {"ready": True, "failure": None})
+        console = node_output(instance)
+        failure, detail = classify(console, e.last)
+        detail = mask(detail, api_key)
+        store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": failure, "detail": detail, **stack})
+        log.error("deploy: %s on %s failed (%s): %s", target.stack, target.name, failure, detail)
+        raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail) from None
+    # whatever the provider, a server that says it is the emulator makes every figure EMULATED
+    emulated = emulated or bool((info.get("version") or {}).get("emulated"))
+    network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
+    endpoint = Endpoint(target=target.slug, base_url=url, model=served_model(target), stack=target.stack,
+                        emulated=emulated, provenance={**info, **stack, "network": network})
+    store.write_json(Path(out_dir) / "deploy.json", {"ready": True, "failure": None, "detail": "", **stack, "network": network})
     store.write_json(Path(out_dir) / "endpoint.json", endpoint.to_dict())
     return endpoint
+
+
+def _stack_facts(target) -> dict[str, Any]:
+    """What was asked of the server (image, engine arguments; never the key), for provenance."""
+    if target.provider in LOCAL_PROVIDERS or target.stack not in ("vllm", "sglang"):
+        return {"stack": target.stack, "client_mode": target.provider_options.client_mode}
+    from bakeoff.serving import userdata  # noqa: PLC0415
+    return {"stack": target.stack, "image": userdata.image_for(target),
+            "engine_args": userdata.engine_args(target, target.stack_spec.port), "env": userdata.serve_env(target),
+            "client_mode": target.provider_options.client_mode}
+
+
+def node_output(instance: Instance) -> str | None:
+    """The node's console (cloud) or emulator log (local), for failure classification."""
+    path = (instance.details or {}).get("log")
+    if path and Path(path).is_file():
+        return Path(path).read_text(errors="replace")[-20000:]
+    if instance.provider in ("static",) + LOCAL_PROVIDERS:
+        return None
+    try:
+        from bakeoff.pipeline import provider_for  # noqa: PLC0415 - credentials come from the DAG's resolver
+        provider = provider_for(instance.provider)
+        fetch = getattr(provider, "console_output", None)
+        return fetch(instance.id) if fetch else None
+    except Exception as e:  # noqa: BLE001 - triage must not hide the real failure
+        log.warning("deploy: could not read %s console of %s: %s", instance.provider, instance.id, type(e).__name__)
+        return None
+
+
+def measure_rtt(url: str, samples: int = 5) -> dict[str, Any]:
+    """TCP connect round trip from the client to the server (remote client mode records it with the results)."""
+    import httpx  # noqa: PLC0415
+    u = httpx.URL(url)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        try:
+            with socket.create_connection((u.host, port), timeout=3.0):
+                times.append((time.perf_counter() - t0) * 1000)
+        except OSError:
+            continue
+    return {"client_mode": "remote", "rtt_ms_p50": round(statistics.median(times), 3) if times else None,
+            "rtt_ms_max": round(max(times), 3) if times else None, "samples": len(times)}

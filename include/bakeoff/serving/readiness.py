@@ -1,42 +1,71 @@
 """Readiness: a server is ready when /health answers 200 and /v1/models lists the model.
 
 Polling both (as vLLM's and SGLang's own launch scripts do) catches a server whose HTTP front end is
-up while the engine is still loading weights.
+up while the engine is still loading weights. When the deadline passes, ``classify`` reads the
+node's console / log text and says how the deployment failed, for the software-support matrix.
 """
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import httpx
 
+FAILURES = ("image_pull", "oom", "unsupported", "timeout", "crash")
+
+# Checked in order: the most specific cause first (an OOM also ends in a crash and a traceback).
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("image_pull", re.compile(r"image pull failed|pull access denied|manifest unknown|manifest for .* not found|"
+                              r"toomanyrequests|repository does not exist|Error response from daemon: .*(not found|pull)|"
+                              r"no matching manifest|ErrImagePull|ImagePullBackOff", re.I)),
+    ("oom", re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|"
+                       r"hipErrorOutOfMemory|oom-kill|Killed process \d+|exited with code 137|"
+                       r"No available memory for the cache blocks|Not enough memory|insufficient memory|"
+                       r"needs \d+ GB of weights but", re.I)),
+    ("unsupported", re.compile(r"not supported|unsupported|NotImplementedError|no kernel image is available|"
+                               r"hipErrorNoBinaryForGpu|invalid device function|Unknown quantization|"
+                               r"quantization method .* is not|is not a valid QuantizationMethods|"
+                               r"does not support|requires compute capability|invalid choice", re.I)),
+    ("crash", re.compile(r"exited with code [1-9]|Traceback \(most recent call last\)|Segmentation fault|"
+                         r"core dumped|RuntimeError|Engine core initialization failed|EngineDeadError|"
+                         r"emulator .* exited before it was ready|error: ", re.I)),
+]
+
 
 class NotReady(RuntimeError):
     """The server did not become ready before the deadline; the message says what was last seen."""
+
+    def __init__(self, message: str, last: str = ""):
+        super().__init__(message)
+        self.last = last
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def wait_ready(base_url: str, api_key: str | None, timeout_s: float, poll_s: float = 0.25) -> dict[str, Any]:
+def wait_ready(base_url: str, api_key: str | None, timeout_s: float, poll_s: float = 0.25,
+               model: str | None = None) -> dict[str, Any]:
     """Poll until ready; return what the server says about itself (models, version)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
     with httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=5.0) as client:
         while time.monotonic() < deadline:
             try:
-                if client.get("/health").status_code == 200:
+                health = client.get("/health")
+                if health.status_code == 200:
                     models = client.get("/v1/models")
-                    if models.status_code == 200 and models.json().get("data"):
+                    ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
+                    if ids and (model is None or model in ids):
                         return {"models": models.json(), "version": _optional_json(client, "/version")}
-                    last = f"/v1/models answered {models.status_code}"
+                    last = f"/v1/models answered {models.status_code}" + (f" without {model}" if ids else "")
                 else:
-                    last = "/health not 200"
-            except httpx.HTTPError as e:
-                last = f"{type(e).__name__}"
+                    last = f"/health answered {health.status_code}"
+            except (httpx.HTTPError, ValueError) as e:
+                last = type(e).__name__
             time.sleep(poll_s)
-    raise NotReady(f"{base_url} not ready after {timeout_s:.0f}s ({last})")
+    raise NotReady(f"{base_url} not ready after {timeout_s:.0f}s (last: {last})", last)
 
 
 def _optional_json(client: httpx.Client, path: str) -> Any:
@@ -45,3 +74,23 @@ def _optional_json(client: httpx.Client, path: str) -> Any:
         return r.json() if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
+
+
+def classify(console: str | None, last_seen: str = "") -> tuple[str, str]:
+    """(failure kind, the evidence line) from console/log text; ``timeout`` when nothing explains it."""
+    text = console or ""
+    for kind, pat in _PATTERNS:
+        m = pat.search(text)
+        if m:
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            return kind, text[start:end if end >= 0 else len(text)].strip()[:500]
+    return "timeout", f"no failure in the node's output; the server never became ready (last: {last_seen or 'no answer'})"
+
+
+def mask(text: str, *secrets: str | None) -> str:
+    """Blank every secret out of text that is about to be stored or logged."""
+    for s in secrets:
+        if s:
+            text = text.replace(s, "<api-key>")
+    return text

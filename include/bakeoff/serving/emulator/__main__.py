@@ -53,7 +53,9 @@ async def serve(config: EmulatorConfig, host: str, port: int, port_file: Path | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bakeoff.serving.emulator", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bakeoff.serving.emulator",
+                                 description="bakeoff's hardware emulator: an OpenAI-compatible server whose "
+                                             "timing models a GPU node (every figure it yields is EMULATED).")
     ap.add_argument("--config", required=True, help="emulator config JSON")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
@@ -70,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         import uvloop
-        runner = uvloop.run
+        run = uvloop.run
     except ImportError:
-        runner = asyncio.run
-    runner(serve(config, args.host, args.port, args.port_file))
+        run = asyncio.run
+    run(serve(config, args.host, args.port, args.port_file))
     return 0
 
 

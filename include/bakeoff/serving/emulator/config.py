@@ -2,7 +2,14 @@
 
 A JSON file rather than command-line flags, because the whole target (hardware, model,
 quantization, efficiency factors) travels in it; the file never holds a secret, only the *name*
-of the environment variable that holds the API key.
+of the environment variable that holds the API key. Example::
+
+    {"mode": "roofline",                         # or "scripted"
+     "target": {...},                            # Target.model_dump(mode="json"); roofline only
+     "served_model": "meta-llama/Llama-3.1-70B-Instruct",   # default: the catalog hf_id
+     "api_key_env": "BAKEOFF_API_KEY",           # or null: no auth
+     "scripted": {"ttft_ms": 100, "itl_ms": 10, "tokens_per_chunk": 1},
+     "expires_at": 1767225600}                   # optional: exit by itself then (epoch s)
 """
 from __future__ import annotations
 
@@ -23,7 +30,9 @@ class EmulatorConfigError(ValueError):
 class Scripted(BaseModel):
     """Fixed timing with no batching effects: a null server to measure a client against.
 
-    Chunk k (0-based) leaves at ttft_ms + k x tokens_per_chunk x itl_ms after the request arrived.
+    Chunk k (0-based) leaves at ttft_ms + k x tokens_per_chunk x itl_ms after the request arrived,
+    so the truth a client should report is TTFT = ttft_ms, chunk gap = tokens_per_chunk x itl_ms,
+    and for N tokens in K chunks, E2E = ttft_ms + (K - 1) x tokens_per_chunk x itl_ms.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -1,21 +1,25 @@
 """When each output token of each request is ready: the emulator's two schedulers.
 
-RooflineEngine is one continuous-batching loop, like vLLM's: every step first admits waiting
-requests while sequence slots and KV cache allow (their prefill time is added to that step and
-their first token comes out of it), then gives one token to every running sequence. Step times
-come from roofline.Roofline, multiplied by time_scale. KV space is reserved for prompt +
-max_tokens at admission, so a sequence is never preempted; requests that do not fit wait.
+RooflineEngine is one continuous-batching loop, like vLLM's V1 scheduler: every step gives one
+token to each decoding sequence, then fills the rest of the step's token budget with prompt
+chunks: first of sequences already being prefilled, then of waiting requests admitted while
+sequence slots and KV cache allow. A sequence's first token comes out of the step that finishes
+its prompt. Step times come from roofline.Roofline, multiplied by time_scale. KV space is reserved
+for prompt + max_tokens at admission, so a sequence is never preempted; requests that do not fit
+wait.
 
 ScriptedEngine has no batching at all: fixed TTFT and inter-token latency per request, on absolute
 deadlines from the arrival time, so timer slop never accumulates. It is the null server a
 benchmark client measures its own overhead against.
 
 Both yield, per request, how many new tokens are ready; the HTTP layer turns that into chunks.
+Deadlines use time.monotonic(), not loop.time(): uvloop's loop clock counts whole milliseconds.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -32,8 +36,9 @@ class Sequence:
     prompt_tokens: int
     n_out: int                 # tokens this request will produce
     max_tokens: int            # what KV space is reserved for
-    arrival: float = 0.0       # loop time the request arrived
+    arrival: float = 0.0       # time.monotonic() when the request arrived
     produced: int = 0
+    prefilled: int = 0         # prompt tokens processed so far
     kv: int = 0                # tokens in the KV cache now
     done: bool = False
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -46,6 +51,17 @@ class Stats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     finished: collections.Counter = field(default_factory=collections.Counter)
+    aborted: int = 0
+    late_s: float = 0.0        # sum over emissions of (emitted - scheduled), seconds
+    late_max_s: float = 0.0
+    emissions: int = 0
+
+    def lateness(self, late: float) -> None:
+        """Record how far behind schedule an emission ran (the emulator's own timing error)."""
+        self.late_s += late
+        self.emissions += 1
+        if late > self.late_max_s:
+            self.late_max_s = late
 
 
 class RooflineEngine:
@@ -57,6 +73,7 @@ class RooflineEngine:
         self.reserved = 0          # KV tokens promised to running sequences
         self.kv_tokens = 0         # KV tokens in use
         self.stats = Stats()
+        self._out: list[Sequence] = []      # sequences that get a token at the end of this step
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -101,13 +118,26 @@ class RooflineEngine:
         finally:
             if not seq.done:            # client went away: free its slot now
                 seq.done = True
+                self.stats.aborted += 1
                 if seq in self.waiting:
                     self.waiting.remove(seq)
 
     # the scheduler loop ----------------------------------------------------
-    def _admit(self) -> float:
-        r, prefill = self.roofline, 0.0
-        while self.waiting and len(self.running) < r.max_num_seqs:
+    def plan_step(self) -> float:
+        """Lay out the next step (decode tokens, prompt chunks, admissions); return its duration in
+        emulated seconds (before time_scale)."""
+        r = self.roofline
+        self._out = [s for s in self.running if s.prefilled >= s.prompt_tokens and not s.done]
+        decoding, decoding_kv = len(self._out), sum(s.kv for s in self._out)
+        budget = r.max_num_batched_tokens - decoding
+        chunk = 0
+        for seq in self.running:
+            if budget <= 0:
+                break
+            if seq.prefilled < seq.prompt_tokens and not seq.done:
+                take = self._prefill(seq, budget)
+                chunk, budget = chunk + take, budget - take
+        while self.waiting and len(self.running) < r.max_num_seqs and budget > 0:
             seq = self.waiting[0]
             need = seq.prompt_tokens + seq.max_tokens
             if self.reserved + need > r.kv_capacity_tokens:
@@ -115,15 +145,23 @@ class RooflineEngine:
             self.waiting.popleft()
             self.running.append(seq)
             self.reserved += need
-            seq.kv = seq.prompt_tokens
-            self.kv_tokens += seq.kv
-            self.stats.prompt_tokens += seq.prompt_tokens
-            prefill += r.prefill_s(seq.prompt_tokens)
-        return prefill
+            take = self._prefill(seq, budget)
+            chunk, budget = chunk + take, budget - take
+        return r.step_s(chunk, decoding, decoding_kv)
 
-    def _emit(self) -> None:
-        keep = []
-        for seq in self.running:
+    def _prefill(self, seq: Sequence, budget: int) -> int:
+        take = min(seq.prompt_tokens - seq.prefilled, budget)
+        seq.prefilled += take
+        seq.kv += take
+        self.kv_tokens += take
+        self.stats.prompt_tokens += take
+        if seq.prefilled >= seq.prompt_tokens:
+            self._out.append(seq)
+        return take
+
+    def finish_step(self) -> None:
+        """One token to every sequence that decoded or finished its prompt; retire finished ones."""
+        for seq in self._out:
             if not seq.done:
                 seq.produced += 1
                 seq.kv += 1
@@ -132,6 +170,9 @@ class RooflineEngine:
                 seq.ready.set()
                 if seq.produced >= seq.n_out:
                     seq.done = True
+        self._out = []
+        keep = []
+        for seq in self.running:
             if seq.done:
                 self.reserved -= seq.prompt_tokens + seq.max_tokens
                 self.kv_tokens -= seq.kv
@@ -140,20 +181,20 @@ class RooflineEngine:
         self.running = keep
 
     async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_t = loop.time()
+        clock = time.monotonic
+        next_t = clock()
         while True:
             if not self.running and not self.waiting:
                 self._wake.clear()
                 await self._wake.wait()
-                next_t = loop.time()
-            decoding, kv = len(self.running), self.kv_tokens
-            step = self._admit() + self.roofline.decode_step_s(decoding, kv)
-            next_t = max(next_t, loop.time() - 0.001) + step * self.time_scale   # absolute deadlines
-            delay = next_t - loop.time()
+                next_t = clock()
+            step = self.plan_step()
+            next_t = max(next_t, clock() - 0.001) + step * self.time_scale   # absolute deadlines
+            delay = next_t - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
-            self._emit()
+            self.stats.lateness(clock() - next_t)
+            self.finish_step()
 
 
 class ScriptedEngine:
@@ -174,7 +215,7 @@ class ScriptedEngine:
         pass
 
     async def stream(self, seq: Sequence) -> AsyncIterator[int]:
-        loop = asyncio.get_running_loop()
+        clock = time.monotonic
         s = self.script
         first, gap = s.ttft_ms / 1000, s.tokens_per_chunk * s.itl_ms / 1000
         self.running.add(seq)
@@ -182,14 +223,18 @@ class ScriptedEngine:
         try:
             k = 0
             while seq.produced < seq.n_out:
-                delay = seq.arrival + first + k * gap - loop.time()
+                due = seq.arrival + first + k * gap
+                delay = due - clock()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                self.stats.lateness(clock() - due)
                 new = min(s.tokens_per_chunk, seq.n_out - seq.produced)
                 seq.produced += new
                 self.stats.generation_tokens += new
                 k += 1
                 yield new
         finally:
+            if seq.produced < seq.n_out:
+                self.stats.aborted += 1
             seq.done = True
             self.running.discard(seq)

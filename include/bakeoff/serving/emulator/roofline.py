@@ -2,16 +2,19 @@
 
 Kept free of I/O and clocks so every number the emulator produces can be checked by hand:
 
-- prefill is compute-bound: 2 x active params x prompt tokens FLOPs at peak x TP x prefill_efficiency;
-- a decode step is memory-bound: the weights plus the KV cache of every running sequence are read
-  once per step at HBM bandwidth x TP x decode_efficiency (or compute-bound at large batches:
-  2 x active params FLOPs per sequence, whichever is slower);
+- one engine step processes a batch of tokens (prompt chunks being prefilled plus one token per
+  decoding sequence) and takes the longer of its compute time, 2 x active params FLOPs per token at
+  peak x TP x prefill_efficiency, and its memory time, the weights plus the decoding sequences'
+  KV cache read once at HBM bandwidth x TP x decode_efficiency. So prefill is compute-bound and
+  decode memory-bound, as on real hardware, and a mixed step costs what its heavier side costs;
+- a step holds at most max_num_batched_tokens tokens (vLLM's chunked-prefill budget, 8192 unless
+  the target's engine_args set --max-num-batched-tokens);
 - the KV cache gets what HBM holds after the weights (x 0.9, vLLM's default
   gpu_memory_utilization), which caps how many tokens can be in flight.
 
 Tensor parallelism divides time (each GPU reads and computes its shard); pipeline stages run one
 after another, so they add memory but not speed. Mixture-of-experts models read only the experts
-that the batch's tokens route to: min(total, active x running sequences) parameters per step.
+that the step's tokens route to: min(total, active x tokens in the step) parameters per step.
 """
 from __future__ import annotations
 
@@ -20,6 +23,17 @@ from dataclasses import dataclass
 from bakeoff.plan.target import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
 
 GPU_MEMORY_UTILIZATION = 0.9
+MAX_NUM_BATCHED_TOKENS = 8192      # vLLM's default for its OpenAI server
+
+
+def _engine_arg(args: list[str], name: str) -> str | None:
+    """Value of --name from a vLLM-style argument list (``--name V`` or ``--name=V``)."""
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,7 @@ class Roofline:
     decode_bytes_per_s: float     # effective, whole TP group
     max_num_seqs: int
     context: int
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
 
     @classmethod
     def for_target(cls, target) -> "Roofline":
@@ -49,6 +64,7 @@ class Roofline:
                 f"{target.gpus_used} x {gpu.name} hold {hbm_per_gpu * target.gpus_used * GPU_MEMORY_UTILIZATION / 1e9:.0f} GB "
                 "usable; raise tensor_parallel or use a smaller quantization")
         peak = gpu.peak_tflops(COMPUTE_DTYPE[target.quantization]) * 1e12
+        budget = _engine_arg(target.engine_args, "--max-num-batched-tokens")
         return cls(
             params=model.params_b * 1e9,
             active_params=model.active_params_b * 1e9,
@@ -59,20 +75,27 @@ class Roofline:
             decode_bytes_per_s=gpu.hbm_tbps * 1e12 * tp * emu.decode_efficiency,
             max_num_seqs=emu.max_num_seqs,
             context=model.context,
+            max_num_batched_tokens=int(budget) if budget else MAX_NUM_BATCHED_TOKENS,
         )
 
+    def step_s(self, prefill_tokens: int, decoding: int, kv_tokens: int) -> float:
+        """Seconds for one step: prefill_tokens of prompts plus one token for each of `decoding`
+        sequences, whose caches hold kv_tokens."""
+        tokens = prefill_tokens + decoding
+        if tokens <= 0:
+            return 0.0
+        weights_read = min(self.params, self.active_params * tokens) * self.bytes_per_param
+        memory_s = (weights_read + kv_tokens * self.kv_bytes_per_token) / self.decode_bytes_per_s
+        compute_s = 2 * self.active_params * tokens / self.prefill_flops_per_s
+        return max(memory_s, compute_s)
+
     def prefill_s(self, prompt_tokens: int) -> float:
-        """Seconds to prefill one prompt (its first output token comes out of the same pass)."""
-        return 2 * self.active_params * prompt_tokens / self.prefill_flops_per_s
+        """Seconds to prefill one prompt alone (its first output token comes out of the same pass)."""
+        return self.step_s(prompt_tokens, 0, 0)
 
     def decode_step_s(self, running: int, kv_tokens: int) -> float:
         """Seconds for one decode step over `running` sequences holding `kv_tokens` in cache."""
-        if running <= 0:
-            return 0.0
-        weights_read = min(self.params, self.active_params * running) * self.bytes_per_param
-        memory_s = (weights_read + kv_tokens * self.kv_bytes_per_token) / self.decode_bytes_per_s
-        compute_s = 2 * self.active_params * running / self.prefill_flops_per_s
-        return max(memory_s, compute_s)
+        return self.step_s(0, running, kv_tokens)
 
     def summary(self) -> dict[str, float]:
         """What /version reports, so a reader can redo the arithmetic."""
@@ -83,4 +106,5 @@ class Roofline:
             "prefill_tflops_effective": self.prefill_flops_per_s / 1e12,
             "decode_tbps_effective": self.decode_bytes_per_s / 1e12,
             "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
         }

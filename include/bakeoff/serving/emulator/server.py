@@ -9,6 +9,7 @@ measures it. Routes: POST /v1/completions, /v1/chat/completions; GET /v1/models,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -148,7 +149,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
-    arrival = asyncio.get_running_loop().time()
+    arrival = time.monotonic()
     config: EmulatorConfig = request.app[CONFIG]
     engine = request.app[ENGINE]
     model = config.served_model
@@ -160,6 +161,10 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         if kind == "chat":
             max_tokens = _int_field(body, "max_completion_tokens", max_tokens, 1)
         min_tokens = _int_field(body, "min_tokens", 0, 0)
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise BadRequest("stream_options must be an object like {\"include_usage\": true}", param="stream_options")
+        include_usage = bool(options.get("include_usage"))
         engine.check(prompt_tokens, max_tokens)
     except BadRequest as e:
         return _error(str(e), e.status, e.err_type, e.param)
@@ -170,29 +175,33 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
     seq = Sequence(prompt_tokens, len(reply.words), max_tokens, arrival=arrival)
     words = reply.words
     if not body.get("stream"):
-        async for _ in engine.stream(seq):
-            pass
+        async with contextlib.aclosing(engine.stream(seq)) as ready:
+            async for _ in ready:
+                pass
         engine.stats.finished[reply.finish_reason] += 1
         build = sse.chat_body if kind == "chat" else sse.completion_body
         return web.Response(body=build(model, reply.text, reply.finish_reason, prompt_tokens, len(words)),
                             content_type="application/json")
 
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     fmt = sse.StreamFormat(kind, model, include_usage=include_usage)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await resp.prepare(request)
     n, sent, pending = len(words), 0, fmt.first
-    async for new in engine.stream(seq):
-        piece = "".join(words[sent:sent + new]) if new > 1 else words[sent]
-        sent += new
-        if sent < n:
-            await resp.write(pending + fmt.chunk(piece) if pending else fmt.chunk(piece))
-            pending = b""
-        else:
-            tail = fmt.usage(prompt_tokens, n) if include_usage else b""
-            await resp.write(pending + fmt.last(piece, reply.finish_reason) + tail + sse.DONE)
-    engine.stats.finished[reply.finish_reason] += 1
-    await resp.write_eof()
+    try:
+        async with contextlib.aclosing(engine.stream(seq)) as ready:   # closing frees the slot at once
+            async for new in ready:
+                piece = "".join(words[sent:sent + new]) if new > 1 else words[sent]
+                sent += new
+                if sent < n:
+                    await resp.write(pending + fmt.chunk(piece) if pending else fmt.chunk(piece))
+                    pending = b""
+                else:
+                    tail = fmt.usage(prompt_tokens, n) if include_usage else b""
+                    await resp.write(pending + fmt.last(piece, reply.finish_reason) + tail + sse.DONE)
+        engine.stats.finished[reply.finish_reason] += 1
+        await resp.write_eof()
+    except ConnectionError:
+        pass                             # the client went away (counted by the engine); nothing to answer
     return resp
 
 
@@ -253,10 +262,25 @@ class _EngineCollector:
             c = CounterMetricFamily(name, doc, labels=names)
             c.add_metric(values, value)
             yield c
+        for name, doc, value in (
+            ("bakeoff_emulator_emit_lateness_seconds", "Sum of (emitted - scheduled) over emissions.", e.stats.late_s),
+            ("bakeoff_emulator_emissions", "Scheduled emissions (steps, or scripted chunks).", e.stats.emissions),
+        ):
+            c = CounterMetricFamily(name, doc, labels=names)
+            c.add_metric(values, value)
+            yield c
+        g = GaugeMetricFamily("bakeoff_emulator_emit_lateness_max_seconds", "Worst emission lateness so far.",
+                              labels=names)
+        g.add_metric(values, e.stats.late_max_s)
+        yield g
         c = CounterMetricFamily("vllm:request_success", "Finished requests by finish reason.",
                                 labels=names + ["finished_reason"])
         for reason in ("stop", "length"):
             c.add_metric(values + [reason], e.stats.finished[reason])
+        yield c
+        c = CounterMetricFamily("bakeoff_emulator_aborted_requests", "Streams the client closed before the end.",
+                                labels=names)
+        c.add_metric(values, e.stats.aborted)
         yield c
 
 

@@ -56,11 +56,9 @@ def reply(prompt: str, max_tokens: int, *, seed: int, ignore_eos: bool = False, 
     questions = list(QUESTION.finditer(prompt))
     if questions:
         head = [f" {answer(questions[-1].group(0), seed, error_rate)}"]
-        if not ignore_eos and len(head) >= min_tokens:
-            return Reply(head[:max_tokens], "stop" if max_tokens >= 1 else "length")
-        n = max_tokens if ignore_eos else max(min_tokens, 1)
+        n = max_tokens if ignore_eos else max(min_tokens, 1)     # greedy: stop right after the answer
         words = (head + rng.choices(_WORDS, k=max(0, n - 1)))[:max_tokens]
-        return Reply(words, "length" if len(words) >= max_tokens else "stop")
+        return Reply(words, "length" if ignore_eos or min_tokens >= max_tokens else "stop")
     if ignore_eos:
         n = max_tokens
     else:

@@ -1,0 +1,25 @@
+# bakeoff's Airflow image: the official Airflow 3.3.2 image (Python 3.11) plus the pinned
+# requirements and the bakeoff library. Used by every Airflow service in docker-compose.yml.
+FROM apache/airflow:3.3.2-python3.11
+
+# Exact pins, constrained by the project's full lock so the image resolves what CI tested.
+# Pinning apache-airflow itself (in requirements.txt) keeps pip from upgrading the image's Airflow.
+COPY --chown=airflow:0 requirements.txt requirements.lock /opt/bakeoff/
+RUN pip install --no-cache-dir -r /opt/bakeoff/requirements.txt -c /opt/bakeoff/requirements.lock
+
+# The library (include/bakeoff) as an installed package; dags/, plugins/ and include/ are also
+# mounted by docker-compose.yml so DAG and library edits need no rebuild.
+COPY --chown=airflow:0 pyproject.toml /opt/bakeoff/
+COPY --chown=airflow:0 include /opt/bakeoff/include
+RUN pip install --no-cache-dir --no-deps /opt/bakeoff
+
+# Init and settings-as-code: secret generation, connections/pools/variables loading.
+COPY --chown=airflow:0 scripts/init_secrets.sh scripts/load_settings.sh scripts/render_settings.py /opt/bakeoff/scripts/
+COPY --chown=airflow:0 config /opt/bakeoff/config
+
+# Mount points of named volumes: a new volume takes this ownership, so no service needs root.
+USER root
+RUN mkdir -p /opt/airflow/secrets /opt/bakeoff-data \
+ && chown airflow:0 /opt/airflow/secrets /opt/bakeoff-data \
+ && chmod 0770 /opt/airflow/secrets && chmod 0775 /opt/bakeoff-data
+USER airflow

@@ -1,0 +1,275 @@
+"""Client fidelity: how far the benchmark client's figures are from a server's known timing.
+
+A scripted streaming server on loopback (TTFT 100 ms, ITL 10 ms, 256 output tokens, one token per
+chunk) is pinned to one core, the client to the other. At each concurrency the table prints the
+client's TTFT and TPOT minus the scripted truth (mean, p99), output throughput against the ideal
+(C x 256 tokens every 100 + 255 x 10 ms), the client's CPU, and the server's own lateness (how late
+it wrote first chunks by its own clock, i.e. the part of the error that is not the client's).
+Then a capacity run (zero TTFT and ITL, C=64): output tokens per second the client ingests.
+
+Transports compared on the same server with the same SSE accounting (bakeoff.bench.sse):
+  bakeoff  - the harness's client (asyncio protocol + httptools on uvloop)
+  aiohttp  - aiohttp ClientSession, reading resp.content.iter_any()
+  httpx    - httpx.AsyncClient, reading resp.aiter_raw()
+and, with --peer-guidellm PATH (a guidellm executable from a separate virtualenv), guidellm itself.
+
+    python benchmarks/client_fidelity.py                  # full table (about 5 minutes)
+    python benchmarks/client_fidelity.py --quick          # fewer requests per point
+All traffic is loopback; every point is capped in requests and seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.fidelity import ScriptedServerProcess
+from bakeoff.bench.runtime import run_async
+from bakeoff.bench.sse import StreamState
+from bakeoff.tokens import VOCAB
+
+TTFT_MS, ITL_MS, OUT = 100.0, 10.0, 256
+GUIDELLM_VERSION = "0.8.1"
+PROMPT = " ".join(["fidelity"] * 32)
+_now = time.perf_counter
+
+
+def body() -> dict:
+    return {"model": "scripted", "prompt": PROMPT, "max_tokens": OUT, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True}
+
+
+def _late(st: StreamState) -> float:
+    """The scripted server's own lateness on this request's first chunk (ms), from its usage."""
+    return (st.usage or {}).get("scripted_first_chunk_late_us", 0.0) / 1e3
+
+
+# --- the three transports: each returns [(t_send, ttft_s, e2e_s, output_tokens)] for measured requests ----
+async def _closed(send, total: int, concurrency: int, warmup: int):
+    out, pos = [], 0
+
+    async def worker():
+        nonlocal pos
+        while pos < total:
+            i = pos
+            pos += 1
+            r = await send()
+            if i >= warmup:
+                out.append(r)
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return out
+
+
+async def run_bakeoff(url: str, c: int, total: int, warmup: int):
+    client = StreamingClient(url, timeout_s=120)
+    raw = client.build("/v1/completions", body())
+    await client.warm(c)
+
+    async def send():
+        o = await client.stream(raw)
+        st = o.state
+        ok = o.error is None
+        return (o.t_send, st.ttft if ok else None, (o.t_end - o.t_send) if ok else None,
+                (st.usage or {}).get("completion_tokens", 0) if ok else 0, o.t_end, _late(st))
+    try:
+        return await _closed(send, total, c, warmup)
+    finally:
+        await client.close()
+
+
+async def run_aiohttp(url: str, c: int, total: int, warmup: int):
+    import aiohttp
+    conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+    payload = json.dumps(body()).encode()
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120),
+                                     read_bufsize=2 ** 18) as s:
+        async def send():
+            t = _now()
+            async with s.post(url + "/v1/completions", data=payload,
+                              headers={"Content-Type": "application/json"}) as r:
+                st = StreamState(t)
+                async for data in r.content.iter_any():
+                    st.feed(data, _now())
+            end = _now()
+            ok = st.verdict() is None
+            return (t, st.ttft if ok else None, (end - t) if ok else None, (st.usage or {}).get("completion_tokens", 0),
+                    end, _late(st))
+        await asyncio.gather(*(send() for _ in range(c)))          # open and warm c connections
+        return await _closed(send, total, c, warmup)
+
+
+async def run_httpx(url: str, c: int, total: int, warmup: int):
+    import httpx
+    limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
+    payload = json.dumps(body()).encode()
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as s:
+        async def send():
+            t = _now()
+            async with s.stream("POST", "/v1/completions", content=payload,
+                                headers={"Content-Type": "application/json"}) as r:
+                st = StreamState(t)
+                async for data in r.aiter_raw():
+                    st.feed(data, _now())
+            end = _now()
+            ok = st.verdict() is None
+            return (t, st.ttft if ok else None, (end - t) if ok else None, (st.usage or {}).get("completion_tokens", 0),
+                    end, _late(st))
+        await asyncio.gather(*(send() for _ in range(c)))
+        return await _closed(send, total, c, warmup)
+
+
+CLIENTS = {"bakeoff": run_bakeoff, "aiohttp": run_aiohttp, "httpx": run_httpx}
+
+
+def measure(kind: str, url: str, c: int, total: int, warmup: int) -> dict:
+    cpu0, w0 = time.process_time(), _now()
+    rows = run_async(CLIENTS[kind](url, c, total, warmup))
+    cpu = (time.process_time() - cpu0) / (_now() - w0) * 100
+    ok = [r for r in rows if r[1] is not None]
+    ttft = np.array([r[1] for r in ok]) * 1e3
+    tpot = np.array([(r[2] - r[1]) / (r[3] - 1) for r in ok if r[3] > 1]) * 1e3
+    tokens = sum(r[3] for r in ok)
+    own = ttft - TTFT_MS - np.array([r[5] for r in ok])
+    duration = max(r[4] for r in rows) - min(r[0] for r in rows) if rows else float("nan")
+    return {"client": kind, "c": c, "requests": len(rows), "ok": len(ok), "ttft": ttft, "tpot": tpot,
+            "tps": tokens / duration if duration > 0 else float("nan"), "cpu": cpu, "own": own}
+
+
+def server_stats(url: str) -> dict:
+    import httpx
+    return httpx.get(url + "/stats?reset=1", timeout=5).json()
+
+
+def requests_for(c: int, quick: bool) -> int:
+    rounds = 2 if quick else 3
+    return max(c * rounds, 4 if quick else 6)
+
+
+# --- a peer client from PyPI -----------------------------------------------------------------------
+def run_guidellm(exe: str, url: str, c: int, total: int) -> dict | None:
+    """guidellm at fixed concurrency against the same server, pinned to the client's core; its JSON
+    report. guidellm needs a tokenizer for synthetic prompts: a word-level one (one whitespace word =
+    one token, the emulator's convention) is built with the peer's own ``tokenizers``."""
+    with tempfile.TemporaryDirectory(prefix="bk-guidellm-") as d:
+        out, tok = Path(d) / "report.json", Path(d) / "tok"
+        py = str(Path(exe).with_name("python"))
+        subprocess.run([py, "-c", TOKENIZER_SRC, str(tok), ",".join(["[UNK]", "fidelity", *VOCAB])], check=True)
+        cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},model=scripted",
+               "--profile", f"kind=concurrent,streams={c}", "--constraint", f"kind=max_requests,count={total}",
+               "--data", f"kind=synthetic_text,prompt_tokens=32,output_tokens={OUT}",
+               "--tokenizer", f"kind=huggingface_auto,model={tok}", "--output", f"kind=json,path={out}",
+               "--disable-console"]
+        t0, c0 = time.time(), os.times()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                           preexec_fn=(lambda: os.sched_setaffinity(0, {1})) if (os.cpu_count() or 1) > 1 else None)
+        c1 = os.times()
+        if p.returncode != 0 or not out.exists():
+            print(f"guidellm failed ({p.returncode}): {p.stderr[-800:]}", file=sys.stderr)
+            return None
+        b = json.loads(out.read_text())["benchmarks"][0]
+        m = b["metrics"]
+        ttft = m["time_to_first_token_ms"]["successful"]
+        return {"ttft_mean": ttft["mean"], "ttft_p99": ttft["percentiles"]["p99"],
+                "itl_mean": m["inter_token_latency_ms"]["successful"]["mean"],
+                "tps": m["output_token_count"]["successful"]["total_sum"] / b["duration"],
+                "ok": m["output_token_count"]["successful"]["count"], "wall": time.time() - t0,
+                "cpu": (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)}
+
+
+TOKENIZER_SRC = """
+import json, sys
+from pathlib import Path
+from tokenizers import Tokenizer, models, pre_tokenizers
+path, words = Path(sys.argv[1]), sys.argv[2].split(",")
+path.mkdir(parents=True, exist_ok=True)
+tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.save(str(path / "tokenizer.json"))
+(path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}))
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--clients", default="bakeoff,aiohttp,httpx")
+    ap.add_argument("--levels", default="1,16,64,256,512")
+    ap.add_argument("--capacity-requests", type=int, default=2048)
+    ap.add_argument("--peer-guidellm", help="path to a guidellm executable (installed in its own virtualenv)")
+    a = ap.parse_args()
+    two = (os.cpu_count() or 1) > 1
+    if two:
+        os.sched_setaffinity(0, {1})
+    clients = a.clients.split(",")
+    levels = [int(x) for x in a.levels.split(",")]
+    results = []
+    script = {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "tokens_per_chunk": 1, "output_tokens": OUT, "precise": two}
+    print(f"server pinned to CPU 0, client to CPU 1: {two}; server precise timing: {two}", flush=True)
+    with ScriptedServerProcess(script, cpu=0 if two else None) as srv:
+        for kind in clients:
+            for c in levels:
+                n = requests_for(c, a.quick)
+                server_stats(srv.url)
+                m = measure(kind, srv.url, c, n + c, c)
+                m["server"] = server_stats(srv.url)
+                results.append(m)
+                print(f"  measured {kind} C={c}: {m['ok']}/{m['requests']} ok", flush=True)
+        peer = None
+        if a.peer_guidellm:
+            c = 256 if 256 in levels else levels[-1]
+            peer = (c, run_guidellm(a.peer_guidellm, srv.url, c, requests_for(c, a.quick) + c))
+
+    print("\nFidelity vs scripted truth (TTFT 100 ms, ITL 10 ms, 256 tokens, 1 token/chunk)")
+    print("| client | C | ok | TTFT err mean | TTFT err p99 | TPOT err mean | TPOT err p99 | throughput vs ideal | client CPU | server late mean / p99 | client's own TTFT err mean / p99 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for m in results:
+        ideal = m["c"] * OUT / ((TTFT_MS + (OUT - 1) * ITL_MS) / 1e3)
+        e = m["ttft"] - TTFT_MS
+        t = m["tpot"] - ITL_MS
+        s = m["server"]
+        print(f"| {m['client']} | {m['c']} | {m['ok']}/{m['requests']} | {e.mean():+.2f} ms | {np.percentile(e, 99):+.2f} ms | "
+              f"{t.mean():+.4f} ms | {np.percentile(t, 99):+.4f} ms | {(m['tps'] / ideal - 1) * 100:+.2f}% | "
+              f"{m['cpu']:.0f}% | {s['first_chunk_late_ms_mean'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} ms | "
+              f"{m['own'].mean():+.2f} / {np.percentile(m['own'], 99):+.2f} ms |")
+
+    if peer and peer[1]:
+        c, g = peer
+        ours = next((m for m in results if m["client"] == "bakeoff" and m["c"] == c), None)
+        print(f"\nPeer: guidellm {GUIDELLM_VERSION} at C={c}, same server, pinned to the client's core")
+        print_guidellm(g, ours)
+
+    print(f"\nCapacity: zero TTFT/ITL, C=64, {a.capacity_requests} requests x {OUT} tokens")
+    print("| client | output tokens/s ingested (wall) | client CPU | tokens per client CPU-second |")
+    print("| --- | --- | --- | --- |")
+    with ScriptedServerProcess({"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": OUT},
+                               cpu=0 if two else None) as srv:
+        for kind in clients:
+            best = None
+            for _ in range(2):
+                m = measure(kind, srv.url, 64, a.capacity_requests + 64, 64)
+                best = m if best is None or m["tps"] > best["tps"] else best
+            print(f"| {kind} | {best['tps']:,.0f} | {best['cpu']:.0f}% | {best['tps'] / (best['cpu'] / 100):,.0f} |", flush=True)
+    return 0
+
+
+def print_guidellm(g: dict, ours: dict | None) -> None:
+    e = g["ttft_mean"] - TTFT_MS
+    print(f"| guidellm | {g['ok']} ok | TTFT err mean {e:+.2f} ms | TTFT p99 {g['ttft_p99']:.1f} ms | "
+          f"ITL (= TPOT) mean {g['itl_mean']:.3f} ms | {g['tps']:,.0f} out tok/s | CPU {g['cpu'] / g['wall'] * 100:.0f}% |")
+    if ours:
+        o = ours["ttft"].mean() - TTFT_MS
+        print(f"ratios guidellm / bakeoff: TTFT error {e / o if o else float('inf'):.1f}x, "
+              f"TTFT p99 {g['ttft_p99'] / np.percentile(ours['ttft'], 99):.3f}x, throughput {g['tps'] / ours['tps']:.3f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Fault injection: does any node outlive its run? Prints a table per stage x provider.
+
+For each provider (EC2 via moto, Vultr and DigitalOcean fakes; every node an emulator booted
+from its user-data) and each failure -- at launch, capacity refused everywhere, provisioning
+failing after the node exists, ready timeout, deploy crash, mid-benchmark exception, report
+failure, and the worker killed with SIGKILL mid-provision -- the pipeline's own steps run in the
+order and under the trigger rules the bakeoff DAG gives them:
+
+  provision (setup) -> deploy -> accuracy gate -> benchmark; terminate (teardown) only if the
+  setup succeeded; then the all_done sweep; validate/cost/report; the watcher marks the run failed.
+
+The SIGKILL row kills the process running ``provision`` once its node exists; Airflow is gone with
+it, so neither the teardown nor the sweep run and the run is never marked ended: the hourly reaper
+finds the node by its expiry tag (its pass is timed after max_instance_hours). Nodes are counted
+from the fake clouds' own state, not through the providers. Then the budget guard is shown
+refusing an over-cap plan before any cloud API call.
+
+    .venv/bin/python benchmarks/fault_injection.py
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("BAKEOFF_DATA", tempfile.mkdtemp(prefix="bakeoff-faults-"))
+
+from bakeoff import budget, pipeline, reaper  # noqa: E402
+from bakeoff.plan import load_plan  # noqa: E402
+from bakeoff.sandbox import Sandbox  # noqa: E402
+
+STAGES = [("launch", "launch"), ("capacity error", None), ("after create", "after_create"),
+          ("ready timeout", "ready_timeout"), ("deploy crash", "deploy"), ("mid-benchmark exception", "benchmark"),
+          ("report failure", "report"), ("worker SIGKILL mid-run", None)]
+PROVIDERS = ["aws", "vultr", "digitalocean"]
+
+
+def plan_file(provider: str, fault: str | None, workdir: Path) -> Path:
+    """A one-target plan per provider, derived from the sandbox plan (small workload: the point is teardown)."""
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    by_provider = {t["provider"]: t for t in raw["targets"]}
+    if provider == "digitalocean":
+        t = dict(by_provider["vultr"], name="mi300x-vllm", provider="digitalocean", instance_type="gpu-mi300x8-1536gb",
+                 provider_options={**by_provider["vultr"]["provider_options"], "regions": ["atl1", "nyc2"]})
+    else:
+        t = by_provider[provider]
+    t = json.loads(json.dumps(t))
+    t["provider_options"]["inject_fault"] = fault
+    raw.update(name=f"faults-{provider}", targets=[t])
+    raw["workloads"][0].update(concurrency=[4], requests_per_point=8, warmup_requests=0)
+    raw["quality"]["accuracy"]["eval_size"] = 16
+    path = workdir / f"faults-{provider}-{fault or 'none'}.yaml"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def run_dag_like(run_dir: str, slug: str) -> None:
+    """The mapped group with Airflow's setup/teardown rule: teardown runs only after a successful setup."""
+    try:
+        inst = pipeline.provision(run_dir, slug)
+    except Exception as e:  # noqa: BLE001 - a failed setup is a row outcome, not a crash of the script
+        logging.info("provision failed: %s", e)
+        return
+    try:
+        ep = pipeline.deploy(run_dir, slug, inst)
+        pipeline.accuracy_gate(run_dir, slug, ep)
+        pipeline.benchmark(run_dir, slug, ep)
+    except Exception as e:  # noqa: BLE001
+        logging.info("step failed: %s", e)
+    finally:
+        pipeline.terminate(run_dir, slug, inst)
+
+
+def sigkill_provision(sb: Sandbox, run_dir: str, slug: str, provider: str, before: int) -> None:
+    code = ("from bakeoff import pipeline, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env); "
+            f"pipeline.provision({run_dir!r}, {slug!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **sb.env()},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(sb.live()[provider]) <= before and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: Path) -> dict:
+    plan = load_plan(plan_file(provider, fault, workdir))
+    t = plan.targets[0]
+    regions = list(t.provider_options.regions)
+    sb.deny_capacity(provider, regions if stage == "capacity error" else [])
+    run_id = f"faults__{provider}__{fault or stage.replace(' ', '-')}__{time.time_ns()}"
+    run = pipeline.start_run(str(plan_file(provider, fault, workdir)), run_id)
+    before = len(sb.live()[provider])
+    killed = stage.startswith("worker SIGKILL")
+    if killed:
+        sigkill_provision(sb, run["run_dir"], t.slug, provider, before)
+    else:
+        run_dag_like(run["run_dir"], t.slug)
+    after_teardown = len(sb.live()[provider]) - before
+    if not killed:
+        pipeline.sweep(run["run_dir"])
+    after_sweep = len(sb.live()[provider]) - before
+    if not killed:
+        for step in (pipeline.validate, pipeline.cost, pipeline.report):
+            try:
+                step(run["run_dir"])
+            except Exception as e:  # noqa: BLE001
+                logging.info("%s failed: %s", step.__name__, e)
+        pipeline.finish(run["run_dir"], "failed")          # the watcher task
+    now = time.time() + (plan.max_instance_hours * 3600 + 60 if killed else 0)
+    reaped = reaper.reap(now=now, provider_names=[provider], credentials_fn=sb.credentials)
+    after_reaper = len(sb.live()[provider]) - before
+    sb.deny_capacity(provider, [])
+    return {"stage": stage, "provider": provider, "teardown": after_teardown, "sweep": after_sweep,
+            "reaper": after_reaper, "reaped": len(reaped["terminated"]), "reaper_at": "expiry" if killed else "now"}
+
+
+def budget_guard(sb: Sandbox, workdir: Path) -> str:
+    raw = load_plan("mi355x-vs-b200").model_dump(mode="json")
+    raw["budget_usd"] = 100.0
+    path = workdir / "over-cap.yaml"
+    path.write_text(json.dumps(raw))
+    calls = sb.api_calls()
+    try:
+        pipeline.start_run(str(path), f"overcap__{time.time_ns()}")
+        verdict = "NOT refused"
+    except budget.BudgetExceeded as e:
+        verdict = "refused: " + str(e).splitlines()[0]
+    return f"{verdict}; cloud API calls made: {sb.api_calls() - calls}"
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("werkzeug", "httpx", "bakeoff"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    t0 = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="bakeoff-faults-plans-"))
+    rows = []
+    with Sandbox(boot_s=0.2) as sb:
+        pipeline.set_credentials_resolver(sb.credentials)
+        for stage, fault in STAGES:
+            for provider in PROVIDERS:
+                rows.append(one_row(sb, provider, stage, fault, workdir))
+                r = rows[-1]
+                print(f"  {r['stage']:<24} {r['provider']:<13} teardown {r['teardown']}  sweep {r['sweep']}  "
+                      f"reaper {r['reaper']}", file=sys.stderr, flush=True)
+        guard = budget_guard(sb, workdir)
+        leftover = sb.live()
+    wall = time.perf_counter() - t0
+    print("\nInstances left running (sandbox: EC2 = moto server, Vultr/DigitalOcean = local fakes; nodes are emulators)\n")
+    print("| stage | provider | after teardown | after all_done sweep | after one reaper pass | reaper pass at |")
+    print("| --- | --- | ---: | ---: | ---: | --- |")
+    for r in rows:
+        print(f"| {r['stage']} | {r['provider']} | {r['teardown']} | {r['sweep']} | {r['reaper']} | {r['reaper_at']} |")
+    ok_reaper = all(r["reaper"] == 0 for r in rows)
+    ok_sweep = all(r["sweep"] == 0 for r in rows if not r["stage"].startswith("worker SIGKILL"))
+    print(f"\nzero after the reaper in every row: {ok_reaper}; zero after the sweep in every row but SIGKILL: {ok_sweep}")
+    print(f"budget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
+    print(f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values())}; wall time {wall:.1f} s")
+    return 0 if ok_reaper and ok_sweep else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

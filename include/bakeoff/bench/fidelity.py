@@ -1,0 +1,127 @@
+"""The client watching itself: event-loop lag and CPU during a point, and self-calibration.
+
+A point is marked ``client_bound`` when the client, not the server, may have set the pace: its
+process used most of a core, or its event loop woke late (every late wake-up is a timestamp taken
+late), or open-loop sends left after their scheduled time.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CPU_BOUND = 0.90        # share of one core
+LAG_BOUND_MS = 5.0      # p99 event-loop lag
+SEND_LAG_BOUND_MS = 10.0
+
+
+class LoopMonitor:
+    """Samples event-loop lag every ``period`` s and the process's CPU share while a point runs."""
+
+    def __init__(self, period: float = 0.01):
+        self.period = period
+        self.lags: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(self.period)
+            self.lags.append(time.perf_counter() - t - self.period)
+
+    def __enter__(self) -> "LoopMonitor":
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._task:
+            self._task.cancel()
+        self.cpu = time.process_time() - self.cpu0
+        self.wall = time.perf_counter() - self.wall0
+
+    def figures(self, send_lags_s: list[float] | None = None, workers: int = 1) -> dict[str, Any]:
+        lag_p99 = float(np.percentile(np.maximum(self.lags, 0), 99)) * 1e3 if self.lags else 0.0
+        cpu = self.cpu / self.wall if self.wall > 0 else 0.0
+        send_p99 = float(np.percentile(send_lags_s, 99)) * 1e3 if send_lags_s else None
+        return client_verdict(cpu * 100, lag_p99, send_p99, workers)
+
+
+def client_verdict(cpu_pct: float, loop_lag_ms_p99: float, send_lag_ms_p99: float | None, workers: int = 1) -> dict[str, Any]:
+    bound = (cpu_pct / max(1, workers) >= CPU_BOUND * 100 or loop_lag_ms_p99 > LAG_BOUND_MS
+             or (send_lag_ms_p99 is not None and send_lag_ms_p99 > SEND_LAG_BOUND_MS))
+    return {"client_cpu_pct": cpu_pct, "loop_lag_ms_p99": loop_lag_ms_p99,
+            "send_lag_ms_p99": send_lag_ms_p99, "client_bound": bool(bound)}
+
+
+# --- the scripted server as a subprocess ----------------------------------------------------------
+class ScriptedServerProcess:
+    """Starts ``python -m bakeoff.bench.scripted_server`` on a free loopback port; kills it on exit."""
+
+    def __init__(self, script: dict[str, Any], cpu: int | None = None, served_model: str = "scripted"):
+        self.cfg = {"served_model": served_model, "scripted": script}
+        self.cpu = cpu
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+
+    def __enter__(self) -> "ScriptedServerProcess":
+        self._dir = tempfile.TemporaryDirectory(prefix="bakeoff-scripted-")
+        d = Path(self._dir.name)
+        (d / "config.json").write_text(json.dumps(self.cfg))
+        cmd = [sys.executable, "-m", "bakeoff.bench.scripted_server", "--config", str(d / "config.json"),
+               "--host", "127.0.0.1", "--port", "0", "--port-file", str(d / "port")]
+        if self.cpu is not None:
+            cmd += ["--cpu", str(self.cpu)]
+        self.proc = subprocess.Popen(cmd, start_new_session=True)
+        deadline = time.monotonic() + 20
+        while not (d / "port").exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError("scripted server did not start (see its stderr above)")
+            time.sleep(0.02)
+        self.port = int((d / "port").read_text())
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._dir.cleanup()
+
+
+def calibrate(concurrency: int = 16, requests: int = 64, ttft_ms: float = 50.0, itl_ms: float = 5.0,
+              output_tokens: int = 32) -> dict[str, Any]:
+    """Measure the client against the scripted server on this machine (known TTFT/ITL): its own
+    error on TTFT and TPOT, recorded with a target's results so every figure carries its ruler."""
+    from bakeoff.bench.scripted_server import Script  # noqa: F401  (config shape documented there)
+    from bakeoff.bench.runtime import run_async
+    from bakeoff.bench.sweep import measure_scripted
+
+    with ScriptedServerProcess({"ttft_ms": ttft_ms, "itl_ms": itl_ms, "tokens_per_chunk": 1,
+                                "output_tokens": output_tokens}) as srv:
+        recs, mon = run_async(measure_scripted(srv.url, concurrency, requests, output_tokens))
+    ok = [r for r in recs if r.error_kind is None and not r.warmup]
+    ttft_err = np.array([r.ttft for r in ok]) * 1e3 - ttft_ms
+    tpot_err = np.array([(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok]) * 1e3 - itl_ms
+    return {"concurrency": concurrency, "requests": len(recs), "ok": len(ok), "truth_ttft_ms": ttft_ms,
+            "truth_itl_ms": itl_ms, "pid": os.getpid(),
+            "ttft_error_ms_mean": float(ttft_err.mean()) if ok else None,
+            "ttft_error_ms_p99": float(np.percentile(ttft_err, 99)) if ok else None,
+            "tpot_error_ms_mean": float(tpot_err.mean()) if ok else None,
+            "tpot_error_ms_p99": float(np.percentile(tpot_err, 99)) if ok else None, **mon}

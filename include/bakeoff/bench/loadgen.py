@@ -1,0 +1,170 @@
+"""Load generation: closed-loop concurrency, open-loop arrivals (Poisson/gamma), trace replay.
+
+Every mode produces one RequestRecord per request through the same ``Sender``; request bodies are
+built before the clock starts so the hot path only writes bytes.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import numpy as np
+
+from bakeoff.bench.client import Outcome, StreamingClient
+from bakeoff.bench.prompts import RequestSpec
+from bakeoff.bench.records import RequestRecord
+
+_now = time.perf_counter
+MISMATCH = 0.10     # usage vs client count disagreement that gets flagged
+
+
+def request_body(spec: RequestSpec, workload, model: str) -> tuple[str, dict]:
+    """(path, JSON body) for one request: streamed, usage requested, greedy, max_tokens."""
+    body: dict = {"model": model, "max_tokens": spec.output_len, "temperature": 0, "stream": True,
+                  "stream_options": {"include_usage": True}}
+    if workload.ignore_eos:
+        body["ignore_eos"] = True
+    body.update(spec.extra)
+    if workload.endpoint == "chat":
+        body["messages"] = spec.chat_messages()
+        return "/v1/chat/completions", body
+    body["prompt"] = spec.completion_prompt()
+    return "/v1/completions", body
+
+
+@dataclass
+class PointId:
+    run_id: str
+    target: str
+    workload: str
+    concurrency: int
+    repeat: int
+
+
+def to_record(out: Outcome, pid: PointId, spec: RequestSpec, index: int, warmup: bool, t0: float,
+              ignore_eos: bool, scheduled: float | None = None) -> RequestRecord:
+    st = out.state
+    rec = RequestRecord(run_id=pid.run_id, target=pid.target, workload=pid.workload, concurrency=pid.concurrency,
+                        repeat=pid.repeat, index=index, warmup=warmup, send_time=out.wall_send,
+                        start_offset=out.t_send - t0, requested_input_len=spec.input_len,
+                        requested_output_len=spec.output_len, ignore_eos=ignore_eos,
+                        status_code=out.status, elapsed=out.t_end - out.t_send, scheduled_offset=scheduled)
+    rec.ttft, rec.ttfa = st.ttft, st.ttfa
+    rec.chunk_offsets = st.offsets
+    rec.chunks = len(st.offsets)
+    rec.finish_reason = st.finish_reason
+    counted = st.client_tokens()
+    rec.output_tokens_client = counted
+    usage = st.usage or {}
+    if usage.get("completion_tokens") is not None:
+        rec.output_tokens = int(usage["completion_tokens"])
+        rec.tokens_source = "usage"
+        rec.token_mismatch = abs(rec.output_tokens - counted) > MISMATCH * max(rec.output_tokens, counted, 1)
+    else:
+        rec.output_tokens = counted
+        rec.tokens_source = "client"
+    if usage.get("prompt_tokens") is not None:
+        rec.prompt_tokens = int(usage["prompt_tokens"])
+    if out.error is not None:
+        rec.error_kind = out.error.kind
+        rec.error = str(out.error)[:500]
+    else:
+        rec.e2e = out.t_end - out.t_send
+    return rec
+
+
+class Sender:
+    """Pre-builds every request, then sends request i on demand and returns its record."""
+
+    def __init__(self, client: StreamingClient, workload, model: str, pid: PointId,
+                 specs: list[RequestSpec], warmup: int, timeout_s: float):
+        self.client, self.pid, self.specs, self.warmup = client, pid, specs, warmup
+        self.ignore_eos = workload.ignore_eos
+        self.timeout_s = timeout_s
+        self.raw = [client.build(*request_body(s, workload, model)) for s in specs]
+        self.t0 = _now()
+
+    def start_clock(self) -> None:
+        self.t0 = _now()
+
+    async def send(self, i: int, scheduled: float | None = None) -> RequestRecord:
+        out = await self.client.stream(self.raw[i], self.timeout_s)
+        return to_record(out, self.pid, self.specs[i], i, i < self.warmup, self.t0, self.ignore_eos, scheduled)
+
+
+async def closed_loop(send: Callable[[int], Awaitable[RequestRecord]], total: int, concurrency: int,
+                      *, warmup: int = 0, stop_at: float | None = None, indices: list[int] | None = None
+                      ) -> list[RequestRecord]:
+    """C workers, each sending its next request as soon as its previous one ends.
+
+    Warm-up requests go first through the same workers, so measurement starts at steady state.
+    ``stop_at`` (perf_counter) stops new measured sends; ``indices`` restricts to a worker
+    process's share.
+    """
+    order = indices if indices is not None else list(range(total))
+    records: list[RequestRecord] = []
+    pos = 0
+
+    async def worker() -> None:
+        nonlocal pos
+        while pos < len(order):
+            i = order[pos]
+            pos += 1
+            if stop_at is not None and i >= warmup and _now() > stop_at:
+                return
+            records.append(await send(i))
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(order))))))
+    return sorted(records, key=lambda r: r.index)
+
+
+def arrival_offsets(n: int, rate: float, kind: str = "poisson", burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Send times (s from the first) of n requests at ``rate`` req/s.
+
+    poisson: exponential gaps. gamma: gaps ~ Gamma(shape=burstiness, scale=1/(rate x burstiness)),
+    mean 1/rate, coefficient of variation 1/sqrt(burstiness) (vLLM's convention).
+    """
+    if rate <= 0:
+        raise ValueError(f"rate: must be > 0 requests/s, got {rate}")
+    rng = np.random.default_rng(seed)
+    if kind == "poisson":
+        gaps = rng.exponential(1.0 / rate, n)
+    elif kind == "gamma":
+        gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    else:
+        raise ValueError(f"arrival: unknown process {kind!r}; use poisson or gamma")
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)
+
+
+async def open_loop(send: Callable[..., Awaitable[RequestRecord]], offsets, *, max_concurrency: int | None = None,
+                    stop_at: float | None = None, warmup: int = 0, t0: float | None = None
+                    ) -> list[RequestRecord]:
+    """Send request i at t0 + offsets[i] regardless of responses (capped in flight)."""
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    t0 = _now() if t0 is None else t0
+    tasks = []
+
+    async def one(i: int, off: float) -> RequestRecord:
+        try:
+            return await send(i, scheduled=off)
+        finally:
+            if sem:
+                sem.release()
+
+    for i, off in enumerate(offsets):
+        delay = t0 + float(off) - _now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if stop_at is not None and i >= warmup and _now() > stop_at:
+            break
+        if sem:
+            await sem.acquire()
+        tasks.append(asyncio.ensure_future(one(i, float(off))))
+    return sorted(await asyncio.gather(*tasks), key=lambda r: r.index)
+
+
+def rate_key(rate: float) -> int:
+    """The integer a rate point is stored under (the results key is an int): milli-requests/s."""
+    return max(1, int(round(rate * 1000)))

@@ -1,0 +1,100 @@
+"""SLA search: the highest concurrency (or request rate) whose point meets every SLO.
+
+Bracket by doubling from ``start`` until a point fails (or ``max`` passes), then bisect between the
+last passing and first failing load until they are one step apart (1 for concurrency; 5% of the
+passing rate, or ``tolerance`` x it, for rate). Every probe is a saved point like any other.
+Assumes meeting the SLOs is monotone in load; a non-monotone probe sequence is reported as such.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bakeoff.bench.loadgen import arrival_offsets, rate_key
+
+
+@dataclass
+class SlaResult:
+    over: str
+    best: float | None = None
+    best_summary: dict[str, Any] | None = None
+    first_failing: float | None = None
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    monotone: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.best_summary or {}
+        return {"over": self.over, "best": self.best, "first_failing": self.first_failing,
+                "best_output_tps_per_gpu": s.get("output_tps_per_gpu"),
+                "best_total_tps_per_gpu": s.get("total_tps_per_gpu"), "best_interactivity": s.get("interactivity"),
+                "probes": self.probes, "monotone": self.monotone}
+
+
+def _step(over: str, lo: float, tolerance: float) -> float:
+    base = 1.0 if over == "concurrency" else 0.05 * lo
+    return max(base, tolerance * lo)
+
+
+async def search_loads(probe, over: str, start: float, maximum: float, tolerance: float, max_probes: int) -> SlaResult:
+    """Generic bracketing + bisection; ``probe(load) -> summary`` (awaitable) measures one load."""
+    res = SlaResult(over=over)
+    seen: dict[float, dict] = {}
+
+    async def run(load: float) -> bool:
+        load = int(load) if over == "concurrency" else float(load)
+        if load not in seen:
+            s = await probe(load)
+            seen[load] = s
+            res.summaries.append(s)
+            res.probes.append({"load": load, "meets_slo": bool(s["meets_slo"]),
+                               "output_tps_per_gpu": s.get("output_tps_per_gpu")})
+        return bool(seen[load]["meets_slo"])
+
+    lo = hi = None
+    load = start
+    while len(seen) < max_probes:
+        if await run(load):
+            lo = load
+            if load >= maximum:
+                break
+            load = min(load * 2, maximum)
+        else:
+            hi = load
+            break
+    if lo is None and hi is not None and over == "rate":     # even the start fails: bracket downwards
+        load = hi / 2
+        while len(seen) < max_probes and load > 1e-3:
+            if await run(load):
+                lo = load
+                break
+            hi, load = load, load / 2
+    while lo is not None and hi is not None and hi - lo > _step(over, lo, tolerance) and len(seen) < max_probes:
+        mid = (lo + hi) // 2 if over == "concurrency" else (lo + hi) / 2
+        if await run(mid):
+            lo = mid
+        else:
+            hi = mid
+    if lo is not None:
+        key = int(lo) if over == "concurrency" else float(lo)
+        res.best, res.best_summary = key, seen[key]
+    res.first_failing = hi
+    passing = sorted(k for k, s in seen.items() if s["meets_slo"])
+    failing = sorted(k for k, s in seen.items() if not s["meets_slo"])
+    res.monotone = not (passing and failing and min(failing) < max(passing))
+    return res
+
+
+async def search(ctx, client) -> SlaResult:
+    from bakeoff.bench.sweep import measure_point
+    w, cfg = ctx.workload, ctx.workload.sla
+
+    async def probe(load):
+        if cfg.over == "concurrency":
+            return await measure_point(ctx, client, key=int(load), repeat=0, mode="sla", concurrency=int(load))
+        n = w.requests_per_point or max(10, int(round(load * 30)))
+        offs = arrival_offsets((w.warmup_requests or 0) + n, load, w.arrival, w.burstiness, seed=w.seed)
+        return await measure_point(ctx, client, key=rate_key(load), repeat=0, mode="sla", rate=load, offsets=offs)
+
+    start = int(cfg.start) if cfg.over == "concurrency" else cfg.start
+    return await search_loads(probe, cfg.over, start, cfg.max, cfg.tolerance, cfg.max_probes)

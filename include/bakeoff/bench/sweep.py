@@ -1,0 +1,189 @@
+"""Run a workload against one endpoint: every load point x repeat, each saved as soon as it ends.
+
+This is what the DAG's benchmark task and ``python -m bakeoff bench`` call. A failed request is a
+record, never an exception; a point that cannot be measured at all (server gone) still saves what
+it has, so nothing measured is lost.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from bakeoff import store
+from bakeoff.bench import workloads
+from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.fidelity import LoopMonitor
+from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets, closed_loop, open_loop, rate_key
+from bakeoff.bench.metrics import summarize
+from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.runtime import run_async
+
+log = logging.getLogger(__name__)
+
+
+def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
+    """Per-request table; chunk offsets stay a list<double> column even when every list is empty."""
+    rows = [r.to_row() for r in records]
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df["chunk_offsets"] = pd.Series(
+            pa.array([r["chunk_offsets"] for r in rows], type=pa.list_(pa.float64())).to_pylist(), dtype=object)
+    return df
+
+
+@dataclass
+class Ctx:
+    """Everything a point needs besides its load level."""
+
+    endpoint: Any
+    target: Any
+    workload: Any
+    slo: Any
+    out_dir: Path
+    run_id: str
+    api_key: str | None
+    emulated: bool
+    max_error_rate: float | None = None
+    provenance: bool = True
+
+    @property
+    def gpus(self) -> int:
+        return int(self.target.gpus_used)
+
+
+async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, concurrency: int | None = None,
+                   rate: float | None = None, offsets=None, specs=None) -> tuple[list[RequestRecord], dict]:
+    """One point on this process: closed loop when ``concurrency`` is given, else open loop."""
+    w = ctx.workload
+    level = concurrency or w.max_concurrency or 0
+    n_warm = w.warmup_at(concurrency) if concurrency else (w.warmup_requests or 0)
+    if specs is None:
+        n = w.requests_at(concurrency) if concurrency else len(offsets)
+        specs = workloads.build_specs(w, n_warm + n, stream=key * 100 + repeat)
+    pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
+    sender = Sender(client, w, ctx.endpoint.model, pid, specs, n_warm, w.request_timeout_s)
+    await client.warm(min(level or 64, 1024))
+    sender.start_clock()
+    stop_at = sender.t0 + w.max_point_s if w.max_point_s else None
+    with LoopMonitor() as mon:
+        if concurrency:
+            recs = await closed_loop(sender.send, len(specs), concurrency, warmup=n_warm, stop_at=stop_at)
+        else:
+            recs = await open_loop(sender.send, offsets, max_concurrency=w.max_concurrency, stop_at=stop_at,
+                                   warmup=n_warm, t0=sender.t0)
+    lags = [r.start_offset - r.scheduled_offset for r in recs if r.scheduled_offset is not None]
+    return recs, mon.figures(lags or None)
+
+
+def _save(ctx: Ctx, key: int, repeat: int, recs: list[RequestRecord], figures: dict, *, mode: str,
+          rate: float | None, prov: dict | None) -> dict:
+    summary = summarize(recs, gpus=ctx.gpus, slo=ctx.slo, emulated=ctx.emulated, max_error_rate=ctx.max_error_rate,
+                        load_mode=mode, rate=rate, client=figures)
+    store.save_point(ctx.out_dir, ctx.workload.name, key, repeat, records_frame(recs), summary)
+    if prov is not None:
+        store.write_json(ctx.out_dir / "provenance" / f"{ctx.workload.name}-c{key}-r{repeat}.json", prov)
+    log.info("%s %s %s=%s r%d: %d ok, %d failed, %.1f output tok/s/GPU%s", ctx.target.slug, ctx.workload.name,
+             mode, rate if rate is not None else key, repeat, summary["completed"], summary["failed"],
+             summary["output_tps_per_gpu"], " (client-bound)" if summary["client_bound"] else "")
+    return summary
+
+
+def _prov(ctx: Ctx) -> dict | None:
+    if not ctx.provenance:
+        return None
+    from bakeoff.bench.provenance import snapshot_provenance
+    try:
+        return snapshot_provenance(ctx.endpoint, ctx.api_key)
+    except Exception as e:  # provenance must never cost a measurement
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+async def measure_point(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, mode: str,
+                        concurrency: int | None = None, rate: float | None = None, offsets=None,
+                        specs=None) -> dict:
+    """Measure one point (worker processes when the workload asks), save it, return its summary."""
+    before = _prov(ctx)
+    if ctx.workload.workers > 1:
+        from bakeoff.bench.workers import measure_in_workers
+        recs, figures = await measure_in_workers(ctx, key=key, repeat=repeat, concurrency=concurrency,
+                                                 offsets=offsets, specs=specs)
+    else:
+        recs, figures = await _measure(ctx, client, key=key, repeat=repeat, concurrency=concurrency,
+                                       rate=rate, offsets=offsets, specs=specs)
+    prov = None
+    if before is not None:
+        after = _prov(ctx)
+        prov = {"before": before, "after": {"metrics": (after or {}).get("metrics"), "taken_at": (after or {}).get("taken_at")}}
+    return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=prov)
+
+
+async def _run(ctx: Ctx) -> list[dict]:
+    w = ctx.workload
+    client = StreamingClient(ctx.endpoint.base_url, api_key=ctx.api_key, timeout_s=w.request_timeout_s)
+    out: list[dict] = []
+    try:
+        if w.load == "concurrency":
+            for c in w.levels():
+                for rep in range(w.repeats):
+                    out.append(await measure_point(ctx, client, key=c, repeat=rep, mode="concurrency", concurrency=c))
+        elif w.load == "rate":
+            for rate in w.rates:
+                n = w.requests_per_point or max(10, int(round(rate * 30)))
+                for rep in range(w.repeats):
+                    offs = arrival_offsets((w.warmup_requests or 0) + n, rate, w.arrival, w.burstiness,
+                                           seed=w.seed * 1000 + rep)
+                    out.append(await measure_point(ctx, client, key=rate_key(rate), repeat=rep, mode="rate",
+                                                   rate=rate, offsets=offs))
+        elif w.load == "trace":
+            offs, specs = workloads.trace_specs(w)
+            rate = (len(offs) - 1) / offs[-1] if len(offs) > 1 and offs[-1] > 0 else 1.0
+            for rep in range(w.repeats):
+                out.append(await measure_point(ctx, client, key=rate_key(rate), repeat=rep, mode="trace",
+                                               rate=rate, offsets=offs, specs=specs))
+        elif w.load == "sla":
+            from bakeoff.bench.sla import search
+            result = await search(ctx, client)
+            out.extend(result.summaries)
+            store.write_json(ctx.out_dir / f"sla-{w.name}.json", result.to_dict())
+        return out
+    finally:
+        await client.close()
+
+
+def run_workload(endpoint, target, workload, slo, out_dir: Path, run_id: str, api_key: str | None,
+                 emulated: bool, *, max_error_rate: float | None = None, provenance: bool = True) -> list[dict]:
+    """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
+    completes under ``out_dir`` (store.target_dir); return the point summaries."""
+    ctx = Ctx(endpoint, target, workload, slo, Path(out_dir), run_id, api_key, emulated, max_error_rate, provenance)
+    t = time.perf_counter()
+    out = run_async(_run(ctx))
+    log.info("workload %s on %s: %d points in %.1fs", workload.name, target.slug, len(out), time.perf_counter() - t)
+    return out
+
+
+async def measure_scripted(url: str, concurrency: int, requests: int, output_tokens: int,
+                           input_len: int = 8) -> tuple[list[RequestRecord], dict]:
+    """A closed-loop point against a scripted server (self-calibration): no files written."""
+    from bakeoff.bench.prompts import RequestSpec
+    from bakeoff.plan.workload import Workload
+
+    w = Workload(name="calibration", input_len=input_len, output_len=output_tokens, concurrency=[concurrency],
+                 requests_per_point=requests, warmup_requests=concurrency)
+    client = StreamingClient(url, timeout_s=60)
+    try:
+        specs = [RequestSpec(input_len, output_tokens, prompt=" ".join(["calibrate"] * input_len))] * (requests + concurrency)
+        sender = Sender(client, w, "scripted", PointId("calibration", "scripted", w.name, concurrency, 0),
+                        specs, concurrency, 60)
+        await client.warm(concurrency)
+        sender.start_clock()
+        with LoopMonitor() as mon:
+            recs = await closed_loop(sender.send, len(specs), concurrency, warmup=concurrency)
+        return recs, mon.figures()
+    finally:
+        await client.close()

@@ -1,0 +1,210 @@
+"""Where prompts come from: synthetic lengths, the user's prompt files, a request-log length
+distribution, or a timed trace. Bad files raise WorkloadFileError naming the file and line.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff import tokens
+from bakeoff.bench.prompts import RequestSpec, prompt_words, shared_prefixes, synthesize
+
+
+class WorkloadFileError(ValueError):
+    """A workload file that cannot be used; the message names the file, the line and the fix."""
+
+
+def _where(path: Path, line: int | None) -> str:
+    return f"{path.name}:{line}" if line else path.name
+
+
+def _open(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadFileError(f"source_path: no file {str(path)!r}; give the path of an existing file")
+    return p
+
+
+# --- user prompts (JSONL) ---------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _jsonl(path: str, mtime: float) -> tuple[dict, ...]:
+    p = Path(path)
+    out = []
+    with p.open(encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise WorkloadFileError(f"{_where(p, no)}: not valid JSON ({e.msg}); one JSON object per line") from None
+            if not isinstance(obj, dict):
+                raise WorkloadFileError(f"{_where(p, no)}: expected a JSON object, got {type(obj).__name__}")
+            out.append(_user_entry(obj, p, no))
+    if not out:
+        raise WorkloadFileError(f"{p.name}: no prompts found; add lines like {{\"prompt\": \"...\"}}")
+    return tuple(out)
+
+
+def _user_entry(obj: dict, p: Path, no: int) -> dict:
+    prompt, messages = obj.get("prompt"), obj.get("messages")
+    if (prompt is None) == (messages is None):
+        raise WorkloadFileError(f"{_where(p, no)}: give exactly one of \"prompt\" (a string) or \"messages\" (a list)")
+    if prompt is not None and not isinstance(prompt, str):
+        raise WorkloadFileError(f"{_where(p, no)}: \"prompt\" must be a string")
+    if messages is not None:
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in messages):
+            raise WorkloadFileError(f"{_where(p, no)}: \"messages\" must be a non-empty list of "
+                                    "{\"role\": ..., \"content\": ...} objects")
+    mt = obj.get("max_tokens")
+    if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
+        raise WorkloadFileError(f"{_where(p, no)}: \"max_tokens\" must be a positive integer, got {mt!r}")
+    text = prompt if prompt is not None else " ".join(str(m.get("content") or "") for m in messages)
+    return {"prompt": prompt, "messages": messages, "max_tokens": mt, "input_len": tokens.count(text)}
+
+
+# --- ShareGPT ---------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def _sharegpt(path: str, mtime: float) -> tuple[dict, ...]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as e:
+        line = getattr(e, "lineno", None)
+        raise WorkloadFileError(f"{_where(p, line)}: not valid JSON ({getattr(e, 'msg', e)})") from None
+    if not isinstance(data, list):
+        raise WorkloadFileError(f"{p.name}: expected a JSON list of conversations (ShareGPT format)")
+    out = []
+    for i, conv in enumerate(data):
+        turns = conv.get("conversations") if isinstance(conv, dict) else None
+        if not isinstance(turns, list):
+            raise WorkloadFileError(f"{p.name}: entry [{i}] has no \"conversations\" list")
+        if len(turns) < 2:
+            continue                 # no reply to take an output length from (vLLM skips these too)
+        try:
+            human, gpt = str(turns[0]["value"]), str(turns[1]["value"])
+        except (KeyError, TypeError):
+            raise WorkloadFileError(f"{p.name}: entry [{i}] turns need \"from\" and \"value\"") from None
+        n_in, n_out = tokens.count(human), tokens.count(gpt)
+        if n_in < 1 or n_out < 1:
+            continue
+        out.append({"prompt": human, "messages": None, "max_tokens": n_out, "input_len": n_in})
+    if not out:
+        raise WorkloadFileError(f"{p.name}: no usable conversation (need a human turn and a reply)")
+    return tuple(out)
+
+
+# --- request-log length distribution -------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def _length_log(path: str, mtime: float) -> np.ndarray:
+    p = Path(path)
+    pairs = []
+    with p.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        cols = set(reader.fieldnames or [])
+        if not {"input_len", "output_len"} <= cols:
+            raise WorkloadFileError(f"{_where(p, 1)}: header must include input_len and output_len, got {sorted(cols)}")
+        for row in reader:
+            no = reader.line_num
+            try:
+                i, o = int(row["input_len"]), int(row["output_len"])
+            except (TypeError, ValueError):
+                raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be integers, "
+                                        f"got {row.get('input_len')!r}, {row.get('output_len')!r}") from None
+            if i < 1 or o < 1:
+                raise WorkloadFileError(f"{_where(p, no)}: lengths must be >= 1, got {i}, {o}")
+            pairs.append((i, o))
+    if not pairs:
+        raise WorkloadFileError(f"{p.name}: no rows; add input_len,output_len lines")
+    return np.asarray(pairs, dtype=np.int64)
+
+
+def length_log_sample(path: str | Path, n: int, seed: int) -> np.ndarray:
+    """n (input_len, output_len) pairs drawn from the log's empirical joint distribution (pairs are
+    resampled whole, so the input/output correlation of real traffic is kept)."""
+    p = _open(path)
+    pairs = _length_log(str(p), p.stat().st_mtime)
+    rng = np.random.default_rng(seed)
+    return pairs[rng.integers(0, len(pairs), n)]
+
+
+def load_entries(workload) -> tuple[dict, ...]:
+    p = _open(workload.source_path)
+    loader = {"jsonl": _jsonl, "sharegpt": _sharegpt}[workload.source]
+    return loader(str(p), p.stat().st_mtime)
+
+
+# --- one entry point for the sweep ---------------------------------------------------------------
+def build_specs(workload, n: int, *, stream: int = 0) -> list[RequestSpec]:
+    """n request specs for one point; deterministic in (workload.seed, stream)."""
+    if workload.source == "synthetic":
+        return synthesize(workload, n, stream=stream)
+    seed = workload.seed * 1_000_003 + stream
+    if workload.source == "length_log":
+        pairs = length_log_sample(workload.source_path, n, seed)
+        prefixes = shared_prefixes(workload)
+        specs = []
+        for i, (il, ol) in enumerate(pairs):
+            prefix = ""
+            if prefixes:
+                prefix = " ".join(prefixes[i % len(prefixes)].split()[:round(workload.prefix_ratio * il)])
+            specs.append(RequestSpec(int(il), int(ol), prompt=prompt_words(int(il), seed * 7 + i, prefix)))
+        return specs
+    entries = load_entries(workload)
+    order = list(range(len(entries)))
+    random.Random(seed).shuffle(order)
+    specs = []
+    for i in range(n):
+        e = entries[order[i % len(order)]]
+        specs.append(RequestSpec(e["input_len"], e["max_tokens"] or workload.output_len,
+                                 prompt=e["prompt"], messages=e["messages"]))
+    return specs
+
+
+def trace_specs(workload) -> tuple[np.ndarray, list[RequestSpec]]:
+    """Send offsets (s from the first) and specs from a JSONL trace: one line per request with
+    ``timestamp`` (s) or ``timestamp_ms``, optional input_len/output_len (else the workload's)."""
+    p = _open(workload.trace_path)
+    times, specs = [], []
+    rng = random.Random(workload.seed)
+    with p.open(encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise WorkloadFileError(f"{_where(p, no)}: not valid JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise WorkloadFileError(f"{_where(p, no)}: expected a JSON object")
+            ts = obj.get("timestamp")
+            if ts is None and obj.get("timestamp_ms") is not None:
+                ts = obj["timestamp_ms"] / 1000 if isinstance(obj["timestamp_ms"], (int, float)) else obj["timestamp_ms"]
+            if not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0:
+                raise WorkloadFileError(f"{_where(p, no)}: needs \"timestamp\" (seconds, >= 0) or \"timestamp_ms\"")
+            il = obj.get("input_len", obj.get("input_length", workload.input_len))
+            ol = obj.get("output_len", obj.get("output_length", workload.output_len))
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (il, ol)):
+                raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be positive integers")
+            times.append(float(ts))
+            prompt = obj.get("prompt") if isinstance(obj.get("prompt"), str) else prompt_words(il, rng.getrandbits(48))
+            specs.append(RequestSpec(il if obj.get("prompt") is None else tokens.count(prompt), ol, prompt=prompt))
+    if not times:
+        raise WorkloadFileError(f"{p.name}: no requests in the trace")
+    order = np.argsort(times, kind="stable")
+    t = np.asarray(times)[order]
+    return t - t[0], [specs[i] for i in order]
+
+
+def describe(workload) -> dict[str, Any]:
+    """What the report states about where prompts came from."""
+    return {"source": workload.source, "source_path": workload.source_path, "interval": workload.length_interval,
+            "bounds_in": workload.length_bounds(workload.input_len),
+            "bounds_out": workload.length_bounds(workload.output_len), "prefix_ratio": workload.prefix_ratio}

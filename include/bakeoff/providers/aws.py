@@ -1,0 +1,305 @@
+"""AWS EC2: NVIDIA Blackwell / Hopper nodes (p6-b200, p6-b300, p5en, p5) with boto3.
+
+Why each safeguard:
+- ``ClientToken`` derived from run, target and placement, plus a lookup by tag before launching,
+  so a retried task (or a lost response) never starts a second instance.
+- ``InstanceInitiatedShutdownBehavior=terminate`` and a ``shutdown`` timer in user-data: the
+  cloud-side kill switch that fires even if Airflow is dead.
+- Capacity errors fail over along the plan's ordered zones/regions; the final error names every
+  placement tried and why it was refused.
+Instance ids are ``<region>/<i-...>`` so describe/terminate need no region lookup.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import time
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from bakeoff import catalog
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError
+from bakeoff.providers.rest import TAG_PORT, resolve_address
+from bakeoff.serving import userdata
+
+log = logging.getLogger(__name__)
+
+CAPACITY_CODES = {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
+                  "InsufficientReservedInstanceCapacity", "InstanceLimitExceeded", "VcpuLimitExceeded",
+                  "ReservationCapacityExceeded", "Unsupported", "InsufficientCapacityOnHost"}
+LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+# Deep Learning Base AMI (Ubuntu 22.04, NVIDIA driver + Docker + NVIDIA container toolkit)
+DEFAULT_SSM_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+
+
+def client_token(run_id: str, target_slug: str, placement: str) -> str:
+    """EC2 dedupes RunInstances by this (max 64 ASCII chars), per region, for about a day."""
+    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}".encode()).hexdigest()[:64]
+
+
+def split_id(instance_id: str) -> tuple[str, str]:
+    region, _, iid = instance_id.rpartition("/")
+    if not region or not iid.startswith("i-"):
+        raise ProviderError(f"aws: instance id {instance_id!r} is not <region>/<i-...>")
+    return region, iid
+
+
+class AwsProvider(Provider):
+    name = "aws"
+
+    def __init__(self, credentials: dict[str, Any] | None = None, **options: Any):
+        creds = dict(credentials or {})
+        self.endpoint_url = creds.pop("endpoint_url", None)
+        self.address_map_url = creds.pop("address_map_url", None)
+        extra_regions = creds.pop("regions", None) or []
+        session = creds.pop("session", None)
+        self.session = session or boto3.Session(**{k: v for k, v in creds.items() if v})
+        self.default_region = self.session.region_name or "us-east-1"
+        known = {r for it in catalog.instance_types().values() if it.provider == "aws" for r in it.regions}
+        self._known_regions = known | set(extra_regions) | {self.default_region}
+        self._regions: list[str] | None = None
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._config = Config(retries={"max_attempts": 8, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+
+    @property
+    def regions(self) -> list[str]:
+        """Every region the account can use, so a sweep or reaper pass misses no plan's region."""
+        if self._regions is None:
+            try:
+                found = {r["RegionName"] for r in self._client("ec2", self.default_region).describe_regions()["Regions"]}
+            except ClientError as e:
+                log.warning("aws: describe_regions failed (%s); scanning %s only", e.response["Error"]["Code"],
+                            ", ".join(sorted(self._known_regions)))
+                found = set()
+            self._regions = sorted(found | self._known_regions)
+        return self._regions
+
+    def _client(self, service: str, region: str):
+        key = (service, region)
+        if key not in self._clients:
+            self._clients[key] = self.session.client(service, region_name=region, endpoint_url=self.endpoint_url,
+                                                     config=self._config)
+        return self._clients[key]
+
+    # placement ------------------------------------------------------------------
+    def placements(self, target) -> list[tuple[str, str | None]]:
+        """(region, zone or None) in the order the plan gives: zones within their region first."""
+        opts = target.provider_options
+        regions = list(opts.regions) or list(target.instance.regions[:1]) or [self.default_region]
+        for z in opts.zones:
+            if z[:-1] not in regions:
+                regions.append(z[:-1])
+        out: list[tuple[str, str | None]] = []
+        for r in regions:
+            zones = [z for z in opts.zones if z[:-1] == r]
+            out += [(r, z) for z in zones] or [(r, None)]
+        return out
+
+    def _ami(self, target, region: str) -> str:
+        opts = target.provider_options
+        if opts.ami:
+            return opts.ami
+        name = opts.ssm_parameter or DEFAULT_SSM_PARAMETER
+        try:
+            return self._client("ssm", region).get_parameter(Name=name)["Parameter"]["Value"]
+        except ClientError as e:
+            raise ProviderError(f"aws: cannot read AMI parameter {name} in {region} "
+                                f"({e.response['Error']['Code']}); set provider_options.ami or ssm_parameter") from None
+
+    def _security_groups(self, target, run_id: str, region: str, tags: dict[str, str]) -> list[str]:
+        """The plan's groups, else a per-run group that opens only the serving port to ingress_cidr."""
+        opts = target.provider_options
+        if opts.security_group_ids:
+            return list(opts.security_group_ids)
+        ec2 = self._client("ec2", region)
+        name = f"bakeoff-{client_token(run_id, target.slug, 'sg')[:20]}"
+        found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]}])["SecurityGroups"]
+        if found:
+            return [found[0]["GroupId"]]
+        vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
+        if not vpcs:
+            raise ProviderError(f"aws: {region} has no default VPC; set provider_options.subnet_id and security_group_ids")
+        sg = ec2.create_security_group(
+            GroupName=name, Description=f"bakeoff serving port for {target.slug}", VpcId=vpcs[0]["VpcId"],
+            TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(tags)}])["GroupId"]
+        ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[{
+            "IpProtocol": "tcp", "FromPort": target.stack_spec.port, "ToPort": target.stack_spec.port,
+            "IpRanges": [{"CidrIp": opts.ingress_cidr, "Description": "bakeoff client"}]}])
+        return [sg]
+
+    # Provider interface -----------------------------------------------------------
+    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+        opts = target.provider_options
+        if not opts.ingress_cidr and not opts.security_group_ids:
+            raise ProviderError(f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark client "
+                                "reaches the node from (e.g. 203.0.113.7/32), or give security_group_ids")
+        for inst in self.list_tagged(run_id):
+            if inst.target == target.slug:
+                log.info("aws: %s already has instance %s for run %s; reusing it", target.slug, inst.id, run_id)
+                return inst
+        shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
+        script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
+                                 ingress_cidr=opts.ingress_cidr)
+        tags = {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
+        tried: list[str] = []
+        for region, zone in self.placements(target):
+            where = zone or region
+            try:
+                return self._launch(target, run_id, tags, script, region, zone)
+            except ClientError as e:
+                code, msg = e.response["Error"]["Code"], e.response["Error"].get("Message", "")
+                if code not in CAPACITY_CODES:
+                    raise ProviderError(f"aws: RunInstances {target.instance_type} in {where} failed: {code}: {msg}") from None
+                log.warning("aws: no capacity for %s in %s (%s); trying the next placement", target.instance_type, where, code)
+                tried.append(f"{where} ({code})")
+        raise CapacityError(
+            f"aws: no capacity for {target.instance_type}; tried {', '.join(tried)}. Add zones/regions to "
+            f"targets.{target.name}.provider_options, raise the vCPU quota, or reserve a Capacity Block "
+            "(provider_options.capacity_reservation_id)")
+
+    def _launch(self, target, run_id: str, tags: dict[str, str], script: str, region: str, zone: str | None) -> Instance:
+        opts = target.provider_options
+        ec2 = self._client("ec2", region)
+        ami = self._ami(target, region)
+        kw: dict[str, Any] = dict(
+            ImageId=ami, InstanceType=target.instance_type, MinCount=1, MaxCount=1,
+            ClientToken=client_token(run_id, target.slug, zone or region),
+            InstanceInitiatedShutdownBehavior="terminate", UserData=script,
+            MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
+            TagSpecifications=[{"ResourceType": rt, "Tags": _tag_list(tags)} for rt in ("instance", "volume")],
+            BlockDeviceMappings=[{"DeviceName": self._root_device(ec2, ami),
+                                  "Ebs": {"VolumeSize": opts.root_volume_gb, "VolumeType": "gp3", "DeleteOnTermination": True}}],
+        )
+        if opts.subnet_id:
+            kw["SubnetId"] = opts.subnet_id
+        if zone:
+            kw["Placement"] = {"AvailabilityZone": zone}
+        kw["SecurityGroupIds"] = self._security_groups(target, run_id, region, tags)
+        if opts.key_name:
+            kw["KeyName"] = opts.key_name
+        if opts.capacity_reservation_id:
+            kw["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+            kw["CapacityReservationSpecification"] = {
+                "CapacityReservationTarget": {"CapacityReservationId": opts.capacity_reservation_id}}
+        raw = ec2.run_instances(**kw)["Instances"][0]
+        log.info("aws: launched %s (%s) in %s for %s", raw["InstanceId"], target.instance_type, zone or region, target.slug)
+        return self._to_instance(raw, region)
+
+    @staticmethod
+    def _root_device(ec2, ami: str) -> str:
+        try:
+            images = ec2.describe_images(ImageIds=[ami])["Images"]
+        except ClientError:
+            images = []
+        return (images[0].get("RootDeviceName") if images else None) or "/dev/sda1"
+
+    def _to_instance(self, raw: dict[str, Any], region: str) -> Instance:
+        tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+        iid = f"{region}/{raw['InstanceId']}"
+        # stopped nodes still bill for storage: "failed", so the sweep and the reaper still delete them
+        state = {"pending": "pending", "running": "running", "stopping": "failed", "stopped": "failed"}.get(
+            raw["State"]["Name"], "terminated")
+        port = _stack_port(tags)
+        host = raw.get("PublicIpAddress") or raw.get("PrivateIpAddress")
+        if state == "running":
+            host, port = resolve_address(self.address_map_url, self.name, iid, host, port)
+        launched = raw.get("LaunchTime")
+        return Instance(
+            provider=self.name, id=iid, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
+            host=host, port=port, instance_type=raw.get("InstanceType", ""), region=region,
+            launched_at=launched.timestamp() if launched else None,
+            expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None, tags=tags,
+            details={"zone": (raw.get("Placement") or {}).get("AvailabilityZone"), "ec2_state": raw["State"]["Name"]})
+
+    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            cur = self.describe(instance.id)
+            if cur is None or cur.details.get("ec2_state") in ("shutting-down", "terminated", "stopping", "stopped"):
+                raise ProviderError(f"aws: instance {instance.id} ended before it was ready "
+                                    f"({cur.details.get('ec2_state') if cur else 'gone'})")
+            if cur.state == "running" and cur.host and cur.port:
+                return cur
+            if time.monotonic() >= deadline:
+                raise ProviderError(f"aws: instance {instance.id} not running with an address after {timeout_s:.0f}s "
+                                    f"(state {cur.details.get('ec2_state')})")
+            time.sleep(min(5.0, max(0.2, timeout_s / 50)))
+
+    def describe(self, instance_id: str) -> Instance | None:
+        region, iid = split_id(instance_id)
+        try:
+            res = self._client("ec2", region).describe_instances(InstanceIds=[iid])["Reservations"]
+        except ClientError as e:
+            if e.response["Error"]["Code"].startswith("InvalidInstanceID"):
+                return None
+            raise
+        raws = [i for r in res for i in r["Instances"]]
+        return self._to_instance(raws[0], region) if raws else None
+
+    def terminate(self, instance_id: str) -> bool:
+        region, iid = split_id(instance_id)
+        ec2 = self._client("ec2", region)
+        try:
+            res = ec2.describe_instances(InstanceIds=[iid])["Reservations"]
+            state = res[0]["Instances"][0]["State"]["Name"] if res else "terminated"
+            if state in ("shutting-down", "terminated"):
+                return False
+            ec2.terminate_instances(InstanceIds=[iid])
+        except ClientError as e:
+            if e.response["Error"]["Code"].startswith("InvalidInstanceID"):
+                return False
+            raise
+        log.info("aws: terminated %s", instance_id)
+        return True
+
+    def list_tagged(self, run_id: str | None = None) -> list[Instance]:
+        flt = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
+        flt.append({"Name": f"tag:{TAG_RUN}", "Values": [run_id]} if run_id else {"Name": "tag-key", "Values": [TAG_RUN]})
+        out = []
+        for region in self.regions:
+            pages = self._client("ec2", region).get_paginator("describe_instances").paginate(Filters=flt)
+            out += [self._to_instance(i, region) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        return out
+
+    def console_output(self, instance_id: str) -> str | None:
+        """The boot script's console log (serving-container exit and log tail), for failure triage."""
+        region, iid = split_id(instance_id)
+        try:
+            out = self._client("ec2", region).get_console_output(InstanceId=iid, Latest=True).get("Output")
+        except ClientError:
+            return None
+        if not out:
+            return None
+        try:
+            return base64.b64decode(out).decode(errors="replace")
+        except ValueError:
+            return out
+
+    def cleanup(self, run_ids: set[str]) -> list[str]:
+        """Delete per-run security groups of ended runs once their instances are gone."""
+        deleted = []
+        for region in self.regions:
+            ec2 = self._client("ec2", region)
+            groups = ec2.describe_security_groups(Filters=[{"Name": "tag-key", "Values": [TAG_RUN]}])["SecurityGroups"]
+            for g in groups:
+                tags = {t["Key"]: t["Value"] for t in g.get("Tags", [])}
+                if tags.get(TAG_RUN) in run_ids:
+                    try:
+                        ec2.delete_security_group(GroupId=g["GroupId"])
+                        deleted.append(f"{region}/{g['GroupId']}")
+                    except ClientError as e:
+                        log.info("aws: security group %s not deleted yet (%s)", g["GroupId"], e.response["Error"]["Code"])
+        return deleted
+
+
+def _tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": str(v)} for k, v in tags.items()]
+
+
+def _stack_port(tags: dict[str, str]) -> int | None:
+    port = tags.get(TAG_PORT)
+    return int(port) if port and port.isdigit() else None

@@ -1,0 +1,249 @@
+"""The local provider: an "instance" is a hardware-emulator process on a free loopback port.
+
+It behaves like a cloud provider where it matters for teardown: each instance is tagged with its
+run and target in a registry file that outlives the process that created it, so list_tagged finds
+leftovers after an Airflow task died; terminate kills the emulator's whole process group (it runs
+in its own session, so it also survives the task that started it until something terminates it);
+create is idempotent per (run, target), so a retried task never starts a second one. The emulator
+also exits by itself at expires_at, the local twin of a cloud instance's shutdown timer.
+
+Layout under state_root()/local/:  instances/<id>.json (registry), <id>/config.json,
+<id>/emulator.log, <id>/port. The API key reaches the child only through its environment.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bakeoff import paths
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, Provider, ProviderError
+
+EMULATOR_MODULE = "bakeoff.serving.emulator"
+API_KEY_ENV = "BAKEOFF_API_KEY"
+HOST = "127.0.0.1"
+
+_children: dict[int, subprocess.Popen] = {}     # processes this interpreter started, reaped on terminate
+
+
+def _root() -> Path:
+    return paths.state_root() / "local"
+
+
+def _registry_dir() -> Path:
+    return _root() / "instances"
+
+
+def instance_id(run_id: str, target_slug: str) -> str:
+    """Stable per (run, target): the idempotency key of create()."""
+    return "local-" + hashlib.sha256(f"{run_id}/{target_slug}".encode()).hexdigest()[:16]
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class LocalProvider(Provider):
+    name = "local"
+
+    def __init__(self, credentials: dict | None = None, *, grace_s: float = 5.0, python: str | None = None,
+                 **options: Any):
+        self.grace_s = grace_s
+        self.python = python or sys.executable
+        self.options = options
+
+    # registry ----------------------------------------------------------------
+    def _record_path(self, iid: str) -> Path:
+        return _registry_dir() / f"{iid}.json"
+
+    def _read(self, iid: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._record_path(iid).read_text())
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError:
+            return None
+
+    @contextlib.contextmanager
+    def _lock(self, iid: str):
+        _registry_dir().mkdir(parents=True, exist_ok=True)
+        with open(_registry_dir() / f".{iid}.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+
+    @staticmethod
+    def _alive(rec: dict[str, Any]) -> bool:
+        """The recorded pid still runs *our* emulator (not a recycled pid, not a zombie)."""
+        try:
+            proc = psutil.Process(rec["pid"])
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            cmd = proc.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError):
+            return False
+        return EMULATOR_MODULE in cmd and rec["config"] in cmd
+
+    def _port(self, rec: dict[str, Any]) -> int | None:
+        if rec.get("port"):
+            return rec["port"]
+        try:
+            return int(Path(rec["port_file"]).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _instance(self, rec: dict[str, Any], state: str | None = None) -> Instance:
+        alive = self._alive(rec)
+        port = self._port(rec)
+        if state is None:
+            state = ("running" if port else "pending") if alive else "terminated"
+        return Instance(
+            provider=self.name, id=rec["id"], target=rec["target"], run_id=rec["run_id"], state=state,
+            host=HOST, port=port, instance_type=rec.get("instance_type", ""), region="local",
+            launched_at=rec.get("launched_at"), expires_at=rec.get("expires_at"), tags=dict(rec.get("tags", {})),
+            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode")} | {"emulated": True},
+        )
+
+    # Provider interface --------------------------------------------------------
+    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+        iid = instance_id(run_id, target.slug)
+        with self._lock(iid):
+            rec = self._read(iid)
+            if rec and rec.get("state") != "terminated" and self._alive(rec):
+                return self._instance(rec)
+            return self._instance(self._launch(iid, target, run_id, tags, spec))
+
+    def _launch(self, iid: str, target, run_id: str, tags: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:
+        mode = spec.get("mode", "roofline")
+        api_key = spec.get("api_key")
+        expires_at = spec.get("expires_at")
+        workdir = _root() / iid
+        workdir.mkdir(parents=True, exist_ok=True)
+        config_path, port_file, log_path = workdir / "config.json", workdir / "port", workdir / "emulator.log"
+        port_file.unlink(missing_ok=True)
+        config = {"mode": mode, "target": target.model_dump(mode="json"), "served_model": target.model_spec.hf_id,
+                  "api_key_env": API_KEY_ENV if api_key else None, "expires_at": expires_at}
+        if "scripted" in spec:
+            config["scripted"] = spec["scripted"]
+        _write_json(config_path, config)
+        env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+        if api_key:
+            env[API_KEY_ENV] = api_key
+        cmd = [self.python, "-m", EMULATOR_MODULE, "--config", str(config_path), "--host", HOST, "--port", "0",
+               "--port-file", str(port_file)]
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True, close_fds=True)
+        _children[proc.pid] = proc
+        all_tags = {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug}
+        if expires_at is not None:
+            all_tags[TAG_EXPIRES] = str(int(expires_at))
+        rec = {"id": iid, "run_id": run_id, "target": target.slug, "instance_type": target.instance_type,
+               "pid": proc.pid, "pgid": proc.pid, "port": None, "port_file": str(port_file), "config": str(config_path),
+               "log": str(log_path), "mode": mode, "tags": all_tags, "launched_at": time.time(),
+               "expires_at": expires_at, "state": "running"}
+        _write_json(self._record_path(iid), rec)
+        return rec
+
+    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
+        deadline = time.monotonic() + timeout_s
+        rec = self._read(instance.id)
+        if rec is None:
+            raise ProviderError(f"local instance {instance.id} is unknown; create it first")
+        last = "no port yet"
+        while time.monotonic() < deadline:
+            if not self._alive(rec):
+                raise ProviderError(f"emulator {instance.id} exited before it was ready; its log {rec['log']} ends:\n"
+                                    + _tail(Path(rec["log"])))
+            port = self._port(rec)
+            if port:
+                try:
+                    r = httpx.get(f"http://{HOST}:{port}/health", timeout=2.0)
+                    if r.status_code == 200:
+                        if rec.get("port") != port:
+                            with self._lock(instance.id):
+                                rec = self._read(instance.id) or rec
+                                rec["port"] = port
+                                _write_json(self._record_path(instance.id), rec)
+                        return self._instance(rec, "running")
+                    last = f"/health answered {r.status_code}"
+                except httpx.HTTPError as e:
+                    last = type(e).__name__
+            time.sleep(0.05)
+        raise ProviderError(f"emulator {instance.id} not ready after {timeout_s:.0f}s ({last}); see {rec['log']}")
+
+    def describe(self, instance_id: str) -> Instance | None:
+        rec = self._read(instance_id)
+        return self._instance(rec) if rec else None
+
+    def terminate(self, instance_id: str) -> bool:
+        with self._lock(instance_id):
+            rec = self._read(instance_id)
+            if rec is None:
+                return False
+            killed = False
+            if self._alive(rec):
+                killed = self._kill_group(rec["pid"], rec["pgid"])
+            rec["state"] = "terminated"
+            rec["terminated_at"] = time.time()
+            _write_json(self._record_path(instance_id), rec)
+            return killed
+
+    def _kill_group(self, pid: int, pgid: int) -> bool:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            return False
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and _running(pid):
+            time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)      # stragglers, or a leader that ignored SIGTERM
+        child = _children.pop(pid, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=2)
+        return True
+
+    def list_tagged(self, run_id: str | None = None) -> list[Instance]:
+        out = []
+        for path in sorted(_registry_dir().glob("local-*.json")) if _registry_dir().is_dir() else []:
+            rec = self._read(path.stem)
+            if not rec or rec.get("state") == "terminated":
+                continue
+            if run_id is not None and rec.get("run_id") != run_id:
+                continue
+            if self._alive(rec):
+                out.append(self._instance(rec))
+        return out
+
+
+def _running(pid: int) -> bool:
+    """True while pid exists and is not a zombie; reaps it if it is our child."""
+    child = _children.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"

@@ -1,0 +1,315 @@
+"""What the REST clouds (Vultr, DigitalOcean) share: a retrying httpx client, pagination, tag codec.
+
+Retries: 429 and 5xx are retried with exponential backoff (honouring Retry-After), because both
+APIs rate-limit bursts; a POST is never blindly retried: the caller first looks for what the lost
+request may have created (by tag), so a retry never starts a second node.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import re
+import time
+from datetime import datetime
+from typing import Any, Iterator
+
+import httpx
+
+from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = {429, 500, 502, 503, 504}
+TAG_PORT = "bakeoff:port"             # serving port, so list_tagged can say where a node serves
+TAG_PREFIX = "bakeoff"
+# tag key -> short name; values are base32 so any run id fits the clouds' tag alphabets
+_SHORT = {TAG_RUN: "run", TAG_TARGET: "target", TAG_PLAN: "plan", TAG_EXPIRES: "expires", TAG_PORT: "port"}
+_LONG = {v: k for k, v in _SHORT.items()}
+
+
+def _b32(s: str) -> str:
+    return base64.b32encode(s.encode()).decode().rstrip("=").lower()
+
+
+def _unb32(s: str) -> str:
+    s = s.upper()
+    return base64.b32decode(s + "=" * (-len(s) % 8)).decode()
+
+
+def encode_tags(tags: dict[str, str]) -> list[str]:
+    """``{"bakeoff:run_id": "manual__2026-...+00:00"}`` -> ``["bakeoff", "bakeoff-run-<b32>"]``.
+
+    DigitalOcean allows only letters, digits, ``:``, ``-`` and ``_`` in tags; Vultr is laxer. One
+    encoding for both keeps list-by-tag and the reaper identical across clouds.
+    """
+    out = [TAG_PREFIX]
+    for k, v in tags.items():
+        if k in _SHORT:
+            out.append(f"{TAG_PREFIX}-{_SHORT[k]}-{_b32(str(v))}")
+    return out
+
+
+def decode_tags(tags: list[str] | None) -> dict[str, str]:
+    out = {}
+    for t in tags or []:
+        parts = t.split("-", 2)
+        if len(parts) == 3 and parts[0] == TAG_PREFIX and parts[1] in _LONG:
+            try:
+                out[_LONG[parts[1]]] = _unb32(parts[2])
+            except ValueError:
+                continue
+    return out
+
+
+def run_tag(run_id: str) -> str:
+    return f"{TAG_PREFIX}-run-{_b32(run_id)}"
+
+
+class RestClient:
+    """httpx with Bearer auth, retries on 429/5xx and transport errors, and readable failures."""
+
+    def __init__(self, base_url: str, token: str, *, cloud: str, retries: int = 5, backoff_s: float = 0.5,
+                 transport: httpx.BaseTransport | None = None, timeout_s: float = 30.0):
+        if not token:
+            raise ProviderError(f"{cloud}: no API token; add it as the password of the {cloud}_default Airflow connection "
+                                f"(or set {cloud.upper()}_API_TOKEN for the CLI)")
+        self.cloud, self.retries, self.backoff_s = cloud, retries, backoff_s
+        self._http = httpx.Client(base_url=base_url.rstrip("/") + "/", timeout=timeout_s, transport=transport,
+                                  headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, *, retry: bool = True, **kw: Any) -> httpx.Response:
+        """One API call. ``retry=False`` for create calls: the caller reconciles by tag instead."""
+        attempts = self.retries + 1 if retry else 1
+        for attempt in range(attempts):
+            try:
+                r = self._http.request(method, path.lstrip("/"), **kw)
+            except httpx.TransportError as e:
+                if attempt + 1 >= attempts:
+                    raise ProviderError(f"{self.cloud}: {method} {path} failed: {type(e).__name__}") from None
+                self.backoff(attempt, None)
+                continue
+            if r.status_code in RETRY_STATUS and attempt + 1 < attempts:
+                log.info("%s: %s %s answered %s; retrying", self.cloud, method, path, r.status_code)
+                self.backoff(attempt, r.headers.get("Retry-After"))
+                continue
+            return r
+        raise AssertionError("unreachable")
+
+    def backoff(self, attempt: int, retry_after: str | None) -> None:
+        try:
+            delay = float(retry_after) if retry_after else self.backoff_s * 2 ** attempt
+        except ValueError:
+            delay = self.backoff_s * 2 ** attempt
+        time.sleep(min(delay, 30.0) * (0.8 + 0.4 * random.random()))
+
+    def json(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 202, 204), **kw: Any) -> Any:
+        r = self.request(method, path, **kw)
+        if r.status_code not in ok:
+            raise api_error(self.cloud, method, path, r)
+        return r.json() if r.content else {}
+
+    def pages(self, path: str, key: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Every item of a paginated list: Vultr's meta.links.next cursor or DigitalOcean's links.pages.next."""
+        params = dict(params or {})
+        seen = 0
+        while True:
+            body = self.json("GET", path, params=params)
+            items = body.get(key) or []
+            yield from items
+            seen += len(items)
+            nxt_cursor = ((body.get("meta") or {}).get("links") or {}).get("next")
+            nxt_url = ((body.get("links") or {}).get("pages") or {}).get("next")
+            if nxt_cursor:
+                params["cursor"] = nxt_cursor
+            elif nxt_url:
+                page = httpx.URL(nxt_url).params.get("page")
+                if not page or not items:
+                    return
+                params["page"] = page
+            else:
+                return
+
+
+def api_error(cloud: str, method: str, path: str, r: httpx.Response) -> ProviderError:
+    try:
+        body = r.json()
+        msg = body.get("error") or body.get("message") or r.text
+    except ValueError:
+        msg = r.text
+    return ProviderError(f"{cloud}: {method} {path} answered {r.status_code}: {str(msg)[:300]}")
+
+
+def resolve_address(address_map_url: str | None, provider: str, instance_id: str,
+                    host: str | None, port: int | None) -> tuple[str | None, int | None]:
+    """Where the serving port is reached from here: the node's IP and port, or, when a port-forwarding
+    layer publishes addresses (the sandbox, an SSH/SSM tunnel), what that layer says."""
+    if not address_map_url:
+        return host, port
+    try:
+        r = httpx.get(f"{address_map_url.rstrip('/')}/{provider}/{instance_id}", timeout=5.0)
+    except httpx.HTTPError:
+        return None, None
+    if r.status_code != 200:
+        return None, None
+    d = r.json()
+    return d.get("host"), d.get("port")
+
+
+CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold out|limit", re.I)
+
+
+class RestProvider(Provider):
+    """The create/poll/list/delete cycle both REST clouds share; subclasses say how their API spells it.
+
+    Idempotency without client tokens: create first lists the run's nodes by tag and returns the
+    target's node if one exists; a create whose answer was lost (timeout, 5xx) is reconciled by
+    listing again before it is retried.
+    """
+
+    name: str
+    default_base: str
+    collection: str      # e.g. "bare-metals"
+    one_key: str         # e.g. "bare_metal"
+    many_key: str        # e.g. "bare_metals"
+    tag_param: str       # list filter query parameter
+    page_size = 100
+
+    def __init__(self, credentials: dict[str, Any] | None = None, *, transport: httpx.BaseTransport | None = None,
+                 backoff_s: float = 0.5, poll_s: float = 5.0, **options: Any):
+        creds = credentials or {}
+        self.base_url = creds.get("base_url") or self.default_base
+        self.address_map_url = creds.get("address_map_url")
+        self.poll_s = float(creds.get("poll_s", poll_s))
+        self.api = RestClient(self.base_url, creds.get("token", ""), cloud=self.name, transport=transport,
+                              backoff_s=float(creds.get("backoff_s", backoff_s)))
+
+    # what subclasses provide ------------------------------------------------------
+    def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse(self, raw: dict[str, Any]) -> tuple[str, str | None, str]:
+        """(state pending|running|terminated, public IPv4 or None, region) of one API object."""
+        raise NotImplementedError
+
+    def default_regions(self, target) -> list[str]:
+        return list(target.instance.regions)
+
+    # shared cycle -------------------------------------------------------------------
+    def _to_instance(self, raw: dict[str, Any]) -> Instance:
+        tags = decode_tags(raw.get("tags"))
+        state, ip, region = self.parse(raw)
+        iid = str(raw["id"])
+        port = int(tags[TAG_PORT]) if tags.get(TAG_PORT, "").isdigit() else None
+        host = ip
+        if state == "running":
+            host, port = resolve_address(self.address_map_url, self.name, iid, ip, port)
+        created = raw.get("date_created") or raw.get("created_at")
+        return Instance(
+            provider=self.name, id=iid, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
+            host=host, port=port, instance_type=str(raw.get("plan") or raw.get("size_slug") or ""), region=region,
+            launched_at=_epoch(created), expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None,
+            tags=tags, details={"status": raw.get("status")})
+
+    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+        from bakeoff.serving import userdata  # noqa: PLC0415 - keeps provider import light
+        opts = target.provider_options
+        if not opts.ingress_cidr:
+            raise ProviderError(f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark "
+                                f"client reaches the node from (e.g. 203.0.113.7/32); {self.name} nodes are "
+                                "firewalled on the host to that CIDR only")
+        existing = self._find(run_id, target.slug)
+        if existing:
+            log.info("%s: %s already has node %s for run %s; reusing it", self.name, target.slug, existing.id, run_id)
+            return existing
+        shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
+        script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
+                                 ingress_cidr=opts.ingress_cidr)
+        all_tags = encode_tags({**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)})
+        tried = []
+        for region in list(opts.regions) or self.default_regions(target):
+            body = self.create_body(target, region, all_tags, script)
+            for attempt in range(self.api.retries + 1):
+                r = None
+                try:
+                    r = self.api.request("POST", self.collection, retry=False, json=body)
+                except ProviderError:
+                    pass
+                if r is not None and r.status_code in (200, 201, 202):
+                    inst = self._to_instance(r.json()[self.one_key])
+                    log.info("%s: created %s (%s) in %s for %s", self.name, inst.id, target.instance_type, region, target.slug)
+                    return inst
+                if r is not None and r.status_code not in RETRY_STATUS:
+                    err = api_error(self.name, "POST", self.collection, r)
+                    if r.status_code in (400, 403, 412, 422) and CAPACITY_RE.search(str(err)):
+                        tried.append(f"{region} ({str(err).split(': ', 2)[-1][:80]})")
+                        break
+                    raise err
+                found = self._find(run_id, target.slug)       # lost answer: did it create anyway?
+                if found:
+                    return found
+                if attempt == self.api.retries:
+                    raise ProviderError(f"{self.name}: create {target.instance_type} in {region} kept failing "
+                                        f"({r.status_code if r is not None else 'no answer'}); try again later")
+                self.api.backoff(attempt, r.headers.get("Retry-After") if r is not None else None)
+        raise CapacityError(f"{self.name}: no capacity for {target.instance_type}; tried {', '.join(tried)}. "
+                            f"Add regions to targets.{target.name}.provider_options.regions or try later")
+
+    def _find(self, run_id: str, slug: str) -> Instance | None:
+        return next((i for i in self.list_tagged(run_id) if i.target == slug), None)
+
+    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            cur = self.describe(instance.id)
+            if cur is None or cur.state in ("terminated", "failed"):
+                raise ProviderError(f"{self.name}: node {instance.id} stopped or disappeared before it was ready "
+                                    f"(status {cur.details.get('status') if cur else 'gone'})")
+            if cur.state == "running" and cur.host and cur.port:
+                return cur
+            if time.monotonic() >= deadline:
+                raise ProviderError(f"{self.name}: node {instance.id} not active with an address after {timeout_s:.0f}s "
+                                    f"(status {cur.details.get('status')})")
+            time.sleep(min(self.poll_s, max(0.05, deadline - time.monotonic())))
+
+    def describe(self, instance_id: str) -> Instance | None:
+        r = self.api.request("GET", f"{self.collection}/{instance_id}")
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            raise api_error(self.name, "GET", f"{self.collection}/{instance_id}", r)
+        return self._to_instance(r.json()[self.one_key])
+
+    def terminate(self, instance_id: str) -> bool:
+        r = self.api.request("DELETE", f"{self.collection}/{instance_id}")
+        if r.status_code == 404:
+            return False
+        if r.status_code not in (200, 202, 204):
+            raise api_error(self.name, "DELETE", f"{self.collection}/{instance_id}", r)
+        log.info("%s: deleted %s", self.name, instance_id)
+        return True
+
+    def list_tagged(self, run_id: str | None = None) -> list[Instance]:
+        tag = run_tag(run_id) if run_id else TAG_PREFIX
+        out = []
+        for raw in self.api.pages(self.collection, self.many_key, {self.tag_param: tag, "per_page": self.page_size}):
+            inst = self._to_instance(raw)
+            if inst.run_id and (run_id is None or inst.run_id == run_id) and inst.state != "terminated":
+                out.append(inst)
+        return out
+
+    def console_output(self, instance_id: str) -> str | None:
+        """Neither REST cloud exposes a console log over its API; triage needs SSH (docker logs bakeoff-serve)."""
+        return None
+
+
+def _epoch(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

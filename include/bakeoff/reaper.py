@@ -1,0 +1,87 @@
+"""The third teardown layer: terminate bakeoff-tagged nodes whose run has ended or whose expiry passed.
+
+Runs hourly (the ``bakeoff_reaper`` DAG) across every configured provider, independent of any run,
+so it catches what the teardown task and the run's all_done sweep could not: a worker killed with
+SIGKILL, a scheduler that died, a run whose results store says it finished while a node still bills.
+
+A node is reaped when
+- its ``bakeoff:expires_at`` tag has passed (the run's max_instance_hours), or
+- the results store's run.json for its run says the run ended (status other than running).
+A node of a run this installation does not know is left alone until it expires: it may belong to
+another installation sharing the account.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from bakeoff import store
+from bakeoff.providers import get_provider
+from bakeoff.providers.base import TAG_PLAN, Instance
+
+log = logging.getLogger(__name__)
+CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "local")
+
+
+def run_status(inst: Instance) -> str | None:
+    """The run's status from the results store (None when this installation has no record of it)."""
+    plan = inst.tags.get(TAG_PLAN)
+    if not plan or not inst.run_id:
+        return None
+    doc = store.read_json(store.run_dir(plan, inst.run_id) / "run.json")
+    return (doc or {}).get("status")
+
+
+def verdict(inst: Instance, now: float) -> str | None:
+    """Why this node should go, or None to keep it."""
+    if inst.expires_at is not None and now >= inst.expires_at:
+        return f"expired at {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(inst.expires_at))}"
+    status = run_status(inst)
+    if status not in (None, "running"):
+        return f"run {inst.run_id} ended ({status})"
+    return None
+
+
+def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] | None = None,
+         credentials_fn: Callable[[str], dict[str, Any]] | None = None, *,
+         providers: list[str] | None = None, provider_for: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """One pass over every provider; returns what was terminated, kept, and which providers failed.
+
+    Providers are built with ``provider_for(name)`` (the pipeline's, credentials from the DAG's
+    resolver) or from ``credentials_fn(name)``; ``providers`` is an alias of ``provider_names``.
+    """
+    now = time.time() if now is None else now
+    names = provider_names or providers or CLOUD_PROVIDERS
+    creds = credentials_fn or (lambda name: {})
+    build = provider_for or (lambda name: get_provider(name, credentials=creds(name)))
+    out: dict[str, Any] = {"at": now, "terminated": [], "kept": [], "errors": {}}
+    for name in names:
+        try:
+            provider = build(name)
+            nodes = provider.list_tagged(None)
+        except Exception as e:  # noqa: BLE001 - one unreachable cloud must not stop the others being reaped
+            out["errors"][name] = f"{type(e).__name__}: {e}"
+            log.error("reaper: cannot list %s: %s", name, out["errors"][name])
+            continue
+        ended_runs = set()
+        for inst in nodes:
+            why = verdict(inst, now)
+            row = {"provider": name, "id": inst.id, "run_id": inst.run_id, "target": inst.target}
+            if why is None:
+                out["kept"].append(row)
+                continue
+            try:
+                done = provider.terminate(inst.id)
+            except Exception as e:  # noqa: BLE001
+                out["errors"][f"{name}:{inst.id}"] = f"{type(e).__name__}: {e}"
+                continue
+            ended_runs.add(inst.run_id)
+            if done:
+                out["terminated"].append({**row, "reason": why})
+                log.warning("reaper: terminated %s node %s (run %s, target %s): %s", name, inst.id, inst.run_id, inst.target, why)
+        cleanup = getattr(provider, "cleanup", None)
+        if cleanup and ended_runs:
+            cleanup(ended_runs)
+    log.info("reaper: %d terminated, %d kept, %d errors", len(out["terminated"]), len(out["kept"]), len(out["errors"]))
+    return out

@@ -1,0 +1,198 @@
+"""The negotiation brief: one to two A4 pages a procurement team takes to the table.
+
+Which target is cheapest at the buyer's SLA and by how much, the break-even prices, the sensitivity
+table, what was measured and how, and the caveats. Emulated figures are stamped EMULATED in the
+header of every page. Text is set in DejaVu Sans (shipped with matplotlib), so any Unicode name in
+a plan prints.
+"""
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+
+import matplotlib
+from fpdf import FPDF, FontFace, XPos, YPos
+
+from bakeoff import cost
+from bakeoff.report import charts
+from bakeoff.report.data import ReportData, fmt
+from bakeoff.report.html import STATUS_TEXT, slo_text
+
+FONT_DIR = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+RED = (192, 0, 0)
+log = logging.getLogger(__name__)
+MAX_PAGES = 2
+
+
+class Brief(FPDF):
+    def __init__(self, d: ReportData):
+        super().__init__(orientation="P", unit="mm", format="A4")
+        self.d = d
+        self.add_font("dejavu", "", FONT_DIR / "DejaVuSans.ttf")
+        self.add_font("dejavu", "B", FONT_DIR / "DejaVuSans-Bold.ttf")
+        self.set_margins(14, 12, 14)
+        self.set_auto_page_break(True, margin=14)
+        self.set_title(f"bakeoff negotiation brief {d.plan.name}")
+        self.set_creator("bakeoff")
+
+    def header(self) -> None:
+        if self.d.emulated:
+            self.set_fill_color(*RED)
+            self.set_text_color(255, 255, 255)
+            self.set_font("dejavu", "B", 10)
+            self.cell(0, 7, "EMULATED — figures from the hardware emulator, not from real GPUs", fill=True,
+                      align="C", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+            self.set_text_color(0, 0, 0)
+        self.set_font("dejavu", "", 7)
+        self.set_text_color(110, 110, 110)
+        self.cell(0, 5, f"bakeoff negotiation brief · plan {self.d.plan.name} · run {self.d.run_id}",
+                  new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+        self.set_text_color(0, 0, 0)
+        self.ln(1)
+
+    def footer(self) -> None:
+        self.set_y(-10)
+        self.set_font("dejavu", "", 7)
+        self.set_text_color(110, 110, 110)
+        stamp = "EMULATED · " if self.d.emulated else ""
+        self.cell(0, 5, f"{stamp}page {self.page_no()}/{{nb}} · generated {self.d.generated_at}", align="R")
+        self.set_text_color(0, 0, 0)
+
+    # small helpers -------------------------------------------------------------------------------
+    def h2(self, text: str) -> None:
+        self.ln(1.5)
+        self.set_font("dejavu", "B", 10.5)
+        self.cell(0, 6, text, new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+        self.set_font("dejavu", "", 8.5)
+
+    def para(self, text: str, size: float = 8.5, bold: bool = False) -> None:
+        self.set_font("dejavu", "B" if bold else "", size)
+        self.multi_cell(0, size * 0.5, text, align="L", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+        self.set_font("dejavu", "", 8.5)
+
+    def bullets(self, items: list[str]) -> None:
+        for it in items:
+            self.multi_cell(0, 4, f"•  {it}", align="L", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+
+    def grid(self, head: list[str], rows: list[list[str]], widths: tuple[float, ...] | None = None) -> None:
+        self.set_font("dejavu", "", 7.5)
+        with self.table(col_widths=widths, text_align="LEFT", line_height=4.2, padding=0.8,
+                        headings_style=FontFace(emphasis="BOLD", fill_color=(236, 238, 241)), first_row_as_headings=True) as t:
+            r = t.row()
+            for h in head:
+                r.cell(h)
+            for row in rows:
+                r = t.row()
+                for c in row:
+                    r.cell(c)
+        self.set_font("dejavu", "", 8.5)
+
+
+def _ranking_rows(d: ReportData, wl: str) -> list[list[str]]:
+    b = d.basis
+    rows = []
+    for _, r in d.ranked(wl).iterrows():
+        lo, hi = r[f"usd_per_m_{b}_ci_low"], r[f"usd_per_m_{b}_ci_high"]
+        ci = f" ({fmt(lo)}–{fmt(hi)})" if lo == lo and hi == hi else ""
+        vs = "cheapest" if r["vs_cheapest_pct"] == 0 else f"+{r['vs_cheapest_pct']:.1f}%"
+        move = r["break_even_price_change_pct"]
+        be = f"{fmt(r['break_even_usd_per_gpu_hour'])} ({move:+.0f}%)" if move == move else "–"
+        name = f"{r['name']}{' [EMULATED]' if r['emulated'] else ''}"
+        rows.append([name, r["node_spec"], fmt(r["usd_per_gpu_hour"]), f"{fmt(r[f'usd_per_m_{b}'])}{ci}",
+                     f"c{fmt(r['concurrency'])}, {fmt(r['interactivity'])} tok/s/user", vs, be])
+    return rows
+
+
+def _sensitivity_rows(d: ReportData, wl: str) -> tuple[list[str], list[list[str]]]:
+    s = d.tables.sensitivity
+    head = ["target"] + [f"price ×{f}" for f in cost.PRICE_FACTORS] + [f"util {u:.0%}" for u in cost.UTILISATIONS]
+    if s.empty:
+        return head, []
+    s = s[(s["workload"] == wl) & s["ranked"]]
+    col = f"usd_per_m_{d.basis}"
+    rows = []
+    for name, g in s.groupby("name", sort=False):
+        price = g[g["dimension"] == "price"].sort_values("factor")[col].tolist()
+        util = g[g["dimension"] == "utilisation"].sort_values("factor")[col].tolist()
+        rows.append([str(name)] + [fmt(v, 3) for v in price + util])
+    return head, rows
+
+
+def _measured_how(d: ReportData) -> list[str]:
+    plan = d.plan
+    out = []
+    for w in plan.workloads:
+        lo_in, hi_in = w.length_bounds(w.input_len)
+        lo_out, hi_out = w.length_bounds(w.output_len)
+        out.append(f"Workload {w.name}: {w.endpoint} endpoint, input {lo_in}–{hi_in} tokens, output {lo_out}–{hi_out} tokens "
+                   f"({'EOS ignored' if w.ignore_eos else 'EOS honoured'}), fixed concurrency {', '.join(map(str, w.concurrency))}; "
+                   f"{w.requests_per_point or '10×c'} requests per level after {w.warmup_requests if w.warmup_requests is not None else '2×c'} "
+                   f"warm-up, {w.repeats} repeat(s).")
+    out.append("Streaming clients timed every chunk; TTFT to first generated text, TPOT = (E2E − TTFT)/(output tokens − 1), "
+               "interactivity = 1000/TPOT, output tokens from the server's usage. Cost at the SLO = cheapest load level where every "
+               "repeat meets every SLO; USD/M tokens = USD per GPU-hour / (tokens/s per GPU × 3600 / 1e6), tokens/s per GPU over "
+               "the GPUs serving the model (TP × PP).")
+    for _, r in d.tables.targets.iterrows():
+        dated = f", as of {r['price_as_of']}" if r["price_as_of"] else ""
+        out.append(f"Price of {r['name']}: {fmt(r['node_usd_per_hour'])} USD/node-h = {fmt(r['usd_per_gpu_hour'])} USD/GPU-h, "
+                   f"{r['market']}; {r['price_source']}{dated}.")
+    h = d.tables.headline
+    out.append(f"This evaluation held instances for {fmt(d.tables.evaluation['instance_hours'].sum(min_count=1))} node-hours: "
+               f"{fmt(h.get('evaluation_cost_usd'))} USD billed ({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices).")
+    return out
+
+
+def _build(d: ReportData, compact: bool) -> Brief:
+    pdf = Brief(d)
+    pdf.add_page()
+    pdf.set_font("dejavu", "B", 15)
+    pdf.cell(0, 9, f"Negotiation brief: {d.plan.name}", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+    pdf.para(f"SLA: {slo_text(d.plan)} · cost per million {d.basis} tokens · utilisation {d.plan.pricing.utilisation:.0%} · "
+             f"{d.plan.pricing.market} prices", size=8)
+    pdf.ln(1)
+    pdf.para(d.tables.headline["summary"], size=10, bold=True)
+    widths = (26, 38, 19, 30, 30, 17, 22)
+    for wl in d.workloads:
+        pdf.h2(f"Cheapest at the SLA — {wl}")
+        rows = _ranking_rows(d, wl)
+        if rows:
+            pdf.grid(["target", "node", "USD/GPU-h today", f"USD/M {d.basis} at SLO (95% CI)", "load at SLO", "vs cheapest",
+                      "break-even USD/GPU-h"], rows, widths)
+            pdf.para("Break-even: the price per GPU-hour at which the target's cost at the SLO equals the best other target's "
+                     "(for the cheapest: the price up to which it stays cheapest). The bracket is the change from today's price.",
+                     size=7)
+        else:
+            pdf.para("No target has a cost at the SLO for this workload.")
+        missed = d.unranked_passed(wl)
+        if not missed.empty:
+            pdf.para(f"Met the SLO at no measured load: {', '.join(map(str, missed['name']))}.", size=8)
+        if len(rows) and len(d.workloads) == 1 and not compact:
+            png = charts.to_png(charts.cost_at_slo(d, wl, small=True), dpi=130)
+            pdf.image(io.BytesIO(png), w=110)
+        head, srows = _sensitivity_rows(d, wl)
+        if srows:
+            pdf.h2(f"Sensitivity of cost at the SLO (USD/M {d.basis} tokens) — {wl}")
+            pdf.grid(head, srows, (32,) + (15,) * (len(head) - 1))
+    dnp = d.did_not_pass()
+    if not dnp.empty:
+        pdf.h2("Did not pass — not ranked")
+        pdf.bullets([f"{r['name']}: {STATUS_TEXT[r['status']]} — {r['failures']}" for _, r in dnp.iterrows()])
+    pdf.h2("What was measured and how")
+    pdf.bullets(_measured_how(d))
+    pdf.h2("Caveats")
+    pdf.bullets(d.caveats)
+    return pdf
+
+
+def render(d: ReportData, path: Path) -> Path:
+    """Write the brief; when the full layout runs past two pages, drop the chart and retry."""
+    pdf = _build(d, compact=False)
+    if pdf.page_no() > MAX_PAGES:
+        pdf = _build(d, compact=True)
+    if pdf.page_no() > MAX_PAGES:
+        log.warning("negotiation brief runs to %d pages (aim: %d); the plan has many targets or workloads",
+                    pdf.page_no(), MAX_PAGES)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pdf.output(str(path))
+    return path

@@ -1,0 +1,114 @@
+"""Sandbox: rehearse the real cloud code path on one machine.
+
+EC2/SSM/S3 are moto in server mode (the AWS provider's boto3 calls cross a socket); Vultr and
+DigitalOcean are local fake REST servers; every "instance" is backed by an emulator process booted
+from the user-data the provider sent. Nothing leaves 127.0.0.1 and every figure is EMULATED.
+
+Use it from Python (``with Sandbox() as sb: pipeline.set_credentials_resolver(sb.credentials)``),
+or run ``python -m bakeoff.sandbox`` and export the printed ``AIRFLOW_CONN_*`` variables so the
+DAG's own hooks point the real plan at it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.clouds import TOKEN, Clouds
+from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
+
+log = logging.getLogger(__name__)
+ENV = "BAKEOFF_SANDBOX"          # JSON credentials per provider, for processes the sandbox did not start
+AWS_REGIONS = ["us-east-1", "us-east-2", "us-west-2"]
+_AWS_CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+class Sandbox:
+    def __init__(self, boot_s: float = 0.3):
+        self.workdir = Path(tempfile.mkdtemp(prefix="bakeoff-sandbox-"))
+        self.backing = Backing(self.workdir)
+        self.clouds = Clouds(self.backing, boot_s=boot_s)
+        self.moto = MotoServer(self.backing)
+
+    def start(self) -> "Sandbox":
+        self.moto.start()
+        self.clouds.start()
+        import boto3  # noqa: PLC0415
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS)
+        ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        publish_dlami(AWS_REGIONS, ami)
+        log.info("sandbox: moto at %s, clouds at %s", self.moto.url, self.clouds.url)
+        return self
+
+    def stop(self) -> None:
+        self.backing.close()
+        self.clouds.stop()
+        self.moto.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # what providers are given ---------------------------------------------------------------
+    def all_credentials(self) -> dict[str, dict[str, Any]]:
+        amap = f"{self.clouds.url}/address"
+        rest = {"token": TOKEN, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02}
+        return {
+            "aws": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url, "address_map_url": amap},
+            "vultr": {**rest, "base_url": f"{self.clouds.url}/vultr/v2"},
+            "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
+        }
+
+    def credentials(self, provider: str) -> dict[str, Any]:
+        return dict(self.all_credentials().get(provider, {}))
+
+    def env(self) -> dict[str, str]:
+        """Environment for other processes: the JSON credentials, and Airflow connections for the DAG."""
+        c = self.all_credentials()
+        amap = c["aws"]["address_map_url"]
+        conns = {
+            "AIRFLOW_CONN_AWS_DEFAULT": {"conn_type": "aws", "login": "testing", "password": "testing",
+                                         "extra": {"region_name": "us-east-1", "endpoint_url": self.moto.url,
+                                                   "bakeoff_address_map_url": amap}},
+            "AIRFLOW_CONN_VULTR_DEFAULT": {"conn_type": "http", "host": c["vultr"]["base_url"], "password": TOKEN,
+                                           "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
+            "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT": {"conn_type": "http", "host": c["digitalocean"]["base_url"],
+                                                  "password": TOKEN, "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
+        }
+        return {ENV: json.dumps(c), **{k: json.dumps(v) for k, v in conns.items()}}
+
+    # ground truth for rehearsals -------------------------------------------------------------
+    def live(self) -> dict[str, list[str]]:
+        """Nodes each fake cloud still has (not via the providers: this is what they are checked against)."""
+        import boto3  # noqa: PLC0415
+        aws = []
+        for region in AWS_REGIONS:
+            ec2 = boto3.client("ec2", region_name=region, endpoint_url=self.moto.url, **_AWS_CREDS)
+            for r in ec2.describe_instances(Filters=[{"Name": "instance-state-name",
+                                                      "Values": ["pending", "running", "stopping", "stopped"]}])["Reservations"]:
+                aws += [f"{region}/{i['InstanceId']}" for i in r["Instances"]]
+        return {"aws": sorted(aws), "vultr": self.clouds.vultr.live(), "digitalocean": self.clouds.do.live()}
+
+    def api_calls(self) -> int:
+        """Control-plane calls the fake clouds have answered so far."""
+        return self.moto.gate.requests + self.clouds.vultr.requests + self.clouds.do.requests
+
+    def deny_capacity(self, provider: str, regions: list[str]) -> None:
+        if provider == "aws":
+            self.moto.gate.denied = set(regions)
+        else:
+            self.clouds.cloud(provider).denied = set(regions)
+
+
+def credentials_from_env(provider: str) -> dict[str, Any]:
+    """Credentials resolver for a process started with a sandbox's ``env()`` (empty if none)."""
+    raw = os.environ.get(ENV)
+    return dict(json.loads(raw).get(provider, {})) if raw else {}

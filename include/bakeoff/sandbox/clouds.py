@@ -1,0 +1,249 @@
+"""Local fakes of the Vultr and DigitalOcean control planes, speaking their v2 REST shapes.
+
+Only what the providers use, but as the real APIs behave: Bearer auth, asynchronous creation
+(pending/new until the node has booted), tag filters, cursor (Vultr) and page (DigitalOcean)
+pagination, 404 for unknown ids, capacity refusals per region, and injectable 429/5xx answers.
+Each created node is backed by an emulator booted from its user-data.
+
+The same server publishes the address map (where a node's serving port is reached from here) and
+a small control surface (``POST /_control``) so out-of-process rehearsals can inject faults.
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlencode
+
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import make_server
+from werkzeug.wrappers import Request, Response
+
+from bakeoff.sandbox.backing import Backing
+
+TOKEN = "sandbox-token"
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class FakeCloud:
+    """State and fault knobs of one fake cloud."""
+
+    def __init__(self, name: str, backing: Backing | None, boot_s: float):
+        self.name, self.backing, self.boot_s = name, backing, boot_s
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.denied: set[str] = set()
+        self.fail_queue: list[int | str] = []    # next answers to fail: 503 (any request) or "POST:503"
+        self.requests = 0
+        self.lock = threading.Lock()
+        self._ids = itertools.count(400000001)
+
+    def live(self) -> list[str]:
+        with self.lock:
+            return sorted(self.nodes)
+
+    def _booted(self, node: dict[str, Any]) -> bool:
+        return time.time() >= node["_created"] + self.boot_s
+
+
+class Clouds:
+    def __init__(self, backing: Backing | None = None, boot_s: float = 0.3):
+        """``backing=None``: control plane only, no emulator behind the nodes (provider tests)."""
+        self.backing = backing
+        self.vultr = FakeCloud("vultr", backing, boot_s)
+        self.do = FakeCloud("digitalocean", backing, boot_s)
+        self.url_map = Map([
+            Rule("/vultr/v2/bare-metals", endpoint="v_list", methods=["GET"]),
+            Rule("/vultr/v2/bare-metals", endpoint="v_create", methods=["POST"]),
+            Rule("/vultr/v2/bare-metals/<nid>", endpoint="v_get", methods=["GET"]),
+            Rule("/vultr/v2/bare-metals/<nid>", endpoint="v_delete", methods=["DELETE"]),
+            Rule("/do/v2/droplets", endpoint="d_list", methods=["GET"]),
+            Rule("/do/v2/droplets", endpoint="d_create", methods=["POST"]),
+            Rule("/do/v2/droplets/<nid>", endpoint="d_get", methods=["GET"]),
+            Rule("/do/v2/droplets/<nid>", endpoint="d_delete", methods=["DELETE"]),
+            Rule("/address/<provider>/<path:nid>", endpoint="address", methods=["GET"]),
+            Rule("/_control", endpoint="control", methods=["POST"]),
+        ])
+        self._server = make_server("127.0.0.1", 0, self, threaded=True)
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="sandbox-clouds")
+
+    def start(self) -> "Clouds":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def cloud(self, provider: str) -> FakeCloud:
+        return {"vultr": self.vultr, "digitalocean": self.do}[provider]
+
+    # WSGI ---------------------------------------------------------------------------
+    def __call__(self, environ, start_response):
+        req = Request(environ)
+        try:
+            endpoint, args = self.url_map.bind_to_environ(environ).match()
+        except Exception:  # noqa: BLE001 - werkzeug raises HTTPException subclasses for 404/405
+            return _json({"error": "not found"}, 404)(environ, start_response)
+        if endpoint in ("address", "control"):
+            return getattr(self, endpoint)(req, **args)(environ, start_response)
+        cloud = self.vultr if endpoint.startswith("v_") else self.do
+        if req.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return _json({"error": "Invalid API token.", "status": 401}, 401)(environ, start_response)
+        with cloud.lock:
+            cloud.requests += 1
+            injected = _take_fault(cloud.fail_queue, req.method)
+        if injected:
+            resp = _json({"error": "sandbox: injected failure", "status": injected}, injected)
+            if injected == 429:
+                resp.headers["Retry-After"] = "0"
+            return resp(environ, start_response)
+        return getattr(self, endpoint)(req, cloud, **args)(environ, start_response)
+
+    # Vultr ----------------------------------------------------------------------------
+    def _vultr_view(self, cloud: FakeCloud, n: dict[str, Any]) -> dict[str, Any]:
+        booted = cloud._booted(n)
+        return {**{k: v for k, v in n.items() if not k.startswith("_")},
+                "status": "active" if booted else "pending", "power_status": "running" if booted else "stopped",
+                "server_status": "ok" if booted else "installingbooting",
+                "main_ip": n["_ip"] if booted else "0.0.0.0"}
+
+    def v_create(self, req: Request, cloud: FakeCloud) -> Response:
+        body = req.get_json(silent=True) or {}
+        missing = [f for f in ("region", "plan") if not body.get(f)]
+        if missing or not (body.get("os_id") or body.get("image_id") or body.get("app_id") or body.get("snapshot_id")):
+            return _json({"error": f"Missing required fields: {missing or ['os_id']}", "status": 400}, 400)
+        if body["region"] in cloud.denied:
+            return _json({"error": "Plan is not available in the selected region (sandbox: out of stock)", "status": 400}, 400)
+        nid = str(uuid.uuid4())
+        script = base64.b64decode(body.get("user_data", "")).decode(errors="replace")
+        node = {"id": nid, "region": body["region"], "plan": body["plan"], "label": body.get("label", ""),
+                "tags": list(body.get("tags") or []), "os_id": body.get("os_id"), "date_created": _now_iso(),
+                "_created": time.time(), "_ip": f"203.0.113.{len(cloud.nodes) % 250 + 1}"}
+        with cloud.lock:
+            cloud.nodes[nid] = node
+        if cloud.backing:
+            cloud.backing.boot("vultr", nid, script)
+        return _json({"bare_metal": self._vultr_view(cloud, node)}, 202)
+
+    def v_get(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
+        node = cloud.nodes.get(nid)
+        if node is None:
+            return _json({"error": "Bare Metal not found.", "status": 404}, 404)
+        return _json({"bare_metal": self._vultr_view(cloud, node)})
+
+    def v_list(self, req: Request, cloud: FakeCloud) -> Response:
+        per_page = min(int(req.args.get("per_page", 100)), 500)
+        tag = req.args.get("tag")
+        with cloud.lock:
+            nodes = [n for n in cloud.nodes.values() if not tag or tag in n["tags"]]
+        start = int(base64.b64decode(req.args["cursor"]).decode()) if req.args.get("cursor") else 0
+        page = nodes[start:start + per_page]
+        nxt = base64.b64encode(str(start + per_page).encode()).decode() if start + per_page < len(nodes) else ""
+        return _json({"bare_metals": [self._vultr_view(cloud, n) for n in page],
+                      "meta": {"total": len(nodes), "links": {"next": nxt, "prev": ""}}})
+
+    def v_delete(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
+        with cloud.lock:
+            node = cloud.nodes.pop(nid, None)
+        if node is None:
+            return _json({"error": "Bare Metal not found.", "status": 404}, 404)
+        if cloud.backing:
+            cloud.backing.kill("vultr", nid)
+        return Response(status=204)
+
+    # DigitalOcean -----------------------------------------------------------------------
+    def _do_view(self, cloud: FakeCloud, n: dict[str, Any]) -> dict[str, Any]:
+        booted = cloud._booted(n)
+        v4 = [{"ip_address": n["_ip"], "type": "public", "netmask": "255.255.255.0"}] if booted else []
+        return {**{k: v for k, v in n.items() if not k.startswith("_")}, "status": "active" if booted else "new",
+                "networks": {"v4": v4, "v6": []}}
+
+    def d_create(self, req: Request, cloud: FakeCloud) -> Response:
+        body = req.get_json(silent=True) or {}
+        missing = [f for f in ("name", "region", "size", "image") if not body.get(f)]
+        if missing:
+            return _json({"id": "unprocessable_entity", "message": f"missing {', '.join(missing)}"}, 422)
+        bad = [t for t in body.get("tags") or [] if not all(c.isalnum() or c in ":-_" for c in t)]
+        if bad:
+            return _json({"id": "unprocessable_entity", "message": f"invalid tag names {bad}"}, 422)
+        if body["region"] in cloud.denied:
+            return _json({"id": "unprocessable_entity", "message": "Size is not available in this region."}, 422)
+        nid = next(cloud._ids)
+        node = {"id": nid, "name": body["name"], "region": {"slug": body["region"]}, "size_slug": body["size"],
+                "tags": list(body.get("tags") or []), "created_at": _now_iso(), "_created": time.time(),
+                "_ip": f"198.51.100.{len(cloud.nodes) % 250 + 1}"}
+        with cloud.lock:
+            cloud.nodes[str(nid)] = node
+        if cloud.backing:
+            cloud.backing.boot("digitalocean", str(nid), body.get("user_data") or "")
+        return _json({"droplet": self._do_view(cloud, node),
+                      "links": {"actions": [{"id": nid + 7, "rel": "create", "href": f"{self.url}/do/v2/actions/{nid + 7}"}]}}, 202)
+
+    def d_get(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
+        node = cloud.nodes.get(nid)
+        if node is None:
+            return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
+        return _json({"droplet": self._do_view(cloud, node)})
+
+    def d_list(self, req: Request, cloud: FakeCloud) -> Response:
+        per_page = min(int(req.args.get("per_page", 20)), 200)
+        page_no = int(req.args.get("page", 1))
+        tag = req.args.get("tag_name")
+        with cloud.lock:
+            nodes = [n for n in cloud.nodes.values() if not tag or tag in n["tags"]]
+        page = nodes[(page_no - 1) * per_page: page_no * per_page]
+        pages: dict[str, str] = {}
+        if page_no * per_page < len(nodes):
+            q = {k: v for k, v in req.args.items() if k != "page"}
+            pages["next"] = f"{self.url}/do/v2/droplets?{urlencode({**q, 'page': page_no + 1})}"
+        return _json({"droplets": [self._do_view(cloud, n) for n in page], "links": {"pages": pages},
+                      "meta": {"total": len(nodes)}})
+
+    def d_delete(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
+        with cloud.lock:
+            node = cloud.nodes.pop(nid, None)
+        if node is None:
+            return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
+        if cloud.backing:
+            cloud.backing.kill("digitalocean", nid)
+        return Response(status=204)
+
+    # address map and control -------------------------------------------------------------
+    def address(self, req: Request, provider: str, nid: str) -> Response:
+        addr = self.backing.address(provider, nid) if self.backing else None
+        if addr is None:
+            return _json({"error": "not serving yet"}, 404)
+        return _json({"host": addr[0], "port": addr[1]})
+
+    def control(self, req: Request) -> Response:
+        """{"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503]} -- for rehearsals in other processes."""
+        body = req.get_json(silent=True) or {}
+        cloud = self.cloud(body["provider"])
+        with cloud.lock:
+            if "deny_regions" in body:
+                cloud.denied = set(body["deny_regions"])
+            cloud.fail_queue.extend(body.get("fail_next", []))
+        return _json({"ok": True})
+
+
+def _take_fault(queue: list[int | str], method: str) -> int | None:
+    """Pop the first injected failure that applies to this request's method."""
+    for i, f in enumerate(queue):
+        m, _, status = str(f).rpartition(":")
+        if not m or m == method:
+            del queue[i]
+            return int(status)
+    return None
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(json.dumps(obj), status=status, mimetype="application/json")

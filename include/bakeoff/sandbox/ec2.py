@@ -1,0 +1,131 @@
+"""EC2, SSM and S3 as moto in server mode, so the provider's real boto3 calls cross a socket.
+
+A thin WSGI gate in front of moto adds what moto leaves out and the rehearsal needs:
+- capacity refusals (``InsufficientInstanceCapacity``) for chosen regions/zones,
+- ``ClientToken`` idempotency on RunInstances (moto ignores the token; EC2 honours it),
+- booting an emulator from each instance's user-data, and stopping it on TerminateInstances,
+- console output = the emulator's log, as an EC2 console shows the boot script's output.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import re
+import threading
+import uuid
+from typing import Any, Callable
+from urllib.parse import parse_qs
+from xml.sax.saxutils import escape
+
+from moto.server import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+from bakeoff.sandbox.backing import Backing
+
+ACCOUNT_ID = "123456789012"
+DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+_REGION_RE = re.compile(r"Credential=[^/]+/[^/]+/([^/]+)/")
+
+
+def _error(code: str, message: str, status: str = "400 Bad Request") -> tuple[str, bytes]:
+    body = (f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
+            f"<Message>{escape(message)}</Message></Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>")
+    return status, body.encode()
+
+
+class Ec2Gate:
+    def __init__(self, app: Callable, backing: Backing | None):
+        self.app, self.backing = app, backing
+        self.denied: set[str] = set()           # regions or zones refusing capacity
+        self.requests = 0                       # API calls seen (the budget guard must make none)
+        self._tokens: dict[tuple[str, str], tuple[str, list, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable):
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(size) if size else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        self.requests += 1
+        params = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items()} \
+            if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded") else {}
+        m = _REGION_RE.search(environ.get("HTTP_AUTHORIZATION", ""))
+        region = m.group(1) if m else "us-east-1"
+        action = params.get("Action")
+        if action == "RunInstances":
+            return self._run_instances(environ, start_response, params, region)
+        if action == "TerminateInstances":
+            for k, v in params.items():
+                if k.startswith("InstanceId.") and self.backing:
+                    self.backing.kill("aws", f"{region}/{v}")
+        if action == "GetConsoleOutput":
+            iid = params.get("InstanceId", "")
+            text = self.backing.log_text("aws", f"{region}/{iid}") if self.backing else ""
+            if text:
+                out = base64.b64encode(text[-60000:].encode()).decode()
+                xml = (f'<?xml version="1.0" encoding="UTF-8"?><GetConsoleOutputResponse><requestId>{uuid.uuid4()}'
+                       f"</requestId><instanceId>{iid}</instanceId><output>{out}</output></GetConsoleOutputResponse>")
+                start_response("200 OK", [("Content-Type", "text/xml")])
+                return [xml.encode()]
+        return self.app(environ, start_response)
+
+    def _run_instances(self, environ, start_response, params: dict[str, str], region: str):
+        zone = params.get("Placement.AvailabilityZone")
+        if region in self.denied or (zone and zone in self.denied):
+            status, body = _error("InsufficientInstanceCapacity",
+                                  f"We currently do not have sufficient {params.get('InstanceType')} capacity in "
+                                  f"{zone or region}. (sandbox)")
+            start_response(status, [("Content-Type", "text/xml")])
+            return [body]
+        token = params.get("ClientToken")
+        with self._lock:
+            if token and (region, token) in self._tokens:
+                status, headers, cached = self._tokens[(region, token)]
+                start_response(status, headers)
+                return [cached]
+            captured: dict[str, Any] = {}
+
+            def capture(status, headers, exc_info=None):
+                captured.update(status=status, headers=headers)
+                return lambda data: None
+
+            out = b"".join(self.app(environ, capture))
+            if captured["status"].startswith("200"):
+                if token:
+                    self._tokens[(region, token)] = (captured["status"], captured["headers"], out)
+                script = base64.b64decode(params.get("UserData", "")).decode(errors="replace") if params.get("UserData") else ""
+                for iid in re.findall(rb"<instanceId>(i-[0-9a-f]+)</instanceId>", out) if self.backing else []:
+                    self.backing.boot("aws", f"{region}/{iid.decode()}", script)
+        start_response(captured["status"], captured["headers"])
+        return [out]
+
+
+class MotoServer:
+    """moto's backend app behind the gate, on 127.0.0.1 and a free port, in a daemon thread."""
+
+    def __init__(self, backing: Backing | None = None):
+        self.gate = Ec2Gate(DomainDispatcherApplication(create_backend_app), backing)
+        self._server = make_server("127.0.0.1", 0, self.gate, threaded=True)
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="sandbox-moto")
+
+    def start(self) -> "MotoServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def publish_dlami(regions: list[str], ami_id: str) -> None:
+    """Publish the Deep Learning AMI public parameter in moto's SSM, as AWS publishes it in every region
+    (moto refuses /aws/ names through the API, so this writes the backend directly)."""
+    import datetime  # noqa: PLC0415
+
+    from moto.ssm.models import Parameter, ssm_backends  # noqa: PLC0415
+    for region in regions:
+        backend = ssm_backends[ACCOUNT_ID][region]
+        backend._parameters[DLAMI_PARAMETER].append(Parameter(
+            account_id=ACCOUNT_ID, name=DLAMI_PARAMETER, value=ami_id, parameter_type="String", description=None,
+            allowed_pattern=None, keyid=None, last_modified_date=datetime.datetime.now(datetime.timezone.utc),
+            version=1, data_type="text"))

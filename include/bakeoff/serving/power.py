@@ -1,0 +1,134 @@
+"""GPU power and provenance from the node itself (nvidia-smi / amd-smi), so energy per token is
+measured rather than assumed.
+
+The sampler runs on the node (started by the boot script) and appends one CSV row per GPU per
+second to ``power.csv``: ``epoch_s,gpu,watts``. Provenance (driver, CUDA/ROCm, firmware, GPU name)
+is written once as ``provenance.txt`` and echoed on the console with a ``bakeoff-provenance:``
+prefix. The parsers below turn the tools' own output formats into rows; they are what the client
+side uses once the files are fetched back.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from typing import Any
+
+_NVIDIA_SAMPLER = r"""
+nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits -lms 1000 2>/dev/null \
+  | while IFS=, read -r gpu watts; do echo "$(date +%s.%N),${{gpu// /}},${{watts// /}}"; done >> {dir}/power.csv &
+{{ nvidia-smi --query-gpu=name,driver_version,vbios_version --format=csv,noheader; nvidia-smi | grep -o 'CUDA Version: [0-9.]*'; }} \
+  > {dir}/provenance.txt 2>&1
+sed 's/^/bakeoff-provenance: /' {dir}/provenance.txt
+"""
+
+_AMD_SAMPLER = r"""
+(while true; do
+  now=$(date +%s.%N)
+  amd-smi metric --power --json 2>/dev/null | python3 -c 'import json,sys
+now=sys.argv[1]
+for g in json.load(sys.stdin):
+    p=(g.get("power") or {{}}).get("socket_power")
+    v=p.get("value") if isinstance(p,dict) else p
+    print(now, g.get("gpu"), v, sep=",")' "$now" >> {dir}/power.csv
+  sleep 1
+done) &
+{{ amd-smi version --json; amd-smi static --asic --vbios --driver --json; }} > {dir}/provenance.txt 2>&1
+sed 's/^/bakeoff-provenance: /' {dir}/provenance.txt | head -c 8000
+"""
+
+
+def sampler_script(vendor: str, log_dir: str) -> str:
+    """Shell lines for the boot script: start the power sampler, record provenance once."""
+    tmpl = _AMD_SAMPLER if vendor == "amd" else _NVIDIA_SAMPLER
+    return tmpl.format(dir=log_dir).strip()
+
+
+def _watts(v: Any) -> float | None:
+    """A power value as amd-smi prints it across versions: 523, "523 W", {"value": 523, "unit": "W"}, "N/A"."""
+    if isinstance(v, dict):
+        v = v.get("value")
+    if isinstance(v, (int, float)):
+        return float(v)
+    m = re.match(r"\s*([0-9.]+)", str(v or "").replace(",", ""))
+    return float(m.group(1)) if m else None
+
+
+def parse_nvidia_power(text: str) -> list[dict[str, Any]]:
+    """``nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits`` -> rows."""
+    rows = []
+    for rec in csv.reader(io.StringIO(text)):
+        if len(rec) < 2:
+            continue
+        w = _watts(rec[1])
+        if rec[0].strip().isdigit() and w is not None:
+            rows.append({"gpu": int(rec[0]), "watts": w})
+    return rows
+
+
+def parse_amd_power(text: str) -> list[dict[str, Any]]:
+    """``amd-smi metric --power --json`` -> rows (socket power per GPU)."""
+    data = json.loads(text)
+    if isinstance(data, dict):
+        data = data.get("gpu_data", [data])
+    rows = []
+    for g in data:
+        w = _watts((g.get("power") or {}).get("socket_power"))
+        if w is not None:
+            rows.append({"gpu": int(g.get("gpu", len(rows))), "watts": w})
+    return rows
+
+
+def parse_samples(text: str) -> list[dict[str, Any]]:
+    """The sampler's ``power.csv`` (epoch_s,gpu,watts) -> rows, skipping partial lines."""
+    rows = []
+    for rec in csv.reader(io.StringIO(text)):
+        try:
+            rows.append({"t": float(rec[0]), "gpu": int(rec[1]), "watts": float(rec[2])})
+        except (IndexError, ValueError):
+            continue
+    return rows
+
+
+def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> float:
+    """Energy of all GPUs over [start, end]: per GPU, trapezoids between consecutive samples."""
+    total = 0.0
+    by_gpu: dict[int, list[tuple[float, float]]] = {}
+    for s in samples:
+        if start <= s["t"] <= end:
+            by_gpu.setdefault(s["gpu"], []).append((s["t"], s["watts"]))
+    for pts in by_gpu.values():
+        pts.sort()
+        total += sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(pts, pts[1:]))
+    return total
+
+
+def parse_nvidia_provenance(text: str) -> dict[str, Any]:
+    """The provenance block of an NVIDIA node: GPU name, driver, VBIOS, CUDA version."""
+    out: dict[str, Any] = {"vendor": "nvidia"}
+    for line in text.splitlines():
+        line = line.removeprefix("bakeoff-provenance: ").strip()
+        m = re.search(r"CUDA Version: ([0-9.]+)", line)
+        if m:
+            out["cuda"] = m.group(1)
+        elif line.count(",") == 2 and "driver" not in out:
+            name, driver, vbios = (x.strip() for x in line.split(","))
+            out.update(gpu_name=name, driver=driver, firmware=vbios)
+    return out
+
+
+def parse_amd_provenance(version_json: str, static_json: str | None = None) -> dict[str, Any]:
+    """``amd-smi version --json`` (+ ``amd-smi static --asic --vbios --driver --json``) -> provenance."""
+    out: dict[str, Any] = {"vendor": "amd"}
+    v = json.loads(version_json)
+    v = v[0] if isinstance(v, list) else v
+    out["rocm"] = v.get("rocm_version")
+    out["amd_smi"] = v.get("amdsmi_library_version") or v.get("version")
+    if static_json:
+        s = json.loads(static_json)
+        g = (s[0] if isinstance(s, list) else s.get("gpu_data", [s])[0])
+        out["gpu_name"] = (g.get("asic") or {}).get("market_name")
+        out["driver"] = (g.get("driver") or {}).get("version")
+        out["firmware"] = (g.get("vbios") or {}).get("version") or (g.get("vbios") or {}).get("part_number")
+    return out

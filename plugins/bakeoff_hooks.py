@@ -1,0 +1,134 @@
+"""Airflow glue: connections -> provider credentials, installed as the pipeline's credentials resolver.
+
+Connections (secrets stay in Airflow's connection store or the environment, never in a plan):
+- ``aws_default``: the Amazon provider's AWS connection (keys, role, or the worker's instance role);
+  extra ``endpoint_url`` points at another EC2 endpoint (the sandbox's moto), extra
+  ``bakeoff_regions`` adds regions the reaper scans.
+- ``vultr_default`` / ``digitalocean_default``: the API token in the password; the host (or extra
+  ``base_url``) is the API base, so the AMD Developer Cloud (https://api.devcloud.amd.com/v2) and
+  the sandbox fakes work with the same provider code.
+Extra ``bakeoff_address_map_url`` (sandbox, or an SSH/SSM tunnel layer) says where serving ports
+are reached from the worker.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CONN_IDS = {"aws": "aws_default", "vultr": "vultr_default", "digitalocean": "digitalocean_default"}
+REST_DEFAULT_BASE = {"vultr": "https://api.vultr.com/v2", "digitalocean": "https://api.digitalocean.com/v2"}
+
+
+def _connection(conn_id: str):
+    from airflow.sdk import BaseHook  # noqa: PLC0415
+    try:
+        return BaseHook.get_connection(conn_id)
+    except Exception:  # noqa: BLE001 - Airflow raises different types per backend for "not defined"
+        return None
+
+
+def _base_url(conn, provider: str) -> str:
+    extra = conn.extra_dejson or {}
+    if extra.get("base_url"):
+        return extra["base_url"]
+    host = (conn.host or "").strip()
+    if not host:
+        return REST_DEFAULT_BASE[provider]
+    if "://" not in host:
+        host = f"{conn.schema or 'https'}://{host}"
+    if conn.port and f":{conn.port}" not in host.split("//", 1)[1]:
+        scheme, rest = host.split("://", 1)
+        netloc, _, path = rest.partition("/")
+        host = f"{scheme}://{netloc}:{conn.port}/{path}"
+    return host.rstrip("/")
+
+
+def aws_credentials(conn_id: str = CONN_IDS["aws"]) -> dict[str, Any]:
+    """A boto3 session from the Amazon provider's hook (keys, assumed role, profile or instance role)."""
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook  # noqa: PLC0415
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="ec2")
+    extra = hook.conn_config.extra_config or {}
+    creds: dict[str, Any] = {"session": hook.get_session(), "endpoint_url": hook.conn_config.endpoint_url}
+    if extra.get("bakeoff_address_map_url"):
+        creds["address_map_url"] = extra["bakeoff_address_map_url"]
+    if extra.get("bakeoff_regions"):
+        creds["regions"] = list(extra["bakeoff_regions"])
+    return creds
+
+
+def rest_credentials(provider: str, conn_id: str | None = None) -> dict[str, Any]:
+    """Bearer token (connection password) and base URL (host or extra.base_url) for Vultr / DigitalOcean."""
+    conn_id = conn_id or CONN_IDS[provider]
+    conn = _connection(conn_id)
+    if conn is None:
+        return {}
+    extra = conn.extra_dejson or {}
+    creds: dict[str, Any] = {"token": conn.password or "", "base_url": _base_url(conn, provider)}
+    for key, name in (("bakeoff_address_map_url", "address_map_url"), ("poll_s", "poll_s"), ("backoff_s", "backoff_s")):
+        if key in extra:
+            creds[name] = extra[key]
+    return creds
+
+
+def resolve(provider: str) -> dict[str, Any]:
+    """The credentials resolver the DAG installs: provider name -> credentials dict (never logged)."""
+    if provider == "aws":
+        return aws_credentials()
+    if provider in ("vultr", "digitalocean"):
+        return rest_credentials(provider)
+    return {}
+
+
+def masked(resolver):
+    """Wrap a resolver so every token it hands out is registered with Airflow's log masker."""
+    def resolve_and_mask(provider: str) -> dict[str, Any]:
+        creds = resolver(provider)
+        for key in ("token", "aws_secret_access_key", "aws_session_token"):
+            if creds.get(key):
+                mask_secret(creds[key])
+        return creds
+    return resolve_and_mask
+
+
+def mask_secret(value: str) -> None:
+    from airflow.sdk.log import mask_secret as _mask  # noqa: PLC0415
+    _mask(value)
+
+
+def mask_run_keys(run_dir: str) -> None:
+    """Register the run's per-target serving API keys with Airflow's masker (they are derived, so any
+    task can recompute them; masking makes an accidental log line show ***)."""
+    from bakeoff import pipeline, secrets, store  # noqa: PLC0415
+    plan = pipeline.run_plan(run_dir)
+    rid = store.read_json(Path(run_dir) / "run.json")["run_id"]
+    for t in plan.targets:
+        mask_secret(secrets.api_key(rid, t.slug))
+
+
+def install_credentials(run_dir: str | None = None) -> None:
+    """Make the pipeline resolve provider credentials from Airflow connections in this task, and mask
+    the tokens (and, given the run, its serving API keys) in this task's log."""
+    from bakeoff import pipeline  # noqa: PLC0415
+    pipeline.set_credentials_resolver(masked(resolve))
+    if run_dir:
+        mask_run_keys(run_dir)
+
+
+def configured_providers() -> list[str]:
+    """Providers the reaper scans: local always, a cloud when its connection is defined."""
+    return ["local"] + [p for p, cid in CONN_IDS.items() if _connection(cid) is not None]
+
+
+def s3_publish_args() -> dict[str, Any]:
+    """Where publish uploads reports: Variables bakeoff_s3_bucket / bakeoff_s3_prefix with an S3 client
+    from the aws_default connection (S3Hook); empty when no bucket is configured (local folder only)."""
+    from airflow.sdk import Variable  # noqa: PLC0415
+    bucket = Variable.get("bakeoff_s3_bucket", default=None)
+    if not bucket:
+        return {}
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # noqa: PLC0415
+    return {"bucket": bucket, "prefix": Variable.get("bakeoff_s3_prefix", default="bakeoff"),
+            "s3_client": S3Hook(aws_conn_id=CONN_IDS["aws"]).get_conn()}

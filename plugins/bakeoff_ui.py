@@ -1,0 +1,81 @@
+"""Airflow UI plugin: a 'Bake-off reports' page listing published runs and serving their reports.
+
+A FastAPI app mounted by the Airflow API server under /bakeoff, and a navigation entry (external
+view) that shows it inside the Airflow UI. Files are served only from reports_root(), by plan, run
+and file name, never by a client-supplied path. Every string shown is escaped (jinja2 autoescape).
+Plugin endpoints are not covered by Airflow's own authentication: expose the API server only where
+its users may read every report.
+
+Parse-time imports stay light (fastapi is already loaded by the API server); the report library
+loads on first request.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse
+
+URL_PREFIX = "/bakeoff"
+# reports are static: no scripts, inline styles and data: images only; framing by the Airflow UI only
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'"
+HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+HTML_HEADERS = {**HEADERS, "Content-Security-Policy": CSP}  # not on PDFs: it would stop the browser's viewer
+SERVED = {".html": "text/html; charset=utf-8", ".pdf": "application/pdf", ".md": "text/markdown; charset=utf-8",
+          ".csv": "text/csv; charset=utf-8", ".json": "application/json", ".parquet": "application/octet-stream"}
+
+app = FastAPI(title="bakeoff reports", docs_url=None, redoc_url=None, openapi_url=None)
+
+
+def _root() -> Path:
+    from bakeoff.paths import reports_root  # noqa: PLC0415
+    return reports_root().resolve()
+
+
+def _runs(plan: str | None = None) -> list[dict]:
+    from bakeoff.publish import list_published  # noqa: PLC0415
+    return list_published(_root(), plan)
+
+
+@app.get("/", response_class=HTMLResponse)
+def index() -> HTMLResponse:
+    """Every published run, newest first, with links to its reports."""
+    from bakeoff.publish import render_index  # noqa: PLC0415
+    return HTMLResponse(render_index("Bake-off reports", _runs(), link_base="reports/"), headers=HTML_HEADERS)
+
+
+@app.get("/api/runs")
+def runs(plan: str | None = None) -> list[dict]:
+    """The run list as JSON: plan, run, status, headline and the URL of each report file."""
+    out = []
+    for r in _runs(plan):
+        base = f"{URL_PREFIX}/reports/{r['plan_dir']}/{r['run_dir']}/"
+        out.append({"plan": r.get("plan"), "run_id": r.get("run_id"), "status": r.get("status"),
+                    "started_at": r.get("started_at"), "emulated": r.get("emulated"), "summary": r.get("summary"),
+                    "files": {k: base + v for k, v in (r.get("files") or {}).items()}})
+    return out
+
+
+@app.get("/reports/{plan}/{run}/{name}")
+def report_file(plan: str, run: str, name: str) -> FileResponse:
+    """One report file of a published run; only names the run's manifest lists are served."""
+    root = _root()
+    run_dir = (root / plan / run).resolve()
+    if run_dir.parent.parent != root:
+        raise HTTPException(404, "no such report")
+    manifest = next((r for r in _runs() if r["plan_dir"] == plan and r["run_dir"] == run), None)
+    if manifest is None or name not in (manifest.get("files") or {}).values():
+        raise HTTPException(404, "no such report")
+    path = run_dir / name
+    media = SERVED.get(path.suffix)
+    if media is None or not path.is_file():
+        raise HTTPException(404, "no such report")
+    return FileResponse(path, media_type=media, headers=HTML_HEADERS if path.suffix == ".html" else HEADERS)
+
+
+class BakeoffUiPlugin(AirflowPlugin):
+    name = "bakeoff_ui"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "bakeoff reports"}]
+    external_views = [{"name": "Bake-off reports", "href": "bakeoff/", "url_route": "bakeoff",
+                       "destination": "nav", "category": "browse"}]

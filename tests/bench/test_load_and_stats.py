@@ -1,0 +1,112 @@
+"""Arrival processes (fixed seeds, checked statistically), SLA search, bootstrap and verdicts."""
+import asyncio
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bakeoff.bench.loadgen import arrival_offsets, closed_loop, open_loop
+from bakeoff.bench.sla import search_loads
+from bakeoff.bench.stats import bootstrap_ci, compare_targets, verdict
+
+
+def _ks_exponential(gaps, rate):
+    x = np.sort(gaps)
+    ecdf = np.arange(1, len(x) + 1) / len(x)
+    return np.max(np.abs(ecdf - (1 - np.exp(-rate * x))))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_poisson_arrivals(seed):
+    offs = arrival_offsets(20001, 5.0, "poisson", seed=seed)
+    gaps = np.diff(offs)
+    assert offs[0] == 0 and np.all(gaps >= 0)
+    assert gaps.mean() == pytest.approx(0.2, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.04)
+    assert _ks_exponential(gaps, 5.0) < 1.36 / np.sqrt(len(gaps))     # 5% Kolmogorov-Smirnov bound
+
+
+@pytest.mark.parametrize("k,cv", [(0.25, 2.0), (1.0, 1.0), (4.0, 0.5)])
+def test_gamma_burstiness(k, cv):
+    gaps = np.diff(arrival_offsets(20001, 10.0, "gamma", burstiness=k, seed=7))
+    assert gaps.mean() == pytest.approx(0.1, rel=0.05)                 # the rate is kept
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.06)     # burstiness changes only the spread
+
+
+def test_arrivals_reproducible_and_validated():
+    assert np.array_equal(arrival_offsets(50, 3, seed=4), arrival_offsets(50, 3, seed=4))
+    assert not np.array_equal(arrival_offsets(50, 3, seed=4), arrival_offsets(50, 3, seed=5))
+    with pytest.raises(ValueError, match="arrival"):
+        arrival_offsets(5, 1, "uniform")
+
+
+def test_open_loop_sends_on_schedule_and_closed_loop_caps_concurrency():
+    sent, inflight, peak = {}, [0], [0]
+
+    async def send(i, scheduled=None):
+        sent[i] = time.perf_counter()
+        inflight[0] += 1
+        peak[0] = max(peak[0], inflight[0])
+        await asyncio.sleep(0.03)
+        inflight[0] -= 1
+        return type("R", (), {"index": i})()
+
+    offs = arrival_offsets(40, 100.0, seed=1)
+
+    async def go():
+        t0 = time.perf_counter()
+        await open_loop(send, offs, t0=t0)
+        return t0
+    t0 = asyncio.run(go())
+    lag = np.array([sent[i] - t0 - offs[i] for i in range(40)])
+    assert lag.min() >= -1e-4 and np.percentile(lag, 90) < 0.01
+    peak[0] = 0
+    recs = asyncio.run(closed_loop(send, 30, 4))
+    assert peak[0] == 4 and [r.index for r in recs] == list(range(30))
+
+
+def test_sla_search_on_a_synthetic_knee():
+    """Bracketing + bisection lands exactly on the knee of a monotone response."""
+    probed = []
+
+    async def probe(load):
+        probed.append(load)
+        return {"meets_slo": load <= 37, "output_tps_per_gpu": float(load)}
+    res = asyncio.run(search_loads(probe, "concurrency", 1, 512, 0.0, 20))
+    assert res.best == 37 and res.first_failing == 38 and res.monotone
+    assert probed[:7] == [1, 2, 4, 8, 16, 32, 64] and len(probed) <= 12
+    res = asyncio.run(search_loads(probe, "rate", 1.0, 512, 0.0, 30))
+    assert 37 * 0.95 <= res.best <= 37 and res.first_failing > 37
+
+
+def test_bootstrap_interval_covers_the_truth():
+    rng = np.random.default_rng(0)
+    hits = 0
+    for i in range(40):
+        x = rng.normal(10, 2, 200)
+        est, lo, hi = bootstrap_ci(x, "mean", seed=i, n_boot=500)
+        hits += lo <= 10 <= hi
+        assert lo < est < hi
+    assert hits >= 34                       # ~95% coverage; 34/40 is far below any plausible miss rate
+
+
+def _point(tps, ttft_ms, n=200, seed=0, repeats=3):
+    rng = np.random.default_rng(seed)
+    req = pd.DataFrame({"warmup": False, "error_kind": None, "ttft": rng.normal(ttft_ms, 5, n) / 1e3,
+                        "e2e": rng.normal(ttft_ms, 5, n) / 1e3 + 1.0, "output_tokens": 101,
+                        "prompt_tokens": 10, "requested_input_len": 10})
+    pts = pd.DataFrame({"output_tps_per_gpu": rng.normal(tps, 2, repeats), "total_tps_per_gpu": rng.normal(tps * 2, 2, repeats)})
+    return pts, req
+
+
+def test_verdicts_between_targets():
+    pa, ra = _point(100, 50, seed=1)
+    pb, rb = _point(130, 80, seed=2)
+    rows = {r["metric"]: r for r in compare_targets(pa, ra, pb, rb, names=("mi355x", "b200"))}
+    assert rows["output_tps_per_gpu"]["better"] == "b200" and rows["output_tps_per_gpu"]["excludes_zero"]
+    assert rows["ttft_ms_p50"]["better"] == "mi355x" and rows["ttft_ms_p50"]["diff"] == pytest.approx(30, abs=3)
+    assert rows["tpot_ms_p50"]["excludes_zero"] is False and rows["tpot_ms_p50"]["better"] is None
+    same = verdict(np.random.default_rng(0).normal(0, 1, 1000), np.random.default_rng(1).normal(0, 1, 1000),
+                   metric="x", higher_is_better=True)
+    assert same["excludes_zero"] is False

@@ -1,0 +1,206 @@
+"""Cost arithmetic against figures worked out by hand (see each test's comment)."""
+import json
+import math
+
+import pandas as pd
+import pytest
+import synthetic
+
+from bakeoff import cost, store
+from bakeoff.plan import PlanError, plan_from_dict
+
+# catalog prices used below: BM.GPU.MI355X.8 = 68.8 USD/node-h -> 8.6 USD/GPU-h;
+# BM.GPU.B200.8 = 112 USD/node-h -> 14 USD/GPU-h; BM.GPU.H200.8 = 80 -> 10 USD/GPU-h
+
+
+def test_usd_per_m_tokens_formula():
+    # 8.6 USD/GPU-h / (1000 tok/s x 3600 / 1e6 = 3.6 M tok/h) = 2.38888...
+    assert cost.usd_per_m_tokens(8.6, 1000) == pytest.approx(2.388888, rel=1e-6)
+    assert math.isnan(cost.usd_per_m_tokens(8.6, 0))
+
+
+def test_utilisation_spreads_idle_hours():
+    # 68.8 / 8 GPUs / 0.5 utilisation = 17.2 USD per serving GPU-hour
+    assert cost.effective_usd_per_gpu_hour(68.8, 8, 0.5) == pytest.approx(17.2)
+    with pytest.raises(ValueError, match="pricing.utilisation"):
+        cost.effective_usd_per_gpu_hour(68.8, 8, 0)
+
+
+def test_break_even_formula():
+    # own cost 2.0 at 8.6 USD/GPU-h, rival 1.5 -> 8.6 x 1.5 / 2.0 = 6.45
+    assert cost.break_even_usd_per_gpu_hour(8.6, 2.0, 1.5) == pytest.approx(6.45)
+
+
+def test_mean_ci_students_t():
+    # mean 12, s = 2, n = 3, t(0.975, 2) = 4.302653 -> half width 4.302653 x 2 / sqrt(3) = 4.968275
+    m, lo, hi = cost.mean_ci([10, 12, 14])
+    assert m == pytest.approx(12)
+    assert (hi - m) == pytest.approx(4.968275, rel=1e-5)
+    assert lo == pytest.approx(12 - 4.968275, rel=1e-5)
+    m1, lo1, hi1 = cost.mean_ci([7.0])
+    assert m1 == 7.0 and math.isnan(lo1) and math.isnan(hi1)
+
+
+def _two_targets(tmp_path, utilisation=0.5, extra_rows=(), validation=None):
+    plan = synthetic.make_plan(utilisation=utilisation)
+    a, b = (t.slug for t in plan.targets)  # mi355x-vllm (8.6 USD/GPU-h), b200-vllm (14)
+    rows = [
+        {"target": a, "concurrency": 1, "output_tps_per_gpu": 100.0, "meets_slo": True},
+        {"target": a, "concurrency": 4, "output_tps_per_gpu": 300.0, "meets_slo": True, "interactivity": 40.0},
+        {"target": a, "concurrency": 16, "output_tps_per_gpu": 500.0, "meets_slo": False},
+        {"target": b, "concurrency": 1, "output_tps_per_gpu": 150.0, "meets_slo": True},
+        {"target": b, "concurrency": 4, "output_tps_per_gpu": 400.0, "meets_slo": True},
+        {"target": b, "concurrency": 16, "output_tps_per_gpu": 900.0, "meets_slo": False},
+        *extra_rows,
+    ]
+    rdir = synthetic.write_points(tmp_path, plan, rows, validation=validation)
+    return plan, rdir
+
+
+def test_cost_at_slo_and_break_even_by_hand(tmp_path):
+    plan, rdir = _two_targets(tmp_path)
+    t = cost.compute(plan, rdir)
+    at = t.at_slo.set_index("target")
+    # MI355X: 8.6 / 0.5 = 17.2 USD/GPU-h; best SLO level c4 at 300 tok/s -> 17.2 / 1.08 = 15.925926
+    assert at.loc["mi355x-vllm", "concurrency"] == 4
+    assert at.loc["mi355x-vllm", "usd_per_m_output"] == pytest.approx(15.925926, rel=1e-6)
+    # B200: 14 / 0.5 = 28; c4 at 400 tok/s -> 28 / 1.44 = 19.444444 (c16 is cheaper but misses the SLO)
+    assert at.loc["b200-vllm", "usd_per_m_output"] == pytest.approx(19.444444, rel=1e-6)
+    assert at.loc["mi355x-vllm", "rank"] == 1 and at.loc["b200-vllm", "rank"] == 2
+    # B200 ties when its list price per GPU-h is 14 x 15.925926 / 19.444444 = 11.466667 (= 8.6 x 400 / 300)
+    assert at.loc["b200-vllm", "break_even_usd_per_gpu_hour"] == pytest.approx(11.466667, rel=1e-6)
+    assert at.loc["b200-vllm", "break_even_rival"] == "mi355x-vllm"
+    # MI355X stays cheapest up to 8.6 x 19.444444 / 15.925926 = 10.5
+    assert at.loc["mi355x-vllm", "break_even_usd_per_gpu_hour"] == pytest.approx(10.5, rel=1e-6)
+    assert at.loc["b200-vllm", "vs_cheapest_pct"] == pytest.approx((19.444444 / 15.925926 - 1) * 100, rel=1e-5)
+    # total tokens (1000 tok/s per GPU by default): 17.2 / 3.6 = 4.777778; tokens per USD = 1e6 / cost
+    assert at.loc["mi355x-vllm", "usd_per_m_total"] == pytest.approx(4.777778, rel=1e-6)
+    assert at.loc["mi355x-vllm", "output_tokens_per_usd"] == pytest.approx(1e6 / 15.925926, rel=1e-6)
+    # per node: 300 tok/s per GPU x 8 GPUs
+    assert at.loc["mi355x-vllm", "output_tps_per_node"] == pytest.approx(2400)
+
+
+def test_per_point_columns(tmp_path):
+    plan, rdir = _two_targets(tmp_path, utilisation=1.0)
+    p = cost.compute(plan, rdir).points.set_index(["target", "concurrency"])
+    row = p.loc[("mi355x-vllm", 1)]
+    assert row["usd_per_m_output"] == pytest.approx(8.6 / 0.36)            # 100 tok/s -> 0.36 M tok/h
+    assert row["total_tokens_per_s_per_mw"] == pytest.approx(1000 / 2.65 * 1000)  # all-in 2.65 kW per MI355X
+    # estimated energy: 2.65 kW x 0.10 USD/kWh = 0.265 USD/GPU-h over 3.6 M total tokens/h
+    assert row["energy_usd_per_m_total"] == pytest.approx(0.265 / 3.6)
+    assert row["energy_source"].startswith("estimated")
+    assert "8x MI355X" in row["node_spec"] and "BM.GPU.MI355X.8" in row["node_spec"]
+
+
+def test_measured_power_replaces_estimate(tmp_path):
+    plan = synthetic.make_plan()
+    rdir = synthetic.write_points(tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1, "power_w_per_gpu": 1000.0}])
+    row = cost.compute(plan, rdir).points.iloc[0]
+    assert row["energy_source"] == "measured"
+    assert row["energy_usd_per_m_total"] == pytest.approx(1.0 * 0.10 / 3.6)   # 1 kW measured
+
+
+def test_repeats_give_confidence_interval(tmp_path):
+    plan = synthetic.make_plan()
+    rows = [{"target": "mi355x-vllm", "concurrency": 4, "repeat": r, "output_tps_per_gpu": tps}
+            for r, tps in enumerate((200.0, 250.0, 300.0))]
+    rows.append({"target": "mi355x-vllm", "concurrency": 8, "repeat": 0, "output_tps_per_gpu": 900.0})
+    rows.append({"target": "mi355x-vllm", "concurrency": 8, "repeat": 1, "output_tps_per_gpu": 900.0, "meets_slo": False})
+    rdir = synthetic.write_points(tmp_path, plan, rows)
+    at = cost.compute(plan, rdir).at_slo.set_index("target").loc["mi355x-vllm"]
+    # c8 fails the SLO in one repeat, so c4 is the level; costs 8.6 / (tps x 0.0036) per repeat
+    vals = [8.6 / (tps * 0.0036) for tps in (200.0, 250.0, 300.0)]
+    m, lo, hi = cost.mean_ci(vals)
+    assert at["concurrency"] == 4 and at["repeats"] == 3
+    assert at["usd_per_m_output"] == pytest.approx(m)
+    assert at["usd_per_m_output_ci_low"] == pytest.approx(lo) and at["usd_per_m_output_ci_high"] == pytest.approx(hi)
+    assert lo < m < hi
+
+
+def test_sensitivity_price_and_utilisation(tmp_path):
+    plan, rdir = _two_targets(tmp_path, utilisation=0.5)
+    s = cost.compute(plan, rdir).sensitivity
+    a = s[s["target"] == "mi355x-vllm"].set_index(["dimension", "factor"])["usd_per_m_output"]
+    assert a[("price", 0.5)] == pytest.approx(15.925926 / 2, rel=1e-6)
+    assert a[("price", 1.5)] == pytest.approx(15.925926 * 1.5, rel=1e-6)
+    # at 100% utilisation the same GPU-hour costs half of what it does at 50%
+    assert a[("utilisation", 1.0)] == pytest.approx(15.925926 / 2, rel=1e-6)
+    assert a[("utilisation", 0.3)] == pytest.approx(8.6 / 0.3 / 1.08, rel=1e-6)
+
+
+def test_quarantined_and_missing_targets_are_not_ranked(tmp_path):
+    plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm", "h200-vllm"))
+    rows = [{"target": "mi355x-vllm", "concurrency": 4, "output_tps_per_gpu": 300.0},
+            {"target": "b200-vllm", "concurrency": 4, "output_tps_per_gpu": 4000.0}]  # cheapest, but quarantined
+    validation = {"passed": False, "targets": {"mi355x-vllm": {"passed": True, "failures": []},
+                                               "b200-vllm": {"passed": False, "failures": ["ttft <= e2e failed"]},
+                                               "h200-vllm": {"passed": False, "failures": []}}}
+    rdir = synthetic.write_points(tmp_path, plan, rows, validation=validation)
+    t = cost.compute(plan, rdir)
+    status = t.targets.set_index("target")["status"]
+    assert status.to_dict() == {"mi355x-vllm": "passed", "b200-vllm": "quarantined", "h200-vllm": "no_results"}
+    at = t.at_slo.set_index("target")
+    assert at.loc["mi355x-vllm", "rank"] == 1
+    assert pd.isna(at.loc["b200-vllm", "rank"]) and pd.isna(at.loc["b200-vllm", "break_even_usd_per_gpu_hour"])
+    h = t.headline
+    assert [r["target"] for r in h["workloads"]["chat-1k-128"]["ranking"]] == ["mi355x-vllm"]
+    assert h["quarantined"] == ["b200-vllm"] and h["no_results"] == ["h200-vllm"]
+    assert set(t.sensitivity["target"]) == {"mi355x-vllm", "b200-vllm"}
+    assert not t.sensitivity[t.sensitivity["target"] == "b200-vllm"]["ranked"].any()
+
+
+def test_no_level_meets_slo(tmp_path):
+    plan = synthetic.make_plan()
+    rows = [{"target": "mi355x-vllm", "concurrency": 1, "meets_slo": False},
+            {"target": "b200-vllm", "concurrency": 1, "meets_slo": True}]
+    rdir = synthetic.write_points(tmp_path, plan, rows)
+    h = cost.compute(plan, rdir).headline
+    assert h["workloads"]["chat-1k-128"]["misses_slo"] == ["mi355x-vllm"]
+    assert "only b200-vllm has a cost at the SLO" in h["summary"]
+
+
+def test_evaluation_cost_from_run_json(tmp_path):
+    raw = synthetic.plan_dict()
+    raw["targets"][1].update(provider="aws", instance_type="p6-b200.48xlarge")
+    plan = plan_from_dict(raw)
+    held = {"mi355x-vllm": {"provision": {"launched_at": 1000.0}, "terminate": {"terminated_at": 1000.0 + 1800}},
+            "b200-vllm": {"provision": {"launched_at": "2026-11-01T00:00:00+00:00"},
+                          "terminate": {"terminated_at": "2026-11-01T02:00:00+00:00"}}}
+    rdir = synthetic.write_points(tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1}], run_targets=held)
+    t = cost.compute(plan, rdir)
+    ev = t.evaluation.set_index("target")
+    assert ev.loc["mi355x-vllm", "instance_hours"] == pytest.approx(0.5)
+    assert ev.loc["mi355x-vllm", "usd"] == pytest.approx(34.4)            # 0.5 h x 68.8, emulated: not billed
+    assert ev.loc["b200-vllm", "usd"] == pytest.approx(2 * 113.9328)      # 2 h of p6-b200.48xlarge
+    assert t.headline["evaluation_cost_usd"] == pytest.approx(227.87, abs=0.01)
+    assert t.headline["evaluation_cost_if_billed_usd"] == pytest.approx(227.87 + 34.4, abs=0.01)
+
+
+def test_contract_price_override_flows_through(tmp_path):
+    raw = synthetic.plan_dict()
+    raw["targets"][0]["price"] = {"usd_per_gpu_hour": 2.0, "market": "reserved", "source": "contract #42"}
+    plan = plan_from_dict(raw)
+    rdir = synthetic.write_points(tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1, "output_tps_per_gpu": 500.0}])
+    t = cost.compute(plan, rdir)
+    assert t.at_slo.set_index("target").loc["mi355x-vllm", "usd_per_m_output"] == pytest.approx(2.0 / 1.8)
+    row = t.targets.set_index("target").loc["mi355x-vllm"]
+    assert row["market"] == "reserved" and "contract #42" in row["price_source"]
+
+
+def test_cost_run_writes_tables_and_json_headline(tmp_path):
+    plan, rdir = _two_targets(tmp_path)
+    head = cost.cost_run(plan, rdir)
+    assert json.loads(json.dumps(head)) == head                            # JSON-able, no NaN
+    assert store.read_json(rdir / "cost.json") == head
+    pts = pd.read_parquet(rdir / "cost.parquet")
+    assert len(pts) == 6 and {"usd_per_m_output", "usd_per_m_total", "output_tokens_per_usd",
+                              "total_tokens_per_s_per_mw", "energy_usd_per_m_total"} <= set(pts.columns)
+    assert len(pd.read_parquet(rdir / "cost_sensitivity.parquet")) == 2 * 10
+    assert head["workloads"]["chat-1k-128"]["cheapest"] == "mi355x-vllm"
+    assert "EMULATED" in head["summary"]
+
+
+def test_bad_utilisation_names_the_field():
+    raw = synthetic.plan_dict(utilisation=1.5)
+    with pytest.raises(PlanError, match="pricing.utilisation"):
+        plan_from_dict(raw)

@@ -1,0 +1,100 @@
+"""Settings as code: config/ files render from the environment and parse as Airflow imports them."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "config"
+sys.path.insert(0, str(ROOT / "scripts"))
+from render_settings import PLACEHOLDER, render  # noqa: E402
+
+CLOUD_CONNECTIONS = {"aws_default", "vultr_default", "digitalocean_default", "amd_devcloud", "bakeoff_s3"}
+POOLS = {"bakeoff_aws", "bakeoff_vultr", "bakeoff_digitalocean", "bakeoff_local", "bakeoff_static"}
+SECRET_FIELDS = ("password", "login")
+
+
+def _render_file(name: str, env: dict[str, str], tmp_path: Path) -> Path:
+    out = tmp_path / name
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "render_settings.py"), str(CONFIG / name), str(out)],
+                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, check=True)
+    out.with_suffix(".stderr").write_text(proc.stderr)
+    return out
+
+
+def test_connection_file_holds_placeholders_only():
+    raw = json.loads((CONFIG / "connections.example.json").read_text())
+    assert set(raw) == CLOUD_CONNECTIONS
+    for conn_id, conn in raw.items():
+        for field in SECRET_FIELDS:
+            if conn.get(field):
+                assert PLACEHOLDER.fullmatch(conn[field]), f"{conn_id}.{field} must be a ${{VAR}} placeholder"
+
+
+def test_rendered_connections_parse_as_airflow_imports_them(tmp_path):
+    from airflow.secrets.local_filesystem import load_connections_dict
+
+    env = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+           "AWS_DEFAULT_REGION": "us-west-2", "VULTR_API_KEY": "vultr-key-value",
+           "BAKEOFF_S3_ENDPOINT_URL": "http://minio:9000"}
+    out = _render_file("connections.example.json", env, tmp_path)
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+    conns = load_connections_dict(str(out))
+    assert set(conns) == CLOUD_CONNECTIONS
+    assert (conns["aws_default"].login, conns["aws_default"].password) == ("AKIAEXAMPLE", "s3cr3t-value")
+    assert conns["aws_default"].extra_dejson == {"region_name": "us-west-2"}
+    assert conns["vultr_default"].password == "vultr-key-value"
+    assert conns["bakeoff_s3"].extra_dejson["endpoint_url"] == "http://minio:9000"
+    for conn in conns.values():  # the metadata DB stores extra as text: a dict would fail the insert
+        assert conn.extra is None or isinstance(conn.extra, str)
+    # unset secrets are named on stderr, their (absent) values never are; set values never appear
+    err = out.with_suffix(".stderr").read_text()
+    assert "DIGITALOCEAN_TOKEN" in err and "s3cr3t-value" not in err and "vultr-key-value" not in err
+
+
+def test_an_empty_extra_field_is_dropped_not_imported_as_an_empty_url(tmp_path):
+    from airflow.secrets.local_filesystem import load_connections_dict
+
+    conns = load_connections_dict(str(_render_file("connections.example.json", {}, tmp_path)))
+    assert "endpoint_url" not in conns["bakeoff_s3"].extra_dejson
+    assert conns["aws_default"].password in (None, "")
+
+
+def test_placeholders_take_defaults_and_report_unset_names():
+    unset: set[str] = set()
+    value = {"a": "${X:-fallback}", "b": ["${Y}", "x-${Z:-}-y"], "c": 3}
+    assert render(value, {"Y": "set"}, unset) == {"a": "fallback", "b": ["set", "x--y"], "c": 3}
+    assert unset == set()
+    assert render("${MISSING}", {}, unset) == "" and unset == {"MISSING"}
+
+
+def test_variables_parse_and_default_the_plan(tmp_path):
+    from airflow.secrets.local_filesystem import load_variables
+
+    variables = load_variables(str(_render_file("variables.json", {"BAKEOFF_REPORTS_BUCKET": "acme-reports"}, tmp_path)))
+    assert variables["bakeoff_plan"]["value"] == "local-demo"
+    assert variables["bakeoff_reports_bucket"]["value"] == "acme-reports"
+    sheet = variables["bakeoff_price_sheet"]["value"]
+    assert sheet and all(isinstance(v, (int, float)) and v > 0 for v in sheet.values())
+
+
+def test_the_default_plan_exists():
+    assert (ROOT / "include" / "plans" / "local-demo.yaml").exists()
+
+
+def test_one_pool_per_provider_with_a_positive_quota():
+    pools = json.loads((CONFIG / "pools.json").read_text())
+    assert set(pools) == POOLS
+    for name, pool in pools.items():
+        assert isinstance(pool["slots"], int) and pool["slots"] >= 1, name
+        assert pool["description"]
+
+
+def test_every_provider_the_library_knows_has_a_pool():
+    from bakeoff.providers import PROVIDERS
+
+    pools = json.loads((CONFIG / "pools.json").read_text())
+    assert {f"bakeoff_{name}" for name in PROVIDERS} <= set(pools)

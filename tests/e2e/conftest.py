@@ -1,0 +1,54 @@
+"""End-to-end fixtures: a private Airflow home on SQLite, and small plans derived from the demo."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory) -> dict[str, str]:
+    """Environment for `airflow` subprocesses: own AIRFLOW_HOME, SQLite DB, data root."""
+    home = tmp_path_factory.mktemp("airflow-e2e")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
+    env.update({
+        "AIRFLOW_HOME": str(home / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}",
+        "BAKEOFF_DATA": str(home / "data"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    (home / "airflow").mkdir()
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+def small_plan(tmp_path: Path, name: str, *, fault: dict[str, str] | None = None) -> Path:
+    """The demo plan shrunk to a few requests per point; fault maps target name -> stage to fail."""
+    raw = yaml.safe_load((ROOT / "include" / "plans" / "local-demo.yaml").read_text())
+    raw["name"] = name
+    for w in raw["workloads"]:
+        w.update(concurrency=[1, 4], requests_per_point=8, warmup_requests=2, output_len=32, input_len=256)
+    for t in raw["targets"]:
+        if fault and t["name"] in fault:
+            t.setdefault("provider_options", {})["inject_fault"] = fault[t["name"]]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def run_dag(env: dict[str, str], plan: Path, run_id: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    conf = '{"plan": "%s"}' % plan
+    return subprocess.run([AIRFLOW, "dags", "test", "bakeoff", "--conf", conf, "--run-id", run_id],
+                          env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

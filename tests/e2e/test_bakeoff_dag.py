@@ -1,0 +1,70 @@
+"""The bakeoff DAG end to end on the local provider: success, and failures that must not leak."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.e2e.conftest import run_dag, small_plan
+
+pytestmark = pytest.mark.e2e
+
+
+def _run_dir(env, plan_name: str, run_id: str) -> Path:
+    return Path(env["BAKEOFF_DATA"]) / "results" / plan_name / f"run_id={run_id}"
+
+
+def _live_emulators(env) -> list[str]:
+    """Emulator processes started under this test's data root that are still alive."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "bakeoff.serving.emulator" in cmd and env["BAKEOFF_DATA"] in cmd:
+            out.append(cmd)
+    return out
+
+
+def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
+    plan = small_plan(tmp_path, "e2e-ok")
+    res = run_dag(airflow_env, plan, "e2e_ok")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    rdir = _run_dir(airflow_env, "e2e-ok", "e2e_ok")
+    run = json.loads((rdir / "run.json").read_text())
+    assert run["status"] == "published"
+    points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
+    assert sorted(points["target"].unique()) == ["b200-vllm", "mi355x-vllm"]
+    assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()
+    html = Path(run["report"]["html"]).read_text()
+    assert "EMULATED" in html and "mi355x-vllm" in html and "b200-vllm" in html
+    assert not _live_emulators(airflow_env)
+
+
+def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):
+    plan = small_plan(tmp_path, "e2e-bench-fail", fault={"b200-vllm": "benchmark"})
+    res = run_dag(airflow_env, plan, "e2e_bench_fail")
+    assert res.returncode != 0 or "failed" in res.stdout.lower()
+    rdir = _run_dir(airflow_env, "e2e-bench-fail", "e2e_bench_fail")
+    run = json.loads((rdir / "run.json").read_text())
+    assert run["status"] == "failed"
+    assert "terminate" in run["targets"]["b200-vllm"]          # the teardown ran
+    assert list(rdir.glob("target=mi355x-vllm/points/*.parquet"))  # the other target's results are kept
+    assert not _live_emulators(airflow_env)
+
+
+def test_provision_failing_after_create_is_swept(airflow_env, tmp_path):
+    plan = small_plan(tmp_path, "e2e-prov-fail", fault={"mi355x-vllm": "after_create"})
+    run_dag(airflow_env, plan, "e2e_prov_fail")
+    rdir = _run_dir(airflow_env, "e2e-prov-fail", "e2e_prov_fail")
+    run = json.loads((rdir / "run.json").read_text())
+    assert run["status"] == "failed"
+    swept = run["sweep"]["terminated"]["local"]
+    assert len(swept) == 1                                      # the all_done sweep killed the orphan
+    assert not _live_emulators(airflow_env)

@@ -1,0 +1,45 @@
+"""Fake clouds shared by the provider tests: one moto server and one fake Vultr/DigitalOcean server
+per session (control plane only: no emulator behind the nodes), so tests stay fast."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    import boto3
+
+    from bakeoff.sandbox import AWS_REGIONS
+    from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
+    server = MotoServer(None).start()
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=server.url,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    publish_dlami(AWS_REGIONS, ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_clouds():
+    from bakeoff.sandbox.clouds import Clouds
+    clouds = Clouds(None, boot_s=0.05).start()
+    yield clouds
+    clouds.stop()
+
+
+@pytest.fixture
+def aws_creds(moto_server):
+    moto_server.gate.denied = set()
+    yield {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1",
+           "endpoint_url": moto_server.url}
+    moto_server.gate.denied = set()
+
+
+@pytest.fixture
+def rest_creds(fake_clouds):
+    def creds(provider: str) -> dict:
+        base = f"{fake_clouds.url}/{'vultr' if provider == 'vultr' else 'do'}/v2"
+        return {"token": "sandbox-token", "base_url": base, "poll_s": 0.02, "backoff_s": 0.01}
+    yield creds
+    for c in (fake_clouds.vultr, fake_clouds.do):
+        c.denied, c.fail_queue = set(), []

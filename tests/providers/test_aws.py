@@ -1,0 +1,111 @@
+"""EC2 lifecycle against moto in server mode: tags, idempotent retry, capacity failover, terminate."""
+from __future__ import annotations
+
+import base64
+
+import boto3
+import pytest
+
+from bakeoff.providers import CapacityError, ProviderError
+from bakeoff.providers.aws import AwsProvider, client_token
+from cloud_helpers import launch_args, make_target, new_run_id
+
+
+def _ec2(creds, region="us-east-1"):
+    return boto3.client("ec2", region_name=region, endpoint_url=creds["endpoint_url"],
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def _live(creds, run_id, region="us-east-1"):
+    res = _ec2(creds, region).describe_instances(Filters=[
+        {"Name": "tag:bakeoff:run_id", "Values": [run_id]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"]
+    return [i for r in res for i in r["Instances"]]
+
+
+def test_launch_tags_kill_switch_and_ssm_ami(aws_creds):
+    p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
+    inst = p.create(t, rid, **launch_args(rid, t))
+    raw = _live(aws_creds, rid)
+    assert len(raw) == 1 and inst.id == f"us-east-1/{raw[0]['InstanceId']}"
+    tags = {x["Key"]: x["Value"] for x in raw[0]["Tags"]}
+    assert tags["bakeoff:run_id"] == rid and tags["bakeoff:target"] == t.slug and tags["bakeoff:expires_at"].isdigit()
+    ec2 = _ec2(aws_creds)
+    attr = ec2.describe_instance_attribute(InstanceId=raw[0]["InstanceId"], Attribute="instanceInitiatedShutdownBehavior")
+    assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+    ud = ec2.describe_instance_attribute(InstanceId=raw[0]["InstanceId"], Attribute="userData")["UserData"]["Value"]
+    script = base64.b64decode(ud).decode()
+    assert "shutdown -h +" in script and "--api-key \"$BAKEOFF_API_KEY\"" in script
+    ami = boto3.client("ssm", region_name="us-east-1", endpoint_url=aws_creds["endpoint_url"], aws_access_key_id="testing",
+                       aws_secret_access_key="testing").get_parameter(
+        Name="/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")["Parameter"]["Value"]
+    assert raw[0]["ImageId"] == ami
+    # the per-run security group opens only the serving port, only to the plan's CIDR
+    sg = ec2.describe_security_groups(GroupIds=[raw[0]["SecurityGroups"][0]["GroupId"]])["SecurityGroups"][0]
+    perms = sg["IpPermissions"]
+    assert [(x["FromPort"], x["ToPort"], [r["CidrIp"] for r in x["IpRanges"]]) for x in perms] == [(8000, 8000, ["127.0.0.1/32"])]
+    assert p.wait_ready(inst, 10).state == "running"
+    assert p.terminate(inst.id) is True
+
+
+def test_retried_create_reuses_the_instance(aws_creds):
+    p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
+    a = p.create(t, rid, **launch_args(rid, t))
+    b = AwsProvider(aws_creds).create(t, rid, **launch_args(rid, t))     # a retried task: fresh process, same run
+    assert a.id == b.id and len(_live(aws_creds, rid)) == 1
+    assert client_token(rid, t.slug, "us-east-1") == client_token(rid, t.slug, "us-east-1")
+    assert client_token(rid, t.slug, "us-east-1") != client_token(rid, t.slug, "us-west-2")
+    assert len(client_token(rid, t.slug, "us-east-1")) <= 64
+    p.terminate(a.id)
+
+
+def test_capacity_error_fails_over_to_the_next_placement(aws_creds, moto_server):
+    moto_server.gate.denied = {"us-east-1a", "us-east-1b"}
+    p = AwsProvider(aws_creds)
+    t, rid = make_target("aws", regions=["us-east-1", "us-west-2"], zones=["us-east-1a", "us-east-1b"]), new_run_id()
+    assert p.placements(t) == [("us-east-1", "us-east-1a"), ("us-east-1", "us-east-1b"), ("us-west-2", None)]
+    inst = p.create(t, rid, **launch_args(rid, t))
+    assert inst.region == "us-west-2" and len(_live(aws_creds, rid, "us-west-2")) == 1 and not _live(aws_creds, rid)
+    p.terminate(inst.id)
+
+
+def test_capacity_everywhere_refused_names_what_was_tried(aws_creds, moto_server):
+    moto_server.gate.denied = {"us-east-1", "us-west-2"}
+    p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1", "us-west-2"]), new_run_id()
+    with pytest.raises(CapacityError) as e:
+        p.create(t, rid, **launch_args(rid, t))
+    msg = str(e.value)
+    assert "us-east-1 (InsufficientInstanceCapacity)" in msg and "us-west-2 (InsufficientInstanceCapacity)" in msg
+    assert "capacity_reservation_id" in msg
+    assert p.list_tagged(rid) == []
+
+
+def test_terminate_is_idempotent_and_list_tagged_forgets(aws_creds):
+    p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
+    inst = p.create(t, rid, **launch_args(rid, t))
+    assert [i.id for i in p.list_tagged(rid)] == [inst.id]
+    assert p.terminate(inst.id) is True
+    assert p.terminate(inst.id) is False
+    assert p.list_tagged(rid) == []
+    assert p.describe(inst.id).state == "terminated"
+
+
+def test_missing_ingress_is_refused_before_any_call(aws_creds, moto_server):
+    t = make_target("aws", ingress_cidr=None)
+    before = moto_server.gate.requests
+    with pytest.raises(ProviderError, match="provider_options.ingress_cidr"):
+        AwsProvider(aws_creds).create(t, new_run_id(), **launch_args("r", t))
+    assert moto_server.gate.requests == before
+
+
+def test_capacity_block_reservation_is_requested(aws_creds):
+    p = AwsProvider(aws_creds)
+    t, rid = make_target("aws", regions=["us-east-1"], capacity_reservation_id="cr-0123456789abcdef0"), new_run_id()
+    seen = {}
+    p._client("ec2", "us-east-1").meta.events.register(
+        "provide-client-params.ec2.RunInstances", lambda params, **kw: seen.update(params))
+    inst = p.create(t, rid, **launch_args(rid, t))
+    assert seen["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert seen["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == "cr-0123456789abcdef0"
+    assert seen["ClientToken"] == client_token(rid, t.slug, "us-east-1")
+    p.terminate(inst.id)

@@ -1,0 +1,53 @@
+"""Airflow connections -> provider credentials (plugins/bakeoff_hooks.py)."""
+from __future__ import annotations
+
+import json
+
+import bakeoff_hooks
+
+from bakeoff import pipeline
+
+
+def test_rest_connection_gives_token_and_base_url(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_DIGITALOCEAN_DEFAULT", json.dumps(
+        {"conn_type": "http", "host": "https://api.devcloud.amd.com/v2", "password": "do-token",
+         "extra": {"poll_s": 2}}))
+    monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
+    assert bakeoff_hooks.resolve("digitalocean") == {"token": "do-token", "base_url": "https://api.devcloud.amd.com/v2",
+                                                     "poll_s": 2}
+    assert bakeoff_hooks.resolve("vultr") == {"token": "v-token", "base_url": "https://api.vultr.com/v2"}
+    assert set(bakeoff_hooks.configured_providers()) >= {"local", "vultr", "digitalocean"}
+
+
+def test_aws_connection_gives_a_session_and_endpoint(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
+        {"conn_type": "aws", "login": "AKIDEXAMPLE", "password": "secret",
+         "extra": {"region_name": "us-west-2", "endpoint_url": "http://127.0.0.1:5999",
+                   "bakeoff_address_map_url": "http://127.0.0.1:6000/address"}}))
+    creds = bakeoff_hooks.resolve("aws")
+    assert creds["session"].region_name == "us-west-2" and creds["endpoint_url"] == "http://127.0.0.1:5999"
+    assert creds["session"].get_credentials().access_key == "AKIDEXAMPLE"
+    assert creds["address_map_url"] == "http://127.0.0.1:6000/address"
+
+
+def test_install_credentials_sets_the_pipeline_resolver(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
+    bakeoff_hooks.install_credentials()
+    try:
+        assert pipeline.provider_for("vultr").base_url == "https://api.vultr.com/v2"
+    finally:
+        pipeline.set_credentials_resolver(lambda name: {})
+
+
+def test_tokens_and_run_keys_are_registered_with_the_log_masker(monkeypatch, data_root):
+    seen = []
+    monkeypatch.setattr(bakeoff_hooks, "mask_secret", seen.append)
+    monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
+    run = pipeline.start_run("mi355x-vs-b200-sandbox", "manual__mask")
+    bakeoff_hooks.install_credentials(run["run_dir"])
+    try:
+        pipeline.provider_for("vultr")
+    finally:
+        pipeline.set_credentials_resolver(lambda name: {})
+    from bakeoff import secrets
+    assert set(seen) == {"v-token"} | {secrets.api_key("manual__mask", s) for s in run["targets"]}

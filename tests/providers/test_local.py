@@ -1,0 +1,164 @@
+"""The local provider: emulator processes as instances, with the guarantees teardown relies on."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import httpx
+import psutil
+import pytest
+
+from bakeoff.plan import Target
+from bakeoff.providers import ProviderError, get_provider
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET
+from bakeoff.providers.local import LocalProvider, instance_id
+
+
+def target(name: str = "mi355x-vllm") -> Target:
+    return Target(name=name, provider="local", instance_type="BM.GPU.MI355X.8", model="llama-3.1-70b",
+                  quantization="fp8", kv_cache_dtype="fp8", tensor_parallel=8)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def provider(tmp_path, monkeypatch):
+    monkeypatch.setenv("BAKEOFF_DATA", str(tmp_path))
+    p = LocalProvider(grace_s=3.0)
+    yield p
+    for inst in p.list_tagged():                    # never leave an emulator behind
+        p.terminate(inst.id)
+    for rec in (tmp_path / "state" / "local" / "instances").glob("*.json"):
+        pid = json.loads(rec.read_text())["pid"]
+        if not gone(pid) and "bakeoff.serving.emulator" in " ".join(psutil.Process(pid).cmdline()):
+            os.killpg(pid, 9)
+
+
+def test_registry_lookup():
+    assert isinstance(get_provider("local"), LocalProvider)
+
+
+def test_lifecycle(provider):
+    inst = provider.create(target(), "run-a", tags={"bakeoff:plan": "demo"}, spec={"expires_at": time.time() + 600})
+    assert inst.provider == "local" and inst.host == "127.0.0.1" and inst.state in ("pending", "running")
+    assert inst.tags[TAG_RUN] == "run-a" and inst.tags[TAG_TARGET] == "mi355x-vllm" and TAG_EXPIRES in inst.tags
+    assert inst.tags["bakeoff:plan"] == "demo"
+    ready = provider.wait_ready(inst, 30)
+    assert ready.state == "running" and ready.port
+    models = httpx.get(f"{ready.base_url}/v1/models", timeout=5).json()
+    assert models["data"][0]["id"] == "meta-llama/Llama-3.1-70B-Instruct"
+    assert [i.id for i in provider.list_tagged("run-a")] == [inst.id]
+    assert provider.list_tagged("run-b") == []
+    assert provider.describe(inst.id).port == ready.port
+    pid = inst.details["pid"]
+    assert provider.terminate(inst.id) is True
+    assert gone(pid)
+    assert provider.terminate(inst.id) is False              # already gone: no error
+    assert provider.list_tagged() == []
+    assert provider.describe(inst.id).state == "terminated"
+    assert provider.describe("local-unknown") is None
+    assert provider.terminate("local-unknown") is False
+
+
+def test_create_is_idempotent(provider):
+    a = provider.create(target(), "run-a", tags={}, spec={})
+    b = provider.create(target(), "run-a", tags={}, spec={})
+    c = provider.create(target("b200-vllm"), "run-a", tags={}, spec={})
+    assert a.id == b.id == instance_id("run-a", "mi355x-vllm") and a.details["pid"] == b.details["pid"]
+    assert c.id != a.id
+    assert len(provider.list_tagged("run-a")) == 2
+    provider.terminate(a.id)
+    d = provider.create(target(), "run-a", tags={}, spec={})      # after terminate: a fresh process
+    assert d.id == a.id and d.details["pid"] != a.details["pid"]
+
+
+def test_terminate_kills_the_whole_process_group(tmp_path, monkeypatch):
+    """A stray child in the emulator's group (like the workers a serving stack forks) dies with it."""
+    monkeypatch.setenv("BAKEOFF_DATA", str(tmp_path))
+    wrapper = tmp_path / "python-with-child"
+    wrapper.write_text(f"#!/bin/sh\nsleep 120 &\necho $! > {tmp_path}/stray.pid\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    provider = LocalProvider(python=str(wrapper), grace_s=3.0)
+    inst = provider.create(target(), "run-g", tags={}, spec={})
+    try:
+        inst = provider.wait_ready(inst, 30)
+        pgid = inst.details["pgid"]
+        stray = int((tmp_path / "stray.pid").read_text())
+        assert os.getpgid(inst.details["pid"]) == pgid == os.getpgid(stray) != os.getpgid(0)
+        assert provider.terminate(inst.id) is True
+        deadline = time.monotonic() + 10
+        while not (gone(stray) and gone(inst.details["pid"])) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gone(inst.details["pid"]) and gone(stray)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(inst.details["pgid"], 9)
+
+
+def test_list_tagged_after_the_creator_died(provider, tmp_path):
+    """An instance created by another process (say an Airflow task that was killed) is still found."""
+    script = textwrap.dedent("""
+        from bakeoff.plan import Target
+        from bakeoff.providers.local import LocalProvider
+        t = Target(name="orphan", provider="local", instance_type="BM.GPU.B200.8", model="llama-3.1-70b",
+                   quantization="fp8", tensor_parallel=8)
+        p = LocalProvider()
+        print(p.wait_ready(p.create(t, "run-dead", tags={}, spec={}), 30).id)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env=os.environ | {"BAKEOFF_DATA": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    found = LocalProvider().list_tagged("run-dead")
+    assert [i.id for i in found] == [out.stdout.strip()]
+    assert found[0].target == "orphan" and found[0].state == "running"
+    assert httpx.get(f"{found[0].base_url}/health", timeout=5).status_code == 200
+    assert LocalProvider().terminate(found[0].id) is True
+    assert LocalProvider().list_tagged() == []
+
+
+def test_api_key_only_in_the_child_environment(provider, tmp_path):
+    key = "bk-secret-key-for-test"
+    inst = provider.wait_ready(provider.create(target(), "run-k", tags={}, spec={"api_key": key}), 30)
+    assert httpx.get(f"{inst.base_url}/v1/models", timeout=5).status_code == 401
+    ok = httpx.get(f"{inst.base_url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=5)
+    assert ok.status_code == 200
+    proc = psutil.Process(inst.details["pid"])
+    assert key not in " ".join(proc.cmdline())
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path.name
+
+
+def test_dead_emulator_is_not_listed(provider):
+    inst = provider.wait_ready(provider.create(target(), "run-x", tags={}, spec={}), 30)
+    os.killpg(inst.details["pgid"], 9)
+    deadline = time.monotonic() + 10
+    while provider.list_tagged("run-x") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert provider.list_tagged("run-x") == []
+    assert provider.describe(inst.id).state == "terminated"
+
+
+def test_wait_ready_reports_a_crash(provider):
+    inst = provider.create(target(), "run-c", tags={}, spec={"mode": "warp-speed"})   # invalid: exits at once
+    with pytest.raises(ProviderError, match="exited before it was ready") as err:
+        provider.wait_ready(inst, 30)
+    assert "mode" in str(err.value)
+
+
+def test_scripted_mode(provider):
+    inst = provider.create(target(), "run-s", tags={}, spec={"mode": "scripted",
+                                                            "scripted": {"ttft_ms": 5, "itl_ms": 1}})
+    inst = provider.wait_ready(inst, 30)
+    version = httpx.get(f"{inst.base_url}/version", timeout=5).json()
+    assert version["mode"] == "scripted" and version["scripted"]["ttft_ms"] == 5

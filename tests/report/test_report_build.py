@@ -1,0 +1,136 @@
+"""Report files: contents, escaping, quarantine, failed targets, trend, CSV."""
+import re
+from pathlib import Path
+
+import pandas as pd
+import synthetic
+from synthetic import XSS
+
+from bakeoff.cost import cost_run
+from bakeoff.report import build_report
+
+
+def _section(html: str, start_id: str, end_id: str) -> str:
+    return html[html.index(f'id="{start_id}"'):html.index(f'id="{end_id}"')]
+
+
+def test_every_output_written(built):
+    p = built["paths"]
+    for kind in ("html", "markdown", "pdf", "csv_points", "csv_cost_at_slo", "csv_sensitivity", "parquet"):
+        assert Path(p[kind]).stat().st_size > 0, kind
+    assert Path(p["pdf"]).read_bytes().startswith(b"%PDF")
+
+
+def test_plan_strings_are_escaped_in_html(built):
+    html = Path(built["paths"]["html"]).read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script" not in html.lower()                       # no script element at all, ours or injected
+    assert "onerror=alert(2)>" not in html and "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert "<b>bold</b>" not in html
+
+
+def test_plan_strings_are_escaped_in_markdown(built):
+    md = Path(built["paths"]["markdown"]).read_text()
+    assert XSS not in md and r"\<script\>alert(1)\</script\>" in md
+
+
+def test_html_is_self_contained(built):
+    html = Path(built["paths"]["html"]).read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html and "<link" not in html
+
+
+def test_charts_and_emulated_stamps(built):
+    html = Path(built["paths"]["html"]).read_text()
+    charts = re.findall(r'<figure class="chart" data-chart="([a-z-]+)"><svg', html)
+    assert {"throughput", "cost", "cost-at-slo", "latency", "trend"} <= set(charts)
+    assert 'id="emulated-banner"' in html
+    # every ranked row and every point row carries the stamp
+    ranking = _section(html, "headline", "charts")
+    assert ranking.count('class="emu">EMULATED') >= 2
+    points = _section(html, "targets", "sensitivity")
+    assert points.count('class="emu">EMULATED') == 2 * 5 * 2  # 2 ranked targets x 5 levels x 2 repeats
+
+
+def test_quarantined_target_only_in_did_not_pass(built):
+    html = Path(built["paths"]["html"]).read_text()
+    esc = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    for start, end in (("headline", "charts"), ("charts", "targets"), ("targets", "sensitivity"),
+                       ("sensitivity", "support")):
+        assert esc not in _section(html, start, end), start
+    dnp = _section(html, "did-not-pass", "evaluation")
+    assert esc in dnp and "did not pass validation" in dnp and "ttft &lt;= e2e" in dnp
+    # its measured points are still shown, inside the marked section
+    assert dnp.count("<tr><td class=\"l nw\">chat-1k-128</td>") == 5 * 2
+    cost_slo = pd.read_csv(built["paths"]["csv_cost_at_slo"])
+    assert cost_slo.set_index("target").loc[built["quarantined"], "rank"] != cost_slo.set_index("target").loc[built["quarantined"], "rank"]
+
+
+def test_provenance_and_prices_with_dates(built):
+    html = Path(built["paths"]["html"]).read_text()
+    prov = _section(html, "provenance", "caveats")
+    assert "skypilot-catalog oci vms.csv" in prov and "BM.GPU.MI355X.8" in prov
+    assert "InferenceX-app gpu-specs.ts" in prov and "2026-04-30" in prov   # GPU spec source and date
+
+
+def test_trend_lists_earlier_runs(built):
+    html = Path(built["paths"]["html"]).read_text()
+    trend = html[html.index('id="trend"'):]
+    for run in ("scheduled__2026-07-01", "scheduled__2026-08-01", "scheduled__2026-09-01"):
+        assert run in trend
+
+
+def test_csv_has_every_point_and_cost(built):
+    pts = pd.read_csv(built["paths"]["csv_points"])
+    assert len(pts) == 3 * 5 * 2
+    assert {"usd_per_m_output", "usd_per_m_total", "ttft_ms_p99", "meets_slo", "status"} <= set(pts.columns)
+    sens = pd.read_csv(built["paths"]["csv_sensitivity"])
+    assert set(sens["dimension"]) == {"price", "utilisation"}
+
+
+def test_target_without_results_shown_failed(tmp_path):
+    plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm"))
+    rdir = synthetic.make_run(tmp_path / "res", plan, missing={"b200-vllm"}, validation=False)
+    cost_run(plan, rdir)
+    paths = build_report(plan, rdir, tmp_path / "out")
+    html = Path(paths["html"]).read_text()
+    dnp = _section(html, "did-not-pass", "evaluation")
+    assert "b200-vllm" in dnp and "failed: no results" in dnp
+    assert "Validation did not run" in html
+    assert "only mi355x-vllm has a cost at the SLO" in html
+
+
+def test_run_with_no_results_at_all(tmp_path):
+    plan = synthetic.make_plan()
+    rdir = synthetic.make_run(tmp_path / "res", plan, missing={t.slug for t in plan.targets}, emulated=False)
+    paths = build_report(plan, rdir, tmp_path / "out")
+    html = Path(paths["html"]).read_text()
+    assert "No target has a cost at the SLO" in html
+    dnp = _section(html, "did-not-pass", "evaluation")
+    for t in plan.targets:
+        assert re.search(rf"{t.name}</td><td class=\"l fail\">failed: no results", dnp)
+    assert Path(paths["pdf"]).stat().st_size > 0
+
+
+def test_real_hardware_run_has_no_emulated_stamp(tmp_path):
+    raw = synthetic.plan_dict()
+    for t in raw["targets"]:
+        t["provider"] = "static"
+    plan = synthetic.plan_from_dict(raw)
+    rdir = synthetic.make_run(tmp_path / "res", plan, emulated=False)
+    paths = build_report(plan, rdir, tmp_path / "out")
+    assert "EMULATED" not in Path(paths["html"]).read_text()
+    assert "EMULATED" not in Path(paths["markdown"]).read_text()
+
+
+def test_provenance_shown_without_secrets(tmp_path):
+    plan = synthetic.make_plan()
+    rdir = synthetic.make_run(tmp_path / "res", plan)
+    from bakeoff import store
+    store.write_json(rdir / "target=mi355x-vllm" / "provenance.json",
+                     {"driver": "rocm-6.4.1", "image_digest": "sha256:abc", "api_key": "sk-live-123",
+                      "auth": {"secret_token": "s3cr3t", "Authorization": "Bearer zzz"}})
+    html = Path(build_report(plan, rdir, tmp_path / "out")["html"]).read_text()
+    assert "rocm-6.4.1" in html and "sha256:abc" in html
+    for secret in ("sk-live-123", "s3cr3t", "Bearer zzz"):
+        assert secret not in html

@@ -1,0 +1,84 @@
+"""The mi355x-vs-b200 sandbox plan end to end through the cloud providers' own code (moto server for
+EC2, the fake Vultr API), each node an emulator booted from its user-data; then nothing is left,
+and the per-run API key is nowhere in logs, step results (XComs) or files."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from bakeoff import pipeline, secrets
+from bakeoff.sandbox import Sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(boot_s=0.1) as sb:
+        yield sb
+
+
+def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog):
+    caplog.set_level(logging.INFO)
+    logging.getLogger("bakeoff").setLevel(logging.DEBUG)
+    pipeline.set_credentials_resolver(sandbox.credentials)
+    try:
+        run_id = "manual__2026-11-29T21:30:00+00:00"
+        run = pipeline.start_run("mi355x-vs-b200-sandbox", run_id)
+        results = [run]
+        for slug in run["targets"]:
+            inst = pipeline.provision(run["run_dir"], slug)
+            assert inst["provider"] in ("aws", "vultr") and inst["state"] == "running"
+            ep = pipeline.deploy(run["run_dir"], slug, inst)
+            assert ep["emulated"] is True                     # the emulator says so in /version
+            results += [inst, ep, pipeline.accuracy_gate(run["run_dir"], slug, ep),
+                        pipeline.benchmark(run["run_dir"], slug, ep), pipeline.terminate(run["run_dir"], slug, inst)]
+            assert results[-2]["points"] == 2
+        assert sandbox.live() == {"aws": [], "vultr": [], "digitalocean": []}
+        assert pipeline.sweep(run["run_dir"]) == {"aws": [], "vultr": []}
+        assert sandbox.backing.running() == []
+    finally:
+        pipeline.set_credentials_resolver(lambda name: {})
+    keys = [secrets.api_key(run_id, slug) for slug in run["targets"]]
+    xcoms = json.dumps(results)
+    files = "".join(p.read_text(errors="replace") for p in data_root.rglob("*") if p.is_file() and p.suffix != ".parquet")
+    for key in keys:
+        assert key not in xcoms and key not in caplog.text and key not in files
+    deploy_doc = json.loads(next(data_root.rglob("target=b200-vllm/deploy.json")).read_text())
+    assert deploy_doc["ready"] is True and deploy_doc["image"] == "vllm/vllm-openai:v0.25.0"
+
+
+def test_sandbox_env_points_other_processes_at_it(sandbox, monkeypatch):
+    from bakeoff.sandbox import credentials_from_env
+    for k, v in sandbox.env().items():
+        monkeypatch.setenv(k, v)
+    assert credentials_from_env("vultr")["base_url"].endswith("/vultr/v2")
+    assert credentials_from_env("aws")["endpoint_url"] == sandbox.moto.url
+    assert json.loads(sandbox.env()["AIRFLOW_CONN_AWS_DEFAULT"])["extra"]["endpoint_url"] == sandbox.moto.url
+
+
+def test_a_server_that_cannot_start_is_classified_from_the_ec2_console(sandbox, data_root, tmp_path):
+    """405B in BF16 on one B200 cannot load: readiness times out, the console (EC2 GetConsoleOutput) says why."""
+    import yaml
+
+    from bakeoff.plan import load_plan
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    t = next(x for x in raw["targets"] if x["provider"] == "aws")
+    t.update(model="llama-3.1-405b", quantization="bf16", tensor_parallel=1)
+    t["provider_options"]["deploy_timeout_s"] = 4
+    raw.update(name="sandbox-oom", targets=[t])
+    path = tmp_path / "oom.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    pipeline.set_credentials_resolver(sandbox.credentials)
+    try:
+        run = pipeline.start_run(str(path), "manual__oom")
+        inst = pipeline.provision(run["run_dir"], "b200-vllm")
+        with pytest.raises(Exception) as e:
+            pipeline.deploy(run["run_dir"], "b200-vllm", inst)
+        assert getattr(e.value, "failure", None) == "oom"
+        doc = json.loads(next(data_root.rglob("run_id=manual__oom/target=b200-vllm/deploy.json")).read_text())
+        assert doc == {**doc, "ready": False, "failure": "oom"} and "GB of weights" in doc["detail"]
+        pipeline.terminate(run["run_dir"], "b200-vllm", inst)
+        assert sandbox.live()["aws"] == []
+    finally:
+        pipeline.set_credentials_resolver(lambda name: {})

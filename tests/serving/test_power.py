@@ -1,0 +1,47 @@
+"""Power and provenance parsers on the tools' own output formats."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from bakeoff.serving import power
+
+NVIDIA_CSV = "0, 712.45\n1, 698.10\n2, [N/A]\n"
+AMD_NEW = json.dumps([{"gpu": 0, "power": {"socket_power": {"value": 1180, "unit": "W"}, "power_management": "ENABLED"}},
+                      {"gpu": 1, "power": {"socket_power": {"value": "N/A", "unit": "W"}}}])
+AMD_OLD = json.dumps([{"gpu": 0, "power": {"socket_power": "1,050 W"}}, {"gpu": 1, "power": {"socket_power": 990}}])
+NVIDIA_PROV = ("bakeoff-provenance: NVIDIA B200, 580.82.07, 97.00.B9.00.3A\n"
+               "bakeoff-provenance: CUDA Version: 13.0\n")
+AMD_VERSION = json.dumps([{"tool": "AMDSMI Tool", "version": "26.0.0+abc", "amdsmi_library_version": "26.0.0",
+                           "rocm_version": "7.0.1"}])
+AMD_STATIC = json.dumps([{"gpu": 0, "asic": {"market_name": "AMD Instinct MI355X"}, "driver": {"version": "6.14.14"},
+                          "vbios": {"version": "022.040.003.043.000001"}}])
+
+
+def test_nvidia_power_rows_skip_unavailable():
+    assert power.parse_nvidia_power(NVIDIA_CSV) == [{"gpu": 0, "watts": 712.45}, {"gpu": 1, "watts": 698.10}]
+
+
+def test_amd_power_both_json_shapes():
+    assert power.parse_amd_power(AMD_NEW) == [{"gpu": 0, "watts": 1180.0}]
+    assert power.parse_amd_power(AMD_OLD) == [{"gpu": 0, "watts": 1050.0}, {"gpu": 1, "watts": 990.0}]
+
+
+def test_energy_is_trapezoids_per_gpu_within_the_window():
+    rows = power.parse_samples("10.0,0,100\n11.0,0,300\n12.0,0,300\n10.0,1,50\n12.0,1,50\n13.0,0,9999\nbroken\n")
+    # GPU0: (100+300)/2*1 + 300*1 = 500 J; GPU1: 50*2 = 100 J; the 13 s sample is outside the window
+    assert power.energy_joules(rows, 10.0, 12.0) == pytest.approx(600.0)
+
+
+def test_provenance_parsers():
+    assert power.parse_nvidia_provenance(NVIDIA_PROV) == {"vendor": "nvidia", "gpu_name": "NVIDIA B200",
+                                                          "driver": "580.82.07", "firmware": "97.00.B9.00.3A", "cuda": "13.0"}
+    amd = power.parse_amd_provenance(AMD_VERSION, AMD_STATIC)
+    assert amd["rocm"] == "7.0.1" and amd["gpu_name"] == "AMD Instinct MI355X" and amd["driver"] == "6.14.14"
+
+
+@pytest.mark.parametrize("vendor", ["amd", "nvidia"])
+def test_sampler_script_is_valid_bash(vendor):
+    subprocess.run(["bash", "-n"], input=power.sampler_script(vendor, "/var/log/bakeoff"), text=True, check=True)

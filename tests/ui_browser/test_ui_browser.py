@@ -1,0 +1,212 @@
+"""The Airflow UI as a user meets it, in headless Chromium (Debian's chromium + chromium-driver).
+
+An api-server is started on a free loopback port with a login required (simple auth manager),
+the repository's DAGs serialised into a fresh SQLite database and one published run on disk.
+The browser logs in, opens the `bakeoff` trigger form, finds every Param the API reports for the
+DAG, triggers a run with a plan, and opens the plugin's reports page from the navigation.
+The Airflow 3 UI is a React app: every step waits for the element it needs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+USER, PASSWORD = "admin", "ui-test-password"
+RUN_DIR = "manual__2026-11-01T00_00_00_00_00"
+REPORT_TEXT = "EMULATED demo report for the browser test"
+
+pytestmark = [
+    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                       reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"),
+    pytest.mark.timeout(300),
+]
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--window-size=1400,1000"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _publish_one_run(reports: Path) -> None:
+    """A published run as the publish step leaves it: report files plus the manifest the UI lists."""
+    from bakeoff.publish import MANIFEST
+
+    run = reports / "local-demo" / RUN_DIR
+    run.mkdir(parents=True)
+    (run / "report.html").write_text(f"<!doctype html><title>report</title><h1>{REPORT_TEXT}</h1>")
+    (run / MANIFEST).write_text(json.dumps({
+        "plan": "local-demo", "run_id": "manual__2026-11-01T00:00:00+00:00", "started_at": 1793491200,
+        "status": "published", "emulated": True, "summary": "EMULATED", "published_at": 1793491300,
+        "files": {"html": "report.html"}}))
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory):
+    """Base URL of an api-server with auth on, the repo's DAGs and plugins, and a published run."""
+    home = tmp_path_factory.mktemp("ui-browser")
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps({USER: PASSWORD}))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
+    env.update({
+        "AIRFLOW_HOME": str(home / "airflow"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__API__WORKERS": "1",
+        "BAKEOFF_DATA": str(home / "data"),
+    })
+    (home / "airflow").mkdir()
+    _publish_one_run(home / "data" / "reports")
+    for cmd in (["db", "migrate"], ["dags", "reserialize"]):
+        subprocess.run([AIRFLOW, *cmd], env=env, check=True, capture_output=True, timeout=240)
+    log = open(home / "api-server.log", "w")
+    proc = subprocess.Popen([AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("api-server did not start:\n" + (home / "api-server.log").read_text()[-3000:])
+            time.sleep(1)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def api(api_server):
+    token = httpx.post(f"{api_server}/auth/token", json={"username": USER, "password": PASSWORD}).json()
+    with httpx.Client(base_url=f"{api_server}/api/v2", headers={"Authorization": f"Bearer {token['access_token']}"},
+                      timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver, seconds: float = 30) -> WebDriverWait:
+    return WebDriverWait(driver, seconds)
+
+
+def _by_text(tag: str, text: str) -> tuple[str, str]:
+    return By.XPATH, f"//{tag}[normalize-space()={json.dumps(text)}]"
+
+
+@pytest.fixture(scope="module")
+def logged_in(browser, api_server):
+    browser.get(api_server + "/")
+    _wait(browser).until(EC.url_contains("/auth/login"))  # the UI is not open without a login
+    _wait(browser).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
+    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    _wait(browser).until(EC.url_to_be(api_server + "/"))
+    return browser
+
+
+def test_a_wrong_password_does_not_log_in(api_server):
+    r = httpx.post(f"{api_server}/auth/token", json={"username": USER, "password": "wrong"})
+    assert r.status_code in (401, 403)
+    assert httpx.get(f"{api_server}/api/v2/dags").status_code == 401
+
+
+def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_server, api):
+    browser = logged_in
+    params = api.get("/dags/bakeoff/details").raise_for_status().json()["params"]
+    titles = {name: (p.get("schema") or {}).get("title") or name for name, p in params.items()}
+    assert "plan" in titles
+
+    browser.get(api_server + "/dags/bakeoff")
+    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
+    dialog = _wait(browser).until(EC.visibility_of_element_located(
+        (By.CSS_SELECTOR, "[role=dialog][data-state=open][aria-modal=true]")))
+    _wait(browser).until(EC.visibility_of_element_located(_by_text("p", "Run Parameters")))
+    for name, title in titles.items():
+        field = _wait(browser).until(EC.presence_of_element_located((By.ID, f"element_{name}")),
+                                     f"param {name} is not in the trigger form")
+        label = dialog.find_element(By.CSS_SELECTOR, f"label[for='{field.get_attribute('id')}'], "
+                                                     f"[role=group]:has(#element_{name}) label")
+        assert label.text.startswith(title), f"param {name}: label {label.text!r}, expected {title!r}"
+
+    plan = dialog.find_element(By.ID, "element_plan")
+    plan.send_keys("local-demo")
+    trigger = _wait(browser).until(EC.element_to_be_clickable(
+        (By.XPATH, "//*[@role='dialog' and @data-state='open']//button[normalize-space()='Trigger']")))
+    trigger.click()
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        runs = api.get("/dags/bakeoff/dagRuns").raise_for_status().json()["dag_runs"]
+        if runs:
+            break
+        time.sleep(1)
+    assert runs, "the trigger form did not create a run"
+    assert runs[0]["conf"].get("plan") == "local-demo"
+
+
+def test_reports_page_is_reachable_from_the_navigation_and_serves_a_report(logged_in, api_server):
+    browser = logged_in
+    browser.get(api_server + "/")
+    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
+    _wait(browser).until(EC.element_to_be_clickable(_by_text("*", "Bake-off reports"))).click()
+    frame = _wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/bakeoff/']")))
+    browser.switch_to.frame(frame)
+    try:
+        _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", "Bake-off reports")))
+        link = _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"a[href*='{RUN_DIR}']")))
+        link.click()
+        _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", REPORT_TEXT)))
+    finally:
+        browser.switch_to.default_content()
