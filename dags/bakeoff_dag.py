@@ -20,6 +20,7 @@ PARAMS = {
                               "bakeoff_plan, else local-demo.", examples=["local-demo", "mi355x-vs-b200"]),
     "targets": Param([], type="array", items={"type": "string"}, title="Targets",
                      description="Subset of the plan's target names; empty runs them all."),
+    # Contract prices can also come from the Airflow Variable bakeoff_price_sheet (JSON); these win.
     "ttft_p99_ms": Param(None, type=["null", "number"], minimum=1, title="SLO: p99 TTFT (ms)"),
     "tpot_p50_ms": Param(None, type=["null", "number"], minimum=0.1, title="SLO: p50 TPOT (ms)"),
     "tpot_p99_ms": Param(None, type=["null", "number"], minimum=0.1, title="SLO: p99 TPOT (ms)"),
@@ -84,7 +85,8 @@ def bakeoff():
         ctx = get_current_context()
         params = ctx["params"]
         plan = params.get("plan") or Variable.get("bakeoff_plan", default="local-demo")
-        return _pipeline().start_run(plan, ctx["run_id"], _overrides(params))
+        sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
+        return _pipeline().start_run(plan, ctx["run_id"], _overrides(params), price_sheet=sheet)
 
     @task
     def targets_of(run: dict) -> list[dict]:

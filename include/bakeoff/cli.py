@@ -9,7 +9,7 @@ reap         terminate expired or orphaned bakeoff instances
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
 import time
 import uuid
@@ -31,6 +31,8 @@ def _plan_check(args) -> int:
 
 def _run(args) -> int:
     """Sequential bake-off: per target provision..benchmark with terminate in finally, then the rest."""
+    # SIGTERM (a CI timeout, a closed terminal) must still reach the finally blocks that terminate.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
     run = pipeline.start_run(args.plan, run_id, {"targets": args.targets or []})
     failed = []

@@ -88,6 +88,47 @@ def mean_ci(values: list[float] | np.ndarray, level: float = CI_LEVEL) -> tuple[
     return m, m - half, m + half
 
 
+# --- price sheets -------------------------------------------------------------------------------
+
+def apply_price_sheet(plan, sheet: dict[str, Any] | None):
+    """A buyer's price sheet (e.g. an Airflow Variable) folded into the plan's target prices.
+
+    sheet = {"source": "ACME contract 2026-Q4", "as_of": "2026-10-01",
+             "prices": {<target name or instance type>: {"usd_per_hour" | "usd_per_gpu_hour": x, "market": "reserved"}}}
+    A target-name key beats an instance-type key; targets whose plan already sets a price keep it, and
+    trigger-form prices (apply_overrides) are applied after and win. Returns a new, validated plan.
+    """
+    from bakeoff.plan import PlanError, plan_from_dict  # noqa: PLC0415 - plan imports nothing from here
+
+    if not sheet:
+        return plan
+    if not isinstance(sheet, dict) or not isinstance(sheet.get("prices"), dict):
+        raise PlanError("price_sheet: expected {'prices': {<target or instance type>: {'usd_per_hour': ...}}, "
+                        "'source': ..., 'as_of': ...}")
+    names = {t.name for t in plan.targets}
+    types = {t.instance_type for t in plan.targets}
+    source = str(sheet.get("source") or "price sheet")
+    if sheet.get("as_of"):
+        source += f" (as of {sheet['as_of']})"
+    entries = {}
+    for key, entry in sheet["prices"].items():
+        where = f"price_sheet.prices.{key}"
+        if key not in names and key not in types:
+            raise PlanError(f"{where}: matches no target or instance type of plan {plan.name}; "
+                            f"use one of {sorted(names | types)}")
+        if not isinstance(entry, dict):
+            entry = {"usd_per_hour": entry}
+        if not any(isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("usd_per_hour", "usd_per_gpu_hour")):
+            raise PlanError(f"{where}: give a positive usd_per_hour (node) or usd_per_gpu_hour")
+        entries[key] = {"market": "contract", **entry, "source": source}
+    raw = plan.model_dump(mode="json")
+    for t in raw["targets"]:
+        entry = entries.get(t["name"]) or entries.get(t["instance_type"])
+        if entry and not t.get("price"):
+            t["price"] = entry
+    return plan_from_dict(raw, source=f"{plan.name} with price sheet")
+
+
 # --- inputs -------------------------------------------------------------------------------------
 
 def _validation(run_dir: Path) -> dict[str, Any] | None:

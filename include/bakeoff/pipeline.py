@@ -36,9 +36,12 @@ def provider_for(name: str, **options: Any) -> Provider:
 
 # --- run-level steps ----------------------------------------------------------------------------
 
-def start_run(plan_ref: str, run_id: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Resolve the plan (file + trigger-form overrides), check the budget, record the run."""
-    plan = apply_overrides(load_plan(plan_ref), overrides)
+def start_run(plan_ref: str, run_id: str, overrides: dict[str, Any] | None = None,
+              price_sheet: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
+    check the budget, record the run."""
+    from bakeoff.cost import apply_price_sheet  # noqa: PLC0415
+    plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
     estimate = budget.check(plan)
     rdir = store.run_dir(plan.name, run_id)

@@ -87,8 +87,10 @@ def write_indexes(root: Path, plan_name: str) -> dict[str, Path]:
 def _manifest(plan, run_dir: Path, files: dict[str, str]) -> dict[str, Any]:
     run = _read_json(run_dir / "run.json") or {}
     head = _read_json(run_dir / "cost.json") or {}
+    # publishing runs before the run is marked finished: a run still "running" here is being published
+    status = run.get("status") if run.get("status") not in (None, "running") else "published"
     return {"plan": plan.name, "run_id": run.get("run_id") or run_dir.name, "started_at": run.get("started_at"),
-            "status": run.get("status"), "emulated": bool(head.get("emulated", plan.emulated)),
+            "status": status, "emulated": bool(head.get("emulated", plan.emulated)),
             "summary": head.get("summary", ""), "published_at": time.time(), "files": files}
 
 

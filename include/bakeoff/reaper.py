@@ -18,29 +18,38 @@ from typing import Any, Callable
 
 from bakeoff import store
 from bakeoff.providers import get_provider
-from bakeoff.providers.base import TAG_PLAN, Instance
+from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, Instance
 
 log = logging.getLogger(__name__)
 CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "local")
 
 
-def run_status(inst: Instance) -> str | None:
+def run_status(tags: dict[str, str]) -> str | None:
     """The run's status from the results store (None when this installation has no record of it)."""
-    plan = inst.tags.get(TAG_PLAN)
-    if not plan or not inst.run_id:
+    plan, run_id = tags.get(TAG_PLAN), tags.get(TAG_RUN)
+    if not plan or not run_id:
         return None
-    doc = store.read_json(store.run_dir(plan, inst.run_id) / "run.json")
+    doc = store.read_json(store.run_dir(plan, run_id) / "run.json")
     return (doc or {}).get("status")
+
+
+def verdict_for_tags(tags: dict[str, str], now: float) -> str | None:
+    """Why a tagged resource should go (expired, or its run ended), or None to keep it."""
+    expires = tags.get(TAG_EXPIRES, "")
+    if expires.isdigit() and now >= float(expires):
+        return f"expired at {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(float(expires)))}"
+    status = run_status(tags)
+    if status not in (None, "running"):
+        return f"run {tags.get(TAG_RUN)} ended ({status})"
+    return None
 
 
 def verdict(inst: Instance, now: float) -> str | None:
     """Why this node should go, or None to keep it."""
-    if inst.expires_at is not None and now >= inst.expires_at:
-        return f"expired at {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(inst.expires_at))}"
-    status = run_status(inst)
-    if status not in (None, "running"):
-        return f"run {inst.run_id} ended ({status})"
-    return None
+    tags = {**inst.tags, TAG_RUN: inst.run_id}
+    if inst.expires_at is not None:
+        tags[TAG_EXPIRES] = str(int(inst.expires_at))
+    return verdict_for_tags(tags, now)
 
 
 def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] | None = None,
@@ -64,7 +73,6 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
             out["errors"][name] = f"{type(e).__name__}: {e}"
             log.error("reaper: cannot list %s: %s", name, out["errors"][name])
             continue
-        ended_runs = set()
         for inst in nodes:
             why = verdict(inst, now)
             row = {"provider": name, "id": inst.id, "run_id": inst.run_id, "target": inst.target}
@@ -76,12 +84,11 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
             except Exception as e:  # noqa: BLE001
                 out["errors"][f"{name}:{inst.id}"] = f"{type(e).__name__}: {e}"
                 continue
-            ended_runs.add(inst.run_id)
             if done:
                 out["terminated"].append({**row, "reason": why})
                 log.warning("reaper: terminated %s node %s (run %s, target %s): %s", name, inst.id, inst.run_id, inst.target, why)
-        cleanup = getattr(provider, "cleanup", None)
-        if cleanup and ended_runs:
-            cleanup(ended_runs)
+        cleanup = getattr(provider, "cleanup", None)      # e.g. EC2 per-run security groups
+        if cleanup:
+            out.setdefault("cleaned", []).extend(cleanup(lambda tags: verdict_for_tags(tags, now) is not None))
     log.info("reaper: %d terminated, %d kept, %d errors", len(out["terminated"]), len(out["kept"]), len(out["errors"]))
     return out

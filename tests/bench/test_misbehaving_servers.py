@@ -107,7 +107,7 @@ def test_a_failing_server_still_yields_saved_points(faulty_server, tmp_path):
     w = Workload(name="fails", input_len=4, output_len=4, concurrency=[2], requests_per_point=4, warmup_requests=0,
                  request_timeout_s=2)
     ep = Endpoint(target=t.slug, base_url=faulty_server.url, model="fault:http_503", stack="vllm")
-    out = run_workload(ep, t, w, Slo(ttft_p99_ms=100), tmp_path, "run1", KEY, emulated=True)
+    out = run_workload(ep, t, w, Slo(ttft_p99_ms=100), tmp_path, "run1", KEY, emulated=True, calibrate=False)
     assert len(out) == 1 and out[0]["failed"] == 4 and out[0]["error_rate"] == 1.0 and not out[0]["meets_slo"]
     df = pd.read_parquet(tmp_path / "requests" / "fails-c2-r0.parquet")
     assert set(df["error_kind"]) == {"http_5xx"} and len(df) == 4

@@ -29,6 +29,8 @@ def test_known_timing_is_measured_back(knee_server, tmp_path):
     w = Workload(name="w", input_len=16, output_len=21, concurrency=[1, 4], requests_per_point=12, warmup_requests=2)
     out = run_workload(_ep(knee_server.url), AdhocTarget("t", 2), w, Slo(), tmp_path, "r", None, True, provenance=False)
     one, four = out
+    cal = json.loads((tmp_path / "client_calibration.json").read_text())
+    assert cal["concurrency"] == 4 and cal["ok"] == 8 and abs(cal["ttft_error_ms_mean"]) < 25
     assert one["ttft_ms_p50"] == pytest.approx(9, abs=2.5)         # 5 + 4 x 1
     assert four["ttft_ms_p50"] == pytest.approx(21, abs=3)         # 5 + 4 x 4
     assert one["tpot_ms_p50"] == pytest.approx(1.0, abs=0.3)
@@ -38,24 +40,26 @@ def test_known_timing_is_measured_back(knee_server, tmp_path):
     assert (df["prompt_tokens"] == df["requested_input_len"]).all()
 
 
-def test_sla_search_finds_the_knee_within_one_step(knee_server, tmp_path):
-    # TTFT p99 <= 55 ms holds up to C = 12 (53 ms) and fails from C = 13 (57 ms)
-    w = Workload(name="sla", input_len=8, output_len=4, load="sla", concurrency=[1, 64], requests_per_point=None,
-                 warmup_requests=4, sla={"start": 1, "max": 64})
-    w = w.model_copy(update={"requests_per_point": 40})
-    out = run_workload(_ep(knee_server.url), AdhocTarget("t"), w, Slo(ttft_p99_ms=55), tmp_path, "r", None, True,
-                       provenance=False)
+def test_sla_search_finds_the_knee_within_one_step(tmp_path):
+    # every token gap = 1 ms + 2 ms x requests in flight, so at concurrency C TPOT ~ 1 + 2C ms:
+    # median TPOT <= 26 ms holds up to C = 12 (25 ms) and fails from C = 13 (27 ms). InferenceMAX
+    # point sizes (10 x C measured after 2 x C warm-up) keep every round full.
+    script = {"ttft_ms": 2, "itl_ms": 1, "tokens_per_chunk": 1, "itl_per_inflight_ms": 2}
+    w = Workload(name="sla", input_len=8, output_len=4, load="sla", concurrency=[1, 32], sla={"start": 1, "max": 32})
+    with ScriptedServerProcess(script) as srv:
+        out = run_workload(_ep(srv.url), AdhocTarget("t"), w, Slo(tpot_p50_ms=26), tmp_path, "r", None, True,
+                           provenance=False, calibrate=False)
     res = json.loads((tmp_path / "sla-sla.json").read_text())
     assert abs(res["best"] - 12) <= 1, res["probes"]
     assert res["first_failing"] - res["best"] == 1 and res["best_output_tps_per_gpu"] > 0
     assert [p["load"] for p in res["probes"]][:5] == [1, 2, 4, 8, 16]
-    assert len(out) == len(res["probes"])
+    assert len(out) == len(res["probes"]) and res["monotone"]
 
 
 def test_worker_processes_share_a_point(knee_server, tmp_path):
     w = Workload(name="mp", input_len=8, output_len=5, concurrency=[4], requests_per_point=16, warmup_requests=4,
                  workers=2)
-    (s,) = run_workload(_ep(knee_server.url), AdhocTarget("t"), w, Slo(), tmp_path, "r", None, True, provenance=False)
+    (s,) = run_workload(_ep(knee_server.url), AdhocTarget("t"), w, Slo(), tmp_path, "r", None, True, provenance=False, calibrate=False)
     df = pd.read_parquet(tmp_path / "requests" / "mp-c4-r0.parquet")
     assert s["completed"] == 16 and sorted(df["index"]) == list(range(20))
     assert s["ttft_ms_p50"] == pytest.approx(21, abs=4)            # still 4 in flight overall
@@ -65,7 +69,7 @@ def test_worker_processes_share_a_point(knee_server, tmp_path):
 def test_rate_mode_records_schedule(knee_server, tmp_path):
     w = Workload(name="rate", input_len=8, output_len=3, load="rate", rates=[50], requests_per_point=30,
                  arrival="gamma", burstiness=0.5)
-    (s,) = run_workload(_ep(knee_server.url), AdhocTarget("t"), w, Slo(), tmp_path, "r", None, True, provenance=False)
+    (s,) = run_workload(_ep(knee_server.url), AdhocTarget("t"), w, Slo(), tmp_path, "r", None, True, provenance=False, calibrate=False)
     assert s["load_mode"] == "rate" and s["rate"] == 50 and s["concurrency"] == 50000 and s["completed"] == 30
     df = pd.read_parquet(tmp_path / "requests" / "rate-c50000-r0.parquet")
     assert ((df["start_offset"] - df["scheduled_offset"]) < 0.05).all()
@@ -82,6 +86,7 @@ def test_cli_writes_parquet_and_summary(knee_server, tmp_path, monkeypatch):
     doc = json.loads((out / "summary.json").read_text())
     assert doc["points"][0]["completed"] == 6 and doc["gpus"] == 8 and "k-123" not in (out / "summary.json").read_text()
     assert (out / "points" / "cli-c2-r0.parquet").exists() and "SLO met" in r.stdout
+    assert doc["calibration"]["ok"] > 0 and "client self-calibration" in r.stdout
     bad = subprocess.run([sys.executable, "-m", "bakeoff.bench.cli", "bench", "--endpoint", knee_server.url,
                           "--model", "m", "--workload", "name=x,concurrency=[0]"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "concurrency" in bad.stderr

@@ -204,3 +204,23 @@ def test_bad_utilisation_names_the_field():
     raw = synthetic.plan_dict(utilisation=1.5)
     with pytest.raises(PlanError, match="pricing.utilisation"):
         plan_from_dict(raw)
+
+
+def test_price_sheet_sets_contract_prices():
+    plan = synthetic.make_plan()
+    sheet = {"source": "ACME contract 2026-Q4", "as_of": "2026-10-01",
+             "prices": {"BM.GPU.MI355X.8": {"usd_per_gpu_hour": 2.5, "market": "reserved"}, "b200-vllm": 40}}
+    priced = cost.apply_price_sheet(plan, sheet)
+    a, b = priced.targets
+    assert a.usd_per_hour == pytest.approx(2.5 * 8) and a.price.market == "reserved"
+    assert b.usd_per_hour == 40 and b.price.market == "contract"
+    assert a.price_source.startswith("ACME contract 2026-Q4 (as of 2026-10-01)")
+    assert plan.targets[0].price is None                     # the input plan is left as it was
+
+
+def test_price_sheet_errors_name_the_entry():
+    plan = synthetic.make_plan()
+    with pytest.raises(PlanError, match=r"price_sheet.prices.p9.huge: matches no target"):
+        cost.apply_price_sheet(plan, {"prices": {"p9.huge": 10}})
+    with pytest.raises(PlanError, match=r"price_sheet.prices.b200-vllm: give a positive usd_per_hour"):
+        cost.apply_price_sheet(plan, {"prices": {"b200-vllm": {"usd_per_hour": -1}}})

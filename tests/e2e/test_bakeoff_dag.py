@@ -13,8 +13,10 @@ from tests.e2e.conftest import run_dag, small_plan
 pytestmark = pytest.mark.e2e
 
 
-def _run_dir(env, plan_name: str, run_id: str) -> Path:
-    return Path(env["BAKEOFF_DATA"]) / "results" / plan_name / f"run_id={run_id}"
+def _run_dir(env, plan_name: str) -> Path:
+    """Each test uses its own plan name, so its plan has exactly one run."""
+    (rdir,) = (Path(env["BAKEOFF_DATA"]) / "results" / plan_name).glob("run_id=*")
+    return rdir
 
 
 def _live_emulators(env) -> list[str]:
@@ -34,9 +36,9 @@ def _live_emulators(env) -> list[str]:
 
 def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     plan = small_plan(tmp_path, "e2e-ok")
-    res = run_dag(airflow_env, plan, "e2e_ok")
+    res = run_dag(airflow_env, plan)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    rdir = _run_dir(airflow_env, "e2e-ok", "e2e_ok")
+    rdir = _run_dir(airflow_env, "e2e-ok")
     run = json.loads((rdir / "run.json").read_text())
     assert run["status"] == "published"
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
@@ -49,9 +51,9 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
 
 def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):
     plan = small_plan(tmp_path, "e2e-bench-fail", fault={"b200-vllm": "benchmark"})
-    res = run_dag(airflow_env, plan, "e2e_bench_fail")
+    res = run_dag(airflow_env, plan)
     assert res.returncode != 0 or "failed" in res.stdout.lower()
-    rdir = _run_dir(airflow_env, "e2e-bench-fail", "e2e_bench_fail")
+    rdir = _run_dir(airflow_env, "e2e-bench-fail")
     run = json.loads((rdir / "run.json").read_text())
     assert run["status"] == "failed"
     assert "terminate" in run["targets"]["b200-vllm"]          # the teardown ran
@@ -61,8 +63,8 @@ def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):
 
 def test_provision_failing_after_create_is_swept(airflow_env, tmp_path):
     plan = small_plan(tmp_path, "e2e-prov-fail", fault={"mi355x-vllm": "after_create"})
-    run_dag(airflow_env, plan, "e2e_prov_fail")
-    rdir = _run_dir(airflow_env, "e2e-prov-fail", "e2e_prov_fail")
+    run_dag(airflow_env, plan)
+    rdir = _run_dir(airflow_env, "e2e-prov-fail")
     run = json.loads((rdir / "run.json").read_text())
     assert run["status"] == "failed"
     swept = run["sweep"]["terminated"]["local"]

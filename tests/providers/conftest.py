@@ -31,7 +31,7 @@ def fake_clouds():
 def aws_creds(moto_server):
     moto_server.gate.denied = set()
     yield {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1",
-           "endpoint_url": moto_server.url}
+           "endpoint_url": moto_server.url, "regions": ["us-east-1", "us-east-2", "us-west-2"]}
     moto_server.gate.denied = set()
 
 

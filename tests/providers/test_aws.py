@@ -109,3 +109,21 @@ def test_capacity_block_reservation_is_requested(aws_creds):
     assert seen["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == "cr-0123456789abcdef0"
     assert seen["ClientToken"] == client_token(rid, t.slug, "us-east-1")
     p.terminate(inst.id)
+
+
+def test_without_configured_regions_every_account_region_is_scanned(aws_creds):
+    creds = {k: v for k, v in aws_creds.items() if k != "regions"}
+    regions = AwsProvider(creds).regions
+    assert {"eu-west-1", "ap-northeast-1", "us-east-1"} <= set(regions)
+    assert AwsProvider(aws_creds).regions == ["us-east-1", "us-east-2", "us-west-2"]
+
+
+def test_reaper_terminates_an_ended_runs_instance_and_deletes_its_security_group(aws_creds, data_root):
+    from bakeoff import reaper, store
+    p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
+    inst = p.create(t, rid, **launch_args(rid, t))
+    sg = _live(aws_creds, rid)[0]["SecurityGroups"][0]["GroupId"]
+    store.update_run(store.run_dir("p", rid), run_id=rid, status="published")
+    out = reaper.reap(provider_names=["aws"], credentials_fn=lambda name: aws_creds)
+    assert inst.id in {r["id"] for r in out["terminated"]} and f"us-east-1/{sg}" in out["cleaned"]
+    assert not _ec2(aws_creds).describe_security_groups(Filters=[{"Name": "group-id", "Values": [sg]}])["SecurityGroups"]

@@ -134,3 +134,13 @@ def test_provenance_shown_without_secrets(tmp_path):
     assert "rocm-6.4.1" in html and "sha256:abc" in html
     for secret in ("sk-live-123", "s3cr3t", "Bearer zzz"):
         assert secret not in html
+
+
+def test_mixed_markets_are_called_out(tmp_path):
+    raw = synthetic.plan_dict()
+    raw["targets"][0].update(provider="vultr", instance_type="vbm-256c-3072gb-8-mi355x-gpu")   # a spot price
+    plan = synthetic.plan_from_dict(raw)
+    rdir = synthetic.make_run(tmp_path / "res", plan)
+    md = Path(build_report(plan, rdir, tmp_path / "out")["markdown"]).read_text()
+    assert "different markets (mi355x-vllm: spot, b200-vllm: on\\_demand)" in md
+    assert "price in force for mi355x-vllm is not" in md

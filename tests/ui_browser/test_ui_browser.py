@@ -174,11 +174,13 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
         (By.CSS_SELECTOR, "[role=dialog][data-state=open][aria-modal=true]")))
     _wait(browser).until(EC.visibility_of_element_located(_by_text("p", "Run Parameters")))
     for name, title in titles.items():
-        field = _wait(browser).until(EC.presence_of_element_located((By.ID, f"element_{name}")),
-                                     f"param {name} is not in the trigger form")
-        label = dialog.find_element(By.CSS_SELECTOR, f"label[for='{field.get_attribute('id')}'], "
-                                                     f"[role=group]:has(#element_{name}) label")
-        assert label.text.startswith(title), f"param {name}: label {label.text!r}, expected {title!r}"
+        # each Param is one labelled field group; its input is named element_<param>
+        field = f"[@id='element_{name}' or @name='element_{name}']"
+        group = _wait(browser).until(EC.presence_of_element_located(
+            (By.XPATH, f"//*[@role='dialog' and @data-state='open']//*[@role='group'][.//label][.//*{field}]")),
+            f"param {name} is not in the trigger form")
+        label = group.find_element(By.TAG_NAME, "label").text
+        assert label.startswith(title), f"param {name}: label {label!r}, expected {title!r}"
 
     plan = dialog.find_element(By.ID, "element_plan")
     plan.send_keys("local-demo")
@@ -200,8 +202,9 @@ def test_reports_page_is_reachable_from_the_navigation_and_serves_a_report(logge
     browser = logged_in
     browser.get(api_server + "/")
     _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
-    _wait(browser).until(EC.element_to_be_clickable(_by_text("*", "Bake-off reports"))).click()
-    frame = _wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/bakeoff/']")))
+    _wait(browser).until(EC.element_to_be_clickable(
+        (By.CSS_SELECTOR, "[role=menuitem][data-value='Bake-off reports']"))).click()
+    frame = _wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='bakeoff']")))
     browser.switch_to.frame(frame)
     try:
         _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", "Bake-off reports")))

@@ -79,14 +79,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-error-rate", type=float, default=None, help="a point above it does not meet the SLOs")
     p.add_argument("--emulated", action="store_true", help="the endpoint is the hardware emulator")
     p.add_argument("--no-provenance", action="store_true", help="skip /version, /v1/models, /metrics snapshots")
-    p.add_argument("--calibrate", action="store_true",
-                   help="first measure this client against a local scripted server and store its error")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="skip the client's self-calibration against a local scripted server")
     p.set_defaults(func=handle)
     return p
 
 
 def handle(args: argparse.Namespace) -> int:
-    from bakeoff.bench.fidelity import calibrate
     from bakeoff.bench.sweep import run_workload
     from bakeoff.plan.settings import Slo
     from bakeoff.plan.workload import Workload
@@ -112,13 +111,16 @@ def handle(args: argparse.Namespace) -> int:
                         emulated=args.emulated)
     doc = {"endpoint": args.endpoint, "model": args.model, "workload": workload.model_dump(mode="json"),
            "slo": slo.model_dump(mode="json"), "gpus": args.gpus, "run_id": run_id, "emulated": args.emulated}
-    if args.calibrate:
-        doc["calibration"] = calibrate()
-        print(f"client self-calibration: TTFT error {doc['calibration']['ttft_error_ms_mean']:+.2f} ms mean, "
-              f"{doc['calibration']['ttft_error_ms_p99']:+.2f} ms p99")
     summaries = run_workload(endpoint, target, workload, slo, Path(out), run_id, api_key, args.emulated,
-                             max_error_rate=args.max_error_rate, provenance=not args.no_provenance)
+                             max_error_rate=args.max_error_rate, provenance=not args.no_provenance,
+                             calibrate=not args.no_calibrate)
     doc["points"] = summaries
+    cal = store.read_json(Path(out) / "client_calibration.json")
+    if cal:
+        doc["calibration"] = cal
+        if cal.get("ttft_error_ms_mean") is not None:
+            print(f"client self-calibration: TTFT error {cal['ttft_error_ms_mean']:+.2f} ms mean, "
+                  f"{cal['ttft_error_ms_p99']:+.2f} ms p99 (C={cal['concurrency']})")
     sla = store.read_json(Path(out) / f"sla-{workload.name}.json")
     if sla:
         doc["sla"] = sla

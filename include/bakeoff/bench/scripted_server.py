@@ -43,7 +43,7 @@ class Script:
     tokens_per_chunk: int = 1
     output_tokens: int | None = None          # fixed output length; default: the request's max_tokens
     ttft_per_inflight_ms: float = 0.0         # TTFT grows with requests in flight (a saturating server)
-    itl_per_inflight_ms: float = 0.0
+    itl_per_inflight_ms: float = 0.0         # each gap grows with the requests in flight at that moment
     include_usage: bool = True                # False: never send usage (a misbehaving server)
     served_model: str = "scripted"
     api_key: str | None = None
@@ -193,7 +193,11 @@ class ScriptedServer:
                 self.inflight -= 1
                 st.conn.done_response()
             else:
-                push(heap, (st.t0 + st.ttft + st.sent * st.itl, seq, st))
+                if self.s.itl_per_inflight_ms:      # a saturating server: gaps follow the current load
+                    nxt = due + (self.s.itl_ms + self.s.itl_per_inflight_ms * self.inflight) / 1e3
+                else:                               # absolute schedule: lateness never accumulates
+                    nxt = st.t0 + st.ttft + st.sent * st.itl
+                push(heap, (nxt, seq, st))
             now = _now()
         self._arm()
 

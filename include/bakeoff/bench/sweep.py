@@ -157,14 +157,37 @@ async def _run(ctx: Ctx) -> list[dict]:
 
 
 def run_workload(endpoint, target, workload, slo, out_dir: Path, run_id: str, api_key: str | None,
-                 emulated: bool, *, max_error_rate: float | None = None, provenance: bool = True) -> list[dict]:
+                 emulated: bool, *, max_error_rate: float | None = None, provenance: bool = True,
+                 calibrate: bool = True) -> list[dict]:
     """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
-    completes under ``out_dir`` (store.target_dir); return the point summaries."""
+    completes under ``out_dir`` (store.target_dir); return the point summaries.
+
+    First (once per target folder) the client measures itself against a local scripted server and
+    stores its own TTFT/TPOT error as client_calibration.json next to the results.
+    """
     ctx = Ctx(endpoint, target, workload, slo, Path(out_dir), run_id, api_key, emulated, max_error_rate, provenance)
+    if calibrate:
+        self_calibrate(Path(out_dir), workload)
     t = time.perf_counter()
     out = run_async(_run(ctx))
     log.info("workload %s on %s: %d points in %.1fs", workload.name, target.slug, len(out), time.perf_counter() - t)
     return out
+
+
+def self_calibrate(out_dir: Path, workload) -> dict | None:
+    """The client's own error on this machine, measured once per target folder (never fatal)."""
+    path = out_dir / "client_calibration.json"
+    if path.exists():
+        return store.read_json(path)
+    from bakeoff.bench.fidelity import calibrate
+    c = min(64, max(workload.levels() if workload.load == "concurrency" else [workload.max_concurrency or 16]))
+    try:
+        doc = calibrate(concurrency=c, requests=2 * c)
+    except Exception as e:  # the benchmark proper must still run
+        doc = {"error": f"{type(e).__name__}: {e}"}
+    store.write_json(path, doc)
+    log.info("client self-calibration at C=%d: %s", c, doc)
+    return doc
 
 
 async def measure_scripted(url: str, concurrency: int, requests: int, output_tokens: int,

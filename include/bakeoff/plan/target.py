@@ -238,7 +238,8 @@ class Target(Strict):
         if self.price:
             return f"{self.price.source} ({self.price.market})"
         it = self.instance
-        return f"{it.source}, {it.market}, as of {it.as_of or 'undated'}"
+        dated = f"as of {it.as_of}" if it.as_of and it.as_of != "undated" else "undated"
+        return f"{it.source}, {it.market}, {dated}"
 
     # derived facts -------------------------------------------------------
     @property

@@ -61,7 +61,8 @@ class AwsProvider(Provider):
         self.default_region = self.session.region_name or "us-east-1"
         known = {r for it in catalog.instance_types().values() if it.provider == "aws" for r in it.regions}
         self._known_regions = known | set(extra_regions) | {self.default_region}
-        self._regions: list[str] | None = None
+        # regions named in the credentials are the whole scan; otherwise every region the account has
+        self._regions: list[str] | None = sorted(self._known_regions) if extra_regions else None
         self._clients: dict[tuple[str, str], Any] = {}
         self._config = Config(retries={"max_attempts": 8, "mode": "standard"}, connect_timeout=10, read_timeout=60)
 
@@ -279,15 +280,16 @@ class AwsProvider(Provider):
         except ValueError:
             return out
 
-    def cleanup(self, run_ids: set[str]) -> list[str]:
-        """Delete per-run security groups of ended runs once their instances are gone."""
+    def cleanup(self, select) -> list[str]:
+        """Delete the per-run security groups whose tags ``select`` picks (ended or expired runs); a group
+        still attached to a shutting-down instance is left for the next pass."""
         deleted = []
         for region in self.regions:
             ec2 = self._client("ec2", region)
             groups = ec2.describe_security_groups(Filters=[{"Name": "tag-key", "Values": [TAG_RUN]}])["SecurityGroups"]
             for g in groups:
                 tags = {t["Key"]: t["Value"] for t in g.get("Tags", [])}
-                if tags.get(TAG_RUN) in run_ids:
+                if select(tags):
                     try:
                         ec2.delete_security_group(GroupId=g["GroupId"])
                         deleted.append(f"{region}/{g['GroupId']}")

@@ -154,6 +154,14 @@ def _caveats(d: ReportData) -> list[str]:
     third = t[t["price_source"].str.contains("(3p)", regex=False)]["name"].tolist()
     if third:
         out.append(f"Prices from a third-party aggregator, not the provider's own page, for: {', '.join(third)}.")
+    markets = dict(zip(t["name"], t["market"]))
+    if len(set(markets.values())) > 1:
+        listed = ", ".join(f"{n}: {m}" for n, m in markets.items())
+        out.append(f"Targets are priced in different markets ({listed}): not like for like; override prices to compare "
+                   "the same market.")
+    off = [n for n, m in markets.items() if m not in (plan.pricing.market, "contract")]
+    if off:
+        out.append(f"The plan asks for {plan.pricing.market} prices, but the price in force for {', '.join(off)} is not.")
     if plan.pricing.utilisation < 1:
         out.append(f"Costs assume {plan.pricing.utilisation:.0%} utilisation: idle paid hours are spread over the tokens served.")
     at = d.tables.at_slo

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
@@ -31,6 +32,13 @@ def slo_text(plan) -> str:
     parts = [f"{label} ≤ {v:g} ms" for label, v in (("p99 TTFT", plan.slo.ttft_p99_ms), ("p50 TPOT", plan.slo.tpot_p50_ms),
                                                   ("p99 TPOT", plan.slo.tpot_p99_ms)) if v]
     return ", ".join(parts) or "no SLO set (every load level qualifies)"
+
+
+def _started(ts: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(ts), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except (TypeError, ValueError):
+        return "unknown"
 
 
 def _safe_svg(svg: str) -> Markup:
@@ -98,7 +106,7 @@ def render(d: ReportData) -> str:
     trends = [charts.trend(d, wl) for wl in d.workloads]
     tco = catalog.tco()
     return _env.get_template("report.html.j2").render(
-        d=d, plan=d.plan, h=d.tables.headline, f=fmt, ci=_ci, pct=_pct, trow=trow, status_text=STATUS_TEXT,
+        d=d, plan=d.plan, h=d.tables.headline, started=_started(d.run.get("started_at")), f=fmt, ci=_ci, pct=_pct, trow=trow, status_text=STATUS_TEXT,
         slo_text=slo_text(d.plan), charts={wl: chart_set(d, wl) for wl in d.workloads},
         sens={wl: sensitivity_grid(d, wl) for wl in d.workloads}, price_factors=cost.PRICE_FACTORS,
         utilisations=cost.UTILISATIONS, tco=tco, tco_tiers=tco["tiers"],

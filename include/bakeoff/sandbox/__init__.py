@@ -62,7 +62,8 @@ class Sandbox:
         amap = f"{self.clouds.url}/address"
         rest = {"token": TOKEN, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02}
         return {
-            "aws": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url, "address_map_url": amap},
+            "aws": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url, "address_map_url": amap,
+                    "regions": AWS_REGIONS},
             "vultr": {**rest, "base_url": f"{self.clouds.url}/vultr/v2"},
             "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
         }
@@ -77,7 +78,7 @@ class Sandbox:
         conns = {
             "AIRFLOW_CONN_AWS_DEFAULT": {"conn_type": "aws", "login": "testing", "password": "testing",
                                          "extra": {"region_name": "us-east-1", "endpoint_url": self.moto.url,
-                                                   "bakeoff_address_map_url": amap}},
+                                                   "bakeoff_address_map_url": amap, "bakeoff_regions": AWS_REGIONS}},
             "AIRFLOW_CONN_VULTR_DEFAULT": {"conn_type": "http", "host": c["vultr"]["base_url"], "password": TOKEN,
                                            "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
             "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT": {"conn_type": "http", "host": c["digitalocean"]["base_url"],

@@ -21,12 +21,19 @@ from typing import Any
 from urllib.parse import urlencode
 
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from bakeoff.sandbox.backing import Backing
 
 TOKEN = "sandbox-token"
+
+
+class QuietHandler(WSGIRequestHandler):
+    """The fakes' request lines would drown the run's own log."""
+
+    def log_request(self, *args, **kwargs) -> None:
+        pass
 
 
 def _now_iso() -> str:
@@ -71,7 +78,7 @@ class Clouds:
             Rule("/address/<provider>/<path:nid>", endpoint="address", methods=["GET"]),
             Rule("/_control", endpoint="control", methods=["POST"]),
         ])
-        self._server = make_server("127.0.0.1", 0, self, threaded=True)
+        self._server = make_server("127.0.0.1", 0, self, threaded=True, request_handler=QuietHandler)
         self.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="sandbox-clouds")
 

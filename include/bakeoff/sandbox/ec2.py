@@ -21,6 +21,7 @@ from moto.server import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
 from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.clouds import QuietHandler
 
 ACCOUNT_ID = "123456789012"
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
@@ -104,7 +105,7 @@ class MotoServer:
 
     def __init__(self, backing: Backing | None = None):
         self.gate = Ec2Gate(DomainDispatcherApplication(create_backend_app), backing)
-        self._server = make_server("127.0.0.1", 0, self.gate, threaded=True)
+        self._server = make_server("127.0.0.1", 0, self.gate, threaded=True, request_handler=QuietHandler)
         self.url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="sandbox-moto")
 
