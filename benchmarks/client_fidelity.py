@@ -32,9 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.loadgen import PointId, Sender, closed_loop
+from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.fidelity import ScriptedServerProcess
 from bakeoff.bench.runtime import run_async
 from bakeoff.bench.sse import StreamState
+from bakeoff.plan.workload import Workload
 from bakeoff.tokens import VOCAB
 
 TTFT_MS, ITL_MS, OUT = 100.0, 10.0, 256
@@ -70,20 +73,21 @@ async def _closed(send, total: int, concurrency: int, warmup: int):
 
 
 async def run_bakeoff(url: str, c: int, total: int, warmup: int):
+    """The harness's own path: Sender + closed_loop + records, exactly as a sweep point runs."""
+    w = Workload(name="fidelity", input_len=32, output_len=OUT, concurrency=[c])
     client = StreamingClient(url, timeout_s=120)
-    raw = client.build("/v1/completions", body())
-    await client.warm(c)
-
-    async def send():
-        o = await client.stream(raw)
-        st = o.state
-        ok = o.error is None
-        return (o.t_send, st.ttft if ok else None, (o.t_end - o.t_send) if ok else None,
-                (st.usage or {}).get("completion_tokens", 0) if ok else 0, o.t_end, _late(st))
     try:
-        return await _closed(send, total, c, warmup)
+        sender = Sender(client, w, "scripted", PointId("fidelity", "scripted", w.name, c, 0),
+                        [RequestSpec(32, OUT, prompt=PROMPT)] * total, warmup, 120)
+        await client.warm(c)
+        sender.start_clock()
+        sent = await closed_loop(sender.send, total, c, warmup=warmup)
     finally:
         await client.close()
+    late = {x.index: _late(x.out.state) for x in sent}
+    t0 = sender.t0
+    return [(t0 + r.start_offset, r.ttft, r.e2e, r.output_tokens if r.ok else 0, t0 + r.start_offset + r.elapsed,
+             late[r.index]) for r in sender.records(sent) if not r.warmup]
 
 
 async def run_aiohttp(url: str, c: int, total: int, warmup: int):
@@ -134,7 +138,7 @@ def measure(kind: str, url: str, c: int, total: int, warmup: int) -> dict:
     cpu0, w0 = time.process_time(), _now()
     rows = run_async(CLIENTS[kind](url, c, total, warmup))
     cpu = (time.process_time() - cpu0) / (_now() - w0) * 100
-    ok = [r for r in rows if r[1] is not None]
+    ok = [r for r in rows if r[1] is not None and r[2] is not None]
     ttft = np.array([r[1] for r in ok]) * 1e3
     tpot = np.array([(r[2] - r[1]) / (r[3] - 1) for r in ok if r[3] > 1]) * 1e3
     tokens = sum(r[3] for r in ok)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("BAKEOFF_DATA", tempfile.mkdtemp(prefix="bakeoff-faults-"))
+_OWN_DATA = None if os.environ.get("BAKEOFF_DATA") else tempfile.mkdtemp(prefix="bakeoff-faults-")
+os.environ.setdefault("BAKEOFF_DATA", _OWN_DATA or "")
 
 from bakeoff import budget, pipeline, reaper  # noqa: E402
 from bakeoff.plan import load_plan  # noqa: E402
@@ -153,6 +155,9 @@ def main() -> int:
         guard = budget_guard(sb, workdir)
         leftover = sb.live()
     wall = time.perf_counter() - t0
+    shutil.rmtree(workdir, ignore_errors=True)
+    if _OWN_DATA:
+        shutil.rmtree(_OWN_DATA, ignore_errors=True)
     print("\nInstances left running (sandbox: EC2 = moto server, Vultr/DigitalOcean = local fakes; nodes are emulators)\n")
     print("| stage | provider | after teardown | after all_done sweep | after one reaper pass | reaper pass at |")
     print("| --- | --- | ---: | ---: | ---: | --- |")

@@ -50,18 +50,23 @@ REDIS_PASSWORD=$("$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(
 SECRETS="$WORK/secrets"
 PYTHON="$VENV/bin/python" "$ROOT/scripts/init_secrets.sh" "$SECRETS" admin >/dev/null
 
-stop_group() {  # stop_group PID: TERM the process group, KILL what is left after 20 s
-  local pid=$1 i
-  kill -TERM -- "-$pid" 2>/dev/null || return 0
-  for i in $(seq 40); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 0.5; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
+stop_all() {  # TERM every process group started here, KILL what is left after 20 s
+  local pid i alive
+  for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  for i in $(seq 40); do
+    alive=0
+    for pid in "${PIDS[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
+    [ $alive = 1 ] || return 0
+    sleep 0.5
+  done
+  for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
 }
 
 cleanup() {
   local rc=$?
   set +e
   log "stopping everything started here"
-  for (( i=${#PIDS[@]}-1; i>=0; i-- )); do stop_group "${PIDS[$i]}"; done
+  stop_all
   # Anything the DAG started (emulators) carries BAKEOFF_DATA in its environment; a clean run
   # leaves none, so finding one is a failure as well as something to stop.
   if "$VENV/bin/python" "$ROOT/scripts/stray_processes.py" --kill "BAKEOFF_DATA=$WORK/data"; then :; else
@@ -80,7 +85,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-start() {  # start NAME CMD...: run in its own session (so stop_group gets all its children)
+start() {  # start NAME CMD...: run in its own session (so stop_all reaches all its children)
   local name=$1; shift
   setsid "$@" >"$WORK/logs/$name.log" 2>&1 < /dev/null &
   PIDS+=($!)
@@ -122,6 +127,8 @@ export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$API_PORT/execu
 export AIRFLOW__CORE__HOSTNAME_CALLABLE=socket.gethostname
 export AIRFLOW__API__WORKERS=1
 export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=False
+# Only the run triggered below: unpausing must not also start the @monthly schedule's latest run.
+export AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE=False
 export BAKEOFF_DATA="$WORK/data"
 export PATH="$VENV/bin:$PATH"
 export PYTHONUNBUFFERED=1

@@ -3,7 +3,7 @@
 Used by distributed_run.sh: it logs in (POST /auth/token), waits for the DAG to be parsed, unpauses
 it, triggers a run with the given conf, waits (bounded) for a final state, then checks that the
 mapped tasks ran on every named Celery worker, that work on different workers overlapped in time,
-and that a report was written. Everything is read back through /api/v2, as an operator would.
+and that the run's report was published. Everything is read back through /api/v2, as an operator would.
 
 usage: trigger_and_verify.py --base-url URL --user NAME --password-file FILE --dag bakeoff
            --conf '{"plan": "local-demo"}' --workers worker-a,worker-b --reports DIR [--timeout S]
@@ -128,8 +128,15 @@ def placement_table(tis: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def reports_since(reports: Path, since: float) -> list[Path]:
-    return sorted(p for p in reports.rglob("*.html") if p.stat().st_mtime >= since)
+def published_report(reports: Path, run_id: str) -> list[Path]:
+    """The files the publish step listed for this run (empty when it published nothing)."""
+    from bakeoff.publish import list_published
+
+    for run in list_published(reports):
+        if run.get("run_id") == run_id:
+            folder = reports / run["plan_dir"] / run["run_dir"]
+            return sorted(folder / name for name in (run.get("files") or {}).values() if (folder / name).is_file())
+    return []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     password = json.loads(a.password_file.read_text())[a.user]
     api = Api(a.base_url, a.user, password)
     wait_for_dag(api, a.dag, deadline)
-    since = time.time()
     started = time.monotonic()
     run_id = trigger(api, a.dag, a.conf)
     print(f"triggered {a.dag} run {run_id} with conf {json.dumps(a.conf)}", flush=True)
@@ -165,11 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     problems = [] if state == "success" else [f"run ended {state}: " + ", ".join(
         f"{t['task_id']}[{t['map_index']}]={t['state']}" for t in tis if t["state"] not in ("success", "skipped"))]
     problems += check(tis, [w for w in a.workers.split(",") if w])
-    found = reports_since(a.reports, since)
-    if found:
-        print("\nreport: " + "\n        ".join(str(p) for p in found))
+    found = published_report(a.reports, run_id)
+    if any(p.suffix == ".html" for p in found):
+        print(f"\nreport of {run_id} ({len(found)} files):")
+        for p in found:
+            print(f"  {p}")
     else:
-        problems.append(f"no HTML report written under {a.reports}")
+        problems.append(f"no HTML report published for {run_id} under {a.reports}")
     for p in problems:
         print(f"FAIL: {p}", file=sys.stderr)
     if not problems:

@@ -8,7 +8,7 @@ import pytest
 
 from bakeoff.bench.loadgen import arrival_offsets, closed_loop, open_loop
 from bakeoff.bench.sla import search_loads
-from bakeoff.bench.stats import bootstrap_ci, compare_targets, verdict
+from bakeoff.bench.stats import bootstrap_ci, compare_targets, point_intervals, verdict
 
 
 def _ks_exponential(gaps, rate):
@@ -94,7 +94,7 @@ def test_bootstrap_interval_covers_the_truth():
 def _point(tps, ttft_ms, n=200, seed=0, repeats=3):
     rng = np.random.default_rng(seed)
     req = pd.DataFrame({"warmup": False, "error_kind": None, "ttft": rng.normal(ttft_ms, 5, n) / 1e3,
-                        "e2e": rng.normal(ttft_ms, 5, n) / 1e3 + 1.0, "output_tokens": 101,
+                        "e2e": rng.normal(ttft_ms, 5, n) / 1e3 + 1.0, "output_tokens": rng.integers(90, 112, n),
                         "prompt_tokens": 10, "requested_input_len": 10})
     pts = pd.DataFrame({"output_tps_per_gpu": rng.normal(tps, 2, repeats), "total_tps_per_gpu": rng.normal(tps * 2, 2, repeats)})
     return pts, req
@@ -110,3 +110,17 @@ def test_verdicts_between_targets():
     same = verdict(np.random.default_rng(0).normal(0, 1, 1000), np.random.default_rng(1).normal(0, 1, 1000),
                    metric="x", higher_is_better=True)
     assert same["excludes_zero"] is False
+
+
+def test_point_intervals_single_run_and_repeats():
+    pts, req = _point(100, 50, repeats=1)
+    one = point_intervals(pts, req)
+    est, lo, hi = one["output_tps_per_gpu"]
+    assert one["repeats"] == 1 and lo < est < hi and hi - lo < 0.2 * est     # request resampling, fixed duration
+    e, l, h = one["ttft_ms_p50"]
+    assert l < 50 < h and l < e < h
+    pts3, _ = _point(100, 50, repeats=3)
+    three = point_intervals(pts3, req)
+    assert three["repeats"] == 3
+    assert three["output_tps_per_gpu"][1] >= pts3["output_tps_per_gpu"].min() - 1e-9
+    assert three["output_tps_per_gpu"][2] <= pts3["output_tps_per_gpu"].max() + 1e-9

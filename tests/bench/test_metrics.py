@@ -93,3 +93,27 @@ def test_client_count_fallback_is_reported():
 def test_bad_gpu_count_names_the_field():
     with pytest.raises(ValueError, match="gpus"):
         summarize(point(), gpus=0, emulated=False)
+
+
+def test_same_summary_from_records_and_from_the_parquet_table(tmp_path):
+    import pandas as pd
+
+    from bakeoff.bench.sweep import records_frame
+    recs = point()
+    records_frame(recs).to_parquet(tmp_path / "r.parquet")
+    back = pd.read_parquet(tmp_path / "r.parquet")
+    a = summarize(recs, gpus=2, slo=Slo(ttft_p99_ms=150, tpot_p99_ms=90), emulated=True)
+    b = summarize(back, gpus=2, slo=Slo(ttft_p99_ms=150, tpot_p99_ms=90), emulated=True)
+    for k, v in a.items():
+        assert (v == b[k]) or (isinstance(v, float) and math.isnan(v) and math.isnan(b[k])), k
+
+
+def test_all_failed_point_round_trips_with_typed_columns(tmp_path):
+    import pandas as pd
+
+    from bakeoff.bench.sweep import records_frame
+    bad = [rec(i, 0.1 * i, elapsed=1.0, error_kind="timeout") for i in range(2)]
+    records_frame(bad).to_parquet(tmp_path / "a.parquet")
+    records_frame(point()).to_parquet(tmp_path / "b.parquet")
+    both = pd.read_parquet(tmp_path)                 # one dataset: the all-null columns kept their types
+    assert len(both) == 7 and both["ttft"].dtype == "float64" and both["error_kind"].isna().sum() == 4

@@ -113,4 +113,6 @@ def test_a_failing_server_still_yields_saved_points(faulty_server, tmp_path):
     assert set(df["error_kind"]) == {"http_5xx"} and len(df) == 4
     prov = json.loads((tmp_path / "provenance" / "fails-c2-r0.json").read_text())
     assert prov["before"]["version"]["json"] == {"version": "faulty-1"}
+    assert prov["before"]["models"]["json"]["data"][0]["id"] == "m"
+    assert "requests_total" in prov["before"]["metrics"]["text"] and prov["after"]["metrics"]["status"] == 200
     assert KEY not in (tmp_path / "provenance" / "fails-c2-r0.json").read_text()

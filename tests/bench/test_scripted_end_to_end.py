@@ -31,9 +31,9 @@ def test_known_timing_is_measured_back(knee_server, tmp_path):
     one, four = out
     cal = json.loads((tmp_path / "client_calibration.json").read_text())
     assert cal["concurrency"] == 4 and cal["ok"] == 8 and abs(cal["ttft_error_ms_mean"]) < 25
-    assert one["ttft_ms_p50"] == pytest.approx(9, abs=2.5)         # 5 + 4 x 1
-    assert four["ttft_ms_p50"] == pytest.approx(21, abs=3)         # 5 + 4 x 4
-    assert one["tpot_ms_p50"] == pytest.approx(1.0, abs=0.3)
+    assert one["ttft_ms_p50"] == pytest.approx(9, abs=3)           # 5 + 4 x 1
+    assert four["ttft_ms_p50"] == pytest.approx(21, abs=3.5)       # 5 + 4 x 4
+    assert one["tpot_ms_p50"] == pytest.approx(1.0, abs=0.5)
     assert one["completed"] == 12 and one["output_tps"] == pytest.approx(one["output_tps_per_gpu"] * 2)
     df = pd.read_parquet(tmp_path / "requests" / "w-c4-r0.parquet")
     assert len(df) == 14 and df["warmup"].sum() == 2 and (df["output_tokens"] == 21).all()

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(SCRIPTS))
-from trigger_and_verify import check, overlapping_pairs  # noqa: E402
+from trigger_and_verify import check, overlapping_pairs, published_report  # noqa: E402
 
 
 def _init_secrets(target: Path, *users: str, **env: str) -> subprocess.CompletedProcess:
@@ -88,6 +88,17 @@ def test_run_check_passes_when_targets_ran_on_both_workers_at_once():
 ])
 def test_run_check_reports_a_run_that_was_not_distributed(tis, problem):
     assert any(problem in p for p in check(tis, ["worker-a", "worker-b"]))
+
+
+def test_the_report_check_finds_only_the_files_published_for_that_run(tmp_path):
+    from bakeoff.publish import MANIFEST
+
+    run = tmp_path / "local-demo" / "run_id=r1"
+    run.mkdir(parents=True)
+    (run / "r1.html").write_text("<h1>report</h1>")
+    (run / MANIFEST).write_text(json.dumps({"run_id": "r1", "files": {"html": "r1.html", "pdf": "missing.pdf"}}))
+    assert published_report(tmp_path, "r1") == [run / "r1.html"]
+    assert published_report(tmp_path, "r2") == []
 
 
 @pytest.mark.parametrize("script", ["distributed_run.sh", "load_settings.sh", "init_secrets.sh"])

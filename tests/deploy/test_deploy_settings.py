@@ -76,9 +76,23 @@ def test_variables_parse_and_default_the_plan(tmp_path):
 
     variables = load_variables(str(_render_file("variables.json", {"BAKEOFF_REPORTS_BUCKET": "acme-reports"}, tmp_path)))
     assert variables["bakeoff_plan"]["value"] == "local-demo"
-    assert variables["bakeoff_reports_bucket"]["value"] == "acme-reports"
-    sheet = variables["bakeoff_price_sheet"]["value"]
-    assert sheet and all(isinstance(v, (int, float)) and v > 0 for v in sheet.values())
+    assert variables["bakeoff_s3_bucket"]["value"] == "acme-reports"
+    unset = load_variables(str(_render_file("variables.json", {}, tmp_path)))
+    assert unset["bakeoff_s3_bucket"]["value"] == ""  # no bucket configured: local reports folder only
+
+
+def test_the_example_price_sheet_is_accepted_by_the_library_for_the_default_plan(tmp_path):
+    from airflow.secrets.local_filesystem import load_variables
+
+    from bakeoff.cost import apply_price_sheet
+    from bakeoff.plan import load_plan
+
+    variables = load_variables(str(_render_file("variables.json", {}, tmp_path)))
+    plan = load_plan(variables["bakeoff_plan"]["value"])
+    priced = apply_price_sheet(plan, variables["bakeoff_price_sheet"]["value"])
+    sheet = variables["bakeoff_price_sheet"]["value"]["prices"]
+    for target in priced.targets:
+        assert target.price is not None and target.price.usd_per_hour == sheet[target.instance_type]["usd_per_hour"]
 
 
 def test_the_default_plan_exists():

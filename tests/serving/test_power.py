@@ -45,3 +45,15 @@ def test_provenance_parsers():
 @pytest.mark.parametrize("vendor", ["amd", "nvidia"])
 def test_sampler_script_is_valid_bash(vendor):
     subprocess.run(["bash", "-n"], input=power.sampler_script(vendor, "/var/log/bakeoff"), text=True, check=True)
+
+
+def test_provenance_from_an_ec2_console():
+    console = ("cloud-init v. 24.1 running\n" + NVIDIA_PROV +
+               "bakeoff-image-digest: vllm/vllm-openai@sha256:" + "ab" * 32 + "\nbakeoff: boot done\n")
+    got = power.provenance_from_console(console, "nvidia")
+    assert got["driver"] == "580.82.07" and got["cuda"] == "13.0" and got["image_digest"].endswith("ab" * 32)
+    amd_console = "\n".join("bakeoff-provenance: " + ln for ln in (json.dumps(json.loads(AMD_VERSION), indent=1) + "\n"
+                                                                   + json.dumps(json.loads(AMD_STATIC), indent=1)).splitlines())
+    got = power.provenance_from_console(amd_console, "amd")
+    assert got["rocm"] == "7.0.1" and got["gpu_name"] == "AMD Instinct MI355X"
+    assert power.provenance_from_console(None, "amd") == {} and power.provenance_from_console("no marks", "nvidia") == {}

@@ -117,3 +117,9 @@ def test_hostile_engine_arg_reaches_the_server_as_one_word(tmp_path):
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert evil in out and out[-1] == "k"
     assert not marker.exists()
+
+
+def test_ipv6_ingress_uses_ip6tables():
+    s = render(target("aws"), cidr="2001:db8::/48")
+    assert "ip6tables -I INPUT -p tcp --dport 8000 -s 2001:db8::/48 -j ACCEPT" in s
+    assert "iptables -I INPUT -p tcp --dport 8000 -j DROP" in s

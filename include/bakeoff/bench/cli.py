@@ -1,6 +1,6 @@
 """``bakeoff bench``: benchmark one endpoint by hand, outside Airflow, with the DAG's own code.
 
-    python -m bakeoff bench --endpoint http://127.0.0.1:8000 --model M \
+    python -m bakeoff bench --endpoint http://127.0.0.1:8000 --model M
         --workload workload.yaml --slo ttft_p99_ms=500,tpot_p99_ms=40 [--api-key-env VAR] [--gpus 8]
 
 Writes the same per-request and per-point Parquet files the DAG writes (under --out, default the

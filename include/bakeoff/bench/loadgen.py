@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
@@ -89,14 +89,26 @@ class Sender:
     def start_clock(self) -> None:
         self.t0 = _now()
 
-    async def send(self, i: int, scheduled: float | None = None) -> RequestRecord:
-        out = await self.client.stream(self.raw[i], self.timeout_s)
-        return to_record(out, self.pid, self.specs[i], i, i < self.warmup, self.t0, self.ignore_eos, scheduled)
+    async def send(self, i: int, scheduled: float | None = None) -> "Sent":
+        """Send request i; the record is built later (``records``), so that a closed-loop worker
+        sends its next request as soon as this one ends instead of after the bookkeeping."""
+        return Sent(i, await self.client.stream(self.raw[i], self.timeout_s), scheduled)
+
+    def records(self, sent: list["Sent"]) -> list[RequestRecord]:
+        return sorted((to_record(x.out, self.pid, self.specs[x.index], x.index, x.index < self.warmup, self.t0,
+                                 self.ignore_eos, x.scheduled) for x in sent), key=lambda r: r.index)
 
 
-async def closed_loop(send: Callable[[int], Awaitable[RequestRecord]], total: int, concurrency: int,
+class Sent:
+    __slots__ = ("index", "out", "scheduled")
+
+    def __init__(self, index: int, out: Outcome, scheduled: float | None):
+        self.index, self.out, self.scheduled = index, out, scheduled
+
+
+async def closed_loop(send: Callable[[int], Awaitable[Any]], total: int, concurrency: int,
                       *, warmup: int = 0, stop_at: float | None = None, indices: list[int] | None = None
-                      ) -> list[RequestRecord]:
+                      ) -> list[Any]:
     """C workers, each sending its next request as soon as its previous one ends.
 
     Warm-up requests go first through the same workers, so measurement starts at steady state.
@@ -104,7 +116,7 @@ async def closed_loop(send: Callable[[int], Awaitable[RequestRecord]], total: in
     process's share.
     """
     order = indices if indices is not None else list(range(total))
-    records: list[RequestRecord] = []
+    records: list[Any] = []
     pos = 0
 
     async def worker() -> None:
@@ -138,15 +150,15 @@ def arrival_offsets(n: int, rate: float, kind: str = "poisson", burstiness: floa
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)
 
 
-async def open_loop(send: Callable[..., Awaitable[RequestRecord]], offsets, *, max_concurrency: int | None = None,
+async def open_loop(send: Callable[..., Awaitable[Any]], offsets, *, max_concurrency: int | None = None,
                     stop_at: float | None = None, warmup: int = 0, t0: float | None = None
-                    ) -> list[RequestRecord]:
+                    ) -> list[Any]:
     """Send request i at t0 + offsets[i] regardless of responses (capped in flight)."""
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     t0 = _now() if t0 is None else t0
     tasks = []
 
-    async def one(i: int, off: float) -> RequestRecord:
+    async def one(i: int, off: float):
         try:
             return await send(i, scheduled=off)
         finally:

@@ -30,8 +30,10 @@ NAN = float("nan")
 
 
 def _rows(records) -> list[dict[str, Any]]:
+    """Records, row dicts or a per-request DataFrame (as read back from Parquet, where missing
+    values are pd.NA) as plain dicts with None for missing."""
     if isinstance(records, pd.DataFrame):
-        return records.to_dict("records")
+        return [{k: (None if v is pd.NA else v) for k, v in row.items()} for row in records.to_dict("records")]
     return [r.to_row() if isinstance(r, RequestRecord) else dict(r) for r in records]
 
 

@@ -171,13 +171,17 @@ class ScriptedServer:
         heap = self.heap
         now = _now()
         pop, push, nframes = heapq.heappop, heapq.heappush, len(self.frames["chat"])
-        while heap and heap[0][0] <= now:
+        while heap:
+            if heap[0][0] > now:                # the clock is read again only when nothing seems due
+                now = _now()
+                if heap[0][0] > now:
+                    break
             due, seq, st = pop(heap)
             if st.conn.closed:
                 self.inflight -= 1
                 continue
             if st.sent == 0:
-                st.late = now - due
+                st.late = _now() - due
                 self.lateness.append(st.late)
             if st.itl == 0:                     # zero ITL: everything at once
                 st.conn.write(b"".join(st.frames[j % len(st.frames)] for j in range(st.sent, st.chunks - 1))
@@ -198,7 +202,6 @@ class ScriptedServer:
                 else:                               # absolute schedule: lateness never accumulates
                     nxt = st.t0 + st.ttft + st.sent * st.itl
                 push(heap, (nxt, seq, st))
-            now = _now()
         self._arm()
 
     def stats(self) -> dict:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from bakeoff.bench.metrics import request_tpot
+from bakeoff.bench.metrics import _rows, request_tpot
 
 N_BOOT = 2000
 
@@ -54,9 +54,9 @@ def latency_values(requests: pd.DataFrame, metric: str) -> np.ndarray:
     """Per-request seconds for ttft, tpot or e2e (ok, measured requests only)."""
     df = _measured_ok(requests)
     if metric == "tpot":
-        vals = [request_tpot(r) for r in df.to_dict("records")]
+        vals = [request_tpot(r) for r in _rows(df)]
         return np.asarray([v for v in vals if v is not None], dtype=float)
-    return df[metric].dropna().to_numpy(dtype=float)
+    return df[metric].astype(float).dropna().to_numpy(dtype=float)
 
 
 def throughput_samples(points: pd.DataFrame, requests: pd.DataFrame, column: str = "output_tps_per_gpu",

@@ -6,6 +6,7 @@ it has, so nothing measured is lost.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -27,14 +28,19 @@ from bakeoff.bench.runtime import run_async
 log = logging.getLogger(__name__)
 
 
+_ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
+          "list[float]": pa.list_(pa.float64())}
+REQUEST_SCHEMA = pa.schema([pa.field(f.name, _ARROW[str(f.type).replace(" | None", "")])
+                            for f in dataclasses.fields(RequestRecord)])
+
+
 def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
-    """Per-request table; chunk offsets stay a list<double> column even when every list is empty."""
-    rows = [r.to_row() for r in records]
-    df = pd.DataFrame(rows)
-    if not df.empty:
-        df["chunk_offsets"] = pd.Series(
-            pa.array([r["chunk_offsets"] for r in rows], type=pa.list_(pa.float64())).to_pylist(), dtype=object)
-    return df
+    """Per-request table with a fixed Arrow schema, so a point where every request failed (all
+    latencies null) still has float columns and a results folder reads back as one dataset."""
+    table = pa.Table.from_pylist([r.to_row() for r in records], schema=REQUEST_SCHEMA)
+    # nullable ints and strings keep their type when all null; list columns become numpy float arrays,
+    # which pyarrow writes back as list<double> even when every list is empty
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.string(): pd.StringDtype()}.get)
 
 
 @dataclass
@@ -73,10 +79,11 @@ async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, 
     stop_at = sender.t0 + w.max_point_s if w.max_point_s else None
     with LoopMonitor() as mon:
         if concurrency:
-            recs = await closed_loop(sender.send, len(specs), concurrency, warmup=n_warm, stop_at=stop_at)
+            sent = await closed_loop(sender.send, len(specs), concurrency, warmup=n_warm, stop_at=stop_at)
         else:
-            recs = await open_loop(sender.send, offsets, max_concurrency=w.max_concurrency, stop_at=stop_at,
+            sent = await open_loop(sender.send, offsets, max_concurrency=w.max_concurrency, stop_at=stop_at,
                                    warmup=n_warm, t0=sender.t0)
+    recs = sender.records(sent)
     lags = [r.start_offset - r.scheduled_offset for r in recs if r.scheduled_offset is not None]
     return recs, mon.figures(lags or None)
 
@@ -206,7 +213,7 @@ async def measure_scripted(url: str, concurrency: int, requests: int, output_tok
         await client.warm(concurrency)
         sender.start_clock()
         with LoopMonitor() as mon:
-            recs = await closed_loop(sender.send, len(specs), concurrency, warmup=concurrency)
-        return recs, mon.figures()
+            sent = await closed_loop(sender.send, len(specs), concurrency, warmup=concurrency)
+        return sender.records(sent), mon.figures()
     finally:
         await client.close()

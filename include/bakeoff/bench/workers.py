@@ -64,15 +64,16 @@ def _worker(ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, off
             stop_at = t_start + wl.max_point_s if wl.max_point_s else None
             with LoopMonitor() as mon:
                 if concurrency:
-                    recs = await closed_loop(sender.send, len(specs), max(1, c), warmup=n_warm, stop_at=stop_at,
+                    sent = await closed_loop(sender.send, len(specs), max(1, c), warmup=n_warm, stop_at=stop_at,
                                              indices=mine)
                 else:
                     sub = {i: float(offsets[i]) for i in mine}
 
                     async def send(j, scheduled=None):
                         return await sender.send(mine[j], scheduled=sub[mine[j]])
-                    recs = await open_loop(send, [sub[i] for i in mine], stop_at=stop_at, warmup=0, t0=t_start,
+                    sent = await open_loop(send, [sub[i] for i in mine], stop_at=stop_at, warmup=0, t0=t_start,
                                            max_concurrency=(wl.max_concurrency // n_workers) if wl.max_concurrency else None)
+            recs = sender.records(sent)
             lags = [r.start_offset - r.scheduled_offset for r in recs if r.scheduled_offset is not None]
             return recs, mon.figures(lags or None)
         finally:

@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from bakeoff.fielderrors import explain
+
 from bakeoff.plan.settings import Pricing, Quality, Slo
 from bakeoff.plan.target import EmulatorSettings, PriceOverride, Strict, Target
 from bakeoff.plan.workload import Workload
@@ -61,37 +63,13 @@ def plans_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / "plans"
 
 
-def _field(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("function-after", "function-before") or str(part).startswith("function-"):
-            continue
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(plan)"
-
-
-def _explain(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field; remove it or check its spelling"
-        elif e["type"] == "missing":
-            msg = "required field is missing; add it"
-        lines.append(f"  {_field(e['loc'])}: {msg}")
-    return "\n".join(lines)
-
-
 def plan_from_dict(raw: dict[str, Any], source: str = "plan") -> Plan:
     if not isinstance(raw, dict):
         raise PlanError(f"{source}: expected a mapping at the top level")
     try:
         return Plan.model_validate(raw)
     except ValidationError as e:
-        raise PlanError(f"{source} is not a valid plan:\n{_explain(e)}") from None
+        raise PlanError(f"{source} is not a valid plan:\n{explain(e, root='(plan)')}") from None
 
 
 def resolve_plan_path(ref: str | os.PathLike) -> Path:

@@ -36,8 +36,10 @@ class Workload(Strict):
         description="inferencemax: lengths uniform in [r*L, L] (SGLang too); vllm: uniform in [(1-r)*L, (1+r)*L]")
     ignore_eos: bool = True
     concurrency: list[int] = Field([1, 2, 4, 8], min_length=1)
-    requests_per_point: int | None = Field(None, ge=1, description="default: 10 x concurrency (InferenceMAX)")
-    warmup_requests: int | None = Field(None, ge=0, description="default: 2 x concurrency, excluded from metrics")
+    requests_per_point: int | None = Field(None, ge=1, description="default: 10 x concurrency (InferenceMAX); "
+                                           "open-loop rate points: 30 s of arrivals, at least 10")
+    warmup_requests: int | None = Field(None, ge=0, description="default: 2 x concurrency (open loop: none), "
+                                        "excluded from metrics")
     repeats: int = Field(1, ge=1, le=20)
     request_timeout_s: float = Field(300.0, gt=0)
     seed: int = 0

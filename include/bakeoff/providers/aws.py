@@ -121,15 +121,20 @@ class AwsProvider(Provider):
         found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]}])["SecurityGroups"]
         if found:
             return [found[0]["GroupId"]]
-        vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
-        if not vpcs:
-            raise ProviderError(f"aws: {region} has no default VPC; set provider_options.subnet_id and security_group_ids")
+        if opts.subnet_id:
+            vpc = ec2.describe_subnets(SubnetIds=[opts.subnet_id])["Subnets"][0]["VpcId"]
+        else:
+            vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
+            if not vpcs:
+                raise ProviderError(f"aws: {region} has no default VPC; set provider_options.subnet_id (and security_group_ids)")
+            vpc = vpcs[0]["VpcId"]
         sg = ec2.create_security_group(
-            GroupName=name, Description=f"bakeoff serving port for {target.slug}", VpcId=vpcs[0]["VpcId"],
+            GroupName=name, Description=f"bakeoff serving port for {target.slug}", VpcId=vpc,
             TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(tags)}])["GroupId"]
+        cidr = opts.ingress_cidr
+        ranges = {"Ipv6Ranges": [{"CidrIpv6": cidr}]} if ":" in cidr else {"IpRanges": [{"CidrIp": cidr}]}
         ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[{
-            "IpProtocol": "tcp", "FromPort": target.stack_spec.port, "ToPort": target.stack_spec.port,
-            "IpRanges": [{"CidrIp": opts.ingress_cidr, "Description": "bakeoff client"}]}])
+            "IpProtocol": "tcp", "FromPort": target.stack_spec.port, "ToPort": target.stack_spec.port, **ranges}])
         return [sg]
 
     # Provider interface -----------------------------------------------------------

@@ -62,9 +62,14 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) ->
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
     emulated = emulated or bool((info.get("version") or {}).get("emulated"))
     network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
+    node = {}
+    if target.provider not in LOCAL_PROVIDERS + ("static",):
+        from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
+        node = provenance_from_console(node_output(instance), target.gpu.vendor)
     endpoint = Endpoint(target=target.slug, base_url=url, model=served_model(target), stack=target.stack,
-                        emulated=emulated, provenance={**info, **stack, "network": network})
-    store.write_json(Path(out_dir) / "deploy.json", {"ready": True, "failure": None, "detail": "", **stack, "network": network})
+                        emulated=emulated, provenance={**info, **stack, "network": network, "node": node})
+    store.write_json(Path(out_dir) / "deploy.json",
+                     {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node})
     store.write_json(Path(out_dir) / "endpoint.json", endpoint.to_dict())
     return endpoint
 

@@ -132,3 +132,32 @@ def parse_amd_provenance(version_json: str, static_json: str | None = None) -> d
         out["driver"] = (g.get("driver") or {}).get("version")
         out["firmware"] = (g.get("vbios") or {}).get("version") or (g.get("vbios") or {}).get("part_number")
     return out
+
+
+def provenance_from_console(text: str | None, vendor: str) -> dict[str, Any]:
+    """Provenance the boot script echoed on the node's console (``bakeoff-provenance:`` lines and the
+    image digest), for clouds whose API returns the console (EC2); empty when there is none."""
+    if not text:
+        return {}
+    lines = [ln.split("bakeoff-provenance: ", 1)[1] for ln in text.splitlines() if "bakeoff-provenance: " in ln]
+    digest = next((ln.split("bakeoff-image-digest: ", 1)[1].strip() for ln in text.splitlines()
+                   if "bakeoff-image-digest: " in ln), None)
+    out: dict[str, Any] = {}
+    if lines and vendor == "nvidia":
+        out = parse_nvidia_provenance("\n".join(lines))
+    elif lines:
+        docs, blob, dec, i = [], "\n".join(lines), json.JSONDecoder(), 0
+        while i < len(blob):
+            if blob[i] in "[{":
+                try:
+                    doc, i = dec.raw_decode(blob, i)
+                    docs.append(json.dumps(doc))
+                    continue
+                except ValueError:
+                    pass
+            i += 1
+        if docs:
+            out = parse_amd_provenance(docs[0], docs[1] if len(docs) > 1 else None)
+    if digest:
+        out["image_digest"] = digest
+    return out

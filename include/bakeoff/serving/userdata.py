@@ -11,7 +11,9 @@ same text works on EC2, Vultr and DigitalOcean. It does, in order:
      readiness reads back to classify a failure.
 
 Every plan-supplied value is validated by the plan model and shell-quoted here again; the API key
-sits in a root-only file and reaches the server as a shell variable, never on a logged line.
+sits in a root-only file and reaches the server as a shell variable, never on a logged line. The
+key does travel inside the user-data, which the cloud shows to principals allowed to read instance
+attributes; it is per run and per target, and dies with the node.
 """
 from __future__ import annotations
 
@@ -124,9 +126,10 @@ def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str |
     argv = " ".join(q(a) for a in docker_argv(target, port))
     image = q(image_for(target))
     if ingress_cidr:
+        allow = "ip6tables" if ":" in ingress_cidr else "iptables"
         fw = (f"iptables -I INPUT -p tcp --dport {port} -j DROP\n"
-              f"iptables -I INPUT -p tcp --dport {port} -s {q(ingress_cidr)} -j ACCEPT\n"
               f"ip6tables -I INPUT -p tcp --dport {port} -j DROP || true\n"
+              f"{allow} -I INPUT -p tcp --dport {port} -s {q(ingress_cidr)} -j ACCEPT\n"
               f"iptables -I INPUT -p tcp --dport {port} -s 127.0.0.1 -j ACCEPT")
     else:
         fw = "# no ingress_cidr: the serving port is reachable only through the cloud firewall / a tunnel\n" \

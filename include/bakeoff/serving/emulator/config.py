@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bakeoff.fielderrors import explain
 from bakeoff.plan.target import Target
 
 
@@ -80,26 +81,13 @@ class EmulatorConfig(BaseModel):
         return os.environ.get(self.api_key_env) or None
 
 
-def _explain(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field; remove it or check its spelling"
-        elif e["type"] == "missing":
-            msg = "required field is missing; add it"
-        lines.append(f"  {loc}: {msg}")
-    return "\n".join(lines)
-
-
 def config_from_dict(raw: Any, source: str = "emulator config") -> EmulatorConfig:
     if not isinstance(raw, dict):
         raise EmulatorConfigError(f"{source}: expected a JSON object at the top level")
     try:
         return EmulatorConfig.model_validate(raw)
     except ValidationError as e:
-        raise EmulatorConfigError(f"{source} is not a valid emulator config:\n{_explain(e)}") from None
+        raise EmulatorConfigError(f"{source} is not a valid emulator config:\n{explain(e, root='(config)')}") from None
 
 
 def load_config(path: str | os.PathLike) -> EmulatorConfig:
