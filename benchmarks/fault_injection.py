@@ -133,7 +133,7 @@ def budget_guard(sb: Sandbox, workdir: Path) -> str:
         pipeline.start_run(str(path), f"overcap__{time.time_ns()}")
         verdict = "NOT refused"
     except budget.BudgetExceeded as e:
-        verdict = "refused: " + str(e).splitlines()[0]
+        verdict = "refused: " + str(e).splitlines()[0].rstrip(":")
     return f"{verdict}; cloud API calls made: {sb.api_calls() - calls}"
 
 

@@ -47,7 +47,7 @@ def _pipeline(item: dict | None = None, credentials: bool = False):
     if credentials:
         from bakeoff_hooks import install_credentials
 
-        install_credentials()
+        install_credentials(item["run_dir"] if item else None)
     return pipeline
 
 

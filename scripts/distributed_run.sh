@@ -32,8 +32,15 @@ die() { log "ERROR: $*" >&2; exit 1; }
 pg_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 if [ -z "$(pg_bindir)" ] || ! command -v redis-server >/dev/null; then
   log "installing postgresql and redis-server (apt)"
+  # Keep the packages' own services (default cluster on 5432, redis on 6379) from starting: this
+  # script runs its own instances and must leave nothing running behind it.
+  policy=/usr/sbin/policy-rc.d created_policy=0
+  [ -e "$policy" ] || { printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created_policy=1; }
+  trap '[ $created_policy = 0 ] || rm -f "$policy"' EXIT
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql redis-server >/dev/null
+  [ $created_policy = 0 ] || rm -f "$policy"
+  trap - EXIT
 fi
 PG_BIN=$(pg_bindir)
 
@@ -108,6 +115,9 @@ start redis redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$WORK/redi
   --appendonly no --requirepass "$REDIS_PASSWORD"
 
 # --- Airflow configuration: the same settings as docker-compose.yml, by environment --------------
+# Start from a clean slate: settings inherited from the caller (e.g. the Makefile's SQLite and
+# LocalExecutor, or another BAKEOFF_REPORTS) must not leak into this deployment.
+while read -r var; do unset "$var"; done < <(compgen -e | grep -E '^(AIRFLOW_|AIRFLOW__|BAKEOFF_)' || true)
 export AIRFLOW_HOME="$WORK/airflow"
 export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow"

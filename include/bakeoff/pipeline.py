@@ -15,7 +15,7 @@ from bakeoff import faults, store
 from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
 from bakeoff.providers import Instance, Provider, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
-from bakeoff.secrets import api_key
+from bakeoff import secrets
 from bakeoff.serving.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,15 @@ def _run_id(run_dir: str | Path) -> str:
     return store.read_json(Path(run_dir) / "run.json")["run_id"]
 
 
+def serving_key(target, run_id: str) -> str | None:
+    """The bearer key for a target's server: an existing endpoint's own key (static), else this
+    run's derived key. Never stored or returned by a step."""
+    if target.provider == "static":
+        from bakeoff.providers.static import static_api_key  # noqa: PLC0415
+        return static_api_key(target)
+    return secrets.api_key(run_id, target.slug)
+
+
 def _target_step(run_dir: str | Path, slug: str, step: str, **info: Any) -> None:
     store.update_run(Path(run_dir), targets={slug: {**_target_state(run_dir, slug), step: info}})
 
@@ -76,8 +85,11 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
     faults.maybe_fail("launch", target)
     expires = time.time() + plan.max_instance_hours * 3600
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
+    from bakeoff.budget import kill_switch_s  # noqa: PLC0415
     provider = provider_for(target.provider)
-    inst = provider.create(target, rid, tags=tags, spec={"api_key": api_key(rid, target.slug), "expires_at": expires})
+    spec = {"api_key": serving_key(target, rid), "expires_at": expires,
+            "shutdown_after_s": kill_switch_s(plan, target)}
+    inst = provider.create(target, rid, tags=tags, spec=spec)
     tdir = store.target_dir(plan.name, rid, target.slug)
     store.write_json(tdir / "instance.json", inst.to_dict())
     _target_step(run_dir, slug, "provision", instance_id=inst.id, launched_at=inst.launched_at or time.time())
@@ -95,9 +107,11 @@ def deploy(run_dir: str, slug: str, instance: dict[str, Any]) -> dict[str, Any]:
     target = plan.target(slug)
     inst = Instance.from_dict(instance)
     faults.maybe_fail("deploy", target)
-    endpoint = deploy_mod.deploy(target, inst, api_key=api_key(rid, target.slug),
+    endpoint = deploy_mod.deploy(target, inst, api_key=serving_key(target, rid),
                                  out_dir=store.target_dir(plan.name, rid, target.slug))
     _target_step(run_dir, slug, "deploy", ready=True, base_url=endpoint.base_url)
+    if endpoint.emulated:  # e.g. a sandbox cloud node backed by the emulator
+        store.update_run(Path(run_dir), emulated=True)
     return endpoint.to_dict()
 
 
@@ -106,7 +120,7 @@ def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str
     from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
-    result = run_gate(Endpoint.from_dict(endpoint), api_key(rid, target.slug), target, plan,
+    result = run_gate(Endpoint.from_dict(endpoint), serving_key(target, rid), target, plan,
                       store.target_dir(plan.name, rid, target.slug))
     summary = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
     _target_step(run_dir, slug, "accuracy", **summary)
@@ -123,7 +137,7 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
     faults.maybe_fail("benchmark", target)
     points = 0
     for workload in plan.workloads:
-        summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, api_key(rid, target.slug), ep.emulated)
+        summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, serving_key(target, rid), ep.emulated)
         points += len(summaries)
     _target_step(run_dir, slug, "benchmark", points=points)
     return {"target": slug, "points": points}
@@ -152,6 +166,8 @@ def sweep(run_dir: str) -> dict[str, Any]:
         for i in leftovers:
             log.warning("sweep: terminated %s instance %s (target %s) left by run %s", name, i.id, i.target, rid)
     store.update_run(Path(run_dir), sweep={"at": time.time(), "terminated": killed})
+    from bakeoff.budget import record_measured_cost  # noqa: PLC0415
+    record_measured_cost(run_dir)
     return killed
 
 
