@@ -47,7 +47,7 @@ airflow-db: venv
 
 # Debian packages the report tests drive: headless Chromium and poppler (pdftoppm/pdftotext).
 system-deps:
-	@if ! command -v chromium >/dev/null || ! command -v pdftoppm >/dev/null; then \
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v pdftoppm >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver poppler-utils >/dev/null; \
 		else echo "note: chromium/poppler-utils missing and not root; their tests will be skipped"; fi; fi
 

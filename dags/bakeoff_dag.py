@@ -15,7 +15,7 @@ from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, setu
 REPORTS = AssetAlias("bakeoff-reports")
 
 PARAMS = {
-    "plan": Param("", type="string", title="Plan",
+    "plan": Param(None, type=["null", "string"], title="Plan",
                   description="Plan name under include/plans or a path. Blank: the Airflow Variable "
                               "bakeoff_plan, else local-demo.", examples=["local-demo", "mi355x-vs-b200"]),
     "targets": Param([], type="array", items={"type": "string"}, title="Targets",

@@ -124,11 +124,12 @@ def configured_providers() -> list[str]:
 
 def s3_publish_args() -> dict[str, Any]:
     """Where publish uploads reports: Variables bakeoff_s3_bucket / bakeoff_s3_prefix with an S3 client
-    from the aws_default connection (S3Hook); empty when no bucket is configured (local folder only)."""
+    from the connection named by Variable bakeoff_s3_conn_id (default aws_default; S3Hook); empty when no bucket is configured (local folder only)."""
     from airflow.sdk import Variable  # noqa: PLC0415
     bucket = Variable.get("bakeoff_s3_bucket", default=None)
     if not bucket:
         return {}
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # noqa: PLC0415
+    conn_id = Variable.get("bakeoff_s3_conn_id", default=CONN_IDS["aws"])  # e.g. MinIO under compose
     return {"bucket": bucket, "prefix": Variable.get("bakeoff_s3_prefix", default="bakeoff"),
-            "s3_client": S3Hook(aws_conn_id=CONN_IDS["aws"]).get_conn()}
+            "s3_client": S3Hook(aws_conn_id=conn_id).get_conn()}

@@ -113,14 +113,14 @@ def apply_price_sheet(plan, sheet: dict[str, Any] | None):
     entries = {}
     for key, entry in sheet["prices"].items():
         where = f"price_sheet.prices.{key}"
-        if key not in names and key not in types:
-            raise PlanError(f"{where}: matches no target or instance type of plan {plan.name}; "
-                            f"use one of {sorted(names | types)}")
         if not isinstance(entry, dict):
             entry = {"usd_per_hour": entry}
         if not any(isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("usd_per_hour", "usd_per_gpu_hour")):
             raise PlanError(f"{where}: give a positive usd_per_hour (node) or usd_per_gpu_hour")
         entries[key] = {"market": "contract", **entry, "source": source}
+    # One sheet serves the whole installation: keys for other plans' targets are simply not used here.
+    if not set(entries) & (names | types):
+        return plan
     raw = plan.model_dump(mode="json")
     for t in raw["targets"]:
         entry = entries.get(t["name"]) or entries.get(t["instance_type"])

@@ -20,9 +20,16 @@ def _installation_secret() -> bytes:
     path = state_root() / "secret.key"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        tmp = path.with_name(f".secret.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(_secrets.token_hex(32))
+        try:
+            os.link(tmp, path)  # atomic and exclusive: when two workers race, the first one wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
     return path.read_text().strip().encode()
 
 

@@ -218,9 +218,15 @@ def test_price_sheet_sets_contract_prices():
     assert plan.targets[0].price is None                     # the input plan is left as it was
 
 
+def test_price_sheet_serves_many_plans():
+    """One installation-wide sheet: entries for other plans' targets leave this plan as it was."""
+    plan = synthetic.make_plan()
+    assert cost.apply_price_sheet(plan, {"prices": {"p9.huge": 10}}) is plan
+    priced = cost.apply_price_sheet(plan, {"prices": {"p9.huge": 10, "b200-vllm": 40}})
+    assert priced.targets[1].usd_per_hour == 40 and priced.targets[0].price is None
+
+
 def test_price_sheet_errors_name_the_entry():
     plan = synthetic.make_plan()
-    with pytest.raises(PlanError, match=r"price_sheet.prices.p9.huge: matches no target"):
-        cost.apply_price_sheet(plan, {"prices": {"p9.huge": 10}})
     with pytest.raises(PlanError, match=r"price_sheet.prices.b200-vllm: give a positive usd_per_hour"):
         cost.apply_price_sheet(plan, {"prices": {"b200-vllm": {"usd_per_hour": -1}}})
