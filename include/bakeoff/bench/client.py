@@ -47,10 +47,11 @@ class Outcome:
 class _Job:
     """Parser callbacks for one response on one connection."""
 
-    __slots__ = ("conn", "state", "fut", "parser", "status", "keep_alive", "errbody", "now", "got_bytes")
+    __slots__ = ("conn", "state", "done", "parser", "status", "keep_alive", "errbody", "now", "got_bytes", "over")
 
-    def __init__(self, conn: "_Conn", state: StreamState, fut: asyncio.Future):
-        self.conn, self.state, self.fut = conn, state, fut
+    def __init__(self, conn: "_Conn", state: StreamState, done):
+        self.conn, self.state, self.done = conn, state, done
+        self.over = False
         self.parser = httptools.HttpResponseParser(self)
         self.status: int | None = None
         self.keep_alive = True
@@ -72,8 +73,9 @@ class _Job:
         self.finish(None, self.now)
 
     def finish(self, err: StreamError | None, now: float) -> None:
-        if not self.fut.done():
-            self.fut.set_result((err, now))
+        if not self.over:
+            self.over = True
+            self.done(err, now)
 
 
 class _Conn:
@@ -254,60 +256,134 @@ class StreamingClient:
             self._all.discard(c)
         return None
 
-    async def stream(self, request: bytes, timeout_s: float | None = None) -> Outcome:
-        """Send one request; never raises for server or network misbehaviour."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (timeout_s or self.timeout_s)
-        for attempt in (0, 1):
-            conn, reused = self._take(), True
-            if conn is None:
-                reused = False
-                try:
-                    conn = await asyncio.wait_for(self._open(), max(0.001, deadline - loop.time()))
-                except asyncio.TimeoutError:
-                    t = _now()
-                    return Outcome(t, time.time(), t, None, StreamState(t), StreamError("timeout", "connect timed out"))
-                except OSError as e:
-                    t = _now()
-                    return Outcome(t, time.time(), t, None, StreamState(t),
-                                   StreamError("connect_error", f"{type(e).__name__}: {e}"))
-            out, retry = await self._once(conn, request, deadline, loop)
-            if not (retry and reused and attempt == 0):
-                return out
-        return out  # pragma: no cover
-
-    async def _once(self, conn: _Conn, request: bytes, deadline: float, loop) -> tuple[Outcome, bool]:
-        fut = loop.create_future()
+    def _launch(self, conn: _Conn, request: bytes, timeout: float, reused: bool, on_done) -> None:
+        """Write one request on conn; ``on_done(outcome, retryable)`` runs in the read callback that
+        completes it, so a caller can send its next request without a task switch in between."""
+        loop = conn_loop = asyncio.get_running_loop()
         wall = time.time()
         t_send = _now()
         state = StreamState(t_send)
-        job = conn.job = _Job(conn, state, fut)
-        handle = loop.call_at(deadline, job.finish, StreamError("timeout", "request timed out"), 0.0)
+
+        def done(err: StreamError | None, t_end: float) -> None:
+            handle.cancel()
+            conn.job = None
+            if err is not None and err.kind == "timeout":
+                t_end = _now()
+            # a kept-alive connection the server had already closed: nothing received, safe to resend
+            retry = reused and err is not None and not job.got_bytes and err.kind in ("connection_reset", "truncated")
+            if err is None:
+                if job.status != 200:
+                    err = StreamError(f"http_{job.status // 100}xx",
+                                      f"HTTP {job.status}: {job.errbody[:300].decode('utf-8', 'replace')}")
+                else:
+                    err = state.verdict()
+            if err is None and job.keep_alive and conn.alive:
+                self._idle.append(conn)
+            else:
+                conn.close()
+                self._all.discard(conn)
+            on_done(Outcome(t_send, wall, t_end, job.status, state, err), retry)
+
+        job = conn.job = _Job(conn, state, done)
+        handle = conn_loop.call_at(loop.time() + timeout, job.finish, StreamError("timeout", "request timed out"), 0.0)
         try:
             conn.write(request)
         except OSError as e:
             job.finish(StreamError("connection_reset", f"send failed: {type(e).__name__}: {e}"), _now())
+
+    async def _connect(self, timeout: float) -> _Conn | Outcome:
+        """A fresh connection, or the failed Outcome to record when there is none."""
         try:
-            err, t_end = await fut
-        finally:
-            handle.cancel()
-            conn.job = None
-        if err is not None and err.kind == "timeout":
-            t_end = _now()
-        # a kept-alive connection the server had already closed: nothing received, safe to resend once
-        retry = err is not None and not job.got_bytes and err.kind in ("connection_reset", "truncated")
-        if err is None:
-            if job.status != 200:
-                err = StreamError(f"http_{job.status // 100}xx",
-                                  f"HTTP {job.status}: {job.errbody[:300].decode('utf-8', 'replace')}")
+            return await asyncio.wait_for(self._open(), max(0.001, timeout))
+        except asyncio.TimeoutError:
+            err = StreamError("timeout", "connect timed out")
+        except OSError as e:
+            err = StreamError("connect_error", f"{type(e).__name__}: {e}")
+        t = _now()
+        return Outcome(t, time.time(), t, None, StreamState(t), err)
+
+    async def stream(self, request: bytes, timeout_s: float | None = None) -> Outcome:
+        """Send one request; never raises for server or network misbehaviour."""
+        loop = asyncio.get_running_loop()
+        timeout = timeout_s or self.timeout_s
+        deadline = loop.time() + timeout
+        for attempt in (0, 1):
+            conn, reused = self._take(), True
+            if conn is None:
+                reused = False
+                conn = await self._connect(deadline - loop.time())
+                if isinstance(conn, Outcome):
+                    return conn
+            fut = loop.create_future()
+            self._launch(conn, request, max(0.001, deadline - loop.time()), reused,
+                         lambda out, retry: fut.done() or fut.set_result((out, retry)))
+            out, retry = await fut
+            if not (retry and attempt == 0):
+                return out
+        return out  # pragma: no cover
+
+    async def closed_loop(self, requests: list[bytes], order: list[int], concurrency: int, *,
+                          timeout_s: float | None = None, stop_at: float | None = None, warmup: int = 0
+                          ) -> list[tuple[int, Outcome]]:
+        """Closed-loop load: ``concurrency`` slots each send their next request (next in ``order``)
+        the moment the previous response ends, from inside the read callback, so the gap between
+        a response and the next request carries no task scheduling. ``stop_at`` (perf_counter)
+        stops new measured (index >= warmup) sends. Returns (index, outcome) in completion order."""
+        loop = asyncio.get_running_loop()
+        timeout = timeout_s or self.timeout_s
+        todo = iter(order)
+        results: list[tuple[int, Outcome]] = []
+        busy = [0]                                   # requests in flight or connecting
+        finished = loop.create_future()
+
+        def take() -> int | None:
+            for i in todo:
+                if stop_at is not None and i >= warmup and _now() > stop_at:
+                    return None
+                return i
+            return None
+
+        def settle() -> None:
+            if busy[0] == 0 and not finished.done():
+                finished.set_result(None)
+
+        def start(i: int | None) -> None:
+            if i is None:
+                return settle()
+            busy[0] += 1
+            conn = self._take()
+            if conn is None:
+                loop.create_task(connect_then_send(i))
             else:
-                err = state.verdict()
-        if err is None and job.keep_alive and conn.alive:
-            self._idle.append(conn)
-        else:
-            conn.close()
-            self._all.discard(conn)
-        return Outcome(t_send, wall, t_end, job.status, state, err), retry
+                send(i, conn, True)
+
+        def send(i: int, conn: _Conn, reused: bool) -> None:
+            def done(out: Outcome, retry: bool) -> None:
+                try:
+                    busy[0] -= 1
+                    if retry:
+                        busy[0] += 1
+                        loop.create_task(connect_then_send(i))
+                        return
+                    results.append((i, out))
+                    start(take())
+                except BaseException as e:  # never leave the caller waiting
+                    if not finished.done():
+                        finished.set_exception(e)
+            self._launch(conn, requests[i], timeout, reused, done)
+
+        async def connect_then_send(i: int) -> None:
+            conn = await self._connect(timeout)
+            if isinstance(conn, Outcome):
+                busy[0] -= 1
+                results.append((i, conn))
+                return start(take())
+            send(i, conn, False)
+
+        for _ in range(max(1, concurrency)):
+            start(take())
+        await finished
+        return results
 
     async def close(self) -> None:
         for c in list(self._all):
