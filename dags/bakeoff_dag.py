@@ -1,6 +1,7 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped):
+Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped, one group per
+provider so provisioning takes a slot of the provider's pool):
 provision (setup) -> deploy -> accuracy gate -> benchmark -> terminate (teardown). Then, whatever
 happened: sweep everything tagged with the run, validate, cost, report, publish. A final watcher
 fails the run when any step failed, since teardowns and all_done tasks would otherwise hide it.
@@ -33,6 +34,9 @@ PARAMS = {
 
 DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.duration(seconds=20)}
 
+
+# Every provider a plan may name; each gets its own mapped group (and pool bakeoff_<provider>).
+PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean")
 
 # Mapped task instances are labelled with their target in the UI.
 LABEL = "{{ target_label }}"
@@ -89,41 +93,47 @@ def bakeoff():
         return _pipeline().start_run(plan, ctx["run_id"], _overrides(params), price_sheet=sheet)
 
     @task
-    def targets_of(run: dict) -> list[dict]:
-        return [{"run_dir": run["run_dir"], "slug": s} for s in run["targets"]]
+    def targets_of(run: dict, provider: str) -> list[dict]:
+        return [{"run_dir": run["run_dir"], "slug": s} for s, p in run["providers"].items() if p == provider]
 
-    @task_group(group_id="target")
-    def evaluate(item: dict):
-        @setup
-        @task(map_index_template=LABEL)
-        def provision(item: dict) -> dict:
-            return _pipeline(item, credentials=True).provision(item["run_dir"], item["slug"])
+    def evaluate_on(provider: str):
+        """One mapped group per provider, so provisioning takes a slot of that provider's pool
+        (pools are sized to each account's GPU quota; a mapped task's pool cannot vary per target)."""
 
-        @task(retries=0, map_index_template=LABEL)
-        def deploy(item: dict, instance: dict) -> dict:
-            return _pipeline(item, credentials=True).deploy(item["run_dir"], item["slug"], instance)
+        @task_group(group_id=provider)
+        def evaluate(item: dict):
+            @setup
+            @task(map_index_template=LABEL, pool=f"bakeoff_{provider}")
+            def provision(item: dict) -> dict:
+                return _pipeline(item, credentials=True).provision(item["run_dir"], item["slug"])
 
-        @task(retries=0, map_index_template=LABEL)
-        def accuracy_gate(item: dict, endpoint: dict) -> dict:
-            return _pipeline(item).accuracy_gate(item["run_dir"], item["slug"], endpoint)
+            @task(retries=0, map_index_template=LABEL)
+            def deploy(item: dict, instance: dict) -> dict:
+                return _pipeline(item, credentials=True).deploy(item["run_dir"], item["slug"], instance)
 
-        @task(retries=0, map_index_template=LABEL)
-        def benchmark(item: dict, endpoint: dict, gate: dict) -> dict:
-            return _pipeline(item).benchmark(item["run_dir"], item["slug"], endpoint)
+            @task(retries=0, map_index_template=LABEL)
+            def accuracy_gate(item: dict, endpoint: dict) -> dict:
+                return _pipeline(item).accuracy_gate(item["run_dir"], item["slug"], endpoint)
 
-        @teardown
-        @task(map_index_template=LABEL)
-        def terminate(item: dict, instance: dict | None) -> dict:
-            return _pipeline(item, credentials=True).terminate(item["run_dir"], item["slug"], instance)
+            @task(retries=0, map_index_template=LABEL)
+            def benchmark(item: dict, endpoint: dict, gate: dict) -> dict:
+                return _pipeline(item).benchmark(item["run_dir"], item["slug"], endpoint)
 
-        inst = provision(item)
-        ep = deploy(item, inst)
-        gate = accuracy_gate(item, ep)
-        bench = benchmark(item, ep, gate)
-        done = terminate(item, inst)
-        bench >> done
-        watched_in_group.extend([ep, gate, bench])
-        teardowns.append(done)
+            @teardown
+            @task(map_index_template=LABEL)
+            def terminate(item: dict, instance: dict | None) -> dict:
+                return _pipeline(item, credentials=True).terminate(item["run_dir"], item["slug"], instance)
+
+            inst = provision(item)
+            ep = deploy(item, inst)
+            gate = accuracy_gate(item, ep)
+            bench = benchmark(item, ep, gate)
+            done = terminate(item, inst)
+            bench >> done
+            watched_in_group.extend([ep, gate, bench])
+            teardowns.append(done)
+
+        return evaluate
 
     @task(trigger_rule="all_done")
     def sweep(run: dict) -> dict:
@@ -159,7 +169,7 @@ def bakeoff():
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
     run = start_run()
-    groups = evaluate.expand(item=targets_of(run))
+    groups = [evaluate_on(p).expand(item=targets_of.override(task_id=f"{p}_targets")(run, p)) for p in PROVIDERS]
     swept = sweep(run)
     groups >> swept
     teardowns >> swept

@@ -48,7 +48,8 @@ def start_run(plan_ref: str, run_id: str, overrides: dict[str, Any] | None = Non
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     store.update_run(rdir, plan=plan.name, run_id=run_id, started_at=time.time(), status="running",
                      emulated=plan.emulated, budget=estimate, targets={t.slug: {"name": t.name} for t in plan.targets})
-    return {"run_dir": str(rdir), "plan": plan.name, "targets": [t.slug for t in plan.targets]}
+    return {"run_dir": str(rdir), "plan": plan.name, "targets": [t.slug for t in plan.targets],
+            "providers": {t.slug: t.provider for t in plan.targets}}
 
 
 def run_plan(run_dir: str | Path) -> Plan:

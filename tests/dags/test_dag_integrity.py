@@ -1,9 +1,11 @@
 """DAG integrity: the DAG files import cleanly, fast, and keep the wiring the design relies on."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+import typing
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
@@ -37,23 +39,41 @@ def test_schedules(dagbag):
     assert dagbag.dags["bakeoff_reaper"].schedule == "@hourly"
 
 
-def test_setup_teardown_and_cleanup_wiring(dagbag):
+PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean")
+
+
+def test_one_group_per_provider_with_its_pool(dagbag):
+    """Every provider a plan may name has a group whose provisioning takes that provider's pool."""
+    from bakeoff.plan.target import ProviderName
+    from bakeoff.providers import PROVIDERS as REGISTRY
+
+    assert set(PROVIDERS) == set(typing.get_args(ProviderName)) == set(REGISTRY)
+    pools = json.loads((ROOT / "config" / "pools.json").read_text())
+    t = {task.task_id: task for task in dagbag.dags["bakeoff"].tasks}
+    for p in PROVIDERS:
+        assert t[f"{p}.provision"].pool == f"bakeoff_{p}"
+        assert f"bakeoff_{p}" in pools, "config/pools.json must define every provisioning pool"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
     dag = dagbag.dags["bakeoff"]
     t = {task.task_id: task for task in dag.tasks}
-    assert t["target.provision"].is_setup
-    assert t["target.terminate"].is_teardown
-    assert "target.provision" in t["target.terminate"].upstream_task_ids
+    g = provider
+    assert t[f"{g}.provision"].is_setup
+    assert t[f"{g}.terminate"].is_teardown
+    assert f"{g}.provision" in t[f"{g}.terminate"].upstream_task_ids
     # the sweep runs whatever happened, after every teardown
     assert t["sweep"].trigger_rule == TriggerRule.ALL_DONE
-    assert "target.terminate" in t["sweep"].upstream_task_ids
+    assert f"{g}.terminate" in t["sweep"].upstream_task_ids
     for name in ("validate", "cost", "report"):
         assert t[name].trigger_rule == TriggerRule.ALL_DONE
     # the watcher sees every failing step except setups, so the run's state tells the truth
     watcher = t["watcher"]
     assert watcher.trigger_rule == TriggerRule.ONE_FAILED
-    assert {"target.deploy", "target.benchmark", "target.accuracy_gate", "sweep", "validate", "cost",
+    assert {f"{g}.deploy", f"{g}.benchmark", f"{g}.accuracy_gate", "sweep", "validate", "cost",
             "report", "publish"} <= watcher.upstream_task_ids
-    assert "target.provision" not in watcher.upstream_task_ids
+    assert f"{g}.provision" not in watcher.upstream_task_ids
 
 
 def test_trigger_form_params(dagbag):

@@ -31,6 +31,8 @@ def airflow_env(tmp_path_factory) -> dict[str, str]:
     })
     (home / "airflow").mkdir()
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run([AIRFLOW, "pools", "import", str(ROOT / "config" / "pools.json")], env=env, check=True,
+                   capture_output=True, timeout=120)
     return env
 
 
