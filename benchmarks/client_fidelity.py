@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, Sender, closed_loop
+from bakeoff.bench.loadgen import PointId, Sender
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.fidelity import ScriptedServerProcess
 from bakeoff.bench.runtime import run_async
@@ -73,7 +73,7 @@ async def _closed(send, total: int, concurrency: int, warmup: int):
 
 
 async def run_bakeoff(url: str, c: int, total: int, warmup: int):
-    """The harness's own path: Sender + closed_loop + records, exactly as a sweep point runs."""
+    """The harness's own path: Sender.run_closed + records, exactly as a sweep point runs."""
     w = Workload(name="fidelity", input_len=32, output_len=OUT, concurrency=[c])
     client = StreamingClient(url, timeout_s=120)
     try:
@@ -81,7 +81,7 @@ async def run_bakeoff(url: str, c: int, total: int, warmup: int):
                         [RequestSpec(32, OUT, prompt=PROMPT)] * total, warmup, 120)
         await client.warm(c)
         sender.start_clock()
-        sent = await closed_loop(sender.send, total, c, warmup=warmup)
+        sent = await sender.run_closed(c)
     finally:
         await client.close()
     late = {x.index: _late(x.out.state) for x in sent}
@@ -271,8 +271,8 @@ def print_guidellm(g: dict, ours: dict | None) -> None:
           f"ITL (= TPOT) mean {g['itl_mean']:.3f} ms | {g['tps']:,.0f} out tok/s | CPU {g['cpu'] / g['wall'] * 100:.0f}% |")
     if ours:
         o = ours["ttft"].mean() - TTFT_MS
-        print(f"ratios guidellm / bakeoff: TTFT error {e / o if o else float('inf'):.1f}x, "
-              f"TTFT p99 {g['ttft_p99'] / np.percentile(ours['ttft'], 99):.3f}x, throughput {g['tps'] / ours['tps']:.3f}x")
+        print(f"guidellm vs bakeoff: TTFT error {e:+.2f} vs {o:+.2f} ms, "
+              f"TTFT p99 ratio {g['ttft_p99'] / np.percentile(ours['ttft'], 99):.3f}x, throughput ratio {g['tps'] / ours['tps']:.3f}x")
 
 
 if __name__ == "__main__":

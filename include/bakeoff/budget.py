@@ -32,7 +32,10 @@ def bench_hours(plan, target) -> float:
     """Planned benchmark time: requests x decode time at a pessimistic 50 ms/token, per level."""
     seconds = 0.0
     for w in plan.workloads:
-        for c in w.concurrency:
+        if w.max_point_s and w.load != "concurrency":
+            seconds += w.max_point_s * max(1, len(w.rates)) * w.repeats  # open loop: bounded by time
+            continue
+        for c in w.levels():
             n = (w.requests_at(c) + w.warmup_at(c)) * w.repeats
             seconds += (n / c) * w.output_len * 0.05
     return seconds / 3600

@@ -138,7 +138,8 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
     faults.maybe_fail("benchmark", target)
     points = 0
     for workload in plan.workloads:
-        summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, serving_key(target, rid), ep.emulated)
+        summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, serving_key(target, rid), ep.emulated,
+                                 max_error_rate=plan.quality.max_error_rate)
         points += len(summaries)
     _target_step(run_dir, slug, "benchmark", points=points)
     return {"target": slug, "points": points}

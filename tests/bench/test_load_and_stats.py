@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bakeoff.bench.loadgen import arrival_offsets, closed_loop, open_loop
+from bakeoff.bench.loadgen import arrival_offsets, open_loop
 from bakeoff.bench.sla import search_loads
 from bakeoff.bench.stats import bootstrap_ci, compare_targets, point_intervals, verdict
 
@@ -41,7 +41,7 @@ def test_arrivals_reproducible_and_validated():
         arrival_offsets(5, 1, "uniform")
 
 
-def test_open_loop_sends_on_schedule_and_closed_loop_caps_concurrency():
+def test_open_loop_sends_on_schedule():
     sent, inflight, peak = {}, [0], [0]
 
     async def send(i, scheduled=None):
@@ -61,9 +61,7 @@ def test_open_loop_sends_on_schedule_and_closed_loop_caps_concurrency():
     t0 = asyncio.run(go())
     lag = np.array([sent[i] - t0 - offs[i] for i in range(40)])
     assert lag.min() >= -1e-4 and np.percentile(lag, 90) < 0.01
-    peak[0] = 0
-    recs = asyncio.run(closed_loop(send, 30, 4))
-    assert peak[0] == 4 and [r.index for r in recs] == list(range(30))
+    assert peak[0] >= 2                     # open loop: arrivals do not wait for responses
 
 
 def test_sla_search_on_a_synthetic_knee():

@@ -38,6 +38,14 @@ def test_known_timing_is_measured_back(knee_server, tmp_path):
     df = pd.read_parquet(tmp_path / "requests" / "w-c4-r0.parquet")
     assert len(df) == 14 and df["warmup"].sum() == 2 and (df["output_tokens"] == 21).all()
     assert (df["prompt_tokens"] == df["requested_input_len"]).all()
+    # the closed loop keeps exactly 4 in flight: count overlapping [send, end] intervals
+    ev = sorted([(t, 1) for t in df["start_offset"]] + [(t, -1) for t in df["start_offset"] + df["elapsed"]],
+                key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    for _, d in ev:
+        level += d
+        peak = max(peak, level)
+    assert peak == 4
 
 
 def test_sla_search_finds_the_knee_within_one_step(tmp_path):

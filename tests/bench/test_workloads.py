@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from bakeoff import tokens
-from bakeoff.bench import workloads
 from bakeoff.bench.prompts import synthesize
 from bakeoff.bench.workloads import WorkloadFileError, build_specs, trace_specs
 from bakeoff.plan import Workload

@@ -9,7 +9,6 @@ results root) plus summary.json, and prints one line per point.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys

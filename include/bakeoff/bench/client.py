@@ -259,7 +259,7 @@ class StreamingClient:
     def _launch(self, conn: _Conn, request: bytes, timeout: float, reused: bool, on_done) -> None:
         """Write one request on conn; ``on_done(outcome, retryable)`` runs in the read callback that
         completes it, so a caller can send its next request without a task switch in between."""
-        loop = conn_loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         wall = time.time()
         t_send = _now()
         state = StreamState(t_send)
@@ -285,7 +285,7 @@ class StreamingClient:
             on_done(Outcome(t_send, wall, t_end, job.status, state, err), retry)
 
         job = conn.job = _Job(conn, state, done)
-        handle = conn_loop.call_at(loop.time() + timeout, job.finish, StreamError("timeout", "request timed out"), 0.0)
+        handle = loop.call_at(loop.time() + timeout, job.finish, StreamError("timeout", "request timed out"), 0.0)
         try:
             conn.write(request)
         except OSError as e:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -120,7 +119,7 @@ def calibrate(concurrency: int = 16, requests: int = 64, ttft_ms: float = 50.0, 
     ttft_err = np.array([r.ttft for r in ok]) * 1e3 - ttft_ms
     tpot_err = np.array([(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok]) * 1e3 - itl_ms
     return {"concurrency": concurrency, "requests": len(recs), "ok": len(ok), "truth_ttft_ms": ttft_ms,
-            "truth_itl_ms": itl_ms, "pid": os.getpid(),
+            "truth_itl_ms": itl_ms,
             "ttft_error_ms_mean": float(ttft_err.mean()) if ok else None,
             "ttft_error_ms_p99": float(np.percentile(ttft_err, 99)) if ok else None,
             "tpot_error_ms_mean": float(tpot_err.mean()) if ok else None,

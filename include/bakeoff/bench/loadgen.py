@@ -1,7 +1,8 @@
 """Load generation: closed-loop concurrency, open-loop arrivals (Poisson/gamma), trace replay.
 
 Every mode produces one RequestRecord per request through the same ``Sender``; request bodies are
-built before the clock starts so the hot path only writes bytes.
+built before the clock starts so the hot path only writes bytes, and records are built after the
+point so bookkeeping never delays a send.
 """
 from __future__ import annotations
 
@@ -94,6 +95,17 @@ class Sender:
         sends its next request as soon as this one ends instead of after the bookkeeping."""
         return Sent(i, await self.client.stream(self.raw[i], self.timeout_s), scheduled)
 
+    async def run_closed(self, concurrency: int, *, stop_at: float | None = None,
+                         indices: list[int] | None = None) -> list["Sent"]:
+        """Closed loop over the requests (or a worker's share, ``indices``): C in flight, each slot
+        sending its next request as soon as its previous one ends. Warm-up requests go first
+        through the same slots, so measurement starts at steady state; ``stop_at`` (perf_counter)
+        stops new measured sends."""
+        order = indices if indices is not None else list(range(len(self.raw)))
+        done = await self.client.closed_loop(self.raw, order, max(1, concurrency), timeout_s=self.timeout_s,
+                                             stop_at=stop_at, warmup=self.warmup)
+        return [Sent(i, out, None) for i, out in done]
+
     def records(self, sent: list["Sent"]) -> list[RequestRecord]:
         return sorted((to_record(x.out, self.pid, self.specs[x.index], x.index, x.index < self.warmup, self.t0,
                                  self.ignore_eos, x.scheduled) for x in sent), key=lambda r: r.index)
@@ -104,32 +116,6 @@ class Sent:
 
     def __init__(self, index: int, out: Outcome, scheduled: float | None):
         self.index, self.out, self.scheduled = index, out, scheduled
-
-
-async def closed_loop(send: Callable[[int], Awaitable[Any]], total: int, concurrency: int,
-                      *, warmup: int = 0, stop_at: float | None = None, indices: list[int] | None = None
-                      ) -> list[Any]:
-    """C workers, each sending its next request as soon as its previous one ends.
-
-    Warm-up requests go first through the same workers, so measurement starts at steady state.
-    ``stop_at`` (perf_counter) stops new measured sends; ``indices`` restricts to a worker
-    process's share.
-    """
-    order = indices if indices is not None else list(range(total))
-    records: list[Any] = []
-    pos = 0
-
-    async def worker() -> None:
-        nonlocal pos
-        while pos < len(order):
-            i = order[pos]
-            pos += 1
-            if stop_at is not None and i >= warmup and _now() > stop_at:
-                return
-            records.append(await send(i))
-
-    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(order))))))
-    return sorted(records, key=lambda r: r.index)
 
 
 def arrival_offsets(n: int, rate: float, kind: str = "poisson", burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -177,6 +163,3 @@ async def open_loop(send: Callable[..., Awaitable[Any]], offsets, *, max_concurr
     return sorted(await asyncio.gather(*tasks), key=lambda r: r.index)
 
 
-def rate_key(rate: float) -> int:
-    """The integer a rate point is stored under (the results key is an int): milli-requests/s."""
-    return max(1, int(round(rate * 1000)))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bakeoff.bench.loadgen import arrival_offsets, rate_key
+from bakeoff.bench.loadgen import arrival_offsets
+from bakeoff.plan.workload import rate_key
 
 
 @dataclass

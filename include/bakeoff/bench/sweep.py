@@ -20,7 +20,8 @@ from bakeoff import store
 from bakeoff.bench import workloads
 from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.fidelity import LoopMonitor
-from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets, closed_loop, open_loop, rate_key
+from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets, open_loop
+from bakeoff.plan.workload import rate_key
 from bakeoff.bench.metrics import summarize
 from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import run_async
@@ -79,7 +80,7 @@ async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, 
     stop_at = sender.t0 + w.max_point_s if w.max_point_s else None
     with LoopMonitor() as mon:
         if concurrency:
-            sent = await closed_loop(sender.send, len(specs), concurrency, warmup=n_warm, stop_at=stop_at)
+            sent = await sender.run_closed(concurrency, stop_at=stop_at)
         else:
             sent = await open_loop(sender.send, offsets, max_concurrency=w.max_concurrency, stop_at=stop_at,
                                    warmup=n_warm, t0=sender.t0)
@@ -213,7 +214,7 @@ async def measure_scripted(url: str, concurrency: int, requests: int, output_tok
         await client.warm(concurrency)
         sender.start_clock()
         with LoopMonitor() as mon:
-            sent = await closed_loop(sender.send, len(specs), concurrency, warmup=concurrency)
+            sent = await sender.run_closed(concurrency)
         return sender.records(sent), mon.figures()
     finally:
         await client.close()

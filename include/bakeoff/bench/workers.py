@@ -41,7 +41,7 @@ def _worker(ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, off
     from bakeoff.bench import workloads
     from bakeoff.bench.client import StreamingClient
     from bakeoff.bench.fidelity import LoopMonitor
-    from bakeoff.bench.loadgen import PointId, Sender, closed_loop, open_loop
+    from bakeoff.bench.loadgen import PointId, Sender, open_loop
     from bakeoff.bench.runtime import run_async
 
     wl = ctx.workload
@@ -64,8 +64,7 @@ def _worker(ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, off
             stop_at = t_start + wl.max_point_s if wl.max_point_s else None
             with LoopMonitor() as mon:
                 if concurrency:
-                    sent = await closed_loop(sender.send, len(specs), max(1, c), warmup=n_warm, stop_at=stop_at,
-                                             indices=mine)
+                    sent = await sender.run_closed(max(1, c), stop_at=stop_at, indices=mine)
                 else:
                     sub = {i: float(offsets[i]) for i in mine}
 

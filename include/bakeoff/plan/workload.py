@@ -25,6 +25,11 @@ class SlaSearch(Strict):
         return self
 
 
+def rate_key(rate: float) -> int:
+    """The integer a rate point is stored under (the results key is an int): milli-requests/s."""
+    return max(1, int(round(rate * 1000)))
+
+
 class Workload(Strict):
     name: str = Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     endpoint: Literal["completions", "chat"] = "completions"
@@ -111,6 +116,15 @@ class Workload(Strict):
                 c *= 2
             return out
         return list(self.concurrency)
+
+    def planned_keys(self) -> list[int] | None:
+        """The point keys results will carry: concurrency levels, or rate_key(rate) for rate points;
+        None when the run decides them (trace replay, SLA search)."""
+        if self.load == "concurrency":
+            return self.levels()
+        if self.load == "rate":
+            return [rate_key(r) for r in self.rates]
+        return None
 
     def requests_at(self, concurrency: int) -> int:
         if self.preset == "inferencemax":

@@ -79,10 +79,15 @@ def prepare_points(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def coverage_frame(plan, points: pd.DataFrame) -> pd.DataFrame:
-    """One row per planned (workload, concurrency): repeats planned vs distinct repeats stored."""
+    """One row per planned (workload, point key): repeats planned vs distinct repeats stored. Trace
+    replay and SLA search decide their points while running, so only their stored points count."""
     rows = []
     for w in plan.workloads:
-        for c in w.concurrency:
+        keys = w.planned_keys()
+        if keys is None:
+            stored = points[points["workload"] == w.name] if not points.empty else points
+            keys = sorted(stored["concurrency"].unique()) if not stored.empty else []
+        for c in keys:
             found = 0
             if not points.empty:
                 mask = (points["workload"] == w.name) & (points["concurrency"] == c)

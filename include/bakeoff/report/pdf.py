@@ -126,7 +126,7 @@ def _measured_how(d: ReportData) -> list[str]:
         lo_in, hi_in = w.length_bounds(w.input_len)
         lo_out, hi_out = w.length_bounds(w.output_len)
         out.append(f"Workload {w.name}: {w.endpoint} endpoint, input {lo_in}–{hi_in} tokens, output {lo_out}–{hi_out} tokens "
-                   f"({'EOS ignored' if w.ignore_eos else 'EOS honoured'}), fixed concurrency {', '.join(map(str, w.concurrency))}; "
+                   f"({'EOS ignored' if w.ignore_eos else 'EOS honoured'}), {w.load} load at {', '.join(map(str, w.rates if w.load == 'rate' else w.levels()))}; "
                    f"{w.requests_per_point or '10×c'} requests per level after {w.warmup_requests if w.warmup_requests is not None else '2×c'} "
                    f"warm-up, {w.repeats} repeat(s).")
     out.append("Streaming clients timed every chunk; TTFT to first generated text, TPOT = (E2E − TTFT)/(output tokens − 1), "
