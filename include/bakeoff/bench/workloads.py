@@ -24,6 +24,21 @@ def _where(path: Path, line: int | None) -> str:
     return f"{path.name}:{line}" if line else path.name
 
 
+def _json_objects(p: Path):
+    """(line number, object) for each non-blank line of a JSONL file; bad lines name their number."""
+    with p.open(encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise WorkloadFileError(f"{_where(p, no)}: not valid JSON ({e.msg}); one JSON object per line") from None
+            if not isinstance(obj, dict):
+                raise WorkloadFileError(f"{_where(p, no)}: expected a JSON object, got {type(obj).__name__}")
+            yield no, obj
+
+
 def _open(path: str | Path) -> Path:
     p = Path(path)
     if not p.is_file():
@@ -35,18 +50,7 @@ def _open(path: str | Path) -> Path:
 @functools.lru_cache(maxsize=8)
 def _jsonl(path: str, mtime: float) -> tuple[dict, ...]:
     p = Path(path)
-    out = []
-    with p.open(encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise WorkloadFileError(f"{_where(p, no)}: not valid JSON ({e.msg}); one JSON object per line") from None
-            if not isinstance(obj, dict):
-                raise WorkloadFileError(f"{_where(p, no)}: expected a JSON object, got {type(obj).__name__}")
-            out.append(_user_entry(obj, p, no))
+    out = [_user_entry(obj, p, no) for no, obj in _json_objects(p)]
     if not out:
         raise WorkloadFileError(f"{p.name}: no prompts found; add lines like {{\"prompt\": \"...\"}}")
     return tuple(out)
@@ -174,28 +178,19 @@ def trace_specs(workload) -> tuple[np.ndarray, list[RequestSpec]]:
     p = _open(workload.trace_path)
     times, specs = [], []
     rng = random.Random(workload.seed)
-    with p.open(encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise WorkloadFileError(f"{_where(p, no)}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise WorkloadFileError(f"{_where(p, no)}: expected a JSON object")
-            ts = obj.get("timestamp")
-            if ts is None and obj.get("timestamp_ms") is not None:
-                ts = obj["timestamp_ms"] / 1000 if isinstance(obj["timestamp_ms"], (int, float)) else obj["timestamp_ms"]
-            if not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0:
-                raise WorkloadFileError(f"{_where(p, no)}: needs \"timestamp\" (seconds, >= 0) or \"timestamp_ms\"")
-            il = obj.get("input_len", obj.get("input_length", workload.input_len))
-            ol = obj.get("output_len", obj.get("output_length", workload.output_len))
-            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (il, ol)):
-                raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be positive integers")
-            times.append(float(ts))
-            prompt = obj.get("prompt") if isinstance(obj.get("prompt"), str) else prompt_words(il, rng.getrandbits(48))
-            specs.append(RequestSpec(il if obj.get("prompt") is None else tokens.count(prompt), ol, prompt=prompt))
+    for no, obj in _json_objects(p):
+        ts = obj.get("timestamp")
+        if ts is None and obj.get("timestamp_ms") is not None:
+            ts = obj["timestamp_ms"] / 1000 if isinstance(obj["timestamp_ms"], (int, float)) else obj["timestamp_ms"]
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0:
+            raise WorkloadFileError(f"{_where(p, no)}: needs \"timestamp\" (seconds, >= 0) or \"timestamp_ms\"")
+        il = obj.get("input_len", obj.get("input_length", workload.input_len))
+        ol = obj.get("output_len", obj.get("output_length", workload.output_len))
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (il, ol)):
+            raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be positive integers")
+        times.append(float(ts))
+        prompt = obj.get("prompt") if isinstance(obj.get("prompt"), str) else prompt_words(il, rng.getrandbits(48))
+        specs.append(RequestSpec(il if obj.get("prompt") is None else tokens.count(prompt), ol, prompt=prompt))
     if not times:
         raise WorkloadFileError(f"{p.name}: no requests in the trace")
     order = np.argsort(times, kind="stable")

@@ -22,7 +22,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from bakeoff import catalog
-from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError, poll_until_reachable
 from bakeoff.providers.rest import TAG_PORT, resolve_address
 from bakeoff.serving import userdata
 
@@ -222,18 +222,10 @@ class AwsProvider(Provider):
             details={"zone": (raw.get("Placement") or {}).get("AvailabilityZone"), "ec2_state": raw["State"]["Name"]})
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            cur = self.describe(instance.id)
-            if cur is None or cur.details.get("ec2_state") in ("shutting-down", "terminated", "stopping", "stopped"):
-                raise ProviderError(f"aws: instance {instance.id} ended before it was ready "
-                                    f"({cur.details.get('ec2_state') if cur else 'gone'})")
-            if cur.state == "running" and cur.host and cur.port:
-                return cur
-            if time.monotonic() >= deadline:
-                raise ProviderError(f"aws: instance {instance.id} not running with an address after {timeout_s:.0f}s "
-                                    f"(state {cur.details.get('ec2_state')})")
-            time.sleep(min(5.0, max(0.2, timeout_s / 50)))
+        return poll_until_reachable(
+            self, instance, timeout_s, min(5.0, max(0.2, timeout_s / 50)),
+            ended=lambda i: i.details.get("ec2_state") in ("shutting-down", "terminated", "stopping", "stopped"),
+            status=lambda i: i.details.get("ec2_state"))
 
     def describe(self, instance_id: str) -> Instance | None:
         region, iid = split_id(instance_id)

@@ -6,8 +6,9 @@ run tag even when the task that created them is gone. Every method is safe to re
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 TAG_RUN = "bakeoff:run_id"
 TAG_TARGET = "bakeoff:target"
@@ -51,6 +52,23 @@ class Instance:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+
+def poll_until_reachable(provider: "Provider", instance: Instance, timeout_s: float, poll_s: float, *,
+                         ended: Callable[[Instance], bool], status: Callable[[Instance], Any]) -> Instance:
+    """Describe the node until it runs with an address; fail fast if it ended, clearly at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cur = provider.describe(instance.id)
+        if cur is None or ended(cur):
+            raise ProviderError(f"{provider.name}: node {instance.id} ended before it was ready "
+                                f"({status(cur) if cur else 'gone'})")
+        if cur.state == "running" and cur.host and cur.port:
+            return cur
+        if time.monotonic() >= deadline:
+            raise ProviderError(f"{provider.name}: node {instance.id} not running with an address after "
+                                f"{timeout_s:.0f}s (status {status(cur)})")
+        time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
 
 
 class Provider(abc.ABC):

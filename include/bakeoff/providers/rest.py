@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import httpx
 
-from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError
+from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError, poll_until_reachable
 
 log = logging.getLogger(__name__)
 
@@ -262,18 +262,9 @@ class RestProvider(Provider):
         return next((i for i in self.list_tagged(run_id) if i.target == slug), None)
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            cur = self.describe(instance.id)
-            if cur is None or cur.state in ("terminated", "failed"):
-                raise ProviderError(f"{self.name}: node {instance.id} stopped or disappeared before it was ready "
-                                    f"(status {cur.details.get('status') if cur else 'gone'})")
-            if cur.state == "running" and cur.host and cur.port:
-                return cur
-            if time.monotonic() >= deadline:
-                raise ProviderError(f"{self.name}: node {instance.id} not active with an address after {timeout_s:.0f}s "
-                                    f"(status {cur.details.get('status')})")
-            time.sleep(min(self.poll_s, max(0.05, deadline - time.monotonic())))
+        return poll_until_reachable(self, instance, timeout_s, self.poll_s,
+                                    ended=lambda i: i.state in ("terminated", "failed"),
+                                    status=lambda i: i.details.get("status"))
 
     def describe(self, instance_id: str) -> Instance | None:
         r = self.api.request("GET", f"{self.collection}/{instance_id}")
