@@ -114,7 +114,8 @@ def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: 
                 step(run["run_dir"])
             except Exception as e:  # noqa: BLE001
                 logging.info("%s failed: %s", step.__name__, e)
-        pipeline.finish(run["run_dir"], "failed")          # the watcher task
+        pipeline.mark_failed(run["run_dir"], "injected")  # the watcher task
+        pipeline.finish(run["run_dir"])                     # the final all_done task
     now = time.time() + (plan.max_instance_hours * 3600 + 60 if killed else 0)
     reaped = reaper.reap(now=now, provider_names=[provider], credentials_fn=sb.credentials)
     after_reaper = len(sb.live()[provider]) - before

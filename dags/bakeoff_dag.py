@@ -46,12 +46,15 @@ def _pipeline(item: dict | None = None, credentials: bool = False):
     """The library's pipeline module, imported at run time (never at parse time)."""
     from bakeoff import pipeline
 
-    if item is not None:
-        get_current_context()["target_label"] = item["slug"]
     if credentials:
         from bakeoff_hooks import install_credentials
 
-        install_credentials(item["run_dir"] if item else None)
+        install_credentials()
+    if item is not None:  # a per-target task: label it, and mask the run's serving keys in its log
+        from bakeoff_hooks import mask_run_keys
+
+        get_current_context()["target_label"] = item["slug"]
+        mask_run_keys(item["run_dir"])
     return pipeline
 
 
@@ -157,16 +160,20 @@ def bakeoff():
 
         pipeline = _pipeline()
         published = pipeline.publish(run["run_dir"], paths, **s3_publish_args())
-        pipeline.finish(run["run_dir"], "published")
         get_current_context()["outlet_events"][REPORTS].add(
-            Asset(f"bakeoff://reports/{run['plan']}"), extra={"plan": run["plan"], **published})
+            Asset(published["asset_uri"]), extra={"plan": run["plan"], **published})
         return published
 
     @task(trigger_rule="one_failed", retries=0)
     def watcher(run: dict) -> None:
         """Fail the DAG run when any step failed: teardowns and all_done tasks would hide it."""
-        _pipeline().finish(run["run_dir"], "failed")
+        _pipeline().mark_failed(run["run_dir"], "a step failed (see the failed tasks of this DAG run)")
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
+
+    @task(trigger_rule="all_done")
+    def finish(run: dict) -> str:
+        """Record the outcome once everything is done (the reaper treats the run as ended from here)."""
+        return _pipeline().finish(run["run_dir"])
 
     run = start_run()
     groups = [evaluate_on(p).expand(item=targets_of.override(task_id=f"{p}_targets")(run, p)) for p in PROVIDERS]
@@ -181,7 +188,9 @@ def bakeoff():
     headline >> paths
     published = publish(run, paths)
     watched = [*watched_in_group, swept, checked, headline, paths, published]
-    watched >> watcher(run)
+    watch = watcher(run)
+    watched >> watch
+    [swept, published, watch] >> finish(run)
 
 
 bakeoff()

@@ -22,12 +22,11 @@ from airflow.sdk import dag, task
 def bakeoff_reaper():
     @task
     def reap() -> dict:
-        from bakeoff_hooks import configured_providers, install_credentials
+        from bakeoff_hooks import configured_providers, masked, resolve
 
-        from bakeoff import pipeline, reaper
+        from bakeoff import reaper
 
-        install_credentials()
-        return reaper.reap(providers=configured_providers(), provider_for=pipeline.provider_for)
+        return reaper.reap(provider_names=configured_providers(), credentials_fn=masked(resolve))
 
     reap()
 

@@ -43,7 +43,10 @@ def _base_url(conn, provider: str) -> str:
         scheme, rest = host.split("://", 1)
         netloc, _, path = rest.partition("/")
         host = f"{scheme}://{netloc}:{conn.port}/{path}"
-    return host.rstrip("/")
+    host = host.rstrip("/")
+    if "/" not in host.split("://", 1)[1]:  # a bare host: the API's version path, as in the default
+        host += "/" + REST_DEFAULT_BASE[provider].split("://", 1)[1].partition("/")[2]
+    return host
 
 
 def aws_credentials(conn_id: str = CONN_IDS["aws"]) -> dict[str, Any]:
@@ -101,11 +104,17 @@ def mask_secret(value: str) -> None:
 def mask_run_keys(run_dir: str) -> None:
     """Register the run's per-target serving API keys with Airflow's masker (they are derived, so any
     task can recompute them; masking makes an accidental log line show ***)."""
-    from bakeoff import pipeline, secrets, store  # noqa: PLC0415
+    from bakeoff import pipeline, store  # noqa: PLC0415
+    from bakeoff.providers import ProviderError  # noqa: PLC0415
     plan = pipeline.run_plan(run_dir)
     rid = store.read_json(Path(run_dir) / "run.json")["run_id"]
     for t in plan.targets:
-        mask_secret(secrets.api_key(rid, t.slug))
+        try:
+            key = pipeline.serving_key(t, rid)
+        except ProviderError:  # a static endpoint whose key variable is unset: nothing to mask
+            continue
+        if key:
+            mask_secret(key)
 
 
 def install_credentials(run_dir: str | None = None) -> None:

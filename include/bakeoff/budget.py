@@ -28,17 +28,40 @@ class BudgetExceeded(RuntimeError):
     """The plan would cost more than its cap; the message carries the breakdown."""
 
 
+TOKEN_S = 0.05  # pessimistic decode time per output token
+
+
+def _point_s(w, *, concurrency: float | None = None, rate: float | None = None) -> float:
+    """One point's planned duration: closed loop = waves of requests x decode time; open loop =
+    arrivals at the rate plus the last request's decode. max_point_s caps the sending."""
+    drain = w.output_len * TOKEN_S
+    if rate:
+        n = w.requests_per_point or max(10, int(30 * rate))
+        send = n / rate
+    else:
+        c = int(concurrency or 1)
+        send = (w.requests_at(c) + w.warmup_at(c)) / c * drain
+    if w.max_point_s:
+        send = min(send, w.max_point_s)
+    return send + (drain if rate else 0.0)
+
+
+def _workload_s(w) -> float:
+    if w.load == "rate":
+        return sum(_point_s(w, rate=r) for r in w.rates)
+    if w.load == "trace":
+        from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
+        offsets, _ = trace_specs(w)
+        return float(offsets[-1]) + w.output_len * TOKEN_S
+    if w.load == "sla":  # every probe may run, each no longer than one at the highest load
+        top = {"rate": {"rate": w.sla.max}}.get(w.sla.over, {"concurrency": w.sla.max})
+        return w.sla.max_probes * _point_s(w, **top)
+    return sum(_point_s(w, concurrency=c) for c in w.levels())
+
+
 def bench_hours(plan, target) -> float:
-    """Planned benchmark time: requests x decode time at a pessimistic 50 ms/token, per level."""
-    seconds = 0.0
-    for w in plan.workloads:
-        if w.max_point_s and w.load != "concurrency":
-            seconds += w.max_point_s * max(1, len(w.rates)) * w.repeats  # open loop: bounded by time
-            continue
-        for c in w.levels():
-            n = (w.requests_at(c) + w.warmup_at(c)) * w.repeats
-            seconds += (n / c) * w.output_len * 0.05
-    return seconds / 3600
+    """Planned benchmark time over every workload and repeat."""
+    return sum(_workload_s(w) * w.repeats for w in plan.workloads) / 3600
 
 
 def load_hours(target) -> float:

@@ -16,6 +16,7 @@ import uuid
 
 from bakeoff import pipeline, store
 from bakeoff.plan import PlanError, load_plan
+from bakeoff.providers.credentials import credentials_from_env
 
 
 def _plan_check(args) -> int:
@@ -34,6 +35,7 @@ def _run(args) -> int:
     # SIGTERM (a CI timeout, a closed terminal) must still reach the finally blocks that terminate.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
+    pipeline.set_credentials_resolver(credentials_from_env)
     run = pipeline.start_run(args.plan, run_id, {"targets": args.targets or []})
     failed = []
     for slug in run["targets"]:
@@ -56,7 +58,9 @@ def _run(args) -> int:
         except Exception as e:  # noqa: BLE001
             failed.append(name)
             print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
-    pipeline.finish(run["run_dir"], "failed" if failed else "success")
+    if failed:
+        pipeline.mark_failed(run["run_dir"], f"failed: {', '.join(failed)}")
+    pipeline.finish(run["run_dir"])
     _print_summary({**store.read_json(f"{run['run_dir']}/run.json"), "run_dir": run["run_dir"]})
     return 1 if failed else 0
 
@@ -95,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", default="local-demo")
     p.set_defaults(func=_summary)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper"):
-        try:
-            __import__(module, fromlist=["add_parser"]).add_parser(sub)
-        except (ImportError, AttributeError):
-            pass
+        __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

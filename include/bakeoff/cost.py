@@ -50,11 +50,13 @@ class CostTables:
     headline: dict[str, Any]
 
 
-def usd_per_m_tokens(usd_per_gpu_hour: float, tokens_per_s_per_gpu: float) -> float:
-    """USD per million tokens; NaN when nothing was served (no throughput means no price)."""
-    if not tokens_per_s_per_gpu or tokens_per_s_per_gpu <= 0 or not math.isfinite(tokens_per_s_per_gpu):
-        return float("nan")
-    return usd_per_gpu_hour / (tokens_per_s_per_gpu * 3600 / 1e6)
+def per_m_tokens(per_gpu_hour, tokens_per_s_per_gpu):
+    """An hourly amount per GPU (USD, kWh) per million tokens served; scalars or columns alike.
+    NaN where nothing was served (no throughput means no price)."""
+    tps = np.asarray(tokens_per_s_per_gpu, dtype=float)
+    served = np.where(np.isfinite(tps) & (tps > 0), tps, np.nan)
+    out = np.asarray(per_gpu_hour, dtype=float) / (served * 3600 / 1e6)
+    return float(out) if out.ndim == 0 else out
 
 
 def effective_usd_per_gpu_hour(node_usd_per_hour: float, node_gpus: int, utilisation: float) -> float:
@@ -199,7 +201,7 @@ def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float)
     price = df["usd_per_gpu_hour_effective"].astype(float)
     for kind in ("output", "total"):
         tps = df[f"{kind}_tps_per_gpu"].astype(float).where(lambda s: s > 0)
-        df[f"usd_per_m_{kind}"] = price / (tps * 3600 / 1e6)
+        df[f"usd_per_m_{kind}"] = per_m_tokens(price, tps)
         df[f"{kind}_tokens_per_usd"] = 1e6 / df[f"usd_per_m_{kind}"]
         df[f"{kind}_tps_per_node"] = tps * df["node_gpus"]
         df[f"{kind}_tokens_per_s_per_mw"] = tps / df["all_in_kw_per_gpu"] * 1000
@@ -210,8 +212,8 @@ def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float)
     df["usd_per_kwh"] = usd_per_kwh
     df["energy_usd_per_gpu_hour"] = df["kw_per_gpu"] * usd_per_kwh
     tps_total = df["total_tps_per_gpu"].astype(float).where(lambda s: s > 0)
-    df["energy_usd_per_m_total"] = df["energy_usd_per_gpu_hour"] / (tps_total * 3600 / 1e6)
-    df["energy_kwh_per_m_total"] = df["kw_per_gpu"] / (tps_total * 3600 / 1e6)
+    df["energy_usd_per_m_total"] = per_m_tokens(df["energy_usd_per_gpu_hour"], tps_total)
+    df["energy_kwh_per_m_total"] = per_m_tokens(df["kw_per_gpu"], tps_total)
     return df
 
 
@@ -462,5 +464,17 @@ def cost_run(plan, run_dir: Path) -> dict[str, Any]:
     store.write_frame(run_dir / "cost_at_slo.parquet", tables.at_slo)
     store.write_frame(run_dir / "cost_sensitivity.parquet", tables.sensitivity)
     store.write_frame(run_dir / "cost_evaluation.parquet", tables.evaluation)
+    store.write_frame(run_dir / "cost_targets.parquet", tables.targets)
     store.write_json(run_dir / "cost.json", tables.headline)
     return tables.headline
+
+
+def load_tables(run_dir: Path) -> CostTables | None:
+    """The tables cost_run stored, so a report shows exactly what the cost step computed; None if
+    the cost step has not run."""
+    run_dir = Path(run_dir)
+    names = ("cost.parquet", "cost_at_slo.parquet", "cost_sensitivity.parquet", "cost_evaluation.parquet",
+             "cost_targets.parquet", "cost.json")
+    if not all((run_dir / n).exists() for n in names):
+        return None
+    return CostTables(*(pd.read_parquet(run_dir / n) for n in names[:5]), store.read_json(run_dir / "cost.json"))

@@ -17,8 +17,9 @@ def headline_table(run_dir: str | Path) -> str:
         lines.append(f"  workload {workload}: cost at the SLO, USD per million {doc.get('basis', 'total')} tokens")
         lines.append(f"    {'target':<24} {'USD/M':>9} {'conc':>5} {'tok/s/user':>10} {'USD/GPU-h':>9} {'break-even':>10}")
         for r in part.get("ranking", []):
-            lines.append(f"    {r['target']:<24} {r['usd_per_m']:>9.4g} {r['concurrency']:>5} {r['interactivity']:>10.4g} "
-                         f"{r['usd_per_gpu_hour']:>9.4g} {_num(r.get('break_even_usd_per_gpu_hour')):>10}")
+            lines.append(f"    {r['target']:<24} {_num(r.get('usd_per_m')):>9} {_num(r.get('concurrency')):>5} "
+                         f"{_num(r.get('interactivity')):>10} {_num(r.get('usd_per_gpu_hour')):>9} "
+                         f"{_num(r.get('break_even_usd_per_gpu_hour')):>10}")
         if part.get("misses_slo"):
             lines.append(f"    missed the SLO at every load: {', '.join(part['misses_slo'])}")
     for key, label in (("quarantined", "did not pass validation"), ("no_results", "produced no results")):

@@ -205,7 +205,16 @@ def publish(run_dir: str, paths: dict[str, str], **s3: Any) -> dict[str, Any]:
     return publish_reports(run_plan(run_dir), Path(run_dir), paths, **s3)
 
 
-def finish(run_dir: str, status: str) -> None:
-    """Record the run's outcome; "failed" is sticky, so a later step cannot paint it green."""
-    current = (store.read_json(Path(run_dir) / "run.json", {}) or {}).get("status")
-    store.update_run(Path(run_dir), status="failed" if current == "failed" else status, finished_at=time.time())
+def mark_failed(run_dir: str, reason: str) -> None:
+    """Note that a step failed. The run is not over yet (other targets may still be measuring), so
+    the status stays "running" until finish() and the reaper leaves live nodes alone."""
+    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
+    store.update_run(Path(run_dir), failed=True, failures=[*doc.get("failures", []), reason])
+
+
+def finish(run_dir: str) -> str:
+    """Record the run's outcome once every step is done: failed if any step failed, else success."""
+    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
+    status = "failed" if doc.get("failed") else "success"
+    store.update_run(Path(run_dir), status=status, finished_at=time.time())
+    return status

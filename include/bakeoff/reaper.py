@@ -53,21 +53,20 @@ def verdict(inst: Instance, now: float) -> str | None:
 
 
 def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] | None = None,
-         credentials_fn: Callable[[str], dict[str, Any]] | None = None, *,
-         providers: list[str] | None = None, provider_for: Callable[[str], Any] | None = None) -> dict[str, Any]:
+         credentials_fn: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One pass over every provider; returns what was terminated, kept, and which providers failed.
 
-    Providers are built with ``provider_for(name)`` (the pipeline's, credentials from the DAG's
-    resolver) or from ``credentials_fn(name)``; ``providers`` is an alias of ``provider_names``.
+    Credentials come from ``credentials_fn(name)`` (the DAG passes its Airflow-connection resolver;
+    default: the environment).
     """
+    from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415
     now = time.time() if now is None else now
-    names = provider_names or providers or CLOUD_PROVIDERS
-    creds = credentials_fn or (lambda name: {})
-    build = provider_for or (lambda name: get_provider(name, credentials=creds(name)))
+    names = provider_names or CLOUD_PROVIDERS
+    creds = credentials_fn or credentials_from_env
     out: dict[str, Any] = {"at": now, "terminated": [], "kept": [], "errors": {}}
     for name in names:
         try:
-            provider = build(name)
+            provider = get_provider(name, credentials=creds(name))
             nodes = provider.list_tagged(None)
         except Exception as e:  # noqa: BLE001 - one unreachable cloud must not stop the others being reaped
             out["errors"][name] = f"{type(e).__name__}: {e}"
@@ -92,3 +91,19 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
             out.setdefault("cleaned", []).extend(cleanup(lambda tags: verdict_for_tags(tags, now) is not None))
     log.info("reaper: %d terminated, %d kept, %d errors", len(out["terminated"]), len(out["kept"]), len(out["errors"]))
     return out
+
+
+def add_parser(sub) -> None:
+    """`python -m bakeoff reap`: one reaper pass from the command line (credentials from the environment)."""
+    p = sub.add_parser("reap", help="terminate expired or orphaned bakeoff instances")
+    p.add_argument("--providers", nargs="*", default=list(CLOUD_PROVIDERS), help="providers to scan")
+    p.set_defaults(func=lambda args: _print_reap(reap(provider_names=args.providers)))
+
+
+def _print_reap(out: dict[str, Any]) -> int:
+    for row in out["terminated"]:
+        print(f"terminated {row['provider']} {row['id']} (run {row['run_id']}, target {row['target']}): {row['reason']}")
+    for where, err in out["errors"].items():
+        print(f"error {where}: {err}")
+    print(f"{len(out['terminated'])} terminated, {len(out['kept'])} kept, {len(out['errors'])} errors")
+    return 1 if out["errors"] else 0

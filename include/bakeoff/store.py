@@ -11,6 +11,7 @@ Each point is its own file, so nothing measured is lost when a later point or st
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -88,16 +89,21 @@ def load_points(rdir: Path) -> pd.DataFrame:
 
 
 def update_run(rdir: Path, **fields: Any) -> dict[str, Any]:
-    """Merge fields into run.json (status, step outcomes), stamping updated_at."""
+    """Merge fields into run.json (status, step outcomes), stamping updated_at.
+
+    Targets run in parallel (several workers), so the read-merge-write holds an exclusive lock."""
     path = Path(rdir) / "run.json"
-    doc = read_json(path, {}) or {}
-    for k, v in fields.items():
-        if isinstance(v, dict) and isinstance(doc.get(k), dict):
-            doc[k].update(v)
-        else:
-            doc[k] = v
-    doc["updated_at"] = time.time()
-    write_json(path, doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(".run.json.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        doc = read_json(path, {}) or {}
+        for k, v in fields.items():
+            if isinstance(v, dict) and isinstance(doc.get(k), dict):
+                doc[k].update(v)
+            else:
+                doc[k] = v
+        doc["updated_at"] = time.time()
+        write_json(path, doc)
     return doc
 
 

@@ -15,8 +15,8 @@ from bakeoff.plan import PlanError, plan_from_dict
 
 def test_usd_per_m_tokens_formula():
     # 8.6 USD/GPU-h / (1000 tok/s x 3600 / 1e6 = 3.6 M tok/h) = 2.38888...
-    assert cost.usd_per_m_tokens(8.6, 1000) == pytest.approx(2.388888, rel=1e-6)
-    assert math.isnan(cost.usd_per_m_tokens(8.6, 0))
+    assert cost.per_m_tokens(8.6, 1000) == pytest.approx(2.388888, rel=1e-6)
+    assert math.isnan(cost.per_m_tokens(8.6, 0))
 
 
 def test_utilisation_spreads_idle_hours():

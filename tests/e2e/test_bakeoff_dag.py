@@ -40,7 +40,7 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     rdir = _run_dir(airflow_env, "e2e-ok")
     run = json.loads((rdir / "run.json").read_text())
-    assert run["status"] == "published"
+    assert run["status"] == "success"
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert sorted(points["target"].unique()) == ["b200-vllm", "mi355x-vllm"]
     assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()

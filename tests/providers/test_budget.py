@@ -66,3 +66,18 @@ def test_record_measured_cost(data_root):
     assert doc["usd"] == pytest.approx(0.5 * plan.targets[0].usd_per_hour, abs=0.01)
     assert json.loads((rdir / "evaluation_cost.json").read_text())["usd"] == doc["usd"]
     assert store.read_json(rdir / "run.json")["evaluation_cost"]["usd"] == doc["usd"]
+
+
+def test_open_loop_and_sla_workloads_by_hand():
+    plan = tiny_plan()
+    t = plan.targets[0]
+    raw = plan.model_dump(mode="json")
+    base = dict(raw["workloads"][0], output_len=100, warmup_requests=0)
+    raw["workloads"] = [
+        # open loop: 20 arrivals at 2/s = 10 s, plus the last request's 100 x 0.05 s decode = 15 s
+        dict(base, name="rate", load="rate", rates=[2.0], requests_per_point=20),
+        # SLA search: 4 probes, each at most one point at the top load: 16 / 8 x 5 s = 10 s -> 40 s
+        dict(base, name="sla", load="sla", concurrency=[1, 8], requests_per_point=16,
+             sla={"over": "concurrency", "start": 1, "max": 8, "max_probes": 4}),
+    ]
+    assert budget.bench_hours(plan_from_dict(raw), t) * 3600 == pytest.approx(15 + 40)

@@ -19,6 +19,16 @@ def test_rest_connection_gives_token_and_base_url(monkeypatch):
     assert set(bakeoff_hooks.configured_providers()) >= {"local", "vultr", "digitalocean"}
 
 
+def test_bare_host_gets_the_api_version_path(monkeypatch):
+    """config/connections.example.json gives bare hosts; the providers' paths live under /v2."""
+    monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps(
+        {"conn_type": "http", "host": "https://api.vultr.com", "password": "v"}))
+    monkeypatch.setenv("AIRFLOW_CONN_DIGITALOCEAN_DEFAULT", json.dumps(
+        {"conn_type": "http", "host": "api.devcloud.amd.com/", "password": "d"}))
+    assert bakeoff_hooks.resolve("vultr")["base_url"] == "https://api.vultr.com/v2"
+    assert bakeoff_hooks.resolve("digitalocean")["base_url"] == "https://api.devcloud.amd.com/v2"
+
+
 def test_aws_connection_gives_a_session_and_endpoint(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
         {"conn_type": "aws", "login": "AKIDEXAMPLE", "password": "secret",

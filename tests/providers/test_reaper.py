@@ -39,6 +39,6 @@ def test_an_unreachable_cloud_does_not_stop_the_others(rest_creds, data_root):
     run = new_run_id()
     node = _launch(creds, run, "p", -5)
     bad = {"token": "t", "base_url": "http://127.0.0.1:9/v2", "backoff_s": 0.001}
-    out = reaper.reap(providers=["digitalocean", "vultr"],
+    out = reaper.reap(provider_names=["digitalocean", "vultr"],
                       credentials_fn=lambda name: creds if name == "vultr" else bad)
     assert "digitalocean" in out["errors"] and node.id in {r["id"] for r in out["terminated"]}

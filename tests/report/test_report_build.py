@@ -144,3 +144,17 @@ def test_mixed_markets_are_called_out(tmp_path):
     md = Path(build_report(plan, rdir, tmp_path / "out")["markdown"]).read_text()
     assert "different markets (mi355x-vllm: spot, b200-vllm: on\\_demand)" in md
     assert "price in force for mi355x-vllm is not" in md
+
+
+def test_report_shows_what_the_cost_step_stored(built, tmp_path):
+    """The report renders the stored cost tables rather than recomputing them."""
+    from bakeoff import store
+
+    rdir = built["run_dir"]
+    doc = store.read_json(rdir / "cost.json")
+    store.write_json(rdir / "cost.json", {**doc, "summary": "stored headline marker 7731"})
+    try:
+        html = Path(build_report(built["plan"], rdir, tmp_path)["html"]).read_text()
+    finally:
+        store.write_json(rdir / "cost.json", doc)
+    assert "stored headline marker 7731" in html

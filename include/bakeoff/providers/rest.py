@@ -73,7 +73,7 @@ class RestClient:
                  transport: httpx.BaseTransport | None = None, timeout_s: float = 30.0):
         if not token:
             raise ProviderError(f"{cloud}: no API token; add it as the password of the {cloud}_default Airflow connection "
-                                f"(or set {cloud.upper()}_API_TOKEN for the CLI)")
+                                f"(or, without Airflow, set VULTR_API_KEY or DIGITALOCEAN_TOKEN)")
         self.cloud, self.retries, self.backoff_s = cloud, retries, backoff_s
         self._http = httpx.Client(base_url=base_url.rstrip("/") + "/", timeout=timeout_s, transport=transport,
                                   headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})

@@ -182,7 +182,7 @@ def _caveats(d: ReportData) -> list[str]:
 
 def gather(plan, run_dir: Path, tables: cost.CostTables | None = None) -> ReportData:
     run_dir = Path(run_dir)
-    tables = tables or cost.compute(plan, run_dir)
+    tables = tables or cost.load_tables(run_dir) or cost.compute(plan, run_dir)
     requests = store.load_requests(run_dir)
     d = ReportData(
         plan=plan, run_dir=run_dir, run=store.read_json(run_dir / "run.json", {}) or {}, tables=tables,

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from bakeoff.providers.credentials import SANDBOX_ENV, sandbox_credentials
 from bakeoff.sandbox.backing import Backing
 from bakeoff.sandbox.clouds import TOKEN, Clouds
 from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
 
 log = logging.getLogger(__name__)
-ENV = "BAKEOFF_SANDBOX"          # JSON credentials per provider, for processes the sandbox did not start
+ENV = SANDBOX_ENV                # JSON credentials per provider, for processes the sandbox did not start
 AWS_REGIONS = ["us-east-1", "us-east-2", "us-west-2"]
 _AWS_CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
@@ -109,7 +109,5 @@ class Sandbox:
             self.clouds.cloud(provider).denied = set(regions)
 
 
-def credentials_from_env(provider: str) -> dict[str, Any]:
-    """Credentials resolver for a process started with a sandbox's ``env()`` (empty if none)."""
-    raw = os.environ.get(ENV)
-    return dict(json.loads(raw).get(provider, {})) if raw else {}
+# Credentials resolver for a process started with a sandbox's ``env()`` (empty if none).
+credentials_from_env = sandbox_credentials
