@@ -69,10 +69,7 @@ async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, 
     """One point on this process: closed loop when ``concurrency`` is given, else open loop."""
     w = ctx.workload
     level = concurrency or w.max_concurrency or 0
-    n_warm = w.warmup_at(concurrency) if concurrency else (w.warmup_requests or 0)
-    if specs is None:
-        n = w.requests_at(concurrency) if concurrency else len(offsets)
-        specs = workloads.build_specs(w, n_warm + n, stream=key * 100 + repeat)
+    n_warm, specs = workloads.point_specs(w, key, repeat, concurrency, offsets, specs)
     pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
     sender = Sender(client, w, ctx.endpoint.model, pid, specs, n_warm, w.request_timeout_s)
     await client.warm(min(level or 64, 1024))

@@ -45,10 +45,7 @@ def _worker(ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, off
     from bakeoff.bench.runtime import run_async
 
     wl = ctx.workload
-    n_warm = wl.warmup_at(concurrency) if concurrency else (wl.warmup_requests or 0)
-    if specs is None:
-        n = wl.requests_at(concurrency) if concurrency else len(offsets)
-        specs = workloads.build_specs(wl, n_warm + n, stream=key * 100 + repeat)
+    n_warm, specs = workloads.point_specs(wl, key, repeat, concurrency, offsets, specs)
     mine = [i for i in range(len(specs)) if i % n_workers == w]
 
     async def go():

@@ -203,3 +203,13 @@ def describe(workload) -> dict[str, Any]:
     return {"source": workload.source, "source_path": workload.source_path, "interval": workload.length_interval,
             "bounds_in": workload.length_bounds(workload.input_len),
             "bounds_out": workload.length_bounds(workload.output_len), "prefix_ratio": workload.prefix_ratio}
+
+
+def point_specs(w, key: int, repeat: int, concurrency: int | None, offsets, specs):
+    """Warm-up count and request specs of one point, the same in-process and in worker processes
+    (the stream seed makes every point's prompts deterministic)."""
+    n_warm = w.warmup_at(concurrency) if concurrency else (w.warmup_requests or 0)
+    if specs is None:
+        n = w.requests_at(concurrency) if concurrency else len(offsets)
+        specs = build_specs(w, n_warm + n, stream=key * 100 + repeat)
+    return n_warm, specs

@@ -246,41 +246,26 @@ class _EngineCollector:
 
     def collect(self):
         e, names, values = self.engine, ["model_name"], [self.labels["model_name"]]
-        for name, doc, value in (
-            ("vllm:num_requests_running", "Number of requests in the running batch.", len(e.running)),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be scheduled.", len(e.waiting)),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", e.kv_usage),
-            ("bakeoff_emulator_time_scale", "Factor every emulated delay is multiplied by.", self.time_scale),
+        G, C = GaugeMetricFamily, CounterMetricFamily
+        for family, name, doc, value in (
+            (G, "vllm:num_requests_running", "Number of requests in the running batch.", len(e.running)),
+            (G, "vllm:num_requests_waiting", "Number of requests waiting to be scheduled.", len(e.waiting)),
+            (G, "vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", e.kv_usage),
+            (G, "bakeoff_emulator_time_scale", "Factor every emulated delay is multiplied by.", self.time_scale),
+            (C, "vllm:prompt_tokens", "Prefill tokens processed.", e.stats.prompt_tokens),
+            (C, "vllm:generation_tokens", "Generation tokens processed.", e.stats.generation_tokens),
+            (C, "bakeoff_emulator_emit_lateness_seconds", "Sum of (emitted - scheduled) over emissions.", e.stats.late_s),
+            (C, "bakeoff_emulator_emissions", "Scheduled emissions (steps, or scripted chunks).", e.stats.emissions),
+            (G, "bakeoff_emulator_emit_lateness_max_seconds", "Worst emission lateness so far.", e.stats.late_max_s),
+            (C, "bakeoff_emulator_aborted_requests", "Streams the client closed before the end.", e.stats.aborted),
         ):
-            g = GaugeMetricFamily(name, doc, labels=names)
-            g.add_metric(values, value)
-            yield g
-        for name, doc, value in (
-            ("vllm:prompt_tokens", "Prefill tokens processed.", e.stats.prompt_tokens),
-            ("vllm:generation_tokens", "Generation tokens processed.", e.stats.generation_tokens),
-        ):
-            c = CounterMetricFamily(name, doc, labels=names)
-            c.add_metric(values, value)
-            yield c
-        for name, doc, value in (
-            ("bakeoff_emulator_emit_lateness_seconds", "Sum of (emitted - scheduled) over emissions.", e.stats.late_s),
-            ("bakeoff_emulator_emissions", "Scheduled emissions (steps, or scripted chunks).", e.stats.emissions),
-        ):
-            c = CounterMetricFamily(name, doc, labels=names)
-            c.add_metric(values, value)
-            yield c
-        g = GaugeMetricFamily("bakeoff_emulator_emit_lateness_max_seconds", "Worst emission lateness so far.",
-                              labels=names)
-        g.add_metric(values, e.stats.late_max_s)
-        yield g
+            m = family(name, doc, labels=names)
+            m.add_metric(values, value)
+            yield m
         c = CounterMetricFamily("vllm:request_success", "Finished requests by finish reason.",
                                 labels=names + ["finished_reason"])
         for reason in ("stop", "length"):
             c.add_metric(values + [reason], e.stats.finished[reason])
-        yield c
-        c = CounterMetricFamily("bakeoff_emulator_aborted_requests", "Streams the client closed before the end.",
-                                labels=names)
-        c.add_metric(values, e.stats.aborted)
         yield c
 
 
