@@ -3,8 +3,9 @@
 Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped, one group per
 provider so provisioning takes a slot of the provider's pool):
 provision (setup) -> deploy -> accuracy gate -> benchmark -> terminate (teardown). Then, whatever
-happened: sweep everything tagged with the run, validate, cost, report, publish. A final watcher
-fails the run when any step failed, since teardowns and all_done tasks would otherwise hide it.
+happened: sweep everything tagged with the run, validate, cost, report, publish. A watcher fails
+the run when any step failed, since teardowns and all_done tasks would otherwise hide it, and a
+final all_done task records the outcome in the results store once every step is done.
 """
 from __future__ import annotations
 
