@@ -31,7 +31,7 @@ test: venv system-deps
 
 ## ui: the Airflow UI on http://localhost:8080 (airflow standalone prints the admin password)
 ui: venv airflow-db
-	$(VENV)/bin/airflow standalone
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" airflow standalone
 
 venv: $(STAMP)
 $(STAMP): requirements.txt requirements-test.txt requirements.lock pyproject.toml
