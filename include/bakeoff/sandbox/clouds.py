@@ -21,19 +21,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.httpd import LoopbackServer
 
 TOKEN = "sandbox-token"
-
-
-class QuietHandler(WSGIRequestHandler):
-    """The fakes' request lines would drown the run's own log."""
-
-    def log_request(self, *args, **kwargs) -> None:
-        pass
 
 
 def _now_iso() -> str:
@@ -60,7 +53,7 @@ class FakeCloud:
         return time.time() >= node["_created"] + self.boot_s
 
 
-class Clouds:
+class Clouds(LoopbackServer):
     def __init__(self, backing: Backing | None = None, boot_s: float = 0.3):
         """``backing=None``: control plane only, no emulator behind the nodes (provider tests)."""
         self.backing = backing
@@ -78,17 +71,7 @@ class Clouds:
             Rule("/address/<provider>/<path:nid>", endpoint="address", methods=["GET"]),
             Rule("/_control", endpoint="control", methods=["POST"]),
         ])
-        self._server = make_server("127.0.0.1", 0, self, threaded=True, request_handler=QuietHandler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="sandbox-clouds")
-
-    def start(self) -> "Clouds":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve(self, "sandbox-clouds")
 
     def cloud(self, provider: str) -> FakeCloud:
         return {"vultr": self.vultr, "digitalocean": self.do}[provider]

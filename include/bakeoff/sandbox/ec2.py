@@ -18,10 +18,9 @@ from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 from moto.server import DomainDispatcherApplication, create_backend_app
-from werkzeug.serving import make_server
 
 from bakeoff.sandbox.backing import Backing
-from bakeoff.sandbox.clouds import QuietHandler
+from bakeoff.sandbox.httpd import LoopbackServer
 
 ACCOUNT_ID = "123456789012"
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
@@ -100,22 +99,12 @@ class Ec2Gate:
         return [out]
 
 
-class MotoServer:
+class MotoServer(LoopbackServer):
     """moto's backend app behind the gate, on 127.0.0.1 and a free port, in a daemon thread."""
 
     def __init__(self, backing: Backing | None = None):
         self.gate = Ec2Gate(DomainDispatcherApplication(create_backend_app), backing)
-        self._server = make_server("127.0.0.1", 0, self.gate, threaded=True, request_handler=QuietHandler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="sandbox-moto")
-
-    def start(self) -> "MotoServer":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve(self.gate, "sandbox-moto")
 
 
 def publish_dlami(regions: list[str], ami_id: str) -> None:
