@@ -70,11 +70,7 @@ def serving_key(target, run_id: str) -> str | None:
 
 
 def _target_step(run_dir: str | Path, slug: str, step: str, **info: Any) -> None:
-    store.update_run(Path(run_dir), targets={slug: {**_target_state(run_dir, slug), step: info}})
-
-
-def _target_state(run_dir: str | Path, slug: str) -> dict[str, Any]:
-    return (store.read_json(Path(run_dir) / "run.json", {}).get("targets") or {}).get(slug, {})
+    store.update_run(Path(run_dir), targets={slug: {step: info}})
 
 
 # --- per-target steps ---------------------------------------------------------------------------

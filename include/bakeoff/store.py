@@ -89,21 +89,23 @@ def load_points(rdir: Path) -> pd.DataFrame:
 
 
 def update_run(rdir: Path, **fields: Any) -> dict[str, Any]:
-    """Merge fields into run.json (status, step outcomes), stamping updated_at.
+    """Merge fields into run.json (status, step outcomes), stamping updated_at. Mappings merge
+    recursively, so one target's step never overwrites another's or an earlier step.
 
     Targets run in parallel (several workers), so the read-merge-write holds an exclusive lock."""
     path = Path(rdir) / "run.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(".run.json.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        doc = read_json(path, {}) or {}
-        for k, v in fields.items():
-            if isinstance(v, dict) and isinstance(doc.get(k), dict):
-                doc[k].update(v)
-            else:
-                doc[k] = v
+        doc = _merge(read_json(path, {}) or {}, fields)
         doc["updated_at"] = time.time()
         write_json(path, doc)
+    return doc
+
+
+def _merge(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    for k, v in fields.items():
+        doc[k] = _merge(doc[k], v) if isinstance(v, dict) and isinstance(doc.get(k), dict) else v
     return doc
 
 

@@ -38,7 +38,9 @@ def test_update_run_merges_and_lists(data_root):
     store.update_run(rdir, plan="demo", run_id="r1", started_at=1.0, targets={"a": {"name": "A"}})
     store.update_run(rdir, targets={"b": {"name": "B"}}, status="success")
     store.update_run(store.run_dir("demo", "r2"), plan="demo", run_id="r2", started_at=2.0)
+    store.update_run(rdir, targets={"a": {"provision": {"id": "i-1"}}})
     doc = store.read_json(rdir / "run.json")
-    assert doc["targets"] == {"a": {"name": "A"}, "b": {"name": "B"}} and doc["status"] == "success"
+    assert doc["targets"] == {"a": {"name": "A", "provision": {"id": "i-1"}}, "b": {"name": "B"}}
+    assert doc["status"] == "success"
     assert [r["run_id"] for r in store.list_runs("demo")] == ["r2", "r1"]
     assert store.list_runs("other") == []
