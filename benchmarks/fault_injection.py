@@ -155,6 +155,7 @@ def main() -> int:
                       f"reaper {r['reaper']}", file=sys.stderr, flush=True)
         guard = budget_guard(sb, workdir)
         leftover = sb.live()
+        firewalls = len(sb.clouds.do.firewalls)
     wall = time.perf_counter() - t0
     shutil.rmtree(workdir, ignore_errors=True)
     if _OWN_DATA:
@@ -168,7 +169,8 @@ def main() -> int:
     ok_sweep = all(r["sweep"] == 0 for r in rows if not r["stage"].startswith("worker SIGKILL"))
     print(f"\nzero after the reaper in every row: {ok_reaper}; zero after the sweep in every row but SIGKILL: {ok_sweep}")
     print(f"budget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
-    print(f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values())}; wall time {wall:.1f} s")
+    print(f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values())}; "
+          f"DigitalOcean cloud firewalls left: {firewalls}; wall time {wall:.1f} s")
     return 0 if ok_reaper and ok_sweep else 1
 
 

@@ -82,6 +82,8 @@ def resolve(provider: str) -> dict[str, Any]:
         return aws_credentials()
     if provider in ("vultr", "digitalocean"):
         return rest_credentials(provider)
+    if provider == "client_bundle":
+        return client_bundle_settings()
     return {}
 
 
@@ -135,10 +137,23 @@ def s3_publish_args() -> dict[str, Any]:
     """Where publish uploads reports: Variables bakeoff_s3_bucket / bakeoff_s3_prefix with an S3 client
     from the connection named by Variable bakeoff_s3_conn_id (default aws_default; S3Hook); empty when no bucket is configured (local folder only)."""
     from airflow.sdk import Variable  # noqa: PLC0415
-    bucket = Variable.get("bakeoff_s3_bucket", default=None)
+    return _s3_settings(Variable.get("bakeoff_s3_bucket", default=None), "bakeoff_s3_conn_id")
+
+
+def client_bundle_settings() -> dict[str, Any]:
+    """Where the client bundle is staged for cloud nodes to fetch through a presigned URL: Variable
+    bakeoff_client_bucket, through the connection named by Variable bakeoff_client_conn_id (default
+    aws_default). The nodes must reach it, so it is real S3, not a MinIO only the workers see."""
+    from airflow.sdk import Variable  # noqa: PLC0415
+    return _s3_settings(Variable.get("bakeoff_client_bucket", default=None), "bakeoff_client_conn_id")
+
+
+def _s3_settings(bucket: str | None, conn_variable: str) -> dict[str, Any]:
+    """A bucket and an S3 client (S3Hook) on the connection a Variable names (default aws_default)."""
     if not bucket:
         return {}
+    from airflow.sdk import Variable  # noqa: PLC0415
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # noqa: PLC0415
-    conn_id = Variable.get("bakeoff_s3_conn_id", default=CONN_IDS["aws"])  # e.g. MinIO under compose
+    conn_id = Variable.get(conn_variable, default=CONN_IDS["aws"])  # e.g. MinIO for reports under compose
     return {"bucket": bucket, "prefix": Variable.get("bakeoff_s3_prefix", default="bakeoff"),
             "s3_client": S3Hook(aws_conn_id=conn_id).get_conn()}

@@ -5,6 +5,7 @@ run          a whole bake-off in this process (same steps as the DAG, teardown g
 summary      the latest run's report path and headline table
 bench        benchmark one endpoint by hand
 reap         terminate expired or orphaned bakeoff instances
+agent        the node agent (started on a serving node by its boot script)
 """
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("summary", help="print the latest run's report paths and headline")
     p.add_argument("--plan", default="local-demo")
     p.set_defaults(func=_summary)
-    for module in ("bakeoff.bench.cli", "bakeoff.reaper"):
+    for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)
     try:

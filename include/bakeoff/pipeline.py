@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from bakeoff import faults, store
 from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
-from bakeoff.providers import Instance, Provider, get_provider
+from bakeoff.providers import Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
 from bakeoff import secrets
 from bakeoff.serving.endpoint import Endpoint
@@ -84,17 +84,39 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
     from bakeoff.budget import kill_switch_s  # noqa: PLC0415
     provider = provider_for(target.provider)
+    agent = stage_client(target, expires - time.time())
     spec = {"api_key": serving_key(target, rid), "expires_at": expires,
-            "shutdown_after_s": kill_switch_s(plan, target)}
+            "shutdown_after_s": kill_switch_s(plan, target), "agent": agent}
     inst = provider.create(target, rid, tags=tags, spec=spec)
     tdir = store.target_dir(plan.name, rid, target.slug)
     store.write_json(tdir / "instance.json", inst.to_dict())
-    _target_step(run_dir, slug, "provision", instance_id=inst.id, launched_at=inst.launched_at or time.time())
+    _target_step(run_dir, slug, "provision", instance_id=inst.id, launched_at=inst.launched_at or time.time(),
+                 client_mode=target.client_mode, client_bundle=agent["sha256"] if agent else None)
     faults.maybe_fail("after_create", target)
     faults.maybe_fail("ready_timeout", target)
     inst = provider.wait_ready(inst, timeout_s=target.provider_options.get("ready_timeout_s", 1800))
+    if agent and inst.host:
+        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+        inst.details["agent_url"] = f"http://{inst.host}:{inst.details.get('agent_port') or AGENT_PORT}"
     store.write_json(tdir / "instance.json", inst.to_dict())
     return inst.to_dict()
+
+
+def stage_client(target, valid_s: float) -> dict[str, Any] | None:
+    """Stage the client bundle for a cloud node (the installation's ``client_bundle`` settings name
+    the bucket); a co-located target cannot run without one, so say how to fix it before launching."""
+    from bakeoff.plan.target import CLOUD_PROVIDERS  # noqa: PLC0415
+    if target.provider not in CLOUD_PROVIDERS:
+        return None
+    from bakeoff.agent.bundle import stage  # noqa: PLC0415
+    staged = stage(_credentials("client_bundle"), valid_s)
+    if staged is None and target.client_mode == "co-located":
+        raise ProviderError(
+            f"targets.{target.name}.provider_options.client_mode: co-located needs an object store the node fetches "
+            "the bakeoff client from; set the Airflow Variable bakeoff_client_bucket to an S3 bucket (reached through "
+            "aws_default, or the connection Variable bakeoff_client_conn_id names), or set client_mode: remote to run "
+            "the client on the Airflow worker")
+    return staged.to_dict() if staged else None
 
 
 def deploy(run_dir: str, slug: str, instance: dict[str, Any]) -> dict[str, Any]:
@@ -132,12 +154,20 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
     ep = Endpoint.from_dict(endpoint)
     tdir = store.target_dir(plan.name, rid, target.slug)
     faults.maybe_fail("benchmark", target)
+    key = serving_key(target, rid)
+    if target.client_mode == "co-located":
+        from bakeoff.agent.job import run_colocated  # noqa: PLC0415
+        points = run_colocated(plan, target, ep, rid, key, tdir)
+        _target_step(run_dir, slug, "benchmark", points=points, client_mode="co-located")
+        return {"target": slug, "points": points}
+    from bakeoff.agent.remote import AgentPower  # noqa: PLC0415
+    power = AgentPower(ep.agent_url, key) if ep.agent_url else None
     points = 0
     for workload in plan.workloads:
-        summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, serving_key(target, rid), ep.emulated,
-                                 max_error_rate=plan.quality.max_error_rate)
+        summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, key, ep.emulated,
+                                 max_error_rate=plan.quality.max_error_rate, power=power)
         points += len(summaries)
-    _target_step(run_dir, slug, "benchmark", points=points)
+    _target_step(run_dir, slug, "benchmark", points=points, client_mode="remote")
     return {"target": slug, "points": points}
 
 
@@ -163,6 +193,10 @@ def sweep(run_dir: str) -> dict[str, Any]:
         killed[name] = [i.id for i in leftovers if provider.terminate(i.id)]
         for i in leftovers:
             log.warning("sweep: terminated %s instance %s (target %s) left by run %s", name, i.id, i.target, rid)
+        try:   # the run's firewalls / security groups, once nothing uses them
+            getattr(provider, "cleanup", lambda select: [])(lambda tags: tags.get(TAG_RUN) == rid)
+        except Exception as e:  # noqa: BLE001 - the reaper retries; the sweep still records the run's cost
+            log.error("sweep: %s cleanup failed: %s", name, e)
     store.update_run(Path(run_dir), sweep={"at": time.time(), "terminated": killed})
     from bakeoff.budget import record_measured_cost  # noqa: PLC0415
     record_measured_cost(run_dir)

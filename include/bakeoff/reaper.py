@@ -9,6 +9,9 @@ A node is reaped when
 - the results store's run.json for its run says the run ended (status other than running).
 A node of a run this installation does not know is left alone until it expires: it may belong to
 another installation sharing the account.
+
+After its nodes, a provider's ``cleanup`` (where it has one) removes what they leave behind: EC2
+per-run security groups, DigitalOcean cloud firewalls with no droplet left behind them.
 """
 from __future__ import annotations
 
@@ -86,9 +89,13 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
             if done:
                 out["terminated"].append({**row, "reason": why})
                 log.warning("reaper: terminated %s node %s (run %s, target %s): %s", name, inst.id, inst.run_id, inst.target, why)
-        cleanup = getattr(provider, "cleanup", None)      # e.g. EC2 per-run security groups
+        cleanup = getattr(provider, "cleanup", None)      # EC2 per-run security groups, DigitalOcean firewalls
         if cleanup:
-            out.setdefault("cleaned", []).extend(cleanup(lambda tags: verdict_for_tags(tags, now) is not None))
+            try:
+                out.setdefault("cleaned", []).extend(cleanup(lambda tags: verdict_for_tags(tags, now) is not None))
+            except Exception as e:  # noqa: BLE001 - a leftover firewall must not stop the next cloud being reaped
+                out["errors"][f"{name}:cleanup"] = f"{type(e).__name__}: {e}"
+                log.error("reaper: cannot clean up %s: %s", name, out["errors"][f"{name}:cleanup"])
     log.info("reaper: %d terminated, %d kept, %d errors", len(out["terminated"]), len(out["kept"]), len(out["errors"]))
     return out
 

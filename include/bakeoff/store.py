@@ -52,6 +52,10 @@ def write_json(path: Path, obj: Any) -> Path:
     return _atomic_write(Path(path), w)
 
 
+def write_bytes(path: Path, data: bytes) -> Path:
+    return _atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     path = Path(path)
     if not path.exists():

@@ -79,6 +79,7 @@ def test_variables_parse_and_default_the_plan(tmp_path):
     assert variables["bakeoff_s3_bucket"]["value"] == "acme-reports"
     unset = load_variables(str(_render_file("variables.json", {}, tmp_path)))
     assert unset["bakeoff_s3_bucket"]["value"] == ""  # no bucket configured: local reports folder only
+    assert unset["bakeoff_client_bucket"]["value"] == "" and unset["bakeoff_client_conn_id"]["value"] == "aws_default"
 
 
 def test_the_example_price_sheet_is_accepted_by_the_library_for_the_default_plan(tmp_path):

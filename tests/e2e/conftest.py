@@ -50,7 +50,7 @@ def small_plan(tmp_path: Path, name: str, *, fault: dict[str, str] | None = None
     return path
 
 
-def run_dag(env: dict[str, str], plan: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_dag(env: dict[str, str], plan: Path | str, timeout: int = 600) -> subprocess.CompletedProcess:
     conf = '{"plan": "%s"}' % plan
     return subprocess.run([AIRFLOW, "dags", "test", "bakeoff", "--conf", conf],
                           env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

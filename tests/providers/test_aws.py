@@ -40,10 +40,10 @@ def test_launch_tags_kill_switch_and_ssm_ami(aws_creds):
                        aws_secret_access_key="testing").get_parameter(
         Name="/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")["Parameter"]["Value"]
     assert raw[0]["ImageId"] == ami
-    # the per-run security group opens only the serving port, only to the plan's CIDR
+    # the per-run security group opens only the serving and agent ports, only to the plan's CIDR
     sg = ec2.describe_security_groups(GroupIds=[raw[0]["SecurityGroups"][0]["GroupId"]])["SecurityGroups"][0]
     perms = sg["IpPermissions"]
-    assert [(x["FromPort"], x["ToPort"], [r["CidrIp"] for r in x["IpRanges"]]) for x in perms] == [(8000, 8000, ["127.0.0.1/32"])]
+    assert [(x["FromPort"], x["ToPort"], [r["CidrIp"] for r in x["IpRanges"]]) for x in perms] == [(8000, 8000, ["127.0.0.1/32"]), (8089, 8089, ["127.0.0.1/32"])]
     assert p.wait_ready(inst, 10).state == "running"
     assert p.terminate(inst.id) is True
 

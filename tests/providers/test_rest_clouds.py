@@ -11,7 +11,7 @@ import respx
 from cloud_helpers import launch_args, make_target, new_run_id
 
 from bakeoff.providers import CapacityError, ProviderError
-from bakeoff.providers.digitalocean import DigitalOceanProvider
+from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_name
 from bakeoff.providers.rest import decode_tags, encode_tags
 from bakeoff.providers.vultr import VultrProvider
 
@@ -140,6 +140,8 @@ def test_lost_create_answer_is_reconciled_by_tag():
     with respx.mock(base_url="https://do.test/v2", assert_all_called=False) as mock:
         post = mock.post("/droplets").mock(side_effect=create)
         mock.get("/droplets").mock(side_effect=listing)
+        firewall = {"id": "fw-1", "name": firewall_name(rid, t.slug), "droplet_ids": []}   # made before the droplet
+        mock.get("/firewalls").mock(return_value=httpx.Response(200, json={"firewalls": [firewall], "links": {}}))
         p = DigitalOceanProvider({"token": "t", "base_url": "https://do.test/v2", "backoff_s": 0.001})
         inst = p.create(t, rid, **launch_args(rid, t))
     assert inst.id == "77" and post.call_count == 1

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import logging
 
+import pandas as pd
 import pytest
 
 from bakeoff import pipeline, secrets
+from bakeoff.agent.remote import AgentClient
 from bakeoff.sandbox import Sandbox
 
 
@@ -29,6 +31,9 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog):
         for slug in run["targets"]:
             inst = pipeline.provision(run["run_dir"], slug)
             assert inst["provider"] in ("aws", "vultr") and inst["state"] == "running"
+            with AgentClient(inst["details"]["agent_url"], secrets.api_key(run_id, slug)) as agent:
+                health = agent.wait_healthy(30, poll_s=0.2)
+            assert health["code"].startswith(str(sandbox.workdir))   # the agent runs the copy the node fetched
             ep = pipeline.deploy(run["run_dir"], slug, inst)
             assert ep["emulated"] is True                     # the emulator says so in /version
             results += [inst, ep, pipeline.accuracy_gate(run["run_dir"], slug, ep),
@@ -46,6 +51,18 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog):
         assert key not in xcoms and key not in caplog.text and key not in files
     deploy_doc = json.loads(next(data_root.rglob("target=b200-vllm/deploy.json")).read_text())
     assert deploy_doc["ready"] is True and deploy_doc["image"] == "vllm/vllm-openai:v0.25.0"
+    # the client ran on each node (co-located, the clouds' default), from the bundle the node fetched
+    run_doc = json.loads((data_root.rglob("run.json").__next__()).read_text())
+    for slug in run["targets"]:
+        assert run_doc["targets"][slug]["benchmark"]["client_mode"] == "co-located"
+        tdir = next(data_root.rglob(f"target={slug}"))
+        client = json.loads((tdir / "client.json").read_text())
+        assert client["bundle"] == run_doc["targets"][slug]["provision"]["client_bundle"]
+        assert len(client["bundle"]) == 64 and (tdir / "client_calibration.json").exists()
+        points = pd.read_parquet(tdir / "points")
+        # power sampled on the node while each point ran (the emulator's sampler: EMULATED)
+        assert (points["power_w_per_gpu"] > 0).all() and (points["joules_per_output_token"] > 0).all()
+        assert points["emulated"].all()
 
 
 def test_sandbox_env_points_other_processes_at_it(sandbox, monkeypatch):
@@ -57,28 +74,30 @@ def test_sandbox_env_points_other_processes_at_it(sandbox, monkeypatch):
     assert json.loads(sandbox.env()["AIRFLOW_CONN_AWS_DEFAULT"])["extra"]["endpoint_url"] == sandbox.moto.url
 
 
-def test_a_server_that_cannot_start_is_classified_from_the_ec2_console(sandbox, data_root, tmp_path):
-    """405B in BF16 on one B200 cannot load: readiness times out, the console (EC2 GetConsoleOutput) says why."""
+@pytest.mark.parametrize("provider,slug", [("aws", "b200-vllm"), ("vultr", "mi355x-vllm")])
+def test_a_server_that_cannot_start_is_classified_from_the_nodes_logs(sandbox, data_root, tmp_path, provider, slug):
+    """405B in BF16 on one GPU cannot load: readiness times out and the node's logs say why -- from the
+    node agent on every cloud (Vultr has no console API), the EC2 console as a fallback."""
     import yaml
 
     from bakeoff.plan import load_plan
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
-    t = next(x for x in raw["targets"] if x["provider"] == "aws")
+    t = next(x for x in raw["targets"] if x["provider"] == provider)
     t.update(model="llama-3.1-405b", quantization="bf16", tensor_parallel=1)
     t["provider_options"]["deploy_timeout_s"] = 4
-    raw.update(name="sandbox-oom", targets=[t])
+    raw.update(name=f"sandbox-oom-{provider}", targets=[t])
     path = tmp_path / "oom.yaml"
     path.write_text(yaml.safe_dump(raw))
     pipeline.set_credentials_resolver(sandbox.credentials)
     try:
-        run = pipeline.start_run(str(path), "manual__oom")
-        inst = pipeline.provision(run["run_dir"], "b200-vllm")
+        run = pipeline.start_run(str(path), f"manual__oom_{provider}")
+        inst = pipeline.provision(run["run_dir"], slug)
         with pytest.raises(Exception) as e:
-            pipeline.deploy(run["run_dir"], "b200-vllm", inst)
+            pipeline.deploy(run["run_dir"], slug, inst)
         assert getattr(e.value, "failure", None) == "oom"
-        doc = json.loads(next(data_root.rglob("run_id=manual__oom/target=b200-vllm/deploy.json")).read_text())
+        doc = json.loads(next(data_root.rglob(f"run_id=manual__oom_{provider}/target={slug}/deploy.json")).read_text())
         assert doc == {**doc, "ready": False, "failure": "oom"} and "GB of weights" in doc["detail"]
-        pipeline.terminate(run["run_dir"], "b200-vllm", inst)
-        assert sandbox.live()["aws"] == []
+        pipeline.terminate(run["run_dir"], slug, inst)
+        assert sandbox.live()[provider] == []
     finally:
         pipeline.set_credentials_resolver(lambda name: {})

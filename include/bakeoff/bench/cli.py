@@ -80,6 +80,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-provenance", action="store_true", help="skip /version, /v1/models, /metrics snapshots")
     p.add_argument("--no-calibrate", action="store_true",
                    help="skip the client's self-calibration against a local scripted server")
+    p.add_argument("--power-csv", type=Path,
+                   help="GPU power samples (epoch_s,gpu,watts) the node's sampler appends: adds measured power per point")
     p.set_defaults(func=handle)
     return p
 
@@ -112,7 +114,7 @@ def handle(args: argparse.Namespace) -> int:
            "slo": slo.model_dump(mode="json"), "gpus": args.gpus, "run_id": run_id, "emulated": args.emulated}
     summaries = run_workload(endpoint, target, workload, slo, Path(out), run_id, api_key, args.emulated,
                              max_error_rate=args.max_error_rate, provenance=not args.no_provenance,
-                             calibrate=not args.no_calibrate)
+                             calibrate=not args.no_calibrate, power=_power(args.power_csv))
     doc["points"] = summaries
     cal = store.read_json(Path(out) / "client_calibration.json")
     if cal:
@@ -129,12 +131,23 @@ def handle(args: argparse.Namespace) -> int:
         print(f"{s['load_mode']:>11} {s['concurrency']:>6} r{s['repeat']}: {s['completed']:>5} ok {s['failed']:>4} failed  "
               f"TTFT p99 {s['ttft_ms_p99']:8.1f} ms  TPOT p50 {s['tpot_ms_p50']:7.2f} ms  "
               f"{s['output_tps_per_gpu']:9.1f} out tok/s/GPU  SLO {'met' if s['meets_slo'] else 'missed'}"
-              f"{'  CLIENT-BOUND' if s['client_bound'] else ''}{label}")
+              f"{'  CLIENT-BOUND' if s['client_bound'] else ''}"
+              f"{_watts(s)}{label}")
     if sla:
         print(f"SLA search: highest {sla['over']} meeting every SLO = {sla['best']} "
               f"({sla['best_output_tps_per_gpu']} out tok/s/GPU); first failing {sla['first_failing']}")
     print(f"results: {out}")
     return 0
+
+
+def _watts(s: dict) -> str:
+    w = s.get("power_w_per_gpu")
+    return f"  {w:6.0f} W/GPU" if w is not None and w == w else ""
+
+
+def _power(path: Path | None):
+    from bakeoff.serving.power import PowerFile
+    return PowerFile(str(path)) if path else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,6 +58,7 @@ class Ctx:
     emulated: bool
     max_error_rate: float | None = None
     provenance: bool = True
+    power: Any = None     # callable (start, end epoch s) -> power rows (serving.power.parse_samples), if sampled
 
     @property
     def gpus(self) -> int:
@@ -90,6 +91,7 @@ def _save(ctx: Ctx, key: int, repeat: int, recs: list[RequestRecord], figures: d
           rate: float | None, prov: dict | None) -> dict:
     summary = summarize(recs, gpus=ctx.gpus, slo=ctx.slo, emulated=ctx.emulated, max_error_rate=ctx.max_error_rate,
                         load_mode=mode, rate=rate, client=figures)
+    summary.update(_point_power(ctx, recs))
     store.save_point(ctx.out_dir, ctx.workload.name, key, repeat, records_frame(recs), summary)
     if prov is not None:
         store.write_json(ctx.out_dir / "provenance" / f"{ctx.workload.name}-c{key}-r{repeat}.json", prov)
@@ -97,6 +99,28 @@ def _save(ctx: Ctx, key: int, repeat: int, recs: list[RequestRecord], figures: d
              mode, rate if rate is not None else key, repeat, summary["completed"], summary["failed"],
              summary["output_tps_per_gpu"], " (client-bound)" if summary["client_bound"] else "")
     return summary
+
+
+def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
+    """Mean measured power per GPU over the point's measured window, from the node's own sampler
+    (cost prefers it to the catalog's estimate); nothing when the node reports no samples."""
+    done = [r for r in recs if not r.warmup and r.elapsed is not None]
+    if ctx.power is None or not done:
+        return {}
+    from bakeoff.serving.power import mean_watts_per_gpu
+    start, end = min(r.send_time for r in done), max(r.send_time + r.elapsed for r in done)
+    try:
+        rows = ctx.power(start, end)
+    except Exception as e:  # power must never cost a measurement
+        log.warning("power samples unavailable for %s: %s", ctx.target.slug, type(e).__name__)
+        return {}
+    watts = mean_watts_per_gpu(rows, start, end, ctx.gpus)
+    if watts is None:
+        return {}
+    out_tokens = sum(r.output_tokens or 0 for r in done if r.ok)
+    joules = watts * ctx.gpus * (end - start)
+    return {"power_w_per_gpu": watts, "energy_j": joules,
+            "joules_per_output_token": joules / out_tokens if out_tokens else None}
 
 
 def _prov(ctx: Ctx) -> dict | None:
@@ -163,14 +187,15 @@ async def _run(ctx: Ctx) -> list[dict]:
 
 def run_workload(endpoint, target, workload, slo, out_dir: Path, run_id: str, api_key: str | None,
                  emulated: bool, *, max_error_rate: float | None = None, provenance: bool = True,
-                 calibrate: bool = True) -> list[dict]:
+                 calibrate: bool = True, power=None) -> list[dict]:
     """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
     completes under ``out_dir`` (store.target_dir); return the point summaries.
 
     First (once per target folder) the client measures itself against a local scripted server and
     stores its own TTFT/TPOT error as client_calibration.json next to the results.
     """
-    ctx = Ctx(endpoint, target, workload, slo, Path(out_dir), run_id, api_key, emulated, max_error_rate, provenance)
+    ctx = Ctx(endpoint, target, workload, slo, Path(out_dir), run_id, api_key, emulated, max_error_rate, provenance,
+              power)
     if calibrate:
         self_calibrate(Path(out_dir), workload)
     t = time.perf_counter()

@@ -141,5 +141,9 @@ def stacks() -> dict[str, StackSpec]:
     return {name: StackSpec(name=name, **s) for name, s in serving()["stacks"].items()}
 
 
+def agent_image() -> str:
+    return str(serving()["agent"]["image"])
+
+
 def docker_flags(vendor: str) -> list[str]:
     return list(serving()["docker_run"][vendor])

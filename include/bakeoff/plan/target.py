@@ -14,6 +14,7 @@ ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean"]
 QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "mxfp4": 0.53}
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0}
 COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "fp4"}
+CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean")   # nodes bakeoff provisions (and can ship its client to)
 
 
 class Strict(BaseModel):
@@ -61,7 +62,9 @@ class ProviderOptions(Strict):
     os_image: str | int | None = Field(None, description="Vultr os_id / image_id or DigitalOcean image slug")
     root_volume_gb: int = Field(1000, ge=50, le=16000)
     ingress_cidr: str | None = Field(None, description="only this CIDR reaches the serving port")
-    client_mode: Literal["remote", "co-located"] = "remote"
+    client_mode: Literal["remote", "co-located"] | None = Field(
+        None, description="where the benchmark client runs: co-located on the node (default on clouds) or remote "
+                          "(the Airflow worker; default for local and static targets)")
     ready_timeout_s: float = Field(1800, gt=0, description="node boot deadline")
     deploy_timeout_s: float | None = Field(None, gt=0, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)")
     inject_fault: str | None = Field(None, description="rehearsal only: fail on purpose at this stage")
@@ -98,14 +101,6 @@ class ProviderOptions(Strict):
     def _fault(cls, v: str | None) -> str | None:
         if v is not None and v not in faults.STAGES:
             raise ValueError(f"unknown fault stage {v!r}; use one of {', '.join(faults.STAGES)}")
-        return v
-
-    @field_validator("client_mode")
-    @classmethod
-    def _client(cls, v: str) -> str:
-        if v == "co-located":
-            raise ValueError("co-located clients are not available yet; use client_mode: remote "
-                             "(the client runs on the Airflow worker and the network round trip is recorded)")
         return v
 
     @model_validator(mode="after")
@@ -214,14 +209,24 @@ class Target(Strict):
         if self.gpus_used > it.gpus:
             raise ValueError(
                 f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; lower tensor_parallel")
-        if self.provider in ("aws", "vultr", "digitalocean") and it.provider != self.provider:
+        if self.provider in CLOUD_PROVIDERS and it.provider != self.provider:
             raise ValueError(f"instance type {it.type} is sold by {it.provider}, not {self.provider}; "
                              f"pick a {self.provider} instance type or change provider")
+        if self.provider_options.client_mode == "co-located" and self.provider not in CLOUD_PROVIDERS:
+            raise ValueError(f"provider_options.client_mode: co-located needs a node bakeoff provisions "
+                             f"({', '.join(CLOUD_PROVIDERS)}); a {self.provider} target's client runs remotely, "
+                             "so use client_mode: remote")
         if it.usd_per_hour is None and self.price is None:
             raise ValueError(
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "
                 "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target")
         return self
+
+    @property
+    def client_mode(self) -> str:
+        """Where the benchmark client runs: the plan's choice, else co-located on cloud nodes (as MLPerf
+        and InferenceMAX do, so the network never pollutes TTFT) and remote elsewhere."""
+        return self.provider_options.client_mode or ("co-located" if self.provider in CLOUD_PROVIDERS else "remote")
 
     @property
     def usd_per_hour(self) -> float:

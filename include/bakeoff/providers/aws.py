@@ -112,7 +112,7 @@ class AwsProvider(Provider):
                                 f"({e.response['Error']['Code']}); set provider_options.ami or ssm_parameter") from None
 
     def _security_groups(self, target, run_id: str, region: str, tags: dict[str, str]) -> list[str]:
-        """The plan's groups, else a per-run group that opens only the serving port to ingress_cidr."""
+        """The plan's groups, else a per-run group that opens only the serving and agent ports to ingress_cidr."""
         opts = target.provider_options
         if opts.security_group_ids:
             return list(opts.security_group_ids)
@@ -133,8 +133,9 @@ class AwsProvider(Provider):
             TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(tags)}])["GroupId"]
         cidr = opts.ingress_cidr
         ranges = {"Ipv6Ranges": [{"CidrIpv6": cidr}]} if ":" in cidr else {"IpRanges": [{"CidrIp": cidr}]}
-        ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[{
-            "IpProtocol": "tcp", "FromPort": target.stack_spec.port, "ToPort": target.stack_spec.port, **ranges}])
+        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+        ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[
+            {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, **ranges} for p in (target.stack_spec.port, AGENT_PORT)])
         return [sg]
 
     # Provider interface -----------------------------------------------------------
@@ -149,7 +150,8 @@ class AwsProvider(Provider):
                 return inst
         shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
         script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
-                                 ingress_cidr=opts.ingress_cidr)
+                                 ingress_cidr=opts.ingress_cidr, agent=spec.get("agent"),
+                                 expires_at=spec.get("expires_at"))
         tags = {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
         tried: list[str] = []
         for region, zone in self.placements(target):
@@ -210,16 +212,17 @@ class AwsProvider(Provider):
         state = {"pending": "pending", "running": "running", "stopping": "failed", "stopped": "failed"}.get(
             raw["State"]["Name"], "terminated")
         port = _stack_port(tags)
-        host = raw.get("PublicIpAddress") or raw.get("PrivateIpAddress")
+        host, agent_port = raw.get("PublicIpAddress") or raw.get("PrivateIpAddress"), None
         if state == "running":
-            host, port = resolve_address(self.address_map_url, self.name, iid, host, port)
+            host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, host, port)
         launched = raw.get("LaunchTime")
         return Instance(
             provider=self.name, id=iid, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
             host=host, port=port, instance_type=raw.get("InstanceType", ""), region=region,
             launched_at=launched.timestamp() if launched else None,
             expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None, tags=tags,
-            details={"zone": (raw.get("Placement") or {}).get("AvailabilityZone"), "ec2_state": raw["State"]["Name"]})
+            details={"zone": (raw.get("Placement") or {}).get("AvailabilityZone"), "ec2_state": raw["State"]["Name"],
+                     "agent_port": agent_port})
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
         return poll_until_reachable(

@@ -2,17 +2,81 @@
 speaks the same API at another base URL (set it as the connection's host).
 
 Droplet tags allow only letters, digits, ':', '-' and '_', hence the base32 tag encoding shared
-with Vultr. The boot script firewalls the serving port to the plan's CIDR on the host.
+with Vultr.
+
+Two firewalls guard a droplet: the boot script's, on the host, and a DigitalOcean cloud firewall
+per run and target. The cloud firewall is made before the droplet and applies to a tag the droplet
+is created with, so the droplet is never open, not even while it boots: inbound, only TCP from
+ingress_cidr to the serving port, the node agent's port and, when SSH keys are installed, 22;
+outbound stays open (images, weights). It is named ``<run tag>.<target slug>``, so teardown, the
+sweep and the reaper find it with no stored state: it goes with its droplet (terminate), with a
+create that left no droplet, and in ``cleanup`` once no live droplet stands behind it.
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import logging
+import time
+from typing import Any, Callable
 
-from bakeoff.providers.rest import RestProvider
+import httpx
+
+from bakeoff.agent import AGENT_PORT
+from bakeoff.providers.base import TAG_RUN, TAG_TARGET, Instance, ProviderError
+from bakeoff.providers.rest import (RETRY_STATUS, TAG_PREFIX, RestProvider, _epoch, api_error, decode_tags,
+                                    run_tag)
+
+log = logging.getLogger(__name__)
 
 # DigitalOcean's AMD GPU droplet base image (ROCm + Docker preinstalled); override with provider_options.os_image.
 DEFAULT_IMAGE = "gpu-amd-base"
+FIREWALLS = "firewalls"
+# create makes a firewall moments before its droplet: an empty one younger than this may be about to be used
+ORPHAN_GRACE_S = 900.0
+_ANYWHERE = {"addresses": ["0.0.0.0/0", "::/0"]}
+OUTBOUND_RULES = [{"protocol": "tcp", "ports": "all", "destinations": _ANYWHERE},
+                  {"protocol": "udp", "ports": "all", "destinations": _ANYWHERE},
+                  {"protocol": "icmp", "destinations": _ANYWHERE}]
+
+
+def firewall_name(run_id: str, slug: str) -> str:
+    """``<run tag>.<slug>``: firewall names allow letters, digits, '.' and '-', and the run tag finds it later."""
+    return f"{run_tag(run_id)}.{slug}"
+
+
+def firewall_owner(name: str) -> tuple[str, str] | None:
+    """(run_id, target slug) of a bakeoff firewall's name; None for any other firewall."""
+    tag, sep, slug = name.partition(".")
+    run_id = decode_tags([tag]).get(TAG_RUN)
+    return (run_id, slug) if sep and run_id and slug else None
+
+
+def firewall_tag(run_id: str, slug: str) -> str:
+    """The droplet tag a run+target's firewall applies to; hashed, as tags are capped at 255 characters."""
+    return f"{TAG_PREFIX}-fw-{hashlib.sha256(f'{run_id}|{slug}'.encode()).hexdigest()[:24]}"
+
+
+def inbound_rules(target) -> list[dict[str, Any]]:
+    """TCP from ingress_cidr to the serving and agent ports, and to SSH only when keys are installed."""
+    opts = target.provider_options
+    ports = [target.stack_spec.port, AGENT_PORT] + ([22] if opts.ssh_key_ids else [])
+    return [{"protocol": "tcp", "ports": str(p), "sources": {"addresses": [opts.ingress_cidr]}}
+            for p in dict.fromkeys(ports)]
+
+
+def firewall_error(method: str, path: str, r: httpx.Response, target=None) -> ProviderError:
+    """The API's answer plus what to change: the token's scopes, the plan's CIDR, or the account's limit."""
+    err = api_error("digitalocean", method, path, r)
+    if r.status_code in (401, 403):
+        fix = "give the token the firewall (create, read, delete) and tag:create scopes, or use a full-access token"
+    elif "limit" in str(err).lower():
+        fix = ("delete unused cloud firewalls (python -m bakeoff reap removes bakeoff's orphans) "
+               "or raise the account limit")
+    elif r.status_code in (400, 422) and target is not None:
+        fix = f"check targets.{target.name}.provider_options.ingress_cidr (a CIDR such as 203.0.113.7/32)"
+    else:
+        fix = "the cloud firewall API refused the request; no droplet is started without its firewall"
+    return ProviderError(f"{err}; {fix}")
 
 
 class DigitalOceanProvider(RestProvider):
@@ -26,8 +90,10 @@ class DigitalOceanProvider(RestProvider):
     def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
         run = next((t for t in tags if t.startswith("bakeoff-run-")), "")
         name = f"bakeoff-{target.slug}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
+        owner = decode_tags(tags)
         return {"name": name[:255], "region": region, "size": target.instance_type,
-                "image": target.provider_options.os_image or DEFAULT_IMAGE, "tags": tags, "user_data": script,
+                "image": target.provider_options.os_image or DEFAULT_IMAGE, "user_data": script,
+                "tags": [*tags, firewall_tag(owner[TAG_RUN], owner[TAG_TARGET])],      # behind its firewall from boot
                 "ssh_keys": list(target.provider_options.ssh_key_ids), "ipv6": False, "monitoring": False,
                 "backups": False}
 
@@ -39,3 +105,125 @@ class DigitalOceanProvider(RestProvider):
         state = {"new": "pending", "active": "running", "off": "failed"}.get(status, "terminated")
         region = raw.get("region")
         return state, ip, region.get("slug", "") if isinstance(region, dict) else (region or "")
+
+    # lifecycle with the cloud firewall ----------------------------------------------------
+    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+        """Firewall first, then the droplet behind it, then the firewall checked again (a reaper pass
+        may have removed an old empty one in between); a create that leaves no droplet takes its
+        firewall with it."""
+        if not target.provider_options.ingress_cidr:           # the shared create says what to set
+            return super().create(target, run_id, tags=tags, spec=spec)
+        self.ensure_firewall(target, run_id)
+        try:
+            inst = super().create(target, run_id, tags=tags, spec=spec)
+        except ProviderError:
+            self._drop_unused_firewall(run_id, target.slug)
+            raise
+        self.ensure_firewall(target, run_id)
+        return inst
+
+    def terminate(self, instance_id: str) -> bool:
+        """Delete the droplet, then its firewall unless another live droplet of the target stands behind it."""
+        owner = self._owner(instance_id)
+        done = super().terminate(instance_id)
+        if owner:
+            self._drop_unused_firewall(*owner, gone=instance_id)
+        return done
+
+    def cleanup(self, select: Callable[[dict[str, str]], bool] | None = None) -> list[str]:
+        """Delete bakeoff firewalls with no live droplet behind them whose run ``select`` picks from
+        {run_id, target} (the sweep: its own run), or that have stood empty ORPHAN_GRACE_S (the reaper:
+        a lost terminate, a killed create). Returns the deleted firewalls' ids."""
+        live = {(i.run_id, i.target) for i in self.list_tagged(None)}
+        deleted = []
+        for fw in self.firewalls():
+            run_id, slug = firewall_owner(fw["name"])
+            if (run_id, slug) in live or fw.get("droplet_ids"):
+                continue
+            if (select and select({TAG_RUN: run_id, TAG_TARGET: slug})) or _stale(fw):
+                if self._delete_firewall(fw["id"]):
+                    deleted.append(fw["id"])
+        return deleted
+
+    # firewall calls ----------------------------------------------------------------------
+    def firewalls(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Bakeoff's cloud firewalls on the account (one run's, or every run's)."""
+        try:
+            every = list(self.api.pages(FIREWALLS, FIREWALLS, {"per_page": self.page_size}))
+        except ProviderError as e:
+            raise ProviderError(f"{e} (listing cloud firewalls: a scoped token needs firewall:read)") from None
+        return [fw for fw in every if (owner := firewall_owner(fw.get("name", "")))
+                and (run_id is None or owner[0] == run_id)]
+
+    def ensure_firewall(self, target, run_id: str) -> dict[str, Any]:
+        """The run+target's firewall, made once: a retried task, or a create whose answer was lost, finds it
+        by name instead of making a second one."""
+        name, tag = firewall_name(run_id, target.slug), firewall_tag(run_id, target.slug)
+        body = {"name": name, "inbound_rules": inbound_rules(target), "outbound_rules": OUTBOUND_RULES, "tags": [tag]}
+        for attempt in range(self.api.retries + 1):
+            found = [fw for fw in self.firewalls(run_id) if fw["name"] == name]
+            if found:
+                return found[0]
+            self._ensure_tag(tag)
+            r = self._post_once(FIREWALLS, body)
+            if r is not None and r.status_code in (200, 201, 202):
+                log.info("digitalocean: cloud firewall %s for %s allows %s", name, target.slug,
+                         target.provider_options.ingress_cidr)
+                return r.json()["firewall"]
+            if r is not None and r.status_code not in RETRY_STATUS:
+                raise firewall_error("POST", FIREWALLS, r, target)
+            if attempt < self.api.retries:
+                self.api.backoff(attempt, r.headers.get("Retry-After") if r is not None else None)
+        raise ProviderError(f"digitalocean: creating cloud firewall {name} kept failing; no droplet was started, "
+                            "try again later")
+
+    def _post_once(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
+        """One POST, not blindly retried; None when the answer was lost (the caller looks before retrying)."""
+        try:
+            return self.api.request("POST", path, retry=False, json=body)
+        except ProviderError:
+            return None
+
+    def _ensure_tag(self, tag: str) -> None:
+        """A firewall may only name existing tags; creating one that exists already is harmless."""
+        r = self.api.request("POST", "tags", json={"name": tag})
+        if r.status_code not in (200, 201, 204) and self.api.request("GET", f"tags/{tag}").status_code != 200:
+            raise firewall_error("POST", "tags", r)
+
+    def _delete_firewall(self, firewall_id: str) -> bool:
+        r = self.api.request("DELETE", f"{FIREWALLS}/{firewall_id}")
+        if r.status_code == 404:
+            return False
+        if r.status_code not in (200, 202, 204):
+            raise firewall_error("DELETE", f"{FIREWALLS}/{firewall_id}", r)
+        log.info("digitalocean: deleted cloud firewall %s", firewall_id)
+        return True
+
+    def _owner(self, instance_id: str) -> tuple[str, str] | None:
+        """(run_id, target slug) from the droplet's tags, read while it still exists; None if unknown,
+        so a failed look-up never stops the droplet being deleted."""
+        try:
+            r = self.api.request("GET", f"{self.collection}/{instance_id}")
+        except ProviderError:
+            return None
+        tags = decode_tags(r.json()[self.one_key].get("tags")) if r.status_code == 200 else {}
+        return (tags[TAG_RUN], tags[TAG_TARGET]) if TAG_RUN in tags and TAG_TARGET in tags else None
+
+    def _drop_unused_firewall(self, run_id: str, slug: str, gone: str | None = None) -> list[str]:
+        """Delete the run+target's firewall once no live droplet other than ``gone`` stands behind it.
+        Failures are logged, not raised: the droplet is what bills, and the sweep and the reaper retry."""
+        try:
+            if any(i.target == slug and i.id != gone for i in self.list_tagged(run_id)):
+                return []
+            name = firewall_name(run_id, slug)
+            mine = [fw["id"] for fw in self.firewalls(run_id) if fw["name"] == name]
+            return [fid for fid in mine if self._delete_firewall(fid)]
+        except ProviderError as e:
+            log.warning("digitalocean: cloud firewall of %s (run %s) left for the sweep or the reaper: %s",
+                        slug, run_id, e)
+            return []
+
+
+def _stale(fw: dict[str, Any]) -> bool:
+    created = _epoch(fw.get("created_at"))
+    return created is not None and time.time() - created >= ORPHAN_GRACE_S

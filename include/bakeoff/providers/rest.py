@@ -144,19 +144,21 @@ def api_error(cloud: str, method: str, path: str, r: httpx.Response) -> Provider
 
 
 def resolve_address(address_map_url: str | None, provider: str, instance_id: str,
-                    host: str | None, port: int | None) -> tuple[str | None, int | None]:
-    """Where the serving port is reached from here: the node's IP and port, or, when a port-forwarding
-    layer publishes addresses (the sandbox, an SSH/SSM tunnel), what that layer says."""
+                    host: str | None, port: int | None) -> tuple[str | None, int | None, int | None]:
+    """Where the serving port and the node agent's port are reached from here: the node's IP and
+    ports, or, when a port-forwarding layer publishes addresses (the sandbox, an SSH/SSM tunnel),
+    what that layer says."""
+    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
     if not address_map_url:
-        return host, port
+        return host, port, AGENT_PORT
     try:
         r = httpx.get(f"{address_map_url.rstrip('/')}/{provider}/{instance_id}", timeout=5.0)
     except httpx.HTTPError:
-        return None, None
+        return None, None, None
     if r.status_code != 200:
-        return None, None
+        return None, None, None
     d = r.json()
-    return d.get("host"), d.get("port")
+    return d.get("host"), d.get("port"), d.get("agent_port")
 
 
 CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold out|limit", re.I)
@@ -204,15 +206,15 @@ class RestProvider(Provider):
         state, ip, region = self.parse(raw)
         iid = str(raw["id"])
         port = int(tags[TAG_PORT]) if tags.get(TAG_PORT, "").isdigit() else None
-        host = ip
+        host, agent_port = ip, None
         if state == "running":
-            host, port = resolve_address(self.address_map_url, self.name, iid, ip, port)
+            host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, ip, port)
         created = raw.get("date_created") or raw.get("created_at")
         return Instance(
             provider=self.name, id=iid, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
             host=host, port=port, instance_type=str(raw.get("plan") or raw.get("size_slug") or ""), region=region,
             launched_at=_epoch(created), expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None,
-            tags=tags, details={"status": raw.get("status")})
+            tags=tags, details={"status": raw.get("status"), "agent_port": agent_port})
 
     def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
         from bakeoff.serving import userdata  # noqa: PLC0415 - keeps provider import light
@@ -227,7 +229,8 @@ class RestProvider(Provider):
             return existing
         shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
         script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
-                                 ingress_cidr=opts.ingress_cidr)
+                                 ingress_cidr=opts.ingress_cidr, agent=spec.get("agent"),
+                                 expires_at=spec.get("expires_at"))
         all_tags = encode_tags({**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)})
         tried = []
         for region in list(opts.regions) or self.default_regions(target):

@@ -33,6 +33,7 @@ class ReportData:
     accuracy: dict[str, dict[str, Any]]
     provenance: dict[str, dict[str, Any]]
     trend: pd.DataFrame
+    clients: dict[str, str] = field(default_factory=dict)
     caveats: list[str] = field(default_factory=list)
     generated_at: str = ""
 
@@ -107,6 +108,24 @@ def _provenance(plan, run_dir: Path) -> dict[str, dict[str, Any]]:
         doc = store.read_json(tdir / "provenance.json") or (store.read_json(tdir / "endpoint.json") or {}).get("provenance")
         if doc:
             out[t.slug] = {k: v for k, v in _flatten(doc).items() if not _SECRETISH.search(k)}
+    return out
+
+
+def _clients(plan, run_dir: Path, points: pd.DataFrame) -> dict[str, str]:
+    """Where each target's client ran and where its power figure came from, in words."""
+    out = {}
+    for t in plan.targets:
+        deploy = store.read_json(run_dir / f"target={t.slug}" / "deploy.json") or {}
+        net = deploy.get("network") or {}
+        if t.client_mode == "co-located":
+            where = "client co-located on the node (no network in TTFT)"
+        elif net.get("rtt_ms_p50") is not None:
+            where = f"client remote: network RTT p50 {net['rtt_ms_p50']:.2f} ms is inside every TTFT"
+        else:
+            where = "client remote (loopback)" if t.provider == "local" else "client remote"
+        pts = points[points["target"] == t.slug] if "target" in points else points.iloc[0:0]
+        measured = "power_w_per_gpu" in pts and pts["power_w_per_gpu"].notna().any()
+        out[t.slug] = where + (" · power measured on the node" if measured else " · power estimated from the catalog")
     return out
 
 
@@ -189,6 +208,7 @@ def gather(plan, run_dir: Path, tables: cost.CostTables | None = None) -> Report
         requests=requests, validation=store.read_json(run_dir / "validation.json"),
         support=_support(plan, run_dir), accuracy=_per_target_json(plan, run_dir, "accuracy.json"),
         provenance=_provenance(plan, run_dir), trend=_trend(plan, run_dir, tables.headline),
+        clients=_clients(plan, run_dir, tables.points),
         generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     d.caveats = _caveats(d)
     return d

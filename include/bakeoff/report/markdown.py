@@ -53,6 +53,8 @@ def render(d: ReportData) -> str:
             f" ({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices for every target).", "",
             "## Caveats", ""]
     out += [f"- {esc(c)}" for c in d.caveats]
+    out += ["", "How each target was measured: " + "; ".join(f"{esc(t.name)}: {esc(d.clients[t.slug])}"
+                                                          for t in plan.targets if t.slug in d.clients)]
     out += ["", "Prices: " + "; ".join(f"{esc(r['name'])}: {fmt(r['node_usd_per_hour'])} USD/node-h, {esc(r['price_source'])}"
                                         for _, r in d.tables.targets.iterrows()), ""]
     return "\n".join(out)

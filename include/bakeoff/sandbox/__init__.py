@@ -25,6 +25,7 @@ from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
 log = logging.getLogger(__name__)
 ENV = SANDBOX_ENV                # JSON credentials per provider, for processes the sandbox did not start
 AWS_REGIONS = ["us-east-1", "us-east-2", "us-west-2"]
+CLIENT_BUCKET = "bakeoff-sandbox-client"     # moto S3: where the client bundle is staged for the nodes
 _AWS_CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
@@ -42,6 +43,8 @@ class Sandbox:
         ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS)
         ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
         publish_dlami(AWS_REGIONS, ami)
+        boto3.client("s3", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS).create_bucket(
+            Bucket=CLIENT_BUCKET)
         log.info("sandbox: moto at %s, clouds at %s", self.moto.url, self.clouds.url)
         return self
 
@@ -66,6 +69,8 @@ class Sandbox:
                     "regions": AWS_REGIONS},
             "vultr": {**rest, "base_url": f"{self.clouds.url}/vultr/v2"},
             "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
+            "client_bundle": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url,
+                              "bucket": CLIENT_BUCKET},
         }
 
     def credentials(self, provider: str) -> dict[str, Any]:
@@ -84,7 +89,8 @@ class Sandbox:
             "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT": {"conn_type": "http", "host": c["digitalocean"]["base_url"],
                                                   "password": TOKEN, "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
         }
-        return {ENV: json.dumps(c), **{k: json.dumps(v) for k, v in conns.items()}}
+        return {ENV: json.dumps(c), "AIRFLOW_VAR_BAKEOFF_CLIENT_BUCKET": CLIENT_BUCKET,
+                **{k: json.dumps(v) for k, v in conns.items()}}
 
     # ground truth for rehearsals -------------------------------------------------------------
     def live(self) -> dict[str, list[str]]:

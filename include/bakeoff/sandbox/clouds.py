@@ -3,7 +3,9 @@
 Only what the providers use, but as the real APIs behave: Bearer auth, asynchronous creation
 (pending/new until the node has booted), tag filters, cursor (Vultr) and page (DigitalOcean)
 pagination, 404 for unknown ids, capacity refusals per region, and injectable 429/5xx answers.
-Each created node is backed by an emulator booted from its user-data.
+Each created node is backed by an emulator booted from its user-data. The DigitalOcean fake also
+keeps tags and cloud firewalls (``clouds.do.firewalls`` is the ground truth) and refuses, as the
+real API does, a firewall naming a tag that does not exist yet.
 
 The same server publishes the address map (where a node's serving port is reached from here) and
 a small control surface (``POST /_control``) so out-of-process rehearsals can inject faults.
@@ -11,8 +13,10 @@ a small control surface (``POST /_control``) so out-of-process rehearsals can in
 from __future__ import annotations
 
 import base64
+import ipaddress
 import itertools
 import json
+import re
 import threading
 import time
 import uuid
@@ -27,6 +31,8 @@ from bakeoff.sandbox.backing import Backing
 from bakeoff.sandbox.httpd import LoopbackServer
 
 TOKEN = "sandbox-token"
+_FW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
+_FW_PORTS = re.compile(r"all|0|[0-9]{1,5}(-[0-9]{1,5})?")
 
 
 def _now_iso() -> str:
@@ -39,6 +45,8 @@ class FakeCloud:
     def __init__(self, name: str, backing: Backing | None, boot_s: float):
         self.name, self.backing, self.boot_s = name, backing, boot_s
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.firewalls: dict[str, dict[str, Any]] = {}   # DigitalOcean cloud firewalls by id
+        self.tags: set[str] = set()                      # DigitalOcean tags that exist
         self.denied: set[str] = set()
         self.fail_queue: list[int | str] = []    # next answers to fail: 503 (any request) or "POST:503"
         self.requests = 0
@@ -68,6 +76,12 @@ class Clouds(LoopbackServer):
             Rule("/do/v2/droplets", endpoint="d_create", methods=["POST"]),
             Rule("/do/v2/droplets/<nid>", endpoint="d_get", methods=["GET"]),
             Rule("/do/v2/droplets/<nid>", endpoint="d_delete", methods=["DELETE"]),
+            Rule("/do/v2/firewalls", endpoint="d_fw_list", methods=["GET"]),
+            Rule("/do/v2/firewalls", endpoint="d_fw_create", methods=["POST"]),
+            Rule("/do/v2/firewalls/<fid>", endpoint="d_fw_get", methods=["GET"]),
+            Rule("/do/v2/firewalls/<fid>", endpoint="d_fw_delete", methods=["DELETE"]),
+            Rule("/do/v2/tags", endpoint="d_tag_create", methods=["POST"]),
+            Rule("/do/v2/tags/<name>", endpoint="d_tag_get", methods=["GET"]),
             Rule("/address/<provider>/<path:nid>", endpoint="address", methods=["GET"]),
             Rule("/_control", endpoint="control", methods=["POST"]),
         ])
@@ -173,6 +187,7 @@ class Clouds(LoopbackServer):
                 "_ip": f"198.51.100.{len(cloud.nodes) % 250 + 1}"}
         with cloud.lock:
             cloud.nodes[str(nid)] = node
+            cloud.tags.update(node["tags"])
         if cloud.backing:
             cloud.backing.boot("digitalocean", str(nid), body.get("user_data") or "")
         return _json({"droplet": self._do_view(cloud, node),
@@ -185,18 +200,21 @@ class Clouds(LoopbackServer):
         return _json({"droplet": self._do_view(cloud, node)})
 
     def d_list(self, req: Request, cloud: FakeCloud) -> Response:
-        per_page = min(int(req.args.get("per_page", 20)), 200)
-        page_no = int(req.args.get("page", 1))
         tag = req.args.get("tag_name")
         with cloud.lock:
             nodes = [n for n in cloud.nodes.values() if not tag or tag in n["tags"]]
-        page = nodes[(page_no - 1) * per_page: page_no * per_page]
+        return self._do_page(req, "droplets", [self._do_view(cloud, n) for n in nodes])
+
+    def _do_page(self, req: Request, key: str, items: list[dict[str, Any]]) -> Response:
+        """One page of a DigitalOcean list; links.pages.next repeats the other query parameters."""
+        per_page = min(int(req.args.get("per_page", 20)), 200)
+        page_no = int(req.args.get("page", 1))
         pages: dict[str, str] = {}
-        if page_no * per_page < len(nodes):
+        if page_no * per_page < len(items):
             q = {k: v for k, v in req.args.items() if k != "page"}
-            pages["next"] = f"{self.url}/do/v2/droplets?{urlencode({**q, 'page': page_no + 1})}"
-        return _json({"droplets": [self._do_view(cloud, n) for n in page], "links": {"pages": pages},
-                      "meta": {"total": len(nodes)}})
+            pages["next"] = f"{self.url}{req.path}?{urlencode({**q, 'page': page_no + 1})}"
+        return _json({key: items[(page_no - 1) * per_page: page_no * per_page], "links": {"pages": pages},
+                      "meta": {"total": len(items)}})
 
     def d_delete(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
         with cloud.lock:
@@ -207,12 +225,63 @@ class Clouds(LoopbackServer):
             cloud.backing.kill("digitalocean", nid)
         return Response(status=204)
 
+    # DigitalOcean cloud firewalls and tags ----------------------------------------------------
+    def _fw_view(self, cloud: FakeCloud, fw: dict[str, Any]) -> dict[str, Any]:
+        """As the API lists it: a deleted droplet drops out of droplet_ids."""
+        return {**fw, "droplet_ids": [d for d in fw["droplet_ids"] if str(d) in cloud.nodes]}
+
+    def d_fw_create(self, req: Request, cloud: FakeCloud) -> Response:
+        body = req.get_json(silent=True) or {}
+        with cloud.lock:
+            problem = _firewall_problem(body, cloud)
+            if problem:
+                return _json({"id": "unprocessable_entity", "message": problem}, 422)
+            fid = str(uuid.uuid4())
+            cloud.firewalls[fid] = {
+                "id": fid, "name": body["name"], "status": "succeeded", "created_at": _now_iso(),
+                "inbound_rules": list(body.get("inbound_rules") or []), "outbound_rules": list(body.get("outbound_rules") or []),
+                "droplet_ids": [int(d) for d in body.get("droplet_ids") or []], "tags": list(body.get("tags") or []),
+                "pending_changes": []}
+            return _json({"firewall": self._fw_view(cloud, cloud.firewalls[fid])}, 202)
+
+    def d_fw_list(self, req: Request, cloud: FakeCloud) -> Response:
+        with cloud.lock:
+            fws = [self._fw_view(cloud, fw) for fw in cloud.firewalls.values()]
+        return self._do_page(req, "firewalls", fws)
+
+    def d_fw_get(self, req: Request, cloud: FakeCloud, fid: str) -> Response:
+        fw = cloud.firewalls.get(fid)
+        if fw is None:
+            return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
+        return _json({"firewall": self._fw_view(cloud, fw)})
+
+    def d_fw_delete(self, req: Request, cloud: FakeCloud, fid: str) -> Response:
+        with cloud.lock:
+            fw = cloud.firewalls.pop(fid, None)
+        if fw is None:
+            return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
+        return Response(status=204)
+
+    def d_tag_create(self, req: Request, cloud: FakeCloud) -> Response:
+        """Creating a tag that exists answers as creating it did."""
+        name = str((req.get_json(silent=True) or {}).get("name", ""))
+        if not name or len(name) > 255 or not all(c.isalnum() or c in ":-_" for c in name):
+            return _json({"id": "unprocessable_entity", "message": f"invalid tag name {name!r}"}, 422)
+        with cloud.lock:
+            cloud.tags.add(name)
+        return _json({"tag": {"name": name, "resources": {"count": 0}}}, 201)
+
+    def d_tag_get(self, req: Request, cloud: FakeCloud, name: str) -> Response:
+        if name not in cloud.tags:
+            return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
+        return _json({"tag": {"name": name, "resources": {"count": 0}}})
+
     # address map and control -------------------------------------------------------------
     def address(self, req: Request, provider: str, nid: str) -> Response:
         addr = self.backing.address(provider, nid) if self.backing else None
         if addr is None:
             return _json({"error": "not serving yet"}, 404)
-        return _json({"host": addr[0], "port": addr[1]})
+        return _json({"host": addr[0], "port": addr[1], "agent_port": self.backing.agent_port(provider, nid)})
 
     def control(self, req: Request) -> Response:
         """{"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503]} -- for rehearsals in other processes."""
@@ -233,6 +302,33 @@ def _take_fault(queue: list[int | str], method: str) -> int | None:
             del queue[i]
             return int(status)
     return None
+
+
+def _firewall_problem(body: dict[str, Any], cloud: FakeCloud) -> str | None:
+    """Why the real API would refuse this firewall with a 422, or None."""
+    if not _FW_NAME.fullmatch(str(body.get("name", ""))):
+        return "name must start with a letter or digit and hold only letters, digits, '.' and '-'"
+    rules = [(r, "sources") for r in body.get("inbound_rules") or []]
+    rules += [(r, "destinations") for r in body.get("outbound_rules") or []]
+    if not rules:
+        return "a firewall needs at least one inbound or outbound rule"
+    for rule, where in rules:
+        if rule.get("protocol") not in ("tcp", "udp", "icmp"):
+            return f"invalid protocol {rule.get('protocol')!r}"
+        if rule["protocol"] != "icmp" and not _FW_PORTS.fullmatch(str(rule.get("ports", ""))):
+            return f"invalid ports {rule.get('ports')!r}"
+        if not rule.get(where):
+            return f"a rule needs {where}"
+        for addr in rule[where].get("addresses") or []:
+            try:
+                ipaddress.ip_network(addr, strict=False)
+            except ValueError:
+                return f"invalid address {addr!r}"
+    missing = [t for t in body.get("tags") or [] if t not in cloud.tags]
+    if missing:
+        return f"tag not found: {', '.join(missing)}"
+    unknown = [d for d in body.get("droplet_ids") or [] if str(d) not in cloud.nodes]
+    return f"droplet not found: {unknown}" if unknown else None
 
 
 def _json(obj: Any, status: int = 200) -> Response:

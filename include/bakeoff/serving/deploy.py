@@ -53,7 +53,7 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) ->
     try:
         info = wait_ready(url, api_key, deploy_timeout(target), model=served_model(target))
     except NotReady as e:
-        console = node_output(instance)
+        console = node_output(instance, api_key)
         failure, detail = classify(console, e.last)
         detail = mask(detail, api_key)
         store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": failure, "detail": detail, **stack})
@@ -61,13 +61,14 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) ->
         raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail) from None
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
     emulated = emulated or bool((info.get("version") or {}).get("emulated"))
-    network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
+    network = {**measure_rtt(url), "client_mode": target.client_mode} if target.provider not in LOCAL_PROVIDERS else {}
     node = {}
     if target.provider not in LOCAL_PROVIDERS + ("static",):
         from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
-        node = provenance_from_console(node_output(instance), target.gpu.vendor)
+        node = provenance_from_console(node_output(instance, api_key), target.gpu.vendor)
     endpoint = Endpoint(target=target.slug, base_url=url, model=served_model(target), stack=target.stack,
-                        emulated=emulated, provenance={**info, **stack, "network": network, "node": node})
+                        emulated=emulated, provenance={**info, **stack, "network": network, "node": node},
+                        agent_url=(instance.details or {}).get("agent_url"))
     store.write_json(Path(out_dir) / "deploy.json",
                      {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node})
     store.write_json(Path(out_dir) / "endpoint.json", endpoint.to_dict())
@@ -77,20 +78,29 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) ->
 def _stack_facts(target) -> dict[str, Any]:
     """What was asked of the server (image, engine arguments; never the key), for provenance."""
     if target.provider in LOCAL_PROVIDERS or target.stack not in ("vllm", "sglang"):
-        return {"stack": target.stack, "client_mode": target.provider_options.client_mode}
+        return {"stack": target.stack, "client_mode": target.client_mode}
     from bakeoff.serving import userdata  # noqa: PLC0415
     return {"stack": target.stack, "image": userdata.image_for(target),
             "engine_args": userdata.engine_args(target, target.stack_spec.port), "env": userdata.serve_env(target),
-            "client_mode": target.provider_options.client_mode}
+            "client_mode": target.client_mode}
 
 
-def node_output(instance: Instance) -> str | None:
-    """The node's console (cloud) or emulator log (local), for failure classification."""
+def node_output(instance: Instance, api_key: str | None = None) -> str | None:
+    """The node's logs from its agent (any cloud), else its console (EC2) or emulator log (local),
+    for failure classification and provenance."""
     path = (instance.details or {}).get("log")
     if path and Path(path).is_file():
         return Path(path).read_text(errors="replace")[-20000:]
     if instance.provider in ("static",) + LOCAL_PROVIDERS:
         return None
+    agent_url = (instance.details or {}).get("agent_url")
+    if agent_url:
+        from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415
+        try:
+            with AgentClient(agent_url, api_key, timeout_s=10.0) as agent:
+                return agent.logs()
+        except AgentError as e:
+            log.warning("deploy: node agent of %s gave no logs (%s); trying the console", instance.id, e)
     try:
         from bakeoff.pipeline import provider_for  # noqa: PLC0415 - credentials come from the DAG's resolver
         provider = provider_for(instance.provider)
@@ -102,7 +112,8 @@ def node_output(instance: Instance) -> str | None:
 
 
 def measure_rtt(url: str, samples: int = 5) -> dict[str, Any]:
-    """TCP connect round trip from the client to the server (remote client mode records it with the results)."""
+    """TCP connect round trip from the Airflow worker to the server: what a remote client's TTFT
+    includes (recorded next to the results; a co-located client does not pay it)."""
     import httpx  # noqa: PLC0415
     u = httpx.URL(url)
     port = u.port or (443 if u.scheme == "https" else 80)
@@ -114,5 +125,5 @@ def measure_rtt(url: str, samples: int = 5) -> dict[str, Any]:
                 times.append((time.perf_counter() - t0) * 1000)
         except OSError:
             continue
-    return {"client_mode": "remote", "rtt_ms_p50": round(statistics.median(times), 3) if times else None,
+    return {"rtt_ms_p50": round(statistics.median(times), 3) if times else None,
             "rtt_ms_max": round(max(times), 3) if times else None, "samples": len(times)}

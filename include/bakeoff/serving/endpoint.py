@@ -15,6 +15,7 @@ class Endpoint:
     stack: str
     emulated: bool = False
     api_key_env: str | None = None     # environment variable holding the key, if any
+    agent_url: str | None = None       # the node agent (co-located client, logs, power), if one runs
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,7 +13,11 @@ import csv
 import io
 import json
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+SLACK_S = 1.0   # samples are ~1 s apart: a point shorter than that still gets the samples around it
 
 _NVIDIA_SAMPLER = r"""
 nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits -lms 1000 2>/dev/null \
@@ -102,6 +106,32 @@ def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> fl
         pts.sort()
         total += sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(pts, pts[1:]))
     return total
+
+
+def mean_watts_per_gpu(samples: list[dict[str, Any]], start: float, end: float,
+                       gpus: int | None = None) -> float | None:
+    """Mean power per GPU over [start, end] (widened by SLACK_S), averaged over GPUs 0..gpus-1 (the
+    ones a TP x PP server uses; a node's idle GPUs would only dilute the figure); None without samples."""
+    by_gpu: dict[int, list[float]] = {}
+    for s in samples:
+        if start - SLACK_S <= s["t"] <= end + SLACK_S and (gpus is None or s["gpu"] < gpus):
+            by_gpu.setdefault(s["gpu"], []).append(s["watts"])
+    if not by_gpu:
+        return None
+    return sum(sum(w) / len(w) for w in by_gpu.values()) / len(by_gpu)
+
+
+@dataclass(frozen=True)
+class PowerFile:
+    """The sampler's power.csv, read where it is written (the co-located client on the node).
+    Picklable, so benchmark worker processes can take it along."""
+
+    path: str
+
+    def __call__(self, start: float, end: float) -> list[dict[str, Any]]:
+        p = Path(self.path)
+        rows = parse_samples(p.read_text(errors="replace")) if p.is_file() else []
+        return [r for r in rows if start - SLACK_S <= r["t"] <= end + SLACK_S]
 
 
 def parse_nvidia_provenance(text: str) -> dict[str, Any]:

@@ -7,8 +7,11 @@ same text works on EC2, Vultr and DigitalOcean. It does, in order:
   2. lets only the plan's CIDR reach the serving port (host firewall; docker uses the host network
      so the INPUT chain applies),
   3. records provenance (driver, ROCm/CUDA, firmware, image digest) and starts a GPU power sampler,
-  4. starts the serving container, and reports its exit (with the log tail) on the console, which
-     readiness reads back to classify a failure.
+  4. when a client bundle was staged: fetches it, checks its SHA-256, and starts the node agent
+     (bakeoff's client, next to the server) in a stock Python container, firewalled like the
+     serving port; it runs the co-located benchmark and hands back logs and power samples,
+  5. starts the serving container, and reports its exit (with the log tail) on the console and in
+     serve.log, which readiness reads back to classify a failure.
 
 Every plan-supplied value is validated by the plan model and shell-quoted here again; the API key
 sits in a root-only file and reaches the server as a shell variable, never on a logged line. The
@@ -27,6 +30,8 @@ from bakeoff.serving import power
 CONTAINER = "bakeoff-serve"
 LOG_DIR = "/var/log/bakeoff"
 TARGET_MARK = "# bakeoff-target: "   # one JSON line describing the target (no secrets)
+AGENT_MARK = "# bakeoff-agent: "     # one JSON line: where the client bundle is and its checksum
+AGENT_CONTAINER = "bakeoff-agent"
 SHUTDOWN_RE = re.compile(r"^shutdown -h \+(\d+) ", re.M)
 KEY_VAR = "BAKEOFF_API_KEY"
 
@@ -115,8 +120,52 @@ def target_summary(target, port: int) -> dict:
     return {"port": port, "image": image_for(target), "target": target.model_dump(mode="json")}
 
 
-def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str | None) -> str:
-    """The whole boot script. ``shutdown_after_s`` comes from the budget estimate (kill switch)."""
+def _firewall(port: int, ingress_cidr: str | None) -> str:
+    q = shlex.quote
+    if not ingress_cidr:
+        return ("# no ingress_cidr: the port is reachable only through the cloud firewall / a tunnel\n"
+                f"iptables -I INPUT -p tcp --dport {port} ! -s 127.0.0.1 -j DROP")
+    allow = "ip6tables" if ":" in ingress_cidr else "iptables"
+    return (f"iptables -I INPUT -p tcp --dport {port} -j DROP\n"
+            f"ip6tables -I INPUT -p tcp --dport {port} -j DROP || true\n"
+            f"{allow} -I INPUT -p tcp --dport {port} -s {q(ingress_cidr)} -j ACCEPT\n"
+            f"iptables -I INPUT -p tcp --dport {port} -s 127.0.0.1 -j ACCEPT")
+
+
+def agent_section(agent: dict | None, serve_port: int, expires_at: float | None) -> str:
+    """Fetch the client bundle, refuse it unless its SHA-256 matches, start the agent container."""
+    if not agent:
+        return "# no client bundle staged: no node agent (the benchmark client runs remotely)"
+    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+    q = shlex.quote
+    sha = agent["sha256"]
+    if not re.fullmatch(r"[0-9a-f]{64}", sha):
+        raise ValueError("agent.sha256: expected 64 lowercase hex digits")
+    reqs = [r for r in agent["requirements"] if re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.+-]+", r)]
+    if len(reqs) != len(agent["requirements"]):
+        raise ValueError("agent.requirements: expected name==version pins only")
+    run = ("python -m zipfile -e /opt/bakeoff/client.zip /opt/bakeoff/client && "
+           f"pip install --no-cache-dir --quiet {' '.join(reqs)} && "
+           "PYTHONPATH=/opt/bakeoff/client exec python -m bakeoff agent "
+           f"--serve-url http://127.0.0.1:{serve_port} --key-file /etc/bakeoff/api_key --log-dir {LOG_DIR} "
+           f"--work-dir /var/lib/bakeoff --port {AGENT_PORT} --bundle {sha}"
+           + (f" --expires-at {int(expires_at)}" if expires_at else ""))
+    return f"""{_firewall(AGENT_PORT, agent.get("ingress_cidr"))}
+mkdir -p /opt/bakeoff /var/lib/bakeoff
+if curl -fsSL --retry 5 -o /opt/bakeoff/client.zip {q(agent["url"])} \\
+   && echo "{sha}  /opt/bakeoff/client.zip" | sha256sum -c --quiet -; then
+  docker run -d --name {AGENT_CONTAINER} --network host --restart no \\
+    -v /opt/bakeoff:/opt/bakeoff -v {LOG_DIR}:{LOG_DIR}:ro -v /etc/bakeoff/api_key:/etc/bakeoff/api_key:ro \\
+    -v /var/lib/bakeoff:/var/lib/bakeoff {q(catalog.agent_image())} sh -c {q(run)}
+else
+  echo "bakeoff: client bundle download or checksum failed; no node agent"
+fi"""
+
+
+def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str | None,
+           agent: dict | None = None, expires_at: float | None = None) -> str:
+    """The whole boot script. ``shutdown_after_s`` comes from the budget estimate (kill switch);
+    ``agent`` is the staged client bundle (url, sha256, requirements), if any."""
     if not re.fullmatch(r"[A-Za-z0-9_-]{16,128}", api_key):
         raise ValueError("api_key must be 16-128 letters, digits, - or _ (it is written into a root-only file)")
     port = target.stack_spec.port
@@ -125,19 +174,14 @@ def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str |
     env_lines = "\n".join(f"{k}={v}" for k, v in serve_env(target).items())
     argv = " ".join(q(a) for a in docker_argv(target, port))
     image = q(image_for(target))
-    if ingress_cidr:
-        allow = "ip6tables" if ":" in ingress_cidr else "iptables"
-        fw = (f"iptables -I INPUT -p tcp --dport {port} -j DROP\n"
-              f"ip6tables -I INPUT -p tcp --dport {port} -j DROP || true\n"
-              f"{allow} -I INPUT -p tcp --dport {port} -s {q(ingress_cidr)} -j ACCEPT\n"
-              f"iptables -I INPUT -p tcp --dport {port} -s 127.0.0.1 -j ACCEPT")
-    else:
-        fw = "# no ingress_cidr: the serving port is reachable only through the cloud firewall / a tunnel\n" \
-             f"iptables -I INPUT -p tcp --dport {port} ! -s 127.0.0.1 -j DROP"
+    fw = _firewall(port, ingress_cidr)
+    agent_mark = json.dumps({"sha256": agent["sha256"], "url": agent["url"]}, sort_keys=True) if agent else "{}"
+    agent_sh = agent_section({**agent, "ingress_cidr": ingress_cidr} if agent else None, port, expires_at)
     sampler = power.sampler_script(target.gpu.vendor, LOG_DIR)
     return f"""#!/bin/bash
 # bakeoff boot script (generated; every plan value below is validated and shell-quoted)
 {TARGET_MARK}{json.dumps(target_summary(target, port), sort_keys=True)}
+{AGENT_MARK}{agent_mark}
 set -uo pipefail
 mkdir -p {LOG_DIR} /opt/bakeoff/hf && chmod 0700 {LOG_DIR}
 exec > >(tee -a {LOG_DIR}/boot.log > /dev/console) 2>&1
@@ -163,7 +207,10 @@ BAKEOFF_ENV
 # 4. provenance and power sampling
 {sampler}
 
-# 5. the serving container; its exit and log tail go to the console for readiness to classify
+# 5. the node agent (before the serving image: it hands back the logs if that pull or start fails)
+{agent_sh}
+
+# 6. the serving container; its exit and log tail go to the console for readiness to classify
 if ! docker pull {image}; then
   echo "bakeoff: image pull failed for {image}"
   exit 1
@@ -173,6 +220,8 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
 unset {KEY_VAR}
 (code=$(docker wait {CONTAINER}); echo "bakeoff: {CONTAINER} exited with code $code";
  docker logs --tail 200 {CONTAINER} 2>&1 | sed -e "s/$(cat /etc/bakeoff/api_key)/<api-key>/g" -e 's/^/bakeoff-log: /') &
+# the serving log, key masked, for the agent to hand back when a deployment fails
+(docker logs -f {CONTAINER} 2>&1 | sed -u -e "s/$(cat /etc/bakeoff/api_key)/<api-key>/g" >> {LOG_DIR}/serve.log) &
 """
 
 
@@ -187,6 +236,14 @@ def target_from_userdata(script: str) -> dict | None:
 def shutdown_minutes(script: str) -> int | None:
     m = SHUTDOWN_RE.search(script)
     return int(m.group(1)) if m else None
+
+
+def agent_from_userdata(script: str) -> dict | None:
+    """The client bundle a boot script fetches (url, sha256), if it starts an agent."""
+    for line in script.splitlines():
+        if line.startswith(AGENT_MARK):
+            return json.loads(line[len(AGENT_MARK):]) or None
+    return None
 
 
 def api_key_from_userdata(script: str) -> str | None:

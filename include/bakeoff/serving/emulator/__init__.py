@@ -6,6 +6,7 @@ latencies from a continuous-batching roofline model of the target's hardware (or
 latencies for measuring a client). Everything it produces is emulated and must be labelled so.
 
 Start it with ``python -m bakeoff.serving.emulator --config CONFIG.json [--host H] [--port P]
-[--port-file PATH]``; see config.py for the file's fields.
+[--port-file PATH]``; see config.py for the file's fields. With power_csv set it also appends EMULATED
+GPU power samples like the node's sampler (power.py).
 """
 VERSION = "0.1.0"

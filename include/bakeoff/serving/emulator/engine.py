@@ -27,6 +27,16 @@ from bakeoff.serving.emulator.config import Scripted
 from bakeoff.serving.emulator.roofline import Roofline
 
 
+async def stop_task(task: asyncio.Task | None) -> None:
+    """Cancel a background task and wait until it has unwound."""
+    if task:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+
 class Rejected(ValueError):
     """A request this server could never run (too long for the context or the KV cache)."""
 
@@ -74,6 +84,8 @@ class RooflineEngine:
         self.kv_tokens = 0         # KV tokens in use
         self.stats = Stats()
         self._out: list[Sequence] = []      # sequences that get a token at the end of this step
+        self._busy_s = 0.0         # wall seconds of every step begun so far (the current one in full)
+        self._step_end = 0.0       # time.monotonic() when the current step ends
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -82,16 +94,16 @@ class RooflineEngine:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="roofline-scheduler")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await stop_task(self._task)
 
     @property
     def kv_usage(self) -> float:
         return self.kv_tokens / self.roofline.kv_capacity_tokens
+
+    def busy_seconds(self, now: float) -> float:
+        """Wall seconds spent in steps up to `now` (time.monotonic()), the current step counted only up to
+        now, so a power sampler can difference it per interval without steps straddling the boundary."""
+        return self._busy_s - max(0.0, self._step_end - now)
 
     # requests --------------------------------------------------------------
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
@@ -188,8 +200,10 @@ class RooflineEngine:
                 self._wake.clear()
                 await self._wake.wait()
                 next_t = clock()
-            step = self.plan_step()
-            next_t = max(next_t, clock() - 0.001) + step * self.time_scale   # absolute deadlines
+            wall = self.plan_step() * self.time_scale
+            next_t = max(next_t, clock() - 0.001) + wall   # absolute deadlines
+            self._busy_s += wall
+            self._step_end = next_t
             delay = next_t - clock()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from bakeoff import tokens
-from bakeoff.serving.emulator import VERSION, sse, textgen
+from bakeoff.serving.emulator import VERSION, power, sse, textgen
 from bakeoff.serving.emulator.config import EmulatorConfig
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, ScriptedEngine, Sequence
 from bakeoff.serving.emulator.roofline import Roofline
@@ -55,9 +55,15 @@ def build_app(config: EmulatorConfig) -> web.Application:
     else:
         app[ENGINE] = ScriptedEngine(config.scripted)
 
+    sampler = _power_sampler(config, app[ENGINE])
+
     async def _lifecycle(app: web.Application):
         app[ENGINE].start()
+        if sampler:
+            sampler.start()
         yield
+        if sampler:
+            await sampler.stop()
         await app[ENGINE].stop()
 
     app.cleanup_ctx.append(_lifecycle)
@@ -68,6 +74,14 @@ def build_app(config: EmulatorConfig) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
     return app
+
+
+def _power_sampler(config: EmulatorConfig, engine) -> power.PowerSampler | None:
+    """The power.csv writer when the config asks for one (roofline only: it needs the GPU and steps)."""
+    if not config.power_csv:
+        return None
+    t = config.target
+    return power.PowerSampler(engine, config.power_csv, t.gpu.tdp_w, t.gpus_used, config.power_interval_s)
 
 
 def _auth_middleware(api_key: str):
@@ -231,6 +245,9 @@ def version_info(config: EmulatorConfig, engine) -> dict[str, Any]:
         info["efficiency"] = {"prefill": t.emulator.prefill_efficiency, "decode": t.emulator.decode_efficiency}
     else:
         info["scripted"] = config.scripted.model_dump()
+    if config.power_csv:
+        info["power"] = {"csv": config.power_csv, "interval_s": config.power_interval_s, "gpus": t.gpus_used,
+                         "tdp_w": t.gpu.tdp_w, "idle_w": power.watts(t.gpu.tdp_w, 0.0)}
     return info
 
 

@@ -1,0 +1,8 @@
+"""The node agent: the bakeoff client shipped to a serving node, so the benchmark runs next to the
+server (co-located: the network never pollutes TTFT) and the node's power samples and logs come back.
+
+The boot script fetches the client bundle (a zip of this package, checked against its SHA-256),
+starts ``python -m bakeoff agent`` on AGENT_PORT, firewalled to the plan's CIDR like the serving
+port and authenticated with the run's per-target key.
+"""
+AGENT_PORT = 8089

@@ -1,0 +1,64 @@
+"""``bakeoff agent``: the node agent, as the boot script starts it on a serving node.
+
+    python -m bakeoff agent --serve-url http://127.0.0.1:8000 --key-file /etc/bakeoff/api_key
+        --log-dir /var/log/bakeoff --work-dir /var/lib/bakeoff [--port 8089] [--host 0.0.0.0]
+
+The key is read from a root-only file (never an argument, which any process listing shows). It
+stops by itself at --expires-at, like the node's own kill switch.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+
+from bakeoff.agent import AGENT_PORT
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("agent", help="the node agent: run benchmarks next to the server (on the node)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--serve-url", required=True, help="the serving stack on this node, e.g. http://127.0.0.1:8000")
+    p.add_argument("--key-file", type=Path, required=True, help="file holding the run's per-target key")
+    p.add_argument("--log-dir", type=Path, required=True, help="where the boot script writes logs and power.csv")
+    p.add_argument("--work-dir", type=Path, required=True, help="where jobs write their results")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=AGENT_PORT)
+    p.add_argument("--bundle", default=None, help="SHA-256 of the client bundle this agent runs from (reported)")
+    p.add_argument("--expires-at", type=float, default=None, help="epoch seconds: stop then")
+    p.set_defaults(func=handle)
+    return p
+
+
+def handle(args: argparse.Namespace) -> int:
+    from bakeoff.agent.server import Agent  # noqa: PLC0415
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        key = args.key_file.read_text().strip()
+    except OSError as e:
+        raise SystemExit(f"--key-file: cannot read {args.key_file.name}: {e.strerror}") from None
+    if not key:
+        raise SystemExit("--key-file: the file is empty; the boot script writes the run's key there")
+    agent = Agent(serve_url=args.serve_url, key=key, log_dir=args.log_dir, work_dir=args.work_dir, bundle=args.bundle)
+    asyncio.run(_serve(agent, args.host, args.port, args.expires_at))
+    return 0
+
+
+async def _serve(agent, host: str, port: int, expires_at: float | None) -> None:
+    from aiohttp import web  # noqa: PLC0415
+    from bakeoff.agent.server import build_app  # noqa: PLC0415
+    runner = web.AppRunner(build_app(agent), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    logging.info("bakeoff agent on %s:%s for %s", host, port, agent.serve_url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if expires_at:
+        loop.call_later(max(0.0, expires_at - time.time()), stop.set)
+    await stop.wait()
+    await runner.cleanup()

@@ -1,0 +1,137 @@
+"""The Airflow side of the node agent: start a co-located benchmark, mirror its results as they
+finish, and read the node's logs and power samples.
+
+Results are mirrored file by file into the target's folder of the results store while the job
+runs, so a task that dies, a node that is killed or a job that fails keeps every point finished
+before it. Submitting is idempotent per job id, so a retried task follows the job already running.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bakeoff import store
+from bakeoff.serving.power import parse_samples
+
+log = logging.getLogger(__name__)
+NOT_MIRRORED = {"summary.json"}     # the node's console summary of its last workload; the store has the points
+
+
+class AgentError(RuntimeError):
+    """The agent refused, failed or could not be reached; the message says which."""
+
+
+class AgentClient:
+    def __init__(self, url: str, key: str | None, timeout_s: float = 30.0,
+                 transport: httpx.BaseTransport | None = None):
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport,
+                                  headers={"Authorization": f"Bearer {key}"} if key else {})
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "AgentClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _get(self, path: str, **kw: Any) -> httpx.Response:
+        try:
+            r = self._http.get(path, **kw)
+        except httpx.HTTPError as e:
+            raise AgentError(f"node agent at {self.url} unreachable ({type(e).__name__})") from None
+        if r.status_code != 200:
+            raise AgentError(f"node agent: GET {path} answered {r.status_code}: {r.text[:200]}")
+        return r
+
+    def health(self) -> dict[str, Any]:
+        return self._get("/agent/health").json()
+
+    def wait_healthy(self, timeout_s: float, poll_s: float = 2.0) -> dict[str, Any]:
+        """The agent starts after the client bundle is fetched and installed: wait for it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.health()
+            except AgentError as e:
+                if time.monotonic() >= deadline:
+                    raise AgentError(f"{e}; still not answering after {timeout_s:.0f}s") from None
+            time.sleep(poll_s)
+
+    def submit(self, job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = self._http.post("/agent/jobs", json=job)
+        except httpx.HTTPError as e:
+            raise AgentError(f"node agent at {self.url} unreachable ({type(e).__name__})") from None
+        if r.status_code != 202:
+            raise AgentError(f"node agent refused the job ({r.status_code}): {r.text[:300]}")
+        return r.json()
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        return self._get(f"/agent/jobs/{job_id}").json()
+
+    def fetch(self, job_id: str, rel: str) -> bytes:
+        return self._get(f"/agent/jobs/{job_id}/files/{rel}").content
+
+    def logs(self) -> str:
+        return self._get("/agent/logs").text
+
+    def power(self, start: float, end: float) -> list[dict[str, Any]]:
+        return parse_samples(self._get("/agent/power", params={"start": start, "end": end}).text)
+
+
+def mirror(client: AgentClient, job_id: str, files: dict[str, int], into: Path, have: dict[str, int]) -> int:
+    """Copy finished files not mirrored yet (or grown since) into the store; returns how many."""
+    n = 0
+    for rel, size in sorted(files.items()):
+        if rel in NOT_MIRRORED or have.get(rel) == size:
+            continue
+        dest = (into / rel).resolve()
+        if into.resolve() not in dest.parents:        # the agent names files; never let it write elsewhere
+            raise AgentError(f"node agent named a file outside the results folder: {rel!r}")
+        store.write_bytes(dest, client.fetch(job_id, rel))
+        have[rel] = size
+        n += 1
+    return n
+
+
+def run_job(client: AgentClient, job: dict[str, Any], into: Path, *, timeout_s: float, poll_s: float = 2.0) -> dict:
+    """Submit the job (or join it), mirror results until it ends; raise if it failed or timed out,
+    after mirroring everything it finished."""
+    job_id = job["job_id"]
+    state = client.submit(job)
+    have: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        mirror(client, job_id, state.get("files", {}), into, have)
+        if state.get("state") in ("done", "failed"):
+            break
+        if time.monotonic() >= deadline:
+            raise AgentError(f"co-located job {job_id} still running after {timeout_s:.0f}s; "
+                             f"{len(have)} finished files kept")
+        time.sleep(poll_s)
+        state = client.status(job_id)
+    if state["state"] == "failed":
+        raise AgentError(f"co-located job {job_id} failed on the node: {state.get('error')}; "
+                         f"{len(have)} finished files kept")
+    return {"files": len(have), "workloads": state.get("workloads_done")}
+
+
+@dataclass(frozen=True)
+class AgentPower:
+    """Power samples read from the node's agent, for a client that runs elsewhere (remote mode).
+    Picklable, so benchmark worker processes can take it along."""
+
+    url: str
+    key: str | None
+
+    def __call__(self, start: float, end: float) -> list[dict[str, Any]]:
+        with AgentClient(self.url, self.key, timeout_s=10.0) as c:
+            return c.power(start, end)

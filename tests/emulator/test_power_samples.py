@@ -1,0 +1,100 @@
+"""The emulator's power.csv: rows the node sampler's parser reads, idle before load, busier under load."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from bakeoff import catalog
+from bakeoff.serving import power
+from bakeoff.serving.emulator import power as emu_power
+from bakeoff.serving.emulator.config import EmulatorConfigError, config_from_dict
+from emulator_fixtures import make_config, make_target, serve
+
+TDP_W = catalog.gpus()["mi355x"].tdp_w
+IDLE_W = 0.15 * TDP_W
+INTERVAL_S = 0.1
+
+
+def test_watts_model():
+    assert emu_power.watts(1000.0, 0.0) == 150.0
+    assert emu_power.watts(1000.0, 1.0) == 1000.0
+    assert emu_power.watts(1000.0, 0.5) == 575.0
+    assert emu_power.watts(1000.0, 3.0) == 1000.0 and emu_power.watts(1000.0, -1.0) == 150.0
+
+
+def test_power_csv_needs_roofline():
+    with pytest.raises(EmulatorConfigError, match="power_csv needs mode 'roofline'"):
+        config_from_dict({"mode": "scripted", "power_csv": "power.csv"})
+
+
+def test_samples_idle_then_loaded(run, tmp_path):
+    """TP 2 x PP 2 = 4 GPUs; ~70 ms decode steps (time_scale 10) keep the engine busy for about a second."""
+    csv_path = tmp_path / "power.csv"
+    target = make_target(tensor_parallel=2, pipeline_parallel=2, emulator={"time_scale": 10.0})
+    config = make_config(target, power_csv=str(csv_path), power_interval_s=INTERVAL_S)
+
+    async def go():
+        async with serve(config) as s:
+            version = await (await s.get("/version")).json()
+            await asyncio.sleep(5 * INTERVAL_S)
+            start = time.time()
+            body = {"prompt": "one two three", "max_tokens": 12, "ignore_eos": True}
+            for resp in await asyncio.gather(*(s.post("/v1/completions", json=body) for _ in range(4))):
+                assert resp.status == 200
+            end = time.time()
+            await asyncio.sleep(3 * INTERVAL_S)
+            return version, start, end
+
+    version, start, end = run(go())
+    assert version["power"] == {"csv": str(csv_path), "interval_s": INTERVAL_S, "gpus": 4,
+                                "tdp_w": TDP_W, "idle_w": IDLE_W}
+    text = csv_path.read_text()
+    rows = power.parse_samples(text)
+    assert len(rows) == len(text.splitlines()) and text.endswith("\n")      # every line complete
+    assert {r["gpu"] for r in rows} == {0, 1, 2, 3}
+    assert all(IDLE_W <= r["watts"] <= TDP_W for r in rows)
+
+    before = [r["watts"] for r in rows if r["t"] < start]
+    during = [r["watts"] for r in rows if start + INTERVAL_S < r["t"] <= end]
+    after = [r["watts"] for r in rows if r["t"] > end + 2 * INTERVAL_S]
+    assert len(before) >= 4 * 3 and set(before) == {IDLE_W}
+    assert len(during) >= 4 * 3, f"load lasted {end - start:.2f} s"
+    assert sum(during) / len(during) > IDLE_W + 0.5 * (TDP_W - IDLE_W)    # back-to-back steps: near TDP
+    assert after and set(after) == {IDLE_W}
+
+    joules = power.energy_joules(rows, start, end)
+    assert 0 < joules <= 4 * TDP_W * (end - start)
+    assert joules > 4 * IDLE_W * (end - start - 2 * INTERVAL_S)
+
+
+def test_samples_appended_not_truncated(run, tmp_path):
+    """A restarted emulator appends to the same file, as the node's sampler does (>>)."""
+    csv_path = tmp_path / "power.csv"
+    csv_path.write_text("1.0,0,100.0\n")
+    config = make_config(power_csv=str(csv_path), power_interval_s=INTERVAL_S)
+
+    async def go():
+        async with serve(config):
+            await asyncio.sleep(2.5 * INTERVAL_S)
+
+    run(go())
+    rows = power.parse_samples(csv_path.read_text())
+    assert rows[0] == {"t": 1.0, "gpu": 0, "watts": 100.0}
+    assert len(rows) >= 1 + 8 * 2 and {r["gpu"] for r in rows[1:]} == set(range(8))
+
+
+def test_no_power_csv_writes_nothing(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    async def go():
+        async with serve(make_config()) as s:
+            resp = await s.post("/v1/completions", json={"prompt": "a b c", "max_tokens": 5})
+            assert resp.status == 200
+            await asyncio.sleep(0.2)
+            return await (await s.get("/version")).json()
+
+    version = run(go())
+    assert "power" not in version
+    assert list(tmp_path.iterdir()) == []
