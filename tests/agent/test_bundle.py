@@ -151,3 +151,11 @@ def test_presigned_url_serves_the_bundle_from_moto_server():
         staged = bundle.stage(sb.credentials("client_bundle"), 3600)
         got = httpx.get(staged.url, timeout=10)
     assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() == staged.sha256
+
+
+def test_a_boot_script_over_the_user_data_limit_is_refused_with_the_fix():
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    raw["targets"][0]["env"] = {f"VAR_{i}": "x" * 200 for i in range(90)}
+    t = plan_from_dict(raw).targets[0]
+    with pytest.raises(ValueError, match="user-data limit; shorten env"):
+        userdata.render(t, api_key=KEY, shutdown_after_s=60, ingress_cidr=None, agent=_agent())

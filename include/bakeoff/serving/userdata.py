@@ -32,6 +32,7 @@ LOG_DIR = "/var/log/bakeoff"
 TARGET_MARK = "# bakeoff-target: "   # one JSON line describing the target (no secrets)
 AGENT_MARK = "# bakeoff-agent: "     # one JSON line: where the client bundle is and its checksum
 AGENT_CONTAINER = "bakeoff-agent"
+MAX_BYTES = 16384                    # EC2's user-data limit, the smallest of the clouds
 SHUTDOWN_RE = re.compile(r"^shutdown -h \+(\d+) ", re.M)
 KEY_VAR = "BAKEOFF_API_KEY"
 
@@ -178,7 +179,7 @@ def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str |
     agent_mark = json.dumps({"sha256": agent["sha256"], "url": agent["url"]}, sort_keys=True) if agent else "{}"
     agent_sh = agent_section({**agent, "ingress_cidr": ingress_cidr} if agent else None, port, expires_at)
     sampler = power.sampler_script(target.gpu.vendor, LOG_DIR)
-    return f"""#!/bin/bash
+    script = f"""#!/bin/bash
 # bakeoff boot script (generated; every plan value below is validated and shell-quoted)
 {TARGET_MARK}{json.dumps(target_summary(target, port), sort_keys=True)}
 {AGENT_MARK}{agent_mark}
@@ -223,6 +224,10 @@ unset {KEY_VAR}
 # the serving log, key masked, for the agent to hand back when a deployment fails
 (docker logs -f {CONTAINER} 2>&1 | sed -u -e "s/$(cat /etc/bakeoff/api_key)/<api-key>/g" >> {LOG_DIR}/serve.log) &
 """
+    if len(script.encode()) > MAX_BYTES:
+        raise ValueError(f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over the clouds' "
+                         f"{MAX_BYTES}-byte user-data limit; shorten env, engine_args or the image name")
+    return script
 
 
 def target_from_userdata(script: str) -> dict | None:
