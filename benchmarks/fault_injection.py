@@ -1,6 +1,6 @@
 """Fault injection: does any node outlive its run? Prints a table per stage x provider.
 
-For each provider (EC2 via moto, Vultr and DigitalOcean fakes; every node an emulator booted
+For each provider (EC2 via moto, Vultr, DigitalOcean and OCI fakes; every node an emulator booted
 from its user-data) and each failure -- at launch, capacity refused everywhere, provisioning
 failing after the node exists, ready timeout, deploy crash, mid-benchmark exception, report
 failure, and the worker killed with SIGKILL mid-provision -- the pipeline's own steps run in the
@@ -40,13 +40,14 @@ from bakeoff.sandbox import Sandbox  # noqa: E402
 STAGES = [("launch", "launch"), ("capacity error", None), ("after create", "after_create"),
           ("ready timeout", "ready_timeout"), ("deploy crash", "deploy"), ("mid-benchmark exception", "benchmark"),
           ("report failure", "report"), ("worker SIGKILL mid-run", None)]
-PROVIDERS = ["aws", "vultr", "digitalocean"]
+PROVIDERS = ["aws", "vultr", "digitalocean", "oci"]
 
 
 def plan_file(provider: str, fault: str | None, workdir: Path) -> Path:
     """A one-target plan per provider, derived from the sandbox plan (small workload: the point is teardown)."""
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     by_provider = {t["provider"]: t for t in raw["targets"]}
+    by_provider["oci"] = load_plan("mi355x-vs-b200-oci-sandbox").model_dump(mode="json")["targets"][1]
     if provider == "digitalocean":
         t = dict(by_provider["vultr"], name="mi300x-vllm", provider="digitalocean", instance_type="gpu-mi300x8-1536gb",
                  provider_options={**by_provider["vultr"]["provider_options"], "regions": ["atl1", "nyc2"]})
@@ -94,7 +95,8 @@ def sigkill_provision(sb: Sandbox, run_dir: str, slug: str, provider: str, befor
 def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: Path) -> dict:
     plan = load_plan(plan_file(provider, fault, workdir))
     t = plan.targets[0]
-    regions = list(t.provider_options.regions)
+    # where capacity is refused: regions, or OCI's availability domains within its subnet's region
+    regions = list(t.provider_options.availability_domains if provider == "oci" else t.provider_options.regions)
     sb.deny_capacity(provider, regions if stage == "capacity error" else [])
     run_id = f"faults__{provider}__{fault or stage.replace(' ', '-')}__{time.time_ns()}"
     run = pipeline.start_run(str(plan_file(provider, fault, workdir)), run_id)
@@ -156,11 +158,12 @@ def main() -> int:
         guard = budget_guard(sb, workdir)
         leftover = sb.live()
         firewalls = len(sb.clouds.do.firewalls)
+        nsgs = len(sb.oci.nsgs)
     wall = time.perf_counter() - t0
     shutil.rmtree(workdir, ignore_errors=True)
     if _OWN_DATA:
         shutil.rmtree(_OWN_DATA, ignore_errors=True)
-    print("\nInstances left running (sandbox: EC2 = moto server, Vultr/DigitalOcean = local fakes; nodes are emulators)\n")
+    print("\nInstances left running (sandbox: EC2 = moto server, Vultr/DigitalOcean/OCI = local fakes; nodes are emulators)\n")
     print("| stage | provider | after teardown | after all_done sweep | after one reaper pass | reaper pass at |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for r in rows:
@@ -170,7 +173,7 @@ def main() -> int:
     print(f"\nzero after the reaper in every row: {ok_reaper}; zero after the sweep in every row but SIGKILL: {ok_sweep}")
     print(f"budget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
     print(f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values())}; "
-          f"DigitalOcean cloud firewalls left: {firewalls}; wall time {wall:.1f} s")
+          f"DigitalOcean cloud firewalls left: {firewalls}; OCI security groups left: {nsgs}; wall time {wall:.1f} s")
     return 0 if ok_reaper and ok_sweep else 1
 
 

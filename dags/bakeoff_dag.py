@@ -37,7 +37,7 @@ DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.durati
 
 
 # Every provider a plan may name; each gets its own mapped group (and pool bakeoff_<provider>).
-PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean")
+PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean", "oci")
 
 # Mapped task instances are labelled with their target in the UI.
 LABEL = "{{ target_label }}"

@@ -7,6 +7,9 @@ Connections (secrets stay in Airflow's connection store or the environment, neve
 - ``vultr_default`` / ``digitalocean_default``: the API token in the password; the host (or extra
   ``base_url``) is the API base, so the AMD Developer Cloud (https://api.devcloud.amd.com/v2) and
   the sandbox fakes work with the same provider code.
+- ``oci_default`` (conn type generic): login = user OCID, password = the API signing key (PEM);
+  extra ``tenancy``, ``fingerprint``, ``region``, ``compartment_id`` (where nodes launch unless a
+  plan says), optional ``service_endpoint`` (the sandbox's fake) and ``bakeoff_regions``.
 Extra ``bakeoff_address_map_url`` (sandbox, or an SSH/SSM tunnel layer) says where serving ports
 are reached from the worker.
 """
@@ -18,7 +21,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-CONN_IDS = {"aws": "aws_default", "vultr": "vultr_default", "digitalocean": "digitalocean_default"}
+CONN_IDS = {"aws": "aws_default", "vultr": "vultr_default", "digitalocean": "digitalocean_default",
+            "oci": "oci_default"}
 REST_DEFAULT_BASE = {"vultr": "https://api.vultr.com/v2", "digitalocean": "https://api.digitalocean.com/v2"}
 
 
@@ -76,12 +80,31 @@ def rest_credentials(provider: str, conn_id: str | None = None) -> dict[str, Any
     return creds
 
 
+def oci_credentials(conn_id: str = CONN_IDS["oci"]) -> dict[str, Any]:
+    """The OCI SDK's config fields from the connection: user OCID (login), signing key PEM (password), the rest in extra."""
+    conn = _connection(conn_id)
+    if conn is None:
+        return {}
+    extra = conn.extra_dejson or {}
+    creds: dict[str, Any] = {"user": conn.login or "", "key_content": conn.password or ""}
+    for key in ("tenancy", "fingerprint", "region", "compartment_id", "service_endpoint", "pass_phrase", "poll_s", "backoff_s"):
+        if extra.get(key):
+            creds[key] = extra[key]
+    if extra.get("bakeoff_address_map_url"):
+        creds["address_map_url"] = extra["bakeoff_address_map_url"]
+    if extra.get("bakeoff_regions"):
+        creds["regions"] = list(extra["bakeoff_regions"])
+    return creds
+
+
 def resolve(provider: str) -> dict[str, Any]:
     """The credentials resolver the DAG installs: provider name -> credentials dict (never logged)."""
     if provider == "aws":
         return aws_credentials()
     if provider in ("vultr", "digitalocean"):
         return rest_credentials(provider)
+    if provider == "oci":
+        return oci_credentials()
     if provider == "client_bundle":
         return client_bundle_settings()
     return {}
@@ -91,7 +114,7 @@ def masked(resolver):
     """Wrap a resolver so every token it hands out is registered with Airflow's log masker."""
     def resolve_and_mask(provider: str) -> dict[str, Any]:
         creds = resolver(provider)
-        for key in ("token", "aws_secret_access_key", "aws_session_token"):
+        for key in ("token", "aws_secret_access_key", "aws_session_token", "key_content", "pass_phrase"):
             if creds.get(key):
                 mask_secret(creds[key])
         return creds

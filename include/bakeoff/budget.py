@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 # Hours from the create call until the node runs the boot script (provider-side provisioning).
-BOOT_H = {"local": 0.0, "static": 0.0, "aws": 0.25, "digitalocean": 0.25, "vultr": 0.5}
+BOOT_H = {"local": 0.0, "static": 0.0, "aws": 0.25, "digitalocean": 0.25, "vultr": 0.5, "oci": 0.5}
 DEFAULT_BOOT_H = 0.25
 # Model load: image pull + weight download + engine start (graph capture / compilation).
 IMAGE_PULL_H = 0.1
 WEIGHTS_GBPS = 0.5            # sustained hub download + load, GB/s (pessimistic for a fresh node)
 ENGINE_START_H = 0.15
 MARGIN = 0.25
-SPENDING = ("aws", "vultr", "digitalocean")
+SPENDING = ("aws", "vultr", "digitalocean", "oci")
 
 
 class BudgetExceeded(RuntimeError):

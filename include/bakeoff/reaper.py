@@ -24,7 +24,7 @@ from bakeoff.providers import get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, Instance
 
 log = logging.getLogger(__name__)
-CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "local")
+CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci", "local")
 
 
 def run_status(tags: dict[str, str]) -> str | None:

@@ -39,7 +39,7 @@ def test_schedules(dagbag):
     assert dagbag.dags["bakeoff_reaper"].schedule == "@hourly"
 
 
-PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean")
+PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean", "oci")
 
 
 def test_one_group_per_provider_with_its_pool(dagbag):

@@ -12,8 +12,8 @@ CONFIG = ROOT / "config"
 sys.path.insert(0, str(ROOT / "scripts"))
 from render_settings import PLACEHOLDER, render  # noqa: E402
 
-CLOUD_CONNECTIONS = {"aws_default", "vultr_default", "digitalocean_default", "bakeoff_s3"}
-POOLS = {"bakeoff_aws", "bakeoff_vultr", "bakeoff_digitalocean", "bakeoff_local", "bakeoff_static"}
+CLOUD_CONNECTIONS = {"aws_default", "vultr_default", "digitalocean_default", "bakeoff_s3", "oci_default"}
+POOLS = {"bakeoff_aws", "bakeoff_vultr", "bakeoff_digitalocean", "bakeoff_local", "bakeoff_static", "bakeoff_oci"}
 SECRET_FIELDS = ("password", "login")
 
 
@@ -39,7 +39,8 @@ def test_rendered_connections_parse_as_airflow_imports_them(tmp_path):
 
     env = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
            "AWS_DEFAULT_REGION": "us-west-2", "VULTR_API_KEY": "vultr-key-value",
-           "BAKEOFF_S3_ENDPOINT_URL": "http://minio:9000"}
+           "BAKEOFF_S3_ENDPOINT_URL": "http://minio:9000",
+           "OCI_PRIVATE_KEY": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"}
     out = _render_file("connections.example.json", env, tmp_path)
     assert oct(out.stat().st_mode & 0o777) == "0o600"
     conns = load_connections_dict(str(out))
@@ -48,6 +49,7 @@ def test_rendered_connections_parse_as_airflow_imports_them(tmp_path):
     assert conns["aws_default"].extra_dejson == {"region_name": "us-west-2"}
     assert conns["vultr_default"].password == "vultr-key-value"
     assert conns["bakeoff_s3"].extra_dejson["endpoint_url"] == "http://minio:9000"
+    assert conns["oci_default"].password == "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
     for conn in conns.values():  # the metadata DB stores extra as text: a dict would fail the insert
         assert conn.extra is None or isinstance(conn.extra, str)
     # unset secrets are named on stderr, their (absent) values never are; set values never appear

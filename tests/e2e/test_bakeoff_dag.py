@@ -72,20 +72,21 @@ def test_provision_failing_after_create_is_swept(airflow_env, tmp_path):
     assert not _live_emulators(airflow_env)
 
 
-def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, tmp_path):
-    """mi355x-vs-b200 rehearsed through the DAG's own hooks: Airflow connections point the Vultr and
-    EC2 providers at the sandbox clouds, the client bundle is staged in moto's S3 through the
+@pytest.mark.parametrize("plan", ["mi355x-vs-b200-sandbox", "mi355x-vs-b200-oci-sandbox"])
+def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, tmp_path, plan):
+    """mi355x-vs-b200 rehearsed through the DAG's own hooks: Airflow connections point the Vultr, EC2
+    and OCI providers at the sandbox clouds, the client bundle is staged in moto's S3 through the
     connection and Variable the hooks read, each node runs the benchmark next to its server."""
     from bakeoff.sandbox import Sandbox
     with Sandbox(boot_s=0.1) as sb:
         env = {**airflow_env, **sb.env()}
-        res = run_dag(env, "mi355x-vs-b200-sandbox")
+        res = run_dag(env, plan)
         live = sb.live()
         firewalls_left = dict(sb.clouds.do.firewalls)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    rdir = _run_dir(airflow_env, "mi355x-vs-b200-sandbox")
+    rdir = _run_dir(airflow_env, plan)
     run = json.loads((rdir / "run.json").read_text())
-    assert run["status"] == "success" and live == {"aws": [], "vultr": [], "digitalocean": []} and not firewalls_left
+    assert run["status"] == "success" and live == {"aws": [], "vultr": [], "digitalocean": [], "oci": []} and not firewalls_left
     for slug in ("mi355x-vllm", "b200-vllm"):
         assert run["targets"][slug]["benchmark"] == {"points": 2, "client_mode": "co-located"}
         assert len(run["targets"][slug]["provision"]["client_bundle"]) == 64

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,17 +21,19 @@ def sandbox():
         yield sb
 
 
-def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog):
+@pytest.mark.parametrize("plan,providers", [("mi355x-vs-b200-sandbox", ["aws", "vultr"]),
+                                            ("mi355x-vs-b200-oci-sandbox", ["oci"])])
+def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, providers):
     caplog.set_level(logging.INFO)
     logging.getLogger("bakeoff").setLevel(logging.DEBUG)
     pipeline.set_credentials_resolver(sandbox.credentials)
     try:
         run_id = "manual__2026-11-29T21:30:00+00:00"
-        run = pipeline.start_run("mi355x-vs-b200-sandbox", run_id)
+        run = pipeline.start_run(plan, run_id)
         results = [run]
         for slug in run["targets"]:
             inst = pipeline.provision(run["run_dir"], slug)
-            assert inst["provider"] in ("aws", "vultr") and inst["state"] == "running"
+            assert inst["provider"] in providers and inst["state"] == "running"
             with AgentClient(inst["details"]["agent_url"], secrets.api_key(run_id, slug)) as agent:
                 health = agent.wait_healthy(30, poll_s=0.2)
             assert health["code"].startswith(str(sandbox.workdir))   # the agent runs the copy the node fetched
@@ -39,23 +42,26 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog):
             results += [inst, ep, pipeline.accuracy_gate(run["run_dir"], slug, ep),
                         pipeline.benchmark(run["run_dir"], slug, ep), pipeline.terminate(run["run_dir"], slug, inst)]
             assert results[-2]["points"] == 2
-        assert sandbox.live() == {"aws": [], "vultr": [], "digitalocean": []}
-        assert pipeline.sweep(run["run_dir"]) == {"aws": [], "vultr": []}
+        assert sandbox.live() == {"aws": [], "vultr": [], "digitalocean": [], "oci": []}
+        assert pipeline.sweep(run["run_dir"]) == {p: [] for p in providers}
         assert sandbox.backing.running() == []
     finally:
         pipeline.set_credentials_resolver(lambda name: {})
     keys = [secrets.api_key(run_id, slug) for slug in run["targets"]]
     xcoms = json.dumps(results)
+    rdir = Path(run["run_dir"])
     files = "".join(p.read_text(errors="replace") for p in data_root.rglob("*") if p.is_file() and p.suffix != ".parquet")
     for key in keys:
         assert key not in xcoms and key not in caplog.text and key not in files
-    deploy_doc = json.loads(next(data_root.rglob("target=b200-vllm/deploy.json")).read_text())
+    oci_key = sandbox.credentials("oci")["key_content"].strip().splitlines()[1]   # a line of the signing key
+    assert oci_key not in caplog.text and oci_key not in files
+    deploy_doc = json.loads((rdir / "target=b200-vllm" / "deploy.json").read_text())
     assert deploy_doc["ready"] is True and deploy_doc["image"] == "vllm/vllm-openai:v0.25.0"
     # the client ran on each node (co-located, the clouds' default), from the bundle the node fetched
-    run_doc = json.loads((data_root.rglob("run.json").__next__()).read_text())
+    run_doc = json.loads((rdir / "run.json").read_text())
     for slug in run["targets"]:
         assert run_doc["targets"][slug]["benchmark"]["client_mode"] == "co-located"
-        tdir = next(data_root.rglob(f"target={slug}"))
+        tdir = rdir / f"target={slug}"
         client = json.loads((tdir / "client.json").read_text())
         assert client["bundle"] == run_doc["targets"][slug]["provision"]["client_bundle"]
         assert len(client["bundle"]) == 64 and (tdir / "client_calibration.json").exists()

@@ -9,12 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from bakeoff import catalog, faults
 
-ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean"]
+ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
 # bytes per weight for each quantization the catalog knows
 QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "mxfp4": 0.53}
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0}
 COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "fp4"}
-CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean")   # nodes bakeoff provisions (and can ship its client to)
+CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci")   # nodes bakeoff provisions (and can ship its client to)
 
 
 class Strict(BaseModel):
@@ -28,6 +28,7 @@ _IMAGE_RE = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+_OCID_RE = r"^ocid1\.{kind}\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9]{{20,80}}$"   # ocid1.<kind>.<realm>.<region>.<id>
 
 
 def check_image(v: str) -> str:
@@ -60,6 +61,12 @@ class ProviderOptions(Strict):
     key_name: str | None = Field(None, pattern=_NAME_RE, description="EC2 key pair for SSH (optional)")
     ssh_key_ids: list[str] = Field([], description="Vultr / DigitalOcean SSH key ids (optional)")
     os_image: str | int | None = Field(None, description="Vultr os_id / image_id or DigitalOcean image slug")
+    compartment_id: str | None = Field(None, pattern=_OCID_RE.format(kind="(?:compartment|tenancy)"),
+                                       description="OCI compartment the node is launched in (default: the connection's)")
+    availability_domains: list[str] = Field([], description="OCI availability domains, ordered; tried within their region")
+    subnet_ocid: str | None = Field(None, pattern=_OCID_RE.format(kind="subnet"), description="OCI subnet (public)")
+    image_ocid: str | None = Field(None, pattern=_OCID_RE.format(kind="image"),
+                                   description="OCI image (default: the newest platform GPU image for the shape)")
     root_volume_gb: int = Field(1000, ge=50, le=16000)
     ingress_cidr: str | None = Field(None, description="only this CIDR reaches the serving port")
     client_mode: Literal["remote", "co-located"] | None = Field(
@@ -77,6 +84,14 @@ class ProviderOptions(Strict):
         for x in v:
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", x):
                 raise ValueError(f"{x!r} is not a valid region/zone/id; use letters, digits, - and _")
+        return v
+
+    @field_validator("availability_domains")
+    @classmethod
+    def _ads(cls, v: list[str]) -> list[str]:
+        for x in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", x):
+                raise ValueError(f"{x!r} is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1")
         return v
 
     @field_validator("os_image")

@@ -12,13 +12,14 @@ from bakeoff.providers.base import CapacityError, Instance, Provider, ProviderEr
 
 __all__ = ["get_provider", "Instance", "Provider", "ProviderError", "CapacityError", "PROVIDERS"]
 
-# name -> "module:Class", imported lazily so a DAG parse never imports boto3.
+# name -> "module:Class", imported lazily so a DAG parse never imports boto3 or oci.
 PROVIDERS: dict[str, str] = {
     "local": "bakeoff.providers.local:LocalProvider",
     "static": "bakeoff.providers.static:StaticProvider",
     "aws": "bakeoff.providers.aws:AwsProvider",
     "vultr": "bakeoff.providers.vultr:VultrProvider",
     "digitalocean": "bakeoff.providers.digitalocean:DigitalOceanProvider",
+    "oci": "bakeoff.providers.oci:OciProvider",
 }
 
 

@@ -13,6 +13,9 @@ from typing import Any
 SANDBOX_ENV = "BAKEOFF_SANDBOX"
 TOKEN_ENV = {"vultr": "VULTR_API_KEY", "digitalocean": "DIGITALOCEAN_TOKEN"}
 BASE_URL_ENV = {"vultr": "VULTR_API_URL", "digitalocean": "DIGITALOCEAN_API_URL"}
+# OCI's API signing key, as the compose .env names it (the key itself is the PEM text)
+OCI_ENV = {"user": "OCI_USER_OCID", "tenancy": "OCI_TENANCY_OCID", "fingerprint": "OCI_KEY_FINGERPRINT",
+           "region": "OCI_REGION", "compartment_id": "OCI_COMPARTMENT_OCID", "key_content": "OCI_PRIVATE_KEY"}
 
 
 def sandbox_credentials(provider: str) -> dict[str, Any]:
@@ -24,6 +27,8 @@ def credentials_from_env(provider: str) -> dict[str, Any]:
     sandbox = sandbox_credentials(provider)
     if sandbox:
         return sandbox
+    if provider == "oci":
+        return {k: os.environ[v] for k, v in OCI_ENV.items() if os.environ.get(v)}
     creds: dict[str, Any] = {}
     if os.environ.get(TOKEN_ENV.get(provider, "")):
         creds["token"] = os.environ[TOKEN_ENV[provider]]

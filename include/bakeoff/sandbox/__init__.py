@@ -1,8 +1,9 @@
 """Sandbox: rehearse the real cloud code path on one machine.
 
 EC2/SSM/S3 are moto in server mode (the AWS provider's boto3 calls cross a socket); Vultr and
-DigitalOcean are local fake REST servers; every "instance" is backed by an emulator process booted
-from the user-data the provider sent. Nothing leaves 127.0.0.1 and every figure is EMULATED.
+DigitalOcean are local fake REST servers; Oracle Cloud is a fake of its Core API that the real oci
+SDK signs its requests to (with a throwaway key made at start). Every "instance" is backed by an
+emulator process booted from the user-data the provider sent. Nothing leaves 127.0.0.1 and every figure is EMULATED.
 
 Use it from Python (``with Sandbox() as sb: pipeline.set_credentials_resolver(sb.credentials)``),
 or run ``python -m bakeoff.sandbox`` and export the printed ``AIRFLOW_CONN_*`` variables so the
@@ -21,6 +22,7 @@ from bakeoff.providers.credentials import SANDBOX_ENV, sandbox_credentials
 from bakeoff.sandbox.backing import Backing
 from bakeoff.sandbox.clouds import TOKEN, Clouds
 from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
+from bakeoff.sandbox import oci as fake_oci
 
 log = logging.getLogger(__name__)
 ENV = SANDBOX_ENV                # JSON credentials per provider, for processes the sandbox did not start
@@ -35,22 +37,27 @@ class Sandbox:
         self.backing = Backing(self.workdir)
         self.clouds = Clouds(self.backing, boot_s=boot_s)
         self.moto = MotoServer(self.backing)
+        self.oci = fake_oci.FakeOci(self.backing, boot_s=boot_s)
+        self.oci_key_pem, self.oci_fingerprint = "", ""
 
     def start(self) -> "Sandbox":
         self.moto.start()
         self.clouds.start()
+        self.oci.start()
+        self.oci_key_pem, self.oci_fingerprint = throwaway_api_key()
         import boto3  # noqa: PLC0415
         ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS)
         ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
         publish_dlami(AWS_REGIONS, ami)
         boto3.client("s3", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS).create_bucket(
             Bucket=CLIENT_BUCKET)
-        log.info("sandbox: moto at %s, clouds at %s", self.moto.url, self.clouds.url)
+        log.info("sandbox: moto at %s, clouds at %s, oci at %s", self.moto.url, self.clouds.url, self.oci.url)
         return self
 
     def stop(self) -> None:
         self.backing.close()
         self.clouds.stop()
+        self.oci.stop()
         self.moto.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -69,6 +76,9 @@ class Sandbox:
                     "regions": AWS_REGIONS},
             "vultr": {**rest, "base_url": f"{self.clouds.url}/vultr/v2"},
             "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
+            "oci": {"user": fake_oci.USER, "tenancy": fake_oci.TENANCY, "fingerprint": self.oci_fingerprint,
+                    "region": fake_oci.REGION, "key_content": self.oci_key_pem, "compartment_id": fake_oci.COMPARTMENT,
+                    "service_endpoint": self.oci.url, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02},
             "client_bundle": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url,
                               "bucket": CLIENT_BUCKET},
         }
@@ -88,6 +98,11 @@ class Sandbox:
                                            "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
             "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT": {"conn_type": "http", "host": c["digitalocean"]["base_url"],
                                                   "password": TOKEN, "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
+            "AIRFLOW_CONN_OCI_DEFAULT": {"conn_type": "generic", "login": fake_oci.USER, "password": self.oci_key_pem,
+                                         "extra": {"tenancy": fake_oci.TENANCY, "fingerprint": self.oci_fingerprint,
+                                                   "region": fake_oci.REGION, "compartment_id": fake_oci.COMPARTMENT,
+                                                   "service_endpoint": self.oci.url, "bakeoff_address_map_url": amap,
+                                                   "poll_s": 0.1}},
         }
         return {ENV: json.dumps(c), "AIRFLOW_VAR_BAKEOFF_CLIENT_BUCKET": CLIENT_BUCKET,
                 **{k: json.dumps(v) for k, v in conns.items()}}
@@ -102,17 +117,35 @@ class Sandbox:
             for r in ec2.describe_instances(Filters=[{"Name": "instance-state-name",
                                                       "Values": ["pending", "running", "stopping", "stopped"]}])["Reservations"]:
                 aws += [f"{region}/{i['InstanceId']}" for i in r["Instances"]]
-        return {"aws": sorted(aws), "vultr": self.clouds.vultr.live(), "digitalocean": self.clouds.do.live()}
+        return {"aws": sorted(aws), "vultr": self.clouds.vultr.live(), "digitalocean": self.clouds.do.live(),
+                "oci": self.oci.live()}
 
     def api_calls(self) -> int:
         """Control-plane calls the fake clouds have answered so far."""
-        return self.moto.gate.requests + self.clouds.vultr.requests + self.clouds.do.requests
+        return self.moto.gate.requests + self.clouds.vultr.requests + self.clouds.do.requests + self.oci.requests
 
     def deny_capacity(self, provider: str, regions: list[str]) -> None:
+        """Refuse capacity in these regions/zones (aws), regions (vultr, digitalocean) or availability domains (oci)."""
         if provider == "aws":
             self.moto.gate.denied = set(regions)
+        elif provider == "oci":
+            self.oci.denied = set(regions)
         else:
             self.clouds.cloud(provider).denied = set(regions)
+
+
+def throwaway_api_key() -> tuple[str, str]:
+    """An RSA API signing key (PEM) and its OCI fingerprint (MD5 of the public key's DER, colon-separated)."""
+    import hashlib  # noqa: PLC0415
+
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    digest = hashlib.md5(der, usedforsecurity=False).hexdigest()
+    return pem, ":".join(digest[i:i + 2] for i in range(0, 32, 2))
 
 
 # Credentials resolver for a process started with a sandbox's ``env()`` (empty if none).

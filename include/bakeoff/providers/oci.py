@@ -1,0 +1,399 @@
+"""Oracle Cloud (OCI): bare-metal AMD MI355X (BM.GPU.MI355X.8) and NVIDIA B200 (BM.GPU.B200.8) with the oci SDK.
+
+Why each safeguard:
+- ``opc-retry-token`` derived from run, target and availability domain, plus a lookup by freeform
+  tag before launching (tokens expire after a day), so a retried task never starts a second node.
+- A shutdown timer in user-data: the node powers itself off even if Airflow is dead (a STOPPED
+  node still bills for its boot volume, so it counts as failed and the sweep/reaper terminate it).
+- Capacity errors ("Out of host capacity", limits) fail over along the plan's availability domains;
+  the final error names every domain tried.
+- A per run+target network security group opens only the serving and agent ports, only to
+  ``ingress_cidr``; it goes with the node, or in ``cleanup`` once no VNIC is in it.
+
+Subnets are regional, so a target launches in one region (its subnet's) and fails over across that
+region's availability domains. Instance ids are plain OCIDs; the region comes from the OCID.
+Freeform tag keys cannot hold ':' safely, so ``bakeoff:run_id`` is stored as ``bakeoff_run_id``.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import time
+from typing import Any, Callable
+
+import oci
+from oci.exceptions import ServiceError
+
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError, poll_until_reachable
+from bakeoff.providers.rest import TAG_PORT, resolve_address
+from bakeoff.serving import userdata
+
+log = logging.getLogger(__name__)
+
+CONN_ID = "oci_default"
+# where each config field lives in the Airflow connection, for the "incomplete" error
+CONN_FIELDS = {"user": "login (user OCID)", "key_file": "password (API signing key PEM)",
+               "key_content": "password (API signing key PEM)", "tenancy": "extra.tenancy",
+               "fingerprint": "extra.fingerprint", "region": "extra.region"}
+STATES = {"PROVISIONING": "pending", "STARTING": "pending", "MOVING": "pending", "CREATING_IMAGE": "running",
+          "RUNNING": "running", "STOPPING": "failed", "STOPPED": "failed",
+          "TERMINATING": "terminated", "TERMINATED": "terminated"}
+GONE = ("TERMINATING", "TERMINATED")
+TAG_PREFIX = "bakeoff"
+
+
+# freeform tags ------------------------------------------------------------------------------
+def encode_tags(tags: dict[str, str]) -> dict[str, str]:
+    """``bakeoff:run_id`` -> ``bakeoff_run_id`` (freeform tag keys: no ':' or '.'); values up to 256 chars."""
+    return {k.replace(":", "_").replace(".", "_"): str(v)[:256] for k, v in tags.items()}
+
+
+def decode_tags(tags: dict[str, str] | None) -> dict[str, str]:
+    return {(f"{TAG_PREFIX}:{k[len(TAG_PREFIX) + 1:]}" if k.startswith(f"{TAG_PREFIX}_") else k): v
+            for k, v in (tags or {}).items()}
+
+
+def retry_token(run_id: str, target_slug: str, placement: str) -> str:
+    """OCI dedupes a create by this (at most 64 characters) for about a day."""
+    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}".encode()).hexdigest()[:64]
+
+
+def nsg_name(run_id: str, target_slug: str) -> str:
+    return f"bakeoff-{retry_token(run_id, target_slug, 'nsg')[:20]}"
+
+
+def region_of(ocid: str, default: str) -> str:
+    """The region an OCID names (``ocid1.instance.oc1.iad.<id>`` -> us-ashburn-1), else ``default``."""
+    parts = ocid.split(".")
+    code = parts[3] if len(parts) >= 5 else ""
+    if code and oci.regions.is_region(code):
+        return code
+    if code and oci.regions.is_region_short_name(code):
+        return oci.regions.get_region_from_short_name(code)
+    return default
+
+
+def is_capacity(e: ServiceError) -> bool:
+    msg = (e.message or "").lower()
+    return (e.status == 500 and "out of host capacity" in msg) or e.status == 429 or e.code == "LimitExceeded" \
+        or "capacity" in msg
+
+
+def _config(creds: dict[str, Any]) -> dict[str, Any]:
+    """The SDK config from the connection's fields; a clear error (never the key) when it is incomplete."""
+    config = {k: creds[k] for k in ("user", "fingerprint", "tenancy", "region", "key_content", "key_file", "pass_phrase")
+              if creds.get(k)}
+    if "\\n" in config.get("key_content", "") and "\n" not in config["key_content"]:
+        config["key_content"] = config["key_content"].replace("\\n", "\n")   # a PEM pasted with escaped newlines
+    try:
+        oci.config.validate_config(dict(config))
+    except oci.exceptions.InvalidConfig as e:
+        problems = sorted({f"{CONN_FIELDS.get(k, k)} {why}" for k, why in e.errors.items()})
+        raise ProviderError(f"oci: the {CONN_ID} Airflow connection is incomplete: {', '.join(problems)}. Set login = "
+                            "user OCID, password = the API signing key (PEM), extra = {tenancy, fingerprint, region, "
+                            "compartment_id}") from None
+    return config
+
+
+class OciProvider(Provider):
+    name = "oci"
+
+    def __init__(self, credentials: dict[str, Any] | None = None, **options: Any):
+        creds = dict(credentials or {})
+        self.config = _config(creds)
+        self.service_endpoint = creds.get("service_endpoint")
+        self.address_map_url = creds.get("address_map_url")
+        self.default_region = self.config["region"]
+        self.default_compartment = creds.get("compartment_id") or self.config["tenancy"]
+        self.poll_s = float(creds["poll_s"]) if creds.get("poll_s") else None
+        self.backoff_s = float(creds.get("backoff_s", 2.0))
+        self.regions = list(dict.fromkeys([*(creds.get("regions") or []), self.default_region]))
+        self._compartments = [self.default_compartment]
+        try:
+            self._signer = oci.signer.Signer(
+                tenancy=self.config["tenancy"], user=self.config["user"], fingerprint=self.config["fingerprint"],
+                private_key_file_location=self.config.get("key_file"), pass_phrase=self.config.get("pass_phrase"),
+                private_key_content=self.config.get("key_content"))
+        except Exception:  # noqa: BLE001 - cryptography's errors vary by key type; never echo the key
+            raise ProviderError(f"oci: the API signing key in the {CONN_ID} connection's password is not a readable "
+                                "PEM private key (or it needs extra.pass_phrase)") from None
+        self._retry = oci.retry.RetryStrategyBuilder(
+            max_attempts=5, total_elapsed_time_seconds=120, retry_max_wait_between_calls_seconds=10,
+            retry_base_sleep_time_seconds=max(0.01, self.backoff_s / 2), service_error_retry_on_any_5xx=True,
+            service_error_retry_config={429: []}).get_retry_strategy()
+        self._clients: dict[tuple[str, str], Any] = {}
+
+    def _client(self, kind: str, region: str):
+        key = (kind, region)
+        if key not in self._clients:
+            cls = {"compute": oci.core.ComputeClient, "network": oci.core.VirtualNetworkClient,
+                   "identity": oci.identity.IdentityClient}[kind]
+            kw: dict[str, Any] = {"signer": self._signer, "retry_strategy": self._retry,
+                                  # capacity refusals are 500s: they must not trip the SDK's circuit breaker
+                                  "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy()}
+            if self.service_endpoint:
+                kw["service_endpoint"] = self.service_endpoint
+            self._clients[key] = cls({**self.config, "region": region}, **kw)
+        return self._clients[key]
+
+    # placement ------------------------------------------------------------------------------
+    def _require(self, target) -> None:
+        opts, where = target.provider_options, f"targets.{target.name}.provider_options"
+        if not opts.ingress_cidr:
+            raise ProviderError(f"{where}.ingress_cidr: set the CIDR the benchmark client reaches the node from "
+                                "(e.g. 203.0.113.7/32); the node's network security group opens only to it")
+        if not opts.subnet_ocid:
+            raise ProviderError(f"{where}.subnet_ocid: set the OCID of a public subnet (one whose VNICs may have a "
+                                "public IP, with an internet gateway route) in the region to launch in")
+
+    def region_for(self, target) -> str:
+        """The subnet's region: OCI subnets are regional, so a target cannot fail over to another region."""
+        opts = target.provider_options
+        subnet_region = region_of(opts.subnet_ocid or "", "")
+        if len(opts.regions) > 1:
+            raise ProviderError(f"targets.{target.name}.provider_options.regions: an OCI target launches in its "
+                                "subnet's region only; list one region and fail over with availability_domains")
+        if opts.regions and subnet_region and opts.regions[0] != subnet_region:
+            raise ProviderError(f"targets.{target.name}.provider_options.regions: subnet_ocid is in {subnet_region}, "
+                                f"not {opts.regions[0]}; use a subnet of that region or change the region")
+        return (list(opts.regions) or [subnet_region or self.default_region])[0]
+
+    def availability_domains(self, target, region: str) -> list[str]:
+        """The plan's ordered domains, else every domain of the region."""
+        if target.provider_options.availability_domains:
+            return list(target.provider_options.availability_domains)
+        try:
+            ads = self._client("identity", region).list_availability_domains(self.config["tenancy"]).data
+        except ServiceError as e:
+            raise ProviderError(f"oci: cannot list availability domains in {region} ({e.status} {e.code}); set "
+                                f"targets.{target.name}.provider_options.availability_domains") from None
+        return [ad.name for ad in ads]
+
+    def _image(self, target, compartment: str, region: str) -> str:
+        """The plan's image, else the newest platform image OCI lists for the shape."""
+        opts = target.provider_options
+        if opts.image_ocid:
+            return opts.image_ocid
+        images = self._client("compute", region).list_images(
+            compartment, shape=target.instance_type, sort_by="TIMECREATED", sort_order="DESC",
+            lifecycle_state="AVAILABLE", limit=1).data
+        if not images:
+            raise ProviderError(f"oci: no image lists {target.instance_type} as compatible in {region}; set "
+                                f"targets.{target.name}.provider_options.image_ocid (an image with Docker and the GPU driver)")
+        log.info("oci: using platform image %s (%s) for %s", images[0].display_name, images[0].id, target.slug)
+        return images[0].id
+
+    def _ensure_nsg(self, target, run_id: str, compartment: str, region: str, tags: dict[str, str]) -> str:
+        """The run+target's security group, found by name on a retry, with only the serving and agent ports open."""
+        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+        net, opts = self._client("network", region), target.provider_options
+        try:
+            vcn = net.get_subnet(opts.subnet_ocid).data.vcn_id
+        except ServiceError as e:
+            raise ProviderError(f"targets.{target.name}.provider_options.subnet_ocid: subnet {opts.subnet_ocid} "
+                                f"not found ({e.status} {e.code}); check the OCID and the connection's policies") from None
+        name = nsg_name(run_id, target.slug)
+        found = [g for g in oci.pagination.list_call_get_all_results(
+            net.list_network_security_groups, compartment_id=compartment, vcn_id=vcn, display_name=name).data
+            if g.lifecycle_state not in GONE]
+        nsg = found[0] if found else net.create_network_security_group(
+            oci.core.models.CreateNetworkSecurityGroupDetails(
+                compartment_id=compartment, vcn_id=vcn, display_name=name, freeform_tags=tags)).data
+        have = {(r.source, r.tcp_options.destination_port_range.min) for r in oci.pagination.list_call_get_all_results(
+            net.list_network_security_group_security_rules, nsg.id, direction="INGRESS").data
+            if r.tcp_options and r.tcp_options.destination_port_range}
+        want = [p for p in (target.stack_spec.port, AGENT_PORT) if (opts.ingress_cidr, p) not in have]
+        if want:
+            net.add_network_security_group_security_rules(nsg.id, oci.core.models.AddNetworkSecurityGroupSecurityRulesDetails(
+                security_rules=[_ingress_rule(opts.ingress_cidr, p) for p in want]))
+        return nsg.id
+
+    # Provider interface -----------------------------------------------------------------------
+    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+        self._require(target)
+        opts = target.provider_options
+        region, compartment = self.region_for(target), opts.compartment_id or self.default_compartment
+        if compartment not in self._compartments:
+            self._compartments.append(compartment)
+        existing = next((i for i in self._list(run_id, [region], [compartment]) if i.target == target.slug), None)
+        if existing:
+            log.info("oci: %s already has instance %s for run %s; reusing it", target.slug, existing.id, run_id)
+            return existing
+        shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
+        script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
+                                 ingress_cidr=opts.ingress_cidr, agent=spec.get("agent"),
+                                 expires_at=spec.get("expires_at"))
+        tags = encode_tags({**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)})
+        image = self._image(target, compartment, region)
+        nsg = self._ensure_nsg(target, run_id, compartment, region, tags)
+        tried: list[str] = []
+        for ad in self.availability_domains(target, region):
+            try:
+                return self._launch(target, run_id, ad, region, compartment, image, nsg, script, tags)
+            except ServiceError as e:
+                if not is_capacity(e):
+                    raise ProviderError(f"oci: LaunchInstance {target.instance_type} in {ad} failed: {e.status} "
+                                        f"{e.code}: {e.message}") from None
+                log.warning("oci: no capacity for %s in %s (%s); trying the next availability domain",
+                            target.instance_type, ad, e.code)
+                tried.append(f"{ad} ({e.code}: {e.message})")
+        self._drop_nsg(run_id, target.slug, compartment, region)
+        raise CapacityError(
+            f"oci: no capacity for {target.instance_type} in {region}; tried {', '.join(tried) or 'no availability domain'}. "
+            f"Add availability_domains to targets.{target.name}.provider_options, ask Oracle for a service limit "
+            "increase or a capacity reservation, or try later")
+
+    def _launch(self, target, run_id: str, ad: str, region: str, compartment: str, image: str, nsg: str,
+                script: str, tags: dict[str, str]) -> Instance:
+        """One LaunchInstance; a lost answer or a 5xx is retried with the same token (no second node)."""
+        opts = target.provider_options
+        token = retry_token(run_id, target.slug, ad)
+        details = oci.core.models.LaunchInstanceDetails(
+            availability_domain=ad, compartment_id=compartment, shape=target.instance_type,
+            display_name=f"bakeoff-{target.slug}-{token[:8]}", freeform_tags=tags,
+            metadata={"user_data": base64.b64encode(script.encode()).decode()},
+            source_details=oci.core.models.InstanceSourceViaImageDetails(image_id=image, boot_volume_size_in_gbs=opts.root_volume_gb),
+            create_vnic_details=oci.core.models.CreateVnicDetails(subnet_id=opts.subnet_ocid, assign_public_ip=True,
+                                                                  nsg_ids=[nsg]))
+        compute = self._client("compute", region)
+        for attempt in range(4):
+            try:
+                raw = compute.launch_instance(details, opc_retry_token=token,
+                                              retry_strategy=oci.retry.NoneRetryStrategy()).data
+                break
+            except ServiceError as e:
+                if is_capacity(e) or e.status < 500 or attempt == 3:
+                    raise
+            except (oci.exceptions.RequestException, oci.exceptions.ConnectTimeout) as e:
+                if attempt == 3:
+                    raise ProviderError(f"oci: LaunchInstance in {ad} kept failing ({type(e).__name__}); try again later") from None
+            time.sleep(self.backoff_s * 2 ** attempt)
+        log.info("oci: launched %s (%s) in %s for %s", raw.id, target.instance_type, ad, target.slug)
+        return self._to_instance(raw)
+
+    def _public_ip(self, raw) -> str | None:
+        region = region_of(raw.id, self.default_region)
+        attachments = self._client("compute", region).list_vnic_attachments(raw.compartment_id, instance_id=raw.id).data
+        for a in attachments:
+            if a.lifecycle_state == "ATTACHED":
+                ip = self._client("network", region).get_vnic(a.vnic_id).data.public_ip
+                if ip:
+                    return ip
+        return None
+
+    def _to_instance(self, raw) -> Instance:
+        tags = decode_tags(raw.freeform_tags)
+        state = STATES.get(raw.lifecycle_state, "pending")
+        port = int(tags[TAG_PORT]) if tags.get(TAG_PORT, "").isdigit() else None
+        host = agent_port = None
+        if state == "running":
+            host, port, agent_port = resolve_address(self.address_map_url, self.name, raw.id, self._public_ip(raw), port)
+        return Instance(
+            provider=self.name, id=raw.id, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
+            host=host, port=port, instance_type=raw.shape or "", region=region_of(raw.id, self.default_region),
+            launched_at=raw.time_created.timestamp() if raw.time_created else None,
+            expires_at=float(tags[TAG_EXPIRES]) if tags.get(TAG_EXPIRES, "").isdigit() else None, tags=tags,
+            details={"oci_state": raw.lifecycle_state, "availability_domain": raw.availability_domain,
+                     "compartment_id": raw.compartment_id, "agent_port": agent_port})
+
+    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
+        return poll_until_reachable(
+            self, instance, timeout_s, self.poll_s or min(5.0, max(0.2, timeout_s / 50)),
+            ended=lambda i: i.state in ("terminated", "failed"), status=lambda i: i.details.get("oci_state"))
+
+    def _get(self, instance_id: str):
+        try:
+            return self._client("compute", region_of(instance_id, self.default_region)).get_instance(instance_id).data
+        except ServiceError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def describe(self, instance_id: str) -> Instance | None:
+        raw = self._get(instance_id)
+        return self._to_instance(raw) if raw is not None else None
+
+    def terminate(self, instance_id: str) -> bool:
+        """Terminate with the boot volume; then drop the target's security group if no VNIC is left in it."""
+        raw = self._get(instance_id)
+        if raw is None or raw.lifecycle_state in GONE:
+            return False
+        region = region_of(instance_id, self.default_region)
+        try:
+            self._client("compute", region).terminate_instance(instance_id, preserve_boot_volume=False)
+        except ServiceError as e:
+            if e.status == 404:
+                return False
+            raise
+        log.info("oci: terminated %s", instance_id)
+        tags = decode_tags(raw.freeform_tags)
+        if tags.get(TAG_RUN) and tags.get(TAG_TARGET):
+            self._drop_nsg(tags[TAG_RUN], tags[TAG_TARGET], raw.compartment_id, region)
+        return True
+
+    def _list(self, run_id: str | None, regions: list[str], compartments: list[str]) -> list[Instance]:
+        out: dict[str, Instance] = {}
+        for region in dict.fromkeys(regions):
+            for comp in dict.fromkeys(compartments):
+                for raw in oci.pagination.list_call_get_all_results(self._client("compute", region).list_instances, comp).data:
+                    tags = decode_tags(raw.freeform_tags)
+                    if raw.lifecycle_state in GONE or TAG_RUN not in tags or (run_id and tags[TAG_RUN] != run_id):
+                        continue
+                    if raw.id not in out:
+                        out[raw.id] = self._to_instance(raw)
+        return list(out.values())
+
+    def list_tagged(self, run_id: str | None = None) -> list[Instance]:
+        """Live bakeoff instances in the connection's regions and compartment (and any this provider launched in)."""
+        return self._list(run_id, self.regions, self._compartments)
+
+    def console_output(self, instance_id: str) -> str | None:
+        """OCI's console history is an asynchronous capture; the node agent supplies the boot and serving logs."""
+        return None
+
+    # network security groups ------------------------------------------------------------------
+    def _nsgs(self, region: str, compartment: str, name: str | None = None) -> list:
+        net = self._client("network", region)
+        kw = {"display_name": name} if name else {}
+        return [g for g in oci.pagination.list_call_get_all_results(
+            net.list_network_security_groups, compartment_id=compartment, **kw).data if g.lifecycle_state not in GONE]
+
+    def _delete_if_empty(self, region: str, nsg) -> bool:
+        """Delete the group unless a VNIC is still in it (a terminating node's): the next pass gets it."""
+        net = self._client("network", region)
+        if oci.pagination.list_call_get_all_results(net.list_network_security_group_vnics, nsg.id).data:
+            log.info("oci: security group %s still has VNICs; leaving it for the next pass", nsg.id)
+            return False
+        try:
+            net.delete_network_security_group(nsg.id)
+        except ServiceError as e:
+            if e.status == 404:
+                return False
+            log.info("oci: security group %s not deleted yet (%s %s)", nsg.id, e.status, e.code)
+            return False
+        log.info("oci: deleted security group %s", nsg.id)
+        return True
+
+    def _drop_nsg(self, run_id: str, slug: str, compartment: str, region: str) -> None:
+        for nsg in self._nsgs(region, compartment, nsg_name(run_id, slug)):
+            self._delete_if_empty(region, nsg)
+
+    def cleanup(self, select: Callable[[dict[str, str]], bool]) -> list[str]:
+        """Delete the per-run security groups whose tags ``select`` picks (ended or expired runs); a group
+        still holding a VNIC is left for the next pass."""
+        deleted = []
+        for region in self.regions:
+            for comp in dict.fromkeys(self._compartments):
+                for nsg in self._nsgs(region, comp):
+                    tags = decode_tags(nsg.freeform_tags)
+                    if TAG_RUN in tags and select(tags) and self._delete_if_empty(region, nsg):
+                        deleted.append(nsg.id)
+        return deleted
+
+
+def _ingress_rule(cidr: str, port: int):
+    return oci.core.models.AddSecurityRuleDetails(
+        direction="INGRESS", protocol="6", source=cidr, source_type="CIDR_BLOCK", is_stateless=False,
+        description=f"bakeoff: port {port} from the benchmark client",
+        tcp_options=oci.core.models.TcpOptions(destination_port_range=oci.core.models.PortRange(min=port, max=port)))
