@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import time
 from typing import Any
 
 import boto3
@@ -148,10 +147,7 @@ class AwsProvider(Provider):
             if inst.target == target.slug:
                 log.info("aws: %s already has instance %s for run %s; reusing it", target.slug, inst.id, run_id)
                 return inst
-        shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
-        script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
-                                 ingress_cidr=opts.ingress_cidr, agent=spec.get("agent"),
-                                 expires_at=spec.get("expires_at"))
+        script = userdata.render_for(target, spec)
         tags = {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
         tried: list[str] = []
         for region, zone in self.placements(target):

@@ -220,10 +220,7 @@ class OciProvider(Provider):
         if existing:
             log.info("oci: %s already has instance %s for run %s; reusing it", target.slug, existing.id, run_id)
             return existing
-        shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
-        script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
-                                 ingress_cidr=opts.ingress_cidr, agent=spec.get("agent"),
-                                 expires_at=spec.get("expires_at"))
+        script = userdata.render_for(target, spec)
         tags = encode_tags({**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)})
         image = self._image(target, compartment, region)
         nsg = self._ensure_nsg(target, run_id, compartment, region, tags)

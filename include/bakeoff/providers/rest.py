@@ -227,10 +227,7 @@ class RestProvider(Provider):
         if existing:
             log.info("%s: %s already has node %s for run %s; reusing it", self.name, target.slug, existing.id, run_id)
             return existing
-        shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
-        script = userdata.render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
-                                 ingress_cidr=opts.ingress_cidr, agent=spec.get("agent"),
-                                 expires_at=spec.get("expires_at"))
+        script = userdata.render_for(target, spec)
         all_tags = encode_tags({**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)})
         tried = []
         for region in list(opts.regions) or self.default_regions(target):

@@ -104,7 +104,7 @@ class Clouds(LoopbackServer):
             return _json({"error": "Invalid API token.", "status": 401}, 401)(environ, start_response)
         with cloud.lock:
             cloud.requests += 1
-            injected = _take_fault(cloud.fail_queue, req.method)
+            injected = take_fault(cloud.fail_queue, req.method)
         if injected:
             resp = _json({"error": "sandbox: injected failure", "status": injected}, injected)
             if injected == 429:
@@ -294,7 +294,7 @@ class Clouds(LoopbackServer):
         return _json({"ok": True})
 
 
-def _take_fault(queue: list[int | str], method: str) -> int | None:
+def take_fault(queue: list[int | str], method: str) -> int | None:
     """Pop the first injected failure that applies to this request's method."""
     for i, f in enumerate(queue):
         m, _, status = str(f).rpartition(":")

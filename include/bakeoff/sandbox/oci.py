@@ -28,6 +28,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.clouds import take_fault
 from bakeoff.sandbox.httpd import LoopbackServer
 
 REGION, REGION_CODE = "us-ashburn-1", "iad"
@@ -127,7 +128,7 @@ class FakeOci(LoopbackServer):
                                                             "was not provided."))(environ, start_response)
         with self.lock:
             self.requests += 1
-            injected = _take_fault(self.fail_queue, req.method)
+            injected = take_fault(self.fail_queue, req.method)
         if injected:
             return _error(OciError(injected, "TooManyRequests" if injected == 429 else "InternalServerError",
                                    "sandbox: injected failure"))(environ, start_response)
@@ -402,15 +403,6 @@ def _required(req: Request, name: str) -> str:
     if not value:
         raise OciError(400, "MissingParameter", f"Missing required parameter {name}")
     return value
-
-
-def _take_fault(queue: list[int | str], method: str) -> int | None:
-    for i, f in enumerate(queue):
-        m, _, status = str(f).rpartition(":")
-        if not m or m == method:
-            del queue[i]
-            return int(status)
-    return None
 
 
 def _json(obj: Any, status: int = 200) -> Response:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 
 from bakeoff import catalog
 from bakeoff.serving import power
@@ -228,6 +229,15 @@ unset {KEY_VAR}
         raise ValueError(f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over the clouds' "
                          f"{MAX_BYTES}-byte user-data limit; shorten env, engine_args or the image name")
     return script
+
+
+def render_for(target, spec: dict) -> str:
+    """The boot script a provider's create() sends: the pipeline's spec carries the key, the expiry,
+    the kill-switch delay from the budget estimate and the staged client bundle."""
+    shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
+    return render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
+                  ingress_cidr=target.provider_options.ingress_cidr, agent=spec.get("agent"),
+                  expires_at=spec.get("expires_at"))
 
 
 def target_from_userdata(script: str) -> dict | None:

@@ -8,7 +8,6 @@ measures it. Routes: POST /v1/completions, /v1/chat/completions; GET /v1/models,
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import json
