@@ -44,6 +44,13 @@ def check_arg(v: str) -> str:
     return v
 
 
+def _each(values: list[str], pattern: str, problem: str) -> list[str]:
+    for x in values:
+        if not re.fullmatch(pattern, x):
+            raise ValueError(f"{x!r} {problem}")
+    return values
+
+
 class ProviderOptions(Strict):
     """Where and how a target's node is provisioned. Cloud-specific fields are ignored by other clouds.
 
@@ -81,18 +88,12 @@ class ProviderOptions(Strict):
     @field_validator("regions", "zones", "security_group_ids", "ssh_key_ids")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
-        for x in v:
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", x):
-                raise ValueError(f"{x!r} is not a valid region/zone/id; use letters, digits, - and _")
-        return v
+        return _each(v, r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", "is not a valid region/zone/id; use letters, digits, - and _")
 
     @field_validator("availability_domains")
     @classmethod
     def _ads(cls, v: list[str]) -> list[str]:
-        for x in v:
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", x):
-                raise ValueError(f"{x!r} is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1")
-        return v
+        return _each(v, r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", "is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1")
 
     @field_validator("os_image")
     @classmethod
