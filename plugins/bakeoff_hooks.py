@@ -58,12 +58,17 @@ def aws_credentials(conn_id: str = CONN_IDS["aws"]) -> dict[str, Any]:
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook  # noqa: PLC0415
     hook = AwsBaseHook(aws_conn_id=conn_id, client_type="ec2")
     extra = hook.conn_config.extra_config or {}
-    creds: dict[str, Any] = {"session": hook.get_session(), "endpoint_url": hook.conn_config.endpoint_url}
+    return {"session": hook.get_session(), "endpoint_url": hook.conn_config.endpoint_url, **_reach_extras(extra)}
+
+
+def _reach_extras(extra: dict[str, Any]) -> dict[str, Any]:
+    """Where nodes are reached from the worker (the sandbox's address map) and which regions to scan."""
+    out: dict[str, Any] = {}
     if extra.get("bakeoff_address_map_url"):
-        creds["address_map_url"] = extra["bakeoff_address_map_url"]
+        out["address_map_url"] = extra["bakeoff_address_map_url"]
     if extra.get("bakeoff_regions"):
-        creds["regions"] = list(extra["bakeoff_regions"])
-    return creds
+        out["regions"] = list(extra["bakeoff_regions"])
+    return out
 
 
 def rest_credentials(provider: str, conn_id: str | None = None) -> dict[str, Any]:
@@ -90,11 +95,7 @@ def oci_credentials(conn_id: str = CONN_IDS["oci"]) -> dict[str, Any]:
     for key in ("tenancy", "fingerprint", "region", "compartment_id", "service_endpoint", "pass_phrase", "poll_s", "backoff_s"):
         if extra.get(key):
             creds[key] = extra[key]
-    if extra.get("bakeoff_address_map_url"):
-        creds["address_map_url"] = extra["bakeoff_address_map_url"]
-    if extra.get("bakeoff_regions"):
-        creds["regions"] = list(extra["bakeoff_regions"])
-    return creds
+    return {**creds, **_reach_extras(extra)}
 
 
 def resolve(provider: str) -> dict[str, Any]:

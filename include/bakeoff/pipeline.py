@@ -91,13 +91,12 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
     tdir = store.target_dir(plan.name, rid, target.slug)
     store.write_json(tdir / "instance.json", inst.to_dict())
     _target_step(run_dir, slug, "provision", instance_id=inst.id, launched_at=inst.launched_at or time.time(),
-                 client_mode=target.client_mode, client_bundle=agent["sha256"] if agent else None)
+                 client_bundle=agent["sha256"] if agent else None)
     faults.maybe_fail("after_create", target)
     faults.maybe_fail("ready_timeout", target)
     inst = provider.wait_ready(inst, timeout_s=target.provider_options.get("ready_timeout_s", 1800))
-    if agent and inst.host:
-        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
-        inst.details["agent_url"] = f"http://{inst.host}:{inst.details.get('agent_port') or AGENT_PORT}"
+    if agent and inst.host and inst.details.get("agent_port"):     # the provider resolved where it is reached
+        inst.details["agent_url"] = f"http://{inst.host}:{inst.details['agent_port']}"
     store.write_json(tdir / "instance.json", inst.to_dict())
     return inst.to_dict()
 

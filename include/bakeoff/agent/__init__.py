@@ -6,3 +6,4 @@ starts ``python -m bakeoff agent`` on AGENT_PORT, firewalled to the plan's CIDR 
 port and authenticated with the run's per-target key.
 """
 AGENT_PORT = 8089
+FILE_FIELDS = ("source_path", "trace_path")    # workload fields naming a file: a job carries its text

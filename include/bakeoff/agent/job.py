@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff import store
+from bakeoff.agent import FILE_FIELDS
 from bakeoff.agent.remote import AgentClient, AgentError, run_job
 
 log = logging.getLogger(__name__)
-FILE_FIELDS = ("source_path", "trace_path")
 MAX_INLINE_BYTES = 64 * 1024 * 1024
 AGENT_START_S = 900.0     # the bundle's packages install while the serving image pulls
 

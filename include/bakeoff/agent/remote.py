@@ -42,14 +42,17 @@ class AgentClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _get(self, path: str, **kw: Any) -> httpx.Response:
+    def _call(self, method: str, path: str, ok: int = 200, **kw: Any) -> httpx.Response:
         try:
-            r = self._http.get(path, **kw)
+            r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
             raise AgentError(f"node agent at {self.url} unreachable ({type(e).__name__})") from None
-        if r.status_code != 200:
-            raise AgentError(f"node agent: GET {path} answered {r.status_code}: {r.text[:200]}")
+        if r.status_code != ok:
+            raise AgentError(f"node agent: {method} {path} answered {r.status_code}: {r.text[:300]}")
         return r
+
+    def _get(self, path: str, **kw: Any) -> httpx.Response:
+        return self._call("GET", path, **kw)
 
     def health(self) -> dict[str, Any]:
         return self._get("/agent/health").json()
@@ -66,13 +69,7 @@ class AgentClient:
             time.sleep(poll_s)
 
     def submit(self, job: dict[str, Any]) -> dict[str, Any]:
-        try:
-            r = self._http.post("/agent/jobs", json=job)
-        except httpx.HTTPError as e:
-            raise AgentError(f"node agent at {self.url} unreachable ({type(e).__name__})") from None
-        if r.status_code != 202:
-            raise AgentError(f"node agent refused the job ({r.status_code}): {r.text[:300]}")
-        return r.json()
+        return self._call("POST", "/agent/jobs", ok=202, json=job).json()
 
     def status(self, job_id: str) -> dict[str, Any]:
         return self._get(f"/agent/jobs/{job_id}").json()

@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bakeoff.agent import FILE_FIELDS
 from bakeoff.serving.power import PowerFile
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Agent:
             for name, text in (job.get("files") or {}).items():
                 (inputs / name).write_text(text)
             for i, workload in enumerate(job["workloads"]):
-                workload = {k: (str(inputs / v) if k in ("source_path", "trace_path") and v else v)
+                workload = {k: (str(inputs / v) if k in FILE_FIELDS and v else v)
                             for k, v in workload.items()}
                 self._bench(job, workload, out, i)
                 with self._lock:

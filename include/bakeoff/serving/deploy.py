@@ -61,7 +61,7 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) ->
         raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail) from None
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
     emulated = emulated or bool((info.get("version") or {}).get("emulated"))
-    network = {**measure_rtt(url), "client_mode": target.client_mode} if target.provider not in LOCAL_PROVIDERS else {}
+    network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
     node = {}
     if target.provider not in LOCAL_PROVIDERS + ("static",):
         from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
