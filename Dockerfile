@@ -1,5 +1,6 @@
 # bakeoff's Airflow image: the official Airflow 3.3.2 image (Python 3.11) plus the pinned
-# requirements and the bakeoff library. Used by every Airflow service in docker-compose.yml.
+# requirements (with the FAB auth manager) and the bakeoff library. Used by every service of
+# docker-compose.yml that is not a stock image (the Airflow services and bakeoff-reaper).
 FROM apache/airflow:3.3.2-python3.11
 
 # Exact pins, constrained by the project's full lock so the image resolves what CI tested.
@@ -18,8 +19,10 @@ COPY --chown=airflow:0 scripts/init_secrets.sh scripts/load_settings.sh scripts/
 COPY --chown=airflow:0 config /opt/bakeoff/config
 
 # Mount points of named volumes: a new volume takes this ownership, so no service needs root.
+# One directory per secret: docker-compose.yml mounts each only into the services that use it.
 USER root
-RUN mkdir -p /opt/airflow/secrets /opt/bakeoff-data \
- && chown airflow:0 /opt/airflow/secrets /opt/bakeoff-data \
- && chmod 0770 /opt/airflow/secrets && chmod 0775 /opt/bakeoff-data
+RUN mkdir -p /opt/airflow/secrets/fernet /opt/airflow/secrets/jwt /opt/airflow/secrets/api \
+      /opt/airflow/secrets/admin /opt/bakeoff-data \
+ && chown -R airflow:0 /opt/airflow/secrets /opt/bakeoff-data \
+ && chmod -R 0770 /opt/airflow/secrets && chmod 0775 /opt/bakeoff-data
 USER airflow

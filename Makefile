@@ -18,12 +18,16 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: demo test ui venv system-deps airflow-db distributed clean
 
-## demo: a whole bake-off on the local provider (emulated hardware), ending with a report
+## demo: a whole bake-off on the local provider (emulated hardware), ending with a report; exits
+## non-zero when the DAG run failed. PLAN is an installed plan's name or a plan file (its folder is
+## then the DAG's plan folder for this run).
 demo: venv airflow-db
-	@start=$$(date +%s); \
-	$(VENV)/bin/airflow dags test bakeoff --conf '{"plan": "$(PLAN)"}' > $(BAKEOFF_DATA)/demo-dag-test.log 2>&1; rc=$$?; \
+	@start=$$(date +%s); plan='$(PLAN)'; \
+	if [ -f "$$plan" ]; then export BAKEOFF_PLANS="$$(cd "$$(dirname "$$plan")" && pwd)"; plan="$$(basename "$$plan" .yaml)"; fi; \
+	$(VENV)/bin/airflow dags test bakeoff --conf "{\"plan\": \"$$plan\"}" > $(BAKEOFF_DATA)/demo-dag-test.log 2>&1; rc=$$?; \
 	echo "DAG run finished in $$(( $$(date +%s) - start )) s (log: $(BAKEOFF_DATA)/demo-dag-test.log)"; \
-	$(PY) -m bakeoff summary --plan $(PLAN); exit $$rc
+	$(PY) -m bakeoff summary --plan '$(PLAN)'; \
+	if [ $$rc -ne 0 ]; then echo "the DAG run failed (exit $$rc): its failed tasks are in the log named above" >&2; fi; exit $$rc
 
 ## test: the whole test suite (installs Python and Debian test dependencies first)
 test: venv system-deps

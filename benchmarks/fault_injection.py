@@ -15,6 +15,15 @@ finds the node by its expiry tag (its pass is timed after max_instance_hours). N
 from the fake clouds' own state, not through the providers. Then the budget guard is shown
 refusing an over-cap plan before any cloud API call.
 
+The Airflow-dies rows (one per cloud, plus OCI in a second compartment and region) SIGKILL the
+scheduler and the worker right after the node exists: no teardown, no sweep, no Airflow reaper.
+What is left is the node's own kill switch and the independent reaper (``reaper.reap_loop``, what
+``bakeoff reap --loop`` runs, every REAPER_INTERVAL_S). The sandbox clock then runs forward to the
+node's expiry, and the fakes' meters say how many node-minutes each cloud billed after the kill:
+at most the kill-switch horizon where the node ends its own billing (EC2 terminate-on-shutdown,
+OCI self-delete), at most the horizon plus one reaper interval where a stopped node bills on
+(Vultr, DigitalOcean), and no node left at the end.
+
     .venv/bin/python benchmarks/fault_injection.py
 """
 from __future__ import annotations
@@ -36,14 +45,17 @@ os.environ.setdefault("BAKEOFF_DATA", _OWN_DATA or "")
 from bakeoff import budget, pipeline, reaper  # noqa: E402
 from bakeoff.plan import load_plan  # noqa: E402
 from bakeoff.sandbox import Sandbox  # noqa: E402
+from bakeoff.sandbox import oci as fake_oci  # noqa: E402
 
 STAGES = [("launch", "launch"), ("capacity error", None), ("after create", "after_create"),
           ("ready timeout", "ready_timeout"), ("deploy crash", "deploy"), ("mid-benchmark exception", "benchmark"),
           ("report failure", "report"), ("worker SIGKILL mid-run", None)]
 PROVIDERS = ["aws", "vultr", "digitalocean", "oci"]
+REAPER_INTERVAL_S = 300          # the independent reaper's interval (the compose service's and the cron line's)
+OCI_ELSEWHERE = "oci (2nd compartment + region)"
 
 
-def plan_file(provider: str, fault: str | None, workdir: Path) -> Path:
+def plan_file(provider: str, fault: str | None, workdir: Path, elsewhere: bool = False) -> Path:
     """A one-target plan per provider, derived from the sandbox plan (small workload: the point is teardown)."""
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     by_provider = {t["provider"]: t for t in raw["targets"]}
@@ -55,10 +67,14 @@ def plan_file(provider: str, fault: str | None, workdir: Path) -> Path:
         t = by_provider[provider]
     t = json.loads(json.dumps(t))
     t["provider_options"]["inject_fault"] = fault
+    if elsewhere:   # where the connection's compartment and region do not look
+        t["provider_options"].update(compartment_id=fake_oci.COMPARTMENT_2, subnet_ocid=fake_oci.SUBNET_2,
+                                     regions=[fake_oci.SECOND_REGION],
+                                     availability_domains=fake_oci.ADS_BY_REGION[fake_oci.SECOND_REGION][:2])
     raw.update(name=f"faults-{provider}", targets=[t])
     raw["workloads"][0].update(concurrency=[4], requests_per_point=8, warmup_requests=0)
     raw["quality"]["accuracy"]["eval_size"] = 16
-    path = workdir / f"faults-{provider}-{fault or 'none'}.yaml"
+    path = workdir / f"faults-{provider}-{fault or 'none'}{'-elsewhere' if elsewhere else ''}.yaml"
     path.write_text(json.dumps(raw))
     return path
 
@@ -126,6 +142,53 @@ def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: 
             "reaper": after_reaper, "reaped": len(reaped["terminated"]), "reaper_at": "expiry" if killed else "now"}
 
 
+def _airflow_process(sb: Sandbox, code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **sb.env()},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = False) -> dict:
+    """The worker runs the target's whole task group and the scheduler its hourly reaper; both are
+    SIGKILLed once the node exists. Then only the node and the independent reaper act, on the sandbox clock."""
+    cloud = "oci" if elsewhere else provider
+    path = plan_file(cloud, None, workdir, elsewhere)
+    plan = load_plan(path)
+    slug = plan.targets[0].slug
+    run = pipeline.start_run(str(path), f"faults__{provider}__airflow-dies__{time.time_ns()}")
+    before = set(sb.live()[cloud])
+    setup = "from bakeoff import pipeline, reaper, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env)"
+    worker = _airflow_process(sb, f"{setup}; import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+                                  f"from fault_injection import run_dag_like; run_dag_like({run['run_dir']!r}, {slug!r}); "
+                                  f"pipeline.sweep({run['run_dir']!r})")
+    scheduler = _airflow_process(sb, f"{setup}; import time\nwhile True:\n    time.sleep(3600); "
+                                     f"reaper.reap(credentials_fn=sandbox.credentials_from_env)")
+    deadline = time.monotonic() + 120
+    while not set(sb.live()[cloud]) - before and time.monotonic() < deadline and worker.poll() is None:
+        time.sleep(0.05)
+    for proc in (scheduler, worker):
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed_at = sb.clock.now()
+    nodes = sorted(set(sb.live()[cloud]) - before)
+    horizon_s = max((sb.backing.deadline(cloud, n) or killed_at) - killed_at for n in nodes) if nodes else 0.0
+
+    def wait(seconds: float) -> bool:            # the loop's sleep is the sandbox clock running forward
+        sb.clock.advance(seconds)
+        return not (set(sb.live()[cloud]) - before)
+
+    passes = reaper.reap_loop(REAPER_INTERVAL_S, provider_names=[cloud], credentials_fn=sb.credentials, wait=wait,
+                              now_fn=sb.clock.now,
+                              max_passes=int(plan.max_instance_hours * 3600 // REAPER_INTERVAL_S) + 3)
+    billed = sb.billed_minutes(cloud, killed_at)
+    left = len(set(sb.live()[cloud]) - before)
+    horizon = horizon_s / 60
+    bound = horizon + (0 if cloud in ("aws", "oci") else REAPER_INTERVAL_S / 60)
+    return {"provider": OCI_ELSEWHERE if elsewhere else provider, "nodes": len(nodes), "horizon": horizon,
+            "billed": billed, "past": max(0.0, billed - horizon * len(nodes)), "bound": bound * max(1, len(nodes)),
+            "left": left, "passes": passes,
+            "ok": left == 0 and len(nodes) > 0 and billed <= bound * len(nodes) + 0.5}
+
+
 def budget_guard(sb: Sandbox, workdir: Path) -> str:
     raw = load_plan("mi355x-vs-b200").model_dump(mode="json")
     raw["budget_usd"] = 100.0
@@ -159,6 +222,15 @@ def main() -> int:
         leftover = sb.live()
         firewalls = len(sb.clouds.do.firewalls)
         nsgs = len(sb.oci.nsgs)
+    dies = []
+    for provider, elsewhere in [(p, False) for p in PROVIDERS] + [("oci", True)]:
+        # a fresh sandbox per row: its clock starts at the real time the run's expiry tag is counted from
+        with Sandbox(boot_s=0.2) as sb:
+            pipeline.set_credentials_resolver(sb.credentials)
+            dies.append(airflow_dies(sb, provider, workdir, elsewhere))
+        d = dies[-1]
+        print(f"  Airflow dies             {d['provider']:<13} billed {d['billed']:.1f} node-min after the kill, "
+              f"left {d['left']}", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
     shutil.rmtree(workdir, ignore_errors=True)
     if _OWN_DATA:
@@ -171,10 +243,23 @@ def main() -> int:
     ok_reaper = all(r["reaper"] == 0 for r in rows)
     ok_sweep = all(r["sweep"] == 0 for r in rows if not r["stage"].startswith("worker SIGKILL"))
     print(f"\nzero after the reaper in every row: {ok_reaper}; zero after the sweep in every row but SIGKILL: {ok_sweep}")
+    print(f"\nAirflow dies (scheduler and worker SIGKILLed once the node exists; independent reaper every "
+          f"{REAPER_INTERVAL_S // 60} min; sandbox clock run to the node's expiry)\n")
+    print("| cloud | nodes | kill switch | kill-switch horizon (min) | billed node-min after Airflow dies | "
+          "billed past the horizon | goal: billed at most | nodes left at the end | goal met |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    switch = {"aws": "power-off = terminate", "oci": "self-delete (instance principal)"}
+    for d in dies:
+        cloud = "oci" if d["provider"].startswith("oci") else d["provider"]
+        print(f"| {d['provider']} | {d['nodes']} | {switch.get(cloud, 'power-off, then reaper')} | {d['horizon']:.1f} | "
+              f"{d['billed']:.1f} | {d['past']:.1f} | {d['bound']:.1f} | {d['left']} | {d['ok']} |")
+    ok_dies = all(d["ok"] for d in dies)
+    print(f"goal: billed after the kill at most the horizon where the node ends its own billing, the horizon plus "
+          f"one reaper interval where a stopped node bills on; every row met it: {ok_dies}\n")
     print(f"budget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
-    print(f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values())}; "
+    print(f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values()) + sum(d['left'] for d in dies)}; "
           f"DigitalOcean cloud firewalls left: {firewalls}; OCI security groups left: {nsgs}; wall time {wall:.1f} s")
-    return 0 if ok_reaper and ok_sweep else 1
+    return 0 if ok_reaper and ok_sweep and ok_dies else 1
 
 
 if __name__ == "__main__":

@@ -3,11 +3,16 @@
 Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped, one group per
 provider so provisioning takes a slot of the provider's pool):
 provision (setup) -> deploy -> accuracy gate -> benchmark -> terminate (teardown). Then, whatever
-happened: sweep everything tagged with the run, validate, cost, report, publish. A watcher fails
-the run when any step failed, since teardowns and all_done tasks would otherwise hide it, and a
-final all_done task records the outcome in the results store once every step is done.
+happened: sweep everything tagged with the run, validate, cost, report, publish. A watcher notes
+any failed step (teardowns and all_done tasks would otherwise hide it), and a final all_done task
+records the outcome in the results store once every step is done and, being the only leaf, fails
+the DAG run when the run failed.
 """
 from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
 
 import pendulum
 from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, setup, task, task_group, teardown
@@ -16,21 +21,43 @@ from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, setu
 # schedule on one plan's reports.
 REPORTS = AssetAlias("bakeoff-reports")
 
+
+def installed_plans() -> list[str]:
+    """Plan names the trigger form offers: the *.yaml files of $BAKEOFF_PLANS, else include/plans.
+    One directory listing at parse time (the library is not imported while parsing)."""
+    folder = Path(os.environ.get("BAKEOFF_PLANS") or Path(__file__).resolve().parents[1] / "include" / "plans")
+    try:
+        return sorted(p.stem for p in folder.glob("*.yaml") if re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", p.stem))
+    except OSError:
+        return []
+
+
+PLANS = installed_plans()
+
 PARAMS = {
-    "plan": Param(None, type=["null", "string"], title="Plan",
-                  description="Plan name under include/plans or a path. Blank: the Airflow Variable "
-                              "bakeoff_plan, else local-demo.", examples=["local-demo", "mi355x-vs-b200"]),
+    # A choice among the installed plans, never a path: start_run refuses anything else (also in
+    # the Variable bakeoff_plan), since a path would run any YAML file on the worker. The form shows
+    # null as "null" unless labelled, and labels unlisted values like null: label them all.
+    "plan": Param(None, type=["null", "string"], enum=[None, *PLANS], title="Plan",
+                  values_display={"null": "(the scheduled plan: Variable bakeoff_plan)", **{p: p for p in PLANS}},
+                  description="One of the installed plans (include/plans, or $BAKEOFF_PLANS). Blank: the Airflow "
+                              "Variable bakeoff_plan, else local-demo."),
     "targets": Param([], type="array", items={"type": "string"}, title="Targets",
                      description="Subset of the plan's target names; empty runs them all."),
     # Contract prices can also come from the Airflow Variable bakeoff_price_sheet (JSON); these win.
-    "ttft_p99_ms": Param(None, type=["null", "number"], minimum=1, title="SLO: p99 TTFT (ms)"),
-    "tpot_p50_ms": Param(None, type=["null", "number"], minimum=0.1, title="SLO: p50 TPOT (ms)"),
-    "tpot_p99_ms": Param(None, type=["null", "number"], minimum=0.1, title="SLO: p99 TPOT (ms)"),
+    # Bounds match the plan's fields (bakeoff.plan), so the form refuses what the plan would.
+    "ttft_p99_ms": Param(None, type=["null", "number"], minimum=1, maximum=600_000, title="SLO: p99 TTFT (ms)"),
+    "tpot_p50_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p50 TPOT (ms)"),
+    "tpot_p99_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p99 TPOT (ms)"),
     "prices": Param({}, type="object", title="Contract prices",
-                    description='USD per node-hour per target, e.g. {"mi355x-vllm": 40.0}; overrides the catalog.'),
+                    additionalProperties={"type": "number", "exclusiveMinimum": 0, "maximum": 10_000},
+                    description='USD per node-hour per target, e.g. {"mi355x-vllm": 40.0}; overrides the catalog in '
+                                "the cost report. The budget guard still prices each node at least at list."),
     "utilisation": Param(None, type=["null", "number"], minimum=0.01, maximum=1, title="Utilisation",
                          description="Share of paid hours actually serving (cost is divided by it)."),
-    "budget_usd": Param(None, type=["null", "number"], minimum=1, title="Budget cap (USD)"),
+    "budget_usd": Param(None, type=["null", "number"], minimum=1, maximum=100_000, title="Budget cap (USD)",
+                        description="Spend cap for this run; at most the installation ceiling (Airflow Variable "
+                                    "bakeoff_budget_ceiling_usd, default 1000 USD)."),
 }
 
 DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.duration(seconds=20)}
@@ -90,11 +117,19 @@ def bakeoff():
     def start_run() -> dict:
         from airflow.sdk import Variable
 
+        from bakeoff.plan import installed_plan_path
+
         ctx = get_current_context()
         params = ctx["params"]
-        plan = params.get("plan") or Variable.get("bakeoff_plan", default="local-demo")
+        if params.get("plan"):
+            plan = installed_plan_path(params["plan"], "params.plan")
+        else:
+            plan = installed_plan_path(Variable.get("bakeoff_plan", default="local-demo"), "Variable bakeoff_plan")
         sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
-        return _pipeline().start_run(plan, ctx["run_id"], _overrides(params), price_sheet=sheet)
+        # The installation's spend ceiling: no plan or trigger may ask for more (unset: the default).
+        ceiling = Variable.get("bakeoff_budget_ceiling_usd", default=None)
+        return _pipeline().start_run(plan, ctx["run_id"], _overrides(params), price_sheet=sheet,
+                                     budget_ceiling_usd=ceiling)
 
     @task
     def targets_of(run: dict, provider: str) -> list[dict]:
@@ -167,14 +202,21 @@ def bakeoff():
 
     @task(trigger_rule="one_failed", retries=0)
     def watcher(run: dict) -> None:
-        """Fail the DAG run when any step failed: teardowns and all_done tasks would hide it."""
+        """Record that a step failed, so finish fails the DAG run: teardowns and all_done tasks
+        would otherwise hide it."""
         _pipeline().mark_failed(run["run_dir"], "a step failed (see the failed tasks of this DAG run)")
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
-    @task(trigger_rule="all_done")
+    @task(trigger_rule="all_done", retries=0)
     def finish(run: dict) -> str:
-        """Record the outcome once everything is done (the reaper treats the run as ended from here)."""
-        return _pipeline().finish(run["run_dir"])
+        """Record the outcome once everything is done (the reaper treats the run as ended from here),
+        then fail if the run failed: Airflow decides a DAG run's state from its leaves, and this
+        all_done task is the only one, so succeeding here would turn a failed run green."""
+        status = _pipeline().finish(run["run_dir"])
+        if status != "success":
+            raise RuntimeError(f"the bake-off run ended {status}: see the failed tasks of this DAG run; "
+                               f"everything measured is kept under {run['run_dir']}")
+        return status
 
     run = start_run()
     groups = [evaluate_on(p).expand(item=targets_of.override(task_id=f"{p}_targets")(run, p)) for p in PROVIDERS]

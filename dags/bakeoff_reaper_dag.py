@@ -1,7 +1,8 @@
 """bakeoff_reaper: the last line of defence against leaked instances.
 
 Hourly, on every configured provider, terminates instances tagged by bakeoff whose run has ended
-or whose expiry has passed, and logs what it did.
+or whose expiry has passed, and logs what it did. Every cloud is tried; the task fails when any
+cloud (or region) could not be scanned or a node could not be terminated, so a blind pass is never green.
 """
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ def bakeoff_reaper():
 
         from bakeoff import reaper
 
-        return reaper.reap(provider_names=configured_providers(), credentials_fn=masked(resolve))
+        out = reaper.reap(provider_names=configured_providers(), credentials_fn=masked(resolve))
+        if out["errors"]:   # a cloud that could not be scanned may hold billing nodes: the task must not be green
+            raise RuntimeError(f"reaper: {len(out['terminated'])} terminated, but could not scan or terminate: "
+                               + "; ".join(f"{where}: {why}" for where, why in out["errors"].items()))
+        return out
 
     reap()
 

@@ -10,6 +10,9 @@ Connections (secrets stay in Airflow's connection store or the environment, neve
 - ``oci_default`` (conn type generic): login = user OCID, password = the API signing key (PEM);
   extra ``tenancy``, ``fingerprint``, ``region``, ``compartment_id`` (where nodes launch unless a
   plan says), optional ``service_endpoint`` (the sandbox's fake) and ``bakeoff_regions``.
+- ``static_endpoint_<name>``: an existing endpoint a static target names (host: its URL, password:
+  its key). ``huggingface_<name>`` / ``registry_<name>``: serving secrets a target names under
+  ``secrets`` (password: the token). A plan can name no other connection.
 Extra ``bakeoff_address_map_url`` (sandbox, or an SSH/SSM tunnel layer) says where serving ports
 are reached from the worker.
 """
@@ -38,16 +41,9 @@ def _base_url(conn, provider: str) -> str:
     extra = conn.extra_dejson or {}
     if extra.get("base_url"):
         return extra["base_url"]
-    host = (conn.host or "").strip()
+    host = _url(conn)
     if not host:
         return REST_DEFAULT_BASE[provider]
-    if "://" not in host:
-        host = f"{conn.schema or 'https'}://{host}"
-    if conn.port and f":{conn.port}" not in host.split("//", 1)[1]:
-        scheme, rest = host.split("://", 1)
-        netloc, _, path = rest.partition("/")
-        host = f"{scheme}://{netloc}:{conn.port}/{path}"
-    host = host.rstrip("/")
     if "/" not in host.split("://", 1)[1]:  # a bare host: the API's version path, as in the default
         host += "/" + REST_DEFAULT_BASE[provider].split("://", 1)[1].partition("/")[2]
     return host
@@ -127,20 +123,56 @@ def mask_secret(value: str) -> None:
     _mask(value)
 
 
+def _url(conn) -> str:
+    """A connection's host as a URL: scheme from the host or the schema field (default https), plus the port."""
+    host = (conn.host or "").strip()
+    if not host:
+        return ""
+    if "://" not in host:
+        host = f"{conn.schema or 'https'}://{host}"
+    if conn.port and f":{conn.port}" not in host.split("//", 1)[1]:
+        scheme, rest = host.split("://", 1)
+        netloc, _, path = rest.partition("/")
+        host = f"{scheme}://{netloc}:{conn.port}/{path}"
+    return host.rstrip("/")
+
+
+def plan_connection(conn_id: str) -> dict[str, Any]:
+    """host (as a URL) and password of a connection a plan names; bakeoff.secrets has already refused
+    any id outside the static_endpoint_ / huggingface_ / registry_ prefixes. The password is masked."""
+    conn = _connection(conn_id)
+    if conn is None:
+        return {}
+    if conn.password:
+        mask_secret(conn.password)
+    return {"host": _url(conn), "password": conn.password or ""}
+
+
+def install_plan_connections() -> None:
+    """Resolve the connections plans name (static endpoints, serving secrets) from Airflow in this task."""
+    from bakeoff import secrets  # noqa: PLC0415
+    secrets.set_connection_resolver(plan_connection)
+
+
 def mask_run_keys(run_dir: str) -> None:
-    """Register the run's per-target serving API keys with Airflow's masker (they are derived, so any
-    task can recompute them; masking makes an accidental log line show ***)."""
-    from bakeoff import pipeline, store  # noqa: PLC0415
+    """Register the run's per-target serving API keys and serving secrets with Airflow's masker (keys
+    are derived, so any task can recompute them; masking makes an accidental log line show ***)."""
+    from bakeoff import pipeline, secrets, store  # noqa: PLC0415
     from bakeoff.providers import ProviderError  # noqa: PLC0415
+    install_plan_connections()
     plan = pipeline.run_plan(run_dir)
     rid = store.read_json(Path(run_dir) / "run.json")["run_id"]
     for t in plan.targets:
         try:
             key = pipeline.serving_key(t, rid)
-        except ProviderError:  # a static endpoint whose key variable is unset: nothing to mask
-            continue
+        except ProviderError:  # a static endpoint whose connection is not defined here: nothing to mask
+            key = None
         if key:
             mask_secret(key)
+        try:
+            secrets.serving_secrets(t)   # plan_connection masks each value as it resolves
+        except secrets.MissingSecret:
+            pass
 
 
 def install_credentials(run_dir: str | None = None) -> None:
@@ -148,6 +180,7 @@ def install_credentials(run_dir: str | None = None) -> None:
     the tokens (and, given the run, its serving API keys) in this task's log."""
     from bakeoff import pipeline  # noqa: PLC0415
     pipeline.set_credentials_resolver(masked(resolve))
+    install_plan_connections()
     if run_dir:
         mask_run_keys(run_dir)
 

@@ -3,18 +3,22 @@
 A FastAPI app mounted by the Airflow API server under /bakeoff, and a navigation entry (external
 view) that shows it inside the Airflow UI. Files are served only from reports_root(), by plan, run
 and file name, never by a client-supplied path. Every string shown is escaped (jinja2 autoescape).
-Plugin endpoints are not covered by Airflow's own authentication: expose the API server only where
-its users may read every report.
 
-Parse-time imports stay light (fastapi is already loaded by the API server); the report library
-loads on first request.
+Airflow does not authenticate plugin apps, so every route of this app depends on Airflow's own
+check: the caller's JWT (Authorization: Bearer, or the UI's `_token` cookie, which is what the
+iframe and its links send) must belong to a user the auth manager lets read runs of the `bakeoff`
+DAG. No credential or an expired one: 401; an invalid token or a user without that right: 403,
+exactly as Airflow's REST API answers.
+
+Parse-time imports stay light (every task loads plugins for their macros; fastapi is already
+loaded): Airflow's security module and the report library load on first request.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
 URL_PREFIX = "/bakeoff"
@@ -25,7 +29,28 @@ HTML_HEADERS = {**HEADERS, "Content-Security-Policy": CSP}  # not on PDFs: it wo
 SERVED = {".html": "text/html; charset=utf-8", ".pdf": "application/pdf", ".md": "text/markdown; charset=utf-8",
           ".csv": "text/csv; charset=utf-8", ".json": "application/json", ".parquet": "application/octet-stream"}
 
-app = FastAPI(title="bakeoff reports", docs_url=None, redoc_url=None, openapi_url=None)
+# the DAG whose runs the reports describe: who may read its runs may read their reports
+DAG_ID = "bakeoff"
+
+
+async def require_run_read(request: Request) -> None:
+    """Airflow's own authentication and authorization, as its REST API applies them to GET dagRuns.
+
+    The same two dependencies Airflow's routes declare (get_user, then requires_access_dag for
+    DagAccessEntity.RUN with a fixed dag id, so no client parameter picks the DAG checked), called
+    here so Airflow's API modules load only when the API server serves a request.
+    """
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity  # noqa: PLC0415
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user, requires_access_dag  # noqa: PLC0415
+    from starlette.concurrency import run_in_threadpool  # noqa: PLC0415
+
+    user = await get_user(request, _oauth_token=None, bearer_credentials=await bearer_scheme(request))
+    check = requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=DAG_ID)
+    await run_in_threadpool(check, request, user)  # it queries the DAG's team in the metadata database
+
+
+app = FastAPI(title="bakeoff reports", docs_url=None, redoc_url=None, openapi_url=None,
+              dependencies=[Depends(require_run_read)])
 
 
 def _root() -> Path:

@@ -31,3 +31,18 @@ def data_root(tmp_path, monkeypatch) -> Path:
     monkeypatch.delenv("BAKEOFF_RESULTS", raising=False)
     monkeypatch.delenv("BAKEOFF_REPORTS", raising=False)
     return root
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """One moto server (EC2, SSM, S3) per session, with the Deep Learning AMI parameter published."""
+    import boto3
+
+    from bakeoff.sandbox import AWS_REGIONS
+    from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
+    server = MotoServer(None).start()
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=server.url,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    publish_dlami(AWS_REGIONS, ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+    yield server
+    server.stop()

@@ -1,14 +1,24 @@
 """Budget guard: refuse a run whose estimated spend exceeds the plan's cap, before anything starts.
 
-estimate per target = node price x (boot + model load + planned benchmark time) x (1 + margin).
+estimate per target = guard price x (boot + model load + accuracy gate + planned benchmark) x (1 + margin).
+
+The guard price is the higher of the catalog list price and any contract price (``guard_usd_per_hour``):
+a contract price changes the cost report, never what the guard lets start, because a mistyped or
+forged 0.0001 USD/h must not pass a plan the cloud then bills at list price. The cap itself cannot
+exceed the installation's ceiling (Airflow Variable ``bakeoff_budget_ceiling_usd``), which a trigger
+cannot raise.
+
 The same per-target hours arm each node's kill switch (the boot script's shutdown timer), so a node
-can never bill much past what the guard approved, even if Airflow dies.
+can never bill much past what the guard approved, even if Airflow dies. A re-provision (a retry, or a
+cleared task) re-checks the run's spend so far plus what remains (``recheck``).
 Emulated (local) targets are priced as the hardware they stand for, so a demo shows what the real
 run would cost, but they spend nothing. After termination, ``record_measured_cost`` stores what the
 evaluation itself cost: launch-to-termination time x price, per target.
 """
 from __future__ import annotations
 
+import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,36 +33,136 @@ ENGINE_START_H = 0.15
 MARGIN = 0.25
 SPENDING = ("aws", "vultr", "digitalocean", "oci")
 
+# Serving-time model (deliberately pessimistic; see _closed_s).
+TOKEN_S = 0.05                # decode time per output token of a sequence running alone
+DECODE_KNEE = 64              # batch size at which a decode step takes twice as long as alone
+PREFILL_TOKEN_S = 0.0005      # prompt processing, s per input token (2,000 tokens/s), one prompt at a time
+# The accuracy gate's prompts: the builtin arithmetic set is a short question; lm-eval tasks are
+# few-shot prompts. Item counts of lm-eval tasks run without a limit: known ones, else a large default.
+BUILTIN_PROMPT_TOKENS = 64
+LM_EVAL_PROMPT_TOKENS = 2048
+LM_EVAL_GEN_TOKENS = 256      # lm_eval_backend asks for max(max_tokens, 256)
+LM_EVAL_ITEMS = {"gsm8k": 1319}
+LM_EVAL_DEFAULT_ITEMS = 15000
+
+# Caps. MAX_BUDGET_USD bounds any plan or trigger (the Plan field and the trigger-form Param say the
+# same); the installation ceiling, at most that, is what a run may actually ask for.
+MAX_BUDGET_USD = 100_000.0
+CEILING_VARIABLE = "bakeoff_budget_ceiling_usd"
+CEILING_ENV = "BAKEOFF_BUDGET_CEILING_USD"      # the same ceiling for runs without Airflow (bakeoff run)
+DEFAULT_CEILING_USD = 1000.0
+
 
 class BudgetExceeded(RuntimeError):
     """The plan would cost more than its cap; the message carries the breakdown."""
 
 
-TOKEN_S = 0.05  # pessimistic decode time per output token
+# --- prices ---------------------------------------------------------------------------------------
+
+def reference_usd_per_hour(instance) -> float | None:
+    """A list price for an instance type the catalog does not price: the dearest catalog offer of
+    the same GPU, per GPU, times this node's GPUs; None when no offer of that GPU is priced."""
+    from bakeoff import catalog  # noqa: PLC0415
+    per_gpu = [it.usd_per_hour / it.gpus for it in catalog.instance_types().values()
+               if it.gpu == instance.gpu and it.usd_per_hour]
+    return max(per_gpu) * instance.gpus if per_gpu else None
+
+
+def guard_usd_per_hour(target) -> float:
+    """The price the guard budgets a target at: max(catalog list price, contract price).
+
+    The contract price (plan, price sheet or trigger form) is what the cost report uses; the guard
+    never goes below list, since a wrong contract price must not let a run start that the cloud
+    bills at list. An instance without a catalog price is listed at ``reference_usd_per_hour``."""
+    listed = target.instance.usd_per_hour
+    if listed is None:
+        listed = reference_usd_per_hour(target.instance)
+    return max(x for x in (listed, target.usd_per_hour) if x is not None)
+
+
+def resolve_ceiling(value: Any = None) -> float:
+    """The installation ceiling: the Airflow Variable's raw value, else $BAKEOFF_BUDGET_CEILING_USD,
+    else the default. Only whoever runs the installation sets either; a trigger cannot."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        value = os.environ.get(CEILING_ENV) or None
+    if value is None:
+        return DEFAULT_CEILING_USD
+    try:
+        c = float(value)
+    except (TypeError, ValueError):
+        c = float("nan")
+    if isinstance(value, bool) or not math.isfinite(c) or not 0 < c <= MAX_BUDGET_USD:
+        raise BudgetExceeded(
+            f"{CEILING_VARIABLE}: {str(value)[:40]!r} is not a usable spend ceiling; set the Airflow Variable "
+            f"(or {CEILING_ENV}) to a number of USD greater than 0 and at most {MAX_BUDGET_USD:g} "
+            f"(e.g. {DEFAULT_CEILING_USD:g}), or delete it to use the default")
+    return c
+
+
+# --- time -----------------------------------------------------------------------------------------
+
+def decode_token_s(concurrency: float) -> float:
+    """Seconds per output token of each sequence when ``concurrency`` sequences decode together."""
+    return TOKEN_S * (1 + (max(concurrency, 1) - 1) / DECODE_KNEE)
+
+
+def _closed_s(n: int, c: int, in_len: int, out_len: int) -> float:
+    """n requests, c at a time, as ceil(n / c) waves. Pessimistic model: in each wave the c prompts
+    are prefilled one after another (c x in_len x PREFILL_TOKEN_S, never overlapped with decode),
+    then all c decode out_len tokens at decode_token_s(c): a decode step slows linearly with the
+    batch, so throughput saturates at DECODE_KNEE / TOKEN_S tokens/s, far below any catalog GPU."""
+    c = max(1, min(int(c), max(int(n), 1)))
+    wave = c * in_len * PREFILL_TOKEN_S + out_len * decode_token_s(c)
+    return math.ceil(n / c) * wave if n > 0 else 0.0
+
+
+def _lengths(w) -> tuple[int, int]:
+    """The longest input and output a workload may sample (the estimate prices the worst case)."""
+    return w.length_bounds(w.input_len)[1], w.length_bounds(w.output_len)[1]
 
 
 def _point_s(w, *, concurrency: float | None = None, rate: float | None = None) -> float:
-    """One point's planned duration: closed loop = waves of requests x decode time; open loop =
-    arrivals at the rate plus the last request's decode. max_point_s caps the sending."""
-    drain = w.output_len * TOKEN_S
+    """One point's planned duration.
+
+    Closed loop: warm-up plus measured requests at ``concurrency`` (_closed_s). Open loop: the longer
+    of the arrivals (n / rate) plus the last request's latency, and the same n requests served at the
+    concurrency that may build up (max_concurrency, else all n in flight): a server slower than the
+    rate queues them. max_point_s caps the sending; what is in flight then still finishes."""
+    in_len, out_len = _lengths(w)
     if rate:
         n = w.requests_per_point or max(10, int(30 * rate))
-        send = n / rate
+        c = min(n, w.max_concurrency or n)
+        last = in_len * PREFILL_TOKEN_S + out_len * decode_token_s(c)
+        total = max(n / rate + last, _closed_s(n, c, in_len, out_len))
+        warm = 0.0
     else:
         c = int(concurrency or 1)
-        send = (w.requests_at(c) + w.warmup_at(c)) / c * drain
+        total = _closed_s(w.requests_at(c), c, in_len, out_len)
+        warm = _closed_s(w.warmup_at(c), c, in_len, out_len)
     if w.max_point_s:
-        send = min(send, w.max_point_s)
-    return send + (drain if rate else 0.0)
+        total = min(total, w.max_point_s + _closed_s(c, c, in_len, out_len))
+    return warm + total
+
+
+def _trace_s(w) -> float:
+    """Replay: the last offset plus its latency, or, if longer, the trace's requests served at the
+    concurrency that may build up (max_concurrency, else all at once)."""
+    from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
+    offsets, specs = trace_specs(w)
+    n = len(specs)
+    c = min(n, w.max_concurrency or n)
+    in_len = max(s.input_len for s in specs)
+    out_len = max(s.output_len for s in specs)
+    last = in_len * PREFILL_TOKEN_S + out_len * decode_token_s(c)
+    total = max(float(offsets[-1]) + last, _closed_s(n, c, in_len, out_len))
+    return min(total, w.max_point_s + _closed_s(c, c, in_len, out_len)) if w.max_point_s else total
 
 
 def _workload_s(w) -> float:
     if w.load == "rate":
         return sum(_point_s(w, rate=r) for r in w.rates)
     if w.load == "trace":
-        from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
-        offsets, _ = trace_specs(w)
-        return float(offsets[-1]) + w.output_len * TOKEN_S
+        return _trace_s(w)
     if w.load == "sla":  # every probe may run, each no longer than one at the highest load
         top = {"rate": {"rate": w.sla.max}}.get(w.sla.over, {"concurrency": w.sla.max})
         return w.sla.max_probes * _point_s(w, **top)
@@ -62,6 +172,18 @@ def _workload_s(w) -> float:
 def bench_hours(plan, target) -> float:
     """Planned benchmark time over every workload and repeat."""
     return sum(_workload_s(w) * w.repeats for w in plan.workloads) / 3600
+
+
+def gate_hours(plan) -> float:
+    """The accuracy gate: its items at its concurrency, greedy, up to max_tokens each (lm-eval
+    generates at least LM_EVAL_GEN_TOKENS); nothing when the gate is off."""
+    acc = plan.quality.accuracy
+    if not acc.enabled:
+        return 0.0
+    if acc.backend == "lm_eval":
+        n = sum(acc.lm_eval_limit or LM_EVAL_ITEMS.get(task, LM_EVAL_DEFAULT_ITEMS) for task in acc.lm_eval_tasks)
+        return _closed_s(n, acc.concurrency, LM_EVAL_PROMPT_TOKENS, max(acc.max_tokens, LM_EVAL_GEN_TOKENS)) / 3600
+    return _closed_s(acc.eval_size, acc.concurrency, BUILTIN_PROMPT_TOKENS, acc.max_tokens) / 3600
 
 
 def load_hours(target) -> float:
@@ -74,9 +196,9 @@ def load_hours(target) -> float:
 
 
 def target_hours(plan, target) -> float:
-    """Budgeted node hours: (boot + model load + benchmark) x (1 + margin)."""
+    """Budgeted node hours: (boot + model load + accuracy gate + benchmark) x (1 + margin)."""
     boot = BOOT_H.get(target.provider, DEFAULT_BOOT_H)
-    return (boot + load_hours(target) + bench_hours(plan, target)) * (1 + MARGIN)
+    return (boot + load_hours(target) + gate_hours(plan) + bench_hours(plan, target)) * (1 + MARGIN)
 
 
 def kill_switch_s(plan, target) -> float:
@@ -84,34 +206,112 @@ def kill_switch_s(plan, target) -> float:
     return min(target_hours(plan, target), plan.max_instance_hours) * 3600
 
 
+# --- the guard ------------------------------------------------------------------------------------
+
+def _row(plan, t) -> dict[str, Any]:
+    hours = target_hours(plan, t)
+    price = guard_usd_per_hour(t)
+    return {"target": t.name, "provider": t.provider, "usd_per_hour": price, "contract_usd_per_hour": t.usd_per_hour,
+            "boot_h": round(BOOT_H.get(t.provider, DEFAULT_BOOT_H), 3), "load_h": round(load_hours(t), 3),
+            "gate_h": round(gate_hours(plan), 3), "bench_h": round(bench_hours(plan, t), 3), "hours": round(hours, 3),
+            "usd": round(hours * price, 2), "spends": t.provider in SPENDING, "kill_switch_s": round(kill_switch_s(plan, t))}
+
+
 def estimate(plan) -> dict[str, Any]:
-    rows = []
-    for t in plan.targets:
-        hours = target_hours(plan, t)
-        rows.append({"target": t.name, "provider": t.provider, "usd_per_hour": t.usd_per_hour,
-                     "boot_h": round(BOOT_H.get(t.provider, DEFAULT_BOOT_H), 3), "load_h": round(load_hours(t), 3),
-                     "bench_h": round(bench_hours(plan, t), 3), "hours": round(hours, 3),
-                     "usd": round(hours * t.usd_per_hour, 2), "spends": t.provider in SPENDING,
-                     "kill_switch_s": round(kill_switch_s(plan, t))})
+    """Per-target hours and spend at the guard price (see the module docstring)."""
+    rows = [_row(plan, t) for t in plan.targets]
     total = round(sum(r["usd"] for r in rows), 2)
     return {"cap_usd": plan.budget_usd, "estimate_usd": total, "margin": MARGIN, "targets": rows}
 
 
-def check(plan) -> dict[str, Any]:
-    """The estimate, or BudgetExceeded with the breakdown. Called before any API call that costs money."""
-    est = estimate(plan)
-    lines = "\n".join(f"  {r['target']}: ({r['boot_h']} h boot + {r['load_h']} h model load + {r['bench_h']} h benchmark)"
-                      f" x {1 + MARGIN} = {r['hours']} h x {r['usd_per_hour']} USD/h = {r['usd']} USD" for r in est["targets"])
+def _breakdown(est: dict[str, Any]) -> str:
+    return "\n".join(
+        f"  {r['target']}: ({r['boot_h']} h boot + {r['load_h']} h model load + {r['gate_h']} h accuracy gate + "
+        f"{r['bench_h']} h benchmark) x {1 + MARGIN} = {r['hours']} h x {r['usd_per_hour']} USD/h = {r['usd']} USD"
+        + (f" (guard price: list, above the contract {r['contract_usd_per_hour']} USD/h)"
+           if r["contract_usd_per_hour"] < r["usd_per_hour"] else "")
+        for r in est["targets"])
+
+
+def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
+    """The estimate, or BudgetExceeded naming the field to change. Called before any API call that
+    costs money. ``ceiling_usd`` is the installation ceiling's raw value (None = the default)."""
+    ceiling = resolve_ceiling(ceiling_usd)
+    if plan.budget_usd > ceiling:
+        raise BudgetExceeded(
+            f"budget_usd: {plan.budget_usd:g} USD exceeds this installation's ceiling of {ceiling:g} USD (Airflow "
+            f"Variable {CEILING_VARIABLE}); ask for at most {ceiling:g} USD, or have an administrator raise the Variable")
+    est = estimate(plan) | {"ceiling_usd": ceiling}
+    lines = _breakdown(est)
     if est["estimate_usd"] > plan.budget_usd:
         raise BudgetExceeded(
             f"budget_usd: estimated spend {est['estimate_usd']} USD exceeds the cap of {plan.budget_usd} USD:\n{lines}\n"
-            "Raise budget_usd, or drop targets, load levels or requests.")
+            "Raise budget_usd, or drop targets, load levels or requests. Contract prices lower the cost report, "
+            "not this estimate: the guard prices every node at least at its catalog list price.")
     too_long = [r for r in est["targets"] if r["spends"] and r["hours"] > plan.max_instance_hours]
     if too_long:
         names = ", ".join(f"{r['target']} ({r['hours']} h)" for r in too_long)
         raise BudgetExceeded(f"max_instance_hours: {names} would need longer than {plan.max_instance_hours} h, so the "
                              f"kill switch would stop it mid-run:\n{lines}\nRaise max_instance_hours or shorten the workload.")
     return est
+
+
+# --- re-provisioning ------------------------------------------------------------------------------
+
+def launches(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A target's recorded launches (run.json targets.<slug>), oldest first."""
+    prov = record.get("provision") or {}
+    tries = prov.get("tries")
+    if tries:
+        return list(tries)
+    return [{"instance_id": prov.get("instance_id"), "launched_at": prov["launched_at"]}] if prov.get("launched_at") else []
+
+
+def _node_hours(record: dict[str, Any], now: float) -> tuple[float, float | None]:
+    """(hours billed so far over every launch, start of a launch still running or None). A launch ends
+    at the termination recorded after it; one without is still billing now."""
+    term = (record.get("terminate") or {}).get("terminated_at")
+    billed, running = 0.0, None
+    for tr in launches(record):
+        start = float(tr["launched_at"])
+        end = tr.get("ended_at") or (term if term is not None and term >= start else None)
+        if end is None:
+            end, running = now, start
+        billed += max(0.0, float(end) - start) / 3600
+    return billed, running
+
+
+def recheck(plan, slug: str, run_doc: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """Before launching a target again (a retry, a cleared task): the run's spend so far (every
+    recorded launch to its termination, or to now, at the guard price) plus what remains (this
+    target's full estimate again, the unfinished part of the others') must still fit budget_usd."""
+    now = time.time() if now is None else now
+    records = run_doc.get("targets") or {}
+    again = plan.target(slug)
+    spent = remaining = 0.0
+    rows = []
+    for t in plan.targets:
+        price, hours = guard_usd_per_hour(t), target_hours(plan, t)
+        rec = records.get(t.slug) or {}
+        billed, running = _node_hours(rec, now)
+        if t.slug == again.slug:
+            left = hours
+        elif running is not None:
+            left = max(0.0, hours - (now - running) / 3600)
+        else:
+            left = 0.0 if launches(rec) else hours
+        spent += billed * price
+        remaining += left * price
+        rows.append(f"  {t.name}: {billed:.3f} h so far + {left:.3f} h to go at {price} USD/h")
+    total = round(spent + remaining, 2)
+    doc = {"cap_usd": plan.budget_usd, "spent_usd": round(spent, 2), "remaining_usd": round(remaining, 2), "total_usd": total}
+    if total > plan.budget_usd:
+        raise BudgetExceeded(
+            f"budget_usd: launching {again.name} again would bring this run to {total} USD ({doc['spent_usd']} USD "
+            f"already billed by earlier launches + {doc['remaining_usd']} USD still to run), over the cap of "
+            f"{plan.budget_usd} USD:\n" + "\n".join(rows) + "\nStart a new run (with a larger budget_usd, up to the "
+            "installation ceiling, if it needs one) rather than re-provisioning this one.")
+    return doc
 
 
 def record_measured_cost(run_dir: str | Path) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 import uuid
+from pathlib import Path
 
 from bakeoff import pipeline, store
 from bakeoff.plan import PlanError, load_plan
@@ -61,15 +62,25 @@ def _run(args) -> int:
             print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
     if failed:
         pipeline.mark_failed(run["run_dir"], f"failed: {', '.join(failed)}")
-    pipeline.finish(run["run_dir"])
+    status = pipeline.finish(run["run_dir"])
     _print_summary({**store.read_json(f"{run['run_dir']}/run.json"), "run_dir": run["run_dir"]})
-    return 1 if failed else 0
+    return 0 if status == "success" and not failed else 1
+
+
+def _plan_name(ref: str) -> str:
+    """Runs are stored under the plan's own name, so a plan given as a file is looked up by the
+    name inside it, not by its path."""
+    if Path(ref).is_file() or ref.endswith((".yaml", ".yml")):
+        return load_plan(ref).name
+    return ref
 
 
 def _summary(args) -> int:
-    runs = store.list_runs(args.plan)
+    name = _plan_name(args.plan)
+    runs = store.list_runs(name)
     if not runs:
-        print(f"no runs stored for plan {args.plan!r}", file=sys.stderr)
+        shown = repr(name) if name == args.plan else f"{name!r} (from {args.plan})"
+        print(f"no runs stored for plan {shown}", file=sys.stderr)
         return 1
     _print_summary(runs[0])
     return 0

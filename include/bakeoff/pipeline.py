@@ -37,13 +37,16 @@ def provider_for(name: str, **options: Any) -> Provider:
 # --- run-level steps ----------------------------------------------------------------------------
 
 def start_run(plan_ref: str, run_id: str, overrides: dict[str, Any] | None = None,
-              price_sheet: dict[str, Any] | None = None) -> dict[str, Any]:
+              price_sheet: dict[str, Any] | None = None, budget_ceiling_usd: Any = None) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
-    check the budget, record the run."""
+    check the budget against the plan's cap and the installation ceiling (budget_ceiling_usd: the
+    Airflow Variable's raw value, None = the default), record the run."""
     from bakeoff.cost import apply_price_sheet  # noqa: PLC0415
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
-    estimate = budget.check(plan)
+    estimate = budget.check(plan, ceiling_usd=budget_ceiling_usd)
+    from bakeoff.agent.job import preflight  # noqa: PLC0415 - a co-located job the node would refuse stops here
+    preflight(plan)
     rdir = store.run_dir(plan.name, run_id)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     store.update_run(rdir, plan=plan.name, run_id=run_id, started_at=time.time(), status="running",
@@ -79,6 +82,7 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
     """Start the target's instance (idempotent per run and target) and wait until it is reachable."""
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
+    earlier = _recheck_budget(run_dir, plan, target)
     faults.maybe_fail("launch", target)
     expires = time.time() + plan.max_instance_hours * 3600
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
@@ -86,19 +90,63 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
     provider = provider_for(target.provider)
     agent = stage_client(target, expires - time.time())
     spec = {"api_key": serving_key(target, rid), "expires_at": expires,
-            "shutdown_after_s": kill_switch_s(plan, target), "agent": agent}
+            "shutdown_after_s": kill_switch_s(plan, target), "agent": agent, "launch": len(earlier)}
+    if target.secrets:    # resolved here only, handed to the provider, never stored or returned
+        try:
+            spec["secrets"] = secrets.serving_secrets(target)
+        except secrets.MissingSecret as e:
+            raise ProviderError(str(e)) from None
+    node_cert = _node_tls(target, rid, spec)
     inst = provider.create(target, rid, tags=tags, spec=spec)
+    if node_cert:
+        inst.details["tls_cert"] = node_cert
     tdir = store.target_dir(plan.name, rid, target.slug)
     store.write_json(tdir / "instance.json", inst.to_dict())
-    _target_step(run_dir, slug, "provision", instance_id=inst.id, launched_at=inst.launched_at or time.time(),
-                 client_bundle=agent["sha256"] if agent else None)
+    launched = inst.launched_at or time.time()
+    tries = [tr for tr in earlier if tr.get("instance_id") != inst.id] + [{"instance_id": inst.id, "launched_at": launched}]
+    _target_step(run_dir, slug, "provision", instance_id=inst.id, launched_at=launched,
+                 client_bundle=agent["sha256"] if agent else None, tries=tries)
     faults.maybe_fail("after_create", target)
     faults.maybe_fail("ready_timeout", target)
     inst = provider.wait_ready(inst, timeout_s=target.provider_options.get("ready_timeout_s", 1800))
+    if node_cert:      # every later call pins it: the base_url and agent_url become https
+        inst.details["tls_cert"] = node_cert
     if agent and inst.host and inst.details.get("agent_port"):     # the provider resolved where it is reached
-        inst.details["agent_url"] = f"http://{inst.host}:{inst.details['agent_port']}"
+        scheme = "https" if node_cert else "http"
+        inst.details["agent_url"] = f"{scheme}://{inst.host}:{inst.details['agent_port']}"
     store.write_json(tdir / "instance.json", inst.to_dict())
     return inst.to_dict()
+
+
+def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
+    """A target this run launched before (a retry, a cleared task) is launched again only if the
+    spend so far plus what remains still fits budget_usd (budget.recheck raises BudgetExceeded
+    before any cloud call). Returns the earlier launches, each stamped with when it ended."""
+    from bakeoff import budget  # noqa: PLC0415
+    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
+    record = (doc.get("targets") or {}).get(target.slug) or {}
+    earlier = budget.launches(record)
+    if earlier:
+        budget.recheck(plan, target.slug, doc)
+    ended = (record.get("terminate") or {}).get("terminated_at")
+    return [{**tr, "ended_at": tr.get("ended_at") or (ended if ended is not None and ended >= tr["launched_at"] else None)}
+            for tr in earlier]
+
+
+def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
+    """A cloud node's TLS identity: its private key goes into the spec (user-data only), its public
+    certificate is returned for instance.json so later steps pin it (serving/tls.py)."""
+    from bakeoff.plan.target import CLOUD_PROVIDERS  # noqa: PLC0415
+    if target.provider not in CLOUD_PROVIDERS:
+        return None
+    if spec.get("secrets") and not spec.get("agent"):     # refused before any cloud call
+        raise ProviderError(f"targets.{target.name}.secrets: serving secrets reach the node only through its agent "
+                            "over TLS, and no client bundle could be staged; set the Airflow Variable "
+                            "bakeoff_client_bucket, or drop the secrets (they are never put in user-data)")
+    from bakeoff.serving.tls import node_identity  # noqa: PLC0415
+    ident = node_identity(run_id, target.slug)
+    spec["tls"] = {"cert": ident.cert_pem, "key": ident.key_pem}
+    return ident.cert_pem
 
 
 def stage_client(target, valid_s: float) -> dict[str, Any] | None:
@@ -125,8 +173,9 @@ def deploy(run_dir: str, slug: str, instance: dict[str, Any]) -> dict[str, Any]:
     target = plan.target(slug)
     inst = Instance.from_dict(instance)
     faults.maybe_fail("deploy", target)
+    pushed = secrets.serving_secrets(target) if target.secrets else None   # to the node agent, pinned TLS
     endpoint = deploy_mod.deploy(target, inst, api_key=serving_key(target, rid),
-                                 out_dir=store.target_dir(plan.name, rid, target.slug))
+                                 out_dir=store.target_dir(plan.name, rid, target.slug), secrets=pushed)
     _target_step(run_dir, slug, "deploy", ready=True, base_url=endpoint.base_url)
     if endpoint.emulated:  # e.g. a sandbox cloud node backed by the emulator
         store.update_run(Path(run_dir), emulated=True)
@@ -160,7 +209,7 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
         _target_step(run_dir, slug, "benchmark", points=points, client_mode="co-located")
         return {"target": slug, "points": points}
     from bakeoff.agent.remote import AgentPower  # noqa: PLC0415
-    power = AgentPower(ep.agent_url, key) if ep.agent_url else None
+    power = AgentPower(ep.agent_url, key, ep.tls_cert) if ep.agent_url else None
     points = 0
     for workload in plan.workloads:
         summaries = run_workload(ep, target, workload, plan.slo, tdir, rid, key, ep.emulated,
@@ -171,34 +220,65 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
 
 
 def terminate(run_dir: str, slug: str, instance: dict[str, Any] | None) -> dict[str, Any]:
-    """Terminate the target's instance; safe when it is already gone or was never created."""
+    """Terminate the target's instance: the ids provision recorded first (no listing can block them),
+    then whatever the run's tag finds for the target, best effort (the sweep looks again). Safe when
+    the node is already gone or was never created; fails only when a termination failed."""
+    from bakeoff import teardown  # noqa: PLC0415
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
     provider = provider_for(target.provider)
-    ids = {instance["id"]} if instance else set()
-    ids |= {i.id for i in provider.list_tagged(rid) if i.target == target.slug}
-    done = [i for i in sorted(ids) if provider.terminate(i)]
-    _target_step(run_dir, slug, "terminate", terminated_at=time.time(), instances=sorted(ids))
-    return {"target": slug, "terminated": done}
+    provider.include([target])
+    known = list(dict.fromkeys(([instance["id"]] if instance and instance.get("id") else [])
+                               + teardown.recorded_ids(run_dir, plan.name, rid, target.slug)))
+    failed: dict[str, str] = {}
+    done = teardown.terminate_ids(provider, rid, known, failed)
+    found, more, unlisted = teardown.terminate_tagged(provider, rid, failed, slug=target.slug, skip=set(known))
+    for where, why in unlisted.items():
+        log.warning("terminate: could not search %s for leftovers of %s (the sweep looks again): %s", where, slug, why)
+    # errors as a list: a retry that succeeds replaces them (mappings merge in run.json)
+    step: dict[str, Any] = {"instances": sorted({*known, *found}), "errors": [f"{w}: {e}" for w, e in failed.items()]}
+    if not failed:
+        step["terminated_at"] = time.time()
+    _target_step(run_dir, slug, "terminate", **step)
+    if failed:
+        raise teardown.TeardownIncomplete(f"terminate {slug}", failed)
+    return {"target": slug, "terminated": [*done, *more]}
 
 
 def sweep(run_dir: str) -> dict[str, Any]:
-    """Terminate anything still tagged with this run on every provider the plan uses."""
+    """Terminate everything of this run on every provider the plan uses: each recorded instance id, then
+    whatever the run's tag finds. One provider's failure never stops the next; what was done and the
+    measured cost are recorded, then any failure (a node not terminated, a place not searched) fails the step."""
+    from bakeoff import teardown  # noqa: PLC0415
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     killed: dict[str, list[str]] = {}
+    errors: dict[str, str] = {}
     for name in sorted({t.provider for t in plan.targets}):
-        provider = provider_for(name)
-        leftovers = provider.list_tagged(rid)
-        killed[name] = [i.id for i in leftovers if provider.terminate(i.id)]
-        for i in leftovers:
-            log.warning("sweep: terminated %s instance %s (target %s) left by run %s", name, i.id, i.target, rid)
+        targets = [t for t in plan.targets if t.provider == name]
+        killed[name] = []
+        try:
+            provider = provider_for(name)
+            provider.include(targets)
+        except Exception as e:  # noqa: BLE001 - the next provider is still swept
+            errors[name] = f"{type(e).__name__}: {e}"
+            continue
+        known = list(dict.fromkeys(i for t in targets for i in teardown.recorded_ids(run_dir, plan.name, rid, t.slug)))
+        killed[name] += teardown.terminate_ids(provider, rid, known, errors)
+        _, more, unlisted = teardown.terminate_tagged(provider, rid, errors, skip=set(known))
+        killed[name] += more
+        errors.update(unlisted)
         try:   # the run's firewalls / security groups, once nothing uses them
             getattr(provider, "cleanup", lambda select: [])(lambda tags: tags.get(TAG_RUN) == rid)
         except Exception as e:  # noqa: BLE001 - the reaper retries; the sweep still records the run's cost
             log.error("sweep: %s cleanup failed: %s", name, e)
-    store.update_run(Path(run_dir), sweep={"at": time.time(), "terminated": killed})
+    for where, why in errors.items():
+        log.error("sweep: %s: %s", where, why)
+    store.update_run(Path(run_dir), sweep={"at": time.time(), "terminated": killed,
+                                           "errors": [f"{w}: {e}" for w, e in errors.items()]})
     from bakeoff.budget import record_measured_cost  # noqa: PLC0415
     record_measured_cost(run_dir)
+    if errors:
+        raise teardown.TeardownIncomplete("sweep", errors)
     return killed
 
 

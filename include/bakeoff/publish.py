@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bakeoff import durable
 from bakeoff.paths import reports_root, safe_name
 
 ASSET_PREFIX = "bakeoff://reports/"
@@ -33,9 +34,13 @@ def asset_uri(plan_name: str) -> str:
 def _atomic_text(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        durable.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -123,6 +128,7 @@ def publish(plan, run_dir: Path, report_paths: dict[str, str], *, s3_client=None
         target = dest / src.name
         if src.resolve() != target.resolve():
             shutil.copyfile(src, target)
+            durable.fsync_path(target)      # on disk before the manifest that lists it
         files[kind] = src.name
     manifest = _manifest(plan, run_dir, files)
     _atomic_text(dest / MANIFEST, json.dumps(manifest, indent=2, default=str))

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from bakeoff import store
 from bakeoff.providers import get_provider
-from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, Instance
+from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, Instance, list_best_effort
 
 log = logging.getLogger(__name__)
 CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci", "local")
@@ -48,7 +48,10 @@ def verdict_for_tags(tags: dict[str, str], now: float) -> str | None:
 
 
 def verdict(inst: Instance, now: float) -> str | None:
-    """Why this node should go, or None to keep it."""
+    """Why this node should go, or None to keep it. A powered-off node goes too: its kill switch
+    fired (or it died), and Vultr, DigitalOcean and OCI bill a stopped node until it is deleted."""
+    if inst.state == "failed":
+        return f"powered off ({inst.details.get('ec2_state') or 'stopped'}): kill switch fired or the node failed"
     tags = {**inst.tags, TAG_RUN: inst.run_id}
     if inst.expires_at is not None:
         tags[TAG_EXPIRES] = str(int(inst.expires_at))
@@ -58,6 +61,9 @@ def verdict(inst: Instance, now: float) -> str | None:
 def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] | None = None,
          credentials_fn: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One pass over every provider; returns what was terminated, kept, and which providers failed.
+
+    Every cloud is tried, and within a cloud every region it could list; ``errors`` names each place
+    that could not be scanned and each node that could not be terminated (the DAG task then fails).
 
     Credentials come from ``credentials_fn(name)`` (the DAG passes its Airflow-connection resolver;
     default: the environment).
@@ -70,11 +76,15 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
     for name in names:
         try:
             provider = get_provider(name, credentials=creds(name))
-            nodes = provider.list_tagged(None)
         except Exception as e:  # noqa: BLE001 - one unreachable cloud must not stop the others being reaped
             out["errors"][name] = f"{type(e).__name__}: {e}"
-            log.error("reaper: cannot list %s: %s", name, out["errors"][name])
+            log.error("reaper: cannot scan %s: %s", name, out["errors"][name])
             continue
+        nodes, unlisted = list_best_effort(provider, None)   # a region that failed must not hide the rest
+        for where, why in unlisted.items():
+            key = where if where == name else f"{name}:{where}"
+            out["errors"][key] = why
+            log.error("reaper: cannot list %s: %s", key, why)
         for inst in nodes:
             why = verdict(inst, now)
             row = {"provider": name, "id": inst.id, "run_id": inst.run_id, "target": inst.target}
@@ -100,11 +110,71 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
     return out
 
 
+def reap_loop(interval_s: float, provider_names: list[str] | tuple[str, ...] | None = None,
+              credentials_fn: Callable[[str], dict[str, Any]] | None = None, *,
+              wait: Callable[[float], bool] | None = None, now_fn: Callable[[], float] = time.time,
+              max_passes: int | None = None) -> int:
+    """The reaper without Airflow: one pass, then one every ``interval_s``, until ``wait`` says stop.
+
+    A failed pass is logged and the next one runs on time (a cloud that is down now may answer
+    later). ``wait(seconds)`` returns True to stop (default: SIGTERM/SIGINT, checked while waiting);
+    returns the number of passes run.
+    """
+    if not 0 < interval_s < float("inf"):          # also refuses NaN
+        raise ValueError("--interval-s: expected a number of seconds > 0, e.g. --interval-s 300")
+    stop = None
+    if wait is None:
+        stop = _stop_on_signals()
+        wait = stop.wait
+    passes = 0
+    while max_passes is None or passes < max_passes:
+        started = now_fn()
+        passes += 1
+        try:
+            out = reap(now=started, provider_names=provider_names, credentials_fn=credentials_fn)
+            log.info("reaper loop: pass %d: %d terminated, %d kept, %d errors%s", passes, len(out["terminated"]),
+                     len(out["kept"]), len(out["errors"]), f" ({', '.join(out['errors'])})" if out["errors"] else "")
+        except Exception as e:  # noqa: BLE001 - the loop outlives any one pass: it is what runs when nothing else does
+            log.error("reaper loop: pass %d failed: %s: %s", passes, type(e).__name__, e)
+        if max_passes is not None and passes >= max_passes:
+            break
+        if wait(max(0.0, interval_s - (now_fn() - started))):
+            log.info("reaper loop: stopping after %d passes", passes)
+            break
+    return passes
+
+
+def _stop_on_signals():
+    """An Event set by SIGTERM or SIGINT, so a service manager's stop ends the loop between passes."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
 def add_parser(sub) -> None:
-    """`python -m bakeoff reap`: one reaper pass from the command line (credentials from the environment)."""
+    """`python -m bakeoff reap`: one reaper pass from the command line (credentials from the environment);
+    ``--loop`` keeps passing every ``--interval-s`` as a service that does not need Airflow."""
     p = sub.add_parser("reap", help="terminate expired or orphaned bakeoff instances")
     p.add_argument("--providers", nargs="*", default=list(CLOUD_PROVIDERS), help="providers to scan")
-    p.set_defaults(func=lambda args: _print_reap(reap(provider_names=args.providers)))
+    p.add_argument("--loop", action="store_true", help="keep running: one pass every --interval-s, until SIGTERM")
+    p.add_argument("--interval-s", type=float, default=300.0,
+                   help="seconds between passes with --loop (default 300); the longest a powered-off node bills on")
+    p.set_defaults(func=_run_reap)
+
+
+def _run_reap(args) -> int:
+    if args.loop:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            reap_loop(args.interval_s, provider_names=args.providers)
+        except ValueError as e:
+            print(e)
+            return 2
+        return 0
+    return _print_reap(reap(provider_names=args.providers))
 
 
 def _print_reap(out: dict[str, Any]) -> int:

@@ -2,20 +2,35 @@
 
 key = HMAC-SHA256(installation secret, run_id/target). The installation secret comes from
 $BAKEOFF_SECRET_KEY, else a 0600 file created once under the data root.
+
+Secrets a plan may refer to (an existing endpoint's key, a serving token such as HF_TOKEN) are
+named by connection id, restricted to a few prefixes, and resolved only when needed: from Airflow
+connections in tasks, from BAKEOFF_CONN_<ID>_HOST / _PASSWORD environment variables in the CLI.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
 import os
+import re
 import secrets as _secrets
+from typing import Callable
 
+from bakeoff import durable
 from bakeoff.paths import state_root
+
+
+MIN_SECRET_BYTES = 32   # HMAC-SHA256 keys shorter than its output weaken every derived key
+_MAKE_ONE = "python -c 'import secrets; print(secrets.token_hex(32))'"
 
 
 def _installation_secret() -> bytes:
     env = os.environ.get("BAKEOFF_SECRET_KEY")
-    if env:
+    if env is not None:
+        if len(env.strip().encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"BAKEOFF_SECRET_KEY: the installation secret must be at least {MIN_SECRET_BYTES} bytes "
+                             f"(it has {len(env.strip().encode())}); set it to the output of {_MAKE_ONE}, or unset "
+                             "it to use a generated secret.key under the data root")
         return env.encode()
     path = state_root() / "secret.key"
     if not path.exists():
@@ -24,16 +39,94 @@ def _installation_secret() -> bytes:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(_secrets.token_hex(32))
+            f.flush()
+            os.fsync(f.fileno())          # never an empty secret.key after a crash
         try:
             os.link(tmp, path)  # atomic and exclusive: when two workers race, the first one wins
         except FileExistsError:
             pass
         finally:
             tmp.unlink()
-    return path.read_text().strip().encode()
+        durable.fsync_path(path.parent, directory=True)
+    secret = path.read_text().strip().encode()
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"secret.key: the installation secret at {path} must be at least {MIN_SECRET_BYTES} bytes "
+                         f"(it has {len(secret)}); write the output of {_MAKE_ONE} into it (mode 0600), or delete it "
+                         "to have one generated (keys of runs in flight change)")
+    return secret
 
 
 def api_key(run_id: str, target_slug: str) -> str:
     """The bearer token the target's server is started with and the client sends."""
     mac = hmac.new(_installation_secret(), f"{run_id}/{target_slug}".encode(), hashlib.sha256)
     return "bk-" + mac.hexdigest()[:40]
+
+
+def derive(label: str) -> bytes:
+    """32 bytes derived from the installation secret for one purpose (e.g. a node's TLS key), so
+    nothing derived has to be stored or passed between tasks."""
+    return hmac.new(_installation_secret(), f"derive/{label}".encode(), hashlib.sha256).digest()
+
+
+# --- secrets a plan may name: only connections with these prefixes, never e.g. aws_default ---------
+# A plan is untrusted input: it names a connection, the installation decides what that connection
+# holds. The prefixes keep a plan from sending an arbitrary connection's password anywhere.
+STATIC_CONN_PREFIX = "static_endpoint_"             # host = the endpoint's URL, password = its key
+SECRET_CONN_PREFIXES = ("huggingface_", "registry_")   # password = a serving secret (HF or registry token)
+SECRET_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "REGISTRY_")   # env names such a secret may be given on the node
+CONN_ID_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}"
+
+ConnectionFn = Callable[[str], dict]
+
+
+class MissingSecret(LookupError):
+    """A connection a plan names is not one it may name, is not defined here, or holds no value; the
+    message says how to fix it."""
+
+
+def env_var(conn_id: str, field: str) -> str:
+    """Where the CLI (no Airflow) finds a connection's field: BAKEOFF_CONN_<ID>_<FIELD>, the id
+    upper-cased with every other character as _ (static_endpoint_pool -> BAKEOFF_CONN_STATIC_ENDPOINT_POOL_HOST)."""
+    return f"BAKEOFF_CONN_{re.sub(r'[^A-Z0-9]', '_', conn_id.upper())}_{field.upper()}"
+
+
+def env_connection(conn_id: str) -> dict:
+    """The connection's host and password from the environment (the CLI's resolver)."""
+    return {f: os.environ.get(env_var(conn_id, f), "") for f in ("host", "password")}
+
+
+_resolve_connection: ConnectionFn = env_connection
+
+
+def set_connection_resolver(fn: ConnectionFn) -> None:
+    """The DAG layer installs an Airflow-connection lookup here (the library stays Airflow-free)."""
+    global _resolve_connection
+    _resolve_connection = fn
+
+
+def allowed_connection(conn_id: str, prefixes: tuple[str, ...]) -> bool:
+    return bool(re.fullmatch(CONN_ID_RE, conn_id)) and conn_id.startswith(prefixes)
+
+
+def connection(conn_id: str, prefixes: tuple[str, ...]) -> dict:
+    """host and password of a connection a plan named; refuses any id outside ``prefixes`` (checked
+    again here, not only when the plan is validated)."""
+    if not allowed_connection(conn_id, prefixes):
+        raise MissingSecret(f"connection {conn_id!r}: a plan may only name connections starting with "
+                            f"{' or '.join(prefixes)}; rename the connection and the plan's reference to it")
+    return dict(_resolve_connection(conn_id) or {})
+
+
+def serving_secrets(target) -> dict[str, str]:
+    """The target's serving secrets (env name -> value) from the connections its plan names, resolved
+    when a step needs them (provision hands them to the provider, deploy to the node agent); never
+    stored, logged or returned by a step."""
+    out: dict[str, str] = {}
+    for env, conn_id in (getattr(target, "secrets", None) or {}).items():
+        value = connection(conn_id, SECRET_CONN_PREFIXES).get("password") or ""
+        if not value:
+            raise MissingSecret(
+                f"targets.{target.name}.secrets.{env}: connection {conn_id} is not defined or has no password; "
+                f"create it (Admin -> Connections, the token as password; without Airflow set {env_var(conn_id, 'password')})")
+        out[env] = value
+    return out

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from bakeoff import durable
 from bakeoff.paths import results_root, safe_name
 
 
@@ -38,7 +39,7 @@ def _atomic_write(path: Path, write) -> Path:
     os.close(fd)
     try:
         write(tmp)
-        os.replace(tmp, path)
+        durable.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -1,6 +1,7 @@
-"""The node agent as a node runs it (``python -m bakeoff agent`` in its own process) against a
-scripted server, driven by the Airflow side's client: auth, idempotent jobs, results mirrored as
-they finish (and kept when a later workload fails), power per point, logs with the key masked."""
+"""The node agent as a node runs it (``python -m bakeoff agent`` in its own process, serving https
+with the node's certificate, which the client pins) against a scripted server, driven by the
+Airflow side's client: auth, idempotent jobs, results mirrored as they finish (and kept when a
+later workload fails), power per point, logs with the key masked."""
 from __future__ import annotations
 
 import json
@@ -15,8 +16,11 @@ import pytest
 
 from bakeoff.agent.remote import AgentClient, AgentError, mirror, run_job
 from bakeoff.bench.fidelity import ScriptedServerProcess
+from bakeoff.serving import tls
 
 KEY = "agent-test-key-0123456789abcdef"
+NODE = tls.node_identity("agent-test", "node")
+CERT = NODE.cert_pem
 
 
 def _free_port() -> int:
@@ -36,6 +40,8 @@ def node(tmp_path_factory, scripted):
     """A node's folders and its agent: the key in a root-only file, a boot log, a power sampler's file."""
     d = tmp_path_factory.mktemp("node")
     (d / "api_key").write_text(KEY + "\n")
+    (d / "node.crt").write_text(CERT)
+    (d / "node.key").write_text(NODE.key_pem)
     (d / "boot.log").write_text(f"bakeoff: boot\nvllm: api_key={KEY}\nbakeoff-provenance: B200, 580.1, 97.00\n")
     now = time.time()
     (d / "power.csv").write_text("".join(f"{now - 60 + i * 0.5:.3f},{g},{500 + 100 * g}.0\n"
@@ -43,11 +49,12 @@ def node(tmp_path_factory, scripted):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "bakeoff", "agent", "--serve-url", scripted.url,
                              "--key-file", str(d / "api_key"), "--log-dir", str(d), "--work-dir", str(d / "work"),
-                             "--host", "127.0.0.1", "--port", str(port), "--bundle", "f" * 64],
+                             "--host", "127.0.0.1", "--port", str(port), "--bundle", "f" * 64,
+                             "--tls-cert", str(d / "node.crt"), "--tls-key", str(d / "node.key")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
     try:
-        with AgentClient(url, KEY) as c:
+        with AgentClient(url, KEY, tls_cert=CERT) as c:
             c.wait_healthy(30, poll_s=0.1)
         yield url
     finally:
@@ -69,13 +76,13 @@ W = {"name": "short", "input_len": 16, "output_len": 8, "concurrency": [1, 2], "
 
 
 def test_every_route_needs_the_key(node):
-    with AgentClient(node, "wrong-key") as c, pytest.raises(AgentError, match="401"):
+    with AgentClient(node, "wrong-key", tls_cert=CERT) as c, pytest.raises(AgentError, match="401"):
         c.health()
-    assert httpx.get(f"{node}/agent/logs").status_code == 401
+    assert httpx.get(f"{node}/agent/logs", verify=tls.pinned_context(CERT)).status_code == 401
 
 
 def test_a_job_runs_next_to_the_server_and_its_results_are_mirrored(node, tmp_path):
-    with AgentClient(node, KEY) as c:
+    with AgentClient(node, KEY, tls_cert=CERT) as c:
         assert c.health()["bundle"] == "f" * 64
         done = run_job(c, _job("job-ok", W), tmp_path, timeout_s=120, poll_s=0.2)
         assert done["workloads"] == 1
@@ -94,14 +101,14 @@ def test_a_job_runs_next_to_the_server_and_its_results_are_mirrored(node, tmp_pa
 
 def test_a_failing_job_keeps_what_it_finished(node, tmp_path):
     bad = {**W, "name": "bad", "concurrency": [-1]}
-    with AgentClient(node, KEY) as c, pytest.raises(AgentError, match="failed on the node") as e:
+    with AgentClient(node, KEY, tls_cert=CERT) as c, pytest.raises(AgentError, match="failed on the node") as e:
         run_job(c, _job("job-half", W, bad), tmp_path, timeout_s=120, poll_s=0.2)
     assert "concurrency" in str(e.value)
     assert len(list((tmp_path / "points").glob("short-*.parquet"))) == 2
 
 
 def test_bad_jobs_are_refused_with_the_field(node):
-    with AgentClient(node, KEY) as c:
+    with AgentClient(node, KEY, tls_cert=CERT) as c:
         with pytest.raises(AgentError, match="job_id"):
             c.submit({**_job("x", W), "job_id": "../../etc"})
         with pytest.raises(AgentError, match="workloads"):
@@ -111,14 +118,14 @@ def test_bad_jobs_are_refused_with_the_field(node):
 
 
 def test_only_finished_job_files_are_served(node):
-    with AgentClient(node, KEY) as c:
+    with AgentClient(node, KEY, tls_cert=CERT) as c:
         for rel in ("../../api_key", "..%2F..%2Fapi_key", ".workload-0.json"):
             with pytest.raises(AgentError, match="404"):
                 c.fetch("job-ok", rel)
 
 
 def test_logs_come_back_with_the_key_masked_and_power_by_window(node):
-    with AgentClient(node, KEY) as c:
+    with AgentClient(node, KEY, tls_cert=CERT) as c:
         logs = c.logs()
         now = time.time()
         rows = c.power(now - 10, now - 5)

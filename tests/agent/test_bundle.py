@@ -70,6 +70,18 @@ def test_the_agent_requirements_cover_what_the_client_imports():
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9_.+-]*", r) for r in bundle.requirements())
 
 
+def test_the_hashed_requirements_match_this_workers_pins():
+    """The node installs bakeoff/agent/requirements-node.txt with --require-hashes: it must pin the whole
+    closure of AGENT_REQUIREMENTS at the versions CI runs (regenerate: scripts/agent_requirements.py)."""
+    root = bundle.package_root().parents[1]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "agent_requirements.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pins = bundle.hashed_pins()
+    assert set(pins) == set(bundle.closure_pins())
+    assert {bundle.normalize(r) for r in bundle.requirements()} <= {bundle.normalize(p) for p in pins}
+
+
 @mock_aws
 def test_staging_uploads_once_and_hands_out_a_presigned_url():
     s3 = boto3.client("s3", region_name="us-east-1")
@@ -102,7 +114,8 @@ def test_the_boot_script_checks_the_bundle_and_firewalls_the_agent():
     assert f'echo "{"a" * 64}  /opt/bakeoff/client.zip" | sha256sum -c --quiet -' in script
     assert f"iptables -I INPUT -p tcp --dport {AGENT_PORT} -s 203.0.113.7/32 -j ACCEPT" in script
     assert f"iptables -I INPUT -p tcp --dport {AGENT_PORT} -j DROP" in script
-    assert "pip install --no-cache-dir --quiet httpx==0.28.1 PyYAML==6.0.3" in script
+    assert ("pip install --no-cache-dir --quiet --require-hashes --only-binary=:all: "
+            "-r /opt/bakeoff/client/bakeoff/agent/requirements-node.txt") in script
     assert "--key-file /etc/bakeoff/api_key" in script and "--expires-at 1900000000" in script
     # the agent starts before the serving image is pulled, so a failed pull still has someone to tell
     assert script.index("bakeoff-agent") < script.index("docker pull")

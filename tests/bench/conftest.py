@@ -16,7 +16,7 @@ from aiohttp import web
 
 API_KEY = web.AppKey("api_key", object)
 FAULTS = ("ok", "http_400", "http_503", "reset", "hang", "silent", "truncated", "malformed", "empty_choices",
-          "no_usage", "reasoning", "multi", "early_stop", "error_event", "mismatch", "crlf")
+          "no_usage", "reasoning", "multi", "early_stop", "error_event", "mismatch", "crlf", "byte_fallback")
 
 
 def _chunk(kind: str, text: str, finish=None, reasoning: str | None = None) -> dict:
@@ -54,6 +54,19 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     elif fault == "empty_choices":
         for _ in range(3):
             await send({"object": "text_completion", "choices": []})
+    elif fault == "byte_fallback":
+        # as vLLM streams: one chunk per token, byte-fallback tokens with empty text; chat opens with
+        # a role chunk and (as OpenAI does) may close with an empty delta, neither carrying a token
+        if kind == "chat":
+            await send({"object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        for i in range(n):
+            await send(_chunk(kind, "" if i % 3 == 1 else f" w{i}", finish="length" if i == n - 1 and kind != "chat" else None))
+            await asyncio.sleep(0.005)
+        if kind == "chat":
+            await send({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+        await send({"object": "text_completion", "choices": [],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n}})
     elif fault == "reasoning":
         for i in range(3):
             await send(_chunk("chat", "", reasoning=f" think{i}"))
@@ -93,9 +106,9 @@ async def _handle(request: web.Request) -> web.StreamResponse:
 async def _get(request: web.Request) -> web.Response:
     p = request.path
     if p == "/v1/models":
-        return web.json_response({"object": "list", "data": [{"id": "m"}]})
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]})
     if p == "/version":
-        return web.json_response({"version": "faulty-1"})
+        return web.json_response({"version": "0.32.0"})      # as vLLM answers: a version, no name
     if p == "/metrics":
         return web.Response(text="requests_total 1\n")
     return web.Response(text="")

@@ -90,6 +90,14 @@ def test_client_count_fallback_is_reported():
     assert (s["usage_missing"], s["token_mismatches"]) == (1, 1)
 
 
+def test_counting_method_is_recorded_per_point():
+    r = point()[:3]
+    assert summarize(r, gpus=1, emulated=False)["token_count_method"] == "usage"
+    r[1].tokens_source, r[1].client_count_method = "client", "words"
+    r[2].tokens_source, r[2].client_count_method = "client", "chunks"
+    assert summarize(r, gpus=1, emulated=False)["token_count_method"] == "client-chunks+client-words+usage"
+
+
 def test_bad_gpu_count_names_the_field():
     with pytest.raises(ValueError, match="gpus"):
         summarize(point(), gpus=0, emulated=False)

@@ -90,6 +90,30 @@ def test_multi_token_chunks(faulty_server):
     assert len(r.chunk_offsets) == 3
 
 
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_empty_text_chunks_are_tokens(faulty_server, endpoint):
+    """vLLM streams byte-fallback tokens as "": each is still a token and an ITL gap, while chat's
+    opening role chunk and a closing empty delta are not."""
+    r = one(faulty_server.url, "byte_fallback", endpoint=endpoint, max_tokens=9)
+    assert r.ok, r.error
+    assert r.chunks == 9 and len(r.chunk_offsets) == 9
+    assert r.output_tokens == 9 and r.output_tokens_client == 9 and r.client_count_method == "chunks"
+    assert not r.token_mismatch
+    assert r.ttft == r.chunk_offsets[0]
+
+
+def test_empty_text_chunks_keep_the_point_at_one_token_per_chunk(faulty_server, tmp_path):
+    plan = load_plan("local-demo")
+    t = plan.targets[0]
+    w = Workload(name="bf", input_len=4, output_len=9, concurrency=[2], requests_per_point=4, warmup_requests=0)
+    ep = Endpoint(target=t.slug, base_url=faulty_server.url, model="fault:byte_fallback", stack="vllm")
+    (s,) = run_workload(ep, t, w, Slo(), tmp_path, "run1", KEY, emulated=True, calibrate=False, provenance=False)
+    assert s["tokens_per_chunk"] == 1.0 and s["token_mismatches"] == 0
+    assert s["token_count_method"] == "usage"
+    # with every token's gap kept, mean ITL matches TPOT; dropping the empty chunks inflates it ~1.6x
+    assert s["itl_ms_mean"] < 1.2 * s["tpot_ms_mean"]
+
+
 def test_crlf_event_separators(faulty_server):
     r = one(faulty_server.url, "crlf")
     assert r.ok and r.output_tokens_client == 8
@@ -112,7 +136,7 @@ def test_a_failing_server_still_yields_saved_points(faulty_server, tmp_path):
     df = pd.read_parquet(tmp_path / "requests" / "fails-c2-r0.parquet")
     assert set(df["error_kind"]) == {"http_5xx"} and len(df) == 4
     prov = json.loads((tmp_path / "provenance" / "fails-c2-r0.json").read_text())
-    assert prov["before"]["version"]["json"] == {"version": "faulty-1"}
+    assert prov["before"]["version"]["json"] == {"version": "0.32.0"}
     assert prov["before"]["models"]["json"]["data"][0]["id"] == "m"
     assert "requests_total" in prov["before"]["metrics"]["text"] and prov["after"]["metrics"]["status"] == 200
     assert KEY not in (tmp_path / "provenance" / "fails-c2-r0.json").read_text()

@@ -74,12 +74,26 @@ def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
     assert {f"{g}.deploy", f"{g}.benchmark", f"{g}.accuracy_gate", "sweep", "validate", "cost",
             "report", "publish"} <= watcher.upstream_task_ids
     assert f"{g}.provision" not in watcher.upstream_task_ids
+    # Airflow decides the run's state from its leaves: finish is the only one, runs whatever
+    # happened after the watcher, and fails (once, no retry) when the run failed
+    assert [leaf.task_id for leaf in dag.leaves] == ["finish"]
+    assert t["finish"].trigger_rule == TriggerRule.ALL_DONE and t["finish"].retries == 0
+    assert "watcher" in t["finish"].upstream_task_ids
 
 
 def test_trigger_form_params(dagbag):
     params = dagbag.dags["bakeoff"].params
     for key in ("plan", "targets", "ttft_p99_ms", "tpot_p99_ms", "prices", "budget_usd", "utilisation"):
         assert key in params
+
+
+def test_plan_param_lists_the_installed_plans(dagbag):
+    """The form's plan is a choice built at parse time from the plans folder, the same list the
+    library accepts when the run starts."""
+    from bakeoff.plan import installed_plans
+
+    schema = dagbag.dags["bakeoff"].params.get_param("plan").schema
+    assert schema["enum"] == [None, *installed_plans()] and "local-demo" in schema["enum"]
 
 
 def test_publish_updates_reports_asset(dagbag):

@@ -22,6 +22,22 @@ ENV_EXAMPLE = read_env_file((ROOT / ".env.example").read_text())
 AIRFLOW_SERVICES = {"airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
                     "airflow-worker", "airflow-init"}
 ONE_SHOT = {"airflow-init", "minio-init", "airflow-cli"}
+# the container is the reaper loop: nothing to probe, `restart: unless-stopped` restarts it if it exits
+NOTHING_TO_PROBE = {"bakeoff-reaper"}
+SECRETS_DIR = "/opt/airflow/secrets/"
+# the secrets each service uses (why: the comment at the top of docker-compose.yml); no other service mounts one
+SECRET_NEEDS = {
+    "airflow-apiserver": {"fernet", "jwt", "api"},
+    "airflow-scheduler": {"fernet", "jwt"},
+    "airflow-dag-processor": {"fernet"},
+    "airflow-triggerer": {"fernet", "api"},
+    "airflow-worker": {"api"},
+    "airflow-cli": {"fernet"},
+    "airflow-init": {"fernet", "jwt", "api", "admin"},
+}
+# the *_CMD setting through which Airflow reads each secret
+SECRET_SETTING = {"fernet": "AIRFLOW__CORE__FERNET_KEY_CMD", "jwt": "AIRFLOW__API_AUTH__JWT_SECRET_CMD",
+                  "api": "AIRFLOW__API__SECRET_KEY_CMD"}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +104,7 @@ def test_the_worker_can_be_scaled(compose):
 
 def test_every_long_running_service_has_a_healthcheck(compose):
     for name, service in compose["services"].items():
-        if name not in ONE_SHOT:
+        if name not in ONE_SHOT | NOTHING_TO_PROBE:
             assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
 
@@ -102,14 +118,94 @@ def test_airflow_services_mount_dags_plugins_and_include_and_wait_for_init(compo
             assert service["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"
 
 
-def test_authentication_is_on_and_secrets_come_from_the_generated_files(compose):
+def test_authentication_is_the_fab_auth_manager_with_an_admin_created_by_init(compose):
     env = compose["x-airflow-common"]["environment"]
-    assert env["AIRFLOW__CORE__AUTH_MANAGER"].endswith("SimpleAuthManager")
-    assert "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS" not in env
-    for key in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API__SECRET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET"):
-        assert key not in env, f"{key} must not be set in the compose file"
-        assert env[key + "_CMD"].startswith("cat /opt/airflow/secrets/")
-    assert "init_secrets.sh /opt/airflow/secrets" in compose["services"]["airflow-init"]["command"][1]
+    assert env["AIRFLOW__CORE__AUTH_MANAGER"] == "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+    assert "SIMPLE_AUTH_MANAGER" not in COMPOSE_TEXT
+    script = compose["services"]["airflow-init"]["command"][1]
+    assert "init_secrets.sh /opt/airflow/secrets/admin" in script
+    assert script.index("airflow db migrate") < script.index("airflow users create --role Admin")
+    assert '--password "${password}"' in script and "echo" not in script.split("airflow users create")[0]
+    requirements = (ROOT / "requirements.txt").read_text()
+    assert re.search(r"^apache-airflow-providers-fab==\S+$", requirements, re.M)
+
+
+SECRET_FILE = {"fernet": "fernet_key", "jwt": "jwt_secret", "api": "api_secret_key"}
+
+
+def _secret_mounts(service: dict) -> dict[str, str]:
+    """secret name -> volume entry, for each volume the service mounts under SECRETS_DIR ("all": the whole dir)."""
+    out = {}
+    for v in service.get("volumes", []):
+        target = v.split(":")[1].rstrip("/") + "/"
+        if target.startswith(SECRETS_DIR):
+            out[target.removeprefix(SECRETS_DIR).split("/")[0] or "all"] = v
+    return out
+
+
+def _secret_violations(compose: dict) -> list[str]:
+    bad = []
+    for name, service in compose["services"].items():
+        mounts = _secret_mounts(service)
+        if set(mounts) != SECRET_NEEDS.get(name, set()):
+            bad.append(f"{name} mounts secrets {sorted(mounts)}, needs {sorted(SECRET_NEEDS.get(name, set()))}")
+        env = service.get("environment") or {}
+        for secret, setting in SECRET_SETTING.items():
+            if secret in mounts and env.get(setting) != f"cat {SECRETS_DIR}{secret}/{SECRET_FILE[secret]}":
+                bad.append(f"{name}: {setting} does not read the mounted {secret} secret")
+            if secret not in mounts and setting in env:  # a *_CMD without its file fails every read of it
+                bad.append(f"{name} reads {setting} without mounting the {secret} secret")
+        bad += [f"{name} can write the {secret} secret" for secret, volume in mounts.items()
+                if name != "airflow-init" and not volume.endswith(":ro")]
+    return bad
+
+
+def test_each_service_mounts_only_the_secrets_it_needs(compose):
+    """Task code (workers), the reaper and the stock images cannot read a secret their service has no use for."""
+    assert _secret_violations(compose) == []
+    assert not _secret_mounts(compose["x-airflow-common"])
+
+
+@pytest.mark.parametrize("breakage", [
+    lambda c: c["services"]["airflow-worker"]["volumes"].append("airflow-fernet-key:/opt/airflow/secrets/fernet:ro"),
+    lambda c: c["services"]["bakeoff-reaper"]["volumes"].append("airflow-jwt-secret:/opt/airflow/secrets/jwt:ro"),
+    lambda c: c["services"]["minio"].setdefault("volumes", []).append("airflow-admin-password:/opt/airflow/secrets/admin"),
+    lambda c: c["services"]["airflow-triggerer"]["volumes"].append("secrets:/opt/airflow/secrets"),
+    lambda c: c["services"]["airflow-worker"]["environment"].__setitem__(
+        "AIRFLOW__CORE__FERNET_KEY_CMD", "cat /opt/airflow/secrets/fernet/fernet_key"),
+    lambda c: c["services"]["airflow-scheduler"]["volumes"].__setitem__(
+        -1, c["services"]["airflow-scheduler"]["volumes"][-1].removesuffix(":ro")),
+])
+def test_the_secret_check_catches_a_service_with_a_secret_it_does_not_need(compose, breakage):
+    broken = copy.deepcopy(compose)
+    breakage(broken)
+    assert _secret_violations(broken)
+
+
+def test_init_writes_each_secret_into_the_volume_its_services_mount(compose):
+    init = compose["services"]["airflow-init"]
+    env, mounts = init["environment"], _secret_mounts(init)
+    files = {"fernet": "FERNET_KEY_FILE", "jwt": "JWT_SECRET_FILE", "api": "API_SECRET_KEY_FILE", "admin": "PASSWORDS_FILE"}
+    for secret, variable in files.items():
+        assert env[variable].startswith(f"{SECRETS_DIR}{secret}/"), variable
+        volume = mounts[secret].split(":")[0]
+        users = {n for n, s in compose["services"].items() if volume in {v.split(":")[0] for v in s.get("volumes", [])}}
+        assert users == {n for n, needs in SECRET_NEEDS.items() if secret in needs}, (secret, users)
+
+
+def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compose):
+    from bakeoff.providers.credentials import OCI_ENV, TOKEN_ENV
+
+    reaper = compose["services"]["bakeoff-reaper"]
+    assert reaper["command"] == ["python", "-m", "bakeoff", "reap", "--loop", "--interval-s", "600"]
+    assert reaper["restart"] == "unless-stopped" and "depends_on" not in reaper and "ports" not in reaper
+    assert "/entrypoint" not in reaper["entrypoint"]       # Airflow's entrypoint waits for the database
+    cloud = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", *TOKEN_ENV.values(), *OCI_ENV.values()}
+    assert set(reaper["environment"]) == cloud | {"PYTHONPATH", "BAKEOFF_DATA"}
+    assert reaper["volumes"] == ["./include:/opt/airflow/include:ro", "bakeoff-data:/opt/bakeoff-data:ro"]
+    assert reaper["environment"]["BAKEOFF_DATA"] == "/opt/bakeoff-data"
+    raw_reaper = yaml.safe_load(COMPOSE_TEXT)["services"]["bakeoff-reaper"]
+    assert not re.search(r"POSTGRES|REDIS|MINIO|AIRFLOW__|SECRET_KEY|FERNET|JWT", json.dumps(raw_reaper))
 
 
 def test_required_passwords_have_no_default():
@@ -118,7 +214,7 @@ def test_required_passwords_have_no_default():
 
 
 def test_every_variable_the_compose_file_reads_is_documented_in_env_example():
-    undocumented = variables_used(COMPOSE_TEXT) - set(ENV_EXAMPLE) - {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"}
+    undocumented = variables_used(COMPOSE_TEXT) - set(ENV_EXAMPLE)
     assert undocumented == set()
 
 

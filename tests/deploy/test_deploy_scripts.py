@@ -49,6 +49,19 @@ def test_init_secrets_takes_values_from_the_environment_and_never_prints_them(tm
     assert key not in out.stdout + out.stderr and "pw-from-env-123" not in out.stdout + out.stderr
 
 
+def test_init_secrets_writes_each_secret_where_its_services_mount_it(tmp_path):
+    """One directory per secret (compose mounts each only into the services that use it)."""
+    paths = {"FERNET_KEY_FILE": tmp_path / "fernet" / "fernet_key", "JWT_SECRET_FILE": tmp_path / "jwt" / "jwt_secret",
+             "API_SECRET_KEY_FILE": tmp_path / "api" / "api_secret_key",
+             "PASSWORDS_FILE": tmp_path / "admin" / "passwords.json"}
+    _init_secrets(tmp_path / "admin", "admin", **{k: str(v) for k, v in paths.items()})
+    for path in paths.values():
+        assert [p.name for p in path.parent.iterdir()] == [path.name], path.parent
+        assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    assert set(json.loads(paths["PASSWORDS_FILE"].read_text())) == {"admin"}
+    assert paths["JWT_SECRET_FILE"].read_text() != paths["API_SECRET_KEY_FILE"].read_text()
+
+
 def test_stray_processes_finds_and_stops_what_carries_the_marker(tmp_path):
     marker = f"BAKEOFF_DATA={tmp_path}/{uuid.uuid4().hex}"
     name, value = marker.split("=", 1)

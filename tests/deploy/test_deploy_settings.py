@@ -12,7 +12,8 @@ CONFIG = ROOT / "config"
 sys.path.insert(0, str(ROOT / "scripts"))
 from render_settings import PLACEHOLDER, render  # noqa: E402
 
-CLOUD_CONNECTIONS = {"aws_default", "vultr_default", "digitalocean_default", "bakeoff_s3", "oci_default"}
+CLOUD_CONNECTIONS = {"aws_default", "vultr_default", "digitalocean_default", "bakeoff_s3", "oci_default",
+                     "huggingface_default"}
 POOLS = {"bakeoff_aws", "bakeoff_vultr", "bakeoff_digitalocean", "bakeoff_local", "bakeoff_static", "bakeoff_oci"}
 SECRET_FIELDS = ("password", "login")
 

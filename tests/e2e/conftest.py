@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -27,17 +30,21 @@ def airflow_env(tmp_path_factory) -> dict[str, str]:
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}",
         "BAKEOFF_DATA": str(home / "data"),
+        "BAKEOFF_PLANS": str(home / "plans"),     # the DAG runs installed plans only, by name
         "PYTHONUNBUFFERED": "1",
     })
     (home / "airflow").mkdir()
+    shutil.copytree(ROOT / "include" / "plans", home / "plans")
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     subprocess.run([AIRFLOW, "pools", "import", str(ROOT / "config" / "pools.json")], env=env, check=True,
                    capture_output=True, timeout=120)
     return env
 
 
-def small_plan(tmp_path: Path, name: str, *, fault: dict[str, str] | None = None) -> Path:
-    """The demo plan shrunk to a few requests per point; fault maps target name -> stage to fail."""
+def small_plan(tmp_path: Path, name: str, *, fault: dict[str, str] | None = None,
+               emulator: dict[str, dict] | None = None) -> Path:
+    """The demo plan shrunk to a few requests per point; fault maps target name -> stage to fail,
+    emulator maps target name -> emulator settings to merge (e.g. an accuracy_error_rate)."""
     raw = yaml.safe_load((ROOT / "include" / "plans" / "local-demo.yaml").read_text())
     raw["name"] = name
     for w in raw["workloads"]:
@@ -45,12 +52,26 @@ def small_plan(tmp_path: Path, name: str, *, fault: dict[str, str] | None = None
     for t in raw["targets"]:
         if fault and t["name"] in fault:
             t.setdefault("provider_options", {})["inject_fault"] = fault[t["name"]]
+        if emulator and t["name"] in emulator:
+            t.setdefault("emulator", {}).update(emulator[t["name"]])
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
 
 
 def run_dag(env: dict[str, str], plan: Path | str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the DAG once; a plan file is installed among the env's plans first and named."""
+    if isinstance(plan, Path):
+        shutil.copy(plan, Path(env["BAKEOFF_PLANS"]) / plan.name)
+        plan = plan.stem
     conf = '{"plan": "%s"}' % plan
     return subprocess.run([AIRFLOW, "dags", "test", "bakeoff", "--conf", conf],
                           env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def dag_run_state(env: dict[str, str], run_id: str) -> str:
+    """The state Airflow itself recorded for one run of the bakeoff DAG."""
+    db = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
+    with closing(sqlite3.connect(db)) as con:
+        (state,) = con.execute("SELECT state FROM dag_run WHERE dag_id = 'bakeoff' AND run_id = ?", (run_id,)).fetchone()
+    return state

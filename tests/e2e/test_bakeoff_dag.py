@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.e2e.conftest import run_dag, small_plan
+from tests.e2e.conftest import dag_run_state, run_dag, small_plan
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +41,7 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     rdir = _run_dir(airflow_env, "e2e-ok")
     run = json.loads((rdir / "run.json").read_text())
     assert run["status"] == "success"
+    assert dag_run_state(airflow_env, run["run_id"]) == "success"
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert sorted(points["target"].unique()) == ["b200-vllm", "mi355x-vllm"]
     assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()
@@ -52,12 +53,24 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
 def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):
     plan = small_plan(tmp_path, "e2e-bench-fail", fault={"b200-vllm": "benchmark"})
     res = run_dag(airflow_env, plan)
-    assert res.returncode != 0 or "failed" in res.stdout.lower()
+    assert res.returncode != 0
     rdir = _run_dir(airflow_env, "e2e-bench-fail")
     run = json.loads((rdir / "run.json").read_text())
     assert run["status"] == "failed"
     assert "terminate" in run["targets"]["b200-vllm"]          # the teardown ran
     assert list(rdir.glob("target=mi355x-vllm/points/*.parquet"))  # the other target's results are kept
+    assert not _live_emulators(airflow_env)
+
+
+def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
+    """Validation fails the gate of an emulator answering half the questions wrong: Airflow must
+    record the DAG run as failed (not only run.json), and `airflow dags test` must exit non-zero."""
+    plan = small_plan(tmp_path, "e2e-gate-fail", emulator={"b200-vllm": {"accuracy_error_rate": 0.5}})
+    res = run_dag(airflow_env, plan)
+    assert res.returncode != 0, res.stdout[-4000:] + res.stderr[-4000:]
+    run = json.loads((_run_dir(airflow_env, "e2e-gate-fail") / "run.json").read_text())
+    assert run["status"] == "failed"
+    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
     assert not _live_emulators(airflow_env)
 
 

@@ -25,14 +25,14 @@ def completion_chunk(text: str, finish: str | None, usage: bool) -> str:
     fr = "null" if finish is None else f'"{finish}"'
     return ('data: {"id":"cmpl-ID","object":"text_completion","created":0,"model":"' + M + '","choices":[{"index":0,'
             f'"text":"{text}","logprobs":null,"finish_reason":{fr},"stop_reason":null}}]'
-            + (',"usage":null' if usage else "") + "}\n\n")
+            + "}\n\n")          # no "usage" key on content chunks, with or without include_usage (vLLM 0.32)
 
 
 def chat_chunk(delta: str, finish: str | None, usage: bool) -> str:
     tail = ',"stop_reason":null' if finish else ""
     fr = "null" if finish is None else f'"{finish}"'
     return ('data: {"id":"chatcmpl-ID","object":"chat.completion.chunk","created":0,"model":"' + M + '","choices":[{"index":0,'
-            f'"delta":{delta},"logprobs":null,"finish_reason":{fr}{tail}}}]' + (',"usage":null' if usage else "") + "}\n\n")
+            f'"delta":{delta},"logprobs":null,"finish_reason":{fr}{tail}}}]' + "}\n\n")
 
 
 @pytest.mark.parametrize("include_usage", [False, True])

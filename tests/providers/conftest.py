@@ -6,20 +6,6 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def moto_server():
-    import boto3
-
-    from bakeoff.sandbox import AWS_REGIONS
-    from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
-    server = MotoServer(None).start()
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=server.url,
-                       aws_access_key_id="testing", aws_secret_access_key="testing")
-    publish_dlami(AWS_REGIONS, ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
 def fake_clouds():
     from bakeoff.sandbox.clouds import Clouds
     clouds = Clouds(None, boot_s=0.05).start()

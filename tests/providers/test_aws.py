@@ -35,7 +35,7 @@ def test_launch_tags_kill_switch_and_ssm_ami(aws_creds):
     assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
     ud = ec2.describe_instance_attribute(InstanceId=raw[0]["InstanceId"], Attribute="userData")["UserData"]["Value"]
     script = base64.b64decode(ud).decode()
-    assert "shutdown -h +" in script and "--api-key \"$BAKEOFF_API_KEY\"" in script
+    assert "shutdown -h +" in script and "--api-key" not in script     # the key reaches vLLM by env file, not argv
     ami = boto3.client("ssm", region_name="us-east-1", endpoint_url=aws_creds["endpoint_url"], aws_access_key_id="testing",
                        aws_secret_access_key="testing").get_parameter(
         Name="/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")["Parameter"]["Value"]
@@ -127,3 +127,34 @@ def test_reaper_terminates_an_ended_runs_instance_and_deletes_its_security_group
     out = reaper.reap(provider_names=["aws"], credentials_fn=lambda name: aws_creds)
     assert inst.id in {r["id"] for r in out["terminated"]} and f"us-east-1/{sg}" in out["cleaned"]
     assert not _ec2(aws_creds).describe_security_groups(Filters=[{"Name": "group-id", "Values": [sg]}])["SecurityGroups"]
+
+
+def test_a_region_refusing_calls_blocks_only_targets_that_may_launch_there(aws_creds, moto_server):
+    """The reuse check lists every region; one the target never launches in must not stop its create,
+    while a failing region among the target's own placements still does (a duplicate node bills)."""
+    moto_server.gate.fail_regions = {"us-east-2"}
+    try:
+        rid = new_run_id()
+        t = make_target("aws", regions=["us-east-1"])
+        inst = AwsProvider(aws_creds).create(t, rid, **launch_args(rid, t))
+        assert inst.id.startswith("us-east-1/")
+        t2 = make_target("aws", regions=["us-east-2"])
+        with pytest.raises(ProviderError, match="us-east-2"):
+            AwsProvider(aws_creds).create(t2, new_run_id(), **launch_args(rid, t2))
+    finally:
+        moto_server.gate.fail_regions = set()
+    AwsProvider(aws_creds).terminate(inst.id)
+
+
+def test_a_relaunch_after_termination_gets_a_new_node_not_the_terminated_one(aws_creds):
+    """A cleared provision task launches again: the ClientToken carries the launch count, so EC2 does
+    not hand back the terminated node (which would fail wait_ready as 'ended before it was ready')."""
+    p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
+    first = p.create(t, rid, **launch_args(rid, t))
+    assert p.terminate(first.id) is True
+    args = launch_args(rid, t)
+    args["spec"] = {**args["spec"], "launch": 1}        # the pipeline counts the target's recorded launches
+    second = AwsProvider(aws_creds).create(t, rid, **args)
+    assert second.id != first.id and [i["InstanceId"] for i in _live(aws_creds, rid)] == [second.id.split("/")[1]]
+    assert p.wait_ready(second, 10).state == "running"
+    p.terminate(second.id)

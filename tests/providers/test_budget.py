@@ -1,45 +1,70 @@
-"""Budget guard arithmetic, the kill-switch timer derived from it, and the measured evaluation cost."""
+"""Budget guard arithmetic, the kill-switch timer derived from it, the re-check before a re-provision,
+and the measured evaluation cost."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+import yaml
 
-from bakeoff import budget, store
+from bakeoff import budget, pipeline, store
 from bakeoff.plan import load_plan, plan_from_dict
 
+P = budget.PREFILL_TOKEN_S
 
-def tiny_plan(provider="aws", budget_usd=600.0, max_hours=3.0):
+
+def tiny_plan(provider="aws", budget_usd=600.0, max_hours=3.0, **quality):
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     raw["targets"] = [t for t in raw["targets"] if t["provider"] == "aws"]
     if provider == "local":
         raw["targets"][0].update(provider="local", instance_type="BM.GPU.B200.8", provider_options={})
     raw["workloads"][0].update(concurrency=[4], requests_per_point=36, warmup_requests=4, output_len=100, repeats=1)
+    raw["quality"]["accuracy"].update(quality)
     raw.update(budget_usd=budget_usd, max_instance_hours=max_hours)
     return plan_from_dict(raw)
+
+
+def wave(c, in_len, out_len):
+    """c prompts prefilled one after another, then c sequences decoding together."""
+    return c * in_len * P + out_len * 0.05 * (1 + (c - 1) / 64)
+
+
+# the accuracy gate by default: 200 builtin items (64-token prompts), 8 at a time, 16 tokens each
+GATE_S = 25 * wave(8, 64, 16)
+# the benchmark: 36 measured + 4 warm-up requests of 1024 in / 100 out at concurrency 4
+BENCH_S = 9 * wave(4, 1024, 100) + 1 * wave(4, 1024, 100)
 
 
 def test_estimate_by_hand():
     plan = tiny_plan()
     t = plan.targets[0]
-    # bench: (36 + 4) requests / 4 concurrent x 100 tokens x 0.05 s = 50 s
-    bench_h = 50 / 3600
     # load: image pull 0.1 h + 70.6 B params x 1 byte (fp8) / 0.5 GB/s + engine start 0.15 h
     load_h = 0.1 + 70.6 / 0.5 / 3600 + 0.15
-    hours = (0.25 + load_h + bench_h) * 1.25
+    hours = (0.25 + load_h + GATE_S / 3600 + BENCH_S / 3600) * 1.25
     est = budget.estimate(plan)
     row = est["targets"][0]
+    assert row["bench_h"] == pytest.approx(BENCH_S / 3600, abs=1e-3) and row["gate_h"] == pytest.approx(GATE_S / 3600, abs=1e-3)
     assert row["hours"] == pytest.approx(hours, abs=1e-3)
     assert row["usd"] == pytest.approx(hours * t.usd_per_hour, abs=0.01)
     assert est["estimate_usd"] == row["usd"] and row["spends"] is True
     assert row["kill_switch_s"] == pytest.approx(hours * 3600, abs=2)
-    assert budget.check(plan) == est
+    assert budget.check(plan) == est | {"ceiling_usd": budget.DEFAULT_CEILING_USD}
+
+
+def test_accuracy_gate_off_costs_nothing_and_lm_eval_counts_its_tasks():
+    assert budget.gate_hours(tiny_plan(enabled=False)) == 0
+    # gsm8k without a limit: its 1319 items, 2048-token few-shot prompts, at least 256 generated tokens
+    lm = tiny_plan(backend="lm_eval", concurrency=8)
+    assert budget.gate_hours(lm) * 3600 == pytest.approx(165 * wave(8, 2048, 256))
+    limited = tiny_plan(backend="lm_eval", concurrency=8, lm_eval_limit=16, lm_eval_tasks=["gsm8k", "other"])
+    assert budget.gate_hours(limited) * 3600 == pytest.approx(4 * wave(8, 2048, 256))
 
 
 def test_local_targets_price_the_hardware_but_boot_and_load_nothing():
     row = budget.estimate(tiny_plan("local"))["targets"][0]
     assert row["boot_h"] == 0 and row["load_h"] == 0 and row["spends"] is False
-    assert row["hours"] == pytest.approx(50 / 3600 * 1.25, abs=1e-3)
+    assert row["hours"] == pytest.approx((GATE_S + BENCH_S) / 3600 * 1.25, abs=1e-3)
 
 
 def test_over_cap_is_refused_with_the_breakdown():
@@ -47,6 +72,7 @@ def test_over_cap_is_refused_with_the_breakdown():
         budget.check(tiny_plan(budget_usd=10))
     msg = str(e.value)
     assert msg.startswith("budget_usd:") and "b200-vllm" in msg and "USD/h" in msg and "Raise budget_usd" in msg
+    assert "accuracy gate" in msg
 
 
 def test_kill_switch_never_exceeds_max_instance_hours_and_too_long_is_refused():
@@ -54,6 +80,57 @@ def test_kill_switch_never_exceeds_max_instance_hours_and_too_long_is_refused():
     assert budget.kill_switch_s(plan, plan.targets[0]) == 0.5 * 3600
     with pytest.raises(budget.BudgetExceeded, match="max_instance_hours"):
         budget.check(plan)
+
+
+def test_guard_price_is_never_below_list():
+    plan = tiny_plan()
+    raw = plan.model_dump(mode="json")
+    raw["targets"][0]["price"] = {"usd_per_hour": 0.0001}
+    cheap = plan_from_dict(raw)
+    assert cheap.targets[0].usd_per_hour == 0.0001                        # what the cost report uses
+    assert budget.guard_usd_per_hour(cheap.targets[0]) == 113.9328        # what the guard budgets
+    raw["targets"][0]["price"] = {"usd_per_hour": 150.0}                  # a contract above list counts in full
+    assert budget.guard_usd_per_hour(plan_from_dict(raw).targets[0]) == 150.0
+
+
+def test_unpriced_instance_is_guarded_at_the_dearest_offer_of_its_gpu():
+    raw = tiny_plan("local").model_dump(mode="json")
+    raw["targets"][0].update(instance_type="gpu-mi355x8-2304gb-spot", price={"usd_per_hour": 0.01})
+    t = plan_from_dict(raw).targets[0]
+    # mi355x offers: OCI 68.8 / 8 GPUs, Vultr 2.59 per GPU -> 8.6 per GPU x 8
+    assert budget.guard_usd_per_hour(t) == pytest.approx(68.8)
+
+
+def test_open_loop_and_sla_workloads_by_hand():
+    plan = tiny_plan()
+    t = plan.targets[0]
+    raw = plan.model_dump(mode="json")
+    base = dict(raw["workloads"][0], output_len=100, warmup_requests=0)
+    raw["workloads"] = [
+        # open loop: 20 arrivals at 2/s take 10 s, but 20 requests in flight take one wave of 20
+        dict(base, name="rate", load="rate", rates=[2.0], requests_per_point=20),
+        # the same capped at 2 in flight: 10 waves of 2 outlast the arrivals
+        dict(base, name="rate2", load="rate", rates=[2.0], requests_per_point=20, max_concurrency=2),
+        # SLA search: 4 probes, each at most one point at the top load: 16 / 8 = 2 waves of 8
+        dict(base, name="sla", load="sla", concurrency=[1, 8], requests_per_point=16,
+             sla={"over": "concurrency", "start": 1, "max": 8, "max_probes": 4}),
+    ]
+    rate = max(10 + 1024 * P + 100 * 0.05 * (1 + 19 / 64), wave(20, 1024, 100))
+    rate2 = max(10 + 1024 * P + 100 * 0.05 * (1 + 1 / 64), 10 * wave(2, 1024, 100))
+    sla = 4 * 2 * wave(8, 1024, 100)
+    assert budget.bench_hours(plan_from_dict(raw), t) * 3600 == pytest.approx(rate + rate2 + sla)
+
+
+def test_decode_slows_as_concurrency_grows():
+    assert budget.decode_token_s(1) == budget.TOKEN_S
+    assert budget.decode_token_s(65) == pytest.approx(2 * budget.TOKEN_S)
+    # a point at 64 concurrent requests lasts longer than 16 points at 4 with the same request count
+    raw = tiny_plan().model_dump(mode="json")
+    raw["workloads"][0].update(concurrency=[64], requests_per_point=640, warmup_requests=0)
+    wide = budget.bench_hours(plan_from_dict(raw), None)
+    raw["workloads"][0].update(concurrency=[4])
+    narrow = budget.bench_hours(plan_from_dict(raw), None)
+    assert wide * 16 > narrow
 
 
 def test_record_measured_cost(data_root):
@@ -68,16 +145,52 @@ def test_record_measured_cost(data_root):
     assert store.read_json(rdir / "run.json")["evaluation_cost"]["usd"] == doc["usd"]
 
 
-def test_open_loop_and_sla_workloads_by_hand():
-    plan = tiny_plan()
-    t = plan.targets[0]
-    raw = plan.model_dump(mode="json")
-    base = dict(raw["workloads"][0], output_len=100, warmup_requests=0)
-    raw["workloads"] = [
-        # open loop: 20 arrivals at 2/s = 10 s, plus the last request's 100 x 0.05 s decode = 15 s
-        dict(base, name="rate", load="rate", rates=[2.0], requests_per_point=20),
-        # SLA search: 4 probes, each at most one point at the top load: 16 / 8 x 5 s = 10 s -> 40 s
-        dict(base, name="sla", load="sla", concurrency=[1, 8], requests_per_point=16,
-             sla={"over": "concurrency", "start": 1, "max": 8, "max_probes": 4}),
-    ]
-    assert budget.bench_hours(plan_from_dict(raw), t) * 3600 == pytest.approx(15 + 40)
+def test_recheck_counts_spend_so_far_and_what_remains():
+    plan = load_plan("mi355x-vs-b200-sandbox")
+    a, b = plan.targets
+    now = 100_000.0
+    doc = {"targets": {
+        a.slug: {"provision": {"tries": [{"launched_at": now - 3600, "ended_at": now - 1800}]},
+                 "terminate": {"terminated_at": now - 1800}},
+        b.slug: {"provision": {"launched_at": now - 900}},         # still running
+    }}
+    out = budget.recheck(plan, a.slug, doc, now=now)
+    pa, pb = budget.guard_usd_per_hour(a), budget.guard_usd_per_hour(b)
+    spent = 0.5 * pa + 0.25 * pb
+    remaining = budget.target_hours(plan, a) * pa + (budget.target_hours(plan, b) - 0.25) * pb
+    assert out["spent_usd"] == pytest.approx(spent, abs=0.01)
+    assert out["total_usd"] == pytest.approx(spent + remaining, abs=0.01)
+    doc["targets"][b.slug]["provision"]["launched_at"] = now - 20 * 3600   # b has been up 20 h
+    with pytest.raises(budget.BudgetExceeded, match=rf"^budget_usd: launching {a.name} again"):
+        budget.recheck(plan, a.slug, doc, now=now)
+
+
+def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(rest_creds, fake_clouds, data_root, tmp_path,
+                                                                      monkeypatch):
+    """provision -> terminate -> provision again (a cleared task) passes and records both launches;
+    once the earlier launch has billed past the cap, a third try is refused before any cloud call."""
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    raw["targets"] = [t for t in raw["targets"] if t["provider"] == "vultr"]
+    raw["targets"][0]["provider_options"]["client_mode"] = "remote"
+    raw.update(name="recheck", budget_usd=60)
+    (tmp_path / "recheck.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("BAKEOFF_PLANS", str(tmp_path))
+    pipeline.set_credentials_resolver(lambda name: rest_creds(name) if name == "vultr" else {})
+    try:
+        run = pipeline.start_run("recheck", f"manual__recheck_{time.time_ns()}")
+        rdir, slug = run["run_dir"], run["targets"][0]
+        first = pipeline.provision(rdir, slug)
+        pipeline.terminate(rdir, slug, first)
+        second = pipeline.provision(rdir, slug)
+        tries = store.read_json(f"{rdir}/run.json")["targets"][slug]["provision"]["tries"]
+        assert [t["instance_id"] for t in tries] == [first["id"], second["id"]] and tries[0]["ended_at"]
+        pipeline.terminate(rdir, slug, second)
+        # the first node, it turns out, billed four hours before it was terminated
+        tries[0]["launched_at"] -= 4 * 3600
+        store.update_run(rdir, targets={slug: {"provision": {"tries": tries}}})
+        before = fake_clouds.vultr.requests
+        with pytest.raises(budget.BudgetExceeded, match=r"^budget_usd: launching mi355x-vllm again .* over the cap of 60"):
+            pipeline.provision(rdir, slug)
+        assert fake_clouds.vultr.requests == before
+    finally:
+        pipeline.set_credentials_resolver(lambda name: {})

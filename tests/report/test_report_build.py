@@ -114,8 +114,9 @@ def test_run_with_no_results_at_all(tmp_path):
 
 def test_real_hardware_run_has_no_emulated_stamp(tmp_path):
     raw = synthetic.plan_dict()
-    for t in raw["targets"]:
+    for i, t in enumerate(raw["targets"]):
         t["provider"] = "static"
+        t.setdefault("provider_options", {})["base_url"] = f"http://10.0.0.{i + 1}:8000"
     plan = synthetic.plan_from_dict(raw)
     rdir = synthetic.make_run(tmp_path / "res", plan, emulated=False)
     paths = build_report(plan, rdir, tmp_path / "out")
@@ -158,3 +159,19 @@ def test_report_shows_what_the_cost_step_stored(built, tmp_path):
     finally:
         store.write_json(rdir / "cost.json", doc)
     assert "stored headline marker 7731" in html
+
+
+def test_no_cost_no_single_repeat_caveat_and_quarantined_requests_are_not_called_missing(tmp_path):
+    """An SLO no level meets leaves every target without a cost: no caveat about costs' repeats.
+    A quarantined target's requests exist: the latency chart says they are held back, not absent."""
+    from bakeoff.report import charts
+    from bakeoff.report.data import gather
+
+    plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm"), slo={"ttft_p99_ms": 1})
+    rdir = synthetic.make_run(tmp_path / "res", plan, quarantine={t.slug for t in plan.targets})
+    cost_run(plan, rdir)
+    html = Path(build_report(plan, rdir, tmp_path / "out")["html"]).read_text()
+    assert "No target has a cost at the SLO" in html and "single repeat" not in html
+    fig = charts.latency_distributions(gather(plan, rdir), plan.workloads[0].name)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert texts and all("did\nnot pass validation" in t for t in texts) and "no request data" not in texts

@@ -34,11 +34,14 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
         for slug in run["targets"]:
             inst = pipeline.provision(run["run_dir"], slug)
             assert inst["provider"] in providers and inst["state"] == "running"
-            with AgentClient(inst["details"]["agent_url"], secrets.api_key(run_id, slug)) as agent:
+            cert = inst["details"]["tls_cert"]             # the node's own certificate: every client pins it
+            assert inst["details"]["agent_url"].startswith("https://")
+            with AgentClient(inst["details"]["agent_url"], secrets.api_key(run_id, slug), tls_cert=cert) as agent:
                 health = agent.wait_healthy(30, poll_s=0.2)
             assert health["code"].startswith(str(sandbox.workdir))   # the agent runs the copy the node fetched
             ep = pipeline.deploy(run["run_dir"], slug, inst)
             assert ep["emulated"] is True                     # the emulator says so in /version
+            assert ep["base_url"].startswith("https://") and ep["tls_cert"] == cert
             results += [inst, ep, pipeline.accuracy_gate(run["run_dir"], slug, ep),
                         pipeline.benchmark(run["run_dir"], slug, ep), pipeline.terminate(run["run_dir"], slug, inst)]
             assert results[-2]["points"] == 2

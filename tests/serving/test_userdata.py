@@ -44,7 +44,8 @@ def test_vllm_on_mi355x_uses_rocm_image_devices_and_aiter():
     assert flag(w, "--kv-cache-dtype") == "fp8" and flag(w, "--attention-backend") == "ROCM_AITER_UNIFIED_ATTN"
     assert flag(w, "--block-size") == "64" and flag(w, "--port") == "8000"
     assert "VLLM_ROCM_USE_AITER=1" in s and "HSA_NO_SCRATCH_RECLAIM=1" in s
-    assert w[-2:] == ["--api-key", "$BAKEOFF_API_KEY"]        # the key is a variable, never on the command line
+    assert "--api-key" not in w and KEY not in " ".join(w)      # the key is on no command line
+    assert w[w.index("/etc/bakeoff/key.env") - 1] == "--env-file"    # vLLM reads VLLM_API_KEY from it
 
 
 def test_vllm_on_b200_uses_cuda_image_and_one_kv_flag():
@@ -115,7 +116,7 @@ def test_hostile_engine_arg_reaches_the_server_as_one_word(tmp_path):
     line = next(x for x in s.splitlines() if x.startswith("docker run "))
     out = subprocess.run(["bash", "-c", 'docker() { printf "%s\\n" "$@"; }\nBAKEOFF_API_KEY=k\n' + line],
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    assert evil in out and out[-1] == "k"
+    assert evil in out and "k" not in out          # the key is no longer appended to the argv
     assert not marker.exists()
 
 
@@ -123,3 +124,51 @@ def test_ipv6_ingress_uses_ip6tables():
     s = render(target("aws"), cidr="2001:db8::/48")
     assert "ip6tables -I INPUT -p tcp --dport 8000 -s 2001:db8::/48 -j ACCEPT" in s
     assert "iptables -I INPUT -p tcp --dport 8000 -j DROP" in s
+
+
+def test_without_ingress_cidr_ipv6_is_closed_too_and_the_firewall_fails_closed():
+    s = render(target("aws"), cidr=None)
+    assert "iptables -I INPUT -p tcp --dport 8000 ! -s 127.0.0.1 -j DROP" in s
+    assert "ip6tables -I INPUT -p tcp --dport 8000 ! -s ::1 -j DROP" in s
+    fw = s.index("iptables -I INPUT -p tcp --dport 8000")
+    assert s.index("exit 1", fw) < s.index("docker run")       # a failed rule stops before any container
+
+
+def _run_kill_switch(tmp_path, provider_target, docker_rc: int) -> list[str]:
+    """Run the script's kill-switch section under bash, every command it calls stubbed to log its argv."""
+    script = render(provider_target)
+    lines = script.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith(userdata.KILL_MARK))
+    end = next(i for i, x in enumerate(lines) if x.startswith("# 2."))
+    section = "\n".join(lines[start:end])
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    stubs = {"sleep": "", "shutdown": "", "poweroff": "", "mkdir": "",
+             "curl": "echo ocid1.instance.oc1.iad.node", "docker": f"exit {docker_rc}"}
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n{body}\n')
+        (bin_dir / name).chmod(0o755)
+    subprocess.run(["/bin/bash", "-c", section + "\nwait\n"], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                   check=True, timeout=60)
+    return log.read_text().splitlines()
+
+
+@pytest.mark.parametrize("docker_rc", [0, 1])
+def test_oci_kill_switch_deletes_its_own_instance_then_powers_off(tmp_path, docker_rc):
+    """At expiry: the node's OCID from the metadata service, TerminateInstance as its instance principal,
+    then power-off whatever the outcome (a failed self-delete leaves a stopped node for the reaper)."""
+    t = load_plan("mi355x-vs-b200-oci-sandbox").targets[1]
+    calls = _run_kill_switch(tmp_path, t, docker_rc)
+    curl = next(c for c in calls if c.startswith("curl "))
+    assert "Authorization: Bearer Oracle" in curl and "http://169.254.169.254/opc/v2/instance/id" in curl
+    delete = next(i for i, c in enumerate(calls) if c.startswith("docker run") and "terminate_instance" in c)
+    assert "InstancePrincipalsSecurityTokenSigner" in calls[delete] and calls[delete].endswith("ocid1.instance.oc1.iad.node")
+    assert any(c == "sleep 7260" for c in calls[:delete])              # at the budgeted time, not before
+    assert "poweroff" in [c.strip() for c in calls[delete + 1:]]
+    assert any(c.startswith("shutdown -h +126") for c in calls)        # and a later power-off timer as a backstop
+
+
+def test_vultr_kill_switch_only_powers_off(tmp_path):
+    """Vultr bills a stopped node: the independent reaper deletes it (the node holds no API key)."""
+    calls = _run_kill_switch(tmp_path, target("vultr"), 0)
+    assert calls == ['shutdown -h +121 bakeoff kill switch']

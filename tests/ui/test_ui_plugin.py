@@ -32,6 +32,8 @@ def published(tmp_path_factory):
     paths = build_report(plan, rdir, base / "build")
     result = publish(plan, rdir, paths)
     mod = load_plugin()
+    # content only: who may read is answered by Airflow's create_app() below and in tests/security
+    mod.app.dependency_overrides[mod.require_run_read] = lambda: None
     yield {"client": TestClient(mod.app), "result": result, "mod": mod}
     mp.undo()
 
@@ -85,26 +87,30 @@ def test_unknown_or_escaping_paths_are_404(published, url):
     assert published["client"].get(url).status_code == 404
 
 
-def test_airflow_mounts_the_app_under_its_prefix(published, tmp_path):
-    """Airflow's own plugin loader (in a fresh process, as the API server does) mounts the app."""
+def test_airflow_mounts_the_app_behind_its_own_auth(published, tmp_path):
+    """Airflow's create_app (in a fresh process, as the api-server builds it) mounts the app under
+    its prefix, behind Airflow's auth: a viewer reads the run list, an anonymous caller gets 401."""
     import json
-    import os
+
+    from airflow_auth import SIMPLE, ask, migrated_home
+
+    env = migrated_home(tmp_path, Path(published["mod"]._root()))
+    reqs = [{"path": "/bakeoff/api/runs", "as": "viewer"}, {"path": "/bakeoff/api/runs"},
+            {"path": "/api/v2/dags"}]
+    viewer, anonymous, api = ask(env, SIMPLE, {"viewer": "viewer"}, reqs, tmp_path)
+    assert viewer["status"] == 200
+    assert [r["run_id"] for r in json.loads(viewer["body"])] == ["manual__2026-11-02T10:00:00+00:00"]
+    assert anonymous["status"] == api["status"] == 401
+
+
+def test_loading_the_plugin_leaves_airflows_api_modules_unloaded():
+    """Every task loads plugins (for their macros): the auth check imports Airflow's API on first request only."""
     import subprocess
     import sys
 
-    code = (
-        "import json\n"
-        "from fastapi import FastAPI\n"
-        "from fastapi.testclient import TestClient\n"
-        "from airflow.api_fastapi.app import init_plugins\n"
-        "app = FastAPI()\n"
-        "init_plugins(app)\n"
-        "r = TestClient(app).get('/bakeoff/api/runs')\n"
-        "print(json.dumps({'status': r.status_code, 'runs': r.json() if r.status_code == 200 else None}))\n")
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGIN.parent),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
-    assert doc["status"] == 200
-    assert [r["run_id"] for r in doc["runs"]] == ["manual__2026-11-02T10:00:00+00:00"]
+    code = ("import sys, importlib.util\n"
+            f"spec = importlib.util.spec_from_file_location('bakeoff_ui', {str(PLUGIN)!r})\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(sorted(m for m in sys.modules if m.startswith('airflow.api_fastapi.core_api')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -3,7 +3,8 @@
 An api-server is started on a free loopback port with a login required (simple auth manager),
 the repository's DAGs serialised into a fresh SQLite database and one published run on disk.
 The browser logs in, opens the `bakeoff` trigger form, finds every Param the API reports for the
-DAG, triggers a run with a plan, and opens the plugin's reports page from the navigation.
+DAG, triggers a run with a plan, and opens the plugin's reports page from the navigation (the
+plugin requires Airflow's login: the page and the report it links to load with the UI's cookie).
 The Airflow 3 UI is a React app: every step waits for the element it needs.
 """
 from __future__ import annotations
@@ -160,6 +161,8 @@ def test_a_wrong_password_does_not_log_in(api_server):
     r = httpx.post(f"{api_server}/auth/token", json={"username": USER, "password": "wrong"})
     assert r.status_code in (401, 403)
     assert httpx.get(f"{api_server}/api/v2/dags").status_code == 401
+    assert httpx.get(f"{api_server}/bakeoff/api/runs").status_code == 401   # the reports plugin too
+    assert httpx.get(f"{api_server}/bakeoff/reports/local-demo/{RUN_DIR}/report.html").status_code == 401
 
 
 def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_server, api):
@@ -183,7 +186,12 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
         assert label.startswith(title), f"param {name}: label {label!r}, expected {title!r}"
 
     plan = dialog.find_element(By.ID, "element_plan")
-    plan.send_keys("local-demo")
+    if plan.tag_name in ("input", "textarea"):
+        plan.send_keys("local-demo")
+    else:  # a Param with an enum: a react-select combobox; type to filter, then pick the exact option
+        plan.find_element(By.CSS_SELECTOR, "input[role=combobox]").send_keys("local-demo")
+        _wait(browser).until(EC.element_to_be_clickable(
+            (By.XPATH, "//*[@role='option' and normalize-space()='local-demo']"))).click()
     trigger = _wait(browser).until(EC.element_to_be_clickable(
         (By.XPATH, "//*[@role='dialog' and @data-state='open']//button[normalize-space()='Trigger']")))
     trigger.click()

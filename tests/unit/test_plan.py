@@ -111,3 +111,15 @@ def test_slug_makes_hostile_names_safe(demo_raw):
     demo_raw["targets"][0]["name"] = "<script>alert(1)</script>"
     plan = plan_from_dict(demo_raw)
     assert plan.targets[0].slug == "script-alert-1-script"
+
+
+@pytest.mark.parametrize("name,refused", [("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("VLLM_API_KEY", True),
+                                          ("AWS_SECRET_ACCESS_KEY", True), ("DOCKER_PASSWORD", True),
+                                          ("VLLM_MAX_NUM_BATCHED_TOKENS", False), ("HF_HUB_ENABLE_HF_TRANSFER", False)])
+def test_env_names_that_hold_secrets_point_to_secrets(demo_raw, name, refused):
+    """A secret in env would be stored in plan.json, deploy.json and reports; tuning variables pass."""
+    demo_raw["targets"][0]["env"] = {name: "v"}
+    if refused:
+        assert f"targets[0].env: env.{name} looks like a secret" in _error(demo_raw) and "secrets:" in _error(demo_raw)
+    else:
+        assert plan_from_dict(demo_raw).targets[0].env == {name: "v"}

@@ -7,3 +7,8 @@ port and authenticated with the run's per-target key.
 """
 AGENT_PORT = 8089
 FILE_FIELDS = ("source_path", "trace_path")    # workload fields naming a file: a job carries its text
+# One limit for both ends: the agent refuses a larger job body, and the worker refuses, before any
+# node is launched, a plan whose co-located job (workload files inlined) would be larger.
+MAX_JOB_BYTES = 64 * 1024 * 1024
+# Job ids and inlined file names: one plain path component (no '/', no leading dot, so never '..').
+PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"

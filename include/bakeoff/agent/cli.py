@@ -1,10 +1,14 @@
 """``bakeoff agent``: the node agent, as the boot script starts it on a serving node.
 
-    python -m bakeoff agent --serve-url http://127.0.0.1:8000 --key-file /etc/bakeoff/api_key
+    python -m bakeoff agent --serve-url https://127.0.0.1:8000 --key-file /etc/bakeoff/api_key
         --log-dir /var/log/bakeoff --work-dir /var/lib/bakeoff [--port 8089] [--host 0.0.0.0]
+        [--tls-cert /etc/bakeoff/tls/node.crt --tls-key /etc/bakeoff/tls/node.key]
+        [--secrets-file /etc/bakeoff/secrets/serve.env]
 
-The key is read from a root-only file (never an argument, which any process listing shows). It
-stops by itself at --expires-at, like the node's own kill switch.
+The key is read from a root-only file (never an argument, which any process listing shows). With
+--tls-cert/--tls-key the agent serves https with the node's certificate (the worker pins it) and
+pins the local server with the same certificate. It stops by itself at --expires-at, like the
+node's own kill switch.
 """
 from __future__ import annotations
 
@@ -29,6 +33,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=AGENT_PORT)
     p.add_argument("--bundle", default=None, help="SHA-256 of the client bundle this agent runs from (reported)")
     p.add_argument("--expires-at", type=float, default=None, help="epoch seconds: stop then")
+    p.add_argument("--tls-cert", type=Path, default=None, help="the node's certificate (PEM): serve https with it")
+    p.add_argument("--tls-key", type=Path, default=None, help="the node's private key (PEM, root-only file)")
+    p.add_argument("--secrets-file", type=Path, default=None,
+                   help="accept PUT /agent/secrets and write them here (root-only env file)")
     p.set_defaults(func=handle)
     return p
 
@@ -42,18 +50,29 @@ def handle(args: argparse.Namespace) -> int:
         raise SystemExit(f"--key-file: cannot read {args.key_file.name}: {e.strerror}") from None
     if not key:
         raise SystemExit("--key-file: the file is empty; the boot script writes the run's key there")
-    agent = Agent(serve_url=args.serve_url, key=key, log_dir=args.log_dir, work_dir=args.work_dir, bundle=args.bundle)
-    asyncio.run(_serve(agent, args.host, args.port, args.expires_at))
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("--tls-cert and --tls-key: give both (the node's certificate and its key) or neither")
+    ssl_ctx = None
+    if args.tls_cert:
+        from bakeoff.serving.tls import server_context  # noqa: PLC0415
+        try:
+            ssl_ctx = server_context(str(args.tls_cert), str(args.tls_key))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--tls-cert/--tls-key: cannot load the node's certificate and key: {type(e).__name__}") from None
+    pin = str(args.tls_cert) if args.tls_cert and args.serve_url.startswith("https://") else None
+    agent = Agent(serve_url=args.serve_url, key=key, log_dir=args.log_dir, work_dir=args.work_dir, bundle=args.bundle,
+                  secrets_file=args.secrets_file, serve_cert=pin)
+    asyncio.run(_serve(agent, args.host, args.port, args.expires_at, ssl_ctx))
     return 0
 
 
-async def _serve(agent, host: str, port: int, expires_at: float | None) -> None:
+async def _serve(agent, host: str, port: int, expires_at: float | None, ssl_ctx=None) -> None:
     from aiohttp import web  # noqa: PLC0415
     from bakeoff.agent.server import build_app  # noqa: PLC0415
     runner = web.AppRunner(build_app(agent), access_log=None, handle_signals=False)
     await runner.setup()
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
-    logging.info("bakeoff agent on %s:%s for %s", host, port, agent.serve_url)
+    await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_ctx).start()
+    logging.info("bakeoff agent on %s://%s:%s for %s", "https" if ssl_ctx else "http", host, port, agent.serve_url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,16 +8,19 @@ run and target, so a retried task joins the job already running instead of start
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from bakeoff import store
-from bakeoff.agent import FILE_FIELDS
+from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES
 from bakeoff.agent.remote import AgentClient, AgentError, run_job
+from bakeoff.plan import PlanError
 
 log = logging.getLogger(__name__)
-MAX_INLINE_BYTES = 64 * 1024 * 1024
+MAX_INLINE_BYTES = MAX_JOB_BYTES
 AGENT_START_S = 900.0     # the bundle's packages install while the serving image pulls
 
 
@@ -26,28 +29,77 @@ def job_id(run_id: str, slug: str) -> str:
 
 
 def build_job(plan, target, endpoint, run_id: str) -> dict[str, Any]:
-    workloads, files = [], {}
+    workloads, files, fields = _inputs(plan)
+    job = {"job_id": job_id(run_id, target.slug), "run_id": run_id, "target": target.slug,
+           "model": endpoint.model, "gpus": target.gpus_used, "emulated": endpoint.emulated,
+           "slo": plan.slo.model_dump(mode="json"), "max_error_rate": plan.quality.max_error_rate,
+           "workloads": workloads, "files": files}
+    _check_size(job, fields, target.name)
+    return job
+
+
+def _inputs(plan) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
+    """The workloads with their files inlined: (workloads, files by job name, plan field by job name)."""
+    workloads, files, fields = [], {}, {}
     for i, w in enumerate(plan.workloads):
         d = w.model_dump(mode="json")
         for f in FILE_FIELDS:
             if d.get(f):
-                name = f"w{i}-{f}{Path(d[f]).suffix}"
-                files[name] = _inline(Path(d[f]), f"workloads[{i}].{f}")
+                suffix = Path(d[f]).suffix
+                name = f"w{i}-{f}{suffix if re.fullmatch(r'[.][A-Za-z0-9]{1,10}', suffix) else ''}"
+                files[name] = _inline(d[f], f"workloads[{i}].{f}")
+                fields[name] = f"workloads[{i}].{f}"
                 d[f] = name
         workloads.append(d)
-    return {"job_id": job_id(run_id, target.slug), "run_id": run_id, "target": target.slug,
-            "model": endpoint.model, "gpus": target.gpus_used, "emulated": endpoint.emulated,
-            "slo": plan.slo.model_dump(mode="json"), "max_error_rate": plan.quality.max_error_rate,
-            "workloads": workloads, "files": files}
+    return workloads, files, fields
 
 
-def _inline(path: Path, field: str) -> str:
-    if not path.is_file():
-        raise ValueError(f"{field}: {path} is not a readable file here; a co-located client gets the file from this worker")
+def encoded_size(job: dict[str, Any]) -> int:
+    """Bytes of the job as the agent client sends it (httpx's JSON encoding)."""
+    return len(json.dumps(job, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
+
+
+def _check_size(job: dict[str, Any], fields: dict[str, str], target_name: str) -> None:
+    size = encoded_size(job)
+    if size <= MAX_JOB_BYTES:
+        return
+    files = job["files"]
+    biggest = max(files, key=lambda n: len(files[n].encode())) if files else None
+    where = fields.get(biggest, "workloads") if biggest else "workloads"
+    raise PlanError(f"{where}: the co-located job for {target_name} would be {size / 2**20:.1f} MiB with the workload "
+                    f"files inlined, over the node agent's {MAX_JOB_BYTES / 2**20:g} MiB limit; sample the file(s) down, "
+                    f"or set targets.{target_name}.provider_options.client_mode: remote")
+
+
+def preflight(plan) -> None:
+    """Before anything is launched: refuse a plan whose co-located job the node agent would refuse
+    (workload files too large once inlined), naming the workload field and the limit."""
+    colocated = [t for t in plan.targets if t.client_mode == "co-located"]
+    if not colocated:
+        return
+    workloads, files, fields = _inputs(plan)
+    for t in colocated:    # the other fields are small; a placeholder stands in for what provisioning decides
+        job = {"job_id": job_id("preflight", t.slug), "run_id": "x" * 256, "target": t.slug, "model": "x" * 256,
+               "gpus": t.gpus_used, "emulated": False, "slo": plan.slo.model_dump(mode="json"),
+               "max_error_rate": plan.quality.max_error_rate, "workloads": workloads, "files": files}
+        _check_size(job, fields, t.name)
+
+
+def _inline(value: str, field: str) -> str:
+    """The text of a workload file, found the way the remote client finds it (under the workloads
+    folder, symlinks out refused), so co-located mode ships no file a remote run could not read."""
+    from bakeoff.bench.workloads import WorkloadFileError, resolve_file  # noqa: PLC0415
+    try:
+        path = resolve_file(value, field)
+    except WorkloadFileError as e:
+        raise ValueError(f"{e}; a co-located client gets the file from this worker") from None
     if path.stat().st_size > MAX_INLINE_BYTES:
         raise ValueError(f"{field}: {path.name} is over {MAX_INLINE_BYTES >> 20} MiB; sample it down, or set "
                          "client_mode: remote")
-    return path.read_text()
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{field}: {path.name} is not UTF-8 text; save the file as UTF-8") from None
 
 
 def run_colocated(plan, target, endpoint, run_id: str, key: str | None, tdir: Path) -> int:
@@ -55,7 +107,7 @@ def run_colocated(plan, target, endpoint, run_id: str, key: str | None, tdir: Pa
     if not endpoint.agent_url:
         raise AgentError(f"{target.name}: client_mode co-located, but no node agent was started (the node could not "
                          "fetch the client bundle, or none was staged); see the node's boot log")
-    with AgentClient(endpoint.agent_url, key) as agent:
+    with AgentClient(endpoint.agent_url, key, tls_cert=endpoint.tls_cert) as agent:
         info = agent.wait_healthy(AGENT_START_S)
         log.info("%s: node agent up (bundle %s); running %d workload(s) on the node", target.slug,
                  (info.get("bundle") or "?")[:16], len(plan.workloads))

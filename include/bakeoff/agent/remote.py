@@ -27,10 +27,15 @@ class AgentError(RuntimeError):
 
 
 class AgentClient:
+    """Talks to one node's agent; with ``tls_cert`` (the node's certificate) over https pinned to it,
+    so the Bearer key and pushed secrets reach only the node that holds the matching private key."""
+
     def __init__(self, url: str, key: str | None, timeout_s: float = 30.0,
-                 transport: httpx.BaseTransport | None = None):
+                 transport: httpx.BaseTransport | None = None, tls_cert: str | None = None):
+        from bakeoff.serving.tls import client_context  # noqa: PLC0415
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport,
+                                  verify=client_context(self.url, tls_cert),
                                   headers={"Authorization": f"Bearer {key}"} if key else {})
 
     def close(self) -> None:
@@ -46,7 +51,8 @@ class AgentClient:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
-            raise AgentError(f"node agent at {self.url} unreachable ({type(e).__name__})") from None
+            why = "; TLS: it did not present the node's pinned certificate" if "CERTIFICATE_VERIFY_FAILED" in str(e) else ""
+            raise AgentError(f"node agent at {self.url} unreachable ({type(e).__name__}{why})") from None
         if r.status_code != ok:
             raise AgentError(f"node agent: {method} {path} answered {r.status_code}: {r.text[:300]}")
         return r
@@ -79,6 +85,11 @@ class AgentClient:
 
     def logs(self) -> str:
         return self._get("/agent/logs").text
+
+    def put_secrets(self, secrets: dict[str, str]) -> dict[str, Any]:
+        """Hand the serving secrets (HF_TOKEN, ...) to the node, which writes them into a root-only
+        env file its boot script waits for; the answer names the variables, never a value."""
+        return self._call("PUT", "/agent/secrets", json={"env": secrets}).json()
 
     def power(self, start: float, end: float) -> list[dict[str, Any]]:
         return parse_samples(self._get("/agent/power", params={"start": start, "end": end}).text)
@@ -128,7 +139,11 @@ class AgentPower:
 
     url: str
     key: str | None
+    tls_cert: str | None = None
+
+    def __repr__(self) -> str:                      # never shows the key
+        return f"AgentPower({self.url})"
 
     def __call__(self, start: float, end: float) -> list[dict[str, Any]]:
-        with AgentClient(self.url, self.key, timeout_s=10.0) as c:
+        with AgentClient(self.url, self.key, timeout_s=10.0, tls_cert=self.tls_cert) as c:
             return c.power(start, end)

@@ -6,6 +6,11 @@
     GET  /agent/jobs/<id>/files/<p>    one finished file
     GET  /agent/logs                   tails of the boot and serving logs (failure triage)
     GET  /agent/power?start=&end=      the GPU power samples in a window (epoch seconds)
+    PUT  /agent/secrets                serving secrets (HF_TOKEN, ...) into the root-only env file the
+                                       boot script waits for before it pulls and starts the server
+
+On a cloud node the agent serves TLS with the node's own certificate (``--tls-cert/--tls-key``),
+which the worker pins, so the key and the secrets never cross the network in clear.
 
 Every route needs the run's per-target key as a Bearer token. A job is one ``bakeoff bench``
 process per workload, against the server on localhost, writing the results store's own layout, so
@@ -29,35 +34,37 @@ from typing import Any
 
 from aiohttp import web
 
-from bakeoff.agent import FILE_FIELDS
+from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME
 from bakeoff.serving.power import PowerFile
 
 log = logging.getLogger(__name__)
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+JOB_ID_RE = re.compile(PLAIN_NAME)     # job ids and file names: one path component, never '.' or '..'
 KEY_ENV = "BAKEOFF_AGENT_SERVE_KEY"
 LOG_FILES = ("boot.log", "serve.log", "emulator.log")
 LOG_TAIL = 20000
+SECRET_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+# names a pushed secret may not set: the serving key, and what would change the server's code path
+SECRET_DENY = re.compile(r"^(VLLM_API_KEY|BAKEOFF_.*|LD_.*|PATH|PYTHON.*|HOME)$")
+MAX_SECRETS, MAX_SECRET_BYTES = 32, 8192
 
 
 class Agent:
     """State of one node's agent: where the server, logs and job folders are, and the jobs."""
 
-    def __init__(self, *, serve_url: str, key: str, log_dir: Path, work_dir: Path, bundle: str | None = None):
+    def __init__(self, *, serve_url: str, key: str, log_dir: Path, work_dir: Path, bundle: str | None = None,
+                 secrets_file: Path | None = None, serve_cert: str | None = None):
         self.serve_url, self.key, self.bundle = serve_url, key, bundle
+        self.secrets_file = Path(secrets_file) if secrets_file else None
+        self.serve_cert = serve_cert      # the node's certificate file: the local bench pins the server with it
+        self._secret_values: list[str] = []
         self.log_dir, self.work_dir = Path(log_dir), Path(work_dir)
         self.jobs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     # jobs ----------------------------------------------------------------------------------
     def submit(self, job: dict[str, Any]) -> dict[str, Any]:
-        job_id = str(job.get("job_id", ""))
-        if not JOB_ID_RE.match(job_id):
-            raise ValueError("job_id: use 1-128 letters, digits, '.', '_' or '-'")
-        if not isinstance(job.get("workloads"), list) or not job["workloads"]:
-            raise ValueError("workloads: give at least one workload mapping")
-        for name in job.get("files") or {}:
-            if not JOB_ID_RE.match(name) or name.startswith("."):
-                raise ValueError(f"files: {name!r} is not a plain file name")
+        validate_job(job)
+        job_id = job["job_id"]
         with self._lock:
             new = job_id not in self.jobs      # a retried submit joins the job already running
             if new:
@@ -101,6 +108,8 @@ class Agent:
             argv += ["--max-error-rate", str(float(job["max_error_rate"]))]
         if job.get("emulated"):
             argv.append("--emulated")
+        if self.serve_cert:
+            argv += ["--tls-cert", self.serve_cert]
         env = {**os.environ, KEY_ENV: self.key}
         with open(out / f".bench-{i}.log", "ab") as logf:
             code = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env)
@@ -125,7 +134,36 @@ class Agent:
 
     # node facts ------------------------------------------------------------------------------
     def masked(self, text: str) -> str:
-        return text.replace(self.key, "<api-key>") if self.key else text
+        text = text.replace(self.key, "<api-key>") if self.key else text
+        for v in self._secret_values:
+            text = text.replace(v, "<secret>")
+        return text
+
+    def put_secrets(self, body: Any) -> dict[str, Any]:
+        """Write the serving secrets as ``NAME=value`` lines into the root-only env file (0600, atomic
+        rename), which the boot script hands to ``docker run --env-file``. Values are never echoed."""
+        if self.secrets_file is None:
+            raise LookupError("this node was booted without serving secrets; nothing waits for them")
+        env = body.get("env") if isinstance(body, dict) else None
+        if not isinstance(env, dict) or len(env) > MAX_SECRETS:
+            raise ValueError(f"env: give a mapping of at most {MAX_SECRETS} NAME -> value")
+        for name, value in env.items():
+            if not isinstance(name, str) or not SECRET_NAME_RE.match(name) or SECRET_DENY.match(name):
+                raise ValueError(f"env: {str(name)[:40]!r} is not an allowed variable name; use upper-case letters, "
+                                 "digits and '_' (not VLLM_API_KEY, BAKEOFF_*, LD_*, PATH, PYTHON*, HOME)")
+            if not isinstance(value, str) or not value or len(value) > MAX_SECRET_BYTES \
+                    or any(c in value for c in "\n\r\0"):
+                raise ValueError(f"env.{name}: give a non-empty one-line string of at most {MAX_SECRET_BYTES} bytes")
+        self.secrets_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.secrets_file.with_name(f".{self.secrets_file.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.secrets_file)
+        self._secret_values = sorted({*self._secret_values, *env.values()}, key=len, reverse=True)
+        return {"ok": True, "names": sorted(env)}
 
     def logs(self) -> str:
         parts = []
@@ -140,6 +178,36 @@ class Agent:
     def power(self, start: float, end: float) -> str:
         rows = PowerFile(str(self.log_dir / "power.csv"))(start, end)
         return "".join(f"{r['t']:.3f},{r['gpu']},{r['watts']:.1f}\n" for r in rows)
+
+
+def plain_name(value: Any) -> bool:
+    return isinstance(value, str) and JOB_ID_RE.fullmatch(value) is not None
+
+
+def validate_job(job: Any) -> None:
+    """Refuse a job that could name a path outside its own folder: the job id becomes a folder, the
+    files' names become files in it, and a workload's file fields may only name one of those files."""
+    if not isinstance(job, dict):
+        raise ValueError("job: expected a JSON object")
+    if not plain_name(job.get("job_id")):
+        raise ValueError("job_id: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    files = job.get("files") or {}
+    if not isinstance(files, dict):
+        raise ValueError("files: expected a mapping of file name -> text")
+    for name, text in files.items():
+        if not plain_name(name):
+            raise ValueError(f"files: {str(name)[:80]!r} is not a plain file name (letters, digits, '.', '_', '-')")
+        if not isinstance(text, str):
+            raise ValueError(f"files.{name}: expected the file's text")
+    workloads = job.get("workloads")
+    if not isinstance(workloads, list) or not workloads or not all(isinstance(w, dict) for w in workloads):
+        raise ValueError("workloads: give at least one workload mapping")
+    for i, w in enumerate(workloads):
+        for field in FILE_FIELDS:
+            value = w.get(field)
+            if value is not None and value not in files:
+                raise ValueError(f"workloads[{i}].{field}: {str(value)[:80]!r} is not one of the job's files; "
+                                 "a job names its inlined files by plain name, never by path")
 
 
 AGENT = web.AppKey("agent", Agent)
@@ -179,7 +247,7 @@ async def _status(request: web.Request) -> web.Response:
 async def _file(request: web.Request) -> web.Response:
     agent: Agent = request.app[AGENT]
     job, rel = request.match_info["job"], request.match_info["path"]
-    if not JOB_ID_RE.match(job) or rel not in agent.finished_files(job):   # nothing outside the job's files
+    if not plain_name(job) or rel not in agent.finished_files(job):   # nothing outside the job's files
         return web.json_response({"error": "no such file"}, status=404)
     return web.FileResponse(agent.job_dir(job) / rel)
 
@@ -187,6 +255,16 @@ async def _file(request: web.Request) -> web.Response:
 async def _logs(request: web.Request) -> web.Response:
     text = await asyncio.to_thread(request.app[AGENT].logs)
     return web.Response(text=text)
+
+
+async def _secrets(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+        return web.json_response(await asyncio.to_thread(request.app[AGENT].put_secrets, body))
+    except LookupError as e:
+        return web.json_response({"error": str(e)}, status=409)
+    except (ValueError, TypeError) as e:       # never echoes a value: the messages name fields only
+        return web.json_response({"error": str(e)}, status=400)
 
 
 async def _power(request: web.Request) -> web.Response:
@@ -198,9 +276,10 @@ async def _power(request: web.Request) -> web.Response:
 
 
 def build_app(agent: Agent) -> web.Application:
-    app = web.Application(middlewares=[_auth])
+    app = web.Application(middlewares=[_auth], client_max_size=MAX_JOB_BYTES)
     app[AGENT] = agent
     app.add_routes([web.get("/agent/health", _health), web.post("/agent/jobs", _submit),
                     web.get("/agent/jobs/{job}", _status), web.get("/agent/jobs/{job}/files/{path:.+}", _file),
-                    web.get("/agent/logs", _logs), web.get("/agent/power", _power)])
+                    web.get("/agent/logs", _logs), web.get("/agent/power", _power),
+                    web.put("/agent/secrets", _secrets)])
     return app

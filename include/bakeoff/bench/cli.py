@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from bakeoff import store
+from bakeoff.bench import console
 from bakeoff.paths import results_root, safe_name
 
 
@@ -35,21 +36,71 @@ class AdhocTarget:
         return safe_name(self.name.lower())
 
 
+def _split_top(text: str) -> list[str]:
+    """Split k=v,k=v on the commas outside brackets, so concurrency=[1,4,16] stays one value."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
 def _mapping(text: str, what: str) -> dict:
-    """A YAML/JSON file, inline JSON/YAML, or k=v,k=v."""
+    """A YAML/JSON file, inline JSON/YAML, or k=v,k=v (values in YAML: [1,4,16], true, 0.5)."""
     p = Path(text)
-    if p.is_file():
-        raw = yaml.safe_load(p.read_text())
-    elif "=" in text and not text.lstrip().startswith("{"):
-        raw = {}
-        for part in text.split(","):
-            k, _, v = part.partition("=")
-            raw[k.strip()] = yaml.safe_load(v)
-    else:
-        raw = yaml.safe_load(text)
+    try:
+        if p.is_file():
+            raw = yaml.safe_load(p.read_text())
+        elif "=" in text and not text.lstrip().startswith("{"):
+            raw = {}
+            for part in _split_top(text):
+                k, eq, v = part.partition("=")
+                if not eq or not k.strip():
+                    raise SystemExit(f"--{what}: {part.strip()!r} is not key=value; write e.g. "
+                                     f"name=w,input_len=1024,concurrency=[1,4,16]")
+                raw[k.strip()] = yaml.safe_load(v)
+        else:
+            raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem", None) or type(e).__name__
+        raise SystemExit(f"--{what}: cannot read {text!r} as YAML ({where}); give a file, a mapping such as "
+                         f"'{{concurrency: [1, 4, 16]}}' or key=value pairs such as concurrency=[1,4,16]") from None
     if not isinstance(raw, dict):
         raise SystemExit(f"--{what}: expected a file, JSON/YAML mapping or key=value list, got {text!r}")
     return raw
+
+
+def _keys_help(cls, skip: tuple[str, ...] = ()) -> str:
+    """One line per settable key of a plan model, from its own field descriptions."""
+    import textwrap
+    import typing
+    lines = []
+    for name, f in cls.model_fields.items():
+        if name in skip:
+            continue
+        default = "required" if f.is_required() else f"default {f.get_default(call_default_factory=True)!r}"
+        ann = f.annotation
+        choices = [str(c) for a in (ann, *typing.get_args(ann)) if typing.get_origin(a) is typing.Literal
+                   for c in typing.get_args(a)]
+        head = f"{name} ({default}{'; one of ' + ', '.join(choices) if choices else ''})"
+        text = head + (f": {f.description}" if f.description else "")
+        lines.append(textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+def _epilog() -> str:
+    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.workload import Workload
+    return ("workload keys (--workload; the same as a plan's workloads):\n" + _keys_help(Workload)
+            + "\n\nSLO keys (--slo; none set: every point is reported without an SLO verdict):\n" + _keys_help(Slo))
 
 
 def _parse_model(cls, raw: dict, what: str):
@@ -63,7 +114,8 @@ def _parse_model(cls, raw: dict, what: str):
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("bench", help="benchmark one OpenAI-compatible endpoint (no Airflow)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, epilog=_epilog(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="model id the server answers to")
     p.add_argument("--workload", default="name=adhoc",
@@ -71,6 +123,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "'name=w,input_len=1024,output_len=128,concurrency=[1,4,16]')")
     p.add_argument("--slo", default="", help="Slo as a file, mapping or k=v list (e.g. ttft_p99_ms=500,tpot_p99_ms=40)")
     p.add_argument("--api-key-env", help="environment variable holding the API key (never pass a key itself)")
+    p.add_argument("--tls-cert", type=Path, default=None,
+                   help="an https endpoint's own certificate (PEM file): trust only it (a bakeoff node's cert)")
     p.add_argument("--gpus", type=int, default=1, help="GPUs serving the model (TP x PP): per-GPU divisor")
     p.add_argument("--target-name", default="endpoint", help="name for the results folder")
     p.add_argument("--run-id", default=None, help="default: adhoc-<UTC time>")
@@ -108,31 +162,40 @@ def handle(args: argparse.Namespace) -> int:
     target = AdhocTarget(args.target_name, args.gpus)
     run_id = args.run_id or time.strftime("adhoc-%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or store.target_dir("adhoc", run_id, target.slug, results_root())
+    tls_cert = None
+    if args.tls_cert:
+        from bakeoff.serving.tls import check_cert  # noqa: PLC0415
+        try:
+            tls_cert = check_cert(args.tls_cert.read_text(), "--tls-cert")
+        except OSError as e:
+            raise SystemExit(f"--tls-cert: cannot read {args.tls_cert.name}: {e.strerror}") from None
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        if not args.endpoint.startswith("https://"):
+            raise SystemExit("--tls-cert: the endpoint must be an https:// URL to pin a certificate")
     endpoint = Endpoint(target=target.slug, base_url=args.endpoint, model=args.model, stack="unknown",
-                        emulated=args.emulated)
+                        emulated=args.emulated, tls_cert=tls_cert)
+    engine = _engine(endpoint, api_key) if not args.no_provenance else {"stack": "unknown"}
+    endpoint.stack = engine["stack"]
     doc = {"endpoint": args.endpoint, "model": args.model, "workload": workload.model_dump(mode="json"),
-           "slo": slo.model_dump(mode="json"), "gpus": args.gpus, "run_id": run_id, "emulated": args.emulated}
+           "slo": slo.model_dump(mode="json"), "gpus": args.gpus, "run_id": run_id, "emulated": args.emulated,
+           **engine}
     summaries = run_workload(endpoint, target, workload, slo, Path(out), run_id, api_key, args.emulated,
                              max_error_rate=args.max_error_rate, provenance=not args.no_provenance,
                              calibrate=not args.no_calibrate, power=_power(args.power_csv))
     doc["points"] = summaries
     cal = store.read_json(Path(out) / "client_calibration.json")
-    if cal:
+    if cal:      # its one line was logged when it was measured
         doc["calibration"] = cal
-        if cal.get("ttft_error_ms_mean") is not None:
-            print(f"client self-calibration: TTFT error {cal['ttft_error_ms_mean']:+.2f} ms mean, "
-                  f"{cal['ttft_error_ms_p99']:+.2f} ms p99 (C={cal['concurrency']})")
     sla = store.read_json(Path(out) / f"sla-{workload.name}.json")
     if sla:
         doc["sla"] = sla
     store.write_json(Path(out) / "summary.json", doc)
-    label = " EMULATED" if args.emulated else ""
+    judged = console.slo_given(slo, args.max_error_rate)
     for s in summaries:
-        print(f"{s['load_mode']:>11} {s['concurrency']:>6} r{s['repeat']}: {s['completed']:>5} ok {s['failed']:>4} failed  "
-              f"TTFT p99 {s['ttft_ms_p99']:8.1f} ms  TPOT p50 {s['tpot_ms_p50']:7.2f} ms  "
-              f"{s['output_tps_per_gpu']:9.1f} out tok/s/GPU  SLO {'met' if s['meets_slo'] else 'missed'}"
-              f"{'  CLIENT-BOUND' if s['client_bound'] else ''}"
-              f"{_watts(s)}{label}")
+        print(console.point_line(s, judged=judged, emulated=args.emulated))
+        for line in console.point_warnings(s, Path(out), workload.name):
+            print(line)
     if sla:
         print(f"SLA search: highest {sla['over']} meeting every SLO = {sla['best']} "
               f"({sla['best_output_tps_per_gpu']} out tok/s/GPU); first failing {sla['first_failing']}")
@@ -140,9 +203,13 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watts(s: dict) -> str:
-    w = s.get("power_w_per_gpu")
-    return f"  {w:6.0f} W/GPU" if w is not None and w == w else ""
+def _engine(endpoint, api_key: str | None) -> dict:
+    """The engine as the server names itself (never fatal: "unknown" when it does not say)."""
+    from bakeoff.bench.provenance import identify_engine, snapshot_provenance
+    try:
+        return identify_engine(snapshot_provenance(endpoint, api_key))
+    except Exception as e:  # noqa: BLE001 - provenance must never cost a measurement
+        return {"stack": "unknown", "identified_from": None, "error": type(e).__name__}
 
 
 def _power(path: Path | None):

@@ -190,13 +190,20 @@ class _ProtocolConn(_Conn, asyncio.Protocol):
 class StreamingClient:
     """Keep-alive connections to one server; ``stream`` sends a pre-built request and accounts it."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 300.0):
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 300.0,
+                 tls_cert: str | None = None):
+        """``tls_cert``: the node's own certificate (PEM); an https server is then trusted only if it
+        holds that certificate's key (serving/tls.py), else by the system's CAs."""
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"endpoint: {base_url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000")
         self.host = u.hostname
         self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.ssl = ssl.create_default_context() if u.scheme == "https" else None
+        if tls_cert:
+            from bakeoff.serving.tls import client_context  # noqa: PLC0415
+            self.ssl: ssl.SSLContext | None = client_context(base_url, tls_cert)
+        else:
+            self.ssl = ssl.create_default_context() if u.scheme == "https" else None
         self.prefix = u.path.rstrip("/")
         if self.prefix.endswith("/v1"):
             self.prefix = self.prefix[:-3]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,24 @@ class ScriptedServerProcess:
         self._dir.cleanup()
 
 
+def server_cpu() -> int | None:
+    """A core for the scripted server away from the client: a child inherits the client's affinity,
+    and a server sharing the client's one core would be measured as the client's own error. The
+    highest usable CPU outside the client's set, else the highest of its set; None on one core."""
+    try:
+        mine = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return None
+    try:
+        usable = os.sched_getaffinity(1) | mine
+    except OSError:
+        usable = set(range(os.cpu_count() or 1))
+    others = sorted(usable - mine)
+    if others:
+        return others[-1]
+    return max(mine) if len(mine) > 1 else None
+
+
 def calibrate(concurrency: int = 16, requests: int = 64, ttft_ms: float = 50.0, itl_ms: float = 5.0,
               output_tokens: int = 32) -> dict[str, Any]:
     """Measure the client against the scripted server on this machine (known TTFT/ITL): its own
@@ -112,15 +131,35 @@ def calibrate(concurrency: int = 16, requests: int = 64, ttft_ms: float = 50.0, 
     from bakeoff.bench.runtime import run_async
     from bakeoff.bench.sweep import measure_scripted
 
-    with ScriptedServerProcess({"ttft_ms": ttft_ms, "itl_ms": itl_ms, "tokens_per_chunk": 1,
-                                "output_tokens": output_tokens}) as srv:
+    script = {"ttft_ms": ttft_ms, "itl_ms": itl_ms, "tokens_per_chunk": 1, "output_tokens": output_tokens}
+    cpu = server_cpu()
+    try:
+        srv = ScriptedServerProcess(script, cpu=cpu).__enter__()
+    except RuntimeError:            # that CPU cannot be used here (cpuset): share the client's
+        cpu = None
+        srv = ScriptedServerProcess(script).__enter__()
+    try:
         recs, mon = run_async(measure_scripted(srv.url, concurrency, requests, output_tokens))
+    finally:
+        srv.__exit__()
     ok = [r for r in recs if r.error_kind is None and not r.warmup]
     ttft_err = np.array([r.ttft for r in ok]) * 1e3 - ttft_ms
     tpot_err = np.array([(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok]) * 1e3 - itl_ms
     return {"concurrency": concurrency, "requests": len(recs), "ok": len(ok), "truth_ttft_ms": ttft_ms,
-            "truth_itl_ms": itl_ms,
+            "truth_itl_ms": itl_ms, "server_cpu": cpu, "client_cpus": sorted(os.sched_getaffinity(0)),
             "ttft_error_ms_mean": float(ttft_err.mean()) if ok else None,
             "ttft_error_ms_p99": float(np.percentile(ttft_err, 99)) if ok else None,
             "tpot_error_ms_mean": float(tpot_err.mean()) if ok else None,
             "tpot_error_ms_p99": float(np.percentile(tpot_err, 99)) if ok else None, **mon}
+
+
+def calibration_line(cal: dict[str, Any]) -> str:
+    """One line on the client's own error, saying what it was measured against: a scripted local
+    server at one concurrency, not the endpoint or the levels being measured."""
+    if cal.get("ttft_error_ms_mean") is None:
+        return f"client self-calibration: not measured ({cal.get('error', 'no successful request')})"
+    where = f"on CPU {cal['server_cpu']}" if cal.get("server_cpu") is not None else "sharing the client's CPUs"
+    return (f"client self-calibration (the client's own timing error against a local scripted server {where}, "
+            f"C={cal['concurrency']}, {cal['ok']} requests; not a measurement of the endpoint): "
+            f"TTFT {cal['ttft_error_ms_mean']:+.2f} ms mean, {cal['ttft_error_ms_p99']:+.2f} ms p99; "
+            f"TPOT {cal['tpot_error_ms_mean']:+.3f} ms mean")

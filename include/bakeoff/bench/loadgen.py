@@ -56,7 +56,7 @@ def to_record(out: Outcome, pid: PointId, spec: RequestSpec, index: int, warmup:
     rec.chunk_offsets = st.offsets
     rec.chunks = len(st.offsets)
     rec.finish_reason = st.finish_reason
-    counted = st.client_tokens()
+    counted, rec.client_count_method = st.client_count()
     rec.output_tokens_client = counted
     usage = st.usage or {}
     if usage.get("completion_tokens") is not None:

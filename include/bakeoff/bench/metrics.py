@@ -1,9 +1,10 @@
 """Per-point summary with the project's metric definitions (see docs: vLLM/SGLang/MLPerf naming).
 
-- TTFT: send -> first chunk carrying generated text (reasoning included); TTFA: first answer text.
+- TTFT: send -> first chunk carrying a generated token (reasoning included); TTFA: first answer text.
 - TPOT: per request (E2E - TTFT) / (output tokens - 1); requests with <= 1 output token excluded.
-- ITL: gaps between consecutive text-bearing chunks, pooled over requests. With multi-token chunks a
-  gap is not a per-token latency, so ITL and TPOT are never mixed.
+- ITL: gaps between consecutive token chunks (every chunk with choices that carries a token, empty
+  text included: vLLM streams byte-fallback tokens as ""), pooled over requests. With multi-token
+  chunks a gap is not a per-token latency, so ITL and TPOT are never mixed.
 - E2E: send -> last byte. Duration: first measured send -> last measured response (warm-up excluded).
 - Throughput per GPU: tokens / duration / GPUs serving the model (target.gpus_used); input tokens
   from usage, else the requested prompt length.
@@ -68,6 +69,14 @@ def request_tpot(row: dict[str, Any]) -> float | None:
 def chunk_gaps(offsets) -> list[float]:
     offs = list(offsets) if offsets is not None else []
     return [b - a for a, b in zip(offs, offs[1:])]
+
+
+def count_method(rows: list[dict[str, Any]]) -> str | None:
+    """How a point's output tokens were counted, so a figure from the client's own count is never
+    read as the server's: "usage", "client-chunks", "client-words", or several joined by "+"."""
+    methods = {"usage" if r.get("tokens_source") != "client" else f"client-{r.get('client_count_method') or 'chunks'}"
+               for r in rows}
+    return "+".join(sorted(methods)) or None
 
 
 def request_is_good(row: dict[str, Any], slo) -> bool:
@@ -159,9 +168,11 @@ def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: f
     out["tokens_per_chunk"] = out_tok / chunks if chunks else NAN
     out["token_mismatches"] = sum(1 for r in ok if r.get("token_mismatch"))
     out["usage_missing"] = sum(1 for r in ok if r.get("tokens_source") == "client")
+    out["token_count_method"] = count_method(ok)
     out["errors_by_kind"] = json.dumps(dict(sorted(Counter(r["error_kind"] for r in measured if r.get("error_kind")).items())))
     client = client or {}
     for k in ("send_lag_ms_p99", "loop_lag_ms_p99", "client_cpu_pct"):
         out[k] = float(client[k]) if client.get(k) is not None else NAN
-    out["client_bound"] = bool(client.get("client_bound", False))
+    # with nothing measured there is no pace the client could have set
+    out["client_bound"] = bool(client.get("client_bound", False)) and completed > 0
     return {k: out.get(k) for k in POINT_COLUMNS}

@@ -30,9 +30,10 @@ def snapshot_provenance(endpoint, api_key: str | None, *, timeout_s: float = 5.0
     ``endpoint`` is an Endpoint or a base URL. The API key is sent, never returned.
     """
     base = endpoint if isinstance(endpoint, str) else endpoint.base_url
+    verify = True if isinstance(endpoint, str) else endpoint.verify()      # a node's pinned certificate
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     snap: dict[str, Any] = {"base_url": base, "taken_at": time.time()}
-    with httpx.Client(base_url=base.rstrip("/"), headers=headers, timeout=timeout_s) as c:
+    with httpx.Client(base_url=base.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify) as c:
         snap["version"] = _get(c, "/version")
         snap["models"] = _get(c, "/v1/models")
         if include_metrics:
@@ -41,3 +42,31 @@ def snapshot_provenance(endpoint, api_key: str | None, *, timeout_s: float = 5.0
         snap["endpoint"] = {"stack": endpoint.stack, "model": endpoint.model, "emulated": endpoint.emulated,
                             **(endpoint.provenance or {})}
     return snap
+
+
+ENGINES = ("vllm", "sglang")
+
+
+def identify_engine(snap: dict[str, Any]) -> dict[str, Any]:
+    """The serving engine and its version from what the server says about itself, so a hand-run
+    benchmark records "vllm 0.x" rather than "unknown": /version first (a name in it), then the
+    owner of /v1/models' cards (vLLM and SGLang put their name there), then /metrics' prefixes."""
+    version = (snap.get("version") or {}).get("json")
+    engine_version = version.get("version") if isinstance(version, dict) else None
+    found = None
+    if isinstance(version, dict):
+        text = " ".join(f"{k} {v}" for k, v in version.items() if isinstance(v, (str, int, float))).lower()
+        if "bakeoff-emulator" in text:
+            found = ("emulator", "/version")
+        else:
+            found = next(((e, "/version") for e in ENGINES if e in text), None)
+    models = (snap.get("models") or {}).get("json")
+    if found is None and isinstance(models, dict) and isinstance(models.get("data"), list):
+        owners = {str(m.get("owned_by", "")).lower() for m in models["data"] if isinstance(m, dict)}
+        found = next(((e, "/v1/models") for e in ENGINES if e in owners), None)
+    metrics = (snap.get("metrics") or {}).get("text") or ""
+    if found is None and metrics:
+        found = next(((e, "/metrics") for e in ENGINES if f"\n{e}:" in "\n" + metrics), None)
+    stack, source = found or ("unknown", None)
+    return {"stack": stack, "engine_version": str(engine_version) if engine_version is not None else None,
+            "identified_from": source}

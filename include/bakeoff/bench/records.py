@@ -25,10 +25,10 @@ class RequestRecord:
     warmup: bool
     send_time: float                 # UTC wall clock (epoch seconds) at send
     start_offset: float              # seconds since the point's first send (monotonic)
-    ttft: float | None = None        # to first chunk carrying generated text (reasoning included)
+    ttft: float | None = None        # to first chunk carrying a generated token (reasoning included)
     ttfa: float | None = None        # to first answer (non-reasoning) text
     e2e: float | None = None         # to last byte
-    chunk_offsets: list[float] = field(default_factory=list)  # arrival of every text-bearing chunk
+    chunk_offsets: list[float] = field(default_factory=list)  # arrival of every token chunk (empty text too)
     prompt_tokens: int | None = None      # from usage
     output_tokens: int | None = None      # from usage, else the client count (see tokens_source)
     output_tokens_client: int | None = None
@@ -44,7 +44,8 @@ class RequestRecord:
     elapsed: float | None = None          # send to end of the request, failed ones included
     scheduled_offset: float | None = None  # open-loop modes: when the arrival process wanted the send
     token_mismatch: bool = False          # usage and client count disagree by more than 10%
-    chunks: int = 0                       # text-bearing chunks received
+    chunks: int = 0                       # token chunks received (an empty-text chunk is still a token)
+    client_count_method: str | None = None  # how output_tokens_client was counted: chunks | words
 
     @property
     def ok(self) -> bool:
@@ -68,4 +69,7 @@ POINT_COLUMNS = POINT_KEY + [
     "load_mode", "rate", "ttfa_ms_mean", "ttfa_ms_p50", "ttfa_ms_p90", "ttfa_ms_p99",
     "tokens_per_chunk", "token_mismatches", "usage_missing", "errors_by_kind",
     "send_lag_ms_p99", "loop_lag_ms_p99", "client_cpu_pct", "client_bound",
+    # how the point's output tokens were counted: "usage", "client-chunks", "client-words", or
+    # several joined by "+" when requests differed
+    "token_count_method",
 ]

@@ -92,13 +92,19 @@ class StreamState:
             return
         c = choices[0]
         delta = c.get("delta")
-        if delta is not None:                       # chat
+        if isinstance(delta, dict):                 # chat
             text = delta.get("content") or ""
             think = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            # a token chunk names its content even when empty; the opening {"role": ..,
+            # "content": ""} and a closing {} carry no token
+            token = bool(text or think) or (
+                "role" not in delta and any(isinstance(delta.get(k), str)
+                                            for k in ("content", "reasoning_content", "reasoning")))
         else:                                       # completions
             text = c.get("text") or ""
             think = ""
-        if text or think:
+            token = isinstance(c.get("text"), str)
+        if token:   # an empty-text chunk is still a token (vLLM's byte-fallback tokens, EOS)
             off = now - self.t_send
             self.offsets.append(off)
             if self.ttft is None:
@@ -114,13 +120,18 @@ class StreamState:
             self.finish_reason = fr
 
     # --- after the stream ended -------------------------------------------------------------
-    def client_tokens(self) -> int:
-        """Client-side output token estimate: the larger of the text-bearing chunk count and the
-        whitespace-word count (text joined first, so a word split over chunks counts once).
-        Exact under the emulator's convention (one word = one token) and for servers that stream
-        one token per chunk (vLLM, SGLang defaults); a lower bound otherwise."""
+    def client_count(self) -> tuple[int, str]:
+        """Client-side output token count and how it was made: the larger of the token-chunk count
+        ("chunks", empty-text chunks included) and the whitespace-word count ("words", text joined
+        first, so a word split over chunks counts once). Exact under the emulator's convention (one
+        word = one token) and for servers that stream one token per chunk (vLLM, SGLang defaults);
+        a lower bound otherwise."""
         words = tokens.count("".join(self.reasoning)) + tokens.count("".join(self.answer))
-        return max(words, len(self.offsets))
+        chunks = len(self.offsets)
+        return (chunks, "chunks") if chunks >= words else (words, "words")
+
+    def client_tokens(self) -> int:
+        return self.client_count()[0]
 
     def verdict(self) -> StreamError | None:
         """Why this stream is not a valid completed response, or None."""
@@ -130,7 +141,7 @@ class StreamState:
             return StreamError("truncated", f"stream ended inside an event: {self.buf[:80]!r}")
         if not self.done:
             return StreamError("truncated", "stream ended without data: [DONE]")
-        if self.ttft is None:
+        if not (self.answer or self.reasoning):
             if self.empty_choices:
                 return StreamError("empty_choices", f"{self.empty_choices} chunk(s) with no choices and no text")
             return StreamError("no_output", "stream finished without any generated text")

@@ -154,7 +154,8 @@ async def measure_point(ctx: Ctx, client: StreamingClient, *, key: int, repeat: 
 
 async def _run(ctx: Ctx) -> list[dict]:
     w = ctx.workload
-    client = StreamingClient(ctx.endpoint.base_url, api_key=ctx.api_key, timeout_s=w.request_timeout_s)
+    client = StreamingClient(ctx.endpoint.base_url, api_key=ctx.api_key, timeout_s=w.request_timeout_s,
+                             tls_cert=ctx.endpoint.tls_cert)
     out: list[dict] = []
     try:
         if w.load == "concurrency":
@@ -209,14 +210,14 @@ def self_calibrate(out_dir: Path, workload) -> dict | None:
     path = out_dir / "client_calibration.json"
     if path.exists():
         return store.read_json(path)
-    from bakeoff.bench.fidelity import calibrate
+    from bakeoff.bench.fidelity import calibrate, calibration_line
     c = min(64, max(workload.levels() if workload.load == "concurrency" else [workload.max_concurrency or 16]))
     try:
         doc = calibrate(concurrency=c, requests=2 * c)
     except Exception as e:  # the benchmark proper must still run
         doc = {"error": f"{type(e).__name__}: {e}"}
     store.write_json(path, doc)
-    log.info("client self-calibration at C=%d: %s", c, doc)
+    log.info("%s", calibration_line(doc))
     return doc
 
 

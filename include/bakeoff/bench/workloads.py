@@ -3,9 +3,11 @@ distribution, or a timed trace. Bad files raise WorkloadFileError naming the fil
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -39,11 +41,48 @@ def _json_objects(p: Path):
             yield no, obj
 
 
-def _open(path: str | Path) -> Path:
-    p = Path(path)
+WORKLOADS_ENV = "BAKEOFF_WORKLOADS_DIR"
+
+
+def workloads_dir() -> Path:
+    """The one folder plans' workload files live in: $BAKEOFF_WORKLOADS_DIR, else include/workloads.
+    An environment setting, not an Airflow Variable, so that only whoever deploys the workers moves it."""
+    env = os.environ.get(WORKLOADS_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "workloads"
+
+
+def resolve_file(path: str | Path, field: str = "source_path") -> Path:
+    """A workload file: a relative path resolves under workloads_dir() and must stay there once
+    symlinks are followed. An absolute path (only the bench CLI and the node agent give one: a plan
+    cannot, see bakeoff.plan) is used as is."""
+    raw = Path(path)
+    if raw.is_absolute():
+        p = raw
+    else:
+        root = workloads_dir().resolve()
+        p = (root / raw).resolve()
+        if not p.is_relative_to(root):
+            raise WorkloadFileError(f"{field}: {str(path)!r} leads outside the workloads folder {root} "
+                                    f"(set {WORKLOADS_ENV} to move it); copy the file into it")
     if not p.is_file():
-        raise WorkloadFileError(f"source_path: no file {str(path)!r}; give the path of an existing file")
+        raise WorkloadFileError(f"{field}: no file {str(path)!r} in the workloads folder {workloads_dir()} "
+                                f"(set {WORKLOADS_ENV} to move it); give the path of an existing file relative to it")
     return p
+
+
+def _open(path: str | Path, field: str = "source_path") -> Path:
+    return resolve_file(path, field)
+
+
+@contextlib.contextmanager
+def _text(p: Path):
+    """Decoding errors quote the offending bytes: name the file only."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise WorkloadFileError(f"{p.name}: not UTF-8 text; save the file as UTF-8") from None
+    except csv.Error:
+        raise WorkloadFileError(f"{p.name}: not a readable CSV file; write input_len,output_len rows") from None
 
 
 # --- user prompts (JSONL) ---------------------------------------------------------------------
@@ -69,7 +108,7 @@ def _user_entry(obj: dict, p: Path, no: int) -> dict:
                                     "{\"role\": ..., \"content\": ...} objects")
     mt = obj.get("max_tokens")
     if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
-        raise WorkloadFileError(f"{_where(p, no)}: \"max_tokens\" must be a positive integer, got {mt!r}")
+        raise WorkloadFileError(f"{_where(p, no)}: \"max_tokens\" must be a positive integer")
     text = prompt if prompt is not None else " ".join(str(m.get("content") or "") for m in messages)
     return {"prompt": prompt, "messages": messages, "max_tokens": mt, "input_len": tokens.count(text)}
 
@@ -114,16 +153,16 @@ def _length_log(path: str, mtime: float) -> np.ndarray:
         reader = csv.DictReader(f)
         cols = set(reader.fieldnames or [])
         if not {"input_len", "output_len"} <= cols:
-            raise WorkloadFileError(f"{_where(p, 1)}: header must include input_len and output_len, got {sorted(cols)}")
+            raise WorkloadFileError(f"{_where(p, 1)}: header must name the columns input_len and output_len "
+                                    f"({len(cols)} column(s) found; their names are not shown)")
         for row in reader:
             no = reader.line_num
             try:
                 i, o = int(row["input_len"]), int(row["output_len"])
             except (TypeError, ValueError):
-                raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be integers, "
-                                        f"got {row.get('input_len')!r}, {row.get('output_len')!r}") from None
+                raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be integers") from None
             if i < 1 or o < 1:
-                raise WorkloadFileError(f"{_where(p, no)}: lengths must be >= 1, got {i}, {o}")
+                raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be >= 1")
             pairs.append((i, o))
     if not pairs:
         raise WorkloadFileError(f"{p.name}: no rows; add input_len,output_len lines")
@@ -134,7 +173,8 @@ def length_log_sample(path: str | Path, n: int, seed: int) -> np.ndarray:
     """n (input_len, output_len) pairs drawn from the log's empirical joint distribution (pairs are
     resampled whole, so the input/output correlation of real traffic is kept)."""
     p = _open(path)
-    pairs = _length_log(str(p), p.stat().st_mtime)
+    with _text(p):
+        pairs = _length_log(str(p), p.stat().st_mtime)
     rng = np.random.default_rng(seed)
     return pairs[rng.integers(0, len(pairs), n)]
 
@@ -142,7 +182,8 @@ def length_log_sample(path: str | Path, n: int, seed: int) -> np.ndarray:
 def load_entries(workload) -> tuple[dict, ...]:
     p = _open(workload.source_path)
     loader = {"jsonl": _jsonl, "sharegpt": _sharegpt}[workload.source]
-    return loader(str(p), p.stat().st_mtime)
+    with _text(p):
+        return loader(str(p), p.stat().st_mtime)
 
 
 # --- one entry point for the sweep ---------------------------------------------------------------
@@ -175,7 +216,12 @@ def build_specs(workload, n: int, *, stream: int = 0) -> list[RequestSpec]:
 def trace_specs(workload) -> tuple[np.ndarray, list[RequestSpec]]:
     """Send offsets (s from the first) and specs from a JSONL trace: one line per request with
     ``timestamp`` (s) or ``timestamp_ms``, optional input_len/output_len (else the workload's)."""
-    p = _open(workload.trace_path)
+    p = _open(workload.trace_path, "trace_path")
+    with _text(p):
+        return _trace(p, workload)
+
+
+def _trace(p: Path, workload) -> tuple[np.ndarray, list[RequestSpec]]:
     times, specs = [], []
     rng = random.Random(workload.seed)
     for no, obj in _json_objects(p):

@@ -4,6 +4,7 @@ Every figure keeps the source and date it came from, so a report can say where a
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -141,8 +142,17 @@ def stacks() -> dict[str, StackSpec]:
     return {name: StackSpec(name=name, **s) for name, s in serving()["stacks"].items()}
 
 
+_DIGEST_PINNED = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
+
+
 def agent_image() -> str:
-    return str(serving()["agent"]["image"])
+    """The node agent's image, pinned by digest: a tag can be re-pushed, a digest cannot, and the agent
+    holds the run's key on the node."""
+    image = str(serving()["agent"]["image"])
+    if not _DIGEST_PINNED.match(image):
+        raise ValueError(f"serving.yaml agent.image: {image!r} is not pinned by digest; write it as "
+                         "name:tag@sha256:<64 hex> (docker buildx imagetools inspect name:tag prints the digest)")
+    return image
 
 
 def docker_flags(vendor: str) -> list[str]:

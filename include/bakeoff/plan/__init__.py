@@ -6,12 +6,14 @@ written by people who are not reading this code.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from bakeoff.budget import MAX_BUDGET_USD
 from bakeoff.fielderrors import explain
 
 from bakeoff.plan.settings import Pricing, Quality, Slo
@@ -19,7 +21,8 @@ from bakeoff.plan.target import EmulatorSettings, PriceOverride, Strict, Target
 from bakeoff.plan.workload import Workload
 
 __all__ = ["Plan", "PlanError", "Target", "Workload", "Slo", "Quality", "Pricing", "PriceOverride",
-           "EmulatorSettings", "load_plan", "plan_from_dict", "plans_dir", "apply_overrides"]
+           "EmulatorSettings", "load_plan", "plan_from_dict", "plans_dir", "apply_overrides", "installed_plans",
+           "installed_plan_path"]
 
 
 class PlanError(ValueError):
@@ -34,8 +37,9 @@ class Plan(Strict):
     slo: Slo = Slo()
     quality: Quality = Quality()
     pricing: Pricing = Pricing()
-    budget_usd: float = Field(gt=0, description="spend cap for the whole run, USD")
-    max_instance_hours: float = Field(3.0, gt=0, description="an instance older than this is reaped")
+    budget_usd: float = Field(gt=0, le=MAX_BUDGET_USD, description="spend cap for the whole run, USD "
+                              "(at most the installation ceiling; see bakeoff.budget)")
+    max_instance_hours: float = Field(3.0, gt=0, le=48, description="an instance older than this is reaped")
 
     @model_validator(mode="after")
     def _unique(self) -> "Plan":
@@ -44,6 +48,24 @@ class Plan(Strict):
             dup = {n for n in names if names.count(n) > 1}
             if dup:
                 raise ValueError(f"{kind} must be unique; rename: {', '.join(sorted(dup))}")
+        for i, w in enumerate(self.workloads):
+            for field in ("source_path", "trace_path"):
+                check_workload_path(getattr(w, field), f"workloads[{i}].{field}")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_context(self) -> "Plan":
+        """The longest prompt plus the longest output a workload may sample must fit every target's
+        model: a server refuses the rest, so they would only spend."""
+        for i, w in enumerate(self.workloads):
+            need = w.length_bounds(w.input_len)[1] + w.length_bounds(w.output_len)[1]
+            for t in self.targets:
+                ctx = t.model_spec.context
+                if need > ctx:
+                    raise ValueError(
+                        f"workloads[{i}].input_len: input_len + output_len may reach {need} tokens (with range_ratio "
+                        f"{w.range_ratio} and length_interval {w.length_interval}), beyond the {ctx}-token context of "
+                        f"{t.model} (target {t.name}); lower input_len or output_len")
         return self
 
     def target(self, name: str) -> Target:
@@ -57,10 +79,45 @@ class Plan(Strict):
         return any(t.provider == "local" for t in self.targets)
 
 
+def check_workload_path(value: str | None, field: str) -> None:
+    """A plan names workload files relative to the workloads folder ($BAKEOFF_WORKLOADS_DIR): no absolute
+    path, no .., so it cannot make the worker read (and log, or ship to a node) any other file. The
+    folder itself, and symlinks out of it, are checked when the file is opened."""
+    if value is None:
+        return
+    p = PurePosixPath(value.replace("\\", "/"))
+    if p.is_absolute() or ".." in p.parts or value.startswith("~") or not value.strip() or "\0" in value:
+        raise ValueError(f"{field}: {value!r} must be a path relative to the workloads folder "
+                         "($BAKEOFF_WORKLOADS_DIR, default include/workloads), without .. or a leading /; "
+                         "copy the file into that folder and name it relative to it")
+
+
 def plans_dir() -> Path:
     """Where named plans live: $BAKEOFF_PLANS, else include/plans beside the package."""
     env = os.environ.get("BAKEOFF_PLANS")
     return Path(env) if env else Path(__file__).resolve().parents[2] / "plans"
+
+
+PLAN_NAME_RE = r"[a-z0-9][a-z0-9_.-]{0,63}"
+
+
+def installed_plans() -> list[str]:
+    """Names of the plans installed in plans_dir(): what the trigger form and bakeoff_plan may choose."""
+    folder = plans_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.yaml") if re.fullmatch(PLAN_NAME_RE, p.stem) and p.is_file())
+
+
+def installed_plan_path(name: Any, field: str = "plan") -> Path:
+    """The file of an installed plan, by name only: whoever triggers a run chooses among the plans the
+    installation holds, never a path (a path would let them run any YAML file on the worker)."""
+    names = installed_plans()
+    if not isinstance(name, str) or name not in names:
+        shown = name if isinstance(name, str) and len(name) <= 80 else type(name).__name__
+        raise PlanError(f"{field}: {shown!r} is not an installed plan; choose one of: {', '.join(names) or '(none)'} "
+                        f"(to add a plan, put <name>.yaml in the plans folder, $BAKEOFF_PLANS)")
+    return plans_dir() / f"{name}.yaml"
 
 
 def plan_from_dict(raw: dict[str, Any], source: str = "plan") -> Plan:
@@ -115,9 +172,23 @@ def apply_overrides(plan: Plan, overrides: dict[str, Any] | None) -> Plan:
         matches = [t for t in raw["targets"] if t["name"] == name]
         if not matches:
             raise PlanError(f"prices.{name}: no such target in this run; use one of {[t['name'] for t in raw['targets']]}")
-        matches[0]["price"] = {"usd_per_hour": float(price), "market": "contract", "source": "trigger-form override"}
+        matches[0]["price"] = {"usd_per_hour": _number(f"prices.{name}", price, "USD per node-hour such as 40.0"),
+                               "market": "contract", "source": "trigger-form override"}
     if overrides.get("budget_usd") not in (None, ""):
-        raw["budget_usd"] = float(overrides["budget_usd"])
+        raw["budget_usd"] = _number("budget_usd", overrides["budget_usd"], "USD such as 500")
     if overrides.get("utilisation") not in (None, ""):
-        raw["pricing"]["utilisation"] = float(overrides["utilisation"])
+        raw["pricing"]["utilisation"] = _number("utilisation", overrides["utilisation"], "share such as 0.6")
     return plan_from_dict(raw, source=f"{plan.name} with overrides")
+
+
+def _number(field: str, value: Any, example: str) -> float:
+    """A trigger-form number: a finite int or float (the plan's bounds are checked after)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        value = None
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        out = float("nan")
+    if out != out or out in (float("inf"), float("-inf")):
+        raise PlanError(f"{field}: {str(value)[:40]!r} is not a finite number; give a number of {example}")
+    return out

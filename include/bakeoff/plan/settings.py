@@ -1,4 +1,7 @@
-"""Plan-wide settings: latency SLOs, quality thresholds, pricing assumptions."""
+"""Plan-wide settings: latency SLOs, quality thresholds, pricing assumptions.
+
+Every number has a finite upper bound (plans reject inf and nan: see Strict), because each one
+feeds either the budget estimate or a loop a trigger could otherwise make endless."""
 from __future__ import annotations
 
 from typing import Literal
@@ -9,9 +12,9 @@ from bakeoff.plan.target import Strict
 
 
 class Slo(Strict):
-    ttft_p99_ms: float | None = Field(None, gt=0)
-    tpot_p50_ms: float | None = Field(None, gt=0)
-    tpot_p99_ms: float | None = Field(None, gt=0)
+    ttft_p99_ms: float | None = Field(None, gt=0, le=600_000)
+    tpot_p50_ms: float | None = Field(None, gt=0, le=60_000)
+    tpot_p99_ms: float | None = Field(None, gt=0, le=60_000)
     interactivity_stat: Literal["p50", "mean"] = "p50"
 
 
@@ -25,16 +28,16 @@ class Accuracy(Strict):
     reference: float | Literal["best"] = Field(
         "best", description="reference score: a fixed number in [0, 1], or 'best' = best target in the run")
     reference_output_tokens: float | None = Field(
-        None, gt=0, description="reference mean output tokens per item; default: the reference target's")
+        None, gt=0, le=1_000_000, description="reference mean output tokens per item; default: the reference target's")
     min_score_ratio: float = Field(0.99, gt=0, le=1, description="pass when score >= ratio x reference")
     output_tokens_tolerance: float = Field(0.10, ge=0, le=1, description="mean output tokens within +-this of the reference")
     eval_size: int = Field(200, ge=1, le=10000, description="items in the builtin set")
     seed: int = 0
     max_tokens: int = Field(16, ge=1, le=512)
     concurrency: int = Field(8, ge=1, le=256)
-    request_timeout_s: float = Field(60.0, gt=0)
-    lm_eval_tasks: list[str] = Field(["gsm8k"], min_length=1)
-    lm_eval_limit: int | None = Field(None, ge=1, description="items per lm-eval task (None = all)")
+    request_timeout_s: float = Field(60.0, gt=0, le=3600)
+    lm_eval_tasks: list[str] = Field(["gsm8k"], min_length=1, max_length=32)
+    lm_eval_limit: int | None = Field(None, ge=1, le=100_000, description="items per lm-eval task (None = all)")
 
     @field_validator("reference", mode="before")
     @classmethod
@@ -49,14 +52,14 @@ class Accuracy(Strict):
 class Quality(Strict):
     max_error_rate: float = Field(0.02, ge=0, le=1)
     output_len_tolerance: float = Field(0.10, ge=0, le=1)
-    min_completed_per_point: int = Field(1, ge=1)
-    max_cv: float = Field(0.15, gt=0, description="largest coefficient of variation between repeats")
+    min_completed_per_point: int = Field(1, ge=1, le=1_000_000)
+    max_cv: float = Field(0.15, gt=0, le=10, description="largest coefficient of variation between repeats")
     accuracy: Accuracy = Accuracy()
 
 
 class Pricing(Strict):
     market: str = "on_demand"
     utilisation: float = Field(1.0, gt=0, le=1, description="share of paid hours actually serving")
-    usd_per_kwh: float = Field(0.10, ge=0)
+    usd_per_kwh: float = Field(0.10, ge=0, le=10)
     rank_by: Literal["output", "total"] = Field(
         "output", description="tokens the cost ranking is per: output tokens only, or input + output")

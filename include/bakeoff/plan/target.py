@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bakeoff import catalog, faults
+from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, STATIC_CONN_PREFIX, allowed_connection
 
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
 # bytes per weight for each quantization the catalog knows
@@ -18,7 +19,10 @@ CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci")   # nodes bakeoff prov
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields are typos; inf and nan are never a plan's intent (and would slip past every
+    bound and the budget guard)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]. Anything else (spaces,
@@ -28,6 +32,8 @@ _IMAGE_RE = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+# env names that hold secrets: those belong in ``secrets`` (resolved from connections), never in the plan
+_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(_|$)|(^|_)(API|ACCESS|PRIVATE)_KEY(_|$)")
 _OCID_RE = r"^ocid1\.{kind}\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9]{{20,80}}$"   # ocid1.<kind>.<realm>.<region>.<id>
 
 
@@ -79,11 +85,32 @@ class ProviderOptions(Strict):
     client_mode: Literal["remote", "co-located"] | None = Field(
         None, description="where the benchmark client runs: co-located on the node (default on clouds) or remote "
                           "(the Airflow worker; default for local and static targets)")
-    ready_timeout_s: float = Field(1800, gt=0, description="node boot deadline")
-    deploy_timeout_s: float | None = Field(None, gt=0, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)")
+    ready_timeout_s: float = Field(1800, gt=0, le=86_400, description="node boot deadline")
+    deploy_timeout_s: float | None = Field(None, gt=0, le=86_400, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)")
     inject_fault: str | None = Field(None, description="rehearsal only: fail on purpose at this stage")
-    base_url: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?/?$", description="static: existing endpoint")
-    api_key_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="static: env var holding the endpoint's key")
+    base_url: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?/?$",
+                                 description="static: an existing endpoint that needs no key")
+    endpoint_connection: str | None = Field(
+        None, description="static: the Airflow connection (static_endpoint_*) whose host is the endpoint's URL and "
+                    "whose password is its key; the plan never holds either")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_env(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key_env" in data:
+            raise ValueError("api_key_env is no longer accepted: a plan must not name the worker's environment "
+                             "variables. Create an Airflow connection static_endpoint_<name> (host: the endpoint's "
+                             "URL, password: its key) and set provider_options.endpoint_connection to its id")
+        return data
+
+    @field_validator("endpoint_connection")
+    @classmethod
+    def _static_conn(cls, v: str | None) -> str | None:
+        if v is not None and (not allowed_connection(v, (STATIC_CONN_PREFIX,)) or v == STATIC_CONN_PREFIX):
+            raise ValueError(f"{v!r} is not a connection a plan may name here; use the id of a connection starting "
+                             f"with {STATIC_CONN_PREFIX} (e.g. {STATIC_CONN_PREFIX}pool) whose host is the endpoint's "
+                             "URL and whose password is its key")
+        return v
 
     @field_validator("regions", "zones", "security_group_ids", "ssh_key_ids")
     @classmethod
@@ -125,6 +152,9 @@ class ProviderOptions(Strict):
             raise ValueError("subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)")
         if self.ami and self.ssm_parameter:
             raise ValueError("give either ami or ssm_parameter, not both")
+        if self.base_url and self.endpoint_connection:
+            raise ValueError("give either base_url (an endpoint without a key) or endpoint_connection (the "
+                             "connection's host is the URL), not both: a plan may not send a connection's key elsewhere")
         return self
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -140,15 +170,15 @@ class EmulatorSettings(Strict):
 
     prefill_efficiency: float = Field(0.45, gt=0, le=1, description="share of peak FLOPs prefill reaches")
     decode_efficiency: float = Field(0.65, gt=0, le=1, description="share of HBM bandwidth decode reaches")
-    max_num_seqs: int = Field(256, ge=1, description="scheduler cap on concurrent sequences")
-    time_scale: float = Field(1.0, gt=0, description="multiply every emulated delay (demo speed-up); figures are rescaled back")
+    max_num_seqs: int = Field(256, ge=1, le=65_536, description="scheduler cap on concurrent sequences")
+    time_scale: float = Field(1.0, gt=0, le=1000, description="multiply every emulated delay (demo speed-up); figures are rescaled back")
     accuracy_error_rate: float = Field(0.0, ge=0, le=1, description="share of accuracy-set answers made wrong on purpose")
     seed: int = 0
 
 
 class PriceOverride(Strict):
-    usd_per_hour: float | None = Field(None, gt=0, description="node price per hour")
-    usd_per_gpu_hour: float | None = Field(None, gt=0)
+    usd_per_hour: float | None = Field(None, gt=0, le=10_000, description="node price per hour")
+    usd_per_gpu_hour: float | None = Field(None, gt=0, le=2_000)
     market: str = "contract"
     source: str = "per-run override"
 
@@ -161,11 +191,13 @@ class Target(Strict):
     model: str
     quantization: Literal["bf16", "fp8", "fp4", "mxfp4"] = "fp8"
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_e4m3"] = "auto"
-    tensor_parallel: int = Field(1, ge=1)
-    pipeline_parallel: int = Field(1, ge=1)
+    tensor_parallel: int = Field(1, ge=1, le=64)
+    pipeline_parallel: int = Field(1, ge=1, le=64)
     image: str | None = None
     engine_args: list[str] = []
     env: dict[str, str] = {}
+    secrets: dict[str, str] = Field({}, description="serving secrets: env name on the node (HF_*, REGISTRY_*) -> "
+                                    "Airflow connection (huggingface_*, registry_*) whose password is the value")
     emulator: EmulatorSettings = EmulatorSettings()
     provider_options: ProviderOptions = ProviderOptions()
     price: PriceOverride | None = None
@@ -195,6 +227,23 @@ class Target(Strict):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
                 raise ValueError(f"environment variable name {k!r} is not a valid name; use letters, digits and _")
             check_arg(val)
+            if _SECRET_NAME.search(k.upper()):
+                raise ValueError(f"env.{k} looks like a secret, and env values are stored in plan.json, deploy.json "
+                                 f"and reports; name a connection instead: secrets: {{{k}: huggingface_default}}")
+        return v
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > 8:
+            raise ValueError(f"at most 8 secrets per target, got {len(v)}")
+        for k, conn in v.items():
+            if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", k) or not k.startswith(SECRET_ENV_PREFIXES):
+                raise ValueError(f"secrets.{k}: the variable name must start with {', '.join(SECRET_ENV_PREFIXES)} "
+                                 "(upper case, digits, _), e.g. HF_TOKEN")
+            if not isinstance(conn, str) or not allowed_connection(conn, SECRET_CONN_PREFIXES):
+                raise ValueError(f"secrets.{k}: {conn!r} is not a connection a plan may name; use one whose id "
+                                 f"starts with {' or '.join(SECRET_CONN_PREFIXES)}, e.g. huggingface_default")
         return v
 
     @field_validator("instance_type")
@@ -232,6 +281,16 @@ class Target(Strict):
             raise ValueError(f"provider_options.client_mode: co-located needs a node bakeoff provisions "
                              f"({', '.join(CLOUD_PROVIDERS)}); a {self.provider} target's client runs remotely, "
                              "so use client_mode: remote")
+        opts = self.provider_options
+        if self.provider == "static" and not (opts.base_url or opts.endpoint_connection):
+            raise ValueError("provider_options.endpoint_connection: a static target needs its endpoint: name the "
+                             "connection static_endpoint_<name> that holds its URL and key (or give base_url for an "
+                             "endpoint without a key)")
+        if self.secrets and self.provider not in CLOUD_PROVIDERS:
+            raise ValueError(f"secrets: only a node bakeoff provisions ({', '.join(CLOUD_PROVIDERS)}) gets serving "
+                             f"secrets; a {self.provider} target's server is not started by bakeoff, so remove them")
+        if set(self.secrets) & set(self.env):
+            raise ValueError(f"secrets and env both set {sorted(set(self.secrets) & set(self.env))}; keep each name in one")
         if it.usd_per_hour is None and self.price is None:
             raise ValueError(
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "

@@ -18,10 +18,11 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from bakeoff import catalog
-from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError, poll_until_reachable
+from bakeoff.providers.base import (TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, PartialListing, Provider,
+                                    ProviderError, poll_until_reachable)
 from bakeoff.providers.rest import TAG_PORT, resolve_address
 from bakeoff.serving import userdata
 
@@ -35,9 +36,13 @@ LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 DEFAULT_SSM_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 
 
-def client_token(run_id: str, target_slug: str, placement: str) -> str:
-    """EC2 dedupes RunInstances by this (max 64 ASCII chars), per region, for about a day."""
-    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}".encode()).hexdigest()[:64]
+def client_token(run_id: str, target_slug: str, placement: str, launch: int = 0) -> str:
+    """EC2 dedupes RunInstances by this (max 64 ASCII chars), per region, for about a day. ``launch``
+    counts the target's earlier recorded launches, so a re-provision after a terminated node (a
+    cleared task) gets a new node instead of the terminated one back, while a retry of the same
+    launch stays idempotent."""
+    seq = f"/{launch}" if launch else ""
+    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}{seq}".encode()).hexdigest()[:64]
 
 
 def split_id(instance_id: str) -> tuple[str, str]:
@@ -143,7 +148,13 @@ class AwsProvider(Provider):
         if not opts.ingress_cidr and not opts.security_group_ids:
             raise ProviderError(f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark client "
                                 "reaches the node from (e.g. 203.0.113.7/32), or give security_group_ids")
-        for inst in self.list_tagged(run_id):
+        try:
+            mine = self.list_tagged(run_id)
+        except PartialListing as e:     # only a region this target may launch in matters for the reuse check
+            if {r for r, _ in self.placements(target)} & set(e.errors):
+                raise
+            mine = e.found
+        for inst in mine:
             if inst.target == target.slug:
                 log.info("aws: %s already has instance %s for run %s; reusing it", target.slug, inst.id, run_id)
                 return inst
@@ -153,7 +164,7 @@ class AwsProvider(Provider):
         for region, zone in self.placements(target):
             where = zone or region
             try:
-                return self._launch(target, run_id, tags, script, region, zone)
+                return self._launch(target, run_id, tags, script, region, zone, int(spec.get("launch", 0)))
             except ClientError as e:
                 code, msg = e.response["Error"]["Code"], e.response["Error"].get("Message", "")
                 if code not in CAPACITY_CODES:
@@ -165,13 +176,14 @@ class AwsProvider(Provider):
             f"targets.{target.name}.provider_options, raise the vCPU quota, or reserve a Capacity Block "
             "(provider_options.capacity_reservation_id)")
 
-    def _launch(self, target, run_id: str, tags: dict[str, str], script: str, region: str, zone: str | None) -> Instance:
+    def _launch(self, target, run_id: str, tags: dict[str, str], script: str, region: str, zone: str | None,
+                launch: int = 0) -> Instance:
         opts = target.provider_options
         ec2 = self._client("ec2", region)
         ami = self._ami(target, region)
         kw: dict[str, Any] = dict(
             ImageId=ami, InstanceType=target.instance_type, MinCount=1, MaxCount=1,
-            ClientToken=client_token(run_id, target.slug, zone or region),
+            ClientToken=client_token(run_id, target.slug, zone or region, launch),
             InstanceInitiatedShutdownBehavior="terminate", UserData=script,
             MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
             TagSpecifications=[{"ResourceType": rt, "Tags": _tag_list(tags)} for rt in ("instance", "volume")],
@@ -204,9 +216,10 @@ class AwsProvider(Provider):
     def _to_instance(self, raw: dict[str, Any], region: str) -> Instance:
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
         iid = f"{region}/{raw['InstanceId']}"
-        # stopped nodes still bill for storage: "failed", so the sweep and the reaper still delete them
-        state = {"pending": "pending", "running": "running", "stopping": "failed", "stopped": "failed"}.get(
-            raw["State"]["Name"], "terminated")
+        # stopped nodes still bill for storage, and a state this code does not know may bill too: "failed",
+        # so the sweep and the reaper still delete them; only what EC2 says is ending counts as gone
+        state = {"pending": "pending", "running": "running", "shutting-down": "terminated",
+                 "terminated": "terminated"}.get(raw["State"]["Name"], "failed")
         port = _stack_port(tags)
         host, agent_port = raw.get("PublicIpAddress") or raw.get("PrivateIpAddress"), None
         if state == "running":
@@ -256,10 +269,17 @@ class AwsProvider(Provider):
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
         flt = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
         flt.append({"Name": f"tag:{TAG_RUN}", "Values": [run_id]} if run_id else {"Name": "tag-key", "Values": [TAG_RUN]})
-        out = []
-        for region in self.regions:
-            pages = self._client("ec2", region).get_paginator("describe_instances").paginate(Filters=flt)
-            out += [self._to_instance(i, region) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+        out: list[Instance] = []
+        errors: dict[str, str] = {}
+        for region in self.regions:      # one region's outage or opt-out must not hide the others' nodes
+            try:
+                pages = self._client("ec2", region).get_paginator("describe_instances").paginate(Filters=flt)
+                out += [self._to_instance(i, region) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+            except (ClientError, BotoCoreError) as e:
+                errors[region] = _error_text(e)
+                log.warning("aws: cannot list instances in %s: %s", region, errors[region])
+        if errors:
+            raise PartialListing(self.name, out, errors)
         return out
 
     def console_output(self, instance_id: str) -> str | None:
@@ -301,3 +321,11 @@ def _tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
 def _stack_port(tags: dict[str, str]) -> int | None:
     port = tags.get(TAG_PORT)
     return int(port) if port and port.isdigit() else None
+
+
+def _error_text(e: Exception) -> str:
+    """An AWS error as a person reads it: the API's code and message (never the request's credentials)."""
+    if isinstance(e, ClientError):
+        err = e.response.get("Error", {})
+        return f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
+    return f"{type(e).__name__}: {e}"

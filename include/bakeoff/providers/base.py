@@ -24,6 +24,19 @@ class CapacityError(ProviderError):
     """No capacity for the instance type where it was asked for."""
 
 
+class PartialListing(ProviderError):
+    """A listing that reached some regions (or compartments) but not all: what it found, and where it failed.
+
+    Teardown acts on ``found`` and reports ``errors``, so one region's outage never hides the nodes of
+    the others; any other caller sees a ProviderError, as it cannot trust the listing to be complete.
+    """
+
+    def __init__(self, provider: str, found: list["Instance"], errors: dict[str, str]):
+        super().__init__(f"{provider}: could not list every region: "
+                         + "; ".join(f"{where}: {why}" for where, why in errors.items()))
+        self.found, self.errors = found, dict(errors)
+
+
 @dataclass
 class Instance:
     """A running (or once running) node. Small and JSON-able: it travels between tasks."""
@@ -51,7 +64,10 @@ class Instance:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """https when the node was booted with a per-node certificate (``details["tls_cert"]``,
+        pinned by every client; see serving/tls.py), else plain http (the loopback emulator)."""
+        scheme = "https" if (self.details or {}).get("tls_cert") else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
 
 def poll_until_reachable(provider: "Provider", instance: Instance, timeout_s: float, poll_s: float, *,
@@ -71,8 +87,21 @@ def poll_until_reachable(provider: "Provider", instance: Instance, timeout_s: fl
         time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
 
 
+def list_best_effort(provider: "Provider", run_id: str | None) -> tuple[list["Instance"], dict[str, str]]:
+    """Whatever ``list_tagged`` could find, and where it could not look (empty when it saw everything)."""
+    try:
+        return provider.list_tagged(run_id), {}
+    except PartialListing as e:
+        return list(e.found), dict(e.errors)
+    except Exception as e:  # noqa: BLE001 - a listing error must not stop the caller terminating what it knows
+        return [], {provider.name: f"{type(e).__name__}: {e}"}
+
+
 class Provider(abc.ABC):
     name: str
+
+    def include(self, targets: list) -> None:
+        """Widen what ``list_tagged`` searches to where these plan targets launch (no-op for most clouds)."""
 
     @abc.abstractmethod
     def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
@@ -92,4 +121,5 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
-        """Live instances carrying bakeoff tags (all runs when run_id is None)."""
+        """Live instances carrying bakeoff tags (all runs when run_id is None). A region that cannot be
+        listed does not stop the others: the call then raises PartialListing with what it found."""

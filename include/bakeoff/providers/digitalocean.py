@@ -101,8 +101,9 @@ class DigitalOceanProvider(RestProvider):
         nets = (raw.get("networks") or {}).get("v4") or []
         ip = next((n.get("ip_address") for n in nets if n.get("type") == "public"), None)
         status = raw.get("status")
-        # a powered-off droplet still bills: "failed", so the sweep and the reaper still delete it
-        state = {"new": "pending", "active": "running", "off": "failed"}.get(status, "terminated")
+        # a powered-off droplet still bills, and so may a status this code does not know ("archive", a new
+        # one): "failed", so the sweep and the reaper still delete it; a deleted droplet is a 404, not a status
+        state = {"new": "pending", "active": "running"}.get(status, "failed")
         region = raw.get("region")
         return state, ip, region.get("slug", "") if isinstance(region, dict) else (region or "")
 

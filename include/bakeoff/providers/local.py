@@ -9,6 +9,9 @@ also exits by itself at expires_at, the local twin of a cloud instance's shutdow
 
 Layout under state_root()/local/:  instances/<id>.json (registry), <id>/config.json,
 <id>/emulator.log, <id>/port. The API key reaches the child only through its environment.
+
+It serves plain http on 127.0.0.1 only: traffic never leaves the machine's loopback interface, so
+there is no network path for TLS to protect (cloud nodes get a pinned per-node certificate).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bakeoff import paths
+from bakeoff import durable, paths
 from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, Provider, ProviderError
 
 EMULATOR_MODULE = "bakeoff.serving.emulator"
@@ -54,7 +57,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    durable.replace(tmp, path)
 
 
 class LocalProvider(Provider):

@@ -13,6 +13,12 @@ Why each safeguard:
 Subnets are regional, so a target launches in one region (its subnet's) and fails over across that
 region's availability domains. Instance ids are plain OCIDs; the region comes from the OCID.
 Freeform tag keys cannot hold ':' safely, so ``bakeoff:run_id`` is stored as ``bakeoff_run_id``.
+
+Finding a run's nodes must not depend on knowing where a plan put them: ``list_tagged`` asks OCI
+Resource Search for instances carrying the run tag, in every region the tenancy subscribes to (search
+is regional, compartments are not a boundary to it), and also lists the known compartments directly
+(the search index trails a launch by seconds). A region that cannot be searched is reported, never
+allowed to hide the others. ``service_endpoint`` (a private or fake endpoint) may hold ``{region}``.
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ from typing import Any, Callable
 import oci
 from oci.exceptions import ServiceError
 
-from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError, poll_until_reachable
+from bakeoff.providers.base import (TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, PartialListing, Provider,
+                                    ProviderError, poll_until_reachable)
 from bakeoff.providers.rest import TAG_PORT, resolve_address
 from bakeoff.serving import userdata
 
@@ -109,6 +116,8 @@ class OciProvider(Provider):
         self.poll_s = float(creds["poll_s"]) if creds.get("poll_s") else None
         self.backoff_s = float(creds.get("backoff_s", 2.0))
         self.regions = list(dict.fromkeys([*(creds.get("regions") or []), self.default_region]))
+        self._explicit_regions = bool(creds.get("regions"))   # named in the connection: the whole scan
+        self._subscribed: list[str] | None = None
         self._compartments = [self.default_compartment]
         try:
             self._signer = oci.signer.Signer(
@@ -122,18 +131,24 @@ class OciProvider(Provider):
             max_attempts=5, total_elapsed_time_seconds=120, retry_max_wait_between_calls_seconds=10,
             retry_base_sleep_time_seconds=max(0.01, self.backoff_s / 2), service_error_retry_on_any_5xx=True,
             service_error_retry_config={429: []}).get_retry_strategy()
+        # listings page by hand with this: the SDK's paginator wraps every page in its own 8-attempt retry
+        # around the client's, so one region's outage would hold a teardown for minutes
+        self._list_retry = oci.retry.RetryStrategyBuilder(
+            max_attempts=3, total_elapsed_time_seconds=30, retry_max_wait_between_calls_seconds=5,
+            retry_base_sleep_time_seconds=max(0.01, self.backoff_s / 2), service_error_retry_on_any_5xx=True,
+            service_error_retry_config={429: []}).get_retry_strategy()
         self._clients: dict[tuple[str, str], Any] = {}
 
     def _client(self, kind: str, region: str):
         key = (kind, region)
         if key not in self._clients:
             cls = {"compute": oci.core.ComputeClient, "network": oci.core.VirtualNetworkClient,
-                   "identity": oci.identity.IdentityClient}[kind]
+                   "identity": oci.identity.IdentityClient, "search": oci.resource_search.ResourceSearchClient}[kind]
             kw: dict[str, Any] = {"signer": self._signer, "retry_strategy": self._retry,
                                   # capacity refusals are 500s: they must not trip the SDK's circuit breaker
                                   "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy()}
             if self.service_endpoint:
-                kw["service_endpoint"] = self.service_endpoint
+                kw["service_endpoint"] = self.service_endpoint.replace("{region}", region)
             self._clients[key] = cls({**self.config, "region": region}, **kw)
         return self._clients[key]
 
@@ -281,7 +296,7 @@ class OciProvider(Provider):
 
     def _to_instance(self, raw) -> Instance:
         tags = decode_tags(raw.freeform_tags)
-        state = STATES.get(raw.lifecycle_state, "pending")
+        state = STATES.get(raw.lifecycle_state, "failed")    # a state this code does not know may bill: delete it
         port = int(tags[TAG_PORT]) if tags.get(TAG_PORT, "").isdigit() else None
         host = agent_port = None
         if state == "running":
@@ -333,7 +348,7 @@ class OciProvider(Provider):
         out: dict[str, Instance] = {}
         for region in dict.fromkeys(regions):
             for comp in dict.fromkeys(compartments):
-                for raw in oci.pagination.list_call_get_all_results(self._client("compute", region).list_instances, comp).data:
+                for raw in self._pages(self._client("compute", region).list_instances, comp):
                     tags = decode_tags(raw.freeform_tags)
                     if raw.lifecycle_state in GONE or TAG_RUN not in tags or (run_id and tags[TAG_RUN] != run_id):
                         continue
@@ -341,9 +356,80 @@ class OciProvider(Provider):
                         out[raw.id] = self._to_instance(raw)
         return list(out.values())
 
+    def include(self, targets: list) -> None:
+        """Also list directly in these OCI targets' compartments and subnet regions (search finds them
+        anyway; this covers the seconds before the search index has a fresh node)."""
+        for t in targets:
+            if t.provider != self.name:
+                continue
+            if t.provider_options.compartment_id and t.provider_options.compartment_id not in self._compartments:
+                self._compartments.append(t.provider_options.compartment_id)
+            try:
+                region = self.region_for(t)
+            except ProviderError:
+                continue
+            if region not in self.regions:
+                self.regions.append(region)
+
+    def scan_regions(self, errors: dict[str, str]) -> list[str]:
+        """The known regions plus every region the tenancy subscribes to (unless the connection names them)."""
+        if not self._explicit_regions and self._subscribed is None:
+            try:
+                subs = self._client("identity", self.default_region).list_region_subscriptions(self.config["tenancy"]).data
+                self._subscribed = [r.region_name for r in subs if r.status == "READY"]
+            except Exception as e:  # noqa: BLE001 - still scan the known regions
+                errors["region subscriptions"] = (f"{_oci_error(e)}; name the regions to scan in the {CONN_ID} "
+                                                  "connection's extra.bakeoff_regions")
+        return list(dict.fromkeys([*self.regions, *(self._subscribed or [])]))
+
+    def _pages(self, call: Callable, *args: Any, **kw: Any) -> list:
+        """Every item of a paginated list call, each page with the short listing retry."""
+        out, page = [], None
+        while True:
+            resp = call(*args, retry_strategy=self._list_retry, **({"page": page} if page else {}), **kw)
+            data = resp.data
+            out += data.items if hasattr(data, "items") and not isinstance(data, list) else data
+            page = resp.next_page
+            if not page:
+                return out
+
+    def _search(self, region: str, run_id: str | None) -> list:
+        details = oci.resource_search.models.StructuredSearchDetails(
+            type="Structured", query=search_query(run_id), matching_context_type="NONE")
+        return self._pages(self._client("search", region).search_resources, details)
+
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
-        """Live bakeoff instances in the connection's regions and compartment (and any this provider launched in)."""
-        return self._list(run_id, self.regions, self._compartments)
+        """Live bakeoff instances anywhere in the tenancy: Resource Search in every region, plus a direct
+        listing of the known compartments in the known regions. Raises PartialListing (with what it
+        found) when a region could not be searched."""
+        found: dict[str, Instance] = {}
+        errors: dict[str, str] = {}
+        for region in self.scan_regions(errors):
+            try:
+                for hit in self._search(region, run_id):
+                    if hit.identifier in found or hit.lifecycle_state in GONE:
+                        continue
+                    raw = self._get(hit.identifier)      # the index may be stale: the instance's own state decides
+                    tags = decode_tags(raw.freeform_tags) if raw is not None else {}
+                    if raw is None or raw.lifecycle_state in GONE or TAG_RUN not in tags \
+                            or (run_id and tags[TAG_RUN] != run_id):
+                        continue
+                    found[raw.id] = self._to_instance(raw)
+            except Exception as e:  # noqa: BLE001 - one region's outage must not hide the others' nodes
+                errors[f"{region} search"] = _oci_error(e)
+            if region not in self.regions:
+                continue
+            for comp in dict.fromkeys(self._compartments):
+                try:
+                    for inst in self._list(run_id, [region], [comp]):
+                        found.setdefault(inst.id, inst)
+                except Exception as e:  # noqa: BLE001
+                    errors[f"{region} {comp}"] = _oci_error(e)
+        for where, why in errors.items():
+            log.warning("oci: cannot list instances (%s): %s", where, why)
+        if errors:
+            raise PartialListing(self.name, list(found.values()), errors)
+        return list(found.values())
 
     def console_output(self, instance_id: str) -> str | None:
         """OCI's console history is an asynchronous capture; the node agent supplies the boot and serving logs."""
@@ -387,6 +473,22 @@ class OciProvider(Provider):
                     if TAG_RUN in tags and select(tags) and self._delete_if_empty(region, nsg):
                         deleted.append(nsg.id)
         return deleted
+
+
+def search_query(run_id: str | None) -> str:
+    """A structured Resource Search query for instances with the run's freeform tag. A run id that cannot
+    sit safely in a quoted literal is matched by key only and filtered here (no query injection)."""
+    key = encode_tags({TAG_RUN: ""}).popitem()[0]
+    if run_id and len(run_id) <= 256 and all(c.isprintable() and c not in "'\\" for c in run_id):
+        return f"query instance resources where (freeformTags.key = '{key}' && freeformTags.value = '{run_id}')"
+    return f"query instance resources where freeformTags.key = '{key}'"
+
+
+def _oci_error(e: Exception) -> str:
+    """An OCI error as a person reads it: status, code and message (never the request's signature)."""
+    if isinstance(e, ServiceError):
+        return f"{e.status} {e.code}: {e.message}"
+    return f"{type(e).__name__}: {e}"
 
 
 def _ingress_rule(cidr: str, port: int):

@@ -1,17 +1,19 @@
 """Static: endpoints that already exist (on-prem clusters, reserved nodes). Nothing is provisioned
 or terminated; the same benchmark runs against them and the price comes from the plan.
 
-The target names its endpoint with ``provider_options.base_url``; its API key (if any) is read
-from the environment variable named by ``provider_options.api_key_env``, never from the plan.
+A target with a key names a connection (``provider_options.endpoint_connection``, id starting with
+``static_endpoint_``) that holds both the endpoint's URL (host) and its key (password): a plan can
+neither read a worker's environment nor send a connection's key to a URL of its choosing. A keyless
+endpoint may be given as ``provider_options.base_url`` instead.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import httpx
 
+from bakeoff import secrets
 from bakeoff.providers.base import Instance, Provider, ProviderError
 
 
@@ -22,17 +24,13 @@ class StaticProvider(Provider):
         self.credentials = credentials or {}
 
     def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
-        base = target.provider_options.base_url
-        if not base:
-            raise ProviderError(f"targets.{target.name}.provider_options.base_url: a static target needs the "
-                                "endpoint's URL, e.g. http://10.0.0.5:8000")
-        url = httpx.URL(base)
+        url = httpx.URL(static_base_url(target))
         port = url.port or (443 if url.scheme == "https" else 80)
         return Instance(provider=self.name, id=f"static:{target.slug}", target=target.slug, run_id=run_id,
                         state="running", host=url.host, port=port, instance_type=target.instance_type,
                         region="static", launched_at=time.time(), tags=dict(tags),
                         details={"base_url": str(url).rstrip("/"), "scheme": url.scheme,
-                                 "api_key_env": target.provider_options.api_key_env})
+                                 "endpoint_connection": target.provider_options.endpoint_connection})
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
         return instance
@@ -47,12 +45,38 @@ class StaticProvider(Provider):
         return []
 
 
+def _connection(target) -> dict[str, Any]:
+    conn_id = target.provider_options.endpoint_connection
+    try:
+        return secrets.connection(conn_id, (secrets.STATIC_CONN_PREFIX,))
+    except secrets.MissingSecret as e:
+        raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: {e}") from None
+
+
+def static_base_url(target) -> str:
+    """The endpoint's URL: the named connection's host, else the plan's base_url (keyless endpoints)."""
+    opts = target.provider_options
+    if opts.endpoint_connection:
+        conn_id = opts.endpoint_connection
+        host = (_connection(target).get("host") or "").strip()
+        if not host:
+            raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: connection {conn_id} is "
+                                f"not defined or has no host; create it with the endpoint's URL as host "
+                                f"(e.g. https://10.0.0.5:8000) and its key as password (without Airflow: "
+                                f"{secrets.env_var(conn_id, 'host')} / {secrets.env_var(conn_id, 'password')})")
+        url = httpx.URL(host if "://" in host else f"https://{host}")
+        if url.scheme not in ("http", "https") or not url.host or url.userinfo:
+            raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: connection {conn_id}'s "
+                                "host is not an http(s) URL without credentials; write e.g. https://10.0.0.5:8000")
+        return str(url.copy_with(query=None, fragment=None)).rstrip("/")
+    if not opts.base_url:
+        raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: a static target needs its "
+                            "endpoint: name a static_endpoint_* connection (or give base_url for one without a key)")
+    return opts.base_url.rstrip("/")
+
+
 def static_api_key(target) -> str | None:
-    """The existing endpoint's key, from the environment variable the plan names (None: no auth)."""
-    env = target.provider_options.api_key_env
-    if not env:
+    """The existing endpoint's key: the password of its connection (None: no connection or no password)."""
+    if not target.provider_options.endpoint_connection:
         return None
-    key = os.environ.get(env)
-    if not key:
-        raise ProviderError(f"targets.{target.name}.provider_options.api_key_env: environment variable {env} is not set")
-    return key
+    return _connection(target).get("password") or None

@@ -65,7 +65,7 @@ async def _ask_all(endpoint: Endpoint, api_key: str | None, items: list[evalset.
     limits = httpx.Limits(max_connections=acc.concurrency, max_keepalive_connections=acc.concurrency)
     gate = asyncio.Semaphore(acc.concurrency)
     async with httpx.AsyncClient(base_url=endpoint.base_url, headers=headers, limits=limits,
-                                 timeout=acc.request_timeout_s) as client:
+                                 timeout=acc.request_timeout_s, verify=endpoint.verify()) as client:
         async def one(item: evalset.Item) -> dict[str, Any]:
             async with gate:
                 return await _ask(client, endpoint.model, item, acc.max_tokens)

@@ -14,6 +14,10 @@ from bakeoff import tokens
 
 
 def evaluate(endpoint, api_key: str | None, acc) -> dict[str, Any]:
+    if getattr(endpoint, "tls_cert", None):     # its HTTP client cannot pin a node's own certificate
+        raise RuntimeError(
+            "quality.accuracy.backend: lm_eval cannot pin this node's TLS certificate, and the key is never sent "
+            "unpinned; use backend: builtin for cloud nodes (lm_eval stays available for local and static targets)")
     try:
         import lm_eval
         from lm_eval.models.openai_completions import LocalCompletionsAPI

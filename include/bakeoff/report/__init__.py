@@ -32,7 +32,7 @@ def build_report(plan, run_dir: Path, out_dir: Path) -> dict[str, str]:
     Works on partial runs: a target without results is shown as failed, one that did not pass
     validation appears only in the 'did not pass' section.
     """
-    from bakeoff.report import data, html, markdown, pdf  # noqa: PLC0415
+    from bakeoff.report import csvsafe, data, html, markdown, pdf  # noqa: PLC0415
 
     t0 = time.perf_counter()
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -46,7 +46,7 @@ def build_report(plan, run_dir: Path, out_dir: Path) -> dict[str, str]:
     for kind, frame in (("points", d.tables.points), ("cost_at_slo", d.tables.at_slo),
                         ("sensitivity", d.tables.sensitivity), ("evaluation", d.tables.evaluation),
                         ("targets", d.tables.targets)):
-        paths[f"csv_{kind}"] = _write_text(out_dir / f"{stem}-{kind.replace('_', '-')}.csv", frame.to_csv(index=False))
+        paths[f"csv_{kind}"] = _write_text(out_dir / f"{stem}-{kind.replace('_', '-')}.csv", csvsafe.to_csv(frame))
     src = run_dir / "cost.parquet"
     if src.exists():
         shutil.copyfile(src, out_dir / f"{stem}-cost.parquet")

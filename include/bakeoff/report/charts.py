@@ -195,7 +195,9 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
                 ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
                 ax.set_xlabel("concurrency, per target")
             else:
-                ax.text(0.5, 0.5, "no request data", ha="center", va="center", transform=ax.transAxes)
+                held = not r.empty and bool(len(r[~r["target"].isin(ranked)]))
+                ax.text(0.5, 0.5, "no ranked target: requests of targets that did\nnot pass validation are left out"
+                        if held else "no request data", ha="center", va="center", transform=ax.transAxes)
             ax.set_ylabel(label)
         handles = [Patch(facecolor=col[s], alpha=0.5, label=names[s]) for s in ranked]
         if handles:

@@ -184,7 +184,8 @@ def _caveats(d: ReportData) -> list[str]:
     if plan.pricing.utilisation < 1:
         out.append(f"Costs assume {plan.pricing.utilisation:.0%} utilisation: idle paid hours are spread over the tokens served.")
     at = d.tables.at_slo
-    if not at.empty and "repeats" in at and (at["repeats"].fillna(1) < 2).any():
+    costed = at[at["slo_met"].fillna(False).astype(bool)] if not at.empty and "slo_met" in at else at.iloc[0:0]
+    if "repeats" in costed and (costed["repeats"] < 2).any():      # only targets that have a cost
         out.append("Some costs at the SLO come from a single repeat: no confidence interval; add workload repeats for one.")
     if not d.tables.points.empty and (d.tables.points["energy_source"] != "measured").any():
         out.append(f"Energy is estimated from all-in kW per GPU at {plan.pricing.usd_per_kwh} USD/kWh; cloud prices already "

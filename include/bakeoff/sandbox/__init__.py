@@ -5,6 +5,11 @@ DigitalOcean are local fake REST servers; Oracle Cloud is a fake of its Core API
 SDK signs its requests to (with a throwaway key made at start). Every "instance" is backed by an
 emulator process booted from the user-data the provider sent. Nothing leaves 127.0.0.1 and every figure is EMULATED.
 
+Time and money: ``clock`` is real time plus an offset that ``clock.advance(s)`` moves, firing each
+node's kill switch at its deadline (what the boot script's section would do on that cloud), and
+``meter`` bills every node as its cloud would (``billed_minutes``), so "no node bills past its
+budget, with or without Airflow" is checked in seconds.
+
 Use it from Python (``with Sandbox() as sb: pipeline.set_credentials_resolver(sb.credentials)``),
 or run ``python -m bakeoff.sandbox`` and export the printed ``AIRFLOW_CONN_*`` variables so the
 DAG's own hooks point the real plan at it.
@@ -15,11 +20,13 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 from bakeoff.providers.credentials import SANDBOX_ENV, sandbox_credentials
 from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.billing import Clock, Meter
 from bakeoff.sandbox.clouds import TOKEN, Clouds
 from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
 from bakeoff.sandbox import oci as fake_oci
@@ -34,13 +41,19 @@ _AWS_CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"
 class Sandbox:
     def __init__(self, boot_s: float = 0.3):
         self.workdir = Path(tempfile.mkdtemp(prefix="bakeoff-sandbox-"))
-        self.backing = Backing(self.workdir)
-        self.clouds = Clouds(self.backing, boot_s=boot_s)
-        self.moto = MotoServer(self.backing)
-        self.oci = fake_oci.FakeOci(self.backing, boot_s=boot_s)
+        self.clock = Clock()
+        self.meter = Meter(self.clock)
+        self.backing = Backing(self.workdir, self.clock)
+        self.backing.kill_switch_handler = self._kill_switch
+        self.clock.on_advance(self.backing.fire_due, self.backing.next_due)
+        self.clouds = Clouds(self.backing, boot_s=boot_s, meter=self.meter)
+        self.moto = MotoServer(self.backing, meter=self.meter)
+        self.oci = fake_oci.FakeOci(self.backing, boot_s=boot_s, meter=self.meter)
+        self._ticking = threading.Event()
         self.oci_key_pem, self.oci_fingerprint = "", ""
 
     def start(self) -> "Sandbox":
+        threading.Thread(target=self._tick, daemon=True, name="sandbox-kill-switches").start()
         self.moto.start()
         self.clouds.start()
         self.oci.start()
@@ -55,6 +68,7 @@ class Sandbox:
         return self
 
     def stop(self) -> None:
+        self._ticking.set()
         self.backing.close()
         self.clouds.stop()
         self.oci.stop()
@@ -78,7 +92,7 @@ class Sandbox:
             "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
             "oci": {"user": fake_oci.USER, "tenancy": fake_oci.TENANCY, "fingerprint": self.oci_fingerprint,
                     "region": fake_oci.REGION, "key_content": self.oci_key_pem, "compartment_id": fake_oci.COMPARTMENT,
-                    "service_endpoint": self.oci.url, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02},
+                    "service_endpoint": self.oci.endpoint, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02},
             "client_bundle": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url,
                               "bucket": CLIENT_BUCKET},
         }
@@ -101,7 +115,7 @@ class Sandbox:
             "AIRFLOW_CONN_OCI_DEFAULT": {"conn_type": "generic", "login": fake_oci.USER, "password": self.oci_key_pem,
                                          "extra": {"tenancy": fake_oci.TENANCY, "fingerprint": self.oci_fingerprint,
                                                    "region": fake_oci.REGION, "compartment_id": fake_oci.COMPARTMENT,
-                                                   "service_endpoint": self.oci.url, "bakeoff_address_map_url": amap,
+                                                   "service_endpoint": self.oci.endpoint, "bakeoff_address_map_url": amap,
                                                    "poll_s": 0.1}},
         }
         return {ENV: json.dumps(c), "AIRFLOW_VAR_BAKEOFF_CLIENT_BUCKET": CLIENT_BUCKET,
@@ -119,6 +133,41 @@ class Sandbox:
                 aws += [f"{region}/{i['InstanceId']}" for i in r["Instances"]]
         return {"aws": sorted(aws), "vultr": self.clouds.vultr.live(), "digitalocean": self.clouds.do.live(),
                 "oci": self.oci.live()}
+
+    def billed_minutes(self, provider: str, since: float, until: float | None = None) -> float:
+        """Node-minutes this cloud bills between two sandbox-clock times (ground truth, from the fakes)."""
+        return self.meter.billed_minutes(provider, since, until)
+
+    def _tick(self) -> None:
+        """Kill switches also fall due in plain real time (a long rehearsal with no clock jumps)."""
+        while not self._ticking.wait(1.0):
+            self.backing.fire_due(self.clock.now())
+
+    def _kill_switch(self, provider: str, node: str, action: str) -> None:
+        """What a node's kill-switch section does to its cloud once it fires."""
+        try:
+            if provider == "aws":
+                self.moto.gate.power_off(node)
+            elif provider == "oci":
+                if action != "self-delete" or not self._oci_self_delete(node):
+                    self.oci.power_off(node)
+            elif provider in ("vultr", "digitalocean"):
+                self.clouds.cloud(provider).power_off(node)
+        except Exception:  # noqa: BLE001 - a node that fails to act is what the reaper is for
+            log.exception("sandbox: %s node %s kill switch could not act on its cloud", provider, node)
+
+    def _oci_self_delete(self, iid: str) -> bool:
+        """TerminateInstance on itself, signed as its instance principal, at its region's endpoint."""
+        import httpx  # noqa: PLC0415
+        token = self.oci.instance_principal(iid)
+        if not token:
+            return False
+        auth = f'Signature version="1",keyId="ST${token}",algorithm="rsa-sha256",headers="date",signature="sandbox"'
+        resp = httpx.delete(f"{self.oci.instance_endpoint(iid)}/20160918/instances/{iid}",
+                            headers={"Authorization": auth}, timeout=10.0)
+        if resp.status_code != 204:
+            log.warning("sandbox: oci node %s self-delete refused: %s", iid, resp.status_code)
+        return resp.status_code == 204
 
     def api_calls(self) -> int:
         """Control-plane calls the fake clouds have answered so far."""

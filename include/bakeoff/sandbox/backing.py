@@ -2,14 +2,22 @@
 
 The fake clouds hand the user-data the providers sent to ``boot``; it reads the target line and the
 API key the real boot script carries, and starts the emulator (EMULATED figures) on a free loopback
-port, exiting by itself when the script's shutdown timer would have powered the node off. So the
-sandbox exercises the same user-data, key and kill-switch timer a real node gets.
+port. It also arms the script's kill switch on the sandbox clock: when that falls due the node's
+processes stop and ``kill_switch_handler`` does to the fake cloud what the section does to the real
+one (EC2 power-off = terminate; OCI self-delete through its instance principal; Vultr and
+DigitalOcean power-off, still billed). So the sandbox exercises the same user-data, key and kill
+switch a real node gets.
 
 When the script starts a node agent, the node does what the script does: downloads the client
 bundle from its presigned URL (moto's S3), refuses it unless the SHA-256 matches, unzips it and
 runs ``bakeoff agent`` from that copy (its third-party packages come from this interpreter, as
 the sandbox reaches no package index). The emulator writes power samples where a node's sampler
 would, so co-located benchmarks, power and log fetch-back all run the real code.
+
+When the script carries the node's TLS certificate and key, the emulator and the agent serve https
+with them, exactly as vLLM/SGLang and the agent do on a node, so every client in a sandbox run
+goes through the real pinning path; an agent told to expect serving secrets accepts them into a
+0600 env file (the emulator itself needs none, so it does not wait for them).
 """
 from __future__ import annotations
 
@@ -27,9 +35,11 @@ import threading
 import time
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
+from bakeoff.sandbox.billing import Clock
 from bakeoff.serving import userdata
 
 log = logging.getLogger(__name__)
@@ -38,8 +48,12 @@ KEY_ENV = "BAKEOFF_API_KEY"
 
 
 class Backing:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, clock: Clock | None = None):
         self.workdir = Path(workdir)
+        self.clock = clock or Clock()
+        self._switches: dict[tuple[str, str], tuple[float, str]] = {}    # node -> (deadline, action)
+        # (provider, node id, action): what the kill switch does to the cloud once the node is off
+        self.kill_switch_handler: Callable[[str, str, str], None] | None = None
         self._procs: dict[tuple[str, str], list[subprocess.Popen]] = {}
         self._ports: dict[tuple[str, str], int] = {}
         self._agent_ports: dict[tuple[str, str], int] = {}
@@ -49,12 +63,19 @@ class Backing:
         """Start the emulator for this node; False if the user-data is not a bakeoff boot script."""
         meta = userdata.target_from_userdata(script or "")
         key = userdata.api_key_from_userdata(script or "")
+        tls = userdata.tls_from_userdata(script or "")
+        expects_secrets = bool(userdata.secret_names_from_userdata(script or ""))
         if not meta:
             return False
+        switch = userdata.kill_switch_from_userdata(script or "")
+        if switch and switch.get("minutes"):
+            with self._lock:
+                self._switches[(provider, instance_id)] = (self.clock.now() + switch["minutes"] * 60, switch["action"])
         minutes = userdata.shutdown_minutes(script or "") or 180
         d = self.workdir / provider / instance_id.replace("/", "_")
         d.mkdir(parents=True, exist_ok=True)
         cfg = d / "config.json"
+        tls_args = _tls_files(d, tls)
         expires_at = time.time() + minutes * 60
         cfg.write_text(json.dumps({"mode": "roofline", "target": meta["target"], "api_key_env": KEY_ENV if key else None,
                                    "expires_at": expires_at, "power_csv": str(d / "power.csv")}))
@@ -64,14 +85,15 @@ class Backing:
             env[KEY_ENV] = key
         with open(d / "emulator.log", "ab") as logf:
             proc = subprocess.Popen([sys.executable, "-m", EMULATOR_MODULE, "--config", str(cfg), "--host", "127.0.0.1",
-                                     "--port", str(port)],
+                                     "--port", str(port), *tls_args],
                                     stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
         procs = [proc]
         agent = userdata.agent_from_userdata(script or "")
         agent_port = _free_port() if agent and key else None
         if agent_port:
-            agent_proc = self._start_agent(d, agent, key, port, agent_port, expires_at, env)
+            agent_proc = self._start_agent(d, agent, key, port, agent_port, expires_at, env, tls_args,
+                                           d / "secrets" / "serve.env" if expects_secrets else None)
             procs += [agent_proc] if agent_proc else []
         with self._lock:
             self._procs[(provider, instance_id)] = procs
@@ -83,7 +105,8 @@ class Backing:
         return True
 
     def _start_agent(self, d: Path, agent: dict, key: str, serve_port: int, agent_port: int, expires_at: float,
-                     env: dict[str, str]) -> subprocess.Popen | None:
+                     env: dict[str, str], tls_args: list[str] | None = None,
+                     secrets_file: Path | None = None) -> subprocess.Popen | None:
         """What the boot script's agent section does: fetch, check, unzip, start."""
         boot_log = d / "boot.log"
         try:
@@ -103,10 +126,12 @@ class Backing:
         agent_env = {**{k: v for k, v in env.items() if k != KEY_ENV}, "PYTHONPATH": str(d / "client")}
         with open(d / "agent.log", "ab") as logf:
             return subprocess.Popen(
-                [sys.executable, "-m", "bakeoff", "agent", "--serve-url", f"http://127.0.0.1:{serve_port}",
+                [sys.executable, "-m", "bakeoff", "agent", "--serve-url",
+                 f"{'https' if tls_args else 'http'}://127.0.0.1:{serve_port}",
                  "--key-file", str(key_file), "--log-dir", str(d), "--work-dir", str(d / "work"),
                  "--host", "127.0.0.1", "--port", str(agent_port), "--bundle", agent["sha256"],
-                 "--expires-at", str(expires_at)],
+                 "--expires-at", str(expires_at), *(tls_args or []),
+                 *(["--secrets-file", str(secrets_file)] if secrets_file else [])],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=agent_env, cwd=str(d),
                 start_new_session=True)
 
@@ -124,8 +149,35 @@ class Backing:
         p = self.workdir / provider / instance_id.replace("/", "_") / "emulator.log"
         return p.read_text(errors="replace") if p.exists() else ""
 
+    def deadline(self, provider: str, instance_id: str) -> float | None:
+        """When this node's kill switch fires (sandbox clock), while it is armed."""
+        with self._lock:
+            armed = self._switches.get((provider, instance_id))
+        return armed[0] if armed else None
+
+    def next_due(self) -> float | None:
+        """When the next armed kill switch falls due (sandbox clock), if any."""
+        with self._lock:
+            return min((d for d, _ in self._switches.values()), default=None)
+
+    def fire_due(self, now: float) -> list[tuple[str, str, str]]:
+        """Fire every kill switch due by ``now``: the node's processes stop, then the handler acts on its cloud."""
+        with self._lock:
+            due = [(k, a) for k, (d, a) in self._switches.items() if d <= now]
+            for k, _ in due:
+                del self._switches[k]
+        fired = []
+        for (provider, iid), action in due:
+            self.kill(provider, iid)
+            log.warning("sandbox: %s node %s kill switch fired (%s)", provider, iid, action)
+            if self.kill_switch_handler:
+                self.kill_switch_handler(provider, iid, action)
+            fired.append((provider, iid, action))
+        return fired
+
     def kill(self, provider: str, instance_id: str) -> None:
         with self._lock:
+            self._switches.pop((provider, instance_id), None)
             procs = self._procs.pop((provider, instance_id), [])
             self._ports.pop((provider, instance_id), None)
             self._agent_ports.pop((provider, instance_id), None)
@@ -142,6 +194,20 @@ class Backing:
             self._procs.clear()
         for p in procs:
             _stop(p)
+
+
+def _tls_files(d: Path, tls: dict | None) -> list[str]:
+    """Write the node's certificate and key (0600) where the node's servers read them; their flags."""
+    if not tls:
+        return []
+    tdir = d / "tls"
+    tdir.mkdir(mode=0o700, exist_ok=True)
+    cert, key = tdir / "node.crt", tdir / "node.key"
+    cert.write_text(tls["cert"])
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(tls["key"])
+    return ["--tls-cert", str(cert), "--tls-key", str(key)]
 
 
 def _free_port() -> int:

@@ -7,6 +7,10 @@ Each created node is backed by an emulator booted from its user-data. The Digita
 keeps tags and cloud firewalls (``clouds.do.firewalls`` is the ground truth) and refuses, as the
 real API does, a firewall naming a tag that does not exist yet.
 
+Billing is as the real clouds': a node bills from creation until it is deleted, powered off or not
+(``meter``); a node whose kill switch fired is powered off (Vultr ``power_status: stopped``,
+DigitalOcean ``status: off``) and bills on until something deletes it.
+
 The same server publishes the address map (where a node's serving port is reached from here) and
 a small control surface (``POST /_control``) so out-of-process rehearsals can inject faults.
 """
@@ -18,7 +22,6 @@ import itertools
 import json
 import re
 import threading
-import time
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -28,6 +31,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.billing import Clock, Meter
 from bakeoff.sandbox.httpd import LoopbackServer
 
 TOKEN = "sandbox-token"
@@ -42,8 +46,10 @@ def _now_iso() -> str:
 class FakeCloud:
     """State and fault knobs of one fake cloud."""
 
-    def __init__(self, name: str, backing: Backing | None, boot_s: float):
+    def __init__(self, name: str, backing: Backing | None, boot_s: float, meter: Meter | None = None):
         self.name, self.backing, self.boot_s = name, backing, boot_s
+        self.meter = meter or Meter(backing.clock if backing else Clock())
+        self.clock = self.meter.clock
         self.nodes: dict[str, dict[str, Any]] = {}
         self.firewalls: dict[str, dict[str, Any]] = {}   # DigitalOcean cloud firewalls by id
         self.tags: set[str] = set()                      # DigitalOcean tags that exist
@@ -58,15 +64,38 @@ class FakeCloud:
             return sorted(self.nodes)
 
     def _booted(self, node: dict[str, Any]) -> bool:
-        return time.time() >= node["_created"] + self.boot_s
+        return self.clock.now() >= node["_created"] + self.boot_s
+
+    def power_off(self, nid: str) -> bool:
+        """What the node's own ``shutdown`` does: it stops, and (on these clouds) keeps billing."""
+        with self.lock:
+            node = self.nodes.get(nid)
+            if node is None:
+                return False
+            node["_off"] = True
+        self.meter.stopped(self.name, nid)
+        return True
+
+    def created(self, nid: str, node: dict[str, Any]) -> None:
+        with self.lock:
+            self.nodes[nid] = node
+        self.meter.launch(self.name, nid)
+
+    def deleted(self, nid: str) -> dict[str, Any] | None:
+        with self.lock:
+            node = self.nodes.pop(nid, None)
+        if node is not None:
+            self.meter.deleted(self.name, nid)
+        return node
 
 
 class Clouds(LoopbackServer):
-    def __init__(self, backing: Backing | None = None, boot_s: float = 0.3):
+    def __init__(self, backing: Backing | None = None, boot_s: float = 0.3, meter: Meter | None = None):
         """``backing=None``: control plane only, no emulator behind the nodes (provider tests)."""
         self.backing = backing
-        self.vultr = FakeCloud("vultr", backing, boot_s)
-        self.do = FakeCloud("digitalocean", backing, boot_s)
+        meter = meter or Meter(backing.clock if backing else Clock())
+        self.vultr = FakeCloud("vultr", backing, boot_s, meter)
+        self.do = FakeCloud("digitalocean", backing, boot_s, meter)
         self.url_map = Map([
             Rule("/vultr/v2/bare-metals", endpoint="v_list", methods=["GET"]),
             Rule("/vultr/v2/bare-metals", endpoint="v_create", methods=["POST"]),
@@ -104,7 +133,7 @@ class Clouds(LoopbackServer):
             return _json({"error": "Invalid API token.", "status": 401}, 401)(environ, start_response)
         with cloud.lock:
             cloud.requests += 1
-            injected = take_fault(cloud.fail_queue, req.method)
+            injected = take_fault(cloud.fail_queue, req.method, req.path)
         if injected:
             resp = _json({"error": "sandbox: injected failure", "status": injected}, injected)
             if injected == 429:
@@ -116,7 +145,8 @@ class Clouds(LoopbackServer):
     def _vultr_view(self, cloud: FakeCloud, n: dict[str, Any]) -> dict[str, Any]:
         booted = cloud._booted(n)
         return {**{k: v for k, v in n.items() if not k.startswith("_")},
-                "status": "active" if booted else "pending", "power_status": "running" if booted else "stopped",
+                "status": "active" if booted else "pending",
+                "power_status": "running" if booted and not n.get("_off") else "stopped",
                 "server_status": "ok" if booted else "installingbooting",
                 "main_ip": n["_ip"] if booted else "0.0.0.0"}
 
@@ -131,9 +161,8 @@ class Clouds(LoopbackServer):
         script = base64.b64decode(body.get("user_data", "")).decode(errors="replace")
         node = {"id": nid, "region": body["region"], "plan": body["plan"], "label": body.get("label", ""),
                 "tags": list(body.get("tags") or []), "os_id": body.get("os_id"), "date_created": _now_iso(),
-                "_created": time.time(), "_ip": f"203.0.113.{len(cloud.nodes) % 250 + 1}"}
-        with cloud.lock:
-            cloud.nodes[nid] = node
+                "_created": cloud.clock.now(), "_ip": f"203.0.113.{len(cloud.nodes) % 250 + 1}"}
+        cloud.created(nid, node)
         if cloud.backing:
             cloud.backing.boot("vultr", nid, script)
         return _json({"bare_metal": self._vultr_view(cloud, node)}, 202)
@@ -156,8 +185,7 @@ class Clouds(LoopbackServer):
                       "meta": {"total": len(nodes), "links": {"next": nxt, "prev": ""}}})
 
     def v_delete(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
-        with cloud.lock:
-            node = cloud.nodes.pop(nid, None)
+        node = cloud.deleted(nid)
         if node is None:
             return _json({"error": "Bare Metal not found.", "status": 404}, 404)
         if cloud.backing:
@@ -168,7 +196,8 @@ class Clouds(LoopbackServer):
     def _do_view(self, cloud: FakeCloud, n: dict[str, Any]) -> dict[str, Any]:
         booted = cloud._booted(n)
         v4 = [{"ip_address": n["_ip"], "type": "public", "netmask": "255.255.255.0"}] if booted else []
-        return {**{k: v for k, v in n.items() if not k.startswith("_")}, "status": "active" if booted else "new",
+        status = ("off" if n.get("_off") else "active") if booted else "new"
+        return {**{k: v for k, v in n.items() if not k.startswith("_")}, "status": status,
                 "networks": {"v4": v4, "v6": []}}
 
     def d_create(self, req: Request, cloud: FakeCloud) -> Response:
@@ -183,10 +212,10 @@ class Clouds(LoopbackServer):
             return _json({"id": "unprocessable_entity", "message": "Size is not available in this region."}, 422)
         nid = next(cloud._ids)
         node = {"id": nid, "name": body["name"], "region": {"slug": body["region"]}, "size_slug": body["size"],
-                "tags": list(body.get("tags") or []), "created_at": _now_iso(), "_created": time.time(),
+                "tags": list(body.get("tags") or []), "created_at": _now_iso(), "_created": cloud.clock.now(),
                 "_ip": f"198.51.100.{len(cloud.nodes) % 250 + 1}"}
+        cloud.created(str(nid), node)
         with cloud.lock:
-            cloud.nodes[str(nid)] = node
             cloud.tags.update(node["tags"])
         if cloud.backing:
             cloud.backing.boot("digitalocean", str(nid), body.get("user_data") or "")
@@ -217,8 +246,7 @@ class Clouds(LoopbackServer):
                       "meta": {"total": len(items)}})
 
     def d_delete(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
-        with cloud.lock:
-            node = cloud.nodes.pop(nid, None)
+        node = cloud.deleted(nid)
         if node is None:
             return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
         if cloud.backing:
@@ -294,11 +322,13 @@ class Clouds(LoopbackServer):
         return _json({"ok": True})
 
 
-def take_fault(queue: list[int | str], method: str) -> int | None:
-    """Pop the first injected failure that applies to this request's method."""
+def take_fault(queue: list[int | str], method: str, path: str = "") -> int | None:
+    """Pop the first injected failure that applies to this request: ``503`` (any), ``"POST:503"`` (a
+    method) or ``"GET /vultr/v2/bare-metals:503"`` (a method on one exact path, e.g. only the listing)."""
     for i, f in enumerate(queue):
         m, _, status = str(f).rpartition(":")
-        if not m or m == method:
+        meth, _, where = m.partition(" ")
+        if (not meth or meth == method) and (not where or where == path):
             del queue[i]
             return int(status)
     return None

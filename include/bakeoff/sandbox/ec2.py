@@ -4,7 +4,10 @@ A thin WSGI gate in front of moto adds what moto leaves out and the rehearsal ne
 - capacity refusals (``InsufficientInstanceCapacity``) for chosen regions/zones,
 - ``ClientToken`` idempotency on RunInstances (moto ignores the token; EC2 honours it),
 - booting an emulator from each instance's user-data, and stopping it on TerminateInstances,
-- console output = the emulator's log, as an EC2 console shows the boot script's output.
+- console output = the emulator's log, as an EC2 console shows the boot script's output,
+- billing as EC2 bills (``meter``): from launch to termination, not while stopped; a node's own
+  power-off (its kill switch) terminates it when it was launched with
+  ``InstanceInitiatedShutdownBehavior=terminate`` and stops it otherwise.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from xml.sax.saxutils import escape
 from moto.server import DomainDispatcherApplication, create_backend_app
 
 from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.billing import Clock, Meter
 from bakeoff.sandbox.httpd import LoopbackServer
 
 ACCOUNT_ID = "123456789012"
@@ -34,9 +38,11 @@ def _error(code: str, message: str, status: str = "400 Bad Request") -> tuple[st
 
 
 class Ec2Gate:
-    def __init__(self, app: Callable, backing: Backing | None):
+    def __init__(self, app: Callable, backing: Backing | None, meter: Meter | None = None):
         self.app, self.backing = app, backing
+        self.meter = meter or Meter(backing.clock if backing else Clock())
         self.denied: set[str] = set()           # regions or zones refusing capacity
+        self.fail_regions: set[str] = set()     # regions whose every call is refused (not enabled for the account)
         self.requests = 0                       # API calls seen (the budget guard must make none)
         self._tokens: dict[tuple[str, str], tuple[str, list, bytes]] = {}
         self._lock = threading.Lock()
@@ -51,12 +57,18 @@ class Ec2Gate:
         m = _REGION_RE.search(environ.get("HTTP_AUTHORIZATION", ""))
         region = m.group(1) if m else "us-east-1"
         action = params.get("Action")
+        if region in self.fail_regions:
+            status, out = _error("AuthFailure", f"sandbox: {region} is not enabled for this account", "401 Unauthorized")
+            start_response(status, [("Content-Type", "text/xml")])
+            return [out]
         if action == "RunInstances":
             return self._run_instances(environ, start_response, params, region)
-        if action == "TerminateInstances":
+        if action in ("TerminateInstances", "StopInstances"):
             for k, v in params.items():
-                if k.startswith("InstanceId.") and self.backing:
-                    self.backing.kill("aws", f"{region}/{v}")
+                if k.startswith("InstanceId."):
+                    if self.backing:
+                        self.backing.kill("aws", f"{region}/{v}")
+                    (self.meter.deleted if action == "TerminateInstances" else self.meter.stopped)("aws", f"{region}/{v}")
         if action == "GetConsoleOutput":
             iid = params.get("InstanceId", "")
             text = self.backing.log_text("aws", f"{region}/{iid}") if self.backing else ""
@@ -93,17 +105,33 @@ class Ec2Gate:
                 if token:
                     self._tokens[(region, token)] = (captured["status"], captured["headers"], out)
                 script = base64.b64decode(params.get("UserData", "")).decode(errors="replace") if params.get("UserData") else ""
-                for iid in re.findall(rb"<instanceId>(i-[0-9a-f]+)</instanceId>", out) if self.backing else []:
-                    self.backing.boot("aws", f"{region}/{iid.decode()}", script)
+                for iid in re.findall(rb"<instanceId>(i-[0-9a-f]+)</instanceId>", out):
+                    self.meter.launch("aws", f"{region}/{iid.decode()}", stop_ends_billing=True)
+                    if self.backing:
+                        self.backing.boot("aws", f"{region}/{iid.decode()}", script)
         start_response(captured["status"], captured["headers"])
         return [out]
+
+
+    def power_off(self, key: str) -> str:
+        """The node ran ``shutdown``: EC2 applies the instance's InstanceInitiatedShutdownBehavior."""
+        from moto.ec2.models import ec2_backends  # noqa: PLC0415
+        region, iid = key.split("/", 1)
+        backend = ec2_backends[ACCOUNT_ID][region]
+        if backend.get_instance(iid).instance_initiated_shutdown_behavior == "terminate":
+            backend.terminate_instances([iid])
+            self.meter.deleted("aws", key)
+            return "terminated"
+        backend.stop_instances([iid])
+        self.meter.stopped("aws", key)
+        return "stopped"
 
 
 class MotoServer(LoopbackServer):
     """moto's backend app behind the gate, on 127.0.0.1 and a free port, in a daemon thread."""
 
-    def __init__(self, backing: Backing | None = None):
-        self.gate = Ec2Gate(DomainDispatcherApplication(create_backend_app), backing)
+    def __init__(self, backing: Backing | None = None, meter: Meter | None = None):
+        self.gate = Ec2Gate(DomainDispatcherApplication(create_backend_app), backing, meter)
         self._serve(self.gate, "sandbox-moto")
 
 

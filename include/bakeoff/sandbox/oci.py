@@ -8,8 +8,22 @@ IP on their VNIC) after ``boot_s``, and network security groups that cannot be d
 is in them (``409 Conflict``). Requests must carry an Authorization header (the SDK signs each one);
 the signature itself is not checked.
 
+Regions: a request to ``<url>/r/<region>/...`` is answered as that region's endpoint (the provider's
+``service_endpoint`` template ``<url>/r/{region}``); a plain ``<url>/...`` is the home region. Instances
+live in one region (their OCID's code): other regions' endpoints list none of them and answer 404 for
+them, as OCI does. A second region (SECOND_REGION, with SUBNET_2) and any compartment OCID are
+accepted, so a node can be put where the connection's compartment and region do not look. Resource
+Search (``POST /20180409/resources``, structured queries on freeform tags) finds instances of the
+region across every compartment; ``fail_regions`` makes a region's every call answer 503.
+
 Each launched instance boots an emulator through the shared Backing from its decoded user_data;
 terminating it kills the emulator. ``live()`` and ``nsgs`` are the ground truth rehearsals check.
+
+Billing is OCI's: an instance bills from launch until it is terminated, STOPPED included (a GPU
+shape's stopped instance still bills), on ``meter``. Each instance gets an instance-principal
+credential (``instance_principal``, what the metadata and auth services hand a real node); a
+request signed with it (``keyId="ST$<token>"``) is allowed what the documented dynamic-group policy
+allows and nothing else: deleting a bakeoff-tagged instance in its own compartment.
 """
 from __future__ import annotations
 
@@ -28,12 +42,21 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from bakeoff.sandbox.backing import Backing
+from bakeoff.sandbox.billing import Clock, Meter
 from bakeoff.sandbox.clouds import take_fault
 from bakeoff.sandbox.httpd import LoopbackServer
 
 REGION, REGION_CODE = "us-ashburn-1", "iad"
 ADS = [f"Uocm:US-ASHBURN-AD-{n}" for n in (1, 2, 3)]
+SECOND_REGION, SECOND_REGION_CODE = "us-phoenix-1", "phx"
+REGIONS = {REGION: REGION_CODE, SECOND_REGION: SECOND_REGION_CODE}
+ADS_BY_REGION = {REGION: ADS, SECOND_REGION: [f"Uocm:PHX-AD-{n}" for n in (1, 2, 3)]}
+_REGION_PREFIX = re.compile(r"^/r/([a-z0-9-]+)(/.*)$")
+_SEARCH = re.compile(r"query\s+(\w+)\s+resources(?:\s+where\s+(.+))?", re.I | re.S)
+_SEARCH_TERM = re.compile(r"freeformTags\.(key|value)\s*=\s*'([^'\\]*)'", re.I)
 _FREEFORM_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")   # conservative: OCI refuses spaces and '.'; ':' is avoided too
+_PRINCIPAL = re.compile(r'keyId="ST\$([^"]+)"')      # a request signed with an instance principal's security token
+RUN_TAG = "bakeoff_run_id"                            # the freeform tag every bakeoff node carries
 
 
 def fixed_ocid(kind: str, name: str, region_code: str = "") -> str:
@@ -44,6 +67,9 @@ def fixed_ocid(kind: str, name: str, region_code: str = "") -> str:
 TENANCY = fixed_ocid("tenancy", "bakeoffsandboxtenancy")
 USER = fixed_ocid("user", "bakeoffsandboxuser")
 COMPARTMENT = fixed_ocid("compartment", "bakeoffsandboxcompartment")
+COMPARTMENT_2 = fixed_ocid("compartment", "bakeoffsandboxsecondcompartment")
+VCN_2 = fixed_ocid("vcn", "bakeoffsandboxvcn2", SECOND_REGION_CODE)
+SUBNET_2 = fixed_ocid("subnet", "bakeoffsandboxsubnet2", SECOND_REGION_CODE)
 VCN = fixed_ocid("vcn", "bakeoffsandboxvcn", REGION_CODE)
 SUBNET = fixed_ocid("subnet", "bakeoffsandboxsubnet", REGION_CODE)
 IMAGE = fixed_ocid("image", "bakeoffsandboxgpuimage", REGION_CODE)
@@ -67,20 +93,28 @@ def _not_found(what: str) -> OciError:
 
 
 class FakeOci(LoopbackServer):
-    def __init__(self, backing: Backing | None = None, boot_s: float = 0.3, terminate_s: float = 0.0):
+    def __init__(self, backing: Backing | None = None, boot_s: float = 0.3, terminate_s: float = 0.0,
+                 meter: Meter | None = None):
         """``backing=None``: control plane only (provider tests). ``terminate_s``: how long TERMINATING lasts."""
         self.backing, self.boot_s, self.terminate_s = backing, boot_s, terminate_s
+        self.meter = meter or Meter(backing.clock if backing else Clock())
+        self.clock = self.meter.clock
+        self.principals: dict[str, str] = {}               # instance-principal token -> its instance
         self.instances: dict[str, dict[str, Any]] = {}
         self.vnics: dict[str, dict[str, Any]] = {}          # vnic id -> vnic (with _instance)
         self.nsgs: dict[str, dict[str, Any]] = {}           # ground truth: live network security groups
         self.rules: dict[str, list[dict[str, Any]]] = {}    # nsg id -> security rules
         self.subnets = {SUBNET: {"id": SUBNET, "vcnId": VCN, "compartmentId": COMPARTMENT, "displayName": "sandbox-public",
-                                 "cidrBlock": "10.0.0.0/24", "lifecycleState": "AVAILABLE", "prohibitPublicIpOnVnic": False}}
+                                 "cidrBlock": "10.0.0.0/24", "lifecycleState": "AVAILABLE", "prohibitPublicIpOnVnic": False},
+                        SUBNET_2: {"id": SUBNET_2, "vcnId": VCN_2, "compartmentId": COMPARTMENT_2,
+                                   "displayName": "sandbox-public-2", "cidrBlock": "10.1.0.0/24",
+                                   "lifecycleState": "AVAILABLE", "prohibitPublicIpOnVnic": False}}
         now = time.time()
         self.images = [_image(OLD_IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2025.01.01-0", now - 86400 * 90),
                        _image(IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2026.01.01-0", now - 86400)]
         self.denied: set[str] = set()               # availability domains out of host capacity
         self.fail_queue: list[int | str] = []       # injected answers: 503 (any request) or "POST:503"
+        self.fail_regions: set[str] = set()         # regions whose every call answers 503 (an outage)
         self.page_size = 50                         # the most items one list page holds
         self.requests = 0
         self.lock = threading.RLock()
@@ -104,9 +138,16 @@ class FakeOci(LoopbackServer):
             Rule(f"{base}/networkSecurityGroups/<nid>/securityRules", endpoint="list_rules", methods=["GET"]),
             Rule(f"{base}/networkSecurityGroups/<nid>/vnics", endpoint="nsg_vnics", methods=["GET"]),
             Rule(f"{base}/availabilityDomains", endpoint="list_ads", methods=["GET"]),
+            Rule(f"{base}/tenancies/<tid>/regionSubscriptions", endpoint="region_subscriptions", methods=["GET"]),
+            Rule("/20180409/resources", endpoint="search", methods=["POST"]),
             Rule("/_control", endpoint="control", methods=["POST"]),
         ])
         self._serve(self, "sandbox-oci")
+
+    @property
+    def endpoint(self) -> str:
+        """The provider's ``service_endpoint``: one endpoint per region, as OCI has."""
+        return f"{self.url}/r/{{region}}"
 
     # ground truth -------------------------------------------------------------------------
     def live(self) -> list[str]:
@@ -116,6 +157,10 @@ class FakeOci(LoopbackServer):
 
     # WSGI ---------------------------------------------------------------------------------
     def __call__(self, environ, start_response):
+        m = _REGION_PREFIX.match(environ.get("PATH_INFO", ""))
+        if m:
+            environ["PATH_INFO"] = m.group(2)
+        environ["sandbox.region"] = m.group(1) if m else REGION
         req = Request(environ)
         try:
             endpoint, args = self.url_map.bind_to_environ(environ).match()
@@ -126,13 +171,16 @@ class FakeOci(LoopbackServer):
         if not req.headers.get("Authorization"):
             return _error(OciError(401, "NotAuthenticated", "The required information to complete authentication "
                                                             "was not provided."))(environ, start_response)
+        if _region(req) not in REGIONS:
+            return _error(OciError(404, "NotFound", f"sandbox: unknown region {_region(req)}"))(environ, start_response)
         with self.lock:
             self.requests += 1
-            injected = take_fault(self.fail_queue, req.method)
+            injected = 503 if _region(req) in self.fail_regions else take_fault(self.fail_queue, req.method, req.path)
         if injected:
             return _error(OciError(injected, "TooManyRequests" if injected == 429 else "InternalServerError",
                                    "sandbox: injected failure"))(environ, start_response)
         try:
+            self._authorize_principal(req, endpoint, args)
             resp = self._idempotent(req, endpoint, args)
         except OciError as e:
             resp = _error(e)
@@ -152,11 +200,48 @@ class FakeOci(LoopbackServer):
                 self._tokens[(req.path, token)] = (resp.status_code, json.loads(resp.get_data()))
         return resp
 
+    # instance principals and power ------------------------------------------------------------
+    def instance_principal(self, iid: str) -> str | None:
+        """The security token a node obtains for itself (metadata service + auth service), while it exists."""
+        with self.lock:
+            return next((t for t, i in self.principals.items() if i == iid), None)
+
+    def instance_endpoint(self, iid: str) -> str:
+        """The Core API endpoint of the region the instance lives in (where its own calls go)."""
+        code = self.instances[iid]["region"]
+        return f"{self.url}/r/{next(r for r, c in REGIONS.items() if c == code)}"
+
+    def _authorize_principal(self, req: Request, endpoint: str, args: dict[str, str]) -> None:
+        """An instance principal may delete bakeoff instances of its compartment, and do nothing else: the
+        documented policy (INSTANCE_DELETE in the compartment kept for bakeoff nodes)."""
+        m = _PRINCIPAL.search(req.headers.get("Authorization", ""))
+        if not m:
+            return
+        with self.lock:
+            own = self.instances.get(self.principals.get(m.group(1), ""))
+            if own is None or own.get("_terminated") is not None:
+                raise OciError(401, "NotAuthenticated", "The instance principal's security token is not valid.")
+            target = self.instances.get(args.get("iid", "")) if endpoint == "terminate" else None
+            if target is None or target["compartmentId"] != own["compartmentId"] or RUN_TAG not in target["freeformTags"]:
+                raise _not_found(f"{req.method} {req.path} for an instance principal")
+
+    def power_off(self, iid: str) -> bool:
+        """The node ran ``poweroff``: STOPPED, and still billed."""
+        with self.lock:
+            node = self.instances.get(iid)
+            if node is None or node["_terminated"] is not None:
+                return False
+            node["_stopped"] = True
+        self.meter.stopped("oci", iid)
+        return True
+
     # instances ----------------------------------------------------------------------------
     def _state(self, n: dict[str, Any]) -> str:
-        now = time.time()
+        now = self.clock.now()
         if n.get("_terminated") is not None:
             return "TERMINATING" if now < n["_terminated"] + self.terminate_s else "TERMINATED"
+        if n.get("_stopped"):
+            return "STOPPED"
         return "RUNNING" if now >= n["_created"] + self.boot_s else "PROVISIONING"
 
     def _instance_view(self, n: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +258,8 @@ class FakeOci(LoopbackServer):
         if missing:
             raise OciError(400, "MissingParameter", f"Missing required parameters: {', '.join(missing)}")
         ad, subnet_id = body["availabilityDomain"], vnic.get("subnetId") or body.get("subnetId")
-        if ad not in ADS:
+        region = _region(req)
+        if ad not in ADS_BY_REGION[region]:
             raise OciError(400, "InvalidParameter", f"Invalid availabilityDomain {ad!r}")
         bad_tags = [k for k in body.get("freeformTags") or {} if not _FREEFORM_KEY.fullmatch(k)]
         if bad_tags:
@@ -183,7 +269,7 @@ class FakeOci(LoopbackServer):
             raise _not_found(f"image {image_id}")
         with self.lock:
             subnet = self.subnets.get(subnet_id)
-            if subnet is None:
+            if subnet is None or _code_of(subnet_id) not in ("", REGIONS[region]):
                 raise _not_found(f"subnet {subnet_id}")
             for nsg_id in vnic.get("nsgIds") or []:
                 if self.nsgs.get(nsg_id, {}).get("vcnId") != subnet["vcnId"]:
@@ -195,9 +281,9 @@ class FakeOci(LoopbackServer):
             raise OciError(400, "InvalidParameter", "metadata.user_data must be base64") from None
         if ad in self.denied:
             raise OciError(500, "InternalError", "Out of host capacity.")
-        iid = _ocid("instance")
-        now = time.time()
-        node = {"id": iid, "availabilityDomain": ad, "compartmentId": body["compartmentId"], "region": REGION_CODE,
+        iid = _ocid("instance", REGIONS[region])
+        now = self.clock.now()
+        node = {"id": iid, "availabilityDomain": ad, "compartmentId": body["compartmentId"], "region": REGIONS[region],
                 "displayName": body.get("displayName") or f"instance{int(now)}", "shape": body["shape"],
                 "freeformTags": dict(body.get("freeformTags") or {}), "definedTags": {}, "systemTags": {},
                 "metadata": meta, "imageId": image_id, "timeCreated": _iso(now),
@@ -208,17 +294,24 @@ class FakeOci(LoopbackServer):
         n = next(self._ips)
         with self.lock:
             self.instances[iid] = node
+            self.principals[uuid.uuid4().hex] = iid
             self.vnics[vid] = {"id": vid, "compartmentId": body["compartmentId"], "availabilityDomain": ad,
                                "subnetId": subnet_id, "nsgIds": list(vnic.get("nsgIds") or []), "isPrimary": True,
                                "privateIp": f"10.0.0.{n % 250 + 2}", "_instance": iid, "_attachment": _ocid("vnicattachment"),
                                "_public": f"192.0.2.{n % 250 + 1}" if vnic.get("assignPublicIp", True) else None}
+        self.meter.launch("oci", iid, at=now)
         if self.backing:
             self.backing.boot("oci", iid, script)
         return _json(self._instance_view(node))
 
+    def _node_here(self, req: Request, iid: str) -> dict[str, Any] | None:
+        """The instance if it lives in the region this request was sent to (another region's endpoint: 404)."""
+        node = self.instances.get(iid)
+        return node if node is not None and node["region"] == REGIONS[_region(req)] else None
+
     def get_instance(self, req: Request, iid: str) -> Response:
         with self.lock:
-            node = self.instances.get(iid)
+            node = self._node_here(req, iid)
             if node is None:
                 raise _not_found(f"instance {iid}")
             return _json(self._instance_view(node))
@@ -227,18 +320,20 @@ class FakeOci(LoopbackServer):
         comp = _required(req, "compartmentId")
         ad, name, state = req.args.get("availabilityDomain"), req.args.get("displayName"), req.args.get("lifecycleState")
         with self.lock:
-            views = [self._instance_view(n) for n in self.instances.values() if n["compartmentId"] == comp]
+            views = [self._instance_view(n) for n in self.instances.values()
+                     if n["compartmentId"] == comp and n["region"] == REGIONS[_region(req)]]
         views = [v for v in views if (not ad or v["availabilityDomain"] == ad) and (not name or v["displayName"] == name)
                  and (not state or v["lifecycleState"] == state.upper())]
         return self._page(req, views)
 
     def terminate(self, req: Request, iid: str) -> Response:
         with self.lock:
-            node = self.instances.get(iid)
+            node = self._node_here(req, iid)
             if node is None:
                 raise _not_found(f"instance {iid}")
             if node["_terminated"] is None:
-                node["_terminated"] = time.time()
+                node["_terminated"] = self.clock.now()
+        self.meter.deleted("oci", iid)
         if self.backing:
             self.backing.kill("oci", iid)
         return Response(status=204)
@@ -288,8 +383,50 @@ class FakeOci(LoopbackServer):
 
     def list_ads(self, req: Request) -> Response:
         comp = _required(req, "compartmentId")
-        return _json([{"name": ad, "id": fixed_ocid("availabilitydomain", f"ad{i}", REGION_CODE), "compartmentId": comp}
-                      for i, ad in enumerate(ADS, 1)])
+        code = REGIONS[_region(req)]
+        return _json([{"name": ad, "id": fixed_ocid("availabilitydomain", f"ad{i}", code), "compartmentId": comp}
+                      for i, ad in enumerate(ADS_BY_REGION[_region(req)], 1)])
+
+    def region_subscriptions(self, req: Request, tid: str) -> Response:
+        if tid != TENANCY:
+            raise _not_found(f"tenancy {tid}")
+        return _json([{"regionKey": code.upper(), "regionName": name, "status": "READY", "isHomeRegion": name == REGION}
+                      for name, code in REGIONS.items()])
+
+    # resource search -----------------------------------------------------------------------------
+    def search(self, req: Request) -> Response:
+        """Structured search over this region's instances in every compartment of the tenancy, on
+        freeform tag key/value terms joined by && (what the provider asks); anything else is refused."""
+        body = req.get_json(silent=True) or {}
+        if body.get("type") != "Structured":
+            raise OciError(400, "InvalidParameter", "sandbox: only Structured searches are supported")
+        m = _SEARCH.fullmatch(str(body.get("query", "")).strip())
+        if not m or m.group(1).lower() not in ("instance", "all"):
+            raise OciError(400, "InvalidParameter", f"sandbox: unsupported query {body.get('query')!r}")
+        want: dict[str, str] = {}
+        for clause in (m.group(2) or "").strip().strip("()").split("&&") if m.group(2) else []:
+            t = _SEARCH_TERM.fullmatch(clause.strip())
+            if not t:
+                raise OciError(400, "InvalidParameter", f"sandbox: unsupported condition {clause.strip()!r}")
+            want[t.group(1).lower()] = t.group(2)
+
+        def matches(tags: dict[str, str]) -> bool:
+            return any(("key" not in want or k == want["key"]) and ("value" not in want or v == want["value"])
+                       for k, v in tags.items()) if want else True
+
+        code = REGIONS[_region(req)]
+        with self.lock:
+            hits = [{"resourceType": "Instance", "identifier": n["id"], "compartmentId": n["compartmentId"],
+                     "timeCreated": n["timeCreated"], "displayName": n["displayName"],
+                     "availabilityDomain": n["availabilityDomain"], "lifecycleState": self._state(n),
+                     "freeformTags": dict(n["freeformTags"]), "definedTags": {}, "systemTags": {}}
+                    for n in self.instances.values() if n["region"] == code and matches(n["freeformTags"])]
+        page = self._page(req, hits)
+        items = json.loads(page.get_data())
+        resp = _json({"items": items})
+        if page.headers.get("opc-next-page"):
+            resp.headers["opc-next-page"] = page.headers["opc-next-page"]
+        return resp
 
     # network security groups -------------------------------------------------------------------
     def _nsg(self, nid: str) -> dict[str, Any]:
@@ -379,12 +516,14 @@ class FakeOci(LoopbackServer):
         return resp
 
     def control(self, req: Request) -> Response:
-        """{"deny_ads": [...], "fail_next": [429, "POST:503"]} -- for rehearsals in other processes."""
+        """{"deny_ads": [...], "fail_next": [429, "POST:503"], "fail_regions": [...]} -- for rehearsals in other processes."""
         body = req.get_json(silent=True) or {}
         with self.lock:
             if "deny_ads" in body:
                 self.denied = set(body["deny_ads"])
             self.fail_queue.extend(body.get("fail_next", []))
+            if "fail_regions" in body:
+                self.fail_regions = set(body["fail_regions"])
         return _json({"ok": True})
 
 
@@ -394,8 +533,18 @@ def _image(iid: str, name: str, created: float) -> dict[str, Any]:
             "compartmentId": None, "launchMode": "NATIVE"}
 
 
-def _ocid(kind: str) -> str:
-    return f"ocid1.{kind}.oc1.{REGION_CODE}.amaaaaaa{uuid.uuid4().hex}{uuid.uuid4().hex[:20]}"
+def _ocid(kind: str, code: str = REGION_CODE) -> str:
+    return f"ocid1.{kind}.oc1.{code}.amaaaaaa{uuid.uuid4().hex}{uuid.uuid4().hex[:20]}"
+
+
+def _code_of(ocid: str) -> str:
+    """The region code an OCID carries (empty for global resources)."""
+    parts = ocid.split(".")
+    return parts[3] if len(parts) >= 5 else ""
+
+
+def _region(req: Request) -> str:
+    return req.environ.get("sandbox.region", REGION)
 
 
 def _required(req: Request, name: str) -> str:

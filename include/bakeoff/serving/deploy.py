@@ -5,6 +5,11 @@ local provider (emulator); this step waits until it serves the model, and record
 ``deploy.json`` -- ``{"ready", "failure", "detail"}`` with failure one of image_pull, oom,
 unsupported, timeout, crash -- which the software-support matrix reads. The API key is masked out
 of every detail before it is stored.
+
+A cloud node is spoken to over https pinned to its own certificate (``details["tls_cert"]``, see
+tls.py). When the target has serving secrets (HF_TOKEN, registry tokens), they are pushed first,
+to the node agent over that pinned channel: the node's boot script waits for them before it pulls
+and starts the server, so they never sit in the user-data.
 """
 from __future__ import annotations
 
@@ -46,16 +51,44 @@ def deploy_timeout(target) -> float:
     return float(t) if t else (60.0 if target.provider in LOCAL_PROVIDERS else 3600.0)
 
 
-def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) -> Endpoint:
+def push_secrets(target, instance: Instance, api_key: str | None, secrets: dict[str, str],
+                 timeout_s: float = 900.0) -> list[str]:
+    """Hand the serving secrets to the node agent over the pinned channel; the names pushed."""
+    from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415
+    details = instance.details or {}
+    if not details.get("agent_url"):
+        raise DeployFailed(f"{target.name}: serving secrets ({', '.join(sorted(secrets))}) need the node agent to "
+                           "receive them, and none is reachable; stage the client bundle (Variable "
+                           "bakeoff_client_bucket) or drop the secrets", "crash", "no node agent for the serving secrets")
+    try:
+        with AgentClient(details["agent_url"], api_key, timeout_s=30.0, tls_cert=details.get("tls_cert")) as agent:
+            agent.wait_healthy(timeout_s)
+            return agent.put_secrets(secrets).get("names", [])
+    except AgentError as e:
+        detail = mask(str(e), api_key, *secrets.values())
+        raise DeployFailed(f"{target.name}: could not hand the serving secrets to the node: {detail}", "crash",
+                           detail) from None
+
+
+def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
+           secrets: dict[str, str] | None = None) -> Endpoint:
     url = base_url(instance)
+    tls_cert = (instance.details or {}).get("tls_cert")
     emulated = target.provider in LOCAL_PROVIDERS or bool((instance.details or {}).get("emulated"))
     stack = _stack_facts(target)
+    secrets = dict(secrets or {})
     try:
-        info = wait_ready(url, api_key, deploy_timeout(target), model=served_model(target))
+        if secrets:
+            pushed = push_secrets(target, instance, api_key, secrets)
+            log.info("deploy: %s: handed %d serving secret(s) to the node: %s", target.name, len(pushed), ", ".join(pushed))
+        info = wait_ready(url, api_key, deploy_timeout(target), model=served_model(target), tls_cert=tls_cert)
+    except DeployFailed as e:
+        store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": e.failure, "detail": e.detail, **stack})
+        raise
     except NotReady as e:
         console = node_output(instance, api_key)
         failure, detail = classify(console, e.last)
-        detail = mask(detail, api_key)
+        detail = mask(detail, api_key, *secrets.values())
         store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": failure, "detail": detail, **stack})
         log.error("deploy: %s on %s failed (%s): %s", target.stack, target.name, failure, detail)
         raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail) from None
@@ -68,7 +101,7 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path) ->
         node = provenance_from_console(node_output(instance, api_key), target.gpu.vendor)
     endpoint = Endpoint(target=target.slug, base_url=url, model=served_model(target), stack=target.stack,
                         emulated=emulated, provenance={**info, **stack, "network": network, "node": node},
-                        agent_url=(instance.details or {}).get("agent_url"))
+                        agent_url=(instance.details or {}).get("agent_url"), tls_cert=tls_cert)
     store.write_json(Path(out_dir) / "deploy.json",
                      {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node})
     store.write_json(Path(out_dir) / "endpoint.json", endpoint.to_dict())
@@ -97,7 +130,7 @@ def node_output(instance: Instance, api_key: str | None = None) -> str | None:
     if agent_url:
         from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415
         try:
-            with AgentClient(agent_url, api_key, timeout_s=10.0) as agent:
+            with AgentClient(agent_url, api_key, timeout_s=10.0, tls_cert=(instance.details or {}).get("tls_cert")) as agent:
                 return agent.logs()
         except AgentError as e:
             log.warning("deploy: node agent of %s gave no logs (%s); trying the console", instance.id, e)

@@ -46,11 +46,16 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 
 def wait_ready(base_url: str, api_key: str | None, timeout_s: float, poll_s: float = 0.25,
-               model: str | None = None) -> dict[str, Any]:
-    """Poll until ready; return what the server says about itself (models, version)."""
+               model: str | None = None, tls_cert: str | None = None) -> dict[str, Any]:
+    """Poll until ready; return what the server says about itself (models, version).
+
+    With ``tls_cert`` (a cloud node's own certificate) only that server is spoken to: a server with
+    any other certificate fails the handshake, so the key is never sent to it (``last`` says so)."""
+    from bakeoff.serving.tls import client_context  # noqa: PLC0415
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
-    with httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=5.0) as client:
+    verify = client_context(base_url, tls_cert)
+    with httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=5.0, verify=verify) as client:
         while time.monotonic() < deadline:
             try:
                 health = client.get("/health")
@@ -63,7 +68,8 @@ def wait_ready(base_url: str, api_key: str | None, timeout_s: float, poll_s: flo
                 else:
                     last = f"/health answered {health.status_code}"
             except (httpx.HTTPError, ValueError) as e:
-                last = type(e).__name__
+                last = type(e).__name__ + (" (TLS: the server did not present the node's pinned certificate)"
+                                           if "CERTIFICATE_VERIFY_FAILED" in str(e) else "")
             time.sleep(poll_s)
     raise NotReady(f"{base_url} not ready after {timeout_s:.0f}s (last: {last})", last)
 

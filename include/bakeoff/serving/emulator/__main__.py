@@ -1,7 +1,9 @@
 """Command line: ``python -m bakeoff.serving.emulator --config CONFIG.json --port 0 --port-file F``.
 
 Port 0 binds a free port and writes it to --port-file (atomically, once listening), so a parent
-process can start many emulators at once without choosing ports. Exits on SIGTERM/SIGINT, or by
+process can start many emulators at once without choosing ports. With --tls-cert/--tls-key it
+serves https with that certificate, as a cloud node's server does (the sandbox's nodes use the
+certificate their user-data carries, so clients exercise the real pinning path). Exits on SIGTERM/SIGINT, or by
 itself at the config's expires_at, so no emulator outlives its run even if its parent died.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from bakeoff import durable
 from bakeoff.serving.emulator.config import EmulatorConfig, EmulatorConfigError, load_config
 from bakeoff.serving.emulator.server import build_app
 
@@ -26,20 +29,21 @@ log = logging.getLogger("bakeoff.emulator")
 def write_port_file(path: Path, port: int) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(f"{port}\n")
-    os.replace(tmp, path)
+    durable.replace(tmp, path)
 
 
-async def serve(config: EmulatorConfig, host: str, port: int, port_file: Path | None) -> None:
+async def serve(config: EmulatorConfig, host: str, port: int, port_file: Path | None, ssl_context=None) -> None:
     app = build_app(config)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True, ssl_context=ssl_context)
     await site.start()
     bound = runner.addresses[0][1]
     if port_file:
         write_port_file(port_file, bound)
-    log.info("emulator listening on %s:%s mode=%s model=%s auth=%s time_scale=%s", host, bound, config.mode,
-             config.served_model, "on" if config.api_key() else "off", config.time_scale)
+    log.info("emulator listening on %s:%s tls=%s mode=%s model=%s auth=%s time_scale=%s",
+             host, bound, "on" if ssl_context else "off", config.mode, config.served_model,
+             "on" if config.api_key() else "off", config.time_scale)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     ap.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    ap.add_argument("--tls-cert", type=Path, help="serve https with this certificate (PEM)")
+    ap.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -70,12 +76,23 @@ def main(argv: list[str] | None = None) -> int:
     except (EmulatorConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    ssl_context = None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("error: --tls-cert and --tls-key: give both or neither", file=sys.stderr)
+        return 2
+    if args.tls_cert:
+        from bakeoff.serving.tls import server_context
+        try:
+            ssl_context = server_context(str(args.tls_cert), str(args.tls_key))
+        except (OSError, ValueError) as e:
+            print(f"error: --tls-cert/--tls-key: cannot load them ({type(e).__name__})", file=sys.stderr)
+            return 2
     try:
         import uvloop
         run = uvloop.run
     except ImportError:
         run = asyncio.run
-    run(serve(config, args.host, args.port, args.port_file))
+    run(serve(config, args.host, args.port, args.port_file, ssl_context))
     return 0
 
 

@@ -13,8 +13,9 @@ Layout follows vLLM (compact JSON, pydantic field order):
                last   {"index":0,"delta":{"content":".."},"logprobs":null,"finish_reason":"length",
                "stop_reason":null}
 
-With stream_options.include_usage every chunk also ends in "usage":null and a final chunk with
-empty choices carries {"prompt_tokens","total_tokens","completion_tokens"}; then data: [DONE].
+With stream_options.include_usage a final chunk with empty choices carries {"prompt_tokens",
+"total_tokens","completion_tokens"}; content chunks have no "usage" key (vLLM 0.32 omits it).
+Then data: [DONE].
 Output text is built from bakeoff.tokens.VOCAB words and digits, which need no JSON escaping.
 """
 from __future__ import annotations
@@ -50,7 +51,7 @@ class StreamFormat:
         head = _dumps({"id": rid or new_id(kind), "object": obj, "created": int(time.time()) if created is None else created,
                        "model": model})[:-1]
         self._head = "data: " + head
-        tail = (',"usage":null' if include_usage else "") + "}\n\n"
+        tail = "}\n\n"
         if kind == "chat":
             self.first = (self._head + ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
                           '"logprobs":null,"finish_reason":null}]' + tail).encode()

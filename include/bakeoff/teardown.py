@@ -1,0 +1,78 @@
+"""Teardown that one failure cannot block: known ids first, then the run's tag, every provider, errors last.
+
+A node is found two ways. By id: what provision recorded (run.json ``targets.<slug>.provision``,
+its earlier tries, and the target's instance.json), which needs no listing and no knowledge of
+the compartment or region the plan chose. By tag: ``list_tagged(run_id)``, best effort, for a node
+whose id was never recorded (a create whose answer was lost). A node found by id is terminated
+only if it carries this run's tag, so a tampered record cannot aim teardown at someone else's node.
+Every failure is collected and raised once everything else was tried.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from bakeoff import store
+from bakeoff.providers.base import Provider, ProviderError, list_best_effort
+
+log = logging.getLogger(__name__)
+
+
+class TeardownIncomplete(ProviderError):
+    """Some node could not be terminated or some place could not be searched; the rest was done."""
+
+    def __init__(self, what: str, errors: dict[str, str]):
+        super().__init__(f"{what}: " + "; ".join(f"{where}: {why}" for where, why in errors.items())
+                         + ". Everything else was terminated; the reaper retries, or run `python -m bakeoff reap`")
+        self.errors = dict(errors)
+
+
+def recorded_ids(run_dir: str | Path, plan_name: str, run_id: str, slug: str) -> list[str]:
+    """Every instance id the results store holds for this run and target."""
+    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
+    rec = (doc.get("targets") or {}).get(slug) or {}
+    prov = rec.get("provision") or {}
+    ids: list[Any] = [prov.get("instance_id")]
+    ids += [t.get("instance_id") for t in prov.get("tries") or [] if isinstance(t, dict)]
+    ids += list((rec.get("terminate") or {}).get("instances") or [])
+    inst = store.read_json(store.target_dir(plan_name, run_id, slug) / "instance.json", {}) or {}
+    ids.append(inst.get("id") if isinstance(inst, dict) else None)
+    return [i for i in dict.fromkeys(ids) if isinstance(i, str) and i]
+
+
+def terminate_ids(provider: Provider, run_id: str, ids: list[str], errors: dict[str, str]) -> list[str]:
+    """Terminate each id that still exists and carries this run's tag; failures go to ``errors``."""
+    done = []
+    for iid in ids:
+        try:
+            cur = provider.describe(iid)
+            if cur is None or cur.state == "terminated":
+                continue
+            if cur.run_id != run_id:
+                errors[f"{provider.name}:{iid}"] = (f"not tagged with run {run_id} (tagged {cur.run_id or 'none'}); "
+                                                    "left alone")
+                continue
+            if provider.terminate(iid):
+                done.append(iid)
+        except Exception as e:  # noqa: BLE001 - the next id, and the tag search, must still run
+            errors[f"{provider.name}:{iid}"] = f"{type(e).__name__}: {e}"
+    return done
+
+
+def terminate_tagged(provider: Provider, run_id: str, errors: dict[str, str], slug: str | None = None,
+                     skip: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], list[str], dict[str, str]]:
+    """Terminate what the run's tag finds (one target's, or all), wherever the listing could look.
+    Returns (ids found, ids terminated, where the listing could not look); failed terminations go to ``errors``."""
+    found, where = list_best_effort(provider, run_id)
+    unlisted = {(w if w == provider.name else f"{provider.name}:{w}"): why for w, why in where.items()}
+    ids = [i.id for i in found if (slug is None or i.target == slug) and i.id not in skip]
+    done = []
+    for iid in ids:
+        try:
+            if provider.terminate(iid):
+                done.append(iid)
+                log.warning("teardown: terminated %s node %s of run %s found by its tag", provider.name, iid, run_id)
+        except Exception as e:  # noqa: BLE001
+            errors[f"{provider.name}:{iid}"] = f"{type(e).__name__}: {e}"
+    return ids, done, unlisted

@@ -1,0 +1,286 @@
+"""Attacks on teardown: nothing a cloud's listing, a region's outage, a second compartment or a
+tampered record does may leave a node billing, and nothing may pass for a clean teardown when it was not.
+
+Every cloud here is a real fake server (moto, the Vultr/DigitalOcean fake, the OCI Core/Search fake
+the oci SDK signs requests to); faults are injected into those servers.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import runpy
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bakeoff import pipeline, reaper, store
+from bakeoff.plan import load_plan, plan_from_dict
+from bakeoff.providers.base import PartialListing
+from bakeoff.providers.digitalocean import DigitalOceanProvider
+from bakeoff.providers.oci import OciProvider
+from bakeoff.providers.rest import encode_tags
+from bakeoff.providers.vultr import VultrProvider
+from bakeoff.sandbox import oci as fake_oci
+from bakeoff.sandbox import throwaway_api_key
+from bakeoff.sandbox.clouds import TOKEN, Clouds
+from bakeoff.teardown import TeardownIncomplete
+
+ROOT = Path(__file__).resolve().parents[2]
+CIDR = "127.0.0.1/32"
+VULTR_LIST = "GET /vultr/v2/bare-metals"
+DEAD = {"token": "t", "base_url": "http://127.0.0.1:9/v2", "backoff_s": 0.001}
+
+
+@pytest.fixture(scope="module")
+def clouds():
+    server = Clouds(None, boot_s=0.05).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def oci_fake():
+    server = fake_oci.FakeOci(None, boot_s=0.05).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def oci_key():
+    return throwaway_api_key()
+
+
+@pytest.fixture
+def rest(clouds):
+    yield lambda provider: {"token": TOKEN, "base_url": f"{clouds.url}/{'vultr' if provider == 'vultr' else 'do'}/v2",
+                            "poll_s": 0.02, "backoff_s": 0.001}
+    for c in (clouds.vultr, clouds.do):
+        c.fail_queue.clear()
+
+
+@pytest.fixture
+def oci_creds(oci_fake, oci_key):
+    """The connection as an operator sets it: home region, default compartment, one endpoint per region."""
+    yield {"user": fake_oci.USER, "tenancy": fake_oci.TENANCY, "fingerprint": oci_key[1], "region": fake_oci.REGION,
+           "key_content": oci_key[0], "compartment_id": fake_oci.COMPARTMENT, "service_endpoint": oci_fake.endpoint,
+           "poll_s": 0.02, "backoff_s": 0.01}
+    oci_fake.fail_regions = set()
+
+
+@pytest.fixture
+def resolver(monkeypatch):
+    """Install a credentials resolver for the pipeline (as the DAG does), restored after the test."""
+    def install(fn):
+        monkeypatch.setattr(pipeline, "_credentials", fn)
+    return install
+
+
+def _plan(*specs: dict):
+    """The sandbox plan with these targets (each a change to its Vultr target)."""
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    base = next(t for t in raw["targets"] if t["provider"] == "vultr")
+    targets = []
+    for spec in specs:
+        t = copy.deepcopy(base)
+        opts = spec.pop("provider_options", {})
+        t.update(spec)
+        t["provider_options"].update(opts)
+        targets.append(t)
+    raw["targets"] = targets
+    return plan_from_dict(raw)
+
+
+VULTR = {"name": "mi355x-vllm"}
+DO = {"name": "mi300x-vllm", "provider": "digitalocean", "instance_type": "gpu-mi300x8-1536gb",
+      "provider_options": {"regions": ["atl1"]}}
+
+
+def _oci_target(subnet: str, compartment: str) -> dict:
+    return {"name": "b200-oci", "provider": "oci", "instance_type": "BM.GPU.B200.8",
+            "provider_options": {"regions": [], "subnet_ocid": subnet, "compartment_id": compartment, "ingress_cidr": CIDR}}
+
+
+def _run(plan, status: str = "running") -> tuple[Path, str]:
+    rid = f"manual__2026-11-29T21:00:00.{uuid.uuid4().hex[:6]}+00:00"
+    rdir = store.run_dir(plan.name, rid)
+    store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
+    store.update_run(rdir, plan=plan.name, run_id=rid, started_at=time.time(), status=status)
+    return rdir, rid
+
+
+def _launch(provider, plan, slug: str, rid: str, expires_in: float = 3600):
+    target = plan.target(slug)
+    tags = {"bakeoff:run_id": rid, "bakeoff:target": target.slug, "bakeoff:plan": plan.name,
+            "bakeoff:expires_at": str(int(time.time() + expires_in))}
+    return provider.create(target, rid, tags=tags, spec={"api_key": "bk-" + "0" * 40, "expires_at": time.time() + 3600})
+
+
+def _record(rdir: Path, slug: str, inst) -> None:
+    """What provision records right after create."""
+    store.update_run(rdir, targets={slug: {"provision": {"instance_id": inst.id, "launched_at": time.time()}}})
+
+
+# --- terminate: the known id first --------------------------------------------------------------
+
+@pytest.mark.parametrize("known_from", ["xcom", "instance.json"])
+def test_terminate_kills_the_known_node_when_listing_fails(rest, clouds, resolver, data_root, known_from):
+    """A listing error used to raise before the known id was terminated; with a failed provision
+    (no XCom instance) the id comes from the target's instance.json."""
+    plan = _plan(VULTR)
+    rdir, rid = _run(plan)
+    resolver(lambda name: rest(name))
+    inst = _launch(VultrProvider(rest("vultr")), plan, "mi355x-vllm", rid)
+    if known_from == "instance.json":
+        store.write_json(store.target_dir(plan.name, rid, "mi355x-vllm") / "instance.json", inst.to_dict())
+    clouds.vultr.fail_queue.extend([f"{VULTR_LIST}:503"] * 12)
+    out = pipeline.terminate(str(rdir), "mi355x-vllm", inst.to_dict() if known_from == "xcom" else None)
+    assert inst.id not in clouds.vultr.live() and out["terminated"] == [inst.id]
+    step = store.read_json(rdir / "run.json")["targets"]["mi355x-vllm"]["terminate"]
+    assert step["instances"] == [inst.id] and step["terminated_at"] and step["errors"] == []
+
+
+# --- sweep: every recorded id, every provider, raise at the end ----------------------------------
+
+def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(rest, clouds, resolver, data_root):
+    plan = _plan(VULTR, DO)
+    rdir, rid = _run(plan)
+    vultr = VultrProvider(rest("vultr"))
+    recorded = _launch(vultr, plan, "mi355x-vllm", rid)
+    _record(rdir, "mi355x-vllm", recorded)
+    # a second node of the target whose create answer was lost: tagged, never recorded
+    lost = vultr.api.json("POST", "bare-metals", json={"region": "ewr", "plan": "p", "os_id": 1, "tags": encode_tags(
+        {"bakeoff:run_id": rid, "bakeoff:target": "mi355x-vllm"})})["bare_metal"]["id"]
+    # DigitalOcean (swept first) cannot be reached at all; Vultr's listing fails
+    resolver(lambda name: DEAD if name == "digitalocean" else rest(name))
+    clouds.vultr.fail_queue.extend([f"{VULTR_LIST}:503"] * 6)
+    with pytest.raises(TeardownIncomplete) as err:
+        pipeline.sweep(str(rdir))
+    assert "digitalocean" in str(err.value) and "vultr" in str(err.value)
+    assert recorded.id not in clouds.vultr.live()              # by id, though no listing worked
+    doc = store.read_json(rdir / "run.json")
+    assert doc["sweep"]["terminated"]["vultr"] == [recorded.id] and len(doc["sweep"]["errors"]) == 2
+    assert "evaluation_cost" in doc                             # the cost was still recorded
+    # once the clouds answer again, the node whose create answer was lost is found by its tag
+    resolver(lambda name: rest(name))
+    killed = pipeline.sweep(str(rdir))
+    assert killed["vultr"] == [lost] and lost not in clouds.vultr.live()
+    assert store.read_json(rdir / "run.json")["sweep"]["errors"] == []
+
+
+def test_a_tampered_record_cannot_aim_the_sweep_at_another_runs_node(rest, clouds, resolver, data_root):
+    plan = _plan(VULTR)
+    rdir, rid = _run(plan)
+    other = _launch(VultrProvider(rest("vultr")), plan, "mi355x-vllm", f"someone-else-{uuid.uuid4().hex[:6]}")
+    _record(rdir, "mi355x-vllm", other)
+    resolver(lambda name: rest(name))
+    with pytest.raises(TeardownIncomplete, match="not tagged with run"):
+        pipeline.sweep(str(rdir))
+    assert other.id in clouds.vultr.live()
+    VultrProvider(rest("vultr")).terminate(other.id)
+
+
+# --- OCI: a node outside the connection's compartment and region ---------------------------------
+
+def test_oci_node_in_another_compartment_and_region_is_found_and_reaped(oci_creds, oci_fake, data_root):
+    plan = _plan(_oci_target(fake_oci.SUBNET_2, fake_oci.COMPARTMENT_2))
+    rdir, rid = _run(plan, status="failed")
+    node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)
+    raw = oci_fake.instances[node.id]
+    assert node.region == fake_oci.SECOND_REGION and raw["compartmentId"] == fake_oci.COMPARTMENT_2
+    # a fresh provider from the connection alone (what the sweep and the reaper build) finds it
+    assert [i.id for i in OciProvider(oci_creds).list_tagged(rid)] == [node.id]
+    out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds)
+    assert node.id in {r["id"] for r in out["terminated"]} and not out["errors"]
+    assert node.id not in oci_fake.live()
+
+
+def test_oci_sweep_finds_an_unrecorded_node_in_another_compartment_and_region(oci_creds, oci_fake, resolver, data_root):
+    plan = _plan(_oci_target(fake_oci.SUBNET_2, fake_oci.COMPARTMENT_2))
+    rdir, rid = _run(plan)
+    node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)   # provision died before recording it
+    resolver(lambda name: oci_creds)
+    assert pipeline.sweep(str(rdir)) == {"oci": [node.id]}
+    assert node.id not in oci_fake.live()
+
+
+def test_one_oci_region_outage_does_not_hide_the_others(oci_creds, oci_fake, data_root):
+    plan = _plan(_oci_target(fake_oci.SUBNET, fake_oci.COMPARTMENT_2))
+    rdir, rid = _run(plan, status="failed")
+    node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)
+    oci_fake.fail_regions = {fake_oci.SECOND_REGION}
+    with pytest.raises(PartialListing) as err:
+        OciProvider(oci_creds).list_tagged(rid)
+    assert [i.id for i in err.value.found] == [node.id] and any(fake_oci.SECOND_REGION in w for w in err.value.errors)
+    out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds)
+    assert node.id in {r["id"] for r in out["terminated"]} and node.id not in oci_fake.live()
+    assert any(fake_oci.SECOND_REGION in where for where in out["errors"])      # reported, not hidden
+
+
+def test_a_run_id_crafted_to_widen_the_oci_search_finds_only_its_own_nodes(oci_creds, oci_fake, data_root):
+    plan = _plan(_oci_target(fake_oci.SUBNET_2, fake_oci.COMPARTMENT_2))
+    _, victim_run = _run(plan)
+    victim = _launch(OciProvider(oci_creds), plan, "b200-oci", victim_run)
+    crafted = "x' || freeformTags.key = 'bakeoff_run_id"
+    mine = _launch(OciProvider(oci_creds), plan, "b200-oci", crafted)
+    assert [i.id for i in OciProvider(oci_creds).list_tagged(crafted)] == [mine.id]
+    for node in (victim, mine):
+        OciProvider(oci_creds).terminate(node.id)
+
+
+# --- AWS: one region refusing ---------------------------------------------------------------------
+
+def test_one_aws_region_refusing_does_not_hide_the_others(moto_server, data_root):
+    from bakeoff.providers.aws import AwsProvider
+    moto = moto_server
+    creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1",
+             "endpoint_url": moto.url, "regions": ["us-east-1", "us-east-2", "us-west-2"]}
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    raw["targets"] = [next(t for t in raw["targets"] if t["provider"] == "aws")]
+    raw["targets"][0]["provider_options"]["regions"] = ["us-east-1"]
+    plan = plan_from_dict(raw)
+    rdir, rid = _run(plan, status="failed")
+    node = _launch(AwsProvider(creds), plan, plan.targets[0].slug, rid)
+    moto.gate.fail_regions = {"us-east-2"}
+    try:
+        with pytest.raises(PartialListing) as err:
+            AwsProvider(creds).list_tagged(rid)
+        assert [i.id for i in err.value.found] == [node.id] and set(err.value.errors) == {"us-east-2"}
+        out = reaper.reap(provider_names=["aws"], credentials_fn=lambda name: creds)
+    finally:
+        moto.gate.fail_regions = set()
+    assert node.id in {r["id"] for r in out["terminated"]} and "aws:us-east-2" in out["errors"]
+    assert AwsProvider(creds).describe(node.id).state == "terminated"
+
+
+# --- states and the reaper task ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("status", ["archive", "some-state-added-later"])
+def test_an_unknown_digitalocean_state_counts_as_failed_so_it_is_deleted(status):
+    state, _, _ = DigitalOceanProvider.parse(None, {"status": status, "region": {"slug": "atl1"}})
+    assert state == "failed"
+
+
+def test_an_unknown_oci_state_counts_as_failed_so_it_is_deleted(oci_creds):
+    import oci
+    raw = oci.core.models.Instance(id=f"ocid1.instance.oc1.iad.{uuid.uuid4().hex}", lifecycle_state="UNKNOWN_ENUM_VALUE",
+                                   freeform_tags={"bakeoff_run_id": "r"}, shape="BM.GPU.B200.8",
+                                   compartment_id=fake_oci.COMPARTMENT, availability_domain=fake_oci.ADS[0])
+    assert OciProvider(oci_creds)._to_instance(raw).state == "failed"
+
+
+def test_the_reaper_task_fails_when_a_cloud_cannot_be_scanned(rest, clouds, monkeypatch, data_root):
+    plan = _plan(VULTR)
+    rdir, rid = _run(plan, status="failed")
+    node = _launch(VultrProvider(rest("vultr")), plan, "mi355x-vllm", rid)
+    for cid in ("AWS_DEFAULT", "OCI_DEFAULT"):
+        monkeypatch.delenv(f"AIRFLOW_CONN_{cid}", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps(
+        {"conn_type": "http", "host": rest("vultr")["base_url"], "password": TOKEN, "extra": {"backoff_s": 0.001}}))
+    monkeypatch.setenv("AIRFLOW_CONN_DIGITALOCEAN_DEFAULT", json.dumps(
+        {"conn_type": "http", "host": DEAD["base_url"], "password": "t", "extra": {"backoff_s": 0.001}}))
+    dag = runpy.run_path(str(ROOT / "dags" / "bakeoff_reaper_dag.py"))["bakeoff_reaper"]()
+    with pytest.raises(RuntimeError, match="digitalocean"):
+        dag.get_task("reap").python_callable()
+    assert node.id not in clouds.vultr.live()           # the reachable cloud was still reaped
