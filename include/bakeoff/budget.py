@@ -73,7 +73,11 @@ def guard_usd_per_hour(target) -> float:
 
     The contract price (plan, price sheet or trigger form) is what the cost report uses; the guard
     never goes below list, since a wrong contract price must not let a run start that the cloud
-    bills at list. An instance without a catalog price is listed at ``reference_usd_per_hour``."""
+    bills at list. An instance without a catalog price is listed at ``reference_usd_per_hour``.
+    A static endpoint is priced at its contract price alone: bakeoff launches nothing there, so no
+    cloud bills it at list (and one described by ``hardware`` has no list price at all)."""
+    if target.provider == "static":
+        return target.usd_per_hour
     listed = target.instance.usd_per_hour
     if listed is None:
         listed = reference_usd_per_hour(target.instance)

@@ -25,7 +25,7 @@ def _plan_check(args) -> int:
     plan = load_plan(args.plan)
     from bakeoff.budget import estimate
     for t in plan.targets:
-        print(f"{t.name}: {t.provider} {t.instance_type} ({t.instance.gpus}x {t.gpu.name}), {t.stack}, "
+        print(f"{t.name}: {t.provider} {t.instance_type or 'described hardware'} ({t.instance.gpus}x {t.gpu.name}), {t.stack}, "
               f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]")
     est = estimate(plan)
     print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")

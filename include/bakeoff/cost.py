@@ -161,6 +161,10 @@ def target_status(plan, run_dir: Path, points: pd.DataFrame) -> dict[str, dict[s
 
 def node_spec(target) -> str:
     it, g = target.instance, target.gpu
+    if target.instance_type is None:          # a static endpoint described in the plan: only what it says
+        mem = f" {g.hbm_gb:g} GB" if math.isfinite(g.hbm_gb) else ""
+        note = f"; {it.note}" if it.note else ""
+        return f"{it.gpus}x {g.name.upper() if g.name.islower() else g.name}{mem} (described in the plan{note})"
     return f"{it.gpus}x {g.name.upper()} {g.hbm_gb:g} GB ({it.type}, {it.provider})"
 
 

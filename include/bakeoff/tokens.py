@@ -1,7 +1,8 @@
 """The emulator's token convention, shared with the client's cross-check count.
 
-One token is one whitespace-separated word. Real servers use real tokenizers; for them the client
-count is only a cross-check against the server's `usage`, so an approximation is enough there.
+One token is one whitespace-separated word. Real servers use real tokenizers: prompts for them are
+sized with the server's own tokenizer (bench.sizing, bench.tokenize) and only fall back to this
+convention, recorded as such, when the server offers no way to count.
 """
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ import asyncio
 import json
 import socket
 import struct
-import threading
 
 import pytest
 from aiohttp import web
+from threaded_app import ThreadedApp
 
 API_KEY = web.AppKey("api_key", object)
 FAULTS = ("ok", "http_400", "http_503", "reset", "hang", "silent", "truncated", "malformed", "empty_choices",
@@ -114,46 +114,21 @@ async def _get(request: web.Request) -> web.Response:
     return web.Response(text="")
 
 
-class ServerThread:
-    """An aiohttp app on a free loopback port, served from its own thread and loop."""
+class ServerThread(ThreadedApp):
+    """The misbehaving-server app on a free loopback port, from its own thread and loop."""
 
     def __init__(self, api_key: str | None = None):
+        super().__init__()
         self.api_key = api_key
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
+    def build(self) -> web.Application:
         app = web.Application()
         app[API_KEY] = self.api_key
         app.router.add_post("/v1/completions", _handle)
         app.router.add_post("/v1/chat/completions", _handle)
         for p in ("/health", "/v1/models", "/version", "/metrics"):
             app.router.add_get(p, _get)
-        self.runner = web.AppRunner(app, handler_cancellation=True)
-        self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]
-        self.ready.set()
-        self.loop.run_forever()
-
-    def __enter__(self) -> "ServerThread":
-        self.thread.start()
-        self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        async def stop():
-            await self.runner.cleanup()
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return app
 
 
 @pytest.fixture(scope="module")

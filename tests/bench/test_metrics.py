@@ -125,3 +125,15 @@ def test_all_failed_point_round_trips_with_typed_columns(tmp_path):
     records_frame(point()).to_parquet(tmp_path / "b.parquet")
     both = pd.read_parquet(tmp_path)                 # one dataset: the all-null columns kept their types
     assert len(both) == 7 and both["ttft"].dtype == "float64" and both["error_kind"].isna().sum() == 4
+
+
+def test_requested_and_measured_input_lengths():
+    """Means over succeeded requests; the error only over requests with usage, and only for prompts
+    bakeoff wrote (a user's file states no length in tokens)."""
+    prompts = {"prompt_seed": 7, "prompt_sizing": "tokenize", "input_len_tolerance": 0.02}
+    s = summarize(point(), gpus=1, emulated=False, prompts={**prompts, "sized": True})
+    assert s["input_len_requested_mean"] == 30 and s["input_len_measured_mean"] == 15
+    assert s["input_len_error"] == pytest.approx(30 / 60 - 1)      # (10 + 20) / (30 + 30) - 1
+    assert (s["prompt_seed"], s["prompt_sizing"], s["input_len_tolerance"]) == (7, "tokenize", 0.02)
+    user = summarize(point(), gpus=1, emulated=False, prompts={**prompts, "sized": False})
+    assert math.isnan(user["input_len_error"]) and user["input_len_measured_mean"] == 15

@@ -212,3 +212,26 @@ def test_client_disconnect_frees_the_slot(run, scripted):
     assert running(before).endswith(" 1.0") and running(after).endswith(" 0.0")
     aborted = next(line for line in after.splitlines() if line.startswith("bakeoff_emulator_aborted_requests_total"))
     assert aborted.endswith(" 1.0")
+
+
+def test_tokenize_counts_as_usage_does(run):
+    """POST /tokenize (vLLM's shape) agrees with the usage the generation routes report, for a
+    completion prompt and for chat messages."""
+    prompt = "alpha bravo  charlie delta"
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": prompt}]
+
+    async def go():
+        async with serve(make_config()) as s:
+            tok = await (await s.post("/tokenize", json={"model": M, "prompt": prompt})).json()
+            chat = await (await s.post("/tokenize", json={"model": M, "messages": messages})).json()
+            usage = (await (await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})).json())["usage"]
+            cusage = (await (await s.post("/v1/chat/completions",
+                                          json={"messages": messages, "max_tokens": 1})).json())["usage"]
+            bad = await s.post("/tokenize", json={"model": "other", "prompt": prompt})
+            return tok, chat, usage, cusage, bad.status
+
+    tok, chat, usage, cusage, bad = run(go())
+    assert tok["count"] == len(tok["tokens"]) == usage["prompt_tokens"] == 4
+    assert tok["max_model_len"] == 131072 and len(set(tok["tokens"])) == 4
+    assert chat["count"] == cusage["prompt_tokens"] == 6
+    assert bad == 404

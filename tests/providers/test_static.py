@@ -64,3 +64,58 @@ def test_connection_host_must_be_a_plain_url(monkeypatch):
     monkeypatch.setenv("BAKEOFF_CONN_STATIC_ENDPOINT_POOL_HOST", "ftp://user:pw@host")
     with pytest.raises(ProviderError, match="http\\(s\\) URL"):
         get_provider("static").create(t, "r1", tags={}, spec={})
+
+
+def described(**over):
+    """A static target with no catalog instance: its hardware as the owner describes it."""
+    raw = load_plan("local-demo").model_dump(mode="json")
+    t = copy.deepcopy(raw["targets"][0])
+    for k in ("instance_type", "emulator"):
+        t.pop(k)
+    t.update(provider="static", provider_options={"base_url": "http://10.0.0.5:8000"}, served_model="my-llama",
+             hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "on-prem rack 3"},
+             price={"usd_per_hour": 12.0, "market": "contract"})
+    t.update(over)
+    raw["targets"] = [{k: v for k, v in t.items() if v is not None}]
+    return plan_from_dict(raw)
+
+
+def test_static_target_describes_its_hardware_instead_of_a_catalog_instance():
+    import math
+
+    from bakeoff import budget, cost
+    plan = described()
+    t = plan.targets[0]
+    assert t.instance_type is None and t.served_model_id == "my-llama" and t.instance.gpus == 8
+    assert t.gpu.name == "RTX 6000 Ada" and math.isnan(t.gpu.all_in_kw)      # not in the catalog: no figure invented
+    assert cost.node_spec(t) == "8x RTX 6000 Ada (described in the plan; on-prem rack 3)"
+    assert t.usd_per_hour == 12.0 and budget.guard_usd_per_hour(t) == 12.0   # its own price; no list floor to apply
+    row = budget.estimate(plan)["targets"][0]
+    assert row["spends"] is False and row["usd_per_hour"] == 12.0
+    inst = get_provider("static").create(t, "r1", tags={}, spec={})
+    assert inst.details["base_url"] == "http://10.0.0.5:8000"
+    # a catalog GPU name brings the catalog's figures for that chip, and only those
+    h100 = described(hardware={"gpu": "H100", "gpus": 8}).targets[0]
+    assert h100.gpu.all_in_kw > 0 and cost.node_spec(h100).startswith("8x H100 80 GB")
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"price": None}, "price.usd_per_hour"),
+    ({"instance_type": "BM.GPU.B200.8"}, "not both"),
+    ({"hardware": None}, "instance_type: required"),
+    ({"provider": "local", "provider_options": {}}, "hardware: only a static target"),
+    ({"image": "vllm/vllm-openai:v0.25.0"}, "image / engine_args / env"),
+    ({"engine_args": ["--max-model-len", "8192"]}, "image / engine_args / env"),
+    ({"served_model": "two words"}, "served_model"),
+    ({"hardware": {"gpu": "H100", "gpus": 0}}, "gpus"),
+])
+def test_static_only_fields_are_checked_with_the_fix(over, field):
+    with pytest.raises(PlanError, match=field):
+        described(**over)
+
+
+def test_served_model_is_for_static_targets_only():
+    raw = load_plan("local-demo").model_dump(mode="json")
+    raw["targets"][0]["served_model"] = "my-llama"
+    with pytest.raises(PlanError, match="served_model: only a static target"):
+        plan_from_dict(raw)

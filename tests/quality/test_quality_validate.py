@@ -215,3 +215,23 @@ def test_chunk_timeline_defects(tmp_path):
     assert "ITL >= 0" in text and "request=w c=1 r=0 #0" in text
     assert "TTFT is the first text chunk's arrival" in text
     assert "the last chunk arrives no later than E2E" in text
+
+
+def test_prompt_length_off_the_request_fails_the_point(tmp_path):
+    """The issue's case: "ISL 128" measured 350 by the server's usage; a point within tolerance passes."""
+    def plant(req):
+        point = summarise(req)
+        point.update(input_len_requested_mean=128.0, input_len_measured_mean=350.3, input_len_error=350.3 / 128 - 1)
+        return req, point
+
+    def near(req):
+        point = summarise(req)
+        point["input_len_error"] = 0.015           # inside the default 2%
+        return req, point
+
+    s = run_with(tmp_path, mutate=lambda t, c, r, req: plant(req) if (t, c, r) == ("mi355x-vllm", 1, 0)
+                 else near(req) if t == "b200-vllm" else (req, None))
+    assert s["targets"]["b200-vllm"]["passed"], failures(s, "b200-vllm")
+    text = failures(s)
+    assert "column=input_len_error" in text and "within +-2% of the requested length" in text
+    assert "point=w c=1 r=0" in text

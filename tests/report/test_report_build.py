@@ -124,6 +124,27 @@ def test_real_hardware_run_has_no_emulated_stamp(tmp_path):
     assert "EMULATED" not in Path(paths["markdown"]).read_text()
 
 
+def test_static_target_with_described_hardware_renders_without_invented_figures(tmp_path):
+    """A static endpoint described in the plan (no catalog instance): the report shows the description,
+    its own price and served model id, and no memory or power figure for a GPU the catalog lacks."""
+    raw = synthetic.plan_dict()
+    t = raw["targets"][1]
+    t.pop("instance_type")
+    t.update(provider="static", provider_options={"base_url": "http://10.0.0.9:8000"}, served_model="my-llama",
+             hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "rack 3"}, price={"usd_per_hour": 12.0})
+    plan = synthetic.plan_from_dict(raw)
+    rdir = synthetic.make_run(tmp_path / "res", plan, emulated=False)
+    paths = build_report(plan, rdir, tmp_path / "out")
+    html = Path(paths["html"]).read_text()
+    assert "8x RTX 6000 Ada (described in the plan; rack 3)" in html and "static / described in the plan" in html
+    assert "served as <code>my-llama</code>" in html and "no power figure (GPU not in the catalog)" in html
+    assert not re.search(r"\bnan\b|None", html)
+    from bakeoff.cost import compute
+    row = compute(plan, rdir).targets.set_index("name").loc[t["name"]]
+    assert row["node_usd_per_hour"] == 12.0 and row["usd_per_gpu_hour"] == 1.5
+    assert Path(paths["pdf"]).stat().st_size > 0 and "RTX 6000 Ada" in Path(paths["markdown"]).read_text()
+
+
 def test_provenance_shown_without_secrets(tmp_path):
     plan = synthetic.make_plan()
     rdir = synthetic.make_run(tmp_path / "res", plan)
@@ -175,3 +196,22 @@ def test_no_cost_no_single_repeat_caveat_and_quarantined_requests_are_not_called
     fig = charts.latency_distributions(gather(plan, rdir), plan.workloads[0].name)
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert texts and all("did\nnot pass validation" in t for t in texts) and "no request data" not in texts
+
+
+def test_measured_prompt_lengths_are_printed_and_a_gap_is_called_out(tmp_path):
+    """Requested and server-measured prompt tokens per target: one on the mark, one as the issue found
+    it (128 asked, 350.3 measured), which also gets a caveat."""
+    plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm"))
+    good, bad = (t.slug for t in plan.targets)
+    rows = [{"target": good, "concurrency": 1, "input_len_requested_mean": 128.0, "input_len_measured_mean": 128.0,
+             "input_len_error": 0.0, "prompt_sizing": "tokenize"},
+            {"target": bad, "concurrency": 1, "input_len_requested_mean": 128.0, "input_len_measured_mean": 350.3,
+             "input_len_error": 350.3 / 128 - 1, "prompt_sizing": "words"}]
+    rdir = synthetic.write_points(tmp_path / "res", plan, rows)
+    cost_run(plan, rdir)
+    paths = build_report(plan, rdir, tmp_path / "out")
+    html, md = Path(paths["html"]).read_text(), Path(paths["markdown"]).read_text()
+    for text in (html, md):
+        assert f"{good}: 128 asked, 128 measured (+0.0%, sized by tokenize)" in text
+        assert f"{bad}: 128 asked, 350.3 measured (+173.7%, sized by words)" in text
+        assert "off the requested length by more than 2% for " + bad in text

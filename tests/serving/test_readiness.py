@@ -4,14 +4,15 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bakeoff.plan import load_plan
+from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
 from bakeoff.serving import deploy as deploy_mod
-from bakeoff.serving.readiness import NotReady, classify, mask, wait_ready
+from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, wait_ready
 
 KEY = "bk-" + "f" * 40
 
@@ -59,14 +60,16 @@ class _Server:
                 elif self.path == "/v1/models":
                     code, body = 200, {"data": [{"id": m} for m in state.models]}
                 else:
-                    code, body = 200, {"version": "test"}
+                    code, body = 200, state.version
                 raw = json.dumps(body).encode()
                 self.send_response(code)
+                self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
 
         self.health, self.models = health, list(models)
+        self.version = {"version": "test"}
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.port = self.httpd.server_port
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -86,9 +89,11 @@ def server():
 def test_wait_ready_needs_health_and_the_model(server):
     base = f"http://127.0.0.1:{server.port}"
     assert wait_ready(base, KEY, 2, poll_s=0.02)["models"]["data"]
-    server.models = ["other/model"]
-    with pytest.raises(NotReady, match="without meta-llama"):
-        wait_ready(base, KEY, 0.3, poll_s=0.02, model="meta-llama/Llama-3.1-70B-Instruct")
+    server.models = ["other/model", "my-llama"]
+    t0 = time.monotonic()
+    with pytest.raises(ModelNotServed, match="offers: 'other/model', 'my-llama'.*served_model") as e:
+        wait_ready(base, KEY, 30, poll_s=0.02, model="meta-llama/Llama-3.1-70B-Instruct")
+    assert time.monotonic() - t0 < 5 and e.value.offered == ["other/model", "my-llama"]   # not after the deadline
     server.health = 503
     with pytest.raises(NotReady, match="/health answered 503"):
         wait_ready(base, KEY, 0.3, poll_s=0.02)
@@ -122,3 +127,47 @@ def test_deploy_failure_is_classified_from_the_log_and_masked(server, tmp_path, 
     assert doc["ready"] is False and doc["failure"] == "oom" and "<api-key>" in doc["detail"]
     assert e.value.failure == "oom"
     assert KEY not in (tmp_path / "t" / "deploy.json").read_text() and KEY not in str(e.value) and KEY not in caplog.text
+
+
+def _static(**fields):
+    raw = load_plan("local-demo").model_dump(mode="json")
+    t = raw["targets"][0]
+    for k in ("instance_type", "emulator"):
+        t.pop(k)
+    t.update(provider="static", provider_options={"base_url": "http://127.0.0.1:1"},
+             hardware={"gpu": "RTX 6000 Ada", "gpus": 8}, price={"usd_per_hour": 9.0}, **fields)
+    raw["targets"] = [t]
+    return plan_from_dict(raw).targets[0]
+
+
+def _static_instance(port):
+    return Instance(provider="static", id="static:x", target="x", run_id="r", state="running", host="127.0.0.1",
+                    port=port, details={"base_url": f"http://127.0.0.1:{port}"})
+
+
+def test_static_endpoint_answers_to_its_served_model_and_claims_nothing_else(server, tmp_path):
+    """A server started with --served-model-name: requests name its id; deploy.json records what the
+    server says about itself (engine from /version, the ids it offers), never an image or engine args."""
+    server.models = ["my-llama"]
+    server.version = {"version": "0.32.0", "name": "vllm"}
+    t = _static(served_model="my-llama", stack="sglang")
+    ep = deploy_mod.deploy(t, _static_instance(server.port), api_key=KEY, out_dir=tmp_path)
+    doc = json.loads((tmp_path / "deploy.json").read_text())
+    assert ep.model == "my-llama" and doc["ready"] is True
+    assert not {"image", "engine_args", "env"} & set(doc) and not {"image", "engine_args", "env"} & set(ep.provenance)
+    assert doc["served_by"] == {"stack": "vllm", "engine_version": "0.32.0", "identified_from": "/version"}
+    assert doc["models_offered"] == ["my-llama"] and doc["deployed_by"].startswith("not bakeoff")
+    assert doc["stack"] == ep.provenance["stack"] == "vllm" and doc["stack_in_plan"] == "sglang"   # the server says
+    assert KEY not in (tmp_path / "deploy.json").read_text() + (tmp_path / "endpoint.json").read_text()
+
+
+def test_static_endpoint_without_served_model_fails_at_once_naming_the_ids(server, tmp_path):
+    server.models = ["my-llama"]
+    t = _static()
+    assert deploy_mod.deploy_timeout(t) == deploy_mod.STATIC_DEPLOY_TIMEOUT_S <= 120
+    t0 = time.monotonic()
+    with pytest.raises(deploy_mod.DeployFailed, match="'my-llama'.*served_model") as e:
+        deploy_mod.deploy(t, _static_instance(server.port), api_key=KEY, out_dir=tmp_path)
+    assert time.monotonic() - t0 < 5 and e.value.failure == "model_not_served"
+    doc = json.loads((tmp_path / "deploy.json").read_text())
+    assert doc["failure"] == "model_not_served" and doc["models_offered"] == ["my-llama"] and "image" not in doc

@@ -5,10 +5,15 @@ taken in Python when a read is processed includes every callback queued ahead of
 core TTFT grows with concurrency. Here each read is a ``recvmsg`` whose SO_TIMESTAMPNS ancillary
 data says when the kernel received the bytes; the event loop's queueing drops out of the figure as
 long as the client keeps up on average (the fidelity monitor checks that). Per read there is no task
-switch: the parser callbacks feed the SSE accounting directly. Connections are opened and kept
-alive before measuring, so connection set-up is never inside a TTFT. TLS endpoints use an asyncio
+switch: the parser callbacks feed the SSE accounting directly. TLS endpoints use an asyncio
 protocol instead (stamped on arrival in Python). httpx remains the project's client for
 control-plane calls.
+
+Connection mode (the workload's ``ttft_connection``): ``warm`` (default) opens keep-alive
+connections before measuring, so connection set-up is never inside a TTFT -- the server's own
+latency; ``per_request`` opens a fresh connection for every request (``Connection: close``) and
+starts its clock before the connect, so TTFT includes TCP (and TLS) set-up, as InferenceX and
+vLLM's benchmark clients measure it.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux value; absen
 _TS = struct.Struct("qq")                                   # struct timespec
 _ANC = socket.CMSG_SPACE(_TS.size)
 _BUF = 1 << 18
+CONNECTION_MODES = ("warm", "per_request")
 
 
 @dataclass
@@ -191,9 +197,14 @@ class StreamingClient:
     """Keep-alive connections to one server; ``stream`` sends a pre-built request and accounts it."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 300.0,
-                 tls_cert: str | None = None):
+                 tls_cert: str | None = None, connection: str = "warm"):
         """``tls_cert``: the node's own certificate (PEM); an https server is then trusted only if it
-        holds that certificate's key (serving/tls.py), else by the system's CAs."""
+        holds that certificate's key (serving/tls.py), else by the system's CAs. ``connection``:
+        warm or per_request (see the module docstring)."""
+        if connection not in CONNECTION_MODES:
+            raise ValueError(f"ttft_connection: {connection!r} is not a connection mode; use warm (connections "
+                             "opened before measuring) or per_request (a new connection per request, as InferenceX)")
+        self.per_request = connection == "per_request"
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"endpoint: {base_url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000")
@@ -209,6 +220,7 @@ class StreamingClient:
             self.prefix = self.prefix[:-3]
         self.hostport = u.netloc
         self._auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        self._close = "Connection: close\r\n" if self.per_request else ""
         self.timeout_s = timeout_s
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
@@ -220,7 +232,7 @@ class StreamingClient:
         payload = json.dumps(body, separators=(",", ":")).encode()
         head = (f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.hostport}\r\nUser-Agent: bakeoff-bench\r\n"
                 f"Accept: text/event-stream\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(payload)}\r\n{self._auth}\r\n")
+                f"Content-Length: {len(payload)}\r\n{self._close}{self._auth}\r\n")
         return head.encode() + payload
 
     async def _open(self) -> _Conn:
@@ -248,7 +260,10 @@ class StreamingClient:
         return conn
 
     async def warm(self, n: int) -> int:
-        """Open connections up to n idle ones before measuring; returns how many are open."""
+        """Open connections up to n idle ones before measuring; returns how many are open (none
+        in per_request mode: each request opens its own, inside its TTFT)."""
+        if self.per_request:
+            return 0
         need = n - len(self._idle)
         if need > 0:
             got = await asyncio.gather(*(self._open() for _ in range(need)), return_exceptions=True)
@@ -256,6 +271,8 @@ class StreamingClient:
         return len(self._idle)
 
     def _take(self) -> _Conn | None:
+        if self.per_request:
+            return None
         while self._idle:
             c = self._idle.pop()
             if not c.closing():
@@ -263,12 +280,14 @@ class StreamingClient:
             self._all.discard(c)
         return None
 
-    def _launch(self, conn: _Conn, request: bytes, timeout: float, reused: bool, on_done) -> None:
+    def _launch(self, conn: _Conn, request: bytes, timeout: float, reused: bool, on_done,
+                started: tuple[float, float] | None = None) -> None:
         """Write one request on conn; ``on_done(outcome, retryable)`` runs in the read callback that
-        completes it, so a caller can send its next request without a task switch in between."""
+        completes it, so a caller can send its next request without a task switch in between.
+        ``started`` (perf_counter, wall clock): when the request's clock started, if before now
+        (per_request mode: before its connection was opened)."""
         loop = asyncio.get_running_loop()
-        wall = time.time()
-        t_send = _now()
+        t_send, wall = started or (_now(), time.time())
         state = StreamState(t_send)
 
         def done(err: StreamError | None, t_end: float) -> None:
@@ -284,7 +303,7 @@ class StreamingClient:
                                       f"HTTP {job.status}: {job.errbody[:300].decode('utf-8', 'replace')}")
                 else:
                     err = state.verdict()
-            if err is None and job.keep_alive and conn.alive:
+            if err is None and job.keep_alive and conn.alive and not self.per_request:
                 self._idle.append(conn)
             else:
                 conn.close()
@@ -297,6 +316,11 @@ class StreamingClient:
             conn.write(request)
         except OSError as e:
             job.finish(StreamError("connection_reset", f"send failed: {type(e).__name__}: {e}"), _now())
+
+    def _clock(self) -> tuple[float, float] | None:
+        """The request's start before its connect, in per_request mode only (warm mode keeps set-up
+        of a spare connection out of TTFT)."""
+        return (_now(), time.time()) if self.per_request else None
 
     async def _connect(self, timeout: float) -> _Conn | Outcome:
         """A fresh connection, or the failed Outcome to record when there is none."""
@@ -315,15 +339,16 @@ class StreamingClient:
         timeout = timeout_s or self.timeout_s
         deadline = loop.time() + timeout
         for attempt in (0, 1):
-            conn, reused = self._take(), True
+            conn, reused, started = self._take(), True, None
             if conn is None:
                 reused = False
+                started = self._clock()
                 conn = await self._connect(deadline - loop.time())
                 if isinstance(conn, Outcome):
                     return conn
             fut = loop.create_future()
             self._launch(conn, request, max(0.001, deadline - loop.time()), reused,
-                         lambda out, retry: fut.done() or fut.set_result((out, retry)))
+                         lambda out, retry: fut.done() or fut.set_result((out, retry)), started)
             out, retry = await fut
             if not (retry and attempt == 0):
                 return out
@@ -364,7 +389,7 @@ class StreamingClient:
             else:
                 send(i, conn, True)
 
-        def send(i: int, conn: _Conn, reused: bool) -> None:
+        def send(i: int, conn: _Conn, reused: bool, started: tuple[float, float] | None = None) -> None:
             def done(out: Outcome, retry: bool) -> None:
                 try:
                     busy[0] -= 1
@@ -377,15 +402,16 @@ class StreamingClient:
                 except BaseException as e:  # never leave the caller waiting
                     if not finished.done():
                         finished.set_exception(e)
-            self._launch(conn, requests[i], timeout, reused, done)
+            self._launch(conn, requests[i], timeout, reused, done, started)
 
         async def connect_then_send(i: int) -> None:
+            started = self._clock()
             conn = await self._connect(timeout)
             if isinstance(conn, Outcome):
                 busy[0] -= 1
                 results.append((i, conn))
                 return start(take())
-            send(i, conn, False)
+            send(i, conn, False, started)
 
         for _ in range(max(1, concurrency)):
             start(take())

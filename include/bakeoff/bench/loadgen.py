@@ -66,6 +66,7 @@ def to_record(out: Outcome, pid: PointId, spec: RequestSpec, index: int, warmup:
     else:
         rec.output_tokens = counted
         rec.tokens_source = "client"
+        rec.output_pieces = st.reasoning + st.answer    # not a column: for tokenize.recount_outputs
     if usage.get("prompt_tokens") is not None:
         rec.prompt_tokens = int(usage["prompt_tokens"])
     if out.error is not None:

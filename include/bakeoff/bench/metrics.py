@@ -8,6 +8,9 @@
 - E2E: send -> last byte. Duration: first measured send -> last measured response (warm-up excluded).
 - Throughput per GPU: tokens / duration / GPUs serving the model (target.gpus_used); input tokens
   from usage, else the requested prompt length.
+- Input length: requested (what bakeoff sized the prompt to, in the served model's tokens) and
+  measured (usage prompt_tokens) means; input_len_error = sum(measured) / sum(requested) - 1 over
+  the requests with usage.
 - Interactivity: 1000 / TPOT (p50 by default; Slo.interactivity_stat), tokens/s per user.
 - Goodput: requests meeting every per-request SLO per second; good_fraction = good / (succeeded +
   failed). A request's TTFT is held to ttft_p99_ms and its TPOT to tpot_p99_ms (tpot_p50_ms when no
@@ -79,6 +82,20 @@ def count_method(rows: list[dict[str, Any]]) -> str | None:
     return "+".join(sorted(methods)) or None
 
 
+def input_lengths(ok: list[dict[str, Any]], *, sized: bool) -> dict[str, float]:
+    """Mean requested and measured (usage prompt_tokens) input length of the succeeded requests, and
+    measured / requested - 1 over the requests that report usage (NaN when none does, or when the
+    prompts are the user's, whose requested length is only a word count)."""
+    asked = [float(r.get("requested_input_len") or 0) for r in ok]
+    pairs = [(float(r.get("requested_input_len") or 0), _num(r.get("prompt_tokens"))) for r in ok]
+    pairs = [(a, m) for a, m in pairs if m is not None and a > 0]
+    measured = [m for _, m in pairs]
+    err = sum(measured) / sum(a for a, _ in pairs) - 1.0 if sized and pairs else NAN
+    return {"input_len_requested_mean": float(np.mean(asked)) if asked else NAN,
+            "input_len_measured_mean": float(np.mean(measured)) if measured else NAN,
+            "input_len_error": err}
+
+
 def request_is_good(row: dict[str, Any], slo) -> bool:
     if row.get("error_kind"):
         return False
@@ -110,11 +127,13 @@ def point_meets_slo(summary: dict[str, Any], slo, max_error_rate: float | None =
 
 def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: float | None = None,
               load_mode: str = "concurrency", rate: float | None = None,
-              client: dict[str, Any] | None = None) -> dict[str, Any]:
+              client: dict[str, Any] | None = None, prompts: dict[str, Any] | None = None) -> dict[str, Any]:
     """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here).
 
     ``client`` carries the fidelity monitor's figures (send_lag_ms_p99, loop_lag_ms_p99,
-    client_cpu_pct, client_bound) when the point was measured under it.
+    client_cpu_pct, client_bound) when the point was measured under it. ``prompts`` says how the
+    prompts were made: prompt_seed, prompt_sizing, input_len_tolerance and ``sized`` (bakeoff wrote
+    them, so their measured length is held to the requested one).
     """
     if gpus < 1:
         raise ValueError(f"gpus: must be >= 1 (the target's tensor_parallel x pipeline_parallel), got {gpus}")
@@ -170,6 +189,9 @@ def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: f
     out["usage_missing"] = sum(1 for r in ok if r.get("tokens_source") == "client")
     out["token_count_method"] = count_method(ok)
     out["errors_by_kind"] = json.dumps(dict(sorted(Counter(r["error_kind"] for r in measured if r.get("error_kind")).items())))
+    out.update(input_lengths(ok, sized=bool((prompts or {}).get("sized", True))))
+    for k in ("prompt_seed", "prompt_sizing", "input_len_tolerance"):
+        out[k] = (prompts or {}).get(k)
     client = client or {}
     for k in ("send_lag_ms_p99", "loop_lag_ms_p99", "client_cpu_pct"):
         out[k] = float(client[k]) if client.get(k) is not None else NAN

@@ -45,7 +45,7 @@ class RequestRecord:
     scheduled_offset: float | None = None  # open-loop modes: when the arrival process wanted the send
     token_mismatch: bool = False          # usage and client count disagree by more than 10%
     chunks: int = 0                       # token chunks received (an empty-text chunk is still a token)
-    client_count_method: str | None = None  # how output_tokens_client was counted: chunks | words
+    client_count_method: str | None = None  # how output_tokens_client was counted: chunks | words | tokenize
 
     @property
     def ok(self) -> bool:
@@ -72,4 +72,10 @@ POINT_COLUMNS = POINT_KEY + [
     # how the point's output tokens were counted: "usage", "client-chunks", "client-words", or
     # several joined by "+" when requests differed
     "token_count_method",
+    "ttft_connection",      # warm (set-up outside TTFT) or per_request (set-up inside), from the workload
+    # prompts: requested vs measured input length (usage prompt_tokens), their relative difference
+    # (NaN when the prompts are the user's or the server gave no usage), the workload's tolerance,
+    # the seed the prompts came from and how they were sized in tokens (bench.sizing)
+    "input_len_requested_mean", "input_len_measured_mean", "input_len_error", "input_len_tolerance",
+    "prompt_seed", "prompt_sizing",
 ]

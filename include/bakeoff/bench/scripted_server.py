@@ -326,6 +326,8 @@ class _ServerConn:
                     srv.lateness.clear()
                 return self._reply(200, body)
             return self._reply(404, b'{"error":"not found"}')
+        if path == "/tokenize":
+            return self._tokenize()
         kind = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(path)
         if kind is None:
             return self._reply(404, b'{"error":"not found"}')
@@ -352,6 +354,17 @@ class _ServerConn:
                     "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}
             delay = (s.ttft_ms + s.itl_ms * max(0, n - 1)) / 1e3
             srv.loop.call_later(delay, self._reply, 200, json.dumps(body).encode())
+
+    def _tokenize(self) -> None:
+        """vLLM's POST /tokenize under the scripted convention (one word, one token)."""
+        try:
+            req = json.loads(b"".join(self.body))
+            text = (" ".join(str(m.get("content", "")) for m in req["messages"]) if "messages" in req
+                    else str(req["prompt"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            return self._reply(400, json.dumps({"error": {"message": f"bad request body: {e}"}}).encode())
+        n = tokens.count(text)
+        self._reply(200, json.dumps({"count": n, "max_model_len": None, "tokens": list(range(n))}).encode())
 
 
 class _Listener:

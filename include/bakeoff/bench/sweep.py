@@ -25,6 +25,9 @@ from bakeoff.plan.workload import rate_key
 from bakeoff.bench.metrics import summarize
 from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import run_async
+from bakeoff.bench import sizing
+from bakeoff.bench.prompts import prompt_seed
+from bakeoff.bench.tokenize import discover, recount_outputs
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +62,18 @@ class Ctx:
     max_error_rate: float | None = None
     provenance: bool = True
     power: Any = None     # callable (start, end epoch s) -> power rows (serving.power.parse_samples), if sampled
+    sizer: Any = None     # bench.sizing.PromptSizer: written prompts in the served model's tokens
+    counter: Any = None   # bench.tokenize.TokenCounter: output tokens of requests without usage
+    prompt_seed: int | None = None   # the run's prompt seed (prompts.prompt_seed)
 
     @property
     def gpus(self) -> int:
         return int(self.target.gpus_used)
+
+    def __getstate__(self) -> dict:
+        # worker processes build prompts (sizer) but never count tokens; the counter may hold a
+        # pinned-certificate SSL context, which does not pickle
+        return {**self.__dict__, "counter": None}
 
 
 async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, concurrency: int | None = None,
@@ -70,7 +81,8 @@ async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, 
     """One point on this process: closed loop when ``concurrency`` is given, else open loop."""
     w = ctx.workload
     level = concurrency or w.max_concurrency or 0
-    n_warm, specs = workloads.point_specs(w, key, repeat, concurrency, offsets, specs)
+    n_warm, specs = workloads.point_specs(w, key, repeat, concurrency, offsets, specs, sizer=ctx.sizer,
+                                          seed=ctx.prompt_seed)
     pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
     sender = Sender(client, w, ctx.endpoint.model, pid, specs, n_warm, w.request_timeout_s)
     await client.warm(min(level or 64, 1024))
@@ -90,8 +102,8 @@ async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, 
 def _save(ctx: Ctx, key: int, repeat: int, recs: list[RequestRecord], figures: dict, *, mode: str,
           rate: float | None, prov: dict | None) -> dict:
     summary = summarize(recs, gpus=ctx.gpus, slo=ctx.slo, emulated=ctx.emulated, max_error_rate=ctx.max_error_rate,
-                        load_mode=mode, rate=rate, client=figures)
-    summary.update(_point_power(ctx, recs))
+                        load_mode=mode, rate=rate, client=figures, prompts=_prompts(ctx))
+    summary.update(_point_power(ctx, recs), ttft_connection=ctx.workload.ttft_connection)
     store.save_point(ctx.out_dir, ctx.workload.name, key, repeat, records_frame(recs), summary)
     if prov is not None:
         store.write_json(ctx.out_dir / "provenance" / f"{ctx.workload.name}-c{key}-r{repeat}.json", prov)
@@ -99,6 +111,14 @@ def _save(ctx: Ctx, key: int, repeat: int, recs: list[RequestRecord], figures: d
              mode, rate if rate is not None else key, repeat, summary["completed"], summary["failed"],
              summary["output_tps_per_gpu"], " (client-bound)" if summary["client_bound"] else "")
     return summary
+
+
+def _prompts(ctx: Ctx) -> dict:
+    """How this workload's prompts were made (bench.metrics.summarize records it per point)."""
+    w = ctx.workload
+    sized = workloads.sizes_prompts(w)
+    return {"sized": sized, "prompt_seed": ctx.prompt_seed, "input_len_tolerance": w.input_len_tolerance,
+            "prompt_sizing": ctx.sizer.method if ctx.sizer is not None and sized else "file"}
 
 
 def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
@@ -145,6 +165,7 @@ async def measure_point(ctx: Ctx, client: StreamingClient, *, key: int, repeat: 
     else:
         recs, figures = await _measure(ctx, client, key=key, repeat=repeat, concurrency=concurrency,
                                        rate=rate, offsets=offsets, specs=specs)
+    recount_outputs(recs, ctx.counter)
     prov = None
     if before is not None:
         after = _prov(ctx)
@@ -155,7 +176,7 @@ async def measure_point(ctx: Ctx, client: StreamingClient, *, key: int, repeat: 
 async def _run(ctx: Ctx) -> list[dict]:
     w = ctx.workload
     client = StreamingClient(ctx.endpoint.base_url, api_key=ctx.api_key, timeout_s=w.request_timeout_s,
-                             tls_cert=ctx.endpoint.tls_cert)
+                             tls_cert=ctx.endpoint.tls_cert, connection=w.ttft_connection)
     out: list[dict] = []
     try:
         if w.load == "concurrency":
@@ -171,7 +192,7 @@ async def _run(ctx: Ctx) -> list[dict]:
                     out.append(await measure_point(ctx, client, key=rate_key(rate), repeat=rep, mode="rate",
                                                    rate=rate, offsets=offs))
         elif w.load == "trace":
-            offs, specs = workloads.trace_specs(w)
+            offs, specs = workloads.trace_specs(w, sizer=ctx.sizer, seed=ctx.prompt_seed)
             rate = (len(offs) - 1) / offs[-1] if len(offs) > 1 and offs[-1] > 0 else 1.0
             for rep in range(w.repeats):
                 out.append(await measure_point(ctx, client, key=rate_key(rate), repeat=rep, mode="trace",
@@ -199,10 +220,44 @@ def run_workload(endpoint, target, workload, slo, out_dir: Path, run_id: str, ap
               power)
     if calibrate:
         self_calibrate(Path(out_dir), workload)
+    size_prompts(ctx)
     t = time.perf_counter()
-    out = run_async(_run(ctx))
+    try:
+        out = run_async(_run(ctx))
+    finally:
+        ctx.counter.close()
     log.info("workload %s on %s: %d points in %.1fs", workload.name, target.slug, len(out), time.perf_counter() - t)
     return out
+
+
+def size_prompts(ctx: Ctx) -> dict:
+    """Find how to count the served model's tokens, fit the prompt sizer to it (when bakeoff writes
+    prompts) and pick the run's prompt seed; stored as prompt_sizing-<workload>.json next to the
+    results, achieved error included. Output tokens without usage are counted by the same route,
+    or by the plain-text /tokenize when chat prompts had to be probed (SGLang's takes no messages)."""
+    w = ctx.workload
+    chat = w.endpoint == "chat"
+    ctx.prompt_seed = prompt_seed(w, ctx.run_id)
+    counter = discover(ctx.endpoint, ctx.api_key, chat=chat)
+    ctx.counter = counter
+    if chat and not counter.can_count_output():
+        ctx.counter = discover(ctx.endpoint, ctx.api_key)
+    if w.source in ("jsonl", "sharegpt"):
+        ctx.sizer = None
+        doc = {"workload": w.name, "method": "file", "prompt_seed": ctx.prompt_seed, "prompt_seeding": w.prompt_seeding}
+    else:
+        lo, hi = w.length_bounds(w.input_len)
+        ctx.sizer = sizing.calibrate(counter, chat=chat, lengths=sorted({lo, (lo + hi) // 2, hi}), seed=ctx.prompt_seed)
+        doc = {"workload": w.name, "method": ctx.sizer.method, "prompt_seed": ctx.prompt_seed,
+               "prompt_seeding": w.prompt_seeding, "bias_tokens": ctx.sizer.bias, "check": ctx.sizer.check}
+        chk = ctx.sizer.check
+        err = f": sample error mean {chk['error_mean']:+.2%}, max {chk['error_max_abs']:.2%}" if "error_mean" in chk else ""
+        log.info("prompts for %s sized by %s (seed %d)%s", w.name, ctx.sizer.method, ctx.prompt_seed, err)
+    if counter is not ctx.counter:
+        counter.close()
+    doc["output_count_route"] = ctx.counter.method
+    store.write_json(ctx.out_dir / f"prompt_sizing-{w.name}.json", doc)
+    return doc
 
 
 def self_calibrate(out_dir: Path, workload) -> dict | None:

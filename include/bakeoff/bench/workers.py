@@ -45,12 +45,13 @@ def _worker(ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, off
     from bakeoff.bench.runtime import run_async
 
     wl = ctx.workload
-    n_warm, specs = workloads.point_specs(wl, key, repeat, concurrency, offsets, specs)
+    n_warm, specs = workloads.point_specs(wl, key, repeat, concurrency, offsets, specs, sizer=ctx.sizer,
+                                          seed=ctx.prompt_seed)
     mine = [i for i in range(len(specs)) if i % n_workers == w]
 
     async def go():
         client = StreamingClient(ctx.endpoint.base_url, api_key=ctx.api_key, timeout_s=wl.request_timeout_s,
-                                 tls_cert=ctx.endpoint.tls_cert)
+                                 tls_cert=ctx.endpoint.tls_cert, connection=wl.ttft_connection)
         try:
             sender = Sender(client, wl, ctx.endpoint.model, PointId(ctx.run_id, ctx.target.slug, wl.name, key, repeat),
                             specs, n_warm, wl.request_timeout_s)

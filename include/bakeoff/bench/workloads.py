@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff import tokens
-from bakeoff.bench.prompts import RequestSpec, prompt_words, shared_prefixes, synthesize
+from bakeoff.bench.prompts import WORDS, RequestSpec, prompt_words, shared_prefixes, synthesize
 
 
 class WorkloadFileError(ValueError):
@@ -187,20 +187,31 @@ def load_entries(workload) -> tuple[dict, ...]:
 
 
 # --- one entry point for the sweep ---------------------------------------------------------------
-def build_specs(workload, n: int, *, stream: int = 0) -> list[RequestSpec]:
-    """n request specs for one point; deterministic in (workload.seed, stream)."""
+def sizes_prompts(workload) -> bool:
+    """Whether bakeoff writes every prompt (and so owes its length in tokens) rather than the user. A
+    trace may mix its own prompts with written ones, so its points are not held to a length."""
+    return workload.source in ("synthetic", "length_log") and workload.load != "trace"
+
+
+def build_specs(workload, n: int, *, stream: int = 0, sizer=None, seed: int | None = None) -> list[RequestSpec]:
+    """n request specs for one point; deterministic in (prompt seed, stream). ``sizer`` (bench.sizing)
+    sizes written prompts in the served model's tokens; ``seed`` is the run's prompt seed
+    (prompts.prompt_seed; default: the workload's own seed)."""
+    base = workload.seed if seed is None else seed
     if workload.source == "synthetic":
-        return synthesize(workload, n, stream=stream)
-    seed = workload.seed * 1_000_003 + stream
+        return synthesize(workload, n, stream=stream, sizer=sizer, seed=base)
+    seed = base * 1_000_003 + stream
     if workload.source == "length_log":
         pairs = length_log_sample(workload.source_path, n, seed)
-        prefixes = shared_prefixes(workload)
+        prefixes = shared_prefixes(workload, base)
         specs = []
         for i, (il, ol) in enumerate(pairs):
+            il_tokens = int(il)
             prefix = ""
             if prefixes:
-                prefix = " ".join(prefixes[i % len(prefixes)].split()[:round(workload.prefix_ratio * il)])
-            specs.append(RequestSpec(int(il), int(ol), prompt=prompt_words(int(il), seed * 7 + i, prefix)))
+                prefix = " ".join((sizer or WORDS).prefix(prefixes[i % len(prefixes)],
+                                                           round(workload.prefix_ratio * il_tokens)))
+            specs.append(RequestSpec(il_tokens, int(ol), prompt=prompt_words(il_tokens, seed * 7 + i, prefix, sizer)))
         return specs
     entries = load_entries(workload)
     order = list(range(len(entries)))
@@ -213,17 +224,17 @@ def build_specs(workload, n: int, *, stream: int = 0) -> list[RequestSpec]:
     return specs
 
 
-def trace_specs(workload) -> tuple[np.ndarray, list[RequestSpec]]:
+def trace_specs(workload, *, sizer=None, seed: int | None = None) -> tuple[np.ndarray, list[RequestSpec]]:
     """Send offsets (s from the first) and specs from a JSONL trace: one line per request with
     ``timestamp`` (s) or ``timestamp_ms``, optional input_len/output_len (else the workload's)."""
     p = _open(workload.trace_path, "trace_path")
     with _text(p):
-        return _trace(p, workload)
+        return _trace(p, workload, sizer, workload.seed if seed is None else seed)
 
 
-def _trace(p: Path, workload) -> tuple[np.ndarray, list[RequestSpec]]:
+def _trace(p: Path, workload, sizer=None, seed: int = 0) -> tuple[np.ndarray, list[RequestSpec]]:
     times, specs = [], []
-    rng = random.Random(workload.seed)
+    rng = random.Random(seed)
     for no, obj in _json_objects(p):
         ts = obj.get("timestamp")
         if ts is None and obj.get("timestamp_ms") is not None:
@@ -235,7 +246,9 @@ def _trace(p: Path, workload) -> tuple[np.ndarray, list[RequestSpec]]:
         if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (il, ol)):
             raise WorkloadFileError(f"{_where(p, no)}: input_len and output_len must be positive integers")
         times.append(float(ts))
-        prompt = obj.get("prompt") if isinstance(obj.get("prompt"), str) else prompt_words(il, rng.getrandbits(48))
+        prompt = obj.get("prompt")
+        if not isinstance(prompt, str):
+            prompt = prompt_words(il, rng.getrandbits(48), sizer=sizer)
         specs.append(RequestSpec(il if obj.get("prompt") is None else tokens.count(prompt), ol, prompt=prompt))
     if not times:
         raise WorkloadFileError(f"{p.name}: no requests in the trace")
@@ -248,14 +261,17 @@ def describe(workload) -> dict[str, Any]:
     """What the report states about where prompts came from."""
     return {"source": workload.source, "source_path": workload.source_path, "interval": workload.length_interval,
             "bounds_in": workload.length_bounds(workload.input_len),
-            "bounds_out": workload.length_bounds(workload.output_len), "prefix_ratio": workload.prefix_ratio}
+            "bounds_out": workload.length_bounds(workload.output_len), "prefix_ratio": workload.prefix_ratio,
+            "prompt_seeding": getattr(workload, "prompt_seeding", "per_run"),
+            "input_len_tolerance": getattr(workload, "input_len_tolerance", None)}
 
 
-def point_specs(w, key: int, repeat: int, concurrency: int | None, offsets, specs):
+def point_specs(w, key: int, repeat: int, concurrency: int | None, offsets, specs, *, sizer=None,
+                seed: int | None = None):
     """Warm-up count and request specs of one point, the same in-process and in worker processes
-    (the stream seed makes every point's prompts deterministic)."""
+    (the prompt seed and the stream make every point's prompts deterministic)."""
     n_warm = w.warmup_at(concurrency) if concurrency else (w.warmup_requests or 0)
     if specs is None:
         n = w.requests_at(concurrency) if concurrency else len(offsets)
-        specs = build_specs(w, n_warm + n, stream=key * 100 + repeat)
+        specs = build_specs(w, n_warm + n, stream=key * 100 + repeat, sizer=sizer, seed=seed)
     return n_warm, specs

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -176,6 +178,41 @@ class EmulatorSettings(Strict):
     seed: int = 0
 
 
+class Hardware(Strict):
+    """A static endpoint's hardware as its owner describes it, in place of a catalog instance type:
+    bakeoff did not provision it, so it states only what the plan says (plus the catalog's figures
+    when ``gpu`` names a catalog GPU), never an invented spec."""
+
+    gpu: str = Field(min_length=1, max_length=80, description="GPU model, e.g. H100 SXM 80GB (a catalog GPU "
+                     "name such as h100 or mi300x also brings its catalog figures: memory, power)")
+    gpus: int = Field(ge=1, le=1024, description="GPUs behind the endpoint (the node size the price is for)")
+    description: str = Field("", max_length=200, description="free text: host, interconnect, owner")
+
+    @field_validator("gpu", "description")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if any(ord(c) < 32 or ord(c) == 127 for c in v):
+            raise ValueError("must not contain control characters")
+        return v
+
+    def as_gpu(self) -> "catalog.Gpu | DescribedGpu":
+        return catalog.gpus().get(self.gpu.strip().lower()) or DescribedGpu(name=self.gpu)
+
+
+@dataclass(frozen=True)
+class DescribedGpu:
+    """A GPU the catalog does not know: its name only; every figure is missing (NaN), not guessed."""
+
+    name: str
+    vendor: str | None = None
+    hbm_gb: float = math.nan
+    hbm_tbps: float = math.nan
+    tdp_w: float = math.nan
+    all_in_kw: float = math.nan
+    source: str = "described in the plan (not in the hardware catalog)"
+    as_of: str = ""
+
+
 class PriceOverride(Strict):
     usd_per_hour: float | None = Field(None, gt=0, le=10_000, description="node price per hour")
     usd_per_gpu_hour: float | None = Field(None, gt=0, le=2_000)
@@ -186,7 +223,13 @@ class PriceOverride(Strict):
 class Target(Strict):
     name: str = Field(min_length=1, max_length=80)
     provider: ProviderName
-    instance_type: str
+    instance_type: str | None = Field(None, description="catalog instance type (required except for a static target "
+                                      "that describes its hardware instead)")
+    hardware: Hardware | None = Field(None, description="static only: the endpoint's hardware, free-form, instead "
+                                      "of a catalog instance_type")
+    served_model: str | None = Field(None, min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$",
+                                     description="static only: the model id the endpoint answers to (its "
+                                     "--served-model-name); default: the catalog model's HF id")
     stack: str = "vllm"
     model: str
     quantization: Literal["bf16", "fp8", "fp4", "mxfp4"] = "fp8"
@@ -248,9 +291,9 @@ class Target(Strict):
 
     @field_validator("instance_type")
     @classmethod
-    def _known_instance(cls, v: str) -> str:
+    def _known_instance(cls, v: str | None) -> str | None:
         known = catalog.instance_types()
-        if v not in known:
+        if v is not None and v not in known:
             raise ValueError(f"unknown instance type {v!r}; use one of: {', '.join(sorted(known))}")
         return v
 
@@ -270,6 +313,7 @@ class Target(Strict):
 
     @model_validator(mode="after")
     def _fits(self) -> "Target":
+        self._static_only()
         it = self.instance
         if self.gpus_used > it.gpus:
             raise ValueError(
@@ -291,11 +335,40 @@ class Target(Strict):
                              f"secrets; a {self.provider} target's server is not started by bakeoff, so remove them")
         if set(self.secrets) & set(self.env):
             raise ValueError(f"secrets and env both set {sorted(set(self.secrets) & set(self.env))}; keep each name in one")
+        if self.hardware and self.price is None:
+            raise ValueError("price.usd_per_hour: a target described by hardware has no catalog price; give what the "
+                             "endpoint costs you (price: {usd_per_hour: 20.0, market: contract}) so its cost per "
+                             "token can be reported")
         if it.usd_per_hour is None and self.price is None:
             raise ValueError(
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "
                 "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target")
         return self
+
+    def _static_only(self) -> None:
+        """What only a static target may say, and what it may not (bakeoff does not start its server)."""
+        if self.provider != "static":
+            for field in ("hardware", "served_model"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"{field}: only a static target takes it; bakeoff starts the server of a "
+                                     f"{self.provider} target itself, on a catalog instance_type, serving the model "
+                                     "under its HF id")
+        if self.instance_type is None and not self.hardware:
+            raise ValueError("instance_type: required; name a catalog instance type (a static target may describe "
+                             "its hardware instead: hardware: {gpu: H100 SXM 80GB, gpus: 8})")
+        if self.instance_type is not None and self.hardware:
+            raise ValueError("hardware: give either instance_type (a catalog instance) or hardware (a free-form "
+                             "description), not both")
+        if self.provider == "static" and (self.image or self.engine_args or self.env):
+            raise ValueError("image / engine_args / env: bakeoff does not start a static endpoint's server, so these "
+                             "would describe a deployment it did not make; remove them (the server's own /version, "
+                             "/v1/models and /metrics are recorded instead)")
+
+    @property
+    def served_model_id(self) -> str:
+        """The model id requests name: the static endpoint's own, else the catalog model's HF id
+        (what vLLM and SGLang answer to by default)."""
+        return self.served_model or self.model_spec.hf_id
 
     @property
     def client_mode(self) -> str:
@@ -330,10 +403,17 @@ class Target(Strict):
 
     @property
     def instance(self) -> catalog.InstanceType:
+        if self.instance_type is None:        # a static endpoint described in the plan
+            h = self.hardware
+            return catalog.InstanceType(provider="static", type="described", gpu=self.gpu.name, gpus=h.gpus,
+                                        market=self.price.market if self.price else "contract",
+                                        source="described in the plan", note=h.description)
         return catalog.instance_types()[self.instance_type]
 
     @property
-    def gpu(self) -> catalog.Gpu:
+    def gpu(self) -> "catalog.Gpu | DescribedGpu":
+        if self.instance_type is None:
+            return self.hardware.as_gpu()
         return catalog.gpus()[self.instance.gpu]
 
     @property

@@ -57,6 +57,9 @@ class Workload(Strict):
                                         "excluded from metrics")
     repeats: int = Field(1, ge=1, le=20)
     request_timeout_s: float = Field(300.0, gt=0, le=3600)
+    ttft_connection: Literal["warm", "per_request"] = Field(
+        "warm", description="warm: connections opened before measuring, so TTFT excludes connection set-up; "
+        "per_request: a new connection per request, set-up inside TTFT (as InferenceX / vLLM bench)")
     seed: int = 0
 
     # --- prompts -----------------------------------------------------------------------------
@@ -69,6 +72,13 @@ class Workload(Strict):
     prefix_ratio: float = Field(0.0, ge=0, lt=1, description="share of each prompt that is a shared prefix "
                                 "(the prefix-cache hit ratio a caching server sees; public MI355X figures use 0.6)")
     prefix_groups: int = Field(1, ge=1, le=MAX_REQUESTS, description="distinct shared prefixes, assigned round-robin")
+    prompt_seeding: Literal["per_run", "fixed"] = Field(
+        "per_run", description="per_run: written prompts come from seed mixed with the run id, so a later run never "
+        "hits a prefix cache an earlier one warmed (every target of one run still gets the same prompts); "
+        "fixed: the same prompts in every run. The seed used is recorded per point (prompt_seed)")
+    input_len_tolerance: float = Field(0.02, ge=0, le=1, description="validation fails a point whose prompts, as "
+                                       "the server's usage counts them, are off the requested length by more than "
+                                       "this share on average (written prompts only: synthetic, length_log; not trace replay)")
 
     # --- load ----------------------------------------------------------------------------------
     load: Literal["concurrency", "rate", "trace", "sla"] = Field(

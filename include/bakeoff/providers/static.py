@@ -5,6 +5,10 @@ A target with a key names a connection (``provider_options.endpoint_connection``
 ``static_endpoint_``) that holds both the endpoint's URL (host) and its key (password): a plan can
 neither read a worker's environment nor send a connection's key to a URL of its choosing. A keyless
 endpoint may be given as ``provider_options.base_url`` instead.
+
+bakeoff did not start the server: the target names the model id it answers to (``served_model``),
+may describe its hardware instead of a catalog instance (``hardware``), and its provenance is what
+the server says about itself (serving/deploy.py), never an image or engine arguments.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ class StaticProvider(Provider):
         url = httpx.URL(static_base_url(target))
         port = url.port or (443 if url.scheme == "https" else 80)
         return Instance(provider=self.name, id=f"static:{target.slug}", target=target.slug, run_id=run_id,
-                        state="running", host=url.host, port=port, instance_type=target.instance_type,
+                        state="running", host=url.host, port=port, instance_type=target.instance_type or "described",
                         region="static", launched_at=time.time(), tags=dict(tags),
                         details={"base_url": str(url).rstrip("/"), "scheme": url.scheme,
                                  "endpoint_connection": target.provider_options.endpoint_connection})

@@ -73,8 +73,13 @@ def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def prepare_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Points plus a row label; results stored before prompts were sized in tokens lack
+    input_len_error, which then reads as not measured (null), not as a failure."""
     df = points.copy()
     df["point"] = point_label(df)
+    if "input_len_error" not in df:
+        df["input_len_error"] = math.nan
+    df["input_len_error"] = pd.to_numeric(df["input_len_error"], errors="coerce").astype("float64")
     return df
 
 
@@ -169,6 +174,12 @@ def point_suite(plan, target) -> gx.ExpectationSuite:
                                           meta=_why("output throughput > 0")),
         gxe.ExpectColumnValuesToNotBeNull(column="output_tps", meta=_why("output throughput was measured")),
     ]
+    for w in plan.workloads:
+        tol = w.input_len_tolerance
+        exps.append(gxe.ExpectColumnValuesToBeBetween(
+            column="input_len_error", min_value=-tol, max_value=tol, row_condition=Column("workload") == w.name,
+            meta=_why(f"{w.name}: prompts the server measured (usage prompt_tokens) within +-{tol:.0%} of the "
+                      f"requested length (workload input_len_tolerance)")))
     for m in PERCENTILE_METRICS:
         for lo, hi in (("p50", "p90"), ("p90", "p99")):
             exps.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(

@@ -78,6 +78,33 @@ class ReportData:
         return p[p["target"] == slug].sort_values(["workload", "concurrency", "repeat"])
 
 
+    def measured_input(self, workload: str) -> list[dict[str, Any]]:
+        """Per target: the prompt length asked for and the one the server measured (usage
+        prompt_tokens), means over the workload's points, and how prompts were sized in tokens."""
+        p = self.tables.points
+        if p.empty or "input_len_measured_mean" not in p:
+            return []
+        rows = []
+        for slug, g in p[p["workload"] == workload].groupby("target", sort=True):
+            asked = pd.to_numeric(g["input_len_requested_mean"], errors="coerce").mean()
+            got = pd.to_numeric(g["input_len_measured_mean"], errors="coerce").mean()
+            err = pd.to_numeric(g.get("input_len_error"), errors="coerce")
+            sizing = sorted({str(x) for x in g.get("prompt_sizing", pd.Series(dtype=object)).dropna()})
+            rows.append({"target": slug, "requested": asked, "measured": got,
+                         "error": err.mean() if err.notna().any() else math.nan, "sizing": "+".join(sizing)})
+        return rows
+
+    def input_text(self, workload: str) -> str:
+        """'t1: 128 asked, 128.4 measured (+0.3%, sized by tokenize); ...' or a dash."""
+        parts = []
+        for r in self.measured_input(workload):
+            err = f"{r['error']:+.1%}, " if math.isfinite(r["error"]) else ""
+            measured = fmt(r["measured"]) if math.isfinite(r["measured"]) else "not reported (no usage)"
+            parts.append(f"{r['target']}: {fmt(r['requested'])} asked, {measured} measured "
+                         f"({err}sized by {r['sizing'] or 'unknown'})")
+        return "; ".join(parts) + (" EMULATED" if parts and self.emulated else "") if parts else "–"
+
+
 def _support(plan, run_dir: Path) -> list[dict[str, Any]] | None:
     """The software-support matrix, when the quality package provides one; a report never fails on it."""
     try:
@@ -125,7 +152,13 @@ def _clients(plan, run_dir: Path, points: pd.DataFrame) -> dict[str, str]:
             where = "client remote (loopback)" if t.provider == "local" else "client remote"
         pts = points[points["target"] == t.slug] if "target" in points else points.iloc[0:0]
         measured = "power_w_per_gpu" in pts and pts["power_w_per_gpu"].notna().any()
-        out[t.slug] = where + (" · power measured on the node" if measured else " · power estimated from the catalog")
+        if measured:
+            power = " · power measured on the node"
+        elif math.isfinite(t.gpu.all_in_kw):
+            power = " · power estimated from the catalog"
+        else:
+            power = " · no power figure (GPU not in the catalog)"
+        out[t.slug] = where + power
     return out
 
 
@@ -190,6 +223,13 @@ def _caveats(d: ReportData) -> list[str]:
     if not d.tables.points.empty and (d.tables.points["energy_source"] != "measured").any():
         out.append(f"Energy is estimated from all-in kW per GPU at {plan.pricing.usd_per_kwh} USD/kWh; cloud prices already "
                    "include power, so energy cost is shown for on-premises comparison and never added to them.")
+    for w in plan.workloads:
+        off = [r["target"] for r in d.measured_input(w.name)
+               if math.isfinite(r["error"]) and abs(r["error"]) > w.input_len_tolerance]
+        if off:
+            out.append(f"Prompts of {w.name} as the server measured them are off the requested length by more than "
+                       f"{w.input_len_tolerance:.0%} for {', '.join(off)}: its figures are not those of the workload "
+                       "as written.")
     if d.validation is None:
         out.append("Validation did not run for this run: no target is quarantined, but none is vouched for either.")
     for _, r in d.did_not_pass().iterrows():

@@ -30,6 +30,7 @@ def render(d: ReportData) -> str:
     for wl in d.workloads:
         ranked = d.ranked(wl)
         out.append(f"## {esc(wl)}")
+        out += [f"Prompt tokens asked / measured by the server: {esc(d.input_text(wl))}", ""]
         if ranked.empty:
             out += ["No target has a cost at the SLO.", ""]
             continue

@@ -3,8 +3,9 @@
 The server itself is started by the instance's boot script (cloud; see userdata.py) or by the
 local provider (emulator); this step waits until it serves the model, and records the outcome in
 ``deploy.json`` -- ``{"ready", "failure", "detail"}`` with failure one of image_pull, oom,
-unsupported, timeout, crash -- which the software-support matrix reads. The API key is masked out
-of every detail before it is stored.
+unsupported, timeout, crash, model_not_served -- which the software-support matrix reads. The API
+key is masked out of every detail before it is stored. A static endpoint was started by someone
+else: its record holds only what it says about itself (engine, version, the model ids it offers).
 
 A cloud node is spoken to over https pinned to its own certificate (``details["tls_cert"]``, see
 tls.py). When the target has serving secrets (HF_TOKEN, registry tokens), they are pushed first,
@@ -23,10 +24,12 @@ from typing import Any
 from bakeoff import store
 from bakeoff.providers import Instance
 from bakeoff.serving.endpoint import Endpoint
-from bakeoff.serving.readiness import NotReady, classify, mask, wait_ready
+from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, wait_ready
 
 log = logging.getLogger(__name__)
 LOCAL_PROVIDERS = ("local",)
+# A static endpoint is already up: when it does not answer within this, waiting longer will not help.
+STATIC_DEPLOY_TIMEOUT_S = 120.0
 
 
 class DeployFailed(NotReady):
@@ -38,8 +41,9 @@ class DeployFailed(NotReady):
 
 
 def served_model(target) -> str:
-    """The model id the server answers to (vLLM/SGLang default: the repository id)."""
-    return target.model_spec.hf_id
+    """The model id the server answers to: a static endpoint's ``served_model``, else the catalog
+    model's repository id (vLLM's and SGLang's default)."""
+    return target.served_model_id
 
 
 def base_url(instance: Instance) -> str:
@@ -48,7 +52,11 @@ def base_url(instance: Instance) -> str:
 
 def deploy_timeout(target) -> float:
     t = target.provider_options.get("deploy_timeout_s")
-    return float(t) if t else (60.0 if target.provider in LOCAL_PROVIDERS else 3600.0)
+    if t:
+        return float(t)
+    if target.provider == "static":
+        return STATIC_DEPLOY_TIMEOUT_S
+    return 60.0 if target.provider in LOCAL_PROVIDERS else 3600.0
 
 
 def push_secrets(target, instance: Instance, api_key: str | None, secrets: dict[str, str],
@@ -85,6 +93,12 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
     except DeployFailed as e:
         store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": e.failure, "detail": e.detail, **stack})
         raise
+    except ModelNotServed as e:
+        detail = mask(str(e), api_key, *secrets.values())
+        store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": "model_not_served", "detail": detail,
+                                                         "models_offered": e.offered, **stack})
+        log.error("deploy: %s: %s", target.name, detail)
+        raise DeployFailed(f"{target.name}: {detail}", "model_not_served", detail) from None
     except NotReady as e:
         console = node_output(instance, api_key)
         failure, detail = classify(console, e.last)
@@ -95,6 +109,8 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
     emulated = emulated or bool((info.get("version") or {}).get("emulated"))
     network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
+    if target.provider == "static":
+        stack = {**stack, **_served_by(url, api_key, info)}
     node = {}
     if target.provider not in LOCAL_PROVIDERS + ("static",):
         from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
@@ -109,13 +125,31 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
 
 
 def _stack_facts(target) -> dict[str, Any]:
-    """What was asked of the server (image, engine arguments; never the key), for provenance."""
+    """What was asked of the server (image, engine arguments; never the key), for provenance. A
+    static endpoint's server was started by someone else: nothing is claimed about it here."""
+    if target.provider == "static":
+        return {"stack_in_plan": target.stack, "client_mode": target.client_mode,
+                "deployed_by": "not bakeoff (static endpoint)", "served_model": target.served_model_id}
     if target.provider in LOCAL_PROVIDERS or target.stack not in ("vllm", "sglang"):
         return {"stack": target.stack, "client_mode": target.client_mode}
     from bakeoff.serving import userdata  # noqa: PLC0415
     return {"stack": target.stack, "image": userdata.image_for(target),
             "engine_args": userdata.engine_args(target, target.stack_spec.port), "env": userdata.serve_env(target),
             "client_mode": target.client_mode}
+
+
+def _served_by(url: str, api_key: str | None, info: dict[str, Any]) -> dict[str, Any]:
+    """What a static endpoint says about itself, and only that: the engine and version identified
+    from /version, /v1/models and /metrics, and the model ids it offers."""
+    from bakeoff.bench.provenance import identify_engine, snapshot_provenance  # noqa: PLC0415
+    try:
+        snap = snapshot_provenance(url, api_key)
+    except Exception as e:  # noqa: BLE001 - provenance must never fail a ready endpoint
+        log.warning("deploy: %s gave no provenance snapshot (%s)", url, type(e).__name__)
+        snap = {"version": {"json": info.get("version")}, "models": {"json": info.get("models")}}
+    ids = [m.get("id") for m in ((snap.get("models") or {}).get("json") or {}).get("data", []) if isinstance(m, dict)]
+    served_by = identify_engine(snap)
+    return {"stack": served_by["stack"], "served_by": served_by, "models_offered": ids}
 
 
 def node_output(instance: Instance, api_key: str | None = None) -> str | None:

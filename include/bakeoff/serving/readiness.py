@@ -1,5 +1,8 @@
 """Readiness: a server is ready when /health answers 200 and /v1/models lists the model.
 
+A server whose /v1/models lists other ids fails at once (``ModelNotServed``) with the ids it offers:
+vLLM and SGLang list models only once the engine is up, and the list never changes afterwards.
+
 Polling both (as vLLM's and SGLang's own launch scripts do) catches a server whose HTTP front end is
 up while the engine is still loading weights. When the deadline passes, ``classify`` reads the
 node's console / log text and says how the deployment failed, for the software-support matrix.
@@ -12,7 +15,7 @@ from typing import Any
 
 import httpx
 
-FAILURES = ("image_pull", "oom", "unsupported", "timeout", "crash")
+FAILURES = ("image_pull", "oom", "unsupported", "timeout", "crash", "model_not_served")
 
 # Checked in order: the most specific cause first (an OOM also ends in a crash and a traceback).
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -41,6 +44,17 @@ class NotReady(RuntimeError):
         self.last = last
 
 
+class ModelNotServed(NotReady):
+    """The server is up and lists its models, and the one asked for is not among them. Its list
+    does not change while it runs, so waiting on is pointless: fail at once, naming what it offers."""
+
+    def __init__(self, base_url: str, model: str, offered: list[str]):
+        self.offered = offered
+        super().__init__(f"{base_url} is up but does not serve {model!r}; /v1/models offers: {', '.join(map(repr, offered))}. "
+                         "If the server was started with --served-model-name, set the target's served_model to the id "
+                         "it offers", f"/v1/models answered 200 without {model}")
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
@@ -64,6 +78,8 @@ def wait_ready(base_url: str, api_key: str | None, timeout_s: float, poll_s: flo
                     ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
                     if ids and (model is None or model in ids):
                         return {"models": models.json(), "version": _optional_json(client, "/version")}
+                    if ids:
+                        raise ModelNotServed(base_url, model, [str(i) for i in ids])
                     last = f"/v1/models answered {models.status_code}" + (f" without {model}" if ids else "")
                 else:
                     last = f"/health answered {health.status_code}"

@@ -2,8 +2,8 @@
 
 aiohttp (on uvloop when installed) rather than a framework, because the streaming hot path must
 stay a few microseconds per chunk: the emulator shares two cores with the benchmark client that
-measures it. Routes: POST /v1/completions, /v1/chat/completions; GET /v1/models, /health,
-/version, /metrics. When the config names an api_key_env that is set, every /v1 route needs
+measures it. Routes: POST /v1/completions, /v1/chat/completions, /tokenize; GET /v1/models,
+/health, /version, /metrics. When the config names an api_key_env that is set, every /v1 route needs
 `Authorization: Bearer <key>` (as vLLM's --api-key); the key is never logged.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hmac
 import json
 import logging
 import time
+import zlib
 from typing import Any
 
 from aiohttp import web
@@ -68,6 +69,7 @@ def build_app(config: EmulatorConfig) -> web.Application:
     app.cleanup_ctx.append(_lifecycle)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
@@ -216,6 +218,32 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
     except ConnectionError:
         pass                             # the client went away (counted by the engine); nothing to answer
     return resp
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's POST /tokenize: {model, prompt} or {model, messages} -> {tokens, count, max_model_len},
+    counted exactly as the generation routes count usage.prompt_tokens (one word, one token)."""
+    config: EmulatorConfig = request.app[CONFIG]
+    try:
+        body = await _body(request, config.served_model)
+        if "messages" in body:
+            _, n = _chat_prompt(body)
+            text = " ".join(_content_text(m.get("content")) for m in body["messages"])
+        else:
+            text, n = _completion_prompt(body)
+    except BadRequest as e:
+        return _error(str(e), e.status, e.err_type, e.param)
+    ids = [_token_id(w) for w in text.split()]
+    context = config.target.model_spec.context if config.target else None
+    return web.json_response({"count": n, "max_model_len": context, "tokens": ids})
+
+
+_IDS = {w: i + 100 for i, w in enumerate(tokens.VOCAB)}
+
+
+def _token_id(word: str) -> int:
+    """A stable id per word: the vocabulary's own, else a hash into a made-up range."""
+    return _IDS.get(word) or 1000 + zlib.crc32(word.encode()) % 31000
 
 
 async def models(request: web.Request) -> web.Response:
