@@ -182,7 +182,8 @@ def test_chat_counts_every_message_and_token_id_prompts(run):
             ids = await (await s.post("/v1/completions", json={"prompt": [1, 2, 3, 4], "max_tokens": 1})).json()
             return chat["usage"]["prompt_tokens"], ids["usage"]["prompt_tokens"]
 
-    assert run(go()) == (5, 4)
+    # 5 words, plus the chat template: begin (1) + 2 messages x 5 + the assistant header (4)
+    assert run(go()) == (5 + 1 + 2 * 5 + 4, 4)
 
 
 def running(metrics: str) -> str:
@@ -233,5 +234,5 @@ def test_tokenize_counts_as_usage_does(run):
     tok, chat, usage, cusage, bad = run(go())
     assert tok["count"] == len(tok["tokens"]) == usage["prompt_tokens"] == 4
     assert tok["max_model_len"] == 131072 and len(set(tok["tokens"])) == 4
-    assert chat["count"] == cusage["prompt_tokens"] == 6
+    assert chat["count"] == cusage["prompt_tokens"] == len(chat["tokens"]) == 6 + 1 + 2 * 5 + 4   # words + template
     assert bad == 404

@@ -74,9 +74,9 @@ def test_chat_stream_bytes(run, include_usage):
     expected = (chat_chunk('{"role":"assistant","content":""}', None, include_usage)
                 + chat_chunk('{"content":" -42"}', None, include_usage)
                 + chat_chunk('{"content":" oscar"}', "length", include_usage))
-    if include_usage:   # prompt tokens: every message's words (2 + 5)
+    if include_usage:   # prompt tokens: every message's words (2 + 5) and the chat template (1 + 2 x 5 + 4)
         expected += ('data: {"id":"chatcmpl-ID","object":"chat.completion.chunk","created":0,"model":"' + M + '",'
-                     '"choices":[],"usage":{"prompt_tokens":7,"total_tokens":9,"completion_tokens":2}}\n\n')
+                     '"choices":[],"usage":{"prompt_tokens":22,"total_tokens":24,"completion_tokens":2}}\n\n')
     expected += "data: [DONE]\n\n"
     assert normalise(run(go())).decode() == expected
 
@@ -99,7 +99,7 @@ def test_non_streaming_bodies(run):
     assert ch["object"] == "chat.completion" and ch["id"].startswith("chatcmpl-")
     msg = ch["choices"][0]["message"]
     assert msg["role"] == "assistant" and len(msg["content"].split()) == 4
-    assert ch["usage"]["prompt_tokens"] == 3 and ch["usage"]["completion_tokens"] == 4
+    assert ch["usage"]["prompt_tokens"] == 3 + 1 + 5 + 4 and ch["usage"]["completion_tokens"] == 4   # words + template
 
 
 def test_streamed_text_equals_non_streamed(run):

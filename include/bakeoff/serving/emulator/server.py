@@ -145,13 +145,21 @@ def _completion_prompt(body: dict) -> tuple[str, int]:
     raise BadRequest("prompt must be a string, a one-element list of strings, or a list of token ids", param="prompt")
 
 
+# What a Llama 3 chat template adds around the messages, in tokens: <|begin_of_text|> once; per
+# message <|start_header_id|>role<|end_header_id|>, the blank line and <|eot_id|>; and the
+# generation prompt (the assistant header). A real server counts these in usage.prompt_tokens, so
+# the emulator does too, and a client that sizes chat prompts must account for them.
+CHAT_BEGIN_TOKENS, CHAT_PER_MESSAGE_TOKENS, CHAT_GENERATION_TOKENS = 1, 5, 4
+
+
 def _chat_prompt(body: dict) -> tuple[str, int]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
     texts = [_content_text(m.get("content")) for m in messages]
     users = [t for m, t in zip(messages, texts) if m.get("role") == "user"]
-    return (users[-1] if users else texts[-1]), sum(tokens.count(t) for t in texts)
+    template = CHAT_BEGIN_TOKENS + CHAT_PER_MESSAGE_TOKENS * len(messages) + CHAT_GENERATION_TOKENS
+    return (users[-1] if users else texts[-1]), template + sum(tokens.count(t) for t in texts)
 
 
 # handlers ---------------------------------------------------------------------
@@ -226,19 +234,22 @@ async def tokenize(request: web.Request) -> web.Response:
     config: EmulatorConfig = request.app[CONFIG]
     try:
         body = await _body(request, config.served_model)
+        template = 0
         if "messages" in body:
             _, n = _chat_prompt(body)
             text = " ".join(_content_text(m.get("content")) for m in body["messages"])
+            template = n - tokens.count(text)
         else:
             text, n = _completion_prompt(body)
     except BadRequest as e:
         return _error(str(e), e.status, e.err_type, e.param)
-    ids = [_token_id(w) for w in text.split()]
+    ids = [TEMPLATE_TOKEN_ID] * template + [_token_id(w) for w in text.split()]
     context = config.target.model_spec.context if config.target else None
     return web.json_response({"count": n, "max_model_len": context, "tokens": ids})
 
 
 _IDS = {w: i + 100 for i, w in enumerate(tokens.VOCAB)}
+TEMPLATE_TOKEN_ID = 1     # the chat template's special tokens, one id for all (ids below 100 are special)
 
 
 def _token_id(word: str) -> int:
