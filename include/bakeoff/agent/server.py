@@ -34,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bakeoff import durable
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME
 from bakeoff.serving.power import PowerFile
 
@@ -159,9 +160,7 @@ class Agent:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.secrets_file)
+        durable.replace(tmp, self.secrets_file)
         self._secret_values = sorted({*self._secret_values, *env.values()}, key=len, reverse=True)
         return {"ok": True, "names": sorted(env)}
 
