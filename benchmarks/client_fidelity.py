@@ -7,6 +7,16 @@ client's TTFT and TPOT minus the scripted truth (mean, p99), output throughput a
 it wrote first chunks by its own clock, i.e. the part of the error that is not the client's).
 Then a capacity run (zero TTFT and ITL, C=64): output tokens per second the client ingests.
 
+Open loop (``--rates``): Poisson arrivals for ``--open-seconds`` s at each rate (64-word prompt, 16
+output tokens, TTFT 20 ms, ITL 2 ms), through the harness's own path (Sender, open_loop, the loop
+monitor). Per rate: send lag (actual send - scheduled send) p50/p99/max from the request records,
+sends more than 10 ms late, the largest event-loop stall, the coefficient of variation of the
+gaps between arrivals as the server's kernel stamped them (Poisson = 1.0), the realized rate at
+the server against the planned one (in brackets the sampled schedule's own, what a perfect client
+reproduces) with the Poisson sampling error (1/sqrt(n)), the client's CPU share (it includes the
+< 0.6 ms before each send spent yielding to the loop) and how long the client waited for its CPU
+while runnable (another process on its core: a stall then is not the client's own).
+
 Transports compared on the same server with the same SSE accounting (bakeoff.bench.sse):
   bakeoff  - the harness's client (asyncio protocol + httptools on uvloop)
   aiohttp  - aiohttp ClientSession, reading resp.content.iter_any()
@@ -15,6 +25,7 @@ and, with --peer-guidellm PATH (a guidellm executable from a separate virtualenv
 
     python benchmarks/client_fidelity.py                  # full table (about 5 minutes)
     python benchmarks/client_fidelity.py --quick          # fewer requests per point
+    python benchmarks/client_fidelity.py --only open      # the open-loop rows alone (about 1 minute)
 All traffic is loopback; every point is capped in requests and seconds.
 """
 from __future__ import annotations
@@ -32,7 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, Sender
+from bakeoff.bench.fidelity import LoopMonitor
+from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets, open_loop, send_lag_figures
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.fidelity import ScriptedServerProcess
 from bakeoff.bench.runtime import run_async
@@ -148,6 +160,80 @@ def measure(kind: str, url: str, c: int, total: int, warmup: int) -> dict:
             "tps": tokens / duration if duration > 0 else float("nan"), "cpu": cpu, "own": own}
 
 
+OPEN_IN, OPEN_OUT = 64, 16
+
+
+async def run_open(url: str, rate: float, seconds: float, seed: int = 0) -> dict:
+    """One open-loop point exactly as a sweep runs it: records, send lags and the loop monitor."""
+    n = max(2, int(rate * seconds))
+    w = Workload(name="fidelity-open", input_len=OPEN_IN, output_len=OPEN_OUT, load="rate", rates=[rate])
+    prompt = " ".join(["fidelity"] * OPEN_IN)
+    client = StreamingClient(url, timeout_s=60)
+    offsets = arrival_offsets(n, rate, "poisson", seed=seed)
+    try:
+        sender = Sender(client, w, "scripted", PointId("fidelity", "scripted", w.name, int(rate), 0),
+                        [RequestSpec(OPEN_IN, OPEN_OUT, prompt=prompt)] * n, 0, 60)
+        await client.warm(min(1024, max(64, int(rate * 0.1))))
+        cpu0, waited0 = time.process_time(), run_queue_wait_s()
+        sender.start_clock()
+        with LoopMonitor() as mon:
+            sent = await open_loop(sender.send, offsets, t0=sender.t0)
+        cpu = (time.process_time() - cpu0) / (_now() - sender.t0) * 100
+        waited = run_queue_wait_s() - waited0
+    finally:
+        await client.close()
+    recs = sender.records(sent)
+    lags = [r.send_lag for r in recs]
+    figs = send_lag_figures(lags)
+    return {"rate": rate, "n": n, "ok": sum(r.ok for r in recs), "late10": sum(x > 0.010 for x in lags),
+            "cpu": cpu, "loop_max": mon.figures(lags)["loop_stall_ms_max"], "waited_ms": waited * 1e3,
+            "schedule_rate": (n - 1) / float(offsets[-1]), **figs}
+
+
+def run_queue_wait_s() -> float:
+    """Seconds this thread has waited for a CPU while runnable (Linux schedstat; NaN elsewhere):
+    a stall the loop monitor sees while this grows is another process taking the core."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def open_rows(rates: list[float], seconds: float, two: bool) -> None:
+    script = {"ttft_ms": 20.0, "itl_ms": 2.0, "tokens_per_chunk": 1, "output_tokens": OPEN_OUT, "precise": False}
+    print(f"\nOpen loop: Poisson arrivals, {OPEN_IN} in / {OPEN_OUT} out, {seconds:g} s per rate, "
+          f"server {'on CPU 0, client on CPU 1' if two else 'sharing the client CPU'}")
+    print("| rate | requests | ok | send lag p50 / p99 / max (ms) | sends > 10 ms late | loop stall max (ms) "
+          "| arrival CV at server (Poisson = 1.0) | realized rate at server (schedule's own) | Poisson sampling "
+          "error (1 sigma) | client CPU | client waited for its CPU (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    goals: list[str] = []
+    with ScriptedServerProcess(script, cpu=0 if two else None) as srv:
+        run_async(run_open(srv.url, 50, 1.0))                        # warm the server and the imports
+        for rate in rates:
+            server_stats(srv.url)
+            m = run_open_sync(srv.url, rate, seconds)
+            s = server_stats(srv.url)
+            realized = (s["arrival_rate_rps"] or float("nan")) / rate - 1
+            print(f"| {rate:,.0f}/s | {m['n']:,} | {m['ok']:,} | {m['send_lag_ms_p50']:.3f} / {m['send_lag_ms_p99']:.3f} / "
+                  f"{m['send_lag_ms_max']:.2f} | {m['late10']} | {m['loop_max']:.2f} | {s['arrival_cv'] or float('nan'):.3f} | "
+                  f"{realized * 100:+.2f}% ({(m['schedule_rate'] / rate - 1) * 100:+.2f}%) | ±{100 / np.sqrt(m['n']):.2f}% | {m['cpu']:.0f}% | {m['waited_ms']:.0f} |",
+                  flush=True)
+            if rate == 1000:
+                goals.append(f"goals at 1,000/s: send lag p99 {m['send_lag_ms_p99']:.3f} ms (<= 1: "
+                             f"{'met' if m['send_lag_ms_p99'] <= 1 else 'missed'}), max {m['send_lag_ms_max']:.2f} ms "
+                             f"(<= 5: {'met' if m['send_lag_ms_max'] <= 5 else 'missed'}), arrival CV "
+                             f"{s['arrival_cv']:.3f} (1.0 +/- 0.05: {'met' if abs(s['arrival_cv'] - 1) <= 0.05 else 'missed'}), "
+                             f"realized rate {realized * 100:+.2f}% (within +/-{200 / np.sqrt(m['n']):.2f}%, 2 sigma: "
+                             f"{'met' if abs(realized) <= 2 / np.sqrt(m['n']) else 'missed'})")
+    for g in goals:
+        print(g)
+
+
+def run_open_sync(url: str, rate: float, seconds: float) -> dict:
+    return run_async(run_open(url, rate, seconds))
+
+
 def server_stats(url: str) -> dict:
     import httpx
     return httpx.get(url + "/stats?reset=1", timeout=5).json()
@@ -208,11 +294,18 @@ def main() -> int:
     ap.add_argument("--clients", default="bakeoff,aiohttp,httpx")
     ap.add_argument("--levels", default="1,16,64,256,512")
     ap.add_argument("--capacity-requests", type=int, default=2048)
+    ap.add_argument("--rates", default="100,400,1000,2000", help="open-loop rates (requests/s)")
+    ap.add_argument("--open-seconds", type=float, default=8.0, help="seconds of arrivals per open-loop rate")
+    ap.add_argument("--only", choices=["closed", "open"], help="print only the closed-loop or the open-loop tables")
     ap.add_argument("--peer-guidellm", help="path to a guidellm executable (installed in its own virtualenv)")
     a = ap.parse_args()
     two = (os.cpu_count() or 1) > 1
     if two:
         os.sched_setaffinity(0, {1})
+    if a.only != "closed":
+        open_rows([float(x) for x in a.rates.split(",")], a.open_seconds, two)
+    if a.only == "open":
+        return 0
     clients = a.clients.split(",")
     levels = [int(x) for x in a.levels.split(",")]
     results = []

@@ -66,6 +66,8 @@ class _Job:
         self.got_bytes = False
 
     def on_headers_complete(self) -> None:
+        if self.parser is None:              # bytes after this response ended: ignored
+            return
         self.status = self.parser.get_status_code()
         self.keep_alive = self.parser.should_keep_alive()
 
@@ -81,7 +83,14 @@ class _Job:
     def finish(self, err: StreamError | None, now: float) -> None:
         if not self.over:
             self.over = True
-            self.done(err, now)
+            done, self.done = self.done, None
+            try:
+                done(err, now)
+            finally:
+                # job <-> parser and job <-> done closure are reference cycles: broken here, a
+                # finished request is freed by reference counting instead of waiting for the
+                # cyclic collector, whose full passes over a point's objects stall the event loop
+                self.parser = None
 
 
 class _Conn:
@@ -224,6 +233,7 @@ class StreamingClient:
         self.timeout_s = timeout_s
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
+        self._addr: tuple | None = None            # (family, sockaddr) of the server, once resolved
 
     def __repr__(self) -> str:                      # never shows the key
         return f"StreamingClient({self.host}:{self.port})"
@@ -241,8 +251,10 @@ class StreamingClient:
             _, conn = await loop.create_connection(_ProtocolConn, self.host, self.port, ssl=self.ssl,
                                                    server_hostname=self.host)
         else:
-            info = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-            family, _, _, _, addr = info[0]
+            if self._addr is None:          # resolved once: a lookup per connection runs on a thread pool
+                info = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+                self._addr = (info[0][0], info[0][4])
+            family, addr = self._addr
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
                 sock.setblocking(False)

@@ -2,7 +2,8 @@
 
 A point is marked ``client_bound`` when the client, not the server, may have set the pace: its
 process used most of a core, or its event loop woke late (every late wake-up is a timestamp taken
-late), or open-loop sends left after their scheduled time.
+late) or stalled once for longer than STALL_BOUND_MS (``client_stalled``), or open-loop sends left
+after their scheduled time.
 """
 from __future__ import annotations
 
@@ -18,48 +19,73 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.bench.runtime import gc_paused
+
 CPU_BOUND = 0.90        # share of one core
 LAG_BOUND_MS = 5.0      # p99 event-loop lag
 SEND_LAG_BOUND_MS = 10.0
+# one event-loop stall longer than this marks the point client_stalled (and client_bound): at
+# 1,000 requests/s it holds back ~20 sends and every read stamped in Python in that window
+STALL_BOUND_MS = 20.0
 
 
 class LoopMonitor:
-    """Samples event-loop lag every ``period`` s and the process's CPU share while a point runs."""
+    """Samples event-loop lag every ``period`` s and the process's CPU share while a point runs.
 
-    def __init__(self, period: float = 0.01):
+    Besides the lag percentiles it keeps the longest interval between two of its wake-ups
+    (``stall_max``): a callback that blocks the loop for S seconds shows as at least S there,
+    however rare, where a percentile over thousands of samples would hide it. Cyclic garbage
+    collection is paused over the same window (``runtime.gc_paused``), so the collection of the
+    point's objects runs after the figures are taken, not inside the point.
+    """
+
+    def __init__(self, period: float = 0.005):
         self.period = period
         self.lags: list[float] = []
+        self.stall_max = 0.0
         self._task: asyncio.Task | None = None
 
     async def _run(self) -> None:
         while True:
-            t = time.perf_counter()
+            t = self._since = time.perf_counter()
             await asyncio.sleep(self.period)
-            self.lags.append(time.perf_counter() - t - self.period)
+            woke = time.perf_counter() - t       # >= the length of any callback run while asleep
+            self.stall_max = max(self.stall_max, woke)
+            self.lags.append(woke - self.period)
 
     def __enter__(self) -> "LoopMonitor":
         self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        self._since = self.wall0
+        self._gc = gc_paused()
+        self._gc.__enter__()
         self._task = asyncio.get_running_loop().create_task(self._run())
         return self
 
     def __exit__(self, *exc) -> None:
         if self._task:
             self._task.cancel()
+        self.stall_max = max(self.stall_max, time.perf_counter() - self._since)   # a stall just before the end
         self.cpu = time.process_time() - self.cpu0
         self.wall = time.perf_counter() - self.wall0
+        self._gc.__exit__(None, None, None)
 
     def figures(self, send_lags_s: list[float] | None = None, workers: int = 1) -> dict[str, Any]:
         lag_p99 = float(np.percentile(np.maximum(self.lags, 0), 99)) * 1e3 if self.lags else 0.0
         cpu = self.cpu / self.wall if self.wall > 0 else 0.0
-        send_p99 = float(np.percentile(send_lags_s, 99)) * 1e3 if send_lags_s else None
-        return client_verdict(cpu * 100, lag_p99, send_p99, workers)
+        from bakeoff.bench.loadgen import send_lag_figures  # noqa: PLC0415  (loadgen imports the client)
+        send = send_lag_figures(send_lags_s or [])
+        return {**client_verdict(cpu * 100, lag_p99, send["send_lag_ms_p99"], workers,
+                                 loop_stall_ms_max=self.stall_max * 1e3),
+                "send_lag_ms_p50": send["send_lag_ms_p50"], "send_lag_ms_max": send["send_lag_ms_max"]}
 
 
-def client_verdict(cpu_pct: float, loop_lag_ms_p99: float, send_lag_ms_p99: float | None, workers: int = 1) -> dict[str, Any]:
-    bound = (cpu_pct / max(1, workers) >= CPU_BOUND * 100 or loop_lag_ms_p99 > LAG_BOUND_MS
+def client_verdict(cpu_pct: float, loop_lag_ms_p99: float, send_lag_ms_p99: float | None, workers: int = 1,
+                   loop_stall_ms_max: float | None = None) -> dict[str, Any]:
+    stalled = loop_stall_ms_max is not None and loop_stall_ms_max > STALL_BOUND_MS
+    bound = (cpu_pct / max(1, workers) >= CPU_BOUND * 100 or loop_lag_ms_p99 > LAG_BOUND_MS or stalled
              or (send_lag_ms_p99 is not None and send_lag_ms_p99 > SEND_LAG_BOUND_MS))
-    return {"client_cpu_pct": cpu_pct, "loop_lag_ms_p99": loop_lag_ms_p99,
-            "send_lag_ms_p99": send_lag_ms_p99, "client_bound": bool(bound)}
+    return {"client_cpu_pct": cpu_pct, "loop_lag_ms_p99": loop_lag_ms_p99, "loop_stall_ms_max": loop_stall_ms_max,
+            "send_lag_ms_p99": send_lag_ms_p99, "client_stalled": bool(stalled), "client_bound": bool(bound)}
 
 
 # --- the scripted server as a subprocess ----------------------------------------------------------

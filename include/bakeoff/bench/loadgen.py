@@ -16,6 +16,7 @@ import numpy as np
 from bakeoff.bench.client import Outcome, StreamingClient
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.runtime import gc_paused
 
 _now = time.perf_counter
 MISMATCH = 0.10     # usage vs client count disagreement that gets flagged
@@ -52,6 +53,8 @@ def to_record(out: Outcome, pid: PointId, spec: RequestSpec, index: int, warmup:
                         start_offset=out.t_send - t0, requested_input_len=spec.input_len,
                         requested_output_len=spec.output_len, ignore_eos=ignore_eos,
                         status_code=out.status, elapsed=out.t_end - out.t_send, scheduled_offset=scheduled)
+    if scheduled is not None:
+        rec.send_lag = rec.start_offset - scheduled
     rec.ttft, rec.ttfa = st.ttft, st.ttfa
     rec.chunk_offsets = st.offsets
     rec.chunks = len(st.offsets)
@@ -97,14 +100,16 @@ class Sender:
         return Sent(i, await self.client.stream(self.raw[i], self.timeout_s), scheduled)
 
     async def run_closed(self, concurrency: int, *, stop_at: float | None = None,
-                         indices: list[int] | None = None) -> list["Sent"]:
-        """Closed loop over the requests (or a worker's share, ``indices``): C in flight, each slot
+                         indices=None) -> list["Sent"]:
+        """Closed loop over the requests (or ``indices``, any iterable of them: worker processes pass
+        one shared queue, workers.SharedOrder): C in flight, each slot
         sending its next request as soon as its previous one ends. Warm-up requests go first
         through the same slots, so measurement starts at steady state; ``stop_at`` (perf_counter)
         stops new measured sends."""
         order = indices if indices is not None else list(range(len(self.raw)))
-        done = await self.client.closed_loop(self.raw, order, max(1, concurrency), timeout_s=self.timeout_s,
-                                             stop_at=stop_at, warmup=self.warmup)
+        with gc_paused():
+            done = await self.client.closed_loop(self.raw, order, max(1, concurrency), timeout_s=self.timeout_s,
+                                                 stop_at=stop_at, warmup=self.warmup)
         return [Sent(i, out, None) for i, out in done]
 
     def records(self, sent: list["Sent"]) -> list[RequestRecord]:
@@ -117,6 +122,16 @@ class Sent:
 
     def __init__(self, index: int, out: Outcome, scheduled: float | None):
         self.index, self.out, self.scheduled = index, out, scheduled
+
+
+def send_lag_figures(lags_s) -> dict[str, float | None]:
+    """p50/p99/max in ms of open-loop lateness (actual send - scheduled send, seconds); the max is
+    kept because a stall hits a few sends hard and hides below every percentile."""
+    a = np.asarray([x for x in lags_s if x is not None], dtype=float) * 1e3
+    if a.size == 0:
+        return {"send_lag_ms_p50": None, "send_lag_ms_p99": None, "send_lag_ms_max": None}
+    p50, p99 = np.percentile(a, [50, 99])
+    return {"send_lag_ms_p50": float(p50), "send_lag_ms_p99": float(p99), "send_lag_ms_max": float(a.max())}
 
 
 def arrival_offsets(n: int, rate: float, kind: str = "poisson", burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -137,13 +152,39 @@ def arrival_offsets(n: int, rate: float, kind: str = "poisson", burstiness: floa
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)
 
 
+# uvloop (libuv) timers have 1 ms granularity and round to the nearest ms, so a sleep can end up to
+# 0.5 ms early or late: sleep until this long before the due time, then yield to the loop until it.
+_SPIN_S = 0.0006
+
+
+async def wait_until(due: float) -> None:
+    """Return at perf_counter ``due`` -- never before, and within a loop iteration after. The last
+    fraction of a ms is spent yielding to the event loop (responses keep being read), not asleep."""
+    delay = due - _now()
+    if delay > _SPIN_S:
+        await asyncio.sleep(delay - _SPIN_S)
+    while _now() < due:
+        await asyncio.sleep(0)
+
+
 async def open_loop(send: Callable[..., Awaitable[Any]], offsets, *, max_concurrency: int | None = None,
                     stop_at: float | None = None, warmup: int = 0, t0: float | None = None
                     ) -> list[Any]:
-    """Send request i at t0 + offsets[i] regardless of responses (capped in flight)."""
+    """Send request i at t0 + offsets[i] regardless of responses (capped in flight).
+
+    Waits end on the due time, never before it (``wait_until``); garbage collection is paused for
+    the point (``gc_paused``); a send that is late stays late: the schedule is never shifted, so
+    lateness shows up per request (``send_lag``) instead of silently changing the offered load.
+    """
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     t0 = _now() if t0 is None else t0
-    tasks = []
+    loop = asyncio.get_running_loop()
+    # results are collected as each request ends: one gather over thousands of tasks at the end
+    # would block the loop for tens of ms just as the last sends are due
+    tasks: set[asyncio.Task] = set()
+    results: list[Any] = []
+    finished = loop.create_future()
+    scheduling = [True]
 
     async def one(i: int, off: float):
         try:
@@ -152,15 +193,35 @@ async def open_loop(send: Callable[..., Awaitable[Any]], offsets, *, max_concurr
             if sem:
                 sem.release()
 
-    for i, off in enumerate(offsets):
-        delay = t0 + float(off) - _now()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if stop_at is not None and i >= warmup and _now() > stop_at:
-            break
-        if sem:
-            await sem.acquire()
-        tasks.append(asyncio.ensure_future(one(i, float(off))))
-    return sorted(await asyncio.gather(*tasks), key=lambda r: r.index)
+    def collect(task: asyncio.Task) -> None:
+        tasks.discard(task)
+        if finished.done():
+            return
+        if task.cancelled() or task.exception() is not None:
+            finished.set_exception(asyncio.CancelledError() if task.cancelled() else task.exception())
+            return
+        results.append(task.result())
+        if not tasks and not scheduling[0]:
+            finished.set_result(None)
 
-
+    with gc_paused():
+        try:
+            for i, off in enumerate(offsets):
+                off = float(off)
+                await wait_until(t0 + off)
+                if finished.done() or (stop_at is not None and i >= warmup and _now() > stop_at):
+                    break                     # a send raised (the point fails), or time is up
+                if sem:
+                    await sem.acquire()
+                task = loop.create_task(one(i, off))
+                tasks.add(task)
+                task.add_done_callback(collect)
+            scheduling[0] = False
+            if tasks and not finished.done():
+                await finished
+            elif finished.done():
+                finished.result()
+        finally:
+            for task in list(tasks):          # cancelled or failed: leave nothing running behind
+                task.cancel()
+    return sorted(results, key=lambda r: r.index)

@@ -11,6 +11,8 @@
 - Input length: requested (what bakeoff sized the prompt to, in the served model's tokens) and
   measured (usage prompt_tokens) means; input_len_error = sum(measured) / sum(requested) - 1 over
   the requests with usage.
+- Send lag (open loop): actual send - scheduled send per request; p50/p99/max. TTFT from schedule:
+  send lag + TTFT, the latency a user arriving on schedule saw (coordinated omission made visible).
 - Interactivity: 1000 / TPOT (p50 by default; Slo.interactivity_stat), tokens/s per user.
 - Goodput: requests meeting every per-request SLO per second; good_fraction = good / (succeeded +
   failed). A request's TTFT is held to ttft_p99_ms and its TPOT to tpot_p99_ms (tpot_p50_ms when no
@@ -96,6 +98,36 @@ def input_lengths(ok: list[dict[str, Any]], *, sized: bool) -> dict[str, float]:
             "input_len_error": err}
 
 
+def send_lag(row: dict[str, Any]) -> float | None:
+    """Actual send - scheduled send (s) of an open-loop request; None in closed loop."""
+    lag = _num(row.get("send_lag"))
+    if lag is None:
+        sched, start = _num(row.get("scheduled_offset")), _num(row.get("start_offset"))
+        lag = start - sched if sched is not None and start is not None else None
+    return lag
+
+
+def open_loop_figures(measured: list[dict[str, Any]], ok: list[dict[str, Any]]) -> dict[str, float]:
+    """Send lag p50/p99/max over the measured requests (from the records, so worker processes pool
+    correctly) and TTFT / E2E from the scheduled send (= send lag + TTFT / E2E); empty in closed
+    loop, NaN."""
+    lags = [x for x in (send_lag(r) for r in measured) if x is not None]
+    if not lags:
+        return {k: NAN for k in ("send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max", "ttft_from_schedule_ms_p50",
+                                 "ttft_from_schedule_ms_p99", "e2e_from_schedule_ms_p99")}
+    a = np.asarray(lags) * 1e3
+    out = {"send_lag_ms_p50": float(np.percentile(a, 50)), "send_lag_ms_p99": float(np.percentile(a, 99)),
+           "send_lag_ms_max": float(a.max())}
+
+    def from_schedule(col: str) -> list[float]:
+        pairs = ((send_lag(r), _num(r.get(col))) for r in ok)
+        return [lag + v for lag, v in pairs if lag is not None and v is not None]
+    ttft = stats_ms(from_schedule("ttft"), "ttft")
+    out["ttft_from_schedule_ms_p50"], out["ttft_from_schedule_ms_p99"] = ttft["ttft_p50"], ttft["ttft_p99"]
+    out["e2e_from_schedule_ms_p99"] = stats_ms(from_schedule("e2e"), "e2e")["e2e_p99"]
+    return out
+
+
 def request_is_good(row: dict[str, Any], slo) -> bool:
     if row.get("error_kind"):
         return False
@@ -130,8 +162,9 @@ def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: f
               client: dict[str, Any] | None = None, prompts: dict[str, Any] | None = None) -> dict[str, Any]:
     """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here).
 
-    ``client`` carries the fidelity monitor's figures (send_lag_ms_p99, loop_lag_ms_p99,
-    client_cpu_pct, client_bound) when the point was measured under it. ``prompts`` says how the
+    ``client`` carries the fidelity monitor's figures (loop_lag_ms_p99, loop_stall_ms_max,
+    client_cpu_pct, client_bound, client_stalled) when the point was measured under it; open-loop
+    send lags are taken from the records themselves. ``prompts`` says how the
     prompts were made: prompt_seed, prompt_sizing, input_len_tolerance and ``sized`` (bakeoff wrote
     them, so their measured length is held to the requested one).
     """
@@ -193,8 +226,11 @@ def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: f
     for k in ("prompt_seed", "prompt_sizing", "input_len_tolerance"):
         out[k] = (prompts or {}).get(k)
     client = client or {}
-    for k in ("send_lag_ms_p99", "loop_lag_ms_p99", "client_cpu_pct"):
+    for k in ("send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max", "loop_lag_ms_p99", "loop_stall_ms_max",
+              "client_cpu_pct"):
         out[k] = float(client[k]) if client.get(k) is not None else NAN
+    out.update(open_loop_figures(measured, ok))
     # with nothing measured there is no pace the client could have set
     out["client_bound"] = bool(client.get("client_bound", False)) and completed > 0
+    out["client_stalled"] = bool(client.get("client_stalled", False)) and completed > 0
     return {k: out.get(k) for k in POINT_COLUMNS}

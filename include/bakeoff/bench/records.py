@@ -43,6 +43,7 @@ class RequestRecord:
     # added by the benchmark harness (issue 3); readers that do not know them can ignore them
     elapsed: float | None = None          # send to end of the request, failed ones included
     scheduled_offset: float | None = None  # open-loop modes: when the arrival process wanted the send
+    send_lag: float | None = None         # open-loop modes: start_offset - scheduled_offset (lateness, s)
     token_mismatch: bool = False          # usage and client count disagree by more than 10%
     chunks: int = 0                       # token chunks received (an empty-text chunk is still a token)
     client_count_method: str | None = None  # how output_tokens_client was counted: chunks | words | tokenize
@@ -78,4 +79,9 @@ POINT_COLUMNS = POINT_KEY + [
     # the seed the prompts came from and how they were sized in tokens (bench.sizing)
     "input_len_requested_mean", "input_len_measured_mean", "input_len_error", "input_len_tolerance",
     "prompt_seed", "prompt_sizing",
+    # open-loop pacing (issue 16): per-request lateness summarized; the longest event-loop stall and
+    # whether it (or the latest send) passed fidelity.STALL_BOUND_MS; TTFT measured from the
+    # scheduled send, so lateness the client added is not hidden (coordinated omission)
+    "send_lag_ms_p50", "send_lag_ms_max", "loop_stall_ms_max", "client_stalled",
+    "ttft_from_schedule_ms_p50", "ttft_from_schedule_ms_p99", "e2e_from_schedule_ms_p99",
 ]

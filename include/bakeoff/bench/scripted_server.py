@@ -4,7 +4,9 @@ It is the ruler the client is measured against (self-calibration, benchmarks/cli
 so it is built to keep its own schedule: every chunk has an absolute due time (send + TTFT + j x ITL,
 never drifting), one heap schedules all streams, chunk frames are pre-built bytes, and it records how
 late it actually wrote each first chunk (GET /stats), so a client error can be split between the
-client and the server. ``precise`` mode polls instead of sleeping near a due time (timer granularity
+client and the server; /stats also gives the requests' arrival rate and the coefficient of
+variation of their inter-arrival gaps (kernel receive times), how an open-loop client's pacing
+looks from the server. ``precise`` mode polls instead of sleeping near a due time (timer granularity
 is ~1 ms); use it only when the server has a core to itself.
 
     python -m bakeoff.bench.scripted_server --config CONFIG.json --host 127.0.0.1 --port 0 --port-file F
@@ -86,6 +88,19 @@ def _event(obj) -> bytes:
     return _frame(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
+def arrival_stats(arrivals: list[float]) -> dict:
+    """How requests reached the server: their rate over the arrival span and the coefficient of
+    variation of the gaps (1.0 for Poisson arrivals; a client that stalls and then catches up
+    makes them burstier, > 1), so an open-loop client's pacing is judged where it matters."""
+    a = sorted(arrivals)
+    gaps = [y - x for x, y in zip(a, a[1:])]
+    if len(gaps) < 2 or a[-1] <= a[0]:
+        return {"arrivals": len(a), "arrival_rate_rps": None, "arrival_cv": None}
+    mean = sum(gaps) / len(gaps)
+    sd = (sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1)) ** 0.5
+    return {"arrivals": len(a), "arrival_rate_rps": len(gaps) / (a[-1] - a[0]), "arrival_cv": sd / mean}
+
+
 class ScriptedServer:
     def __init__(self, script: Script):
         self.s = script
@@ -94,6 +109,7 @@ class ScriptedServer:
         self.inflight = 0
         self.requests = 0
         self.lateness: list[float] = []       # first-chunk write time minus due time, seconds
+        self.arrivals: list[float] = []       # kernel receive time of each streamed request (perf_counter s)
         self.handle: asyncio.Handle | None = None
         self.handle_due = float("inf")
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -121,6 +137,7 @@ class ScriptedServer:
         k = max(1, s.tokens_per_chunk)
         chunks = -(-n // k)
         self.inflight += 1
+        self.arrivals.append(arrived)
         ttft = (s.ttft_ms + s.ttft_per_inflight_ms * self.inflight) / 1e3
         itl = (s.itl_ms + s.itl_per_inflight_ms * self.inflight) / 1e3
         t0 = arrived
@@ -209,7 +226,7 @@ class ScriptedServer:
         pick = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3) if lat else (lambda q: None)
         return {"requests": self.requests, "first_chunk_late_ms_mean": (sum(lat) / len(lat) * 1e3) if lat else None,
                 "first_chunk_late_ms_p50": pick(0.5), "first_chunk_late_ms_p99": pick(0.99),
-                "first_chunk_late_ms_max": lat[-1] * 1e3 if lat else None}
+                "first_chunk_late_ms_max": lat[-1] * 1e3 if lat else None, **arrival_stats(self.arrivals)}
 
 
 class _ServerConn:
@@ -324,6 +341,7 @@ class _ServerConn:
                 body = json.dumps(srv.stats()).encode()
                 if b"reset=1" in self.url:
                     srv.lateness.clear()
+                    srv.arrivals.clear()
                 return self._reply(200, body)
             return self._reply(404, b'{"error":"not found"}')
         if path == "/tokenize":
