@@ -17,6 +17,13 @@ reproduces) with the Poisson sampling error (1/sqrt(n)), the client's CPU share 
 < 0.6 ms before each send spent yielding to the loop) and how long the client waited for its CPU
 while runnable (another process on its core: a stall then is not the client's own).
 
+Workers (``--only workers``): ingest, the output tokens per second the client absorbs, closed loop
+(C=64, 256 tokens per request, zero TTFT/ITL) through the harness's worker processes
+(bench.workers) with 1 and then 2 processes; per-core rate (tokens per client CPU-second) and its
+extrapolation to 8 cores. The scripted server stays on CPU 0 and reports its own lag (first chunk
+written after it was due) and CPU, so a row where the server, not the client, set the pace shows as
+such. On a 2-core machine the 2-process row shares CPU 0 with the server.
+
 Transports compared on the same server with the same SSE accounting (bakeoff.bench.sse):
   bakeoff  - the harness's client (asyncio protocol + httptools on uvloop)
   aiohttp  - aiohttp ClientSession, reading resp.content.iter_any()
@@ -26,6 +33,7 @@ and, with --peer-guidellm PATH (a guidellm executable from a separate virtualenv
     python benchmarks/client_fidelity.py                  # full table (about 5 minutes)
     python benchmarks/client_fidelity.py --quick          # fewer requests per point
     python benchmarks/client_fidelity.py --only open      # the open-loop rows alone (about 1 minute)
+    python benchmarks/client_fidelity.py --only workers   # the workers rows alone (under 1 minute)
 All traffic is loopback; every point is capped in requests and seconds.
 """
 from __future__ import annotations
@@ -205,8 +213,8 @@ def open_rows(rates: list[float], seconds: float, two: bool) -> None:
           f"server {'on CPU 0, client on CPU 1' if two else 'sharing the client CPU'}")
     print("| rate | requests | ok | send lag p50 / p99 / max (ms) | sends > 10 ms late | loop stall max (ms) "
           "| arrival CV at server (Poisson = 1.0) | realized rate at server (schedule's own) | Poisson sampling "
-          "error (1 sigma) | client CPU | client waited for its CPU (ms) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "error (1 sigma) | client CPU | client waited for its CPU (ms) | server's own lag p99 / max (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     goals: list[str] = []
     with ScriptedServerProcess(script, cpu=0 if two else None) as srv:
         run_async(run_open(srv.url, 50, 1.0))                        # warm the server and the imports
@@ -217,7 +225,8 @@ def open_rows(rates: list[float], seconds: float, two: bool) -> None:
             realized = (s["arrival_rate_rps"] or float("nan")) / rate - 1
             print(f"| {rate:,.0f}/s | {m['n']:,} | {m['ok']:,} | {m['send_lag_ms_p50']:.3f} / {m['send_lag_ms_p99']:.3f} / "
                   f"{m['send_lag_ms_max']:.2f} | {m['late10']} | {m['loop_max']:.2f} | {s['arrival_cv'] or float('nan'):.3f} | "
-                  f"{realized * 100:+.2f}% ({(m['schedule_rate'] / rate - 1) * 100:+.2f}%) | ±{100 / np.sqrt(m['n']):.2f}% | {m['cpu']:.0f}% | {m['waited_ms']:.0f} |",
+                  f"{realized * 100:+.2f}% ({(m['schedule_rate'] / rate - 1) * 100:+.2f}%) | ±{100 / np.sqrt(m['n']):.2f}% | {m['cpu']:.0f}% | {m['waited_ms']:.0f} | "
+                  f"{s['first_chunk_late_ms_p99'] or 0:.2f} / {s['first_chunk_late_ms_max'] or 0:.2f} |",
                   flush=True)
             if rate == 1000:
                 goals.append(f"goals at 1,000/s: send lag p99 {m['send_lag_ms_p99']:.3f} ms (<= 1: "
@@ -228,6 +237,78 @@ def open_rows(rates: list[float], seconds: float, two: bool) -> None:
                              f"{'met' if abs(realized) <= 2 / np.sqrt(m['n']) else 'missed'})")
     for g in goals:
         print(g)
+
+
+INGEST_OUT, INGEST_C = 256, 64
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc (NaN where there is none)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def run_ingest(url: str, workers: int, requests: int) -> dict:
+    """One closed-loop point through the harness's worker processes (bench.workers): every worker
+    takes the next request of the one shared queue, C slots split between them, one clock."""
+    from bakeoff.bench.cli import AdhocTarget
+    from bakeoff.bench.sweep import Ctx
+    from bakeoff.bench.workers import measure_in_workers
+    from bakeoff.serving.endpoint import Endpoint
+
+    w = Workload(name="ingest", input_len=8, output_len=INGEST_OUT, concurrency=[INGEST_C], requests_per_point=requests,
+                 warmup_requests=INGEST_C, workers=workers, request_timeout_s=120)
+    ep = Endpoint(target="scripted", base_url=url, model="scripted", stack="scripted", emulated=True)
+    ctx = Ctx(ep, AdhocTarget("scripted"), w, None, Path(tempfile.gettempdir()), "ingest", None, True,
+              provenance=False, prompt_seed=0)
+    recs, figs = run_async(measure_in_workers(ctx, key=INGEST_C, repeat=0, concurrency=INGEST_C))
+    ok = [r for r in recs if r.ok and not r.warmup]
+    span = max(r.start_offset + r.elapsed for r in ok) - min(r.start_offset for r in ok)
+    return {"workers": figs["workers"], "ok": len(ok), "n": sum(not r.warmup for r in recs),
+            "tps": sum(r.output_tokens for r in ok) / span, "span": span, "cpu": figs["client_cpu_pct"]}
+
+
+def workers_rows(requests: int, two: bool) -> None:
+    """Ingest (output tokens/s the client absorbs) with 1 and 2 worker processes, closed loop, C=64,
+    against the scripted server with zero TTFT/ITL on its own core; the server's own lag and CPU
+    say whether it, not the client, set the pace."""
+    cpus = sorted(os.sched_getaffinity(0))
+    print(f"\nWorkers: ingest, closed loop C={INGEST_C}, {requests} requests x {INGEST_OUT} output tokens "
+          f"(1 token per SSE chunk), scripted server with zero TTFT/ITL {'on CPU 0' if two else 'sharing the client CPU'}; "
+          f"{os.cpu_count()} CPUs on this machine; EMULATED, loopback")
+    print("| worker processes | client CPUs | ok | output tokens/s ingested | client CPU (all workers) "
+          "| tokens per client CPU-second | server CPU | server's own lag p50 / p99 / max (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
+    with ScriptedServerProcess({"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": INGEST_OUT},
+                               cpu=0 if two else None) as srv:
+        run_ingest(srv.url, 1, 256)                                  # warm the server and the imports
+        for n, mine in ((1, {1} if two else None), (2, set(range(os.cpu_count() or 1)))):
+            if mine:
+                os.sched_setaffinity(0, mine)                       # worker processes inherit it
+            try:
+                server_stats(srv.url)
+                s0, t0 = _proc_cpu_s(srv.proc.pid), _now()
+                best = max((run_ingest(srv.url, n, requests) for _ in range(2)), key=lambda m: m["tps"])
+                server_cpu = (_proc_cpu_s(srv.proc.pid) - s0) / (_now() - t0) * 100
+                s = server_stats(srv.url)
+            finally:
+                os.sched_setaffinity(0, set(cpus))
+            rows.append(best)
+            where = ",".join(map(str, sorted(mine or cpus)))
+            print(f"| {best['workers']} | {where} | {best['ok']:,}/{best['n']:,} | {best['tps']:,.0f} | {best['cpu']:.0f}% | "
+                  f"{best['tps'] / (best['cpu'] / 100):,.0f} | {server_cpu:.0f}% | "
+                  f"{s['first_chunk_late_ms_p50'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} / "
+                  f"{s['first_chunk_late_ms_max'] or 0:.2f} |", flush=True)
+    one, two_w = rows
+    per_core = one["tps"] / max(one["cpu"] / 100, 1e-9)
+    print(f"per core: {per_core:,.0f} output tokens per client CPU-second (1 worker); 2 workers / 1 worker = "
+          f"{two_w['tps'] / one['tps']:.2f}x wall throughput; extrapolated to 8 client cores (a server that "
+          f"keeps up assumed): {8 * per_core:,.0f} tokens/s; goal >= 250,000 tokens/s with this machine's cores: "
+          f"{'met' if max(one['tps'], two_w['tps']) >= 250_000 else 'missed'}")
 
 
 def run_open_sync(url: str, rate: float, seconds: float) -> dict:
@@ -296,12 +377,16 @@ def main() -> int:
     ap.add_argument("--capacity-requests", type=int, default=2048)
     ap.add_argument("--rates", default="100,400,1000,2000", help="open-loop rates (requests/s)")
     ap.add_argument("--open-seconds", type=float, default=8.0, help="seconds of arrivals per open-loop rate")
-    ap.add_argument("--only", choices=["closed", "open"], help="print only the closed-loop or the open-loop tables")
+    ap.add_argument("--only", choices=["closed", "open", "workers"], help="print only these tables")
+    ap.add_argument("--ingest-requests", type=int, default=4096, help="measured requests per workers row")
     ap.add_argument("--peer-guidellm", help="path to a guidellm executable (installed in its own virtualenv)")
     a = ap.parse_args()
     two = (os.cpu_count() or 1) > 1
     if two:
         os.sched_setaffinity(0, {1})
+    if a.only == "workers":
+        workers_rows(a.ingest_requests, two)
+        return 0
     if a.only != "closed":
         open_rows([float(x) for x in a.rates.split(",")], a.open_seconds, two)
     if a.only == "open":
@@ -355,6 +440,8 @@ def main() -> int:
                 m = measure(kind, srv.url, 64, a.capacity_requests + 64, 64)
                 best = m if best is None or m["tps"] > best["tps"] else best
             print(f"| {kind} | {best['tps']:,.0f} | {best['cpu']:.0f}% | {best['tps'] / (best['cpu'] / 100):,.0f} |", flush=True)
+    if a.only is None:
+        workers_rows(a.ingest_requests, two)
     return 0
 
 

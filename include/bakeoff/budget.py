@@ -17,11 +17,14 @@ evaluation itself cost: launch-to-termination time x price, per target.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # Hours from the create call until the node runs the boot script (provider-side provisioning).
 BOOT_H = {"local": 0.0, "static": 0.0, "aws": 0.25, "digitalocean": 0.25, "vultr": 0.5, "oci": 0.5}
@@ -257,6 +260,9 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
         names = ", ".join(f"{r['target']} ({r['hours']} h)" for r in too_long)
         raise BudgetExceeded(f"max_instance_hours: {names} would need longer than {plan.max_instance_hours} h, so the "
                              f"kill switch would stop it mid-run:\n{lines}\nRaise max_instance_hours or shorten the workload.")
+    from bakeoff.bench.client_cores import warnings  # noqa: PLC0415
+    for w in warnings(plan):        # logged, not refused: too few client cores cost no money
+        log.warning("%s", w)
     return est
 
 

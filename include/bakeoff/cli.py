@@ -29,6 +29,11 @@ def _plan_check(args) -> int:
               f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]")
     est = estimate(plan)
     print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")
+    from bakeoff.bench.client_cores import client_cores, line, warnings  # noqa: PLC0415
+    for row in client_cores(plan):
+        print(line(row))
+    for w in warnings(plan):
+        print(f"warning: {w}")
     return 0
 
 

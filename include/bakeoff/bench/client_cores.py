@@ -1,0 +1,88 @@
+"""How many client cores a workload's top load needs, from what one client core was measured to carry.
+
+A benchmark client that cannot keep up sets the pace itself (late open-loop sends, throughput capped
+by parsing), so the plan check states the client cores each workload needs and warns when its
+``workers`` are fewer. The per-core figures are measurements, not guesses; re-measure them with
+``python benchmarks/client_fidelity.py --only open`` and ``--only workers`` when the client changes.
+"""
+from __future__ import annotations
+
+import math
+
+# Open-loop sends one client core kept on schedule: 2,000 requests/s at 94% of a core, send lag p99
+# 0.17 ms (64 in / 16 out, scripted server on its own core; measured 2026-11-30, `--only open`).
+REQUESTS_PER_CORE_S = 2_000.0
+# Output tokens/s one client process ingested on one core: 174,853 tokens per client CPU-second,
+# closed loop against the scripted server on its own core (C=64, 256 tokens per request, one token
+# per SSE chunk; 2 processes: 1.90x; measured 2026-11-30, `--only workers`).
+TOKENS_PER_CORE_S = 175_000.0
+# A core is planned at most this busy: at 90% (fidelity.CPU_BOUND) a point is flagged client_bound.
+HEADROOM = 0.8
+# Closed-loop loads have no rate of their own: each sequence is assumed to stream at most this fast
+# (a small model on a current GPU at low batch), so C sequences need up to C x this tokens/s.
+FAST_STREAM_TOKENS_S = 250.0
+
+
+def top_load(w) -> tuple[float, float] | None:
+    """(requests/s, output tokens/s) the client must carry at the workload's highest load; None
+    when the run decides the load (a trace that cannot be read here)."""
+    lo, hi = w.length_bounds(w.output_len)
+    mean_out = (lo + hi) / 2
+    over = w.sla.over if w.load == "sla" else ("rate" if w.load == "rate" else "concurrency")
+    if w.load == "trace":
+        from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
+        try:
+            offsets, specs = trace_specs(w)
+        except (OSError, ValueError):
+            return None
+        span = float(offsets[-1]) if len(offsets) > 1 else 0.0
+        rate = (len(offsets) - 1) / span if span > 0 else float(len(offsets))
+        return rate, rate * sum(s.output_len for s in specs) / len(specs)
+    if over == "rate":
+        rate = max(w.rates) if w.load == "rate" else w.sla.max
+        return rate, rate * mean_out
+    c = max(w.levels()) if w.load == "concurrency" else w.sla.max
+    tokens_s = c * FAST_STREAM_TOKENS_S
+    return tokens_s / mean_out, tokens_s
+
+
+def cores_needed(w) -> int | None:
+    load = top_load(w)
+    if load is None:
+        return None
+    req, tok = load
+    return max(1, math.ceil(max(req / REQUESTS_PER_CORE_S, tok / TOKENS_PER_CORE_S) / HEADROOM))
+
+
+def client_cores(plan) -> list[dict]:
+    """Per workload: its top load, the client cores it needs and the worker processes it has."""
+    out = []
+    for i, w in enumerate(plan.workloads):
+        load = top_load(w)
+        out.append({"index": i, "workload": w.name, "workers": w.workers, "cores_needed": cores_needed(w),
+                    "requests_s": load[0] if load else None, "tokens_s": load[1] if load else None})
+    return out
+
+
+def line(row: dict) -> str:
+    """What the plan states about the client's cores for one workload."""
+    if row["cores_needed"] is None:
+        return f"client for {row['workload']}: top load set by the run; {row['workers']} worker process(es)"
+    return (f"client for {row['workload']}: top load ~{row['requests_s']:,.0f} requests/s, "
+            f"~{row['tokens_s']:,.0f} output tokens/s needs {row['cores_needed']} core(s); "
+            f"{row['workers']} worker process(es)")
+
+
+def warnings(plan) -> list[str]:
+    """One warning per workload whose top load needs more client cores than its worker processes."""
+    out = []
+    for r in client_cores(plan):
+        n = r["cores_needed"]
+        if n is not None and n > r["workers"]:
+            out.append(f"workloads[{r['index']}].workers: {r['workload']}'s top load (~{r['requests_s']:,.0f} "
+                       f"requests/s, ~{r['tokens_s']:,.0f} output tokens/s) needs about {n} client cores, and "
+                       f"{r['workers']} worker process(es) are configured (one core carries ~"
+                       f"{REQUESTS_PER_CORE_S:,.0f} requests/s or ~{TOKENS_PER_CORE_S:,.0f} tokens/s at "
+                       f"{HEADROOM:.0%} busy); set workers: {n} and run the benchmark task where {n} cores are "
+                       "free, or the client, not the server, may set the pace")
+    return out
