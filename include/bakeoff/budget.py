@@ -269,22 +269,24 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
 # --- re-provisioning ------------------------------------------------------------------------------
 
 def launches(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A target's recorded launches (run.json targets.<slug>), oldest first."""
+    """A target's recorded launches (run.json targets.<slug>), oldest first, each with ``ended_at``:
+    its own, else the termination recorded after it, else None (still billing)."""
     prov = record.get("provision") or {}
     tries = prov.get("tries")
-    if tries:
-        return list(tries)
-    return [{"instance_id": prov.get("instance_id"), "launched_at": prov["launched_at"]}] if prov.get("launched_at") else []
+    if not tries:
+        tries = [{"instance_id": prov.get("instance_id"), "launched_at": prov["launched_at"]}] if prov.get("launched_at") else []
+    term = (record.get("terminate") or {}).get("terminated_at")
+    return [{**tr, "ended_at": tr.get("ended_at") or (term if term is not None and term >= tr["launched_at"] else None)}
+            for tr in tries]
 
 
 def _node_hours(record: dict[str, Any], now: float) -> tuple[float, float | None]:
     """(hours billed so far over every launch, start of a launch still running or None). A launch ends
     at the termination recorded after it; one without is still billing now."""
-    term = (record.get("terminate") or {}).get("terminated_at")
     billed, running = 0.0, None
     for tr in launches(record):
         start = float(tr["launched_at"])
-        end = tr.get("ended_at") or (term if term is not None and term >= start else None)
+        end = tr["ended_at"]
         if end is None:
             end, running = now, start
         billed += max(0.0, float(end) - start) / 3600

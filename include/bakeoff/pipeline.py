@@ -128,9 +128,7 @@ def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
     earlier = budget.launches(record)
     if earlier:
         budget.recheck(plan, target.slug, doc)
-    ended = (record.get("terminate") or {}).get("terminated_at")
-    return [{**tr, "ended_at": tr.get("ended_at") or (ended if ended is not None and ended >= tr["launched_at"] else None)}
-            for tr in earlier]
+    return earlier
 
 
 def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
