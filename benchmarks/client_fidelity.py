@@ -36,6 +36,7 @@ and, with --peer-guidellm PATH (a guidellm executable from a separate virtualenv
     python benchmarks/client_fidelity.py --only workers   # the workers rows alone (under 1 minute)
 All traffic is loopback; every point is capped in requests and seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,15 @@ _now = time.perf_counter
 
 
 def body() -> dict:
-    return {"model": "scripted", "prompt": PROMPT, "max_tokens": OUT, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    return {
+        "model": "scripted",
+        "prompt": PROMPT,
+        "max_tokens": OUT,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
 
 
 def _late(st: StreamState) -> float:
@@ -88,6 +96,7 @@ async def _closed(send, total: int, concurrency: int, warmup: int):
             r = await send()
             if i >= warmup:
                 out.append(r)
+
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return out
 
@@ -97,8 +106,15 @@ async def run_bakeoff(url: str, c: int, total: int, warmup: int):
     w = Workload(name="fidelity", input_len=32, output_len=OUT, concurrency=[c])
     client = StreamingClient(url, timeout_s=120)
     try:
-        sender = Sender(client, w, "scripted", PointId("fidelity", "scripted", w.name, c, 0),
-                        [RequestSpec(32, OUT, prompt=PROMPT)] * total, warmup, 120)
+        sender = Sender(
+            client,
+            w,
+            "scripted",
+            PointId("fidelity", "scripted", w.name, c, 0),
+            [RequestSpec(32, OUT, prompt=PROMPT)] * total,
+            warmup,
+            120,
+        )
         await client.warm(c)
         sender.start_clock()
         sent = await sender.run_closed(c)
@@ -106,47 +122,74 @@ async def run_bakeoff(url: str, c: int, total: int, warmup: int):
         await client.close()
     late = {x.index: _late(x.out.state) for x in sent}
     t0 = sender.t0
-    return [(t0 + r.start_offset, r.ttft, r.e2e, r.output_tokens if r.ok else 0, t0 + r.start_offset + r.elapsed,
-             late[r.index]) for r in sender.records(sent) if not r.warmup]
+    return [
+        (
+            t0 + r.start_offset,
+            r.ttft,
+            r.e2e,
+            r.output_tokens if r.ok else 0,
+            t0 + r.start_offset + r.elapsed,
+            late[r.index],
+        )
+        for r in sender.records(sent)
+        if not r.warmup
+    ]
 
 
 async def run_aiohttp(url: str, c: int, total: int, warmup: int):
     import aiohttp
+
     conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
     payload = json.dumps(body()).encode()
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120),
-                                     read_bufsize=2 ** 18) as s:
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120), read_bufsize=2**18) as s:
+
         async def send():
             t = _now()
-            async with s.post(url + "/v1/completions", data=payload,
-                              headers={"Content-Type": "application/json"}) as r:
+            async with s.post(url + "/v1/completions", data=payload, headers={"Content-Type": "application/json"}) as r:
                 st = StreamState(t)
                 async for data in r.content.iter_any():
                     st.feed(data, _now())
             end = _now()
             ok = st.verdict() is None
-            return (t, st.ttft if ok else None, (end - t) if ok else None, (st.usage or {}).get("completion_tokens", 0),
-                    end, _late(st))
-        await asyncio.gather(*(send() for _ in range(c)))          # open and warm c connections
+            return (
+                t,
+                st.ttft if ok else None,
+                (end - t) if ok else None,
+                (st.usage or {}).get("completion_tokens", 0),
+                end,
+                _late(st),
+            )
+
+        await asyncio.gather(*(send() for _ in range(c)))  # open and warm c connections
         return await _closed(send, total, c, warmup)
 
 
 async def run_httpx(url: str, c: int, total: int, warmup: int):
     import httpx
+
     limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
     payload = json.dumps(body()).encode()
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as s:
+
         async def send():
             t = _now()
-            async with s.stream("POST", "/v1/completions", content=payload,
-                                headers={"Content-Type": "application/json"}) as r:
+            async with s.stream(
+                "POST", "/v1/completions", content=payload, headers={"Content-Type": "application/json"}
+            ) as r:
                 st = StreamState(t)
                 async for data in r.aiter_raw():
                     st.feed(data, _now())
             end = _now()
             ok = st.verdict() is None
-            return (t, st.ttft if ok else None, (end - t) if ok else None, (st.usage or {}).get("completion_tokens", 0),
-                    end, _late(st))
+            return (
+                t,
+                st.ttft if ok else None,
+                (end - t) if ok else None,
+                (st.usage or {}).get("completion_tokens", 0),
+                end,
+                _late(st),
+            )
+
         await asyncio.gather(*(send() for _ in range(c)))
         return await _closed(send, total, c, warmup)
 
@@ -164,8 +207,17 @@ def measure(kind: str, url: str, c: int, total: int, warmup: int) -> dict:
     tokens = sum(r[3] for r in ok)
     own = ttft - TTFT_MS - np.array([r[5] for r in ok])
     duration = max(r[4] for r in rows) - min(r[0] for r in rows) if rows else float("nan")
-    return {"client": kind, "c": c, "requests": len(rows), "ok": len(ok), "ttft": ttft, "tpot": tpot,
-            "tps": tokens / duration if duration > 0 else float("nan"), "cpu": cpu, "own": own}
+    return {
+        "client": kind,
+        "c": c,
+        "requests": len(rows),
+        "ok": len(ok),
+        "ttft": ttft,
+        "tpot": tpot,
+        "tps": tokens / duration if duration > 0 else float("nan"),
+        "cpu": cpu,
+        "own": own,
+    }
 
 
 OPEN_IN, OPEN_OUT = 64, 16
@@ -179,8 +231,15 @@ async def run_open(url: str, rate: float, seconds: float, seed: int = 0) -> dict
     client = StreamingClient(url, timeout_s=60)
     offsets = arrival_offsets(n, rate, "poisson", seed=seed)
     try:
-        sender = Sender(client, w, "scripted", PointId("fidelity", "scripted", w.name, int(rate), 0),
-                        [RequestSpec(OPEN_IN, OPEN_OUT, prompt=prompt)] * n, 0, 60)
+        sender = Sender(
+            client,
+            w,
+            "scripted",
+            PointId("fidelity", "scripted", w.name, int(rate), 0),
+            [RequestSpec(OPEN_IN, OPEN_OUT, prompt=prompt)] * n,
+            0,
+            60,
+        )
         await client.warm(min(1024, max(64, int(rate * 0.1))))
         cpu0, waited0 = time.process_time(), run_queue_wait_s()
         sender.start_clock()
@@ -193,9 +252,17 @@ async def run_open(url: str, rate: float, seconds: float, seed: int = 0) -> dict
     recs = sender.records(sent)
     lags = [r.send_lag for r in recs]
     figs = send_lag_figures(lags)
-    return {"rate": rate, "n": n, "ok": sum(r.ok for r in recs), "late10": sum(x > 0.010 for x in lags),
-            "cpu": cpu, "loop_max": mon.figures(lags)["loop_stall_ms_max"], "waited_ms": waited * 1e3,
-            "schedule_rate": (n - 1) / float(offsets[-1]), **figs}
+    return {
+        "rate": rate,
+        "n": n,
+        "ok": sum(r.ok for r in recs),
+        "late10": sum(x > 0.010 for x in lags),
+        "cpu": cpu,
+        "loop_max": mon.figures(lags)["loop_stall_ms_max"],
+        "waited_ms": waited * 1e3,
+        "schedule_rate": (n - 1) / float(offsets[-1]),
+        **figs,
+    }
 
 
 def run_queue_wait_s() -> float:
@@ -209,32 +276,40 @@ def run_queue_wait_s() -> float:
 
 def open_rows(rates: list[float], seconds: float, two: bool) -> None:
     script = {"ttft_ms": 20.0, "itl_ms": 2.0, "tokens_per_chunk": 1, "output_tokens": OPEN_OUT, "precise": False}
-    print(f"\nOpen loop: Poisson arrivals, {OPEN_IN} in / {OPEN_OUT} out, {seconds:g} s per rate, "
-          f"server {'on CPU 0, client on CPU 1' if two else 'sharing the client CPU'}")
-    print("| rate | requests | ok | send lag p50 / p99 / max (ms) | sends > 10 ms late | loop stall max (ms) "
-          "| arrival CV at server (Poisson = 1.0) | realized rate at server (schedule's own) | Poisson sampling "
-          "error (1 sigma) | client CPU | client waited for its CPU (ms) | server's own lag p99 / max (ms) |")
+    print(
+        f"\nOpen loop: Poisson arrivals, {OPEN_IN} in / {OPEN_OUT} out, {seconds:g} s per rate, "
+        f"server {'on CPU 0, client on CPU 1' if two else 'sharing the client CPU'}"
+    )
+    print(
+        "| rate | requests | ok | send lag p50 / p99 / max (ms) | sends > 10 ms late | loop stall max (ms) "
+        "| arrival CV at server (Poisson = 1.0) | realized rate at server (schedule's own) | Poisson sampling "
+        "error (1 sigma) | client CPU | client waited for its CPU (ms) | server's own lag p99 / max (ms) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     goals: list[str] = []
     with ScriptedServerProcess(script, cpu=0 if two else None) as srv:
-        run_async(run_open(srv.url, 50, 1.0))                        # warm the server and the imports
+        run_async(run_open(srv.url, 50, 1.0))  # warm the server and the imports
         for rate in rates:
             server_stats(srv.url)
             m = run_open_sync(srv.url, rate, seconds)
             s = server_stats(srv.url)
             realized = (s["arrival_rate_rps"] or float("nan")) / rate - 1
-            print(f"| {rate:,.0f}/s | {m['n']:,} | {m['ok']:,} | {m['send_lag_ms_p50']:.3f} / {m['send_lag_ms_p99']:.3f} / "
-                  f"{m['send_lag_ms_max']:.2f} | {m['late10']} | {m['loop_max']:.2f} | {s['arrival_cv'] or float('nan'):.3f} | "
-                  f"{realized * 100:+.2f}% ({(m['schedule_rate'] / rate - 1) * 100:+.2f}%) | ±{100 / np.sqrt(m['n']):.2f}% | {m['cpu']:.0f}% | {m['waited_ms']:.0f} | "
-                  f"{s['first_chunk_late_ms_p99'] or 0:.2f} / {s['first_chunk_late_ms_max'] or 0:.2f} |",
-                  flush=True)
+            print(
+                f"| {rate:,.0f}/s | {m['n']:,} | {m['ok']:,} | {m['send_lag_ms_p50']:.3f} / {m['send_lag_ms_p99']:.3f} / "
+                f"{m['send_lag_ms_max']:.2f} | {m['late10']} | {m['loop_max']:.2f} | {s['arrival_cv'] or float('nan'):.3f} | "
+                f"{realized * 100:+.2f}% ({(m['schedule_rate'] / rate - 1) * 100:+.2f}%) | ±{100 / np.sqrt(m['n']):.2f}% | {m['cpu']:.0f}% | {m['waited_ms']:.0f} | "
+                f"{s['first_chunk_late_ms_p99'] or 0:.2f} / {s['first_chunk_late_ms_max'] or 0:.2f} |",
+                flush=True,
+            )
             if rate == 1000:
-                goals.append(f"goals at 1,000/s: send lag p99 {m['send_lag_ms_p99']:.3f} ms (<= 1: "
-                             f"{'met' if m['send_lag_ms_p99'] <= 1 else 'missed'}), max {m['send_lag_ms_max']:.2f} ms "
-                             f"(<= 5: {'met' if m['send_lag_ms_max'] <= 5 else 'missed'}), arrival CV "
-                             f"{s['arrival_cv']:.3f} (1.0 +/- 0.05: {'met' if abs(s['arrival_cv'] - 1) <= 0.05 else 'missed'}), "
-                             f"realized rate {realized * 100:+.2f}% (within +/-{200 / np.sqrt(m['n']):.2f}%, 2 sigma: "
-                             f"{'met' if abs(realized) <= 2 / np.sqrt(m['n']) else 'missed'})")
+                goals.append(
+                    f"goals at 1,000/s: send lag p99 {m['send_lag_ms_p99']:.3f} ms (<= 1: "
+                    f"{'met' if m['send_lag_ms_p99'] <= 1 else 'missed'}), max {m['send_lag_ms_max']:.2f} ms "
+                    f"(<= 5: {'met' if m['send_lag_ms_max'] <= 5 else 'missed'}), arrival CV "
+                    f"{s['arrival_cv']:.3f} (1.0 +/- 0.05: {'met' if abs(s['arrival_cv'] - 1) <= 0.05 else 'missed'}), "
+                    f"realized rate {realized * 100:+.2f}% (within +/-{200 / np.sqrt(m['n']):.2f}%, 2 sigma: "
+                    f"{'met' if abs(realized) <= 2 / np.sqrt(m['n']) else 'missed'})"
+                )
     for g in goals:
         print(g)
 
@@ -259,16 +334,40 @@ def run_ingest(url: str, workers: int, requests: int) -> dict:
     from bakeoff.bench.workers import measure_in_workers
     from bakeoff.serving.endpoint import Endpoint
 
-    w = Workload(name="ingest", input_len=8, output_len=INGEST_OUT, concurrency=[INGEST_C], requests_per_point=requests,
-                 warmup_requests=INGEST_C, workers=workers, request_timeout_s=120)
+    w = Workload(
+        name="ingest",
+        input_len=8,
+        output_len=INGEST_OUT,
+        concurrency=[INGEST_C],
+        requests_per_point=requests,
+        warmup_requests=INGEST_C,
+        workers=workers,
+        request_timeout_s=120,
+    )
     ep = Endpoint(target="scripted", base_url=url, model="scripted", stack="scripted", emulated=True)
-    ctx = Ctx(ep, AdhocTarget("scripted"), w, None, Path(tempfile.gettempdir()), "ingest", None, True,
-              provenance=False, prompt_seed=0)
+    ctx = Ctx(
+        ep,
+        AdhocTarget("scripted"),
+        w,
+        None,
+        Path(tempfile.gettempdir()),
+        "ingest",
+        None,
+        True,
+        provenance=False,
+        prompt_seed=0,
+    )
     recs, figs = run_async(measure_in_workers(ctx, key=INGEST_C, repeat=0, concurrency=INGEST_C))
     ok = [r for r in recs if r.ok and not r.warmup]
     span = max(r.start_offset + r.elapsed for r in ok) - min(r.start_offset for r in ok)
-    return {"workers": figs["workers"], "ok": len(ok), "n": sum(not r.warmup for r in recs),
-            "tps": sum(r.output_tokens for r in ok) / span, "span": span, "cpu": figs["client_cpu_pct"]}
+    return {
+        "workers": figs["workers"],
+        "ok": len(ok),
+        "n": sum(not r.warmup for r in recs),
+        "tps": sum(r.output_tokens for r in ok) / span,
+        "span": span,
+        "cpu": figs["client_cpu_pct"],
+    }
 
 
 def workers_rows(requests: int, two: bool) -> None:
@@ -276,19 +375,24 @@ def workers_rows(requests: int, two: bool) -> None:
     against the scripted server with zero TTFT/ITL on its own core; the server's own lag and CPU
     say whether it, not the client, set the pace."""
     cpus = sorted(os.sched_getaffinity(0))
-    print(f"\nWorkers: ingest, closed loop C={INGEST_C}, {requests} requests x {INGEST_OUT} output tokens "
-          f"(1 token per SSE chunk), scripted server with zero TTFT/ITL {'on CPU 0' if two else 'sharing the client CPU'}; "
-          f"{os.cpu_count()} CPUs on this machine; EMULATED, loopback")
-    print("| worker processes | client CPUs | ok | output tokens/s ingested | client CPU (all workers) "
-          "| tokens per client CPU-second | server CPU | server's own lag p50 / p99 / max (ms) |")
+    print(
+        f"\nWorkers: ingest, closed loop C={INGEST_C}, {requests} requests x {INGEST_OUT} output tokens "
+        f"(1 token per SSE chunk), scripted server with zero TTFT/ITL {'on CPU 0' if two else 'sharing the client CPU'}; "
+        f"{os.cpu_count()} CPUs on this machine; EMULATED, loopback"
+    )
+    print(
+        "| worker processes | client CPUs | ok | output tokens/s ingested | client CPU (all workers) "
+        "| tokens per client CPU-second | server CPU | server's own lag p50 / p99 / max (ms) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = []
-    with ScriptedServerProcess({"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": INGEST_OUT},
-                               cpu=0 if two else None) as srv:
-        run_ingest(srv.url, 1, 256)                                  # warm the server and the imports
+    with ScriptedServerProcess(
+        {"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": INGEST_OUT}, cpu=0 if two else None
+    ) as srv:
+        run_ingest(srv.url, 1, 256)  # warm the server and the imports
         for n, mine in ((1, {1} if two else None), (2, set(range(os.cpu_count() or 1)))):
             if mine:
-                os.sched_setaffinity(0, mine)                       # worker processes inherit it
+                os.sched_setaffinity(0, mine)  # worker processes inherit it
             try:
                 server_stats(srv.url)
                 s0, t0 = _proc_cpu_s(srv.proc.pid), _now()
@@ -299,16 +403,21 @@ def workers_rows(requests: int, two: bool) -> None:
                 os.sched_setaffinity(0, set(cpus))
             rows.append(best)
             where = ",".join(map(str, sorted(mine or cpus)))
-            print(f"| {best['workers']} | {where} | {best['ok']:,}/{best['n']:,} | {best['tps']:,.0f} | {best['cpu']:.0f}% | "
-                  f"{best['tps'] / (best['cpu'] / 100):,.0f} | {server_cpu:.0f}% | "
-                  f"{s['first_chunk_late_ms_p50'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} / "
-                  f"{s['first_chunk_late_ms_max'] or 0:.2f} |", flush=True)
+            print(
+                f"| {best['workers']} | {where} | {best['ok']:,}/{best['n']:,} | {best['tps']:,.0f} | {best['cpu']:.0f}% | "
+                f"{best['tps'] / (best['cpu'] / 100):,.0f} | {server_cpu:.0f}% | "
+                f"{s['first_chunk_late_ms_p50'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} / "
+                f"{s['first_chunk_late_ms_max'] or 0:.2f} |",
+                flush=True,
+            )
     one, two_w = rows
     per_core = one["tps"] / max(one["cpu"] / 100, 1e-9)
-    print(f"per core: {per_core:,.0f} output tokens per client CPU-second (1 worker); 2 workers / 1 worker = "
-          f"{two_w['tps'] / one['tps']:.2f}x wall throughput; extrapolated to 8 client cores (a server that "
-          f"keeps up assumed): {8 * per_core:,.0f} tokens/s; goal >= 250,000 tokens/s with this machine's cores: "
-          f"{'met' if max(one['tps'], two_w['tps']) >= 250_000 else 'missed'}")
+    print(
+        f"per core: {per_core:,.0f} output tokens per client CPU-second (1 worker); 2 workers / 1 worker = "
+        f"{two_w['tps'] / one['tps']:.2f}x wall throughput; extrapolated to 8 client cores (a server that "
+        f"keeps up assumed): {8 * per_core:,.0f} tokens/s; goal >= 250,000 tokens/s with this machine's cores: "
+        f"{'met' if max(one['tps'], two_w['tps']) >= 250_000 else 'missed'}"
+    )
 
 
 def run_open_sync(url: str, rate: float, seconds: float) -> dict:
@@ -317,6 +426,7 @@ def run_open_sync(url: str, rate: float, seconds: float) -> dict:
 
 def server_stats(url: str) -> dict:
     import httpx
+
     return httpx.get(url + "/stats?reset=1", timeout=5).json()
 
 
@@ -334,14 +444,32 @@ def run_guidellm(exe: str, url: str, c: int, total: int) -> dict | None:
         out, tok = Path(d) / "report.json", Path(d) / "tok"
         py = str(Path(exe).with_name("python"))
         subprocess.run([py, "-c", TOKENIZER_SRC, str(tok), ",".join(["[UNK]", "fidelity", *VOCAB])], check=True)
-        cmd = [exe, "run", "--backend", f"kind=openai_http,target={url},model=scripted",
-               "--profile", f"kind=concurrent,streams={c}", "--constraint", f"kind=max_requests,count={total}",
-               "--data", f"kind=synthetic_text,prompt_tokens=32,output_tokens={OUT}",
-               "--tokenizer", f"kind=huggingface_auto,model={tok}", "--output", f"kind=json,path={out}",
-               "--disable-console"]
+        cmd = [
+            exe,
+            "run",
+            "--backend",
+            f"kind=openai_http,target={url},model=scripted",
+            "--profile",
+            f"kind=concurrent,streams={c}",
+            "--constraint",
+            f"kind=max_requests,count={total}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens=32,output_tokens={OUT}",
+            "--tokenizer",
+            f"kind=huggingface_auto,model={tok}",
+            "--output",
+            f"kind=json,path={out}",
+            "--disable-console",
+        ]
         t0, c0 = time.time(), os.times()
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                           preexec_fn=(lambda: os.sched_setaffinity(0, {1})) if (os.cpu_count() or 1) > 1 else None)
+        p = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            preexec_fn=(lambda: os.sched_setaffinity(0, {1})) if (os.cpu_count() or 1) > 1 else None,
+        )
         c1 = os.times()
         if p.returncode != 0 or not out.exists():
             print(f"guidellm failed ({p.returncode}): {p.stderr[-800:]}", file=sys.stderr)
@@ -349,11 +477,15 @@ def run_guidellm(exe: str, url: str, c: int, total: int) -> dict | None:
         b = json.loads(out.read_text())["benchmarks"][0]
         m = b["metrics"]
         ttft = m["time_to_first_token_ms"]["successful"]
-        return {"ttft_mean": ttft["mean"], "ttft_p99": ttft["percentiles"]["p99"],
-                "itl_mean": m["inter_token_latency_ms"]["successful"]["mean"],
-                "tps": m["output_token_count"]["successful"]["total_sum"] / b["duration"],
-                "ok": m["output_token_count"]["successful"]["count"], "wall": time.time() - t0,
-                "cpu": (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)}
+        return {
+            "ttft_mean": ttft["mean"],
+            "ttft_p99": ttft["percentiles"]["p99"],
+            "itl_mean": m["inter_token_latency_ms"]["successful"]["mean"],
+            "tps": m["output_token_count"]["successful"]["total_sum"] / b["duration"],
+            "ok": m["output_token_count"]["successful"]["count"],
+            "wall": time.time() - t0,
+            "cpu": (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system),
+        }
 
 
 TOKENIZER_SRC = """
@@ -411,17 +543,21 @@ def main() -> int:
             peer = (c, run_guidellm(a.peer_guidellm, srv.url, c, requests_for(c, a.quick) + c))
 
     print("\nFidelity vs scripted truth (TTFT 100 ms, ITL 10 ms, 256 tokens, 1 token/chunk)")
-    print("| client | C | ok | TTFT err mean | TTFT err p99 | TPOT err mean | TPOT err p99 | throughput vs ideal | client CPU | server late mean / p99 | client's own TTFT err mean / p99 |")
+    print(
+        "| client | C | ok | TTFT err mean | TTFT err p99 | TPOT err mean | TPOT err p99 | throughput vs ideal | client CPU | server late mean / p99 | client's own TTFT err mean / p99 |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in results:
         ideal = m["c"] * OUT / ((TTFT_MS + (OUT - 1) * ITL_MS) / 1e3)
         e = m["ttft"] - TTFT_MS
         t = m["tpot"] - ITL_MS
         s = m["server"]
-        print(f"| {m['client']} | {m['c']} | {m['ok']}/{m['requests']} | {e.mean():+.2f} ms | {np.percentile(e, 99):+.2f} ms | "
-              f"{t.mean():+.4f} ms | {np.percentile(t, 99):+.4f} ms | {(m['tps'] / ideal - 1) * 100:+.2f}% | "
-              f"{m['cpu']:.0f}% | {s['first_chunk_late_ms_mean'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} ms | "
-              f"{m['own'].mean():+.2f} / {np.percentile(m['own'], 99):+.2f} ms |")
+        print(
+            f"| {m['client']} | {m['c']} | {m['ok']}/{m['requests']} | {e.mean():+.2f} ms | {np.percentile(e, 99):+.2f} ms | "
+            f"{t.mean():+.4f} ms | {np.percentile(t, 99):+.4f} ms | {(m['tps'] / ideal - 1) * 100:+.2f}% | "
+            f"{m['cpu']:.0f}% | {s['first_chunk_late_ms_mean'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} ms | "
+            f"{m['own'].mean():+.2f} / {np.percentile(m['own'], 99):+.2f} ms |"
+        )
 
     if peer and peer[1]:
         c, g = peer
@@ -432,14 +568,18 @@ def main() -> int:
     print(f"\nCapacity: zero TTFT/ITL, C=64, {a.capacity_requests} requests x {OUT} tokens")
     print("| client | output tokens/s ingested (wall) | client CPU | tokens per client CPU-second |")
     print("| --- | --- | --- | --- |")
-    with ScriptedServerProcess({"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": OUT},
-                               cpu=0 if two else None) as srv:
+    with ScriptedServerProcess(
+        {"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": OUT}, cpu=0 if two else None
+    ) as srv:
         for kind in clients:
             best = None
             for _ in range(2):
                 m = measure(kind, srv.url, 64, a.capacity_requests + 64, 64)
                 best = m if best is None or m["tps"] > best["tps"] else best
-            print(f"| {kind} | {best['tps']:,.0f} | {best['cpu']:.0f}% | {best['tps'] / (best['cpu'] / 100):,.0f} |", flush=True)
+            print(
+                f"| {kind} | {best['tps']:,.0f} | {best['cpu']:.0f}% | {best['tps'] / (best['cpu'] / 100):,.0f} |",
+                flush=True,
+            )
     if a.only is None:
         workers_rows(a.ingest_requests, two)
     return 0
@@ -447,12 +587,16 @@ def main() -> int:
 
 def print_guidellm(g: dict, ours: dict | None) -> None:
     e = g["ttft_mean"] - TTFT_MS
-    print(f"| guidellm | {g['ok']} ok | TTFT err mean {e:+.2f} ms | TTFT p99 {g['ttft_p99']:.1f} ms | "
-          f"ITL (= TPOT) mean {g['itl_mean']:.3f} ms | {g['tps']:,.0f} out tok/s | CPU {g['cpu'] / g['wall'] * 100:.0f}% |")
+    print(
+        f"| guidellm | {g['ok']} ok | TTFT err mean {e:+.2f} ms | TTFT p99 {g['ttft_p99']:.1f} ms | "
+        f"ITL (= TPOT) mean {g['itl_mean']:.3f} ms | {g['tps']:,.0f} out tok/s | CPU {g['cpu'] / g['wall'] * 100:.0f}% |"
+    )
     if ours:
         o = ours["ttft"].mean() - TTFT_MS
-        print(f"guidellm vs bakeoff: TTFT error {e:+.2f} vs {o:+.2f} ms, "
-              f"TTFT p99 ratio {g['ttft_p99'] / np.percentile(ours['ttft'], 99):.3f}x, throughput ratio {g['tps'] / ours['tps']:.3f}x")
+        print(
+            f"guidellm vs bakeoff: TTFT error {e:+.2f} vs {o:+.2f} ms, "
+            f"TTFT p99 ratio {g['ttft_p99'] / np.percentile(ours['ttft'], 99):.3f}x, throughput ratio {g['tps'] / ours['tps']:.3f}x"
+        )
 
 
 if __name__ == "__main__":

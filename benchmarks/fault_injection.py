@@ -26,6 +26,7 @@ OCI self-delete), at most the horizon plus one reaper interval where a stopped n
 
     .venv/bin/python benchmarks/fault_injection.py
 """
+
 from __future__ import annotations
 
 import json
@@ -47,11 +48,18 @@ from bakeoff.plan import load_plan  # noqa: E402
 from bakeoff.sandbox import Sandbox  # noqa: E402
 from bakeoff.sandbox import oci as fake_oci  # noqa: E402
 
-STAGES = [("launch", "launch"), ("capacity error", None), ("after create", "after_create"),
-          ("ready timeout", "ready_timeout"), ("deploy crash", "deploy"), ("mid-benchmark exception", "benchmark"),
-          ("report failure", "report"), ("worker SIGKILL mid-run", None)]
+STAGES = [
+    ("launch", "launch"),
+    ("capacity error", None),
+    ("after create", "after_create"),
+    ("ready timeout", "ready_timeout"),
+    ("deploy crash", "deploy"),
+    ("mid-benchmark exception", "benchmark"),
+    ("report failure", "report"),
+    ("worker SIGKILL mid-run", None),
+]
 PROVIDERS = ["aws", "vultr", "digitalocean", "oci"]
-REAPER_INTERVAL_S = 300          # the independent reaper's interval (the compose service's and the cron line's)
+REAPER_INTERVAL_S = 300  # the independent reaper's interval (the compose service's and the cron line's)
 OCI_ELSEWHERE = "oci (2nd compartment + region)"
 
 
@@ -61,16 +69,24 @@ def plan_file(provider: str, fault: str | None, workdir: Path, elsewhere: bool =
     by_provider = {t["provider"]: t for t in raw["targets"]}
     by_provider["oci"] = load_plan("mi355x-vs-b200-oci-sandbox").model_dump(mode="json")["targets"][1]
     if provider == "digitalocean":
-        t = dict(by_provider["vultr"], name="mi300x-vllm", provider="digitalocean", instance_type="gpu-mi300x8-1536gb",
-                 provider_options={**by_provider["vultr"]["provider_options"], "regions": ["atl1", "nyc2"]})
+        t = dict(
+            by_provider["vultr"],
+            name="mi300x-vllm",
+            provider="digitalocean",
+            instance_type="gpu-mi300x8-1536gb",
+            provider_options={**by_provider["vultr"]["provider_options"], "regions": ["atl1", "nyc2"]},
+        )
     else:
         t = by_provider[provider]
     t = json.loads(json.dumps(t))
     t["provider_options"]["inject_fault"] = fault
-    if elsewhere:   # where the connection's compartment and region do not look
-        t["provider_options"].update(compartment_id=fake_oci.COMPARTMENT_2, subnet_ocid=fake_oci.SUBNET_2,
-                                     regions=[fake_oci.SECOND_REGION],
-                                     availability_domains=fake_oci.ADS_BY_REGION[fake_oci.SECOND_REGION][:2])
+    if elsewhere:  # where the connection's compartment and region do not look
+        t["provider_options"].update(
+            compartment_id=fake_oci.COMPARTMENT_2,
+            subnet_ocid=fake_oci.SUBNET_2,
+            regions=[fake_oci.SECOND_REGION],
+            availability_domains=fake_oci.ADS_BY_REGION[fake_oci.SECOND_REGION][:2],
+        )
     raw.update(name=f"faults-{provider}", targets=[t])
     raw["workloads"][0].update(concurrency=[4], requests_per_point=8, warmup_requests=0)
     raw["quality"]["accuracy"]["eval_size"] = 16
@@ -97,10 +113,16 @@ def run_dag_like(run_dir: str, slug: str) -> None:
 
 
 def sigkill_provision(sb: Sandbox, run_dir: str, slug: str, provider: str, before: int) -> None:
-    code = ("from bakeoff import pipeline, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env); "
-            f"pipeline.provision({run_dir!r}, {slug!r})")
-    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **sb.env()},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    code = (
+        "from bakeoff import pipeline, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env); "
+        f"pipeline.provision({run_dir!r}, {slug!r})"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, **sb.env()},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while len(sb.live()[provider]) <= before and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -133,18 +155,29 @@ def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: 
             except Exception as e:  # noqa: BLE001
                 logging.info("%s failed: %s", step.__name__, e)
         pipeline.mark_failed(run["run_dir"], "injected")  # the watcher task
-        pipeline.finish(run["run_dir"])                     # the final all_done task
+        pipeline.finish(run["run_dir"])  # the final all_done task
     now = time.time() + (plan.max_instance_hours * 3600 + 60 if killed else 0)
     reaped = reaper.reap(now=now, provider_names=[provider], credentials_fn=sb.credentials)
     after_reaper = len(sb.live()[provider]) - before
     sb.deny_capacity(provider, [])
-    return {"stage": stage, "provider": provider, "teardown": after_teardown, "sweep": after_sweep,
-            "reaper": after_reaper, "reaped": len(reaped["terminated"]), "reaper_at": "expiry" if killed else "now"}
+    return {
+        "stage": stage,
+        "provider": provider,
+        "teardown": after_teardown,
+        "sweep": after_sweep,
+        "reaper": after_reaper,
+        "reaped": len(reaped["terminated"]),
+        "reaper_at": "expiry" if killed else "now",
+    }
 
 
 def _airflow_process(sb: Sandbox, code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **sb.env()},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, **sb.env()},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = False) -> dict:
@@ -156,12 +189,20 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     slug = plan.targets[0].slug
     run = pipeline.start_run(str(path), f"faults__{provider}__airflow-dies__{time.time_ns()}")
     before = set(sb.live()[cloud])
-    setup = "from bakeoff import pipeline, reaper, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env)"
-    worker = _airflow_process(sb, f"{setup}; import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-                                  f"from fault_injection import run_dag_like; run_dag_like({run['run_dir']!r}, {slug!r}); "
-                                  f"pipeline.sweep({run['run_dir']!r})")
-    scheduler = _airflow_process(sb, f"{setup}; import time\nwhile True:\n    time.sleep(3600); "
-                                     f"reaper.reap(credentials_fn=sandbox.credentials_from_env)")
+    setup = (
+        "from bakeoff import pipeline, reaper, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env)"
+    )
+    worker = _airflow_process(
+        sb,
+        f"{setup}; import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        f"from fault_injection import run_dag_like; run_dag_like({run['run_dir']!r}, {slug!r}); "
+        f"pipeline.sweep({run['run_dir']!r})",
+    )
+    scheduler = _airflow_process(
+        sb,
+        f"{setup}; import time\nwhile True:\n    time.sleep(3600); "
+        f"reaper.reap(credentials_fn=sandbox.credentials_from_env)",
+    )
     deadline = time.monotonic() + 120
     while not set(sb.live()[cloud]) - before and time.monotonic() < deadline and worker.poll() is None:
         time.sleep(0.05)
@@ -172,21 +213,33 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     nodes = sorted(set(sb.live()[cloud]) - before)
     horizon_s = max((sb.backing.deadline(cloud, n) or killed_at) - killed_at for n in nodes) if nodes else 0.0
 
-    def wait(seconds: float) -> bool:            # the loop's sleep is the sandbox clock running forward
+    def wait(seconds: float) -> bool:  # the loop's sleep is the sandbox clock running forward
         sb.clock.advance(seconds)
         return not (set(sb.live()[cloud]) - before)
 
-    passes = reaper.reap_loop(REAPER_INTERVAL_S, provider_names=[cloud], credentials_fn=sb.credentials, wait=wait,
-                              now_fn=sb.clock.now,
-                              max_passes=int(plan.max_instance_hours * 3600 // REAPER_INTERVAL_S) + 3)
+    passes = reaper.reap_loop(
+        REAPER_INTERVAL_S,
+        provider_names=[cloud],
+        credentials_fn=sb.credentials,
+        wait=wait,
+        now_fn=sb.clock.now,
+        max_passes=int(plan.max_instance_hours * 3600 // REAPER_INTERVAL_S) + 3,
+    )
     billed = sb.billed_minutes(cloud, killed_at)
     left = len(set(sb.live()[cloud]) - before)
     horizon = horizon_s / 60
     bound = horizon + (0 if cloud in ("aws", "oci") else REAPER_INTERVAL_S / 60)
-    return {"provider": OCI_ELSEWHERE if elsewhere else provider, "nodes": len(nodes), "horizon": horizon,
-            "billed": billed, "past": max(0.0, billed - horizon * len(nodes)), "bound": bound * max(1, len(nodes)),
-            "left": left, "passes": passes,
-            "ok": left == 0 and len(nodes) > 0 and billed <= bound * len(nodes) + 0.5}
+    return {
+        "provider": OCI_ELSEWHERE if elsewhere else provider,
+        "nodes": len(nodes),
+        "horizon": horizon,
+        "billed": billed,
+        "past": max(0.0, billed - horizon * len(nodes)),
+        "bound": bound * max(1, len(nodes)),
+        "left": left,
+        "passes": passes,
+        "ok": left == 0 and len(nodes) > 0 and billed <= bound * len(nodes) + 0.5,
+    }
 
 
 def budget_guard(sb: Sandbox, workdir: Path) -> str:
@@ -216,8 +269,12 @@ def main() -> int:
             for provider in PROVIDERS:
                 rows.append(one_row(sb, provider, stage, fault, workdir))
                 r = rows[-1]
-                print(f"  {r['stage']:<24} {r['provider']:<13} teardown {r['teardown']}  sweep {r['sweep']}  "
-                      f"reaper {r['reaper']}", file=sys.stderr, flush=True)
+                print(
+                    f"  {r['stage']:<24} {r['provider']:<13} teardown {r['teardown']}  sweep {r['sweep']}  "
+                    f"reaper {r['reaper']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         guard = budget_guard(sb, workdir)
         leftover = sb.live()
         firewalls = len(sb.clouds.do.firewalls)
@@ -229,36 +286,54 @@ def main() -> int:
             pipeline.set_credentials_resolver(sb.credentials)
             dies.append(airflow_dies(sb, provider, workdir, elsewhere))
         d = dies[-1]
-        print(f"  Airflow dies             {d['provider']:<13} billed {d['billed']:.1f} node-min after the kill, "
-              f"left {d['left']}", file=sys.stderr, flush=True)
+        print(
+            f"  Airflow dies             {d['provider']:<13} billed {d['billed']:.1f} node-min after the kill, "
+            f"left {d['left']}",
+            file=sys.stderr,
+            flush=True,
+        )
     wall = time.perf_counter() - t0
     shutil.rmtree(workdir, ignore_errors=True)
     if _OWN_DATA:
         shutil.rmtree(_OWN_DATA, ignore_errors=True)
-    print("\nInstances left running (sandbox: EC2 = moto server, Vultr/DigitalOcean/OCI = local fakes; nodes are emulators)\n")
+    print(
+        "\nInstances left running (sandbox: EC2 = moto server, Vultr/DigitalOcean/OCI = local fakes; nodes are emulators)\n"
+    )
     print("| stage | provider | after teardown | after all_done sweep | after one reaper pass | reaper pass at |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for r in rows:
         print(f"| {r['stage']} | {r['provider']} | {r['teardown']} | {r['sweep']} | {r['reaper']} | {r['reaper_at']} |")
     ok_reaper = all(r["reaper"] == 0 for r in rows)
     ok_sweep = all(r["sweep"] == 0 for r in rows if not r["stage"].startswith("worker SIGKILL"))
-    print(f"\nzero after the reaper in every row: {ok_reaper}; zero after the sweep in every row but SIGKILL: {ok_sweep}")
-    print(f"\nAirflow dies (scheduler and worker SIGKILLed once the node exists; independent reaper every "
-          f"{REAPER_INTERVAL_S // 60} min; sandbox clock run to the node's expiry)\n")
-    print("| cloud | nodes | kill switch | kill-switch horizon (min) | billed node-min after Airflow dies | "
-          "billed past the horizon | goal: billed at most | nodes left at the end | goal met |")
+    print(
+        f"\nzero after the reaper in every row: {ok_reaper}; zero after the sweep in every row but SIGKILL: {ok_sweep}"
+    )
+    print(
+        f"\nAirflow dies (scheduler and worker SIGKILLed once the node exists; independent reaper every "
+        f"{REAPER_INTERVAL_S // 60} min; sandbox clock run to the node's expiry)\n"
+    )
+    print(
+        "| cloud | nodes | kill switch | kill-switch horizon (min) | billed node-min after Airflow dies | "
+        "billed past the horizon | goal: billed at most | nodes left at the end | goal met |"
+    )
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     switch = {"aws": "power-off = terminate", "oci": "self-delete (instance principal)"}
     for d in dies:
         cloud = "oci" if d["provider"].startswith("oci") else d["provider"]
-        print(f"| {d['provider']} | {d['nodes']} | {switch.get(cloud, 'power-off, then reaper')} | {d['horizon']:.1f} | "
-              f"{d['billed']:.1f} | {d['past']:.1f} | {d['bound']:.1f} | {d['left']} | {d['ok']} |")
+        print(
+            f"| {d['provider']} | {d['nodes']} | {switch.get(cloud, 'power-off, then reaper')} | {d['horizon']:.1f} | "
+            f"{d['billed']:.1f} | {d['past']:.1f} | {d['bound']:.1f} | {d['left']} | {d['ok']} |"
+        )
     ok_dies = all(d["ok"] for d in dies)
-    print(f"goal: billed after the kill at most the horizon where the node ends its own billing, the horizon plus "
-          f"one reaper interval where a stopped node bills on; every row met it: {ok_dies}\n")
+    print(
+        f"goal: billed after the kill at most the horizon where the node ends its own billing, the horizon plus "
+        f"one reaper interval where a stopped node bills on; every row met it: {ok_dies}\n"
+    )
     print(f"budget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
-    print(f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values()) + sum(d['left'] for d in dies)}; "
-          f"DigitalOcean cloud firewalls left: {firewalls}; OCI security groups left: {nsgs}; wall time {wall:.1f} s")
+    print(
+        f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values()) + sum(d['left'] for d in dies)}; "
+        f"DigitalOcean cloud firewalls left: {firewalls}; OCI security groups left: {nsgs}; wall time {wall:.1f} s"
+    )
     return 0 if ok_reaper and ok_sweep and ok_dies else 1
 
 

@@ -5,13 +5,14 @@ requests in between, where a quantile read from vLLM's buckets (20 ms wide aroun
 not fine enough to check a 3 ms goal. vLLM renamed some series across releases, so each figure
 names the series to try, newest first.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 # figure -> series to try, newest name first (vLLM V1 names, then older ones)
@@ -98,6 +99,12 @@ def delta(before_text: str, after_text: str) -> dict[str, object]:
         after = counter(a, names)
         return None if after is None else after - (counter(b, names) or 0.0)
 
-    return {"ttft": hist(TTFT), "tpot": hist(TPOT), "itl": hist(ITL), "e2e": hist(E2E),
-            "prompt_tokens": count(PROMPT_TOKENS), "generation_tokens": count(GENERATION_TOKENS),
-            "requests": count(REQUESTS)}
+    return {
+        "ttft": hist(TTFT),
+        "tpot": hist(TPOT),
+        "itl": hist(ITL),
+        "e2e": hist(E2E),
+        "prompt_tokens": count(PROMPT_TOKENS),
+        "generation_tokens": count(GENERATION_TOKENS),
+        "requests": count(REQUESTS),
+    }

@@ -8,6 +8,7 @@ machine load hits both alike. Also times a fresh connection (TCP, plus the TLS h
 
     python benchmarks/tls_overhead.py [--requests 400]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,21 @@ def _free_port() -> int:
 
 def _start(d: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(d / "config.json"),
-                             "--port", str(port), *extra], env={**os.environ, "EMU_KEY": KEY},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.serving.emulator",
+            "--config",
+            str(d / "config.json"),
+            "--port",
+            str(port),
+            *extra,
+        ],
+        env={**os.environ, "EMU_KEY": KEY},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -58,14 +71,14 @@ async def _measure(clients: dict[str, StreamingClient], n: int) -> dict[str, dic
     out: dict[str, dict] = {name: {"ttft_ms": [], "connect_ms": []} for name in clients}
     body = {"model": "scripted", "prompt": "hello " * 64, "max_tokens": 8, "stream": True}
     for name, c in clients.items():
-        for _ in range(20):                     # fresh connections: TCP (+ TLS handshake)
+        for _ in range(20):  # fresh connections: TCP (+ TLS handshake)
             t0 = time.perf_counter()
             conn = await c._open()
             out[name]["connect_ms"].append((time.perf_counter() - t0) * 1000)
             conn.close()
         await c.warm(1)
     for i in range(n):
-        for name in (list(clients) if i % 2 else list(clients)[::-1]):
+        for name in list(clients) if i % 2 else list(clients)[::-1]:
             c = clients[name]
             o = await c.stream(c.build("/v1/completions", body))
             if o.error is None and o.state.ttft is not None:
@@ -80,17 +93,25 @@ def main() -> int:
     ident = tls.node_identity("tls-overhead", "bench")
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        (d / "config.json").write_text(json.dumps({"mode": "scripted", "served_model": "scripted",
-                                                   "api_key_env": "EMU_KEY",
-                                                   "scripted": {"ttft_ms": 0, "itl_ms": 0}}))
+        (d / "config.json").write_text(
+            json.dumps(
+                {
+                    "mode": "scripted",
+                    "served_model": "scripted",
+                    "api_key_env": "EMU_KEY",
+                    "scripted": {"ttft_ms": 0, "itl_ms": 0},
+                }
+            )
+        )
         (d / "node.crt").write_text(ident.cert_pem)
         (d / "node.key").write_text(ident.key_pem)
         plain, p1 = _start(d, [])
         secure, p2 = _start(d, ["--tls-cert", str(d / "node.crt"), "--tls-key", str(d / "node.key")])
         try:
-            clients = {"plain": StreamingClient(f"http://127.0.0.1:{p1}", api_key=KEY, timeout_s=30),
-                       "tls": StreamingClient(f"https://127.0.0.1:{p2}", api_key=KEY, timeout_s=30,
-                                              tls_cert=ident.cert_pem)}
+            clients = {
+                "plain": StreamingClient(f"http://127.0.0.1:{p1}", api_key=KEY, timeout_s=30),
+                "tls": StreamingClient(f"https://127.0.0.1:{p2}", api_key=KEY, timeout_s=30, tls_cert=ident.cert_pem),
+            }
             res = asyncio.run(_measure(clients, args.requests))
         finally:
             for p in (plain, secure):
@@ -99,13 +120,17 @@ def main() -> int:
     print(f"{'transport':<10}{'n':>6}{'TTFT p50 ms':>13}{'p99 ms':>9}{'mean ms':>9}{'connect p50 ms':>16}")
     for name, r in res.items():
         t = r["ttft_ms"]
-        print(f"{name:<10}{len(t):>6}{statistics.median(t):>13.3f}{_pct(t, 0.99):>9.3f}{statistics.fmean(t):>9.3f}"
-              f"{statistics.median(r['connect_ms']):>16.3f}")
+        print(
+            f"{name:<10}{len(t):>6}{statistics.median(t):>13.3f}{_pct(t, 0.99):>9.3f}{statistics.fmean(t):>9.3f}"
+            f"{statistics.median(r['connect_ms']):>16.3f}"
+        )
     a, b = res["plain"]["ttft_ms"], res["tls"]["ttft_ms"]
-    print(f"TLS overhead: TTFT p50 {statistics.median(b) - statistics.median(a):+.3f} ms, "
-          f"mean {statistics.fmean(b) - statistics.fmean(a):+.3f} ms; new connection "
-          f"{statistics.median(res['tls']['connect_ms']) - statistics.median(res['plain']['connect_ms']):+.3f} ms "
-          "(outside every TTFT: connections are opened before measuring)")
+    print(
+        f"TLS overhead: TTFT p50 {statistics.median(b) - statistics.median(a):+.3f} ms, "
+        f"mean {statistics.fmean(b) - statistics.fmean(a):+.3f} ms; new connection "
+        f"{statistics.median(res['tls']['connect_ms']) - statistics.median(res['plain']['connect_ms']):+.3f} ms "
+        "(outside every TTFT: connections are opened before measuring)"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ least one round trip (TCP), two or more with TLS.
 
     python benchmarks/ttft_connection.py [--requests 200] [--rounds 3] [--concurrency 1 8]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,23 +39,44 @@ def main() -> None:
         ep = Endpoint(target="t", base_url=srv.url, model="scripted", stack="scripted", emulated=True)
         for r in range(args.rounds):
             for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                w = Workload(name=f"{mode}-{r}", input_len=64, output_len=16, concurrency=args.concurrency,
-                             requests_per_point=args.requests, warmup_requests=4, ttft_connection=mode)
-                points = run_workload(ep, AdhocTarget("t"), w, Slo(), Path(tmp) / f"{mode}-{r}", "r", None, True,
-                                      provenance=False, calibrate=False)
+                w = Workload(
+                    name=f"{mode}-{r}",
+                    input_len=64,
+                    output_len=16,
+                    concurrency=args.concurrency,
+                    requests_per_point=args.requests,
+                    warmup_requests=4,
+                    ttft_connection=mode,
+                )
+                points = run_workload(
+                    ep,
+                    AdhocTarget("t"),
+                    w,
+                    Slo(),
+                    Path(tmp) / f"{mode}-{r}",
+                    "r",
+                    None,
+                    True,
+                    provenance=False,
+                    calibrate=False,
+                )
                 for p in points:
                     row = got.setdefault((mode, int(p["concurrency"])), {"p50": [], "p99": []})
                     row["p50"].append(p["ttft_ms_p50"])
                     row["p99"].append(p["ttft_ms_p99"])
-    print(f"EMULATED (scripted server, loopback, server TTFT {args.ttft_ms:g} ms); median over {args.rounds} rounds "
-          f"of {args.requests} requests")
+    print(
+        f"EMULATED (scripted server, loopback, server TTFT {args.ttft_ms:g} ms); median over {args.rounds} rounds "
+        f"of {args.requests} requests"
+    )
     print(f"{'C':>4} {'mode':<12} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'Δp50 ms':>9} {'Δp99 ms':>9}")
     for c in args.concurrency:
         base = {k: statistics.median(got[("warm", c)][k]) for k in ("p50", "p99")}
         for mode in MODES:
             m = {k: statistics.median(got[(mode, c)][k]) for k in ("p50", "p99")}
-            print(f"{c:>4} {mode:<12} {m['p50']:>12.3f} {m['p99']:>12.3f} "
-                  f"{m['p50'] - base['p50']:>+9.3f} {m['p99'] - base['p99']:>+9.3f}")
+            print(
+                f"{c:>4} {mode:<12} {m['p50']:>12.3f} {m['p99']:>12.3f} "
+                f"{m['p50'] - base['p50']:>+9.3f} {m['p99'] - base['p99']:>+9.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ any failed step (teardowns and all_done tasks would otherwise hide it), and a fi
 records the outcome in the results store once every step is done and, being the only leaf, fails
 the DAG run when the run failed.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,26 +39,52 @@ PARAMS = {
     # A choice among the installed plans, never a path: start_run refuses anything else (also in
     # the Variable bakeoff_plan), since a path would run any YAML file on the worker. The form shows
     # null as "null" unless labelled, and labels unlisted values like null: label them all.
-    "plan": Param(None, type=["null", "string"], enum=[None, *PLANS], title="Plan",
-                  values_display={"null": "(the scheduled plan: Variable bakeoff_plan)", **{p: p for p in PLANS}},
-                  description="One of the installed plans (include/plans, or $BAKEOFF_PLANS). Blank: the Airflow "
-                              "Variable bakeoff_plan, else local-demo."),
-    "targets": Param([], type="array", items={"type": "string"}, title="Targets",
-                     description="Subset of the plan's target names; empty runs them all."),
+    "plan": Param(
+        None,
+        type=["null", "string"],
+        enum=[None, *PLANS],
+        title="Plan",
+        values_display={"null": "(the scheduled plan: Variable bakeoff_plan)", **{p: p for p in PLANS}},
+        description="One of the installed plans (include/plans, or $BAKEOFF_PLANS). Blank: the Airflow "
+        "Variable bakeoff_plan, else local-demo.",
+    ),
+    "targets": Param(
+        [],
+        type="array",
+        items={"type": "string"},
+        title="Targets",
+        description="Subset of the plan's target names; empty runs them all.",
+    ),
     # Contract prices can also come from the Airflow Variable bakeoff_price_sheet (JSON); these win.
     # Bounds match the plan's fields (bakeoff.plan), so the form refuses what the plan would.
     "ttft_p99_ms": Param(None, type=["null", "number"], minimum=1, maximum=600_000, title="SLO: p99 TTFT (ms)"),
     "tpot_p50_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p50 TPOT (ms)"),
     "tpot_p99_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p99 TPOT (ms)"),
-    "prices": Param({}, type="object", title="Contract prices",
-                    additionalProperties={"type": "number", "exclusiveMinimum": 0, "maximum": 10_000},
-                    description='USD per node-hour per target, e.g. {"mi355x-vllm": 40.0}; overrides the catalog in '
-                                "the cost report. The budget guard still prices each node at least at list."),
-    "utilisation": Param(None, type=["null", "number"], minimum=0.01, maximum=1, title="Utilisation",
-                         description="Share of paid hours actually serving (cost is divided by it)."),
-    "budget_usd": Param(None, type=["null", "number"], minimum=1, maximum=100_000, title="Budget cap (USD)",
-                        description="Spend cap for this run; at most the installation ceiling (Airflow Variable "
-                                    "bakeoff_budget_ceiling_usd, default 1000 USD)."),
+    "prices": Param(
+        {},
+        type="object",
+        title="Contract prices",
+        additionalProperties={"type": "number", "exclusiveMinimum": 0, "maximum": 10_000},
+        description='USD per node-hour per target, e.g. {"mi355x-vllm": 40.0}; overrides the catalog in '
+        "the cost report. The budget guard still prices each node at least at list.",
+    ),
+    "utilisation": Param(
+        None,
+        type=["null", "number"],
+        minimum=0.01,
+        maximum=1,
+        title="Utilisation",
+        description="Share of paid hours actually serving (cost is divided by it).",
+    ),
+    "budget_usd": Param(
+        None,
+        type=["null", "number"],
+        minimum=1,
+        maximum=100_000,
+        title="Budget cap (USD)",
+        description="Spend cap for this run; at most the installation ceiling (Airflow Variable "
+        "bakeoff_budget_ceiling_usd, default 1000 USD).",
+    ),
 }
 
 DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.duration(seconds=20)}
@@ -128,8 +155,9 @@ def bakeoff():
         sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
         # The installation's spend ceiling: no plan or trigger may ask for more (unset: the default).
         ceiling = Variable.get("bakeoff_budget_ceiling_usd", default=None)
-        return _pipeline().start_run(plan, ctx["run_id"], _overrides(params), price_sheet=sheet,
-                                     budget_ceiling_usd=ceiling)
+        return _pipeline().start_run(
+            plan, ctx["run_id"], _overrides(params), price_sheet=sheet, budget_ceiling_usd=ceiling
+        )
 
     @task
     def targets_of(run: dict, provider: str) -> list[dict]:
@@ -197,7 +225,8 @@ def bakeoff():
         pipeline = _pipeline()
         published = pipeline.publish(run["run_dir"], paths, **s3_publish_args())
         get_current_context()["outlet_events"][REPORTS].add(
-            Asset(published["asset_uri"]), extra={"plan": run["plan"], **published})
+            Asset(published["asset_uri"]), extra={"plan": run["plan"], **published}
+        )
         return published
 
     @task(trigger_rule="one_failed", retries=0)
@@ -214,8 +243,10 @@ def bakeoff():
         all_done task is the only one, so succeeding here would turn a failed run green."""
         status = _pipeline().finish(run["run_dir"])
         if status != "success":
-            raise RuntimeError(f"the bake-off run ended {status}: see the failed tasks of this DAG run; "
-                               f"everything measured is kept under {run['run_dir']}")
+            raise RuntimeError(
+                f"the bake-off run ended {status}: see the failed tasks of this DAG run; "
+                f"everything measured is kept under {run['run_dir']}"
+            )
         return status
 
     run = start_run()

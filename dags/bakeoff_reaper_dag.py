@@ -4,6 +4,7 @@ Hourly, on every configured provider, terminates instances tagged by bakeoff who
 or whose expiry has passed, and logs what it did. Every cloud is tried; the task fails when any
 cloud (or region) could not be scanned or a node could not be terminated, so a blind pass is never green.
 """
+
 from __future__ import annotations
 
 import pendulum
@@ -28,9 +29,11 @@ def bakeoff_reaper():
         from bakeoff import reaper
 
         out = reaper.reap(provider_names=configured_providers(), credentials_fn=masked(resolve))
-        if out["errors"]:   # a cloud that could not be scanned may hold billing nodes: the task must not be green
-            raise RuntimeError(f"reaper: {len(out['terminated'])} terminated, but could not scan or terminate: "
-                               + "; ".join(f"{where}: {why}" for where, why in out["errors"].items()))
+        if out["errors"]:  # a cloud that could not be scanned may hold billing nodes: the task must not be green
+            raise RuntimeError(
+                f"reaper: {len(out['terminated'])} terminated, but could not scan or terminate: "
+                + "; ".join(f"{where}: {why}" for where, why in out["errors"].items())
+            )
         return out
 
     reap()

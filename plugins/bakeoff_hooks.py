@@ -16,6 +16,7 @@ Connections (secrets stay in Airflow's connection store or the environment, neve
 Extra ``bakeoff_address_map_url`` (sandbox, or an SSH/SSM tunnel layer) says where serving ports
 are reached from the worker.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,13 +25,18 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-CONN_IDS = {"aws": "aws_default", "vultr": "vultr_default", "digitalocean": "digitalocean_default",
-            "oci": "oci_default"}
+CONN_IDS = {
+    "aws": "aws_default",
+    "vultr": "vultr_default",
+    "digitalocean": "digitalocean_default",
+    "oci": "oci_default",
+}
 REST_DEFAULT_BASE = {"vultr": "https://api.vultr.com/v2", "digitalocean": "https://api.digitalocean.com/v2"}
 
 
 def _connection(conn_id: str):
     from airflow.sdk import BaseHook  # noqa: PLC0415
+
     try:
         return BaseHook.get_connection(conn_id)
     except Exception:  # noqa: BLE001 - Airflow raises different types per backend for "not defined"
@@ -52,6 +58,7 @@ def _base_url(conn, provider: str) -> str:
 def aws_credentials(conn_id: str = CONN_IDS["aws"]) -> dict[str, Any]:
     """A boto3 session from the Amazon provider's hook (keys, assumed role, profile or instance role)."""
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook  # noqa: PLC0415
+
     hook = AwsBaseHook(aws_conn_id=conn_id, client_type="ec2")
     extra = hook.conn_config.extra_config or {}
     return {"session": hook.get_session(), "endpoint_url": hook.conn_config.endpoint_url, **_reach_extras(extra)}
@@ -88,7 +95,16 @@ def oci_credentials(conn_id: str = CONN_IDS["oci"]) -> dict[str, Any]:
         return {}
     extra = conn.extra_dejson or {}
     creds: dict[str, Any] = {"user": conn.login or "", "key_content": conn.password or ""}
-    for key in ("tenancy", "fingerprint", "region", "compartment_id", "service_endpoint", "pass_phrase", "poll_s", "backoff_s"):
+    for key in (
+        "tenancy",
+        "fingerprint",
+        "region",
+        "compartment_id",
+        "service_endpoint",
+        "pass_phrase",
+        "poll_s",
+        "backoff_s",
+    ):
         if extra.get(key):
             creds[key] = extra[key]
     return {**creds, **_reach_extras(extra)}
@@ -109,17 +125,20 @@ def resolve(provider: str) -> dict[str, Any]:
 
 def masked(resolver):
     """Wrap a resolver so every token it hands out is registered with Airflow's log masker."""
+
     def resolve_and_mask(provider: str) -> dict[str, Any]:
         creds = resolver(provider)
         for key in ("token", "aws_secret_access_key", "aws_session_token", "key_content", "pass_phrase"):
             if creds.get(key):
                 mask_secret(creds[key])
         return creds
+
     return resolve_and_mask
 
 
 def mask_secret(value: str) -> None:
     from airflow.sdk.log import mask_secret as _mask  # noqa: PLC0415
+
     _mask(value)
 
 
@@ -151,6 +170,7 @@ def plan_connection(conn_id: str) -> dict[str, Any]:
 def install_plan_connections() -> None:
     """Resolve the connections plans name (static endpoints, serving secrets) from Airflow in this task."""
     from bakeoff import secrets  # noqa: PLC0415
+
     secrets.set_connection_resolver(plan_connection)
 
 
@@ -159,6 +179,7 @@ def mask_run_keys(run_dir: str) -> None:
     are derived, so any task can recompute them; masking makes an accidental log line show ***)."""
     from bakeoff import pipeline, secrets, store  # noqa: PLC0415
     from bakeoff.providers import ProviderError  # noqa: PLC0415
+
     install_plan_connections()
     plan = pipeline.run_plan(run_dir)
     rid = store.read_json(Path(run_dir) / "run.json")["run_id"]
@@ -170,7 +191,7 @@ def mask_run_keys(run_dir: str) -> None:
         if key:
             mask_secret(key)
         try:
-            secrets.serving_secrets(t)   # plan_connection masks each value as it resolves
+            secrets.serving_secrets(t)  # plan_connection masks each value as it resolves
         except secrets.MissingSecret:
             pass
 
@@ -179,6 +200,7 @@ def install_credentials(run_dir: str | None = None) -> None:
     """Make the pipeline resolve provider credentials from Airflow connections in this task, and mask
     the tokens (and, given the run, its serving API keys) in this task's log."""
     from bakeoff import pipeline  # noqa: PLC0415
+
     pipeline.set_credentials_resolver(masked(resolve))
     install_plan_connections()
     if run_dir:
@@ -194,6 +216,7 @@ def s3_publish_args() -> dict[str, Any]:
     """Where publish uploads reports: Variables bakeoff_s3_bucket / bakeoff_s3_prefix with an S3 client
     from the connection named by Variable bakeoff_s3_conn_id (default aws_default; S3Hook); empty when no bucket is configured (local folder only)."""
     from airflow.sdk import Variable  # noqa: PLC0415
+
     return _s3_settings(Variable.get("bakeoff_s3_bucket", default=None), "bakeoff_s3_conn_id")
 
 
@@ -202,6 +225,7 @@ def client_bundle_settings() -> dict[str, Any]:
     bakeoff_client_bucket, through the connection named by Variable bakeoff_client_conn_id (default
     aws_default). The nodes must reach it, so it is real S3, not a MinIO only the workers see."""
     from airflow.sdk import Variable  # noqa: PLC0415
+
     return _s3_settings(Variable.get("bakeoff_client_bucket", default=None), "bakeoff_client_conn_id")
 
 
@@ -211,6 +235,10 @@ def _s3_settings(bucket: str | None, conn_variable: str) -> dict[str, Any]:
         return {}
     from airflow.sdk import Variable  # noqa: PLC0415
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # noqa: PLC0415
+
     conn_id = Variable.get(conn_variable, default=CONN_IDS["aws"])  # e.g. MinIO for reports under compose
-    return {"bucket": bucket, "prefix": Variable.get("bakeoff_s3_prefix", default="bakeoff"),
-            "s3_client": S3Hook(aws_conn_id=conn_id).get_conn()}
+    return {
+        "bucket": bucket,
+        "prefix": Variable.get("bakeoff_s3_prefix", default="bakeoff"),
+        "s3_client": S3Hook(aws_conn_id=conn_id).get_conn(),
+    }

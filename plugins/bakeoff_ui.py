@@ -13,6 +13,7 @@ exactly as Airflow's REST API answers.
 Parse-time imports stay light (every task loads plugins for their macros; fastapi is already
 loaded): Airflow's security module and the report library load on first request.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,14 @@ URL_PREFIX = "/bakeoff"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'"
 HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 HTML_HEADERS = {**HEADERS, "Content-Security-Policy": CSP}  # not on PDFs: it would stop the browser's viewer
-SERVED = {".html": "text/html; charset=utf-8", ".pdf": "application/pdf", ".md": "text/markdown; charset=utf-8",
-          ".csv": "text/csv; charset=utf-8", ".json": "application/json", ".parquet": "application/octet-stream"}
+SERVED = {
+    ".html": "text/html; charset=utf-8",
+    ".pdf": "application/pdf",
+    ".md": "text/markdown; charset=utf-8",
+    ".csv": "text/csv; charset=utf-8",
+    ".json": "application/json",
+    ".parquet": "application/octet-stream",
+}
 
 # the DAG whose runs the reports describe: who may read its runs may read their reports
 DAG_ID = "bakeoff"
@@ -49,17 +56,20 @@ async def require_run_read(request: Request) -> None:
     await run_in_threadpool(check, request, user)  # it queries the DAG's team in the metadata database
 
 
-app = FastAPI(title="bakeoff reports", docs_url=None, redoc_url=None, openapi_url=None,
-              dependencies=[Depends(require_run_read)])
+app = FastAPI(
+    title="bakeoff reports", docs_url=None, redoc_url=None, openapi_url=None, dependencies=[Depends(require_run_read)]
+)
 
 
 def _root() -> Path:
     from bakeoff.paths import reports_root  # noqa: PLC0415
+
     return reports_root().resolve()
 
 
 def _runs(plan: str | None = None) -> list[dict]:
     from bakeoff.publish import list_published  # noqa: PLC0415
+
     return list_published(_root(), plan)
 
 
@@ -67,6 +77,7 @@ def _runs(plan: str | None = None) -> list[dict]:
 def index() -> HTMLResponse:
     """Every published run, newest first, with links to its reports."""
     from bakeoff.publish import render_index  # noqa: PLC0415
+
     return HTMLResponse(render_index("Bake-off reports", _runs(), link_base="reports/"), headers=HTML_HEADERS)
 
 
@@ -76,9 +87,17 @@ def runs(plan: str | None = None) -> list[dict]:
     out = []
     for r in _runs(plan):
         base = f"{URL_PREFIX}/reports/{r['plan_dir']}/{r['run_dir']}/"
-        out.append({"plan": r.get("plan"), "run_id": r.get("run_id"), "status": r.get("status"),
-                    "started_at": r.get("started_at"), "emulated": r.get("emulated"), "summary": r.get("summary"),
-                    "files": {k: base + v for k, v in (r.get("files") or {}).items()}})
+        out.append(
+            {
+                "plan": r.get("plan"),
+                "run_id": r.get("run_id"),
+                "status": r.get("status"),
+                "started_at": r.get("started_at"),
+                "emulated": r.get("emulated"),
+                "summary": r.get("summary"),
+                "files": {k: base + v for k, v in (r.get("files") or {}).items()},
+            }
+        )
     return out
 
 
@@ -102,5 +121,12 @@ def report_file(plan: str, run: str, name: str) -> FileResponse:
 class BakeoffUiPlugin(AirflowPlugin):
     name = "bakeoff_ui"
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "bakeoff reports"}]
-    external_views = [{"name": "Bake-off reports", "href": "bakeoff/", "url_route": "bakeoff",
-                       "destination": "nav", "category": "browse"}]
+    external_views = [
+        {
+            "name": "Bake-off reports",
+            "href": "bakeoff/",
+            "url_route": "bakeoff",
+            "destination": "nav",
+            "category": "browse",
+        }
+    ]

@@ -10,6 +10,7 @@ the wheel pip picks on the node (CPython 3.11, manylinux x86_64, the agent image
 
 Run it after changing a pin in requirements.txt / requirements.lock; a test runs ``--check``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,37 @@ from bakeoff.agent import bundle  # noqa: E402
 
 # glibc 2.36 (Debian bookworm): pip on the node tries these platform tags in this order
 PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(36, 16, -1)] + [
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+    "linux_x86_64",
+]
 
 
 def generate(out: Path) -> str:
     pins = bundle.closure_pins()
     with tempfile.TemporaryDirectory() as d:
         pip = [sys.executable, "-m", "pip"] if importlib.util.find_spec("pip") else [shutil.which("pip") or "pip"]
-        argv = [*pip, "--isolated", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3",
-                "--abi", "none", "--dest", d]
+        argv = [
+            *pip,
+            "--isolated",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp311",
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+            "--dest",
+            d,
+        ]
         for p in PLATFORMS:
             argv += ["--platform", p]
         subprocess.run(argv + list(pins), check=True)

@@ -10,6 +10,7 @@ Names of unset variables are reported on stderr; values never are.
 
 usage: render_settings.py IN.json OUT.json
 """
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 def render(value: Any, env: Mapping[str, str], unset: set[str] | None = None) -> Any:
     """Replace placeholders in every string of a JSON value; record unset names in `unset`."""
     if isinstance(value, str):
+
         def sub(m: re.Match) -> str:
             name, default = m.group(1), m.group(2)
             if env.get(name):
@@ -32,6 +34,7 @@ def render(value: Any, env: Mapping[str, str], unset: set[str] | None = None) ->
             if default is None and unset is not None:
                 unset.add(name)
             return default or ""
+
         return PLACEHOLDER.sub(sub, value)
     if isinstance(value, list):
         return [render(v, env, unset) for v in value]
@@ -62,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     with os.fdopen(fd, "w") as f:
         json.dump(rendered, f, indent=2)
     if unset:
-        print(f"render_settings: {os.path.basename(src)}: not set, left empty: {', '.join(sorted(unset))}",
-              file=sys.stderr)
+        print(
+            f"render_settings: {os.path.basename(src)}: not set, left empty: {', '.join(sorted(unset))}",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -7,6 +7,7 @@ found: a clean run tears down everything itself.
 
 usage: stray_processes.py [--kill] NAME=VALUE
 """
+
 from __future__ import annotations
 
 import argparse

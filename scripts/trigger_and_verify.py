@@ -8,6 +8,7 @@ and that the run's report was published. Everything is read back through /api/v2
 usage: trigger_and_verify.py --base-url URL --user NAME --password-file FILE --dag bakeoff
            --conf '{"plan": "local-demo"}' --workers worker-a,worker-b --reports DIR [--timeout S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,7 @@ def wait_for_run(api: Api, dag_id: str, run_id: str, deadline: float) -> str:
 
 
 def task_instances(api: Api, dag_id: str, run_id: str) -> list[dict]:
-    return api.json("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})[
-        "task_instances"]
+    return api.json("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})["task_instances"]
 
 
 def _ts(value: str | None) -> float | None:
@@ -95,7 +95,7 @@ def overlapping_pairs(mapped: list[dict]) -> list[tuple[dict, dict]]:
     spans = [s for s in spans if s[1] is not None and s[2] is not None]
     pairs = []
     for i, (a, a0, a1) in enumerate(spans):
-        for b, b0, b1 in spans[i + 1:]:
+        for b, b0, b1 in spans[i + 1 :]:
             if a["hostname"] != b["hostname"] and a0 < b1 and b0 < a1:
                 pairs.append((a, b))
     return pairs
@@ -118,13 +118,14 @@ def check(tis: list[dict], workers: list[str]) -> list[str]:
 
 def placement_table(tis: list[dict]) -> str:
     """Which worker ran which target's tasks, in start order."""
-    rows = sorted((ti for ti in tis if ti["map_index"] >= 0),
-                  key=lambda ti: (ti["map_index"], ti["start_date"] or ""))
+    rows = sorted((ti for ti in tis if ti["map_index"] >= 0), key=lambda ti: (ti["map_index"], ti["start_date"] or ""))
     lines = [f"  {'target':<20} {'task':<28} {'worker':<12} {'state':<9} seconds"]
     for ti in rows:
         target = ti.get("rendered_map_index") or str(ti["map_index"])
-        lines.append(f"  {target:<20} {ti['task_id']:<28} {ti['hostname'] or '-':<12} "
-                     f"{ti['state'] or '-':<9} {ti.get('duration') or 0:7.1f}")
+        lines.append(
+            f"  {target:<20} {ti['task_id']:<28} {ti['hostname'] or '-':<12} "
+            f"{ti['state'] or '-':<9} {ti.get('duration') or 0:7.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -143,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--user", required=True)
-    ap.add_argument("--password-file", required=True, type=Path,
-                    help="simple auth manager passwords JSON ({user: password})")
+    ap.add_argument(
+        "--password-file", required=True, type=Path, help="simple auth manager passwords JSON ({user: password})"
+    )
     ap.add_argument("--dag", default="bakeoff")
     ap.add_argument("--conf", default="{}", type=json.loads)
     ap.add_argument("--workers", required=True, help="comma-separated worker hostnames that must all run targets")
@@ -165,11 +167,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nDAG run {state} in {wall:.1f} s (trigger to final state)\n")
     print(placement_table(tis))
     for a_ti, b_ti in overlapping_pairs([t for t in tis if t["map_index"] >= 0])[:3]:
-        print(f"  parallel: {a_ti['task_id']}[{a_ti.get('rendered_map_index')}] on {a_ti['hostname']}"
-              f" overlapped {b_ti['task_id']}[{b_ti.get('rendered_map_index')}] on {b_ti['hostname']}")
+        print(
+            f"  parallel: {a_ti['task_id']}[{a_ti.get('rendered_map_index')}] on {a_ti['hostname']}"
+            f" overlapped {b_ti['task_id']}[{b_ti.get('rendered_map_index')}] on {b_ti['hostname']}"
+        )
 
-    problems = [] if state == "success" else [f"run ended {state}: " + ", ".join(
-        f"{t['task_id']}[{t['map_index']}]={t['state']}" for t in tis if t["state"] not in ("success", "skipped"))]
+    problems = (
+        []
+        if state == "success"
+        else [
+            f"run ended {state}: "
+            + ", ".join(
+                f"{t['task_id']}[{t['map_index']}]={t['state']}"
+                for t in tis
+                if t["state"] not in ("success", "skipped")
+            )
+        ]
+    )
     problems += check(tis, [w for w in a.workers.split(",") if w])
     found = published_report(a.reports, run_id)
     if any(p.suffix == ".html" for p in found):

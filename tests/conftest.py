@@ -1,4 +1,5 @@
 """Shared test set-up: an isolated Airflow home and bakeoff data root per test session."""
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,15 @@ def moto_server():
 
     from bakeoff.sandbox import AWS_REGIONS
     from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
+
     server = MotoServer(None).start()
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=server.url,
-                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    ec2 = boto3.client(
+        "ec2",
+        region_name="us-east-1",
+        endpoint_url=server.url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     publish_dlami(AWS_REGIONS, ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
     yield server
     server.stop()

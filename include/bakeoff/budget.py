@@ -15,6 +15,7 @@ Emulated (local) targets are priced as the hardware they stand for, so a demo sh
 run would cost, but they spend nothing. After termination, ``record_measured_cost`` stores what the
 evaluation itself cost: launch-to-termination time x price, per target.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,20 +32,20 @@ BOOT_H = {"local": 0.0, "static": 0.0, "aws": 0.25, "digitalocean": 0.25, "vultr
 DEFAULT_BOOT_H = 0.25
 # Model load: image pull + weight download + engine start (graph capture / compilation).
 IMAGE_PULL_H = 0.1
-WEIGHTS_GBPS = 0.5            # sustained hub download + load, GB/s (pessimistic for a fresh node)
+WEIGHTS_GBPS = 0.5  # sustained hub download + load, GB/s (pessimistic for a fresh node)
 ENGINE_START_H = 0.15
 MARGIN = 0.25
 SPENDING = ("aws", "vultr", "digitalocean", "oci")
 
 # Serving-time model (deliberately pessimistic; see _closed_s).
-TOKEN_S = 0.05                # decode time per output token of a sequence running alone
-DECODE_KNEE = 64              # batch size at which a decode step takes twice as long as alone
-PREFILL_TOKEN_S = 0.0005      # prompt processing, s per input token (2,000 tokens/s), one prompt at a time
+TOKEN_S = 0.05  # decode time per output token of a sequence running alone
+DECODE_KNEE = 64  # batch size at which a decode step takes twice as long as alone
+PREFILL_TOKEN_S = 0.0005  # prompt processing, s per input token (2,000 tokens/s), one prompt at a time
 # The accuracy gate's prompts: the builtin arithmetic set is a short question; lm-eval tasks are
 # few-shot prompts. Item counts of lm-eval tasks run without a limit: known ones, else a large default.
 BUILTIN_PROMPT_TOKENS = 64
 LM_EVAL_PROMPT_TOKENS = 2048
-LM_EVAL_GEN_TOKENS = 256      # lm_eval_backend asks for max(max_tokens, 256)
+LM_EVAL_GEN_TOKENS = 256  # lm_eval_backend asks for max(max_tokens, 256)
 LM_EVAL_ITEMS = {"gsm8k": 1319}
 LM_EVAL_DEFAULT_ITEMS = 15000
 
@@ -52,7 +53,7 @@ LM_EVAL_DEFAULT_ITEMS = 15000
 # same); the installation ceiling, at most that, is what a run may actually ask for.
 MAX_BUDGET_USD = 100_000.0
 CEILING_VARIABLE = "bakeoff_budget_ceiling_usd"
-CEILING_ENV = "BAKEOFF_BUDGET_CEILING_USD"      # the same ceiling for runs without Airflow (bakeoff run)
+CEILING_ENV = "BAKEOFF_BUDGET_CEILING_USD"  # the same ceiling for runs without Airflow (bakeoff run)
 DEFAULT_CEILING_USD = 1000.0
 
 
@@ -62,12 +63,17 @@ class BudgetExceeded(RuntimeError):
 
 # --- prices ---------------------------------------------------------------------------------------
 
+
 def reference_usd_per_hour(instance) -> float | None:
     """A list price for an instance type the catalog does not price: the dearest catalog offer of
     the same GPU, per GPU, times this node's GPUs; None when no offer of that GPU is priced."""
     from bakeoff import catalog  # noqa: PLC0415
-    per_gpu = [it.usd_per_hour / it.gpus for it in catalog.instance_types().values()
-               if it.gpu == instance.gpu and it.usd_per_hour]
+
+    per_gpu = [
+        it.usd_per_hour / it.gpus
+        for it in catalog.instance_types().values()
+        if it.gpu == instance.gpu and it.usd_per_hour
+    ]
     return max(per_gpu) * instance.gpus if per_gpu else None
 
 
@@ -102,11 +108,13 @@ def resolve_ceiling(value: Any = None) -> float:
         raise BudgetExceeded(
             f"{CEILING_VARIABLE}: {str(value)[:40]!r} is not a usable spend ceiling; set the Airflow Variable "
             f"(or {CEILING_ENV}) to a number of USD greater than 0 and at most {MAX_BUDGET_USD:g} "
-            f"(e.g. {DEFAULT_CEILING_USD:g}), or delete it to use the default")
+            f"(e.g. {DEFAULT_CEILING_USD:g}), or delete it to use the default"
+        )
     return c
 
 
 # --- time -----------------------------------------------------------------------------------------
+
 
 def decode_token_s(concurrency: float) -> float:
     """Seconds per output token of each sequence when ``concurrency`` sequences decode together."""
@@ -155,6 +163,7 @@ def _trace_s(w) -> float:
     """Replay: the last offset plus its latency, or, if longer, the trace's requests served at the
     concurrency that may build up (max_concurrency, else all at once)."""
     from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
+
     offsets, specs = trace_specs(w)
     n = len(specs)
     c = min(n, w.max_concurrency or n)
@@ -198,6 +207,7 @@ def load_hours(target) -> float:
     if target.provider in ("local", "static"):
         return 0.0
     from bakeoff.plan.target import QUANT_BYTES  # noqa: PLC0415
+
     weights_gb = target.model_spec.params_b * QUANT_BYTES[target.quantization]
     return IMAGE_PULL_H + weights_gb / WEIGHTS_GBPS / 3600 + ENGINE_START_H
 
@@ -215,13 +225,24 @@ def kill_switch_s(plan, target) -> float:
 
 # --- the guard ------------------------------------------------------------------------------------
 
+
 def _row(plan, t) -> dict[str, Any]:
     hours = target_hours(plan, t)
     price = guard_usd_per_hour(t)
-    return {"target": t.name, "provider": t.provider, "usd_per_hour": price, "contract_usd_per_hour": t.usd_per_hour,
-            "boot_h": round(BOOT_H.get(t.provider, DEFAULT_BOOT_H), 3), "load_h": round(load_hours(t), 3),
-            "gate_h": round(gate_hours(plan), 3), "bench_h": round(bench_hours(plan, t), 3), "hours": round(hours, 3),
-            "usd": round(hours * price, 2), "spends": t.provider in SPENDING, "kill_switch_s": round(kill_switch_s(plan, t))}
+    return {
+        "target": t.name,
+        "provider": t.provider,
+        "usd_per_hour": price,
+        "contract_usd_per_hour": t.usd_per_hour,
+        "boot_h": round(BOOT_H.get(t.provider, DEFAULT_BOOT_H), 3),
+        "load_h": round(load_hours(t), 3),
+        "gate_h": round(gate_hours(plan), 3),
+        "bench_h": round(bench_hours(plan, t), 3),
+        "hours": round(hours, 3),
+        "usd": round(hours * price, 2),
+        "spends": t.provider in SPENDING,
+        "kill_switch_s": round(kill_switch_s(plan, t)),
+    }
 
 
 def estimate(plan) -> dict[str, Any]:
@@ -235,9 +256,13 @@ def _breakdown(est: dict[str, Any]) -> str:
     return "\n".join(
         f"  {r['target']}: ({r['boot_h']} h boot + {r['load_h']} h model load + {r['gate_h']} h accuracy gate + "
         f"{r['bench_h']} h benchmark) x {1 + MARGIN} = {r['hours']} h x {r['usd_per_hour']} USD/h = {r['usd']} USD"
-        + (f" (guard price: list, above the contract {r['contract_usd_per_hour']} USD/h)"
-           if r["contract_usd_per_hour"] < r["usd_per_hour"] else "")
-        for r in est["targets"])
+        + (
+            f" (guard price: list, above the contract {r['contract_usd_per_hour']} USD/h)"
+            if r["contract_usd_per_hour"] < r["usd_per_hour"]
+            else ""
+        )
+        for r in est["targets"]
+    )
 
 
 def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
@@ -247,26 +272,32 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
     if plan.budget_usd > ceiling:
         raise BudgetExceeded(
             f"budget_usd: {plan.budget_usd:g} USD exceeds this installation's ceiling of {ceiling:g} USD (Airflow "
-            f"Variable {CEILING_VARIABLE}); ask for at most {ceiling:g} USD, or have an administrator raise the Variable")
+            f"Variable {CEILING_VARIABLE}); ask for at most {ceiling:g} USD, or have an administrator raise the Variable"
+        )
     est = estimate(plan) | {"ceiling_usd": ceiling}
     lines = _breakdown(est)
     if est["estimate_usd"] > plan.budget_usd:
         raise BudgetExceeded(
             f"budget_usd: estimated spend {est['estimate_usd']} USD exceeds the cap of {plan.budget_usd} USD:\n{lines}\n"
             "Raise budget_usd, or drop targets, load levels or requests. Contract prices lower the cost report, "
-            "not this estimate: the guard prices every node at least at its catalog list price.")
+            "not this estimate: the guard prices every node at least at its catalog list price."
+        )
     too_long = [r for r in est["targets"] if r["spends"] and r["hours"] > plan.max_instance_hours]
     if too_long:
         names = ", ".join(f"{r['target']} ({r['hours']} h)" for r in too_long)
-        raise BudgetExceeded(f"max_instance_hours: {names} would need longer than {plan.max_instance_hours} h, so the "
-                             f"kill switch would stop it mid-run:\n{lines}\nRaise max_instance_hours or shorten the workload.")
+        raise BudgetExceeded(
+            f"max_instance_hours: {names} would need longer than {plan.max_instance_hours} h, so the "
+            f"kill switch would stop it mid-run:\n{lines}\nRaise max_instance_hours or shorten the workload."
+        )
     from bakeoff.bench.client_cores import warnings  # noqa: PLC0415
-    for w in warnings(plan):        # logged, not refused: too few client cores cost no money
+
+    for w in warnings(plan):  # logged, not refused: too few client cores cost no money
         log.warning("%s", w)
     return est
 
 
 # --- re-provisioning ------------------------------------------------------------------------------
+
 
 def launches(record: dict[str, Any]) -> list[dict[str, Any]]:
     """A target's recorded launches (run.json targets.<slug>), oldest first, each with ``ended_at``:
@@ -274,10 +305,16 @@ def launches(record: dict[str, Any]) -> list[dict[str, Any]]:
     prov = record.get("provision") or {}
     tries = prov.get("tries")
     if not tries:
-        tries = [{"instance_id": prov.get("instance_id"), "launched_at": prov["launched_at"]}] if prov.get("launched_at") else []
+        tries = (
+            [{"instance_id": prov.get("instance_id"), "launched_at": prov["launched_at"]}]
+            if prov.get("launched_at")
+            else []
+        )
     term = (record.get("terminate") or {}).get("terminated_at")
-    return [{**tr, "ended_at": tr.get("ended_at") or (term if term is not None and term >= tr["launched_at"] else None)}
-            for tr in tries]
+    return [
+        {**tr, "ended_at": tr.get("ended_at") or (term if term is not None and term >= tr["launched_at"] else None)}
+        for tr in tries
+    ]
 
 
 def _node_hours(record: dict[str, Any], now: float) -> tuple[float, float | None]:
@@ -316,13 +353,19 @@ def recheck(plan, slug: str, run_doc: dict[str, Any], now: float | None = None) 
         remaining += left * price
         rows.append(f"  {t.name}: {billed:.3f} h so far + {left:.3f} h to go at {price} USD/h")
     total = round(spent + remaining, 2)
-    doc = {"cap_usd": plan.budget_usd, "spent_usd": round(spent, 2), "remaining_usd": round(remaining, 2), "total_usd": total}
+    doc = {
+        "cap_usd": plan.budget_usd,
+        "spent_usd": round(spent, 2),
+        "remaining_usd": round(remaining, 2),
+        "total_usd": total,
+    }
     if total > plan.budget_usd:
         raise BudgetExceeded(
             f"budget_usd: launching {again.name} again would bring this run to {total} USD ({doc['spent_usd']} USD "
             f"already billed by earlier launches + {doc['remaining_usd']} USD still to run), over the cap of "
             f"{plan.budget_usd} USD:\n" + "\n".join(rows) + "\nStart a new run (with a larger budget_usd, up to the "
-            "installation ceiling, if it needs one) rather than re-provisioning this one.")
+            "installation ceiling, if it needs one) rather than re-provisioning this one."
+        )
     return doc
 
 
@@ -332,6 +375,7 @@ def record_measured_cost(run_dir: str | Path) -> dict[str, Any]:
     is on record even when a later step (cost, report) fails."""
     from bakeoff import pipeline, store  # noqa: PLC0415
     from bakeoff.cost import evaluation_cost  # noqa: PLC0415
+
     rdir = Path(run_dir)
     df = evaluation_cost(pipeline.run_plan(rdir), rdir)
     rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in df.to_dict("records")]

@@ -7,6 +7,7 @@ bench        benchmark one endpoint by hand
 reap         terminate expired or orphaned bakeoff instances
 agent        the node agent (started on a serving node by its boot script)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,12 +25,16 @@ from bakeoff.providers.credentials import credentials_from_env
 def _plan_check(args) -> int:
     plan = load_plan(args.plan)
     from bakeoff.budget import estimate
+
     for t in plan.targets:
-        print(f"{t.name}: {t.provider} {t.instance_type or 'described hardware'} ({t.instance.gpus}x {t.gpu.name}), {t.stack}, "
-              f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]")
+        print(
+            f"{t.name}: {t.provider} {t.instance_type or 'described hardware'} ({t.instance.gpus}x {t.gpu.name}), {t.stack}, "
+            f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"
+        )
     est = estimate(plan)
     print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")
     from bakeoff.bench.client_cores import client_cores, line, warnings  # noqa: PLC0415
+
     for row in client_cores(plan):
         print(line(row))
     for w in warnings(plan):
@@ -93,6 +98,7 @@ def _summary(args) -> int:
 
 def _print_summary(run: dict) -> None:
     from bakeoff.headline import headline_table  # noqa: PLC0415
+
     print(f"run {run.get('run_id')} of plan {run.get('plan')}: {run.get('status')}")
     for kind, path in sorted((run.get("report") or {}).items()):
         print(f"  {kind}: {path}")
@@ -100,8 +106,9 @@ def _print_summary(run: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bakeoff", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bakeoff", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="check a plan file")
     p.add_argument("action", choices=["check"])
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as e:
         from bakeoff.budget import BudgetExceeded  # noqa: PLC0415
+
         if isinstance(e, BudgetExceeded):
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -17,6 +17,7 @@ on-premises and TCO comparisons and are never added to the cloud cost.
 A target that did not pass validation is quarantined: its numbers are kept (and shown apart) but it
 never enters the ranking or the break-even prices.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,11 +43,11 @@ POWER_COLUMN = "power_w_per_gpu"
 class CostTables:
     """Everything cost_run computes; the reports render these frames, nothing else recomputes them."""
 
-    points: pd.DataFrame        # one row per measured point, with every cost column
-    at_slo: pd.DataFrame        # one row per (target, workload): cost at the SLO, CI, break-even
-    sensitivity: pd.DataFrame   # cost at the SLO under price factors and utilisations
-    evaluation: pd.DataFrame    # one row per target: measured hours and cost of the run itself
-    targets: pd.DataFrame       # one row per planned target: price in force, node spec, status
+    points: pd.DataFrame  # one row per measured point, with every cost column
+    at_slo: pd.DataFrame  # one row per (target, workload): cost at the SLO, CI, break-even
+    sensitivity: pd.DataFrame  # cost at the SLO under price factors and utilisations
+    evaluation: pd.DataFrame  # one row per target: measured hours and cost of the run itself
+    targets: pd.DataFrame  # one row per planned target: price in force, node spec, status
     headline: dict[str, Any]
 
 
@@ -86,11 +87,13 @@ def mean_ci(values: list[float] | np.ndarray, level: float = CI_LEVEL) -> tuple[
     if v.size < 2:
         return m, float("nan"), float("nan")
     from scipy import stats  # noqa: PLC0415 - only when repeats exist
+
     half = float(stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
     return m, m - half, m + half
 
 
 # --- price sheets -------------------------------------------------------------------------------
+
 
 def apply_price_sheet(plan, sheet: dict[str, Any] | None):
     """A buyer's price sheet (e.g. an Airflow Variable) folded into the plan's target prices.
@@ -105,8 +108,10 @@ def apply_price_sheet(plan, sheet: dict[str, Any] | None):
     if not sheet:
         return plan
     if not isinstance(sheet, dict) or not isinstance(sheet.get("prices"), dict):
-        raise PlanError("price_sheet: expected {'prices': {<target or instance type>: {'usd_per_hour': ...}}, "
-                        "'source': ..., 'as_of': ...}")
+        raise PlanError(
+            "price_sheet: expected {'prices': {<target or instance type>: {'usd_per_hour': ...}}, "
+            "'source': ..., 'as_of': ...}"
+        )
     names = {t.name for t in plan.targets}
     types = {t.instance_type for t in plan.targets}
     source = str(sheet.get("source") or "price sheet")
@@ -117,7 +122,9 @@ def apply_price_sheet(plan, sheet: dict[str, Any] | None):
         where = f"price_sheet.prices.{key}"
         if not isinstance(entry, dict):
             entry = {"usd_per_hour": entry}
-        if not any(isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("usd_per_hour", "usd_per_gpu_hour")):
+        if not any(
+            isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("usd_per_hour", "usd_per_gpu_hour")
+        ):
             raise PlanError(f"{where}: give a positive usd_per_hour (node) or usd_per_gpu_hour")
         entries[key] = {"market": "contract", **entry, "source": source}
     # One sheet serves the whole installation: keys for other plans' targets are simply not used here.
@@ -132,6 +139,7 @@ def apply_price_sheet(plan, sheet: dict[str, Any] | None):
 
 
 # --- inputs -------------------------------------------------------------------------------------
+
 
 def _validation(run_dir: Path) -> dict[str, Any] | None:
     return store.read_json(run_dir / "validation.json")
@@ -161,7 +169,7 @@ def target_status(plan, run_dir: Path, points: pd.DataFrame) -> dict[str, dict[s
 
 def node_spec(target) -> str:
     it, g = target.instance, target.gpu
-    if target.instance_type is None:          # a static endpoint described in the plan: only what it says
+    if target.instance_type is None:  # a static endpoint described in the plan: only what it says
         mem = f" {g.hbm_gb:g} GB" if math.isfinite(g.hbm_gb) else ""
         note = f"; {it.note}" if it.note else ""
         return f"{it.gpus}x {g.name.upper() if g.name.islower() else g.name}{mem} (described in the plan{note})"
@@ -173,21 +181,37 @@ def _targets_frame(plan, status: dict[str, dict[str, Any]]) -> pd.DataFrame:
     rows = []
     for t in plan.targets:
         it = t.instance
-        rows.append({
-            "target": t.slug, "name": t.name, "gpu": t.gpu.name, "node_gpus": it.gpus, "gpus_used": t.gpus_used,
-            "replicas_per_node": it.gpus // t.gpus_used, "node_spec": node_spec(t),
-            "instance_type": it.type, "provider": t.provider, "market": t.price.market if t.price else it.market,
-            "node_usd_per_hour": t.usd_per_hour, "usd_per_gpu_hour": t.usd_per_hour / it.gpus,
-            "utilisation": util, "usd_per_gpu_hour_effective": effective_usd_per_gpu_hour(t.usd_per_hour, it.gpus, util),
-            "price_source": t.price_source, "price_as_of": "" if t.price else (it.as_of or "undated"),
-            "all_in_kw_per_gpu": t.gpu.all_in_kw, "power_source": t.gpu.source, "power_as_of": t.gpu.as_of,
-            "status": status[t.slug]["status"], "ranked": status[t.slug]["ranked"],
-            "failures": "; ".join(status[t.slug]["failures"]),
-        })
+        rows.append(
+            {
+                "target": t.slug,
+                "name": t.name,
+                "gpu": t.gpu.name,
+                "node_gpus": it.gpus,
+                "gpus_used": t.gpus_used,
+                "replicas_per_node": it.gpus // t.gpus_used,
+                "node_spec": node_spec(t),
+                "instance_type": it.type,
+                "provider": t.provider,
+                "market": t.price.market if t.price else it.market,
+                "node_usd_per_hour": t.usd_per_hour,
+                "usd_per_gpu_hour": t.usd_per_hour / it.gpus,
+                "utilisation": util,
+                "usd_per_gpu_hour_effective": effective_usd_per_gpu_hour(t.usd_per_hour, it.gpus, util),
+                "price_source": t.price_source,
+                "price_as_of": "" if t.price else (it.as_of or "undated"),
+                "all_in_kw_per_gpu": t.gpu.all_in_kw,
+                "power_source": t.gpu.source,
+                "power_as_of": t.gpu.as_of,
+                "status": status[t.slug]["status"],
+                "ranked": status[t.slug]["ranked"],
+                "failures": "; ".join(status[t.slug]["failures"]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # --- per point ----------------------------------------------------------------------------------
+
 
 def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float) -> pd.DataFrame:
     """Every cost column for every measured point (quarantined targets included, flagged)."""
@@ -199,8 +223,19 @@ def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float)
     known = df["target"].isin(t.index)
     df = df[known].reset_index(drop=True)
     tt = t.loc[df["target"]].reset_index(drop=True)
-    for col in ("name", "node_spec", "node_gpus", "gpus_used", "usd_per_gpu_hour", "utilisation",
-                "usd_per_gpu_hour_effective", "node_usd_per_hour", "all_in_kw_per_gpu", "status", "ranked"):
+    for col in (
+        "name",
+        "node_spec",
+        "node_gpus",
+        "gpus_used",
+        "usd_per_gpu_hour",
+        "utilisation",
+        "usd_per_gpu_hour_effective",
+        "node_usd_per_hour",
+        "all_in_kw_per_gpu",
+        "status",
+        "ranked",
+    ):
         df[col] = tt[col].to_numpy()
     price = df["usd_per_gpu_hour_effective"].astype(float)
     for kind in ("output", "total"):
@@ -223,17 +258,20 @@ def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float)
 
 # --- at the SLO ---------------------------------------------------------------------------------
 
+
 def _levels(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (target, workload, concurrency): means over repeats; a level meets the SLO only
     when every repeat does."""
     g = df.groupby(["target", "workload", "concurrency"], sort=True)
-    out = g.agg(meets_slo=("meets_slo", lambda s: bool(s.fillna(False).astype(bool).all())),
-                repeats=("repeat", "nunique"),
-                interactivity=("interactivity", "mean"),
-                output_tps_per_gpu=("output_tps_per_gpu", "mean"),
-                total_tps_per_gpu=("total_tps_per_gpu", "mean"),
-                usd_per_m_output_mean=("usd_per_m_output", "mean"),
-                usd_per_m_total_mean=("usd_per_m_total", "mean")).reset_index()
+    out = g.agg(
+        meets_slo=("meets_slo", lambda s: bool(s.fillna(False).astype(bool).all())),
+        repeats=("repeat", "nunique"),
+        interactivity=("interactivity", "mean"),
+        output_tps_per_gpu=("output_tps_per_gpu", "mean"),
+        total_tps_per_gpu=("total_tps_per_gpu", "mean"),
+        usd_per_m_output_mean=("usd_per_m_output", "mean"),
+        usd_per_m_total_mean=("usd_per_m_total", "mean"),
+    ).reset_index()
     return out
 
 
@@ -245,10 +283,16 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
     workloads = sorted(costs["workload"].unique()) if not costs.empty else []
     for wl in workloads:
         for slug, trow in t.iterrows():
-            row: dict[str, Any] = {"target": slug, "name": trow["name"], "workload": wl, "status": trow["status"],
-                                   "ranked": bool(trow["ranked"]), "usd_per_gpu_hour": trow["usd_per_gpu_hour"],
-                                   "usd_per_gpu_hour_effective": trow["usd_per_gpu_hour_effective"],
-                                   "node_spec": trow["node_spec"]}
+            row: dict[str, Any] = {
+                "target": slug,
+                "name": trow["name"],
+                "workload": wl,
+                "status": trow["status"],
+                "ranked": bool(trow["ranked"]),
+                "usd_per_gpu_hour": trow["usd_per_gpu_hour"],
+                "usd_per_gpu_hour_effective": trow["usd_per_gpu_hour_effective"],
+                "node_spec": trow["node_spec"],
+            }
             lv = levels[(levels["target"] == slug) & (levels["workload"] == wl)] if not levels.empty else levels
             ok = lv[lv["meets_slo"]] if not lv.empty else lv
             row["levels_measured"] = int(len(lv))
@@ -258,17 +302,30 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
                 rows.append(row)
                 continue
             best = ok.sort_values([f"usd_per_m_{basis}_mean", "concurrency"], ascending=[True, False]).iloc[0]
-            reps = costs[(costs["target"] == slug) & (costs["workload"] == wl) & (costs["concurrency"] == best["concurrency"])]
-            row.update(slo_met=True, concurrency=int(best["concurrency"]), repeats=int(best["repeats"]),
-                       interactivity=float(best["interactivity"]),
-                       output_tps_per_gpu=float(best["output_tps_per_gpu"]), total_tps_per_gpu=float(best["total_tps_per_gpu"]),
-                       emulated=bool(reps["emulated"].astype(bool).any()))
+            reps = costs[
+                (costs["target"] == slug) & (costs["workload"] == wl) & (costs["concurrency"] == best["concurrency"])
+            ]
+            row.update(
+                slo_met=True,
+                concurrency=int(best["concurrency"]),
+                repeats=int(best["repeats"]),
+                interactivity=float(best["interactivity"]),
+                output_tps_per_gpu=float(best["output_tps_per_gpu"]),
+                total_tps_per_gpu=float(best["total_tps_per_gpu"]),
+                emulated=bool(reps["emulated"].astype(bool).any()),
+            )
             for kind in ("output", "total"):
                 m, lo, hi = mean_ci(reps[f"usd_per_m_{kind}"].tolist())
                 row[f"usd_per_m_{kind}"], row[f"usd_per_m_{kind}_ci_low"], row[f"usd_per_m_{kind}_ci_high"] = m, lo, hi
                 row[f"{kind}_tokens_per_usd"] = 1e6 / m if m > 0 else float("nan")
-            for col in ("output_tokens_per_s_per_mw", "total_tokens_per_s_per_mw", "energy_usd_per_m_total",
-                        "kw_per_gpu", "output_tps_per_node", "total_tps_per_node"):
+            for col in (
+                "output_tokens_per_s_per_mw",
+                "total_tokens_per_s_per_mw",
+                "energy_usd_per_m_total",
+                "kw_per_gpu",
+                "output_tps_per_node",
+                "total_tps_per_node",
+            ):
                 row[col] = float(reps[col].mean())
             row["energy_source"] = str(reps["energy_source"].iloc[0])
             rows.append(row)
@@ -313,7 +370,9 @@ def _add_break_even(df: pd.DataFrame, basis: str) -> pd.DataFrame:
             rival = others.iloc[0]
             df.at[i, "break_even_rival"] = rival["name"]
             # list price per GPU-hour (before utilisation) at which this target ties the best rival
-            df.at[i, "break_even_usd_per_gpu_hour"] = break_even_usd_per_gpu_hour(row["usd_per_gpu_hour"], row[col], rival[col])
+            df.at[i, "break_even_usd_per_gpu_hour"] = break_even_usd_per_gpu_hour(
+                row["usd_per_gpu_hour"], row[col], rival[col]
+            )
     df["break_even_price_change_pct"] = (df["break_even_usd_per_gpu_hour"] / df["usd_per_gpu_hour"] - 1) * 100
     return df
 
@@ -331,17 +390,38 @@ def sensitivity(at_slo: pd.DataFrame, basis: str) -> pd.DataFrame:
     for _, r in at_slo[at_slo[col].notna()].iterrows():
         base_util = r["usd_per_gpu_hour"] / r["usd_per_gpu_hour_effective"]
         for f in PRICE_FACTORS:
-            rows.append({"target": r["target"], "name": r["name"], "workload": r["workload"], "ranked": r["ranked"],
-                         "dimension": "price", "factor": f, "usd_per_gpu_hour": r["usd_per_gpu_hour"] * f,
-                         "utilisation": base_util, f"usd_per_m_{basis}": r[col] * f})
+            rows.append(
+                {
+                    "target": r["target"],
+                    "name": r["name"],
+                    "workload": r["workload"],
+                    "ranked": r["ranked"],
+                    "dimension": "price",
+                    "factor": f,
+                    "usd_per_gpu_hour": r["usd_per_gpu_hour"] * f,
+                    "utilisation": base_util,
+                    f"usd_per_m_{basis}": r[col] * f,
+                }
+            )
         for u in UTILISATIONS:
-            rows.append({"target": r["target"], "name": r["name"], "workload": r["workload"], "ranked": r["ranked"],
-                         "dimension": "utilisation", "factor": u, "usd_per_gpu_hour": r["usd_per_gpu_hour"],
-                         "utilisation": u, f"usd_per_m_{basis}": r[col] * base_util / u})
+            rows.append(
+                {
+                    "target": r["target"],
+                    "name": r["name"],
+                    "workload": r["workload"],
+                    "ranked": r["ranked"],
+                    "dimension": "utilisation",
+                    "factor": u,
+                    "usd_per_gpu_hour": r["usd_per_gpu_hour"],
+                    "utilisation": u,
+                    f"usd_per_m_{basis}": r[col] * base_util / u,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # --- cost of the evaluation itself --------------------------------------------------------------
+
 
 def _epoch(v: Any) -> float | None:
     if v is None or v == "":
@@ -382,15 +462,25 @@ def evaluation_cost(plan, run_dir: Path) -> pd.DataFrame:
         if open_ended:
             ended = time.time()
         hours = (ended - launched) / 3600 if launched is not None and ended is not None else float("nan")
-        rows.append({"target": t.slug, "name": t.name, "provider": t.provider, "launched_at": launched,
-                     "terminated_at": None if open_ended else ended, "still_running": open_ended,
-                     "instance_hours": hours, "node_usd_per_hour": t.usd_per_hour,
-                     "usd": hours * t.usd_per_hour if math.isfinite(hours) else float("nan"),
-                     "spends": t.provider not in ("local", "static")})
+        rows.append(
+            {
+                "target": t.slug,
+                "name": t.name,
+                "provider": t.provider,
+                "launched_at": launched,
+                "terminated_at": None if open_ended else ended,
+                "still_running": open_ended,
+                "instance_hours": hours,
+                "node_usd_per_hour": t.usd_per_hour,
+                "usd": hours * t.usd_per_hour if math.isfinite(hours) else float("nan"),
+                "spends": t.provider not in ("local", "static"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # --- the run ------------------------------------------------------------------------------------
+
 
 def _r(x: Any, nd: int = 4) -> Any:
     """JSON-safe rounding: NaN becomes None."""
@@ -403,29 +493,44 @@ def _r(x: Any, nd: int = 4) -> Any:
     return x
 
 
-def _headline(plan, run_id: str, basis: str, emulated: bool, tdf: pd.DataFrame, at_slo: pd.DataFrame,
-              evaluation: pd.DataFrame) -> dict[str, Any]:
+def _headline(
+    plan, run_id: str, basis: str, emulated: bool, tdf: pd.DataFrame, at_slo: pd.DataFrame, evaluation: pd.DataFrame
+) -> dict[str, Any]:
     col = f"usd_per_m_{basis}"
     workloads: dict[str, Any] = {}
-    for wl in (sorted(at_slo["workload"].unique()) if not at_slo.empty else []):
+    for wl in sorted(at_slo["workload"].unique()) if not at_slo.empty else []:
         part = at_slo[at_slo["workload"] == wl]
         ranked = part[part["rank"].notna()].sort_values("rank")
-        ranking = [{"target": r["name"], "usd_per_m": _r(r[col]), "ci": [_r(r[f"{col}_ci_low"]), _r(r[f"{col}_ci_high"])],
-                    "concurrency": _r(r["concurrency"]), "interactivity": _r(r["interactivity"], 2),
-                    "usd_per_gpu_hour": _r(r["usd_per_gpu_hour"]), "vs_cheapest_pct": _r(r["vs_cheapest_pct"], 1),
-                    "break_even_usd_per_gpu_hour": _r(r["break_even_usd_per_gpu_hour"])} for _, r in ranked.iterrows()]
+        ranking = [
+            {
+                "target": r["name"],
+                "usd_per_m": _r(r[col]),
+                "ci": [_r(r[f"{col}_ci_low"]), _r(r[f"{col}_ci_high"])],
+                "concurrency": _r(r["concurrency"]),
+                "interactivity": _r(r["interactivity"], 2),
+                "usd_per_gpu_hour": _r(r["usd_per_gpu_hour"]),
+                "vs_cheapest_pct": _r(r["vs_cheapest_pct"], 1),
+                "break_even_usd_per_gpu_hour": _r(r["break_even_usd_per_gpu_hour"]),
+            }
+            for _, r in ranked.iterrows()
+        ]
         missed = part[part["ranked"] & ~part["slo_met"].astype(bool)]["name"].tolist()
-        workloads[wl] = {"ranking": ranking, "misses_slo": missed,
-                         "cheapest": ranking[0]["target"] if ranking else None}
+        workloads[wl] = {
+            "ranking": ranking,
+            "misses_slo": missed,
+            "cheapest": ranking[0]["target"] if ranking else None,
+        }
     first = next(iter(workloads.values()), {"ranking": []})
     ranking = first["ranking"]
     stamp = " (EMULATED)" if emulated else ""
     if len(ranking) >= 2:
         a, b = ranking[0], ranking[1]
-        summary = (f"{a['target']} is cheapest at the SLO: {a['usd_per_m']:.4g} USD/M {basis} tokens vs "
-                   f"{b['usd_per_m']:.4g} for {b['target']} ({(1 - a['usd_per_m'] / b['usd_per_m']) * 100:.1f}% less); "
-                   f"{b['target']} matches it at {b['break_even_usd_per_gpu_hour']:.4g} USD/GPU-h "
-                   f"(now {b['usd_per_gpu_hour']:.4g}){stamp}")
+        summary = (
+            f"{a['target']} is cheapest at the SLO: {a['usd_per_m']:.4g} USD/M {basis} tokens vs "
+            f"{b['usd_per_m']:.4g} for {b['target']} ({(1 - a['usd_per_m'] / b['usd_per_m']) * 100:.1f}% less); "
+            f"{b['target']} matches it at {b['break_even_usd_per_gpu_hour']:.4g} USD/GPU-h "
+            f"(now {b['usd_per_gpu_hour']:.4g}){stamp}"
+        )
     elif ranking:
         summary = f"only {ranking[0]['target']} has a cost at the SLO: {ranking[0]['usd_per_m']:.4g} USD/M {basis} tokens{stamp}"
     else:
@@ -433,12 +538,18 @@ def _headline(plan, run_id: str, basis: str, emulated: bool, tdf: pd.DataFrame, 
     spend = evaluation[evaluation["spends"]]["usd"].sum()  # emulated / static targets bill nothing
     would = evaluation["usd"].sum(min_count=1)
     return {
-        "plan": plan.name, "run_id": run_id, "emulated": emulated, "basis": basis, "summary": summary,
-        "utilisation": plan.pricing.utilisation, "slo": plan.slo.model_dump(exclude_none=True),
+        "plan": plan.name,
+        "run_id": run_id,
+        "emulated": emulated,
+        "basis": basis,
+        "summary": summary,
+        "utilisation": plan.pricing.utilisation,
+        "slo": plan.slo.model_dump(exclude_none=True),
         "workloads": workloads,
         "quarantined": tdf[tdf["status"] == "quarantined"]["name"].tolist(),
         "no_results": tdf[tdf["status"] == "no_results"]["name"].tolist(),
-        "evaluation_cost_usd": _r(spend, 2), "evaluation_cost_if_billed_usd": _r(would, 2),
+        "evaluation_cost_usd": _r(spend, 2),
+        "evaluation_cost_if_billed_usd": _r(would, 2),
     }
 
 
@@ -477,8 +588,14 @@ def load_tables(run_dir: Path) -> CostTables | None:
     """The tables cost_run stored, so a report shows exactly what the cost step computed; None if
     the cost step has not run."""
     run_dir = Path(run_dir)
-    names = ("cost.parquet", "cost_at_slo.parquet", "cost_sensitivity.parquet", "cost_evaluation.parquet",
-             "cost_targets.parquet", "cost.json")
+    names = (
+        "cost.parquet",
+        "cost_at_slo.parquet",
+        "cost_sensitivity.parquet",
+        "cost_evaluation.parquet",
+        "cost_targets.parquet",
+        "cost.json",
+    )
     if not all((run_dir / n).exists() for n in names):
         return None
     return CostTables(*(pd.read_parquet(run_dir / n) for n in names[:5]), store.read_json(run_dir / "cost.json"))

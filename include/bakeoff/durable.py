@@ -5,6 +5,7 @@ or partial file (the data was still in the page cache) or the rename itself can 
 file's data is flushed before the rename, and its directory after it. Standard library only, so
 light modules (the UI's publish index) can use it.
 """
+
 from __future__ import annotations
 
 import os

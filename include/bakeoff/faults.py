@@ -3,6 +3,7 @@
 A target opts in with ``provider_options: {inject_fault: <stage>}``; the pipeline calls
 ``maybe_fail(stage, target)`` at each stage. Only sandbox and local plans should carry this.
 """
+
 from __future__ import annotations
 
 STAGES = ("launch", "after_create", "ready_timeout", "deploy", "benchmark", "report")

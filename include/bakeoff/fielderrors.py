@@ -1,4 +1,5 @@
 """Pydantic validation errors as lines a person can act on: the field's path, then the fix."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """Where bakeoff keeps its files. One root ($BAKEOFF_DATA, default ./var) holds results, reports
 and local-provider state, so a whole installation can be inspected or wiped in one place."""
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ Local layout (reports_root()):
 The index is rebuilt from the manifests each time, so publishing twice, or two runs publishing
 one after the other, leaves a correct index. Light imports only: the UI plugin uses this module.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,9 +68,11 @@ def list_published(root: Path | None = None, plan_name: str | None = None) -> li
 def render_index(title: str, runs: list[dict[str, Any]], link_base: str = "", with_plan: bool = True) -> str:
     """HTML list of runs; links are relative: link_base + [plan/] + run/ + file."""
     from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: PLC0415
+
     env = Environment(loader=PackageLoader("bakeoff.report", "templates"), autoescape=select_autoescape(default=True))
-    return env.get_template("index.html.j2").render(title=title, runs=runs, link_base=link_base,
-                                                    with_plan=with_plan, when=_when)
+    return env.get_template("index.html.j2").render(
+        title=title, runs=runs, link_base=link_base, with_plan=with_plan, when=_when
+    )
 
 
 def _when(ts: Any) -> str:
@@ -83,8 +86,12 @@ def write_indexes(root: Path, plan_name: str) -> dict[str, Path]:
     """Rebuild the plan's index.json / index.html and the top-level index.html from the manifests."""
     plan_dir = root / safe_name(plan_name)
     runs = list_published(root, plan_name)
-    out = {"index_json": _atomic_text(plan_dir / "index.json", json.dumps(runs, indent=2, default=str)),
-           "index_html": _atomic_text(plan_dir / "index.html", render_index(f"bakeoff reports: {plan_name}", runs, with_plan=False))}
+    out = {
+        "index_json": _atomic_text(plan_dir / "index.json", json.dumps(runs, indent=2, default=str)),
+        "index_html": _atomic_text(
+            plan_dir / "index.html", render_index(f"bakeoff reports: {plan_name}", runs, with_plan=False)
+        ),
+    }
     out["root_index_html"] = _atomic_text(root / "index.html", render_index("bakeoff reports", list_published(root)))
     return out
 
@@ -94,9 +101,16 @@ def _manifest(plan, run_dir: Path, files: dict[str, str]) -> dict[str, Any]:
     head = _read_json(run_dir / "cost.json") or {}
     # publishing runs before the run is marked finished: a run still "running" here is being published
     status = run.get("status") if run.get("status") not in (None, "running") else "published"
-    return {"plan": plan.name, "run_id": run.get("run_id") or run_dir.name, "started_at": run.get("started_at"),
-            "status": status, "emulated": bool(head.get("emulated", plan.emulated)),
-            "summary": head.get("summary", ""), "published_at": time.time(), "files": files}
+    return {
+        "plan": plan.name,
+        "run_id": run.get("run_id") or run_dir.name,
+        "started_at": run.get("started_at"),
+        "status": status,
+        "emulated": bool(head.get("emulated", plan.emulated)),
+        "summary": head.get("summary", ""),
+        "published_at": time.time(),
+        "files": files,
+    }
 
 
 def _upload(s3_client, bucket: str, key: str, path: Path) -> str:
@@ -107,15 +121,24 @@ def _upload(s3_client, bucket: str, key: str, path: Path) -> str:
     return f"s3://{bucket}/{key}"
 
 
-def publish(plan, run_dir: Path, report_paths: dict[str, str], *, s3_client=None, bucket: str | None = None,
-            prefix: str | None = None) -> dict[str, Any]:
+def publish(
+    plan,
+    run_dir: Path,
+    report_paths: dict[str, str],
+    *,
+    s3_client=None,
+    bucket: str | None = None,
+    prefix: str | None = None,
+) -> dict[str, Any]:
     """Copy the report files to reports_root()/<plan>/<run>/, refresh the indexes, upload to S3.
 
     Returns what the DAG needs: local folder and files, index paths, S3 URIs and the Asset URI.
     """
     if s3_client is not None and not bucket:
-        raise ValueError("publish: an S3 client was given without a bucket; set the plan's or the Variable's "
-                         "report bucket, or pass s3_client=None for local publishing only")
+        raise ValueError(
+            "publish: an S3 client was given without a bucket; set the plan's or the Variable's "
+            "report bucket, or pass s3_client=None for local publishing only"
+        )
     run_dir = Path(run_dir)
     root = reports_root()
     dest = root / safe_name(plan.name) / safe_name(run_dir.name)
@@ -128,15 +151,21 @@ def publish(plan, run_dir: Path, report_paths: dict[str, str], *, s3_client=None
         target = dest / src.name
         if src.resolve() != target.resolve():
             shutil.copyfile(src, target)
-            durable.fsync_path(target)      # on disk before the manifest that lists it
+            durable.fsync_path(target)  # on disk before the manifest that lists it
         files[kind] = src.name
     manifest = _manifest(plan, run_dir, files)
     _atomic_text(dest / MANIFEST, json.dumps(manifest, indent=2, default=str))
     indexes = write_indexes(root, plan.name)
     result: dict[str, Any] = {
-        "plan": plan.name, "run_id": manifest["run_id"], "asset_uri": asset_uri(plan.name), "summary": manifest["summary"],
-        "local_dir": str(dest), "files": {k: str(dest / v) for k, v in files.items()},
-        "index": {k: str(v) for k, v in indexes.items()}, "s3": {}}
+        "plan": plan.name,
+        "run_id": manifest["run_id"],
+        "asset_uri": asset_uri(plan.name),
+        "summary": manifest["summary"],
+        "local_dir": str(dest),
+        "files": {k: str(dest / v) for k, v in files.items()},
+        "index": {k: str(v) for k, v in indexes.items()},
+        "s3": {},
+    }
     if s3_client is not None:
         base = "/".join(p for p in ((prefix or "").strip("/"), safe_name(plan.name), dest.name) if p)
         for kind, name in {**files, "manifest": MANIFEST}.items():

@@ -13,6 +13,7 @@ another installation sharing the account.
 After its nodes, a provider's ``cleanup`` (where it has one) removes what they leave behind: EC2
 per-run security groups, DigitalOcean cloud firewalls with no droplet left behind them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,8 +59,11 @@ def verdict(inst: Instance, now: float) -> str | None:
     return verdict_for_tags(tags, now)
 
 
-def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] | None = None,
-         credentials_fn: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
+def reap(
+    now: float | None = None,
+    provider_names: list[str] | tuple[str, ...] | None = None,
+    credentials_fn: Callable[[str], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """One pass over every provider; returns what was terminated, kept, and which providers failed.
 
     Every cloud is tried, and within a cloud every region it could list; ``errors`` names each place
@@ -69,6 +73,7 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
     default: the environment).
     """
     from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415
+
     now = time.time() if now is None else now
     names = provider_names or CLOUD_PROVIDERS
     creds = credentials_fn or credentials_from_env
@@ -80,7 +85,7 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
             out["errors"][name] = f"{type(e).__name__}: {e}"
             log.error("reaper: cannot scan %s: %s", name, out["errors"][name])
             continue
-        nodes, unlisted = list_best_effort(provider, None)   # a region that failed must not hide the rest
+        nodes, unlisted = list_best_effort(provider, None)  # a region that failed must not hide the rest
         for where, why in unlisted.items():
             key = where if where == name else f"{name}:{where}"
             out["errors"][key] = why
@@ -98,8 +103,15 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
                 continue
             if done:
                 out["terminated"].append({**row, "reason": why})
-                log.warning("reaper: terminated %s node %s (run %s, target %s): %s", name, inst.id, inst.run_id, inst.target, why)
-        cleanup = getattr(provider, "cleanup", None)      # EC2 per-run security groups, DigitalOcean firewalls
+                log.warning(
+                    "reaper: terminated %s node %s (run %s, target %s): %s",
+                    name,
+                    inst.id,
+                    inst.run_id,
+                    inst.target,
+                    why,
+                )
+        cleanup = getattr(provider, "cleanup", None)  # EC2 per-run security groups, DigitalOcean firewalls
         if cleanup:
             try:
                 out.setdefault("cleaned", []).extend(cleanup(lambda tags: verdict_for_tags(tags, now) is not None))
@@ -110,17 +122,22 @@ def reap(now: float | None = None, provider_names: list[str] | tuple[str, ...] |
     return out
 
 
-def reap_loop(interval_s: float, provider_names: list[str] | tuple[str, ...] | None = None,
-              credentials_fn: Callable[[str], dict[str, Any]] | None = None, *,
-              wait: Callable[[float], bool] | None = None, now_fn: Callable[[], float] = time.time,
-              max_passes: int | None = None) -> int:
+def reap_loop(
+    interval_s: float,
+    provider_names: list[str] | tuple[str, ...] | None = None,
+    credentials_fn: Callable[[str], dict[str, Any]] | None = None,
+    *,
+    wait: Callable[[float], bool] | None = None,
+    now_fn: Callable[[], float] = time.time,
+    max_passes: int | None = None,
+) -> int:
     """The reaper without Airflow: one pass, then one every ``interval_s``, until ``wait`` says stop.
 
     A failed pass is logged and the next one runs on time (a cloud that is down now may answer
     later). ``wait(seconds)`` returns True to stop (default: SIGTERM/SIGINT, checked while waiting);
     returns the number of passes run.
     """
-    if not 0 < interval_s < float("inf"):          # also refuses NaN
+    if not 0 < interval_s < float("inf"):  # also refuses NaN
         raise ValueError("--interval-s: expected a number of seconds > 0, e.g. --interval-s 300")
     stop = None
     if wait is None:
@@ -132,8 +149,14 @@ def reap_loop(interval_s: float, provider_names: list[str] | tuple[str, ...] | N
         passes += 1
         try:
             out = reap(now=started, provider_names=provider_names, credentials_fn=credentials_fn)
-            log.info("reaper loop: pass %d: %d terminated, %d kept, %d errors%s", passes, len(out["terminated"]),
-                     len(out["kept"]), len(out["errors"]), f" ({', '.join(out['errors'])})" if out["errors"] else "")
+            log.info(
+                "reaper loop: pass %d: %d terminated, %d kept, %d errors%s",
+                passes,
+                len(out["terminated"]),
+                len(out["kept"]),
+                len(out["errors"]),
+                f" ({', '.join(out['errors'])})" if out["errors"] else "",
+            )
         except Exception as e:  # noqa: BLE001 - the loop outlives any one pass: it is what runs when nothing else does
             log.error("reaper loop: pass %d failed: %s: %s", passes, type(e).__name__, e)
         if max_passes is not None and passes >= max_passes:
@@ -148,6 +171,7 @@ def _stop_on_signals():
     """An Event set by SIGTERM or SIGINT, so a service manager's stop ends the loop between passes."""
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
+
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -160,8 +184,12 @@ def add_parser(sub) -> None:
     p = sub.add_parser("reap", help="terminate expired or orphaned bakeoff instances")
     p.add_argument("--providers", nargs="*", default=list(CLOUD_PROVIDERS), help="providers to scan")
     p.add_argument("--loop", action="store_true", help="keep running: one pass every --interval-s, until SIGTERM")
-    p.add_argument("--interval-s", type=float, default=300.0,
-                   help="seconds between passes with --loop (default 300); the longest a powered-off node bills on")
+    p.add_argument(
+        "--interval-s",
+        type=float,
+        default=300.0,
+        help="seconds between passes with --loop (default 300); the longest a powered-off node bills on",
+    )
     p.set_defaults(func=_run_reap)
 
 
@@ -179,7 +207,9 @@ def _run_reap(args) -> int:
 
 def _print_reap(out: dict[str, Any]) -> int:
     for row in out["terminated"]:
-        print(f"terminated {row['provider']} {row['id']} (run {row['run_id']}, target {row['target']}): {row['reason']}")
+        print(
+            f"terminated {row['provider']} {row['id']} (run {row['run_id']}, target {row['target']}): {row['reason']}"
+        )
     for where, err in out["errors"].items():
         print(f"error {where}: {err}")
     print(f"{len(out['terminated'])} terminated, {len(out['kept'])} kept, {len(out['errors'])} errors")

@@ -7,6 +7,7 @@ Secrets a plan may refer to (an existing endpoint's key, a serving token such as
 named by connection id, restricted to a few prefixes, and resolved only when needed: from Airflow
 connections in tasks, from BAKEOFF_CONN_<ID>_HOST / _PASSWORD environment variables in the CLI.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,7 @@ from bakeoff import durable
 from bakeoff.paths import state_root
 
 
-MIN_SECRET_BYTES = 32   # HMAC-SHA256 keys shorter than its output weaken every derived key
+MIN_SECRET_BYTES = 32  # HMAC-SHA256 keys shorter than its output weaken every derived key
 _MAKE_ONE = "python -c 'import secrets; print(secrets.token_hex(32))'"
 
 
@@ -28,9 +29,11 @@ def _installation_secret() -> bytes:
     env = os.environ.get("BAKEOFF_SECRET_KEY")
     if env is not None:
         if len(env.strip().encode()) < MIN_SECRET_BYTES:
-            raise ValueError(f"BAKEOFF_SECRET_KEY: the installation secret must be at least {MIN_SECRET_BYTES} bytes "
-                             f"(it has {len(env.strip().encode())}); set it to the output of {_MAKE_ONE}, or unset "
-                             "it to use a generated secret.key under the data root")
+            raise ValueError(
+                f"BAKEOFF_SECRET_KEY: the installation secret must be at least {MIN_SECRET_BYTES} bytes "
+                f"(it has {len(env.strip().encode())}); set it to the output of {_MAKE_ONE}, or unset "
+                "it to use a generated secret.key under the data root"
+            )
         return env.encode()
     path = state_root() / "secret.key"
     if not path.exists():
@@ -40,7 +43,7 @@ def _installation_secret() -> bytes:
         with os.fdopen(fd, "w") as f:
             f.write(_secrets.token_hex(32))
             f.flush()
-            os.fsync(f.fileno())          # never an empty secret.key after a crash
+            os.fsync(f.fileno())  # never an empty secret.key after a crash
         try:
             os.link(tmp, path)  # atomic and exclusive: when two workers race, the first one wins
         except FileExistsError:
@@ -50,9 +53,11 @@ def _installation_secret() -> bytes:
         durable.fsync_path(path.parent, directory=True)
     secret = path.read_text().strip().encode()
     if len(secret) < MIN_SECRET_BYTES:
-        raise ValueError(f"secret.key: the installation secret at {path} must be at least {MIN_SECRET_BYTES} bytes "
-                         f"(it has {len(secret)}); write the output of {_MAKE_ONE} into it (mode 0600), or delete it "
-                         "to have one generated (keys of runs in flight change)")
+        raise ValueError(
+            f"secret.key: the installation secret at {path} must be at least {MIN_SECRET_BYTES} bytes "
+            f"(it has {len(secret)}); write the output of {_MAKE_ONE} into it (mode 0600), or delete it "
+            "to have one generated (keys of runs in flight change)"
+        )
     return secret
 
 
@@ -71,9 +76,9 @@ def derive(label: str) -> bytes:
 # --- secrets a plan may name: only connections with these prefixes, never e.g. aws_default ---------
 # A plan is untrusted input: it names a connection, the installation decides what that connection
 # holds. The prefixes keep a plan from sending an arbitrary connection's password anywhere.
-STATIC_CONN_PREFIX = "static_endpoint_"             # host = the endpoint's URL, password = its key
-SECRET_CONN_PREFIXES = ("huggingface_", "registry_")   # password = a serving secret (HF or registry token)
-SECRET_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "REGISTRY_")   # env names such a secret may be given on the node
+STATIC_CONN_PREFIX = "static_endpoint_"  # host = the endpoint's URL, password = its key
+SECRET_CONN_PREFIXES = ("huggingface_", "registry_")  # password = a serving secret (HF or registry token)
+SECRET_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "REGISTRY_")  # env names such a secret may be given on the node
 CONN_ID_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}"
 
 ConnectionFn = Callable[[str], dict]
@@ -112,8 +117,10 @@ def connection(conn_id: str, prefixes: tuple[str, ...]) -> dict:
     """host and password of a connection a plan named; refuses any id outside ``prefixes`` (checked
     again here, not only when the plan is validated)."""
     if not allowed_connection(conn_id, prefixes):
-        raise MissingSecret(f"connection {conn_id!r}: a plan may only name connections starting with "
-                            f"{' or '.join(prefixes)}; rename the connection and the plan's reference to it")
+        raise MissingSecret(
+            f"connection {conn_id!r}: a plan may only name connections starting with "
+            f"{' or '.join(prefixes)}; rename the connection and the plan's reference to it"
+        )
     return dict(_resolve_connection(conn_id) or {})
 
 
@@ -127,6 +134,7 @@ def serving_secrets(target) -> dict[str, str]:
         if not value:
             raise MissingSecret(
                 f"targets.{target.name}.secrets.{env}: connection {conn_id} is not defined or has no password; "
-                f"create it (Admin -> Connections, the token as password; without Airflow set {env_var(conn_id, 'password')})")
+                f"create it (Admin -> Connections, the token as password; without Airflow set {env_var(conn_id, 'password')})"
+            )
         out[env] = value
     return out

@@ -9,6 +9,7 @@ Layout, partitioned by run and target (hive-style, so pandas/pyarrow read a whol
   <root>/<plan>/run_id=<run>/<name>.json / <name>.parquet   run-level outputs (validation, cost)
 Each point is its own file, so nothing measured is lost when a later point or step fails.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -50,6 +51,7 @@ def write_json(path: Path, obj: Any) -> Path:
     def w(tmp):
         with open(tmp, "w") as f:
             json.dump(obj, f, indent=2, sort_keys=True, default=str)
+
     return _atomic_write(Path(path), w)
 
 
@@ -72,8 +74,9 @@ def point_file(tdir: Path, kind: str, workload: str, concurrency: int, repeat: i
     return tdir / kind / f"{safe_name(workload)}-c{concurrency}-r{repeat}.parquet"
 
 
-def save_point(tdir: Path, workload: str, concurrency: int, repeat: int,
-               requests: pd.DataFrame, summary: dict[str, Any]) -> None:
+def save_point(
+    tdir: Path, workload: str, concurrency: int, repeat: int, requests: pd.DataFrame, summary: dict[str, Any]
+) -> None:
     """Persist one measured point: its raw requests first, then its summary row."""
     write_frame(point_file(tdir, "requests", workload, concurrency, repeat), requests)
     write_frame(point_file(tdir, "points", workload, concurrency, repeat), pd.DataFrame([summary]))

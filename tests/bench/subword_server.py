@@ -6,6 +6,7 @@ prompts only); output streams one whole word (one to
 four tokens) per chunk, so the chunk and word counts both under-count output tokens, or with
 ``per_token`` one token (a word's next three letters) per chunk, as vLLM does.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,7 @@ from aiohttp import web
 from threaded_app import ThreadedApp
 
 BOS, TEMPLATE = 1, 5
-OUT_WORDS = ("consectetur", "lorem", "ipsum", "sit", "do")     # 4, 2, 2, 1, 1 tokens
+OUT_WORDS = ("consectetur", "lorem", "ipsum", "sit", "do")  # 4, 2, 2, 1, 1 tokens
 OPTS = web.AppKey("opts", dict)
 
 
@@ -52,7 +53,7 @@ async def tokenize(request: web.Request) -> web.Response:
     if not opts["tokenize"] or request.path != opts["tokenize_path"]:
         return web.json_response({"detail": "Not Found"}, status=404)
     body = await request.json()
-    if "messages" in body and not opts["chat_tokenize"]:      # SGLang's takes a prompt only
+    if "messages" in body and not opts["chat_tokenize"]:  # SGLang's takes a prompt only
         return web.json_response({"detail": "prompt: field required"}, status=422)
     text, chat = _prompt(body)
     n = count(text, special=body.get("add_special_tokens", True), chat=chat)
@@ -68,16 +69,24 @@ async def generate(request: web.Request) -> web.StreamResponse:
     words = output_words(n)
     usage = {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}
     if not body.get("stream"):
-        return web.json_response({"object": "text_completion", "usage": usage if opts["usage"] else None,
-                                  "choices": [{"index": 0, "text": " ".join(words), "finish_reason": "length"}]})
+        return web.json_response(
+            {
+                "object": "text_completion",
+                "usage": usage if opts["usage"] else None,
+                "choices": [{"index": 0, "text": " ".join(words), "finish_reason": "length"}],
+            }
+        )
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     pieces = [(" " if i else "") + w for i, w in enumerate(words)]
     if opts["per_token"]:
-        pieces = [p[:4] if k == 0 and p.startswith(" ") else p[k:k + 3] for p in pieces
-                  for k in ([0] + list(range(4 if p.startswith(" ") else 3, len(p), 3)))]
+        pieces = [
+            p[:4] if k == 0 and p.startswith(" ") else p[k : k + 3]
+            for p in pieces
+            for k in ([0] + list(range(4 if p.startswith(" ") else 3, len(p), 3)))
+        ]
     for i, piece in enumerate(pieces):
-        choice = ({"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece})
+        choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
         choice["finish_reason"] = "length" if i == len(pieces) - 1 else None
         await resp.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
         await asyncio.sleep(0.001)
@@ -95,11 +104,24 @@ async def models(request: web.Request) -> web.Response:
 class SubwordServer(ThreadedApp):
     """The app on a free loopback port, from its own thread; ``prompts`` lists what it was sent."""
 
-    def __init__(self, *, tokenize: bool = True, usage: bool = True, per_token: bool = False,
-                 tokenize_path: str = "/tokenize", chat_tokenize: bool = True):
+    def __init__(
+        self,
+        *,
+        tokenize: bool = True,
+        usage: bool = True,
+        per_token: bool = False,
+        tokenize_path: str = "/tokenize",
+        chat_tokenize: bool = True,
+    ):
         super().__init__()
-        self.opts = {"tokenize": tokenize, "usage": usage, "per_token": per_token, "prompts": [],
-                     "tokenize_path": tokenize_path, "chat_tokenize": chat_tokenize}
+        self.opts = {
+            "tokenize": tokenize,
+            "usage": usage,
+            "per_token": per_token,
+            "prompts": [],
+            "tokenize_path": tokenize_path,
+            "chat_tokenize": chat_tokenize,
+        }
 
     @property
     def prompts(self) -> list[str]:

@@ -1,4 +1,5 @@
 """``bakeoff bench`` as a new user meets it: its own --help example, what it prints, what it records."""
+
 import json
 import os
 import subprocess
@@ -42,8 +43,16 @@ def test_help_lists_the_workload_and_slo_keys():
 
 def test_no_slo_no_verdict_and_the_engine_is_named(faulty_server, tmp_path):
     """The server says vLLM through /v1/models (its /version has a number only): stack is recorded."""
-    r = bench(faulty_server.url, "--model", "ok", "--workload", "name=w,input_len=7,output_len=8,concurrency=[1,2],"
-              "requests_per_point=4,warmup_requests=0", "--no-calibrate", "--out", str(tmp_path))
+    r = bench(
+        faulty_server.url,
+        "--model",
+        "ok",
+        "--workload",
+        "name=w,input_len=7,output_len=8,concurrency=[1,2],requests_per_point=4,warmup_requests=0",
+        "--no-calibrate",
+        "--out",
+        str(tmp_path),
+    )
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if " r0: " in ln]
     assert len(lines) == 2 and all("no SLO given" in ln and "SLO met" not in ln for ln in lines)
@@ -53,36 +62,76 @@ def test_no_slo_no_verdict_and_the_engine_is_named(faulty_server, tmp_path):
 
 
 def test_an_all_failed_point_says_so_and_mismatches_are_printed(faulty_server, tmp_path):
-    r = bench(faulty_server.url, "--model", "fault:http_503", "--workload",
-              "name=w,input_len=4,output_len=4,concurrency=[2],requests_per_point=4,warmup_requests=0",
-              "--slo", "ttft_p99_ms=500", "--no-calibrate", "--out", str(tmp_path / "a"))
+    r = bench(
+        faulty_server.url,
+        "--model",
+        "fault:http_503",
+        "--workload",
+        "name=w,input_len=4,output_len=4,concurrency=[2],requests_per_point=4,warmup_requests=0",
+        "--slo",
+        "ttft_p99_ms=500",
+        "--no-calibrate",
+        "--out",
+        str(tmp_path / "a"),
+    )
     assert r.returncode == 0, r.stderr
     assert "ALL REQUESTS FAILED (http_5xx x4)" in r.stdout and "CLIENT-BOUND" not in r.stdout
     # usage reports twice the tokens streamed, and 7 prompt tokens for 4 requested
-    r = bench(faulty_server.url, "--model", "fault:mismatch", "--workload",
-              "name=w,input_len=4,output_len=8,concurrency=[2],requests_per_point=4,warmup_requests=0",
-              "--no-calibrate", "--out", str(tmp_path / "b"))
+    r = bench(
+        faulty_server.url,
+        "--model",
+        "fault:mismatch",
+        "--workload",
+        "name=w,input_len=4,output_len=8,concurrency=[2],requests_per_point=4,warmup_requests=0",
+        "--no-calibrate",
+        "--out",
+        str(tmp_path / "b"),
+    )
     assert r.returncode == 0, r.stderr
     assert "4 of 4 requests: the server's usage and the client's own count" in r.stdout
     assert "prompts measured 7.0 tokens on average by the server's usage, 4.0 requested (+75.0%)" in r.stdout
 
 
 def test_a_point_with_nothing_measured_is_never_client_bound():
-    recs = [RequestRecord(run_id="r", target="t", workload="w", concurrency=2, repeat=0, index=i, warmup=False,
-                          send_time=0.0, start_offset=0.0, elapsed=0.01, error_kind="connect_error") for i in range(4)]
-    s = summarize(recs, gpus=1, emulated=False, client={"client_cpu_pct": 99.0, "loop_lag_ms_p99": 9.0,
-                                                       "send_lag_ms_p99": None, "client_bound": True})
+    recs = [
+        RequestRecord(
+            run_id="r",
+            target="t",
+            workload="w",
+            concurrency=2,
+            repeat=0,
+            index=i,
+            warmup=False,
+            send_time=0.0,
+            start_offset=0.0,
+            elapsed=0.01,
+            error_kind="connect_error",
+        )
+        for i in range(4)
+    ]
+    s = summarize(
+        recs,
+        gpus=1,
+        emulated=False,
+        client={"client_cpu_pct": 99.0, "loop_lag_ms_p99": 9.0, "send_lag_ms_p99": None, "client_bound": True},
+    )
     assert s["completed"] == 0 and s["client_bound"] is False
 
 
 def test_identify_engine_from_what_the_server_says():
     def snap(version=None, owner=None, metrics=None):
-        return {"version": {"status": 200, "json": version} if version else {"status": 404},
-                "models": {"status": 200, "json": {"data": [{"id": "m", "owned_by": owner}]}},
-                "metrics": {"status": 200, "text": metrics or ""}}
+        return {
+            "version": {"status": 200, "json": version} if version else {"status": 404},
+            "models": {"status": 200, "json": {"data": [{"id": "m", "owned_by": owner}]}},
+            "metrics": {"status": 200, "text": metrics or ""},
+        }
+
     assert identify_engine(snap({"version": "0.5.4"}, "sglang"))["stack"] == "sglang"
-    assert identify_engine(snap(None, "x", "# HELP vllm:num_requests_running n\nvllm:num_requests_running 0\n")) == \
-        {"stack": "vllm", "engine_version": None, "identified_from": "/metrics"}
+    assert identify_engine(snap(None, "x", "# HELP vllm:num_requests_running n\nvllm:num_requests_running 0\n")) == {
+        "stack": "vllm",
+        "engine_version": None,
+        "identified_from": "/metrics",
+    }
     assert identify_engine(snap({"version": "bakeoff-emulator-1"}, "bakeoff-emulator"))["stack"] == "emulator"
     assert identify_engine(snap({"version": "1.0"}, "someone"))["stack"] == "unknown"
 
@@ -96,10 +145,11 @@ def test_calibration_server_runs_off_the_clients_core(monkeypatch):
         out = enter(self)
         seen["server"] = os.sched_getaffinity(self.proc.pid)
         return out
+
     monkeypatch.setattr(fidelity.ScriptedServerProcess, "__enter__", spy)
     before = os.sched_getaffinity(0)
     client = {min(before)}
-    os.sched_setaffinity(0, client)           # a client pinned to one core (taskset -c)
+    os.sched_setaffinity(0, client)  # a client pinned to one core (taskset -c)
     try:
         cal = fidelity.calibrate(concurrency=2, requests=4, ttft_ms=5, itl_ms=1, output_tokens=4)
     finally:

@@ -1,5 +1,6 @@
 """TTFT connection mode: warm (connections opened before measuring) vs per_request (a new connection
 per request, set-up inside TTFT, as InferenceX and vLLM's benchmark open them)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,9 +14,11 @@ from bakeoff.bench.sweep import run_workload
 from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict
 from bakeoff.serving.endpoint import Endpoint
 
-SSE = (b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
-       b'data: {"choices":[{"index":0,"text":"b","finish_reason":"length"}],'
-       b'"usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}}\n\ndata: [DONE]\n\n')
+SSE = (
+    b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
+    b'data: {"choices":[{"index":0,"text":"b","finish_reason":"length"}],'
+    b'"usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}}\n\ndata: [DONE]\n\n'
+)
 
 
 class CountingServer:
@@ -42,8 +45,10 @@ class CountingServer:
                     body, ctype = b'{"data":[{"id":"m"}]}', b"application/json"
                 else:
                     body, ctype = SSE, b"text/event-stream"
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
-                             % (ctype, len(body), b"connection: close\r\n" if close else b"", body))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
+                    % (ctype, len(body), b"connection: close\r\n" if close else b"", body)
+                )
                 await writer.drain()
                 if close:
                     break
@@ -58,6 +63,7 @@ class CountingServer:
             self.port = self.server.sockets[0].getsockname()[1]
             self.ready.set()
             self.loop.run_forever()
+
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
         self.ready.wait(10)
@@ -75,6 +81,7 @@ class CountingServer:
 
 def _closed_loop(url: str, mode: str, n: int, concurrency: int, connect_delay_s: float = 0.0):
     """n requests through the closed loop; ``connect_delay_s`` stands for a slow TCP/TLS handshake."""
+
     async def go():
         client = StreamingClient(url, timeout_s=10, connection=mode)
         if connect_delay_s:
@@ -83,6 +90,7 @@ def _closed_loop(url: str, mode: str, n: int, concurrency: int, connect_delay_s:
             async def slow_open():
                 await asyncio.sleep(connect_delay_s)
                 return await real_open()
+
             client._open = slow_open
         try:
             await client.warm(concurrency)
@@ -90,6 +98,7 @@ def _closed_loop(url: str, mode: str, n: int, concurrency: int, connect_delay_s:
             return await client.closed_loop([req] * n, list(range(n)), concurrency)
         finally:
             await client.close()
+
     return asyncio.run(go())
 
 
@@ -106,7 +115,9 @@ def test_per_request_ttft_includes_connection_setup_and_warm_does_not():
     delay = 0.08
     with CountingServer() as srv:
         warm = [o.state.ttft for _, o in _closed_loop(srv.url, "warm", n=6, concurrency=2, connect_delay_s=delay)]
-        fresh = [o.state.ttft for _, o in _closed_loop(srv.url, "per_request", n=6, concurrency=2, connect_delay_s=delay)]
+        fresh = [
+            o.state.ttft for _, o in _closed_loop(srv.url, "per_request", n=6, concurrency=2, connect_delay_s=delay)
+        ]
     assert max(warm) < delay <= min(fresh)
 
 
@@ -118,24 +129,34 @@ def test_single_stream_per_request_includes_setup():
         async def slow_open():
             await asyncio.sleep(0.05)
             return await real_open()
+
         client._open = slow_open
         try:
             req = client.build("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 2, "stream": True})
             return await client.stream(req)
         finally:
             await client.close()
+
     with CountingServer() as srv:
         out = asyncio.run(go(srv.url))
     assert out.error is None and out.state.ttft >= 0.05
 
 
 def test_mode_is_a_workload_option_recorded_per_point(tmp_path):
-    w = Workload(name="w", input_len=4, output_len=2, concurrency=[2], requests_per_point=6, warmup_requests=0,
-                 ttft_connection="per_request")
+    w = Workload(
+        name="w",
+        input_len=4,
+        output_len=2,
+        concurrency=[2],
+        requests_per_point=6,
+        warmup_requests=0,
+        ttft_connection="per_request",
+    )
     with CountingServer() as srv:
         ep = Endpoint(target="t", base_url=srv.url, model="m", stack="scripted", emulated=True)
-        (point,) = run_workload(ep, AdhocTarget("t"), w, Slo(), tmp_path, "r", None, True, provenance=False,
-                                calibrate=False)
+        (point,) = run_workload(
+            ep, AdhocTarget("t"), w, Slo(), tmp_path, "r", None, True, provenance=False, calibrate=False
+        )
         assert srv.connections >= 6
     assert point["ttft_connection"] == "per_request" and point["completed"] == 6
     assert Workload(name="d").ttft_connection == "warm"
@@ -145,6 +166,7 @@ def test_bad_mode_names_the_field():
     with pytest.raises(ValueError, match="ttft_connection"):
         StreamingClient("http://127.0.0.1:1", connection="cold")
     from bakeoff.plan import load_plan
+
     raw = load_plan("local-demo").model_dump(mode="json")
     raw["workloads"][0]["ttft_connection"] = "cold"
     with pytest.raises(PlanError, match="ttft_connection"):

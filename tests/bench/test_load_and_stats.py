@@ -1,4 +1,5 @@
 """Arrival processes (fixed seeds, checked statistically), SLA search, bootstrap and verdicts."""
+
 import asyncio
 import time
 
@@ -24,14 +25,14 @@ def test_poisson_arrivals(seed):
     assert offs[0] == 0 and np.all(gaps >= 0)
     assert gaps.mean() == pytest.approx(0.2, rel=0.03)
     assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.04)
-    assert _ks_exponential(gaps, 5.0) < 1.36 / np.sqrt(len(gaps))     # 5% Kolmogorov-Smirnov bound
+    assert _ks_exponential(gaps, 5.0) < 1.36 / np.sqrt(len(gaps))  # 5% Kolmogorov-Smirnov bound
 
 
 @pytest.mark.parametrize("k,cv", [(0.25, 2.0), (1.0, 1.0), (4.0, 0.5)])
 def test_gamma_burstiness(k, cv):
     gaps = np.diff(arrival_offsets(20001, 10.0, "gamma", burstiness=k, seed=7))
-    assert gaps.mean() == pytest.approx(0.1, rel=0.05)                 # the rate is kept
-    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.06)     # burstiness changes only the spread
+    assert gaps.mean() == pytest.approx(0.1, rel=0.05)  # the rate is kept
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.06)  # burstiness changes only the spread
 
 
 def test_arrivals_reproducible_and_validated():
@@ -58,10 +59,11 @@ def test_open_loop_sends_on_schedule():
         t0 = time.perf_counter()
         await open_loop(send, offs, t0=t0)
         return t0
+
     t0 = asyncio.run(go())
     lag = np.array([sent[i] - t0 - offs[i] for i in range(40)])
     assert lag.min() >= -1e-4 and np.percentile(lag, 90) < 0.01
-    assert peak[0] >= 2                     # open loop: arrivals do not wait for responses
+    assert peak[0] >= 2  # open loop: arrivals do not wait for responses
 
 
 def test_sla_search_on_a_synthetic_knee():
@@ -71,6 +73,7 @@ def test_sla_search_on_a_synthetic_knee():
     async def probe(load):
         probed.append(load)
         return {"meets_slo": load <= 37, "output_tps_per_gpu": float(load)}
+
     res = asyncio.run(search_loads(probe, "concurrency", 1, 512, 0.0, 20))
     assert res.best == 37 and res.first_failing == 38 and res.monotone
     assert probed[:7] == [1, 2, 4, 8, 16, 32, 64] and len(probed) <= 12
@@ -86,15 +89,25 @@ def test_bootstrap_interval_covers_the_truth():
         est, lo, hi = bootstrap_ci(x, "mean", seed=i, n_boot=500)
         hits += lo <= 10 <= hi
         assert lo < est < hi
-    assert hits >= 34                       # ~95% coverage; 34/40 is far below any plausible miss rate
+    assert hits >= 34  # ~95% coverage; 34/40 is far below any plausible miss rate
 
 
 def _point(tps, ttft_ms, n=200, seed=0, repeats=3):
     rng = np.random.default_rng(seed)
-    req = pd.DataFrame({"warmup": False, "error_kind": None, "ttft": rng.normal(ttft_ms, 5, n) / 1e3,
-                        "e2e": rng.normal(ttft_ms, 5, n) / 1e3 + 1.0, "output_tokens": rng.integers(90, 112, n),
-                        "prompt_tokens": 10, "requested_input_len": 10})
-    pts = pd.DataFrame({"output_tps_per_gpu": rng.normal(tps, 2, repeats), "total_tps_per_gpu": rng.normal(tps * 2, 2, repeats)})
+    req = pd.DataFrame(
+        {
+            "warmup": False,
+            "error_kind": None,
+            "ttft": rng.normal(ttft_ms, 5, n) / 1e3,
+            "e2e": rng.normal(ttft_ms, 5, n) / 1e3 + 1.0,
+            "output_tokens": rng.integers(90, 112, n),
+            "prompt_tokens": 10,
+            "requested_input_len": 10,
+        }
+    )
+    pts = pd.DataFrame(
+        {"output_tps_per_gpu": rng.normal(tps, 2, repeats), "total_tps_per_gpu": rng.normal(tps * 2, 2, repeats)}
+    )
     return pts, req
 
 
@@ -105,8 +118,12 @@ def test_verdicts_between_targets():
     assert rows["output_tps_per_gpu"]["better"] == "b200" and rows["output_tps_per_gpu"]["excludes_zero"]
     assert rows["ttft_ms_p50"]["better"] == "mi355x" and rows["ttft_ms_p50"]["diff"] == pytest.approx(30, abs=3)
     assert rows["tpot_ms_p50"]["excludes_zero"] is False and rows["tpot_ms_p50"]["better"] is None
-    same = verdict(np.random.default_rng(0).normal(0, 1, 1000), np.random.default_rng(1).normal(0, 1, 1000),
-                   metric="x", higher_is_better=True)
+    same = verdict(
+        np.random.default_rng(0).normal(0, 1, 1000),
+        np.random.default_rng(1).normal(0, 1, 1000),
+        metric="x",
+        higher_is_better=True,
+    )
     assert same["excludes_zero"] is False
 
 
@@ -114,7 +131,7 @@ def test_point_intervals_single_run_and_repeats():
     pts, req = _point(100, 50, repeats=1)
     one = point_intervals(pts, req)
     est, lo, hi = one["output_tps_per_gpu"]
-    assert one["repeats"] == 1 and lo < est < hi and hi - lo < 0.2 * est     # request resampling, fixed duration
+    assert one["repeats"] == 1 and lo < est < hi and hi - lo < 0.2 * est  # request resampling, fixed duration
     e, l, h = one["ttft_ms_p50"]
     assert l < 50 < h and l < e < h
     pts3, _ = _point(100, 50, repeats=3)

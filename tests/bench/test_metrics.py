@@ -1,4 +1,5 @@
 """Metric definitions on hand-computed points (multi-token chunks, 1-token outputs, errors, warm-up)."""
+
 import json
 import math
 
@@ -10,8 +11,19 @@ from bakeoff.plan import Slo
 
 
 def rec(i, start, **kw):
-    base = dict(run_id="r", target="t", workload="w", concurrency=4, repeat=0, index=i, warmup=False,
-                send_time=1000.0 + start, start_offset=start, requested_input_len=30, requested_output_len=8)
+    base = dict(
+        run_id="r",
+        target="t",
+        workload="w",
+        concurrency=4,
+        repeat=0,
+        index=i,
+        warmup=False,
+        send_time=1000.0 + start,
+        start_offset=start,
+        requested_input_len=30,
+        requested_output_len=8,
+    )
     base.update(kw)
     return RequestRecord(**base)
 
@@ -19,18 +31,46 @@ def rec(i, start, **kw):
 def point():
     return [
         # one token per chunk: TPOT (0.5-0.1)/4 = 100 ms, gaps 4 x 100 ms
-        rec(0, 0.0, ttft=0.1, e2e=0.5, elapsed=0.5, output_tokens=5, prompt_tokens=10,
-            chunk_offsets=[0.1, 0.2, 0.3, 0.4, 0.5], chunks=5),
+        rec(
+            0,
+            0.0,
+            ttft=0.1,
+            e2e=0.5,
+            elapsed=0.5,
+            output_tokens=5,
+            prompt_tokens=10,
+            chunk_offsets=[0.1, 0.2, 0.3, 0.4, 0.5],
+            chunks=5,
+        ),
         # three tokens per chunk: TPOT (0.6-0.2)/8 = 50 ms, but chunk gaps are 200 ms
-        rec(1, 0.1, ttft=0.2, e2e=0.6, elapsed=0.6, output_tokens=9, prompt_tokens=20,
-            chunk_offsets=[0.2, 0.4, 0.6], chunks=3),
+        rec(
+            1,
+            0.1,
+            ttft=0.2,
+            e2e=0.6,
+            elapsed=0.6,
+            output_tokens=9,
+            prompt_tokens=20,
+            chunk_offsets=[0.2, 0.4, 0.6],
+            chunks=3,
+        ),
         # one output token: no TPOT, no gap; no usage for the prompt -> requested length (30)
         rec(2, 0.2, ttft=0.05, e2e=0.05, elapsed=0.05, output_tokens=1, chunk_offsets=[0.05], chunks=1),
         # a failure: counts in failed, error rate and duration, nowhere else
         rec(3, 0.3, elapsed=0.2, error_kind="http_5xx", error="HTTP 503", status_code=503),
         # warm-up: ignored entirely
-        rec(4, -1.0, warmup=True, ttft=9.0, e2e=9.5, elapsed=9.5, output_tokens=500, prompt_tokens=999,
-            chunk_offsets=[9.0, 9.5], chunks=2),
+        rec(
+            4,
+            -1.0,
+            warmup=True,
+            ttft=9.0,
+            e2e=9.5,
+            elapsed=9.5,
+            output_tokens=500,
+            prompt_tokens=999,
+            chunk_offsets=[9.0, 9.5],
+            chunks=2,
+        ),
     ]
 
 
@@ -39,7 +79,7 @@ def test_hand_computed_point():
     assert list(s) == POINT_COLUMNS
     assert (s["completed"], s["failed"]) == (3, 1)
     assert s["error_rate"] == pytest.approx(0.25)
-    assert s["duration_s"] == pytest.approx(0.7)           # first measured send 0.0 -> last end 0.1+0.6
+    assert s["duration_s"] == pytest.approx(0.7)  # first measured send 0.0 -> last end 0.1+0.6
     assert s["output_tps"] == pytest.approx(15 / 0.7)
     assert s["input_tps"] == pytest.approx(60 / 0.7)
     assert s["total_tps_per_gpu"] == pytest.approx(75 / 0.7 / 2)
@@ -47,7 +87,7 @@ def test_hand_computed_point():
     assert s["request_throughput"] == pytest.approx(3 / 0.7)
     assert s["ttft_ms_mean"] == pytest.approx((100 + 200 + 50) / 3)
     assert s["ttft_ms_p50"] == pytest.approx(100)
-    assert s["tpot_ms_mean"] == pytest.approx(75)           # 1-token output excluded
+    assert s["tpot_ms_mean"] == pytest.approx(75)  # 1-token output excluded
     assert s["tpot_ms_p99"] == pytest.approx(50 + 0.99 * 50)
     assert s["itl_ms_mean"] == pytest.approx((4 * 100 + 2 * 200) / 6)
     assert s["itl_ms_p50"] == pytest.approx(100)
@@ -57,7 +97,7 @@ def test_hand_computed_point():
     # good: only the 1-token request (r0 TPOT 100 > 90, r1 TTFT 200 > 150, r3 failed)
     assert s["good_fraction"] == pytest.approx(1 / 4)
     assert s["goodput_rps"] == pytest.approx(1 / 0.7)
-    assert s["meets_slo"] is False                         # TTFT p99 198 ms > 150
+    assert s["meets_slo"] is False  # TTFT p99 198 ms > 150
     assert json.loads(s["errors_by_kind"]) == {"http_5xx": 1}
     assert s["gpus"] == 2 and s["emulated"] is True and s["concurrency"] == 4
 
@@ -107,6 +147,7 @@ def test_same_summary_from_records_and_from_the_parquet_table(tmp_path):
     import pandas as pd
 
     from bakeoff.bench.sweep import records_frame
+
     recs = point()
     records_frame(recs).to_parquet(tmp_path / "r.parquet")
     back = pd.read_parquet(tmp_path / "r.parquet")
@@ -120,10 +161,11 @@ def test_all_failed_point_round_trips_with_typed_columns(tmp_path):
     import pandas as pd
 
     from bakeoff.bench.sweep import records_frame
+
     bad = [rec(i, 0.1 * i, elapsed=1.0, error_kind="timeout") for i in range(2)]
     records_frame(bad).to_parquet(tmp_path / "a.parquet")
     records_frame(point()).to_parquet(tmp_path / "b.parquet")
-    both = pd.read_parquet(tmp_path)                 # one dataset: the all-null columns kept their types
+    both = pd.read_parquet(tmp_path)  # one dataset: the all-null columns kept their types
     assert len(both) == 7 and both["ttft"].dtype == "float64" and both["error_kind"].isna().sum() == 4
 
 
@@ -133,7 +175,7 @@ def test_requested_and_measured_input_lengths():
     prompts = {"prompt_seed": 7, "prompt_sizing": "tokenize", "input_len_tolerance": 0.02}
     s = summarize(point(), gpus=1, emulated=False, prompts={**prompts, "sized": True})
     assert s["input_len_requested_mean"] == 30 and s["input_len_measured_mean"] == 15
-    assert s["input_len_error"] == pytest.approx(30 / 60 - 1)      # (10 + 20) / (30 + 30) - 1
+    assert s["input_len_error"] == pytest.approx(30 / 60 - 1)  # (10 + 20) / (30 + 30) - 1
     assert (s["prompt_seed"], s["prompt_sizing"], s["input_len_tolerance"]) == (7, "tokenize", 0.02)
     user = summarize(point(), gpus=1, emulated=False, prompts={**prompts, "sized": False})
     assert math.isnan(user["input_len_error"]) and user["input_len_measured_mean"] == 15

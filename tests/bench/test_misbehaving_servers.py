@@ -1,4 +1,5 @@
 """Each misbehaviour of a server becomes a classified per-request result; nothing hangs or crashes."""
+
 import asyncio
 import json
 import time
@@ -28,14 +29,22 @@ def one(url, fault, *, endpoint="completions", timeout=2.0, key=KEY, max_tokens=
             return to_record(out, PointId("r", "t", "w", 1, 0), spec, 0, False, t0, True)
         finally:
             await c.close()
+
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("fault,kind,status", [
-    ("http_400", "http_4xx", 400), ("http_503", "http_5xx", 503), ("reset", "connection_reset", 200),
-    ("truncated", "truncated", 200), ("malformed", "malformed_sse", 200), ("empty_choices", "empty_choices", 200),
-    ("error_event", "server_error", 200),
-])
+@pytest.mark.parametrize(
+    "fault,kind,status",
+    [
+        ("http_400", "http_4xx", 400),
+        ("http_503", "http_5xx", 503),
+        ("reset", "connection_reset", 200),
+        ("truncated", "truncated", 200),
+        ("malformed", "malformed_sse", 200),
+        ("empty_choices", "empty_choices", 200),
+        ("error_event", "server_error", 200),
+    ],
+)
 def test_classified_errors(faulty_server, fault, kind, status):
     r = one(faulty_server.url, fault)
     assert r.error_kind == kind, r.error
@@ -60,6 +69,7 @@ def test_wrong_key_is_a_4xx_and_the_key_is_never_in_the_record(faulty_server):
 
 def test_connection_refused_is_a_connect_error():
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -122,14 +132,21 @@ def test_crlf_event_separators(faulty_server):
 def test_reasoning_counts_for_ttft_answer_reported_separately(faulty_server):
     r = one(faulty_server.url, "reasoning", endpoint="chat", max_tokens=8)
     assert r.ok and r.output_tokens_client == 8
-    assert r.ttfa - r.ttft > 0.05          # three reasoning chunks 20 ms apart come first
+    assert r.ttfa - r.ttft > 0.05  # three reasoning chunks 20 ms apart come first
 
 
 def test_a_failing_server_still_yields_saved_points(faulty_server, tmp_path):
     plan = load_plan("local-demo")
     t = plan.targets[0]
-    w = Workload(name="fails", input_len=4, output_len=4, concurrency=[2], requests_per_point=4, warmup_requests=0,
-                 request_timeout_s=2)
+    w = Workload(
+        name="fails",
+        input_len=4,
+        output_len=4,
+        concurrency=[2],
+        requests_per_point=4,
+        warmup_requests=0,
+        request_timeout_s=2,
+    )
     ep = Endpoint(target=t.slug, base_url=faulty_server.url, model="fault:http_503", stack="vllm")
     out = run_workload(ep, t, w, Slo(ttft_p99_ms=100), tmp_path, "run1", KEY, emulated=True, calibrate=False)
     assert len(out) == 1 and out[0]["failed"] == 4 and out[0]["error_rate"] == 1.0 and not out[0]["meets_slo"]

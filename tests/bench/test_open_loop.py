@@ -3,6 +3,7 @@ lateness is stored per request and summarized, and the client leaves no garbage 
 
 Timing assertions are lower bounds on an injected stall, never bounds on the absence of lag, so a
 loaded CI machine cannot make them fail."""
+
 import asyncio
 import gc
 import time
@@ -29,14 +30,21 @@ def server():
 
 def _sender(client, n):
     w = Workload(name="ol", input_len=8, output_len=4, load="rate", rates=[200])
-    return Sender(client, w, "scripted", PointId("r", "t", w.name, 200, 0),
-                  [RequestSpec(8, 4, prompt="a b c d e f g h")] * n, 0, 30)
+    return Sender(
+        client,
+        w,
+        "scripted",
+        PointId("r", "t", w.name, 200, 0),
+        [RequestSpec(8, 4, prompt="a b c d e f g h")] * n,
+        0,
+        30,
+    )
 
 
 def test_a_stall_on_the_event_loop_is_detected_and_reported(server):
     """A callback that blocks the loop for 50 ms during an open-loop point: the point records a
     loop stall of at least 50 ms, the sends due meanwhile as late, and flags the point."""
-    offsets = np.arange(60) * 0.005          # a send due every 5 ms, so some fall inside the stall
+    offsets = np.arange(60) * 0.005  # a send due every 5 ms, so some fall inside the stall
 
     async def point():
         client = StreamingClient(server.url, timeout_s=30)
@@ -46,7 +54,7 @@ def test_a_stall_on_the_event_loop_is_detected_and_reported(server):
             sender.start_clock()
             loop = asyncio.get_running_loop()
             t_stall = loop.time() + 0.1
-            loop.call_at(t_stall, time.sleep, STALL_S)          # the deliberate blocking call
+            loop.call_at(t_stall, time.sleep, STALL_S)  # the deliberate blocking call
             with LoopMonitor() as mon:
                 sent = await open_loop(sender.send, offsets, t0=sender.t0)
         finally:
@@ -84,6 +92,7 @@ def test_sends_never_leave_before_their_schedule():
         t0 = time.perf_counter() + 0.01
         out = await open_loop(send, offsets, t0=t0)
         return t0, out
+
     t0, out = run_async(go())
     assert [r.index for r in out] == list(range(200))
     assert min(sent[i] - (t0 + offsets[i]) for i in range(200)) >= 0
@@ -97,6 +106,7 @@ def test_wait_until_is_never_early():
             await wait_until(d)
             late.append(time.perf_counter() - d)
         return late
+
     assert min(run_async(go())) >= 0
 
 
@@ -106,11 +116,12 @@ def test_garbage_collection_is_paused_during_a_point_and_resumed_after():
     async def send(i, scheduled=None):
         seen.append(gc.isenabled())
         return type("R", (), {"index": i})()
+
     assert gc.isenabled()
     run_async(open_loop(send, [0.0, 0.001, 0.002]))
     assert seen == [False, False, False] and gc.isenabled()
     with gc_paused():
-        with gc_paused():                    # nested: the inner one leaves the outer pause alone
+        with gc_paused():  # nested: the inner one leaves the outer pause alone
             pass
         assert not gc.isenabled()
     assert gc.isenabled()
@@ -130,6 +141,7 @@ def test_a_failed_send_fails_the_point_and_leaves_nothing_running():
             await open_loop(send, [0.0, 0.001, 0.002])
         await asyncio.sleep(0)
         return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
     assert run_async(go()) == [] and started[:2] == [0, 1]
 
 
@@ -137,12 +149,13 @@ def test_finished_requests_leave_no_reference_cycles(server):
     """A request's parser, callbacks and state are freed by reference counting: with collection
     paused for a whole point, garbage left in cycles would only grow memory (and, collected, stall
     the loop)."""
+
     async def go():
         client = StreamingClient(server.url, timeout_s=30)
         try:
             sender = _sender(client, 40)
             await client.warm(4)
-            for i in range(4):                               # warm the code paths, then count
+            for i in range(4):  # warm the code paths, then count
                 await sender.send(i)
             gc.collect()
             gc.disable()
@@ -154,15 +167,35 @@ def test_finished_requests_leave_no_reference_cycles(server):
                 gc.enable()
         finally:
             await client.close()
-    assert run_async(go()) < 40                             # fewer than one object per request
+
+    assert run_async(go()) < 40  # fewer than one object per request
 
 
 def test_point_summarizes_lateness_and_latency_from_the_schedule():
     """send_lag = start_offset - scheduled_offset; TTFT from schedule = send_lag + TTFT (exact)."""
-    base = {"run_id": "r", "target": "t", "workload": "w", "concurrency": 10, "repeat": 0, "warmup": False,
-            "output_tokens": 4, "requested_input_len": 8, "chunk_offsets": []}
-    rows = [{**base, "index": i, "scheduled_offset": i * 0.1, "start_offset": i * 0.1 + lag, "ttft": 0.020,
-             "e2e": 0.050, "elapsed": 0.050} for i, lag in enumerate([0.0, 0.001, 0.002, 0.030])]
+    base = {
+        "run_id": "r",
+        "target": "t",
+        "workload": "w",
+        "concurrency": 10,
+        "repeat": 0,
+        "warmup": False,
+        "output_tokens": 4,
+        "requested_input_len": 8,
+        "chunk_offsets": [],
+    }
+    rows = [
+        {
+            **base,
+            "index": i,
+            "scheduled_offset": i * 0.1,
+            "start_offset": i * 0.1 + lag,
+            "ttft": 0.020,
+            "e2e": 0.050,
+            "elapsed": 0.050,
+        }
+        for i, lag in enumerate([0.0, 0.001, 0.002, 0.030])
+    ]
     s = summarize(rows, gpus=1, emulated=False, load_mode="rate", rate=10)
     assert s["send_lag_ms_max"] == pytest.approx(30.0)
     assert s["send_lag_ms_p50"] == pytest.approx(1.5)
@@ -177,6 +210,7 @@ def test_point_summarizes_lateness_and_latency_from_the_schedule():
 
 def test_scripted_server_reports_arrival_rate_and_burstiness():
     from bakeoff.bench.scripted_server import arrival_stats
+
     even = arrival_stats([i * 0.01 for i in range(101)])
     assert even["arrivals"] == 101 and even["arrival_rate_rps"] == pytest.approx(100) and even["arrival_cv"] < 1e-6
     gaps = np.random.default_rng(0).exponential(0.01, 20000)

@@ -1,4 +1,5 @@
 """Prompts sized in the served model's tokens, output tokens counted by its tokenizer, run-seeded prompts."""
+
 import json
 import random
 
@@ -21,19 +22,29 @@ def _ep(url, model="sub"):
 
 
 def _run(srv, w, tmp_path, run_id="run-1"):
-    out = run_workload(_ep(srv.url), AdhocTarget("t", 1), w, Slo(), tmp_path, run_id, None, False,
-                       provenance=False, calibrate=False)
+    out = run_workload(
+        _ep(srv.url), AdhocTarget("t", 1), w, Slo(), tmp_path, run_id, None, False, provenance=False, calibrate=False
+    )
     reqs = pd.read_parquet(tmp_path / "requests" / f"{w.name}-c{w.concurrency[0]}-r0.parquet")
     return out, reqs, json.loads((tmp_path / f"prompt_sizing-{w.name}.json").read_text())
 
 
-@pytest.mark.parametrize("route,endpoint", [("tokenize", "completions"), ("tokenize", "chat"),
-                                            ("usage-probe", "completions")])
+@pytest.mark.parametrize(
+    "route,endpoint", [("tokenize", "completions"), ("tokenize", "chat"), ("usage-probe", "completions")]
+)
 def test_prompts_measure_the_requested_length_under_a_subword_tokenizer(tmp_path, route, endpoint):
     """The server counts ~2 tokens per word; the prompts it measures are still exactly the requested
     length (by /tokenize, chat template included, or by probing usage when there is no /tokenize)."""
-    w = Workload(name="w", endpoint=endpoint, input_len=128, output_len=8, range_ratio=0.5, concurrency=[2],
-                 requests_per_point=12, warmup_requests=0)
+    w = Workload(
+        name="w",
+        endpoint=endpoint,
+        input_len=128,
+        output_len=8,
+        range_ratio=0.5,
+        concurrency=[2],
+        requests_per_point=12,
+        warmup_requests=0,
+    )
     with SubwordServer(tokenize=route == "tokenize") as srv:
         (point,), reqs, doc = _run(srv, w, tmp_path)
     assert doc["method"] == route and doc["check"]["error_max_abs"] == 0
@@ -47,8 +58,9 @@ def test_prompts_measure_the_requested_length_under_a_subword_tokenizer(tmp_path
 def test_sglang_shaped_tokenize_sizes_chat_by_probe_and_counts_output_by_tokenize(tmp_path):
     """/v1/tokenize without chat messages (as SGLang's): chat prompts are sized by probing usage,
     template included, and output tokens would be counted by the plain-text route."""
-    w = Workload(name="w", endpoint="chat", input_len=100, output_len=8, concurrency=[1], requests_per_point=5,
-                 warmup_requests=0)
+    w = Workload(
+        name="w", endpoint="chat", input_len=100, output_len=8, concurrency=[1], requests_per_point=5, warmup_requests=0
+    )
     with SubwordServer(tokenize_path="/v1/tokenize", chat_tokenize=False) as srv:
         (point,), reqs, doc = _run(srv, w, tmp_path)
     assert (doc["method"], doc["output_count_route"]) == ("usage-probe", "tokenize")
@@ -66,7 +78,7 @@ def test_output_tokens_without_usage_are_counted_by_the_model_tokenizer(tmp_path
     assert (reqs["output_tokens"] == reqs["requested_output_len"]).all()
     assert (reqs["chunks"] < reqs["output_tokens"]).all() != per_token
     assert (reqs["client_count_method"] == method).all() and point["token_count_method"] == f"client-{method}"
-    assert point["input_len_measured_mean"] != point["input_len_measured_mean"]    # NaN: no usage to measure by
+    assert point["input_len_measured_mean"] != point["input_len_measured_mean"]  # NaN: no usage to measure by
 
 
 def test_prompts_differ_between_runs_unless_fixed(tmp_path):
@@ -103,6 +115,7 @@ def test_shared_prefix_is_sized_in_tokens_and_shared_only_within_a_run():
 def test_sizer_corrects_a_constant_offset_and_states_its_error():
     """A tokenizer that adds tokens the per-word fit cannot see (here 3 per prompt beyond a lone word's):
     verification finds the offset, corrects it and reports the achieved error."""
+
     class Quirky(TokenCounter):
         method = "tokenize"
 

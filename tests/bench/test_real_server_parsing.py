@@ -1,6 +1,7 @@
 """benchmarks/real_server.py holds bakeoff's figures against the server's own /metrics; these tests
 check that reading, on scrapes recorded from vLLM 0.32 (CPU build) before and after 11 requests,
 without needing vLLM here."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,7 +16,7 @@ from tests.conftest import ROOT
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod          # dataclasses look their module up while the class is built
+    sys.modules[name] = mod  # dataclasses look their module up while the class is built
     spec.loader.exec_module(mod)
     return mod
 
@@ -67,13 +68,14 @@ def test_delta_between_two_scrapes_gives_the_servers_means_and_counts():
     assert d["tpot"].mean == pytest.approx(0.1008724044444433 / 11)
     # counters summed over label sets (finish reasons), never mixed up with *_created gauges
     assert (d["prompt_tokens"], d["generation_tokens"], d["requests"]) == (2816, 704, 11)
-    assert d["e2e"] is None                     # not in this excerpt: reported as missing, not as 0
+    assert d["e2e"] is None  # not in this excerpt: reported as missing, not as 0
 
 
 def test_only_what_happened_between_the_scrapes_counts():
     """A second run on the same server: the first run's requests are subtracted, not included."""
-    later = AFTER.replace("_count{engine=\"0\",model_name=\"tiny\"} 11.0", "_count{engine=\"0\",model_name=\"tiny\"} 21.0") \
-                 .replace("0.2921757698059082", "0.5921757698059082")
+    later = AFTER.replace(
+        '_count{engine="0",model_name="tiny"} 11.0', '_count{engine="0",model_name="tiny"} 21.0'
+    ).replace("0.2921757698059082", "0.5921757698059082")
     d = promm.delta(AFTER, later)
     assert d["ttft"].count == 10 and d["ttft"].mean == pytest.approx(0.03)
     assert d["prompt_tokens"] == 0
@@ -91,11 +93,12 @@ vllm:prompt_tokens_total{engine="1",model_name="m"} 7
     d = promm.delta("", two_engines)
     assert d["itl"].name == "vllm:time_per_output_token_seconds"
     assert d["itl"].count == 40 and d["itl"].mean == pytest.approx(0.6 / 40)
-    assert d["prompt_tokens"] == 12                 # a sample's trailing timestamp is not its value
+    assert d["prompt_tokens"] == 12  # a sample's trailing timestamp is not its value
     assert d["tpot"] is None and math.isnan(promm.Hist("x").mean)
 
 
 def test_label_values_with_spaces_commas_and_braces_parse():
     text = 'vllm:request_success_total{finished_reason="a, b {c}",model_name="x y"} 3.0\nnot a sample line\n'
-    assert promm.parse(text) == [("vllm:request_success_total", {"finished_reason": "a, b {c}",
-                                                                  "model_name": "x y"}, 3.0)]
+    assert promm.parse(text) == [
+        ("vllm:request_success_total", {"finished_reason": "a, b {c}", "model_name": "x y"}, 3.0)
+    ]

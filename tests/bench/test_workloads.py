@@ -1,4 +1,5 @@
 """Prompt synthesis and workload files: exact lengths, determinism, stated intervals, clear errors."""
+
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ def test_synthetic_prompts_have_exact_token_counts_within_the_stated_interval():
     assert all(tokens.count(s.prompt) == s.input_len for s in specs)
     ins, outs = [s.input_len for s in specs], [s.output_len for s in specs]
     assert min(ins) >= 100 and max(ins) <= 200 and min(outs) >= 25 and max(outs) <= 50
-    assert max(ins) - min(ins) > 80                         # actually spread over [r L, L]
+    assert max(ins) - min(ins) > 80  # actually spread over [r L, L]
     v = Workload(name="v", input_len=200, output_len=50, range_ratio=0.5, length_interval="vllm")
     vi = [s.input_len for s in synthesize(v, 200)]
     assert min(vi) >= 100 and max(vi) <= 300 and max(vi) > 250
@@ -46,21 +47,25 @@ def test_inferencemax_preset_doubles_and_sizes_points():
 
 def test_user_jsonl_prompts_and_messages(tmp_path):
     f = tmp_path / "p.jsonl"
-    f.write_text('{"prompt": "one two three", "max_tokens": 5}\n\n'
-                 '{"messages": [{"role": "user", "content": "hi there"}]}\n')
+    f.write_text(
+        '{"prompt": "one two three", "max_tokens": 5}\n\n{"messages": [{"role": "user", "content": "hi there"}]}\n'
+    )
     w = Workload(name="w", source="jsonl", source_path=str(f), output_len=9, endpoint="chat")
     specs = build_specs(w, 4)
     got = sorted((s.input_len, s.output_len, s.messages is not None) for s in specs)
     assert got == [(2, 9, True), (2, 9, True), (3, 5, False), (3, 5, False)]
 
 
-@pytest.mark.parametrize("content,line,words", [
-    ('{"prompt": "ok"}\n{"prompt": "x", ', 2, "not valid JSON"),
-    ('{"prompt": "ok"}\n\n{"prompt": "a", "messages": []}\n', 3, "exactly one"),
-    ('{"prompt": "a", "max_tokens": 0}\n', 1, "max_tokens"),
-    ('{"messages": [{"content": "x"}]}\n', 1, "role"),
-    ('[1, 2]\n', 1, "JSON object"),
-])
+@pytest.mark.parametrize(
+    "content,line,words",
+    [
+        ('{"prompt": "ok"}\n{"prompt": "x", ', 2, "not valid JSON"),
+        ('{"prompt": "ok"}\n\n{"prompt": "a", "messages": []}\n', 3, "exactly one"),
+        ('{"prompt": "a", "max_tokens": 0}\n', 1, "max_tokens"),
+        ('{"messages": [{"content": "x"}]}\n', 1, "role"),
+        ("[1, 2]\n", 1, "JSON object"),
+    ],
+)
 def test_bad_jsonl_names_the_line(tmp_path, content, line, words):
     f = tmp_path / "bad.jsonl"
     f.write_text(content)
@@ -71,10 +76,14 @@ def test_bad_jsonl_names_the_line(tmp_path, content, line, words):
 
 def test_sharegpt(tmp_path):
     f = tmp_path / "sg.json"
-    f.write_text(json.dumps([
-        {"conversations": [{"from": "human", "value": "a b c d"}, {"from": "gpt", "value": "x y"}]},
-        {"conversations": [{"from": "human", "value": "lonely"}]},
-    ]))
+    f.write_text(
+        json.dumps(
+            [
+                {"conversations": [{"from": "human", "value": "a b c d"}, {"from": "gpt", "value": "x y"}]},
+                {"conversations": [{"from": "human", "value": "lonely"}]},
+            ]
+        )
+    )
     specs = build_specs(Workload(name="w", source="sharegpt", source_path=str(f)), 3)
     assert {(s.input_len, s.output_len) for s in specs} == {(4, 2)}
     f.write_text('[{"conversations": [\n  {"from": "human" "value": 1}]}]')
@@ -90,7 +99,7 @@ def test_length_log_reproduces_the_empirical_distribution(tmp_path):
     f.write_text("input_len,output_len,ts\n" + "".join(f"{i},{o},0\n" for i, o in zip(ins, outs)))
     specs = build_specs(Workload(name="w", source="length_log", source_path=str(f)), 2000)
     got = np.array([s.input_len for s in specs])
-    assert all(s.output_len == s.input_len // 10 for s in specs)     # pairs kept together
+    assert all(s.output_len == s.input_len // 10 for s in specs)  # pairs kept together
     for v, p in ((100, 0.6), (400, 0.3), (900, 0.1)):
         assert abs((got == v).mean() - (ins == v).mean()) < 0.04
     assert all(tokens.count(s.prompt) == s.input_len for s in specs[:20])

@@ -1,5 +1,6 @@
 """An aiohttp app on a free loopback port, served from its own thread and loop: the shape every
 test server in this folder shares (subclasses build the app)."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,5 @@
 """Cost arithmetic against figures worked out by hand (see each test's comment)."""
+
 import json
 import math
 
@@ -84,7 +85,7 @@ def test_per_point_columns(tmp_path):
     plan, rdir = _two_targets(tmp_path, utilisation=1.0)
     p = cost.compute(plan, rdir).points.set_index(["target", "concurrency"])
     row = p.loc[("mi355x-vllm", 1)]
-    assert row["usd_per_m_output"] == pytest.approx(8.6 / 0.36)            # 100 tok/s -> 0.36 M tok/h
+    assert row["usd_per_m_output"] == pytest.approx(8.6 / 0.36)  # 100 tok/s -> 0.36 M tok/h
     assert row["total_tokens_per_s_per_mw"] == pytest.approx(1000 / 2.65 * 1000)  # all-in 2.65 kW per MI355X
     # estimated energy: 2.65 kW x 0.10 USD/kWh = 0.265 USD/GPU-h over 3.6 M total tokens/h
     assert row["energy_usd_per_m_total"] == pytest.approx(0.265 / 3.6)
@@ -94,18 +95,24 @@ def test_per_point_columns(tmp_path):
 
 def test_measured_power_replaces_estimate(tmp_path):
     plan = synthetic.make_plan()
-    rdir = synthetic.write_points(tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1, "power_w_per_gpu": 1000.0}])
+    rdir = synthetic.write_points(
+        tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1, "power_w_per_gpu": 1000.0}]
+    )
     row = cost.compute(plan, rdir).points.iloc[0]
     assert row["energy_source"] == "measured"
-    assert row["energy_usd_per_m_total"] == pytest.approx(1.0 * 0.10 / 3.6)   # 1 kW measured
+    assert row["energy_usd_per_m_total"] == pytest.approx(1.0 * 0.10 / 3.6)  # 1 kW measured
 
 
 def test_repeats_give_confidence_interval(tmp_path):
     plan = synthetic.make_plan()
-    rows = [{"target": "mi355x-vllm", "concurrency": 4, "repeat": r, "output_tps_per_gpu": tps}
-            for r, tps in enumerate((200.0, 250.0, 300.0))]
+    rows = [
+        {"target": "mi355x-vllm", "concurrency": 4, "repeat": r, "output_tps_per_gpu": tps}
+        for r, tps in enumerate((200.0, 250.0, 300.0))
+    ]
     rows.append({"target": "mi355x-vllm", "concurrency": 8, "repeat": 0, "output_tps_per_gpu": 900.0})
-    rows.append({"target": "mi355x-vllm", "concurrency": 8, "repeat": 1, "output_tps_per_gpu": 900.0, "meets_slo": False})
+    rows.append(
+        {"target": "mi355x-vllm", "concurrency": 8, "repeat": 1, "output_tps_per_gpu": 900.0, "meets_slo": False}
+    )
     rdir = synthetic.write_points(tmp_path, plan, rows)
     at = cost.compute(plan, rdir).at_slo.set_index("target").loc["mi355x-vllm"]
     # c8 fails the SLO in one repeat, so c4 is the level; costs 8.6 / (tps x 0.0036) per repeat
@@ -130,11 +137,18 @@ def test_sensitivity_price_and_utilisation(tmp_path):
 
 def test_quarantined_and_missing_targets_are_not_ranked(tmp_path):
     plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm", "h200-vllm"))
-    rows = [{"target": "mi355x-vllm", "concurrency": 4, "output_tps_per_gpu": 300.0},
-            {"target": "b200-vllm", "concurrency": 4, "output_tps_per_gpu": 4000.0}]  # cheapest, but quarantined
-    validation = {"passed": False, "targets": {"mi355x-vllm": {"passed": True, "failures": []},
-                                               "b200-vllm": {"passed": False, "failures": ["ttft <= e2e failed"]},
-                                               "h200-vllm": {"passed": False, "failures": []}}}
+    rows = [
+        {"target": "mi355x-vllm", "concurrency": 4, "output_tps_per_gpu": 300.0},
+        {"target": "b200-vllm", "concurrency": 4, "output_tps_per_gpu": 4000.0},
+    ]  # cheapest, but quarantined
+    validation = {
+        "passed": False,
+        "targets": {
+            "mi355x-vllm": {"passed": True, "failures": []},
+            "b200-vllm": {"passed": False, "failures": ["ttft <= e2e failed"]},
+            "h200-vllm": {"passed": False, "failures": []},
+        },
+    }
     rdir = synthetic.write_points(tmp_path, plan, rows, validation=validation)
     t = cost.compute(plan, rdir)
     status = t.targets.set_index("target")["status"]
@@ -151,8 +165,10 @@ def test_quarantined_and_missing_targets_are_not_ranked(tmp_path):
 
 def test_no_level_meets_slo(tmp_path):
     plan = synthetic.make_plan()
-    rows = [{"target": "mi355x-vllm", "concurrency": 1, "meets_slo": False},
-            {"target": "b200-vllm", "concurrency": 1, "meets_slo": True}]
+    rows = [
+        {"target": "mi355x-vllm", "concurrency": 1, "meets_slo": False},
+        {"target": "b200-vllm", "concurrency": 1, "meets_slo": True},
+    ]
     rdir = synthetic.write_points(tmp_path, plan, rows)
     h = cost.compute(plan, rdir).headline
     assert h["workloads"]["chat-1k-128"]["misses_slo"] == ["mi355x-vllm"]
@@ -163,15 +179,19 @@ def test_evaluation_cost_from_run_json(tmp_path):
     raw = synthetic.plan_dict()
     raw["targets"][1].update(provider="aws", instance_type="p6-b200.48xlarge")
     plan = plan_from_dict(raw)
-    held = {"mi355x-vllm": {"provision": {"launched_at": 1000.0}, "terminate": {"terminated_at": 1000.0 + 1800}},
-            "b200-vllm": {"provision": {"launched_at": "2026-11-01T00:00:00+00:00"},
-                          "terminate": {"terminated_at": "2026-11-01T02:00:00+00:00"}}}
+    held = {
+        "mi355x-vllm": {"provision": {"launched_at": 1000.0}, "terminate": {"terminated_at": 1000.0 + 1800}},
+        "b200-vllm": {
+            "provision": {"launched_at": "2026-11-01T00:00:00+00:00"},
+            "terminate": {"terminated_at": "2026-11-01T02:00:00+00:00"},
+        },
+    }
     rdir = synthetic.write_points(tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1}], run_targets=held)
     t = cost.compute(plan, rdir)
     ev = t.evaluation.set_index("target")
     assert ev.loc["mi355x-vllm", "instance_hours"] == pytest.approx(0.5)
-    assert ev.loc["mi355x-vllm", "usd"] == pytest.approx(34.4)            # 0.5 h x 68.8, emulated: not billed
-    assert ev.loc["b200-vllm", "usd"] == pytest.approx(2 * 113.9328)      # 2 h of p6-b200.48xlarge
+    assert ev.loc["mi355x-vllm", "usd"] == pytest.approx(34.4)  # 0.5 h x 68.8, emulated: not billed
+    assert ev.loc["b200-vllm", "usd"] == pytest.approx(2 * 113.9328)  # 2 h of p6-b200.48xlarge
     assert t.headline["evaluation_cost_usd"] == pytest.approx(227.87, abs=0.01)
     assert t.headline["evaluation_cost_if_billed_usd"] == pytest.approx(227.87 + 34.4, abs=0.01)
 
@@ -180,7 +200,9 @@ def test_contract_price_override_flows_through(tmp_path):
     raw = synthetic.plan_dict()
     raw["targets"][0]["price"] = {"usd_per_gpu_hour": 2.0, "market": "reserved", "source": "contract #42"}
     plan = plan_from_dict(raw)
-    rdir = synthetic.write_points(tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1, "output_tps_per_gpu": 500.0}])
+    rdir = synthetic.write_points(
+        tmp_path, plan, [{"target": "mi355x-vllm", "concurrency": 1, "output_tps_per_gpu": 500.0}]
+    )
     t = cost.compute(plan, rdir)
     assert t.at_slo.set_index("target").loc["mi355x-vllm", "usd_per_m_output"] == pytest.approx(2.0 / 1.8)
     row = t.targets.set_index("target").loc["mi355x-vllm"]
@@ -190,11 +212,16 @@ def test_contract_price_override_flows_through(tmp_path):
 def test_cost_run_writes_tables_and_json_headline(tmp_path):
     plan, rdir = _two_targets(tmp_path)
     head = cost.cost_run(plan, rdir)
-    assert json.loads(json.dumps(head)) == head                            # JSON-able, no NaN
+    assert json.loads(json.dumps(head)) == head  # JSON-able, no NaN
     assert store.read_json(rdir / "cost.json") == head
     pts = pd.read_parquet(rdir / "cost.parquet")
-    assert len(pts) == 6 and {"usd_per_m_output", "usd_per_m_total", "output_tokens_per_usd",
-                              "total_tokens_per_s_per_mw", "energy_usd_per_m_total"} <= set(pts.columns)
+    assert len(pts) == 6 and {
+        "usd_per_m_output",
+        "usd_per_m_total",
+        "output_tokens_per_usd",
+        "total_tokens_per_s_per_mw",
+        "energy_usd_per_m_total",
+    } <= set(pts.columns)
     assert len(pd.read_parquet(rdir / "cost_sensitivity.parquet")) == 2 * 10
     assert head["workloads"]["chat-1k-128"]["cheapest"] == "mi355x-vllm"
     assert "EMULATED" in head["summary"]
@@ -208,14 +235,17 @@ def test_bad_utilisation_names_the_field():
 
 def test_price_sheet_sets_contract_prices():
     plan = synthetic.make_plan()
-    sheet = {"source": "ACME contract 2026-Q4", "as_of": "2026-10-01",
-             "prices": {"BM.GPU.MI355X.8": {"usd_per_gpu_hour": 2.5, "market": "reserved"}, "b200-vllm": 40}}
+    sheet = {
+        "source": "ACME contract 2026-Q4",
+        "as_of": "2026-10-01",
+        "prices": {"BM.GPU.MI355X.8": {"usd_per_gpu_hour": 2.5, "market": "reserved"}, "b200-vllm": 40},
+    }
     priced = cost.apply_price_sheet(plan, sheet)
     a, b = priced.targets
     assert a.usd_per_hour == pytest.approx(2.5 * 8) and a.price.market == "reserved"
     assert b.usd_per_hour == 40 and b.price.market == "contract"
     assert a.price_source.startswith("ACME contract 2026-Q4 (as of 2026-10-01)")
-    assert plan.targets[0].price is None                     # the input plan is left as it was
+    assert plan.targets[0].price is None  # the input plan is left as it was
 
 
 def test_price_sheet_serves_many_plans():

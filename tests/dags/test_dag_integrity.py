@@ -1,4 +1,5 @@
 """DAG integrity: the DAG files import cleanly, fast, and keep the wiring the design relies on."""
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,16 @@ def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
     # the watcher sees every failing step except setups, so the run's state tells the truth
     watcher = t["watcher"]
     assert watcher.trigger_rule == TriggerRule.ONE_FAILED
-    assert {f"{g}.deploy", f"{g}.benchmark", f"{g}.accuracy_gate", "sweep", "validate", "cost",
-            "report", "publish"} <= watcher.upstream_task_ids
+    assert {
+        f"{g}.deploy",
+        f"{g}.benchmark",
+        f"{g}.accuracy_gate",
+        "sweep",
+        "validate",
+        "cost",
+        "report",
+        "publish",
+    } <= watcher.upstream_task_ids
     assert f"{g}.provision" not in watcher.upstream_task_ids
     # Airflow decides the run's state from its leaves: finish is the only one, runs whatever
     # happened after the watcher, and fails (once, no retry) when the run failed
@@ -104,9 +113,11 @@ def test_publish_updates_reports_asset(dagbag):
 
 def test_parse_is_light():
     """Parsing must not import the heavy stack (pandas, GX, pyarrow, aiohttp) or the library's steps."""
-    code = ("import sys, runpy; runpy.run_path('dags/bakeoff_dag.py'); runpy.run_path('dags/bakeoff_reaper_dag.py');"
-            "heavy = [m for m in ('pandas', 'great_expectations', 'pyarrow', 'aiohttp', 'bakeoff') if m in sys.modules];"
-            "print(','.join(heavy))")
+    code = (
+        "import sys, runpy; runpy.run_path('dags/bakeoff_dag.py'); runpy.run_path('dags/bakeoff_reaper_dag.py');"
+        "heavy = [m for m in ('pandas', 'great_expectations', 'pyarrow', 'aiohttp', 'bakeoff') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
     start = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"parse imported: {out.stdout.strip()}"

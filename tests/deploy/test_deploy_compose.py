@@ -3,6 +3,7 @@
 No Docker engine is needed: the file is validated as written and after interpolation with the
 values from .env.example, which is what `docker compose config` would check first.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,8 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 ENV_EXAMPLE = read_env_file((ROOT / ".env.example").read_text())
-AIRFLOW_SERVICES = {"airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
-                    "airflow-worker", "airflow-init"}
+AIRFLOW_SERVICES = {
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker",
+    "airflow-init",
+}
 ONE_SHOT = {"airflow-init", "minio-init", "airflow-cli"}
 # the container is the reaper loop: nothing to probe, `restart: unless-stopped` restarts it if it exits
 NOTHING_TO_PROBE = {"bakeoff-reaper"}
@@ -36,8 +43,11 @@ SECRET_NEEDS = {
     "airflow-init": {"fernet", "jwt", "api", "admin"},
 }
 # the *_CMD setting through which Airflow reads each secret
-SECRET_SETTING = {"fernet": "AIRFLOW__CORE__FERNET_KEY_CMD", "jwt": "AIRFLOW__API_AUTH__JWT_SECRET_CMD",
-                  "api": "AIRFLOW__API__SECRET_KEY_CMD"}
+SECRET_SETTING = {
+    "fernet": "AIRFLOW__CORE__FERNET_KEY_CMD",
+    "jwt": "AIRFLOW__API_AUTH__JWT_SECRET_CMD",
+    "api": "AIRFLOW__API__SECRET_KEY_CMD",
+}
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +78,15 @@ def test_compose_file_matches_the_compose_specification(validator, raw, compose)
     assert _errors(validator, compose) == []
 
 
-@pytest.mark.parametrize("breakage", [
-    lambda c: c["services"]["airflow-worker"].__setitem__("healthcheck", {"test": ["CMD"], "intervall": "5s"}),
-    lambda c: c["services"]["redis"].__setitem__("ports", {"6379": 6379}),
-    lambda c: c.__setitem__("servics", {}),
-    lambda c: c["services"]["postgres"].__setitem__("depends_on", {"redis": {"condition": "healthy"}}),
-])
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda c: c["services"]["airflow-worker"].__setitem__("healthcheck", {"test": ["CMD"], "intervall": "5s"}),
+        lambda c: c["services"]["redis"].__setitem__("ports", {"6379": 6379}),
+        lambda c: c.__setitem__("servics", {}),
+        lambda c: c["services"]["postgres"].__setitem__("depends_on", {"redis": {"condition": "healthy"}}),
+    ],
+)
 def test_the_schema_check_catches_a_broken_file(validator, compose, breakage):
     broken = copy.deepcopy(compose)
     breakage(broken)
@@ -155,8 +168,11 @@ def _secret_violations(compose: dict) -> list[str]:
                 bad.append(f"{name}: {setting} does not read the mounted {secret} secret")
             if secret not in mounts and setting in env:  # a *_CMD without its file fails every read of it
                 bad.append(f"{name} reads {setting} without mounting the {secret} secret")
-        bad += [f"{name} can write the {secret} secret" for secret, volume in mounts.items()
-                if name != "airflow-init" and not volume.endswith(":ro")]
+        bad += [
+            f"{name} can write the {secret} secret"
+            for secret, volume in mounts.items()
+            if name != "airflow-init" and not volume.endswith(":ro")
+        ]
     return bad
 
 
@@ -166,16 +182,25 @@ def test_each_service_mounts_only_the_secrets_it_needs(compose):
     assert not _secret_mounts(compose["x-airflow-common"])
 
 
-@pytest.mark.parametrize("breakage", [
-    lambda c: c["services"]["airflow-worker"]["volumes"].append("airflow-fernet-key:/opt/airflow/secrets/fernet:ro"),
-    lambda c: c["services"]["bakeoff-reaper"]["volumes"].append("airflow-jwt-secret:/opt/airflow/secrets/jwt:ro"),
-    lambda c: c["services"]["minio"].setdefault("volumes", []).append("airflow-admin-password:/opt/airflow/secrets/admin"),
-    lambda c: c["services"]["airflow-triggerer"]["volumes"].append("secrets:/opt/airflow/secrets"),
-    lambda c: c["services"]["airflow-worker"]["environment"].__setitem__(
-        "AIRFLOW__CORE__FERNET_KEY_CMD", "cat /opt/airflow/secrets/fernet/fernet_key"),
-    lambda c: c["services"]["airflow-scheduler"]["volumes"].__setitem__(
-        -1, c["services"]["airflow-scheduler"]["volumes"][-1].removesuffix(":ro")),
-])
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda c: c["services"]["airflow-worker"]["volumes"].append(
+            "airflow-fernet-key:/opt/airflow/secrets/fernet:ro"
+        ),
+        lambda c: c["services"]["bakeoff-reaper"]["volumes"].append("airflow-jwt-secret:/opt/airflow/secrets/jwt:ro"),
+        lambda c: (
+            c["services"]["minio"].setdefault("volumes", []).append("airflow-admin-password:/opt/airflow/secrets/admin")
+        ),
+        lambda c: c["services"]["airflow-triggerer"]["volumes"].append("secrets:/opt/airflow/secrets"),
+        lambda c: c["services"]["airflow-worker"]["environment"].__setitem__(
+            "AIRFLOW__CORE__FERNET_KEY_CMD", "cat /opt/airflow/secrets/fernet/fernet_key"
+        ),
+        lambda c: c["services"]["airflow-scheduler"]["volumes"].__setitem__(
+            -1, c["services"]["airflow-scheduler"]["volumes"][-1].removesuffix(":ro")
+        ),
+    ],
+)
 def test_the_secret_check_catches_a_service_with_a_secret_it_does_not_need(compose, breakage):
     broken = copy.deepcopy(compose)
     breakage(broken)
@@ -185,7 +210,12 @@ def test_the_secret_check_catches_a_service_with_a_secret_it_does_not_need(compo
 def test_init_writes_each_secret_into_the_volume_its_services_mount(compose):
     init = compose["services"]["airflow-init"]
     env, mounts = init["environment"], _secret_mounts(init)
-    files = {"fernet": "FERNET_KEY_FILE", "jwt": "JWT_SECRET_FILE", "api": "API_SECRET_KEY_FILE", "admin": "PASSWORDS_FILE"}
+    files = {
+        "fernet": "FERNET_KEY_FILE",
+        "jwt": "JWT_SECRET_FILE",
+        "api": "API_SECRET_KEY_FILE",
+        "admin": "PASSWORDS_FILE",
+    }
     for secret, variable in files.items():
         assert env[variable].startswith(f"{SECRETS_DIR}{secret}/"), variable
         volume = mounts[secret].split(":")[0]
@@ -199,7 +229,7 @@ def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compos
     reaper = compose["services"]["bakeoff-reaper"]
     assert reaper["command"] == ["python", "-m", "bakeoff", "reap", "--loop", "--interval-s", "600"]
     assert reaper["restart"] == "unless-stopped" and "depends_on" not in reaper and "ports" not in reaper
-    assert "/entrypoint" not in reaper["entrypoint"]       # Airflow's entrypoint waits for the database
+    assert "/entrypoint" not in reaper["entrypoint"]  # Airflow's entrypoint waits for the database
     cloud = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", *TOKEN_ENV.values(), *OCI_ENV.values()}
     assert set(reaper["environment"]) == cloud | {"PYTHONPATH", "BAKEOFF_DATA"}
     assert reaper["volumes"] == ["./include:/opt/airflow/include:ro", "bakeoff-data:/opt/bakeoff-data:ro"]

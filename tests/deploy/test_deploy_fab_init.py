@@ -3,6 +3,7 @@
 The init script's secret and user steps are taken from docker-compose.yml itself (only the image
 paths are mapped to this checkout), so a change there that breaks the admin login fails here.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def _init_service() -> dict:
-    return interpolate(yaml.safe_load((ROOT / "docker-compose.yml").read_text()),
-                       read_env_file((ROOT / ".env.example").read_text()))["services"]["airflow-init"]
+    return interpolate(
+        yaml.safe_load((ROOT / "docker-compose.yml").read_text()), read_env_file((ROOT / ".env.example").read_text())
+    )["services"]["airflow-init"]
 
 
 def _init_steps() -> str:
@@ -37,17 +39,19 @@ def _init_steps() -> str:
 def _env(tmp: Path) -> dict:
     init_env = _init_service()["environment"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
-    env.update({
-        "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
-        "AIRFLOW_HOME": str(tmp / "airflow"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp / 'airflow.db'}",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(tmp / "no-dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__AUTH_MANAGER": init_env["AIRFLOW__CORE__AUTH_MANAGER"],
-        "BAKEOFF_ADMIN_USER": init_env["BAKEOFF_ADMIN_USER"],
-        "BAKEOFF_ADMIN_EMAIL": init_env["BAKEOFF_ADMIN_EMAIL"],
-        "BAKEOFF_ADMIN_PASSWORD": ADMIN_PASSWORD,
-    })
+    env.update(
+        {
+            "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
+            "AIRFLOW_HOME": str(tmp / "airflow"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp / 'airflow.db'}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(tmp / "no-dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__AUTH_MANAGER": init_env["AIRFLOW__CORE__AUTH_MANAGER"],
+            "BAKEOFF_ADMIN_USER": init_env["BAKEOFF_ADMIN_USER"],
+            "BAKEOFF_ADMIN_EMAIL": init_env["BAKEOFF_ADMIN_EMAIL"],
+            "BAKEOFF_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        }
+    )
     for var in ("FERNET_KEY_FILE", "JWT_SECRET_FILE", "API_SECRET_KEY_FILE", "PASSWORDS_FILE"):
         env[var] = str(tmp / init_env[var].removeprefix("/opt/airflow/secrets/"))
     env["AIRFLOW__CORE__FERNET_KEY_CMD"] = f"cat {env['FERNET_KEY_FILE']}"
@@ -71,14 +75,20 @@ def test_init_creates_a_fab_admin_who_can_log_in_and_a_rerun_keeps_it(tmp_path):
     steps = _init_steps()
     first = subprocess.run(["bash", "-c", steps], env=env, capture_output=True, text=True, timeout=400)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert ADMIN_PASSWORD not in first.stdout + first.stderr       # the password is in no log
+    assert ADMIN_PASSWORD not in first.stdout + first.stderr  # the password is in no log
 
-    again = subprocess.run(["bash", "-c", steps], env={**env, "BAKEOFF_ADMIN_PASSWORD": "changed-later"},
-                           capture_output=True, text=True, timeout=400)
+    again = subprocess.run(
+        ["bash", "-c", steps],
+        env={**env, "BAKEOFF_ADMIN_PASSWORD": "changed-later"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert again.returncode == 0 and "already exists" in again.stdout, again.stdout[-3000:] + again.stderr[-3000:]
 
     attempts = [["admin", ADMIN_PASSWORD], ["admin", "changed-later"], ["admin", "wrong"]]
-    out = subprocess.run([sys.executable, "-c", LOGIN, json.dumps(attempts)], env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", LOGIN, json.dumps(attempts)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [201, 401, 401]

@@ -1,4 +1,5 @@
 """Settings as code: config/ files render from the environment and parse as Airflow imports them."""
+
 from __future__ import annotations
 
 import json
@@ -12,16 +13,27 @@ CONFIG = ROOT / "config"
 sys.path.insert(0, str(ROOT / "scripts"))
 from render_settings import PLACEHOLDER, render  # noqa: E402
 
-CLOUD_CONNECTIONS = {"aws_default", "vultr_default", "digitalocean_default", "bakeoff_s3", "oci_default",
-                     "huggingface_default"}
+CLOUD_CONNECTIONS = {
+    "aws_default",
+    "vultr_default",
+    "digitalocean_default",
+    "bakeoff_s3",
+    "oci_default",
+    "huggingface_default",
+}
 POOLS = {"bakeoff_aws", "bakeoff_vultr", "bakeoff_digitalocean", "bakeoff_local", "bakeoff_static", "bakeoff_oci"}
 SECRET_FIELDS = ("password", "login")
 
 
 def _render_file(name: str, env: dict[str, str], tmp_path: Path) -> Path:
     out = tmp_path / name
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "render_settings.py"), str(CONFIG / name), str(out)],
-                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "render_settings.py"), str(CONFIG / name), str(out)],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out.with_suffix(".stderr").write_text(proc.stderr)
     return out
 
@@ -38,10 +50,14 @@ def test_connection_file_holds_placeholders_only():
 def test_rendered_connections_parse_as_airflow_imports_them(tmp_path):
     from airflow.secrets.local_filesystem import load_connections_dict
 
-    env = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
-           "AWS_DEFAULT_REGION": "us-west-2", "VULTR_API_KEY": "vultr-key-value",
-           "BAKEOFF_S3_ENDPOINT_URL": "http://minio:9000",
-           "OCI_PRIVATE_KEY": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+        "AWS_DEFAULT_REGION": "us-west-2",
+        "VULTR_API_KEY": "vultr-key-value",
+        "BAKEOFF_S3_ENDPOINT_URL": "http://minio:9000",
+        "OCI_PRIVATE_KEY": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n",
+    }
     out = _render_file("connections.example.json", env, tmp_path)
     assert oct(out.stat().st_mode & 0o777) == "0o600"
     conns = load_connections_dict(str(out))
@@ -77,7 +93,9 @@ def test_placeholders_take_defaults_and_report_unset_names():
 def test_variables_parse_and_default_the_plan(tmp_path):
     from airflow.secrets.local_filesystem import load_variables
 
-    variables = load_variables(str(_render_file("variables.json", {"BAKEOFF_REPORTS_BUCKET": "acme-reports"}, tmp_path)))
+    variables = load_variables(
+        str(_render_file("variables.json", {"BAKEOFF_REPORTS_BUCKET": "acme-reports"}, tmp_path))
+    )
     assert variables["bakeoff_plan"]["value"] == "local-demo"
     assert variables["bakeoff_s3_bucket"]["value"] == "acme-reports"
     unset = load_variables(str(_render_file("variables.json", {}, tmp_path)))

@@ -1,4 +1,5 @@
 """End-to-end fixtures: a private Airflow home on SQLite, and small plans derived from the demo."""
+
 from __future__ import annotations
 
 import os
@@ -22,27 +23,35 @@ def airflow_env(tmp_path_factory) -> dict[str, str]:
     """Environment for `airflow` subprocesses: own AIRFLOW_HOME, SQLite DB, data root."""
     home = tmp_path_factory.mktemp("airflow-e2e")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
-    env.update({
-        "AIRFLOW_HOME": str(home / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}",
-        "BAKEOFF_DATA": str(home / "data"),
-        "BAKEOFF_PLANS": str(home / "plans"),     # the DAG runs installed plans only, by name
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow' / 'airflow.db'}",
+            "BAKEOFF_DATA": str(home / "data"),
+            "BAKEOFF_PLANS": str(home / "plans"),  # the DAG runs installed plans only, by name
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     (home / "airflow").mkdir()
     shutil.copytree(ROOT / "include" / "plans", home / "plans")
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    subprocess.run([AIRFLOW, "pools", "import", str(ROOT / "config" / "pools.json")], env=env, check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [AIRFLOW, "pools", "import", str(ROOT / "config" / "pools.json")],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return env
 
 
-def small_plan(tmp_path: Path, name: str, *, fault: dict[str, str] | None = None,
-               emulator: dict[str, dict] | None = None) -> Path:
+def small_plan(
+    tmp_path: Path, name: str, *, fault: dict[str, str] | None = None, emulator: dict[str, dict] | None = None
+) -> Path:
     """The demo plan shrunk to a few requests per point; fault maps target name -> stage to fail,
     emulator maps target name -> emulator settings to merge (e.g. an accuracy_error_rate)."""
     raw = yaml.safe_load((ROOT / "include" / "plans" / "local-demo.yaml").read_text())
@@ -65,13 +74,21 @@ def run_dag(env: dict[str, str], plan: Path | str, timeout: int = 600) -> subpro
         shutil.copy(plan, Path(env["BAKEOFF_PLANS"]) / plan.name)
         plan = plan.stem
     conf = '{"plan": "%s"}' % plan
-    return subprocess.run([AIRFLOW, "dags", "test", "bakeoff", "--conf", conf],
-                          env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [AIRFLOW, "dags", "test", "bakeoff", "--conf", conf],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def dag_run_state(env: dict[str, str], run_id: str) -> str:
     """The state Airflow itself recorded for one run of the bakeoff DAG."""
     db = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
     with closing(sqlite3.connect(db)) as con:
-        (state,) = con.execute("SELECT state FROM dag_run WHERE dag_id = 'bakeoff' AND run_id = ?", (run_id,)).fetchone()
+        (state,) = con.execute(
+            "SELECT state FROM dag_run WHERE dag_id = 'bakeoff' AND run_id = ?", (run_id,)
+        ).fetchone()
     return state

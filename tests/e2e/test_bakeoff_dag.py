@@ -1,4 +1,5 @@
 """The bakeoff DAG end to end on the local provider: success, and failures that must not leak."""
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,7 @@ def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):
     rdir = _run_dir(airflow_env, "e2e-bench-fail")
     run = json.loads((rdir / "run.json").read_text())
     assert run["status"] == "failed"
-    assert "terminate" in run["targets"]["b200-vllm"]          # the teardown ran
+    assert "terminate" in run["targets"]["b200-vllm"]  # the teardown ran
     assert list(rdir.glob("target=mi355x-vllm/points/*.parquet"))  # the other target's results are kept
     assert not _live_emulators(airflow_env)
 
@@ -81,7 +82,7 @@ def test_provision_failing_after_create_is_swept(airflow_env, tmp_path):
     run = json.loads((rdir / "run.json").read_text())
     assert run["status"] == "failed"
     swept = run["sweep"]["terminated"]["local"]
-    assert len(swept) == 1                                      # the all_done sweep killed the orphan
+    assert len(swept) == 1  # the all_done sweep killed the orphan
     assert not _live_emulators(airflow_env)
 
 
@@ -91,6 +92,7 @@ def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, 
     and OCI providers at the sandbox clouds, the client bundle is staged in moto's S3 through the
     connection and Variable the hooks read, each node runs the benchmark next to its server."""
     from bakeoff.sandbox import Sandbox
+
     with Sandbox(boot_s=0.1) as sb:
         env = {**airflow_env, **sb.env()}
         res = run_dag(env, plan)
@@ -101,7 +103,11 @@ def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, 
     assert signing_key_line not in res.stdout + res.stderr
     rdir = _run_dir(airflow_env, plan)
     run = json.loads((rdir / "run.json").read_text())
-    assert run["status"] == "success" and live == {"aws": [], "vultr": [], "digitalocean": [], "oci": []} and not firewalls_left
+    assert (
+        run["status"] == "success"
+        and live == {"aws": [], "vultr": [], "digitalocean": [], "oci": []}
+        and not firewalls_left
+    )
     for slug in ("mi355x-vllm", "b200-vllm"):
         assert run["targets"][slug]["benchmark"] == {"points": 2, "client_mode": "co-located"}
         assert len(run["targets"][slug]["provision"]["client_bundle"]) == 64

@@ -1,5 +1,6 @@
 """The bakeoff DAG against a static endpoint started outside bakeoff under its own model id, on
 hardware the plan describes rather than a catalog instance."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,22 @@ def served_elsewhere(tmp_path):
     cfg = {"mode": "roofline", "target": target, "served_model": "my-llama"}
     (tmp_path / "emu.json").write_text(json.dumps(cfg))
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(tmp_path / "emu.json"),
-                             "--port", "0", "--port-file", str(port_file)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.serving.emulator",
+            "--config",
+            str(tmp_path / "emu.json"),
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + 60
     while not port_file.exists() or not port_file.read_text().strip():
         assert proc.poll() is None and time.monotonic() < deadline, "emulator did not start"
@@ -41,12 +55,19 @@ def served_elsewhere(tmp_path):
 def test_static_endpoint_with_served_model_and_described_hardware(airflow_env, tmp_path, served_elsewhere):
     raw = yaml.safe_load((ROOT / "include" / "plans" / "local-demo.yaml").read_text())
     raw["name"] = "e2e-static"
-    raw["targets"] = [{
-        "name": "lab-box", "provider": "static", "model": "llama-3.1-70b", "quantization": "fp8",
-        "tensor_parallel": 8, "served_model": "my-llama",
-        "hardware": {"gpu": "RTX 6000 Ada", "gpus": 8, "description": "lab rack 3"},
-        "price": {"usd_per_hour": 12.0, "market": "contract"},
-        "provider_options": {"base_url": served_elsewhere}}]
+    raw["targets"] = [
+        {
+            "name": "lab-box",
+            "provider": "static",
+            "model": "llama-3.1-70b",
+            "quantization": "fp8",
+            "tensor_parallel": 8,
+            "served_model": "my-llama",
+            "hardware": {"gpu": "RTX 6000 Ada", "gpus": 8, "description": "lab rack 3"},
+            "price": {"usd_per_hour": 12.0, "market": "contract"},
+            "provider_options": {"base_url": served_elsewhere},
+        }
+    ]
     for w in raw["workloads"]:
         w.update(concurrency=[1, 4], requests_per_point=8, warmup_requests=2, output_len=32, input_len=256)
     plan = tmp_path / "e2e-static.yaml"

@@ -1,4 +1,5 @@
 """Fixtures for the emulator tests."""
+
 from __future__ import annotations
 
 import asyncio

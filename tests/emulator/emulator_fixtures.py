@@ -1,5 +1,6 @@
 """Building blocks for emulator tests: a target built from the catalog, and an in-process server on a free
 loopback port (aiohttp's TestServer), so most tests avoid process start-up."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,15 @@ MODEL_70B = "meta-llama/Llama-3.1-70B-Instruct"
 
 
 def make_target(**kw: Any) -> Target:
-    base = dict(name="mi355x-test", provider="local", instance_type="BM.GPU.MI355X.8", model="llama-3.1-70b",
-                quantization="fp8", kv_cache_dtype="fp8", tensor_parallel=8)
+    base = dict(
+        name="mi355x-test",
+        provider="local",
+        instance_type="BM.GPU.MI355X.8",
+        model="llama-3.1-70b",
+        quantization="fp8",
+        kv_cache_dtype="fp8",
+        tensor_parallel=8,
+    )
     emulator = kw.pop("emulator", {})
     return Target(**(base | kw), emulator=emulator)
 

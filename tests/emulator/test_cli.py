@@ -1,4 +1,5 @@
 """The command line: port file once listening, clear errors on bad config, exits on SIGTERM or expiry."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,24 @@ def start(tmp_path, config: dict) -> tuple[subprocess.Popen, object]:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(config))
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(cfg), "--host",
-                             "127.0.0.1", "--port", "0", "--port-file", str(port_file)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.serving.emulator",
+            "--config",
+            str(cfg),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return proc, port_file
 
 
@@ -62,13 +78,16 @@ def test_exits_by_itself_at_expiry(tmp_path, procs):
     assert b"(expired)" in proc.stdout.read()
 
 
-@pytest.mark.parametrize("config,needle", [
-    ({"mode": "roofline"}, "needs a target"),
-    ({"mode": "fast"}, "mode:"),
-    ({"mode": "scripted", "scripted": {"itl_ms": -1}}, "scripted.itl_ms"),
-    ({"mode": "scripted", "colour": "red"}, "colour: unknown field"),
-    ({"mode": "scripted", "api_key_env": "not a name"}, "api_key_env"),
-])
+@pytest.mark.parametrize(
+    "config,needle",
+    [
+        ({"mode": "roofline"}, "needs a target"),
+        ({"mode": "fast"}, "mode:"),
+        ({"mode": "scripted", "scripted": {"itl_ms": -1}}, "scripted.itl_ms"),
+        ({"mode": "scripted", "colour": "red"}, "colour: unknown field"),
+        ({"mode": "scripted", "api_key_env": "not a name"}, "api_key_env"),
+    ],
+)
 def test_bad_config_is_named(tmp_path, capsys, config, needle):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(config))
@@ -86,8 +105,12 @@ def test_missing_or_broken_config_file(tmp_path, capsys):
 
 def test_model_that_does_not_fit(tmp_path, capsys):
     cfg = make_config()
-    cfg["target"] |= {"instance_type": "p5.48xlarge", "model": "llama-3.1-405b", "quantization": "bf16",
-                      "tensor_parallel": 1}
+    cfg["target"] |= {
+        "instance_type": "p5.48xlarge",
+        "model": "llama-3.1-405b",
+        "quantization": "bf16",
+        "tensor_parallel": 1,
+    }
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     assert main(["--config", str(tmp_path / "c.json")]) == 2
     assert "raise tensor_parallel" in capsys.readouterr().err
@@ -95,7 +118,27 @@ def test_model_that_does_not_fit(tmp_path, capsys):
 
 def test_loadcheck_prints_its_figures(capsys):
     from bakeoff.serving.emulator.loadcheck import main as loadcheck
-    assert loadcheck(["--mode", "scripted", "--ttft-ms", "5", "--itl-ms", "1", "--max-tokens", "8",
-                      "--prompt-tokens", "4", "--concurrency", "2", "--requests", "4"]) == 0
+
+    assert (
+        loadcheck(
+            [
+                "--mode",
+                "scripted",
+                "--ttft-ms",
+                "5",
+                "--itl-ms",
+                "1",
+                "--max-tokens",
+                "8",
+                "--prompt-tokens",
+                "4",
+                "--concurrency",
+                "2",
+                "--requests",
+                "4",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "requests=4" in out and "emulator CPU" in out and "vs script: TTFT error" in out

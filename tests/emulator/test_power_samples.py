@@ -1,4 +1,5 @@
 """The emulator's power.csv: rows the node sampler's parser reads, idle before load, busier under load."""
+
 from __future__ import annotations
 
 import asyncio
@@ -48,11 +49,16 @@ def test_samples_idle_then_loaded(run, tmp_path):
             return version, start, end
 
     version, start, end = run(go())
-    assert version["power"] == {"csv": str(csv_path), "interval_s": INTERVAL_S, "gpus": 4,
-                                "tdp_w": TDP_W, "idle_w": IDLE_W}
+    assert version["power"] == {
+        "csv": str(csv_path),
+        "interval_s": INTERVAL_S,
+        "gpus": 4,
+        "tdp_w": TDP_W,
+        "idle_w": IDLE_W,
+    }
     text = csv_path.read_text()
     rows = power.parse_samples(text)
-    assert len(rows) == len(text.splitlines()) and text.endswith("\n")      # every line complete
+    assert len(rows) == len(text.splitlines()) and text.endswith("\n")  # every line complete
     assert {r["gpu"] for r in rows} == {0, 1, 2, 3}
     assert all(IDLE_W <= r["watts"] <= TDP_W for r in rows)
 
@@ -61,7 +67,7 @@ def test_samples_idle_then_loaded(run, tmp_path):
     after = [r["watts"] for r in rows if r["t"] > end + 2 * INTERVAL_S]
     assert len(before) >= 4 * 3 and set(before) == {IDLE_W}
     assert len(during) >= 4 * 3, f"load lasted {end - start:.2f} s"
-    assert sum(during) / len(during) > IDLE_W + 0.5 * (TDP_W - IDLE_W)    # back-to-back steps: near TDP
+    assert sum(during) / len(during) > IDLE_W + 0.5 * (TDP_W - IDLE_W)  # back-to-back steps: near TDP
     assert after and set(after) == {IDLE_W}
 
     joules = power.energy_joules(rows, start, end)

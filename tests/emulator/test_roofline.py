@@ -3,6 +3,7 @@
 Catalog figures used (hardware.yaml): H100 80 GB, 3.35 TB/s, 989 dense BF16 TFLOPS; B200 179 GiB
 usable. Models (models.yaml): Llama 3.1 8B = 8.03e9 params, 32 layers, 8 KV heads x 128.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,15 +16,21 @@ from emulator_fixtures import make_target
 
 
 def h100_8b(**emu):
-    t = make_target(name="h100-8b", instance_type="p5.48xlarge", model="llama-3.1-8b", quantization="bf16",
-                    kv_cache_dtype="auto", tensor_parallel=1,
-                    emulator={"prefill_efficiency": 0.5, "decode_efficiency": 0.5} | emu)
+    t = make_target(
+        name="h100-8b",
+        instance_type="p5.48xlarge",
+        model="llama-3.1-8b",
+        quantization="bf16",
+        kv_cache_dtype="auto",
+        tensor_parallel=1,
+        emulator={"prefill_efficiency": 0.5, "decode_efficiency": 0.5} | emu,
+    )
     return Roofline.for_target(t)
 
 
 def test_kv_capacity_and_sizes():
     r = h100_8b()
-    assert r.kv_bytes_per_token == 131072                 # 2 x 32 x 8 x 128 x 2 bytes
+    assert r.kv_bytes_per_token == 131072  # 2 x 32 x 8 x 128 x 2 bytes
     # (80e9 x 0.9 - 8.03e9 x 2) / 131072 = 55.94e9 / 131072 = 426788.3
     assert r.kv_capacity_tokens == 426788
 
@@ -46,8 +53,15 @@ def test_decode_step_turns_compute_bound_at_large_batch():
 
 
 def test_tensor_parallel_divides_time_and_adds_memory():
-    t = make_target(name="h100-70b", instance_type="p5.48xlarge", model="llama-3.1-70b", quantization="bf16",
-                    kv_cache_dtype="auto", tensor_parallel=8, emulator={"decode_efficiency": 0.5})
+    t = make_target(
+        name="h100-70b",
+        instance_type="p5.48xlarge",
+        model="llama-3.1-70b",
+        quantization="bf16",
+        kv_cache_dtype="auto",
+        tensor_parallel=8,
+        emulator={"decode_efficiency": 0.5},
+    )
     r = Roofline.for_target(t)
     # (8 x 80e9 x 0.9 - 141.2e9) / (2 x 80 x 8 x 128 x 2) = 434.8e9 / 327680 = 1326904.3
     assert r.kv_capacity_tokens == 1326904
@@ -56,14 +70,20 @@ def test_tensor_parallel_divides_time_and_adds_memory():
 
 
 def test_usable_gib_and_fp8_kv():
-    t = make_target(name="b200", instance_type="BM.GPU.B200.8", tensor_parallel=1)   # 70B fp8, kv fp8
+    t = make_target(name="b200", instance_type="BM.GPU.B200.8", tensor_parallel=1)  # 70B fp8, kv fp8
     # (179 x 2^30 x 0.9 - 70.6e9) / (2 x 80 x 8 x 128 x 1) = 102379807846 / 163840 = 624876.8
     assert Roofline.for_target(t).kv_capacity_tokens == 624876
 
 
 def test_moe_reads_only_routed_experts():
-    t = make_target(name="oss", instance_type="p5.48xlarge", model="gpt-oss-120b", quantization="mxfp4",
-                    tensor_parallel=1, emulator={"decode_efficiency": 0.5})
+    t = make_target(
+        name="oss",
+        instance_type="p5.48xlarge",
+        model="gpt-oss-120b",
+        quantization="mxfp4",
+        tensor_parallel=1,
+        emulator={"decode_efficiency": 0.5},
+    )
     r = Roofline.for_target(t)
     # 1 seq: 5.1e9 x 0.53 / 1.675e12 = 1.614 ms; 4 seqs: 4x that; 100 seqs: all 117e9 params = 37.02 ms
     assert r.decode_step_s(1, 0) == pytest.approx(0.00161373, rel=1e-5)
@@ -72,8 +92,9 @@ def test_moe_reads_only_routed_experts():
 
 
 def test_model_that_does_not_fit_is_refused():
-    t = make_target(name="too-big", instance_type="p5.48xlarge", model="llama-3.1-405b", quantization="bf16",
-                    tensor_parallel=1)
+    t = make_target(
+        name="too-big", instance_type="p5.48xlarge", model="llama-3.1-405b", quantization="bf16", tensor_parallel=1
+    )
     with pytest.raises(ValueError, match="raise tensor_parallel"):
         Roofline.for_target(t)
 
@@ -96,9 +117,18 @@ def test_batched_token_budget_from_engine_args():
 
 def tiny(capacity: int, max_num_seqs: int = 8, budget: int = 8192) -> Roofline:
     """Weights read in 1 ms; 0.01 ms of compute per token; 1e5 KV bytes per token."""
-    return Roofline(params=1e9, active_params=1e9, bytes_per_param=1.0, kv_bytes_per_token=1e5,
-                    kv_capacity_tokens=capacity, prefill_flops_per_s=2e14, decode_bytes_per_s=1e12,
-                    max_num_seqs=max_num_seqs, context=10_000, max_num_batched_tokens=budget)
+    return Roofline(
+        params=1e9,
+        active_params=1e9,
+        bytes_per_param=1.0,
+        kv_bytes_per_token=1e5,
+        kv_capacity_tokens=capacity,
+        prefill_flops_per_s=2e14,
+        decode_bytes_per_s=1e12,
+        max_num_seqs=max_num_seqs,
+        context=10_000,
+        max_num_batched_tokens=budget,
+    )
 
 
 def test_scheduler_step_accounting():
@@ -106,26 +136,27 @@ def test_scheduler_step_accounting():
         e = RooflineEngine(tiny(1000))
         a, b = Sequence(100, 3, 10), Sequence(50, 1, 10)
         e.waiting.extend([a, b])
-        first = e.plan_step()          # both admitted and prefilled: 150 tokens, nothing decoding yet
+        first = e.plan_step()  # both admitted and prefilled: 150 tokens, nothing decoding yet
         e.finish_step()
-        second = e.plan_step()         # a decodes alone (b finished with its single token)
+        second = e.plan_step()  # a decodes alone (b finished with its single token)
         return first, second, e, a, b
 
     first, second, e, a, b = asyncio.run(go())
-    assert first == pytest.approx(2 * 1e9 * 150 / 2e14)                       # compute 1.5 ms > weights 1 ms
+    assert first == pytest.approx(2 * 1e9 * 150 / 2e14)  # compute 1.5 ms > weights 1 ms
     assert b.done and b.produced == 1 and a.produced == 1
-    assert second == pytest.approx((1e9 + 101 * 1e5) / 1e12)                  # weights + a's 101 KV tokens
+    assert second == pytest.approx((1e9 + 101 * 1e5) / 1e12)  # weights + a's 101 KV tokens
     assert e.running == [a] and e.reserved == 110 and e.kv_tokens == 101
 
 
 def test_long_prompts_are_prefilled_in_chunks():
     """Budget 64 tokens per step: a decoding sequence takes 1, the 100-token prompt the rest."""
+
     async def go():
         e = RooflineEngine(tiny(1000, budget=64))
         d = Sequence(1, 10, 10)
         e.waiting.append(d)
         e.plan_step()
-        e.finish_step()                # d has its first token and now decodes
+        e.finish_step()  # d has its first token and now decodes
         a = Sequence(100, 5, 5)
         e.waiting.append(a)
         steps = []
@@ -137,11 +168,12 @@ def test_long_prompts_are_prefilled_in_chunks():
 
     s = asyncio.run(go())
     assert s[1] == (63, 0, 2) and s[3] == (100, 1, 3) and s[5] == (100, 2, 4)
-    assert s[0] == pytest.approx(max(2e9 * 64 / 2e14, (1e9 + 2 * 1e5) / 1e12))   # 1 ms: weights + d's 2 KV tokens
+    assert s[0] == pytest.approx(max(2e9 * 64 / 2e14, (1e9 + 2 * 1e5) / 1e12))  # 1 ms: weights + d's 2 KV tokens
 
 
 def test_running_sequences_share_every_step():
     """Continuous batching: three requests of 5 tokens take 5 steps together, not 15."""
+
     async def go():
         e = RooflineEngine(tiny(1000))
         seqs = [Sequence(10, 5, 5) for _ in range(3)]
@@ -160,11 +192,11 @@ def test_running_sequences_share_every_step():
 def test_kv_capacity_makes_requests_wait():
     async def go():
         e = RooflineEngine(tiny(capacity=100))
-        seqs = [Sequence(20, 20, 20) for _ in range(3)]     # each reserves 40 of 100 KV tokens
+        seqs = [Sequence(20, 20, 20) for _ in range(3)]  # each reserves 40 of 100 KV tokens
         e.waiting.extend(seqs)
         e.plan_step()
         admitted, waiting = len(e.running), len(e.waiting)
-        for _ in range(20):                                 # first two finish after 20 tokens
+        for _ in range(20):  # first two finish after 20 tokens
             e.finish_step()
             e.plan_step()
         return admitted, waiting, e

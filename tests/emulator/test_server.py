@@ -1,4 +1,5 @@
 """The emulator's routes: health, models, version, metrics, auth, request validation, lengths."""
+
 from __future__ import annotations
 
 import asyncio
@@ -57,7 +58,7 @@ def test_metrics_counts_tokens_and_requests(run):
 
 def test_waiting_requests_when_sequence_slots_are_full(run):
     """max_num_seqs=1: of three concurrent requests one runs and two wait (seen in /metrics)."""
-    target = make_target(emulator={"max_num_seqs": 1, "time_scale": 20.0})   # ~40 ms per decode step
+    target = make_target(emulator={"max_num_seqs": 1, "time_scale": 20.0})  # ~40 ms per decode step
 
     async def go():
         async with serve(make_config(target)) as s:
@@ -107,15 +108,18 @@ def test_no_auth_when_variable_unset(run, monkeypatch):
     assert run(go()) == 200
 
 
-@pytest.mark.parametrize("path,body,status,needle", [
-    ("/v1/completions", {"model": "other/model", "prompt": "x"}, 404, "does not exist"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": "5"}, 400, "max_tokens"),
-    ("/v1/completions", {"max_tokens": 5}, 400, "prompt"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": 200000}, 400, "maximum context length"),
-    ("/v1/chat/completions", {"messages": []}, 400, "messages"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n=2"),
-])
+@pytest.mark.parametrize(
+    "path,body,status,needle",
+    [
+        ("/v1/completions", {"model": "other/model", "prompt": "x"}, 404, "does not exist"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": "5"}, 400, "max_tokens"),
+        ("/v1/completions", {"max_tokens": 5}, 400, "prompt"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 200000}, 400, "maximum context length"),
+        ("/v1/chat/completions", {"messages": []}, 400, "messages"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n=2"),
+    ],
+)
 def test_bad_requests(run, path, body, status, needle):
     async def go():
         async with serve(make_config()) as s:
@@ -139,6 +143,7 @@ def test_invalid_json_body(run):
 
 def test_lengths_with_and_without_ignore_eos(run):
     """ignore_eos: exactly max_tokens ("length"). Otherwise a deterministic stop in [max/2, max]."""
+
     async def go():
         async with serve(make_config()) as s:
             out = []
@@ -146,8 +151,14 @@ def test_lengths_with_and_without_ignore_eos(run):
                 for ignore in (True, False):
                     body = {"prompt": f"prompt number {i}", "max_tokens": 9, "ignore_eos": ignore}
                     r = await (await s.post("/v1/completions", json=body)).json()
-                    out.append((ignore, r["usage"]["completion_tokens"], len(r["choices"][0]["text"].split()),
-                                r["choices"][0]["finish_reason"]))
+                    out.append(
+                        (
+                            ignore,
+                            r["usage"]["completion_tokens"],
+                            len(r["choices"][0]["text"].split()),
+                            r["choices"][0]["finish_reason"],
+                        )
+                    )
             return out
 
     rows = run(go())
@@ -176,9 +187,18 @@ def test_output_is_deterministic_and_seeded(run):
 def test_chat_counts_every_message_and_token_id_prompts(run):
     async def go():
         async with serve(make_config()) as s:
-            chat = await (await s.post("/v1/chat/completions", json={"max_tokens": 1, "messages": [
-                {"role": "system", "content": "one two"},
-                {"role": "user", "content": [{"type": "text", "text": "three four five"}]}]})).json()
+            chat = await (
+                await s.post(
+                    "/v1/chat/completions",
+                    json={
+                        "max_tokens": 1,
+                        "messages": [
+                            {"role": "system", "content": "one two"},
+                            {"role": "user", "content": [{"type": "text", "text": "three four five"}]},
+                        ],
+                    },
+                )
+            ).json()
             ids = await (await s.post("/v1/completions", json={"prompt": [1, 2, 3, 4], "max_tokens": 1})).json()
             return chat["usage"]["prompt_tokens"], ids["usage"]["prompt_tokens"]
 
@@ -192,16 +212,20 @@ def running(metrics: str) -> str:
 
 @pytest.mark.parametrize("scripted", [False, True])
 def test_client_disconnect_frees_the_slot(run, scripted):
-    cfg = ({"mode": "scripted", "scripted": {"ttft_ms": 1, "itl_ms": 20}} if scripted
-           else make_config(make_target(emulator={"time_scale": 10.0})))
+    cfg = (
+        {"mode": "scripted", "scripted": {"ttft_ms": 1, "itl_ms": 20}}
+        if scripted
+        else make_config(make_target(emulator={"time_scale": 10.0}))
+    )
 
     async def go():
         async with serve(cfg) as s:
-            r = await s.post("/v1/completions", json={"prompt": "a", "max_tokens": 200, "ignore_eos": True,
-                                                      "stream": True})
+            r = await s.post(
+                "/v1/completions", json={"prompt": "a", "max_tokens": 200, "ignore_eos": True, "stream": True}
+            )
             await r.content.readline()
             before = await (await s.get("/metrics")).text()
-            r.close()                                  # drop the connection mid-stream
+            r.close()  # drop the connection mid-stream
             for _ in range(100):
                 after = await (await s.get("/metrics")).text()
                 if running(after).endswith(" 0.0"):
@@ -226,13 +250,14 @@ def test_tokenize_counts_as_usage_does(run):
             tok = await (await s.post("/tokenize", json={"model": M, "prompt": prompt})).json()
             chat = await (await s.post("/tokenize", json={"model": M, "messages": messages})).json()
             usage = (await (await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})).json())["usage"]
-            cusage = (await (await s.post("/v1/chat/completions",
-                                          json={"messages": messages, "max_tokens": 1})).json())["usage"]
+            cusage = (
+                await (await s.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 1})).json()
+            )["usage"]
             bad = await s.post("/tokenize", json={"model": "other", "prompt": prompt})
             return tok, chat, usage, cusage, bad.status
 
     tok, chat, usage, cusage, bad = run(go())
     assert tok["count"] == len(tok["tokens"]) == usage["prompt_tokens"] == 4
     assert tok["max_model_len"] == 131072 and len(set(tok["tokens"])) == 4
-    assert chat["count"] == cusage["prompt_tokens"] == len(chat["tokens"]) == 6 + 1 + 2 * 5 + 4   # words + template
+    assert chat["count"] == cusage["prompt_tokens"] == len(chat["tokens"]) == 6 + 1 + 2 * 5 + 4  # words + template
     assert bad == 404

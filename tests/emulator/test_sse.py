@@ -1,4 +1,5 @@
 """Streamed and non-streamed bodies match vLLM's OpenAI server byte for byte (ids and timestamps aside)."""
+
 from __future__ import annotations
 
 import json
@@ -23,16 +24,21 @@ def normalise(raw: bytes) -> bytes:
 
 def completion_chunk(text: str, finish: str | None, usage: bool) -> str:
     fr = "null" if finish is None else f'"{finish}"'
-    return ('data: {"id":"cmpl-ID","object":"text_completion","created":0,"model":"' + M + '","choices":[{"index":0,'
-            f'"text":"{text}","logprobs":null,"finish_reason":{fr},"stop_reason":null}}]'
-            + "}\n\n")          # no "usage" key on content chunks, with or without include_usage (vLLM 0.32)
+    return (
+        'data: {"id":"cmpl-ID","object":"text_completion","created":0,"model":"' + M + '","choices":[{"index":0,'
+        f'"text":"{text}","logprobs":null,"finish_reason":{fr},"stop_reason":null}}]' + "}\n\n"
+    )  # no "usage" key on content chunks, with or without include_usage (vLLM 0.32)
 
 
 def chat_chunk(delta: str, finish: str | None, usage: bool) -> str:
     tail = ',"stop_reason":null' if finish else ""
     fr = "null" if finish is None else f'"{finish}"'
-    return ('data: {"id":"chatcmpl-ID","object":"chat.completion.chunk","created":0,"model":"' + M + '","choices":[{"index":0,'
-            f'"delta":{delta},"logprobs":null,"finish_reason":{fr}{tail}}}]' + "}\n\n")
+    return (
+        'data: {"id":"chatcmpl-ID","object":"chat.completion.chunk","created":0,"model":"'
+        + M
+        + '","choices":[{"index":0,'
+        f'"delta":{delta},"logprobs":null,"finish_reason":{fr}{tail}}}]' + "}\n\n"
+    )
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
@@ -48,20 +54,29 @@ def test_completions_stream_bytes(run, include_usage):
             assert r.headers["Content-Type"] == "text/event-stream; charset=utf-8"
             return await r.read()
 
-    expected = (completion_chunk(" 5", None, include_usage) + completion_chunk(" charlie", None, include_usage)
-                + completion_chunk(" romeo", "length", include_usage))
+    expected = (
+        completion_chunk(" 5", None, include_usage)
+        + completion_chunk(" charlie", None, include_usage)
+        + completion_chunk(" romeo", "length", include_usage)
+    )
     if include_usage:
-        expected += ('data: {"id":"cmpl-ID","object":"text_completion","created":0,"model":"' + M + '","choices":[],'
-                     '"usage":{"prompt_tokens":7,"total_tokens":10,"completion_tokens":3}}\n\n')
+        expected += (
+            'data: {"id":"cmpl-ID","object":"text_completion","created":0,"model":"' + M + '","choices":[],'
+            '"usage":{"prompt_tokens":7,"total_tokens":10,"completion_tokens":3}}\n\n'
+        )
     expected += "data: [DONE]\n\n"
     assert normalise(run(go())).decode() == expected
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_chat_stream_bytes(run, include_usage):
-    body = {"model": M, "messages": [{"role": "system", "content": "Be brief."},
-                                     {"role": "user", "content": "What is 7 * -6?"}],
-            "max_tokens": 2, "ignore_eos": True, "stream": True}
+    body = {
+        "model": M,
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 7 * -6?"}],
+        "max_tokens": 2,
+        "ignore_eos": True,
+        "stream": True,
+    }
     if include_usage:
         body["stream_options"] = {"include_usage": True}
 
@@ -71,12 +86,16 @@ def test_chat_stream_bytes(run, include_usage):
             assert r.status == 200
             return await r.read()
 
-    expected = (chat_chunk('{"role":"assistant","content":""}', None, include_usage)
-                + chat_chunk('{"content":" -42"}', None, include_usage)
-                + chat_chunk('{"content":" oscar"}', "length", include_usage))
-    if include_usage:   # prompt tokens: every message's words (2 + 5) and the chat template (1 + 2 x 5 + 4)
-        expected += ('data: {"id":"chatcmpl-ID","object":"chat.completion.chunk","created":0,"model":"' + M + '",'
-                     '"choices":[],"usage":{"prompt_tokens":22,"total_tokens":24,"completion_tokens":2}}\n\n')
+    expected = (
+        chat_chunk('{"role":"assistant","content":""}', None, include_usage)
+        + chat_chunk('{"content":" -42"}', None, include_usage)
+        + chat_chunk('{"content":" oscar"}', "length", include_usage)
+    )
+    if include_usage:  # prompt tokens: every message's words (2 + 5) and the chat template (1 + 2 x 5 + 4)
+        expected += (
+            'data: {"id":"chatcmpl-ID","object":"chat.completion.chunk","created":0,"model":"' + M + '",'
+            '"choices":[],"usage":{"prompt_tokens":22,"total_tokens":24,"completion_tokens":2}}\n\n'
+        )
     expected += "data: [DONE]\n\n"
     assert normalise(run(go())).decode() == expected
 
@@ -84,10 +103,22 @@ def test_chat_stream_bytes(run, include_usage):
 def test_non_streaming_bodies(run):
     async def go():
         async with serve(make_config()) as s:
-            c = await (await s.post("/v1/completions", json={"model": M, "prompt": "a b c d", "max_tokens": 6,
-                                                             "ignore_eos": True})).json()
-            ch = await (await s.post("/v1/chat/completions", json={"model": M, "max_tokens": 4, "ignore_eos": True,
-                                                                   "messages": [{"role": "user", "content": "x y z"}]})).json()
+            c = await (
+                await s.post(
+                    "/v1/completions", json={"model": M, "prompt": "a b c d", "max_tokens": 6, "ignore_eos": True}
+                )
+            ).json()
+            ch = await (
+                await s.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": M,
+                        "max_tokens": 4,
+                        "ignore_eos": True,
+                        "messages": [{"role": "user", "content": "x y z"}],
+                    },
+                )
+            ).json()
             return c, ch
 
     c, ch = run(go())
@@ -99,7 +130,7 @@ def test_non_streaming_bodies(run):
     assert ch["object"] == "chat.completion" and ch["id"].startswith("chatcmpl-")
     msg = ch["choices"][0]["message"]
     assert msg["role"] == "assistant" and len(msg["content"].split()) == 4
-    assert ch["usage"]["prompt_tokens"] == 3 + 1 + 5 + 4 and ch["usage"]["completion_tokens"] == 4   # words + template
+    assert ch["usage"]["prompt_tokens"] == 3 + 1 + 5 + 4 and ch["usage"]["completion_tokens"] == 4  # words + template
 
 
 def test_streamed_text_equals_non_streamed(run):
@@ -125,4 +156,5 @@ def test_vocabulary_needs_no_json_escaping():
 
 def test_error_body_shape():
     assert json.loads(sse.error_body("bad", "BadRequestError", 400, "prompt")) == {
-        "error": {"message": "bad", "type": "BadRequestError", "param": "prompt", "code": 400}}
+        "error": {"message": "bad", "type": "BadRequestError", "param": "prompt", "code": 400}
+    }

@@ -1,4 +1,5 @@
 """Accuracy answers: correct by default, wrong (result + 1) for a seeded share of questions."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,10 @@ from bakeoff.serving.emulator import textgen
 from emulator_fixtures import make_config, make_target, serve
 
 
-@pytest.mark.parametrize("question,result", [
-    ("What is 41 * 2?", 82), ("What is -7 + 3?", -4), ("What is 10 - -5?", 15), ("What is 0 * 99?", 0)])
+@pytest.mark.parametrize(
+    "question,result",
+    [("What is 41 * 2?", 82), ("What is -7 + 3?", -4), ("What is 10 - -5?", 15), ("What is 0 * 99?", 0)],
+)
 def test_correct_answer(question, result):
     r = textgen.reply(f"Answer with a number. {question}", 32, seed=0)
     assert r.words == [f" {result}"] and r.finish_reason == "stop"
@@ -36,7 +39,7 @@ def test_error_rate_one_makes_every_answer_wrong():
 def test_error_rate_share_is_deterministic_and_about_right():
     qs = [f"What is {a} + {b}?" for a in range(40) for b in range(25)]
     wrong = [q for q in qs if textgen.answer(q, 0, 0.05) != eval(q[8:-1])]
-    assert 25 <= len(wrong) <= 75            # 5% of 1000, binomial sd ~7
+    assert 25 <= len(wrong) <= 75  # 5% of 1000, binomial sd ~7
     assert wrong == [q for q in qs if textgen.answer(q, 0, 0.05) != eval(q[8:-1])]
     other_seed = [q for q in qs if textgen.answer(q, 1, 0.05) != eval(q[8:-1])]
     assert other_seed != wrong
@@ -52,8 +55,11 @@ def test_server_uses_target_error_rate(run):
         async with serve(make_config(make_target(emulator={"accuracy_error_rate": rate}))) as s:
             out = []
             for a in range(5):
-                body = {"messages": [{"role": "user", "content": f"What is {a} * 7?"}], "max_tokens": 16,
-                        "temperature": 0}
+                body = {
+                    "messages": [{"role": "user", "content": f"What is {a} * 7?"}],
+                    "max_tokens": 16,
+                    "temperature": 0,
+                }
                 r = await (await s.post("/v1/chat/completions", json=body)).json()
                 out.append((r["choices"][0]["message"]["content"], r["choices"][0]["finish_reason"]))
             return out

@@ -1,5 +1,6 @@
 """Timing is roughly what the model says. Bounds are loose on purpose: exact figures are measured by
 benchmarks/emulator_fidelity.py, not asserted here."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +28,8 @@ def test_scripted_ttft_and_itl(run):
 
     marks = run(go())
     assert len(marks) == 21
-    assert 0.055 <= marks[0] <= 0.5                          # TTFT 60 ms
-    assert 0.14 <= marks[-1] - marks[0] <= 0.8               # 20 gaps x 8 ms = 160 ms
+    assert 0.055 <= marks[0] <= 0.5  # TTFT 60 ms
+    assert 0.14 <= marks[-1] - marks[0] <= 0.8  # 20 gaps x 8 ms = 160 ms
 
 
 def test_scripted_multi_token_chunks(run):
@@ -36,12 +37,15 @@ def test_scripted_multi_token_chunks(run):
 
     async def go():
         async with serve(cfg) as s:
-            r = await (await s.post("/v1/completions", json={"prompt": "x", "max_tokens": 10, "ignore_eos": True,
-                                                             "stream": True})).read()
+            r = await (
+                await s.post(
+                    "/v1/completions", json={"prompt": "x", "max_tokens": 10, "ignore_eos": True, "stream": True}
+                )
+            ).read()
             return [e for e in r.decode().split("\n\n") if e.startswith("data: {")]
 
     events = run(go())
-    assert len(events) == 3      # 4 + 4 + 2 tokens
+    assert len(events) == 3  # 4 + 4 + 2 tokens
 
 
 def test_scripted_deadlines_do_not_drift_under_concurrency(run):
@@ -55,14 +59,20 @@ def test_scripted_deadlines_do_not_drift_under_concurrency(run):
 
     for marks in run(go()):
         assert len(marks) == 41
-        assert 0.215 <= marks[-1] <= 1.0                     # 20 + 40 x 5 = 220 ms
+        assert 0.215 <= marks[-1] <= 1.0  # 20 + 40 x 5 = 220 ms
 
 
 def test_roofline_timing_follows_the_model(run):
     """H100 / Llama 3.1 8B bf16 at decode efficiency 0.5: ~9.6 ms per step, prefill 0.03 ms/token."""
-    target = make_target(name="h100-8b", instance_type="p5.48xlarge", model="llama-3.1-8b", quantization="bf16",
-                         kv_cache_dtype="auto", tensor_parallel=1,
-                         emulator={"prefill_efficiency": 0.5, "decode_efficiency": 0.5})
+    target = make_target(
+        name="h100-8b",
+        instance_type="p5.48xlarge",
+        model="llama-3.1-8b",
+        quantization="bf16",
+        kv_cache_dtype="auto",
+        tensor_parallel=1,
+        emulator={"prefill_efficiency": 0.5, "decode_efficiency": 0.5},
+    )
 
     async def go():
         async with serve(make_config(target)) as s:
@@ -70,8 +80,8 @@ def test_roofline_timing_follows_the_model(run):
             return await timed_stream(s, "/v1/completions", body)
 
     one = run(go())
-    assert 0.030 <= one[0] <= 0.5                            # prefill 32.5 ms
-    assert 0.17 <= one[-1] - one[0] <= 1.0                   # 20 steps x 9.7 ms = 194 ms
+    assert 0.030 <= one[0] <= 0.5  # prefill 32.5 ms
+    assert 0.17 <= one[-1] - one[0] <= 1.0  # 20 steps x 9.7 ms = 194 ms
 
 
 def test_time_scale_stretches_delays(run):
@@ -83,4 +93,4 @@ def test_time_scale_stretches_delays(run):
             return await timed_stream(s, "/v1/completions", {"prompt": "a b", "max_tokens": 11, "ignore_eos": True})
 
     marks = run(go())
-    assert 0.15 <= marks[-1] - marks[0] <= 1.0               # 10 steps x 17.0 ms = 170 ms
+    assert 0.15 <= marks[-1] - marks[0] <= 1.0  # 10 steps x 17.0 ms = 170 ms

@@ -1,4 +1,5 @@
 """Targets and launch arguments for the cloud provider tests."""
+
 from __future__ import annotations
 
 import copy
@@ -23,9 +24,15 @@ def make_target(provider: str, **options):
 
 def launch_args(run_id: str, target) -> dict:
     exp = time.time() + 3600
-    return {"tags": {"bakeoff:run_id": run_id, "bakeoff:target": target.slug, "bakeoff:plan": "p",
-                     "bakeoff:expires_at": str(int(exp))},
-            "spec": {"api_key": "bk-" + uuid.uuid4().hex[:40].ljust(40, "0"), "expires_at": exp}}
+    return {
+        "tags": {
+            "bakeoff:run_id": run_id,
+            "bakeoff:target": target.slug,
+            "bakeoff:plan": "p",
+            "bakeoff:expires_at": str(int(exp)),
+        },
+        "spec": {"api_key": "bk-" + uuid.uuid4().hex[:40].ljust(40, "0"), "expires_at": exp},
+    }
 
 
 def new_run_id() -> str:

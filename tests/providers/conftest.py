@@ -1,5 +1,6 @@
 """Fake clouds shared by the provider tests: one moto server and one fake Vultr/DigitalOcean server
 per session (control plane only: no emulator behind the nodes), so tests stay fast."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 @pytest.fixture(scope="session")
 def fake_clouds():
     from bakeoff.sandbox.clouds import Clouds
+
     clouds = Clouds(None, boot_s=0.05).start()
     yield clouds
     clouds.stop()
@@ -16,8 +18,13 @@ def fake_clouds():
 @pytest.fixture
 def aws_creds(moto_server):
     moto_server.gate.denied = set()
-    yield {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1",
-           "endpoint_url": moto_server.url, "regions": ["us-east-1", "us-east-2", "us-west-2"]}
+    yield {
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "region_name": "us-east-1",
+        "endpoint_url": moto_server.url,
+        "regions": ["us-east-1", "us-east-2", "us-west-2"],
+    }
     moto_server.gate.denied = set()
 
 
@@ -26,6 +33,7 @@ def rest_creds(fake_clouds):
     def creds(provider: str) -> dict:
         base = f"{fake_clouds.url}/{'vultr' if provider == 'vultr' else 'do'}/v2"
         return {"token": "sandbox-token", "base_url": base, "poll_s": 0.02, "backoff_s": 0.01}
+
     yield creds
     for c in (fake_clouds.vultr, fake_clouds.do):
         c.denied, c.fail_queue = set(), []

@@ -1,4 +1,5 @@
 """EC2 lifecycle against moto in server mode: tags, idempotent retry, capacity failover, terminate."""
+
 from __future__ import annotations
 
 import base64
@@ -12,14 +13,22 @@ from cloud_helpers import launch_args, make_target, new_run_id
 
 
 def _ec2(creds, region="us-east-1"):
-    return boto3.client("ec2", region_name=region, endpoint_url=creds["endpoint_url"],
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(
+        "ec2",
+        region_name=region,
+        endpoint_url=creds["endpoint_url"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def _live(creds, run_id, region="us-east-1"):
-    res = _ec2(creds, region).describe_instances(Filters=[
-        {"Name": "tag:bakeoff:run_id", "Values": [run_id]},
-        {"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"]
+    res = _ec2(creds, region).describe_instances(
+        Filters=[
+            {"Name": "tag:bakeoff:run_id", "Values": [run_id]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )["Reservations"]
     return [i for r in res for i in r["Instances"]]
 
 
@@ -31,19 +40,30 @@ def test_launch_tags_kill_switch_and_ssm_ami(aws_creds):
     tags = {x["Key"]: x["Value"] for x in raw[0]["Tags"]}
     assert tags["bakeoff:run_id"] == rid and tags["bakeoff:target"] == t.slug and tags["bakeoff:expires_at"].isdigit()
     ec2 = _ec2(aws_creds)
-    attr = ec2.describe_instance_attribute(InstanceId=raw[0]["InstanceId"], Attribute="instanceInitiatedShutdownBehavior")
+    attr = ec2.describe_instance_attribute(
+        InstanceId=raw[0]["InstanceId"], Attribute="instanceInitiatedShutdownBehavior"
+    )
     assert attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
     ud = ec2.describe_instance_attribute(InstanceId=raw[0]["InstanceId"], Attribute="userData")["UserData"]["Value"]
     script = base64.b64decode(ud).decode()
-    assert "shutdown -h +" in script and "--api-key" not in script     # the key reaches vLLM by env file, not argv
-    ami = boto3.client("ssm", region_name="us-east-1", endpoint_url=aws_creds["endpoint_url"], aws_access_key_id="testing",
-                       aws_secret_access_key="testing").get_parameter(
-        Name="/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")["Parameter"]["Value"]
+    assert "shutdown -h +" in script and "--api-key" not in script  # the key reaches vLLM by env file, not argv
+    ami = boto3.client(
+        "ssm",
+        region_name="us-east-1",
+        endpoint_url=aws_creds["endpoint_url"],
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).get_parameter(Name="/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")[
+        "Parameter"
+    ]["Value"]
     assert raw[0]["ImageId"] == ami
     # the per-run security group opens only the serving and agent ports, only to the plan's CIDR
     sg = ec2.describe_security_groups(GroupIds=[raw[0]["SecurityGroups"][0]["GroupId"]])["SecurityGroups"][0]
     perms = sg["IpPermissions"]
-    assert [(x["FromPort"], x["ToPort"], [r["CidrIp"] for r in x["IpRanges"]]) for x in perms] == [(8000, 8000, ["127.0.0.1/32"]), (8089, 8089, ["127.0.0.1/32"])]
+    assert [(x["FromPort"], x["ToPort"], [r["CidrIp"] for r in x["IpRanges"]]) for x in perms] == [
+        (8000, 8000, ["127.0.0.1/32"]),
+        (8089, 8089, ["127.0.0.1/32"]),
+    ]
     assert p.wait_ready(inst, 10).state == "running"
     assert p.terminate(inst.id) is True
 
@@ -51,7 +71,7 @@ def test_launch_tags_kill_switch_and_ssm_ami(aws_creds):
 def test_retried_create_reuses_the_instance(aws_creds):
     p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
     a = p.create(t, rid, **launch_args(rid, t))
-    b = AwsProvider(aws_creds).create(t, rid, **launch_args(rid, t))     # a retried task: fresh process, same run
+    b = AwsProvider(aws_creds).create(t, rid, **launch_args(rid, t))  # a retried task: fresh process, same run
     assert a.id == b.id and len(_live(aws_creds, rid)) == 1
     assert client_token(rid, t.slug, "us-east-1") == client_token(rid, t.slug, "us-east-1")
     assert client_token(rid, t.slug, "us-east-1") != client_token(rid, t.slug, "us-west-2")
@@ -103,10 +123,14 @@ def test_capacity_block_reservation_is_requested(aws_creds):
     t, rid = make_target("aws", regions=["us-east-1"], capacity_reservation_id="cr-0123456789abcdef0"), new_run_id()
     seen = {}
     p._client("ec2", "us-east-1").meta.events.register(
-        "provide-client-params.ec2.RunInstances", lambda params, **kw: seen.update(params))
+        "provide-client-params.ec2.RunInstances", lambda params, **kw: seen.update(params)
+    )
     inst = p.create(t, rid, **launch_args(rid, t))
     assert seen["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
-    assert seen["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == "cr-0123456789abcdef0"
+    assert (
+        seen["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"]
+        == "cr-0123456789abcdef0"
+    )
     assert seen["ClientToken"] == client_token(rid, t.slug, "us-east-1")
     p.terminate(inst.id)
 
@@ -120,13 +144,16 @@ def test_without_configured_regions_every_account_region_is_scanned(aws_creds):
 
 def test_reaper_terminates_an_ended_runs_instance_and_deletes_its_security_group(aws_creds, data_root):
     from bakeoff import reaper, store
+
     p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
     inst = p.create(t, rid, **launch_args(rid, t))
     sg = _live(aws_creds, rid)[0]["SecurityGroups"][0]["GroupId"]
     store.update_run(store.run_dir("p", rid), run_id=rid, status="published")
     out = reaper.reap(provider_names=["aws"], credentials_fn=lambda name: aws_creds)
     assert inst.id in {r["id"] for r in out["terminated"]} and f"us-east-1/{sg}" in out["cleaned"]
-    assert not _ec2(aws_creds).describe_security_groups(Filters=[{"Name": "group-id", "Values": [sg]}])["SecurityGroups"]
+    assert not _ec2(aws_creds).describe_security_groups(Filters=[{"Name": "group-id", "Values": [sg]}])[
+        "SecurityGroups"
+    ]
 
 
 def test_a_region_refusing_calls_blocks_only_targets_that_may_launch_there(aws_creds, moto_server):
@@ -153,7 +180,7 @@ def test_a_relaunch_after_termination_gets_a_new_node_not_the_terminated_one(aws
     first = p.create(t, rid, **launch_args(rid, t))
     assert p.terminate(first.id) is True
     args = launch_args(rid, t)
-    args["spec"] = {**args["spec"], "launch": 1}        # the pipeline counts the target's recorded launches
+    args["spec"] = {**args["spec"], "launch": 1}  # the pipeline counts the target's recorded launches
     second = AwsProvider(aws_creds).create(t, rid, **args)
     assert second.id != first.id and [i["InstanceId"] for i in _live(aws_creds, rid)] == [second.id.split("/")[1]]
     assert p.wait_ready(second, 10).state == "running"

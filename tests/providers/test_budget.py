@@ -1,5 +1,6 @@
 """Budget guard arithmetic, the kill-switch timer derived from it, the re-check before a re-provision,
 and the measured evaluation cost."""
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,9 @@ def test_estimate_by_hand():
     hours = (0.25 + load_h + GATE_S / 3600 + BENCH_S / 3600) * 1.25
     est = budget.estimate(plan)
     row = est["targets"][0]
-    assert row["bench_h"] == pytest.approx(BENCH_S / 3600, abs=1e-3) and row["gate_h"] == pytest.approx(GATE_S / 3600, abs=1e-3)
+    assert row["bench_h"] == pytest.approx(BENCH_S / 3600, abs=1e-3) and row["gate_h"] == pytest.approx(
+        GATE_S / 3600, abs=1e-3
+    )
     assert row["hours"] == pytest.approx(hours, abs=1e-3)
     assert row["usd"] == pytest.approx(hours * t.usd_per_hour, abs=0.01)
     assert est["estimate_usd"] == row["usd"] and row["spends"] is True
@@ -87,9 +90,9 @@ def test_guard_price_is_never_below_list():
     raw = plan.model_dump(mode="json")
     raw["targets"][0]["price"] = {"usd_per_hour": 0.0001}
     cheap = plan_from_dict(raw)
-    assert cheap.targets[0].usd_per_hour == 0.0001                        # what the cost report uses
-    assert budget.guard_usd_per_hour(cheap.targets[0]) == 113.9328        # what the guard budgets
-    raw["targets"][0]["price"] = {"usd_per_hour": 150.0}                  # a contract above list counts in full
+    assert cheap.targets[0].usd_per_hour == 0.0001  # what the cost report uses
+    assert budget.guard_usd_per_hour(cheap.targets[0]) == 113.9328  # what the guard budgets
+    raw["targets"][0]["price"] = {"usd_per_hour": 150.0}  # a contract above list counts in full
     assert budget.guard_usd_per_hour(plan_from_dict(raw).targets[0]) == 150.0
 
 
@@ -112,8 +115,14 @@ def test_open_loop_and_sla_workloads_by_hand():
         # the same capped at 2 in flight: 10 waves of 2 outlast the arrivals
         dict(base, name="rate2", load="rate", rates=[2.0], requests_per_point=20, max_concurrency=2),
         # SLA search: 4 probes, each at most one point at the top load: 16 / 8 = 2 waves of 8
-        dict(base, name="sla", load="sla", concurrency=[1, 8], requests_per_point=16,
-             sla={"over": "concurrency", "start": 1, "max": 8, "max_probes": 4}),
+        dict(
+            base,
+            name="sla",
+            load="sla",
+            concurrency=[1, 8],
+            requests_per_point=16,
+            sla={"over": "concurrency", "start": 1, "max": 8, "max_probes": 4},
+        ),
     ]
     rate = max(10 + 1024 * P + 100 * 0.05 * (1 + 19 / 64), wave(20, 1024, 100))
     rate2 = max(10 + 1024 * P + 100 * 0.05 * (1 + 1 / 64), 10 * wave(2, 1024, 100))
@@ -137,8 +146,11 @@ def test_record_measured_cost(data_root):
     plan = tiny_plan()
     rdir = store.run_dir(plan.name, "r1")
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.update_run(rdir, run_id="r1", targets={"b200-vllm": {"provision": {"launched_at": 1000.0},
-                                                               "terminate": {"terminated_at": 1000.0 + 1800}}})
+    store.update_run(
+        rdir,
+        run_id="r1",
+        targets={"b200-vllm": {"provision": {"launched_at": 1000.0}, "terminate": {"terminated_at": 1000.0 + 1800}}},
+    )
     doc = budget.record_measured_cost(rdir)
     assert doc["usd"] == pytest.approx(0.5 * plan.targets[0].usd_per_hour, abs=0.01)
     assert json.loads((rdir / "evaluation_cost.json").read_text())["usd"] == doc["usd"]
@@ -149,24 +161,29 @@ def test_recheck_counts_spend_so_far_and_what_remains():
     plan = load_plan("mi355x-vs-b200-sandbox")
     a, b = plan.targets
     now = 100_000.0
-    doc = {"targets": {
-        a.slug: {"provision": {"tries": [{"launched_at": now - 3600, "ended_at": now - 1800}]},
-                 "terminate": {"terminated_at": now - 1800}},
-        b.slug: {"provision": {"launched_at": now - 900}},         # still running
-    }}
+    doc = {
+        "targets": {
+            a.slug: {
+                "provision": {"tries": [{"launched_at": now - 3600, "ended_at": now - 1800}]},
+                "terminate": {"terminated_at": now - 1800},
+            },
+            b.slug: {"provision": {"launched_at": now - 900}},  # still running
+        }
+    }
     out = budget.recheck(plan, a.slug, doc, now=now)
     pa, pb = budget.guard_usd_per_hour(a), budget.guard_usd_per_hour(b)
     spent = 0.5 * pa + 0.25 * pb
     remaining = budget.target_hours(plan, a) * pa + (budget.target_hours(plan, b) - 0.25) * pb
     assert out["spent_usd"] == pytest.approx(spent, abs=0.01)
     assert out["total_usd"] == pytest.approx(spent + remaining, abs=0.01)
-    doc["targets"][b.slug]["provision"]["launched_at"] = now - 20 * 3600   # b has been up 20 h
+    doc["targets"][b.slug]["provision"]["launched_at"] = now - 20 * 3600  # b has been up 20 h
     with pytest.raises(budget.BudgetExceeded, match=rf"^budget_usd: launching {a.name} again"):
         budget.recheck(plan, a.slug, doc, now=now)
 
 
-def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(rest_creds, fake_clouds, data_root, tmp_path,
-                                                                      monkeypatch):
+def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(
+    rest_creds, fake_clouds, data_root, tmp_path, monkeypatch
+):
     """provision -> terminate -> provision again (a cleared task) passes and records both launches;
     once the earlier launch has billed past the cap, a third try is refused before any cloud call."""
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
@@ -189,7 +206,9 @@ def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(rest_creds
         tries[0]["launched_at"] -= 4 * 3600
         store.update_run(rdir, targets={slug: {"provision": {"tries": tries}}})
         before = fake_clouds.vultr.requests
-        with pytest.raises(budget.BudgetExceeded, match=r"^budget_usd: launching mi355x-vllm again .* over the cap of 60"):
+        with pytest.raises(
+            budget.BudgetExceeded, match=r"^budget_usd: launching mi355x-vllm again .* over the cap of 60"
+        ):
             pipeline.provision(rdir, slug)
         assert fake_clouds.vultr.requests == before
     finally:

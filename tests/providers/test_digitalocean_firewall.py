@@ -1,6 +1,7 @@
 """DigitalOcean cloud firewalls against the fake API: made before the droplet with exactly the plan's
 ports and CIDR, made once, deleted with the droplet, orphans removed (only bakeoff's, only orphans),
 lists paged, 429 retried, refusals explained."""
+
 from __future__ import annotations
 
 import json
@@ -54,7 +55,7 @@ def _passthrough(method, path, real, kw):
 def test_firewall_names_fit_the_api_and_name_their_run():
     rid = "manual__2026-11-29T21:00:00.123456+00:00"
     name = firewall_name(rid, "mi300x-vllm")
-    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", name)           # DigitalOcean's firewall name alphabet
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", name)  # DigitalOcean's firewall name alphabet
     assert firewall_owner(name) == (rid, "mi300x-vllm")
     assert firewall_owner("web-prod") is None and firewall_owner("bakeoff-run-!!.x") is None
     assert re.fullmatch(r"[A-Za-z0-9:_-]{1,255}", firewall_tag(rid, "mi300x-vllm"))
@@ -69,9 +70,12 @@ def test_firewall_is_made_before_the_droplet_with_exactly_the_plans_ports_and_ci
     [fw] = _run_firewalls(fake_clouds, rid)
     ports = [str(t.stack_spec.port), str(AGENT_PORT)] + (["22"] if ssh else [])
     assert fw["name"] == firewall_name(rid, t.slug)
-    assert fw["inbound_rules"] == [{"protocol": "tcp", "ports": port, "sources": {"addresses": [CIDR]}} for port in ports]
+    assert fw["inbound_rules"] == [
+        {"protocol": "tcp", "ports": port, "sources": {"addresses": [CIDR]}} for port in ports
+    ]
     assert sorted((r["protocol"], tuple(r["destinations"]["addresses"])) for r in fw["outbound_rules"]) == [
-        (proto, ("0.0.0.0/0", "::/0")) for proto in ("icmp", "tcp", "udp")]
+        (proto, ("0.0.0.0/0", "::/0")) for proto in ("icmp", "tcp", "udp")
+    ]
     # applied by a tag the droplet is created with, and made before it: the droplet is never open
     assert fw["tags"] == [firewall_tag(rid, t.slug)] and fw["tags"][0] in fake_clouds.do.nodes[inst.id]["tags"]
     assert calls.index(("POST", "firewalls")) < calls.index(("POST", "droplets"))
@@ -97,12 +101,24 @@ def test_a_lost_firewall_answer_is_found_not_made_again():
 
     def droplet(request):
         body = json.loads(request.content)
-        return httpx.Response(202, json={"droplet": {"id": 78, "status": "new", "tags": body["tags"],
-                                                     "region": {"slug": body["region"]}, "networks": {"v4": []}}})
+        return httpx.Response(
+            202,
+            json={
+                "droplet": {
+                    "id": 78,
+                    "status": "new",
+                    "tags": body["tags"],
+                    "region": {"slug": body["region"]},
+                    "networks": {"v4": []},
+                }
+            },
+        )
 
     with respx.mock(base_url="https://do.test/v2") as mock:
         post = mock.post("/firewalls").mock(side_effect=create_firewall)
-        mock.get("/firewalls").mock(side_effect=lambda request: httpx.Response(200, json={"firewalls": made, "links": {}}))
+        mock.get("/firewalls").mock(
+            side_effect=lambda request: httpx.Response(200, json={"firewalls": made, "links": {}})
+        )
         mock.post("/tags").mock(return_value=httpx.Response(201, json={"tag": {"name": "t"}}))
         mock.get("/droplets").mock(return_value=httpx.Response(200, json={"droplets": [], "links": {"pages": {}}}))
         mock.post("/droplets").mock(side_effect=droplet)
@@ -113,15 +129,18 @@ def test_a_lost_firewall_answer_is_found_not_made_again():
 
 def test_429_on_the_firewall_api_is_retried(rest_creds, fake_clouds):
     p, t, rid = _provider(rest_creds), _target(), new_run_id()
-    fake_clouds.do.fail_queue[:] = ["GET:429"]                            # the first call lists firewalls
+    fake_clouds.do.fail_queue[:] = ["GET:429"]  # the first call lists firewalls
     posts = []
 
     def throttled(method, path, real, kw):
         if (method, path) == ("POST", "firewalls"):
             posts.append(path)
             if len(posts) == 1:
-                return httpx.Response(429, headers={"Retry-After": "0"}, json={"id": "too_many_requests",
-                                                                                "message": "API Rate limit exceeded."})
+                return httpx.Response(
+                    429,
+                    headers={"Retry-After": "0"},
+                    json={"id": "too_many_requests", "message": "API Rate limit exceeded."},
+                )
         return real(method, path, **kw)
 
     _intercept(p, throttled)
@@ -130,11 +149,14 @@ def test_429_on_the_firewall_api_is_retried(rest_creds, fake_clouds):
     p.terminate(inst.id)
 
 
-@pytest.mark.parametrize("status,message,fix", [
-    (403, "You are not authorized to perform this operation", "firewall (create, read, delete)"),
-    (422, "invalid address", "provider_options.ingress_cidr"),
-    (422, "firewall limit reached", "raise the account limit"),
-])
+@pytest.mark.parametrize(
+    "status,message,fix",
+    [
+        (403, "You are not authorized to perform this operation", "firewall (create, read, delete)"),
+        (422, "invalid address", "provider_options.ingress_cidr"),
+        (422, "firewall limit reached", "raise the account limit"),
+    ],
+)
 def test_a_refused_firewall_is_explained_and_starts_no_droplet(status, message, fix, rest_creds, fake_clouds):
     p, t, rid = _provider(rest_creds), _target(), new_run_id()
 
@@ -173,8 +195,14 @@ def test_a_create_that_starts_no_droplet_leaves_no_firewall(rest_creds, fake_clo
 
 def _foreign_firewall(fake_clouds) -> str:
     """Someone else's firewall on the same account, with no droplets behind it."""
-    r = httpx.post(f"{fake_clouds.url}/do/v2/firewalls", headers={"Authorization": f"Bearer {TOKEN}"}, json={
-        "name": "web-prod", "inbound_rules": [{"protocol": "tcp", "ports": "443", "sources": {"addresses": ["0.0.0.0/0"]}}]})
+    r = httpx.post(
+        f"{fake_clouds.url}/do/v2/firewalls",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        json={
+            "name": "web-prod",
+            "inbound_rules": [{"protocol": "tcp", "ports": "443", "sources": {"addresses": ["0.0.0.0/0"]}}],
+        },
+    )
     assert r.status_code == 202
     return r.json()["firewall"]["id"]
 
@@ -184,7 +212,7 @@ def test_cleanup_removes_only_orphaned_bakeoff_firewalls(rest_creds, fake_clouds
     live_run, lost_run, young_run = new_run_id(), new_run_id(), new_run_id()
     nodes = {r: p.create(t, r, **launch_args(r, t)) for r in (live_run, lost_run, young_run)}
     for r in (lost_run, young_run):
-        fake_clouds.do.nodes.pop(nodes[r].id)                            # the droplet went, its terminate was lost
+        fake_clouds.do.nodes.pop(nodes[r].id)  # the droplet went, its terminate was lost
     fw = {r: _run_firewalls(fake_clouds, r)[0]["id"] for r in nodes}
     foreign = _foreign_firewall(fake_clouds)
     for fid in (fw[live_run], fw[lost_run], foreign):
@@ -215,8 +243,9 @@ def test_firewall_list_follows_pagination(rest_creds, fake_clouds):
     assert _run_firewalls(fake_clouds, rid) == []
 
 
-def test_the_reaper_removes_orphaned_firewalls_and_survives_a_failing_cleanup(rest_creds, fake_clouds, data_root,
-                                                                              monkeypatch):
+def test_the_reaper_removes_orphaned_firewalls_and_survives_a_failing_cleanup(
+    rest_creds, fake_clouds, data_root, monkeypatch
+):
     p, t, rid = _provider(rest_creds), _target(), new_run_id()
     inst = p.create(t, rid, **launch_args(rid, t))
     fake_clouds.do.nodes.pop(inst.id)

@@ -1,4 +1,5 @@
 """Airflow connections -> provider credentials (plugins/bakeoff_hooks.py)."""
+
 from __future__ import annotations
 
 import json
@@ -9,31 +10,57 @@ from bakeoff import pipeline
 
 
 def test_rest_connection_gives_token_and_base_url(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_DIGITALOCEAN_DEFAULT", json.dumps(
-        {"conn_type": "http", "host": "https://api.devcloud.amd.com/v2", "password": "do-token",
-         "extra": {"poll_s": 2}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "http",
+                "host": "https://api.devcloud.amd.com/v2",
+                "password": "do-token",
+                "extra": {"poll_s": 2},
+            }
+        ),
+    )
     monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
-    assert bakeoff_hooks.resolve("digitalocean") == {"token": "do-token", "base_url": "https://api.devcloud.amd.com/v2",
-                                                     "poll_s": 2}
+    assert bakeoff_hooks.resolve("digitalocean") == {
+        "token": "do-token",
+        "base_url": "https://api.devcloud.amd.com/v2",
+        "poll_s": 2,
+    }
     assert bakeoff_hooks.resolve("vultr") == {"token": "v-token", "base_url": "https://api.vultr.com/v2"}
     assert set(bakeoff_hooks.configured_providers()) >= {"local", "vultr", "digitalocean"}
 
 
 def test_bare_host_gets_the_api_version_path(monkeypatch):
     """config/connections.example.json gives bare hosts; the providers' paths live under /v2."""
-    monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps(
-        {"conn_type": "http", "host": "https://api.vultr.com", "password": "v"}))
-    monkeypatch.setenv("AIRFLOW_CONN_DIGITALOCEAN_DEFAULT", json.dumps(
-        {"conn_type": "http", "host": "api.devcloud.amd.com/", "password": "d"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_VULTR_DEFAULT",
+        json.dumps({"conn_type": "http", "host": "https://api.vultr.com", "password": "v"}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT",
+        json.dumps({"conn_type": "http", "host": "api.devcloud.amd.com/", "password": "d"}),
+    )
     assert bakeoff_hooks.resolve("vultr")["base_url"] == "https://api.vultr.com/v2"
     assert bakeoff_hooks.resolve("digitalocean")["base_url"] == "https://api.devcloud.amd.com/v2"
 
 
 def test_aws_connection_gives_a_session_and_endpoint(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
-        {"conn_type": "aws", "login": "AKIDEXAMPLE", "password": "secret",
-         "extra": {"region_name": "us-west-2", "endpoint_url": "http://127.0.0.1:5999",
-                   "bakeoff_address_map_url": "http://127.0.0.1:6000/address"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKIDEXAMPLE",
+                "password": "secret",
+                "extra": {
+                    "region_name": "us-west-2",
+                    "endpoint_url": "http://127.0.0.1:5999",
+                    "bakeoff_address_map_url": "http://127.0.0.1:6000/address",
+                },
+            }
+        ),
+    )
     creds = bakeoff_hooks.resolve("aws")
     assert creds["session"].region_name == "us-west-2" and creds["endpoint_url"] == "http://127.0.0.1:5999"
     assert creds["session"].get_credentials().access_key == "AKIDEXAMPLE"
@@ -60,4 +87,5 @@ def test_tokens_and_run_keys_are_registered_with_the_log_masker(monkeypatch, dat
     finally:
         pipeline.set_credentials_resolver(lambda name: {})
     from bakeoff import secrets
+
     assert set(seen) == {"v-token"} | {secrets.api_key("manual__mask", s) for s in run["targets"]}

@@ -1,4 +1,5 @@
 """The local provider: emulator processes as instances, with the guarantees teardown relies on."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,15 @@ from bakeoff.providers.local import LocalProvider, instance_id
 
 
 def target(name: str = "mi355x-vllm") -> Target:
-    return Target(name=name, provider="local", instance_type="BM.GPU.MI355X.8", model="llama-3.1-70b",
-                  quantization="fp8", kv_cache_dtype="fp8", tensor_parallel=8)
+    return Target(
+        name=name,
+        provider="local",
+        instance_type="BM.GPU.MI355X.8",
+        model="llama-3.1-70b",
+        quantization="fp8",
+        kv_cache_dtype="fp8",
+        tensor_parallel=8,
+    )
 
 
 def gone(pid: int) -> bool:
@@ -36,7 +44,7 @@ def provider(tmp_path, monkeypatch):
     monkeypatch.setenv("BAKEOFF_DATA", str(tmp_path))
     p = LocalProvider(grace_s=3.0)
     yield p
-    for inst in p.list_tagged():                    # never leave an emulator behind
+    for inst in p.list_tagged():  # never leave an emulator behind
         p.terminate(inst.id)
     for rec in (tmp_path / "state" / "local" / "instances").glob("*.json"):
         pid = json.loads(rec.read_text())["pid"]
@@ -63,7 +71,7 @@ def test_lifecycle(provider):
     pid = inst.details["pid"]
     assert provider.terminate(inst.id) is True
     assert gone(pid)
-    assert provider.terminate(inst.id) is False              # already gone: no error
+    assert provider.terminate(inst.id) is False  # already gone: no error
     assert provider.list_tagged() == []
     assert provider.describe(inst.id).state == "terminated"
     assert provider.describe("local-unknown") is None
@@ -78,7 +86,7 @@ def test_create_is_idempotent(provider):
     assert c.id != a.id
     assert len(provider.list_tagged("run-a")) == 2
     provider.terminate(a.id)
-    d = provider.create(target(), "run-a", tags={}, spec={})      # after terminate: a fresh process
+    d = provider.create(target(), "run-a", tags={}, spec={})  # after terminate: a fresh process
     assert d.id == a.id and d.details["pid"] != a.details["pid"]
 
 
@@ -86,7 +94,7 @@ def test_terminate_kills_the_whole_process_group(tmp_path, monkeypatch):
     """A stray child in the emulator's group (like the workers a serving stack forks) dies with it."""
     monkeypatch.setenv("BAKEOFF_DATA", str(tmp_path))
     wrapper = tmp_path / "python-with-child"
-    wrapper.write_text(f"#!/bin/sh\nsleep 120 &\necho $! > {tmp_path}/stray.pid\nexec {sys.executable} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nsleep 120 &\necho $! > {tmp_path}/stray.pid\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     provider = LocalProvider(python=str(wrapper), grace_s=3.0)
     inst = provider.create(target(), "run-g", tags={}, spec={})
@@ -115,8 +123,13 @@ def test_list_tagged_after_the_creator_died(provider, tmp_path):
         p = LocalProvider()
         print(p.wait_ready(p.create(t, "run-dead", tags={}, spec={}), 30).id)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                         env=os.environ | {"BAKEOFF_DATA": str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"BAKEOFF_DATA": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr
     found = LocalProvider().list_tagged("run-dead")
     assert [i.id for i in found] == [out.stdout.strip()]
@@ -150,15 +163,16 @@ def test_dead_emulator_is_not_listed(provider):
 
 
 def test_wait_ready_reports_a_crash(provider):
-    inst = provider.create(target(), "run-c", tags={}, spec={"mode": "warp-speed"})   # invalid: exits at once
+    inst = provider.create(target(), "run-c", tags={}, spec={"mode": "warp-speed"})  # invalid: exits at once
     with pytest.raises(ProviderError, match="exited before it was ready") as err:
         provider.wait_ready(inst, 30)
     assert "mode" in str(err.value)
 
 
 def test_scripted_mode(provider):
-    inst = provider.create(target(), "run-s", tags={}, spec={"mode": "scripted",
-                                                            "scripted": {"ttft_ms": 5, "itl_ms": 1}})
+    inst = provider.create(
+        target(), "run-s", tags={}, spec={"mode": "scripted", "scripted": {"ttft_ms": 5, "itl_ms": 1}}
+    )
     inst = provider.wait_ready(inst, 30)
     version = httpx.get(f"{inst.base_url}/version", timeout=5).json()
     assert version["mode"] == "scripted" and version["scripted"]["ttft_ms"] == 5

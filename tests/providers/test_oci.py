@@ -4,6 +4,7 @@ Tags, user-data, the per-run network security group, idempotent retry, capacity 
 availability domains, addresses through the sandbox address map, terminate + cleanup, pagination,
 and the errors a person sees for incomplete credentials or plan options.
 """
+
 from __future__ import annotations
 
 import base64
@@ -40,9 +41,17 @@ def fake():
 
 @pytest.fixture
 def creds(fake, api_key):
-    yield {"user": fake_oci.USER, "tenancy": fake_oci.TENANCY, "fingerprint": api_key[1], "region": fake_oci.REGION,
-           "key_content": api_key[0], "compartment_id": fake_oci.COMPARTMENT, "service_endpoint": fake.url,
-           "poll_s": 0.02, "backoff_s": 0.01}
+    yield {
+        "user": fake_oci.USER,
+        "tenancy": fake_oci.TENANCY,
+        "fingerprint": api_key[1],
+        "region": fake_oci.REGION,
+        "key_content": api_key[0],
+        "compartment_id": fake_oci.COMPARTMENT,
+        "service_endpoint": fake.url,
+        "poll_s": 0.02,
+        "backoff_s": 0.01,
+    }
     fake.denied, fake.fail_queue, fake.page_size, fake.terminate_s = set(), [], 50, 0.0
 
 
@@ -70,12 +79,25 @@ def test_launch_tags_user_data_image_and_security_group(creds, fake):
     inst = p.create(t, rid, **args)
     raw = fake.instances[inst.id]
     assert inst.id.startswith("ocid1.instance.oc1.iad.") and inst.region == "us-ashburn-1" and inst.state == "pending"
-    assert raw["freeformTags"] == {"bakeoff_run_id": rid, "bakeoff_target": t.slug, "bakeoff_plan": "p",
-                                   "bakeoff_expires_at": args["tags"]["bakeoff:expires_at"], "bakeoff_port": "8000"}
+    assert raw["freeformTags"] == {
+        "bakeoff_run_id": rid,
+        "bakeoff_target": t.slug,
+        "bakeoff_plan": "p",
+        "bakeoff_expires_at": args["tags"]["bakeoff:expires_at"],
+        "bakeoff_port": "8000",
+    }
     assert inst.tags["bakeoff:run_id"] == rid and inst.run_id == rid and inst.target == t.slug and inst.port == 8000
-    assert raw["shape"] == "BM.GPU.B200.8" and raw["availabilityDomain"] == AD1 and raw["compartmentId"] == fake_oci.COMPARTMENT
+    assert (
+        raw["shape"] == "BM.GPU.B200.8"
+        and raw["availabilityDomain"] == AD1
+        and raw["compartmentId"] == fake_oci.COMPARTMENT
+    )
     # the newest platform image for the shape, and the plan's boot volume
-    assert raw["sourceDetails"] == {"sourceType": "image", "imageId": fake_oci.IMAGE, "bootVolumeSizeInGBs": t.provider_options.root_volume_gb}
+    assert raw["sourceDetails"] == {
+        "sourceType": "image",
+        "imageId": fake_oci.IMAGE,
+        "bootVolumeSizeInGBs": t.provider_options.root_volume_gb,
+    }
     script = base64.b64decode(raw["metadata"]["user_data"]).decode()
     assert userdata.target_from_userdata(script)["target"]["name"] == t.name
     assert userdata.api_key_from_userdata(script) == args["spec"]["api_key"]
@@ -84,9 +106,17 @@ def test_launch_tags_user_data_image_and_security_group(creds, fake):
     [nsg] = _run_nsgs(fake, rid)
     assert nsg["displayName"] == nsg_name(rid, t.slug) and nsg["vcnId"] == fake_oci.VCN
     rules = fake.rules[nsg["id"]]
-    assert sorted((r["direction"], r["protocol"], r["source"], r["sourceType"], r["tcpOptions"]["destinationPortRange"]["min"],
-                   r["tcpOptions"]["destinationPortRange"]["max"]) for r in rules) == [
-        ("INGRESS", "6", CIDR, "CIDR_BLOCK", 8000, 8000), ("INGRESS", "6", CIDR, "CIDR_BLOCK", 8089, 8089)]
+    assert sorted(
+        (
+            r["direction"],
+            r["protocol"],
+            r["source"],
+            r["sourceType"],
+            r["tcpOptions"]["destinationPortRange"]["min"],
+            r["tcpOptions"]["destinationPortRange"]["max"],
+        )
+        for r in rules
+    ) == [("INGRESS", "6", CIDR, "CIDR_BLOCK", 8000, 8000), ("INGRESS", "6", CIDR, "CIDR_BLOCK", 8089, 8089)]
     [vnic] = [v for v in fake.vnics.values() if v["_instance"] == inst.id]
     assert vnic["nsgIds"] == [nsg["id"]] and vnic["subnetId"] == fake_oci.SUBNET and vnic["_public"]
     ready = p.wait_ready(inst, 10)
@@ -106,7 +136,7 @@ def test_plan_image_is_used_as_given(creds, fake):
 def test_retried_create_reuses_the_instance(creds, fake, monkeypatch):
     p, t, rid = OciProvider(creds), make_target(), new_run_id()
     a = p.create(t, rid, **launch_args(rid, t))
-    b = OciProvider(creds).create(t, rid, **launch_args(rid, t))     # a retried task: fresh process, same run
+    b = OciProvider(creds).create(t, rid, **launch_args(rid, t))  # a retried task: fresh process, same run
     assert a.id == b.id
     # even when the lookup by tag misses it (eventual consistency), the retry token stops a second launch
     late = OciProvider(creds)
@@ -142,12 +172,13 @@ def test_capacity_everywhere_refused_names_what_was_tried(creds, fake):
     msg = str(e.value)
     assert f"{AD1} (InternalError: Out of host capacity.)" in msg and f"{AD2} (InternalError" in msg
     assert "targets.b200-vllm.provider_options" in msg
-    assert p.list_tagged(rid) == [] and _run_nsgs(fake, rid) == []   # the unused security group went too
+    assert p.list_tagged(rid) == [] and _run_nsgs(fake, rid) == []  # the unused security group went too
 
 
 def test_wait_ready_reads_the_address_map_and_boots_the_emulator(creds, tmp_path):
     from bakeoff.sandbox.backing import Backing
     from bakeoff.sandbox.clouds import Clouds
+
     backing = Backing(tmp_path)
     clouds, oci_fake = Clouds(backing).start(), fake_oci.FakeOci(backing, boot_s=0.05).start()
     try:
@@ -156,7 +187,7 @@ def test_wait_ready_reads_the_address_map_and_boots_the_emulator(creds, tmp_path
         args = launch_args(rid, t)
         args["spec"]["agent"] = {"url": "http://127.0.0.1:9/client.zip", "sha256": "0" * 64, "requirements": []}
         inst = p.create(t, rid, **args)
-        assert ("oci", inst.id) in backing.running()           # booted from the decoded user_data
+        assert ("oci", inst.id) in backing.running()  # booted from the decoded user_data
         ready = p.wait_ready(inst, 20)
         host, port = backing.address("oci", inst.id)
         assert (ready.host, ready.port) == (host, port) and port != 8000
@@ -170,25 +201,25 @@ def test_wait_ready_reads_the_address_map_and_boots_the_emulator(creds, tmp_path
 
 
 def test_terminate_and_cleanup_leave_no_instance_and_no_security_group(creds, fake):
-    fake.terminate_s = 0.3        # a terminating node's VNIC stays in its group for a while
+    fake.terminate_s = 0.3  # a terminating node's VNIC stays in its group for a while
     p, t, rid = OciProvider(creds), make_target(), new_run_id()
     inst = p.create(t, rid, **launch_args(rid, t))
     mine = lambda tags: tags.get(TAG_RUN) == rid  # noqa: E731
-    assert p.cleanup(mine) == [] and len(_run_nsgs(fake, rid)) == 1       # in use: kept
+    assert p.cleanup(mine) == [] and len(_run_nsgs(fake, rid)) == 1  # in use: kept
     assert p.terminate(inst.id) is True
-    assert p.terminate(inst.id) is False                                 # already terminating
+    assert p.terminate(inst.id) is False  # already terminating
     with pytest.raises(ProviderError, match="ended before it was ready"):
         p.wait_ready(inst, 5)
     assert p.describe(inst.id).state == "terminated" and inst.id not in fake.live()
-    assert len(_run_nsgs(fake, rid)) == 1                                # still holds the VNIC: next pass
+    assert len(_run_nsgs(fake, rid)) == 1  # still holds the VNIC: next pass
     time.sleep(0.35)
     [nsg] = _run_nsgs(fake, rid)
-    other = new_run_id()           # a create killed after it made its group: an unused group of another run
+    other = new_run_id()  # a create killed after it made its group: an unused group of another run
     orphan = p._ensure_nsg(t, other, fake_oci.COMPARTMENT, fake_oci.REGION, encode_tags({TAG_RUN: other}))
-    assert p.cleanup(mine) == [nsg["id"]]                                # select picks only that run's groups
+    assert p.cleanup(mine) == [nsg["id"]]  # select picks only that run's groups
     assert _run_nsgs(fake, rid) == [] and p.list_tagged(rid) == [] and orphan in fake.nsgs
     assert p.cleanup(lambda tags: tags.get(TAG_RUN) == other) == [orphan] and orphan not in fake.nsgs
-    fake.terminate_s = 0.0        # a node gone at once: terminate drops its group itself
+    fake.terminate_s = 0.0  # a node gone at once: terminate drops its group itself
     kept = p.create(t, other, **launch_args(other, t))
     assert len(_run_nsgs(fake, other)) == 1
     assert p.terminate(kept.id) is True and _run_nsgs(fake, other) == []
@@ -237,7 +268,9 @@ def test_missing_plan_options_name_the_field(creds, fake):
         with pytest.raises(ProviderError, match=rf"targets\.b200-vllm\.provider_options\.{missing}:"):
             p.create(t, rid, **launch_args(rid, t))
     t = make_target(regions=["us-ashburn-1", "us-phoenix-1"])
-    with pytest.raises(ProviderError, match=r"provider_options\.regions: an OCI target launches in its subnet's region"):
+    with pytest.raises(
+        ProviderError, match=r"provider_options\.regions: an OCI target launches in its subnet's region"
+    ):
         p.create(t, rid, **launch_args(rid, t))
     assert fake.live() == before and _run_nsgs(fake, rid) == []
 

@@ -1,4 +1,5 @@
 """The oci_default Airflow connection -> OCI provider credentials (plugins/bakeoff_hooks.py)."""
+
 from __future__ import annotations
 
 import json
@@ -12,16 +13,36 @@ from bakeoff.sandbox import throwaway_api_key
 
 def test_oci_connection_gives_sdk_config_and_masks_the_key(monkeypatch):
     pem, fingerprint = throwaway_api_key()
-    monkeypatch.setenv("AIRFLOW_CONN_OCI_DEFAULT", json.dumps(
-        {"conn_type": "generic", "login": fake_oci.USER, "password": pem,
-         "extra": {"tenancy": fake_oci.TENANCY, "fingerprint": fingerprint, "region": "us-ashburn-1",
-                   "compartment_id": fake_oci.COMPARTMENT, "service_endpoint": "http://127.0.0.1:5998",
-                   "bakeoff_address_map_url": "http://127.0.0.1:6000/address"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_OCI_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "generic",
+                "login": fake_oci.USER,
+                "password": pem,
+                "extra": {
+                    "tenancy": fake_oci.TENANCY,
+                    "fingerprint": fingerprint,
+                    "region": "us-ashburn-1",
+                    "compartment_id": fake_oci.COMPARTMENT,
+                    "service_endpoint": "http://127.0.0.1:5998",
+                    "bakeoff_address_map_url": "http://127.0.0.1:6000/address",
+                },
+            }
+        ),
+    )
     creds = bakeoff_hooks.resolve("oci")
-    assert creds == {"user": fake_oci.USER, "key_content": pem, "tenancy": fake_oci.TENANCY, "fingerprint": fingerprint,
-                     "region": "us-ashburn-1", "compartment_id": fake_oci.COMPARTMENT,
-                     "service_endpoint": "http://127.0.0.1:5998", "address_map_url": "http://127.0.0.1:6000/address"}
-    p = OciProvider(creds)                    # a complete config: the SDK accepts it and the key loads
+    assert creds == {
+        "user": fake_oci.USER,
+        "key_content": pem,
+        "tenancy": fake_oci.TENANCY,
+        "fingerprint": fingerprint,
+        "region": "us-ashburn-1",
+        "compartment_id": fake_oci.COMPARTMENT,
+        "service_endpoint": "http://127.0.0.1:5998",
+        "address_map_url": "http://127.0.0.1:6000/address",
+    }
+    p = OciProvider(creds)  # a complete config: the SDK accepts it and the key loads
     assert p.default_compartment == fake_oci.COMPARTMENT and p.service_endpoint == "http://127.0.0.1:5998"
     assert "oci" in bakeoff_hooks.configured_providers()
     seen = []

@@ -1,4 +1,5 @@
 """The hourly reaper: expired or ended-run nodes go, live runs and unknown runs stay, errors are isolated."""
+
 from __future__ import annotations
 
 import time
@@ -13,6 +14,7 @@ def _launch(creds, run_id, plan, expires_in):
     args = launch_args(run_id, t)
     args["tags"].update({"bakeoff:plan": plan, "bakeoff:expires_at": str(int(time.time() + expires_in))})
     from bakeoff.providers.vultr import VultrProvider
+
     return VultrProvider(creds).create(t, run_id, **args)
 
 
@@ -21,8 +23,12 @@ def test_reap_expired_and_ended_keeps_running_and_unknown(rest_creds, data_root)
     ended, live, unknown, expired = (new_run_id() for _ in range(4))
     store.update_run(store.run_dir("p", ended), run_id=ended, status="failed")
     store.update_run(store.run_dir("p", live), run_id=live, status="running")
-    nodes = {"ended": _launch(creds, ended, "p", 3600), "live": _launch(creds, live, "p", 3600),
-             "unknown": _launch(creds, unknown, "p", 3600), "expired": _launch(creds, expired, "p", -5)}
+    nodes = {
+        "ended": _launch(creds, ended, "p", 3600),
+        "live": _launch(creds, live, "p", 3600),
+        "unknown": _launch(creds, unknown, "p", 3600),
+        "expired": _launch(creds, expired, "p", -5),
+    }
     out = reaper.reap(provider_names=["vultr"], credentials_fn=lambda name: creds)
     gone = {r["id"]: r["reason"] for r in out["terminated"]}
     assert set(gone) == {nodes["ended"].id, nodes["expired"].id}
@@ -39,6 +45,7 @@ def test_an_unreachable_cloud_does_not_stop_the_others(rest_creds, data_root):
     run = new_run_id()
     node = _launch(creds, run, "p", -5)
     bad = {"token": "t", "base_url": "http://127.0.0.1:9/v2", "backoff_s": 0.001}
-    out = reaper.reap(provider_names=["digitalocean", "vultr"],
-                      credentials_fn=lambda name: creds if name == "vultr" else bad)
+    out = reaper.reap(
+        provider_names=["digitalocean", "vultr"], credentials_fn=lambda name: creds if name == "vultr" else bad
+    )
     assert "digitalocean" in out["errors"] and node.id in {r["id"] for r in out["terminated"]}

@@ -1,5 +1,6 @@
 """Vultr and DigitalOcean providers against the local fake REST servers (and respx for a lost answer):
 create/poll/list/delete, idempotent retry, 429/5xx retry, pagination, capacity failover."""
+
 from __future__ import annotations
 
 import base64
@@ -23,10 +24,15 @@ def _cloud(fake_clouds, name):
 
 
 def test_tag_codec_round_trips_airflow_run_ids():
-    tags = {"bakeoff:run_id": "manual__2026-11-29T21:00:00.123+00:00", "bakeoff:target": "b200-vllm",
-            "bakeoff:plan": "mi355x-vs-b200", "bakeoff:expires_at": "1795989497", "other": "dropped"}
+    tags = {
+        "bakeoff:run_id": "manual__2026-11-29T21:00:00.123+00:00",
+        "bakeoff:target": "b200-vllm",
+        "bakeoff:plan": "mi355x-vs-b200",
+        "bakeoff:expires_at": "1795989497",
+        "other": "dropped",
+    }
     encoded = encode_tags(tags)
-    assert all(all(c.isalnum() or c in ":-_" for c in t) for t in encoded)      # DigitalOcean's tag alphabet
+    assert all(all(c.isalnum() or c in ":-_" for c in t) for t in encoded)  # DigitalOcean's tag alphabet
     assert decode_tags(encoded) == {k: v for k, v in tags.items() if k != "other"}
 
 
@@ -61,7 +67,7 @@ def test_vultr_sends_base64_user_data_with_the_key_only_inside(rest_creds):
     inst = p.create(t, rid, **args)
     script = base64.b64decode(seen["user_data"]).decode()
     assert seen["plan"] == "vbm-256c-3072gb-8-mi355x-gpu" and seen["region"] == "ewr"
-    assert script.count(args["spec"]["api_key"]) == 1           # only in the root-only key file
+    assert script.count(args["spec"]["api_key"]) == 1  # only in the root-only key file
     assert "iptables -I INPUT -p tcp --dport 8000 -s 127.0.0.1/32 -j ACCEPT" in script
     p.terminate(inst.id)
 
@@ -72,7 +78,9 @@ def test_retried_create_reuses_the_node(name, cls, rest_creds, fake_clouds):
     a = cls(rest_creds(name)).create(t, rid, **launch_args(rid, t))
     b = cls(rest_creds(name)).create(t, rid, **launch_args(rid, t))
     assert a.id == b.id
-    assert sum(decode_tags(n["tags"]).get("bakeoff:run_id") == rid for n in _cloud(fake_clouds, name).nodes.values()) == 1
+    assert (
+        sum(decode_tags(n["tags"]).get("bakeoff:run_id") == rid for n in _cloud(fake_clouds, name).nodes.values()) == 1
+    )
     cls(rest_creds(name)).terminate(a.id)
 
 
@@ -84,7 +92,7 @@ def test_429_and_5xx_are_retried_without_a_second_node(name, cls, rest_creds, fa
     cloud.fail_queue[:] = ["GET:429", "POST:503", "POST:429", "GET:502"]
     requests = cloud.requests
     inst = p.create(t, rid, **launch_args(rid, t))
-    assert cloud.fail_queue == [] and cloud.requests - requests >= 7     # every failure was met and retried
+    assert cloud.fail_queue == [] and cloud.requests - requests >= 7  # every failure was met and retried
     cloud.fail_queue[:] = [500, 429]
     assert [i.id for i in p.list_tagged(rid)] == [inst.id]
     assert sum(decode_tags(n["tags"]).get("bakeoff:run_id") == rid for n in cloud.nodes.values()) == 1
@@ -130,8 +138,16 @@ def test_lost_create_answer_is_reconciled_by_tag():
 
     def create(request):
         body = json.loads(request.content)
-        created.append({"id": 77, "status": "new", "tags": body["tags"], "region": {"slug": body["region"]},
-                        "networks": {"v4": []}, "size_slug": body["size"]})
+        created.append(
+            {
+                "id": 77,
+                "status": "new",
+                "tags": body["tags"],
+                "region": {"slug": body["region"]},
+                "networks": {"v4": []},
+                "size_slug": body["size"],
+            }
+        )
         return httpx.Response(504)
 
     def listing(request):
@@ -140,7 +156,7 @@ def test_lost_create_answer_is_reconciled_by_tag():
     with respx.mock(base_url="https://do.test/v2", assert_all_called=False) as mock:
         post = mock.post("/droplets").mock(side_effect=create)
         mock.get("/droplets").mock(side_effect=listing)
-        firewall = {"id": "fw-1", "name": firewall_name(rid, t.slug), "droplet_ids": []}   # made before the droplet
+        firewall = {"id": "fw-1", "name": firewall_name(rid, t.slug), "droplet_ids": []}  # made before the droplet
         mock.get("/firewalls").mock(return_value=httpx.Response(200, json={"firewalls": [firewall], "links": {}}))
         p = DigitalOceanProvider({"token": "t", "base_url": "https://do.test/v2", "backoff_s": 0.001})
         inst = p.create(t, rid, **launch_args(rid, t))

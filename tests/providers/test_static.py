@@ -1,5 +1,6 @@
 """Static targets: an existing endpoint, nothing provisioned or terminated; its URL and key come from
 a static_endpoint_* connection (here, the CLI's environment form of it), never from the plan."""
+
 from __future__ import annotations
 
 import copy
@@ -32,13 +33,17 @@ def test_static_endpoint_comes_from_its_connection(monkeypatch):
     monkeypatch.setenv("BAKEOFF_CONN_STATIC_ENDPOINT_POOL_PASSWORD", "secret-from-conn")
     p = get_provider("static")
     inst = p.create(t, "r1", tags={}, spec={})
-    assert inst.host == "gpu-pool.internal" and inst.port == 8443 and inst.details["base_url"] == "https://gpu-pool.internal:8443"
+    assert (
+        inst.host == "gpu-pool.internal"
+        and inst.port == 8443
+        and inst.details["base_url"] == "https://gpu-pool.internal:8443"
+    )
     assert "secret-from-conn" not in repr(inst.to_dict())
     assert p.wait_ready(inst, 1) is inst and p.terminate(inst.id) is False and p.list_tagged("r1") == []
     assert t.usd_per_hour == 40.0
     assert static_api_key(t) == "secret-from-conn"
     monkeypatch.delenv("BAKEOFF_CONN_STATIC_ENDPOINT_POOL_PASSWORD")
-    assert static_api_key(t) is None          # a connection without a password: no auth
+    assert static_api_key(t) is None  # a connection without a password: no auth
     monkeypatch.delenv("BAKEOFF_CONN_STATIC_ENDPOINT_POOL_HOST")
     with pytest.raises(ProviderError, match="static_endpoint_pool.*BAKEOFF_CONN_STATIC_ENDPOINT_POOL_HOST"):
         p.create(t, "r1", tags={}, spec={})
@@ -72,9 +77,13 @@ def described(**over):
     t = copy.deepcopy(raw["targets"][0])
     for k in ("instance_type", "emulator"):
         t.pop(k)
-    t.update(provider="static", provider_options={"base_url": "http://10.0.0.5:8000"}, served_model="my-llama",
-             hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "on-prem rack 3"},
-             price={"usd_per_hour": 12.0, "market": "contract"})
+    t.update(
+        provider="static",
+        provider_options={"base_url": "http://10.0.0.5:8000"},
+        served_model="my-llama",
+        hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "on-prem rack 3"},
+        price={"usd_per_hour": 12.0, "market": "contract"},
+    )
     t.update(over)
     raw["targets"] = [{k: v for k, v in t.items() if v is not None}]
     return plan_from_dict(raw)
@@ -84,12 +93,13 @@ def test_static_target_describes_its_hardware_instead_of_a_catalog_instance():
     import math
 
     from bakeoff import budget, cost
+
     plan = described()
     t = plan.targets[0]
     assert t.instance_type is None and t.served_model_id == "my-llama" and t.instance.gpus == 8
-    assert t.gpu.name == "RTX 6000 Ada" and math.isnan(t.gpu.all_in_kw)      # not in the catalog: no figure invented
+    assert t.gpu.name == "RTX 6000 Ada" and math.isnan(t.gpu.all_in_kw)  # not in the catalog: no figure invented
     assert cost.node_spec(t) == "8x RTX 6000 Ada (described in the plan; on-prem rack 3)"
-    assert t.usd_per_hour == 12.0 and budget.guard_usd_per_hour(t) == 12.0   # its own price; no list floor to apply
+    assert t.usd_per_hour == 12.0 and budget.guard_usd_per_hour(t) == 12.0  # its own price; no list floor to apply
     row = budget.estimate(plan)["targets"][0]
     assert row["spends"] is False and row["usd_per_hour"] == 12.0
     inst = get_provider("static").create(t, "r1", tags={}, spec={})
@@ -99,16 +109,19 @@ def test_static_target_describes_its_hardware_instead_of_a_catalog_instance():
     assert h100.gpu.all_in_kw > 0 and cost.node_spec(h100).startswith("8x H100 80 GB")
 
 
-@pytest.mark.parametrize("over, field", [
-    ({"price": None}, "price.usd_per_hour"),
-    ({"instance_type": "BM.GPU.B200.8"}, "not both"),
-    ({"hardware": None}, "instance_type: required"),
-    ({"provider": "local", "provider_options": {}}, "hardware: only a static target"),
-    ({"image": "vllm/vllm-openai:v0.25.0"}, "image / engine_args / env"),
-    ({"engine_args": ["--max-model-len", "8192"]}, "image / engine_args / env"),
-    ({"served_model": "two words"}, "served_model"),
-    ({"hardware": {"gpu": "H100", "gpus": 0}}, "gpus"),
-])
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"price": None}, "price.usd_per_hour"),
+        ({"instance_type": "BM.GPU.B200.8"}, "not both"),
+        ({"hardware": None}, "instance_type: required"),
+        ({"provider": "local", "provider_options": {}}, "hardware: only a static target"),
+        ({"image": "vllm/vllm-openai:v0.25.0"}, "image / engine_args / env"),
+        ({"engine_args": ["--max-model-len", "8192"]}, "image / engine_args / env"),
+        ({"served_model": "two words"}, "served_model"),
+        ({"hardware": {"gpu": "H100", "gpus": 0}}, "gpus"),
+    ],
+)
 def test_static_only_fields_are_checked_with_the_fix(over, field):
     with pytest.raises(PlanError, match=field):
         described(**over)

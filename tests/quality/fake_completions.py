@@ -4,6 +4,7 @@ It solves the last ``What is A op B?`` in the prompt, like the emulator, and ans
 deterministic share of questions (chosen by a hash of the question, so the same items are wrong
 on every run).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,11 +40,19 @@ class FakeCompletions:
         if is_sabotaged(body["prompt"], self.error_rate):
             answer += 1
         text = f" {answer}" + (" because I added the numbers" if self.verbose else "")
-        return web.json_response({
-            "id": "cmpl-1", "object": "text_completion", "model": body["model"],
-            "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}],
-            "usage": {"prompt_tokens": len(body["prompt"].split()), "completion_tokens": len(text.split()),
-                      "total_tokens": 0}})
+        return web.json_response(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}],
+                "usage": {
+                    "prompt_tokens": len(body["prompt"].split()),
+                    "completion_tokens": len(text.split()),
+                    "total_tokens": 0,
+                },
+            }
+        )
 
     async def _start(self) -> int:
         app = web.Application()

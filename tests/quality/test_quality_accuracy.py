@@ -1,4 +1,5 @@
 """Accuracy gate: the offline set, run_gate over real HTTP, the pass rule, cross-target agreement."""
+
 from __future__ import annotations
 
 import json
@@ -27,13 +28,15 @@ def test_evalset_is_deterministic_well_formed_and_solvable():
     for it in a:
         assert it.prompt.endswith(f"Question: {it.question}\nAnswer:")
         assert evalset.QUESTION_RE.findall(it.question), it.question
-        assert evalset.solve(it.prompt) == it.answer      # the last question wins over the few-shot ones
+        assert evalset.solve(it.prompt) == it.answer  # the last question wins over the few-shot ones
     assert any(not it.question.startswith("What is") for it in a)  # word problems present
     assert {m[1] for it in a for m in evalset.QUESTION_RE.findall(it.question)} == {"+", "-", "*"}
 
 
-@pytest.mark.parametrize("text,expected", [(" 82", 82), (" -7\n", -7), ("The answer is 42.", 42),
-                                           (" 12 + 30 = 42", 12), ("", None), (" none", None)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [(" 82", 82), (" -7\n", -7), ("The answer is 42.", 42), (" 12 + 30 = 42", 12), ("", None), (" none", None)],
+)
 def test_parse_answer_takes_first_integer(text, expected):
     assert evalset.parse_answer(text) == expected
 
@@ -79,8 +82,13 @@ def test_fixed_reference_and_output_length_rule(tmp_path):
     with FakeCompletions() as terse, FakeCompletions(verbose=True) as chatty:
         a, b = gate(terse, plan, t1, tmp_path / "a"), gate(chatty, plan, t2, tmp_path / "b")
     v = accuracy.judge(plan, {"a": a, "b": b})
-    assert v["reference"] == {"rule": "fixed", "target": None, "score": 0.9,
-                              "output_tokens": 1.0, "output_tokens_from": "a"}
+    assert v["reference"] == {
+        "rule": "fixed",
+        "target": None,
+        "score": 0.9,
+        "output_tokens": 1.0,
+        "output_tokens_from": "a",
+    }
     assert v["targets"]["a"]["passed"]
     (msg,) = v["targets"]["b"]["failures"]  # both correct; b says 6 words per answer instead of 1
     assert "mean output tokens 6.00 is outside +-10% of the reference 1.00" in msg
@@ -109,17 +117,21 @@ def test_validate_run_fails_a_target_whose_gate_never_ran(tmp_path):
         gate(srv, plan, plan.targets[0], tmp_path / f"target={plan.targets[0].slug}")
     s = validate_run(plan, tmp_path)
     assert s["targets"]["mi355x-vllm"]["passed"]
-    assert s["targets"]["b200-vllm"]["failures"] == ["accuracy: the gate did not run for this target (no accuracy.json)"]
+    assert s["targets"]["b200-vllm"]["failures"] == [
+        "accuracy: the gate did not run for this target (no accuracy.json)"
+    ]
 
 
 def test_lm_eval_backend_requires_the_package(tmp_path, monkeypatch):
     import builtins
+
     real_import = builtins.__import__
 
     def no_lm_eval(name, *a, **kw):
         if name == "lm_eval" or name.startswith("lm_eval."):
             raise ImportError("No module named 'lm_eval'")
         return real_import(name, *a, **kw)
+
     monkeypatch.setattr(builtins, "__import__", no_lm_eval)
     plan = make_plan(accuracy={"backend": "lm_eval"})
     ep = Endpoint(target="x", base_url="http://127.0.0.1:9", model="m", stack="vllm")
@@ -129,8 +141,14 @@ def test_lm_eval_backend_requires_the_package(tmp_path, monkeypatch):
 
 def _doc(score, tokens=1.0, n=100):
     items = [{"id": f"q{i:05d}", "answer": i if i < score * n else None} for i in range(n)]
-    return {"score": score, "n": n, "correct": int(score * n), "mean_output_tokens": tokens, "items": items,
-            "eval_set": {"fingerprint": "x"}}
+    return {
+        "score": score,
+        "n": n,
+        "correct": int(score * n),
+        "mean_output_tokens": tokens,
+        "items": items,
+        "eval_set": {"fingerprint": "x"},
+    }
 
 
 def test_all_targets_broken_fail_instead_of_matching_a_zero_reference():
@@ -155,5 +173,6 @@ def test_agreement_counts_identical_answers_per_pair():
 @pytest.mark.parametrize("bad", [1.5, 0, "worst", True])
 def test_bad_reference_setting_names_the_field(bad):
     from bakeoff.plan import PlanError
+
     with pytest.raises(PlanError, match=r"quality\.accuracy\.reference: got .*use 'best'"):
         make_plan(accuracy={"reference": bad})

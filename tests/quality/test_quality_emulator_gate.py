@@ -1,4 +1,5 @@
 """The accuracy gate against the real hardware emulator process (loopback, port 0)."""
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,36 @@ from quality_fixtures import make_plan  # noqa: E402
 
 def start_emulator(tmp_path, target, api_key: str):
     cfg = tmp_path / f"{target.slug}.json"
-    cfg.write_text(json.dumps({"mode": "roofline", "target": target.model_dump(mode="json"),
-                               "api_key_env": "QUALITY_TEST_KEY", "expires_at": time.time() + 120}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "mode": "roofline",
+                "target": target.model_dump(mode="json"),
+                "api_key_env": "QUALITY_TEST_KEY",
+                "expires_at": time.time() + 120,
+            }
+        )
+    )
     port_file = tmp_path / f"{target.slug}.port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(cfg), "--host", "127.0.0.1",
-         "--port", "0", "--port-file", str(port_file)],
-        env=os.environ | {"QUALITY_TEST_KEY": api_key}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.serving.emulator",
+            "--config",
+            str(cfg),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        env=os.environ | {"QUALITY_TEST_KEY": api_key},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.time() + 30
     while not port_file.exists():
         if proc.poll() is not None or time.time() > deadline:
@@ -44,6 +67,7 @@ def emulators(tmp_path):
         proc, url = start_emulator(tmp_path, target, key)
         procs.append(proc)
         return url
+
     yield start
     for p in procs:
         os.killpg(p.pid, signal.SIGTERM)
@@ -56,6 +80,7 @@ def test_emulator_passes_the_gate_and_injected_errors_fail_it(tmp_path, emulator
     for t, rate in zip(raw["targets"], (0.0, 0.05)):
         t["emulator"] = {"time_scale": 0.02, "accuracy_error_rate": rate}
     from bakeoff.plan import plan_from_dict
+
     plan = plan_from_dict(raw)
     docs = {}
     for t in plan.targets:

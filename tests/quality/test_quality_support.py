@@ -1,4 +1,5 @@
 """Software-support matrix from what a run's steps left on disk."""
+
 from __future__ import annotations
 
 from bakeoff.quality import accuracy
@@ -33,7 +34,11 @@ def test_matrix_shows_a_working_target_and_an_oom_deploy(tmp_path):
     by = {r["slug"]: r for r in rows}
     good, bad = by[ok_t.slug], by[oom_t.slug]
     assert (good["gpu"], good["stack"], good["model"], good["quantization"]) == (
-        ok_t.gpu.name, "vllm", "llama-3.1-70b", "fp8")
+        ok_t.gpu.name,
+        "vllm",
+        "llama-3.1-70b",
+        "fp8",
+    )
     assert good["deployed"] and good["ready"] and good["failure"] is None
     assert good["accuracy"] == "pass" and good["accuracy_score"] == 1.0
     assert good["gx"] == "pass" and good["gx_failures"] == []

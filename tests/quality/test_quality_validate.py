@@ -1,4 +1,5 @@
 """GX suites and compliance: clean data passes, each planted defect is caught by name."""
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,12 @@ def run_with(tmp_path, plan=None, **kw):
 
 def only(slug, c, r, fn):
     """A mutate hook that plants fn's defect into one point and leaves the rest clean."""
+
     def mutate(t, cc, rr, req):
         if (t, cc, rr) == (slug, c, r):
             return fn(req)
         return req, None
+
     return mutate
 
 
@@ -46,6 +49,7 @@ def test_negative_latency_is_caught(tmp_path):
     def plant(req):
         req.loc[3, "ttft"] = -0.004
         return req, None
+
     s = run_with(tmp_path, mutate=only("mi355x-vllm", 2, 1, plant))
     assert not s["passed"] and s["targets"]["b200-vllm"]["passed"]
     text = failures(s)
@@ -59,6 +63,7 @@ def test_infinite_latency_and_ttft_after_e2e_are_caught(tmp_path):
         req.loc[0, "e2e"] = float("inf")
         req.loc[1, "ttft"] = req.loc[1, "e2e"] + 0.5
         return req, point
+
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 0, plant)))
     assert "non-negative and finite" in text and "column=e2e" in text
     assert "TTFT <= E2E" in text
@@ -85,6 +90,7 @@ def test_error_burst_fails_error_rate(tmp_path):
         req.loc[2:4, "error_kind"] = "http_5xx"
         req.loc[2:4, ["ttft", "e2e", "output_tokens"]] = None
         return req, summarise(req)
+
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 2, 0, plant)))
     assert "column=error_rate" in text and "point=w c=2 r=0" in text
     assert "ttft" not in text  # failed requests are not latency defects
@@ -95,6 +101,7 @@ def test_unordered_percentiles_are_caught(tmp_path):
         point = summarise(req)
         point["tpot_ms_p90"] = point["tpot_ms_p99"] + 5
         return req, point
+
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 1, plant)))
     assert "tpot percentiles ordered: p90 <= p99" in text and "column_A=tpot_ms_p99" in text
 
@@ -104,25 +111,29 @@ def test_inconsistent_repeats_fail_cv(tmp_path):
         point = summarise(req)
         point["output_tps"] *= 3
         return req, point
+
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 1, plant)))
     assert "CV of output_tps" in text and "point=w c=1" in text
 
 
 def test_zero_throughput_and_too_few_completed(tmp_path):
     plan = make_plan(min_completed_per_point=9, **NO_GATE)
+
     def plant(req):
         point = summarise(req)
         point["output_tps"] = 0.0
         return req, point
+
     text = failures(run_with(tmp_path, plan, mutate=only("mi355x-vllm", 1, 0, plant)))
     assert "output throughput > 0" in text and "at least 9 completed requests per point" in text
 
 
 def test_output_length_outside_tolerance_when_eos_ignored(tmp_path):
     def plant(req):
-        req.loc[5, "output_tokens"] = 12          # 25% short of 16
+        req.loc[5, "output_tokens"] = 12  # 25% short of 16
         req.loc[5, "finish_reason"] = "stop"
         return req, None
+
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 0, plant)))
     assert "within +-10% of the requested length" in text
     assert "early stop" in text  # compliance sees the same request
@@ -132,6 +143,7 @@ def test_compliance_catches_dropped_usage(tmp_path):
     def plant(req):
         req["tokens_source"] = "client"
         return req, None
+
     s = run_with(tmp_path, mutate=only("b200-vllm", 2, 0, plant))
     text = failures(s, "b200-vllm")
     assert "usage present" in text and "column=tokens_source" in text
@@ -141,10 +153,12 @@ def test_compliance_catches_dropped_usage(tmp_path):
 
 def test_compliance_catches_early_stop_within_tolerance(tmp_path):
     """15 of 16 tokens passes the +-10% length check but not 'exactly max_tokens'."""
+
     def plant(req):
         req.loc[0, "output_tokens"] = 15
         req.loc[0, "finish_reason"] = "stop"
         return req, None
+
     s = run_with(tmp_path, mutate=only("mi355x-vllm", 1, 0, plant))
     t = s["targets"]["mi355x-vllm"]
     assert t["suites"]["requests"]["passed"] and not t["suites"]["compliance"]["passed"]
@@ -154,9 +168,10 @@ def test_compliance_catches_early_stop_within_tolerance(tmp_path):
 def test_compliance_catches_length_finish_with_wrong_count_and_no_text(tmp_path):
     def plant(req):
         req["ignore_eos"] = False
-        req.loc[0, "output_tokens"] = 9           # said 'length' but stopped at 9 of 16
-        req.at[1, "chunk_offsets"] = []           # 'succeeded' without streaming any text
+        req.loc[0, "output_tokens"] = 9  # said 'length' but stopped at 9 of 16
+        req.at[1, "chunk_offsets"] = []  # 'succeeded' without streaming any text
         return req, None
+
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 0, plant)))
     assert "finish_reason 'length' means exactly max_tokens" in text
     assert "first chunk carries text" in text
@@ -166,6 +181,7 @@ def test_invalid_finish_reason(tmp_path):
     def plant(req):
         req.loc[0, "finish_reason"] = "abort"
         return req, None
+
     assert "column=finish_reason" in failures(run_with(tmp_path, mutate=only("mi355x-vllm", 2, 1, plant)))
 
 
@@ -174,6 +190,7 @@ def test_thresholds_come_from_the_plan(tmp_path):
         req.loc[2, "error_kind"] = "http_5xx"
         req.loc[2, ["ttft", "e2e", "output_tokens"]] = None
         return req, summarise(req)
+
     mutate = only("mi355x-vllm", 2, 0, plant)
     assert "column=error_rate" in failures(run_with(tmp_path / "strict", mutate=mutate))
     lenient = make_plan(max_error_rate=0.2, **NO_GATE)
@@ -197,8 +214,13 @@ def test_table_missing_contract_columns_is_a_readable_failure(tmp_path):
 
 def test_null_usage_source_and_finish_reason_are_not_silently_accepted(tmp_path):
     """One target's files lack the columns, so the run-wide table holds nulls there."""
-    s = run_with(tmp_path, mutate=lambda t, c, r, req: (
-        req.drop(columns=["tokens_source", "finish_reason"]) if t == "b200-vllm" else req, None))
+    s = run_with(
+        tmp_path,
+        mutate=lambda t, c, r, req: (
+            req.drop(columns=["tokens_source", "finish_reason"]) if t == "b200-vllm" else req,
+            None,
+        ),
+    )
     text = failures(s, "b200-vllm")
     assert "expect_column_values_to_not_be_null(column=tokens_source)" in text
     assert "expect_column_values_to_not_be_null(column=finish_reason)" in text
@@ -207,10 +229,11 @@ def test_null_usage_source_and_finish_reason_are_not_silently_accepted(tmp_path)
 
 def test_chunk_timeline_defects(tmp_path):
     def plant(req):
-        req.at[0, "chunk_offsets"] = [0.05, 0.07, 0.06] + [0.08] * 13   # a chunk from the past
-        req.at[1, "ttft"] = req.at[1, "chunk_offsets"][0] - 0.02        # TTFT before any text arrived
-        req.at[2, "e2e"] = req.at[2, "chunk_offsets"][-1] - 0.01        # last chunk after the end
+        req.at[0, "chunk_offsets"] = [0.05, 0.07, 0.06] + [0.08] * 13  # a chunk from the past
+        req.at[1, "ttft"] = req.at[1, "chunk_offsets"][0] - 0.02  # TTFT before any text arrived
+        req.at[2, "e2e"] = req.at[2, "chunk_offsets"][-1] - 0.01  # last chunk after the end
         return req, None
+
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 0, plant)))
     assert "ITL >= 0" in text and "request=w c=1 r=0 #0" in text
     assert "TTFT is the first text chunk's arrival" in text
@@ -219,6 +242,7 @@ def test_chunk_timeline_defects(tmp_path):
 
 def test_prompt_length_off_the_request_fails_the_point(tmp_path):
     """The issue's case: "ISL 128" measured 350 by the server's usage; a point within tolerance passes."""
+
     def plant(req):
         point = summarise(req)
         point.update(input_len_requested_mean=128.0, input_len_measured_mean=350.3, input_len_error=350.3 / 128 - 1)
@@ -226,11 +250,15 @@ def test_prompt_length_off_the_request_fails_the_point(tmp_path):
 
     def near(req):
         point = summarise(req)
-        point["input_len_error"] = 0.015           # inside the default 2%
+        point["input_len_error"] = 0.015  # inside the default 2%
         return req, point
 
-    s = run_with(tmp_path, mutate=lambda t, c, r, req: plant(req) if (t, c, r) == ("mi355x-vllm", 1, 0)
-                 else near(req) if t == "b200-vllm" else (req, None))
+    s = run_with(
+        tmp_path,
+        mutate=lambda t, c, r, req: (
+            plant(req) if (t, c, r) == ("mi355x-vllm", 1, 0) else near(req) if t == "b200-vllm" else (req, None)
+        ),
+    )
     assert s["targets"]["b200-vllm"]["passed"], failures(s, "b200-vllm")
     text = failures(s)
     assert "column=input_len_error" in text and "within +-2% of the requested length" in text

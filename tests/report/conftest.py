@@ -16,13 +16,24 @@ def built(tmp_path_factory):
     from bakeoff.report import build_report
 
     root = tmp_path_factory.mktemp("results")
-    plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm", XSS), repeats=2, concurrency=(1, 2, 4, 8, 16),
-                               notes="<b>bold</b> & <img src=x onerror=alert(2)>")
+    plan = synthetic.make_plan(
+        names=("mi355x-vllm", "b200-vllm", XSS),
+        repeats=2,
+        concurrency=(1, 2, 4, 8, 16),
+        notes="<b>bold</b> & <img src=x onerror=alert(2)>",
+    )
     slug = plan.targets[2].slug
     rdir = None
     for i in range(3):
-        rdir = synthetic.make_run(root, plan, run_id=f"scheduled__2026-0{i + 7}-01", started_at=1.78e9 + i * 2.6e6,
-                                  jitter=0.03, seed=i, quarantine={slug})
+        rdir = synthetic.make_run(
+            root,
+            plan,
+            run_id=f"scheduled__2026-0{i + 7}-01",
+            started_at=1.78e9 + i * 2.6e6,
+            jitter=0.03,
+            seed=i,
+            quarantine={slug},
+        )
         cost_run(plan, rdir)
     out = tmp_path_factory.mktemp("report")
     paths = build_report(plan, rdir, out)

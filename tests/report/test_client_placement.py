@@ -1,5 +1,6 @@
 """The report says, per target, where the client ran (and what a remote client's TTFT includes) and
 whether power was measured on the node or estimated from the catalog."""
+
 import json
 
 import pandas as pd
@@ -18,5 +19,6 @@ def test_each_target_says_where_its_client_ran_and_where_power_came_from(tmp_pat
     points = pd.DataFrame({"target": [amd.slug, nv.slug], "power_w_per_gpu": [900.0, None]})
     text = _clients(plan, tmp_path, points)
     assert text[amd.slug] == "client co-located on the node (no network in TTFT) · power measured on the node"
-    assert text[nv.slug] == ("client remote: network RTT p50 41.50 ms is inside every TTFT · "
-                             "power estimated from the catalog")
+    assert text[nv.slug] == (
+        "client remote: network RTT p50 41.50 ms is inside every TTFT · power estimated from the catalog"
+    )

@@ -1,4 +1,5 @@
 """Report files: contents, escaping, quarantine, failed targets, trend, CSV."""
+
 import re
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from bakeoff.report import build_report
 
 
 def _section(html: str, start_id: str, end_id: str) -> str:
-    return html[html.index(f'id="{start_id}"'):html.index(f'id="{end_id}"')]
+    return html[html.index(f'id="{start_id}"') : html.index(f'id="{end_id}"')]
 
 
 def test_every_output_written(built):
@@ -24,7 +25,7 @@ def test_every_output_written(built):
 def test_plan_strings_are_escaped_in_html(built):
     html = Path(built["paths"]["html"]).read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "<script" not in html.lower()                       # no script element at all, ours or injected
+    assert "<script" not in html.lower()  # no script element at all, ours or injected
     assert "onerror=alert(2)>" not in html and "&lt;img src=x onerror=alert(2)&gt;" in html
     assert "<b>bold</b>" not in html
 
@@ -55,27 +56,34 @@ def test_charts_and_emulated_stamps(built):
 def test_quarantined_target_only_in_did_not_pass(built):
     html = Path(built["paths"]["html"]).read_text()
     esc = "&lt;script&gt;alert(1)&lt;/script&gt;"
-    for start, end in (("headline", "charts"), ("charts", "targets"), ("targets", "sensitivity"),
-                       ("sensitivity", "support")):
+    for start, end in (
+        ("headline", "charts"),
+        ("charts", "targets"),
+        ("targets", "sensitivity"),
+        ("sensitivity", "support"),
+    ):
         assert esc not in _section(html, start, end), start
     dnp = _section(html, "did-not-pass", "evaluation")
     assert esc in dnp and "did not pass validation" in dnp and "ttft &lt;= e2e" in dnp
     # its measured points are still shown, inside the marked section
-    assert dnp.count("<tr><td class=\"l nw\">chat-1k-128</td>") == 5 * 2
+    assert dnp.count('<tr><td class="l nw">chat-1k-128</td>') == 5 * 2
     cost_slo = pd.read_csv(built["paths"]["csv_cost_at_slo"])
-    assert cost_slo.set_index("target").loc[built["quarantined"], "rank"] != cost_slo.set_index("target").loc[built["quarantined"], "rank"]
+    assert (
+        cost_slo.set_index("target").loc[built["quarantined"], "rank"]
+        != cost_slo.set_index("target").loc[built["quarantined"], "rank"]
+    )
 
 
 def test_provenance_and_prices_with_dates(built):
     html = Path(built["paths"]["html"]).read_text()
     prov = _section(html, "provenance", "caveats")
     assert "skypilot-catalog oci vms.csv" in prov and "BM.GPU.MI355X.8" in prov
-    assert "InferenceX-app gpu-specs.ts" in prov and "2026-04-30" in prov   # GPU spec source and date
+    assert "InferenceX-app gpu-specs.ts" in prov and "2026-04-30" in prov  # GPU spec source and date
 
 
 def test_trend_lists_earlier_runs(built):
     html = Path(built["paths"]["html"]).read_text()
-    trend = html[html.index('id="trend"'):]
+    trend = html[html.index('id="trend"') :]
     for run in ("scheduled__2026-07-01", "scheduled__2026-08-01", "scheduled__2026-09-01"):
         assert run in trend
 
@@ -130,8 +138,13 @@ def test_static_target_with_described_hardware_renders_without_invented_figures(
     raw = synthetic.plan_dict()
     t = raw["targets"][1]
     t.pop("instance_type")
-    t.update(provider="static", provider_options={"base_url": "http://10.0.0.9:8000"}, served_model="my-llama",
-             hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "rack 3"}, price={"usd_per_hour": 12.0})
+    t.update(
+        provider="static",
+        provider_options={"base_url": "http://10.0.0.9:8000"},
+        served_model="my-llama",
+        hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "rack 3"},
+        price={"usd_per_hour": 12.0},
+    )
     plan = synthetic.plan_from_dict(raw)
     rdir = synthetic.make_run(tmp_path / "res", plan, emulated=False)
     paths = build_report(plan, rdir, tmp_path / "out")
@@ -140,6 +153,7 @@ def test_static_target_with_described_hardware_renders_without_invented_figures(
     assert "served as <code>my-llama</code>" in html and "no power figure (GPU not in the catalog)" in html
     assert not re.search(r"\bnan\b|None", html)
     from bakeoff.cost import compute
+
     row = compute(plan, rdir).targets.set_index("name").loc[t["name"]]
     assert row["node_usd_per_hour"] == 12.0 and row["usd_per_gpu_hour"] == 1.5
     assert Path(paths["pdf"]).stat().st_size > 0 and "RTX 6000 Ada" in Path(paths["markdown"]).read_text()
@@ -149,9 +163,16 @@ def test_provenance_shown_without_secrets(tmp_path):
     plan = synthetic.make_plan()
     rdir = synthetic.make_run(tmp_path / "res", plan)
     from bakeoff import store
-    store.write_json(rdir / "target=mi355x-vllm" / "provenance.json",
-                     {"driver": "rocm-6.4.1", "image_digest": "sha256:abc", "api_key": "sk-live-123",
-                      "auth": {"secret_token": "s3cr3t", "Authorization": "Bearer zzz"}})
+
+    store.write_json(
+        rdir / "target=mi355x-vllm" / "provenance.json",
+        {
+            "driver": "rocm-6.4.1",
+            "image_digest": "sha256:abc",
+            "api_key": "sk-live-123",
+            "auth": {"secret_token": "s3cr3t", "Authorization": "Bearer zzz"},
+        },
+    )
     html = Path(build_report(plan, rdir, tmp_path / "out")["html"]).read_text()
     assert "rocm-6.4.1" in html and "sha256:abc" in html
     for secret in ("sk-live-123", "s3cr3t", "Bearer zzz"):
@@ -160,7 +181,7 @@ def test_provenance_shown_without_secrets(tmp_path):
 
 def test_mixed_markets_are_called_out(tmp_path):
     raw = synthetic.plan_dict()
-    raw["targets"][0].update(provider="vultr", instance_type="vbm-256c-3072gb-8-mi355x-gpu")   # a spot price
+    raw["targets"][0].update(provider="vultr", instance_type="vbm-256c-3072gb-8-mi355x-gpu")  # a spot price
     plan = synthetic.plan_from_dict(raw)
     rdir = synthetic.make_run(tmp_path / "res", plan)
     md = Path(build_report(plan, rdir, tmp_path / "out")["markdown"]).read_text()
@@ -203,10 +224,24 @@ def test_measured_prompt_lengths_are_printed_and_a_gap_is_called_out(tmp_path):
     it (128 asked, 350.3 measured), which also gets a caveat."""
     plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm"))
     good, bad = (t.slug for t in plan.targets)
-    rows = [{"target": good, "concurrency": 1, "input_len_requested_mean": 128.0, "input_len_measured_mean": 128.0,
-             "input_len_error": 0.0, "prompt_sizing": "tokenize"},
-            {"target": bad, "concurrency": 1, "input_len_requested_mean": 128.0, "input_len_measured_mean": 350.3,
-             "input_len_error": 350.3 / 128 - 1, "prompt_sizing": "words"}]
+    rows = [
+        {
+            "target": good,
+            "concurrency": 1,
+            "input_len_requested_mean": 128.0,
+            "input_len_measured_mean": 128.0,
+            "input_len_error": 0.0,
+            "prompt_sizing": "tokenize",
+        },
+        {
+            "target": bad,
+            "concurrency": 1,
+            "input_len_requested_mean": 128.0,
+            "input_len_measured_mean": 350.3,
+            "input_len_error": 350.3 / 128 - 1,
+            "prompt_sizing": "words",
+        },
+    ]
     rdir = synthetic.write_points(tmp_path / "res", plan, rows)
     cost_run(plan, rdir)
     paths = build_report(plan, rdir, tmp_path / "out")

@@ -3,6 +3,7 @@
 Needs Debian's `chromium` and `poppler-utils`; each test is skipped, saying which binary is
 missing, where they are not installed.
 """
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,16 +13,30 @@ from PIL import Image
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian package 'chromium' is not installed")
-needs_poppler = pytest.mark.skipif(not (shutil.which("pdftoppm") and shutil.which("pdftotext")),
-                                   reason="Debian package 'poppler-utils' (pdftoppm, pdftotext) is not installed")
+needs_poppler = pytest.mark.skipif(
+    not (shutil.which("pdftoppm") and shutil.which("pdftotext")),
+    reason="Debian package 'poppler-utils' (pdftoppm, pdftotext) is not installed",
+)
 
 
 def chromium(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
     """One headless Chromium run with a fresh profile, no network services, console to stderr."""
     profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-           "--enable-logging=stderr", "--v=0", *args, url]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+        url,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=True)
 
 
@@ -44,8 +59,8 @@ def test_html_in_chromium_dom(built, tmp_path):
     out = chromium(tmp_path, url, "--dump-dom")
     assert console_lines(out.stderr) == []
     dom = out.stdout
-    assert dom.count("<svg") >= 5                                 # four charts + trend
-    assert "<script" not in dom.lower()                            # the XSS name stayed text
+    assert dom.count("<svg") >= 5  # four charts + trend
+    assert "<script" not in dom.lower()  # the XSS name stayed text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     assert "EMULATED" in dom
 
@@ -53,16 +68,21 @@ def test_html_in_chromium_dom(built, tmp_path):
 @needs_chromium
 def test_html_screenshot_not_blank(built, tmp_path):
     shot = tmp_path / "shot.png"
-    out = chromium(tmp_path, Path(built["paths"]["html"]).as_uri(), f"--screenshot={shot}", "--window-size=1280,2400",
-                   "--hide-scrollbars")
+    out = chromium(
+        tmp_path,
+        Path(built["paths"]["html"]).as_uri(),
+        f"--screenshot={shot}",
+        "--window-size=1280,2400",
+        "--hide-scrollbars",
+    )
     assert console_lines(out.stderr) == []
     img = Image.open(shot).convert("RGB")
     assert img.size == (1280, 2400)
     px = img.resize((320, 600)).getdata()
     non_white = sum(1 for r, g, b in px if r + g + b < 720)
     banner_red = sum(1 for r, g, b in px if r > 150 and g < 40 and b < 40)
-    assert non_white > 0.05 * len(px)      # text, tables and charts drew
-    assert banner_red > 200                # the EMULATED banner is on screen
+    assert non_white > 0.05 * len(px)  # text, tables and charts drew
+    assert banner_red > 200  # the EMULATED banner is on screen
 
 
 @needs_poppler
@@ -73,15 +93,20 @@ def test_pdf_pages_and_text(built, tmp_path):
     assert 1 <= len(pages) <= 2
     for p in pages:
         img = Image.open(p).convert("L")
-        assert img.getextrema()[0] < 100                    # something dark is printed on every page
+        assert img.getextrema()[0] < 100  # something dark is printed on every page
     for n in range(1, len(pages) + 1):
-        text = subprocess.run(["pdftotext", "-f", str(n), "-l", str(n), "-layout", pdf, "-"], check=True,
-                              capture_output=True, text=True, timeout=60).stdout
+        text = subprocess.run(
+            ["pdftotext", "-f", str(n), "-l", str(n), "-layout", pdf, "-"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
         assert "EMULATED" in text, f"page {n} lacks the EMULATED stamp"
     text = subprocess.run(["pdftotext", pdf, "-"], check=True, capture_output=True, text=True, timeout=60).stdout
     assert "Negotiation brief" in text and "mi355x-vllm is cheapest at the SLO" in text
-    assert "break-even" in text.lower() and "×0.5" in text and "30%" in text   # sensitivity table
-    assert "Did not pass" in text and "<script>alert(1)</script>" in text   # as literal text in the PDF
+    assert "break-even" in text.lower() and "×0.5" in text and "30%" in text  # sensitivity table
+    assert "Did not pass" in text and "<script>alert(1)</script>" in text  # as literal text in the PDF
 
 
 @needs_poppler
@@ -103,6 +128,7 @@ def test_long_brief_stays_within_two_pages_stamped_on_each(tmp_path):
     pages = int(next(line.split()[-1] for line in info.splitlines() if line.startswith("Pages:")))
     assert pages == 2
     for n in (1, 2):
-        text = subprocess.run(["pdftotext", "-f", str(n), "-l", str(n), pdf, "-"], capture_output=True, text=True,
-                              check=True, timeout=60).stdout
+        text = subprocess.run(
+            ["pdftotext", "-f", str(n), "-l", str(n), pdf, "-"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
         assert "EMULATED" in text, f"page {n} lacks the EMULATED stamp"

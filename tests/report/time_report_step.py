@@ -3,6 +3,7 @@
 
 Run: .venv/bin/python tests/report/time_report_step.py
 """
+
 import sys
 import tempfile
 import time
@@ -23,8 +24,9 @@ def main() -> None:
             w.requests_per_point = None  # 10 x concurrency, as InferenceMAX
         rdir = None
         for i in range(3):
-            rdir = synthetic.make_run(root, plan, run_id=f"scheduled__2026-{i + 8:02d}-01", started_at=1.78e9 + i * 2.6e6,
-                                      jitter=0.03, seed=i)
+            rdir = synthetic.make_run(
+                root, plan, run_id=f"scheduled__2026-{i + 8:02d}-01", started_at=1.78e9 + i * 2.6e6, jitter=0.03, seed=i
+            )
             t0 = time.perf_counter()
             cost_run(plan, rdir)
             cost_s = time.perf_counter() - t0
@@ -32,8 +34,10 @@ def main() -> None:
         paths = build_report(plan, rdir, root / "out")
         report_s = time.perf_counter() - t0
         n_req = sum(w.requests_at(c) * w.repeats for w in plan.workloads for c in w.concurrency) * len(plan.targets)
-        print(f"run: {len(plan.targets)} targets, {n_req} requests, "
-              f"{sum(len(w.concurrency) * w.repeats for w in plan.workloads) * len(plan.targets)} points")
+        print(
+            f"run: {len(plan.targets)} targets, {n_req} requests, "
+            f"{sum(len(w.concurrency) * w.repeats for w in plan.workloads) * len(plan.targets)} points"
+        )
         print(f"cost step:   {cost_s:.2f} s")
         print(f"report step: {report_s:.2f} s")
         for kind in ("html", "pdf"):

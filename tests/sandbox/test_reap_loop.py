@@ -1,5 +1,6 @@
 """`bakeoff reap --loop`: the reaper that runs when Airflow does not. It passes on schedule, outlives a
 failed pass, stops cleanly on SIGTERM, and refuses a bad interval with a message naming the flag."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ def test_loop_survives_failed_passes_and_stops_on_sigterm(tmp_path):
     # a cloud that does not answer: every pass fails to scan it, and the loop goes on
     creds = {"vultr": {"token": "t", "base_url": "http://127.0.0.1:9/v2", "poll_s": 0.01, "backoff_s": 0.01}}
     env = {**os.environ, SANDBOX_ENV: json.dumps(creds), "BAKEOFF_DATA": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff", "reap", "--loop", "--interval-s", "0.2",
-                             "--providers", "vultr"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff", "reap", "--loop", "--interval-s", "0.2", "--providers", "vultr"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     try:
         deadline = time.monotonic() + 120
@@ -27,7 +33,7 @@ def test_loop_survives_failed_passes_and_stops_on_sigterm(tmp_path):
             if not line:
                 break
             lines.append(line)
-        assert proc.poll() is None, "".join(lines)             # still running after failed passes
+        assert proc.poll() is None, "".join(lines)  # still running after failed passes
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=30)
     finally:
@@ -61,6 +67,11 @@ def test_loop_runs_one_pass_per_interval_and_survives_an_exception(monkeypatch):
 
 
 def test_bad_interval_is_refused_naming_the_flag(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "bakeoff", "reap", "--loop", "--interval-s", "0"],
-                         env={**os.environ, "BAKEOFF_DATA": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "reap", "--loop", "--interval-s", "0"],
+        env={**os.environ, "BAKEOFF_DATA": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "--interval-s: expected a number of seconds > 0" in out.stdout + out.stderr

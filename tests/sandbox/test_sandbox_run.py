@@ -1,6 +1,7 @@
 """The mi355x-vs-b200 sandbox plan end to end through the cloud providers' own code (moto server for
 EC2, the fake Vultr API), each node an emulator booted from its user-data; then nothing is left,
 and the per-run API key is nowhere in logs, step results (XComs) or files."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ def sandbox():
         yield sb
 
 
-@pytest.mark.parametrize("plan,providers", [("mi355x-vs-b200-sandbox", ["aws", "vultr"]),
-                                            ("mi355x-vs-b200-oci-sandbox", ["oci"])])
+@pytest.mark.parametrize(
+    "plan,providers", [("mi355x-vs-b200-sandbox", ["aws", "vultr"]), ("mi355x-vs-b200-oci-sandbox", ["oci"])]
+)
 def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, providers):
     caplog.set_level(logging.INFO)
     logging.getLogger("bakeoff").setLevel(logging.DEBUG)
@@ -34,16 +36,21 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
         for slug in run["targets"]:
             inst = pipeline.provision(run["run_dir"], slug)
             assert inst["provider"] in providers and inst["state"] == "running"
-            cert = inst["details"]["tls_cert"]             # the node's own certificate: every client pins it
+            cert = inst["details"]["tls_cert"]  # the node's own certificate: every client pins it
             assert inst["details"]["agent_url"].startswith("https://")
             with AgentClient(inst["details"]["agent_url"], secrets.api_key(run_id, slug), tls_cert=cert) as agent:
                 health = agent.wait_healthy(30, poll_s=0.2)
-            assert health["code"].startswith(str(sandbox.workdir))   # the agent runs the copy the node fetched
+            assert health["code"].startswith(str(sandbox.workdir))  # the agent runs the copy the node fetched
             ep = pipeline.deploy(run["run_dir"], slug, inst)
-            assert ep["emulated"] is True                     # the emulator says so in /version
+            assert ep["emulated"] is True  # the emulator says so in /version
             assert ep["base_url"].startswith("https://") and ep["tls_cert"] == cert
-            results += [inst, ep, pipeline.accuracy_gate(run["run_dir"], slug, ep),
-                        pipeline.benchmark(run["run_dir"], slug, ep), pipeline.terminate(run["run_dir"], slug, inst)]
+            results += [
+                inst,
+                ep,
+                pipeline.accuracy_gate(run["run_dir"], slug, ep),
+                pipeline.benchmark(run["run_dir"], slug, ep),
+                pipeline.terminate(run["run_dir"], slug, inst),
+            ]
             assert results[-2]["points"] == 2
         assert sandbox.live() == {"aws": [], "vultr": [], "digitalocean": [], "oci": []}
         assert pipeline.sweep(run["run_dir"]) == {p: [] for p in providers}
@@ -53,10 +60,12 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
     keys = [secrets.api_key(run_id, slug) for slug in run["targets"]]
     xcoms = json.dumps(results)
     rdir = Path(run["run_dir"])
-    files = "".join(p.read_text(errors="replace") for p in data_root.rglob("*") if p.is_file() and p.suffix != ".parquet")
+    files = "".join(
+        p.read_text(errors="replace") for p in data_root.rglob("*") if p.is_file() and p.suffix != ".parquet"
+    )
     for key in keys:
         assert key not in xcoms and key not in caplog.text and key not in files
-    oci_key = sandbox.credentials("oci")["key_content"].strip().splitlines()[1]   # a line of the signing key
+    oci_key = sandbox.credentials("oci")["key_content"].strip().splitlines()[1]  # a line of the signing key
     assert oci_key not in caplog.text and oci_key not in files
     deploy_doc = json.loads((rdir / "target=b200-vllm" / "deploy.json").read_text())
     assert deploy_doc["ready"] is True and deploy_doc["image"] == "vllm/vllm-openai:v0.25.0"
@@ -76,6 +85,7 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
 
 def test_sandbox_env_points_other_processes_at_it(sandbox, monkeypatch):
     from bakeoff.sandbox import credentials_from_env
+
     for k, v in sandbox.env().items():
         monkeypatch.setenv(k, v)
     assert credentials_from_env("vultr")["base_url"].endswith("/vultr/v2")
@@ -90,6 +100,7 @@ def test_a_server_that_cannot_start_is_classified_from_the_nodes_logs(sandbox, d
     import yaml
 
     from bakeoff.plan import load_plan
+
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     t = next(x for x in raw["targets"] if x["provider"] == provider)
     t.update(model="llama-3.1-405b", quantization="bf16", tensor_parallel=1)

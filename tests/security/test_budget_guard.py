@@ -5,6 +5,7 @@ price sheet) on nodes the cloud bills at list, a cap of inf or 1e9, unbounded ho
 lengths, rates and request counts, workloads whose cost hides in prefill, in concurrency or in the
 accuracy gate, and a cleared task re-provisioning a run that has already spent its budget.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,15 +20,17 @@ from bakeoff.cost import apply_price_sheet
 from bakeoff.plan import PlanError, apply_overrides, load_plan, plan_from_dict
 from tests.conftest import ROOT
 
-PLAN = "mi355x-vs-b200"          # two list-priced nodes: about 330 USD at list
+PLAN = "mi355x-vs-b200"  # two list-priced nodes: about 330 USD at list
 PENNY = 0.0001
 
 
 @pytest.fixture
 def no_cloud():
     """A credentials resolver that fails the test if any step reaches for a cloud."""
+
     def touched(name):
         raise AssertionError(f"a cloud ({name}) was reached although the guard should have refused")
+
     pipeline.set_credentials_resolver(touched)
     yield
     pipeline.set_credentials_resolver(lambda name: {})
@@ -46,12 +49,13 @@ def aws_raw(**workload) -> dict:
 
 # --- prices -----------------------------------------------------------------------------------------
 
+
 def test_trigger_form_penny_price_does_not_pass_a_list_priced_plan(data_root, no_cloud):
     prices = {t.name: PENNY for t in load_plan(PLAN).targets}
     with pytest.raises(BudgetExceeded, match=r"^budget_usd: estimated spend") as e:
         pipeline.start_run(PLAN, "manual__penny", {"prices": prices, "budget_usd": 1})
     assert "113.9328 USD/h" in str(e.value) and "at least at its catalog list price" in str(e.value)
-    assert _runs(data_root) == []                      # refused: nothing recorded, nothing started
+    assert _runs(data_root) == []  # refused: nothing recorded, nothing started
 
 
 def test_price_sheet_penny_price_does_not_pass_either(data_root, no_cloud):
@@ -76,6 +80,7 @@ def test_absurd_price_in_a_price_sheet_is_refused(price):
 
 # --- the cap ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cap", ["inf", float("inf"), "1e999", "lots", 1e9, 5000])
 def test_trigger_cap_is_finite_bounded_and_under_the_ceiling(cap, data_root, no_cloud):
     with pytest.raises((PlanError, BudgetExceeded), match="budget_usd") as e:
@@ -89,13 +94,13 @@ def test_the_installation_ceiling_is_what_allows_a_larger_cap(data_root, no_clou
     run = pipeline.start_run(PLAN, "manual__ceiling", {"budget_usd": 5000}, budget_ceiling_usd="10000")
     assert store.read_json(f"{run['run_dir']}/run.json")["budget"]["ceiling_usd"] == 10000
     with pytest.raises(BudgetExceeded, match="ceiling of 500 USD"):
-        pipeline.start_run(PLAN, "manual__ceiling2", None, budget_ceiling_usd="500")   # the plan's 600 is too much
+        pipeline.start_run(PLAN, "manual__ceiling2", None, budget_ceiling_usd="500")  # the plan's 600 is too much
 
 
 def test_without_airflow_the_ceiling_comes_from_the_environment(data_root, no_cloud, monkeypatch):
     monkeypatch.setenv(budget.CEILING_ENV, "10000")
     pipeline.start_run(PLAN, "manual__env_ceiling", {"budget_usd": 5000})
-    with pytest.raises(BudgetExceeded, match="ceiling of 2000 USD"):      # the Variable, when set, wins
+    with pytest.raises(BudgetExceeded, match="ceiling of 2000 USD"):  # the Variable, when set, wins
         pipeline.start_run(PLAN, "manual__env_ceiling2", {"budget_usd": 5000}, budget_ceiling_usd="2000")
 
 
@@ -108,23 +113,27 @@ def test_a_broken_ceiling_variable_refuses_rather_than_opens(ceiling, data_root,
 
 # --- plan fields --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value, where", [
-    ("budget_usd", float("inf"), "budget_usd"),
-    ("budget_usd", 1e9, "budget_usd"),
-    ("max_instance_hours", float("inf"), "max_instance_hours"),
-    ("max_instance_hours", 1e9, "max_instance_hours"),
-    ("workloads.0.concurrency", [4, 1_000_000], "workloads[0].concurrency"),
-    ("workloads.0.requests_per_point", 10**9, "workloads[0].requests_per_point"),
-    ("workloads.0.warmup_requests", 10**9, "workloads[0].warmup_requests"),
-    ("workloads.0.input_len", 10**9, "workloads[0].input_len"),
-    ("workloads.0.input_len", 130_500, "workloads[0].input_len"),       # + 1024 output > the 131072 context
-    ("workloads.0.max_point_s", float("inf"), "workloads[0].max_point_s"),
-    ("workloads.0.rates", [1e12], "workloads[0].rates"),
-    ("workloads.0.sla", {"over": "concurrency", "start": 1, "max": 1e6}, "workloads[0].sla.max"),
-    ("targets.0.price", {"usd_per_hour": float("inf")}, "targets[0].price.usd_per_hour"),
-    ("quality.accuracy.lm_eval_limit", 10**9, "quality.accuracy.lm_eval_limit"),
-    ("slo.ttft_p99_ms", float("inf"), "slo.ttft_p99_ms"),
-])
+
+@pytest.mark.parametrize(
+    "field, value, where",
+    [
+        ("budget_usd", float("inf"), "budget_usd"),
+        ("budget_usd", 1e9, "budget_usd"),
+        ("max_instance_hours", float("inf"), "max_instance_hours"),
+        ("max_instance_hours", 1e9, "max_instance_hours"),
+        ("workloads.0.concurrency", [4, 1_000_000], "workloads[0].concurrency"),
+        ("workloads.0.requests_per_point", 10**9, "workloads[0].requests_per_point"),
+        ("workloads.0.warmup_requests", 10**9, "workloads[0].warmup_requests"),
+        ("workloads.0.input_len", 10**9, "workloads[0].input_len"),
+        ("workloads.0.input_len", 130_500, "workloads[0].input_len"),  # + 1024 output > the 131072 context
+        ("workloads.0.max_point_s", float("inf"), "workloads[0].max_point_s"),
+        ("workloads.0.rates", [1e12], "workloads[0].rates"),
+        ("workloads.0.sla", {"over": "concurrency", "start": 1, "max": 1e6}, "workloads[0].sla.max"),
+        ("targets.0.price", {"usd_per_hour": float("inf")}, "targets[0].price.usd_per_hour"),
+        ("quality.accuracy.lm_eval_limit", 10**9, "quality.accuracy.lm_eval_limit"),
+        ("slo.ttft_p99_ms", float("inf"), "slo.ttft_p99_ms"),
+    ],
+)
 def test_unbounded_plan_numbers_are_refused_naming_the_field(field, value, where):
     raw = copy.deepcopy(load_plan(PLAN).model_dump(mode="json"))
     *path, last = field.split(".")
@@ -141,12 +150,16 @@ def test_unbounded_plan_numbers_are_refused_naming_the_field(field, value, where
 
 # --- what the estimate covers -------------------------------------------------------------------
 
-@pytest.mark.parametrize("attempt", [
-    # prefill: 6400 prompts of 120k tokens, one token out (decode alone: about a minute)
-    dict(input_len=120_000, output_len=16, concurrency=[64], requests_per_point=6400, warmup_requests=0),
-    # concurrency: 4096 requests in flight decode far slower than one alone
-    dict(input_len=128, output_len=1024, concurrency=[4096], requests_per_point=40960, warmup_requests=0),
-])
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        # prefill: 6400 prompts of 120k tokens, one token out (decode alone: about a minute)
+        dict(input_len=120_000, output_len=16, concurrency=[64], requests_per_point=6400, warmup_requests=0),
+        # concurrency: 4096 requests in flight decode far slower than one alone
+        dict(input_len=128, output_len=1024, concurrency=[4096], requests_per_point=40960, warmup_requests=0),
+    ],
+)
 def test_long_prompts_and_high_concurrency_are_priced(attempt, no_cloud):
     plan = plan_from_dict(aws_raw(**attempt))
     with pytest.raises(BudgetExceeded, match="^(budget_usd|max_instance_hours):"):
@@ -156,9 +169,11 @@ def test_long_prompts_and_high_concurrency_are_priced(attempt, no_cloud):
 def test_a_trace_of_simultaneous_requests_is_priced_as_the_work_it_is(tmp_path, monkeypatch):
     """Every request at t = 0: the replay's last offset is 0, but the server still has all of them to serve."""
     import json  # noqa: PLC0415
+
     monkeypatch.setenv("BAKEOFF_WORKLOADS_DIR", str(tmp_path))
-    (tmp_path / "burst.jsonl").write_text("".join(json.dumps({"timestamp": 0, "input_len": 100, "output_len": 60_000}) + "\n"
-                                                  for _ in range(256)))
+    (tmp_path / "burst.jsonl").write_text(
+        "".join(json.dumps({"timestamp": 0, "input_len": 100, "output_len": 60_000}) + "\n" for _ in range(256))
+    )
     plan = plan_from_dict(aws_raw(load="trace", trace_path="burst.jsonl"))
     with pytest.raises(BudgetExceeded, match="^(budget_usd|max_instance_hours):"):
         budget.check(plan)
@@ -173,22 +188,27 @@ def test_the_accuracy_gate_is_priced():
 
 # --- re-provisioning ----------------------------------------------------------------------------
 
+
 def test_a_cleared_provision_rechecks_the_spend_so_far(data_root, no_cloud):
     """A node of this run was launched 30 h ago and never recorded as terminated: launching the
     target again is refused before any cloud call."""
     pipeline.set_credentials_resolver(lambda name: {})
     run = pipeline.start_run("mi355x-vs-b200-sandbox", "manual__cleared")
     slug = run["targets"][0]
-    store.update_run(run["run_dir"], targets={slug: {"provision": {"instance_id": "i-1", "launched_at": time.time() - 30 * 3600}}})
+    store.update_run(
+        run["run_dir"], targets={slug: {"provision": {"instance_id": "i-1", "launched_at": time.time() - 30 * 3600}}}
+    )
 
     def touched(name):
         raise AssertionError(f"{name} reached")
+
     pipeline.set_credentials_resolver(touched)
     with pytest.raises(BudgetExceeded, match=r"^budget_usd: launching .* again would bring this run to"):
         pipeline.provision(run["run_dir"], slug)
 
 
 # --- the trigger form -----------------------------------------------------------------------------
+
 
 def _params():
     spec = importlib.util.spec_from_file_location("bakeoff_dag_params", ROOT / "dags" / "bakeoff_dag.py")
@@ -204,6 +224,7 @@ def test_trigger_form_bounds_match_the_plan_fields():
 
     def le(model, field):
         return next(m.le for m in model.model_fields[field].metadata if getattr(m, "le", None) is not None)
+
     params = _params()
     assert params["budget_usd"].schema["maximum"] == le(Plan, "budget_usd") == budget.MAX_BUDGET_USD
     assert params["prices"].schema["additionalProperties"]["maximum"] == le(PriceOverride, "usd_per_hour")
@@ -211,12 +232,19 @@ def test_trigger_form_bounds_match_the_plan_fields():
         assert params[name].schema["maximum"] == le(Slo, name)
 
 
-@pytest.mark.parametrize("name, value", [
-    ("budget_usd", 1e9), ("prices", {"b200-vllm": -1}), ("prices", {"b200-vllm": "cheap"}),
-    ("prices", {"b200-vllm": 1e9}), ("ttft_p99_ms", 1e12),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("budget_usd", 1e9),
+        ("prices", {"b200-vllm": -1}),
+        ("prices", {"b200-vllm": "cheap"}),
+        ("prices", {"b200-vllm": 1e9}),
+        ("ttft_p99_ms", 1e12),
+    ],
+)
 def test_trigger_form_refuses_out_of_range_values(name, value):
     from airflow.sdk.definitions.param import ParamValidationError  # noqa: PLC0415
+
     param = copy.deepcopy(_params()[name])
     with pytest.raises(ParamValidationError):
         param.resolve(value)

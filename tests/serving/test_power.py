@@ -1,4 +1,5 @@
 """Power and provenance parsers on the tools' own output formats."""
+
 from __future__ import annotations
 
 import json
@@ -9,15 +10,27 @@ import pytest
 from bakeoff.serving import power
 
 NVIDIA_CSV = "0, 712.45\n1, 698.10\n2, [N/A]\n"
-AMD_NEW = json.dumps([{"gpu": 0, "power": {"socket_power": {"value": 1180, "unit": "W"}, "power_management": "ENABLED"}},
-                      {"gpu": 1, "power": {"socket_power": {"value": "N/A", "unit": "W"}}}])
+AMD_NEW = json.dumps(
+    [
+        {"gpu": 0, "power": {"socket_power": {"value": 1180, "unit": "W"}, "power_management": "ENABLED"}},
+        {"gpu": 1, "power": {"socket_power": {"value": "N/A", "unit": "W"}}},
+    ]
+)
 AMD_OLD = json.dumps([{"gpu": 0, "power": {"socket_power": "1,050 W"}}, {"gpu": 1, "power": {"socket_power": 990}}])
-NVIDIA_PROV = ("bakeoff-provenance: NVIDIA B200, 580.82.07, 97.00.B9.00.3A\n"
-               "bakeoff-provenance: CUDA Version: 13.0\n")
-AMD_VERSION = json.dumps([{"tool": "AMDSMI Tool", "version": "26.0.0+abc", "amdsmi_library_version": "26.0.0",
-                           "rocm_version": "7.0.1"}])
-AMD_STATIC = json.dumps([{"gpu": 0, "asic": {"market_name": "AMD Instinct MI355X"}, "driver": {"version": "6.14.14"},
-                          "vbios": {"version": "022.040.003.043.000001"}}])
+NVIDIA_PROV = "bakeoff-provenance: NVIDIA B200, 580.82.07, 97.00.B9.00.3A\nbakeoff-provenance: CUDA Version: 13.0\n"
+AMD_VERSION = json.dumps(
+    [{"tool": "AMDSMI Tool", "version": "26.0.0+abc", "amdsmi_library_version": "26.0.0", "rocm_version": "7.0.1"}]
+)
+AMD_STATIC = json.dumps(
+    [
+        {
+            "gpu": 0,
+            "asic": {"market_name": "AMD Instinct MI355X"},
+            "driver": {"version": "6.14.14"},
+            "vbios": {"version": "022.040.003.043.000001"},
+        }
+    ]
+)
 
 
 def test_nvidia_power_rows_skip_unavailable():
@@ -36,8 +49,13 @@ def test_energy_is_trapezoids_per_gpu_within_the_window():
 
 
 def test_provenance_parsers():
-    assert power.parse_nvidia_provenance(NVIDIA_PROV) == {"vendor": "nvidia", "gpu_name": "NVIDIA B200",
-                                                          "driver": "580.82.07", "firmware": "97.00.B9.00.3A", "cuda": "13.0"}
+    assert power.parse_nvidia_provenance(NVIDIA_PROV) == {
+        "vendor": "nvidia",
+        "gpu_name": "NVIDIA B200",
+        "driver": "580.82.07",
+        "firmware": "97.00.B9.00.3A",
+        "cuda": "13.0",
+    }
     amd = power.parse_amd_provenance(AMD_VERSION, AMD_STATIC)
     assert amd["rocm"] == "7.0.1" and amd["gpu_name"] == "AMD Instinct MI355X" and amd["driver"] == "6.14.14"
 
@@ -48,12 +66,23 @@ def test_sampler_script_is_valid_bash(vendor):
 
 
 def test_provenance_from_an_ec2_console():
-    console = ("cloud-init v. 24.1 running\n" + NVIDIA_PROV +
-               "bakeoff-image-digest: vllm/vllm-openai@sha256:" + "ab" * 32 + "\nbakeoff: boot done\n")
+    console = (
+        "cloud-init v. 24.1 running\n"
+        + NVIDIA_PROV
+        + "bakeoff-image-digest: vllm/vllm-openai@sha256:"
+        + "ab" * 32
+        + "\nbakeoff: boot done\n"
+    )
     got = power.provenance_from_console(console, "nvidia")
     assert got["driver"] == "580.82.07" and got["cuda"] == "13.0" and got["image_digest"].endswith("ab" * 32)
-    amd_console = "\n".join("bakeoff-provenance: " + ln for ln in (json.dumps(json.loads(AMD_VERSION), indent=1) + "\n"
-                                                                   + json.dumps(json.loads(AMD_STATIC), indent=1)).splitlines())
+    amd_console = "\n".join(
+        "bakeoff-provenance: " + ln
+        for ln in (
+            json.dumps(json.loads(AMD_VERSION), indent=1) + "\n" + json.dumps(json.loads(AMD_STATIC), indent=1)
+        ).splitlines()
+    )
     got = power.provenance_from_console(amd_console, "amd")
     assert got["rocm"] == "7.0.1" and got["gpu_name"] == "AMD Instinct MI355X"
-    assert power.provenance_from_console(None, "amd") == {} and power.provenance_from_console("no marks", "nvidia") == {}
+    assert (
+        power.provenance_from_console(None, "amd") == {} and power.provenance_from_console("no marks", "nvidia") == {}
+    )

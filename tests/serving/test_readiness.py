@@ -1,4 +1,5 @@
 """Readiness, failure classification from node output, deploy.json, and the key kept out of records."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ KEY = "bk-" + "f" * 40
 SAMPLES = {
     "image_pull": "bakeoff: image pull failed for vllm/vllm-openai:v9\nError response from daemon: manifest unknown",
     "oom": "INFO loading weights\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
-           "bakeoff: bakeoff-serve exited with code 1",
+    "bakeoff: bakeoff-serve exited with code 1",
     "unsupported": "Traceback (most recent call last):\nValueError: fp8 quantization is not supported on gfx942 with this kernel",
     "crash": "bakeoff-log: Fatal Python error: Segmentation fault\nbakeoff: bakeoff-serve exited with code 139",
 }
@@ -93,7 +94,7 @@ def test_wait_ready_needs_health_and_the_model(server):
     t0 = time.monotonic()
     with pytest.raises(ModelNotServed, match="offers: 'other/model', 'my-llama'.*served_model") as e:
         wait_ready(base, KEY, 30, poll_s=0.02, model="meta-llama/Llama-3.1-70B-Instruct")
-    assert time.monotonic() - t0 < 5 and e.value.offered == ["other/model", "my-llama"]   # not after the deadline
+    assert time.monotonic() - t0 < 5 and e.value.offered == ["other/model", "my-llama"]  # not after the deadline
     server.health = 503
     with pytest.raises(NotReady, match="/health answered 503"):
         wait_ready(base, KEY, 0.3, poll_s=0.02)
@@ -101,12 +102,21 @@ def test_wait_ready_needs_health_and_the_model(server):
 
 def _target(timeout):
     t = load_plan("mi355x-vs-b200-sandbox").targets[1]
-    return t.model_copy(update={"provider_options": t.provider_options.model_copy(update={"deploy_timeout_s": timeout})})
+    return t.model_copy(
+        update={"provider_options": t.provider_options.model_copy(update={"deploy_timeout_s": timeout})}
+    )
 
 
 def test_deploy_records_ready_with_provenance_and_rtt(server, tmp_path):
-    inst = Instance(provider="aws", id="us-east-1/i-0abc", target="b200-vllm", run_id="r", state="running",
-                    host="127.0.0.1", port=server.port)
+    inst = Instance(
+        provider="aws",
+        id="us-east-1/i-0abc",
+        target="b200-vllm",
+        run_id="r",
+        state="running",
+        host="127.0.0.1",
+        port=server.port,
+    )
     ep = deploy_mod.deploy(_target(5), inst, api_key=KEY, out_dir=tmp_path)
     doc = json.loads((tmp_path / "deploy.json").read_text())
     assert doc["ready"] is True and doc["failure"] is None and doc["network"]["rtt_ms_p50"] is not None
@@ -118,15 +128,25 @@ def test_deploy_failure_is_classified_from_the_log_and_masked(server, tmp_path, 
     server.health = 503
     log = tmp_path / "node.log"
     log.write_text(f"vllm args: {{'api_key': '{KEY}'}}\ntorch.OutOfMemoryError: HIP out of memory (key {KEY})\n")
-    inst = Instance(provider="aws", id="us-east-1/i-0abc", target="b200-vllm", run_id="r", state="running",
-                    host="127.0.0.1", port=server.port, details={"log": str(log)})
+    inst = Instance(
+        provider="aws",
+        id="us-east-1/i-0abc",
+        target="b200-vllm",
+        run_id="r",
+        state="running",
+        host="127.0.0.1",
+        port=server.port,
+        details={"log": str(log)},
+    )
     caplog.set_level(logging.DEBUG)
     with pytest.raises(deploy_mod.DeployFailed) as e:
         deploy_mod.deploy(_target(0.3), inst, api_key=KEY, out_dir=tmp_path / "t")
     doc = json.loads((tmp_path / "t" / "deploy.json").read_text())
     assert doc["ready"] is False and doc["failure"] == "oom" and "<api-key>" in doc["detail"]
     assert e.value.failure == "oom"
-    assert KEY not in (tmp_path / "t" / "deploy.json").read_text() and KEY not in str(e.value) and KEY not in caplog.text
+    assert (
+        KEY not in (tmp_path / "t" / "deploy.json").read_text() and KEY not in str(e.value) and KEY not in caplog.text
+    )
 
 
 def _static(**fields):
@@ -134,15 +154,28 @@ def _static(**fields):
     t = raw["targets"][0]
     for k in ("instance_type", "emulator"):
         t.pop(k)
-    t.update(provider="static", provider_options={"base_url": "http://127.0.0.1:1"},
-             hardware={"gpu": "RTX 6000 Ada", "gpus": 8}, price={"usd_per_hour": 9.0}, **fields)
+    t.update(
+        provider="static",
+        provider_options={"base_url": "http://127.0.0.1:1"},
+        hardware={"gpu": "RTX 6000 Ada", "gpus": 8},
+        price={"usd_per_hour": 9.0},
+        **fields,
+    )
     raw["targets"] = [t]
     return plan_from_dict(raw).targets[0]
 
 
 def _static_instance(port):
-    return Instance(provider="static", id="static:x", target="x", run_id="r", state="running", host="127.0.0.1",
-                    port=port, details={"base_url": f"http://127.0.0.1:{port}"})
+    return Instance(
+        provider="static",
+        id="static:x",
+        target="x",
+        run_id="r",
+        state="running",
+        host="127.0.0.1",
+        port=port,
+        details={"base_url": f"http://127.0.0.1:{port}"},
+    )
 
 
 def test_static_endpoint_answers_to_its_served_model_and_claims_nothing_else(server, tmp_path):
@@ -157,7 +190,7 @@ def test_static_endpoint_answers_to_its_served_model_and_claims_nothing_else(ser
     assert not {"image", "engine_args", "env"} & set(doc) and not {"image", "engine_args", "env"} & set(ep.provenance)
     assert doc["served_by"] == {"stack": "vllm", "engine_version": "0.32.0", "identified_from": "/version"}
     assert doc["models_offered"] == ["my-llama"] and doc["deployed_by"].startswith("not bakeoff")
-    assert doc["stack"] == ep.provenance["stack"] == "vllm" and doc["stack_in_plan"] == "sglang"   # the server says
+    assert doc["stack"] == ep.provenance["stack"] == "vllm" and doc["stack_in_plan"] == "sglang"  # the server says
     assert KEY not in (tmp_path / "deploy.json").read_text() + (tmp_path / "endpoint.json").read_text()
 
 

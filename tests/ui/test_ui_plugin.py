@@ -1,4 +1,5 @@
 """The Airflow UI plugin: run list, report serving, escaping, and no path tricks."""
+
 import importlib.util
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def test_index_page_escapes_and_links(published):
     assert "default-src 'none'" in resp.headers["content-security-policy"]
     html = resp.text
     assert "<script" not in html.lower()
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html   # the target name in the headline, as text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # the target name in the headline, as text
     assert "EMULATED" in html and 'href="reports/synthetic/run_id%3Dmanual__2026-11-02T10_00_00_00_00/' in html
 
 
@@ -73,16 +74,21 @@ def test_serves_a_report(published):
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in resp.text and XSS not in resp.text
     pdf = client.get(runs[0]["files"]["pdf"].removeprefix("/bakeoff"))
-    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF") and pdf.headers["content-type"] == "application/pdf"
+    assert (
+        pdf.status_code == 200 and pdf.content.startswith(b"%PDF") and pdf.headers["content-type"] == "application/pdf"
+    )
 
 
-@pytest.mark.parametrize("url", [
-    "/reports/synthetic/run_id=nope/x.html",
-    "/reports/synthetic/run_id=manual__2026-11-02T10_00_00_00_00/manifest.json",  # not a listed report file
-    "/reports/synthetic/..%2F..%2Fetc/passwd",
-    "/reports/../../etc/passwd",
-    "/reports/%2E%2E/synthetic/index.json",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/reports/synthetic/run_id=nope/x.html",
+        "/reports/synthetic/run_id=manual__2026-11-02T10_00_00_00_00/manifest.json",  # not a listed report file
+        "/reports/synthetic/..%2F..%2Fetc/passwd",
+        "/reports/../../etc/passwd",
+        "/reports/%2E%2E/synthetic/index.json",
+    ],
+)
 def test_unknown_or_escaping_paths_are_404(published, url):
     assert published["client"].get(url).status_code == 404
 
@@ -95,8 +101,7 @@ def test_airflow_mounts_the_app_behind_its_own_auth(published, tmp_path):
     from airflow_auth import SIMPLE, ask, migrated_home
 
     env = migrated_home(tmp_path, Path(published["mod"]._root()))
-    reqs = [{"path": "/bakeoff/api/runs", "as": "viewer"}, {"path": "/bakeoff/api/runs"},
-            {"path": "/api/v2/dags"}]
+    reqs = [{"path": "/bakeoff/api/runs", "as": "viewer"}, {"path": "/bakeoff/api/runs"}, {"path": "/api/v2/dags"}]
     viewer, anonymous, api = ask(env, SIMPLE, {"viewer": "viewer"}, reqs, tmp_path)
     assert viewer["status"] == 200
     assert [r["run_id"] for r in json.loads(viewer["body"])] == ["manual__2026-11-02T10:00:00+00:00"]
@@ -108,9 +113,11 @@ def test_loading_the_plugin_leaves_airflows_api_modules_unloaded():
     import subprocess
     import sys
 
-    code = ("import sys, importlib.util\n"
-            f"spec = importlib.util.spec_from_file_location('bakeoff_ui', {str(PLUGIN)!r})\n"
-            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-            "print(sorted(m for m in sys.modules if m.startswith('airflow.api_fastapi.core_api')))\n")
+    code = (
+        "import sys, importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('bakeoff_ui', {str(PLUGIN)!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('airflow.api_fastapi.core_api')))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"

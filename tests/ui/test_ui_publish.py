@@ -1,4 +1,5 @@
 """Publishing: local reports folder with an index of runs, and S3 through a real boto3 client on moto."""
+
 import json
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def test_local_publish_and_index(two_runs):
     for f in res["files"].values():
         assert Path(f).is_file()
     index = json.loads((root / "synthetic" / "index.json").read_text())
-    assert [r["run_id"] for r in index] == ["scheduled__2026-11-01", "scheduled__2026-10-01"]   # newest first
+    assert [r["run_id"] for r in index] == ["scheduled__2026-11-01", "scheduled__2026-10-01"]  # newest first
     assert "is cheapest at the SLO" in index[0]["summary"]
     html = (root / "index.html").read_text()
     assert html.count("scheduled__2026-1") >= 2

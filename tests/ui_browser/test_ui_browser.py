@@ -7,6 +7,7 @@ DAG, triggers a run with a plan, and opens the plugin's reports page from the na
 plugin requires Airflow's login: the page and the report it links to load with the UI's cookie).
 The Airflow 3 UI is a React app: every step waits for the element it needs.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ RUN_DIR = "manual__2026-11-01T00_00_00_00_00"
 REPORT_TEXT = "EMULATED demo report for the browser test"
 
 pytestmark = [
-    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                       reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"),
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
+    ),
     pytest.mark.timeout(300),
 ]
 
@@ -40,9 +43,17 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1400,1000"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+]
 
 
 def _free_port() -> int:
@@ -58,10 +69,20 @@ def _publish_one_run(reports: Path) -> None:
     run = reports / "local-demo" / RUN_DIR
     run.mkdir(parents=True)
     (run / "report.html").write_text(f"<!doctype html><title>report</title><h1>{REPORT_TEXT}</h1>")
-    (run / MANIFEST).write_text(json.dumps({
-        "plan": "local-demo", "run_id": "manual__2026-11-01T00:00:00+00:00", "started_at": 1793491200,
-        "status": "published", "emulated": True, "summary": "EMULATED", "published_at": 1793491300,
-        "files": {"html": "report.html"}}))
+    (run / MANIFEST).write_text(
+        json.dumps(
+            {
+                "plan": "local-demo",
+                "run_id": "manual__2026-11-01T00:00:00+00:00",
+                "started_at": 1793491200,
+                "status": "published",
+                "emulated": True,
+                "summary": "EMULATED",
+                "published_at": 1793491300,
+                "files": {"html": "report.html"},
+            }
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,25 +93,32 @@ def api_server(tmp_path_factory):
     passwords.write_text(json.dumps({USER: PASSWORD}))
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
-    env.update({
-        "AIRFLOW_HOME": str(home / "airflow"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__API__WORKERS": "1",
-        "BAKEOFF_DATA": str(home / "data"),
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home / "airflow"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__API__WORKERS": "1",
+            "BAKEOFF_DATA": str(home / "data"),
+        }
+    )
     (home / "airflow").mkdir()
     _publish_one_run(home / "data" / "reports")
     for cmd in (["db", "migrate"], ["dags", "reserialize"]):
         subprocess.run([AIRFLOW, *cmd], env=env, check=True, capture_output=True, timeout=240)
     log = open(home / "api-server.log", "w")
-    proc = subprocess.Popen([AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port)], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -117,8 +145,9 @@ def api_server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def api(api_server):
     token = httpx.post(f"{api_server}/auth/token", json={"username": USER, "password": PASSWORD}).json()
-    with httpx.Client(base_url=f"{api_server}/api/v2", headers={"Authorization": f"Bearer {token['access_token']}"},
-                      timeout=30) as client:
+    with httpx.Client(
+        base_url=f"{api_server}/api/v2", headers={"Authorization": f"Bearer {token['access_token']}"}, timeout=30
+    ) as client:
         yield client
 
 
@@ -161,7 +190,7 @@ def test_a_wrong_password_does_not_log_in(api_server):
     r = httpx.post(f"{api_server}/auth/token", json={"username": USER, "password": "wrong"})
     assert r.status_code in (401, 403)
     assert httpx.get(f"{api_server}/api/v2/dags").status_code == 401
-    assert httpx.get(f"{api_server}/bakeoff/api/runs").status_code == 401   # the reports plugin too
+    assert httpx.get(f"{api_server}/bakeoff/api/runs").status_code == 401  # the reports plugin too
     assert httpx.get(f"{api_server}/bakeoff/reports/local-demo/{RUN_DIR}/report.html").status_code == 401
 
 
@@ -173,15 +202,19 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
 
     browser.get(api_server + "/dags/bakeoff")
     _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
-    dialog = _wait(browser).until(EC.visibility_of_element_located(
-        (By.CSS_SELECTOR, "[role=dialog][data-state=open][aria-modal=true]")))
+    dialog = _wait(browser).until(
+        EC.visibility_of_element_located((By.CSS_SELECTOR, "[role=dialog][data-state=open][aria-modal=true]"))
+    )
     _wait(browser).until(EC.visibility_of_element_located(_by_text("p", "Run Parameters")))
     for name, title in titles.items():
         # each Param is one labelled field group; its input is named element_<param>
         field = f"[@id='element_{name}' or @name='element_{name}']"
-        group = _wait(browser).until(EC.presence_of_element_located(
-            (By.XPATH, f"//*[@role='dialog' and @data-state='open']//*[@role='group'][.//label][.//*{field}]")),
-            f"param {name} is not in the trigger form")
+        group = _wait(browser).until(
+            EC.presence_of_element_located(
+                (By.XPATH, f"//*[@role='dialog' and @data-state='open']//*[@role='group'][.//label][.//*{field}]")
+            ),
+            f"param {name} is not in the trigger form",
+        )
         label = group.find_element(By.TAG_NAME, "label").text
         assert label.startswith(title), f"param {name}: label {label!r}, expected {title!r}"
 
@@ -190,10 +223,14 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
         plan.send_keys("local-demo")
     else:  # a Param with an enum: a react-select combobox; type to filter, then pick the exact option
         plan.find_element(By.CSS_SELECTOR, "input[role=combobox]").send_keys("local-demo")
-        _wait(browser).until(EC.element_to_be_clickable(
-            (By.XPATH, "//*[@role='option' and normalize-space()='local-demo']"))).click()
-    trigger = _wait(browser).until(EC.element_to_be_clickable(
-        (By.XPATH, "//*[@role='dialog' and @data-state='open']//button[normalize-space()='Trigger']")))
+        _wait(browser).until(
+            EC.element_to_be_clickable((By.XPATH, "//*[@role='option' and normalize-space()='local-demo']"))
+        ).click()
+    trigger = _wait(browser).until(
+        EC.element_to_be_clickable(
+            (By.XPATH, "//*[@role='dialog' and @data-state='open']//button[normalize-space()='Trigger']")
+        )
+    )
     trigger.click()
 
     deadline = time.monotonic() + 30
@@ -210,8 +247,9 @@ def test_reports_page_is_reachable_from_the_navigation_and_serves_a_report(logge
     browser = logged_in
     browser.get(api_server + "/")
     _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
-    _wait(browser).until(EC.element_to_be_clickable(
-        (By.CSS_SELECTOR, "[role=menuitem][data-value='Bake-off reports']"))).click()
+    _wait(browser).until(
+        EC.element_to_be_clickable((By.CSS_SELECTOR, "[role=menuitem][data-value='Bake-off reports']"))
+    ).click()
     frame = _wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='bakeoff']")))
     browser.switch_to.frame(frame)
     try:

@@ -1,4 +1,5 @@
 """``bakeoff summary`` finds a plan's runs whether the plan is given by name or as a file."""
+
 import yaml
 
 from bakeoff import store

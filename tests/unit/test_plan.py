@@ -1,4 +1,5 @@
 """Plan loading: the shipped plans are valid; bad plans fail with the field and the fix named."""
+
 from __future__ import annotations
 
 import copy
@@ -85,8 +86,16 @@ def test_not_yaml(tmp_path):
 
 def test_overrides_subset_slo_prices_budget():
     plan = load_plan("local-demo")
-    out = apply_overrides(plan, {"targets": ["b200-vllm"], "slo": {"ttft_p99_ms": 250, "tpot_p50_ms": None},
-                                 "prices": {"b200-vllm": 55.5}, "budget_usd": 80, "utilisation": 0.6})
+    out = apply_overrides(
+        plan,
+        {
+            "targets": ["b200-vllm"],
+            "slo": {"ttft_p99_ms": 250, "tpot_p50_ms": None},
+            "prices": {"b200-vllm": 55.5},
+            "budget_usd": 80,
+            "utilisation": 0.6,
+        },
+    )
     assert [t.name for t in out.targets] == ["b200-vllm"]
     assert out.slo.ttft_p99_ms == 250 and out.slo.tpot_p99_ms == plan.slo.tpot_p99_ms
     assert out.targets[0].usd_per_hour == 55.5 and "override" in out.targets[0].price_source
@@ -113,9 +122,18 @@ def test_slug_makes_hostile_names_safe(demo_raw):
     assert plan.targets[0].slug == "script-alert-1-script"
 
 
-@pytest.mark.parametrize("name,refused", [("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("VLLM_API_KEY", True),
-                                          ("AWS_SECRET_ACCESS_KEY", True), ("DOCKER_PASSWORD", True),
-                                          ("VLLM_MAX_NUM_BATCHED_TOKENS", False), ("HF_HUB_ENABLE_HF_TRANSFER", False)])
+@pytest.mark.parametrize(
+    "name,refused",
+    [
+        ("HF_TOKEN", True),
+        ("HUGGING_FACE_HUB_TOKEN", True),
+        ("VLLM_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DOCKER_PASSWORD", True),
+        ("VLLM_MAX_NUM_BATCHED_TOKENS", False),
+        ("HF_HUB_ENABLE_HF_TRANSFER", False),
+    ],
+)
 def test_env_names_that_hold_secrets_point_to_secrets(demo_raw, name, refused):
     """A secret in env would be stored in plan.json, deploy.json and reports; tuning variables pass."""
     demo_raw["targets"][0]["env"] = {name: "v"}

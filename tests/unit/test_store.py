@@ -1,4 +1,5 @@
 """Results store: atomic writes, per-point files, run index."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -13,8 +14,14 @@ def test_points_survive_and_concatenate(data_root):
     for slug in ("a", "b"):
         tdir = store.target_dir("demo", "manual__2026-11-29T10:00:00+00:00", slug)
         for c in (1, 4):
-            store.save_point(tdir, "w", c, 0, pd.DataFrame({"target": [slug], "ttft": [0.1 * c]}),
-                             {"target": slug, "concurrency": c, "total_tps": 10.0 * c})
+            store.save_point(
+                tdir,
+                "w",
+                c,
+                0,
+                pd.DataFrame({"target": [slug], "ttft": [0.1 * c]}),
+                {"target": slug, "concurrency": c, "total_tps": 10.0 * c},
+            )
     pts = store.load_points(rdir)
     assert len(pts) == 4 and sorted(pts["concurrency"].tolist()) == [1, 1, 4, 4]
     assert len(store.load_requests(rdir)) == 4
@@ -27,6 +34,7 @@ def test_failed_write_leaves_previous_file(tmp_path):
     class Boom:
         def __repr__(self):
             raise RuntimeError("boom")
+
     with pytest.raises(Exception):
         store.write_json(path, {"v": Boom()})
     assert store.read_json(path) == {"v": 1}

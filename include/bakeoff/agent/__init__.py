@@ -5,8 +5,9 @@ The boot script fetches the client bundle (a zip of this package, checked agains
 starts ``python -m bakeoff agent`` on AGENT_PORT, firewalled to the plan's CIDR like the serving
 port and authenticated with the run's per-target key.
 """
+
 AGENT_PORT = 8089
-FILE_FIELDS = ("source_path", "trace_path")    # workload fields naming a file: a job carries its text
+FILE_FIELDS = ("source_path", "trace_path")  # workload fields naming a file: a job carries its text
 # One limit for both ends: the agent refuses a larger job body, and the worker refuses, before any
 # node is launched, a plan whose co-located job (workload files inlined) would be larger.
 MAX_JOB_BYTES = 64 * 1024 * 1024

@@ -10,6 +10,7 @@ The key is read from a root-only file (never an argument, which any process list
 pins the local server with the same certificate. It stops by itself at --expires-at, like the
 node's own kill switch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,12 @@ from bakeoff.agent import AGENT_PORT
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("agent", help="the node agent: run benchmarks next to the server (on the node)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "agent",
+        help="the node agent: run benchmarks next to the server (on the node)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--serve-url", required=True, help="the serving stack on this node, e.g. http://127.0.0.1:8000")
     p.add_argument("--key-file", type=Path, required=True, help="file holding the run's per-target key")
     p.add_argument("--log-dir", type=Path, required=True, help="where the boot script writes logs and power.csv")
@@ -35,14 +40,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--expires-at", type=float, default=None, help="epoch seconds: stop then")
     p.add_argument("--tls-cert", type=Path, default=None, help="the node's certificate (PEM): serve https with it")
     p.add_argument("--tls-key", type=Path, default=None, help="the node's private key (PEM, root-only file)")
-    p.add_argument("--secrets-file", type=Path, default=None,
-                   help="accept PUT /agent/secrets and write them here (root-only env file)")
+    p.add_argument(
+        "--secrets-file",
+        type=Path,
+        default=None,
+        help="accept PUT /agent/secrets and write them here (root-only env file)",
+    )
     p.set_defaults(func=handle)
     return p
 
 
 def handle(args: argparse.Namespace) -> int:
     from bakeoff.agent.server import Agent  # noqa: PLC0415
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         key = args.key_file.read_text().strip()
@@ -55,13 +65,23 @@ def handle(args: argparse.Namespace) -> int:
     ssl_ctx = None
     if args.tls_cert:
         from bakeoff.serving.tls import server_context  # noqa: PLC0415
+
         try:
             ssl_ctx = server_context(str(args.tls_cert), str(args.tls_key))
         except (OSError, ValueError) as e:
-            raise SystemExit(f"--tls-cert/--tls-key: cannot load the node's certificate and key: {type(e).__name__}") from None
+            raise SystemExit(
+                f"--tls-cert/--tls-key: cannot load the node's certificate and key: {type(e).__name__}"
+            ) from None
     pin = str(args.tls_cert) if args.tls_cert and args.serve_url.startswith("https://") else None
-    agent = Agent(serve_url=args.serve_url, key=key, log_dir=args.log_dir, work_dir=args.work_dir, bundle=args.bundle,
-                  secrets_file=args.secrets_file, serve_cert=pin)
+    agent = Agent(
+        serve_url=args.serve_url,
+        key=key,
+        log_dir=args.log_dir,
+        work_dir=args.work_dir,
+        bundle=args.bundle,
+        secrets_file=args.secrets_file,
+        serve_cert=pin,
+    )
     asyncio.run(_serve(agent, args.host, args.port, args.expires_at, ssl_ctx))
     return 0
 
@@ -69,6 +89,7 @@ def handle(args: argparse.Namespace) -> int:
 async def _serve(agent, host: str, port: int, expires_at: float | None, ssl_ctx=None) -> None:
     from aiohttp import web  # noqa: PLC0415
     from bakeoff.agent.server import build_app  # noqa: PLC0415
+
     runner = web.AppRunner(build_app(agent), access_log=None, handle_signals=False)
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_ctx).start()

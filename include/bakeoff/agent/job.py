@@ -5,6 +5,7 @@ workloads (with any prompt or trace file they name, inlined), the SLOs, the mode
 divisor. The key stays on the node (the boot script wrote it there); the job id is derived from the
 run and target, so a retried task joins the job already running instead of starting a second one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,7 @@ from bakeoff.plan import PlanError
 
 log = logging.getLogger(__name__)
 MAX_INLINE_BYTES = MAX_JOB_BYTES
-AGENT_START_S = 900.0     # the bundle's packages install while the serving image pulls
+AGENT_START_S = 900.0  # the bundle's packages install while the serving image pulls
 
 
 def job_id(run_id: str, slug: str) -> str:
@@ -30,10 +31,18 @@ def job_id(run_id: str, slug: str) -> str:
 
 def build_job(plan, target, endpoint, run_id: str) -> dict[str, Any]:
     workloads, files, fields = _inputs(plan)
-    job = {"job_id": job_id(run_id, target.slug), "run_id": run_id, "target": target.slug,
-           "model": endpoint.model, "gpus": target.gpus_used, "emulated": endpoint.emulated,
-           "slo": plan.slo.model_dump(mode="json"), "max_error_rate": plan.quality.max_error_rate,
-           "workloads": workloads, "files": files}
+    job = {
+        "job_id": job_id(run_id, target.slug),
+        "run_id": run_id,
+        "target": target.slug,
+        "model": endpoint.model,
+        "gpus": target.gpus_used,
+        "emulated": endpoint.emulated,
+        "slo": plan.slo.model_dump(mode="json"),
+        "max_error_rate": plan.quality.max_error_rate,
+        "workloads": workloads,
+        "files": files,
+    }
     _check_size(job, fields, target.name)
     return job
 
@@ -66,9 +75,11 @@ def _check_size(job: dict[str, Any], fields: dict[str, str], target_name: str) -
     files = job["files"]
     biggest = max(files, key=lambda n: len(files[n].encode())) if files else None
     where = fields.get(biggest, "workloads") if biggest else "workloads"
-    raise PlanError(f"{where}: the co-located job for {target_name} would be {size / 2**20:.1f} MiB with the workload "
-                    f"files inlined, over the node agent's {MAX_JOB_BYTES / 2**20:g} MiB limit; sample the file(s) down, "
-                    f"or set targets.{target_name}.provider_options.client_mode: remote")
+    raise PlanError(
+        f"{where}: the co-located job for {target_name} would be {size / 2**20:.1f} MiB with the workload "
+        f"files inlined, over the node agent's {MAX_JOB_BYTES / 2**20:g} MiB limit; sample the file(s) down, "
+        f"or set targets.{target_name}.provider_options.client_mode: remote"
+    )
 
 
 def preflight(plan) -> None:
@@ -78,10 +89,19 @@ def preflight(plan) -> None:
     if not colocated:
         return
     workloads, files, fields = _inputs(plan)
-    for t in colocated:    # the other fields are small; a placeholder stands in for what provisioning decides
-        job = {"job_id": job_id("preflight", t.slug), "run_id": "x" * 256, "target": t.slug, "model": "x" * 256,
-               "gpus": t.gpus_used, "emulated": False, "slo": plan.slo.model_dump(mode="json"),
-               "max_error_rate": plan.quality.max_error_rate, "workloads": workloads, "files": files}
+    for t in colocated:  # the other fields are small; a placeholder stands in for what provisioning decides
+        job = {
+            "job_id": job_id("preflight", t.slug),
+            "run_id": "x" * 256,
+            "target": t.slug,
+            "model": "x" * 256,
+            "gpus": t.gpus_used,
+            "emulated": False,
+            "slo": plan.slo.model_dump(mode="json"),
+            "max_error_rate": plan.quality.max_error_rate,
+            "workloads": workloads,
+            "files": files,
+        }
         _check_size(job, fields, t.name)
 
 
@@ -89,13 +109,15 @@ def _inline(value: str, field: str) -> str:
     """The text of a workload file, found the way the remote client finds it (under the workloads
     folder, symlinks out refused), so co-located mode ships no file a remote run could not read."""
     from bakeoff.bench.workloads import WorkloadFileError, resolve_file  # noqa: PLC0415
+
     try:
         path = resolve_file(value, field)
     except WorkloadFileError as e:
         raise ValueError(f"{e}; a co-located client gets the file from this worker") from None
     if path.stat().st_size > MAX_INLINE_BYTES:
-        raise ValueError(f"{field}: {path.name} is over {MAX_INLINE_BYTES >> 20} MiB; sample it down, or set "
-                         "client_mode: remote")
+        raise ValueError(
+            f"{field}: {path.name} is over {MAX_INLINE_BYTES >> 20} MiB; sample it down, or set client_mode: remote"
+        )
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -105,14 +127,21 @@ def _inline(value: str, field: str) -> str:
 def run_colocated(plan, target, endpoint, run_id: str, key: str | None, tdir: Path) -> int:
     """Run the plan's workloads on the node, mirror the results into ``tdir``; the number of points."""
     if not endpoint.agent_url:
-        raise AgentError(f"{target.name}: client_mode co-located, but no node agent was started (the node could not "
-                         "fetch the client bundle, or none was staged); see the node's boot log")
+        raise AgentError(
+            f"{target.name}: client_mode co-located, but no node agent was started (the node could not "
+            "fetch the client bundle, or none was staged); see the node's boot log"
+        )
     with AgentClient(endpoint.agent_url, key, tls_cert=endpoint.tls_cert) as agent:
         info = agent.wait_healthy(AGENT_START_S)
-        log.info("%s: node agent up (bundle %s); running %d workload(s) on the node", target.slug,
-                 (info.get("bundle") or "?")[:16], len(plan.workloads))
+        log.info(
+            "%s: node agent up (bundle %s); running %d workload(s) on the node",
+            target.slug,
+            (info.get("bundle") or "?")[:16],
+            len(plan.workloads),
+        )
         done = run_job(agent, build_job(plan, target, endpoint, run_id), tdir, timeout_s=plan.max_instance_hours * 3600)
     points = len(list(Path(tdir).glob("points/*.parquet")))
-    store.write_json(Path(tdir) / "client.json", {"client_mode": "co-located", "bundle": info.get("bundle"),
-                                                  "files": done["files"]})
+    store.write_json(
+        Path(tdir) / "client.json", {"client_mode": "co-located", "bundle": info.get("bundle"), "files": done["files"]}
+    )
     return points

@@ -5,6 +5,7 @@ Results are mirrored file by file into the target's folder of the results store 
 runs, so a task that dies, a node that is killed or a job that fails keeps every point finished
 before it. Submitting is idempotent per job id, so a retried task follows the job already running.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,7 +20,7 @@ from bakeoff import store
 from bakeoff.serving.power import parse_samples
 
 log = logging.getLogger(__name__)
-NOT_MIRRORED = {"summary.json"}     # the node's console summary of its last workload; the store has the points
+NOT_MIRRORED = {"summary.json"}  # the node's console summary of its last workload; the store has the points
 
 
 class AgentError(RuntimeError):
@@ -30,13 +31,24 @@ class AgentClient:
     """Talks to one node's agent; with ``tls_cert`` (the node's certificate) over https pinned to it,
     so the Bearer key and pushed secrets reach only the node that holds the matching private key."""
 
-    def __init__(self, url: str, key: str | None, timeout_s: float = 30.0,
-                 transport: httpx.BaseTransport | None = None, tls_cert: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        key: str | None,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        tls_cert: str | None = None,
+    ):
         from bakeoff.serving.tls import client_context  # noqa: PLC0415
+
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport,
-                                  verify=client_context(self.url, tls_cert),
-                                  headers={"Authorization": f"Bearer {key}"} if key else {})
+        self._http = httpx.Client(
+            base_url=self.url,
+            timeout=timeout_s,
+            transport=transport,
+            verify=client_context(self.url, tls_cert),
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -51,7 +63,11 @@ class AgentClient:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
-            why = "; TLS: it did not present the node's pinned certificate" if "CERTIFICATE_VERIFY_FAILED" in str(e) else ""
+            why = (
+                "; TLS: it did not present the node's pinned certificate"
+                if "CERTIFICATE_VERIFY_FAILED" in str(e)
+                else ""
+            )
             raise AgentError(f"node agent at {self.url} unreachable ({type(e).__name__}{why})") from None
         if r.status_code != ok:
             raise AgentError(f"node agent: {method} {path} answered {r.status_code}: {r.text[:300]}")
@@ -102,7 +118,7 @@ def mirror(client: AgentClient, job_id: str, files: dict[str, int], into: Path, 
         if rel in NOT_MIRRORED or have.get(rel) == size:
             continue
         dest = (into / rel).resolve()
-        if into.resolve() not in dest.parents:        # the agent names files; never let it write elsewhere
+        if into.resolve() not in dest.parents:  # the agent names files; never let it write elsewhere
             raise AgentError(f"node agent named a file outside the results folder: {rel!r}")
         store.write_bytes(dest, client.fetch(job_id, rel))
         have[rel] = size
@@ -122,13 +138,15 @@ def run_job(client: AgentClient, job: dict[str, Any], into: Path, *, timeout_s: 
         if state.get("state") in ("done", "failed"):
             break
         if time.monotonic() >= deadline:
-            raise AgentError(f"co-located job {job_id} still running after {timeout_s:.0f}s; "
-                             f"{len(have)} finished files kept")
+            raise AgentError(
+                f"co-located job {job_id} still running after {timeout_s:.0f}s; {len(have)} finished files kept"
+            )
         time.sleep(poll_s)
         state = client.status(job_id)
     if state["state"] == "failed":
-        raise AgentError(f"co-located job {job_id} failed on the node: {state.get('error')}; "
-                         f"{len(have)} finished files kept")
+        raise AgentError(
+            f"co-located job {job_id} failed on the node: {state.get('error')}; {len(have)} finished files kept"
+        )
     return {"files": len(have), "workloads": state.get("workloads_done")}
 
 
@@ -141,7 +159,7 @@ class AgentPower:
     key: str | None
     tls_cert: str | None = None
 
-    def __repr__(self) -> str:                      # never shows the key
+    def __repr__(self) -> str:  # never shows the key
         return f"AgentPower({self.url})"
 
     def __call__(self, start: float, end: float) -> list[dict[str, Any]]:

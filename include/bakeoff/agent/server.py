@@ -17,6 +17,7 @@ process per workload, against the server on localhost, writing the results store
 the Airflow side only mirrors finished files: whatever was measured before a failure is kept.
 Job ids, file paths and text returned never reach a shell; the key is masked out of logs served.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,7 +40,7 @@ from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME
 from bakeoff.serving.power import PowerFile
 
 log = logging.getLogger(__name__)
-JOB_ID_RE = re.compile(PLAIN_NAME)     # job ids and file names: one path component, never '.' or '..'
+JOB_ID_RE = re.compile(PLAIN_NAME)  # job ids and file names: one path component, never '.' or '..'
 KEY_ENV = "BAKEOFF_AGENT_SERVE_KEY"
 LOG_FILES = ("boot.log", "serve.log", "emulator.log")
 LOG_TAIL = 20000
@@ -52,11 +53,20 @@ MAX_SECRETS, MAX_SECRET_BYTES = 32, 8192
 class Agent:
     """State of one node's agent: where the server, logs and job folders are, and the jobs."""
 
-    def __init__(self, *, serve_url: str, key: str, log_dir: Path, work_dir: Path, bundle: str | None = None,
-                 secrets_file: Path | None = None, serve_cert: str | None = None):
+    def __init__(
+        self,
+        *,
+        serve_url: str,
+        key: str,
+        log_dir: Path,
+        work_dir: Path,
+        bundle: str | None = None,
+        secrets_file: Path | None = None,
+        serve_cert: str | None = None,
+    ):
         self.serve_url, self.key, self.bundle = serve_url, key, bundle
         self.secrets_file = Path(secrets_file) if secrets_file else None
-        self.serve_cert = serve_cert      # the node's certificate file: the local bench pins the server with it
+        self.serve_cert = serve_cert  # the node's certificate file: the local bench pins the server with it
         self._secret_values: list[str] = []
         self.log_dir, self.work_dir = Path(log_dir), Path(work_dir)
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -67,7 +77,7 @@ class Agent:
         validate_job(job)
         job_id = job["job_id"]
         with self._lock:
-            new = job_id not in self.jobs      # a retried submit joins the job already running
+            new = job_id not in self.jobs  # a retried submit joins the job already running
             if new:
                 self.jobs[job_id] = {"state": "running", "error": None, "started_at": time.time(), "workloads_done": 0}
         if new:
@@ -79,15 +89,14 @@ class Agent:
 
     def _run(self, job_id: str, job: dict[str, Any]) -> None:
         out = self.job_dir(job_id)
-        inputs = out / ".inputs"                  # dot-folder: never listed as a result
+        inputs = out / ".inputs"  # dot-folder: never listed as a result
         inputs.mkdir(parents=True, exist_ok=True)
         error = None
         try:
             for name, text in (job.get("files") or {}).items():
                 (inputs / name).write_text(text)
             for i, workload in enumerate(job["workloads"]):
-                workload = {k: (str(inputs / v) if k in FILE_FIELDS and v else v)
-                            for k, v in workload.items()}
+                workload = {k: (str(inputs / v) if k in FILE_FIELDS and v else v) for k, v in workload.items()}
                 self._bench(job, workload, out, i)
                 with self._lock:
                     self.jobs[job_id]["workloads_done"] = i + 1
@@ -100,11 +109,32 @@ class Agent:
         """One ``bakeoff bench`` process: the client gets a core of its own, apart from this server."""
         spec = out / f".workload-{i}.json"
         spec.write_text(json.dumps(workload))
-        argv = [sys.executable, "-m", "bakeoff", "bench", "--endpoint", self.serve_url, "--model", str(job["model"]),
-                "--workload", str(spec), "--slo", json.dumps(job.get("slo") or {}), "--api-key-env", KEY_ENV,
-                "--gpus", str(int(job.get("gpus", 1))), "--target-name", str(job.get("target", "endpoint")),
-                "--run-id", str(job.get("run_id", "agent")), "--out", str(out), "--power-csv",
-                str(self.log_dir / "power.csv")]
+        argv = [
+            sys.executable,
+            "-m",
+            "bakeoff",
+            "bench",
+            "--endpoint",
+            self.serve_url,
+            "--model",
+            str(job["model"]),
+            "--workload",
+            str(spec),
+            "--slo",
+            json.dumps(job.get("slo") or {}),
+            "--api-key-env",
+            KEY_ENV,
+            "--gpus",
+            str(int(job.get("gpus", 1))),
+            "--target-name",
+            str(job.get("target", "endpoint")),
+            "--run-id",
+            str(job.get("run_id", "agent")),
+            "--out",
+            str(out),
+            "--power-csv",
+            str(self.log_dir / "power.csv"),
+        ]
         if job.get("max_error_rate") is not None:
             argv += ["--max-error-rate", str(float(job["max_error_rate"]))]
         if job.get("emulated"):
@@ -130,8 +160,11 @@ class Agent:
         root = self.job_dir(job_id)
         if not root.is_dir():
             return {}
-        return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*"))
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)}
+        return {
+            str(p.relative_to(root)): p.stat().st_size
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        }
 
     # node facts ------------------------------------------------------------------------------
     def masked(self, text: str) -> str:
@@ -150,10 +183,16 @@ class Agent:
             raise ValueError(f"env: give a mapping of at most {MAX_SECRETS} NAME -> value")
         for name, value in env.items():
             if not isinstance(name, str) or not SECRET_NAME_RE.match(name) or SECRET_DENY.match(name):
-                raise ValueError(f"env: {str(name)[:40]!r} is not an allowed variable name; use upper-case letters, "
-                                 "digits and '_' (not VLLM_API_KEY, BAKEOFF_*, LD_*, PATH, PYTHON*, HOME)")
-            if not isinstance(value, str) or not value or len(value) > MAX_SECRET_BYTES \
-                    or any(c in value for c in "\n\r\0"):
+                raise ValueError(
+                    f"env: {str(name)[:40]!r} is not an allowed variable name; use upper-case letters, "
+                    "digits and '_' (not VLLM_API_KEY, BAKEOFF_*, LD_*, PATH, PYTHON*, HOME)"
+                )
+            if (
+                not isinstance(value, str)
+                or not value
+                or len(value) > MAX_SECRET_BYTES
+                or any(c in value for c in "\n\r\0")
+            ):
                 raise ValueError(f"env.{name}: give a non-empty one-line string of at most {MAX_SECRET_BYTES} bytes")
         self.secrets_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.secrets_file.with_name(f".{self.secrets_file.name}.tmp")
@@ -205,8 +244,10 @@ def validate_job(job: Any) -> None:
         for field in FILE_FIELDS:
             value = w.get(field)
             if value is not None and value not in files:
-                raise ValueError(f"workloads[{i}].{field}: {str(value)[:80]!r} is not one of the job's files; "
-                                 "a job names its inlined files by plain name, never by path")
+                raise ValueError(
+                    f"workloads[{i}].{field}: {str(value)[:80]!r} is not one of the job's files; "
+                    "a job names its inlined files by plain name, never by path"
+                )
 
 
 AGENT = web.AppKey("agent", Agent)
@@ -223,9 +264,17 @@ async def _auth(request: web.Request, handler):
 
 async def _health(request: web.Request) -> web.Response:
     import bakeoff  # noqa: PLC0415
+
     agent = request.app[AGENT]
-    return web.json_response({"ok": True, "bundle": agent.bundle, "code": str(Path(bakeoff.__file__).parent),
-                              "serve_url": agent.serve_url, "time": time.time()})
+    return web.json_response(
+        {
+            "ok": True,
+            "bundle": agent.bundle,
+            "code": str(Path(bakeoff.__file__).parent),
+            "serve_url": agent.serve_url,
+            "time": time.time(),
+        }
+    )
 
 
 async def _submit(request: web.Request) -> web.Response:
@@ -246,7 +295,7 @@ async def _status(request: web.Request) -> web.Response:
 async def _file(request: web.Request) -> web.Response:
     agent: Agent = request.app[AGENT]
     job, rel = request.match_info["job"], request.match_info["path"]
-    if not plain_name(job) or rel not in agent.finished_files(job):   # nothing outside the job's files
+    if not plain_name(job) or rel not in agent.finished_files(job):  # nothing outside the job's files
         return web.json_response({"error": "no such file"}, status=404)
     return web.FileResponse(agent.job_dir(job) / rel)
 
@@ -262,7 +311,7 @@ async def _secrets(request: web.Request) -> web.Response:
         return web.json_response(await asyncio.to_thread(request.app[AGENT].put_secrets, body))
     except LookupError as e:
         return web.json_response({"error": str(e)}, status=409)
-    except (ValueError, TypeError) as e:       # never echoes a value: the messages name fields only
+    except (ValueError, TypeError) as e:  # never echoes a value: the messages name fields only
         return web.json_response({"error": str(e)}, status=400)
 
 
@@ -277,8 +326,15 @@ async def _power(request: web.Request) -> web.Response:
 def build_app(agent: Agent) -> web.Application:
     app = web.Application(middlewares=[_auth], client_max_size=MAX_JOB_BYTES)
     app[AGENT] = agent
-    app.add_routes([web.get("/agent/health", _health), web.post("/agent/jobs", _submit),
-                    web.get("/agent/jobs/{job}", _status), web.get("/agent/jobs/{job}/files/{path:.+}", _file),
-                    web.get("/agent/logs", _logs), web.get("/agent/power", _power),
-                    web.put("/agent/secrets", _secrets)])
+    app.add_routes(
+        [
+            web.get("/agent/health", _health),
+            web.post("/agent/jobs", _submit),
+            web.get("/agent/jobs/{job}", _status),
+            web.get("/agent/jobs/{job}/files/{path:.+}", _file),
+            web.get("/agent/logs", _logs),
+            web.get("/agent/power", _power),
+            web.put("/agent/secrets", _secrets),
+        ]
+    )
     return app

@@ -6,6 +6,7 @@
 Writes the same per-request and per-point Parquet files the DAG writes (under --out, default the
 results root) plus summary.json, and prints one line per point.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,15 +65,19 @@ def _mapping(text: str, what: str) -> dict:
             for part in _split_top(text):
                 k, eq, v = part.partition("=")
                 if not eq or not k.strip():
-                    raise SystemExit(f"--{what}: {part.strip()!r} is not key=value; write e.g. "
-                                     f"name=w,input_len=1024,concurrency=[1,4,16]")
+                    raise SystemExit(
+                        f"--{what}: {part.strip()!r} is not key=value; write e.g. "
+                        f"name=w,input_len=1024,concurrency=[1,4,16]"
+                    )
                 raw[k.strip()] = yaml.safe_load(v)
         else:
             raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         where = getattr(e, "problem", None) or type(e).__name__
-        raise SystemExit(f"--{what}: cannot read {text!r} as YAML ({where}); give a file, a mapping such as "
-                         f"'{{concurrency: [1, 4, 16]}}' or key=value pairs such as concurrency=[1,4,16]") from None
+        raise SystemExit(
+            f"--{what}: cannot read {text!r} as YAML ({where}); give a file, a mapping such as "
+            f"'{{concurrency: [1, 4, 16]}}' or key=value pairs such as concurrency=[1,4,16]"
+        ) from None
     if not isinstance(raw, dict):
         raise SystemExit(f"--{what}: expected a file, JSON/YAML mapping or key=value list, got {text!r}")
     return raw
@@ -82,14 +87,19 @@ def _keys_help(cls, skip: tuple[str, ...] = ()) -> str:
     """One line per settable key of a plan model, from its own field descriptions."""
     import textwrap
     import typing
+
     lines = []
     for name, f in cls.model_fields.items():
         if name in skip:
             continue
         default = "required" if f.is_required() else f"default {f.get_default(call_default_factory=True)!r}"
         ann = f.annotation
-        choices = [str(c) for a in (ann, *typing.get_args(ann)) if typing.get_origin(a) is typing.Literal
-                   for c in typing.get_args(a)]
+        choices = [
+            str(c)
+            for a in (ann, *typing.get_args(ann))
+            if typing.get_origin(a) is typing.Literal
+            for c in typing.get_args(a)
+        ]
         head = f"{name} ({default}{'; one of ' + ', '.join(choices) if choices else ''})"
         text = head + (f": {f.description}" if f.description else "")
         lines.append(textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="      "))
@@ -99,32 +109,50 @@ def _keys_help(cls, skip: tuple[str, ...] = ()) -> str:
 def _epilog() -> str:
     from bakeoff.plan.settings import Slo
     from bakeoff.plan.workload import Workload
-    return ("workload keys (--workload; the same as a plan's workloads):\n" + _keys_help(Workload)
-            + "\n\nSLO keys (--slo; none set: every point is reported without an SLO verdict):\n" + _keys_help(Slo))
+
+    return (
+        "workload keys (--workload; the same as a plan's workloads):\n"
+        + _keys_help(Workload)
+        + "\n\nSLO keys (--slo; none set: every point is reported without an SLO verdict):\n"
+        + _keys_help(Slo)
+    )
 
 
 def _parse_model(cls, raw: dict, what: str):
     try:
         return cls.model_validate(raw)
     except ValidationError as e:
-        lines = [f"  {'.'.join(str(x) for x in err['loc']) or what}: {err['msg'].removeprefix('Value error, ')}"
-                 for err in e.errors()]
+        lines = [
+            f"  {'.'.join(str(x) for x in err['loc']) or what}: {err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors()
+        ]
         raise SystemExit(f"--{what} is not valid:\n" + "\n".join(lines)) from None
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("bench", help="benchmark one OpenAI-compatible endpoint (no Airflow)",
-                              description=__doc__, epilog=_epilog(),
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark one OpenAI-compatible endpoint (no Airflow)",
+        description=__doc__,
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="model id the server answers to")
-    p.add_argument("--workload", default="name=adhoc",
-                   help="Workload as a YAML/JSON file, inline mapping or k=v list (e.g. "
-                        "'name=w,input_len=1024,output_len=128,concurrency=[1,4,16]')")
+    p.add_argument(
+        "--workload",
+        default="name=adhoc",
+        help="Workload as a YAML/JSON file, inline mapping or k=v list (e.g. "
+        "'name=w,input_len=1024,output_len=128,concurrency=[1,4,16]')",
+    )
     p.add_argument("--slo", default="", help="Slo as a file, mapping or k=v list (e.g. ttft_p99_ms=500,tpot_p99_ms=40)")
     p.add_argument("--api-key-env", help="environment variable holding the API key (never pass a key itself)")
-    p.add_argument("--tls-cert", type=Path, default=None,
-                   help="an https endpoint's own certificate (PEM file): trust only it (a bakeoff node's cert)")
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        default=None,
+        help="an https endpoint's own certificate (PEM file): trust only it (a bakeoff node's cert)",
+    )
     p.add_argument("--gpus", type=int, default=1, help="GPUs serving the model (TP x PP): per-GPU divisor")
     p.add_argument("--target-name", default="endpoint", help="name for the results folder")
     p.add_argument("--run-id", default=None, help="default: adhoc-<UTC time>")
@@ -132,10 +160,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-error-rate", type=float, default=None, help="a point above it does not meet the SLOs")
     p.add_argument("--emulated", action="store_true", help="the endpoint is the hardware emulator")
     p.add_argument("--no-provenance", action="store_true", help="skip /version, /v1/models, /metrics snapshots")
-    p.add_argument("--no-calibrate", action="store_true",
-                   help="skip the client's self-calibration against a local scripted server")
-    p.add_argument("--power-csv", type=Path,
-                   help="GPU power samples (epoch_s,gpu,watts) the node's sampler appends: adds measured power per point")
+    p.add_argument(
+        "--no-calibrate", action="store_true", help="skip the client's self-calibration against a local scripted server"
+    )
+    p.add_argument(
+        "--power-csv",
+        type=Path,
+        help="GPU power samples (epoch_s,gpu,watts) the node's sampler appends: adds measured power per point",
+    )
     p.set_defaults(func=handle)
     return p
 
@@ -165,6 +197,7 @@ def handle(args: argparse.Namespace) -> int:
     tls_cert = None
     if args.tls_cert:
         from bakeoff.serving.tls import check_cert  # noqa: PLC0415
+
         try:
             tls_cert = check_cert(args.tls_cert.read_text(), "--tls-cert")
         except OSError as e:
@@ -173,19 +206,43 @@ def handle(args: argparse.Namespace) -> int:
             raise SystemExit(str(e)) from None
         if not args.endpoint.startswith("https://"):
             raise SystemExit("--tls-cert: the endpoint must be an https:// URL to pin a certificate")
-    endpoint = Endpoint(target=target.slug, base_url=args.endpoint, model=args.model, stack="unknown",
-                        emulated=args.emulated, tls_cert=tls_cert)
+    endpoint = Endpoint(
+        target=target.slug,
+        base_url=args.endpoint,
+        model=args.model,
+        stack="unknown",
+        emulated=args.emulated,
+        tls_cert=tls_cert,
+    )
     engine = _engine(endpoint, api_key) if not args.no_provenance else {"stack": "unknown"}
     endpoint.stack = engine["stack"]
-    doc = {"endpoint": args.endpoint, "model": args.model, "workload": workload.model_dump(mode="json"),
-           "slo": slo.model_dump(mode="json"), "gpus": args.gpus, "run_id": run_id, "emulated": args.emulated,
-           **engine}
-    summaries = run_workload(endpoint, target, workload, slo, Path(out), run_id, api_key, args.emulated,
-                             max_error_rate=args.max_error_rate, provenance=not args.no_provenance,
-                             calibrate=not args.no_calibrate, power=_power(args.power_csv))
+    doc = {
+        "endpoint": args.endpoint,
+        "model": args.model,
+        "workload": workload.model_dump(mode="json"),
+        "slo": slo.model_dump(mode="json"),
+        "gpus": args.gpus,
+        "run_id": run_id,
+        "emulated": args.emulated,
+        **engine,
+    }
+    summaries = run_workload(
+        endpoint,
+        target,
+        workload,
+        slo,
+        Path(out),
+        run_id,
+        api_key,
+        args.emulated,
+        max_error_rate=args.max_error_rate,
+        provenance=not args.no_provenance,
+        calibrate=not args.no_calibrate,
+        power=_power(args.power_csv),
+    )
     doc["points"] = summaries
     cal = store.read_json(Path(out) / "client_calibration.json")
-    if cal:      # its one line was logged when it was measured
+    if cal:  # its one line was logged when it was measured
         doc["calibration"] = cal
     sla = store.read_json(Path(out) / f"sla-{workload.name}.json")
     if sla:
@@ -197,8 +254,10 @@ def handle(args: argparse.Namespace) -> int:
         for line in console.point_warnings(s, Path(out), workload.name):
             print(line)
     if sla:
-        print(f"SLA search: highest {sla['over']} meeting every SLO = {sla['best']} "
-              f"({sla['best_output_tps_per_gpu']} out tok/s/GPU); first failing {sla['first_failing']}")
+        print(
+            f"SLA search: highest {sla['over']} meeting every SLO = {sla['best']} "
+            f"({sla['best_output_tps_per_gpu']} out tok/s/GPU); first failing {sla['first_failing']}"
+        )
     print(f"results: {out}")
     return 0
 
@@ -206,6 +265,7 @@ def handle(args: argparse.Namespace) -> int:
 def _engine(endpoint, api_key: str | None) -> dict:
     """The engine as the server names itself (never fatal: "unknown" when it does not say)."""
     from bakeoff.bench.provenance import identify_engine, snapshot_provenance
+
     try:
         return identify_engine(snapshot_provenance(endpoint, api_key))
     except Exception as e:  # noqa: BLE001 - provenance must never cost a measurement
@@ -214,6 +274,7 @@ def _engine(endpoint, api_key: str | None) -> dict:
 
 def _power(path: Path | None):
     from bakeoff.serving.power import PowerFile
+
     return PowerFile(str(path)) if path else None
 
 

@@ -15,6 +15,7 @@ latency; ``per_request`` opens a fresh connection for every request (``Connectio
 starts its clock before the connect, so TTFT includes TCP (and TLS) set-up, as InferenceX and
 vLLM's benchmark clients measure it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,8 @@ import httptools
 from bakeoff.bench.sse import StreamError, StreamState
 
 _now = time.perf_counter
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)     # Linux value; absent elsewhere
-_TS = struct.Struct("qq")                                   # struct timespec
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; absent elsewhere
+_TS = struct.Struct("qq")  # struct timespec
 _ANC = socket.CMSG_SPACE(_TS.size)
 _BUF = 1 << 18
 CONNECTION_MODES = ("warm", "per_request")
@@ -66,7 +67,7 @@ class _Job:
         self.got_bytes = False
 
     def on_headers_complete(self) -> None:
-        if self.parser is None:              # bytes after this response ended: ignored
+        if self.parser is None:  # bytes after this response ended: ignored
             return
         self.status = self.parser.get_status_code()
         self.keep_alive = self.parser.should_keep_alive()
@@ -101,7 +102,7 @@ class _Conn:
 
     def feed(self, data: bytes, now: float) -> None:
         job = self.job
-        if job is None:                      # bytes nobody asked for: never reuse this connection
+        if job is None:  # bytes nobody asked for: never reuse this connection
             self.alive = False
             self.close()
             return
@@ -117,7 +118,9 @@ class _Conn:
         job = self.job
         if job is not None:
             kind = "connection_reset" if exc else "truncated"
-            detail = f"connection lost: {type(exc).__name__}: {exc}" if exc else "server closed the connection mid-response"
+            detail = (
+                f"connection lost: {type(exc).__name__}: {exc}" if exc else "server closed the connection mid-response"
+            )
             job.finish(StreamError(kind, detail), _now())
 
 
@@ -205,14 +208,23 @@ class _ProtocolConn(_Conn, asyncio.Protocol):
 class StreamingClient:
     """Keep-alive connections to one server; ``stream`` sends a pre-built request and accounts it."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 300.0,
-                 tls_cert: str | None = None, connection: str = "warm"):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 300.0,
+        tls_cert: str | None = None,
+        connection: str = "warm",
+    ):
         """``tls_cert``: the node's own certificate (PEM); an https server is then trusted only if it
         holds that certificate's key (serving/tls.py), else by the system's CAs. ``connection``:
         warm or per_request (see the module docstring)."""
         if connection not in CONNECTION_MODES:
-            raise ValueError(f"ttft_connection: {connection!r} is not a connection mode; use warm (connections "
-                             "opened before measuring) or per_request (a new connection per request, as InferenceX)")
+            raise ValueError(
+                f"ttft_connection: {connection!r} is not a connection mode; use warm (connections "
+                "opened before measuring) or per_request (a new connection per request, as InferenceX)"
+            )
         self.per_request = connection == "per_request"
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
@@ -221,6 +233,7 @@ class StreamingClient:
         self.port = u.port or (443 if u.scheme == "https" else 80)
         if tls_cert:
             from bakeoff.serving.tls import client_context  # noqa: PLC0415
+
             self.ssl: ssl.SSLContext | None = client_context(base_url, tls_cert)
         else:
             self.ssl = ssl.create_default_context() if u.scheme == "https" else None
@@ -233,25 +246,28 @@ class StreamingClient:
         self.timeout_s = timeout_s
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
-        self._addr: tuple | None = None            # (family, sockaddr) of the server, once resolved
+        self._addr: tuple | None = None  # (family, sockaddr) of the server, once resolved
 
-    def __repr__(self) -> str:                      # never shows the key
+    def __repr__(self) -> str:  # never shows the key
         return f"StreamingClient({self.host}:{self.port})"
 
     def build(self, path: str, body: dict) -> bytes:
         payload = json.dumps(body, separators=(",", ":")).encode()
-        head = (f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.hostport}\r\nUser-Agent: bakeoff-bench\r\n"
-                f"Accept: text/event-stream\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(payload)}\r\n{self._close}{self._auth}\r\n")
+        head = (
+            f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.hostport}\r\nUser-Agent: bakeoff-bench\r\n"
+            f"Accept: text/event-stream\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n{self._close}{self._auth}\r\n"
+        )
         return head.encode() + payload
 
     async def _open(self) -> _Conn:
         loop = asyncio.get_running_loop()
         if self.ssl is not None:
-            _, conn = await loop.create_connection(_ProtocolConn, self.host, self.port, ssl=self.ssl,
-                                                   server_hostname=self.host)
+            _, conn = await loop.create_connection(
+                _ProtocolConn, self.host, self.port, ssl=self.ssl, server_hostname=self.host
+            )
         else:
-            if self._addr is None:          # resolved once: a lookup per connection runs on a thread pool
+            if self._addr is None:  # resolved once: a lookup per connection runs on a thread pool
                 info = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
                 self._addr = (info[0][0], info[0][4])
             family, addr = self._addr
@@ -262,7 +278,7 @@ class StreamingClient:
                 try:
                     sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
                 except OSError:
-                    pass                                   # no kernel timestamps: reads are stamped on arrival
+                    pass  # no kernel timestamps: reads are stamped on arrival
                 await loop.sock_connect(sock, addr)
             except BaseException:
                 sock.close()
@@ -292,8 +308,15 @@ class StreamingClient:
             self._all.discard(c)
         return None
 
-    def _launch(self, conn: _Conn, request: bytes, timeout: float, reused: bool, on_done,
-                started: tuple[float, float] | None = None) -> None:
+    def _launch(
+        self,
+        conn: _Conn,
+        request: bytes,
+        timeout: float,
+        reused: bool,
+        on_done,
+        started: tuple[float, float] | None = None,
+    ) -> None:
         """Write one request on conn; ``on_done(outcome, retryable)`` runs in the read callback that
         completes it, so a caller can send its next request without a task switch in between.
         ``started`` (perf_counter, wall clock): when the request's clock started, if before now
@@ -311,8 +334,10 @@ class StreamingClient:
             retry = reused and err is not None and not job.got_bytes and err.kind in ("connection_reset", "truncated")
             if err is None:
                 if job.status != 200:
-                    err = StreamError(f"http_{job.status // 100}xx",
-                                      f"HTTP {job.status}: {job.errbody[:300].decode('utf-8', 'replace')}")
+                    err = StreamError(
+                        f"http_{job.status // 100}xx",
+                        f"HTTP {job.status}: {job.errbody[:300].decode('utf-8', 'replace')}",
+                    )
                 else:
                     err = state.verdict()
             if err is None and job.keep_alive and conn.alive and not self.per_request:
@@ -359,16 +384,29 @@ class StreamingClient:
                 if isinstance(conn, Outcome):
                     return conn
             fut = loop.create_future()
-            self._launch(conn, request, max(0.001, deadline - loop.time()), reused,
-                         lambda out, retry: fut.done() or fut.set_result((out, retry)), started)
+            self._launch(
+                conn,
+                request,
+                max(0.001, deadline - loop.time()),
+                reused,
+                lambda out, retry: fut.done() or fut.set_result((out, retry)),
+                started,
+            )
             out, retry = await fut
             if not (retry and attempt == 0):
                 return out
         return out  # pragma: no cover
 
-    async def closed_loop(self, requests: list[bytes], order: list[int], concurrency: int, *,
-                          timeout_s: float | None = None, stop_at: float | None = None, warmup: int = 0
-                          ) -> list[tuple[int, Outcome]]:
+    async def closed_loop(
+        self,
+        requests: list[bytes],
+        order: list[int],
+        concurrency: int,
+        *,
+        timeout_s: float | None = None,
+        stop_at: float | None = None,
+        warmup: int = 0,
+    ) -> list[tuple[int, Outcome]]:
         """Closed-loop load: ``concurrency`` slots each send their next request (next in ``order``)
         the moment the previous response ends, from inside the read callback, so the gap between
         a response and the next request carries no task scheduling. ``stop_at`` (perf_counter)
@@ -377,7 +415,7 @@ class StreamingClient:
         timeout = timeout_s or self.timeout_s
         todo = iter(order)
         results: list[tuple[int, Outcome]] = []
-        busy = [0]                                   # requests in flight or connecting
+        busy = [0]  # requests in flight or connecting
         finished = loop.create_future()
 
         def take() -> int | None:
@@ -414,6 +452,7 @@ class StreamingClient:
                 except BaseException as e:  # never leave the caller waiting
                     if not finished.done():
                         finished.set_exception(e)
+
             self._launch(conn, requests[i], timeout, reused, done, started)
 
         async def connect_then_send(i: int) -> None:

@@ -5,6 +5,7 @@ by parsing), so the plan check states the client cores each workload needs and w
 ``workers`` are fewer. The per-core figures are measurements, not guesses; re-measure them with
 ``python benchmarks/client_fidelity.py --only open`` and ``--only workers`` when the client changes.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,6 +32,7 @@ def top_load(w) -> tuple[float, float] | None:
     over = w.sla.over if w.load == "sla" else ("rate" if w.load == "rate" else "concurrency")
     if w.load == "trace":
         from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
+
         try:
             offsets, specs = trace_specs(w)
         except (OSError, ValueError):
@@ -59,8 +61,16 @@ def client_cores(plan) -> list[dict]:
     out = []
     for i, w in enumerate(plan.workloads):
         load = top_load(w)
-        out.append({"index": i, "workload": w.name, "workers": w.workers, "cores_needed": cores_needed(w),
-                    "requests_s": load[0] if load else None, "tokens_s": load[1] if load else None})
+        out.append(
+            {
+                "index": i,
+                "workload": w.name,
+                "workers": w.workers,
+                "cores_needed": cores_needed(w),
+                "requests_s": load[0] if load else None,
+                "tokens_s": load[1] if load else None,
+            }
+        )
     return out
 
 
@@ -68,9 +78,11 @@ def line(row: dict) -> str:
     """What the plan states about the client's cores for one workload."""
     if row["cores_needed"] is None:
         return f"client for {row['workload']}: top load set by the run; {row['workers']} worker process(es)"
-    return (f"client for {row['workload']}: top load ~{row['requests_s']:,.0f} requests/s, "
-            f"~{row['tokens_s']:,.0f} output tokens/s needs {row['cores_needed']} core(s); "
-            f"{row['workers']} worker process(es)")
+    return (
+        f"client for {row['workload']}: top load ~{row['requests_s']:,.0f} requests/s, "
+        f"~{row['tokens_s']:,.0f} output tokens/s needs {row['cores_needed']} core(s); "
+        f"{row['workers']} worker process(es)"
+    )
 
 
 def warnings(plan) -> list[str]:
@@ -79,10 +91,12 @@ def warnings(plan) -> list[str]:
     for r in client_cores(plan):
         n = r["cores_needed"]
         if n is not None and n > r["workers"]:
-            out.append(f"workloads[{r['index']}].workers: {r['workload']}'s top load (~{r['requests_s']:,.0f} "
-                       f"requests/s, ~{r['tokens_s']:,.0f} output tokens/s) needs about {n} client cores, and "
-                       f"{r['workers']} worker process(es) are configured (one core carries ~"
-                       f"{REQUESTS_PER_CORE_S:,.0f} requests/s or ~{TOKENS_PER_CORE_S:,.0f} tokens/s at "
-                       f"{HEADROOM:.0%} busy); set workers: {n} and run the benchmark task where {n} cores are "
-                       "free, or the client, not the server, may set the pace")
+            out.append(
+                f"workloads[{r['index']}].workers: {r['workload']}'s top load (~{r['requests_s']:,.0f} "
+                f"requests/s, ~{r['tokens_s']:,.0f} output tokens/s) needs about {n} client cores, and "
+                f"{r['workers']} worker process(es) are configured (one core carries ~"
+                f"{REQUESTS_PER_CORE_S:,.0f} requests/s or ~{TOKENS_PER_CORE_S:,.0f} tokens/s at "
+                f"{HEADROOM:.0%} busy); set workers: {n} and run the benchmark task where {n} cores are "
+                "free, or the client, not the server, may set the pace"
+            )
     return out

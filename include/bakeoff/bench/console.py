@@ -4,6 +4,7 @@ A point line never claims more than was measured: no SLO verdict when no SLO was
 client-bound label on a point where nothing succeeded, and a warning line whenever the token
 counts or the prompt lengths the server reports disagree with what the client counted or asked.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pandas as pd
 
 from bakeoff import store
 
-PROMPT_TOLERANCE = 0.05     # measured vs requested mean prompt length, before a warning
+PROMPT_TOLERANCE = 0.05  # measured vs requested mean prompt length, before a warning
 
 
 def slo_given(slo, max_error_rate: float | None) -> bool:
@@ -29,17 +30,21 @@ def _ms(v, width: int, digits: int) -> str:
 
 
 def point_line(s: dict[str, Any], *, judged: bool, emulated: bool) -> str:
-    head = f"{s['load_mode']:>11} {s['concurrency']:>6} r{s['repeat']}: {s['completed']:>5} ok {s['failed']:>4} failed  "
+    head = (
+        f"{s['load_mode']:>11} {s['concurrency']:>6} r{s['repeat']}: {s['completed']:>5} ok {s['failed']:>4} failed  "
+    )
     if not s["completed"]:
         kinds = ", ".join(f"{k} x{n}" for k, n in json.loads(s.get("errors_by_kind") or "{}").items())
         return head + f"ALL REQUESTS FAILED ({kinds or 'no detail'})" + (" EMULATED" if emulated else "")
     verdict = ("SLO met" if s["meets_slo"] else "SLO missed") if judged else "no SLO given"
     watts = s.get("power_w_per_gpu")
-    return (head + f"TTFT p99 {_ms(s['ttft_ms_p99'], 8, 1)} ms  TPOT p50 {_ms(s['tpot_ms_p50'], 7, 2)} ms  "
-            f"{s['output_tps_per_gpu']:9.1f} out tok/s/GPU  {verdict}"
-            f"{'  CLIENT-BOUND' if s['client_bound'] else ''}"
-            f"{f'  {watts:6.0f} W/GPU' if watts is not None and watts == watts else ''}"
-            f"{' EMULATED' if emulated else ''}")
+    return (
+        head + f"TTFT p99 {_ms(s['ttft_ms_p99'], 8, 1)} ms  TPOT p50 {_ms(s['tpot_ms_p50'], 7, 2)} ms  "
+        f"{s['output_tps_per_gpu']:9.1f} out tok/s/GPU  {verdict}"
+        f"{'  CLIENT-BOUND' if s['client_bound'] else ''}"
+        f"{f'  {watts:6.0f} W/GPU' if watts is not None and watts == watts else ''}"
+        f"{' EMULATED' if emulated else ''}"
+    )
 
 
 def point_warnings(s: dict[str, Any], out_dir: Path, workload: str) -> list[str]:
@@ -49,11 +54,15 @@ def point_warnings(s: dict[str, Any], out_dir: Path, workload: str) -> list[str]
         return []
     out = []
     if s.get("token_mismatches"):
-        out.append(f"  warning: {s['token_mismatches']} of {ok} requests: the server's usage and the client's own "
-                   f"count of output tokens differ by more than 10% (column token_mismatch)")
+        out.append(
+            f"  warning: {s['token_mismatches']} of {ok} requests: the server's usage and the client's own "
+            f"count of output tokens differ by more than 10% (column token_mismatch)"
+        )
     if s.get("usage_missing"):
-        out.append(f"  warning: {s['usage_missing']} of {ok} requests had no usage: output tokens are the client's "
-                   f"own count ({s.get('token_count_method')}), a lower bound for multi-token chunks")
+        out.append(
+            f"  warning: {s['usage_missing']} of {ok} requests had no usage: output tokens are the client's "
+            f"own count ({s.get('token_count_method')}), a lower bound for multi-token chunks"
+        )
     path = store.point_file(Path(out_dir), "requests", workload, s["concurrency"], s["repeat"])
     if path.exists():
         req = pd.read_parquet(path, columns=["warmup", "error_kind", "prompt_tokens", "requested_input_len"])
@@ -61,7 +70,9 @@ def point_warnings(s: dict[str, Any], out_dir: Path, workload: str) -> list[str]
         if len(req):
             measured, asked = float(req["prompt_tokens"].mean()), float(req["requested_input_len"].mean())
             if asked > 0 and abs(measured - asked) > PROMPT_TOLERANCE * asked:
-                out.append(f"  warning: prompts measured {measured:.1f} tokens on average by the server's usage, "
-                           f"{asked:.1f} requested ({(measured - asked) / asked:+.1%}): lengths and throughput "
-                           f"are not those of the workload as written")
+                out.append(
+                    f"  warning: prompts measured {measured:.1f} tokens on average by the server's usage, "
+                    f"{asked:.1f} requested ({(measured - asked) / asked:+.1%}): lengths and throughput "
+                    f"are not those of the workload as written"
+                )
     return out

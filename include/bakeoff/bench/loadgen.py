@@ -4,6 +4,7 @@ Every mode produces one RequestRecord per request through the same ``Sender``; r
 built before the clock starts so the hot path only writes bytes, and records are built after the
 point so bookkeeping never delays a send.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,13 +20,18 @@ from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import gc_paused
 
 _now = time.perf_counter
-MISMATCH = 0.10     # usage vs client count disagreement that gets flagged
+MISMATCH = 0.10  # usage vs client count disagreement that gets flagged
 
 
 def request_body(spec: RequestSpec, workload, model: str) -> tuple[str, dict]:
     """(path, JSON body) for one request: streamed, usage requested, greedy, max_tokens."""
-    body: dict = {"model": model, "max_tokens": spec.output_len, "temperature": 0, "stream": True,
-                  "stream_options": {"include_usage": True}}
+    body: dict = {
+        "model": model,
+        "max_tokens": spec.output_len,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if workload.ignore_eos:
         body["ignore_eos"] = True
     body.update(spec.extra)
@@ -45,14 +51,34 @@ class PointId:
     repeat: int
 
 
-def to_record(out: Outcome, pid: PointId, spec: RequestSpec, index: int, warmup: bool, t0: float,
-              ignore_eos: bool, scheduled: float | None = None) -> RequestRecord:
+def to_record(
+    out: Outcome,
+    pid: PointId,
+    spec: RequestSpec,
+    index: int,
+    warmup: bool,
+    t0: float,
+    ignore_eos: bool,
+    scheduled: float | None = None,
+) -> RequestRecord:
     st = out.state
-    rec = RequestRecord(run_id=pid.run_id, target=pid.target, workload=pid.workload, concurrency=pid.concurrency,
-                        repeat=pid.repeat, index=index, warmup=warmup, send_time=out.wall_send,
-                        start_offset=out.t_send - t0, requested_input_len=spec.input_len,
-                        requested_output_len=spec.output_len, ignore_eos=ignore_eos,
-                        status_code=out.status, elapsed=out.t_end - out.t_send, scheduled_offset=scheduled)
+    rec = RequestRecord(
+        run_id=pid.run_id,
+        target=pid.target,
+        workload=pid.workload,
+        concurrency=pid.concurrency,
+        repeat=pid.repeat,
+        index=index,
+        warmup=warmup,
+        send_time=out.wall_send,
+        start_offset=out.t_send - t0,
+        requested_input_len=spec.input_len,
+        requested_output_len=spec.output_len,
+        ignore_eos=ignore_eos,
+        status_code=out.status,
+        elapsed=out.t_end - out.t_send,
+        scheduled_offset=scheduled,
+    )
     if scheduled is not None:
         rec.send_lag = rec.start_offset - scheduled
     rec.ttft, rec.ttfa = st.ttft, st.ttfa
@@ -69,7 +95,7 @@ def to_record(out: Outcome, pid: PointId, spec: RequestSpec, index: int, warmup:
     else:
         rec.output_tokens = counted
         rec.tokens_source = "client"
-        rec.output_pieces = st.reasoning + st.answer    # not a column: for tokenize.recount_outputs
+        rec.output_pieces = st.reasoning + st.answer  # not a column: for tokenize.recount_outputs
     if usage.get("prompt_tokens") is not None:
         rec.prompt_tokens = int(usage["prompt_tokens"])
     if out.error is not None:
@@ -83,8 +109,16 @@ def to_record(out: Outcome, pid: PointId, spec: RequestSpec, index: int, warmup:
 class Sender:
     """Pre-builds every request, then sends request i on demand and returns its record."""
 
-    def __init__(self, client: StreamingClient, workload, model: str, pid: PointId,
-                 specs: list[RequestSpec], warmup: int, timeout_s: float):
+    def __init__(
+        self,
+        client: StreamingClient,
+        workload,
+        model: str,
+        pid: PointId,
+        specs: list[RequestSpec],
+        warmup: int,
+        timeout_s: float,
+    ):
         self.client, self.pid, self.specs, self.warmup = client, pid, specs, warmup
         self.ignore_eos = workload.ignore_eos
         self.timeout_s = timeout_s
@@ -99,8 +133,7 @@ class Sender:
         sends its next request as soon as this one ends instead of after the bookkeeping."""
         return Sent(i, await self.client.stream(self.raw[i], self.timeout_s), scheduled)
 
-    async def run_closed(self, concurrency: int, *, stop_at: float | None = None,
-                         indices=None) -> list["Sent"]:
+    async def run_closed(self, concurrency: int, *, stop_at: float | None = None, indices=None) -> list["Sent"]:
         """Closed loop over the requests (or ``indices``, any iterable of them: worker processes pass
         one shared queue, workers.SharedOrder): C in flight, each slot
         sending its next request as soon as its previous one ends. Warm-up requests go first
@@ -108,13 +141,28 @@ class Sender:
         stops new measured sends."""
         order = indices if indices is not None else list(range(len(self.raw)))
         with gc_paused():
-            done = await self.client.closed_loop(self.raw, order, max(1, concurrency), timeout_s=self.timeout_s,
-                                                 stop_at=stop_at, warmup=self.warmup)
+            done = await self.client.closed_loop(
+                self.raw, order, max(1, concurrency), timeout_s=self.timeout_s, stop_at=stop_at, warmup=self.warmup
+            )
         return [Sent(i, out, None) for i, out in done]
 
     def records(self, sent: list["Sent"]) -> list[RequestRecord]:
-        return sorted((to_record(x.out, self.pid, self.specs[x.index], x.index, x.index < self.warmup, self.t0,
-                                 self.ignore_eos, x.scheduled) for x in sent), key=lambda r: r.index)
+        return sorted(
+            (
+                to_record(
+                    x.out,
+                    self.pid,
+                    self.specs[x.index],
+                    x.index,
+                    x.index < self.warmup,
+                    self.t0,
+                    self.ignore_eos,
+                    x.scheduled,
+                )
+                for x in sent
+            ),
+            key=lambda r: r.index,
+        )
 
 
 class Sent:
@@ -167,9 +215,15 @@ async def wait_until(due: float) -> None:
         await asyncio.sleep(0)
 
 
-async def open_loop(send: Callable[..., Awaitable[Any]], offsets, *, max_concurrency: int | None = None,
-                    stop_at: float | None = None, warmup: int = 0, t0: float | None = None
-                    ) -> list[Any]:
+async def open_loop(
+    send: Callable[..., Awaitable[Any]],
+    offsets,
+    *,
+    max_concurrency: int | None = None,
+    stop_at: float | None = None,
+    warmup: int = 0,
+    t0: float | None = None,
+) -> list[Any]:
     """Send request i at t0 + offsets[i] regardless of responses (capped in flight).
 
     Waits end on the due time, never before it (``wait_until``); garbage collection is paused for
@@ -210,7 +264,7 @@ async def open_loop(send: Callable[..., Awaitable[Any]], offsets, *, max_concurr
                 off = float(off)
                 await wait_until(t0 + off)
                 if finished.done() or (stop_at is not None and i >= warmup and _now() > stop_at):
-                    break                     # a send raised (the point fails), or time is up
+                    break  # a send raised (the point fails), or time is up
                 if sem:
                     await sem.acquire()
                 task = loop.create_task(one(i, off))
@@ -222,6 +276,6 @@ async def open_loop(send: Callable[..., Awaitable[Any]], offsets, *, max_concurr
             elif finished.done():
                 finished.result()
         finally:
-            for task in list(tasks):          # cancelled or failed: leave nothing running behind
+            for task in list(tasks):  # cancelled or failed: leave nothing running behind
                 task.cancel()
     return sorted(results, key=lambda r: r.index)

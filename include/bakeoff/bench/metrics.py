@@ -20,6 +20,7 @@
   error rate is within max_error_rate when given).
 Statistics are mean, p50, p90, p99 (linear interpolation, as numpy and vLLM compute them).
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,12 @@ def stats_ms(values: Iterable[float], prefix: str) -> dict[str, float]:
     if a.size == 0:
         return {f"{prefix}_mean": NAN, f"{prefix}_p50": NAN, f"{prefix}_p90": NAN, f"{prefix}_p99": NAN}
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {f"{prefix}_mean": float(a.mean()), f"{prefix}_p50": float(p50),
-            f"{prefix}_p90": float(p90), f"{prefix}_p99": float(p99)}
+    return {
+        f"{prefix}_mean": float(a.mean()),
+        f"{prefix}_p50": float(p50),
+        f"{prefix}_p90": float(p90),
+        f"{prefix}_p99": float(p99),
+    }
 
 
 def request_tpot(row: dict[str, Any]) -> float | None:
@@ -79,8 +84,10 @@ def chunk_gaps(offsets) -> list[float]:
 def count_method(rows: list[dict[str, Any]]) -> str | None:
     """How a point's output tokens were counted, so a figure from the client's own count is never
     read as the server's: "usage", "client-chunks", "client-words", or several joined by "+"."""
-    methods = {"usage" if r.get("tokens_source") != "client" else f"client-{r.get('client_count_method') or 'chunks'}"
-               for r in rows}
+    methods = {
+        "usage" if r.get("tokens_source") != "client" else f"client-{r.get('client_count_method') or 'chunks'}"
+        for r in rows
+    }
     return "+".join(sorted(methods)) or None
 
 
@@ -93,9 +100,11 @@ def input_lengths(ok: list[dict[str, Any]], *, sized: bool) -> dict[str, float]:
     pairs = [(a, m) for a, m in pairs if m is not None and a > 0]
     measured = [m for _, m in pairs]
     err = sum(measured) / sum(a for a, _ in pairs) - 1.0 if sized and pairs else NAN
-    return {"input_len_requested_mean": float(np.mean(asked)) if asked else NAN,
-            "input_len_measured_mean": float(np.mean(measured)) if measured else NAN,
-            "input_len_error": err}
+    return {
+        "input_len_requested_mean": float(np.mean(asked)) if asked else NAN,
+        "input_len_measured_mean": float(np.mean(measured)) if measured else NAN,
+        "input_len_error": err,
+    }
 
 
 def send_lag(row: dict[str, Any]) -> float | None:
@@ -113,15 +122,28 @@ def open_loop_figures(measured: list[dict[str, Any]], ok: list[dict[str, Any]]) 
     loop, NaN."""
     lags = [x for x in (send_lag(r) for r in measured) if x is not None]
     if not lags:
-        return {k: NAN for k in ("send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max", "ttft_from_schedule_ms_p50",
-                                 "ttft_from_schedule_ms_p99", "e2e_from_schedule_ms_p99")}
+        return {
+            k: NAN
+            for k in (
+                "send_lag_ms_p50",
+                "send_lag_ms_p99",
+                "send_lag_ms_max",
+                "ttft_from_schedule_ms_p50",
+                "ttft_from_schedule_ms_p99",
+                "e2e_from_schedule_ms_p99",
+            )
+        }
     a = np.asarray(lags) * 1e3
-    out = {"send_lag_ms_p50": float(np.percentile(a, 50)), "send_lag_ms_p99": float(np.percentile(a, 99)),
-           "send_lag_ms_max": float(a.max())}
+    out = {
+        "send_lag_ms_p50": float(np.percentile(a, 50)),
+        "send_lag_ms_p99": float(np.percentile(a, 99)),
+        "send_lag_ms_max": float(a.max()),
+    }
 
     def from_schedule(col: str) -> list[float]:
         pairs = ((send_lag(r), _num(r.get(col))) for r in ok)
         return [lag + v for lag, v in pairs if lag is not None and v is not None]
+
     ttft = stats_ms(from_schedule("ttft"), "ttft")
     out["ttft_from_schedule_ms_p50"], out["ttft_from_schedule_ms_p99"] = ttft["ttft_p50"], ttft["ttft_p99"]
     out["e2e_from_schedule_ms_p99"] = stats_ms(from_schedule("e2e"), "e2e")["e2e_p99"]
@@ -148,7 +170,11 @@ def point_meets_slo(summary: dict[str, Any], slo, max_error_rate: float | None =
         return False
     if slo is None:
         return True
-    for bound, col in ((slo.ttft_p99_ms, "ttft_ms_p99"), (slo.tpot_p50_ms, "tpot_ms_p50"), (slo.tpot_p99_ms, "tpot_ms_p99")):
+    for bound, col in (
+        (slo.ttft_p99_ms, "ttft_ms_p99"),
+        (slo.tpot_p50_ms, "tpot_ms_p50"),
+        (slo.tpot_p99_ms, "tpot_ms_p99"),
+    ):
         if bound is None:
             continue
         v = _num(summary.get(col))
@@ -157,9 +183,18 @@ def point_meets_slo(summary: dict[str, Any], slo, max_error_rate: float | None =
     return True
 
 
-def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: float | None = None,
-              load_mode: str = "concurrency", rate: float | None = None,
-              client: dict[str, Any] | None = None, prompts: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    records,
+    *,
+    gpus: int,
+    slo=None,
+    emulated: bool,
+    max_error_rate: float | None = None,
+    load_mode: str = "concurrency",
+    rate: float | None = None,
+    client: dict[str, Any] | None = None,
+    prompts: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here).
 
     ``client`` carries the fidelity monitor's figures (loop_lag_ms_p99, loop_stall_ms_max,
@@ -187,15 +222,29 @@ def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: f
             ends.append(s + el)
     starts = [s for s in starts if s is not None]
     duration = (max(ends) - min(starts)) if starts and ends else NAN
-    in_tok = sum(int(_num(r.get("prompt_tokens")) if _num(r.get("prompt_tokens")) is not None
-                     else r.get("requested_input_len") or 0) for r in ok)
+    in_tok = sum(
+        int(
+            _num(r.get("prompt_tokens"))
+            if _num(r.get("prompt_tokens")) is not None
+            else r.get("requested_input_len") or 0
+        )
+        for r in ok
+    )
     out_tok = sum(int(_num(r.get("output_tokens")) or 0) for r in ok)
     per_s = (lambda x: x / duration) if duration and duration > 0 else (lambda x: NAN)
 
-    out.update(gpus=int(gpus), emulated=bool(emulated), completed=completed, failed=n - completed,
-               error_rate=(n - completed) / n if n else 1.0, duration_s=duration,
-               request_throughput=per_s(completed), input_tps=per_s(in_tok), output_tps=per_s(out_tok),
-               total_tps=per_s(in_tok + out_tok))
+    out.update(
+        gpus=int(gpus),
+        emulated=bool(emulated),
+        completed=completed,
+        failed=n - completed,
+        error_rate=(n - completed) / n if n else 1.0,
+        duration_s=duration,
+        request_throughput=per_s(completed),
+        input_tps=per_s(in_tok),
+        output_tps=per_s(out_tok),
+        total_tps=per_s(in_tok + out_tok),
+    )
     out["output_tps_per_gpu"] = out["output_tps"] / gpus
     out["total_tps_per_gpu"] = out["total_tps"] / gpus
 
@@ -221,13 +270,21 @@ def summarize(records, *, gpus: int, slo=None, emulated: bool, max_error_rate: f
     out["token_mismatches"] = sum(1 for r in ok if r.get("token_mismatch"))
     out["usage_missing"] = sum(1 for r in ok if r.get("tokens_source") == "client")
     out["token_count_method"] = count_method(ok)
-    out["errors_by_kind"] = json.dumps(dict(sorted(Counter(r["error_kind"] for r in measured if r.get("error_kind")).items())))
+    out["errors_by_kind"] = json.dumps(
+        dict(sorted(Counter(r["error_kind"] for r in measured if r.get("error_kind")).items()))
+    )
     out.update(input_lengths(ok, sized=bool((prompts or {}).get("sized", True))))
     for k in ("prompt_seed", "prompt_sizing", "input_len_tolerance"):
         out[k] = (prompts or {}).get(k)
     client = client or {}
-    for k in ("send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max", "loop_lag_ms_p99", "loop_stall_ms_max",
-              "client_cpu_pct"):
+    for k in (
+        "send_lag_ms_p50",
+        "send_lag_ms_p99",
+        "send_lag_ms_max",
+        "loop_lag_ms_p99",
+        "loop_stall_ms_max",
+        "client_cpu_pct",
+    ):
         out[k] = float(client[k]) if client.get(k) is not None else NAN
     out.update(open_loop_figures(measured, ok))
     # with nothing measured there is no pace the client could have set

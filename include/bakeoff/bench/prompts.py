@@ -6,6 +6,7 @@ every target and repeat of one run gets the same prompts (for a same-model token
 run gets new ones, so it never hits a prefix cache an earlier run warmed. Prefixes are shared only
 where the workload asks (prefix_ratio).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,10 +23,10 @@ class RequestSpec:
     """One request to send. ``input_len`` is the intended prompt length in tokens."""
 
     input_len: int
-    output_len: int                       # max_tokens
-    prompt: str | None = None             # completions
-    messages: list[dict[str, Any]] | None = None   # chat; built from prompt when None
-    extra: dict[str, Any] = field(default_factory=dict)   # per-request body fields (user files)
+    output_len: int  # max_tokens
+    prompt: str | None = None  # completions
+    messages: list[dict[str, Any]] | None = None  # chat; built from prompt when None
+    extra: dict[str, Any] = field(default_factory=dict)  # per-request body fields (user files)
 
     def chat_messages(self) -> list[dict[str, Any]]:
         return self.messages if self.messages is not None else [{"role": "user", "content": self.prompt or ""}]
@@ -61,8 +62,9 @@ def prompt_words(n: int, seed: int, prefix: str = "", sizer: PromptSizer | None 
 WORDS = PromptSizer.words()
 
 
-def synthesize(workload, n: int, *, stream: int = 0, sizer: PromptSizer | None = None,
-               seed: int | None = None) -> list[RequestSpec]:
+def synthesize(
+    workload, n: int, *, stream: int = 0, sizer: PromptSizer | None = None, seed: int | None = None
+) -> list[RequestSpec]:
     """n requests for a workload with synthetic lengths.
 
     ``stream`` separates independent request streams of the same workload (warm-up vs measured,
@@ -96,5 +98,6 @@ def shared_prefixes(workload, seed: int | None = None) -> list[str]:
         return []
     seed = workload.seed if seed is None else seed
     longest = workload.length_bounds(workload.input_len)[1]
-    return [tokens.words(longest, seed=seed * 1_000_003 + 7919 * (g + 1))
-            for g in range(max(1, workload.prefix_groups))]
+    return [
+        tokens.words(longest, seed=seed * 1_000_003 + 7919 * (g + 1)) for g in range(max(1, workload.prefix_groups))
+    ]

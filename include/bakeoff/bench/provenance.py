@@ -1,4 +1,5 @@
 """What the server says about itself, stored next to every point so others can reproduce it."""
+
 from __future__ import annotations
 
 import time
@@ -22,15 +23,16 @@ def _get(client: httpx.Client, path: str) -> dict[str, Any]:
     return {"status": 200, "text": r.text[:200_000]}
 
 
-def snapshot_provenance(endpoint, api_key: str | None, *, timeout_s: float = 5.0,
-                        include_metrics: bool = True) -> dict[str, Any]:
+def snapshot_provenance(
+    endpoint, api_key: str | None, *, timeout_s: float = 5.0, include_metrics: bool = True
+) -> dict[str, Any]:
     """/version, /v1/models and a /metrics snapshot (Prometheus text), plus the endpoint's own
     provenance (engine args, image, driver versions as the provider reported them).
 
     ``endpoint`` is an Endpoint or a base URL. The API key is sent, never returned.
     """
     base = endpoint if isinstance(endpoint, str) else endpoint.base_url
-    verify = True if isinstance(endpoint, str) else endpoint.verify()      # a node's pinned certificate
+    verify = True if isinstance(endpoint, str) else endpoint.verify()  # a node's pinned certificate
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     snap: dict[str, Any] = {"base_url": base, "taken_at": time.time()}
     with httpx.Client(base_url=base.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify) as c:
@@ -39,8 +41,12 @@ def snapshot_provenance(endpoint, api_key: str | None, *, timeout_s: float = 5.0
         if include_metrics:
             snap["metrics"] = _get(c, "/metrics")
     if not isinstance(endpoint, str):
-        snap["endpoint"] = {"stack": endpoint.stack, "model": endpoint.model, "emulated": endpoint.emulated,
-                            **(endpoint.provenance or {})}
+        snap["endpoint"] = {
+            "stack": endpoint.stack,
+            "model": endpoint.model,
+            "emulated": endpoint.emulated,
+            **(endpoint.provenance or {}),
+        }
     return snap
 
 
@@ -68,5 +74,8 @@ def identify_engine(snap: dict[str, Any]) -> dict[str, Any]:
     if found is None and metrics:
         found = next(((e, "/metrics") for e in ENGINES if f"\n{e}:" in "\n" + metrics), None)
     stack, source = found or ("unknown", None)
-    return {"stack": stack, "engine_version": str(engine_version) if engine_version is not None else None,
-            "identified_from": source}
+    return {
+        "stack": stack,
+        "engine_version": str(engine_version) if engine_version is not None else None,
+        "identified_from": source,
+    }

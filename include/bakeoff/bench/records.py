@@ -3,6 +3,7 @@
 These column lists are the contract between the benchmark, the results store, validation, cost
 and reports. Add columns freely; rename or drop none without updating every reader.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -23,29 +24,29 @@ class RequestRecord:
     repeat: int
     index: int
     warmup: bool
-    send_time: float                 # UTC wall clock (epoch seconds) at send
-    start_offset: float              # seconds since the point's first send (monotonic)
-    ttft: float | None = None        # to first chunk carrying a generated token (reasoning included)
-    ttfa: float | None = None        # to first answer (non-reasoning) text
-    e2e: float | None = None         # to last byte
+    send_time: float  # UTC wall clock (epoch seconds) at send
+    start_offset: float  # seconds since the point's first send (monotonic)
+    ttft: float | None = None  # to first chunk carrying a generated token (reasoning included)
+    ttfa: float | None = None  # to first answer (non-reasoning) text
+    e2e: float | None = None  # to last byte
     chunk_offsets: list[float] = field(default_factory=list)  # arrival of every token chunk (empty text too)
-    prompt_tokens: int | None = None      # from usage
-    output_tokens: int | None = None      # from usage, else the client count (see tokens_source)
+    prompt_tokens: int | None = None  # from usage
+    output_tokens: int | None = None  # from usage, else the client count (see tokens_source)
     output_tokens_client: int | None = None
-    tokens_source: str = "usage"          # usage | client
+    tokens_source: str = "usage"  # usage | client
     requested_input_len: int = 0
     requested_output_len: int = 0
     ignore_eos: bool = True
     finish_reason: str | None = None
     status_code: int | None = None
-    error_kind: str | None = None         # None when the request succeeded
+    error_kind: str | None = None  # None when the request succeeded
     error: str | None = None
     # added by the benchmark harness (issue 3); readers that do not know them can ignore them
-    elapsed: float | None = None          # send to end of the request, failed ones included
+    elapsed: float | None = None  # send to end of the request, failed ones included
     scheduled_offset: float | None = None  # open-loop modes: when the arrival process wanted the send
-    send_lag: float | None = None         # open-loop modes: start_offset - scheduled_offset (lateness, s)
-    token_mismatch: bool = False          # usage and client count disagree by more than 10%
-    chunks: int = 0                       # token chunks received (an empty-text chunk is still a token)
+    send_lag: float | None = None  # open-loop modes: start_offset - scheduled_offset (lateness, s)
+    token_mismatch: bool = False  # usage and client count disagree by more than 10%
+    chunks: int = 0  # token chunks received (an empty-text chunk is still a token)
     client_count_method: str | None = None  # how output_tokens_client was counted: chunks | words | tokenize
 
     @property
@@ -58,30 +59,74 @@ class RequestRecord:
 
 # Columns of the per-point table (bench.metrics.summarize produces them).
 POINT_COLUMNS = POINT_KEY + [
-    "gpus", "emulated", "completed", "failed", "error_rate", "duration_s",
-    "request_throughput", "input_tps", "output_tps", "total_tps",
-    "output_tps_per_gpu", "total_tps_per_gpu",
-    "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99",
-    "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99",
-    "itl_ms_mean", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99",
-    "e2e_ms_mean", "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99",
-    "interactivity", "goodput_rps", "good_fraction", "meets_slo",
+    "gpus",
+    "emulated",
+    "completed",
+    "failed",
+    "error_rate",
+    "duration_s",
+    "request_throughput",
+    "input_tps",
+    "output_tps",
+    "total_tps",
+    "output_tps_per_gpu",
+    "total_tps_per_gpu",
+    "ttft_ms_mean",
+    "ttft_ms_p50",
+    "ttft_ms_p90",
+    "ttft_ms_p99",
+    "tpot_ms_mean",
+    "tpot_ms_p50",
+    "tpot_ms_p90",
+    "tpot_ms_p99",
+    "itl_ms_mean",
+    "itl_ms_p50",
+    "itl_ms_p90",
+    "itl_ms_p99",
+    "e2e_ms_mean",
+    "e2e_ms_p50",
+    "e2e_ms_p90",
+    "e2e_ms_p99",
+    "interactivity",
+    "goodput_rps",
+    "good_fraction",
+    "meets_slo",
     # added by the benchmark harness (issue 3)
-    "load_mode", "rate", "ttfa_ms_mean", "ttfa_ms_p50", "ttfa_ms_p90", "ttfa_ms_p99",
-    "tokens_per_chunk", "token_mismatches", "usage_missing", "errors_by_kind",
-    "send_lag_ms_p99", "loop_lag_ms_p99", "client_cpu_pct", "client_bound",
+    "load_mode",
+    "rate",
+    "ttfa_ms_mean",
+    "ttfa_ms_p50",
+    "ttfa_ms_p90",
+    "ttfa_ms_p99",
+    "tokens_per_chunk",
+    "token_mismatches",
+    "usage_missing",
+    "errors_by_kind",
+    "send_lag_ms_p99",
+    "loop_lag_ms_p99",
+    "client_cpu_pct",
+    "client_bound",
     # how the point's output tokens were counted: "usage", "client-chunks", "client-words", or
     # several joined by "+" when requests differed
     "token_count_method",
-    "ttft_connection",      # warm (set-up outside TTFT) or per_request (set-up inside), from the workload
+    "ttft_connection",  # warm (set-up outside TTFT) or per_request (set-up inside), from the workload
     # prompts: requested vs measured input length (usage prompt_tokens), their relative difference
     # (NaN when the prompts are the user's or the server gave no usage), the workload's tolerance,
     # the seed the prompts came from and how they were sized in tokens (bench.sizing)
-    "input_len_requested_mean", "input_len_measured_mean", "input_len_error", "input_len_tolerance",
-    "prompt_seed", "prompt_sizing",
+    "input_len_requested_mean",
+    "input_len_measured_mean",
+    "input_len_error",
+    "input_len_tolerance",
+    "prompt_seed",
+    "prompt_sizing",
     # open-loop pacing (issue 16): per-request lateness summarized; the longest event-loop stall and
     # whether it (or the latest send) passed fidelity.STALL_BOUND_MS; TTFT measured from the
     # scheduled send, so lateness the client added is not hidden (coordinated omission)
-    "send_lag_ms_p50", "send_lag_ms_max", "loop_stall_ms_max", "client_stalled",
-    "ttft_from_schedule_ms_p50", "ttft_from_schedule_ms_p99", "e2e_from_schedule_ms_p99",
+    "send_lag_ms_p50",
+    "send_lag_ms_max",
+    "loop_stall_ms_max",
+    "client_stalled",
+    "ttft_from_schedule_ms_p50",
+    "ttft_from_schedule_ms_p99",
+    "e2e_from_schedule_ms_p99",
 ]

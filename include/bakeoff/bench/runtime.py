@@ -1,5 +1,6 @@
 """Run the benchmark's coroutines on uvloop (lower per-read overhead than the default loop), and
 keep the cyclic garbage collector out of a point."""
+
 from __future__ import annotations
 
 import asyncio

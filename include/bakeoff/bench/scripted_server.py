@@ -13,6 +13,7 @@ is ~1 ms); use it only when the server has a core to itself.
 CONFIG: {"served_model": "m", "scripted": {"ttft_ms": 100, "itl_ms": 10, "tokens_per_chunk": 1}}
 (the emulator's scripted-mode shape) or the "scripted" mapping alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,10 +44,10 @@ class Script:
     ttft_ms: float = 100.0
     itl_ms: float = 10.0
     tokens_per_chunk: int = 1
-    output_tokens: int | None = None          # fixed output length; default: the request's max_tokens
-    ttft_per_inflight_ms: float = 0.0         # TTFT grows with requests in flight (a saturating server)
-    itl_per_inflight_ms: float = 0.0         # each gap grows with the requests in flight at that moment
-    include_usage: bool = True                # False: never send usage (a misbehaving server)
+    output_tokens: int | None = None  # fixed output length; default: the request's max_tokens
+    ttft_per_inflight_ms: float = 0.0  # TTFT grows with requests in flight (a saturating server)
+    itl_per_inflight_ms: float = 0.0  # each gap grows with the requests in flight at that moment
+    include_usage: bool = True  # False: never send usage (a misbehaving server)
     served_model: str = "scripted"
     api_key: str | None = None
     precise: bool = False
@@ -108,30 +109,42 @@ class ScriptedServer:
         self.seq = 0
         self.inflight = 0
         self.requests = 0
-        self.lateness: list[float] = []       # first-chunk write time minus due time, seconds
-        self.arrivals: list[float] = []       # kernel receive time of each streamed request (perf_counter s)
+        self.lateness: list[float] = []  # first-chunk write time minus due time, seconds
+        self.arrivals: list[float] = []  # kernel receive time of each streamed request (perf_counter s)
         self.handle: asyncio.Handle | None = None
         self.handle_due = float("inf")
         self.loop: asyncio.AbstractEventLoop | None = None
         k = max(1, script.tokens_per_chunk)
-        self.texts = [" " + " ".join(tokens.VOCAB[(i + j) % len(tokens.VOCAB)] for j in range(k))
-                      for i in range(len(tokens.VOCAB))]
+        self.texts = [
+            " " + " ".join(tokens.VOCAB[(i + j) % len(tokens.VOCAB)] for j in range(k))
+            for i in range(len(tokens.VOCAB))
+        ]
         self.frames = {kind: [self._chunk(kind, t, None) for t in self.texts] for kind in ("completions", "chat")}
 
     def _chunk(self, kind: str, text: str, finish: str | None) -> bytes:
         m = self.s.served_model
         if kind == "chat":
-            obj = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": m,
-                   "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}]}
+            obj = {
+                "id": "chatcmpl-scripted",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": m,
+                "choices": [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}],
+            }
         else:
-            obj = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": m,
-                   "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-                                "stop_reason": None}]}
+            obj = {
+                "id": "cmpl-scripted",
+                "object": "text_completion",
+                "created": 0,
+                "model": m,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}],
+            }
         return _event(obj)
 
     # --- scheduling --------------------------------------------------------------------------
-    def start_stream(self, conn: "_ServerConn", kind: str, prompt_tokens: int, max_tokens: int, usage: bool,
-                     arrived: float) -> None:
+    def start_stream(
+        self, conn: "_ServerConn", kind: str, prompt_tokens: int, max_tokens: int, usage: bool, arrived: float
+    ) -> None:
         s = self.s
         n = s.output_tokens or max_tokens
         k = max(1, s.tokens_per_chunk)
@@ -147,10 +160,20 @@ class ScriptedServer:
         if usage and s.include_usage:
             tail = (kind, prompt_tokens, n)
         self.seq += 1
-        st = _Stream(conn, chunks, t0=t0, itl=itl, ttft=ttft, frames=self.frames[kind],
-                     last=self._chunk(kind, last_text, "length"), tail=tail)
-        conn.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                   b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
+        st = _Stream(
+            conn,
+            chunks,
+            t0=t0,
+            itl=itl,
+            ttft=ttft,
+            frames=self.frames[kind],
+            last=self._chunk(kind, last_text, "length"),
+            tail=tail,
+        )
+        conn.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
         heapq.heappush(self.heap, (t0 + ttft, self.seq, st))
         self._arm()
 
@@ -161,10 +184,21 @@ class ScriptedServer:
         out = b""
         if st.tail is not None:
             kind, p, n = st.tail
-            out = _event({"id": "cmpl-scripted", "object": "text_completion" if kind == "completions" else
-                          "chat.completion.chunk", "created": 0, "model": self.s.served_model, "choices": [],
-                          "usage": {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n,
-                                    "scripted_first_chunk_late_us": round(st.late * 1e6, 1)}})
+            out = _event(
+                {
+                    "id": "cmpl-scripted",
+                    "object": "text_completion" if kind == "completions" else "chat.completion.chunk",
+                    "created": 0,
+                    "model": self.s.served_model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": p,
+                        "completion_tokens": n,
+                        "total_tokens": p + n,
+                        "scripted_first_chunk_late_us": round(st.late * 1e6, 1),
+                    },
+                }
+            )
         return out + _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
     def _arm(self) -> None:
@@ -189,7 +223,7 @@ class ScriptedServer:
         now = _now()
         pop, push, nframes = heapq.heappop, heapq.heappush, len(self.frames["chat"])
         while heap:
-            if heap[0][0] > now:                # the clock is read again only when nothing seems due
+            if heap[0][0] > now:  # the clock is read again only when nothing seems due
                 now = _now()
                 if heap[0][0] > now:
                     break
@@ -200,9 +234,12 @@ class ScriptedServer:
             if st.sent == 0:
                 st.late = _now() - due
                 self.lateness.append(st.late)
-            if st.itl == 0:                     # zero ITL: everything at once
-                st.conn.write(b"".join(st.frames[j % len(st.frames)] for j in range(st.sent, st.chunks - 1))
-                              + st.last + self._tail(st))
+            if st.itl == 0:  # zero ITL: everything at once
+                st.conn.write(
+                    b"".join(st.frames[j % len(st.frames)] for j in range(st.sent, st.chunks - 1))
+                    + st.last
+                    + self._tail(st)
+                )
                 st.sent = st.chunks
             else:
                 st.sent += 1
@@ -214,9 +251,9 @@ class ScriptedServer:
                 self.inflight -= 1
                 st.conn.done_response()
             else:
-                if self.s.itl_per_inflight_ms:      # a saturating server: gaps follow the current load
+                if self.s.itl_per_inflight_ms:  # a saturating server: gaps follow the current load
                     nxt = due + (self.s.itl_ms + self.s.itl_per_inflight_ms * self.inflight) / 1e3
-                else:                               # absolute schedule: lateness never accumulates
+                else:  # absolute schedule: lateness never accumulates
                     nxt = st.t0 + st.ttft + st.sent * st.itl
                 push(heap, (nxt, seq, st))
         self._arm()
@@ -224,9 +261,14 @@ class ScriptedServer:
     def stats(self) -> dict:
         lat = sorted(self.lateness)
         pick = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3) if lat else (lambda q: None)
-        return {"requests": self.requests, "first_chunk_late_ms_mean": (sum(lat) / len(lat) * 1e3) if lat else None,
-                "first_chunk_late_ms_p50": pick(0.5), "first_chunk_late_ms_p99": pick(0.99),
-                "first_chunk_late_ms_max": lat[-1] * 1e3 if lat else None, **arrival_stats(self.arrivals)}
+        return {
+            "requests": self.requests,
+            "first_chunk_late_ms_mean": (sum(lat) / len(lat) * 1e3) if lat else None,
+            "first_chunk_late_ms_p50": pick(0.5),
+            "first_chunk_late_ms_p99": pick(0.99),
+            "first_chunk_late_ms_max": lat[-1] * 1e3 if lat else None,
+            **arrival_stats(self.arrivals),
+        }
 
 
 class _ServerConn:
@@ -315,8 +357,10 @@ class _ServerConn:
 
     def _reply(self, code: int, body: bytes, ctype: bytes = b"application/json", close: bool = False) -> None:
         reason = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found"}.get(code, b"Error")
-        self.write(b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
-                   % (code, reason, ctype, len(body), b"connection: close\r\n" if close else b"", body))
+        self.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
+            % (code, reason, ctype, len(body), b"connection: close\r\n" if close else b"", body)
+        )
         if close:
             self.close()
 
@@ -330,13 +374,26 @@ class _ServerConn:
             if path == "/health":
                 return self._reply(200, b"")
             if path == "/v1/models":
-                return self._reply(200, json.dumps({"object": "list", "data": [
-                    {"id": s.served_model, "object": "model", "owned_by": "bakeoff-scripted"}]}).encode())
+                return self._reply(
+                    200,
+                    json.dumps(
+                        {
+                            "object": "list",
+                            "data": [{"id": s.served_model, "object": "model", "owned_by": "bakeoff-scripted"}],
+                        }
+                    ).encode(),
+                )
             if path == "/version":
                 return self._reply(200, b'{"version":"bakeoff-scripted-1"}')
             if path == "/metrics":
-                return self._reply(200, (f"# TYPE scripted_requests_total counter\nscripted_requests_total {srv.requests}\n"
-                                         f"scripted_requests_running {srv.inflight}\n").encode(), b"text/plain")
+                return self._reply(
+                    200,
+                    (
+                        f"# TYPE scripted_requests_total counter\nscripted_requests_total {srv.requests}\n"
+                        f"scripted_requests_running {srv.inflight}\n"
+                    ).encode(),
+                    b"text/plain",
+                )
             if path == "/stats":
                 body = json.dumps(srv.stats()).encode()
                 if b"reset=1" in self.url:
@@ -367,9 +424,13 @@ class _ServerConn:
         else:
             n = s.output_tokens or max_tokens
             text = " ".join(tokens.VOCAB[j % len(tokens.VOCAB)] for j in range(n))
-            body = {"id": "cmpl-scripted", "object": "text_completion", "model": s.served_model,
-                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-                    "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}
+            body = {
+                "id": "cmpl-scripted",
+                "object": "text_completion",
+                "model": s.served_model,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n},
+            }
             delay = (s.ttft_ms + s.itl_ms * max(0, n - 1)) / 1e3
             srv.loop.call_later(delay, self._reply, 200, json.dumps(body).encode())
 
@@ -377,8 +438,11 @@ class _ServerConn:
         """vLLM's POST /tokenize under the scripted convention (one word, one token)."""
         try:
             req = json.loads(b"".join(self.body))
-            text = (" ".join(str(m.get("content", "")) for m in req["messages"]) if "messages" in req
-                    else str(req["prompt"]))
+            text = (
+                " ".join(str(m.get("content", "")) for m in req["messages"])
+                if "messages" in req
+                else str(req["prompt"])
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             return self._reply(400, json.dumps({"error": {"message": f"bad request body: {e}"}}).encode())
         n = tokens.count(text)
@@ -433,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
     script = Script.from_config(json.loads(Path(a.config).read_text()))
+
     async def run() -> None:
         server, port = await serve(script, a.host, a.port)
         if a.port_file:
@@ -446,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         server.close()
 
     import uvloop
+
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run())
     return 0

@@ -8,6 +8,7 @@ costs, and a prompt of exactly n tokens is built by drawing words that fit the r
 A sample of built prompts is then tokenized for real; a constant offset found there (a tokenizer
 that is not additive after all) is corrected once and the achieved error stated.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,8 @@ from bakeoff.bench.tokenize import TokenCounter, TokenizeError
 
 log = logging.getLogger(__name__)
 
-REPEAT = 8          # a word's marginal cost: tokens of "w" + REPEAT x " w", less "w", over REPEAT
-SAMPLE = 8          # prompts tokenized for real to verify the fit
+REPEAT = 8  # a word's marginal cost: tokens of "w" + REPEAT x " w", less "w", over REPEAT
+SAMPLE = 8  # prompts tokenized for real to verify the fit
 # Short words nearly every tokenizer spends one token on: the tail of a prompt draws on them too, so
 # a total the vocabulary's words (often two tokens each) would overshoot still lands exactly.
 FILLERS = ("a", "I", "1", "x", "of", "to")
@@ -32,11 +33,11 @@ WORDS = tuple(tokens.VOCAB) + FILLERS
 class PromptSizer:
     """Per-word token costs of one model (plain data: it travels to worker processes)."""
 
-    method: str                         # tokenize | usage-probe | words
-    first: dict[str, int]               # tokens of a prompt made of this one word
-    more: dict[str, int]                # tokens one more " word" adds
-    bias: int = 0                       # correction found by verification (tokens)
-    check: dict[str, Any] = field(default_factory=dict)    # verification figures
+    method: str  # tokenize | usage-probe | words
+    first: dict[str, int]  # tokens of a prompt made of this one word
+    more: dict[str, int]  # tokens one more " word" adds
+    bias: int = 0  # correction found by verification (tokens)
+    check: dict[str, Any] = field(default_factory=dict)  # verification figures
 
     @classmethod
     def words(cls) -> "PromptSizer":
@@ -73,15 +74,15 @@ class PromptSizer:
             have = self.first[words[0]]
         dear = max(self.more[w] for w in tokens.VOCAB)
         more, vocab, choice = self.more, tokens.VOCAB, rng.choice
-        while target - have > 2 * dear:          # any word fits: the hot loop of long prompts
+        while target - have > 2 * dear:  # any word fits: the hot loop of long prompts
             w = choice(vocab)
             words.append(w)
             have += more[w]
-        while have < target:                     # the tail: the dearest word that fits, so the total lands
+        while have < target:  # the tail: the dearest word that fits, so the total lands
             left = target - have
             fits = [w for w in WORDS if more[w] <= left]
             if not fits:
-                break                    # nothing small enough: a few tokens short (verification shows it)
+                break  # nothing small enough: a few tokens short (verification shows it)
             top = max(more[x] for x in fits)
             w = choice([x for x in fits if more[x] == top])
             words.append(w)
@@ -89,8 +90,9 @@ class PromptSizer:
         return " ".join(words)
 
 
-def calibrate(counter: TokenCounter, *, chat: bool = False, lengths: list[int] | None = None,
-              seed: int = 0) -> PromptSizer:
+def calibrate(
+    counter: TokenCounter, *, chat: bool = False, lengths: list[int] | None = None, seed: int = 0
+) -> PromptSizer:
     """Fit per-word costs with ``counter`` and verify on a sample of prompts of ``lengths`` (the
     workload's; a few spread ones by default). Falls back to one-word-one-token when the counter
     fails, saying so in ``check``."""
@@ -124,6 +126,11 @@ def _verify(sizer: PromptSizer, counter: TokenCounter, chat: bool, lengths: list
         sizer = PromptSizer(sizer.method, sizer.first, sizer.more, bias)
         asked, got = _sample(sizer, counter, chat, lengths, seed)
     errs = [(g - a) / a for a, g in zip(asked, got)]
-    check = {"requested": asked, "measured": got, "bias_tokens": bias,
-             "error_mean": sum(errs) / len(errs), "error_max_abs": max(abs(e) for e in errs)}
+    check = {
+        "requested": asked,
+        "measured": got,
+        "bias_tokens": bias,
+        "error_mean": sum(errs) / len(errs),
+        "error_max_abs": max(abs(e) for e in errs),
+    }
     return PromptSizer(sizer.method, sizer.first, sizer.more, sizer.bias, check)

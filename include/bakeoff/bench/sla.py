@@ -5,6 +5,7 @@ last passing and first failing load until they are one step apart (1 for concurr
 passing rate, or ``tolerance`` x it, for rate). Every probe is a saved point like any other.
 Assumes meeting the SLOs is monotone in load; a non-monotone probe sequence is reported as such.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,10 +27,16 @@ class SlaResult:
 
     def to_dict(self) -> dict[str, Any]:
         s = self.best_summary or {}
-        return {"over": self.over, "best": self.best, "first_failing": self.first_failing,
-                "best_output_tps_per_gpu": s.get("output_tps_per_gpu"),
-                "best_total_tps_per_gpu": s.get("total_tps_per_gpu"), "best_interactivity": s.get("interactivity"),
-                "probes": self.probes, "monotone": self.monotone}
+        return {
+            "over": self.over,
+            "best": self.best,
+            "first_failing": self.first_failing,
+            "best_output_tps_per_gpu": s.get("output_tps_per_gpu"),
+            "best_total_tps_per_gpu": s.get("total_tps_per_gpu"),
+            "best_interactivity": s.get("interactivity"),
+            "probes": self.probes,
+            "monotone": self.monotone,
+        }
 
 
 def _step(over: str, lo: float, tolerance: float) -> float:
@@ -48,8 +55,9 @@ async def search_loads(probe, over: str, start: float, maximum: float, tolerance
             s = await probe(load)
             seen[load] = s
             res.summaries.append(s)
-            res.probes.append({"load": load, "meets_slo": bool(s["meets_slo"]),
-                               "output_tps_per_gpu": s.get("output_tps_per_gpu")})
+            res.probes.append(
+                {"load": load, "meets_slo": bool(s["meets_slo"]), "output_tps_per_gpu": s.get("output_tps_per_gpu")}
+            )
         return bool(seen[load]["meets_slo"])
 
     lo = hi = None
@@ -63,7 +71,7 @@ async def search_loads(probe, over: str, start: float, maximum: float, tolerance
         else:
             hi = load
             break
-    if lo is None and hi is not None and over == "rate":     # even the start fails: bracket downwards
+    if lo is None and hi is not None and over == "rate":  # even the start fails: bracket downwards
         load = hi / 2
         while len(seen) < max_probes and load > 1e-3:
             if await run(load):
@@ -88,6 +96,7 @@ async def search_loads(probe, over: str, start: float, maximum: float, tolerance
 
 async def search(ctx, client) -> SlaResult:
     from bakeoff.bench.sweep import measure_point
+
     w, cfg = ctx.workload, ctx.workload.sla
 
     async def probe(load):

@@ -3,6 +3,7 @@
 Kept separate from the transport so the same rules apply whichever HTTP client feeds it. Work per
 chunk is kept tiny (one JSON decode, a few dict lookups); token counting happens once per request.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,21 @@ class StreamError(Exception):
 class StreamState:
     """Accumulates one streamed response. Feed raw body bytes with the arrival time of the read."""
 
-    __slots__ = ("t_send", "buf", "ttft", "ttfa", "offsets", "answer", "reasoning", "usage",
-                 "finish_reason", "done", "empty_choices", "events", "error")
+    __slots__ = (
+        "t_send",
+        "buf",
+        "ttft",
+        "ttfa",
+        "offsets",
+        "answer",
+        "reasoning",
+        "usage",
+        "finish_reason",
+        "done",
+        "empty_choices",
+        "events",
+        "error",
+    )
 
     def __init__(self, t_send: float):
         self.t_send = t_send
@@ -57,7 +71,7 @@ class StreamState:
     def _event(self, raw: bytes, now: float) -> None:
         for line in raw.split(b"\n"):
             if not line.startswith(b"data:"):
-                continue            # comments (": keep-alive"), event:/id: lines
+                continue  # comments (": keep-alive"), event:/id: lines
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 self.done = True
@@ -92,19 +106,20 @@ class StreamState:
             return
         c = choices[0]
         delta = c.get("delta")
-        if isinstance(delta, dict):                 # chat
+        if isinstance(delta, dict):  # chat
             text = delta.get("content") or ""
             think = delta.get("reasoning_content") or delta.get("reasoning") or ""
             # a token chunk names its content even when empty; the opening {"role": ..,
             # "content": ""} and a closing {} carry no token
             token = bool(text or think) or (
-                "role" not in delta and any(isinstance(delta.get(k), str)
-                                            for k in ("content", "reasoning_content", "reasoning")))
-        else:                                       # completions
+                "role" not in delta
+                and any(isinstance(delta.get(k), str) for k in ("content", "reasoning_content", "reasoning"))
+            )
+        else:  # completions
             text = c.get("text") or ""
             think = ""
             token = isinstance(c.get("text"), str)
-        if token:   # an empty-text chunk is still a token (vLLM's byte-fallback tokens, EOS)
+        if token:  # an empty-text chunk is still a token (vLLM's byte-fallback tokens, EOS)
             off = now - self.t_send
             self.offsets.append(off)
             if self.ttft is None:

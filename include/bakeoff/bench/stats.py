@@ -4,6 +4,7 @@ Latency percentiles are bootstrapped over requests (pooled over repeats); throug
 when there are at least two, else over requests with the point's duration held fixed (which
 understates the run-to-run spread: the report should say how many repeats there were).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -31,8 +32,9 @@ def _boot(values: np.ndarray, stat: str, rng: np.random.Generator, n_boot: int) 
     return np.percentile(samples, float(stat[1:]), axis=1)
 
 
-def bootstrap_ci(values: Sequence[float], stat: str = "mean", *, n_boot: int = N_BOOT, seed: int = 0,
-                 level: float = 0.95) -> tuple[float, float, float]:
+def bootstrap_ci(
+    values: Sequence[float], stat: str = "mean", *, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
     """(estimate, low, high) of ``stat`` (mean, p50, p90, p99) with a percentile-bootstrap interval."""
     a = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
     if a.size == 0:
@@ -59,8 +61,14 @@ def latency_values(requests: pd.DataFrame, metric: str) -> np.ndarray:
     return df[metric].astype(float).dropna().to_numpy(dtype=float)
 
 
-def throughput_samples(points: pd.DataFrame, requests: pd.DataFrame, column: str = "output_tps_per_gpu",
-                       *, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+def throughput_samples(
+    points: pd.DataFrame,
+    requests: pd.DataFrame,
+    column: str = "output_tps_per_gpu",
+    *,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> np.ndarray:
     """Bootstrap distribution of a point's throughput: over repeats (>= 2), else over requests."""
     rng = np.random.default_rng(seed)
     vals = points[column].dropna().to_numpy(dtype=float)
@@ -73,7 +81,7 @@ def throughput_samples(points: pd.DataFrame, requests: pd.DataFrame, column: str
     tok = df["output_tokens"].to_numpy(dtype=float)
     if column.startswith("total"):
         tok = tok + df["prompt_tokens"].fillna(df["requested_input_len"]).to_numpy(dtype=float)
-    scale = float(p[column]) / tok.sum() if tok.sum() else 0.0     # = 1 / (duration x gpus)
+    scale = float(p[column]) / tok.sum() if tok.sum() else 0.0  # = 1 / (duration x gpus)
     return tok[rng.integers(0, len(tok), (n_boot, len(tok)))].sum(axis=1) * scale
 
 
@@ -90,15 +98,22 @@ def point_intervals(points: pd.DataFrame, requests: pd.DataFrame, *, seed: int =
     return out
 
 
-def verdict(a: np.ndarray, b: np.ndarray, *, metric: str, higher_is_better: bool, names=("a", "b"),
-            level: float = 0.95) -> dict[str, Any]:
+def verdict(
+    a: np.ndarray, b: np.ndarray, *, metric: str, higher_is_better: bool, names=("a", "b"), level: float = 0.95
+) -> dict[str, Any]:
     """Difference b - a of two bootstrap distributions (same length, independent draws) with its
     interval; a winner only when the interval excludes zero."""
     d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
     d = d[~np.isnan(d)]
     if d.size == 0:
-        return {"metric": metric, "diff": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"),
-                "excludes_zero": False, "better": None}
+        return {
+            "metric": metric,
+            "diff": float("nan"),
+            "ci_low": float("nan"),
+            "ci_high": float("nan"),
+            "excludes_zero": False,
+            "better": None,
+        }
     q = (1 - level) / 2
     lo, hi = float(np.quantile(d, q)), float(np.quantile(d, 1 - q))
     excl = lo > 0 or hi < 0
@@ -106,30 +121,60 @@ def verdict(a: np.ndarray, b: np.ndarray, *, metric: str, higher_is_better: bool
     if excl:
         b_larger = lo > 0
         better = names[1] if b_larger == higher_is_better else names[0]
-    return {"metric": metric, "a": names[0], "b": names[1], "diff": float(np.median(d)), "ci_low": lo, "ci_high": hi,
-            "excludes_zero": excl, "better": better}
+    return {
+        "metric": metric,
+        "a": names[0],
+        "b": names[1],
+        "diff": float(np.median(d)),
+        "ci_low": lo,
+        "ci_high": hi,
+        "excludes_zero": excl,
+        "better": better,
+    }
 
 
-def compare_targets(points_a: pd.DataFrame, requests_a: pd.DataFrame, points_b: pd.DataFrame,
-                    requests_b: pd.DataFrame, *, names=("a", "b"), seed: int = 0) -> list[dict[str, Any]]:
+def compare_targets(
+    points_a: pd.DataFrame,
+    requests_a: pd.DataFrame,
+    points_b: pd.DataFrame,
+    requests_b: pd.DataFrame,
+    *,
+    names=("a", "b"),
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """Verdicts per metric between two targets at one (workload, load) point, repeats pooled:
     throughput per GPU (higher is better), TTFT and TPOT p50/p99 (lower is better)."""
     rows = []
     for col in ("output_tps_per_gpu", "total_tps_per_gpu"):
         a = throughput_samples(points_a, requests_a, col, seed=seed)
         b = throughput_samples(points_b, requests_b, col, seed=seed + 1)
-        rows.append({**verdict(a, b, metric=col, higher_is_better=True, names=names),
-                     "value_a": float(points_a[col].mean()), "value_b": float(points_b[col].mean())})
+        rows.append(
+            {
+                **verdict(a, b, metric=col, higher_is_better=True, names=names),
+                "value_a": float(points_a[col].mean()),
+                "value_b": float(points_b[col].mean()),
+            }
+        )
     rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     for metric in ("ttft", "tpot"):
         va, vb = latency_values(requests_a, metric) * 1e3, latency_values(requests_b, metric) * 1e3
         for stat in ("p50", "p99"):
             name = f"{metric}_ms_{stat}"
             if va.size < 2 or vb.size < 2:
-                rows.append({**verdict(np.array([]), np.array([]), metric=name, higher_is_better=False, names=names),
-                             "value_a": float("nan"), "value_b": float("nan")})
+                rows.append(
+                    {
+                        **verdict(np.array([]), np.array([]), metric=name, higher_is_better=False, names=names),
+                        "value_a": float("nan"),
+                        "value_b": float("nan"),
+                    }
+                )
                 continue
             ba, bb = _boot(va, stat, rng_a, N_BOOT), _boot(vb, stat, rng_b, N_BOOT)
-            rows.append({**verdict(ba, bb, metric=name, higher_is_better=False, names=names),
-                         "value_a": STATS[stat](va), "value_b": STATS[stat](vb)})
+            rows.append(
+                {
+                    **verdict(ba, bb, metric=name, higher_is_better=False, names=names),
+                    "value_a": STATS[stat](va),
+                    "value_b": STATS[stat](vb),
+                }
+            )
     return rows

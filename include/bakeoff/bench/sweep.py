@@ -4,6 +4,7 @@ This is what the DAG's benchmark task and ``python -m bakeoff bench`` call. A fa
 record, never an exception; a point that cannot be measured at all (server gone) still saves what
 it has, so nothing measured is lost.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,10 +33,16 @@ from bakeoff.bench.tokenize import discover, recount_outputs
 log = logging.getLogger(__name__)
 
 
-_ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
-          "list[float]": pa.list_(pa.float64())}
-REQUEST_SCHEMA = pa.schema([pa.field(f.name, _ARROW[str(f.type).replace(" | None", "")])
-                            for f in dataclasses.fields(RequestRecord)])
+_ARROW = {
+    "str": pa.string(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "bool": pa.bool_(),
+    "list[float]": pa.list_(pa.float64()),
+}
+REQUEST_SCHEMA = pa.schema(
+    [pa.field(f.name, _ARROW[str(f.type).replace(" | None", "")]) for f in dataclasses.fields(RequestRecord)]
+)
 
 
 def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
@@ -61,10 +68,10 @@ class Ctx:
     emulated: bool
     max_error_rate: float | None = None
     provenance: bool = True
-    power: Any = None     # callable (start, end epoch s) -> power rows (serving.power.parse_samples), if sampled
-    sizer: Any = None     # bench.sizing.PromptSizer: written prompts in the served model's tokens
-    counter: Any = None   # bench.tokenize.TokenCounter: output tokens of requests without usage
-    prompt_seed: int | None = None   # the run's prompt seed (prompts.prompt_seed)
+    power: Any = None  # callable (start, end epoch s) -> power rows (serving.power.parse_samples), if sampled
+    sizer: Any = None  # bench.sizing.PromptSizer: written prompts in the served model's tokens
+    counter: Any = None  # bench.tokenize.TokenCounter: output tokens of requests without usage
+    prompt_seed: int | None = None  # the run's prompt seed (prompts.prompt_seed)
 
     @property
     def gpus(self) -> int:
@@ -76,13 +83,23 @@ class Ctx:
         return {**self.__dict__, "counter": None}
 
 
-async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, concurrency: int | None = None,
-                   rate: float | None = None, offsets=None, specs=None) -> tuple[list[RequestRecord], dict]:
+async def _measure(
+    ctx: Ctx,
+    client: StreamingClient,
+    *,
+    key: int,
+    repeat: int,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    offsets=None,
+    specs=None,
+) -> tuple[list[RequestRecord], dict]:
     """One point on this process: closed loop when ``concurrency`` is given, else open loop."""
     w = ctx.workload
     level = concurrency or w.max_concurrency or 0
-    n_warm, specs = workloads.point_specs(w, key, repeat, concurrency, offsets, specs, sizer=ctx.sizer,
-                                          seed=ctx.prompt_seed)
+    n_warm, specs = workloads.point_specs(
+        w, key, repeat, concurrency, offsets, specs, sizer=ctx.sizer, seed=ctx.prompt_seed
+    )
     pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
     sender = Sender(client, w, ctx.endpoint.model, pid, specs, n_warm, w.request_timeout_s)
     await client.warm(min(level or 64, 1024))
@@ -92,24 +109,52 @@ async def _measure(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, 
         if concurrency:
             sent = await sender.run_closed(concurrency, stop_at=stop_at)
         else:
-            sent = await open_loop(sender.send, offsets, max_concurrency=w.max_concurrency, stop_at=stop_at,
-                                   warmup=n_warm, t0=sender.t0)
+            sent = await open_loop(
+                sender.send, offsets, max_concurrency=w.max_concurrency, stop_at=stop_at, warmup=n_warm, t0=sender.t0
+            )
     recs = sender.records(sent)
     lags = [r.start_offset - r.scheduled_offset for r in recs if r.scheduled_offset is not None]
     return recs, mon.figures(lags or None)
 
 
-def _save(ctx: Ctx, key: int, repeat: int, recs: list[RequestRecord], figures: dict, *, mode: str,
-          rate: float | None, prov: dict | None) -> dict:
-    summary = summarize(recs, gpus=ctx.gpus, slo=ctx.slo, emulated=ctx.emulated, max_error_rate=ctx.max_error_rate,
-                        load_mode=mode, rate=rate, client=figures, prompts=_prompts(ctx))
+def _save(
+    ctx: Ctx,
+    key: int,
+    repeat: int,
+    recs: list[RequestRecord],
+    figures: dict,
+    *,
+    mode: str,
+    rate: float | None,
+    prov: dict | None,
+) -> dict:
+    summary = summarize(
+        recs,
+        gpus=ctx.gpus,
+        slo=ctx.slo,
+        emulated=ctx.emulated,
+        max_error_rate=ctx.max_error_rate,
+        load_mode=mode,
+        rate=rate,
+        client=figures,
+        prompts=_prompts(ctx),
+    )
     summary.update(_point_power(ctx, recs), ttft_connection=ctx.workload.ttft_connection)
     store.save_point(ctx.out_dir, ctx.workload.name, key, repeat, records_frame(recs), summary)
     if prov is not None:
         store.write_json(ctx.out_dir / "provenance" / f"{ctx.workload.name}-c{key}-r{repeat}.json", prov)
-    log.info("%s %s %s=%s r%d: %d ok, %d failed, %.1f output tok/s/GPU%s", ctx.target.slug, ctx.workload.name,
-             mode, rate if rate is not None else key, repeat, summary["completed"], summary["failed"],
-             summary["output_tps_per_gpu"], " (client-bound)" if summary["client_bound"] else "")
+    log.info(
+        "%s %s %s=%s r%d: %d ok, %d failed, %.1f output tok/s/GPU%s",
+        ctx.target.slug,
+        ctx.workload.name,
+        mode,
+        rate if rate is not None else key,
+        repeat,
+        summary["completed"],
+        summary["failed"],
+        summary["output_tps_per_gpu"],
+        " (client-bound)" if summary["client_bound"] else "",
+    )
     return summary
 
 
@@ -117,8 +162,12 @@ def _prompts(ctx: Ctx) -> dict:
     """How this workload's prompts were made (bench.metrics.summarize records it per point)."""
     w = ctx.workload
     sized = workloads.sizes_prompts(w)
-    return {"sized": sized, "prompt_seed": ctx.prompt_seed, "input_len_tolerance": w.input_len_tolerance,
-            "prompt_sizing": ctx.sizer.method if ctx.sizer is not None and sized else "file"}
+    return {
+        "sized": sized,
+        "prompt_seed": ctx.prompt_seed,
+        "input_len_tolerance": w.input_len_tolerance,
+        "prompt_sizing": ctx.sizer.method if ctx.sizer is not None and sized else "file",
+    }
 
 
 def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
@@ -128,6 +177,7 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
     if ctx.power is None or not done:
         return {}
     from bakeoff.serving.power import mean_watts_per_gpu
+
     start, end = min(r.send_time for r in done), max(r.send_time + r.elapsed for r in done)
     try:
         rows = ctx.power(start, end)
@@ -139,44 +189,68 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
         return {}
     out_tokens = sum(r.output_tokens or 0 for r in done if r.ok)
     joules = watts * ctx.gpus * (end - start)
-    return {"power_w_per_gpu": watts, "energy_j": joules,
-            "joules_per_output_token": joules / out_tokens if out_tokens else None}
+    return {
+        "power_w_per_gpu": watts,
+        "energy_j": joules,
+        "joules_per_output_token": joules / out_tokens if out_tokens else None,
+    }
 
 
 def _prov(ctx: Ctx) -> dict | None:
     if not ctx.provenance:
         return None
     from bakeoff.bench.provenance import snapshot_provenance
+
     try:
         return snapshot_provenance(ctx.endpoint, ctx.api_key)
     except Exception as e:  # provenance must never cost a measurement
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-async def measure_point(ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, mode: str,
-                        concurrency: int | None = None, rate: float | None = None, offsets=None,
-                        specs=None) -> dict:
+async def measure_point(
+    ctx: Ctx,
+    client: StreamingClient,
+    *,
+    key: int,
+    repeat: int,
+    mode: str,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    offsets=None,
+    specs=None,
+) -> dict:
     """Measure one point (worker processes when the workload asks), save it, return its summary."""
     before = _prov(ctx)
     if ctx.workload.workers > 1:
         from bakeoff.bench.workers import measure_in_workers
-        recs, figures = await measure_in_workers(ctx, key=key, repeat=repeat, concurrency=concurrency,
-                                                 offsets=offsets, specs=specs)
+
+        recs, figures = await measure_in_workers(
+            ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
+        )
     else:
-        recs, figures = await _measure(ctx, client, key=key, repeat=repeat, concurrency=concurrency,
-                                       rate=rate, offsets=offsets, specs=specs)
+        recs, figures = await _measure(
+            ctx, client, key=key, repeat=repeat, concurrency=concurrency, rate=rate, offsets=offsets, specs=specs
+        )
     recount_outputs(recs, ctx.counter)
     prov = None
     if before is not None:
         after = _prov(ctx)
-        prov = {"before": before, "after": {"metrics": (after or {}).get("metrics"), "taken_at": (after or {}).get("taken_at")}}
+        prov = {
+            "before": before,
+            "after": {"metrics": (after or {}).get("metrics"), "taken_at": (after or {}).get("taken_at")},
+        }
     return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=prov)
 
 
 async def _run(ctx: Ctx) -> list[dict]:
     w = ctx.workload
-    client = StreamingClient(ctx.endpoint.base_url, api_key=ctx.api_key, timeout_s=w.request_timeout_s,
-                             tls_cert=ctx.endpoint.tls_cert, connection=w.ttft_connection)
+    client = StreamingClient(
+        ctx.endpoint.base_url,
+        api_key=ctx.api_key,
+        timeout_s=w.request_timeout_s,
+        tls_cert=ctx.endpoint.tls_cert,
+        connection=w.ttft_connection,
+    )
     out: list[dict] = []
     try:
         if w.load == "concurrency":
@@ -187,18 +261,26 @@ async def _run(ctx: Ctx) -> list[dict]:
             for rate in w.rates:
                 n = w.requests_per_point or max(10, int(round(rate * 30)))
                 for rep in range(w.repeats):
-                    offs = arrival_offsets((w.warmup_requests or 0) + n, rate, w.arrival, w.burstiness,
-                                           seed=w.seed * 1000 + rep)
-                    out.append(await measure_point(ctx, client, key=rate_key(rate), repeat=rep, mode="rate",
-                                                   rate=rate, offsets=offs))
+                    offs = arrival_offsets(
+                        (w.warmup_requests or 0) + n, rate, w.arrival, w.burstiness, seed=w.seed * 1000 + rep
+                    )
+                    out.append(
+                        await measure_point(
+                            ctx, client, key=rate_key(rate), repeat=rep, mode="rate", rate=rate, offsets=offs
+                        )
+                    )
         elif w.load == "trace":
             offs, specs = workloads.trace_specs(w, sizer=ctx.sizer, seed=ctx.prompt_seed)
             rate = (len(offs) - 1) / offs[-1] if len(offs) > 1 and offs[-1] > 0 else 1.0
             for rep in range(w.repeats):
-                out.append(await measure_point(ctx, client, key=rate_key(rate), repeat=rep, mode="trace",
-                                               rate=rate, offsets=offs, specs=specs))
+                out.append(
+                    await measure_point(
+                        ctx, client, key=rate_key(rate), repeat=rep, mode="trace", rate=rate, offsets=offs, specs=specs
+                    )
+                )
         elif w.load == "sla":
             from bakeoff.bench.sla import search
+
             result = await search(ctx, client)
             out.extend(result.summaries)
             store.write_json(ctx.out_dir / f"sla-{w.name}.json", result.to_dict())
@@ -207,17 +289,30 @@ async def _run(ctx: Ctx) -> list[dict]:
         await client.close()
 
 
-def run_workload(endpoint, target, workload, slo, out_dir: Path, run_id: str, api_key: str | None,
-                 emulated: bool, *, max_error_rate: float | None = None, provenance: bool = True,
-                 calibrate: bool = True, power=None) -> list[dict]:
+def run_workload(
+    endpoint,
+    target,
+    workload,
+    slo,
+    out_dir: Path,
+    run_id: str,
+    api_key: str | None,
+    emulated: bool,
+    *,
+    max_error_rate: float | None = None,
+    provenance: bool = True,
+    calibrate: bool = True,
+    power=None,
+) -> list[dict]:
     """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
     completes under ``out_dir`` (store.target_dir); return the point summaries.
 
     First (once per target folder) the client measures itself against a local scripted server and
     stores its own TTFT/TPOT error as client_calibration.json next to the results.
     """
-    ctx = Ctx(endpoint, target, workload, slo, Path(out_dir), run_id, api_key, emulated, max_error_rate, provenance,
-              power)
+    ctx = Ctx(
+        endpoint, target, workload, slo, Path(out_dir), run_id, api_key, emulated, max_error_rate, provenance, power
+    )
     if calibrate:
         self_calibrate(Path(out_dir), workload)
     size_prompts(ctx)
@@ -248,10 +343,20 @@ def size_prompts(ctx: Ctx) -> dict:
     else:
         lo, hi = w.length_bounds(w.input_len)
         ctx.sizer = sizing.calibrate(counter, chat=chat, lengths=sorted({lo, (lo + hi) // 2, hi}), seed=ctx.prompt_seed)
-        doc = {"workload": w.name, "method": ctx.sizer.method, "prompt_seed": ctx.prompt_seed,
-               "prompt_seeding": w.prompt_seeding, "bias_tokens": ctx.sizer.bias, "check": ctx.sizer.check}
+        doc = {
+            "workload": w.name,
+            "method": ctx.sizer.method,
+            "prompt_seed": ctx.prompt_seed,
+            "prompt_seeding": w.prompt_seeding,
+            "bias_tokens": ctx.sizer.bias,
+            "check": ctx.sizer.check,
+        }
         chk = ctx.sizer.check
-        err = f": sample error mean {chk['error_mean']:+.2%}, max {chk['error_max_abs']:.2%}" if "error_mean" in chk else ""
+        err = (
+            f": sample error mean {chk['error_mean']:+.2%}, max {chk['error_max_abs']:.2%}"
+            if "error_mean" in chk
+            else ""
+        )
         log.info("prompts for %s sized by %s (seed %d)%s", w.name, ctx.sizer.method, ctx.prompt_seed, err)
     if counter is not ctx.counter:
         counter.close()
@@ -266,6 +371,7 @@ def self_calibrate(out_dir: Path, workload) -> dict | None:
     if path.exists():
         return store.read_json(path)
     from bakeoff.bench.fidelity import calibrate, calibration_line
+
     c = min(64, max(workload.levels() if workload.load == "concurrency" else [workload.max_concurrency or 16]))
     try:
         doc = calibrate(concurrency=c, requests=2 * c)
@@ -276,19 +382,29 @@ def self_calibrate(out_dir: Path, workload) -> dict | None:
     return doc
 
 
-async def measure_scripted(url: str, concurrency: int, requests: int, output_tokens: int,
-                           input_len: int = 8) -> tuple[list[RequestRecord], dict]:
+async def measure_scripted(
+    url: str, concurrency: int, requests: int, output_tokens: int, input_len: int = 8
+) -> tuple[list[RequestRecord], dict]:
     """A closed-loop point against a scripted server (self-calibration): no files written."""
     from bakeoff.bench.prompts import RequestSpec
     from bakeoff.plan.workload import Workload
 
-    w = Workload(name="calibration", input_len=input_len, output_len=output_tokens, concurrency=[concurrency],
-                 requests_per_point=requests, warmup_requests=concurrency)
+    w = Workload(
+        name="calibration",
+        input_len=input_len,
+        output_len=output_tokens,
+        concurrency=[concurrency],
+        requests_per_point=requests,
+        warmup_requests=concurrency,
+    )
     client = StreamingClient(url, timeout_s=60)
     try:
-        specs = [RequestSpec(input_len, output_tokens, prompt=" ".join(["calibrate"] * input_len))] * (requests + concurrency)
-        sender = Sender(client, w, "scripted", PointId("calibration", "scripted", w.name, concurrency, 0),
-                        specs, concurrency, 60)
+        specs = [RequestSpec(input_len, output_tokens, prompt=" ".join(["calibrate"] * input_len))] * (
+            requests + concurrency
+        )
+        sender = Sender(
+            client, w, "scripted", PointId("calibration", "scripted", w.name, concurrency, 0), specs, concurrency, 60
+        )
         await client.warm(concurrency)
         sender.start_clock()
         with LoopMonitor() as mon:

@@ -11,6 +11,7 @@ Routes, best first (``discover`` picks the first that answers):
 
 The API key is sent, never logged or returned.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,14 @@ class TokenCounter:
 
     method = "words"
 
-    def __init__(self, base_url: str = "", model: str = "", api_key: str | None = None, verify: Any = True,
-                 timeout_s: float = 30.0):
+    def __init__(
+        self,
+        base_url: str = "",
+        model: str = "",
+        api_key: str | None = None,
+        verify: Any = True,
+        timeout_s: float = 30.0,
+    ):
         self.base_url, self.model, self.api_key = base_url.rstrip("/"), model, api_key
         self.verify, self.timeout_s = verify, timeout_s
         self._client: httpx.Client | None = None
@@ -49,8 +56,9 @@ class TokenCounter:
     def http(self) -> httpx.Client:
         if self._client is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=self.timeout_s,
-                                        verify=self.verify)
+            self._client = httpx.Client(
+                base_url=self.base_url, headers=headers, timeout=self.timeout_s, verify=self.verify
+            )
         return self._client
 
     def close(self) -> None:
@@ -131,8 +139,13 @@ class ProbeCounter(TokenCounter):
 def discover(endpoint, api_key: str | None, *, chat: bool = False, timeout_s: float = 10.0) -> TokenCounter:
     """The best counting route ``endpoint`` (an Endpoint) answers; never raises. A route counts only
     if it answers a one-word probe with a positive count."""
-    common = dict(base_url=endpoint.base_url, model=endpoint.model, api_key=api_key, timeout_s=timeout_s,
-                  verify=endpoint.verify() if hasattr(endpoint, "verify") else True)
+    common = dict(
+        base_url=endpoint.base_url,
+        model=endpoint.model,
+        api_key=api_key,
+        timeout_s=timeout_s,
+        verify=endpoint.verify() if hasattr(endpoint, "verify") else True,
+    )
     candidates: list[TokenCounter] = [EndpointCounter(path=p, **common) for p in TOKENIZE_PATHS]
     candidates.append(ProbeCounter(**common))
     for c in candidates:
@@ -142,8 +155,11 @@ def discover(endpoint, api_key: str | None, *, chat: bool = False, timeout_s: fl
         except TokenizeError as e:
             log.debug("token counting route %s unavailable: %s", c.method, e)
         c.close()
-    log.warning("%s answers neither /tokenize nor usage: prompt lengths are counted in words, which a real "
-                "tokenizer does not follow", endpoint.base_url)
+    log.warning(
+        "%s answers neither /tokenize nor usage: prompt lengths are counted in words, which a real "
+        "tokenizer does not follow",
+        endpoint.base_url,
+    )
     return TokenCounter()
 
 

@@ -1,6 +1,7 @@
 """Where prompts come from: synthetic lengths, the user's prompt files, a request-log length
 distribution, or a timed trace. Bad files raise WorkloadFileError naming the file and line.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,7 +36,9 @@ def _json_objects(p: Path):
             try:
                 obj = json.loads(line)
             except ValueError as e:
-                raise WorkloadFileError(f"{_where(p, no)}: not valid JSON ({e.msg}); one JSON object per line") from None
+                raise WorkloadFileError(
+                    f"{_where(p, no)}: not valid JSON ({e.msg}); one JSON object per line"
+                ) from None
             if not isinstance(obj, dict):
                 raise WorkloadFileError(f"{_where(p, no)}: expected a JSON object, got {type(obj).__name__}")
             yield no, obj
@@ -62,11 +65,15 @@ def resolve_file(path: str | Path, field: str = "source_path") -> Path:
         root = workloads_dir().resolve()
         p = (root / raw).resolve()
         if not p.is_relative_to(root):
-            raise WorkloadFileError(f"{field}: {str(path)!r} leads outside the workloads folder {root} "
-                                    f"(set {WORKLOADS_ENV} to move it); copy the file into it")
+            raise WorkloadFileError(
+                f"{field}: {str(path)!r} leads outside the workloads folder {root} "
+                f"(set {WORKLOADS_ENV} to move it); copy the file into it"
+            )
     if not p.is_file():
-        raise WorkloadFileError(f"{field}: no file {str(path)!r} in the workloads folder {workloads_dir()} "
-                                f"(set {WORKLOADS_ENV} to move it); give the path of an existing file relative to it")
+        raise WorkloadFileError(
+            f"{field}: no file {str(path)!r} in the workloads folder {workloads_dir()} "
+            f"(set {WORKLOADS_ENV} to move it); give the path of an existing file relative to it"
+        )
     return p
 
 
@@ -91,24 +98,28 @@ def _jsonl(path: str, mtime: float) -> tuple[dict, ...]:
     p = Path(path)
     out = [_user_entry(obj, p, no) for no, obj in _json_objects(p)]
     if not out:
-        raise WorkloadFileError(f"{p.name}: no prompts found; add lines like {{\"prompt\": \"...\"}}")
+        raise WorkloadFileError(f'{p.name}: no prompts found; add lines like {{"prompt": "..."}}')
     return tuple(out)
 
 
 def _user_entry(obj: dict, p: Path, no: int) -> dict:
     prompt, messages = obj.get("prompt"), obj.get("messages")
     if (prompt is None) == (messages is None):
-        raise WorkloadFileError(f"{_where(p, no)}: give exactly one of \"prompt\" (a string) or \"messages\" (a list)")
+        raise WorkloadFileError(f'{_where(p, no)}: give exactly one of "prompt" (a string) or "messages" (a list)')
     if prompt is not None and not isinstance(prompt, str):
-        raise WorkloadFileError(f"{_where(p, no)}: \"prompt\" must be a string")
+        raise WorkloadFileError(f'{_where(p, no)}: "prompt" must be a string')
     if messages is not None:
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in messages):
-            raise WorkloadFileError(f"{_where(p, no)}: \"messages\" must be a non-empty list of "
-                                    "{\"role\": ..., \"content\": ...} objects")
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in messages)
+        ):
+            raise WorkloadFileError(
+                f'{_where(p, no)}: "messages" must be a non-empty list of {{"role": ..., "content": ...}} objects'
+            )
     mt = obj.get("max_tokens")
     if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
-        raise WorkloadFileError(f"{_where(p, no)}: \"max_tokens\" must be a positive integer")
+        raise WorkloadFileError(f'{_where(p, no)}: "max_tokens" must be a positive integer')
     text = prompt if prompt is not None else " ".join(str(m.get("content") or "") for m in messages)
     return {"prompt": prompt, "messages": messages, "max_tokens": mt, "input_len": tokens.count(text)}
 
@@ -128,13 +139,13 @@ def _sharegpt(path: str, mtime: float) -> tuple[dict, ...]:
     for i, conv in enumerate(data):
         turns = conv.get("conversations") if isinstance(conv, dict) else None
         if not isinstance(turns, list):
-            raise WorkloadFileError(f"{p.name}: entry [{i}] has no \"conversations\" list")
+            raise WorkloadFileError(f'{p.name}: entry [{i}] has no "conversations" list')
         if len(turns) < 2:
-            continue                 # no reply to take an output length from (vLLM skips these too)
+            continue  # no reply to take an output length from (vLLM skips these too)
         try:
             human, gpt = str(turns[0]["value"]), str(turns[1]["value"])
         except (KeyError, TypeError):
-            raise WorkloadFileError(f"{p.name}: entry [{i}] turns need \"from\" and \"value\"") from None
+            raise WorkloadFileError(f'{p.name}: entry [{i}] turns need "from" and "value"') from None
         n_in, n_out = tokens.count(human), tokens.count(gpt)
         if n_in < 1 or n_out < 1:
             continue
@@ -153,8 +164,10 @@ def _length_log(path: str, mtime: float) -> np.ndarray:
         reader = csv.DictReader(f)
         cols = set(reader.fieldnames or [])
         if not {"input_len", "output_len"} <= cols:
-            raise WorkloadFileError(f"{_where(p, 1)}: header must name the columns input_len and output_len "
-                                    f"({len(cols)} column(s) found; their names are not shown)")
+            raise WorkloadFileError(
+                f"{_where(p, 1)}: header must name the columns input_len and output_len "
+                f"({len(cols)} column(s) found; their names are not shown)"
+            )
         for row in reader:
             no = reader.line_num
             try:
@@ -209,8 +222,9 @@ def build_specs(workload, n: int, *, stream: int = 0, sizer=None, seed: int | No
             il_tokens = int(il)
             prefix = ""
             if prefixes:
-                prefix = " ".join((sizer or WORDS).prefix(prefixes[i % len(prefixes)],
-                                                           round(workload.prefix_ratio * il_tokens)))
+                prefix = " ".join(
+                    (sizer or WORDS).prefix(prefixes[i % len(prefixes)], round(workload.prefix_ratio * il_tokens))
+                )
             specs.append(RequestSpec(il_tokens, int(ol), prompt=prompt_words(il_tokens, seed * 7 + i, prefix, sizer)))
         return specs
     entries = load_entries(workload)
@@ -219,8 +233,11 @@ def build_specs(workload, n: int, *, stream: int = 0, sizer=None, seed: int | No
     specs = []
     for i in range(n):
         e = entries[order[i % len(order)]]
-        specs.append(RequestSpec(e["input_len"], e["max_tokens"] or workload.output_len,
-                                 prompt=e["prompt"], messages=e["messages"]))
+        specs.append(
+            RequestSpec(
+                e["input_len"], e["max_tokens"] or workload.output_len, prompt=e["prompt"], messages=e["messages"]
+            )
+        )
     return specs
 
 
@@ -240,7 +257,7 @@ def _trace(p: Path, workload, sizer=None, seed: int = 0) -> tuple[np.ndarray, li
         if ts is None and obj.get("timestamp_ms") is not None:
             ts = obj["timestamp_ms"] / 1000 if isinstance(obj["timestamp_ms"], (int, float)) else obj["timestamp_ms"]
         if not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0:
-            raise WorkloadFileError(f"{_where(p, no)}: needs \"timestamp\" (seconds, >= 0) or \"timestamp_ms\"")
+            raise WorkloadFileError(f'{_where(p, no)}: needs "timestamp" (seconds, >= 0) or "timestamp_ms"')
         il = obj.get("input_len", obj.get("input_length", workload.input_len))
         ol = obj.get("output_len", obj.get("output_length", workload.output_len))
         if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (il, ol)):
@@ -259,15 +276,21 @@ def _trace(p: Path, workload, sizer=None, seed: int = 0) -> tuple[np.ndarray, li
 
 def describe(workload) -> dict[str, Any]:
     """What the report states about where prompts came from."""
-    return {"source": workload.source, "source_path": workload.source_path, "interval": workload.length_interval,
-            "bounds_in": workload.length_bounds(workload.input_len),
-            "bounds_out": workload.length_bounds(workload.output_len), "prefix_ratio": workload.prefix_ratio,
-            "prompt_seeding": getattr(workload, "prompt_seeding", "per_run"),
-            "input_len_tolerance": getattr(workload, "input_len_tolerance", None)}
+    return {
+        "source": workload.source,
+        "source_path": workload.source_path,
+        "interval": workload.length_interval,
+        "bounds_in": workload.length_bounds(workload.input_len),
+        "bounds_out": workload.length_bounds(workload.output_len),
+        "prefix_ratio": workload.prefix_ratio,
+        "prompt_seeding": getattr(workload, "prompt_seeding", "per_run"),
+        "input_len_tolerance": getattr(workload, "input_len_tolerance", None),
+    }
 
 
-def point_specs(w, key: int, repeat: int, concurrency: int | None, offsets, specs, *, sizer=None,
-                seed: int | None = None):
+def point_specs(
+    w, key: int, repeat: int, concurrency: int | None, offsets, specs, *, sizer=None, seed: int | None = None
+):
     """Warm-up count and request specs of one point, the same in-process and in worker processes
     (the prompt seed and the stream make every point's prompts deterministic)."""
     n_warm = w.warmup_at(concurrency) if concurrency else (w.warmup_requests or 0)

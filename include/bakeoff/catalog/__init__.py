@@ -2,6 +2,7 @@
 
 Every figure keeps the source and date it came from, so a report can say where a number is from.
 """
+
 from __future__ import annotations
 
 import re
@@ -150,8 +151,10 @@ def agent_image() -> str:
     holds the run's key on the node."""
     image = str(serving()["agent"]["image"])
     if not _DIGEST_PINNED.match(image):
-        raise ValueError(f"serving.yaml agent.image: {image!r} is not pinned by digest; write it as "
-                         "name:tag@sha256:<64 hex> (docker buildx imagetools inspect name:tag prints the digest)")
+        raise ValueError(
+            f"serving.yaml agent.image: {image!r} is not pinned by digest; write it as "
+            "name:tag@sha256:<64 hex> (docker buildx imagetools inspect name:tag prints the digest)"
+        )
     return image
 
 

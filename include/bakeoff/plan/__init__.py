@@ -3,6 +3,7 @@
 Errors name the field (``targets[1].instance_type``) and say how to fix it, because plans are
 written by people who are not reading this code.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,23 @@ from bakeoff.plan.settings import Pricing, Quality, Slo
 from bakeoff.plan.target import EmulatorSettings, PriceOverride, Strict, Target
 from bakeoff.plan.workload import Workload
 
-__all__ = ["Plan", "PlanError", "Target", "Workload", "Slo", "Quality", "Pricing", "PriceOverride",
-           "EmulatorSettings", "load_plan", "plan_from_dict", "plans_dir", "apply_overrides", "installed_plans",
-           "installed_plan_path"]
+__all__ = [
+    "Plan",
+    "PlanError",
+    "Target",
+    "Workload",
+    "Slo",
+    "Quality",
+    "Pricing",
+    "PriceOverride",
+    "EmulatorSettings",
+    "load_plan",
+    "plan_from_dict",
+    "plans_dir",
+    "apply_overrides",
+    "installed_plans",
+    "installed_plan_path",
+]
 
 
 class PlanError(ValueError):
@@ -37,14 +52,20 @@ class Plan(Strict):
     slo: Slo = Slo()
     quality: Quality = Quality()
     pricing: Pricing = Pricing()
-    budget_usd: float = Field(gt=0, le=MAX_BUDGET_USD, description="spend cap for the whole run, USD "
-                              "(at most the installation ceiling; see bakeoff.budget)")
+    budget_usd: float = Field(
+        gt=0,
+        le=MAX_BUDGET_USD,
+        description="spend cap for the whole run, USD (at most the installation ceiling; see bakeoff.budget)",
+    )
     max_instance_hours: float = Field(3.0, gt=0, le=48, description="an instance older than this is reaped")
 
     @model_validator(mode="after")
     def _unique(self) -> "Plan":
-        for kind, names in (("targets", [t.name for t in self.targets]), ("target slugs", [t.slug for t in self.targets]),
-                            ("workloads", [w.name for w in self.workloads])):
+        for kind, names in (
+            ("targets", [t.name for t in self.targets]),
+            ("target slugs", [t.slug for t in self.targets]),
+            ("workloads", [w.name for w in self.workloads]),
+        ):
             dup = {n for n in names if names.count(n) > 1}
             if dup:
                 raise ValueError(f"{kind} must be unique; rename: {', '.join(sorted(dup))}")
@@ -65,7 +86,8 @@ class Plan(Strict):
                     raise ValueError(
                         f"workloads[{i}].input_len: input_len + output_len may reach {need} tokens (with range_ratio "
                         f"{w.range_ratio} and length_interval {w.length_interval}), beyond the {ctx}-token context of "
-                        f"{t.model} (target {t.name}); lower input_len or output_len")
+                        f"{t.model} (target {t.name}); lower input_len or output_len"
+                    )
         return self
 
     def target(self, name: str) -> Target:
@@ -87,9 +109,11 @@ def check_workload_path(value: str | None, field: str) -> None:
         return
     p = PurePosixPath(value.replace("\\", "/"))
     if p.is_absolute() or ".." in p.parts or value.startswith("~") or not value.strip() or "\0" in value:
-        raise ValueError(f"{field}: {value!r} must be a path relative to the workloads folder "
-                         "($BAKEOFF_WORKLOADS_DIR, default include/workloads), without .. or a leading /; "
-                         "copy the file into that folder and name it relative to it")
+        raise ValueError(
+            f"{field}: {value!r} must be a path relative to the workloads folder "
+            "($BAKEOFF_WORKLOADS_DIR, default include/workloads), without .. or a leading /; "
+            "copy the file into that folder and name it relative to it"
+        )
 
 
 def plans_dir() -> Path:
@@ -115,8 +139,10 @@ def installed_plan_path(name: Any, field: str = "plan") -> Path:
     names = installed_plans()
     if not isinstance(name, str) or name not in names:
         shown = name if isinstance(name, str) and len(name) <= 80 else type(name).__name__
-        raise PlanError(f"{field}: {shown!r} is not an installed plan; choose one of: {', '.join(names) or '(none)'} "
-                        f"(to add a plan, put <name>.yaml in the plans folder, $BAKEOFF_PLANS)")
+        raise PlanError(
+            f"{field}: {shown!r} is not an installed plan; choose one of: {', '.join(names) or '(none)'} "
+            f"(to add a plan, put <name>.yaml in the plans folder, $BAKEOFF_PLANS)"
+        )
     return plans_dir() / f"{name}.yaml"
 
 
@@ -171,9 +197,14 @@ def apply_overrides(plan: Plan, overrides: dict[str, Any] | None) -> Plan:
     for name, price in (overrides.get("prices") or {}).items():
         matches = [t for t in raw["targets"] if t["name"] == name]
         if not matches:
-            raise PlanError(f"prices.{name}: no such target in this run; use one of {[t['name'] for t in raw['targets']]}")
-        matches[0]["price"] = {"usd_per_hour": _number(f"prices.{name}", price, "USD per node-hour such as 40.0"),
-                               "market": "contract", "source": "trigger-form override"}
+            raise PlanError(
+                f"prices.{name}: no such target in this run; use one of {[t['name'] for t in raw['targets']]}"
+            )
+        matches[0]["price"] = {
+            "usd_per_hour": _number(f"prices.{name}", price, "USD per node-hour such as 40.0"),
+            "market": "contract",
+            "source": "trigger-form override",
+        }
     if overrides.get("budget_usd") not in (None, ""):
         raw["budget_usd"] = _number("budget_usd", overrides["budget_usd"], "USD such as 500")
     if overrides.get("utilisation") not in (None, ""):

@@ -2,6 +2,7 @@
 
 Every number has a finite upper bound (plans reject inf and nan: see Strict), because each one
 feeds either the budget estimate or a loop a trigger could otherwise make endless."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -23,14 +24,20 @@ class Accuracy(Strict):
 
     enabled: bool = True
     backend: Literal["builtin", "lm_eval"] = Field(
-        "builtin", description="builtin: the offline arithmetic set shipped with bakeoff; "
-                               "lm_eval: lm-evaluation-harness local-completions (install lm_eval yourself)")
+        "builtin",
+        description="builtin: the offline arithmetic set shipped with bakeoff; "
+        "lm_eval: lm-evaluation-harness local-completions (install lm_eval yourself)",
+    )
     reference: float | Literal["best"] = Field(
-        "best", description="reference score: a fixed number in [0, 1], or 'best' = best target in the run")
+        "best", description="reference score: a fixed number in [0, 1], or 'best' = best target in the run"
+    )
     reference_output_tokens: float | None = Field(
-        None, gt=0, le=1_000_000, description="reference mean output tokens per item; default: the reference target's")
+        None, gt=0, le=1_000_000, description="reference mean output tokens per item; default: the reference target's"
+    )
     min_score_ratio: float = Field(0.99, gt=0, le=1, description="pass when score >= ratio x reference")
-    output_tokens_tolerance: float = Field(0.10, ge=0, le=1, description="mean output tokens within +-this of the reference")
+    output_tokens_tolerance: float = Field(
+        0.10, ge=0, le=1, description="mean output tokens within +-this of the reference"
+    )
     eval_size: int = Field(200, ge=1, le=10000, description="items in the builtin set")
     seed: int = 0
     max_tokens: int = Field(16, ge=1, le=512)
@@ -62,4 +69,5 @@ class Pricing(Strict):
     utilisation: float = Field(1.0, gt=0, le=1, description="share of paid hours actually serving")
     usd_per_kwh: float = Field(0.10, ge=0, le=10)
     rank_by: Literal["output", "total"] = Field(
-        "output", description="tokens the cost ranking is per: output tokens only, or input + output")
+        "output", description="tokens the cost ranking is per: output tokens only, or input + output"
+    )

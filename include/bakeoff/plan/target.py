@@ -1,4 +1,5 @@
 """A target: one (hardware, serving stack, model, quantization) combination to evaluate."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -17,7 +18,7 @@ ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
 QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "mxfp4": 0.53}
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0}
 COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "fp4"}
-CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci")   # nodes bakeoff provisions (and can ship its client to)
+CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci")  # nodes bakeoff provisions (and can ship its client to)
 
 
 class Strict(BaseModel):
@@ -32,16 +33,21 @@ class Strict(BaseModel):
 _IMAGE_RE = re.compile(
     r"^(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::[0-9]{1,5})?/)?"
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 # env names that hold secrets: those belong in ``secrets`` (resolved from connections), never in the plan
-_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(_|$)|(^|_)(API|ACCESS|PRIVATE)_KEY(_|$)")
-_OCID_RE = r"^ocid1\.{kind}\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9]{{20,80}}$"   # ocid1.<kind>.<realm>.<region>.<id>
+_SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(_|$)|(^|_)(API|ACCESS|PRIVATE)_KEY(_|$)"
+)
+_OCID_RE = r"^ocid1\.{kind}\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9]{{20,80}}$"  # ocid1.<kind>.<realm>.<region>.<id>
 
 
 def check_image(v: str) -> str:
     if not _IMAGE_RE.match(v):
-        raise ValueError(f"{v!r} is not a container image reference; write it as registry/name:tag (e.g. vllm/vllm-openai:v0.25.0)")
+        raise ValueError(
+            f"{v!r} is not a container image reference; write it as registry/name:tag (e.g. vllm/vllm-openai:v0.25.0)"
+        )
     return v
 
 
@@ -71,58 +77,87 @@ class ProviderOptions(Strict):
     subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]{8,17}$")
     security_group_ids: list[str] = []
     ami: str | None = Field(None, pattern=r"^ami-[0-9a-f]{8,17}$")
-    ssm_parameter: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]+$", description="SSM public parameter naming the AMI")
-    capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$", description="EC2 Capacity Block / ODCR id")
+    ssm_parameter: str | None = Field(
+        None, pattern=r"^/[A-Za-z0-9_./-]+$", description="SSM public parameter naming the AMI"
+    )
+    capacity_reservation_id: str | None = Field(
+        None, pattern=r"^cr-[0-9a-f]{8,17}$", description="EC2 Capacity Block / ODCR id"
+    )
     key_name: str | None = Field(None, pattern=_NAME_RE, description="EC2 key pair for SSH (optional)")
     ssh_key_ids: list[str] = Field([], description="Vultr / DigitalOcean SSH key ids (optional)")
     os_image: str | int | None = Field(None, description="Vultr os_id / image_id or DigitalOcean image slug")
-    compartment_id: str | None = Field(None, pattern=_OCID_RE.format(kind="(?:compartment|tenancy)"),
-                                       description="OCI compartment the node is launched in (default: the connection's)")
-    availability_domains: list[str] = Field([], description="OCI availability domains, ordered; tried within their region")
+    compartment_id: str | None = Field(
+        None,
+        pattern=_OCID_RE.format(kind="(?:compartment|tenancy)"),
+        description="OCI compartment the node is launched in (default: the connection's)",
+    )
+    availability_domains: list[str] = Field(
+        [], description="OCI availability domains, ordered; tried within their region"
+    )
     subnet_ocid: str | None = Field(None, pattern=_OCID_RE.format(kind="subnet"), description="OCI subnet (public)")
-    image_ocid: str | None = Field(None, pattern=_OCID_RE.format(kind="image"),
-                                   description="OCI image (default: the newest platform GPU image for the shape)")
+    image_ocid: str | None = Field(
+        None,
+        pattern=_OCID_RE.format(kind="image"),
+        description="OCI image (default: the newest platform GPU image for the shape)",
+    )
     root_volume_gb: int = Field(1000, ge=50, le=16000)
     ingress_cidr: str | None = Field(None, description="only this CIDR reaches the serving port")
     client_mode: Literal["remote", "co-located"] | None = Field(
-        None, description="where the benchmark client runs: co-located on the node (default on clouds) or remote "
-                          "(the Airflow worker; default for local and static targets)")
+        None,
+        description="where the benchmark client runs: co-located on the node (default on clouds) or remote "
+        "(the Airflow worker; default for local and static targets)",
+    )
     ready_timeout_s: float = Field(1800, gt=0, le=86_400, description="node boot deadline")
-    deploy_timeout_s: float | None = Field(None, gt=0, le=86_400, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)")
+    deploy_timeout_s: float | None = Field(
+        None, gt=0, le=86_400, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)"
+    )
     inject_fault: str | None = Field(None, description="rehearsal only: fail on purpose at this stage")
-    base_url: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?/?$",
-                                 description="static: an existing endpoint that needs no key")
+    base_url: str | None = Field(
+        None,
+        pattern=r"^https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?/?$",
+        description="static: an existing endpoint that needs no key",
+    )
     endpoint_connection: str | None = Field(
-        None, description="static: the Airflow connection (static_endpoint_*) whose host is the endpoint's URL and "
-                    "whose password is its key; the plan never holds either")
+        None,
+        description="static: the Airflow connection (static_endpoint_*) whose host is the endpoint's URL and "
+        "whose password is its key; the plan never holds either",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _no_key_env(cls, data: Any) -> Any:
         if isinstance(data, dict) and "api_key_env" in data:
-            raise ValueError("api_key_env is no longer accepted: a plan must not name the worker's environment "
-                             "variables. Create an Airflow connection static_endpoint_<name> (host: the endpoint's "
-                             "URL, password: its key) and set provider_options.endpoint_connection to its id")
+            raise ValueError(
+                "api_key_env is no longer accepted: a plan must not name the worker's environment "
+                "variables. Create an Airflow connection static_endpoint_<name> (host: the endpoint's "
+                "URL, password: its key) and set provider_options.endpoint_connection to its id"
+            )
         return data
 
     @field_validator("endpoint_connection")
     @classmethod
     def _static_conn(cls, v: str | None) -> str | None:
         if v is not None and (not allowed_connection(v, (STATIC_CONN_PREFIX,)) or v == STATIC_CONN_PREFIX):
-            raise ValueError(f"{v!r} is not a connection a plan may name here; use the id of a connection starting "
-                             f"with {STATIC_CONN_PREFIX} (e.g. {STATIC_CONN_PREFIX}pool) whose host is the endpoint's "
-                             "URL and whose password is its key")
+            raise ValueError(
+                f"{v!r} is not a connection a plan may name here; use the id of a connection starting "
+                f"with {STATIC_CONN_PREFIX} (e.g. {STATIC_CONN_PREFIX}pool) whose host is the endpoint's "
+                "URL and whose password is its key"
+            )
         return v
 
     @field_validator("regions", "zones", "security_group_ids", "ssh_key_ids")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
-        return _each(v, r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", "is not a valid region/zone/id; use letters, digits, - and _")
+        return _each(
+            v, r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", "is not a valid region/zone/id; use letters, digits, - and _"
+        )
 
     @field_validator("availability_domains")
     @classmethod
     def _ads(cls, v: list[str]) -> list[str]:
-        return _each(v, r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", "is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1")
+        return _each(
+            v, r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", "is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1"
+        )
 
     @field_validator("os_image")
     @classmethod
@@ -139,7 +174,9 @@ class ProviderOptions(Strict):
         try:
             return str(ipaddress.ip_network(v, strict=False))
         except ValueError:
-            raise ValueError(f"{v!r} is not a CIDR; write e.g. 203.0.113.7/32 (the address Airflow reaches the node from)") from None
+            raise ValueError(
+                f"{v!r} is not a CIDR; write e.g. 203.0.113.7/32 (the address Airflow reaches the node from)"
+            ) from None
 
     @field_validator("inject_fault")
     @classmethod
@@ -151,12 +188,16 @@ class ProviderOptions(Strict):
     @model_validator(mode="after")
     def _one_vpc(self) -> "ProviderOptions":
         if (self.subnet_id or self.security_group_ids) and len(self.regions) > 1:
-            raise ValueError("subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)")
+            raise ValueError(
+                "subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)"
+            )
         if self.ami and self.ssm_parameter:
             raise ValueError("give either ami or ssm_parameter, not both")
         if self.base_url and self.endpoint_connection:
-            raise ValueError("give either base_url (an endpoint without a key) or endpoint_connection (the "
-                             "connection's host is the URL), not both: a plan may not send a connection's key elsewhere")
+            raise ValueError(
+                "give either base_url (an endpoint without a key) or endpoint_connection (the "
+                "connection's host is the URL), not both: a plan may not send a connection's key elsewhere"
+            )
         return self
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -173,8 +214,12 @@ class EmulatorSettings(Strict):
     prefill_efficiency: float = Field(0.45, gt=0, le=1, description="share of peak FLOPs prefill reaches")
     decode_efficiency: float = Field(0.65, gt=0, le=1, description="share of HBM bandwidth decode reaches")
     max_num_seqs: int = Field(256, ge=1, le=65_536, description="scheduler cap on concurrent sequences")
-    time_scale: float = Field(1.0, gt=0, le=1000, description="multiply every emulated delay (demo speed-up); figures are rescaled back")
-    accuracy_error_rate: float = Field(0.0, ge=0, le=1, description="share of accuracy-set answers made wrong on purpose")
+    time_scale: float = Field(
+        1.0, gt=0, le=1000, description="multiply every emulated delay (demo speed-up); figures are rescaled back"
+    )
+    accuracy_error_rate: float = Field(
+        0.0, ge=0, le=1, description="share of accuracy-set answers made wrong on purpose"
+    )
     seed: int = 0
 
 
@@ -183,8 +228,12 @@ class Hardware(Strict):
     bakeoff did not provision it, so it states only what the plan says (plus the catalog's figures
     when ``gpu`` names a catalog GPU), never an invented spec."""
 
-    gpu: str = Field(min_length=1, max_length=80, description="GPU model, e.g. H100 SXM 80GB (a catalog GPU "
-                     "name such as h100 or mi300x also brings its catalog figures: memory, power)")
+    gpu: str = Field(
+        min_length=1,
+        max_length=80,
+        description="GPU model, e.g. H100 SXM 80GB (a catalog GPU "
+        "name such as h100 or mi300x also brings its catalog figures: memory, power)",
+    )
     gpus: int = Field(ge=1, le=1024, description="GPUs behind the endpoint (the node size the price is for)")
     description: str = Field("", max_length=200, description="free text: host, interconnect, owner")
 
@@ -223,13 +272,21 @@ class PriceOverride(Strict):
 class Target(Strict):
     name: str = Field(min_length=1, max_length=80)
     provider: ProviderName
-    instance_type: str | None = Field(None, description="catalog instance type (required except for a static target "
-                                      "that describes its hardware instead)")
-    hardware: Hardware | None = Field(None, description="static only: the endpoint's hardware, free-form, instead "
-                                      "of a catalog instance_type")
-    served_model: str | None = Field(None, min_length=1, max_length=256, pattern=r"^[^\s\x00-\x1f\x7f]+$",
-                                     description="static only: the model id the endpoint answers to (its "
-                                     "--served-model-name); default: the catalog model's HF id")
+    instance_type: str | None = Field(
+        None,
+        description="catalog instance type (required except for a static target that describes its hardware instead)",
+    )
+    hardware: Hardware | None = Field(
+        None, description="static only: the endpoint's hardware, free-form, instead of a catalog instance_type"
+    )
+    served_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^\s\x00-\x1f\x7f]+$",
+        description="static only: the model id the endpoint answers to (its "
+        "--served-model-name); default: the catalog model's HF id",
+    )
     stack: str = "vllm"
     model: str
     quantization: Literal["bf16", "fp8", "fp4", "mxfp4"] = "fp8"
@@ -239,8 +296,11 @@ class Target(Strict):
     image: str | None = None
     engine_args: list[str] = []
     env: dict[str, str] = {}
-    secrets: dict[str, str] = Field({}, description="serving secrets: env name on the node (HF_*, REGISTRY_*) -> "
-                                    "Airflow connection (huggingface_*, registry_*) whose password is the value")
+    secrets: dict[str, str] = Field(
+        {},
+        description="serving secrets: env name on the node (HF_*, REGISTRY_*) -> "
+        "Airflow connection (huggingface_*, registry_*) whose password is the value",
+    )
     emulator: EmulatorSettings = EmulatorSettings()
     provider_options: ProviderOptions = ProviderOptions()
     price: PriceOverride | None = None
@@ -271,8 +331,10 @@ class Target(Strict):
                 raise ValueError(f"environment variable name {k!r} is not a valid name; use letters, digits and _")
             check_arg(val)
             if _SECRET_NAME.search(k.upper()):
-                raise ValueError(f"env.{k} looks like a secret, and env values are stored in plan.json, deploy.json "
-                                 f"and reports; name a connection instead: secrets: {{{k}: huggingface_default}}")
+                raise ValueError(
+                    f"env.{k} looks like a secret, and env values are stored in plan.json, deploy.json "
+                    f"and reports; name a connection instead: secrets: {{{k}: huggingface_default}}"
+                )
         return v
 
     @field_validator("secrets")
@@ -282,11 +344,15 @@ class Target(Strict):
             raise ValueError(f"at most 8 secrets per target, got {len(v)}")
         for k, conn in v.items():
             if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", k) or not k.startswith(SECRET_ENV_PREFIXES):
-                raise ValueError(f"secrets.{k}: the variable name must start with {', '.join(SECRET_ENV_PREFIXES)} "
-                                 "(upper case, digits, _), e.g. HF_TOKEN")
+                raise ValueError(
+                    f"secrets.{k}: the variable name must start with {', '.join(SECRET_ENV_PREFIXES)} "
+                    "(upper case, digits, _), e.g. HF_TOKEN"
+                )
             if not isinstance(conn, str) or not allowed_connection(conn, SECRET_CONN_PREFIXES):
-                raise ValueError(f"secrets.{k}: {conn!r} is not a connection a plan may name; use one whose id "
-                                 f"starts with {' or '.join(SECRET_CONN_PREFIXES)}, e.g. huggingface_default")
+                raise ValueError(
+                    f"secrets.{k}: {conn!r} is not a connection a plan may name; use one whose id "
+                    f"starts with {' or '.join(SECRET_CONN_PREFIXES)}, e.g. huggingface_default"
+                )
         return v
 
     @field_validator("instance_type")
@@ -308,7 +374,9 @@ class Target(Strict):
     @classmethod
     def _known_model(cls, v: str) -> str:
         if v not in catalog.models():
-            raise ValueError(f"unknown model {v!r}; add it to the model catalog or use one of: {', '.join(sorted(catalog.models()))}")
+            raise ValueError(
+                f"unknown model {v!r}; add it to the model catalog or use one of: {', '.join(sorted(catalog.models()))}"
+            )
         return v
 
     @model_validator(mode="after")
@@ -317,32 +385,46 @@ class Target(Strict):
         it = self.instance
         if self.gpus_used > it.gpus:
             raise ValueError(
-                f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; lower tensor_parallel")
+                f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; lower tensor_parallel"
+            )
         if self.provider in CLOUD_PROVIDERS and it.provider != self.provider:
-            raise ValueError(f"instance type {it.type} is sold by {it.provider}, not {self.provider}; "
-                             f"pick a {self.provider} instance type or change provider")
+            raise ValueError(
+                f"instance type {it.type} is sold by {it.provider}, not {self.provider}; "
+                f"pick a {self.provider} instance type or change provider"
+            )
         if self.provider_options.client_mode == "co-located" and self.provider not in CLOUD_PROVIDERS:
-            raise ValueError(f"provider_options.client_mode: co-located needs a node bakeoff provisions "
-                             f"({', '.join(CLOUD_PROVIDERS)}); a {self.provider} target's client runs remotely, "
-                             "so use client_mode: remote")
+            raise ValueError(
+                f"provider_options.client_mode: co-located needs a node bakeoff provisions "
+                f"({', '.join(CLOUD_PROVIDERS)}); a {self.provider} target's client runs remotely, "
+                "so use client_mode: remote"
+            )
         opts = self.provider_options
         if self.provider == "static" and not (opts.base_url or opts.endpoint_connection):
-            raise ValueError("provider_options.endpoint_connection: a static target needs its endpoint: name the "
-                             "connection static_endpoint_<name> that holds its URL and key (or give base_url for an "
-                             "endpoint without a key)")
+            raise ValueError(
+                "provider_options.endpoint_connection: a static target needs its endpoint: name the "
+                "connection static_endpoint_<name> that holds its URL and key (or give base_url for an "
+                "endpoint without a key)"
+            )
         if self.secrets and self.provider not in CLOUD_PROVIDERS:
-            raise ValueError(f"secrets: only a node bakeoff provisions ({', '.join(CLOUD_PROVIDERS)}) gets serving "
-                             f"secrets; a {self.provider} target's server is not started by bakeoff, so remove them")
+            raise ValueError(
+                f"secrets: only a node bakeoff provisions ({', '.join(CLOUD_PROVIDERS)}) gets serving "
+                f"secrets; a {self.provider} target's server is not started by bakeoff, so remove them"
+            )
         if set(self.secrets) & set(self.env):
-            raise ValueError(f"secrets and env both set {sorted(set(self.secrets) & set(self.env))}; keep each name in one")
+            raise ValueError(
+                f"secrets and env both set {sorted(set(self.secrets) & set(self.env))}; keep each name in one"
+            )
         if self.hardware and self.price is None:
-            raise ValueError("price.usd_per_hour: a target described by hardware has no catalog price; give what the "
-                             "endpoint costs you (price: {usd_per_hour: 20.0, market: contract}) so its cost per "
-                             "token can be reported")
+            raise ValueError(
+                "price.usd_per_hour: a target described by hardware has no catalog price; give what the "
+                "endpoint costs you (price: {usd_per_hour: 20.0, market: contract}) so its cost per "
+                "token can be reported"
+            )
         if it.usd_per_hour is None and self.price is None:
             raise ValueError(
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "
-                "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target")
+                "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target"
+            )
         return self
 
     def _static_only(self) -> None:
@@ -350,19 +432,27 @@ class Target(Strict):
         if self.provider != "static":
             for field in ("hardware", "served_model"):
                 if getattr(self, field) is not None:
-                    raise ValueError(f"{field}: only a static target takes it; bakeoff starts the server of a "
-                                     f"{self.provider} target itself, on a catalog instance_type, serving the model "
-                                     "under its HF id")
+                    raise ValueError(
+                        f"{field}: only a static target takes it; bakeoff starts the server of a "
+                        f"{self.provider} target itself, on a catalog instance_type, serving the model "
+                        "under its HF id"
+                    )
         if self.instance_type is None and not self.hardware:
-            raise ValueError("instance_type: required; name a catalog instance type (a static target may describe "
-                             "its hardware instead: hardware: {gpu: H100 SXM 80GB, gpus: 8})")
+            raise ValueError(
+                "instance_type: required; name a catalog instance type (a static target may describe "
+                "its hardware instead: hardware: {gpu: H100 SXM 80GB, gpus: 8})"
+            )
         if self.instance_type is not None and self.hardware:
-            raise ValueError("hardware: give either instance_type (a catalog instance) or hardware (a free-form "
-                             "description), not both")
+            raise ValueError(
+                "hardware: give either instance_type (a catalog instance) or hardware (a free-form "
+                "description), not both"
+            )
         if self.provider == "static" and (self.image or self.engine_args or self.env):
-            raise ValueError("image / engine_args / env: bakeoff does not start a static endpoint's server, so these "
-                             "would describe a deployment it did not make; remove them (the server's own /version, "
-                             "/v1/models and /metrics are recorded instead)")
+            raise ValueError(
+                "image / engine_args / env: bakeoff does not start a static endpoint's server, so these "
+                "would describe a deployment it did not make; remove them (the server's own /version, "
+                "/v1/models and /metrics are recorded instead)"
+            )
 
     @property
     def served_model_id(self) -> str:
@@ -403,11 +493,17 @@ class Target(Strict):
 
     @property
     def instance(self) -> catalog.InstanceType:
-        if self.instance_type is None:        # a static endpoint described in the plan
+        if self.instance_type is None:  # a static endpoint described in the plan
             h = self.hardware
-            return catalog.InstanceType(provider="static", type="described", gpu=self.gpu.name, gpus=h.gpus,
-                                        market=self.price.market if self.price else "contract",
-                                        source="described in the plan", note=h.description)
+            return catalog.InstanceType(
+                provider="static",
+                type="described",
+                gpu=self.gpu.name,
+                gpus=h.gpus,
+                market=self.price.market if self.price else "contract",
+                source="described in the plan",
+                note=h.description,
+            )
         return catalog.instance_types()[self.instance_type]
 
     @property

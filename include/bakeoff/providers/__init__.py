@@ -3,6 +3,7 @@
 Credentials are passed in by the caller (the DAG layer turns Airflow connections into them; the CLI
 reads the environment), never looked up here.
 """
+
 from __future__ import annotations
 
 from importlib import import_module

@@ -9,6 +9,7 @@ Why each safeguard:
   placement tried and why it was refused.
 Instance ids are ``<region>/<i-...>`` so describe/terminate need no region lookup.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,16 +22,33 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bakeoff import catalog
-from bakeoff.providers.base import (TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, PartialListing, Provider,
-                                    ProviderError, poll_until_reachable)
+from bakeoff.providers.base import (
+    TAG_EXPIRES,
+    TAG_RUN,
+    TAG_TARGET,
+    CapacityError,
+    Instance,
+    PartialListing,
+    Provider,
+    ProviderError,
+    poll_until_reachable,
+)
 from bakeoff.providers.rest import TAG_PORT, resolve_address
 from bakeoff.serving import userdata
 
 log = logging.getLogger(__name__)
 
-CAPACITY_CODES = {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
-                  "InsufficientReservedInstanceCapacity", "InstanceLimitExceeded", "VcpuLimitExceeded",
-                  "ReservationCapacityExceeded", "Unsupported", "InsufficientCapacityOnHost"}
+CAPACITY_CODES = {
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity",
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "ReservationCapacityExceeded",
+    "Unsupported",
+    "InsufficientCapacityOnHost",
+}
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # Deep Learning Base AMI (Ubuntu 22.04, NVIDIA driver + Docker + NVIDIA container toolkit)
 DEFAULT_SSM_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
@@ -75,10 +93,15 @@ class AwsProvider(Provider):
         """Every region the account can use, so a sweep or reaper pass misses no plan's region."""
         if self._regions is None:
             try:
-                found = {r["RegionName"] for r in self._client("ec2", self.default_region).describe_regions()["Regions"]}
+                found = {
+                    r["RegionName"] for r in self._client("ec2", self.default_region).describe_regions()["Regions"]
+                }
             except ClientError as e:
-                log.warning("aws: describe_regions failed (%s); scanning %s only", e.response["Error"]["Code"],
-                            ", ".join(sorted(self._known_regions)))
+                log.warning(
+                    "aws: describe_regions failed (%s); scanning %s only",
+                    e.response["Error"]["Code"],
+                    ", ".join(sorted(self._known_regions)),
+                )
                 found = set()
             self._regions = sorted(found | self._known_regions)
         return self._regions
@@ -86,8 +109,9 @@ class AwsProvider(Provider):
     def _client(self, service: str, region: str):
         key = (service, region)
         if key not in self._clients:
-            self._clients[key] = self.session.client(service, region_name=region, endpoint_url=self.endpoint_url,
-                                                     config=self._config)
+            self._clients[key] = self.session.client(
+                service, region_name=region, endpoint_url=self.endpoint_url, config=self._config
+            )
         return self._clients[key]
 
     # placement ------------------------------------------------------------------
@@ -112,8 +136,10 @@ class AwsProvider(Provider):
         try:
             return self._client("ssm", region).get_parameter(Name=name)["Parameter"]["Value"]
         except ClientError as e:
-            raise ProviderError(f"aws: cannot read AMI parameter {name} in {region} "
-                                f"({e.response['Error']['Code']}); set provider_options.ami or ssm_parameter") from None
+            raise ProviderError(
+                f"aws: cannot read AMI parameter {name} in {region} "
+                f"({e.response['Error']['Code']}); set provider_options.ami or ssm_parameter"
+            ) from None
 
     def _security_groups(self, target, run_id: str, region: str, tags: dict[str, str]) -> list[str]:
         """The plan's groups, else a per-run group that opens only the serving and agent ports to ingress_cidr."""
@@ -130,27 +156,40 @@ class AwsProvider(Provider):
         else:
             vpcs = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
             if not vpcs:
-                raise ProviderError(f"aws: {region} has no default VPC; set provider_options.subnet_id (and security_group_ids)")
+                raise ProviderError(
+                    f"aws: {region} has no default VPC; set provider_options.subnet_id (and security_group_ids)"
+                )
             vpc = vpcs[0]["VpcId"]
         sg = ec2.create_security_group(
-            GroupName=name, Description=f"bakeoff serving port for {target.slug}", VpcId=vpc,
-            TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(tags)}])["GroupId"]
+            GroupName=name,
+            Description=f"bakeoff serving port for {target.slug}",
+            VpcId=vpc,
+            TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(tags)}],
+        )["GroupId"]
         cidr = opts.ingress_cidr
         ranges = {"Ipv6Ranges": [{"CidrIpv6": cidr}]} if ":" in cidr else {"IpRanges": [{"CidrIp": cidr}]}
         from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
-        ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=[
-            {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, **ranges} for p in (target.stack_spec.port, AGENT_PORT)])
+
+        ec2.authorize_security_group_ingress(
+            GroupId=sg,
+            IpPermissions=[
+                {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, **ranges}
+                for p in (target.stack_spec.port, AGENT_PORT)
+            ],
+        )
         return [sg]
 
     # Provider interface -----------------------------------------------------------
     def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
         opts = target.provider_options
         if not opts.ingress_cidr and not opts.security_group_ids:
-            raise ProviderError(f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark client "
-                                "reaches the node from (e.g. 203.0.113.7/32), or give security_group_ids")
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark client "
+                "reaches the node from (e.g. 203.0.113.7/32), or give security_group_ids"
+            )
         try:
             mine = self.list_tagged(run_id)
-        except PartialListing as e:     # only a region this target may launch in matters for the reuse check
+        except PartialListing as e:  # only a region this target may launch in matters for the reuse check
             if {r for r, _ in self.placements(target)} & set(e.errors):
                 raise
             mine = e.found
@@ -168,27 +207,41 @@ class AwsProvider(Provider):
             except ClientError as e:
                 code, msg = e.response["Error"]["Code"], e.response["Error"].get("Message", "")
                 if code not in CAPACITY_CODES:
-                    raise ProviderError(f"aws: RunInstances {target.instance_type} in {where} failed: {code}: {msg}") from None
-                log.warning("aws: no capacity for %s in %s (%s); trying the next placement", target.instance_type, where, code)
+                    raise ProviderError(
+                        f"aws: RunInstances {target.instance_type} in {where} failed: {code}: {msg}"
+                    ) from None
+                log.warning(
+                    "aws: no capacity for %s in %s (%s); trying the next placement", target.instance_type, where, code
+                )
                 tried.append(f"{where} ({code})")
         raise CapacityError(
             f"aws: no capacity for {target.instance_type}; tried {', '.join(tried)}. Add zones/regions to "
             f"targets.{target.name}.provider_options, raise the vCPU quota, or reserve a Capacity Block "
-            "(provider_options.capacity_reservation_id)")
+            "(provider_options.capacity_reservation_id)"
+        )
 
-    def _launch(self, target, run_id: str, tags: dict[str, str], script: str, region: str, zone: str | None,
-                launch: int = 0) -> Instance:
+    def _launch(
+        self, target, run_id: str, tags: dict[str, str], script: str, region: str, zone: str | None, launch: int = 0
+    ) -> Instance:
         opts = target.provider_options
         ec2 = self._client("ec2", region)
         ami = self._ami(target, region)
         kw: dict[str, Any] = dict(
-            ImageId=ami, InstanceType=target.instance_type, MinCount=1, MaxCount=1,
+            ImageId=ami,
+            InstanceType=target.instance_type,
+            MinCount=1,
+            MaxCount=1,
             ClientToken=client_token(run_id, target.slug, zone or region, launch),
-            InstanceInitiatedShutdownBehavior="terminate", UserData=script,
+            InstanceInitiatedShutdownBehavior="terminate",
+            UserData=script,
             MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled"},
             TagSpecifications=[{"ResourceType": rt, "Tags": _tag_list(tags)} for rt in ("instance", "volume")],
-            BlockDeviceMappings=[{"DeviceName": self._root_device(ec2, ami),
-                                  "Ebs": {"VolumeSize": opts.root_volume_gb, "VolumeType": "gp3", "DeleteOnTermination": True}}],
+            BlockDeviceMappings=[
+                {
+                    "DeviceName": self._root_device(ec2, ami),
+                    "Ebs": {"VolumeSize": opts.root_volume_gb, "VolumeType": "gp3", "DeleteOnTermination": True},
+                }
+            ],
         )
         if opts.subnet_id:
             kw["SubnetId"] = opts.subnet_id
@@ -200,9 +253,12 @@ class AwsProvider(Provider):
         if opts.capacity_reservation_id:
             kw["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
             kw["CapacityReservationSpecification"] = {
-                "CapacityReservationTarget": {"CapacityReservationId": opts.capacity_reservation_id}}
+                "CapacityReservationTarget": {"CapacityReservationId": opts.capacity_reservation_id}
+            }
         raw = ec2.run_instances(**kw)["Instances"][0]
-        log.info("aws: launched %s (%s) in %s for %s", raw["InstanceId"], target.instance_type, zone or region, target.slug)
+        log.info(
+            "aws: launched %s (%s) in %s for %s", raw["InstanceId"], target.instance_type, zone or region, target.slug
+        )
         return self._to_instance(raw, region)
 
     @staticmethod
@@ -218,26 +274,46 @@ class AwsProvider(Provider):
         iid = f"{region}/{raw['InstanceId']}"
         # stopped nodes still bill for storage, and a state this code does not know may bill too: "failed",
         # so the sweep and the reaper still delete them; only what EC2 says is ending counts as gone
-        state = {"pending": "pending", "running": "running", "shutting-down": "terminated",
-                 "terminated": "terminated"}.get(raw["State"]["Name"], "failed")
+        state = {
+            "pending": "pending",
+            "running": "running",
+            "shutting-down": "terminated",
+            "terminated": "terminated",
+        }.get(raw["State"]["Name"], "failed")
         port = _stack_port(tags)
         host, agent_port = raw.get("PublicIpAddress") or raw.get("PrivateIpAddress"), None
         if state == "running":
             host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, host, port)
         launched = raw.get("LaunchTime")
         return Instance(
-            provider=self.name, id=iid, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
-            host=host, port=port, instance_type=raw.get("InstanceType", ""), region=region,
+            provider=self.name,
+            id=iid,
+            target=tags.get(TAG_TARGET, ""),
+            run_id=tags.get(TAG_RUN, ""),
+            state=state,
+            host=host,
+            port=port,
+            instance_type=raw.get("InstanceType", ""),
+            region=region,
             launched_at=launched.timestamp() if launched else None,
-            expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None, tags=tags,
-            details={"zone": (raw.get("Placement") or {}).get("AvailabilityZone"), "ec2_state": raw["State"]["Name"],
-                     "agent_port": agent_port})
+            expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None,
+            tags=tags,
+            details={
+                "zone": (raw.get("Placement") or {}).get("AvailabilityZone"),
+                "ec2_state": raw["State"]["Name"],
+                "agent_port": agent_port,
+            },
+        )
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
         return poll_until_reachable(
-            self, instance, timeout_s, min(5.0, max(0.2, timeout_s / 50)),
+            self,
+            instance,
+            timeout_s,
+            min(5.0, max(0.2, timeout_s / 50)),
             ended=lambda i: i.details.get("ec2_state") in ("shutting-down", "terminated", "stopping", "stopped"),
-            status=lambda i: i.details.get("ec2_state"))
+            status=lambda i: i.details.get("ec2_state"),
+        )
 
     def describe(self, instance_id: str) -> Instance | None:
         region, iid = split_id(instance_id)
@@ -268,13 +344,17 @@ class AwsProvider(Provider):
 
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
         flt = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
-        flt.append({"Name": f"tag:{TAG_RUN}", "Values": [run_id]} if run_id else {"Name": "tag-key", "Values": [TAG_RUN]})
+        flt.append(
+            {"Name": f"tag:{TAG_RUN}", "Values": [run_id]} if run_id else {"Name": "tag-key", "Values": [TAG_RUN]}
+        )
         out: list[Instance] = []
         errors: dict[str, str] = {}
-        for region in self.regions:      # one region's outage or opt-out must not hide the others' nodes
+        for region in self.regions:  # one region's outage or opt-out must not hide the others' nodes
             try:
                 pages = self._client("ec2", region).get_paginator("describe_instances").paginate(Filters=flt)
-                out += [self._to_instance(i, region) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+                out += [
+                    self._to_instance(i, region) for page in pages for r in page["Reservations"] for i in r["Instances"]
+                ]
             except (ClientError, BotoCoreError) as e:
                 errors[region] = _error_text(e)
                 log.warning("aws: cannot list instances in %s: %s", region, errors[region])
@@ -310,7 +390,9 @@ class AwsProvider(Provider):
                         ec2.delete_security_group(GroupId=g["GroupId"])
                         deleted.append(f"{region}/{g['GroupId']}")
                     except ClientError as e:
-                        log.info("aws: security group %s not deleted yet (%s)", g["GroupId"], e.response["Error"]["Code"])
+                        log.info(
+                            "aws: security group %s not deleted yet (%s)", g["GroupId"], e.response["Error"]["Code"]
+                        )
         return deleted
 
 

@@ -3,6 +3,7 @@
 Lifecycle: create -> wait_ready -> describe -> terminate, plus list_tagged to find leftovers by
 run tag even when the task that created them is gone. Every method is safe to retry.
 """
+
 from __future__ import annotations
 
 import abc
@@ -32,8 +33,9 @@ class PartialListing(ProviderError):
     """
 
     def __init__(self, provider: str, found: list["Instance"], errors: dict[str, str]):
-        super().__init__(f"{provider}: could not list every region: "
-                         + "; ".join(f"{where}: {why}" for where, why in errors.items()))
+        super().__init__(
+            f"{provider}: could not list every region: " + "; ".join(f"{where}: {why}" for where, why in errors.items())
+        )
         self.found, self.errors = found, dict(errors)
 
 
@@ -43,11 +45,11 @@ class Instance:
 
     provider: str
     id: str
-    target: str                       # target slug
+    target: str  # target slug
     run_id: str
-    state: str                        # pending | running | terminated | failed
-    host: str | None = None           # address the serving port is reached on
-    port: int | None = None           # serving port
+    state: str  # pending | running | terminated | failed
+    host: str | None = None  # address the serving port is reached on
+    port: int | None = None  # serving port
     instance_type: str = ""
     region: str | None = None
     launched_at: float | None = None  # epoch seconds
@@ -70,20 +72,30 @@ class Instance:
         return f"{scheme}://{self.host}:{self.port}"
 
 
-def poll_until_reachable(provider: "Provider", instance: Instance, timeout_s: float, poll_s: float, *,
-                         ended: Callable[[Instance], bool], status: Callable[[Instance], Any]) -> Instance:
+def poll_until_reachable(
+    provider: "Provider",
+    instance: Instance,
+    timeout_s: float,
+    poll_s: float,
+    *,
+    ended: Callable[[Instance], bool],
+    status: Callable[[Instance], Any],
+) -> Instance:
     """Describe the node until it runs with an address; fail fast if it ended, clearly at the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
         cur = provider.describe(instance.id)
         if cur is None or ended(cur):
-            raise ProviderError(f"{provider.name}: node {instance.id} ended before it was ready "
-                                f"({status(cur) if cur else 'gone'})")
+            raise ProviderError(
+                f"{provider.name}: node {instance.id} ended before it was ready ({status(cur) if cur else 'gone'})"
+            )
         if cur.state == "running" and cur.host and cur.port:
             return cur
         if time.monotonic() >= deadline:
-            raise ProviderError(f"{provider.name}: node {instance.id} not running with an address after "
-                                f"{timeout_s:.0f}s (status {status(cur)})")
+            raise ProviderError(
+                f"{provider.name}: node {instance.id} not running with an address after "
+                f"{timeout_s:.0f}s (status {status(cur)})"
+            )
         time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
 
 

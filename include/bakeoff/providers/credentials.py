@@ -4,6 +4,7 @@ In DAGs the hooks in plugins/ turn Airflow connections into the same dicts. A sa
 ``python -m bakeoff.sandbox`` publishes its fake clouds' credentials as JSON in $BAKEOFF_SANDBOX,
 which wins when set.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,14 @@ SANDBOX_ENV = "BAKEOFF_SANDBOX"
 TOKEN_ENV = {"vultr": "VULTR_API_KEY", "digitalocean": "DIGITALOCEAN_TOKEN"}
 BASE_URL_ENV = {"vultr": "VULTR_API_URL", "digitalocean": "DIGITALOCEAN_API_URL"}
 # OCI's API signing key, as the compose .env names it (the key itself is the PEM text)
-OCI_ENV = {"user": "OCI_USER_OCID", "tenancy": "OCI_TENANCY_OCID", "fingerprint": "OCI_KEY_FINGERPRINT",
-           "region": "OCI_REGION", "compartment_id": "OCI_COMPARTMENT_OCID", "key_content": "OCI_PRIVATE_KEY"}
+OCI_ENV = {
+    "user": "OCI_USER_OCID",
+    "tenancy": "OCI_TENANCY_OCID",
+    "fingerprint": "OCI_KEY_FINGERPRINT",
+    "region": "OCI_REGION",
+    "compartment_id": "OCI_COMPARTMENT_OCID",
+    "key_content": "OCI_PRIVATE_KEY",
+}
 
 
 def sandbox_credentials(provider: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ outbound stays open (images, weights). It is named ``<run tag>.<target slug>``, 
 sweep and the reaper find it with no stored state: it goes with its droplet (terminate), with a
 create that left no droplet, and in ``cleanup`` once no live droplet stands behind it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,7 @@ import httpx
 
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.base import TAG_RUN, TAG_TARGET, Instance, ProviderError
-from bakeoff.providers.rest import (RETRY_STATUS, TAG_PREFIX, RestProvider, _epoch, api_error, decode_tags,
-                                    run_tag)
+from bakeoff.providers.rest import RETRY_STATUS, TAG_PREFIX, RestProvider, _epoch, api_error, decode_tags, run_tag
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +34,11 @@ FIREWALLS = "firewalls"
 # create makes a firewall moments before its droplet: an empty one younger than this may be about to be used
 ORPHAN_GRACE_S = 900.0
 _ANYWHERE = {"addresses": ["0.0.0.0/0", "::/0"]}
-OUTBOUND_RULES = [{"protocol": "tcp", "ports": "all", "destinations": _ANYWHERE},
-                  {"protocol": "udp", "ports": "all", "destinations": _ANYWHERE},
-                  {"protocol": "icmp", "destinations": _ANYWHERE}]
+OUTBOUND_RULES = [
+    {"protocol": "tcp", "ports": "all", "destinations": _ANYWHERE},
+    {"protocol": "udp", "ports": "all", "destinations": _ANYWHERE},
+    {"protocol": "icmp", "destinations": _ANYWHERE},
+]
 
 
 def firewall_name(run_id: str, slug: str) -> str:
@@ -60,8 +62,10 @@ def inbound_rules(target) -> list[dict[str, Any]]:
     """TCP from ingress_cidr to the serving and agent ports, and to SSH only when keys are installed."""
     opts = target.provider_options
     ports = [target.stack_spec.port, AGENT_PORT] + ([22] if opts.ssh_key_ids else [])
-    return [{"protocol": "tcp", "ports": str(p), "sources": {"addresses": [opts.ingress_cidr]}}
-            for p in dict.fromkeys(ports)]
+    return [
+        {"protocol": "tcp", "ports": str(p), "sources": {"addresses": [opts.ingress_cidr]}}
+        for p in dict.fromkeys(ports)
+    ]
 
 
 def firewall_error(method: str, path: str, r: httpx.Response, target=None) -> ProviderError:
@@ -70,8 +74,10 @@ def firewall_error(method: str, path: str, r: httpx.Response, target=None) -> Pr
     if r.status_code in (401, 403):
         fix = "give the token the firewall (create, read, delete) and tag:create scopes, or use a full-access token"
     elif "limit" in str(err).lower():
-        fix = ("delete unused cloud firewalls (python -m bakeoff reap removes bakeoff's orphans) "
-               "or raise the account limit")
+        fix = (
+            "delete unused cloud firewalls (python -m bakeoff reap removes bakeoff's orphans) "
+            "or raise the account limit"
+        )
     elif r.status_code in (400, 422) and target is not None:
         fix = f"check targets.{target.name}.provider_options.ingress_cidr (a CIDR such as 203.0.113.7/32)"
     else:
@@ -91,11 +97,18 @@ class DigitalOceanProvider(RestProvider):
         run = next((t for t in tags if t.startswith("bakeoff-run-")), "")
         name = f"bakeoff-{target.slug}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
         owner = decode_tags(tags)
-        return {"name": name[:255], "region": region, "size": target.instance_type,
-                "image": target.provider_options.os_image or DEFAULT_IMAGE, "user_data": script,
-                "tags": [*tags, firewall_tag(owner[TAG_RUN], owner[TAG_TARGET])],      # behind its firewall from boot
-                "ssh_keys": list(target.provider_options.ssh_key_ids), "ipv6": False, "monitoring": False,
-                "backups": False}
+        return {
+            "name": name[:255],
+            "region": region,
+            "size": target.instance_type,
+            "image": target.provider_options.os_image or DEFAULT_IMAGE,
+            "user_data": script,
+            "tags": [*tags, firewall_tag(owner[TAG_RUN], owner[TAG_TARGET])],  # behind its firewall from boot
+            "ssh_keys": list(target.provider_options.ssh_key_ids),
+            "ipv6": False,
+            "monitoring": False,
+            "backups": False,
+        }
 
     def parse(self, raw: dict[str, Any]) -> tuple[str, str | None, str]:
         nets = (raw.get("networks") or {}).get("v4") or []
@@ -112,7 +125,7 @@ class DigitalOceanProvider(RestProvider):
         """Firewall first, then the droplet behind it, then the firewall checked again (a reaper pass
         may have removed an old empty one in between); a create that leaves no droplet takes its
         firewall with it."""
-        if not target.provider_options.ingress_cidr:           # the shared create says what to set
+        if not target.provider_options.ingress_cidr:  # the shared create says what to set
             return super().create(target, run_id, tags=tags, spec=spec)
         self.ensure_firewall(target, run_id)
         try:
@@ -153,8 +166,11 @@ class DigitalOceanProvider(RestProvider):
             every = list(self.api.pages(FIREWALLS, FIREWALLS, {"per_page": self.page_size}))
         except ProviderError as e:
             raise ProviderError(f"{e} (listing cloud firewalls: a scoped token needs firewall:read)") from None
-        return [fw for fw in every if (owner := firewall_owner(fw.get("name", "")))
-                and (run_id is None or owner[0] == run_id)]
+        return [
+            fw
+            for fw in every
+            if (owner := firewall_owner(fw.get("name", ""))) and (run_id is None or owner[0] == run_id)
+        ]
 
     def ensure_firewall(self, target, run_id: str) -> dict[str, Any]:
         """The run+target's firewall, made once: a retried task, or a create whose answer was lost, finds it
@@ -168,15 +184,20 @@ class DigitalOceanProvider(RestProvider):
             self._ensure_tag(tag)
             r = self._post_once(FIREWALLS, body)
             if r is not None and r.status_code in (200, 201, 202):
-                log.info("digitalocean: cloud firewall %s for %s allows %s", name, target.slug,
-                         target.provider_options.ingress_cidr)
+                log.info(
+                    "digitalocean: cloud firewall %s for %s allows %s",
+                    name,
+                    target.slug,
+                    target.provider_options.ingress_cidr,
+                )
                 return r.json()["firewall"]
             if r is not None and r.status_code not in RETRY_STATUS:
                 raise firewall_error("POST", FIREWALLS, r, target)
             if attempt < self.api.retries:
                 self.api.backoff(attempt, r.headers.get("Retry-After") if r is not None else None)
-        raise ProviderError(f"digitalocean: creating cloud firewall {name} kept failing; no droplet was started, "
-                            "try again later")
+        raise ProviderError(
+            f"digitalocean: creating cloud firewall {name} kept failing; no droplet was started, try again later"
+        )
 
     def _post_once(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
         """One POST, not blindly retried; None when the answer was lost (the caller looks before retrying)."""
@@ -220,8 +241,9 @@ class DigitalOceanProvider(RestProvider):
             mine = [fw["id"] for fw in self.firewalls(run_id) if fw["name"] == name]
             return [fid for fid in mine if self._delete_firewall(fid)]
         except ProviderError as e:
-            log.warning("digitalocean: cloud firewall of %s (run %s) left for the sweep or the reaper: %s",
-                        slug, run_id, e)
+            log.warning(
+                "digitalocean: cloud firewall of %s (run %s) left for the sweep or the reaper: %s", slug, run_id, e
+            )
             return []
 
 

@@ -13,6 +13,7 @@ Layout under state_root()/local/:  instances/<id>.json (registry), <id>/config.j
 It serves plain http on 127.0.0.1 only: traffic never leaves the machine's loopback interface, so
 there is no network path for TLS to protect (cloud nodes get a pinned per-node certificate).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ EMULATOR_MODULE = "bakeoff.serving.emulator"
 API_KEY_ENV = "BAKEOFF_API_KEY"
 HOST = "127.0.0.1"
 
-_children: dict[int, subprocess.Popen] = {}     # processes this interpreter started, reaped on terminate
+_children: dict[int, subprocess.Popen] = {}  # processes this interpreter started, reaped on terminate
 
 
 def _root() -> Path:
@@ -63,8 +64,9 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 class LocalProvider(Provider):
     name = "local"
 
-    def __init__(self, credentials: dict | None = None, *, grace_s: float = 5.0, python: str | None = None,
-                 **options: Any):
+    def __init__(
+        self, credentials: dict | None = None, *, grace_s: float = 5.0, python: str | None = None, **options: Any
+    ):
         self.grace_s = grace_s
         self.python = python or sys.executable
         self.options = options
@@ -114,9 +116,18 @@ class LocalProvider(Provider):
         if state is None:
             state = ("running" if port else "pending") if alive else "terminated"
         return Instance(
-            provider=self.name, id=rec["id"], target=rec["target"], run_id=rec["run_id"], state=state,
-            host=HOST, port=port, instance_type=rec.get("instance_type", ""), region="local",
-            launched_at=rec.get("launched_at"), expires_at=rec.get("expires_at"), tags=dict(rec.get("tags", {})),
+            provider=self.name,
+            id=rec["id"],
+            target=rec["target"],
+            run_id=rec["run_id"],
+            state=state,
+            host=HOST,
+            port=port,
+            instance_type=rec.get("instance_type", ""),
+            region="local",
+            launched_at=rec.get("launched_at"),
+            expires_at=rec.get("expires_at"),
+            tags=dict(rec.get("tags", {})),
             details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode")} | {"emulated": True},
         )
 
@@ -137,27 +148,63 @@ class LocalProvider(Provider):
         workdir.mkdir(parents=True, exist_ok=True)
         config_path, port_file, log_path = workdir / "config.json", workdir / "port", workdir / "emulator.log"
         port_file.unlink(missing_ok=True)
-        config = {"mode": mode, "target": target.model_dump(mode="json"), "served_model": target.model_spec.hf_id,
-                  "api_key_env": API_KEY_ENV if api_key else None, "expires_at": expires_at}
+        config = {
+            "mode": mode,
+            "target": target.model_dump(mode="json"),
+            "served_model": target.model_spec.hf_id,
+            "api_key_env": API_KEY_ENV if api_key else None,
+            "expires_at": expires_at,
+        }
         if "scripted" in spec:
             config["scripted"] = spec["scripted"]
         _write_json(config_path, config)
         env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
         if api_key:
             env[API_KEY_ENV] = api_key
-        cmd = [self.python, "-m", EMULATOR_MODULE, "--config", str(config_path), "--host", HOST, "--port", "0",
-               "--port-file", str(port_file)]
+        cmd = [
+            self.python,
+            "-m",
+            EMULATOR_MODULE,
+            "--config",
+            str(config_path),
+            "--host",
+            HOST,
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ]
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
         _children[proc.pid] = proc
         all_tags = {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug}
         if expires_at is not None:
             all_tags[TAG_EXPIRES] = str(int(expires_at))
-        rec = {"id": iid, "run_id": run_id, "target": target.slug, "instance_type": target.instance_type,
-               "pid": proc.pid, "pgid": proc.pid, "port": None, "port_file": str(port_file), "config": str(config_path),
-               "log": str(log_path), "mode": mode, "tags": all_tags, "launched_at": time.time(),
-               "expires_at": expires_at, "state": "running"}
+        rec = {
+            "id": iid,
+            "run_id": run_id,
+            "target": target.slug,
+            "instance_type": target.instance_type,
+            "pid": proc.pid,
+            "pgid": proc.pid,
+            "port": None,
+            "port_file": str(port_file),
+            "config": str(config_path),
+            "log": str(log_path),
+            "mode": mode,
+            "tags": all_tags,
+            "launched_at": time.time(),
+            "expires_at": expires_at,
+            "state": "running",
+        }
         _write_json(self._record_path(iid), rec)
         return rec
 
@@ -169,8 +216,10 @@ class LocalProvider(Provider):
         last = "no port yet"
         while time.monotonic() < deadline:
             if not self._alive(rec):
-                raise ProviderError(f"emulator {instance.id} exited before it was ready; its log {rec['log']} ends:\n"
-                                    + _tail(Path(rec["log"])))
+                raise ProviderError(
+                    f"emulator {instance.id} exited before it was ready; its log {rec['log']} ends:\n"
+                    + _tail(Path(rec["log"]))
+                )
             port = self._port(rec)
             if port:
                 try:
@@ -214,7 +263,7 @@ class LocalProvider(Provider):
         while time.monotonic() < deadline and _running(pid):
             time.sleep(0.02)
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)      # stragglers, or a leader that ignored SIGTERM
+            os.killpg(pgid, signal.SIGKILL)  # stragglers, or a leader that ignored SIGTERM
         child = _children.pop(pid, None)
         if child is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -20,6 +20,7 @@ is regional, compartments are not a boundary to it), and also lists the known co
 (the search index trails a launch by seconds). A region that cannot be searched is reported, never
 allowed to hide the others. ``service_endpoint`` (a private or fake endpoint) may hold ``{region}``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,8 +32,17 @@ from typing import Any, Callable
 import oci
 from oci.exceptions import ServiceError
 
-from bakeoff.providers.base import (TAG_EXPIRES, TAG_RUN, TAG_TARGET, CapacityError, Instance, PartialListing, Provider,
-                                    ProviderError, poll_until_reachable)
+from bakeoff.providers.base import (
+    TAG_EXPIRES,
+    TAG_RUN,
+    TAG_TARGET,
+    CapacityError,
+    Instance,
+    PartialListing,
+    Provider,
+    ProviderError,
+    poll_until_reachable,
+)
 from bakeoff.providers.rest import TAG_PORT, resolve_address
 from bakeoff.serving import userdata
 
@@ -40,12 +50,25 @@ log = logging.getLogger(__name__)
 
 CONN_ID = "oci_default"
 # where each config field lives in the Airflow connection, for the "incomplete" error
-CONN_FIELDS = {"user": "login (user OCID)", "key_file": "password (API signing key PEM)",
-               "key_content": "password (API signing key PEM)", "tenancy": "extra.tenancy",
-               "fingerprint": "extra.fingerprint", "region": "extra.region"}
-STATES = {"PROVISIONING": "pending", "STARTING": "pending", "MOVING": "pending", "CREATING_IMAGE": "running",
-          "RUNNING": "running", "STOPPING": "failed", "STOPPED": "failed",
-          "TERMINATING": "terminated", "TERMINATED": "terminated"}
+CONN_FIELDS = {
+    "user": "login (user OCID)",
+    "key_file": "password (API signing key PEM)",
+    "key_content": "password (API signing key PEM)",
+    "tenancy": "extra.tenancy",
+    "fingerprint": "extra.fingerprint",
+    "region": "extra.region",
+}
+STATES = {
+    "PROVISIONING": "pending",
+    "STARTING": "pending",
+    "MOVING": "pending",
+    "CREATING_IMAGE": "running",
+    "RUNNING": "running",
+    "STOPPING": "failed",
+    "STOPPED": "failed",
+    "TERMINATING": "terminated",
+    "TERMINATED": "terminated",
+}
 GONE = ("TERMINATING", "TERMINATED")
 TAG_PREFIX = "bakeoff"
 
@@ -57,8 +80,10 @@ def encode_tags(tags: dict[str, str]) -> dict[str, str]:
 
 
 def decode_tags(tags: dict[str, str] | None) -> dict[str, str]:
-    return {(f"{TAG_PREFIX}:{k[len(TAG_PREFIX) + 1:]}" if k.startswith(f"{TAG_PREFIX}_") else k): v
-            for k, v in (tags or {}).items()}
+    return {
+        (f"{TAG_PREFIX}:{k[len(TAG_PREFIX) + 1 :]}" if k.startswith(f"{TAG_PREFIX}_") else k): v
+        for k, v in (tags or {}).items()
+    }
 
 
 def retry_token(run_id: str, target_slug: str, placement: str) -> str:
@@ -83,23 +108,32 @@ def region_of(ocid: str, default: str) -> str:
 
 def is_capacity(e: ServiceError) -> bool:
     msg = (e.message or "").lower()
-    return (e.status == 500 and "out of host capacity" in msg) or e.status == 429 or e.code == "LimitExceeded" \
+    return (
+        (e.status == 500 and "out of host capacity" in msg)
+        or e.status == 429
+        or e.code == "LimitExceeded"
         or "capacity" in msg
+    )
 
 
 def _config(creds: dict[str, Any]) -> dict[str, Any]:
     """The SDK config from the connection's fields; a clear error (never the key) when it is incomplete."""
-    config = {k: creds[k] for k in ("user", "fingerprint", "tenancy", "region", "key_content", "key_file", "pass_phrase")
-              if creds.get(k)}
+    config = {
+        k: creds[k]
+        for k in ("user", "fingerprint", "tenancy", "region", "key_content", "key_file", "pass_phrase")
+        if creds.get(k)
+    }
     if "\\n" in config.get("key_content", "") and "\n" not in config["key_content"]:
-        config["key_content"] = config["key_content"].replace("\\n", "\n")   # a PEM pasted with escaped newlines
+        config["key_content"] = config["key_content"].replace("\\n", "\n")  # a PEM pasted with escaped newlines
     try:
         oci.config.validate_config(dict(config))
     except oci.exceptions.InvalidConfig as e:
         problems = sorted({f"{CONN_FIELDS.get(k, k)} {why}" for k, why in e.errors.items()})
-        raise ProviderError(f"oci: the {CONN_ID} Airflow connection is incomplete: {', '.join(problems)}. Set login = "
-                            "user OCID, password = the API signing key (PEM), extra = {tenancy, fingerprint, region, "
-                            "compartment_id}") from None
+        raise ProviderError(
+            f"oci: the {CONN_ID} Airflow connection is incomplete: {', '.join(problems)}. Set login = "
+            "user OCID, password = the API signing key (PEM), extra = {tenancy, fingerprint, region, "
+            "compartment_id}"
+        ) from None
     return config
 
 
@@ -116,37 +150,58 @@ class OciProvider(Provider):
         self.poll_s = float(creds["poll_s"]) if creds.get("poll_s") else None
         self.backoff_s = float(creds.get("backoff_s", 2.0))
         self.regions = list(dict.fromkeys([*(creds.get("regions") or []), self.default_region]))
-        self._explicit_regions = bool(creds.get("regions"))   # named in the connection: the whole scan
+        self._explicit_regions = bool(creds.get("regions"))  # named in the connection: the whole scan
         self._subscribed: list[str] | None = None
         self._compartments = [self.default_compartment]
         try:
             self._signer = oci.signer.Signer(
-                tenancy=self.config["tenancy"], user=self.config["user"], fingerprint=self.config["fingerprint"],
-                private_key_file_location=self.config.get("key_file"), pass_phrase=self.config.get("pass_phrase"),
-                private_key_content=self.config.get("key_content"))
+                tenancy=self.config["tenancy"],
+                user=self.config["user"],
+                fingerprint=self.config["fingerprint"],
+                private_key_file_location=self.config.get("key_file"),
+                pass_phrase=self.config.get("pass_phrase"),
+                private_key_content=self.config.get("key_content"),
+            )
         except Exception:  # noqa: BLE001 - cryptography's errors vary by key type; never echo the key
-            raise ProviderError(f"oci: the API signing key in the {CONN_ID} connection's password is not a readable "
-                                "PEM private key (or it needs extra.pass_phrase)") from None
+            raise ProviderError(
+                f"oci: the API signing key in the {CONN_ID} connection's password is not a readable "
+                "PEM private key (or it needs extra.pass_phrase)"
+            ) from None
         self._retry = oci.retry.RetryStrategyBuilder(
-            max_attempts=5, total_elapsed_time_seconds=120, retry_max_wait_between_calls_seconds=10,
-            retry_base_sleep_time_seconds=max(0.01, self.backoff_s / 2), service_error_retry_on_any_5xx=True,
-            service_error_retry_config={429: []}).get_retry_strategy()
+            max_attempts=5,
+            total_elapsed_time_seconds=120,
+            retry_max_wait_between_calls_seconds=10,
+            retry_base_sleep_time_seconds=max(0.01, self.backoff_s / 2),
+            service_error_retry_on_any_5xx=True,
+            service_error_retry_config={429: []},
+        ).get_retry_strategy()
         # listings page by hand with this: the SDK's paginator wraps every page in its own 8-attempt retry
         # around the client's, so one region's outage would hold a teardown for minutes
         self._list_retry = oci.retry.RetryStrategyBuilder(
-            max_attempts=3, total_elapsed_time_seconds=30, retry_max_wait_between_calls_seconds=5,
-            retry_base_sleep_time_seconds=max(0.01, self.backoff_s / 2), service_error_retry_on_any_5xx=True,
-            service_error_retry_config={429: []}).get_retry_strategy()
+            max_attempts=3,
+            total_elapsed_time_seconds=30,
+            retry_max_wait_between_calls_seconds=5,
+            retry_base_sleep_time_seconds=max(0.01, self.backoff_s / 2),
+            service_error_retry_on_any_5xx=True,
+            service_error_retry_config={429: []},
+        ).get_retry_strategy()
         self._clients: dict[tuple[str, str], Any] = {}
 
     def _client(self, kind: str, region: str):
         key = (kind, region)
         if key not in self._clients:
-            cls = {"compute": oci.core.ComputeClient, "network": oci.core.VirtualNetworkClient,
-                   "identity": oci.identity.IdentityClient, "search": oci.resource_search.ResourceSearchClient}[kind]
-            kw: dict[str, Any] = {"signer": self._signer, "retry_strategy": self._retry,
-                                  # capacity refusals are 500s: they must not trip the SDK's circuit breaker
-                                  "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy()}
+            cls = {
+                "compute": oci.core.ComputeClient,
+                "network": oci.core.VirtualNetworkClient,
+                "identity": oci.identity.IdentityClient,
+                "search": oci.resource_search.ResourceSearchClient,
+            }[kind]
+            kw: dict[str, Any] = {
+                "signer": self._signer,
+                "retry_strategy": self._retry,
+                # capacity refusals are 500s: they must not trip the SDK's circuit breaker
+                "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy(),
+            }
             if self.service_endpoint:
                 kw["service_endpoint"] = self.service_endpoint.replace("{region}", region)
             self._clients[key] = cls({**self.config, "region": region}, **kw)
@@ -156,22 +211,30 @@ class OciProvider(Provider):
     def _require(self, target) -> None:
         opts, where = target.provider_options, f"targets.{target.name}.provider_options"
         if not opts.ingress_cidr:
-            raise ProviderError(f"{where}.ingress_cidr: set the CIDR the benchmark client reaches the node from "
-                                "(e.g. 203.0.113.7/32); the node's network security group opens only to it")
+            raise ProviderError(
+                f"{where}.ingress_cidr: set the CIDR the benchmark client reaches the node from "
+                "(e.g. 203.0.113.7/32); the node's network security group opens only to it"
+            )
         if not opts.subnet_ocid:
-            raise ProviderError(f"{where}.subnet_ocid: set the OCID of a public subnet (one whose VNICs may have a "
-                                "public IP, with an internet gateway route) in the region to launch in")
+            raise ProviderError(
+                f"{where}.subnet_ocid: set the OCID of a public subnet (one whose VNICs may have a "
+                "public IP, with an internet gateway route) in the region to launch in"
+            )
 
     def region_for(self, target) -> str:
         """The subnet's region: OCI subnets are regional, so a target cannot fail over to another region."""
         opts = target.provider_options
         subnet_region = region_of(opts.subnet_ocid or "", "")
         if len(opts.regions) > 1:
-            raise ProviderError(f"targets.{target.name}.provider_options.regions: an OCI target launches in its "
-                                "subnet's region only; list one region and fail over with availability_domains")
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.regions: an OCI target launches in its "
+                "subnet's region only; list one region and fail over with availability_domains"
+            )
         if opts.regions and subnet_region and opts.regions[0] != subnet_region:
-            raise ProviderError(f"targets.{target.name}.provider_options.regions: subnet_ocid is in {subnet_region}, "
-                                f"not {opts.regions[0]}; use a subnet of that region or change the region")
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.regions: subnet_ocid is in {subnet_region}, "
+                f"not {opts.regions[0]}; use a subnet of that region or change the region"
+            )
         return (list(opts.regions) or [subnet_region or self.default_region])[0]
 
     def availability_domains(self, target, region: str) -> list[str]:
@@ -181,8 +244,10 @@ class OciProvider(Provider):
         try:
             ads = self._client("identity", region).list_availability_domains(self.config["tenancy"]).data
         except ServiceError as e:
-            raise ProviderError(f"oci: cannot list availability domains in {region} ({e.status} {e.code}); set "
-                                f"targets.{target.name}.provider_options.availability_domains") from None
+            raise ProviderError(
+                f"oci: cannot list availability domains in {region} ({e.status} {e.code}); set "
+                f"targets.{target.name}.provider_options.availability_domains"
+            ) from None
         return [ad.name for ad in ads]
 
     def _image(self, target, compartment: str, region: str) -> str:
@@ -190,38 +255,70 @@ class OciProvider(Provider):
         opts = target.provider_options
         if opts.image_ocid:
             return opts.image_ocid
-        images = self._client("compute", region).list_images(
-            compartment, shape=target.instance_type, sort_by="TIMECREATED", sort_order="DESC",
-            lifecycle_state="AVAILABLE", limit=1).data
+        images = (
+            self._client("compute", region)
+            .list_images(
+                compartment,
+                shape=target.instance_type,
+                sort_by="TIMECREATED",
+                sort_order="DESC",
+                lifecycle_state="AVAILABLE",
+                limit=1,
+            )
+            .data
+        )
         if not images:
-            raise ProviderError(f"oci: no image lists {target.instance_type} as compatible in {region}; set "
-                                f"targets.{target.name}.provider_options.image_ocid (an image with Docker and the GPU driver)")
+            raise ProviderError(
+                f"oci: no image lists {target.instance_type} as compatible in {region}; set "
+                f"targets.{target.name}.provider_options.image_ocid (an image with Docker and the GPU driver)"
+            )
         log.info("oci: using platform image %s (%s) for %s", images[0].display_name, images[0].id, target.slug)
         return images[0].id
 
     def _ensure_nsg(self, target, run_id: str, compartment: str, region: str, tags: dict[str, str]) -> str:
         """The run+target's security group, found by name on a retry, with only the serving and agent ports open."""
         from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+
         net, opts = self._client("network", region), target.provider_options
         try:
             vcn = net.get_subnet(opts.subnet_ocid).data.vcn_id
         except ServiceError as e:
-            raise ProviderError(f"targets.{target.name}.provider_options.subnet_ocid: subnet {opts.subnet_ocid} "
-                                f"not found ({e.status} {e.code}); check the OCID and the connection's policies") from None
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.subnet_ocid: subnet {opts.subnet_ocid} "
+                f"not found ({e.status} {e.code}); check the OCID and the connection's policies"
+            ) from None
         name = nsg_name(run_id, target.slug)
-        found = [g for g in oci.pagination.list_call_get_all_results(
-            net.list_network_security_groups, compartment_id=compartment, vcn_id=vcn, display_name=name).data
-            if g.lifecycle_state not in GONE]
-        nsg = found[0] if found else net.create_network_security_group(
-            oci.core.models.CreateNetworkSecurityGroupDetails(
-                compartment_id=compartment, vcn_id=vcn, display_name=name, freeform_tags=tags)).data
-        have = {(r.source, r.tcp_options.destination_port_range.min) for r in oci.pagination.list_call_get_all_results(
-            net.list_network_security_group_security_rules, nsg.id, direction="INGRESS").data
-            if r.tcp_options and r.tcp_options.destination_port_range}
+        found = [
+            g
+            for g in oci.pagination.list_call_get_all_results(
+                net.list_network_security_groups, compartment_id=compartment, vcn_id=vcn, display_name=name
+            ).data
+            if g.lifecycle_state not in GONE
+        ]
+        nsg = (
+            found[0]
+            if found
+            else net.create_network_security_group(
+                oci.core.models.CreateNetworkSecurityGroupDetails(
+                    compartment_id=compartment, vcn_id=vcn, display_name=name, freeform_tags=tags
+                )
+            ).data
+        )
+        have = {
+            (r.source, r.tcp_options.destination_port_range.min)
+            for r in oci.pagination.list_call_get_all_results(
+                net.list_network_security_group_security_rules, nsg.id, direction="INGRESS"
+            ).data
+            if r.tcp_options and r.tcp_options.destination_port_range
+        }
         want = [p for p in (target.stack_spec.port, AGENT_PORT) if (opts.ingress_cidr, p) not in have]
         if want:
-            net.add_network_security_group_security_rules(nsg.id, oci.core.models.AddNetworkSecurityGroupSecurityRulesDetails(
-                security_rules=[_ingress_rule(opts.ingress_cidr, p) for p in want]))
+            net.add_network_security_group_security_rules(
+                nsg.id,
+                oci.core.models.AddNetworkSecurityGroupSecurityRulesDetails(
+                    security_rules=[_ingress_rule(opts.ingress_cidr, p) for p in want]
+                ),
+            )
         return nsg.id
 
     # Provider interface -----------------------------------------------------------------------
@@ -245,42 +342,68 @@ class OciProvider(Provider):
                 return self._launch(target, run_id, ad, region, compartment, image, nsg, script, tags)
             except ServiceError as e:
                 if not is_capacity(e):
-                    raise ProviderError(f"oci: LaunchInstance {target.instance_type} in {ad} failed: {e.status} "
-                                        f"{e.code}: {e.message}") from None
-                log.warning("oci: no capacity for %s in %s (%s); trying the next availability domain",
-                            target.instance_type, ad, e.code)
+                    raise ProviderError(
+                        f"oci: LaunchInstance {target.instance_type} in {ad} failed: {e.status} {e.code}: {e.message}"
+                    ) from None
+                log.warning(
+                    "oci: no capacity for %s in %s (%s); trying the next availability domain",
+                    target.instance_type,
+                    ad,
+                    e.code,
+                )
                 tried.append(f"{ad} ({e.code}: {e.message})")
         self._drop_nsg(run_id, target.slug, compartment, region)
         raise CapacityError(
             f"oci: no capacity for {target.instance_type} in {region}; tried {', '.join(tried) or 'no availability domain'}. "
             f"Add availability_domains to targets.{target.name}.provider_options, ask Oracle for a service limit "
-            "increase or a capacity reservation, or try later")
+            "increase or a capacity reservation, or try later"
+        )
 
-    def _launch(self, target, run_id: str, ad: str, region: str, compartment: str, image: str, nsg: str,
-                script: str, tags: dict[str, str]) -> Instance:
+    def _launch(
+        self,
+        target,
+        run_id: str,
+        ad: str,
+        region: str,
+        compartment: str,
+        image: str,
+        nsg: str,
+        script: str,
+        tags: dict[str, str],
+    ) -> Instance:
         """One LaunchInstance; a lost answer or a 5xx is retried with the same token (no second node)."""
         opts = target.provider_options
         token = retry_token(run_id, target.slug, ad)
         details = oci.core.models.LaunchInstanceDetails(
-            availability_domain=ad, compartment_id=compartment, shape=target.instance_type,
-            display_name=f"bakeoff-{target.slug}-{token[:8]}", freeform_tags=tags,
+            availability_domain=ad,
+            compartment_id=compartment,
+            shape=target.instance_type,
+            display_name=f"bakeoff-{target.slug}-{token[:8]}",
+            freeform_tags=tags,
             metadata={"user_data": base64.b64encode(script.encode()).decode()},
-            source_details=oci.core.models.InstanceSourceViaImageDetails(image_id=image, boot_volume_size_in_gbs=opts.root_volume_gb),
-            create_vnic_details=oci.core.models.CreateVnicDetails(subnet_id=opts.subnet_ocid, assign_public_ip=True,
-                                                                  nsg_ids=[nsg]))
+            source_details=oci.core.models.InstanceSourceViaImageDetails(
+                image_id=image, boot_volume_size_in_gbs=opts.root_volume_gb
+            ),
+            create_vnic_details=oci.core.models.CreateVnicDetails(
+                subnet_id=opts.subnet_ocid, assign_public_ip=True, nsg_ids=[nsg]
+            ),
+        )
         compute = self._client("compute", region)
         for attempt in range(4):
             try:
-                raw = compute.launch_instance(details, opc_retry_token=token,
-                                              retry_strategy=oci.retry.NoneRetryStrategy()).data
+                raw = compute.launch_instance(
+                    details, opc_retry_token=token, retry_strategy=oci.retry.NoneRetryStrategy()
+                ).data
                 break
             except ServiceError as e:
                 if is_capacity(e) or e.status < 500 or attempt == 3:
                     raise
             except (oci.exceptions.RequestException, oci.exceptions.ConnectTimeout) as e:
                 if attempt == 3:
-                    raise ProviderError(f"oci: LaunchInstance in {ad} kept failing ({type(e).__name__}); try again later") from None
-            time.sleep(self.backoff_s * 2 ** attempt)
+                    raise ProviderError(
+                        f"oci: LaunchInstance in {ad} kept failing ({type(e).__name__}); try again later"
+                    ) from None
+            time.sleep(self.backoff_s * 2**attempt)
         log.info("oci: launched %s (%s) in %s for %s", raw.id, target.instance_type, ad, target.slug)
         return self._to_instance(raw)
 
@@ -296,23 +419,43 @@ class OciProvider(Provider):
 
     def _to_instance(self, raw) -> Instance:
         tags = decode_tags(raw.freeform_tags)
-        state = STATES.get(raw.lifecycle_state, "failed")    # a state this code does not know may bill: delete it
+        state = STATES.get(raw.lifecycle_state, "failed")  # a state this code does not know may bill: delete it
         port = int(tags[TAG_PORT]) if tags.get(TAG_PORT, "").isdigit() else None
         host = agent_port = None
         if state == "running":
-            host, port, agent_port = resolve_address(self.address_map_url, self.name, raw.id, self._public_ip(raw), port)
+            host, port, agent_port = resolve_address(
+                self.address_map_url, self.name, raw.id, self._public_ip(raw), port
+            )
         return Instance(
-            provider=self.name, id=raw.id, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
-            host=host, port=port, instance_type=raw.shape or "", region=region_of(raw.id, self.default_region),
+            provider=self.name,
+            id=raw.id,
+            target=tags.get(TAG_TARGET, ""),
+            run_id=tags.get(TAG_RUN, ""),
+            state=state,
+            host=host,
+            port=port,
+            instance_type=raw.shape or "",
+            region=region_of(raw.id, self.default_region),
             launched_at=raw.time_created.timestamp() if raw.time_created else None,
-            expires_at=float(tags[TAG_EXPIRES]) if tags.get(TAG_EXPIRES, "").isdigit() else None, tags=tags,
-            details={"oci_state": raw.lifecycle_state, "availability_domain": raw.availability_domain,
-                     "compartment_id": raw.compartment_id, "agent_port": agent_port})
+            expires_at=float(tags[TAG_EXPIRES]) if tags.get(TAG_EXPIRES, "").isdigit() else None,
+            tags=tags,
+            details={
+                "oci_state": raw.lifecycle_state,
+                "availability_domain": raw.availability_domain,
+                "compartment_id": raw.compartment_id,
+                "agent_port": agent_port,
+            },
+        )
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
         return poll_until_reachable(
-            self, instance, timeout_s, self.poll_s or min(5.0, max(0.2, timeout_s / 50)),
-            ended=lambda i: i.state in ("terminated", "failed"), status=lambda i: i.details.get("oci_state"))
+            self,
+            instance,
+            timeout_s,
+            self.poll_s or min(5.0, max(0.2, timeout_s / 50)),
+            ended=lambda i: i.state in ("terminated", "failed"),
+            status=lambda i: i.details.get("oci_state"),
+        )
 
     def _get(self, instance_id: str):
         try:
@@ -375,11 +518,14 @@ class OciProvider(Provider):
         """The known regions plus every region the tenancy subscribes to (unless the connection names them)."""
         if not self._explicit_regions and self._subscribed is None:
             try:
-                subs = self._client("identity", self.default_region).list_region_subscriptions(self.config["tenancy"]).data
+                subs = (
+                    self._client("identity", self.default_region).list_region_subscriptions(self.config["tenancy"]).data
+                )
                 self._subscribed = [r.region_name for r in subs if r.status == "READY"]
             except Exception as e:  # noqa: BLE001 - still scan the known regions
-                errors["region subscriptions"] = (f"{_oci_error(e)}; name the regions to scan in the {CONN_ID} "
-                                                  "connection's extra.bakeoff_regions")
+                errors["region subscriptions"] = (
+                    f"{_oci_error(e)}; name the regions to scan in the {CONN_ID} connection's extra.bakeoff_regions"
+                )
         return list(dict.fromkeys([*self.regions, *(self._subscribed or [])]))
 
     def _pages(self, call: Callable, *args: Any, **kw: Any) -> list:
@@ -395,7 +541,8 @@ class OciProvider(Provider):
 
     def _search(self, region: str, run_id: str | None) -> list:
         details = oci.resource_search.models.StructuredSearchDetails(
-            type="Structured", query=search_query(run_id), matching_context_type="NONE")
+            type="Structured", query=search_query(run_id), matching_context_type="NONE"
+        )
         return self._pages(self._client("search", region).search_resources, details)
 
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
@@ -409,10 +556,14 @@ class OciProvider(Provider):
                 for hit in self._search(region, run_id):
                     if hit.identifier in found or hit.lifecycle_state in GONE:
                         continue
-                    raw = self._get(hit.identifier)      # the index may be stale: the instance's own state decides
+                    raw = self._get(hit.identifier)  # the index may be stale: the instance's own state decides
                     tags = decode_tags(raw.freeform_tags) if raw is not None else {}
-                    if raw is None or raw.lifecycle_state in GONE or TAG_RUN not in tags \
-                            or (run_id and tags[TAG_RUN] != run_id):
+                    if (
+                        raw is None
+                        or raw.lifecycle_state in GONE
+                        or TAG_RUN not in tags
+                        or (run_id and tags[TAG_RUN] != run_id)
+                    ):
                         continue
                     found[raw.id] = self._to_instance(raw)
             except Exception as e:  # noqa: BLE001 - one region's outage must not hide the others' nodes
@@ -439,8 +590,13 @@ class OciProvider(Provider):
     def _nsgs(self, region: str, compartment: str, name: str | None = None) -> list:
         net = self._client("network", region)
         kw = {"display_name": name} if name else {}
-        return [g for g in oci.pagination.list_call_get_all_results(
-            net.list_network_security_groups, compartment_id=compartment, **kw).data if g.lifecycle_state not in GONE]
+        return [
+            g
+            for g in oci.pagination.list_call_get_all_results(
+                net.list_network_security_groups, compartment_id=compartment, **kw
+            ).data
+            if g.lifecycle_state not in GONE
+        ]
 
     def _delete_if_empty(self, region: str, nsg) -> bool:
         """Delete the group unless a VNIC is still in it (a terminating node's): the next pass gets it."""
@@ -493,6 +649,11 @@ def _oci_error(e: Exception) -> str:
 
 def _ingress_rule(cidr: str, port: int):
     return oci.core.models.AddSecurityRuleDetails(
-        direction="INGRESS", protocol="6", source=cidr, source_type="CIDR_BLOCK", is_stateless=False,
+        direction="INGRESS",
+        protocol="6",
+        source=cidr,
+        source_type="CIDR_BLOCK",
+        is_stateless=False,
         description=f"bakeoff: port {port} from the benchmark client",
-        tcp_options=oci.core.models.TcpOptions(destination_port_range=oci.core.models.PortRange(min=port, max=port)))
+        tcp_options=oci.core.models.TcpOptions(destination_port_range=oci.core.models.PortRange(min=port, max=port)),
+    )

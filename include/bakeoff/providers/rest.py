@@ -4,6 +4,7 @@ Retries: 429 and 5xx are retried with exponential backoff (honouring Retry-After
 APIs rate-limit bursts; a POST is never blindly retried: the caller first looks for what the lost
 request may have created (by tag), so a retry never starts a second node.
 """
+
 from __future__ import annotations
 
 import base64
@@ -16,12 +17,22 @@ from typing import Any, Iterator
 
 import httpx
 
-from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError, Instance, Provider, ProviderError, poll_until_reachable
+from bakeoff.providers.base import (
+    TAG_EXPIRES,
+    TAG_PLAN,
+    TAG_RUN,
+    TAG_TARGET,
+    CapacityError,
+    Instance,
+    Provider,
+    ProviderError,
+    poll_until_reachable,
+)
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
-TAG_PORT = "bakeoff:port"             # serving port, so list_tagged can say where a node serves
+TAG_PORT = "bakeoff:port"  # serving port, so list_tagged can say where a node serves
 TAG_PREFIX = "bakeoff"
 # tag key -> short name; values are base32 so any run id fits the clouds' tag alphabets
 _SHORT = {TAG_RUN: "run", TAG_TARGET: "target", TAG_PLAN: "plan", TAG_EXPIRES: "expires", TAG_PORT: "port"}
@@ -69,14 +80,29 @@ def run_tag(run_id: str) -> str:
 class RestClient:
     """httpx with Bearer auth, retries on 429/5xx and transport errors, and readable failures."""
 
-    def __init__(self, base_url: str, token: str, *, cloud: str, retries: int = 5, backoff_s: float = 0.5,
-                 transport: httpx.BaseTransport | None = None, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        cloud: str,
+        retries: int = 5,
+        backoff_s: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        timeout_s: float = 30.0,
+    ):
         if not token:
-            raise ProviderError(f"{cloud}: no API token; add it as the password of the {cloud}_default Airflow connection "
-                                f"(or, without Airflow, set VULTR_API_KEY or DIGITALOCEAN_TOKEN)")
+            raise ProviderError(
+                f"{cloud}: no API token; add it as the password of the {cloud}_default Airflow connection "
+                f"(or, without Airflow, set VULTR_API_KEY or DIGITALOCEAN_TOKEN)"
+            )
         self.cloud, self.retries, self.backoff_s = cloud, retries, backoff_s
-        self._http = httpx.Client(base_url=base_url.rstrip("/") + "/", timeout=timeout_s, transport=transport,
-                                  headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/") + "/",
+            timeout=timeout_s,
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -101,9 +127,9 @@ class RestClient:
 
     def backoff(self, attempt: int, retry_after: str | None) -> None:
         try:
-            delay = float(retry_after) if retry_after else self.backoff_s * 2 ** attempt
+            delay = float(retry_after) if retry_after else self.backoff_s * 2**attempt
         except ValueError:
-            delay = self.backoff_s * 2 ** attempt
+            delay = self.backoff_s * 2**attempt
         time.sleep(min(delay, 30.0) * (0.8 + 0.4 * random.random()))
 
     def json(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 202, 204), **kw: Any) -> Any:
@@ -143,12 +169,14 @@ def api_error(cloud: str, method: str, path: str, r: httpx.Response) -> Provider
     return ProviderError(f"{cloud}: {method} {path} answered {r.status_code}: {str(msg)[:300]}")
 
 
-def resolve_address(address_map_url: str | None, provider: str, instance_id: str,
-                    host: str | None, port: int | None) -> tuple[str | None, int | None, int | None]:
+def resolve_address(
+    address_map_url: str | None, provider: str, instance_id: str, host: str | None, port: int | None
+) -> tuple[str | None, int | None, int | None]:
     """Where the serving port and the node agent's port are reached from here: the node's IP and
     ports, or, when a port-forwarding layer publishes addresses (the sandbox, an SSH/SSM tunnel),
     what that layer says."""
     from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+
     if not address_map_url:
         return host, port, AGENT_PORT
     try:
@@ -174,20 +202,32 @@ class RestProvider(Provider):
 
     name: str
     default_base: str
-    collection: str      # e.g. "bare-metals"
-    one_key: str         # e.g. "bare_metal"
-    many_key: str        # e.g. "bare_metals"
-    tag_param: str       # list filter query parameter
+    collection: str  # e.g. "bare-metals"
+    one_key: str  # e.g. "bare_metal"
+    many_key: str  # e.g. "bare_metals"
+    tag_param: str  # list filter query parameter
     page_size = 100
 
-    def __init__(self, credentials: dict[str, Any] | None = None, *, transport: httpx.BaseTransport | None = None,
-                 backoff_s: float = 0.5, poll_s: float = 5.0, **options: Any):
+    def __init__(
+        self,
+        credentials: dict[str, Any] | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        backoff_s: float = 0.5,
+        poll_s: float = 5.0,
+        **options: Any,
+    ):
         creds = credentials or {}
         self.base_url = creds.get("base_url") or self.default_base
         self.address_map_url = creds.get("address_map_url")
         self.poll_s = float(creds.get("poll_s", poll_s))
-        self.api = RestClient(self.base_url, creds.get("token", ""), cloud=self.name, transport=transport,
-                              backoff_s=float(creds.get("backoff_s", backoff_s)))
+        self.api = RestClient(
+            self.base_url,
+            creds.get("token", ""),
+            cloud=self.name,
+            transport=transport,
+            backoff_s=float(creds.get("backoff_s", backoff_s)),
+        )
 
     # what subclasses provide ------------------------------------------------------
     def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
@@ -211,24 +251,39 @@ class RestProvider(Provider):
             host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, ip, port)
         created = raw.get("date_created") or raw.get("created_at")
         return Instance(
-            provider=self.name, id=iid, target=tags.get(TAG_TARGET, ""), run_id=tags.get(TAG_RUN, ""), state=state,
-            host=host, port=port, instance_type=str(raw.get("plan") or raw.get("size_slug") or ""), region=region,
-            launched_at=_epoch(created), expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None,
-            tags=tags, details={"status": raw.get("status"), "agent_port": agent_port})
+            provider=self.name,
+            id=iid,
+            target=tags.get(TAG_TARGET, ""),
+            run_id=tags.get(TAG_RUN, ""),
+            state=state,
+            host=host,
+            port=port,
+            instance_type=str(raw.get("plan") or raw.get("size_slug") or ""),
+            region=region,
+            launched_at=_epoch(created),
+            expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None,
+            tags=tags,
+            details={"status": raw.get("status"), "agent_port": agent_port},
+        )
 
     def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
         from bakeoff.serving import userdata  # noqa: PLC0415 - keeps provider import light
+
         opts = target.provider_options
         if not opts.ingress_cidr:
-            raise ProviderError(f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark "
-                                f"client reaches the node from (e.g. 203.0.113.7/32); {self.name} nodes are "
-                                "firewalled on the host to that CIDR only")
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark "
+                f"client reaches the node from (e.g. 203.0.113.7/32); {self.name} nodes are "
+                "firewalled on the host to that CIDR only"
+            )
         existing = self._find(run_id, target.slug)
         if existing:
             log.info("%s: %s already has node %s for run %s; reusing it", self.name, target.slug, existing.id, run_id)
             return existing
         script = userdata.render_for(target, spec)
-        all_tags = encode_tags({**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)})
+        all_tags = encode_tags(
+            {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
+        )
         tried = []
         for region in list(opts.regions) or self.default_regions(target):
             body = self.create_body(target, region, all_tags, script)
@@ -240,7 +295,14 @@ class RestProvider(Provider):
                     pass
                 if r is not None and r.status_code in (200, 201, 202):
                     inst = self._to_instance(r.json()[self.one_key])
-                    log.info("%s: created %s (%s) in %s for %s", self.name, inst.id, target.instance_type, region, target.slug)
+                    log.info(
+                        "%s: created %s (%s) in %s for %s",
+                        self.name,
+                        inst.id,
+                        target.instance_type,
+                        region,
+                        target.slug,
+                    )
                     return inst
                 if r is not None and r.status_code not in RETRY_STATUS:
                     err = api_error(self.name, "POST", self.collection, r)
@@ -248,23 +310,32 @@ class RestProvider(Provider):
                         tried.append(f"{region} ({str(err).split(': ', 2)[-1][:80]})")
                         break
                     raise err
-                found = self._find(run_id, target.slug)       # lost answer: did it create anyway?
+                found = self._find(run_id, target.slug)  # lost answer: did it create anyway?
                 if found:
                     return found
                 if attempt == self.api.retries:
-                    raise ProviderError(f"{self.name}: create {target.instance_type} in {region} kept failing "
-                                        f"({r.status_code if r is not None else 'no answer'}); try again later")
+                    raise ProviderError(
+                        f"{self.name}: create {target.instance_type} in {region} kept failing "
+                        f"({r.status_code if r is not None else 'no answer'}); try again later"
+                    )
                 self.api.backoff(attempt, r.headers.get("Retry-After") if r is not None else None)
-        raise CapacityError(f"{self.name}: no capacity for {target.instance_type}; tried {', '.join(tried)}. "
-                            f"Add regions to targets.{target.name}.provider_options.regions or try later")
+        raise CapacityError(
+            f"{self.name}: no capacity for {target.instance_type}; tried {', '.join(tried)}. "
+            f"Add regions to targets.{target.name}.provider_options.regions or try later"
+        )
 
     def _find(self, run_id: str, slug: str) -> Instance | None:
         return next((i for i in self.list_tagged(run_id) if i.target == slug), None)
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        return poll_until_reachable(self, instance, timeout_s, self.poll_s,
-                                    ended=lambda i: i.state in ("terminated", "failed"),
-                                    status=lambda i: i.details.get("status"))
+        return poll_until_reachable(
+            self,
+            instance,
+            timeout_s,
+            self.poll_s,
+            ended=lambda i: i.state in ("terminated", "failed"),
+            status=lambda i: i.details.get("status"),
+        )
 
     def describe(self, instance_id: str) -> Instance | None:
         r = self.api.request("GET", f"{self.collection}/{instance_id}")

@@ -10,6 +10,7 @@ bakeoff did not start the server: the target names the model id it answers to (`
 may describe its hardware instead of a catalog instance (``hardware``), and its provenance is what
 the server says about itself (serving/deploy.py), never an image or engine arguments.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,11 +31,24 @@ class StaticProvider(Provider):
     def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
         url = httpx.URL(static_base_url(target))
         port = url.port or (443 if url.scheme == "https" else 80)
-        return Instance(provider=self.name, id=f"static:{target.slug}", target=target.slug, run_id=run_id,
-                        state="running", host=url.host, port=port, instance_type=target.instance_type or "described",
-                        region="static", launched_at=time.time(), tags=dict(tags),
-                        details={"base_url": str(url).rstrip("/"), "scheme": url.scheme,
-                                 "endpoint_connection": target.provider_options.endpoint_connection})
+        return Instance(
+            provider=self.name,
+            id=f"static:{target.slug}",
+            target=target.slug,
+            run_id=run_id,
+            state="running",
+            host=url.host,
+            port=port,
+            instance_type=target.instance_type or "described",
+            region="static",
+            launched_at=time.time(),
+            tags=dict(tags),
+            details={
+                "base_url": str(url).rstrip("/"),
+                "scheme": url.scheme,
+                "endpoint_connection": target.provider_options.endpoint_connection,
+            },
+        )
 
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
         return instance
@@ -43,7 +57,7 @@ class StaticProvider(Provider):
         return None
 
     def terminate(self, instance_id: str) -> bool:
-        return False          # not ours to stop
+        return False  # not ours to stop
 
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
         return []
@@ -64,18 +78,24 @@ def static_base_url(target) -> str:
         conn_id = opts.endpoint_connection
         host = (_connection(target).get("host") or "").strip()
         if not host:
-            raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: connection {conn_id} is "
-                                f"not defined or has no host; create it with the endpoint's URL as host "
-                                f"(e.g. https://10.0.0.5:8000) and its key as password (without Airflow: "
-                                f"{secrets.env_var(conn_id, 'host')} / {secrets.env_var(conn_id, 'password')})")
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.endpoint_connection: connection {conn_id} is "
+                f"not defined or has no host; create it with the endpoint's URL as host "
+                f"(e.g. https://10.0.0.5:8000) and its key as password (without Airflow: "
+                f"{secrets.env_var(conn_id, 'host')} / {secrets.env_var(conn_id, 'password')})"
+            )
         url = httpx.URL(host if "://" in host else f"https://{host}")
         if url.scheme not in ("http", "https") or not url.host or url.userinfo:
-            raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: connection {conn_id}'s "
-                                "host is not an http(s) URL without credentials; write e.g. https://10.0.0.5:8000")
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.endpoint_connection: connection {conn_id}'s "
+                "host is not an http(s) URL without credentials; write e.g. https://10.0.0.5:8000"
+            )
         return str(url.copy_with(query=None, fragment=None)).rstrip("/")
     if not opts.base_url:
-        raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: a static target needs its "
-                            "endpoint: name a static_endpoint_* connection (or give base_url for one without a key)")
+        raise ProviderError(
+            f"targets.{target.name}.provider_options.endpoint_connection: a static target needs its "
+            "endpoint: name a static_endpoint_* connection (or give base_url for one without a key)"
+        )
     return opts.base_url.rstrip("/")
 
 

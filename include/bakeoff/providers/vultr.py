@@ -5,6 +5,7 @@ firewall group is attached). Nodes carry the run's tags; the boot script's shutd
 cloud-side kill switch (a powered-off bare-metal node still bills, so the sweep and the reaper
 delete it as well).
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,9 +28,14 @@ class VultrProvider(RestProvider):
     def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
         os_image = target.provider_options.os_image
         body: dict[str, Any] = {
-            "region": region, "plan": target.instance_type, "label": f"bakeoff-{target.slug}"[:64],
-            "hostname": f"bakeoff-{target.slug}"[:63], "tags": tags, "enable_ipv6": False,
-            "activation_email": False, "user_data": base64.b64encode(script.encode()).decode(),
+            "region": region,
+            "plan": target.instance_type,
+            "label": f"bakeoff-{target.slug}"[:64],
+            "hostname": f"bakeoff-{target.slug}"[:63],
+            "tags": tags,
+            "enable_ipv6": False,
+            "activation_email": False,
+            "user_data": base64.b64encode(script.encode()).decode(),
             "sshkey_id": list(target.provider_options.ssh_key_ids),
         }
         if isinstance(os_image, str):
@@ -44,7 +50,7 @@ class VultrProvider(RestProvider):
         power = raw.get("power_status", "running")
         if status == "pending":
             state = "pending"
-        elif status == "active":      # a stopped bare-metal node still bills: "failed", so it is still deleted
+        elif status == "active":  # a stopped bare-metal node still bills: "failed", so it is still deleted
             state = "running" if power == "running" else "failed"
         else:
             state = "failed"

@@ -6,6 +6,7 @@ The pass rule needs every target's score when the reference is "best target in t
 ``judge`` is applied later, by validation, over all targets' documents. ``agreement`` compares
 the same items across targets: numeric drift from quantised kernels shows up there first.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,18 +34,32 @@ def run_gate(endpoint: Endpoint, api_key: str | None, target, plan, out_dir: Pat
     started = time.time()
     if acc.backend == "lm_eval":
         from bakeoff.quality.lm_eval_backend import evaluate
+
         result = evaluate(endpoint, api_key, acc)
     else:
         items = evalset.build(acc.eval_size, acc.seed)
         answers = asyncio.run(_ask_all(endpoint, api_key, items, acc))
-        result = {"eval_set": {"name": evalset.NAME, "size": len(items), "seed": acc.seed,
-                               "fingerprint": evalset.fingerprint(items)},
-                  "items": answers}
+        result = {
+            "eval_set": {
+                "name": evalset.NAME,
+                "size": len(items),
+                "seed": acc.seed,
+                "fingerprint": evalset.fingerprint(items),
+            },
+            "items": answers,
+        }
     doc = _summarise(result["items"]) | {
-        "target": target.slug, "target_name": target.name, "model": endpoint.model,
-        "stack": endpoint.stack, "emulated": endpoint.emulated, "backend": acc.backend,
-        "eval_set": result["eval_set"], "max_tokens": acc.max_tokens, "temperature": 0,
-        "started_at": started, "duration_s": round(time.time() - started, 3),
+        "target": target.slug,
+        "target_name": target.name,
+        "model": endpoint.model,
+        "stack": endpoint.stack,
+        "emulated": endpoint.emulated,
+        "backend": acc.backend,
+        "eval_set": result["eval_set"],
+        "max_tokens": acc.max_tokens,
+        "temperature": 0,
+        "started_at": started,
+        "duration_s": round(time.time() - started, 3),
         "items": result["items"],
     }
     write_json(Path(out_dir) / FILE, doc)
@@ -55,29 +70,54 @@ def _summarise(items: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(items)
     correct = sum(1 for it in items if it["correct"])
     counted = [it["output_tokens"] for it in items if it.get("output_tokens") is not None]
-    return {"n": n, "correct": correct, "score": correct / n if n else 0.0,
-            "errors": sum(1 for it in items if it.get("error")),
-            "mean_output_tokens": sum(counted) / len(counted) if counted else None}
+    return {
+        "n": n,
+        "correct": correct,
+        "score": correct / n if n else 0.0,
+        "errors": sum(1 for it in items if it.get("error")),
+        "mean_output_tokens": sum(counted) / len(counted) if counted else None,
+    }
 
 
 async def _ask_all(endpoint: Endpoint, api_key: str | None, items: list[evalset.Item], acc) -> list[dict[str, Any]]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=acc.concurrency, max_keepalive_connections=acc.concurrency)
     gate = asyncio.Semaphore(acc.concurrency)
-    async with httpx.AsyncClient(base_url=endpoint.base_url, headers=headers, limits=limits,
-                                 timeout=acc.request_timeout_s, verify=endpoint.verify()) as client:
+    async with httpx.AsyncClient(
+        base_url=endpoint.base_url,
+        headers=headers,
+        limits=limits,
+        timeout=acc.request_timeout_s,
+        verify=endpoint.verify(),
+    ) as client:
+
         async def one(item: evalset.Item) -> dict[str, Any]:
             async with gate:
                 return await _ask(client, endpoint.model, item, acc.max_tokens)
+
         return await asyncio.gather(*(one(it) for it in items))
 
 
 async def _ask(client: httpx.AsyncClient, model: str, item: evalset.Item, max_tokens: int) -> dict[str, Any]:
     """One greedy completion; a failed request is a wrong answer with its error recorded."""
-    body = {"model": model, "prompt": item.prompt, "max_tokens": max_tokens, "temperature": 0,
-            "stop": ["\n"], "stream": False}
-    out: dict[str, Any] = {"id": item.id, "expected": item.answer, "answer": None, "correct": False,
-                           "text": None, "output_tokens": None, "finish_reason": None, "error": None}
+    body = {
+        "model": model,
+        "prompt": item.prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stop": ["\n"],
+        "stream": False,
+    }
+    out: dict[str, Any] = {
+        "id": item.id,
+        "expected": item.answer,
+        "answer": None,
+        "correct": False,
+        "text": None,
+        "output_tokens": None,
+        "finish_reason": None,
+        "error": None,
+    }
     try:
         resp = await client.post("/v1/completions", json=body)
         resp.raise_for_status()
@@ -85,8 +125,11 @@ async def _ask(client: httpx.AsyncClient, model: str, item: evalset.Item, max_to
         choice = data["choices"][0]
         text = choice.get("text") or ""
         usage = data.get("usage") or {}
-        out.update(text=text, finish_reason=choice.get("finish_reason"),
-                   output_tokens=usage.get("completion_tokens", tokens.count(text)))
+        out.update(
+            text=text,
+            finish_reason=choice.get("finish_reason"),
+            output_tokens=usage.get("completion_tokens", tokens.count(text)),
+        )
         out["answer"] = evalset.parse_answer(text)
         out["correct"] = out["answer"] == item.answer
     except httpx.HTTPStatusError as e:
@@ -98,17 +141,19 @@ async def _ask(client: httpx.AsyncClient, model: str, item: evalset.Item, max_to
 
 # --- verdicts over all targets -------------------------------------------------------------
 
+
 def reference(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
     """The reference score and output length the plan's rule yields for this run's documents."""
     acc = plan.quality.accuracy
     scored = {slug: d for slug, d in docs.items() if d}
     best = max(scored, key=lambda s: scored[s]["score"], default=None)
     if acc.reference == "best":
-        ref = {"rule": "best target in the run", "target": best,
-               "score": scored[best]["score"] if best else None}
+        ref = {"rule": "best target in the run", "target": best, "score": scored[best]["score"] if best else None}
         if len(scored) == 1:
-            ref["note"] = ("only one target was scored, so 'best' compares it with itself; "
-                           "set quality.accuracy.reference to a number to gate a single target")
+            ref["note"] = (
+                "only one target was scored, so 'best' compares it with itself; "
+                "set quality.accuracy.reference to a number to gate a single target"
+            )
     else:
         ref = {"rule": "fixed", "target": None, "score": float(acc.reference)}
     if acc.reference_output_tokens is not None:
@@ -126,28 +171,42 @@ def judge(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
     verdicts = {}
     for slug, doc in docs.items():
         if not doc:
-            verdicts[slug] = {"passed": False, "score": None, "mean_output_tokens": None,
-                              "failures": ["accuracy: the gate did not run for this target (no accuracy.json)"]}
+            verdicts[slug] = {
+                "passed": False,
+                "score": None,
+                "mean_output_tokens": None,
+                "failures": ["accuracy: the gate did not run for this target (no accuracy.json)"],
+            }
             continue
         failures = []
         need = acc.min_score_ratio * (ref["score"] or 0.0)
         if not ref["score"]:
-            failures.append("accuracy: the reference score is 0 (no target answered any item correctly), "
-                            "so no target can be shown to serve the model correctly")
+            failures.append(
+                "accuracy: the reference score is 0 (no target answered any item correctly), "
+                "so no target can be shown to serve the model correctly"
+            )
         elif doc["score"] < need - 1e-12:
             ref_name = f"target {ref['target']}" if ref["target"] else "the plan's fixed reference"
             failures.append(
                 f"accuracy: score {doc['score']:.3f} ({doc['correct']}/{doc['n']}) is below "
-                f"{acc.min_score_ratio:.0%} of {ref['score']:.3f} ({ref_name}) = {need:.3f}")
+                f"{acc.min_score_ratio:.0%} of {ref['score']:.3f} ({ref_name}) = {need:.3f}"
+            )
         mean, ref_tok = doc.get("mean_output_tokens"), ref["output_tokens"]
         if mean is None:
             failures.append("accuracy: no output token counts recorded (every request failed?)")
         elif ref_tok and abs(mean - ref_tok) > acc.output_tokens_tolerance * ref_tok + 1e-12:
             failures.append(
                 f"accuracy: mean output tokens {mean:.2f} is outside +-{acc.output_tokens_tolerance:.0%} "
-                f"of the reference {ref_tok:.2f} (from {ref['output_tokens_from']})")
-        verdicts[slug] = {"passed": not failures, "score": doc["score"], "n": doc["n"],
-                          "correct": doc["correct"], "mean_output_tokens": mean, "failures": failures}
+                f"of the reference {ref_tok:.2f} (from {ref['output_tokens_from']})"
+            )
+        verdicts[slug] = {
+            "passed": not failures,
+            "score": doc["score"],
+            "n": doc["n"],
+            "correct": doc["correct"],
+            "mean_output_tokens": mean,
+            "failures": failures,
+        }
     return {"reference": ref, "targets": verdicts}
 
 
@@ -159,8 +218,15 @@ def agreement(docs: dict[str, dict | None]) -> dict[str, Any]:
     for a, b in itertools.combinations(sorted(answers), 2):
         common = answers[a].keys() & answers[b].keys()
         same = sum(1 for i in common if answers[a][i] == answers[b][i])
-        pairs.append({"a": a, "b": b, "n": len(common), "agree": same,
-                      "rate": same / len(common) if common else None,
-                      "same_eval_set": sets[a] == sets[b]})
+        pairs.append(
+            {
+                "a": a,
+                "b": b,
+                "n": len(common),
+                "agree": same,
+                "rate": same / len(common) if common else None,
+                "same_eval_set": sets[a] == sets[b],
+            }
+        )
     rates = [p["rate"] for p in pairs if p["rate"] is not None]
     return {"pairs": pairs, "min_rate": min(rates) if rates else None}

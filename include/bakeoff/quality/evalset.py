@@ -5,6 +5,7 @@ gets byte-identical prompts (cross-target agreement compares answers item by ite
 ends in ``What is A op B?`` (op one of + - *): the hardware emulator computes the answer from the
 last such phrase in the prompt, so keep that form when adding templates.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -6,6 +6,7 @@ repeats found per point, coefficient of variation between repeats). Every expect
 one-line ``meta.why`` that the readable summary quotes. Importing this module imports GX (slow),
 so only validation does, at run time.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
-FINISH_REASONS = ["stop", "length"]       # what OpenAI-compatible servers end a completion with
+FINISH_REASONS = ["stop", "length"]  # what OpenAI-compatible servers end a completion with
 PERCENTILE_METRICS = ["ttft", "tpot", "e2e", "itl"]
 CV_METRICS = ["output_tps", "e2e_ms_p50"]  # checked between repeats of one point
 OK = Column("ok") == True  # noqa: E712 - a GX condition object, not a Python comparison
@@ -46,6 +47,7 @@ def _why(text: str) -> dict:
 
 # --- frames ---------------------------------------------------------------------------------
 
+
 def point_label(df: pd.DataFrame) -> pd.Series:
     return df["workload"].astype(str) + " c=" + df["concurrency"].astype(str) + " r=" + df["repeat"].astype(str)
 
@@ -59,7 +61,8 @@ def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     df["first_chunk_s"] = chunks.map(lambda c: float(c[0]) if c is not None and len(c) else None).astype("float64")
     df["last_chunk_s"] = chunks.map(lambda c: float(c[-1]) if c is not None and len(c) else None).astype("float64")
     df["min_chunk_gap_s"] = chunks.map(
-        lambda c: float(np.min(np.diff(c))) if c is not None and len(c) > 1 else None).astype("float64")
+        lambda c: float(np.min(np.diff(c))) if c is not None and len(c) > 1 else None
+    ).astype("float64")
     df["ok"] = df["error_kind"].isna().astype(bool)
     df["ignore_eos"] = df["ignore_eos"].astype("boolean").fillna(False).astype(bool)
     df["request"] = point_label(df) + " #" + df["index"].astype(str)
@@ -120,6 +123,7 @@ def repeats_frame(points: pd.DataFrame) -> pd.DataFrame:
 
 # --- suites ---------------------------------------------------------------------------------
 
+
 def latency_bound_s(plan, target) -> float:
     """Largest latency a stored request can honestly show: the client's timeout, rescaled when
     the emulator runs faster than real time, plus slack. Above it a value is garbage or inf."""
@@ -134,31 +138,65 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
     exps = []
     for col in ("ttft", "e2e"):
         exps += [
-            gxe.ExpectColumnValuesToNotBeNull(column=col, row_condition=OK,
-                                              meta=_why(f"a successful request has a {col}")),
-            gxe.ExpectColumnValuesToBeBetween(column=col, min_value=0, max_value=bound, row_condition=OK,
-                                              meta=_why(f"{col} must be non-negative and finite (<= {bound:.0f} s)")),
+            gxe.ExpectColumnValuesToNotBeNull(
+                column=col, row_condition=OK, meta=_why(f"a successful request has a {col}")
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column=col,
+                min_value=0,
+                max_value=bound,
+                row_condition=OK,
+                meta=_why(f"{col} must be non-negative and finite (<= {bound:.0f} s)"),
+            ),
         ]
     exps += [
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e", column_B="ttft", or_equal=True, row_condition=OK,
-                                                    ignore_row_if="either_value_is_missing",
-                                                    meta=_why("TTFT <= E2E")),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e", column_B="last_chunk_s", or_equal=True,
-                                                    row_condition=OK, ignore_row_if="either_value_is_missing",
-                                                    meta=_why("the last chunk arrives no later than E2E")),
-        gxe.ExpectColumnValuesToBeBetween(column="min_chunk_gap_s", min_value=0, row_condition=OK,
-                                          meta=_why("chunk arrival times never go backwards (ITL >= 0)")),
-        gxe.ExpectColumnValuesToBeBetween(column="output_tokens", min_value=1, row_condition=OK,
-                                          meta=_why("a successful request produced at least one token")),
-        gxe.ExpectColumnValuesToBeBetween(column="prompt_tokens", min_value=1, row_condition=OK,
-                                          meta=_why("prompt token counts are positive")),
-        gxe.ExpectColumnValuesToBeBetween(column="output_len_ratio", min_value=1 - tol, max_value=1 + tol,
-                                          row_condition=OK & (Column("ignore_eos") == True),  # noqa: E712
-                                          meta=_why(f"output length within +-{tol:.0%} of the requested length when EOS is ignored")),
-        gxe.ExpectColumnValuesToNotBeNull(column="finish_reason", row_condition=OK,
-                                          meta=_why("a successful request has a finish reason")),
-        gxe.ExpectColumnValuesToBeInSet(column="finish_reason", value_set=FINISH_REASONS, row_condition=OK,
-                                        meta=_why(f"finish reason is one of {FINISH_REASONS}")),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="e2e",
+            column_B="ttft",
+            or_equal=True,
+            row_condition=OK,
+            ignore_row_if="either_value_is_missing",
+            meta=_why("TTFT <= E2E"),
+        ),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="e2e",
+            column_B="last_chunk_s",
+            or_equal=True,
+            row_condition=OK,
+            ignore_row_if="either_value_is_missing",
+            meta=_why("the last chunk arrives no later than E2E"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="min_chunk_gap_s",
+            min_value=0,
+            row_condition=OK,
+            meta=_why("chunk arrival times never go backwards (ITL >= 0)"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="output_tokens",
+            min_value=1,
+            row_condition=OK,
+            meta=_why("a successful request produced at least one token"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="prompt_tokens", min_value=1, row_condition=OK, meta=_why("prompt token counts are positive")
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="output_len_ratio",
+            min_value=1 - tol,
+            max_value=1 + tol,
+            row_condition=OK & (Column("ignore_eos") == True),  # noqa: E712
+            meta=_why(f"output length within +-{tol:.0%} of the requested length when EOS is ignored"),
+        ),
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="finish_reason", row_condition=OK, meta=_why("a successful request has a finish reason")
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="finish_reason",
+            value_set=FINISH_REASONS,
+            row_condition=OK,
+            meta=_why(f"finish reason is one of {FINISH_REASONS}"),
+        ),
     ]
     return make_suite(f"{target.slug}.requests", exps)
 
@@ -166,50 +204,100 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
 def point_suite(plan, target) -> gx.ExpectationSuite:
     q = plan.quality
     exps = [
-        gxe.ExpectColumnValuesToBeBetween(column="error_rate", min_value=0, max_value=q.max_error_rate,
-                                          meta=_why(f"error rate <= {q.max_error_rate:.1%} (plan quality.max_error_rate)")),
-        gxe.ExpectColumnValuesToBeBetween(column="completed", min_value=q.min_completed_per_point,
-                                          meta=_why(f"at least {q.min_completed_per_point} completed requests per point")),
-        gxe.ExpectColumnValuesToBeBetween(column="output_tps", min_value=0, strict_min=True,
-                                          meta=_why("output throughput > 0")),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="error_rate",
+            min_value=0,
+            max_value=q.max_error_rate,
+            meta=_why(f"error rate <= {q.max_error_rate:.1%} (plan quality.max_error_rate)"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="completed",
+            min_value=q.min_completed_per_point,
+            meta=_why(f"at least {q.min_completed_per_point} completed requests per point"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="output_tps", min_value=0, strict_min=True, meta=_why("output throughput > 0")
+        ),
         gxe.ExpectColumnValuesToNotBeNull(column="output_tps", meta=_why("output throughput was measured")),
     ]
     for w in plan.workloads:
         tol = w.input_len_tolerance
-        exps.append(gxe.ExpectColumnValuesToBeBetween(
-            column="input_len_error", min_value=-tol, max_value=tol, row_condition=Column("workload") == w.name,
-            meta=_why(f"{w.name}: prompts the server measured (usage prompt_tokens) within +-{tol:.0%} of the "
-                      f"requested length (workload input_len_tolerance)")))
+        exps.append(
+            gxe.ExpectColumnValuesToBeBetween(
+                column="input_len_error",
+                min_value=-tol,
+                max_value=tol,
+                row_condition=Column("workload") == w.name,
+                meta=_why(
+                    f"{w.name}: prompts the server measured (usage prompt_tokens) within +-{tol:.0%} of the "
+                    f"requested length (workload input_len_tolerance)"
+                ),
+            )
+        )
     for m in PERCENTILE_METRICS:
         for lo, hi in (("p50", "p90"), ("p90", "p99")):
-            exps.append(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-                column_A=f"{m}_ms_{hi}", column_B=f"{m}_ms_{lo}", or_equal=True,
-                ignore_row_if="either_value_is_missing", meta=_why(f"{m} percentiles ordered: {lo} <= {hi}")))
-        exps.append(gxe.ExpectColumnValuesToBeBetween(column=f"{m}_ms_p50", min_value=0,
-                                                      meta=_why(f"{m} p50 is non-negative")))
+            exps.append(
+                gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A=f"{m}_ms_{hi}",
+                    column_B=f"{m}_ms_{lo}",
+                    or_equal=True,
+                    ignore_row_if="either_value_is_missing",
+                    meta=_why(f"{m} percentiles ordered: {lo} <= {hi}"),
+                )
+            )
+        exps.append(
+            gxe.ExpectColumnValuesToBeBetween(column=f"{m}_ms_p50", min_value=0, meta=_why(f"{m} p50 is non-negative"))
+        )
     return make_suite(f"{target.slug}.points", exps)
 
 
 def coverage_suite(plan, target) -> gx.ExpectationSuite:
-    return make_suite(f"{target.slug}.coverage", [
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="found_repeats", column_B="planned_repeats", or_equal=True,
-            meta=_why("every planned workload x concurrency x repeat is present")),
-    ])
+    return make_suite(
+        f"{target.slug}.coverage",
+        [
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A="found_repeats",
+                column_B="planned_repeats",
+                or_equal=True,
+                meta=_why("every planned workload x concurrency x repeat is present"),
+            ),
+        ],
+    )
 
 
 def repeats_suite(plan, target) -> gx.ExpectationSuite:
-    return make_suite(f"{target.slug}.repeats", [
-        gxe.ExpectColumnValuesToBeBetween(column=f"cv_{m}", min_value=0, max_value=plan.quality.max_cv,
-                                          meta=_why(f"repeats consistent: CV of {m} <= {plan.quality.max_cv} (plan quality.max_cv)"))
-        for m in CV_METRICS
-    ])
+    return make_suite(
+        f"{target.slug}.repeats",
+        [
+            gxe.ExpectColumnValuesToBeBetween(
+                column=f"cv_{m}",
+                min_value=0,
+                max_value=plan.quality.max_cv,
+                meta=_why(f"repeats consistent: CV of {m} <= {plan.quality.max_cv} (plan quality.max_cv)"),
+            )
+            for m in CV_METRICS
+        ],
+    )
 
 
-REQUEST_COLUMNS = {"workload", "concurrency", "repeat", "index", "ttft", "e2e", "prompt_tokens", "output_tokens",
-                   "requested_output_len", "ignore_eos", "finish_reason", "error_kind", "tokens_source"}
+REQUEST_COLUMNS = {
+    "workload",
+    "concurrency",
+    "repeat",
+    "index",
+    "ttft",
+    "e2e",
+    "prompt_tokens",
+    "output_tokens",
+    "requested_output_len",
+    "ignore_eos",
+    "finish_reason",
+    "error_kind",
+    "tokens_source",
+}
 POINT_COLUMNS_CHECKED = {"workload", "concurrency", "repeat", "error_rate", "completed", "output_tps"} | {
-    f"{m}_ms_{p}" for m in PERCENTILE_METRICS for p in ("p50", "p90", "p99")}
+    f"{m}_ms_{p}" for m in PERCENTILE_METRICS for p in ("p50", "p90", "p99")
+}
 
 
 class MissingColumns(ValueError):
@@ -219,8 +307,10 @@ class MissingColumns(ValueError):
 def _require(df: pd.DataFrame, needed: set[str], table: str) -> None:
     missing = sorted(needed - set(df.columns))
     if missing:
-        raise MissingColumns(f"the {table} table lacks contract columns {missing} (see bench/records.py); "
-                             "it was written by an incompatible client version")
+        raise MissingColumns(
+            f"the {table} table lacks contract columns {missing} (see bench/records.py); "
+            "it was written by an incompatible client version"
+        )
 
 
 def checks_for(plan, target, requests: pd.DataFrame, points: pd.DataFrame) -> list[Check]:
@@ -235,10 +325,14 @@ def checks_for(plan, target, requests: pd.DataFrame, points: pd.DataFrame) -> li
     if not requests.empty:
         req = prepare_requests(requests)
         flag = "first_chunk_has_text" in req.columns
-        checks += [Check("requests", req, request_suite(plan, target), "request"),
-                   Check("compliance", req, compliance.suite(plan, target, flag), "request")]
+        checks += [
+            Check("requests", req, request_suite(plan, target), "request"),
+            Check("compliance", req, compliance.suite(plan, target, flag), "request"),
+        ]
     if not points.empty:
         checks.append(Check("points", prepare_points(points), point_suite(plan, target), "point"))
-    checks += [Check("coverage", coverage_frame(plan, points), coverage_suite(plan, target), "point"),
-               Check("repeats", repeats_frame(points), repeats_suite(plan, target), "point")]
+    checks += [
+        Check("coverage", coverage_frame(plan, points), coverage_suite(plan, target), "point"),
+        Check("repeats", repeats_frame(points), repeats_suite(plan, target), "point"),
+    ]
     return checks

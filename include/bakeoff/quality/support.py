@@ -5,6 +5,7 @@ quantization unsupported, out of memory), so the report shows how far each combi
 deployed, ready, accuracy gate, data validation. Read from what the run's steps left on disk;
 a missing file means the step never got that far, which is itself the answer.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,20 +28,27 @@ def support_matrix(plan, run_dir: Path) -> list[dict[str, Any]]:
         acc_doc = read_json(tdir / accuracy_mod.FILE)
         verdict = (summary.get("targets") or {}).get(t.slug)
         ready = bool(deploy.get("ready")) if "ready" in deploy else endpoint is not None
-        rows.append({
-            "gpu": t.gpu.name,
-            "stack": t.stack, "model": t.model, "quantization": t.quantization,
-            "target": t.name, "slug": t.slug, "provider": t.provider, "instance_type": t.instance_type,
-            "emulated": t.provider == "local",
-            "deployed": instance is not None or bool(deploy),
-            "ready": ready,
-            "failure": deploy.get("failure") or (None if ready or instance is None else "not ready"),
-            "failure_detail": deploy.get("detail"),
-            "accuracy": _accuracy_state(plan, acc_doc, verdict),
-            "accuracy_score": acc_doc.get("score") if acc_doc else None,
-            "gx": "not validated" if verdict is None else ("pass" if not verdict.get("gx_failures") else "fail"),
-            "gx_failures": (verdict or {}).get("gx_failures", []),
-        })
+        rows.append(
+            {
+                "gpu": t.gpu.name,
+                "stack": t.stack,
+                "model": t.model,
+                "quantization": t.quantization,
+                "target": t.name,
+                "slug": t.slug,
+                "provider": t.provider,
+                "instance_type": t.instance_type,
+                "emulated": t.provider == "local",
+                "deployed": instance is not None or bool(deploy),
+                "ready": ready,
+                "failure": deploy.get("failure") or (None if ready or instance is None else "not ready"),
+                "failure_detail": deploy.get("detail"),
+                "accuracy": _accuracy_state(plan, acc_doc, verdict),
+                "accuracy_score": acc_doc.get("score") if acc_doc else None,
+                "gx": "not validated" if verdict is None else ("pass" if not verdict.get("gx_failures") else "fail"),
+                "gx_failures": (verdict or {}).get("gx_failures", []),
+            }
+        )
     return sorted(rows, key=lambda r: (r["gpu"], r["stack"], r["model"], r["quantization"], r["target"]))
 
 

@@ -6,6 +6,7 @@ rewrites measured data: a failed target is marked failed, its numbers stay on di
 report's "did not pass" section. GX is imported only when a run is validated (it is slow to
 import and DAG files must parse fast).
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,10 @@ class ValidationFailed(Exception):
     def __init__(self, summary: dict[str, Any]):
         self.summary = summary
         bad = {s: t for s, t in summary["targets"].items() if not t["passed"]}
-        head = (f"validation failed for {len(bad)} of {len(summary['targets'])} target(s) "
-                f"(results kept; see {summary.get('summary_file', FILE)}):")
+        head = (
+            f"validation failed for {len(bad)} of {len(summary['targets'])} target(s) "
+            f"(results kept; see {summary.get('summary_file', FILE)}):"
+        )
         lines = [head]
         for slug, t in bad.items():
             lines.append(f"  {slug}:")
@@ -50,13 +53,18 @@ class _Gx:
     def __init__(self) -> None:
         import great_expectations as gx
         from great_expectations.data_context.types.base import (
-            DataContextConfig, InMemoryStoreBackendDefaults, ProgressBarsConfig)
+            DataContextConfig,
+            InMemoryStoreBackendDefaults,
+            ProgressBarsConfig,
+        )
 
         for name in ("great_expectations", "great_expectations.core", "posthog"):
             logging.getLogger(name).setLevel(logging.ERROR)
-        config = DataContextConfig(store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-                                   analytics_enabled=False,
-                                   progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False))
+        config = DataContextConfig(
+            store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+            analytics_enabled=False,
+            progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
+        )
         self.context = gx.get_context(mode="ephemeral", project_config=config)
         self.source = self.context.data_sources.add_pandas("bakeoff")
         self.batch_defs: dict[str, Any] = {}
@@ -126,8 +134,10 @@ def validate_run(plan, run_dir: Path) -> dict[str, Any]:
         for stale in (run_dir / RAW_DIR / t.slug).glob("*.json"):  # from an earlier try of this step
             stale.unlink()
         if req.empty and pts.empty:
-            entry["gx_failures"].append("no results: no requests or points were stored for this target "
-                                        "(its deploy or benchmark failed; see run.json)")
+            entry["gx_failures"].append(
+                "no results: no requests or points were stored for this target "
+                "(its deploy or benchmark failed; see run.json)"
+            )
         else:
             try:
                 checks = suites.checks_for(plan, t, req, pts)
@@ -138,8 +148,12 @@ def validate_run(plan, run_dir: Path) -> dict[str, Any]:
                 path = write_json(run_dir / RAW_DIR / t.slug / f"{check.name}.json", raw)
                 failed = [r for r in raw["results"] if not r["success"]]
                 entry["suites"][check.name] = {
-                    "passed": raw["success"], "expectations": len(raw["results"]), "failed": len(failed),
-                    "rows": len(check.frame), "result_file": str(path.relative_to(run_dir))}
+                    "passed": raw["success"],
+                    "expectations": len(raw["results"]),
+                    "failed": len(failed),
+                    "rows": len(check.frame),
+                    "result_file": str(path.relative_to(run_dir)),
+                }
                 entry["gx_failures"] += [_describe(check.name, r, check.label) for r in failed]
         acc = verdicts["targets"].get(t.slug)
         entry["accuracy"] = acc
@@ -153,18 +167,27 @@ def validate_run(plan, run_dir: Path) -> dict[str, Any]:
         "plan": plan.name,
         "validated_at": started,
         "duration_s": round(time.time() - started, 3),
-        "thresholds": {"max_error_rate": q.max_error_rate, "output_len_tolerance": q.output_len_tolerance,
-                       "min_completed_per_point": q.min_completed_per_point, "max_cv": q.max_cv,
-                       "accuracy": q.accuracy.model_dump(mode="json", include={
-                           "enabled", "reference", "min_score_ratio", "output_tokens_tolerance", "backend"})},
+        "thresholds": {
+            "max_error_rate": q.max_error_rate,
+            "output_len_tolerance": q.output_len_tolerance,
+            "min_completed_per_point": q.min_completed_per_point,
+            "max_cv": q.max_cv,
+            "accuracy": q.accuracy.model_dump(
+                mode="json", include={"enabled", "reference", "min_score_ratio", "output_tokens_tolerance", "backend"}
+            ),
+        },
         "targets": targets,
         "accuracy_reference": verdicts["reference"],
         "agreement": accuracy.agreement(docs),
         "summary_file": FILE,
     }
     write_json(run_dir / FILE, summary)
-    log.info("validation: %s (%d targets, %.1fs)", "passed" if summary["passed"] else "FAILED",
-             len(targets), summary["duration_s"])
+    log.info(
+        "validation: %s (%d targets, %.1fs)",
+        "passed" if summary["passed"] else "FAILED",
+        len(targets),
+        summary["duration_s"],
+    )
     return summary
 
 

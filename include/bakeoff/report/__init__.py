@@ -3,6 +3,7 @@ Parquet of every number. All four render from one ReportData, so they cannot dis
 
 Import cost matters (the DAG imports lazily): matplotlib and fpdf2 load only in build_report.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,6 +23,7 @@ def _write_text(path: Path, text: str) -> str:
 
     def w(tmp):
         Path(tmp).write_text(text, encoding="utf-8")
+
     _atomic_write(path, w)
     return str(path)
 
@@ -43,9 +45,13 @@ def build_report(plan, run_dir: Path, out_dir: Path) -> dict[str, str]:
     paths["html"] = _write_text(out_dir / f"{stem}.html", html.render(d))
     paths["markdown"] = _write_text(out_dir / f"{stem}.md", markdown.render(d))
     paths["pdf"] = str(pdf.render(d, out_dir / f"{stem}-brief.pdf"))
-    for kind, frame in (("points", d.tables.points), ("cost_at_slo", d.tables.at_slo),
-                        ("sensitivity", d.tables.sensitivity), ("evaluation", d.tables.evaluation),
-                        ("targets", d.tables.targets)):
+    for kind, frame in (
+        ("points", d.tables.points),
+        ("cost_at_slo", d.tables.at_slo),
+        ("sensitivity", d.tables.sensitivity),
+        ("evaluation", d.tables.evaluation),
+        ("targets", d.tables.targets),
+    ):
         paths[f"csv_{kind}"] = _write_text(out_dir / f"{stem}-{kind.replace('_', '-')}.csv", csvsafe.to_csv(frame))
     src = run_dir / "cost.parquet"
     if src.exists():

@@ -3,6 +3,7 @@ HTML report (inline, text as paths, so it needs no fonts or network) and PNG for
 
 Plan-supplied labels are drawn with mathtext off, so a name containing '$' is text, not a formula.
 """
+
 from __future__ import annotations
 
 import io
@@ -17,8 +18,16 @@ from matplotlib.patches import Patch
 
 from bakeoff.report.data import ReportData
 
-RC = {"text.parse_math": False, "svg.fonttype": "path", "svg.hashsalt": "bakeoff", "font.size": 9,
-      "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3}
+RC = {
+    "text.parse_math": False,
+    "svg.fonttype": "path",
+    "svg.hashsalt": "bakeoff",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -34,8 +43,19 @@ def colours(d: ReportData) -> dict[str, str]:
 
 def _stamp(fig: Figure, emulated: bool) -> None:
     if emulated:
-        fig.text(0.5, 0.5, "EMULATED", fontsize=46, color="#c00000", alpha=0.14, rotation=20,
-                 ha="center", va="center", weight="bold", zorder=0)
+        fig.text(
+            0.5,
+            0.5,
+            "EMULATED",
+            fontsize=46,
+            color="#c00000",
+            alpha=0.14,
+            rotation=20,
+            ha="center",
+            va="center",
+            weight="bold",
+            zorder=0,
+        )
 
 
 def to_svg(fig: Figure) -> str:
@@ -43,7 +63,7 @@ def to_svg(fig: Figure) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
     # inline in HTML: drop the XML prolog and doctype, keep the <svg> element
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
 
 
@@ -70,11 +90,16 @@ def _levels(d: ReportData, workload: str) -> pd.DataFrame:
         return p
     p = p[(p["workload"] == workload) & p["ranked"].astype(bool)]  # quarantined targets never share a chart
     basis = d.basis
-    return (p.groupby(["target", "concurrency"], sort=True)
-             .agg(interactivity=("interactivity", "mean"), tps=(f"{basis}_tps_per_gpu", "mean"),
-                  usd=(f"usd_per_m_{basis}", "mean"),
-                  meets=("meets_slo", lambda s: bool(s.fillna(False).astype(bool).all())))
-             .reset_index())
+    return (
+        p.groupby(["target", "concurrency"], sort=True)
+        .agg(
+            interactivity=("interactivity", "mean"),
+            tps=(f"{basis}_tps_per_gpu", "mean"),
+            usd=(f"usd_per_m_{basis}", "mean"),
+            meets=("meets_slo", lambda s: bool(s.fillna(False).astype(bool).all())),
+        )
+        .reset_index()
+    )
 
 
 def _names(d: ReportData) -> dict[str, str]:
@@ -86,7 +111,7 @@ def throughput_vs_interactivity(d: ReportData, workload: str) -> Figure:
         fig = Figure(figsize=(6.4, 3.8))
         ax = fig.add_subplot()
         lv, col, names = _levels(d, workload), colours(d), _names(d)
-        for slug, g in (lv.groupby("target") if not lv.empty else []):
+        for slug, g in lv.groupby("target") if not lv.empty else []:
             g = g.dropna(subset=["interactivity", "tps"])
             if g.empty:
                 continue
@@ -116,7 +141,7 @@ def cost_vs_interactivity(d: ReportData, workload: str) -> Figure:
         fig = Figure(figsize=(6.4, 3.8))
         ax = fig.add_subplot()
         lv, col, names = _levels(d, workload), colours(d), _names(d)
-        for slug, g in (lv.groupby("target") if not lv.empty else []):
+        for slug, g in lv.groupby("target") if not lv.empty else []:
             g = g.dropna(subset=["interactivity", "usd"]).sort_values("interactivity")
             if g.empty:
                 continue
@@ -142,7 +167,9 @@ def cost_vs_interactivity(d: ReportData, workload: str) -> Figure:
 def cost_at_slo(d: ReportData, workload: str, small: bool = False) -> Figure:
     with _style():
         ranked = d.ranked(workload)
-        fig = Figure(figsize=(5.6, 0.6 + 0.5 * max(1, len(ranked))) if small else (6.4, 1.0 + 0.6 * max(1, len(ranked))))
+        fig = Figure(
+            figsize=(5.6, 0.6 + 0.5 * max(1, len(ranked))) if small else (6.4, 1.0 + 0.6 * max(1, len(ranked)))
+        )
         ax = fig.add_subplot()
         col, basis = colours(d), d.basis
         if ranked.empty:
@@ -171,7 +198,9 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
         axes = fig.subplots(1, 2)
         r = d.requests
         names, col = _names(d), colours(d)
-        ranked = [t.slug for t in d.plan.targets if t.slug in set(d.tables.targets.loc[d.tables.targets["ranked"], "target"])]
+        ranked = [
+            t.slug for t in d.plan.targets if t.slug in set(d.tables.targets.loc[d.tables.targets["ranked"], "target"])
+        ]
         if not r.empty:
             r = r[(r["workload"] == workload) & ~r["warmup"].astype(bool) & r["error_kind"].isna()].copy()
             out = r["output_tokens"].astype(float)
@@ -181,7 +210,7 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
             data, labels, colors = [], [], []
             for slug in ranked:
                 sub = r[r["target"] == slug] if not r.empty else r
-                for c, g in (sub.groupby("concurrency") if not sub.empty else []):
+                for c, g in sub.groupby("concurrency") if not sub.empty else []:
                     vals = g[metric].dropna().to_numpy(float)
                     if vals.size:
                         data.append(vals)
@@ -196,8 +225,16 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
                 ax.set_xlabel("concurrency, per target")
             else:
                 held = not r.empty and bool(len(r[~r["target"].isin(ranked)]))
-                ax.text(0.5, 0.5, "no ranked target: requests of targets that did\nnot pass validation are left out"
-                        if held else "no request data", ha="center", va="center", transform=ax.transAxes)
+                ax.text(
+                    0.5,
+                    0.5,
+                    "no ranked target: requests of targets that did\nnot pass validation are left out"
+                    if held
+                    else "no request data",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                )
             ax.set_ylabel(label)
         handles = [Patch(facecolor=col[s], alpha=0.5, label=names[s]) for s in ranked]
         if handles:

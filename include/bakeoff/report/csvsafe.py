@@ -3,6 +3,7 @@ notes, failure messages), and Excel, LibreOffice and Sheets evaluate a cell that
 ``= + - @`` (or a tab or carriage return before one) as a formula, e.g. ``=HYPERLINK(...)`` that
 leaks the sheet. Such text cells get a leading ``'`` (OWASP's CSV-injection advice); numbers,
 negative ones included, are left as numbers."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,7 +18,7 @@ def cell(value: Any) -> Any:
     if not isinstance(value, str) or not value.startswith(TRIGGERS):
         return value
     try:
-        float(value)            # "-3.5" or "+1e3" is a number written as text: harmless, keep it
+        float(value)  # "-3.5" or "+1e3" is a number written as text: harmless, keep it
         return value
     except ValueError:
         return "'" + value

@@ -1,6 +1,7 @@
 """Everything a report shows, gathered once from the results store so HTML, Markdown, PDF and CSV
 cannot disagree: the cost tables, raw requests, validation, support matrix, accuracy, provenance,
 caveats and the trend across earlier runs of the same plan."""
+
 from __future__ import annotations
 
 import logging
@@ -77,7 +78,6 @@ class ReportData:
             return p
         return p[p["target"] == slug].sort_values(["workload", "concurrency", "repeat"])
 
-
     def measured_input(self, workload: str) -> list[dict[str, Any]]:
         """Per target: the prompt length asked for and the one the server measured (usage
         prompt_tokens), means over the workload's points, and how prompts were sized in tokens."""
@@ -90,8 +90,15 @@ class ReportData:
             got = pd.to_numeric(g["input_len_measured_mean"], errors="coerce").mean()
             err = pd.to_numeric(g.get("input_len_error"), errors="coerce")
             sizing = sorted({str(x) for x in g.get("prompt_sizing", pd.Series(dtype=object)).dropna()})
-            rows.append({"target": slug, "requested": asked, "measured": got,
-                         "error": err.mean() if err.notna().any() else math.nan, "sizing": "+".join(sizing)})
+            rows.append(
+                {
+                    "target": slug,
+                    "requested": asked,
+                    "measured": got,
+                    "error": err.mean() if err.notna().any() else math.nan,
+                    "sizing": "+".join(sizing),
+                }
+            )
         return rows
 
     def input_text(self, workload: str) -> str:
@@ -100,8 +107,10 @@ class ReportData:
         for r in self.measured_input(workload):
             err = f"{r['error']:+.1%}, " if math.isfinite(r["error"]) else ""
             measured = fmt(r["measured"]) if math.isfinite(r["measured"]) else "not reported (no usage)"
-            parts.append(f"{r['target']}: {fmt(r['requested'])} asked, {measured} measured "
-                         f"({err}sized by {r['sizing'] or 'unknown'})")
+            parts.append(
+                f"{r['target']}: {fmt(r['requested'])} asked, {measured} measured "
+                f"({err}sized by {r['sizing'] or 'unknown'})"
+            )
         return "; ".join(parts) + (" EMULATED" if parts and self.emulated else "") if parts else "–"
 
 
@@ -132,7 +141,9 @@ def _provenance(plan, run_dir: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for t in plan.targets:
         tdir = run_dir / f"target={t.slug}"
-        doc = store.read_json(tdir / "provenance.json") or (store.read_json(tdir / "endpoint.json") or {}).get("provenance")
+        doc = store.read_json(tdir / "provenance.json") or (store.read_json(tdir / "endpoint.json") or {}).get(
+            "provenance"
+        )
         if doc:
             out[t.slug] = {k: v for k, v in _flatten(doc).items() if not _SECRETISH.search(k)}
     return out
@@ -182,9 +193,17 @@ def _trend(plan, run_dir: Path, headline: dict[str, Any]) -> pd.DataFrame:
             continue
         for wl, w in (h.get("workloads") or {}).items():
             for r in w.get("ranking") or []:
-                rows.append({"run_id": run.get("run_id") or rdir.name, "started_at": run.get("started_at"),
-                             "workload": wl, "target": r["target"], "usd_per_m": r.get("usd_per_m"),
-                             "basis": h.get("basis"), "emulated": bool(h.get("emulated"))})
+                rows.append(
+                    {
+                        "run_id": run.get("run_id") or rdir.name,
+                        "started_at": run.get("started_at"),
+                        "workload": wl,
+                        "target": r["target"],
+                        "usd_per_m": r.get("usd_per_m"),
+                        "basis": h.get("basis"),
+                        "emulated": bool(h.get("emulated")),
+                    }
+                )
     df = pd.DataFrame(rows)
     if not df.empty:
         df["started"] = pd.to_datetime(df["started_at"], unit="s", utc=True, errors="coerce")
@@ -196,47 +215,68 @@ def _caveats(d: ReportData) -> list[str]:
     plan, t = d.plan, d.tables.targets
     out = []
     if d.emulated:
-        out.append("EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
-                   "use it to check the pipeline, never to choose hardware.")
+        out.append(
+            "EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
+            "use it to check the pipeline, never to choose hardware."
+        )
     catalog_priced = t[t["price_as_of"] != ""]
     undated = catalog_priced[catalog_priced["price_as_of"] == "undated"]["name"].tolist()
     if undated:
-        out.append(f"Undated catalog prices (list prices of unknown date) for: {', '.join(undated)}; "
-                   "confirm them or override with your contract price.")
+        out.append(
+            f"Undated catalog prices (list prices of unknown date) for: {', '.join(undated)}; "
+            "confirm them or override with your contract price."
+        )
     third = t[t["price_source"].str.contains("(3p)", regex=False)]["name"].tolist()
     if third:
         out.append(f"Prices from a third-party aggregator, not the provider's own page, for: {', '.join(third)}.")
     markets = dict(zip(t["name"], t["market"]))
     if len(set(markets.values())) > 1:
         listed = ", ".join(f"{n}: {m}" for n, m in markets.items())
-        out.append(f"Targets are priced in different markets ({listed}): not like for like; override prices to compare "
-                   "the same market.")
+        out.append(
+            f"Targets are priced in different markets ({listed}): not like for like; override prices to compare "
+            "the same market."
+        )
     off = [n for n, m in markets.items() if m not in (plan.pricing.market, "contract")]
     if off:
-        out.append(f"The plan asks for {plan.pricing.market} prices, but the price in force for {', '.join(off)} is not.")
+        out.append(
+            f"The plan asks for {plan.pricing.market} prices, but the price in force for {', '.join(off)} is not."
+        )
     if plan.pricing.utilisation < 1:
-        out.append(f"Costs assume {plan.pricing.utilisation:.0%} utilisation: idle paid hours are spread over the tokens served.")
+        out.append(
+            f"Costs assume {plan.pricing.utilisation:.0%} utilisation: idle paid hours are spread over the tokens served."
+        )
     at = d.tables.at_slo
     costed = at[at["slo_met"].fillna(False).astype(bool)] if not at.empty and "slo_met" in at else at.iloc[0:0]
-    if "repeats" in costed and (costed["repeats"] < 2).any():      # only targets that have a cost
-        out.append("Some costs at the SLO come from a single repeat: no confidence interval; add workload repeats for one.")
+    if "repeats" in costed and (costed["repeats"] < 2).any():  # only targets that have a cost
+        out.append(
+            "Some costs at the SLO come from a single repeat: no confidence interval; add workload repeats for one."
+        )
     if not d.tables.points.empty and (d.tables.points["energy_source"] != "measured").any():
-        out.append(f"Energy is estimated from all-in kW per GPU at {plan.pricing.usd_per_kwh} USD/kWh; cloud prices already "
-                   "include power, so energy cost is shown for on-premises comparison and never added to them.")
+        out.append(
+            f"Energy is estimated from all-in kW per GPU at {plan.pricing.usd_per_kwh} USD/kWh; cloud prices already "
+            "include power, so energy cost is shown for on-premises comparison and never added to them."
+        )
     for w in plan.workloads:
-        off = [r["target"] for r in d.measured_input(w.name)
-               if math.isfinite(r["error"]) and abs(r["error"]) > w.input_len_tolerance]
+        off = [
+            r["target"]
+            for r in d.measured_input(w.name)
+            if math.isfinite(r["error"]) and abs(r["error"]) > w.input_len_tolerance
+        ]
         if off:
-            out.append(f"Prompts of {w.name} as the server measured them are off the requested length by more than "
-                       f"{w.input_len_tolerance:.0%} for {', '.join(off)}: its figures are not those of the workload "
-                       "as written.")
+            out.append(
+                f"Prompts of {w.name} as the server measured them are off the requested length by more than "
+                f"{w.input_len_tolerance:.0%} for {', '.join(off)}: its figures are not those of the workload "
+                "as written."
+            )
     if d.validation is None:
         out.append("Validation did not run for this run: no target is quarantined, but none is vouched for either.")
     for _, r in d.did_not_pass().iterrows():
         what = "has no results" if r["status"] == "no_results" else "did not pass validation"
         out.append(f"{r['name']} {what} and is left out of the ranking and break-even prices.")
-    out.append("Break-even prices hold throughput fixed and scale cost linearly with price; TCO columns reprice GPUs "
-               f"at public TCO tiers ({catalog.tco()['source']}, {catalog.tco()['as_of']}).")
+    out.append(
+        "Break-even prices hold throughput fixed and scale cost linearly with price; TCO columns reprice GPUs "
+        f"at public TCO tiers ({catalog.tco()['source']}, {catalog.tco()['as_of']})."
+    )
     return out
 
 
@@ -245,12 +285,19 @@ def gather(plan, run_dir: Path, tables: cost.CostTables | None = None) -> Report
     tables = tables or cost.load_tables(run_dir) or cost.compute(plan, run_dir)
     requests = store.load_requests(run_dir)
     d = ReportData(
-        plan=plan, run_dir=run_dir, run=store.read_json(run_dir / "run.json", {}) or {}, tables=tables,
-        requests=requests, validation=store.read_json(run_dir / "validation.json"),
-        support=_support(plan, run_dir), accuracy=_per_target_json(plan, run_dir, "accuracy.json"),
-        provenance=_provenance(plan, run_dir), trend=_trend(plan, run_dir, tables.headline),
+        plan=plan,
+        run_dir=run_dir,
+        run=store.read_json(run_dir / "run.json", {}) or {},
+        tables=tables,
+        requests=requests,
+        validation=store.read_json(run_dir / "validation.json"),
+        support=_support(plan, run_dir),
+        accuracy=_per_target_json(plan, run_dir, "accuracy.json"),
+        provenance=_provenance(plan, run_dir),
+        trend=_trend(plan, run_dir, tables.headline),
         clients=_clients(plan, run_dir, tables.points),
-        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
     d.caveats = _caveats(d)
     return d
 

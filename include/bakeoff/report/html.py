@@ -3,6 +3,7 @@
 Every plan-supplied string goes through jinja2's autoescape; only the chart SVG (made here by
 matplotlib, text drawn as paths, comments stripped) is marked safe.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,19 +19,32 @@ from bakeoff import catalog, cost
 from bakeoff.report import charts
 from bakeoff.report.data import ReportData, fmt
 
-STATUS_TEXT = {"passed": "passed", "not_validated": "not validated", "quarantined": "did not pass validation",
-               "no_results": "failed: no results"}
+STATUS_TEXT = {
+    "passed": "passed",
+    "not_validated": "not validated",
+    "quarantined": "did not pass validation",
+    "no_results": "failed: no results",
+}
 
 # what a reader needs from accuracy.json (the rest is bookkeeping)
 ACCURACY_FIELDS = ("task", "backend", "score", "threshold", "passed", "n", "correct", "errors", "mean_output_tokens")
 
-_env = Environment(loader=PackageLoader("bakeoff.report", "templates"),
-                   autoescape=select_autoescape(default=True, default_for_string=True))
+_env = Environment(
+    loader=PackageLoader("bakeoff.report", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+)
 
 
 def slo_text(plan) -> str:
-    parts = [f"{label} ≤ {v:g} ms" for label, v in (("p99 TTFT", plan.slo.ttft_p99_ms), ("p50 TPOT", plan.slo.tpot_p50_ms),
-                                                  ("p99 TPOT", plan.slo.tpot_p99_ms)) if v]
+    parts = [
+        f"{label} ≤ {v:g} ms"
+        for label, v in (
+            ("p99 TTFT", plan.slo.ttft_p99_ms),
+            ("p50 TPOT", plan.slo.tpot_p50_ms),
+            ("p99 TPOT", plan.slo.tpot_p99_ms),
+        )
+        if v
+    ]
     return ", ".join(parts) or "no SLO set (every load level qualifies)"
 
 
@@ -74,10 +88,12 @@ def sensitivity_grid(d: ReportData, workload: str) -> dict[str, dict[str, list[f
 
 
 def chart_set(d: ReportData, workload: str) -> dict[str, Markup]:
-    return {"throughput": _safe_svg(charts.to_svg(charts.throughput_vs_interactivity(d, workload))),
-            "cost": _safe_svg(charts.to_svg(charts.cost_vs_interactivity(d, workload))),
-            "at_slo": _safe_svg(charts.to_svg(charts.cost_at_slo(d, workload))),
-            "latency": _safe_svg(charts.to_svg(charts.latency_distributions(d, workload)))}
+    return {
+        "throughput": _safe_svg(charts.to_svg(charts.throughput_vs_interactivity(d, workload))),
+        "cost": _safe_svg(charts.to_svg(charts.cost_vs_interactivity(d, workload))),
+        "at_slo": _safe_svg(charts.to_svg(charts.cost_at_slo(d, workload))),
+        "latency": _safe_svg(charts.to_svg(charts.latency_distributions(d, workload))),
+    }
 
 
 def _cell(v: Any) -> str:
@@ -106,11 +122,26 @@ def render(d: ReportData) -> str:
     trends = [charts.trend(d, wl) for wl in d.workloads]
     tco = catalog.tco()
     return _env.get_template("report.html.j2").render(
-        d=d, plan=d.plan, h=d.tables.headline, started=_started(d.run.get("started_at")), f=fmt, ci=_ci, pct=_pct, trow=trow, status_text=STATUS_TEXT,
-        slo_text=slo_text(d.plan), charts={wl: chart_set(d, wl) for wl in d.workloads},
-        sens={wl: sensitivity_grid(d, wl) for wl in d.workloads}, price_factors=cost.PRICE_FACTORS,
-        utilisations=cost.UTILISATIONS, tco=tco, tco_tiers=tco["tiers"],
-        support=d.support, support_cols=_support_columns(d.support), cell=_cell,
+        d=d,
+        plan=d.plan,
+        h=d.tables.headline,
+        started=_started(d.run.get("started_at")),
+        f=fmt,
+        ci=_ci,
+        pct=_pct,
+        trow=trow,
+        status_text=STATUS_TEXT,
+        slo_text=slo_text(d.plan),
+        charts={wl: chart_set(d, wl) for wl in d.workloads},
+        sens={wl: sensitivity_grid(d, wl) for wl in d.workloads},
+        price_factors=cost.PRICE_FACTORS,
+        utilisations=cost.UTILISATIONS,
+        tco=tco,
+        tco_tiers=tco["tiers"],
+        support=d.support,
+        support_cols=_support_columns(d.support),
+        cell=_cell,
         gpus=sorted({t.gpu.name: t.gpu for t in d.plan.targets}.values(), key=lambda g: g.name),
         accuracy={slug: {k: doc[k] for k in ACCURACY_FIELDS if k in doc} for slug, doc in d.accuracy.items()},
-        trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None])
+        trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None],
+    )

@@ -3,6 +3,7 @@
 Plan-supplied strings are escaped for Markdown (pipes, brackets, HTML) so a name cannot break a
 table or inject markup where the Markdown is rendered.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,10 +24,15 @@ def render(d: ReportData) -> str:
     out = []
     if d.emulated:
         out.append("> **EMULATED** — every figure below comes from the hardware emulator, not from real GPUs.\n")
-    out += [f"# Bake-off {esc(plan.name)} — run `{d.run_id}`", "",
-            f"**{esc(h['summary'])}**", "",
-            f"Cost at the SLO ({esc(slo_text(plan))}), USD per million {basis} tokens, utilisation "
-            f"{plan.pricing.utilisation:.0%}.", ""]
+    out += [
+        f"# Bake-off {esc(plan.name)} — run `{d.run_id}`",
+        "",
+        f"**{esc(h['summary'])}**",
+        "",
+        f"Cost at the SLO ({esc(slo_text(plan))}), USD per million {basis} tokens, utilisation "
+        f"{plan.pricing.utilisation:.0%}.",
+        "",
+    ]
     for wl in d.workloads:
         ranked = d.ranked(wl)
         out.append(f"## {esc(wl)}")
@@ -34,15 +40,19 @@ def render(d: ReportData) -> str:
         if ranked.empty:
             out += ["No target has a cost at the SLO.", ""]
             continue
-        out += [f"| # | target | node | USD/M {basis} | 95% CI | USD/M total | load | tok/s/user | USD/GPU-h | vs cheapest | break-even USD/GPU-h |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            f"| # | target | node | USD/M {basis} | 95% CI | USD/M total | load | tok/s/user | USD/GPU-h | vs cheapest | break-even USD/GPU-h |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for _, r in ranked.iterrows():
             lo, hi = r[f"usd_per_m_{basis}_ci_low"], r[f"usd_per_m_{basis}_ci_high"]
             ci = f"{fmt(lo)}–{fmt(hi)}" if lo == lo and hi == hi else "–"
             vs = "cheapest" if r["vs_cheapest_pct"] == 0 else f"+{r['vs_cheapest_pct']:.1f}%"
-            out.append(f"| {fmt(r['rank'])} | {esc(r['name'])}{emu} | {esc(r['node_spec'])} | {fmt(r[f'usd_per_m_{basis}'])} | {ci} | "
-                       f"{fmt(r['usd_per_m_total'])} | c{fmt(r['concurrency'])} | {fmt(r['interactivity'])} | "
-                       f"{fmt(r['usd_per_gpu_hour'])} | {vs} | {fmt(r['break_even_usd_per_gpu_hour'])} |")
+            out.append(
+                f"| {fmt(r['rank'])} | {esc(r['name'])}{emu} | {esc(r['node_spec'])} | {fmt(r[f'usd_per_m_{basis}'])} | {ci} | "
+                f"{fmt(r['usd_per_m_total'])} | c{fmt(r['concurrency'])} | {fmt(r['interactivity'])} | "
+                f"{fmt(r['usd_per_gpu_hour'])} | {vs} | {fmt(r['break_even_usd_per_gpu_hour'])} |"
+            )
         out.append("")
     dnp = d.did_not_pass()
     if not dnp.empty:
@@ -50,12 +60,26 @@ def render(d: ReportData) -> str:
         out += [f"- **{esc(r['name'])}** — {STATUS_TEXT[r['status']]}: {esc(r['failures'])}" for _, r in dnp.iterrows()]
         out.append("")
     ev = h.get("evaluation_cost_usd")
-    out += [f"Measured cost of this evaluation: {fmt(ev)} USD billed"
-            f" ({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices for every target).", "",
-            "## Caveats", ""]
+    out += [
+        f"Measured cost of this evaluation: {fmt(ev)} USD billed"
+        f" ({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices for every target).",
+        "",
+        "## Caveats",
+        "",
+    ]
     out += [f"- {esc(c)}" for c in d.caveats]
-    out += ["", "How each target was measured: " + "; ".join(f"{esc(t.name)}: {esc(d.clients[t.slug])}"
-                                                          for t in plan.targets if t.slug in d.clients)]
-    out += ["", "Prices: " + "; ".join(f"{esc(r['name'])}: {fmt(r['node_usd_per_hour'])} USD/node-h, {esc(r['price_source'])}"
-                                        for _, r in d.tables.targets.iterrows()), ""]
+    out += [
+        "",
+        "How each target was measured: "
+        + "; ".join(f"{esc(t.name)}: {esc(d.clients[t.slug])}" for t in plan.targets if t.slug in d.clients),
+    ]
+    out += [
+        "",
+        "Prices: "
+        + "; ".join(
+            f"{esc(r['name'])}: {fmt(r['node_usd_per_hour'])} USD/node-h, {esc(r['price_source'])}"
+            for _, r in d.tables.targets.iterrows()
+        ),
+        "",
+    ]
     return "\n".join(out)

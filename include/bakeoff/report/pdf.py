@@ -5,6 +5,7 @@ table, what was measured and how, and the caveats. Emulated figures are stamped 
 header of every page. Text is set in DejaVu Sans (shipped with matplotlib), so any Unicode name in
 a plan prints.
 """
+
 from __future__ import annotations
 
 import io
@@ -41,13 +42,25 @@ class Brief(FPDF):
             self.set_fill_color(*RED)
             self.set_text_color(255, 255, 255)
             self.set_font("dejavu", "B", 10)
-            self.cell(0, 7, "EMULATED — figures from the hardware emulator, not from real GPUs", fill=True,
-                      align="C", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+            self.cell(
+                0,
+                7,
+                "EMULATED — figures from the hardware emulator, not from real GPUs",
+                fill=True,
+                align="C",
+                new_x=XPos.LMARGIN,
+                new_y=YPos.NEXT,
+            )
             self.set_text_color(0, 0, 0)
         self.set_font("dejavu", "", 7)
         self.set_text_color(110, 110, 110)
-        self.cell(0, 5, f"bakeoff negotiation brief · plan {self.d.plan.name} · run {self.d.run_id}",
-                  new_x=XPos.LMARGIN, new_y=YPos.NEXT)
+        self.cell(
+            0,
+            5,
+            f"bakeoff negotiation brief · plan {self.d.plan.name} · run {self.d.run_id}",
+            new_x=XPos.LMARGIN,
+            new_y=YPos.NEXT,
+        )
         self.set_text_color(0, 0, 0)
         self.ln(1)
 
@@ -77,8 +90,14 @@ class Brief(FPDF):
 
     def grid(self, head: list[str], rows: list[list[str]], widths: tuple[float, ...] | None = None) -> None:
         self.set_font("dejavu", "", 7.5)
-        with self.table(col_widths=widths, text_align="LEFT", line_height=4.2, padding=0.8,
-                        headings_style=FontFace(emphasis="BOLD", fill_color=(236, 238, 241)), first_row_as_headings=True) as t:
+        with self.table(
+            col_widths=widths,
+            text_align="LEFT",
+            line_height=4.2,
+            padding=0.8,
+            headings_style=FontFace(emphasis="BOLD", fill_color=(236, 238, 241)),
+            first_row_as_headings=True,
+        ) as t:
             r = t.row()
             for h in head:
                 r.cell(h)
@@ -99,8 +118,17 @@ def _ranking_rows(d: ReportData, wl: str) -> list[list[str]]:
         move = r["break_even_price_change_pct"]
         be = f"{fmt(r['break_even_usd_per_gpu_hour'])} ({move:+.0f}%)" if move == move else "–"
         name = f"{r['name']}{' [EMULATED]' if r['emulated'] else ''}"
-        rows.append([name, r["node_spec"], fmt(r["usd_per_gpu_hour"]), f"{fmt(r[f'usd_per_m_{b}'])}{ci}",
-                     f"c{fmt(r['concurrency'])}, {fmt(r['interactivity'])} tok/s/user", vs, be])
+        rows.append(
+            [
+                name,
+                r["node_spec"],
+                fmt(r["usd_per_gpu_hour"]),
+                f"{fmt(r[f'usd_per_m_{b}'])}{ci}",
+                f"c{fmt(r['concurrency'])}, {fmt(r['interactivity'])} tok/s/user",
+                vs,
+                be,
+            ]
+        )
     return rows
 
 
@@ -125,21 +153,29 @@ def _measured_how(d: ReportData) -> list[str]:
     for w in plan.workloads:
         lo_in, hi_in = w.length_bounds(w.input_len)
         lo_out, hi_out = w.length_bounds(w.output_len)
-        out.append(f"Workload {w.name}: {w.endpoint} endpoint, input {lo_in}–{hi_in} tokens, output {lo_out}–{hi_out} tokens "
-                   f"({'EOS ignored' if w.ignore_eos else 'EOS honoured'}), {w.load} load at {', '.join(map(str, w.rates if w.load == 'rate' else w.levels()))}; "
-                   f"{w.requests_per_point or '10×c'} requests per level after {w.warmup_requests if w.warmup_requests is not None else '2×c'} "
-                   f"warm-up, {w.repeats} repeat(s).")
-    out.append("Streaming clients timed every chunk; TTFT to first generated text, TPOT = (E2E − TTFT)/(output tokens − 1), "
-               "interactivity = 1000/TPOT, output tokens from the server's usage. Cost at the SLO = cheapest load level where every "
-               "repeat meets every SLO; USD/M tokens = USD per GPU-hour / (tokens/s per GPU × 3600 / 1e6), tokens/s per GPU over "
-               "the GPUs serving the model (TP × PP).")
+        out.append(
+            f"Workload {w.name}: {w.endpoint} endpoint, input {lo_in}–{hi_in} tokens, output {lo_out}–{hi_out} tokens "
+            f"({'EOS ignored' if w.ignore_eos else 'EOS honoured'}), {w.load} load at {', '.join(map(str, w.rates if w.load == 'rate' else w.levels()))}; "
+            f"{w.requests_per_point or '10×c'} requests per level after {w.warmup_requests if w.warmup_requests is not None else '2×c'} "
+            f"warm-up, {w.repeats} repeat(s)."
+        )
+    out.append(
+        "Streaming clients timed every chunk; TTFT to first generated text, TPOT = (E2E − TTFT)/(output tokens − 1), "
+        "interactivity = 1000/TPOT, output tokens from the server's usage. Cost at the SLO = cheapest load level where every "
+        "repeat meets every SLO; USD/M tokens = USD per GPU-hour / (tokens/s per GPU × 3600 / 1e6), tokens/s per GPU over "
+        "the GPUs serving the model (TP × PP)."
+    )
     for _, r in d.tables.targets.iterrows():
         dated = f", as of {r['price_as_of']}" if r["price_as_of"] else ""
-        out.append(f"Price of {r['name']}: {fmt(r['node_usd_per_hour'])} USD/node-h = {fmt(r['usd_per_gpu_hour'])} USD/GPU-h, "
-                   f"{r['market']}; {r['price_source']}{dated}.")
+        out.append(
+            f"Price of {r['name']}: {fmt(r['node_usd_per_hour'])} USD/node-h = {fmt(r['usd_per_gpu_hour'])} USD/GPU-h, "
+            f"{r['market']}; {r['price_source']}{dated}."
+        )
     h = d.tables.headline
-    out.append(f"This evaluation held instances for {fmt(d.tables.evaluation['instance_hours'].sum(min_count=1))} node-hours: "
-               f"{fmt(h.get('evaluation_cost_usd'))} USD billed ({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices).")
+    out.append(
+        f"This evaluation held instances for {fmt(d.tables.evaluation['instance_hours'].sum(min_count=1))} node-hours: "
+        f"{fmt(h.get('evaluation_cost_usd'))} USD billed ({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices)."
+    )
     return out
 
 
@@ -148,8 +184,11 @@ def _build(d: ReportData, compact: bool) -> Brief:
     pdf.add_page()
     pdf.set_font("dejavu", "B", 15)
     pdf.cell(0, 9, f"Negotiation brief: {d.plan.name}", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
-    pdf.para(f"SLA: {slo_text(d.plan)} · cost per million {d.basis} tokens · utilisation {d.plan.pricing.utilisation:.0%} · "
-             f"{d.plan.pricing.market} prices", size=8)
+    pdf.para(
+        f"SLA: {slo_text(d.plan)} · cost per million {d.basis} tokens · utilisation {d.plan.pricing.utilisation:.0%} · "
+        f"{d.plan.pricing.market} prices",
+        size=8,
+    )
     pdf.ln(1)
     pdf.para(d.tables.headline["summary"], size=10, bold=True)
     widths = (26, 38, 19, 30, 30, 17, 22)
@@ -157,11 +196,24 @@ def _build(d: ReportData, compact: bool) -> Brief:
         pdf.h2(f"Cheapest at the SLA — {wl}")
         rows = _ranking_rows(d, wl)
         if rows:
-            pdf.grid(["target", "node", "USD/GPU-h today", f"USD/M {d.basis} at SLO (95% CI)", "load at SLO", "vs cheapest",
-                      "break-even USD/GPU-h"], rows, widths)
-            pdf.para("Break-even: the price per GPU-hour at which the target's cost at the SLO equals the best other target's "
-                     "(for the cheapest: the price up to which it stays cheapest). The bracket is the change from today's price.",
-                     size=7)
+            pdf.grid(
+                [
+                    "target",
+                    "node",
+                    "USD/GPU-h today",
+                    f"USD/M {d.basis} at SLO (95% CI)",
+                    "load at SLO",
+                    "vs cheapest",
+                    "break-even USD/GPU-h",
+                ],
+                rows,
+                widths,
+            )
+            pdf.para(
+                "Break-even: the price per GPU-hour at which the target's cost at the SLO equals the best other target's "
+                "(for the cheapest: the price up to which it stays cheapest). The bracket is the change from today's price.",
+                size=7,
+            )
         else:
             pdf.para("No target has a cost at the SLO for this workload.")
         missed = d.unranked_passed(wl)
@@ -191,8 +243,11 @@ def render(d: ReportData, path: Path) -> Path:
     if pdf.page_no() > MAX_PAGES:
         pdf = _build(d, compact=True)
     if pdf.page_no() > MAX_PAGES:
-        log.warning("negotiation brief runs to %d pages (aim: %d); the plan has many targets or workloads",
-                    pdf.page_no(), MAX_PAGES)
+        log.warning(
+            "negotiation brief runs to %d pages (aim: %d); the plan has many targets or workloads",
+            pdf.page_no(),
+            MAX_PAGES,
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     pdf.output(str(path))
     return path

@@ -14,6 +14,7 @@ Use it from Python (``with Sandbox() as sb: pipeline.set_credentials_resolver(sb
 or run ``python -m bakeoff.sandbox`` and export the printed ``AIRFLOW_CONN_*`` variables so the
 DAG's own hooks point the real plan at it.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,9 @@ from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
 from bakeoff.sandbox import oci as fake_oci
 
 log = logging.getLogger(__name__)
-ENV = SANDBOX_ENV                # JSON credentials per provider, for processes the sandbox did not start
+ENV = SANDBOX_ENV  # JSON credentials per provider, for processes the sandbox did not start
 AWS_REGIONS = ["us-east-1", "us-east-2", "us-west-2"]
-CLIENT_BUCKET = "bakeoff-sandbox-client"     # moto S3: where the client bundle is staged for the nodes
+CLIENT_BUCKET = "bakeoff-sandbox-client"  # moto S3: where the client bundle is staged for the nodes
 _AWS_CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
@@ -59,11 +60,13 @@ class Sandbox:
         self.oci.start()
         self.oci_key_pem, self.oci_fingerprint = throwaway_api_key()
         import boto3  # noqa: PLC0415
+
         ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS)
         ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
         publish_dlami(AWS_REGIONS, ami)
         boto3.client("s3", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS).create_bucket(
-            Bucket=CLIENT_BUCKET)
+            Bucket=CLIENT_BUCKET
+        )
         log.info("sandbox: moto at %s, clouds at %s, oci at %s", self.moto.url, self.clouds.url, self.oci.url)
         return self
 
@@ -86,15 +89,33 @@ class Sandbox:
         amap = f"{self.clouds.url}/address"
         rest = {"token": TOKEN, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02}
         return {
-            "aws": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url, "address_map_url": amap,
-                    "regions": AWS_REGIONS},
+            "aws": {
+                **_AWS_CREDS,
+                "region_name": "us-east-1",
+                "endpoint_url": self.moto.url,
+                "address_map_url": amap,
+                "regions": AWS_REGIONS,
+            },
             "vultr": {**rest, "base_url": f"{self.clouds.url}/vultr/v2"},
             "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
-            "oci": {"user": fake_oci.USER, "tenancy": fake_oci.TENANCY, "fingerprint": self.oci_fingerprint,
-                    "region": fake_oci.REGION, "key_content": self.oci_key_pem, "compartment_id": fake_oci.COMPARTMENT,
-                    "service_endpoint": self.oci.endpoint, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02},
-            "client_bundle": {**_AWS_CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url,
-                              "bucket": CLIENT_BUCKET},
+            "oci": {
+                "user": fake_oci.USER,
+                "tenancy": fake_oci.TENANCY,
+                "fingerprint": self.oci_fingerprint,
+                "region": fake_oci.REGION,
+                "key_content": self.oci_key_pem,
+                "compartment_id": fake_oci.COMPARTMENT,
+                "service_endpoint": self.oci.endpoint,
+                "address_map_url": amap,
+                "poll_s": 0.1,
+                "backoff_s": 0.02,
+            },
+            "client_bundle": {
+                **_AWS_CREDS,
+                "region_name": "us-east-1",
+                "endpoint_url": self.moto.url,
+                "bucket": CLIENT_BUCKET,
+            },
         }
 
     def credentials(self, provider: str) -> dict[str, Any]:
@@ -105,34 +126,68 @@ class Sandbox:
         c = self.all_credentials()
         amap = c["aws"]["address_map_url"]
         conns = {
-            "AIRFLOW_CONN_AWS_DEFAULT": {"conn_type": "aws", "login": "testing", "password": "testing",
-                                         "extra": {"region_name": "us-east-1", "endpoint_url": self.moto.url,
-                                                   "bakeoff_address_map_url": amap, "bakeoff_regions": AWS_REGIONS}},
-            "AIRFLOW_CONN_VULTR_DEFAULT": {"conn_type": "http", "host": c["vultr"]["base_url"], "password": TOKEN,
-                                           "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
-            "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT": {"conn_type": "http", "host": c["digitalocean"]["base_url"],
-                                                  "password": TOKEN, "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1}},
-            "AIRFLOW_CONN_OCI_DEFAULT": {"conn_type": "generic", "login": fake_oci.USER, "password": self.oci_key_pem,
-                                         "extra": {"tenancy": fake_oci.TENANCY, "fingerprint": self.oci_fingerprint,
-                                                   "region": fake_oci.REGION, "compartment_id": fake_oci.COMPARTMENT,
-                                                   "service_endpoint": self.oci.endpoint, "bakeoff_address_map_url": amap,
-                                                   "poll_s": 0.1}},
+            "AIRFLOW_CONN_AWS_DEFAULT": {
+                "conn_type": "aws",
+                "login": "testing",
+                "password": "testing",
+                "extra": {
+                    "region_name": "us-east-1",
+                    "endpoint_url": self.moto.url,
+                    "bakeoff_address_map_url": amap,
+                    "bakeoff_regions": AWS_REGIONS,
+                },
+            },
+            "AIRFLOW_CONN_VULTR_DEFAULT": {
+                "conn_type": "http",
+                "host": c["vultr"]["base_url"],
+                "password": TOKEN,
+                "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1},
+            },
+            "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT": {
+                "conn_type": "http",
+                "host": c["digitalocean"]["base_url"],
+                "password": TOKEN,
+                "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1},
+            },
+            "AIRFLOW_CONN_OCI_DEFAULT": {
+                "conn_type": "generic",
+                "login": fake_oci.USER,
+                "password": self.oci_key_pem,
+                "extra": {
+                    "tenancy": fake_oci.TENANCY,
+                    "fingerprint": self.oci_fingerprint,
+                    "region": fake_oci.REGION,
+                    "compartment_id": fake_oci.COMPARTMENT,
+                    "service_endpoint": self.oci.endpoint,
+                    "bakeoff_address_map_url": amap,
+                    "poll_s": 0.1,
+                },
+            },
         }
-        return {ENV: json.dumps(c), "AIRFLOW_VAR_BAKEOFF_CLIENT_BUCKET": CLIENT_BUCKET,
-                **{k: json.dumps(v) for k, v in conns.items()}}
+        return {
+            ENV: json.dumps(c),
+            "AIRFLOW_VAR_BAKEOFF_CLIENT_BUCKET": CLIENT_BUCKET,
+            **{k: json.dumps(v) for k, v in conns.items()},
+        }
 
     # ground truth for rehearsals -------------------------------------------------------------
     def live(self) -> dict[str, list[str]]:
         """Nodes each fake cloud still has (not via the providers: this is what they are checked against)."""
         import boto3  # noqa: PLC0415
+
         aws = []
         for region in AWS_REGIONS:
             ec2 = boto3.client("ec2", region_name=region, endpoint_url=self.moto.url, **_AWS_CREDS)
-            for r in ec2.describe_instances(Filters=[{"Name": "instance-state-name",
-                                                      "Values": ["pending", "running", "stopping", "stopped"]}])["Reservations"]:
+            for r in ec2.describe_instances(
+                Filters=[{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
+            )["Reservations"]:
                 aws += [f"{region}/{i['InstanceId']}" for i in r["Instances"]]
-        return {"aws": sorted(aws), "vultr": self.clouds.vultr.live(), "digitalocean": self.clouds.do.live(),
-                "oci": self.oci.live()}
+        return {
+            "aws": sorted(aws),
+            "vultr": self.clouds.vultr.live(),
+            "digitalocean": self.clouds.do.live(),
+            "oci": self.oci.live(),
+        }
 
     def billed_minutes(self, provider: str, since: float, until: float | None = None) -> float:
         """Node-minutes this cloud bills between two sandbox-clock times (ground truth, from the fakes)."""
@@ -159,12 +214,14 @@ class Sandbox:
     def _oci_self_delete(self, iid: str) -> bool:
         """TerminateInstance on itself, signed as its instance principal, at its region's endpoint."""
         import httpx  # noqa: PLC0415
+
         token = self.oci.instance_principal(iid)
         if not token:
             return False
         auth = f'Signature version="1",keyId="ST${token}",algorithm="rsa-sha256",headers="date",signature="sandbox"'
-        resp = httpx.delete(f"{self.oci.instance_endpoint(iid)}/20160918/instances/{iid}",
-                            headers={"Authorization": auth}, timeout=10.0)
+        resp = httpx.delete(
+            f"{self.oci.instance_endpoint(iid)}/20160918/instances/{iid}", headers={"Authorization": auth}, timeout=10.0
+        )
         if resp.status_code != 204:
             log.warning("sandbox: oci node %s self-delete refused: %s", iid, resp.status_code)
         return resp.status_code == 204
@@ -189,12 +246,14 @@ def throwaway_api_key() -> tuple[str, str]:
 
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
     from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
+
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     digest = hashlib.md5(der, usedforsecurity=False).hexdigest()
-    return pem, ":".join(digest[i:i + 2] for i in range(0, 32, 2))
+    return pem, ":".join(digest[i : i + 2] for i in range(0, 32, 2))
 
 
 # Credentials resolver for a process started with a sandbox's ``env()`` (empty if none).

@@ -1,5 +1,6 @@
 """``python -m bakeoff.sandbox``: start the sandbox clouds and print the environment that points
 bakeoff (CLI or Airflow) at them; runs until Ctrl-C, then stops every emulator it started."""
+
 from __future__ import annotations
 
 import shlex

@@ -19,6 +19,7 @@ with them, exactly as vLLM/SGLang and the agent do on a node, so every client in
 goes through the real pinning path; an agent told to expect serving secrets accepts them into a
 0600 env file (the emulator itself needs none, so it does not wait for them).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,7 +52,7 @@ class Backing:
     def __init__(self, workdir: Path, clock: Clock | None = None):
         self.workdir = Path(workdir)
         self.clock = clock or Clock()
-        self._switches: dict[tuple[str, str], tuple[float, str]] = {}    # node -> (deadline, action)
+        self._switches: dict[tuple[str, str], tuple[float, str]] = {}  # node -> (deadline, action)
         # (provider, node id, action): what the kill switch does to the cloud once the node is off
         self.kill_switch_handler: Callable[[str, str, str], None] | None = None
         self._procs: dict[tuple[str, str], list[subprocess.Popen]] = {}
@@ -77,36 +78,83 @@ class Backing:
         cfg = d / "config.json"
         tls_args = _tls_files(d, tls)
         expires_at = time.time() + minutes * 60
-        cfg.write_text(json.dumps({"mode": "roofline", "target": meta["target"], "api_key_env": KEY_ENV if key else None,
-                                   "expires_at": expires_at, "power_csv": str(d / "power.csv")}))
-        port = _free_port()       # known at boot, like a node's IP: the server behind it may still fail to start
+        cfg.write_text(
+            json.dumps(
+                {
+                    "mode": "roofline",
+                    "target": meta["target"],
+                    "api_key_env": KEY_ENV if key else None,
+                    "expires_at": expires_at,
+                    "power_csv": str(d / "power.csv"),
+                }
+            )
+        )
+        port = _free_port()  # known at boot, like a node's IP: the server behind it may still fail to start
         env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
         if key:
             env[KEY_ENV] = key
         with open(d / "emulator.log", "ab") as logf:
-            proc = subprocess.Popen([sys.executable, "-m", EMULATOR_MODULE, "--config", str(cfg), "--host", "127.0.0.1",
-                                     "--port", str(port), *tls_args],
-                                    stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    EMULATOR_MODULE,
+                    "--config",
+                    str(cfg),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    *tls_args,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         procs = [proc]
         agent = userdata.agent_from_userdata(script or "")
         agent_port = _free_port() if agent and key else None
         if agent_port:
-            agent_proc = self._start_agent(d, agent, key, port, agent_port, expires_at, env, tls_args,
-                                           d / "secrets" / "serve.env" if expects_secrets else None)
+            agent_proc = self._start_agent(
+                d,
+                agent,
+                key,
+                port,
+                agent_port,
+                expires_at,
+                env,
+                tls_args,
+                d / "secrets" / "serve.env" if expects_secrets else None,
+            )
             procs += [agent_proc] if agent_proc else []
         with self._lock:
             self._procs[(provider, instance_id)] = procs
             self._ports[(provider, instance_id)] = port
             if agent_port:
                 self._agent_ports[(provider, instance_id)] = agent_port
-        log.info("sandbox: %s node %s booted emulator pid %s%s", provider, instance_id, proc.pid,
-                 f" and agent on port {agent_port}" if len(procs) > 1 else "")
+        log.info(
+            "sandbox: %s node %s booted emulator pid %s%s",
+            provider,
+            instance_id,
+            proc.pid,
+            f" and agent on port {agent_port}" if len(procs) > 1 else "",
+        )
         return True
 
-    def _start_agent(self, d: Path, agent: dict, key: str, serve_port: int, agent_port: int, expires_at: float,
-                     env: dict[str, str], tls_args: list[str] | None = None,
-                     secrets_file: Path | None = None) -> subprocess.Popen | None:
+    def _start_agent(
+        self,
+        d: Path,
+        agent: dict,
+        key: str,
+        serve_port: int,
+        agent_port: int,
+        expires_at: float,
+        env: dict[str, str],
+        tls_args: list[str] | None = None,
+        secrets_file: Path | None = None,
+    ) -> subprocess.Popen | None:
         """What the boot script's agent section does: fetch, check, unzip, start."""
         boot_log = d / "boot.log"
         try:
@@ -126,14 +174,37 @@ class Backing:
         agent_env = {**{k: v for k, v in env.items() if k != KEY_ENV}, "PYTHONPATH": str(d / "client")}
         with open(d / "agent.log", "ab") as logf:
             return subprocess.Popen(
-                [sys.executable, "-m", "bakeoff", "agent", "--serve-url",
-                 f"{'https' if tls_args else 'http'}://127.0.0.1:{serve_port}",
-                 "--key-file", str(key_file), "--log-dir", str(d), "--work-dir", str(d / "work"),
-                 "--host", "127.0.0.1", "--port", str(agent_port), "--bundle", agent["sha256"],
-                 "--expires-at", str(expires_at), *(tls_args or []),
-                 *(["--secrets-file", str(secrets_file)] if secrets_file else [])],
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=agent_env, cwd=str(d),
-                start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "bakeoff",
+                    "agent",
+                    "--serve-url",
+                    f"{'https' if tls_args else 'http'}://127.0.0.1:{serve_port}",
+                    "--key-file",
+                    str(key_file),
+                    "--log-dir",
+                    str(d),
+                    "--work-dir",
+                    str(d / "work"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(agent_port),
+                    "--bundle",
+                    agent["sha256"],
+                    "--expires-at",
+                    str(expires_at),
+                    *(tls_args or []),
+                    *(["--secrets-file", str(secrets_file)] if secrets_file else []),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=agent_env,
+                cwd=str(d),
+                start_new_session=True,
+            )
 
     def address(self, provider: str, instance_id: str) -> tuple[str, int] | None:
         """Where the node's serving port is, from boot on (whether or not the server came up)."""

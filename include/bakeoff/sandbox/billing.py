@@ -9,6 +9,7 @@ is powered off (Vultr, DigitalOcean and OCI bill a stopped GPU node); only an EC
 stopped stops billing compute, and one launched with ``InstanceInitiatedShutdownBehavior=terminate``
 is terminated by its own power-off.
 """
+
 from __future__ import annotations
 
 import threading
@@ -59,8 +60,8 @@ class Bill:
     provider: str
     node: str
     launched: float
-    stop_ends_billing: bool = False          # EC2: a stopped instance bills no compute
-    intervals: list[list[float | None]] = field(default_factory=list)   # [start, end] billed spans
+    stop_ends_billing: bool = False  # EC2: a stopped instance bills no compute
+    intervals: list[list[float | None]] = field(default_factory=list)  # [start, end] billed spans
     deleted: float | None = None
 
     def billed_s(self, since: float, until: float) -> float:

@@ -14,6 +14,7 @@ DigitalOcean ``status: off``) and bills on until something deletes it.
 The same server publishes the address map (where a node's serving port is reached from here) and
 a small control surface (``POST /_control``) so out-of-process rehearsals can inject faults.
 """
+
 from __future__ import annotations
 
 import base64
@@ -51,10 +52,10 @@ class FakeCloud:
         self.meter = meter or Meter(backing.clock if backing else Clock())
         self.clock = self.meter.clock
         self.nodes: dict[str, dict[str, Any]] = {}
-        self.firewalls: dict[str, dict[str, Any]] = {}   # DigitalOcean cloud firewalls by id
-        self.tags: set[str] = set()                      # DigitalOcean tags that exist
+        self.firewalls: dict[str, dict[str, Any]] = {}  # DigitalOcean cloud firewalls by id
+        self.tags: set[str] = set()  # DigitalOcean tags that exist
         self.denied: set[str] = set()
-        self.fail_queue: list[int | str] = []    # next answers to fail: 503 (any request) or "POST:503"
+        self.fail_queue: list[int | str] = []  # next answers to fail: 503 (any request) or "POST:503"
         self.requests = 0
         self.lock = threading.Lock()
         self._ids = itertools.count(400000001)
@@ -96,24 +97,26 @@ class Clouds(LoopbackServer):
         meter = meter or Meter(backing.clock if backing else Clock())
         self.vultr = FakeCloud("vultr", backing, boot_s, meter)
         self.do = FakeCloud("digitalocean", backing, boot_s, meter)
-        self.url_map = Map([
-            Rule("/vultr/v2/bare-metals", endpoint="v_list", methods=["GET"]),
-            Rule("/vultr/v2/bare-metals", endpoint="v_create", methods=["POST"]),
-            Rule("/vultr/v2/bare-metals/<nid>", endpoint="v_get", methods=["GET"]),
-            Rule("/vultr/v2/bare-metals/<nid>", endpoint="v_delete", methods=["DELETE"]),
-            Rule("/do/v2/droplets", endpoint="d_list", methods=["GET"]),
-            Rule("/do/v2/droplets", endpoint="d_create", methods=["POST"]),
-            Rule("/do/v2/droplets/<nid>", endpoint="d_get", methods=["GET"]),
-            Rule("/do/v2/droplets/<nid>", endpoint="d_delete", methods=["DELETE"]),
-            Rule("/do/v2/firewalls", endpoint="d_fw_list", methods=["GET"]),
-            Rule("/do/v2/firewalls", endpoint="d_fw_create", methods=["POST"]),
-            Rule("/do/v2/firewalls/<fid>", endpoint="d_fw_get", methods=["GET"]),
-            Rule("/do/v2/firewalls/<fid>", endpoint="d_fw_delete", methods=["DELETE"]),
-            Rule("/do/v2/tags", endpoint="d_tag_create", methods=["POST"]),
-            Rule("/do/v2/tags/<name>", endpoint="d_tag_get", methods=["GET"]),
-            Rule("/address/<provider>/<path:nid>", endpoint="address", methods=["GET"]),
-            Rule("/_control", endpoint="control", methods=["POST"]),
-        ])
+        self.url_map = Map(
+            [
+                Rule("/vultr/v2/bare-metals", endpoint="v_list", methods=["GET"]),
+                Rule("/vultr/v2/bare-metals", endpoint="v_create", methods=["POST"]),
+                Rule("/vultr/v2/bare-metals/<nid>", endpoint="v_get", methods=["GET"]),
+                Rule("/vultr/v2/bare-metals/<nid>", endpoint="v_delete", methods=["DELETE"]),
+                Rule("/do/v2/droplets", endpoint="d_list", methods=["GET"]),
+                Rule("/do/v2/droplets", endpoint="d_create", methods=["POST"]),
+                Rule("/do/v2/droplets/<nid>", endpoint="d_get", methods=["GET"]),
+                Rule("/do/v2/droplets/<nid>", endpoint="d_delete", methods=["DELETE"]),
+                Rule("/do/v2/firewalls", endpoint="d_fw_list", methods=["GET"]),
+                Rule("/do/v2/firewalls", endpoint="d_fw_create", methods=["POST"]),
+                Rule("/do/v2/firewalls/<fid>", endpoint="d_fw_get", methods=["GET"]),
+                Rule("/do/v2/firewalls/<fid>", endpoint="d_fw_delete", methods=["DELETE"]),
+                Rule("/do/v2/tags", endpoint="d_tag_create", methods=["POST"]),
+                Rule("/do/v2/tags/<name>", endpoint="d_tag_get", methods=["GET"]),
+                Rule("/address/<provider>/<path:nid>", endpoint="address", methods=["GET"]),
+                Rule("/_control", endpoint="control", methods=["POST"]),
+            ]
+        )
         self._serve(self, "sandbox-clouds")
 
     def cloud(self, provider: str) -> FakeCloud:
@@ -144,11 +147,13 @@ class Clouds(LoopbackServer):
     # Vultr ----------------------------------------------------------------------------
     def _vultr_view(self, cloud: FakeCloud, n: dict[str, Any]) -> dict[str, Any]:
         booted = cloud._booted(n)
-        return {**{k: v for k, v in n.items() if not k.startswith("_")},
-                "status": "active" if booted else "pending",
-                "power_status": "running" if booted and not n.get("_off") else "stopped",
-                "server_status": "ok" if booted else "installingbooting",
-                "main_ip": n["_ip"] if booted else "0.0.0.0"}
+        return {
+            **{k: v for k, v in n.items() if not k.startswith("_")},
+            "status": "active" if booted else "pending",
+            "power_status": "running" if booted and not n.get("_off") else "stopped",
+            "server_status": "ok" if booted else "installingbooting",
+            "main_ip": n["_ip"] if booted else "0.0.0.0",
+        }
 
     def v_create(self, req: Request, cloud: FakeCloud) -> Response:
         body = req.get_json(silent=True) or {}
@@ -156,12 +161,22 @@ class Clouds(LoopbackServer):
         if missing or not (body.get("os_id") or body.get("image_id") or body.get("app_id") or body.get("snapshot_id")):
             return _json({"error": f"Missing required fields: {missing or ['os_id']}", "status": 400}, 400)
         if body["region"] in cloud.denied:
-            return _json({"error": "Plan is not available in the selected region (sandbox: out of stock)", "status": 400}, 400)
+            return _json(
+                {"error": "Plan is not available in the selected region (sandbox: out of stock)", "status": 400}, 400
+            )
         nid = str(uuid.uuid4())
         script = base64.b64decode(body.get("user_data", "")).decode(errors="replace")
-        node = {"id": nid, "region": body["region"], "plan": body["plan"], "label": body.get("label", ""),
-                "tags": list(body.get("tags") or []), "os_id": body.get("os_id"), "date_created": _now_iso(),
-                "_created": cloud.clock.now(), "_ip": f"203.0.113.{len(cloud.nodes) % 250 + 1}"}
+        node = {
+            "id": nid,
+            "region": body["region"],
+            "plan": body["plan"],
+            "label": body.get("label", ""),
+            "tags": list(body.get("tags") or []),
+            "os_id": body.get("os_id"),
+            "date_created": _now_iso(),
+            "_created": cloud.clock.now(),
+            "_ip": f"203.0.113.{len(cloud.nodes) % 250 + 1}",
+        }
         cloud.created(nid, node)
         if cloud.backing:
             cloud.backing.boot("vultr", nid, script)
@@ -179,10 +194,14 @@ class Clouds(LoopbackServer):
         with cloud.lock:
             nodes = [n for n in cloud.nodes.values() if not tag or tag in n["tags"]]
         start = int(base64.b64decode(req.args["cursor"]).decode()) if req.args.get("cursor") else 0
-        page = nodes[start:start + per_page]
+        page = nodes[start : start + per_page]
         nxt = base64.b64encode(str(start + per_page).encode()).decode() if start + per_page < len(nodes) else ""
-        return _json({"bare_metals": [self._vultr_view(cloud, n) for n in page],
-                      "meta": {"total": len(nodes), "links": {"next": nxt, "prev": ""}}})
+        return _json(
+            {
+                "bare_metals": [self._vultr_view(cloud, n) for n in page],
+                "meta": {"total": len(nodes), "links": {"next": nxt, "prev": ""}},
+            }
+        )
 
     def v_delete(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
         node = cloud.deleted(nid)
@@ -197,8 +216,11 @@ class Clouds(LoopbackServer):
         booted = cloud._booted(n)
         v4 = [{"ip_address": n["_ip"], "type": "public", "netmask": "255.255.255.0"}] if booted else []
         status = ("off" if n.get("_off") else "active") if booted else "new"
-        return {**{k: v for k, v in n.items() if not k.startswith("_")}, "status": status,
-                "networks": {"v4": v4, "v6": []}}
+        return {
+            **{k: v for k, v in n.items() if not k.startswith("_")},
+            "status": status,
+            "networks": {"v4": v4, "v6": []},
+        }
 
     def d_create(self, req: Request, cloud: FakeCloud) -> Response:
         body = req.get_json(silent=True) or {}
@@ -211,16 +233,28 @@ class Clouds(LoopbackServer):
         if body["region"] in cloud.denied:
             return _json({"id": "unprocessable_entity", "message": "Size is not available in this region."}, 422)
         nid = next(cloud._ids)
-        node = {"id": nid, "name": body["name"], "region": {"slug": body["region"]}, "size_slug": body["size"],
-                "tags": list(body.get("tags") or []), "created_at": _now_iso(), "_created": cloud.clock.now(),
-                "_ip": f"198.51.100.{len(cloud.nodes) % 250 + 1}"}
+        node = {
+            "id": nid,
+            "name": body["name"],
+            "region": {"slug": body["region"]},
+            "size_slug": body["size"],
+            "tags": list(body.get("tags") or []),
+            "created_at": _now_iso(),
+            "_created": cloud.clock.now(),
+            "_ip": f"198.51.100.{len(cloud.nodes) % 250 + 1}",
+        }
         cloud.created(str(nid), node)
         with cloud.lock:
             cloud.tags.update(node["tags"])
         if cloud.backing:
             cloud.backing.boot("digitalocean", str(nid), body.get("user_data") or "")
-        return _json({"droplet": self._do_view(cloud, node),
-                      "links": {"actions": [{"id": nid + 7, "rel": "create", "href": f"{self.url}/do/v2/actions/{nid + 7}"}]}}, 202)
+        return _json(
+            {
+                "droplet": self._do_view(cloud, node),
+                "links": {"actions": [{"id": nid + 7, "rel": "create", "href": f"{self.url}/do/v2/actions/{nid + 7}"}]},
+            },
+            202,
+        )
 
     def d_get(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
         node = cloud.nodes.get(nid)
@@ -242,8 +276,13 @@ class Clouds(LoopbackServer):
         if page_no * per_page < len(items):
             q = {k: v for k, v in req.args.items() if k != "page"}
             pages["next"] = f"{self.url}{req.path}?{urlencode({**q, 'page': page_no + 1})}"
-        return _json({key: items[(page_no - 1) * per_page: page_no * per_page], "links": {"pages": pages},
-                      "meta": {"total": len(items)}})
+        return _json(
+            {
+                key: items[(page_no - 1) * per_page : page_no * per_page],
+                "links": {"pages": pages},
+                "meta": {"total": len(items)},
+            }
+        )
 
     def d_delete(self, req: Request, cloud: FakeCloud, nid: str) -> Response:
         node = cloud.deleted(nid)
@@ -266,10 +305,16 @@ class Clouds(LoopbackServer):
                 return _json({"id": "unprocessable_entity", "message": problem}, 422)
             fid = str(uuid.uuid4())
             cloud.firewalls[fid] = {
-                "id": fid, "name": body["name"], "status": "succeeded", "created_at": _now_iso(),
-                "inbound_rules": list(body.get("inbound_rules") or []), "outbound_rules": list(body.get("outbound_rules") or []),
-                "droplet_ids": [int(d) for d in body.get("droplet_ids") or []], "tags": list(body.get("tags") or []),
-                "pending_changes": []}
+                "id": fid,
+                "name": body["name"],
+                "status": "succeeded",
+                "created_at": _now_iso(),
+                "inbound_rules": list(body.get("inbound_rules") or []),
+                "outbound_rules": list(body.get("outbound_rules") or []),
+                "droplet_ids": [int(d) for d in body.get("droplet_ids") or []],
+                "tags": list(body.get("tags") or []),
+                "pending_changes": [],
+            }
             return _json({"firewall": self._fw_view(cloud, cloud.firewalls[fid])}, 202)
 
     def d_fw_list(self, req: Request, cloud: FakeCloud) -> Response:

@@ -9,6 +9,7 @@ A thin WSGI gate in front of moto adds what moto leaves out and the rehearsal ne
   power-off (its kill switch) terminates it when it was launched with
   ``InstanceInitiatedShutdownBehavior=terminate`` and stops it otherwise.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,8 +33,10 @@ _REGION_RE = re.compile(r"Credential=[^/]+/[^/]+/([^/]+)/")
 
 
 def _error(code: str, message: str, status: str = "400 Bad Request") -> tuple[str, bytes]:
-    body = (f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
-            f"<Message>{escape(message)}</Message></Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>")
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
+        f"<Message>{escape(message)}</Message></Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>"
+    )
     return status, body.encode()
 
 
@@ -41,9 +44,9 @@ class Ec2Gate:
     def __init__(self, app: Callable, backing: Backing | None, meter: Meter | None = None):
         self.app, self.backing = app, backing
         self.meter = meter or Meter(backing.clock if backing else Clock())
-        self.denied: set[str] = set()           # regions or zones refusing capacity
-        self.fail_regions: set[str] = set()     # regions whose every call is refused (not enabled for the account)
-        self.requests = 0                       # API calls seen (the budget guard must make none)
+        self.denied: set[str] = set()  # regions or zones refusing capacity
+        self.fail_regions: set[str] = set()  # regions whose every call is refused (not enabled for the account)
+        self.requests = 0  # API calls seen (the budget guard must make none)
         self._tokens: dict[tuple[str, str], tuple[str, list, bytes]] = {}
         self._lock = threading.Lock()
 
@@ -52,13 +55,18 @@ class Ec2Gate:
         body = environ["wsgi.input"].read(size) if size else b""
         environ["wsgi.input"] = io.BytesIO(body)
         self.requests += 1
-        params = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items()} \
-            if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded") else {}
+        params = (
+            {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items()}
+            if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded")
+            else {}
+        )
         m = _REGION_RE.search(environ.get("HTTP_AUTHORIZATION", ""))
         region = m.group(1) if m else "us-east-1"
         action = params.get("Action")
         if region in self.fail_regions:
-            status, out = _error("AuthFailure", f"sandbox: {region} is not enabled for this account", "401 Unauthorized")
+            status, out = _error(
+                "AuthFailure", f"sandbox: {region} is not enabled for this account", "401 Unauthorized"
+            )
             start_response(status, [("Content-Type", "text/xml")])
             return [out]
         if action == "RunInstances":
@@ -68,14 +76,18 @@ class Ec2Gate:
                 if k.startswith("InstanceId."):
                     if self.backing:
                         self.backing.kill("aws", f"{region}/{v}")
-                    (self.meter.deleted if action == "TerminateInstances" else self.meter.stopped)("aws", f"{region}/{v}")
+                    (self.meter.deleted if action == "TerminateInstances" else self.meter.stopped)(
+                        "aws", f"{region}/{v}"
+                    )
         if action == "GetConsoleOutput":
             iid = params.get("InstanceId", "")
             text = self.backing.log_text("aws", f"{region}/{iid}") if self.backing else ""
             if text:
                 out = base64.b64encode(text[-60000:].encode()).decode()
-                xml = (f'<?xml version="1.0" encoding="UTF-8"?><GetConsoleOutputResponse><requestId>{uuid.uuid4()}'
-                       f"</requestId><instanceId>{iid}</instanceId><output>{out}</output></GetConsoleOutputResponse>")
+                xml = (
+                    f'<?xml version="1.0" encoding="UTF-8"?><GetConsoleOutputResponse><requestId>{uuid.uuid4()}'
+                    f"</requestId><instanceId>{iid}</instanceId><output>{out}</output></GetConsoleOutputResponse>"
+                )
                 start_response("200 OK", [("Content-Type", "text/xml")])
                 return [xml.encode()]
         return self.app(environ, start_response)
@@ -83,9 +95,11 @@ class Ec2Gate:
     def _run_instances(self, environ, start_response, params: dict[str, str], region: str):
         zone = params.get("Placement.AvailabilityZone")
         if region in self.denied or (zone and zone in self.denied):
-            status, body = _error("InsufficientInstanceCapacity",
-                                  f"We currently do not have sufficient {params.get('InstanceType')} capacity in "
-                                  f"{zone or region}. (sandbox)")
+            status, body = _error(
+                "InsufficientInstanceCapacity",
+                f"We currently do not have sufficient {params.get('InstanceType')} capacity in "
+                f"{zone or region}. (sandbox)",
+            )
             start_response(status, [("Content-Type", "text/xml")])
             return [body]
         token = params.get("ClientToken")
@@ -104,7 +118,11 @@ class Ec2Gate:
             if captured["status"].startswith("200"):
                 if token:
                     self._tokens[(region, token)] = (captured["status"], captured["headers"], out)
-                script = base64.b64decode(params.get("UserData", "")).decode(errors="replace") if params.get("UserData") else ""
+                script = (
+                    base64.b64decode(params.get("UserData", "")).decode(errors="replace")
+                    if params.get("UserData")
+                    else ""
+                )
                 for iid in re.findall(rb"<instanceId>(i-[0-9a-f]+)</instanceId>", out):
                     self.meter.launch("aws", f"{region}/{iid.decode()}", stop_ends_billing=True)
                     if self.backing:
@@ -112,10 +130,10 @@ class Ec2Gate:
         start_response(captured["status"], captured["headers"])
         return [out]
 
-
     def power_off(self, key: str) -> str:
         """The node ran ``shutdown``: EC2 applies the instance's InstanceInitiatedShutdownBehavior."""
         from moto.ec2.models import ec2_backends  # noqa: PLC0415
+
         region, iid = key.split("/", 1)
         backend = ec2_backends[ACCOUNT_ID][region]
         if backend.get_instance(iid).instance_initiated_shutdown_behavior == "terminate":
@@ -141,9 +159,20 @@ def publish_dlami(regions: list[str], ami_id: str) -> None:
     import datetime  # noqa: PLC0415
 
     from moto.ssm.models import Parameter, ssm_backends  # noqa: PLC0415
+
     for region in regions:
         backend = ssm_backends[ACCOUNT_ID][region]
-        backend._parameters[DLAMI_PARAMETER].append(Parameter(
-            account_id=ACCOUNT_ID, name=DLAMI_PARAMETER, value=ami_id, parameter_type="String", description=None,
-            allowed_pattern=None, keyid=None, last_modified_date=datetime.datetime.now(datetime.timezone.utc),
-            version=1, data_type="text"))
+        backend._parameters[DLAMI_PARAMETER].append(
+            Parameter(
+                account_id=ACCOUNT_ID,
+                name=DLAMI_PARAMETER,
+                value=ami_id,
+                parameter_type="String",
+                description=None,
+                allowed_pattern=None,
+                keyid=None,
+                last_modified_date=datetime.datetime.now(datetime.timezone.utc),
+                version=1,
+                data_type="text",
+            )
+        )

@@ -1,4 +1,5 @@
 """The sandbox's fake APIs are WSGI apps served on 127.0.0.1, on a free port, in a daemon thread."""
+
 from __future__ import annotations
 
 import threading

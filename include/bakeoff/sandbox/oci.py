@@ -25,6 +25,7 @@ credential (``instance_principal``, what the metadata and auth services hand a r
 request signed with it (``keyId="ST$<token>"``) is allowed what the documented dynamic-group policy
 allows and nothing else: deleting a bakeoff-tagged instance in its own compartment.
 """
+
 from __future__ import annotations
 
 import base64
@@ -54,9 +55,9 @@ ADS_BY_REGION = {REGION: ADS, SECOND_REGION: [f"Uocm:PHX-AD-{n}" for n in (1, 2,
 _REGION_PREFIX = re.compile(r"^/r/([a-z0-9-]+)(/.*)$")
 _SEARCH = re.compile(r"query\s+(\w+)\s+resources(?:\s+where\s+(.+))?", re.I | re.S)
 _SEARCH_TERM = re.compile(r"freeformTags\.(key|value)\s*=\s*'([^'\\]*)'", re.I)
-_FREEFORM_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")   # conservative: OCI refuses spaces and '.'; ':' is avoided too
-_PRINCIPAL = re.compile(r'keyId="ST\$([^"]+)"')      # a request signed with an instance principal's security token
-RUN_TAG = "bakeoff_run_id"                            # the freeform tag every bakeoff node carries
+_FREEFORM_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")  # conservative: OCI refuses spaces and '.'; ':' is avoided too
+_PRINCIPAL = re.compile(r'keyId="ST\$([^"]+)"')  # a request signed with an instance principal's security token
+RUN_TAG = "bakeoff_run_id"  # the freeform tag every bakeoff node carries
 
 
 def fixed_ocid(kind: str, name: str, region_code: str = "") -> str:
@@ -93,55 +94,79 @@ def _not_found(what: str) -> OciError:
 
 
 class FakeOci(LoopbackServer):
-    def __init__(self, backing: Backing | None = None, boot_s: float = 0.3, terminate_s: float = 0.0,
-                 meter: Meter | None = None):
+    def __init__(
+        self, backing: Backing | None = None, boot_s: float = 0.3, terminate_s: float = 0.0, meter: Meter | None = None
+    ):
         """``backing=None``: control plane only (provider tests). ``terminate_s``: how long TERMINATING lasts."""
         self.backing, self.boot_s, self.terminate_s = backing, boot_s, terminate_s
         self.meter = meter or Meter(backing.clock if backing else Clock())
         self.clock = self.meter.clock
-        self.principals: dict[str, str] = {}               # instance-principal token -> its instance
+        self.principals: dict[str, str] = {}  # instance-principal token -> its instance
         self.instances: dict[str, dict[str, Any]] = {}
-        self.vnics: dict[str, dict[str, Any]] = {}          # vnic id -> vnic (with _instance)
-        self.nsgs: dict[str, dict[str, Any]] = {}           # ground truth: live network security groups
-        self.rules: dict[str, list[dict[str, Any]]] = {}    # nsg id -> security rules
-        self.subnets = {SUBNET: {"id": SUBNET, "vcnId": VCN, "compartmentId": COMPARTMENT, "displayName": "sandbox-public",
-                                 "cidrBlock": "10.0.0.0/24", "lifecycleState": "AVAILABLE", "prohibitPublicIpOnVnic": False},
-                        SUBNET_2: {"id": SUBNET_2, "vcnId": VCN_2, "compartmentId": COMPARTMENT_2,
-                                   "displayName": "sandbox-public-2", "cidrBlock": "10.1.0.0/24",
-                                   "lifecycleState": "AVAILABLE", "prohibitPublicIpOnVnic": False}}
+        self.vnics: dict[str, dict[str, Any]] = {}  # vnic id -> vnic (with _instance)
+        self.nsgs: dict[str, dict[str, Any]] = {}  # ground truth: live network security groups
+        self.rules: dict[str, list[dict[str, Any]]] = {}  # nsg id -> security rules
+        self.subnets = {
+            SUBNET: {
+                "id": SUBNET,
+                "vcnId": VCN,
+                "compartmentId": COMPARTMENT,
+                "displayName": "sandbox-public",
+                "cidrBlock": "10.0.0.0/24",
+                "lifecycleState": "AVAILABLE",
+                "prohibitPublicIpOnVnic": False,
+            },
+            SUBNET_2: {
+                "id": SUBNET_2,
+                "vcnId": VCN_2,
+                "compartmentId": COMPARTMENT_2,
+                "displayName": "sandbox-public-2",
+                "cidrBlock": "10.1.0.0/24",
+                "lifecycleState": "AVAILABLE",
+                "prohibitPublicIpOnVnic": False,
+            },
+        }
         now = time.time()
-        self.images = [_image(OLD_IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2025.01.01-0", now - 86400 * 90),
-                       _image(IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2026.01.01-0", now - 86400)]
-        self.denied: set[str] = set()               # availability domains out of host capacity
-        self.fail_queue: list[int | str] = []       # injected answers: 503 (any request) or "POST:503"
-        self.fail_regions: set[str] = set()         # regions whose every call answers 503 (an outage)
-        self.page_size = 50                         # the most items one list page holds
+        self.images = [
+            _image(OLD_IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2025.01.01-0", now - 86400 * 90),
+            _image(IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2026.01.01-0", now - 86400),
+        ]
+        self.denied: set[str] = set()  # availability domains out of host capacity
+        self.fail_queue: list[int | str] = []  # injected answers: 503 (any request) or "POST:503"
+        self.fail_regions: set[str] = set()  # regions whose every call answers 503 (an outage)
+        self.page_size = 50  # the most items one list page holds
         self.requests = 0
         self.lock = threading.RLock()
         self._tokens: dict[tuple[str, str], tuple[int, Any]] = {}
         self._ips = itertools.count(1)
         base = "/20160918"
-        self.url_map = Map([
-            Rule(f"{base}/instances", endpoint="launch", methods=["POST"]),
-            Rule(f"{base}/instances", endpoint="list_instances", methods=["GET"]),
-            Rule(f"{base}/instances/<iid>", endpoint="get_instance", methods=["GET"]),
-            Rule(f"{base}/instances/<iid>", endpoint="terminate", methods=["DELETE"]),
-            Rule(f"{base}/images", endpoint="list_images", methods=["GET"]),
-            Rule(f"{base}/vnicAttachments", endpoint="list_vnic_attachments", methods=["GET"]),
-            Rule(f"{base}/vnics/<vid>", endpoint="get_vnic", methods=["GET"]),
-            Rule(f"{base}/subnets/<sid>", endpoint="get_subnet", methods=["GET"]),
-            Rule(f"{base}/networkSecurityGroups", endpoint="create_nsg", methods=["POST"]),
-            Rule(f"{base}/networkSecurityGroups", endpoint="list_nsgs", methods=["GET"]),
-            Rule(f"{base}/networkSecurityGroups/<nid>", endpoint="get_nsg", methods=["GET"]),
-            Rule(f"{base}/networkSecurityGroups/<nid>", endpoint="delete_nsg", methods=["DELETE"]),
-            Rule(f"{base}/networkSecurityGroups/<nid>/actions/addSecurityRules", endpoint="add_rules", methods=["POST"]),
-            Rule(f"{base}/networkSecurityGroups/<nid>/securityRules", endpoint="list_rules", methods=["GET"]),
-            Rule(f"{base}/networkSecurityGroups/<nid>/vnics", endpoint="nsg_vnics", methods=["GET"]),
-            Rule(f"{base}/availabilityDomains", endpoint="list_ads", methods=["GET"]),
-            Rule(f"{base}/tenancies/<tid>/regionSubscriptions", endpoint="region_subscriptions", methods=["GET"]),
-            Rule("/20180409/resources", endpoint="search", methods=["POST"]),
-            Rule("/_control", endpoint="control", methods=["POST"]),
-        ])
+        self.url_map = Map(
+            [
+                Rule(f"{base}/instances", endpoint="launch", methods=["POST"]),
+                Rule(f"{base}/instances", endpoint="list_instances", methods=["GET"]),
+                Rule(f"{base}/instances/<iid>", endpoint="get_instance", methods=["GET"]),
+                Rule(f"{base}/instances/<iid>", endpoint="terminate", methods=["DELETE"]),
+                Rule(f"{base}/images", endpoint="list_images", methods=["GET"]),
+                Rule(f"{base}/vnicAttachments", endpoint="list_vnic_attachments", methods=["GET"]),
+                Rule(f"{base}/vnics/<vid>", endpoint="get_vnic", methods=["GET"]),
+                Rule(f"{base}/subnets/<sid>", endpoint="get_subnet", methods=["GET"]),
+                Rule(f"{base}/networkSecurityGroups", endpoint="create_nsg", methods=["POST"]),
+                Rule(f"{base}/networkSecurityGroups", endpoint="list_nsgs", methods=["GET"]),
+                Rule(f"{base}/networkSecurityGroups/<nid>", endpoint="get_nsg", methods=["GET"]),
+                Rule(f"{base}/networkSecurityGroups/<nid>", endpoint="delete_nsg", methods=["DELETE"]),
+                Rule(
+                    f"{base}/networkSecurityGroups/<nid>/actions/addSecurityRules",
+                    endpoint="add_rules",
+                    methods=["POST"],
+                ),
+                Rule(f"{base}/networkSecurityGroups/<nid>/securityRules", endpoint="list_rules", methods=["GET"]),
+                Rule(f"{base}/networkSecurityGroups/<nid>/vnics", endpoint="nsg_vnics", methods=["GET"]),
+                Rule(f"{base}/availabilityDomains", endpoint="list_ads", methods=["GET"]),
+                Rule(f"{base}/tenancies/<tid>/regionSubscriptions", endpoint="region_subscriptions", methods=["GET"]),
+                Rule("/20180409/resources", endpoint="search", methods=["POST"]),
+                Rule("/_control", endpoint="control", methods=["POST"]),
+            ]
+        )
         self._serve(self, "sandbox-oci")
 
     @property
@@ -169,16 +194,24 @@ class FakeOci(LoopbackServer):
         if endpoint == "control":
             return self.control(req)(environ, start_response)
         if not req.headers.get("Authorization"):
-            return _error(OciError(401, "NotAuthenticated", "The required information to complete authentication "
-                                                            "was not provided."))(environ, start_response)
+            return _error(
+                OciError(
+                    401, "NotAuthenticated", "The required information to complete authentication was not provided."
+                )
+            )(environ, start_response)
         if _region(req) not in REGIONS:
             return _error(OciError(404, "NotFound", f"sandbox: unknown region {_region(req)}"))(environ, start_response)
         with self.lock:
             self.requests += 1
             injected = 503 if _region(req) in self.fail_regions else take_fault(self.fail_queue, req.method, req.path)
         if injected:
-            return _error(OciError(injected, "TooManyRequests" if injected == 429 else "InternalServerError",
-                                   "sandbox: injected failure"))(environ, start_response)
+            return _error(
+                OciError(
+                    injected,
+                    "TooManyRequests" if injected == 429 else "InternalServerError",
+                    "sandbox: injected failure",
+                )
+            )(environ, start_response)
         try:
             self._authorize_principal(req, endpoint, args)
             resp = self._idempotent(req, endpoint, args)
@@ -222,7 +255,11 @@ class FakeOci(LoopbackServer):
             if own is None or own.get("_terminated") is not None:
                 raise OciError(401, "NotAuthenticated", "The instance principal's security token is not valid.")
             target = self.instances.get(args.get("iid", "")) if endpoint == "terminate" else None
-            if target is None or target["compartmentId"] != own["compartmentId"] or RUN_TAG not in target["freeformTags"]:
+            if (
+                target is None
+                or target["compartmentId"] != own["compartmentId"]
+                or RUN_TAG not in target["freeformTags"]
+            ):
                 raise _not_found(f"{req.method} {req.path} for an instance principal")
 
     def power_off(self, iid: str) -> bool:
@@ -251,10 +288,17 @@ class FakeOci(LoopbackServer):
         body = req.get_json(silent=True) or {}
         src = body.get("sourceDetails") or {}
         vnic = body.get("createVnicDetails") or {}
-        missing = [f for f, v in (("availabilityDomain", body.get("availabilityDomain")),
-                                  ("compartmentId", body.get("compartmentId")), ("shape", body.get("shape")),
-                                  ("sourceDetails", src or body.get("imageId")),
-                                  ("createVnicDetails.subnetId", vnic.get("subnetId") or body.get("subnetId"))) if not v]
+        missing = [
+            f
+            for f, v in (
+                ("availabilityDomain", body.get("availabilityDomain")),
+                ("compartmentId", body.get("compartmentId")),
+                ("shape", body.get("shape")),
+                ("sourceDetails", src or body.get("imageId")),
+                ("createVnicDetails.subnetId", vnic.get("subnetId") or body.get("subnetId")),
+            )
+            if not v
+        ]
         if missing:
             raise OciError(400, "MissingParameter", f"Missing required parameters: {', '.join(missing)}")
         ad, subnet_id = body["availabilityDomain"], vnic.get("subnetId") or body.get("subnetId")
@@ -283,22 +327,44 @@ class FakeOci(LoopbackServer):
             raise OciError(500, "InternalError", "Out of host capacity.")
         iid = _ocid("instance", REGIONS[region])
         now = self.clock.now()
-        node = {"id": iid, "availabilityDomain": ad, "compartmentId": body["compartmentId"], "region": REGIONS[region],
-                "displayName": body.get("displayName") or f"instance{int(now)}", "shape": body["shape"],
-                "freeformTags": dict(body.get("freeformTags") or {}), "definedTags": {}, "systemTags": {},
-                "metadata": meta, "imageId": image_id, "timeCreated": _iso(now),
-                "sourceDetails": {"sourceType": "image", "imageId": image_id,
-                                  "bootVolumeSizeInGBs": src.get("bootVolumeSizeInGBs")},
-                "_created": now, "_terminated": None}
+        node = {
+            "id": iid,
+            "availabilityDomain": ad,
+            "compartmentId": body["compartmentId"],
+            "region": REGIONS[region],
+            "displayName": body.get("displayName") or f"instance{int(now)}",
+            "shape": body["shape"],
+            "freeformTags": dict(body.get("freeformTags") or {}),
+            "definedTags": {},
+            "systemTags": {},
+            "metadata": meta,
+            "imageId": image_id,
+            "timeCreated": _iso(now),
+            "sourceDetails": {
+                "sourceType": "image",
+                "imageId": image_id,
+                "bootVolumeSizeInGBs": src.get("bootVolumeSizeInGBs"),
+            },
+            "_created": now,
+            "_terminated": None,
+        }
         vid = _ocid("vnic")
         n = next(self._ips)
         with self.lock:
             self.instances[iid] = node
             self.principals[uuid.uuid4().hex] = iid
-            self.vnics[vid] = {"id": vid, "compartmentId": body["compartmentId"], "availabilityDomain": ad,
-                               "subnetId": subnet_id, "nsgIds": list(vnic.get("nsgIds") or []), "isPrimary": True,
-                               "privateIp": f"10.0.0.{n % 250 + 2}", "_instance": iid, "_attachment": _ocid("vnicattachment"),
-                               "_public": f"192.0.2.{n % 250 + 1}" if vnic.get("assignPublicIp", True) else None}
+            self.vnics[vid] = {
+                "id": vid,
+                "compartmentId": body["compartmentId"],
+                "availabilityDomain": ad,
+                "subnetId": subnet_id,
+                "nsgIds": list(vnic.get("nsgIds") or []),
+                "isPrimary": True,
+                "privateIp": f"10.0.0.{n % 250 + 2}",
+                "_instance": iid,
+                "_attachment": _ocid("vnicattachment"),
+                "_public": f"192.0.2.{n % 250 + 1}" if vnic.get("assignPublicIp", True) else None,
+            }
         self.meter.launch("oci", iid, at=now)
         if self.backing:
             self.backing.boot("oci", iid, script)
@@ -318,12 +384,24 @@ class FakeOci(LoopbackServer):
 
     def list_instances(self, req: Request) -> Response:
         comp = _required(req, "compartmentId")
-        ad, name, state = req.args.get("availabilityDomain"), req.args.get("displayName"), req.args.get("lifecycleState")
+        ad, name, state = (
+            req.args.get("availabilityDomain"),
+            req.args.get("displayName"),
+            req.args.get("lifecycleState"),
+        )
         with self.lock:
-            views = [self._instance_view(n) for n in self.instances.values()
-                     if n["compartmentId"] == comp and n["region"] == REGIONS[_region(req)]]
-        views = [v for v in views if (not ad or v["availabilityDomain"] == ad) and (not name or v["displayName"] == name)
-                 and (not state or v["lifecycleState"] == state.upper())]
+            views = [
+                self._instance_view(n)
+                for n in self.instances.values()
+                if n["compartmentId"] == comp and n["region"] == REGIONS[_region(req)]
+            ]
+        views = [
+            v
+            for v in views
+            if (not ad or v["availabilityDomain"] == ad)
+            and (not name or v["displayName"] == name)
+            and (not state or v["lifecycleState"] == state.upper())
+        ]
         return self._page(req, views)
 
     def terminate(self, req: Request, iid: str) -> Response:
@@ -350,7 +428,9 @@ class FakeOci(LoopbackServer):
         """(attachment state, the instance behind it): attached once booted, detached once terminated."""
         node = self.instances[v["_instance"]]
         state = self._state(node)
-        return {"PROVISIONING": "ATTACHING", "RUNNING": "ATTACHED", "TERMINATING": "DETACHING"}.get(state, "DETACHED"), node
+        return {"PROVISIONING": "ATTACHING", "RUNNING": "ATTACHED", "TERMINATING": "DETACHING"}.get(
+            state, "DETACHED"
+        ), node
 
     def list_vnic_attachments(self, req: Request) -> Response:
         comp, iid = _required(req, "compartmentId"), req.args.get("instanceId")
@@ -359,10 +439,19 @@ class FakeOci(LoopbackServer):
             for v in self.vnics.values():
                 state, node = self._vnic_state(v)
                 if v["compartmentId"] == comp and (not iid or v["_instance"] == iid):
-                    out.append({"id": v["_attachment"], "instanceId": v["_instance"], "vnicId": v["id"],
-                                "availabilityDomain": v["availabilityDomain"], "compartmentId": comp,
-                                "subnetId": v["subnetId"], "nicIndex": 0, "lifecycleState": state,
-                                "timeCreated": node["timeCreated"]})
+                    out.append(
+                        {
+                            "id": v["_attachment"],
+                            "instanceId": v["_instance"],
+                            "vnicId": v["id"],
+                            "availabilityDomain": v["availabilityDomain"],
+                            "compartmentId": comp,
+                            "subnetId": v["subnetId"],
+                            "nicIndex": 0,
+                            "lifecycleState": state,
+                            "timeCreated": node["timeCreated"],
+                        }
+                    )
         return self._page(req, out)
 
     def get_vnic(self, req: Request, vid: str) -> Response:
@@ -372,8 +461,13 @@ class FakeOci(LoopbackServer):
                 raise _not_found(f"vnic {vid}")
             state, _ = self._vnic_state(v)
             view = {k: val for k, val in v.items() if not k.startswith("_")}
-        return _json({**view, "lifecycleState": "AVAILABLE" if state == "ATTACHED" else "PROVISIONING",
-                      "publicIp": v["_public"] if state == "ATTACHED" else None})
+        return _json(
+            {
+                **view,
+                "lifecycleState": "AVAILABLE" if state == "ATTACHED" else "PROVISIONING",
+                "publicIp": v["_public"] if state == "ATTACHED" else None,
+            }
+        )
 
     def get_subnet(self, req: Request, sid: str) -> Response:
         subnet = self.subnets.get(sid)
@@ -384,14 +478,22 @@ class FakeOci(LoopbackServer):
     def list_ads(self, req: Request) -> Response:
         comp = _required(req, "compartmentId")
         code = REGIONS[_region(req)]
-        return _json([{"name": ad, "id": fixed_ocid("availabilitydomain", f"ad{i}", code), "compartmentId": comp}
-                      for i, ad in enumerate(ADS_BY_REGION[_region(req)], 1)])
+        return _json(
+            [
+                {"name": ad, "id": fixed_ocid("availabilitydomain", f"ad{i}", code), "compartmentId": comp}
+                for i, ad in enumerate(ADS_BY_REGION[_region(req)], 1)
+            ]
+        )
 
     def region_subscriptions(self, req: Request, tid: str) -> Response:
         if tid != TENANCY:
             raise _not_found(f"tenancy {tid}")
-        return _json([{"regionKey": code.upper(), "regionName": name, "status": "READY", "isHomeRegion": name == REGION}
-                      for name, code in REGIONS.items()])
+        return _json(
+            [
+                {"regionKey": code.upper(), "regionName": name, "status": "READY", "isHomeRegion": name == REGION}
+                for name, code in REGIONS.items()
+            ]
+        )
 
     # resource search -----------------------------------------------------------------------------
     def search(self, req: Request) -> Response:
@@ -411,16 +513,33 @@ class FakeOci(LoopbackServer):
             want[t.group(1).lower()] = t.group(2)
 
         def matches(tags: dict[str, str]) -> bool:
-            return any(("key" not in want or k == want["key"]) and ("value" not in want or v == want["value"])
-                       for k, v in tags.items()) if want else True
+            return (
+                any(
+                    ("key" not in want or k == want["key"]) and ("value" not in want or v == want["value"])
+                    for k, v in tags.items()
+                )
+                if want
+                else True
+            )
 
         code = REGIONS[_region(req)]
         with self.lock:
-            hits = [{"resourceType": "Instance", "identifier": n["id"], "compartmentId": n["compartmentId"],
-                     "timeCreated": n["timeCreated"], "displayName": n["displayName"],
-                     "availabilityDomain": n["availabilityDomain"], "lifecycleState": self._state(n),
-                     "freeformTags": dict(n["freeformTags"]), "definedTags": {}, "systemTags": {}}
-                    for n in self.instances.values() if n["region"] == code and matches(n["freeformTags"])]
+            hits = [
+                {
+                    "resourceType": "Instance",
+                    "identifier": n["id"],
+                    "compartmentId": n["compartmentId"],
+                    "timeCreated": n["timeCreated"],
+                    "displayName": n["displayName"],
+                    "availabilityDomain": n["availabilityDomain"],
+                    "lifecycleState": self._state(n),
+                    "freeformTags": dict(n["freeformTags"]),
+                    "definedTags": {},
+                    "systemTags": {},
+                }
+                for n in self.instances.values()
+                if n["region"] == code and matches(n["freeformTags"])
+            ]
         page = self._page(req, hits)
         items = json.loads(page.get_data())
         resp = _json({"items": items})
@@ -448,10 +567,16 @@ class FakeOci(LoopbackServer):
             if body["vcnId"] not in {s["vcnId"] for s in self.subnets.values()}:
                 raise _not_found(f"vcn {body['vcnId']}")
             nid = _ocid("networksecuritygroup")
-            self.nsgs[nid] = {"id": nid, "compartmentId": body["compartmentId"], "vcnId": body["vcnId"],
-                              "displayName": body.get("displayName") or nid[-12:], "lifecycleState": "AVAILABLE",
-                              "freeformTags": dict(body.get("freeformTags") or {}), "definedTags": {},
-                              "timeCreated": _iso(time.time())}
+            self.nsgs[nid] = {
+                "id": nid,
+                "compartmentId": body["compartmentId"],
+                "vcnId": body["vcnId"],
+                "displayName": body.get("displayName") or nid[-12:],
+                "lifecycleState": "AVAILABLE",
+                "freeformTags": dict(body.get("freeformTags") or {}),
+                "definedTags": {},
+                "timeCreated": _iso(time.time()),
+            }
             self.rules[nid] = []
             return _json(self.nsgs[nid])
 
@@ -460,8 +585,13 @@ class FakeOci(LoopbackServer):
         if not comp and not vcn:
             raise OciError(400, "MissingParameter", "compartmentId or vcnId is required")
         with self.lock:
-            out = [dict(g) for g in self.nsgs.values() if (not comp or g["compartmentId"] == comp)
-                   and (not vcn or g["vcnId"] == vcn) and (not name or g["displayName"] == name)]
+            out = [
+                dict(g)
+                for g in self.nsgs.values()
+                if (not comp or g["compartmentId"] == comp)
+                and (not vcn or g["vcnId"] == vcn)
+                and (not name or g["displayName"] == name)
+            ]
         return self._page(req, out)
 
     def get_nsg(self, req: Request, nid: str) -> Response:
@@ -486,8 +616,10 @@ class FakeOci(LoopbackServer):
                 raise OciError(400, "InvalidParameter", "an INGRESS rule needs a source")
         with self.lock:
             self._nsg(nid)
-            added = [{**r, "id": uuid.uuid4().hex[:6].upper(), "isValid": True, "timeCreated": _iso(time.time())}
-                     for r in rules]
+            added = [
+                {**r, "id": uuid.uuid4().hex[:6].upper(), "isValid": True, "timeCreated": _iso(time.time())}
+                for r in rules
+            ]
             self.rules[nid] += added
         return _json({"securityRules": added})
 
@@ -501,8 +633,14 @@ class FakeOci(LoopbackServer):
     def nsg_vnics(self, req: Request, nid: str) -> Response:
         with self.lock:
             self._nsg(nid)
-            out = [{"vnicId": v["id"], "resourceId": v["_instance"], "timeAssociated": self.instances[v["_instance"]]["timeCreated"]}
-                   for v in self._nsg_vnics(nid)]
+            out = [
+                {
+                    "vnicId": v["id"],
+                    "resourceId": v["_instance"],
+                    "timeAssociated": self.instances[v["_instance"]]["timeCreated"],
+                }
+                for v in self._nsg_vnics(nid)
+            ]
         return self._page(req, out)
 
     # pagination and control ---------------------------------------------------------------------
@@ -510,7 +648,7 @@ class FakeOci(LoopbackServer):
         """One page; ``opc-next-page`` is an opaque token for the rest (the SDK's paginator follows it)."""
         limit = min(int(req.args.get("limit") or self.page_size), self.page_size)
         start = int(base64.urlsafe_b64decode(req.args["page"]).decode()) if req.args.get("page") else 0
-        resp = _json(items[start:start + limit])
+        resp = _json(items[start : start + limit])
         if start + limit < len(items):
             resp.headers["opc-next-page"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
         return resp
@@ -528,9 +666,17 @@ class FakeOci(LoopbackServer):
 
 
 def _image(iid: str, name: str, created: float) -> dict[str, Any]:
-    return {"id": iid, "displayName": name, "operatingSystem": "Canonical Ubuntu", "operatingSystemVersion": "22.04",
-            "lifecycleState": "AVAILABLE", "timeCreated": _iso(created), "createImageAllowed": True,
-            "compartmentId": None, "launchMode": "NATIVE"}
+    return {
+        "id": iid,
+        "displayName": name,
+        "operatingSystem": "Canonical Ubuntu",
+        "operatingSystemVersion": "22.04",
+        "lifecycleState": "AVAILABLE",
+        "timeCreated": _iso(created),
+        "createImageAllowed": True,
+        "compartmentId": None,
+        "launchMode": "NATIVE",
+    }
 
 
 def _ocid(kind: str, code: str = REGION_CODE) -> str:

@@ -12,6 +12,7 @@ tls.py). When the target has serving secrets (HF_TOKEN, registry tokens), they a
 to the node agent over that pinned channel: the node's boot script waits for them before it pulls
 and starts the server, so they never sit in the user-data.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,27 +60,35 @@ def deploy_timeout(target) -> float:
     return 60.0 if target.provider in LOCAL_PROVIDERS else 3600.0
 
 
-def push_secrets(target, instance: Instance, api_key: str | None, secrets: dict[str, str],
-                 timeout_s: float = 900.0) -> list[str]:
+def push_secrets(
+    target, instance: Instance, api_key: str | None, secrets: dict[str, str], timeout_s: float = 900.0
+) -> list[str]:
     """Hand the serving secrets to the node agent over the pinned channel; the names pushed."""
     from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415
+
     details = instance.details or {}
     if not details.get("agent_url"):
-        raise DeployFailed(f"{target.name}: serving secrets ({', '.join(sorted(secrets))}) need the node agent to "
-                           "receive them, and none is reachable; stage the client bundle (Variable "
-                           "bakeoff_client_bucket) or drop the secrets", "crash", "no node agent for the serving secrets")
+        raise DeployFailed(
+            f"{target.name}: serving secrets ({', '.join(sorted(secrets))}) need the node agent to "
+            "receive them, and none is reachable; stage the client bundle (Variable "
+            "bakeoff_client_bucket) or drop the secrets",
+            "crash",
+            "no node agent for the serving secrets",
+        )
     try:
         with AgentClient(details["agent_url"], api_key, timeout_s=30.0, tls_cert=details.get("tls_cert")) as agent:
             agent.wait_healthy(timeout_s)
             return agent.put_secrets(secrets).get("names", [])
     except AgentError as e:
         detail = mask(str(e), api_key, *secrets.values())
-        raise DeployFailed(f"{target.name}: could not hand the serving secrets to the node: {detail}", "crash",
-                           detail) from None
+        raise DeployFailed(
+            f"{target.name}: could not hand the serving secrets to the node: {detail}", "crash", detail
+        ) from None
 
 
-def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
-           secrets: dict[str, str] | None = None) -> Endpoint:
+def deploy(
+    target, instance: Instance, *, api_key: str | None, out_dir: Path, secrets: dict[str, str] | None = None
+) -> Endpoint:
     url = base_url(instance)
     tls_cert = (instance.details or {}).get("tls_cert")
     emulated = target.provider in LOCAL_PROVIDERS or bool((instance.details or {}).get("emulated"))
@@ -88,15 +97,21 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
     try:
         if secrets:
             pushed = push_secrets(target, instance, api_key, secrets)
-            log.info("deploy: %s: handed %d serving secret(s) to the node: %s", target.name, len(pushed), ", ".join(pushed))
+            log.info(
+                "deploy: %s: handed %d serving secret(s) to the node: %s", target.name, len(pushed), ", ".join(pushed)
+            )
         info = wait_ready(url, api_key, deploy_timeout(target), model=served_model(target), tls_cert=tls_cert)
     except DeployFailed as e:
-        store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": e.failure, "detail": e.detail, **stack})
+        store.write_json(
+            Path(out_dir) / "deploy.json", {"ready": False, "failure": e.failure, "detail": e.detail, **stack}
+        )
         raise
     except ModelNotServed as e:
         detail = mask(str(e), api_key, *secrets.values())
-        store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": "model_not_served", "detail": detail,
-                                                         "models_offered": e.offered, **stack})
+        store.write_json(
+            Path(out_dir) / "deploy.json",
+            {"ready": False, "failure": "model_not_served", "detail": detail, "models_offered": e.offered, **stack},
+        )
         log.error("deploy: %s: %s", target.name, detail)
         raise DeployFailed(f"{target.name}: {detail}", "model_not_served", detail) from None
     except NotReady as e:
@@ -105,7 +120,9 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
         detail = mask(detail, api_key, *secrets.values())
         store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": failure, "detail": detail, **stack})
         log.error("deploy: %s on %s failed (%s): %s", target.stack, target.name, failure, detail)
-        raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail) from None
+        raise DeployFailed(
+            f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail
+        ) from None
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
     emulated = emulated or bool((info.get("version") or {}).get("emulated"))
     network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
@@ -114,12 +131,22 @@ def deploy(target, instance: Instance, *, api_key: str | None, out_dir: Path,
     node = {}
     if target.provider not in LOCAL_PROVIDERS + ("static",):
         from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
+
         node = provenance_from_console(node_output(instance, api_key), target.gpu.vendor)
-    endpoint = Endpoint(target=target.slug, base_url=url, model=served_model(target), stack=target.stack,
-                        emulated=emulated, provenance={**info, **stack, "network": network, "node": node},
-                        agent_url=(instance.details or {}).get("agent_url"), tls_cert=tls_cert)
-    store.write_json(Path(out_dir) / "deploy.json",
-                     {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node})
+    endpoint = Endpoint(
+        target=target.slug,
+        base_url=url,
+        model=served_model(target),
+        stack=target.stack,
+        emulated=emulated,
+        provenance={**info, **stack, "network": network, "node": node},
+        agent_url=(instance.details or {}).get("agent_url"),
+        tls_cert=tls_cert,
+    )
+    store.write_json(
+        Path(out_dir) / "deploy.json",
+        {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node},
+    )
     store.write_json(Path(out_dir) / "endpoint.json", endpoint.to_dict())
     return endpoint
 
@@ -128,20 +155,30 @@ def _stack_facts(target) -> dict[str, Any]:
     """What was asked of the server (image, engine arguments; never the key), for provenance. A
     static endpoint's server was started by someone else: nothing is claimed about it here."""
     if target.provider == "static":
-        return {"stack_in_plan": target.stack, "client_mode": target.client_mode,
-                "deployed_by": "not bakeoff (static endpoint)", "served_model": target.served_model_id}
+        return {
+            "stack_in_plan": target.stack,
+            "client_mode": target.client_mode,
+            "deployed_by": "not bakeoff (static endpoint)",
+            "served_model": target.served_model_id,
+        }
     if target.provider in LOCAL_PROVIDERS or target.stack not in ("vllm", "sglang"):
         return {"stack": target.stack, "client_mode": target.client_mode}
     from bakeoff.serving import userdata  # noqa: PLC0415
-    return {"stack": target.stack, "image": userdata.image_for(target),
-            "engine_args": userdata.engine_args(target, target.stack_spec.port), "env": userdata.serve_env(target),
-            "client_mode": target.client_mode}
+
+    return {
+        "stack": target.stack,
+        "image": userdata.image_for(target),
+        "engine_args": userdata.engine_args(target, target.stack_spec.port),
+        "env": userdata.serve_env(target),
+        "client_mode": target.client_mode,
+    }
 
 
 def _served_by(url: str, api_key: str | None, info: dict[str, Any]) -> dict[str, Any]:
     """What a static endpoint says about itself, and only that: the engine and version identified
     from /version, /v1/models and /metrics, and the model ids it offers."""
     from bakeoff.bench.provenance import identify_engine, snapshot_provenance  # noqa: PLC0415
+
     try:
         snap = snapshot_provenance(url, api_key)
     except Exception as e:  # noqa: BLE001 - provenance must never fail a ready endpoint
@@ -163,13 +200,17 @@ def node_output(instance: Instance, api_key: str | None = None) -> str | None:
     agent_url = (instance.details or {}).get("agent_url")
     if agent_url:
         from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415
+
         try:
-            with AgentClient(agent_url, api_key, timeout_s=10.0, tls_cert=(instance.details or {}).get("tls_cert")) as agent:
+            with AgentClient(
+                agent_url, api_key, timeout_s=10.0, tls_cert=(instance.details or {}).get("tls_cert")
+            ) as agent:
                 return agent.logs()
         except AgentError as e:
             log.warning("deploy: node agent of %s gave no logs (%s); trying the console", instance.id, e)
     try:
         from bakeoff.pipeline import provider_for  # noqa: PLC0415 - credentials come from the DAG's resolver
+
         provider = provider_for(instance.provider)
         fetch = getattr(provider, "console_output", None)
         return fetch(instance.id) if fetch else None
@@ -182,6 +223,7 @@ def measure_rtt(url: str, samples: int = 5) -> dict[str, Any]:
     """TCP connect round trip from the Airflow worker to the server: what a remote client's TTFT
     includes (recorded next to the results; a co-located client does not pay it)."""
     import httpx  # noqa: PLC0415
+
     u = httpx.URL(url)
     port = u.port or (443 if u.scheme == "https" else 80)
     times = []
@@ -192,5 +234,8 @@ def measure_rtt(url: str, samples: int = 5) -> dict[str, Any]:
                 times.append((time.perf_counter() - t0) * 1000)
         except OSError:
             continue
-    return {"rtt_ms_p50": round(statistics.median(times), 3) if times else None,
-            "rtt_ms_max": round(max(times), 3) if times else None, "samples": len(times)}
+    return {
+        "rtt_ms_p50": round(statistics.median(times), 3) if times else None,
+        "rtt_ms_max": round(max(times), 3) if times else None,
+        "samples": len(times),
+    }

@@ -1,4 +1,5 @@
 """An endpoint: where a target's model is served, and how to talk to it."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -9,14 +10,14 @@ from typing import Any
 class Endpoint:
     """JSON-able; never holds the API key itself, only the name of where to find it."""
 
-    target: str                 # target slug
-    base_url: str               # e.g. https://203.0.113.7:8000 (cloud node) or http://127.0.0.1:8123
-    model: str                  # the model id the server answers to
+    target: str  # target slug
+    base_url: str  # e.g. https://203.0.113.7:8000 (cloud node) or http://127.0.0.1:8123
+    model: str  # the model id the server answers to
     stack: str
     emulated: bool = False
-    api_key_env: str | None = None     # environment variable holding the key, if any
-    agent_url: str | None = None       # the node agent (co-located client, logs, power), if one runs
-    tls_cert: str | None = None        # the node's own certificate (PEM, public): https clients pin it
+    api_key_env: str | None = None  # environment variable holding the key, if any
+    agent_url: str | None = None  # the node agent (co-located client, logs, power), if one runs
+    tls_cert: str | None = None  # the node's own certificate (PEM, public): https clients pin it
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -29,4 +30,5 @@ class Endpoint:
     def verify(self):
         """What an httpx client passes as ``verify``: this node's pinned certificate, if it has one."""
         from bakeoff.serving.tls import client_context  # noqa: PLC0415
+
         return client_context(self.base_url, self.tls_cert)

@@ -7,6 +7,7 @@ is written once as ``provenance.txt`` and echoed on the console with a ``bakeoff
 prefix. The parsers below turn the tools' own output formats into rows; they are what the client
 side uses once the files are fetched back.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SLACK_S = 1.0   # samples are ~1 s apart: a point shorter than that still gets the samples around it
+SLACK_S = 1.0  # samples are ~1 s apart: a point shorter than that still gets the samples around it
 
 _NVIDIA_SAMPLER = r"""
 nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits -lms 1000 2>/dev/null \
@@ -108,8 +109,9 @@ def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> fl
     return total
 
 
-def mean_watts_per_gpu(samples: list[dict[str, Any]], start: float, end: float,
-                       gpus: int | None = None) -> float | None:
+def mean_watts_per_gpu(
+    samples: list[dict[str, Any]], start: float, end: float, gpus: int | None = None
+) -> float | None:
     """Mean power per GPU over [start, end] (widened by SLACK_S), averaged over GPUs 0..gpus-1 (the
     ones a TP x PP server uses; a node's idle GPUs would only dilute the figure); None without samples."""
     by_gpu: dict[int, list[float]] = {}
@@ -157,7 +159,7 @@ def parse_amd_provenance(version_json: str, static_json: str | None = None) -> d
     out["amd_smi"] = v.get("amdsmi_library_version") or v.get("version")
     if static_json:
         s = json.loads(static_json)
-        g = (s[0] if isinstance(s, list) else s.get("gpu_data", [s])[0])
+        g = s[0] if isinstance(s, list) else s.get("gpu_data", [s])[0]
         out["gpu_name"] = (g.get("asic") or {}).get("market_name")
         out["driver"] = (g.get("driver") or {}).get("version")
         out["firmware"] = (g.get("vbios") or {}).get("version") or (g.get("vbios") or {}).get("part_number")
@@ -170,8 +172,14 @@ def provenance_from_console(text: str | None, vendor: str) -> dict[str, Any]:
     if not text:
         return {}
     lines = [ln.split("bakeoff-provenance: ", 1)[1] for ln in text.splitlines() if "bakeoff-provenance: " in ln]
-    digest = next((ln.split("bakeoff-image-digest: ", 1)[1].strip() for ln in text.splitlines()
-                   if "bakeoff-image-digest: " in ln), None)
+    digest = next(
+        (
+            ln.split("bakeoff-image-digest: ", 1)[1].strip()
+            for ln in text.splitlines()
+            if "bakeoff-image-digest: " in ln
+        ),
+        None,
+    )
     out: dict[str, Any] = {}
     if lines and vendor == "nvidia":
         out = parse_nvidia_provenance("\n".join(lines))

@@ -7,6 +7,7 @@ Polling both (as vLLM's and SGLang's own launch scripts do) catches a server who
 up while the engine is still loading weights. When the deadline passes, ``classify`` reads the
 node's console / log text and says how the deployment failed, for the software-support matrix.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,20 +20,44 @@ FAILURES = ("image_pull", "oom", "unsupported", "timeout", "crash", "model_not_s
 
 # Checked in order: the most specific cause first (an OOM also ends in a crash and a traceback).
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("image_pull", re.compile(r"image pull failed|pull access denied|manifest unknown|manifest for .* not found|"
-                              r"toomanyrequests|repository does not exist|Error response from daemon: .*(not found|pull)|"
-                              r"no matching manifest|ErrImagePull|ImagePullBackOff", re.I)),
-    ("oom", re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|"
-                       r"hipErrorOutOfMemory|oom-kill|Killed process \d+|exited with code 137|"
-                       r"No available memory for the cache blocks|Not enough memory|insufficient memory|"
-                       r"needs \d+ GB of weights but", re.I)),
-    ("unsupported", re.compile(r"not supported|unsupported|NotImplementedError|no kernel image is available|"
-                               r"hipErrorNoBinaryForGpu|invalid device function|Unknown quantization|"
-                               r"quantization method .* is not|is not a valid QuantizationMethods|"
-                               r"does not support|requires compute capability|invalid choice", re.I)),
-    ("crash", re.compile(r"exited with code [1-9]|Traceback \(most recent call last\)|Segmentation fault|"
-                         r"core dumped|RuntimeError|Engine core initialization failed|EngineDeadError|"
-                         r"emulator .* exited before it was ready|error: ", re.I)),
+    (
+        "image_pull",
+        re.compile(
+            r"image pull failed|pull access denied|manifest unknown|manifest for .* not found|"
+            r"toomanyrequests|repository does not exist|Error response from daemon: .*(not found|pull)|"
+            r"no matching manifest|ErrImagePull|ImagePullBackOff",
+            re.I,
+        ),
+    ),
+    (
+        "oom",
+        re.compile(
+            r"out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|"
+            r"hipErrorOutOfMemory|oom-kill|Killed process \d+|exited with code 137|"
+            r"No available memory for the cache blocks|Not enough memory|insufficient memory|"
+            r"needs \d+ GB of weights but",
+            re.I,
+        ),
+    ),
+    (
+        "unsupported",
+        re.compile(
+            r"not supported|unsupported|NotImplementedError|no kernel image is available|"
+            r"hipErrorNoBinaryForGpu|invalid device function|Unknown quantization|"
+            r"quantization method .* is not|is not a valid QuantizationMethods|"
+            r"does not support|requires compute capability|invalid choice",
+            re.I,
+        ),
+    ),
+    (
+        "crash",
+        re.compile(
+            r"exited with code [1-9]|Traceback \(most recent call last\)|Segmentation fault|"
+            r"core dumped|RuntimeError|Engine core initialization failed|EngineDeadError|"
+            r"emulator .* exited before it was ready|error: ",
+            re.I,
+        ),
+    ),
 ]
 
 
@@ -50,22 +75,32 @@ class ModelNotServed(NotReady):
 
     def __init__(self, base_url: str, model: str, offered: list[str]):
         self.offered = offered
-        super().__init__(f"{base_url} is up but does not serve {model!r}; /v1/models offers: {', '.join(map(repr, offered))}. "
-                         "If the server was started with --served-model-name, set the target's served_model to the id "
-                         "it offers", f"/v1/models answered 200 without {model}")
+        super().__init__(
+            f"{base_url} is up but does not serve {model!r}; /v1/models offers: {', '.join(map(repr, offered))}. "
+            "If the server was started with --served-model-name, set the target's served_model to the id "
+            "it offers",
+            f"/v1/models answered 200 without {model}",
+        )
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def wait_ready(base_url: str, api_key: str | None, timeout_s: float, poll_s: float = 0.25,
-               model: str | None = None, tls_cert: str | None = None) -> dict[str, Any]:
+def wait_ready(
+    base_url: str,
+    api_key: str | None,
+    timeout_s: float,
+    poll_s: float = 0.25,
+    model: str | None = None,
+    tls_cert: str | None = None,
+) -> dict[str, Any]:
     """Poll until ready; return what the server says about itself (models, version).
 
     With ``tls_cert`` (a cloud node's own certificate) only that server is spoken to: a server with
     any other certificate fails the handshake, so the key is never sent to it (``last`` says so)."""
     from bakeoff.serving.tls import client_context  # noqa: PLC0415
+
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
     verify = client_context(base_url, tls_cert)
@@ -84,8 +119,11 @@ def wait_ready(base_url: str, api_key: str | None, timeout_s: float, poll_s: flo
                 else:
                     last = f"/health answered {health.status_code}"
             except (httpx.HTTPError, ValueError) as e:
-                last = type(e).__name__ + (" (TLS: the server did not present the node's pinned certificate)"
-                                           if "CERTIFICATE_VERIFY_FAILED" in str(e) else "")
+                last = type(e).__name__ + (
+                    " (TLS: the server did not present the node's pinned certificate)"
+                    if "CERTIFICATE_VERIFY_FAILED" in str(e)
+                    else ""
+                )
             time.sleep(poll_s)
     raise NotReady(f"{base_url} not ready after {timeout_s:.0f}s (last: {last})", last)
 
@@ -106,8 +144,11 @@ def classify(console: str | None, last_seen: str = "") -> tuple[str, str]:
         if m:
             start = text.rfind("\n", 0, m.start()) + 1
             end = text.find("\n", m.end())
-            return kind, text[start:end if end >= 0 else len(text)].strip()[:500]
-    return "timeout", f"no failure in the node's output; the server never became ready (last: {last_seen or 'no answer'})"
+            return kind, text[start : end if end >= 0 else len(text)].strip()[:500]
+    return (
+        "timeout",
+        f"no failure in the node's output; the server never became ready (last: {last_seen or 'no answer'})",
+    )
 
 
 def mask(text: str, *secrets: str | None) -> str:

@@ -16,6 +16,7 @@ that node's private key. Hostname checking is off because the pin already names 
 key, and a bare IP has no name to check. A server presenting any other certificate -- a public-CA
 one included -- fails the handshake before the Bearer key is sent.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 # The node's key dies with the node; the pin, not the validity window, is what limits trust.
 _NOT_BEFORE = _dt.datetime(2020, 1, 1, tzinfo=_dt.timezone.utc)
-_NOT_AFTER = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc)   # RFC 5280: no expiry
+_NOT_AFTER = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc)  # RFC 5280: no expiry
 _P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
@@ -40,7 +41,7 @@ class NodeTLS:
     cert_pem: str
     key_pem: str
 
-    def __repr__(self) -> str:                       # never shows the private key
+    def __repr__(self) -> str:  # never shows the private key
         return f"NodeTLS(sha256={fingerprint(self.cert_pem)[:16]}...)"
 
 
@@ -52,19 +53,29 @@ def node_identity(run_id: str, slug: str) -> NodeTLS:
     from cryptography.x509.oid import NameOID  # noqa: PLC0415
 
     from bakeoff import secrets  # noqa: PLC0415
+
     seed = secrets.derive(f"tls/{run_id}/{slug}")
     scalar = int.from_bytes(hashlib.sha512(seed).digest(), "big") % (_P256_ORDER - 1) + 1
     key = ec.derive_private_key(scalar, ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"bakeoff-{slug}"[:64])])
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(int.from_bytes(seed[:16], "big") >> 1 | 1)
-            .not_valid_before(_NOT_BEFORE).not_valid_after(_NOT_AFTER)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256(), ecdsa_deterministic=True))
-    return NodeTLS(cert.public_bytes(serialization.Encoding.PEM).decode(),
-                   key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption()).decode())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(int.from_bytes(seed[:16], "big") >> 1 | 1)
+        .not_valid_before(_NOT_BEFORE)
+        .not_valid_after(_NOT_AFTER)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256(), ecdsa_deterministic=True)
+    )
+    return NodeTLS(
+        cert.public_bytes(serialization.Encoding.PEM).decode(),
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode(),
+    )
 
 
 _PEM_CERT = re.compile(r"\s*-----BEGIN CERTIFICATE-----\n[A-Za-z0-9+/=\n]+-----END CERTIFICATE-----\s*")
@@ -84,8 +95,9 @@ def check_cert(cert_pem: str, field: str = "tls_cert") -> str:
         except (ssl.SSLError, ValueError):
             ok = False
     if not ok:
-        raise ValueError(f"{field}: not one PEM certificate; give the node's certificate as "
-                         "'-----BEGIN CERTIFICATE-----...'")
+        raise ValueError(
+            f"{field}: not one PEM certificate; give the node's certificate as '-----BEGIN CERTIFICATE-----...'"
+        )
     return cert_pem
 
 
@@ -93,7 +105,7 @@ def pinned_context(cert_pem: str) -> ssl.SSLContext:
     """A client context that accepts only the server holding this certificate's key (see module doc)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.check_hostname = False            # the node has no name; the pinned anchor is the identity check
+    ctx.check_hostname = False  # the node has no name; the pinned anchor is the identity check
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_verify_locations(cadata=check_cert(cert_pem))
     return ctx
@@ -104,8 +116,9 @@ def client_context(base_url: str, cert_pem: str | None) -> ssl.SSLContext | bool
     known, else the system's CA verification (https) -- never "off"."""
     if cert_pem:
         if not base_url.startswith("https://"):
-            raise ValueError(f"endpoint: {base_url!r} is plain http but the node has a pinned certificate; "
-                             "use its https:// URL")
+            raise ValueError(
+                f"endpoint: {base_url!r} is plain http but the node has a pinned certificate; use its https:// URL"
+            )
         return pinned_context(cert_pem)
     return True
 

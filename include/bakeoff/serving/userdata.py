@@ -24,6 +24,7 @@ secrets never travel in clear and never sit on a command line:
 The API key and the TLS private key do travel inside the user-data, which the cloud shows to
 principals allowed to read instance attributes; both are per run and per target, and die with the node.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,27 +37,35 @@ from bakeoff.serving import power
 
 CONTAINER = "bakeoff-serve"
 LOG_DIR = "/var/log/bakeoff"
-TARGET_MARK = "# bakeoff-target: "   # one JSON line describing the target (no secrets)
-AGENT_MARK = "# bakeoff-agent: "     # one JSON line: where the client bundle is and its checksum
+TARGET_MARK = "# bakeoff-target: "  # one JSON line describing the target (no secrets)
+AGENT_MARK = "# bakeoff-agent: "  # one JSON line: where the client bundle is and its checksum
 AGENT_CONTAINER = "bakeoff-agent"
-MAX_BYTES = 16384                    # EC2's user-data limit, the smallest of the clouds
+MAX_BYTES = 16384  # EC2's user-data limit, the smallest of the clouds
 SHUTDOWN_RE = re.compile(r"^shutdown -h \+(\d+) ", re.M)
 KILL_MARK = "# bakeoff-kill-switch: "  # one JSON line: what the kill switch does on this cloud, and when
 SECRETS_MARK = "# bakeoff-secrets: "  # one JSON line: the NAMES of the serving secrets the node waits for
 TLS_DIR = "/etc/bakeoff/tls"
 TLS_CERT, TLS_KEY = f"{TLS_DIR}/node.crt", f"{TLS_DIR}/node.key"
 SECRETS_ENV = "/etc/bakeoff/secrets/serve.env"
-SECRETS_WAIT_S = 1800                 # the worker pushes them once the agent answers (deploy.push_secrets)
+SECRETS_WAIT_S = 1800  # the worker pushes them once the agent answers (deploy.push_secrets)
 SGLANG_CONFIG = "/etc/bakeoff/sglang.yaml"
 _SECRET_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 _PEM_KEY = re.compile(r"-----BEGIN PRIVATE KEY-----\n[A-Za-z0-9+/=\n]+-----END PRIVATE KEY-----\n?")
 
 # plan quantization -> engine flags; None = the checkpoint says (pre-quantized MXFP4 / BF16 weights)
 _QUANT = {
-    "vllm": {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"],
-             "fp4": ["--quantization", "modelopt_fp4"], "mxfp4": None},
-    "sglang": {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"],
-               "fp4": ["--quantization", "modelopt_fp4"], "mxfp4": None},
+    "vllm": {
+        "bf16": ["--dtype", "bfloat16"],
+        "fp8": ["--quantization", "fp8"],
+        "fp4": ["--quantization", "modelopt_fp4"],
+        "mxfp4": None,
+    },
+    "sglang": {
+        "bf16": ["--dtype", "bfloat16"],
+        "fp8": ["--quantization", "fp8"],
+        "fp4": ["--quantization", "modelopt_fp4"],
+        "mxfp4": None,
+    },
 }
 _KV = {
     "vllm": {"auto": "auto", "bf16": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3"},
@@ -104,14 +113,49 @@ def engine_args(target, port: int) -> list[str]:
     kv = _KV[stack][target.kv_cache_dtype]
     model = target.model_spec.hf_id
     if stack == "vllm":
-        own = ["serve", model, "--host", "0.0.0.0", "--port", str(port),
-               "--tensor-parallel-size", str(target.tensor_parallel),
-               "--pipeline-parallel-size", str(target.pipeline_parallel), *quant, "--kv-cache-dtype", kv]
+        own = [
+            "serve",
+            model,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            str(target.tensor_parallel),
+            "--pipeline-parallel-size",
+            str(target.pipeline_parallel),
+            *quant,
+            "--kv-cache-dtype",
+            kv,
+        ]
     else:
-        own = ["-m", "sglang.launch_server", "--model-path", model, "--host", "0.0.0.0", "--port", str(port),
-               "--tp-size", str(target.tensor_parallel), "--pp-size", str(target.pipeline_parallel),
-               *quant, "--kv-cache-dtype", kv, "--enable-metrics"]
-    set_by_target = {"--kv-cache-dtype", "--quantization", "--dtype", "--tensor-parallel-size", "--tp-size", "--port", "--host"}
+        own = [
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--tp-size",
+            str(target.tensor_parallel),
+            "--pp-size",
+            str(target.pipeline_parallel),
+            *quant,
+            "--kv-cache-dtype",
+            kv,
+            "--enable-metrics",
+        ]
+    set_by_target = {
+        "--kv-cache-dtype",
+        "--quantization",
+        "--dtype",
+        "--tensor-parallel-size",
+        "--tp-size",
+        "--port",
+        "--host",
+    }
     recipe = _drop_flags(list(target.stack_spec.args.get(gpu, [])), set_by_target)
     return own + recipe + list(target.engine_args)
 
@@ -127,22 +171,40 @@ def docker_argv(target, port: int, *, tls: bool = False, secrets: bool = False) 
     server serves the node's certificate; with ``secrets`` it gets the env file the agent wrote."""
     vllm = target.stack == "vllm"
     entry = ["--entrypoint", "vllm"] if vllm else ["--entrypoint", "python3"]
-    key = (["--env-file", "/etc/bakeoff/key.env"] if vllm
-           else ["-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"])
+    key = ["--env-file", "/etc/bakeoff/key.env"] if vllm else ["-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"]
     mounts = (["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls else []) + (["--env-file", SECRETS_ENV] if secrets else [])
-    tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls else []) + \
-        ([] if vllm else ["--config", SGLANG_CONFIG])
-    return ["docker", "run", "-d", "--name", CONTAINER, "--network", "host", "--restart", "no",
-            *catalog.docker_flags(target.gpu.vendor), "--env-file", "/etc/bakeoff/serve.env", *key, *mounts,
-            "-v", "/opt/bakeoff/hf:/root/.cache/huggingface", *entry, image_for(target),
-            *engine_args(target, port), *tail]
+    tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls else []) + (
+        [] if vllm else ["--config", SGLANG_CONFIG]
+    )
+    return [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        CONTAINER,
+        "--network",
+        "host",
+        "--restart",
+        "no",
+        *catalog.docker_flags(target.gpu.vendor),
+        "--env-file",
+        "/etc/bakeoff/serve.env",
+        *key,
+        *mounts,
+        "-v",
+        "/opt/bakeoff/hf:/root/.cache/huggingface",
+        *entry,
+        image_for(target),
+        *engine_args(target, port),
+        *tail,
+    ]
 
 
 def _key_files(target) -> str:
     """Shell lines writing the key where the engine reads it (printf is a builtin: no argv shows it)."""
     if target.stack == "vllm":
         return "printf 'VLLM_API_KEY=%s\\n' \"$(cat /etc/bakeoff/api_key)\" > /etc/bakeoff/key.env"
-    return f"printf 'api-key: \"%s\"\\n' \"$(cat /etc/bakeoff/api_key)\" > {SGLANG_CONFIG}"
+    return f'printf \'api-key: "%s"\\n\' "$(cat /etc/bakeoff/api_key)" > {SGLANG_CONFIG}'
 
 
 def _tls_files(tls: dict | None) -> str:
@@ -150,6 +212,7 @@ def _tls_files(tls: dict | None) -> str:
     if not tls:
         return "# no node certificate: plain http (only a loopback or pre-existing endpoint)"
     from bakeoff.serving.tls import check_cert  # noqa: PLC0415
+
     cert = check_cert(tls.get("cert") or "", "spec.tls.cert").strip()
     key = tls.get("key") or ""
     if not _PEM_KEY.fullmatch(key):
@@ -167,7 +230,7 @@ def _secrets_wait(names: list[str]) -> str:
     """Wait (bounded) for the worker to push the serving secrets through the node agent."""
     if not names:
         return "# no serving secrets"
-    return f"""echo "bakeoff: waiting for the serving secrets ({', '.join(names)}) from the worker"
+    return f"""echo "bakeoff: waiting for the serving secrets ({", ".join(names)}) from the worker"
 waited=0
 until [ -s {SECRETS_ENV} ]; do
   if [ "$waited" -ge {SECRETS_WAIT_S} ]; then
@@ -196,13 +259,18 @@ def _firewall(port: int, ingress_cidr: str | None) -> str:
     else:
         note = ""
         allow = "ip6tables" if ":" in ingress_cidr else "iptables"
-        rules = [f"iptables -I INPUT -p tcp --dport {port} -j DROP", v6 % (port, ""),
-                 f"{allow} -I INPUT -p tcp --dport {port} -s {q(ingress_cidr)} -j ACCEPT",
-                 f"iptables -I INPUT -p tcp --dport {port} -s 127.0.0.1 -j ACCEPT"]
+        rules = [
+            f"iptables -I INPUT -p tcp --dport {port} -j DROP",
+            v6 % (port, ""),
+            f"{allow} -I INPUT -p tcp --dport {port} -s {q(ingress_cidr)} -j ACCEPT",
+            f"iptables -I INPUT -p tcp --dport {port} -s 127.0.0.1 -j ACCEPT",
+        ]
     chain = " \\\n  && ".join(rules)
-    return (f"{note}if ! {{ {chain}; }}; then\n"
-            f'  echo "bakeoff: firewall for port {port} failed (error: a rule could not be installed); '
-            'stopping before anything listens"\n  exit 1\nfi')
+    return (
+        f"{note}if ! {{ {chain}; }}; then\n"
+        f'  echo "bakeoff: firewall for port {port} failed (error: a rule could not be installed); '
+        'stopping before anything listens"\n  exit 1\nfi'
+    )
 
 
 def kill_switch_section(provider: str, minutes: int) -> str:
@@ -217,14 +285,23 @@ def kill_switch_section(provider: str, minutes: int) -> str:
     action = {"aws": "terminate", "oci": "self-delete"}.get(provider, "power-off")
     mark = KILL_MARK + json.dumps({"action": action, "cloud": provider, "minutes": minutes}, sort_keys=True)
     if action != "self-delete":
-        what = "power off = terminate" if action == "terminate" else "power off; the cloud bills on until the reaper deletes it"
-        return (f"{mark}\n# 1. kill switch ({what}) after the run's budgeted time, even if Airflow is gone\n"
-                f'shutdown -h +{minutes} "bakeoff kill switch" || (sleep {minutes * 60} && poweroff) &')
+        what = (
+            "power off = terminate"
+            if action == "terminate"
+            else "power off; the cloud bills on until the reaper deletes it"
+        )
+        return (
+            f"{mark}\n# 1. kill switch ({what}) after the run's budgeted time, even if Airflow is gone\n"
+            f'shutdown -h +{minutes} "bakeoff kill switch" || (sleep {minutes * 60} && poweroff) &'
+        )
     img = shlex.quote(catalog.agent_image())
     from importlib.metadata import version  # noqa: PLC0415 - the SDK version this installation is pinned to
+
     sdk = f"oci=={version('oci')}"
-    terminate = ("import oci,sys; s=oci.auth.signers.InstancePrincipalsSecurityTokenSigner(); "
-                 "oci.core.ComputeClient({'region': s.region}, signer=s).terminate_instance(sys.argv[1])")
+    terminate = (
+        "import oci,sys; s=oci.auth.signers.InstancePrincipalsSecurityTokenSigner(); "
+        "oci.core.ComputeClient({'region': s.region}, signer=s).terminate_instance(sys.argv[1])"
+    )
     return f"""{mark}
 # 1. kill switch: after the run's budgeted time the node deletes itself (a stopped OCI node still bills),
 #    authenticated as an instance principal; power-off follows as a fallback, even if Airflow is gone
@@ -243,7 +320,7 @@ def kill_switch_from_userdata(script: str) -> dict | None:
     """The kill switch a boot script arms (action, cloud, minutes); the sandbox's nodes act on it."""
     for line in script.splitlines():
         if line.startswith(KILL_MARK):
-            return json.loads(line[len(KILL_MARK):])
+            return json.loads(line[len(KILL_MARK) :])
     minutes = shutdown_minutes(script)
     return {"action": "power-off", "cloud": "", "minutes": minutes} if minutes else None
 
@@ -254,6 +331,7 @@ def agent_section(agent: dict | None, serve_port: int, expires_at: float | None)
         return "# no client bundle staged: no node agent (the benchmark client runs remotely)"
     from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
     from bakeoff.agent.bundle import HASHES_IN_BUNDLE  # noqa: PLC0415 - pins and hashes travel in the bundle
+
     q = shlex.quote
     sha = agent["sha256"]
     if not re.fullmatch(r"[0-9a-f]{64}", sha):
@@ -262,17 +340,20 @@ def agent_section(agent: dict | None, serve_port: int, expires_at: float | None)
     if len(reqs) != len(agent["requirements"]):
         raise ValueError("agent.requirements: expected name==version pins only")
     tls, secrets = bool(agent.get("tls")), bool(agent.get("secrets"))
-    run = ("python -m zipfile -e /opt/bakeoff/client.zip /opt/bakeoff/client && "
-           "pip install --no-cache-dir --quiet --require-hashes --only-binary=:all: "
-           f"-r /opt/bakeoff/client/{HASHES_IN_BUNDLE} && "
-           "PYTHONPATH=/opt/bakeoff/client exec python -m bakeoff agent "
-           f"--serve-url {'https' if tls else 'http'}://127.0.0.1:{serve_port} --key-file /etc/bakeoff/api_key "
-           f"--log-dir {LOG_DIR} --work-dir /var/lib/bakeoff --port {AGENT_PORT} --bundle {sha}"
-           + (f" --expires-at {int(expires_at)}" if expires_at else "")
-           + (f" --tls-cert {TLS_CERT} --tls-key {TLS_KEY}" if tls else "")
-           + (f" --secrets-file {SECRETS_ENV}" if secrets else ""))
-    mounts = (f" -v {TLS_DIR}:{TLS_DIR}:ro" if tls else "") + \
-        (f" -v {SECRETS_ENV.rsplit('/', 1)[0]}:{SECRETS_ENV.rsplit('/', 1)[0]}" if secrets else "")
+    run = (
+        "python -m zipfile -e /opt/bakeoff/client.zip /opt/bakeoff/client && "
+        "pip install --no-cache-dir --quiet --require-hashes --only-binary=:all: "
+        f"-r /opt/bakeoff/client/{HASHES_IN_BUNDLE} && "
+        "PYTHONPATH=/opt/bakeoff/client exec python -m bakeoff agent "
+        f"--serve-url {'https' if tls else 'http'}://127.0.0.1:{serve_port} --key-file /etc/bakeoff/api_key "
+        f"--log-dir {LOG_DIR} --work-dir /var/lib/bakeoff --port {AGENT_PORT} --bundle {sha}"
+        + (f" --expires-at {int(expires_at)}" if expires_at else "")
+        + (f" --tls-cert {TLS_CERT} --tls-key {TLS_KEY}" if tls else "")
+        + (f" --secrets-file {SECRETS_ENV}" if secrets else "")
+    )
+    mounts = (f" -v {TLS_DIR}:{TLS_DIR}:ro" if tls else "") + (
+        f" -v {SECRETS_ENV.rsplit('/', 1)[0]}:{SECRETS_ENV.rsplit('/', 1)[0]}" if secrets else ""
+    )
     return f"""{_firewall(AGENT_PORT, agent.get("ingress_cidr"))}
 mkdir -p /opt/bakeoff /var/lib/bakeoff
 if curl -fsSL --retry 5 -o /opt/bakeoff/client.zip {q(agent["url"])} \\
@@ -285,9 +366,17 @@ else
 fi"""
 
 
-def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str | None,
-           agent: dict | None = None, expires_at: float | None = None, tls: dict | None = None,
-           secret_names: list[str] | tuple[str, ...] = ()) -> str:
+def render(
+    target,
+    *,
+    api_key: str,
+    shutdown_after_s: float,
+    ingress_cidr: str | None,
+    agent: dict | None = None,
+    expires_at: float | None = None,
+    tls: dict | None = None,
+    secret_names: list[str] | tuple[str, ...] = (),
+) -> str:
     """The whole boot script. ``shutdown_after_s`` comes from the budget estimate (kill switch);
     ``agent`` is the staged client bundle (url, sha256, requirements), if any; ``tls`` the node's
     certificate and key (``{"cert", "key"}`` PEM); ``secret_names`` the serving secrets the node
@@ -297,16 +386,22 @@ def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str |
     names = sorted(secret_names)
     for n in names:
         if not _SECRET_NAME.fullmatch(n):
-            raise ValueError(f"targets.{target.name}.secrets: {n[:40]!r} is not an environment variable name; "
-                             "use upper-case letters, digits and '_'")
+            raise ValueError(
+                f"targets.{target.name}.secrets: {n[:40]!r} is not an environment variable name; "
+                "use upper-case letters, digits and '_'"
+            )
     if names and not agent:
-        raise ValueError(f"targets.{target.name}.secrets: serving secrets ({', '.join(names)}) reach the node only "
-                         "through its agent over TLS, and no client bundle is staged for it; set the Airflow Variable "
-                         "bakeoff_client_bucket so the node agent runs, or drop the secrets (they are never put in "
-                         "user-data)")
+        raise ValueError(
+            f"targets.{target.name}.secrets: serving secrets ({', '.join(names)}) reach the node only "
+            "through its agent over TLS, and no client bundle is staged for it; set the Airflow Variable "
+            "bakeoff_client_bucket so the node agent runs, or drop the secrets (they are never put in "
+            "user-data)"
+        )
     if names and not tls:
-        raise ValueError(f"targets.{target.name}.secrets: serving secrets need the node's TLS certificate (spec.tls) "
-                         "so they never cross the network in clear")
+        raise ValueError(
+            f"targets.{target.name}.secrets: serving secrets need the node's TLS certificate (spec.tls) "
+            "so they never cross the network in clear"
+        )
     port = target.stack_spec.port
     q = shlex.quote
     minutes = max(1, int(shutdown_after_s // 60) + 1)
@@ -315,8 +410,11 @@ def render(target, *, api_key: str, shutdown_after_s: float, ingress_cidr: str |
     image = q(image_for(target))
     fw = _firewall(port, ingress_cidr)
     agent_mark = json.dumps({"sha256": agent["sha256"], "url": agent["url"]}, sort_keys=True) if agent else "{}"
-    agent_sh = agent_section({**agent, "ingress_cidr": ingress_cidr, "tls": bool(tls), "secrets": bool(names)}
-                             if agent else None, port, expires_at)
+    agent_sh = agent_section(
+        {**agent, "ingress_cidr": ingress_cidr, "tls": bool(tls), "secrets": bool(names)} if agent else None,
+        port,
+        expires_at,
+    )
     sampler = power.sampler_script(target.gpu.vendor, LOG_DIR)
     script = f"""#!/bin/bash
 # bakeoff boot script (generated; every plan value below is validated and shell-quoted)
@@ -368,8 +466,10 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
 (docker logs -f {CONTAINER} 2>&1 | sed -u -f /etc/bakeoff/mask.sed >> {LOG_DIR}/serve.log) &
 """
     if len(script.encode()) > MAX_BYTES:
-        raise ValueError(f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over the clouds' "
-                         f"{MAX_BYTES}-byte user-data limit; shorten env, engine_args or the image name")
+        raise ValueError(
+            f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over the clouds' "
+            f"{MAX_BYTES}-byte user-data limit; shorten env, engine_args or the image name"
+        )
     return script
 
 
@@ -377,17 +477,23 @@ def render_for(target, spec: dict) -> str:
     """The boot script a provider's create() sends: the pipeline's spec carries the key, the expiry,
     the kill-switch delay from the budget estimate and the staged client bundle."""
     shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
-    return render(target, api_key=spec["api_key"], shutdown_after_s=shutdown_after,
-                  ingress_cidr=target.provider_options.ingress_cidr, agent=spec.get("agent"),
-                  expires_at=spec.get("expires_at"), tls=spec.get("tls"),
-                  secret_names=sorted(spec.get("secrets") or {}))
+    return render(
+        target,
+        api_key=spec["api_key"],
+        shutdown_after_s=shutdown_after,
+        ingress_cidr=target.provider_options.ingress_cidr,
+        agent=spec.get("agent"),
+        expires_at=spec.get("expires_at"),
+        tls=spec.get("tls"),
+        secret_names=sorted(spec.get("secrets") or {}),
+    )
 
 
 def target_from_userdata(script: str) -> dict | None:
     """The target summary line a boot script carries (the sandbox boots emulators from it)."""
     for line in script.splitlines():
         if line.startswith(TARGET_MARK):
-            return json.loads(line[len(TARGET_MARK):])
+            return json.loads(line[len(TARGET_MARK) :])
     return None
 
 
@@ -400,7 +506,7 @@ def agent_from_userdata(script: str) -> dict | None:
     """The client bundle a boot script fetches (url, sha256), if it starts an agent."""
     for line in script.splitlines():
         if line.startswith(AGENT_MARK):
-            return json.loads(line[len(AGENT_MARK):]) or None
+            return json.loads(line[len(AGENT_MARK) :]) or None
     return None
 
 
@@ -408,15 +514,17 @@ def secret_names_from_userdata(script: str) -> list[str]:
     """The serving secrets a boot script waits for (names only)."""
     for line in script.splitlines():
         if line.startswith(SECRETS_MARK):
-            return json.loads(line[len(SECRETS_MARK):])
+            return json.loads(line[len(SECRETS_MARK) :])
     return []
 
 
 def tls_from_userdata(script: str) -> dict | None:
     """The node certificate and key a boot script installs (the sandbox's nodes serve them)."""
+
     def block(end: str) -> str | None:
         m = re.search(rf"<<'{end}'\n(.*?)\n{end}\n", script, re.S)
         return m.group(1) + "\n" if m else None
+
     cert, key = block("BAKEOFF_CERT"), block("BAKEOFF_TLS_KEY")
     return {"cert": cert, "key": key} if cert and key else None
 

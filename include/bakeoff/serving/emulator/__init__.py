@@ -9,4 +9,5 @@ Start it with ``python -m bakeoff.serving.emulator --config CONFIG.json [--host 
 [--port-file PATH]``; see config.py for the file's fields. With power_csv set it also appends EMULATED
 GPU power samples like the node's sampler (power.py).
 """
+
 VERSION = "0.1.0"

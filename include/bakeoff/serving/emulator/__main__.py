@@ -6,6 +6,7 @@ serves https with that certificate, as a cloud node's server does (the sandbox's
 certificate their user-data carries, so clients exercise the real pinning path). Exits on SIGTERM/SIGINT, or by
 itself at the config's expires_at, so no emulator outlives its run even if its parent died.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,16 @@ async def serve(config: EmulatorConfig, host: str, port: int, port_file: Path | 
     bound = runner.addresses[0][1]
     if port_file:
         write_port_file(port_file, bound)
-    log.info("emulator listening on %s:%s tls=%s mode=%s model=%s auth=%s time_scale=%s",
-             host, bound, "on" if ssl_context else "off", config.mode, config.served_model,
-             "on" if config.api_key() else "off", config.time_scale)
+    log.info(
+        "emulator listening on %s:%s tls=%s mode=%s model=%s auth=%s time_scale=%s",
+        host,
+        bound,
+        "on" if ssl_context else "off",
+        config.mode,
+        config.served_model,
+        "on" if config.api_key() else "off",
+        config.time_scale,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -51,15 +59,20 @@ async def serve(config: EmulatorConfig, host: str, port: int, port_file: Path | 
     if config.expires_at is not None:
         loop.call_later(max(0.0, config.expires_at - time.time()), stop.set)
     await stop.wait()
-    log.info("emulator on port %s stopping%s", bound,
-             " (expired)" if config.expires_at and time.time() >= config.expires_at else "")
+    log.info(
+        "emulator on port %s stopping%s",
+        bound,
+        " (expired)" if config.expires_at and time.time() >= config.expires_at else "",
+    )
     await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bakeoff.serving.emulator",
-                                 description="bakeoff's hardware emulator: an OpenAI-compatible server whose "
-                                             "timing models a GPU node (every figure it yields is EMULATED).")
+    ap = argparse.ArgumentParser(
+        prog="python -m bakeoff.serving.emulator",
+        description="bakeoff's hardware emulator: an OpenAI-compatible server whose "
+        "timing models a GPU node (every figure it yields is EMULATED).",
+    )
     ap.add_argument("--config", required=True, help="emulator config JSON")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
@@ -72,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         if config.mode == "roofline":
             from bakeoff.serving.emulator.roofline import Roofline
-            Roofline.for_target(config.target)       # fail here, not on the first request
+
+            Roofline.for_target(config.target)  # fail here, not on the first request
     except (EmulatorConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -82,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.tls_cert:
         from bakeoff.serving.tls import server_context
+
         try:
             ssl_context = server_context(str(args.tls_cert), str(args.tls_key))
         except (OSError, ValueError) as e:
@@ -89,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         import uvloop
+
         run = uvloop.run
     except ImportError:
         run = asyncio.run

@@ -13,6 +13,7 @@ of the environment variable that holds the API key. Example::
      "power_csv": "logs/power.csv",              # optional, roofline only: append EMULATED GPU power
      "power_interval_s": 1.0}                    #   samples (epoch_s,gpu,watts) this often; see power.py
 """
+
 from __future__ import annotations
 
 import json
@@ -49,22 +50,32 @@ class EmulatorConfig(BaseModel):
 
     mode: Literal["roofline", "scripted"] = "roofline"
     target: Target | None = Field(None, description="Target.model_dump(mode='json'); required for roofline")
-    served_model: str | None = Field(None, min_length=1, description="model id to answer to; default: the catalog hf_id")
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                                    description="environment variable holding the bearer key, or null for no auth")
+    served_model: str | None = Field(
+        None, min_length=1, description="model id to answer to; default: the catalog hf_id"
+    )
+    api_key_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="environment variable holding the bearer key, or null for no auth",
+    )
     scripted: Scripted = Scripted()
     expires_at: float | None = Field(None, description="epoch seconds; the emulator exits by itself after this")
-    power_csv: str | None = Field(None, min_length=1,
-                                  description="append EMULATED power samples here, like the node's power.csv")
+    power_csv: str | None = Field(
+        None, min_length=1, description="append EMULATED power samples here, like the node's power.csv"
+    )
     power_interval_s: float = Field(1.0, gt=0, description="wall seconds between power samples")
 
     @model_validator(mode="after")
     def _complete(self) -> "EmulatorConfig":
         if self.mode == "roofline" and self.target is None:
-            raise ValueError("mode 'roofline' needs a target; add target (a plan target as JSON) or use mode 'scripted'")
+            raise ValueError(
+                "mode 'roofline' needs a target; add target (a plan target as JSON) or use mode 'scripted'"
+            )
         if self.power_csv and self.mode != "roofline":
-            raise ValueError("power_csv needs mode 'roofline' (the scripted engine models no GPU); "
-                             "drop power_csv or use mode 'roofline'")
+            raise ValueError(
+                "power_csv needs mode 'roofline' (the scripted engine models no GPU); "
+                "drop power_csv or use mode 'roofline'"
+            )
         if self.served_model is None:
             self.served_model = self.target.model_spec.hf_id if self.target else "scripted"
         return self

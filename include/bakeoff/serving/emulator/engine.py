@@ -15,6 +15,7 @@ benchmark client measures its own overhead against.
 Both yield, per request, how many new tokens are ready; the HTTP layer turns that into chunks.
 Deadlines use time.monotonic(), not loop.time(): uvloop's loop clock counts whole milliseconds.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,12 +45,12 @@ class Rejected(ValueError):
 @dataclass(eq=False)
 class Sequence:
     prompt_tokens: int
-    n_out: int                 # tokens this request will produce
-    max_tokens: int            # what KV space is reserved for
-    arrival: float = 0.0       # time.monotonic() when the request arrived
+    n_out: int  # tokens this request will produce
+    max_tokens: int  # what KV space is reserved for
+    arrival: float = 0.0  # time.monotonic() when the request arrived
     produced: int = 0
-    prefilled: int = 0         # prompt tokens processed so far
-    kv: int = 0                # tokens in the KV cache now
+    prefilled: int = 0  # prompt tokens processed so far
+    kv: int = 0  # tokens in the KV cache now
     done: bool = False
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -62,7 +63,7 @@ class Stats:
     generation_tokens: int = 0
     finished: collections.Counter = field(default_factory=collections.Counter)
     aborted: int = 0
-    late_s: float = 0.0        # sum over emissions of (emitted - scheduled), seconds
+    late_s: float = 0.0  # sum over emissions of (emitted - scheduled), seconds
     late_max_s: float = 0.0
     emissions: int = 0
 
@@ -80,12 +81,12 @@ class RooflineEngine:
         self.time_scale = time_scale
         self.running: list[Sequence] = []
         self.waiting: collections.deque[Sequence] = collections.deque()
-        self.reserved = 0          # KV tokens promised to running sequences
-        self.kv_tokens = 0         # KV tokens in use
+        self.reserved = 0  # KV tokens promised to running sequences
+        self.kv_tokens = 0  # KV tokens in use
         self.stats = Stats()
-        self._out: list[Sequence] = []      # sequences that get a token at the end of this step
-        self._busy_s = 0.0         # wall seconds of every step begun so far (the current one in full)
-        self._step_end = 0.0       # time.monotonic() when the current step ends
+        self._out: list[Sequence] = []  # sequences that get a token at the end of this step
+        self._busy_s = 0.0  # wall seconds of every step begun so far (the current one in full)
+        self._step_end = 0.0  # time.monotonic() when the current step ends
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -109,12 +110,16 @@ class RooflineEngine:
     def check(self, prompt_tokens: int, max_tokens: int) -> None:
         r = self.roofline
         if prompt_tokens + max_tokens > r.context:
-            raise Rejected(f"This model's maximum context length is {r.context} tokens. However, you requested "
-                           f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
-                           "the completion). Please reduce the length of the messages or completion.")
+            raise Rejected(
+                f"This model's maximum context length is {r.context} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
+                "the completion). Please reduce the length of the messages or completion."
+            )
         if prompt_tokens + max_tokens > r.kv_capacity_tokens:
-            raise Rejected(f"prompt + max_tokens = {prompt_tokens + max_tokens} tokens exceeds this server's KV cache "
-                           f"of {r.kv_capacity_tokens} tokens; lower max_tokens or the prompt length")
+            raise Rejected(
+                f"prompt + max_tokens = {prompt_tokens + max_tokens} tokens exceeds this server's KV cache "
+                f"of {r.kv_capacity_tokens} tokens; lower max_tokens or the prompt length"
+            )
 
     async def stream(self, seq: Sequence) -> AsyncIterator[int]:
         """Yield the number of new tokens each time some are ready, until seq.n_out are out."""
@@ -128,7 +133,7 @@ class RooflineEngine:
                 new, sent = seq.produced - sent, seq.produced
                 yield new
         finally:
-            if not seq.done:            # client went away: free its slot now
+            if not seq.done:  # client went away: free its slot now
                 seq.done = True
                 self.stats.aborted += 1
                 if seq in self.waiting:
@@ -201,7 +206,7 @@ class RooflineEngine:
                 await self._wake.wait()
                 next_t = clock()
             wall = self.plan_step() * self.time_scale
-            next_t = max(next_t, clock() - 0.001) + wall   # absolute deadlines
+            next_t = max(next_t, clock() - 0.001) + wall  # absolute deadlines
             self._busy_s += wall
             self._step_end = next_t
             delay = next_t - clock()

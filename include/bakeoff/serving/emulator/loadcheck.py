@@ -10,6 +10,7 @@ script (an upper bound on the emulator's own timing error: the client adds its s
       --max-tokens 256 --concurrency 512 --requests 1024 --server-cpu 0 --client-cpu 1
   python -m bakeoff.serving.emulator.loadcheck --plan local-demo --target mi355x-vllm --concurrency 16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,24 @@ import psutil
 def _start(config: dict, workdir: Path, cpu: int | None) -> tuple[subprocess.Popen, int]:
     cfg, port_file = workdir / "config.json", workdir / "port"
     cfg.write_text(json.dumps(config))
-    proc = subprocess.Popen([sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(cfg), "--host",
-                             "127.0.0.1", "--port", "0", "--port-file", str(port_file)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.serving.emulator",
+            "--config",
+            str(cfg),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     if cpu is not None:
         psutil.Process(proc.pid).cpu_affinity([cpu])
     deadline = time.monotonic() + 30
@@ -51,6 +67,7 @@ async def _drive(url: str, body: dict, concurrency: int, requests: int) -> list[
     todo = iter(range(requests))
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
+
         async def worker():
             for _ in todo:
                 t0 = time.perf_counter()
@@ -88,10 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         config = {"mode": "scripted", "scripted": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms}}
     else:
         from bakeoff.plan import load_plan
+
         plan = load_plan(args.plan)
         target = plan.target(args.target) if args.target else plan.targets[0]
         if args.time_scale:
-            target = target.model_copy(update={"emulator": target.emulator.model_copy(update={"time_scale": args.time_scale})})
+            target = target.model_copy(
+                update={"emulator": target.emulator.model_copy(update={"time_scale": args.time_scale})}
+            )
         config = {"mode": "roofline", "target": target.model_dump(mode="json")}
     if args.client_cpu is not None:
         os.sched_setaffinity(0, {args.client_cpu})
@@ -100,10 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         proc, port = _start(config, Path(tmp), args.server_cpu)
         try:
             server = psutil.Process(proc.pid)
-            body = {"prompt": " ".join(["w"] * args.prompt_tokens), "max_tokens": args.max_tokens,
-                    "ignore_eos": True, "stream": True}
+            body = {
+                "prompt": " ".join(["w"] * args.prompt_tokens),
+                "max_tokens": args.max_tokens,
+                "ignore_eos": True,
+                "stream": True,
+            }
             url = f"http://127.0.0.1:{port}/v1/completions"
-            asyncio.run(_drive(url, body, min(args.concurrency, 8), 8))        # warm-up
+            asyncio.run(_drive(url, body, min(args.concurrency, 8), 8))  # warm-up
             s0, c0, w0 = server.cpu_times(), time.process_time(), time.perf_counter()
             rows = asyncio.run(_drive(url, body, args.concurrency, requests))
             s1, c1, wall = server.cpu_times(), time.process_time(), time.perf_counter() - w0
@@ -117,21 +141,32 @@ def main(argv: list[str] | None = None) -> int:
     server_cpu = (s1.user + s1.system - s0.user - s0.system) / wall
     tokens = sum(r[2] for r in rows)
     ttft = [r[0] * 1000 for r in rows]
-    print(f"emulator {version['version']} mode={args.mode} time_scale={version['time_scale']} "
-          f"C={args.concurrency} requests={len(rows)} output_tokens={args.max_tokens} (EMULATED)")
-    print(f"wall {wall:.2f} s | chunks/s {tokens / wall:,.0f} | emulator CPU {server_cpu:.1%} of one core "
-          f"({1e6 * server_cpu * wall / max(1, tokens):.1f} us per chunk) | client CPU {(c1 - c0) / wall:.1%}")
-    late = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-            if line.startswith("bakeoff_emulator_emi")}
-    print(f"emulator's own lateness: mean {1000 * late['bakeoff_emulator_emit_lateness_seconds_total'] / max(1, late['bakeoff_emulator_emissions_total']):.3f} ms, "
-          f"max {1000 * late['bakeoff_emulator_emit_lateness_max_seconds']:.2f} ms (warm-up included)")
+    print(
+        f"emulator {version['version']} mode={args.mode} time_scale={version['time_scale']} "
+        f"C={args.concurrency} requests={len(rows)} output_tokens={args.max_tokens} (EMULATED)"
+    )
+    print(
+        f"wall {wall:.2f} s | chunks/s {tokens / wall:,.0f} | emulator CPU {server_cpu:.1%} of one core "
+        f"({1e6 * server_cpu * wall / max(1, tokens):.1f} us per chunk) | client CPU {(c1 - c0) / wall:.1%}"
+    )
+    late = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("bakeoff_emulator_emi")
+    }
+    print(
+        f"emulator's own lateness: mean {1000 * late['bakeoff_emulator_emit_lateness_seconds_total'] / max(1, late['bakeoff_emulator_emissions_total']):.3f} ms, "
+        f"max {1000 * late['bakeoff_emulator_emit_lateness_max_seconds']:.2f} ms (warm-up included)"
+    )
     p99 = statistics.quantiles(ttft, n=100)[98] if len(ttft) >= 2 else ttft[0]
     print(f"TTFT ms: mean {statistics.fmean(ttft):.2f} p50 {statistics.median(ttft):.2f} p99 {p99:.2f}")
     if args.mode == "scripted":
         ideal_e2e = args.ttft_ms + (args.max_tokens - 1) * args.itl_ms
         e2e = [r[1] * 1000 for r in rows]
-        print(f"vs script: TTFT error mean {statistics.fmean(ttft) - args.ttft_ms:+.2f} ms, "
-              f"E2E error mean {statistics.fmean(e2e) - ideal_e2e:+.2f} ms (ideal E2E {ideal_e2e:.0f} ms)")
+        print(
+            f"vs script: TTFT error mean {statistics.fmean(ttft) - args.ttft_ms:+.2f} ms, "
+            f"E2E error mean {statistics.fmean(e2e) - ideal_e2e:+.2f} ms (ideal E2E {ideal_e2e:.0f} ms)"
+        )
     else:
         tpot = [(r[1] - r[0]) * 1000 / max(1, r[2] - 1) for r in rows]
         print(f"TPOT ms: mean {statistics.fmean(tpot):.2f} (divide by time_scale for the emulated GPU's figure)")

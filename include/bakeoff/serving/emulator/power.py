@@ -11,6 +11,7 @@ or decode. All GPUs of the group draw the same: the roofline runs them in lockst
 an assumption of the emulator, not a measured fact, and the linear model ignores how power depends
 on what a step does (compute-bound prefill vs memory-bound decode); the figures are EMULATED.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,7 @@ import time
 
 from bakeoff.serving.emulator.engine import stop_task
 
-IDLE_FRACTION = 0.15    # assumed idle draw, as a fraction of TDP
+IDLE_FRACTION = 0.15  # assumed idle draw, as a fraction of TDP
 
 
 def watts(tdp_w: float, busy: float) -> float:
@@ -66,7 +67,7 @@ class PowerSampler:
         clock = time.monotonic
         prev_t = clock()
         prev_busy = self.engine.busy_seconds(prev_t)
-        self.sample(0.0)                 # an idle row at start-up, as the node's sampler gives before load
+        self.sample(0.0)  # an idle row at start-up, as the node's sampler gives before load
         while True:
             await asyncio.sleep(max(0.0, prev_t + self.interval_s - clock()))
             t = clock()

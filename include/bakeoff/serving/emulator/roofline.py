@@ -16,6 +16,7 @@ Tensor parallelism divides time (each GPU reads and computes its shard); pipelin
 after another, so they add memory but not speed. Mixture-of-experts models read only the experts
 that the step's tokens route to: min(total, active x tokens in the step) parameters per step.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from bakeoff.plan.target import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
 
 GPU_MEMORY_UTILIZATION = 0.9
-MAX_NUM_BATCHED_TOKENS = 8192      # vLLM's default for its OpenAI server
+MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's default for its OpenAI server
 
 
 def _engine_arg(args: list[str], name: str) -> str | None:
@@ -38,13 +39,13 @@ def _engine_arg(args: list[str], name: str) -> str | None:
 
 @dataclass(frozen=True)
 class Roofline:
-    params: float                 # total parameters
-    active_params: float          # parameters a token passes through (MoE: < params)
+    params: float  # total parameters
+    active_params: float  # parameters a token passes through (MoE: < params)
     bytes_per_param: float
     kv_bytes_per_token: float
     kv_capacity_tokens: int
-    prefill_flops_per_s: float    # effective, whole TP group
-    decode_bytes_per_s: float     # effective, whole TP group
+    prefill_flops_per_s: float  # effective, whole TP group
+    decode_bytes_per_s: float  # effective, whole TP group
     max_num_seqs: int
     context: int
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
@@ -62,7 +63,8 @@ class Roofline:
             raise ValueError(
                 f"{target.name}: {model.name} in {target.quantization} needs {weights / 1e9:.0f} GB of weights but "
                 f"{target.gpus_used} x {gpu.name} hold {hbm_per_gpu * target.gpus_used * GPU_MEMORY_UTILIZATION / 1e9:.0f} GB "
-                "usable; raise tensor_parallel or use a smaller quantization")
+                "usable; raise tensor_parallel or use a smaller quantization"
+            )
         peak = gpu.peak_tflops(COMPUTE_DTYPE[target.quantization]) * 1e12
         budget = _engine_arg(target.engine_args, "--max-num-batched-tokens")
         return cls(

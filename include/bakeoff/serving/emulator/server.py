@@ -6,6 +6,7 @@ measures it. Routes: POST /v1/completions, /v1/chat/completions, /tokenize; GET 
 /health, /version, /metrics. When the config names an api_key_env that is set, every /v1 route needs
 `Authorization: Bearer <key>` (as vLLM's --api-key); the key is never logged.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,7 @@ log = logging.getLogger("bakeoff.emulator")
 
 CONFIG = web.AppKey("config", EmulatorConfig)
 ENGINE = web.AppKey("engine", object)
-CHAT_DEFAULT_MAX_TOKENS = 256      # vLLM's default is "the rest of the context"; bounded here
+CHAT_DEFAULT_MAX_TOKENS = 256  # vLLM's default is "the rest of the context"; bounded here
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's completions default
 
 
@@ -41,9 +42,14 @@ class BadRequest(Exception):
         self.status, self.err_type, self.param = status, err_type, param
 
 
-def _error(message: str, status: int, err_type: str, param: str | None = None, code: int | str | None = None) -> web.Response:
-    return web.Response(status=status, body=sse.error_body(message, err_type, code if code is not None else status, param),
-                        content_type="application/json")
+def _error(
+    message: str, status: int, err_type: str, param: str | None = None, code: int | str | None = None
+) -> web.Response:
+    return web.Response(
+        status=status,
+        body=sse.error_body(message, err_type, code if code is not None else status, param),
+        content_type="application/json",
+    )
 
 
 def build_app(config: EmulatorConfig) -> web.Application:
@@ -93,8 +99,12 @@ def _auth_middleware(api_key: str):
         if request.path.startswith("/v1"):
             got = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(got, expected):
-                return _error("Unauthorized: send the server's API key as 'Authorization: Bearer <key>'",
-                              401, "invalid_request_error", code="invalid_api_key")
+                return _error(
+                    "Unauthorized: send the server's API key as 'Authorization: Bearer <key>'",
+                    401,
+                    "invalid_request_error",
+                    code="invalid_api_key",
+                )
         return await handler(request)
 
     return auth
@@ -129,7 +139,7 @@ def _content_text(content: Any) -> str:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):   # [{"type": "text", "text": ...}, ...]
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     raise BadRequest("messages[].content must be a string or a list of content parts", param="messages")
 
@@ -141,7 +151,7 @@ def _completion_prompt(body: dict) -> tuple[str, int]:
     if isinstance(prompt, str):
         return prompt, tokens.count(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return " ".join(map(str, prompt)), len(prompt)    # token ids: one token each
+        return " ".join(map(str, prompt)), len(prompt)  # token ids: one token each
     raise BadRequest("prompt must be a string, a one-element list of strings, or a list of token ids", param="prompt")
 
 
@@ -186,15 +196,21 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         min_tokens = _int_field(body, "min_tokens", 0, 0)
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
-            raise BadRequest("stream_options must be an object like {\"include_usage\": true}", param="stream_options")
+            raise BadRequest('stream_options must be an object like {"include_usage": true}', param="stream_options")
         include_usage = bool(options.get("include_usage"))
         engine.check(prompt_tokens, max_tokens)
     except BadRequest as e:
         return _error(str(e), e.status, e.err_type, e.param)
     except Rejected as e:
         return _error(str(e), 400, "BadRequestError")
-    reply = textgen.reply(text, max_tokens, seed=config.seed, ignore_eos=bool(body.get("ignore_eos")),
-                          min_tokens=min_tokens, error_rate=config.accuracy_error_rate)
+    reply = textgen.reply(
+        text,
+        max_tokens,
+        seed=config.seed,
+        ignore_eos=bool(body.get("ignore_eos")),
+        min_tokens=min_tokens,
+        error_rate=config.accuracy_error_rate,
+    )
     seq = Sequence(prompt_tokens, len(reply.words), max_tokens, arrival=arrival)
     words = reply.words
     if not body.get("stream"):
@@ -203,17 +219,19 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
                 pass
         engine.stats.finished[reply.finish_reason] += 1
         build = sse.chat_body if kind == "chat" else sse.completion_body
-        return web.Response(body=build(model, reply.text, reply.finish_reason, prompt_tokens, len(words)),
-                            content_type="application/json")
+        return web.Response(
+            body=build(model, reply.text, reply.finish_reason, prompt_tokens, len(words)),
+            content_type="application/json",
+        )
 
     fmt = sse.StreamFormat(kind, model, include_usage=include_usage)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await resp.prepare(request)
     n, sent, pending = len(words), 0, fmt.first
     try:
-        async with contextlib.aclosing(engine.stream(seq)) as ready:   # closing frees the slot at once
+        async with contextlib.aclosing(engine.stream(seq)) as ready:  # closing frees the slot at once
             async for new in ready:
-                piece = "".join(words[sent:sent + new]) if new > 1 else words[sent]
+                piece = "".join(words[sent : sent + new]) if new > 1 else words[sent]
                 sent += new
                 if sent < n:
                     await resp.write(pending + fmt.chunk(piece) if pending else fmt.chunk(piece))
@@ -224,7 +242,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         engine.stats.finished[reply.finish_reason] += 1
         await resp.write_eof()
     except ConnectionError:
-        pass                             # the client went away (counted by the engine); nothing to answer
+        pass  # the client went away (counted by the engine); nothing to answer
     return resp
 
 
@@ -249,7 +267,7 @@ async def tokenize(request: web.Request) -> web.Response:
 
 
 _IDS = {w: i + 100 for i, w in enumerate(tokens.VOCAB)}
-TEMPLATE_TOKEN_ID = 1     # the chat template's special tokens, one id for all (ids below 100 are special)
+TEMPLATE_TOKEN_ID = 1  # the chat template's special tokens, one id for all (ids below 100 are special)
 
 
 def _token_id(word: str) -> int:
@@ -260,8 +278,15 @@ def _token_id(word: str) -> int:
 async def models(request: web.Request) -> web.Response:
     config: EmulatorConfig = request.app[CONFIG]
     context = config.target.model_spec.context if config.target else None
-    card = {"id": config.served_model, "object": "model", "created": int(time.time()), "owned_by": "bakeoff-emulator",
-            "root": config.served_model, "parent": None, "max_model_len": context}
+    card = {
+        "id": config.served_model,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "bakeoff-emulator",
+        "root": config.served_model,
+        "parent": None,
+        "max_model_len": context,
+    }
     return web.json_response({"object": "list", "data": [card]})
 
 
@@ -272,11 +297,17 @@ async def health(request: web.Request) -> web.Response:
 def version_info(config: EmulatorConfig, engine) -> dict[str, Any]:
     t = config.target
     info: dict[str, Any] = {
-        "version": f"bakeoff-emulator-{VERSION}", "emulated": True, "mode": config.mode,
-        "served_model": config.served_model, "time_scale": config.time_scale,
-        "gpu": t.gpu.name if t else None, "gpus": t.tensor_parallel if t else None,
-        "instance_type": t.instance_type if t else None, "model": t.model if t else None,
-        "quantization": t.quantization if t else None, "kv_cache_dtype": t.kv_cache_dtype if t else None,
+        "version": f"bakeoff-emulator-{VERSION}",
+        "emulated": True,
+        "mode": config.mode,
+        "served_model": config.served_model,
+        "time_scale": config.time_scale,
+        "gpu": t.gpu.name if t else None,
+        "gpus": t.tensor_parallel if t else None,
+        "instance_type": t.instance_type if t else None,
+        "model": t.model if t else None,
+        "quantization": t.quantization if t else None,
+        "kv_cache_dtype": t.kv_cache_dtype if t else None,
     }
     if isinstance(engine, RooflineEngine):
         info["roofline"] = engine.roofline.summary()
@@ -284,8 +315,13 @@ def version_info(config: EmulatorConfig, engine) -> dict[str, Any]:
     else:
         info["scripted"] = config.scripted.model_dump()
     if config.power_csv:
-        info["power"] = {"csv": config.power_csv, "interval_s": config.power_interval_s, "gpus": t.gpus_used,
-                         "tdp_w": t.gpu.tdp_w, "idle_w": power.watts(t.gpu.tdp_w, 0.0)}
+        info["power"] = {
+            "csv": config.power_csv,
+            "interval_s": config.power_interval_s,
+            "gpus": t.gpus_used,
+            "tdp_w": t.gpu.tdp_w,
+            "idle_w": power.watts(t.gpu.tdp_w, 0.0),
+        }
     return info
 
 
@@ -309,7 +345,12 @@ class _EngineCollector:
             (G, "bakeoff_emulator_time_scale", "Factor every emulated delay is multiplied by.", self.time_scale),
             (C, "vllm:prompt_tokens", "Prefill tokens processed.", e.stats.prompt_tokens),
             (C, "vllm:generation_tokens", "Generation tokens processed.", e.stats.generation_tokens),
-            (C, "bakeoff_emulator_emit_lateness_seconds", "Sum of (emitted - scheduled) over emissions.", e.stats.late_s),
+            (
+                C,
+                "bakeoff_emulator_emit_lateness_seconds",
+                "Sum of (emitted - scheduled) over emissions.",
+                e.stats.late_s,
+            ),
             (C, "bakeoff_emulator_emissions", "Scheduled emissions (steps, or scripted chunks).", e.stats.emissions),
             (G, "bakeoff_emulator_emit_lateness_max_seconds", "Worst emission lateness so far.", e.stats.late_max_s),
             (C, "bakeoff_emulator_aborted_requests", "Streams the client closed before the end.", e.stats.aborted),
@@ -317,8 +358,9 @@ class _EngineCollector:
             m = family(name, doc, labels=names)
             m.add_metric(values, value)
             yield m
-        c = CounterMetricFamily("vllm:request_success", "Finished requests by finish reason.",
-                                labels=names + ["finished_reason"])
+        c = CounterMetricFamily(
+            "vllm:request_success", "Finished requests by finish reason.", labels=names + ["finished_reason"]
+        )
         for reason in ("stop", "length"):
             c.add_metric(values + [reason], e.stats.finished[reason])
         yield c

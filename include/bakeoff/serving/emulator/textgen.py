@@ -9,6 +9,7 @@ answered off by one, so a demo can show a target failing the gate.
 Token convention (bakeoff.tokens): one whitespace-separated word is one token; each output token
 is a word with a leading space.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,8 @@ _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * 
 
 @dataclass(frozen=True)
 class Reply:
-    words: list[str]          # output tokens, each with its leading space
-    finish_reason: str        # "length" | "stop"
+    words: list[str]  # output tokens, each with its leading space
+    finish_reason: str  # "length" | "stop"
 
     @property
     def text(self) -> str:
@@ -47,8 +48,9 @@ def answer(question: str, seed: int, error_rate: float) -> int:
     return result + 1 if wrong else result
 
 
-def reply(prompt: str, max_tokens: int, *, seed: int, ignore_eos: bool = False, min_tokens: int = 0,
-          error_rate: float = 0.0) -> Reply:
+def reply(
+    prompt: str, max_tokens: int, *, seed: int, ignore_eos: bool = False, min_tokens: int = 0, error_rate: float = 0.0
+) -> Reply:
     """The whole output for a request. Without ignore_eos the "model" stops (finish_reason "stop") at a
     deterministic length drawn from [max(min_tokens, ceil(max_tokens / 2)), max_tokens]."""
     h = _hash(prompt, seed)
@@ -56,7 +58,7 @@ def reply(prompt: str, max_tokens: int, *, seed: int, ignore_eos: bool = False, 
     questions = list(QUESTION.finditer(prompt))
     if questions:
         head = [f" {answer(questions[-1].group(0), seed, error_rate)}"]
-        n = max_tokens if ignore_eos else max(min_tokens, 1)     # greedy: stop right after the answer
+        n = max_tokens if ignore_eos else max(min_tokens, 1)  # greedy: stop right after the answer
         words = (head + rng.choices(_WORDS, k=max(0, n - 1)))[:max_tokens]
         return Reply(words, "length" if ignore_eos or min_tokens >= max_tokens else "stop")
     if ignore_eos:
