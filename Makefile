@@ -1,10 +1,20 @@
 # bakeoff — the README's commands. Each target installs what it needs on a fresh machine.
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV := .venv
+# VENV=/some/dir builds (and uses) a virtualenv elsewhere, e.g. to try a new lock beside .venv.
+VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PLAN ?= local-demo
+# uv resolves the lock and installs from it; make installs this version with pip when it is missing.
+UV_VERSION := 0.13.8
+UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
+# Airflow's constraints for the pinned release (see the file's header for its origin and refresh).
+CONSTRAINTS := constraints/airflow-3.3.2-py3.11.txt
+# The lock is for CPython 3.11 on Linux x86_64 (CI, the compose image): 3.11.5 is the oldest patch
+# release every locked package accepts.
+LOCK_PYTHON := 3.11.5
+LOCK_PLATFORM := x86_64-manylinux_2_28
 
 export AIRFLOW_HOME := $(CURDIR)/airflow_home
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
@@ -16,7 +26,7 @@ export AIRFLOW__CORE__DAGBAG_IMPORT_ERROR_TRACEBACK_DEPTH := 5
 export BAKEOFF_DATA ?= $(CURDIR)/var
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test ui venv system-deps airflow-db distributed clean
+.PHONY: demo test test-unit lint typecheck lock ui venv ensure-uv system-deps airflow-db distributed clean
 
 ## demo: a whole bake-off on the local provider (emulated hardware), ending with a report; exits
 ## non-zero when the DAG run failed. PLAN is an installed plan's name or a plan file (its folder is
@@ -33,17 +43,47 @@ demo: venv airflow-db
 test: venv system-deps
 	$(PY) -m pytest -q
 
+## test-unit: the fast tests, without the e2e, browser, sandbox and distributed ones (markers set by
+## folder in tests/conftest.py)
+test-unit: venv
+	$(PY) -m pytest -q -m "not e2e and not browser and not sandbox and not distributed"
+
+## lint: ruff's rules and ruff format (pyproject.toml [tool.ruff]); typecheck: mypy on include/bakeoff
+## (pyproject.toml [tool.mypy], strict on plan, cost and bench.metrics). Both are expected to be red
+## until the pending cleanup pass over the tree (ruff check --fix, ruff format, the type fixes).
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+## lock: compile requirements.lock (every extra, with hashes) from pyproject.toml under Airflow's
+## constraints. Pins already in the lock are kept while they still satisfy pyproject.toml;
+## UPGRADE=1 re-resolves everything to the newest allowed versions. Then `make venv`, and
+## `python scripts/agent_requirements.py` if an agent package moved.
+lock: ensure-uv
+	$(UV) pip compile pyproject.toml --all-extras --generate-hashes --quiet \
+		--constraints $(CONSTRAINTS) --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) \
+		--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) --output-file requirements.lock
+
 ## ui: the Airflow UI on http://localhost:8080 (airflow standalone prints the admin password)
 ui: venv airflow-db
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" airflow standalone
+	PATH="$(abspath $(VENV))/bin:$$PATH" airflow standalone
 
+## venv: the virtualenv, exactly the lock (sync removes what the lock does not list; every wheel's
+## hash is checked), then bakeoff itself as an editable install.
 venv: $(STAMP)
-$(STAMP): requirements.txt requirements-test.txt requirements.lock pyproject.toml
-	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check uv==0.13.8
-	@test -x $(PY) || uv venv --quiet --python $(PYTHON) $(VENV)
-	VIRTUAL_ENV=$(VENV) uv pip install --quiet -r requirements-test.txt -c requirements.lock
-	VIRTUAL_ENV=$(VENV) uv pip install --quiet --no-deps -e .
+$(STAMP): requirements.lock pyproject.toml
+	@$(MAKE) --no-print-directory ensure-uv
+	@test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
+	VIRTUAL_ENV=$(VENV) $(UV) pip sync --quiet --require-hashes requirements.lock
+	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet --no-deps -e .
 	@touch $(STAMP)
+
+ensure-uv:
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || \
+		$(PYTHON) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 airflow-db: venv
 	@mkdir -p $(AIRFLOW_HOME) $(BAKEOFF_DATA)
@@ -57,7 +97,7 @@ system-deps:
 		else echo "note: chromium/poppler-utils missing and not root; their tests will be skipped"; fi; fi
 
 distributed: venv
-	bash scripts/distributed_run.sh
+	VENV="$(abspath $(VENV))" bash scripts/distributed_run.sh
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_HOME) var

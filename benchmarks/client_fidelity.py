@@ -49,16 +49,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
+import httpx
 import numpy as np
 
+from bakeoff.bench import point
+from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.fidelity import LoopMonitor
-from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets, open_loop, send_lag_figures
+from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets
+from bakeoff.bench.monitor import send_lag_figures
 from bakeoff.bench.prompts import RequestSpec
-from bakeoff.bench.fidelity import ScriptedServerProcess
 from bakeoff.bench.runtime import run_async
 from bakeoff.bench.sse import StreamState
+from bakeoff.bench.workers import measure_in_workers
 from bakeoff.plan.workload import Workload
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess
+from bakeoff.serving.endpoint import Endpoint
 from bakeoff.tokens import VOCAB
 
 TTFT_MS, ITL_MS, OUT = 100.0, 10.0, 256
@@ -102,7 +108,7 @@ async def _closed(send, total: int, concurrency: int, warmup: int):
 
 
 async def run_bakeoff(url: str, c: int, total: int, warmup: int):
-    """The harness's own path: Sender.run_closed + records, exactly as a sweep point runs."""
+    """The harness's own path: Sender.run_closed + records, as a benchmark point runs them."""
     w = Workload(name="fidelity", input_len=32, output_len=OUT, concurrency=[c])
     client = StreamingClient(url, timeout_s=120)
     try:
@@ -137,8 +143,6 @@ async def run_bakeoff(url: str, c: int, total: int, warmup: int):
 
 
 async def run_aiohttp(url: str, c: int, total: int, warmup: int):
-    import aiohttp
-
     conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
     payload = json.dumps(body()).encode()
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120), read_bufsize=2**18) as s:
@@ -165,8 +169,6 @@ async def run_aiohttp(url: str, c: int, total: int, warmup: int):
 
 
 async def run_httpx(url: str, c: int, total: int, warmup: int):
-    import httpx
-
     limits = httpx.Limits(max_connections=c, max_keepalive_connections=c)
     payload = json.dumps(body()).encode()
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as s:
@@ -224,7 +226,7 @@ OPEN_IN, OPEN_OUT = 64, 16
 
 
 async def run_open(url: str, rate: float, seconds: float, seed: int = 0) -> dict:
-    """One open-loop point exactly as a sweep runs it: records, send lags and the loop monitor."""
+    """One open-loop point through the harness's one measurement loop (bench.point.measure)."""
     n = max(2, int(rate * seconds))
     w = Workload(name="fidelity-open", input_len=OPEN_IN, output_len=OPEN_OUT, load="rate", rates=[rate])
     prompt = " ".join(["fidelity"] * OPEN_IN)
@@ -240,28 +242,22 @@ async def run_open(url: str, rate: float, seconds: float, seed: int = 0) -> dict
             0,
             60,
         )
-        await client.warm(min(1024, max(64, int(rate * 0.1))))
-        cpu0, waited0 = time.process_time(), run_queue_wait_s()
-        sender.start_clock()
-        with LoopMonitor() as mon:
-            sent = await open_loop(sender.send, offsets, t0=sender.t0)
-        cpu = (time.process_time() - cpu0) / (_now() - sender.t0) * 100
+        waited0 = run_queue_wait_s()
+        recs, mon = await point.measure(sender, warm=min(1024, max(64, int(rate * 0.1))), offsets=offsets)
         waited = run_queue_wait_s() - waited0
     finally:
         await client.close()
-    recs = sender.records(sent)
     lags = [r.send_lag for r in recs]
-    figs = send_lag_figures(lags)
     return {
         "rate": rate,
         "n": n,
         "ok": sum(r.ok for r in recs),
         "late10": sum(x > 0.010 for x in lags),
-        "cpu": cpu,
-        "loop_max": mon.figures(lags)["loop_stall_ms_max"],
+        "cpu": mon["client_cpu_pct"],
+        "loop_max": mon["loop_stall_ms_max"],
         "waited_ms": waited * 1e3,
         "schedule_rate": (n - 1) / float(offsets[-1]),
-        **figs,
+        **send_lag_figures(lags),
     }
 
 
@@ -295,9 +291,11 @@ def open_rows(rates: list[float], seconds: float, two: bool) -> None:
             s = server_stats(srv.url)
             realized = (s["arrival_rate_rps"] or float("nan")) / rate - 1
             print(
-                f"| {rate:,.0f}/s | {m['n']:,} | {m['ok']:,} | {m['send_lag_ms_p50']:.3f} / {m['send_lag_ms_p99']:.3f} / "
-                f"{m['send_lag_ms_max']:.2f} | {m['late10']} | {m['loop_max']:.2f} | {s['arrival_cv'] or float('nan'):.3f} | "
-                f"{realized * 100:+.2f}% ({(m['schedule_rate'] / rate - 1) * 100:+.2f}%) | ±{100 / np.sqrt(m['n']):.2f}% | {m['cpu']:.0f}% | {m['waited_ms']:.0f} | "
+                f"| {rate:,.0f}/s | {m['n']:,} | {m['ok']:,} | "
+                f"{m['send_lag_ms_p50']:.3f} / {m['send_lag_ms_p99']:.3f} / {m['send_lag_ms_max']:.2f} | "
+                f"{m['late10']} | {m['loop_max']:.2f} | {s['arrival_cv'] or float('nan'):.3f} | "
+                f"{realized * 100:+.2f}% ({(m['schedule_rate'] / rate - 1) * 100:+.2f}%) | "
+                f"±{100 / np.sqrt(m['n']):.2f}% | {m['cpu']:.0f}% | {m['waited_ms']:.0f} | "
                 f"{s['first_chunk_late_ms_p99'] or 0:.2f} / {s['first_chunk_late_ms_max'] or 0:.2f} |",
                 flush=True,
             )
@@ -329,11 +327,6 @@ def _proc_cpu_s(pid: int) -> float:
 def run_ingest(url: str, workers: int, requests: int) -> dict:
     """One closed-loop point through the harness's worker processes (bench.workers): every worker
     takes the next request of the one shared queue, C slots split between them, one clock."""
-    from bakeoff.bench.cli import AdhocTarget
-    from bakeoff.bench.sweep import Ctx
-    from bakeoff.bench.workers import measure_in_workers
-    from bakeoff.serving.endpoint import Endpoint
-
     w = Workload(
         name="ingest",
         input_len=8,
@@ -345,7 +338,7 @@ def run_ingest(url: str, workers: int, requests: int) -> dict:
         request_timeout_s=120,
     )
     ep = Endpoint(target="scripted", base_url=url, model="scripted", stack="scripted", emulated=True)
-    ctx = Ctx(
+    ctx = point.Ctx(
         ep,
         AdhocTarget("scripted"),
         w,
@@ -377,7 +370,8 @@ def workers_rows(requests: int, two: bool) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     print(
         f"\nWorkers: ingest, closed loop C={INGEST_C}, {requests} requests x {INGEST_OUT} output tokens "
-        f"(1 token per SSE chunk), scripted server with zero TTFT/ITL {'on CPU 0' if two else 'sharing the client CPU'}; "
+        f"(1 token per SSE chunk), scripted server with zero TTFT/ITL "
+        f"{'on CPU 0' if two else 'sharing the client CPU'}; "
         f"{os.cpu_count()} CPUs on this machine; EMULATED, loopback"
     )
     print(
@@ -404,7 +398,8 @@ def workers_rows(requests: int, two: bool) -> None:
             rows.append(best)
             where = ",".join(map(str, sorted(mine or cpus)))
             print(
-                f"| {best['workers']} | {where} | {best['ok']:,}/{best['n']:,} | {best['tps']:,.0f} | {best['cpu']:.0f}% | "
+                f"| {best['workers']} | {where} | {best['ok']:,}/{best['n']:,} | {best['tps']:,.0f} | "
+                f"{best['cpu']:.0f}% | "
                 f"{best['tps'] / (best['cpu'] / 100):,.0f} | {server_cpu:.0f}% | "
                 f"{s['first_chunk_late_ms_p50'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} / "
                 f"{s['first_chunk_late_ms_max'] or 0:.2f} |",
@@ -425,8 +420,6 @@ def run_open_sync(url: str, rate: float, seconds: float) -> dict:
 
 
 def server_stats(url: str) -> dict:
-    import httpx
-
     return httpx.get(url + "/stats?reset=1", timeout=5).json()
 
 
@@ -497,7 +490,8 @@ path.mkdir(parents=True, exist_ok=True)
 tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
 tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 tok.save(str(path / "tokenizer.json"))
-(path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}))
+config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}
+(path / "tokenizer_config.json").write_text(json.dumps(config))
 """
 
 
@@ -544,7 +538,8 @@ def main() -> int:
 
     print("\nFidelity vs scripted truth (TTFT 100 ms, ITL 10 ms, 256 tokens, 1 token/chunk)")
     print(
-        "| client | C | ok | TTFT err mean | TTFT err p99 | TPOT err mean | TPOT err p99 | throughput vs ideal | client CPU | server late mean / p99 | client's own TTFT err mean / p99 |"
+        "| client | C | ok | TTFT err mean | TTFT err p99 | TPOT err mean | TPOT err p99 | throughput vs ideal "
+        "| client CPU | server late mean / p99 | client's own TTFT err mean / p99 |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in results:
@@ -553,9 +548,11 @@ def main() -> int:
         t = m["tpot"] - ITL_MS
         s = m["server"]
         print(
-            f"| {m['client']} | {m['c']} | {m['ok']}/{m['requests']} | {e.mean():+.2f} ms | {np.percentile(e, 99):+.2f} ms | "
+            f"| {m['client']} | {m['c']} | {m['ok']}/{m['requests']} | "
+            f"{e.mean():+.2f} ms | {np.percentile(e, 99):+.2f} ms | "
             f"{t.mean():+.4f} ms | {np.percentile(t, 99):+.4f} ms | {(m['tps'] / ideal - 1) * 100:+.2f}% | "
-            f"{m['cpu']:.0f}% | {s['first_chunk_late_ms_mean'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} ms | "
+            f"{m['cpu']:.0f}% | "
+            f"{s['first_chunk_late_ms_mean'] or 0:.2f} / {s['first_chunk_late_ms_p99'] or 0:.2f} ms | "
             f"{m['own'].mean():+.2f} / {np.percentile(m['own'], 99):+.2f} ms |"
         )
 
@@ -589,13 +586,15 @@ def print_guidellm(g: dict, ours: dict | None) -> None:
     e = g["ttft_mean"] - TTFT_MS
     print(
         f"| guidellm | {g['ok']} ok | TTFT err mean {e:+.2f} ms | TTFT p99 {g['ttft_p99']:.1f} ms | "
-        f"ITL (= TPOT) mean {g['itl_mean']:.3f} ms | {g['tps']:,.0f} out tok/s | CPU {g['cpu'] / g['wall'] * 100:.0f}% |"
+        f"ITL (= TPOT) mean {g['itl_mean']:.3f} ms | {g['tps']:,.0f} out tok/s | "
+        f"CPU {g['cpu'] / g['wall'] * 100:.0f}% |"
     )
     if ours:
         o = ours["ttft"].mean() - TTFT_MS
         print(
             f"guidellm vs bakeoff: TTFT error {e:+.2f} vs {o:+.2f} ms, "
-            f"TTFT p99 ratio {g['ttft_p99'] / np.percentile(ours['ttft'], 99):.3f}x, throughput ratio {g['tps'] / ours['tps']:.3f}x"
+            f"TTFT p99 ratio {g['ttft_p99'] / np.percentile(ours['ttft'], 99):.3f}x, "
+            f"throughput ratio {g['tps'] / ours['tps']:.3f}x"
         )
 
 

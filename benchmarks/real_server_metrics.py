@@ -61,7 +61,7 @@ class Hist:
     count: float = 0.0
     total: float = 0.0
 
-    def minus(self, before: "Hist | None") -> "Hist":
+    def minus(self, before: Hist | None) -> Hist:
         if before is None:
             return self
         return Hist(self.name, self.count - before.count, self.total - before.total)

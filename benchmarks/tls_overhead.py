@@ -1,7 +1,7 @@
 """What TLS with a pinned per-node certificate costs the benchmark: TTFT on loopback, plain vs https.
 
-Two hardware emulators in scripted mode (no modelled delay, so the figure is the transport's own
-cost), one plain and one serving a node certificate from serving/tls.py; the benchmark's own
+Two scripted servers (the emulator's scripted mode, no modelled delay, so the figure is the
+transport's own cost), one plain and one serving a node certificate from serving/tls.py; the benchmark's own
 StreamingClient sends the same requests to each, one at a time over a warmed keep-alive
 connection (as the benchmark measures: connection set-up is never inside a TTFT), interleaved so
 machine load hits both alike. Also times a fresh connection (TCP, plus the TLS handshake).
@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,41 +21,9 @@ from pathlib import Path
 
 from bakeoff.bench.client import StreamingClient
 from bakeoff.serving import tls
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 
 KEY = "bk-" + "0" * 40
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(d: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff.serving.emulator",
-            "--config",
-            str(d / "config.json"),
-            "--port",
-            str(port),
-            *extra,
-        ],
-        env={**os.environ, "EMU_KEY": KEY},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, port
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("emulator did not start")
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -91,32 +55,20 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=400)
     args = ap.parse_args()
     ident = tls.node_identity("tls-overhead", "bench")
+    script = {"ttft_ms": 0, "itl_ms": 0}
     with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        (d / "config.json").write_text(
-            json.dumps(
-                {
-                    "mode": "scripted",
-                    "served_model": "scripted",
-                    "api_key_env": "EMU_KEY",
-                    "scripted": {"ttft_ms": 0, "itl_ms": 0},
-                }
-            )
-        )
-        (d / "node.crt").write_text(ident.cert_pem)
-        (d / "node.key").write_text(ident.key_pem)
-        plain, p1 = _start(d, [])
-        secure, p2 = _start(d, ["--tls-cert", str(d / "node.crt"), "--tls-key", str(d / "node.key")])
-        try:
+        cert, key = Path(tmp) / "node.crt", Path(tmp) / "node.key"
+        cert.write_text(ident.cert_pem)
+        key.write_text(ident.key_pem)
+        with (
+            ScriptedServerProcess(script, api_key=KEY) as plain,
+            ScriptedServerProcess(script, api_key=KEY, tls=(str(cert), str(key))) as secure,
+        ):
             clients = {
-                "plain": StreamingClient(f"http://127.0.0.1:{p1}", api_key=KEY, timeout_s=30),
-                "tls": StreamingClient(f"https://127.0.0.1:{p2}", api_key=KEY, timeout_s=30, tls_cert=ident.cert_pem),
+                "plain": StreamingClient(plain.url, api_key=KEY, timeout_s=30),
+                "tls": StreamingClient(secure.url, api_key=KEY, timeout_s=30, tls_cert=ident.cert_pem),
             }
             res = asyncio.run(_measure(clients, args.requests))
-        finally:
-            for p in (plain, secure):
-                p.terminate()
-                p.wait(10)
     print(f"{'transport':<10}{'n':>6}{'TTFT p50 ms':>13}{'p99 ms':>9}{'mean ms':>9}{'connect p50 ms':>16}")
     for name, r in res.items():
         t = r["ttft_ms"]

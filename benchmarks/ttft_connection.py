@@ -2,7 +2,7 @@
 default) vs per_request (a new connection per request, set-up inside TTFT, as InferenceX and vLLM's
 benchmark clients measure it).
 
-The scripted server answers with a known TTFT on a core away from the client; bakeoff's own sweep
+The scripted server answers with a known TTFT on a core away from the client; bakeoff's own workload run
 (run_workload) measures the same workload in both modes, alternating rounds so machine load hits
 both alike. Every figure is EMULATED and on loopback: over a real network, per_request adds at
 least one round trip (TCP), two or more with TLS.
@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.fidelity import ScriptedServerProcess, server_cpu
-from bakeoff.bench.sweep import run_workload
+from bakeoff.bench.run import run_workload
 from bakeoff.plan import Slo, Workload
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess, server_cpu
 from bakeoff.serving.endpoint import Endpoint
 
 MODES = ("warm", "per_request")

@@ -2,11 +2,13 @@
 
 Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped, one group per
 provider so provisioning takes a slot of the provider's pool):
-provision (setup) -> deploy -> accuracy gate -> benchmark -> terminate (teardown). Then, whatever
-happened: sweep everything tagged with the run, validate, cost, report, publish. A watcher notes
-any failed step (teardowns and all_done tasks would otherwise hide it), and a final all_done task
-records the outcome in the results store once every step is done and, being the only leaf, fails
-the DAG run when the run failed.
+provision (setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark ->
+wait_benchmark -> terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is
+held while a node boots, a model loads or a co-located benchmark runs. Then, whatever
+happened: sweep everything tagged with the run, validate, cost, report, publish. A watcher fails
+the DAG run when any step failed (teardowns and all_done tasks would otherwise hide it). The run's
+state is Airflow's alone: report and publish read this DAG run's failed tasks, the reaper asks
+whether the run is still going.
 """
 
 from __future__ import annotations
@@ -16,7 +18,22 @@ import re
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import Asset, AssetAlias, Param, dag, get_current_context, setup, task, task_group, teardown
+from airflow.sdk import (
+    Asset,
+    AssetAlias,
+    Param,
+    PokeReturnValue,
+    Variable,
+    dag,
+    get_current_context,
+    setup,
+    task,
+    task_group,
+    teardown,
+)
+from bakeoff_alerts import RunAlert, run_deadline
+
+from bakeoff.providers.registry import PROVIDERS as REGISTRY  # cheap: no provider SDK is imported
 
 # publish emits Asset("bakeoff://reports/<plan>") through this alias, so downstream DAGs can
 # schedule on one plan's reports.
@@ -91,26 +108,54 @@ DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.durati
 
 
 # Every provider a plan may name; each gets its own mapped group (and pool bakeoff_<provider>).
-PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean", "oci")
+PROVIDERS = tuple(REGISTRY)
 
+# Tasks return dicts without saying so in their annotation: "-> dict" makes Airflow push every key
+# as an XCom of its own as well.
 # Mapped task instances are labelled with their target in the UI.
 LABEL = "{{ target_label }}"
 
+# Sensor pokes: a cloud node boots and loads weights for minutes, the emulator in seconds.
+CLOUD_POKE_S, LOCAL_POKE_S = 30, 5
+# A mapped sensor has one timeout for every target, so Airflow's is a backstop at the plan fields'
+# ceilings; each check enforces its own target's deadline (provider_options.ready_timeout_s, the
+# deploy timeout, the budget's estimate of the benchmark's hours capped by max_instance_hours).
+NODE_TIMEOUT_S = 86_400  # ready_timeout_s at most
+SERVING_TIMEOUT_S = 86_400  # deploy_timeout_s at most
+BENCH_TIMEOUT_S = 48 * 3600  # max_instance_hours at most
 
-def _pipeline(item: dict | None = None, credentials: bool = False):
+
+def _pipeline(item: dict | None = None):
     """The library's pipeline module, imported at run time (never at parse time)."""
     from bakeoff import pipeline
 
-    if credentials:
-        from bakeoff_hooks import install_credentials
-
-        install_credentials()
     if item is not None:  # a per-target task: label it, and mask the run's serving keys in its log
-        from bakeoff_hooks import mask_run_keys
+        from bakeoff_connections import mask_run_keys
 
         get_current_context()["target_label"] = item["slug"]
         mask_run_keys(item["run_dir"])
     return pipeline
+
+
+def _credentials():
+    """Provider credentials from Airflow connections (masked in this task's log), passed into a step."""
+    from bakeoff_connections import credentials_resolver  # run time only, never at parse time
+
+    return credentials_resolver()
+
+
+def _failed_steps() -> list[str]:
+    """This DAG run's failed tasks (mapped ones as <task>_<map index>): the run's outcome is Airflow's."""
+    ctx = get_current_context()
+    states = ctx["ti"].get_task_states(dag_id=ctx["dag"].dag_id, run_ids=[ctx["run_id"]])
+    return sorted(t for t, state in (states.get(ctx["run_id"]) or {}).items() if state == "failed")
+
+
+def _wait_began() -> float:
+    """When this sensor's wait began (its first poke), as epoch seconds: checks measure their deadline from it."""
+    ctx = get_current_context()
+    first = ctx["ti"].get_first_reschedule_date(ctx)
+    return first.timestamp() if first else pendulum.now("UTC").timestamp()
 
 
 def _overrides(params: dict) -> dict:
@@ -133,6 +178,10 @@ def _overrides(params: dict) -> dict:
     default_args=DEFAULT_ARGS,
     tags=["bakeoff", "benchmark", "cost"],
     doc_md=__doc__,
+    # A mail to the alert address (bakeoff_alerts) when the run fails, or is still going when its
+    # hours are up; nothing is sent when no address is configured.
+    on_failure_callback=RunAlert("failed"),
+    deadline=run_deadline(),
 )
 def bakeoff():
     # Tasks inside the mapped group the watcher must see (never the setup task: Airflow refuses a
@@ -141,9 +190,7 @@ def bakeoff():
     teardowns: list = []
 
     @task(retries=0)
-    def start_run() -> dict:
-        from airflow.sdk import Variable
-
+    def start_run():
         from bakeoff.plan import installed_plan_path
 
         ctx = get_current_context()
@@ -165,65 +212,92 @@ def bakeoff():
 
     def evaluate_on(provider: str):
         """One mapped group per provider, so provisioning takes a slot of that provider's pool
-        (pools are sized to each account's GPU quota; a mapped task's pool cannot vary per target)."""
+        (pools are sized to each account's GPU quota; a mapped task's pool cannot vary per target).
+        Each long wait is a sensor in reschedule mode: its worker slot is free between pokes."""
+        poke_s = CLOUD_POKE_S if REGISTRY[provider].provisions else LOCAL_POKE_S
+
+        def waits(timeout_s: float):
+            return task.sensor(
+                mode="reschedule", poke_interval=poke_s, timeout=timeout_s, retries=0, map_index_template=LABEL
+            )
 
         @task_group(group_id=provider)
         def evaluate(item: dict):
             @setup
             @task(map_index_template=LABEL, pool=f"bakeoff_{provider}")
-            def provision(item: dict) -> dict:
-                return _pipeline(item, credentials=True).provision(item["run_dir"], item["slug"])
+            def provision(item: dict):
+                return _pipeline(item).provision(item["run_dir"], item["slug"], credentials=_credentials())
+
+            @waits(NODE_TIMEOUT_S)
+            def wait_node(item: dict, instance: dict) -> PokeReturnValue:
+                ready = _pipeline(item).node_ready(
+                    item["run_dir"], item["slug"], instance, _wait_began(), credentials=_credentials()
+                )
+                return PokeReturnValue(is_done=ready is not None, xcom_value=ready)
 
             @task(retries=0, map_index_template=LABEL)
-            def deploy(item: dict, instance: dict) -> dict:
-                return _pipeline(item, credentials=True).deploy(item["run_dir"], item["slug"], instance)
+            def deploy(item: dict, instance: dict):
+                return _pipeline(item).deploy(item["run_dir"], item["slug"], instance)
+
+            @waits(SERVING_TIMEOUT_S)
+            def wait_serving(item: dict, instance: dict) -> PokeReturnValue:
+                endpoint = _pipeline(item).serving_ready(
+                    item["run_dir"], item["slug"], instance, _wait_began(), credentials=_credentials()
+                )
+                return PokeReturnValue(is_done=endpoint is not None, xcom_value=endpoint)
 
             @task(retries=0, map_index_template=LABEL)
-            def accuracy_gate(item: dict, endpoint: dict) -> dict:
+            def accuracy_gate(item: dict, endpoint: dict):
                 return _pipeline(item).accuracy_gate(item["run_dir"], item["slug"], endpoint)
 
             @task(retries=0, map_index_template=LABEL)
-            def benchmark(item: dict, endpoint: dict, gate: dict) -> dict:
+            def benchmark(item: dict, endpoint: dict, gate: dict):
                 return _pipeline(item).benchmark(item["run_dir"], item["slug"], endpoint)
+
+            @waits(BENCH_TIMEOUT_S)
+            def wait_benchmark(item: dict, endpoint: dict, started: dict) -> PokeReturnValue:
+                done = _pipeline(item).benchmark_done(item["run_dir"], item["slug"], endpoint, started, _wait_began())
+                return PokeReturnValue(is_done=done is not None, xcom_value=done)
 
             @teardown
             @task(map_index_template=LABEL)
-            def terminate(item: dict, instance: dict | None) -> dict:
-                return _pipeline(item, credentials=True).terminate(item["run_dir"], item["slug"], instance)
+            def terminate(item: dict, instance: dict | None):
+                return _pipeline(item).terminate(item["run_dir"], item["slug"], instance, credentials=_credentials())
 
             inst = provision(item)
-            ep = deploy(item, inst)
+            node = wait_node(item, inst)
+            pushed = deploy(item, node)
+            ep = wait_serving(item, node)
+            pushed >> ep
             gate = accuracy_gate(item, ep)
-            bench = benchmark(item, ep, gate)
+            started = benchmark(item, ep, gate)
+            measured = wait_benchmark(item, ep, started)
             done = terminate(item, inst)
-            bench >> done
-            watched_in_group.extend([ep, gate, bench])
+            measured >> done
+            watched_in_group.extend([node, pushed, ep, gate, started, measured])
             teardowns.append(done)
 
         return evaluate
 
     @task(trigger_rule="all_done")
-    def sweep(run: dict) -> dict:
-        return _pipeline(credentials=True).sweep(run["run_dir"])
+    def sweep(run: dict):
+        return _pipeline().sweep(run["run_dir"], credentials=_credentials())
 
     @task(trigger_rule="all_done", retries=0)
-    def validate(run: dict) -> dict:
+    def validate(run: dict):
         return _pipeline().validate(run["run_dir"])
 
     @task(trigger_rule="all_done")
-    def cost(run: dict) -> dict:
+    def cost(run: dict):
         return _pipeline().cost(run["run_dir"])
 
     @task(trigger_rule="all_done")
-    def report(run: dict) -> dict:
-        return _pipeline().report(run["run_dir"])
+    def report(run: dict):
+        return _pipeline().report(run["run_dir"], failed_steps=_failed_steps())
 
     @task(outlets=[REPORTS])
-    def publish(run: dict, paths: dict) -> dict:
-        from bakeoff_hooks import s3_publish_args
-
-        pipeline = _pipeline()
-        published = pipeline.publish(run["run_dir"], paths, **s3_publish_args())
+    def publish(run: dict, paths: dict):
+        published = _pipeline().publish(run["run_dir"], paths, failed_steps=_failed_steps())
         get_current_context()["outlet_events"][REPORTS].add(
             Asset(published["asset_uri"]), extra={"plan": run["plan"], **published}
         )
@@ -231,23 +305,9 @@ def bakeoff():
 
     @task(trigger_rule="one_failed", retries=0)
     def watcher(run: dict) -> None:
-        """Record that a step failed, so finish fails the DAG run: teardowns and all_done tasks
-        would otherwise hide it."""
-        _pipeline().mark_failed(run["run_dir"], "a step failed (see the failed tasks of this DAG run)")
+        """Fail the DAG run when any step failed: Airflow decides a run's state from its leaves, and
+        teardowns and all_done tasks would otherwise hide a failure. Skipped when nothing failed."""
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
-
-    @task(trigger_rule="all_done", retries=0)
-    def finish(run: dict) -> str:
-        """Record the outcome once everything is done (the reaper treats the run as ended from here),
-        then fail if the run failed: Airflow decides a DAG run's state from its leaves, and this
-        all_done task is the only one, so succeeding here would turn a failed run green."""
-        status = _pipeline().finish(run["run_dir"])
-        if status != "success":
-            raise RuntimeError(
-                f"the bake-off run ended {status}: see the failed tasks of this DAG run; "
-                f"everything measured is kept under {run['run_dir']}"
-            )
-        return status
 
     run = start_run()
     groups = [evaluate_on(p).expand(item=targets_of.override(task_id=f"{p}_targets")(run, p)) for p in PROVIDERS]
@@ -262,9 +322,7 @@ def bakeoff():
     headline >> paths
     published = publish(run, paths)
     watched = [*watched_in_group, swept, checked, headline, paths, published]
-    watch = watcher(run)
-    watched >> watch
-    [swept, published, watch] >> finish(run)
+    watched >> watcher(run)
 
 
 bakeoff()

@@ -1,8 +1,9 @@
 """bakeoff_reaper: the last line of defence against leaked instances.
 
 Hourly, on every configured provider, terminates instances tagged by bakeoff whose run has ended
-or whose expiry has passed, and logs what it did. Every cloud is tried; the task fails when any
-cloud (or region) could not be scanned or a node could not be terminated, so a blind pass is never green.
+(the bakeoff DAG run's state, asked through the Task SDK) or whose expiry has passed, and logs what
+it did. Every cloud is tried; the task fails when any cloud (or region) could not be scanned or a
+node could not be terminated, so a blind pass is never green.
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ from airflow.sdk import dag, task
 )
 def bakeoff_reaper():
     @task
-    def reap() -> dict:
-        from bakeoff_hooks import configured_providers, masked, resolve
+    def reap():
+        # run time only: the DAG file parses without the library, Airflow's task runner or the hooks
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
         from bakeoff import reaper
+        from bakeoff.airflow_api import DAG_ID
+        from bakeoff_connections import configured_providers, masked, resolve
 
-        out = reaper.reap(provider_names=configured_providers(), credentials_fn=masked(resolve))
+        def run_state(plan: str, run_id: str) -> str | None:
+            return RuntimeTaskInstance.get_dagrun_state(dag_id=DAG_ID, run_id=run_id)
+
+        out = reaper.reap(provider_names=configured_providers(), credentials_fn=masked(resolve), run_state=run_state)
         if out["errors"]:  # a cloud that could not be scanned may hold billing nodes: the task must not be green
             raise RuntimeError(
                 f"reaper: {len(out['terminated'])} terminated, but could not scan or terminate: "

@@ -1,8 +1,9 @@
 """Airflow UI plugin: a 'Bake-off reports' page listing published runs and serving their reports.
 
 A FastAPI app mounted by the Airflow API server under /bakeoff, and a navigation entry (external
-view) that shows it inside the Airflow UI. Files are served only from reports_root(), by plan, run
-and file name, never by a client-supplied path. Every string shown is escaped (jinja2 autoescape).
+view) that shows it inside the Airflow UI. Files are served only from reports_root() (a local folder
+or object storage, through ObjectStoragePath), by plan, run and file name, never by a client-supplied
+path. Every string shown is escaped (jinja2 autoescape).
 
 Airflow does not authenticate plugin apps, so every route of this app depends on Airflow's own
 check: the caller's JWT (Authorization: Bearer, or the UI's `_token` cookie, which is what the
@@ -16,11 +17,9 @@ loaded): Airflow's security module and the report library load on first request.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 URL_PREFIX = "/bakeoff"
 # reports are static: no scripts, inline styles and data: images only; framing by the Airflow UI only
@@ -61,10 +60,11 @@ app = FastAPI(
 )
 
 
-def _root() -> Path:
-    from bakeoff.paths import reports_root  # noqa: PLC0415
+def _root():
+    """The reports store's root (an ObjectStoragePath)."""
+    from bakeoff.paths import at, reports_root  # noqa: PLC0415
 
-    return reports_root().resolve()
+    return at(reports_root())
 
 
 def _runs(plan: str | None = None) -> list[dict]:
@@ -102,20 +102,22 @@ def runs(plan: str | None = None) -> list[dict]:
 
 
 @app.get("/reports/{plan}/{run}/{name}")
-def report_file(plan: str, run: str, name: str) -> FileResponse:
-    """One report file of a published run; only names the run's manifest lists are served."""
-    root = _root()
-    run_dir = (root / plan / run).resolve()
-    if run_dir.parent.parent != root:
+def report_file(plan: str, run: str, name: str) -> Response:
+    """One report file of a published run; only names the run's manifest lists are served, and each
+    part must be one plain path component, so nothing outside the reports store can be named."""
+    from bakeoff.paths import safe_name  # noqa: PLC0415
+
+    if any(safe_name(part) != part for part in (plan, run, name)):
         raise HTTPException(404, "no such report")
     manifest = next((r for r in _runs() if r["plan_dir"] == plan and r["run_dir"] == run), None)
     if manifest is None or name not in (manifest.get("files") or {}).values():
         raise HTTPException(404, "no such report")
-    path = run_dir / name
-    media = SERVED.get(path.suffix)
+    suffix = "." + name.rpartition(".")[2] if "." in name else ""
+    media = SERVED.get(suffix)
+    path = _root() / plan / run / name
     if media is None or not path.is_file():
         raise HTTPException(404, "no such report")
-    return FileResponse(path, media_type=media, headers=HTML_HEADERS if path.suffix == ".html" else HEADERS)
+    return Response(path.read_bytes(), media_type=media, headers=HTML_HEADERS if suffix == ".html" else HEADERS)
 
 
 class BakeoffUiPlugin(AirflowPlugin):

@@ -1,14 +1,15 @@
 """Generate (or check) the node agent's hash-pinned requirements file.
 
 The node installs the agent's third-party packages with ``pip install --require-hashes``, so a
-compromised index or mirror cannot swap a wheel. The file pins the whole dependency closure of
-``bakeoff.agent.bundle.AGENT_REQUIREMENTS`` at the versions this worker runs, with the SHA-256 of
-the wheel pip picks on the node (CPython 3.11, manylinux x86_64, the agent image's platform).
+compromised index or mirror cannot swap a wheel. The file pins the whole dependency closure of the
+``agent`` extra in pyproject.toml (``bakeoff.agent.bundle.AGENT_REQUIREMENTS``) at the versions this
+worker runs (requirements.lock), with the SHA-256 of the wheel pip picks on the node (CPython 3.11,
+manylinux x86_64, the agent image's platform).
 
     python scripts/agent_requirements.py            # regenerate (downloads the wheels once, via pip)
     python scripts/agent_requirements.py --check    # offline: the file's pins match this worker's
 
-Run it after changing a pin in requirements.txt / requirements.lock; a test runs ``--check``.
+Run it after ``make lock`` moves one of those pins or the ``agent`` extra changes; a test runs ``--check``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from bakeoff.agent import bundle  # noqa: E402
+from bakeoff.agent import bundle
 
 # glibc 2.36 (Debian bookworm): pip on the node tries these platform tags in this order
 PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(36, 16, -1)] + [

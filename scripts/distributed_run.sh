@@ -1,25 +1,47 @@
 #!/usr/bin/env bash
-# The production topology (see docker-compose.yml) as native processes on one machine:
-# PostgreSQL (metadata DB + Celery results), Redis (Celery broker), Airflow's scheduler,
-# dag-processor, api-server, triggerer and two Celery workers with their own hostnames.
-# It triggers `bakeoff` through the REST API with the demo plan, waits for it, checks that targets
-# ran on both workers in parallel and that the report exists, prints the wall time and which
-# worker ran which target, and stops everything it started (trap on EXIT).
+# The production topology (see docker-compose.yml) as native processes on one machine, run the way
+# it scales out: PostgreSQL (metadata DB + Celery results), Redis (Celery broker), Airflow's
+# scheduler, dag-processor, api-server and triggerer, and two Celery workers with their own
+# hostnames, one task at a time each, that share NO data folder: each has its own BAKEOFF_DATA,
+# and results and reports live in S3 (a bucket in the sandbox's moto server, through the aws
+# connection bakeoff_s3). The plan (distributed-three-sandbox) has three EC2 targets on the sandbox
+# clouds (started here as their own process), each benchmarked co-located for about 80 s, so the
+# benchmarks can only all run at once if the waits free their worker slots.
+#
+# It triggers `bakeoff` through the REST API, waits, and fails unless: the run succeeded, targets
+# ran on both workers, all three targets' benchmark windows overlap, the report is read back from
+# S3, and no worker's data folder holds a result. It prints the DAG run's wall time, each target's
+# step timeline, and the worker-slot seconds each target held against its wall and wait time.
+# The goal is that pokes hold at most 10 % of the waiting time: the table says PASS/FAIL against
+# it, but the script fails only above 25 %, so that a slow, shared CI machine does not turn a
+# correct run red (scripts/run_timeline.py).
+#
+# What the processes still share, and why:
+#   AIRFLOW_HOME/logs   Airflow's task logs: the api-server reads them from there, so no log server
+#                       (which would bind all interfaces) is started; a deployment ships them to
+#                       remote logging instead
+#   BAKEOFF_SECRET_KEY  the installation secret per-run serving keys derive from, by environment
+#                       (as a secrets manager would pass it): a node provisioned on one worker is
+#                       deployed and benchmarked from the other
+#   BAKEOFF_LOCAL_STATE the local provider's registry of emulator nodes (the "cloud account" of
+#                       PLAN=local-demo; a real cloud keeps it off the workers); unused by the
+#                       sandbox plan, whose clouds are the sandbox process, reached over HTTP
 #
 # Needs: root (to install Debian's postgresql and redis-server when missing, to run PostgreSQL as
 # the postgres user, and to give each worker its own hostname with `unshare --uts`), and the
-# project's virtualenv. Services listen on 127.0.0.1 only, on free ports.
+# project's virtualenv with the sandbox extra. Services listen on 127.0.0.1 only, on free ports.
 #
 # usage: scripts/distributed_run.sh
-# env:   PLAN (local-demo)  TIMEOUT seconds for parse + run (600)  VENV (.venv)
+# env:   PLAN (distributed-three-sandbox)  TIMEOUT seconds for parse + run (600)  VENV (.venv)
 #        DAGS_FOLDER (dags/)  KEEP_WORKDIR=1 keeps logs and data for inspection
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
-PLAN=${PLAN:-local-demo}
+PLAN=${PLAN:-distributed-three-sandbox}
 TIMEOUT=${TIMEOUT:-600}
 WORKERS=(worker-a worker-b)
+BUCKET=bakeoff-results
 T0=$(date +%s)
 
 log() { printf '[distributed_run %3ds] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
@@ -27,6 +49,7 @@ die() { log "ERROR: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as postgres, unshare --uts)"
 [ -x "$VENV/bin/airflow" ] || die "no Airflow in $VENV; run 'make venv' first"
+"$VENV/bin/python" -c 'import bakeoff_sandbox, moto' 2>/dev/null || die "no sandbox in $VENV; install the sandbox extra"
 
 # --- system packages -----------------------------------------------------------------------------
 pg_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
@@ -47,13 +70,16 @@ PG_BIN=$(pg_bindir)
 # --- workspace, ports, secrets -------------------------------------------------------------------
 WORK=$(mktemp -d -t bakeoff-distributed.XXXXXX)
 chmod 755 "$WORK"
-mkdir -p "$WORK/logs" "$WORK/data"
+# One data folder per process: each worker's, the sandbox's, and one for the other Airflow services.
+DATA_DIRS=(control sandbox "${WORKERS[@]}")
+mkdir -p "$WORK/logs" "$WORK/sandbox" "$WORK/local-cloud"
+for d in "${DATA_DIRS[@]}"; do mkdir -p "$WORK/data/$d"; done
 PIDS=()
 
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+token() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(32))'; }
 PG_PORT=$(free_port); REDIS_PORT=$(free_port); API_PORT=$(free_port)
-PG_PASSWORD=$("$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(16))')
-REDIS_PASSWORD=$("$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(16))')
+PG_PASSWORD=$(token); REDIS_PASSWORD=$(token)
 SECRETS="$WORK/secrets"
 PYTHON="$VENV/bin/python" "$ROOT/scripts/init_secrets.sh" "$SECRETS" admin >/dev/null
 
@@ -70,16 +96,20 @@ stop_all() {  # TERM every process group started here, KILL what is left after 2
 }
 
 cleanup() {
-  local rc=$?
+  local rc=$? d
   set +e
   log "stopping everything started here"
   stop_all
-  # Anything the DAG started (emulators) carries BAKEOFF_DATA in its environment; a clean run
-  # leaves none, so finding one is a failure as well as something to stop.
-  if "$VENV/bin/python" "$ROOT/scripts/stray_processes.py" --kill "BAKEOFF_DATA=$WORK/data"; then :; else
-    [ $rc -ne 0 ] || rc=1
-  fi
+  # Anything the run started (emulators, node agents) carries its process's BAKEOFF_DATA in its
+  # environment; the sandbox stops its nodes when it stops, so finding one is a failure as well as
+  # something to stop.
+  for d in "${DATA_DIRS[@]}"; do
+    if "$VENV/bin/python" "$ROOT/scripts/stray_processes.py" --kill "BAKEOFF_DATA=$WORK/data/$d"; then :; else
+      [ $rc -ne 0 ] || rc=1
+    fi
+  done
   [ -f "$WORK/pg/data/postmaster.pid" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg/data" -m fast -w stop >/dev/null
+  rm -f "$WORK/sandbox.env"  # the sandbox's throwaway credentials
   if [ "${KEEP_WORKDIR:-0}" = 1 ] || [ $rc -ne 0 ]; then
     log "logs kept in $WORK/logs"
     for f in "$WORK"/logs/*.log "$WORK/pg/postgres.log"; do [ $rc -eq 0 ] || { echo "--- tail $f"; tail -n 25 "$f"; }; done
@@ -139,16 +169,55 @@ export AIRFLOW__API__WORKERS=1
 export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=False
 # Only the run triggered below: unpausing must not also start the @monthly schedule's latest run.
 export AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE=False
-export BAKEOFF_DATA="$WORK/data"
+export BAKEOFF_DATA="$WORK/data/control"  # each worker and the sandbox get their own below
+export BAKEOFF_SECRET_KEY
+BAKEOFF_SECRET_KEY=$(token)
+export BAKEOFF_LOCAL_STATE="$WORK/local-cloud"
 export PATH="$VENV/bin:$PATH"
 export PYTHONUNBUFFERED=1
+
+# --- the sandbox clouds, and the results bucket in its moto S3 ----------------------------------
+log "starting the sandbox clouds"
+umask 077  # the sandbox's environment file holds its throwaway credentials
+setsid env BAKEOFF_DATA="$WORK/data/sandbox" TMPDIR="$WORK/sandbox" python -m bakeoff_sandbox \
+  >"$WORK/sandbox.env" 2>"$WORK/logs/sandbox.log" < /dev/null &
+PIDS+=($!)
+umask 022
+for i in $(seq 120); do
+  grep -q '^export AIRFLOW_CONN_AWS_DEFAULT=' "$WORK/sandbox.env" && break
+  kill -0 "${PIDS[-1]}" 2>/dev/null || die "the sandbox exited early (see $WORK/logs/sandbox.log)"
+  sleep 0.5
+done
+grep -q '^export AIRFLOW_CONN_AWS_DEFAULT=' "$WORK/sandbox.env" || die "the sandbox did not start in 60 s"
+# AIRFLOW_CONN_* for every cloud (pointing at the fakes), the credentials the node agents use,
+# and the client bundle's bucket.
+# shellcheck disable=SC1091
+. "$WORK/sandbox.env"
+# Results and reports: the bucket in moto's S3, reached through the aws connection bakeoff_s3.
+export AIRFLOW_CONN_BAKEOFF_S3
+AIRFLOW_CONN_BAKEOFF_S3=$(python - "$BUCKET" <<'PY'
+import json, os, sys
+
+import boto3
+
+aws = json.loads(os.environ["AIRFLOW_CONN_AWS_DEFAULT"])
+extra = {"endpoint_url": aws["extra"]["endpoint_url"], "region_name": aws["extra"]["region_name"]}
+boto3.client("s3", aws_access_key_id=aws["login"], aws_secret_access_key=aws["password"], **extra).create_bucket(
+    Bucket=sys.argv[1]
+)
+print(json.dumps({"conn_type": "aws", "login": aws["login"], "password": aws["password"], "extra": extra}))
+PY
+)
+export BAKEOFF_RESULTS="s3://bakeoff_s3@$BUCKET/results"
+export BAKEOFF_REPORTS="s3://bakeoff_s3@$BUCKET/reports"
+log "results in $BAKEOFF_RESULTS, reports in $BAKEOFF_REPORTS"
 
 log "airflow db migrate"
 airflow db migrate >"$WORK/logs/db-migrate.log" 2>&1 || die "db migrate failed (see $WORK/logs/db-migrate.log)"
 # Pools, variables and placeholder connections, exactly as a deployment loads them.
 "$ROOT/scripts/load_settings.sh" >"$WORK/logs/load-settings.log" 2>&1 || die "load_settings failed"
-# Create the installation secret for per-run serving keys once, before two workers race for it.
-python -c 'from bakeoff.secrets import api_key; api_key("init", "init")'
+# The sandbox account has no GPU quota: three nodes may be provisioned at once.
+airflow pools set --include-deferred bakeoff_aws 3 "sandbox EC2: three nodes at once" >>"$WORK/logs/load-settings.log" 2>&1
 
 log "starting scheduler, dag-processor, api-server (:$API_PORT), triggerer and ${#WORKERS[@]} Celery workers"
 start scheduler airflow scheduler
@@ -157,10 +226,14 @@ start api-server airflow api-server --host 127.0.0.1 --port "$API_PORT"
 start triggerer airflow triggerer --skip-serve-logs
 for w in "${WORKERS[@]}"; do
   # Each worker gets its own UTS namespace, i.e. its own hostname: the name recorded on the task
-  # instances it runs, as on separate machines. One task at a time each, so two parallel targets
-  # must land on different workers. Task logs go to the shared AIRFLOW_HOME, where the api-server
-  # reads them, so no log server (which would bind all interfaces) is started.
-  start "$w" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$w" \
+  # instances it runs, as on separate machines, and its own data folder. One task at a time each,
+  # so parallel targets land on different workers, and a third target only progresses while the
+  # others wait in sensors that gave their slot back.
+  # celery_warm loads the library in the worker before tasks fork from it, so a poke holds its slot
+  # for its check rather than for imports.
+  start "$w" env BAKEOFF_DATA="$WORK/data/$w" PYTHONPATH="$ROOT/scripts" \
+    AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=celery_warm.CELERY_CONFIG \
+    unshare --uts sh -c 'hostname "$0" && exec "$@"' "$w" \
     airflow celery worker --concurrency 1 --without-mingle --without-gossip --skip-serve-logs
 done
 
@@ -173,4 +246,5 @@ log "api-server is up; triggering $(basename "$AIRFLOW__CORE__DAGS_FOLDER")/bake
 
 python "$ROOT/scripts/trigger_and_verify.py" --base-url "http://127.0.0.1:$API_PORT" --user admin \
   --password-file "$SECRETS/passwords.json" --dag bakeoff --conf "{\"plan\": \"$PLAN\"}" \
-  --workers "$(IFS=,; echo "${WORKERS[*]}")" --reports "$BAKEOFF_DATA/reports" --timeout "$TIMEOUT"
+  --workers "$(IFS=,; echo "${WORKERS[*]}")" --results "$BAKEOFF_RESULTS" --reports "$BAKEOFF_REPORTS" \
+  --worker-data "$(IFS=,; for w in "${WORKERS[@]}"; do printf '%s,' "$WORK/data/$w"; done)" --timeout "$TIMEOUT"

@@ -3,10 +3,15 @@
 Used by distributed_run.sh: it logs in (POST /auth/token), waits for the DAG to be parsed, unpauses
 it, triggers a run with the given conf, waits (bounded) for a final state, then checks that the
 mapped tasks ran on every named Celery worker, that work on different workers overlapped in time,
-and that the run's report was published. Everything is read back through /api/v2, as an operator would.
+that every target's benchmark overlapped every other's, that the run's report was published to
+the reports store (read back from there, e.g. S3), and that no worker's own data folder holds a
+result. Task instances are read through /api/v2, as an operator would; the sensors' pokes, which
+the API does not show, from the results store (see run_timeline.py). It prints the DAG run's wall
+time and the per-target timeline with the worker-slot time each target held.
 
 usage: trigger_and_verify.py --base-url URL --user NAME --password-file FILE --dag bakeoff
-           --conf '{"plan": "local-demo"}' --workers worker-a,worker-b --reports DIR [--timeout S]
+           --conf '{"plan": "distributed-three-sandbox"}' --workers worker-a,worker-b
+           --results URL --reports URL [--worker-data DIR,DIR] [--timeout S]
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import httpx
+from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, table, timelines, ts
 
 FINAL_STATES = {"success", "failed"}
 
@@ -85,13 +90,9 @@ def task_instances(api: Api, dag_id: str, run_id: str) -> list[dict]:
     return api.json("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 1000})["task_instances"]
 
 
-def _ts(value: str | None) -> float | None:
-    return datetime.fromisoformat(value).timestamp() if value else None
-
-
 def overlapping_pairs(mapped: list[dict]) -> list[tuple[dict, dict]]:
     """Pairs of mapped task instances that ran at the same time on different workers."""
-    spans = [(ti, _ts(ti["start_date"]), _ts(ti["end_date"])) for ti in mapped]
+    spans = [(ti, ts(ti["start_date"]), ts(ti["end_date"])) for ti in mapped]
     spans = [s for s in spans if s[1] is not None and s[2] is not None]
     pairs = []
     for i, (a, a0, a1) in enumerate(spans):
@@ -116,28 +117,53 @@ def check(tis: list[dict], workers: list[str]) -> list[str]:
     return problems
 
 
-def placement_table(tis: list[dict]) -> str:
-    """Which worker ran which target's tasks, in start order."""
-    rows = sorted((ti for ti in tis if ti["map_index"] >= 0), key=lambda ti: (ti["map_index"], ti["start_date"] or ""))
-    lines = [f"  {'target':<20} {'task':<28} {'worker':<12} {'state':<9} seconds"]
-    for ti in rows:
-        target = ti.get("rendered_map_index") or str(ti["map_index"])
-        lines.append(
-            f"  {target:<20} {ti['task_id']:<28} {ti['hostname'] or '-':<12} "
-            f"{ti['state'] or '-':<9} {ti.get('duration') or 0:7.1f}"
-        )
-    return "\n".join(lines)
-
-
-def published_report(reports: Path, run_id: str) -> list[Path]:
-    """The files the publish step listed for this run (empty when it published nothing)."""
+def published_report(reports: str | Path, run_id: str) -> list:
+    """The files the publish step listed for this run, in the reports store (empty when it published nothing)."""
+    from bakeoff.paths import at
     from bakeoff.publish import list_published
 
     for run in list_published(reports):
         if run.get("run_id") == run_id:
-            folder = reports / run["plan_dir"] / run["run_dir"]
-            return sorted(folder / name for name in (run.get("files") or {}).values() if (folder / name).is_file())
+            folder = at(reports) / run["plan_dir"] / run["run_dir"]
+            return sorted(
+                (folder / name for name in (run.get("files") or {}).values() if (folder / name).is_file()), key=str
+            )
     return []
+
+
+# the DAG's sensors and the library check each poke calls (bakeoff.pipeline records each call's worker time)
+SENSOR_CHECKS = {"node_ready": "wait_node", "serving_ready": "wait_serving", "benchmark_done": "wait_benchmark"}
+
+
+def poke_spans(results: str | Path, run_id: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """(sensor step, target) -> each poke's check (start, end), from the worker-time records the
+    checks write into the run's folder of the results store."""
+    from bakeoff.paths import at, safe_name
+    from bakeoff.pipeline import SLOTS
+    from bakeoff.store import read_json
+
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for f in at(results).glob(f"*/run_id={safe_name(run_id)}/target=*/{SLOTS}/*.json"):
+        rec = read_json(f) or {}
+        sensor = SENSOR_CHECKS.get(rec.get("task", ""))
+        if sensor:
+            target = f.parent.parent.name.split("=", 1)[1]
+            spans.setdefault((sensor, target), []).append((float(rec["started_at"]), float(rec["ended_at"])))
+    return spans
+
+
+def results_left_on(folders: list[Path]) -> list[Path]:
+    """Result files (Parquet points, JSON step records) under the workers' own data folders: none
+    should be there when results live in object storage."""
+    return sorted(
+        p
+        for folder in folders
+        for p in folder.rglob("*")
+        if p.is_file() and (p.suffix == ".parquet" or "run_id=" in str(p.relative_to(folder)))
+    )
+
+
+BENCHMARK_STEPS = ("wait_benchmark",)  # the co-located job's sensor: first poke .. done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dag", default="bakeoff")
     ap.add_argument("--conf", default="{}", type=json.loads)
     ap.add_argument("--workers", required=True, help="comma-separated worker hostnames that must all run targets")
-    ap.add_argument("--reports", required=True, type=Path)
+    ap.add_argument("--results", required=True, help="the results store (BAKEOFF_RESULTS: a URL or a folder)")
+    ap.add_argument("--reports", required=True, help="the reports store (BAKEOFF_REPORTS: a URL or a folder)")
+    ap.add_argument("--worker-data", default="", help="comma-separated data folders of the workers (hold no result)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for parse + run together")
     a = ap.parse_args(argv)
 
@@ -163,9 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"triggered {a.dag} run {run_id} with conf {json.dumps(a.conf)}", flush=True)
     state = wait_for_run(api, a.dag, run_id, deadline)
     wall = time.monotonic() - started
+    run = api.json("GET", f"/dags/{a.dag}/dagRuns/{run_id}")
     tis = task_instances(api, a.dag, run_id)
-    print(f"\nDAG run {state} in {wall:.1f} s (trigger to final state)\n")
-    print(placement_table(tis))
+    t0, t1 = ts(run.get("start_date")), ts(run.get("end_date"))
+    ran = f"{t1 - t0:.1f} s from its start to its end, " if t0 and t1 else ""
+    print(f"\nDAG run {state}: {ran}{wall:.1f} s from trigger to final state\n")
     for a_ti, b_ti in overlapping_pairs([t for t in tis if t["map_index"] >= 0])[:3]:
         print(
             f"  parallel: {a_ti['task_id']}[{a_ti.get('rendered_map_index')}] on {a_ti['hostname']}"
@@ -185,13 +215,35 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     problems += check(tis, [w for w in a.workers.split(",") if w])
+
+    lines = timelines(tis, poke_spans(a.results, run_id))
+    print("\nper-target timeline (seconds from the DAG run's start; held = worker-slot seconds):\n")
+    print(table(lines, t0 or min((t.start for t in lines), default=0.0)))
+    windows = {t.target: t.window(*BENCHMARK_STEPS) for t in lines}
+    together = common_overlap(windows)
+    print(f"\nbenchmarks of all {len(windows)} targets running at once: {together:.1f} s")
+    if len(windows) < 2 or together <= 0:  # a missing window (a target without a benchmark) counts as 0
+        problems.append(f"the targets' benchmarks did not all overlap in time: {windows}")
+    for t in lines:
+        pct = t.waits_held_pct
+        if pct is not None and pct > FAIL_PCT:
+            problems.append(
+                f"{t.target}: pokes held {pct:.1f} % of its {t.wait:.0f} s of waits "
+                f"(goal {GOAL_PCT:g} %, failing above {FAIL_PCT:g} %)"
+            )
+
     found = published_report(a.reports, run_id)
-    if any(p.suffix == ".html" for p in found):
-        print(f"\nreport of {run_id} ({len(found)} files):")
+    html = next((p for p in found if p.suffix == ".html"), None)
+    if html is not None and b"<html" in html.read_bytes()[:4096].lower():
+        print(f"\nreport of {run_id}, read back from {a.reports} ({len(found)} files):")
         for p in found:
             print(f"  {p}")
     else:
-        problems.append(f"no HTML report published for {run_id} under {a.reports}")
+        problems.append(f"no HTML report published for {run_id} in {a.reports}")
+    stray = results_left_on([Path(d) for d in a.worker_data.split(",") if d])
+    if stray:
+        problems.append(f"results written to a worker's own data folder: {', '.join(map(str, stray[:5]))}")
+
     for p in problems:
         print(f"FAIL: {p}", file=sys.stderr)
     if not problems:

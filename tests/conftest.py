@@ -23,6 +23,21 @@ for p in (ROOT / "plugins",):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+# A folder's tests get its marker (declared in pyproject.toml) without repeating it, so `-m "not e2e"`
+# and `make test-unit` select by kind; an explicit marker on a test elsewhere works as well.
+FOLDER_MARKERS = {"e2e": "e2e", "ui_browser": "browser", "sandbox": "sandbox", "distributed": "distributed"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        path = Path(item.path).resolve()
+        if path.is_relative_to(tests) and len(path.relative_to(tests).parts) > 1:
+            marker = FOLDER_MARKERS.get(path.relative_to(tests).parts[0])
+            if marker and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
 
 @pytest.fixture
 def data_root(tmp_path, monkeypatch) -> Path:
@@ -39,8 +54,8 @@ def moto_server():
     """One moto server (EC2, SSM, S3) per session, with the Deep Learning AMI parameter published."""
     import boto3
 
-    from bakeoff.sandbox import AWS_REGIONS
-    from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
+    from bakeoff_sandbox import AWS_REGIONS
+    from bakeoff_sandbox.ec2 import MotoServer, publish_dlami
 
     server = MotoServer(None).start()
     ec2 = boto3.client(
@@ -53,3 +68,36 @@ def moto_server():
     publish_dlami(AWS_REGIONS, ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
     yield server
     server.stop()
+
+
+@pytest.fixture
+def moto_s3(moto_server):
+    """A boto3 S3 client on the moto server."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url=moto_server.url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture
+def s3_store(moto_server, moto_s3, data_root, monkeypatch) -> str:
+    """Results and reports in S3 (the moto server) through an Airflow connection, as on workers that
+    share no disk: BAKEOFF_RESULTS / BAKEOFF_REPORTS are s3://<conn_id>@<bucket>/... URLs. Returns the bucket."""
+    import json
+    import uuid
+
+    bucket = f"bakeoff-{uuid.uuid4().hex[:12]}"
+    moto_s3.create_bucket(Bucket=bucket)
+    conn = {"endpoint_url": moto_server.url, "region_name": "us-east-1"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BAKEOFF_STORE_TEST",
+        json.dumps({"conn_type": "aws", "login": "testing", "password": "testing", "extra": conn}),
+    )
+    monkeypatch.setenv("BAKEOFF_RESULTS", f"s3://bakeoff_store_test@{bucket}/results")
+    monkeypatch.setenv("BAKEOFF_REPORTS", f"s3://bakeoff_store_test@{bucket}/reports")
+    return bucket

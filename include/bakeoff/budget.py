@@ -22,20 +22,24 @@ import logging
 import math
 import os
 import time
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from bakeoff.providers.registry import PROVIDERS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from bakeoff.store import StorePath
 
 log = logging.getLogger(__name__)
 
-# Hours from the create call until the node runs the boot script (provider-side provisioning).
-BOOT_H = {"local": 0.0, "static": 0.0, "aws": 0.25, "digitalocean": 0.25, "vultr": 0.5, "oci": 0.5}
-DEFAULT_BOOT_H = 0.25
 # Model load: image pull + weight download + engine start (graph capture / compilation).
 IMAGE_PULL_H = 0.1
 WEIGHTS_GBPS = 0.5  # sustained hub download + load, GB/s (pessimistic for a fresh node)
 ENGINE_START_H = 0.15
 MARGIN = 0.25
-SPENDING = ("aws", "vultr", "digitalocean", "oci")
 
 # Serving-time model (deliberately pessimistic; see _closed_s).
 TOKEN_S = 0.05  # decode time per output token of a sequence running alone
@@ -85,7 +89,7 @@ def guard_usd_per_hour(target) -> float:
     bills at list. An instance without a catalog price is listed at ``reference_usd_per_hour``.
     A static endpoint is priced at its contract price alone: bakeoff launches nothing there, so no
     cloud bills it at list (and one described by ``hardware`` has no list price at all)."""
-    if target.provider == "static":
+    if not PROVIDERS[target.provider].launches:
         return target.usd_per_hour
     listed = target.instance.usd_per_hour
     if listed is None:
@@ -204,7 +208,7 @@ def gate_hours(plan) -> float:
 
 def load_hours(target) -> float:
     """Image pull, weights download and engine start; nothing for a node that already serves."""
-    if target.provider in ("local", "static"):
+    if not PROVIDERS[target.provider].provisions:
         return 0.0
     from bakeoff.plan.target import QUANT_BYTES  # noqa: PLC0415
 
@@ -214,7 +218,7 @@ def load_hours(target) -> float:
 
 def target_hours(plan, target) -> float:
     """Budgeted node hours: (boot + model load + accuracy gate + benchmark) x (1 + margin)."""
-    boot = BOOT_H.get(target.provider, DEFAULT_BOOT_H)
+    boot = PROVIDERS[target.provider].boot_h
     return (boot + load_hours(target) + gate_hours(plan) + bench_hours(plan, target)) * (1 + MARGIN)
 
 
@@ -234,13 +238,13 @@ def _row(plan, t) -> dict[str, Any]:
         "provider": t.provider,
         "usd_per_hour": price,
         "contract_usd_per_hour": t.usd_per_hour,
-        "boot_h": round(BOOT_H.get(t.provider, DEFAULT_BOOT_H), 3),
+        "boot_h": round(PROVIDERS[t.provider].boot_h, 3),
         "load_h": round(load_hours(t), 3),
         "gate_h": round(gate_hours(plan), 3),
         "bench_h": round(bench_hours(plan, t), 3),
         "hours": round(hours, 3),
         "usd": round(hours * price, 2),
-        "spends": t.provider in SPENDING,
+        "spends": PROVIDERS[t.provider].spends,
         "kill_switch_s": round(kill_switch_s(plan, t)),
     }
 
@@ -271,14 +275,16 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
     ceiling = resolve_ceiling(ceiling_usd)
     if plan.budget_usd > ceiling:
         raise BudgetExceeded(
-            f"budget_usd: {plan.budget_usd:g} USD exceeds this installation's ceiling of {ceiling:g} USD (Airflow "
-            f"Variable {CEILING_VARIABLE}); ask for at most {ceiling:g} USD, or have an administrator raise the Variable"
+            f"budget_usd: {plan.budget_usd:g} USD exceeds this installation's ceiling of {ceiling:g} USD "
+            f"(Airflow Variable {CEILING_VARIABLE}); ask for at most {ceiling:g} USD, "
+            "or have an administrator raise the Variable"
         )
     est = estimate(plan) | {"ceiling_usd": ceiling}
     lines = _breakdown(est)
     if est["estimate_usd"] > plan.budget_usd:
         raise BudgetExceeded(
-            f"budget_usd: estimated spend {est['estimate_usd']} USD exceeds the cap of {plan.budget_usd} USD:\n{lines}\n"
+            f"budget_usd: estimated spend {est['estimate_usd']} USD exceeds the cap of {plan.budget_usd} USD:\n"
+            f"{lines}\n"
             "Raise budget_usd, or drop targets, load levels or requests. Contract prices lower the cost report, "
             "not this estimate: the guard prices every node at least at its catalog list price."
         )
@@ -300,7 +306,7 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
 
 
 def launches(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A target's recorded launches (run.json targets.<slug>), oldest first, each with ``ended_at``:
+    """A target's recorded launches (run view targets.<slug>), oldest first, each with ``ended_at``:
     its own, else the termination recorded after it, else None (still billing)."""
     prov = record.get("provision") or {}
     tries = prov.get("tries")
@@ -369,18 +375,76 @@ def recheck(plan, slug: str, run_doc: dict[str, Any], now: float | None = None) 
     return doc
 
 
-def record_measured_cost(run_dir: str | Path) -> dict[str, Any]:
-    """After termination: store what the evaluation itself cost (launch to termination x price, per
-    target; the arithmetic is cost.evaluation_cost) as evaluation_cost.json and in run.json, so it
-    is on record even when a later step (cost, report) fails."""
-    from bakeoff import pipeline, store  # noqa: PLC0415
-    from bakeoff.cost import evaluation_cost  # noqa: PLC0415
+def _epoch(v: Any) -> float | None:
+    if v is None or v == "":
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
-    rdir = Path(run_dir)
-    df = evaluation_cost(pipeline.run_plan(rdir), rdir)
+
+def _find(doc: Any, key: str) -> Any:
+    """First value of key anywhere in a target's step records (steps record it where they run)."""
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        for v in doc.values():
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def evaluation_cost(plan, run_dir: str | StorePath) -> pd.DataFrame:
+    """Instance hours actually held (launch to termination, from the step records) x node price.
+
+    Emulated and static targets spend nothing; their figure is what the run would have cost on the
+    hardware they stand for. A target still without a termination time is counted up to now.
+    """
+    import pandas as pd  # noqa: PLC0415 - plan imports this module for its cap: keep pandas off that path
+
+    from bakeoff import store  # noqa: PLC0415 - store loads pandas, as above
+
+    entries = store.run_view(run_dir).get("targets") or {}
+    rows = []
+    for t in plan.targets:
+        entry = entries.get(t.slug) or {}
+        launched, ended = _epoch(_find(entry, "launched_at")), _epoch(_find(entry, "terminated_at"))
+        open_ended = launched is not None and ended is None
+        if open_ended:
+            ended = time.time()
+        hours = (ended - launched) / 3600 if launched is not None and ended is not None else float("nan")
+        rows.append(
+            {
+                "target": t.slug,
+                "name": t.name,
+                "provider": t.provider,
+                "launched_at": launched,
+                "terminated_at": None if open_ended else ended,
+                "still_running": open_ended,
+                "instance_hours": hours,
+                "node_usd_per_hour": t.usd_per_hour,
+                "usd": hours * t.usd_per_hour if math.isfinite(hours) else float("nan"),
+                "spends": PROVIDERS[t.provider].spends,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def record_measured_cost(run_dir: str | Path, plan) -> dict[str, Any]:
+    """After termination: store what the evaluation itself cost (launch to termination x price, per
+    target: evaluation_cost) as evaluation_cost.json and as a run record, so it is on record even when
+    a later step (cost, report) fails."""
+    from bakeoff import store  # noqa: PLC0415 - store loads pandas; plan imports this module for its cap
+
+    rdir = store.at(run_dir)
+    df = evaluation_cost(plan, rdir)
     rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in df.to_dict("records")]
     spent = round(sum(r["usd"] or 0.0 for r in rows if r["spends"]), 2)
     doc = {"usd": spent, "targets": rows, "at": time.time()}
     store.write_json(rdir / "evaluation_cost.json", doc)
-    store.update_run(rdir, evaluation_cost={"usd": spent})
+    store.record(rdir, "evaluation_cost", {"usd": spent})
     return doc

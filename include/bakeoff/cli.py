@@ -18,23 +18,23 @@ import uuid
 from pathlib import Path
 
 from bakeoff import pipeline, store
+from bakeoff.bench.client_cores import client_cores, line, warnings
+from bakeoff.budget import BudgetExceeded, estimate
 from bakeoff.plan import PlanError, load_plan
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.report.headline import headline_table
 
 
 def _plan_check(args) -> int:
     plan = load_plan(args.plan)
-    from bakeoff.budget import estimate
-
     for t in plan.targets:
+        hardware = f"{t.instance_type or 'described hardware'} ({t.instance.gpus}x {t.gpu.name})"
         print(
-            f"{t.name}: {t.provider} {t.instance_type or 'described hardware'} ({t.instance.gpus}x {t.gpu.name}), {t.stack}, "
+            f"{t.name}: {t.provider} {hardware}, {t.stack}, "
             f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"
         )
     est = estimate(plan)
     print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")
-    from bakeoff.bench.client_cores import client_cores, line, warnings  # noqa: PLC0415
-
     for row in client_cores(plan):
         print(line(row))
     for w in warnings(plan):
@@ -47,34 +47,38 @@ def _run(args) -> int:
     # SIGTERM (a CI timeout, a closed terminal) must still reach the finally blocks that terminate.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
-    pipeline.set_credentials_resolver(credentials_from_env)
+    creds = credentials_from_env
     run = pipeline.start_run(args.plan, run_id, {"targets": args.targets or []})
     failed = []
     for slug in run["targets"]:
         inst = None
         try:
-            inst = pipeline.provision(run["run_dir"], slug)
-            ep = pipeline.deploy(run["run_dir"], slug, inst)
-            pipeline.accuracy_gate(run["run_dir"], slug, ep)
-            pipeline.benchmark(run["run_dir"], slug, ep)
+            rdir = run["run_dir"]
+            inst = pipeline.provision(rdir, slug, credentials=creds)
+            ready = pipeline.until_done(pipeline.node_ready, rdir, slug, inst, credentials=creds)
+            pipeline.deploy(rdir, slug, ready)
+            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, ready, credentials=creds)
+            pipeline.accuracy_gate(rdir, slug, ep)
+            pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, pipeline.benchmark(rdir, slug, ep))
         except Exception as e:  # noqa: BLE001 - one target failing must not stop the others
             failed.append(slug)
             print(f"target {slug} failed: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
-            pipeline.terminate(run["run_dir"], slug, inst)
-    pipeline.sweep(run["run_dir"])
-    steps = [("validate", pipeline.validate), ("cost", pipeline.cost), ("report", pipeline.report)]
-    for name, step in steps:
+            pipeline.terminate(run["run_dir"], slug, inst, credentials=creds)
+    pipeline.sweep(run["run_dir"], credentials=creds)
+    for name, step in (("validate", pipeline.validate), ("cost", pipeline.cost)):
         try:
             step(run["run_dir"])
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a failed step is reported; the report still runs
             failed.append(name)
             print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
-    if failed:
-        pipeline.mark_failed(run["run_dir"], f"failed: {', '.join(failed)}")
-    status = pipeline.finish(run["run_dir"])
-    _print_summary({**store.read_json(f"{run['run_dir']}/run.json"), "run_dir": run["run_dir"]})
-    return 0 if status == "success" and not failed else 1
+    try:  # this process is the run's orchestrator: it knows which steps failed
+        pipeline.report(run["run_dir"], failed_steps=failed)
+    except Exception as e:  # noqa: BLE001 - the summary and exit status still come out
+        failed.append("report")
+        print(f"step report failed: {type(e).__name__}: {e}", file=sys.stderr)
+    _print_summary({**store.run_view(run["run_dir"]), "run_dir": run["run_dir"]}, failed)
+    return 1 if failed else 0
 
 
 def _plan_name(ref: str) -> str:
@@ -96,11 +100,13 @@ def _summary(args) -> int:
     return 0
 
 
-def _print_summary(run: dict) -> None:
-    from bakeoff.headline import headline_table  # noqa: PLC0415
-
-    print(f"run {run.get('run_id')} of plan {run.get('plan')}: {run.get('status')}")
-    for kind, path in sorted((run.get("report") or {}).items()):
+def _print_summary(run: dict, failed: list[str] | None = None) -> None:
+    """The run's outcome (given, or as its report recorded it), report files and headline."""
+    report = dict(run.get("report") or {})
+    failed = report.pop("failed_steps", None) if failed is None else failed
+    outcome = "not reported" if failed is None else (f"failed ({', '.join(failed)})" if failed else "success")
+    print(f"run {run.get('run_id')} of plan {run.get('plan')}: {outcome}")
+    for kind, path in sorted(report.items()):
         print(f"  {kind}: {path}")
     print(headline_table(run["run_dir"]))
 
@@ -130,10 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     except PlanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:
-        from bakeoff.budget import BudgetExceeded  # noqa: PLC0415
-
-        if isinstance(e, BudgetExceeded):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except BudgetExceeded as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

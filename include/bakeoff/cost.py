@@ -14,23 +14,36 @@ the other 4 are assumed to serve another replica. Utilisation < 1 spreads idle p
 tokens actually served. Cloud node prices already include power: the energy figures are for
 on-premises and TCO comparisons and are never added to the cloud cost.
 
-A target that did not pass validation is quarantined: its numbers are kept (and shown apart) but it
-never enters the ranking or the break-even prices.
+A target that did not pass validation is quarantined (``quality.status``): its numbers are kept (and
+shown apart) but it never enters the ranking or the break-even prices. Intervals over repeats are
+percentile bootstraps (``bench.stats``, the one CI method); a target is called dearer than the
+cheapest only when the interval of their cost difference excludes zero.
+
+Inputs come from elsewhere: prices in force from the plan (``plan.prices`` folds a price sheet in),
+validation status from ``quality.status``, the evaluation's own cost from ``budget``; the headline
+sentence is written by ``report.headline``.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from bakeoff import catalog, store
+from bakeoff.bench.stats import bootstrap_ci, difference_ci
+from bakeoff.budget import evaluation_cost
+from bakeoff.quality.status import target_status
+from bakeoff.report.headline import build_headline
+from bakeoff.store import StorePath
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, NDArray
+
+    from bakeoff.plan import Plan, Target
 
 PRICE_FACTORS = (0.5, 0.75, 1.0, 1.25, 1.5)
 UTILISATIONS = (0.3, 0.5, 0.7, 0.85, 1.0)
@@ -51,7 +64,7 @@ class CostTables:
     headline: dict[str, Any]
 
 
-def per_m_tokens(per_gpu_hour, tokens_per_s_per_gpu):
+def per_m_tokens(per_gpu_hour: ArrayLike, tokens_per_s_per_gpu: ArrayLike) -> float | NDArray[np.float64]:
     """An hourly amount per GPU (USD, kWh) per million tokens served; scalars or columns alike.
     NaN where nothing was served (no throughput means no price)."""
     tps = np.asarray(tokens_per_s_per_gpu, dtype=float)
@@ -78,96 +91,7 @@ def break_even_usd_per_gpu_hour(usd_per_gpu_hour: float, own_cost: float, rival_
     return usd_per_gpu_hour * rival_cost / own_cost
 
 
-def mean_ci(values: list[float] | np.ndarray, level: float = CI_LEVEL) -> tuple[float, float, float]:
-    """Mean and Student-t confidence interval over repeats; the interval is NaN with one repeat."""
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
-    if v.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    m = float(v.mean())
-    if v.size < 2:
-        return m, float("nan"), float("nan")
-    from scipy import stats  # noqa: PLC0415 - only when repeats exist
-
-    half = float(stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-    return m, m - half, m + half
-
-
-# --- price sheets -------------------------------------------------------------------------------
-
-
-def apply_price_sheet(plan, sheet: dict[str, Any] | None):
-    """A buyer's price sheet (e.g. an Airflow Variable) folded into the plan's target prices.
-
-    sheet = {"source": "ACME contract 2026-Q4", "as_of": "2026-10-01",
-             "prices": {<target name or instance type>: {"usd_per_hour" | "usd_per_gpu_hour": x, "market": "reserved"}}}
-    A target-name key beats an instance-type key; targets whose plan already sets a price keep it, and
-    trigger-form prices (apply_overrides) are applied after and win. Returns a new, validated plan.
-    """
-    from bakeoff.plan import PlanError, plan_from_dict  # noqa: PLC0415 - plan imports nothing from here
-
-    if not sheet:
-        return plan
-    if not isinstance(sheet, dict) or not isinstance(sheet.get("prices"), dict):
-        raise PlanError(
-            "price_sheet: expected {'prices': {<target or instance type>: {'usd_per_hour': ...}}, "
-            "'source': ..., 'as_of': ...}"
-        )
-    names = {t.name for t in plan.targets}
-    types = {t.instance_type for t in plan.targets}
-    source = str(sheet.get("source") or "price sheet")
-    if sheet.get("as_of"):
-        source += f" (as of {sheet['as_of']})"
-    entries = {}
-    for key, entry in sheet["prices"].items():
-        where = f"price_sheet.prices.{key}"
-        if not isinstance(entry, dict):
-            entry = {"usd_per_hour": entry}
-        if not any(
-            isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("usd_per_hour", "usd_per_gpu_hour")
-        ):
-            raise PlanError(f"{where}: give a positive usd_per_hour (node) or usd_per_gpu_hour")
-        entries[key] = {"market": "contract", **entry, "source": source}
-    # One sheet serves the whole installation: keys for other plans' targets are simply not used here.
-    if not set(entries) & (names | types):
-        return plan
-    raw = plan.model_dump(mode="json")
-    for t in raw["targets"]:
-        entry = entries.get(t["name"]) or entries.get(t["instance_type"])
-        if entry and not t.get("price"):
-            t["price"] = entry
-    return plan_from_dict(raw, source=f"{plan.name} with price sheet")
-
-
-# --- inputs -------------------------------------------------------------------------------------
-
-
-def _validation(run_dir: Path) -> dict[str, Any] | None:
-    return store.read_json(run_dir / "validation.json")
-
-
-def target_status(plan, run_dir: Path, points: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Per target slug: passed / quarantined (validation failed) / no_results, with the reasons."""
-    val = _validation(run_dir)
-    have = set(points["target"].astype(str)) if not points.empty else set()
-    out = {}
-    for t in plan.targets:
-        v = ((val or {}).get("targets") or {}).get(t.slug)
-        failures = list((v or {}).get("failures") or [])
-        if t.slug not in have and t.name not in have:
-            status = "no_results"
-            failures = failures or ["no benchmark results were stored for this target"]
-        elif val is None:
-            status = "not_validated"
-        elif v is None or not v.get("passed"):
-            status = "quarantined"
-            failures = failures or ["validation has no passing result for this target"]
-        else:
-            status = "passed"
-        out[t.slug] = {"status": status, "failures": failures, "ranked": status in ("passed", "not_validated")}
-    return out
-
-
-def node_spec(target) -> str:
+def node_spec(target: Target) -> str:
     it, g = target.instance, target.gpu
     if target.instance_type is None:  # a static endpoint described in the plan: only what it says
         mem = f" {g.hbm_gb:g} GB" if math.isfinite(g.hbm_gb) else ""
@@ -176,7 +100,7 @@ def node_spec(target) -> str:
     return f"{it.gpus}x {g.name.upper()} {g.hbm_gb:g} GB ({it.type}, {it.provider})"
 
 
-def _targets_frame(plan, status: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def _targets_frame(plan: Plan, status: dict[str, dict[str, Any]]) -> pd.DataFrame:
     util = plan.pricing.utilisation
     rows = []
     for t in plan.targets:
@@ -315,7 +239,7 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
                 emulated=bool(reps["emulated"].astype(bool).any()),
             )
             for kind in ("output", "total"):
-                m, lo, hi = mean_ci(reps[f"usd_per_m_{kind}"].tolist())
+                m, lo, hi = bootstrap_ci(reps[f"usd_per_m_{kind}"].to_numpy(float), level=CI_LEVEL)
                 row[f"usd_per_m_{kind}"], row[f"usd_per_m_{kind}_ci_low"], row[f"usd_per_m_{kind}_ci_high"] = m, lo, hi
                 row[f"{kind}_tokens_per_usd"] = 1e6 / m if m > 0 else float("nan")
             for col in (
@@ -332,7 +256,7 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    return _add_tco(_add_break_even(df, basis), targets, basis)
+    return _add_tco(_add_verdict(_add_break_even(df, basis), costs, basis), targets, basis)
 
 
 def _add_tco(df: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.DataFrame:
@@ -341,7 +265,7 @@ def _add_tco(df: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.DataFram
     gpu = targets.set_index("target")["gpu"]
     col = f"usd_per_m_{basis}"
     for i, tier in enumerate(tco["tiers"]):
-        tier_price = df["target"].map(lambda s: (tco["usd_per_gpu_hour"].get(gpu[s]) or [np.nan] * 3)[i])
+        tier_price = df["target"].map(lambda s, i=i: (tco["usd_per_gpu_hour"].get(gpu[s]) or [np.nan] * 3)[i])
         df[f"tco_{tier}_usd_per_gpu_hour"] = tier_price
         df[f"{col}_tco_{tier}"] = df[col] * tier_price / df["usd_per_gpu_hour"]
     return df
@@ -355,7 +279,7 @@ def _add_break_even(df: pd.DataFrame, basis: str) -> pd.DataFrame:
     df["vs_cheapest_pct"] = np.nan
     df["break_even_rival"] = ""
     df["break_even_usd_per_gpu_hour"] = np.nan
-    for wl, idx in df.groupby("workload").groups.items():
+    for idx in df.groupby("workload").groups.values():
         part = df.loc[idx]
         ranked = part[part["ranked"] & part[col].notna()].sort_values(col)
         if ranked.empty:
@@ -377,6 +301,37 @@ def _add_break_even(df: pd.DataFrame, basis: str) -> pd.DataFrame:
     return df
 
 
+def _add_verdict(df: pd.DataFrame, costs: pd.DataFrame, basis: str) -> pd.DataFrame:
+    """Per ranked target: the bootstrap interval of its cost minus the cheapest's over repeats (each at
+    its own level meeting the SLO), in % of the cheapest's cost, and whether it excludes parity.
+
+    Only a target whose interval lies wholly above zero is called dearer; one repeat on either side
+    gives no interval, so no claim either way.
+    """
+    col = f"usd_per_m_{basis}"
+    df["vs_cheapest_pct_ci_low"] = np.nan
+    df["vs_cheapest_pct_ci_high"] = np.nan
+    df["clearly_dearer"] = False
+
+    def repeats(row: pd.Series) -> NDArray[np.float64]:
+        sel = (costs["target"] == row["target"]) & (costs["workload"] == row["workload"])
+        return np.asarray(costs.loc[sel & (costs["concurrency"] == row["concurrency"]), col], dtype=float)
+
+    for idx in df.groupby("workload").groups.values():
+        part = df.loc[idx]
+        ranked = part[part["rank"].notna()].sort_values("rank")
+        if len(ranked) < 2:
+            continue
+        cheapest = ranked.iloc[0]
+        base = repeats(cheapest)
+        for i, row in ranked.iloc[1:].iterrows():
+            _, lo, hi = difference_ci(base, repeats(row), level=CI_LEVEL)
+            df.at[i, "vs_cheapest_pct_ci_low"] = lo / cheapest[col] * 100
+            df.at[i, "vs_cheapest_pct_ci_high"] = hi / cheapest[col] * 100
+            df.at[i, "clearly_dearer"] = bool(lo > 0)  # False for a NaN bound
+    return df
+
+
 def sensitivity(at_slo: pd.DataFrame, basis: str) -> pd.DataFrame:
     """Cost at the SLO when the price moves +-50% and when utilisation runs 30-100%.
 
@@ -384,7 +339,7 @@ def sensitivity(at_slo: pd.DataFrame, basis: str) -> pd.DataFrame:
     cost; the table makes the negotiation range visible without another run.
     """
     col = f"usd_per_m_{basis}"
-    rows = []
+    rows: list[dict[str, Any]] = []
     if at_slo.empty or col not in at_slo:
         return pd.DataFrame(rows)
     for _, r in at_slo[at_slo[col].notna()].iterrows():
@@ -420,142 +375,12 @@ def sensitivity(at_slo: pd.DataFrame, basis: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --- cost of the evaluation itself --------------------------------------------------------------
-
-
-def _epoch(v: Any) -> float | None:
-    if v is None or v == "":
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    try:
-        return datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _find(doc: Any, key: str) -> Any:
-    """First value of key anywhere in a nested run.json target entry (steps record it where they run)."""
-    if isinstance(doc, dict):
-        if key in doc:
-            return doc[key]
-        for v in doc.values():
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
-
-
-def evaluation_cost(plan, run_dir: Path) -> pd.DataFrame:
-    """Instance hours actually held (launch to termination, from run.json) x node price.
-
-    Emulated and static targets spend nothing; their figure is what the run would have cost on the
-    hardware they stand for. A target still without a termination time is counted up to now.
-    """
-    run = store.read_json(run_dir / "run.json", {}) or {}
-    entries = run.get("targets") or {}
-    rows = []
-    for t in plan.targets:
-        entry = entries.get(t.slug) or {}
-        launched, ended = _epoch(_find(entry, "launched_at")), _epoch(_find(entry, "terminated_at"))
-        open_ended = launched is not None and ended is None
-        if open_ended:
-            ended = time.time()
-        hours = (ended - launched) / 3600 if launched is not None and ended is not None else float("nan")
-        rows.append(
-            {
-                "target": t.slug,
-                "name": t.name,
-                "provider": t.provider,
-                "launched_at": launched,
-                "terminated_at": None if open_ended else ended,
-                "still_running": open_ended,
-                "instance_hours": hours,
-                "node_usd_per_hour": t.usd_per_hour,
-                "usd": hours * t.usd_per_hour if math.isfinite(hours) else float("nan"),
-                "spends": t.provider not in ("local", "static"),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 # --- the run ------------------------------------------------------------------------------------
 
 
-def _r(x: Any, nd: int = 4) -> Any:
-    """JSON-safe rounding: NaN becomes None."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return None
-    if isinstance(x, (float, np.floating)):
-        return round(float(x), nd)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    return x
-
-
-def _headline(
-    plan, run_id: str, basis: str, emulated: bool, tdf: pd.DataFrame, at_slo: pd.DataFrame, evaluation: pd.DataFrame
-) -> dict[str, Any]:
-    col = f"usd_per_m_{basis}"
-    workloads: dict[str, Any] = {}
-    for wl in sorted(at_slo["workload"].unique()) if not at_slo.empty else []:
-        part = at_slo[at_slo["workload"] == wl]
-        ranked = part[part["rank"].notna()].sort_values("rank")
-        ranking = [
-            {
-                "target": r["name"],
-                "usd_per_m": _r(r[col]),
-                "ci": [_r(r[f"{col}_ci_low"]), _r(r[f"{col}_ci_high"])],
-                "concurrency": _r(r["concurrency"]),
-                "interactivity": _r(r["interactivity"], 2),
-                "usd_per_gpu_hour": _r(r["usd_per_gpu_hour"]),
-                "vs_cheapest_pct": _r(r["vs_cheapest_pct"], 1),
-                "break_even_usd_per_gpu_hour": _r(r["break_even_usd_per_gpu_hour"]),
-            }
-            for _, r in ranked.iterrows()
-        ]
-        missed = part[part["ranked"] & ~part["slo_met"].astype(bool)]["name"].tolist()
-        workloads[wl] = {
-            "ranking": ranking,
-            "misses_slo": missed,
-            "cheapest": ranking[0]["target"] if ranking else None,
-        }
-    first = next(iter(workloads.values()), {"ranking": []})
-    ranking = first["ranking"]
-    stamp = " (EMULATED)" if emulated else ""
-    if len(ranking) >= 2:
-        a, b = ranking[0], ranking[1]
-        summary = (
-            f"{a['target']} is cheapest at the SLO: {a['usd_per_m']:.4g} USD/M {basis} tokens vs "
-            f"{b['usd_per_m']:.4g} for {b['target']} ({(1 - a['usd_per_m'] / b['usd_per_m']) * 100:.1f}% less); "
-            f"{b['target']} matches it at {b['break_even_usd_per_gpu_hour']:.4g} USD/GPU-h "
-            f"(now {b['usd_per_gpu_hour']:.4g}){stamp}"
-        )
-    elif ranking:
-        summary = f"only {ranking[0]['target']} has a cost at the SLO: {ranking[0]['usd_per_m']:.4g} USD/M {basis} tokens{stamp}"
-    else:
-        summary = f"no target has a cost at the SLO (none met it, or none passed validation){stamp}"
-    spend = evaluation[evaluation["spends"]]["usd"].sum()  # emulated / static targets bill nothing
-    would = evaluation["usd"].sum(min_count=1)
-    return {
-        "plan": plan.name,
-        "run_id": run_id,
-        "emulated": emulated,
-        "basis": basis,
-        "summary": summary,
-        "utilisation": plan.pricing.utilisation,
-        "slo": plan.slo.model_dump(exclude_none=True),
-        "workloads": workloads,
-        "quarantined": tdf[tdf["status"] == "quarantined"]["name"].tolist(),
-        "no_results": tdf[tdf["status"] == "no_results"]["name"].tolist(),
-        "evaluation_cost_usd": _r(spend, 2),
-        "evaluation_cost_if_billed_usd": _r(would, 2),
-    }
-
-
-def compute(plan, run_dir: Path) -> CostTables:
+def compute(plan: Plan, run_dir: str | StorePath) -> CostTables:
     """All cost tables for a stored run; pure (writes nothing)."""
-    run_dir = Path(run_dir)
+    run_dir = store.at(run_dir)
     points = store.load_points(run_dir)
     status = target_status(plan, run_dir, points)
     tdf = _targets_frame(plan, status)
@@ -564,16 +389,17 @@ def compute(plan, run_dir: Path) -> CostTables:
     at = cost_at_slo(costs, tdf, basis)
     sens = sensitivity(at, basis)
     ev = evaluation_cost(plan, run_dir)
-    run = store.read_json(run_dir / "run.json", {}) or {}
-    run_id = run.get("run_id") or (str(points["run_id"].iloc[0]) if not points.empty else run_dir.name)
+    run_id = store.run_view(run_dir).get("run_id") or (
+        str(points["run_id"].iloc[0]) if not points.empty else run_dir.name
+    )
     emulated = bool(plan.emulated or (not points.empty and points["emulated"].astype(bool).any()))
-    return CostTables(costs, at, sens, ev, tdf, _headline(plan, run_id, basis, emulated, tdf, at, ev))
+    return CostTables(costs, at, sens, ev, tdf, build_headline(plan, run_id, basis, emulated, tdf, at, ev))
 
 
-def cost_run(plan, run_dir: Path) -> dict[str, Any]:
+def cost_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:
     """The DAG's cost step: write cost.parquet (every per-point number), the at-SLO, sensitivity and
     evaluation tables beside it, and cost.json (the headline, also returned)."""
-    run_dir = Path(run_dir)
+    run_dir = store.at(run_dir)
     tables = compute(plan, run_dir)
     store.write_frame(run_dir / "cost.parquet", tables.points)
     store.write_frame(run_dir / "cost_at_slo.parquet", tables.at_slo)
@@ -584,10 +410,10 @@ def cost_run(plan, run_dir: Path) -> dict[str, Any]:
     return tables.headline
 
 
-def load_tables(run_dir: Path) -> CostTables | None:
+def load_tables(run_dir: str | StorePath) -> CostTables | None:
     """The tables cost_run stored, so a report shows exactly what the cost step computed; None if
     the cost step has not run."""
-    run_dir = Path(run_dir)
+    run_dir = store.at(run_dir)
     names = (
         "cost.parquet",
         "cost_at_slo.parquet",
@@ -598,4 +424,5 @@ def load_tables(run_dir: Path) -> CostTables | None:
     )
     if not all((run_dir / n).exists() for n in names):
         return None
-    return CostTables(*(pd.read_parquet(run_dir / n) for n in names[:5]), store.read_json(run_dir / "cost.json"))
+    points, at_slo, sens, evaluation, targets = (store.read_frame(run_dir / n) for n in names[:5])
+    return CostTables(points, at_slo, sens, evaluation, targets, store.read_json(run_dir / "cost.json"))

@@ -1,15 +1,21 @@
-"""Crash-safe replace: a file written to a temporary name survives a power cut once renamed.
+"""The one atomic writer: a reader sees a stored file whole or not at all, and a crash loses neither.
 
-``os.replace`` alone is atomic but not durable: after a crash the new name can point at an empty
-or partial file (the data was still in the page cache) or the rename itself can be lost. So the
-file's data is flushed before the rename, and its directory after it. Standard library only, so
-light modules (the UI's publish index) can use it.
+On local disk ``os.replace`` alone is atomic but not durable: after a crash the new name can point
+at an empty or partial file (the data was still in the page cache) or the rename itself can be
+lost. So the data goes to a temporary name, is flushed, renamed, and the directory flushed after
+it. In object storage a single PUT is already atomic. Standard library only (the serving node's
+client writes through it too, without Airflow); an object-storage path is used through its own
+methods, never imported here.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+from typing import Any
+
+LOCAL_PROTOCOLS = ("", "file", "local")
 
 
 def fsync_path(path: str | os.PathLike, directory: bool = False) -> None:
@@ -25,3 +31,26 @@ def replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
     fsync_path(tmp)
     os.replace(tmp, path)
     fsync_path(Path(path).parent or ".", directory=True)
+
+
+def is_local(path: Any) -> bool:
+    """A pathlib path, a plain string, or an object-storage path on the local file system."""
+    return (getattr(path, "protocol", "") or "") in LOCAL_PROTOCOLS
+
+
+def write_atomic(path: Any, data: bytes) -> None:
+    """Store ``data`` at ``path`` (a local path, or an object-storage path with ``write_bytes``) atomically.
+    A local file is created owner-only (0600, as ``mkstemp`` makes it), so secrets can use it too."""
+    if not is_local(path):
+        path.write_bytes(data)  # one PUT: the object appears whole, replacing the old one, or not at all
+        return
+    local = Path(getattr(path, "path", path))
+    local.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        replace(tmp, local)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

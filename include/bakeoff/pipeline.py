@@ -7,32 +7,32 @@ Large data goes to the results store, point by point, so a later failure loses n
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from bakeoff import faults, store
+from bakeoff import faults, secrets, store
+from bakeoff.agent import job
+from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
-from bakeoff.providers import Instance, Provider, ProviderError, get_provider
+from bakeoff.plan.prices import apply_price_sheet
+from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
-from bakeoff import secrets
+from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 
-# DAG layer may install a function that turns a provider name into credentials (Airflow hooks).
+# Turns a provider name into its credentials: passed into each step that reaches a provider (the
+# DAG passes its Airflow-connection resolver, the CLI and scripts the environment's).
 CredentialsFn = Callable[[str], dict[str, Any]]
-_credentials: CredentialsFn = lambda name: {}  # noqa: E731
 
 
-def set_credentials_resolver(fn: CredentialsFn) -> None:
-    global _credentials
-    _credentials = fn
-
-
-def provider_for(name: str, **options: Any) -> Provider:
-    return get_provider(name, credentials=_credentials(name), **options)
+def provider_for(name: str, credentials: CredentialsFn = credentials_from_env, **options: Any) -> Provider:
+    return get_provider(name, credentials=credentials(name), **options)
 
 
 # --- run-level steps ----------------------------------------------------------------------------
@@ -48,8 +48,6 @@ def start_run(
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
     check the budget against the plan's cap and the installation ceiling (budget_ceiling_usd: the
     Airflow Variable's raw value, None = the default), record the run."""
-    from bakeoff.cost import apply_price_sheet  # noqa: PLC0415
-
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
 
@@ -59,15 +57,17 @@ def start_run(
     preflight(plan)
     rdir = store.run_dir(plan.name, run_id)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.update_run(
+    store.record(
         rdir,
-        plan=plan.name,
-        run_id=run_id,
-        started_at=time.time(),
-        status="running",
-        emulated=plan.emulated,
-        budget=estimate,
-        targets={t.slug: {"name": t.name} for t in plan.targets},
+        store.START,
+        {
+            "plan": plan.name,
+            "run_id": run_id,
+            "started_at": time.time(),
+            "emulated": plan.emulated,
+            "budget": estimate,
+            "targets": {t.slug: {"name": t.name} for t in plan.targets},
+        },
     )
     return {
         "run_dir": str(rdir),
@@ -77,12 +77,18 @@ def start_run(
     }
 
 
-def run_plan(run_dir: str | Path) -> Plan:
-    return plan_from_dict(store.read_json(Path(run_dir) / "plan.json"), source="plan.json")
+def run_plan(run_dir: str | store.StorePath) -> Plan:
+    return plan_from_dict(store.read_json(store.at(run_dir) / "plan.json"), source="plan.json")
 
 
-def _run_id(run_dir: str | Path) -> str:
-    return store.read_json(Path(run_dir) / "run.json")["run_id"]
+def _run_id(run_dir: str | store.StorePath) -> str:
+    start = store.read_record(run_dir, store.START)
+    if not start:
+        raise FileNotFoundError(
+            f"{run_dir}: no start record ({store.STEPS}/{store.START}.json): start_run has not run for this run "
+            "dir, or this worker's BAKEOFF_RESULTS points elsewhere than the worker that started it"
+        )
+    return start["run_id"]
 
 
 def serving_key(target, run_id: str) -> str | None:
@@ -95,15 +101,66 @@ def serving_key(target, run_id: str) -> str | None:
     return secrets.api_key(run_id, target.slug)
 
 
-def _target_step(run_dir: str | Path, slug: str, step: str, **info: Any) -> None:
-    store.update_run(Path(run_dir), targets={slug: {step: info}})
+def _target_step(run_dir: str | store.StorePath, slug: str, step: str, **info: Any) -> None:
+    store.record(run_dir, step, info, slug=slug)
 
 
 # --- per-target steps ---------------------------------------------------------------------------
+#
+# Each long wait is an action and a check: the action (provision, deploy, benchmark) starts
+# something and returns; the check (node_ready, serving_ready, benchmark_done) looks once and
+# returns None while waiting, so Airflow's sensor frees the worker between looks. ``since`` is when
+# the wait began: the check enforces the target's own deadline (a mapped sensor's timeout is one for
+# every target). Every call records the worker time it held (``held_seconds`` sums it per target).
+
+SLOTS = "slots"
 
 
-def provision(run_dir: str, slug: str) -> dict[str, Any]:
-    """Start the target's instance (idempotent per run and target) and wait until it is reachable."""
+def holds_slot(task: str) -> Callable:
+    """Record the worker time each call of a per-target step (run_dir, slug, ...) holds, failed or not."""
+
+    def wrap(step: Callable) -> Callable:
+        @functools.wraps(step)
+        def run(run_dir: str, slug: str, *args: Any, **kwargs: Any) -> Any:
+            started = time.time()
+            try:
+                return step(run_dir, slug, *args, **kwargs)
+            finally:
+                ended = time.time()
+                try:
+                    store.write_json(
+                        store.at(run_dir) / f"target={safe_name(slug)}" / SLOTS / f"{task}-{int(started * 1000)}.json",
+                        {"task": task, "started_at": started, "ended_at": ended},
+                    )
+                except Exception as e:  # noqa: BLE001 - the step's own outcome matters more than its timing
+                    log.warning("%s of %s: could not record its worker time: %s", task, slug, e)
+
+        return run
+
+    return wrap
+
+
+def held_seconds(run_dir: str) -> dict[str, float]:
+    """Worker-slot seconds each target's steps held, from the records ``holds_slot`` wrote."""
+    held: dict[str, float] = {}
+    for f in store.at(run_dir).glob(f"target=*/{SLOTS}/*.json"):
+        rec = store.read_json(f) or {}
+        slug = f.parent.parent.name.split("=", 1)[1]
+        held[slug] = held.get(slug, 0.0) + float(rec.get("ended_at", 0)) - float(rec.get("started_at", 0))
+    return held
+
+
+def until_done(check: Callable[..., Any], *args: Any, poll_s: float = 0.5, **kwargs: Any) -> Any:
+    """Call a check until it returns something: the wait for callers without a scheduler (the CLI)."""
+    since = time.time()
+    while (out := check(*args, since=since, **kwargs)) is None:
+        time.sleep(poll_s)
+    return out
+
+
+@holds_slot("provision")
+def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
+    """Start the target's instance (idempotent per run and target); node_ready then checks until it is reachable."""
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
     earlier = _recheck_budget(run_dir, plan, target)
@@ -112,8 +169,8 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
     from bakeoff.budget import kill_switch_s  # noqa: PLC0415
 
-    provider = provider_for(target.provider)
-    agent = stage_client(target, expires - time.time())
+    provider = provider_for(target.provider, credentials)
+    agent = stage_client(target, expires - time.time(), credentials)
     spec = {
         "api_key": serving_key(target, rid),
         "expires_at": expires,
@@ -128,8 +185,10 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
             raise ProviderError(str(e)) from None
     node_cert = _node_tls(target, rid, spec)
     inst = provider.create(target, rid, tags=tags, spec=spec)
-    if node_cert:
+    if node_cert:  # every later call pins it: the base_url and agent_url become https
         inst.details["tls_cert"] = node_cert
+    if agent:  # node_ready gives it the agent's address
+        inst.details["client_bundle"] = agent["sha256"]
     tdir = store.target_dir(plan.name, rid, target.slug)
     store.write_json(tdir / "instance.json", inst.to_dict())
     launched = inst.launched_at or time.time()
@@ -147,14 +206,36 @@ def provision(run_dir: str, slug: str) -> dict[str, Any]:
     )
     faults.maybe_fail("after_create", target)
     faults.maybe_fail("ready_timeout", target)
-    inst = provider.wait_ready(inst, timeout_s=target.provider_options.get("ready_timeout_s", 1800))
-    if node_cert:  # every later call pins it: the base_url and agent_url become https
-        inst.details["tls_cert"] = node_cert
-    if agent and inst.host and inst.details.get("agent_port"):  # the provider resolved where it is reached
-        scheme = "https" if node_cert else "http"
-        inst.details["agent_url"] = f"{scheme}://{inst.host}:{inst.details['agent_port']}"
-    store.write_json(tdir / "instance.json", inst.to_dict())
     return inst.to_dict()
+
+
+@holds_slot("node_ready")
+def node_ready(
+    run_dir: str, slug: str, instance: dict[str, Any], since: float, credentials: CredentialsFn = credentials_from_env
+) -> dict[str, Any] | None:
+    """One look at the node provision started: the instance once it runs and is reachable, None
+    while it boots. ProviderError when it ended, or after the target's ready_timeout_s."""
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    inst = Instance.from_dict(instance)
+    timeout_s = float(target.provider_options.get("ready_timeout_s", 1800))
+    ready = provider_for(target.provider, credentials).check_ready(inst)
+    if ready is None:
+        if time.time() - since >= timeout_s:
+            raise ProviderError(
+                f"{target.provider}: node {inst.id} of {target.name} not running with an address after "
+                f"{timeout_s:.0f}s; raise targets.{target.name}.provider_options.ready_timeout_s if it boots slower"
+            )
+        return None
+    cert, bundle = inst.details.get("tls_cert"), inst.details.get("client_bundle")
+    if cert:
+        ready.details["tls_cert"] = cert
+    if bundle:
+        ready.details["client_bundle"] = bundle
+        if ready.host and ready.details.get("agent_port"):  # the provider resolved where it is reached
+            ready.details["agent_url"] = f"{'https' if cert else 'http'}://{ready.host}:{ready.details['agent_port']}"
+    store.write_json(store.target_dir(plan.name, rid, slug) / "instance.json", ready.to_dict())
+    return ready.to_dict()
 
 
 def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
@@ -163,7 +244,7 @@ def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
     before any cloud call). Returns the earlier launches, each stamped with when it ended."""
     from bakeoff import budget  # noqa: PLC0415
 
-    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
+    doc = store.run_view(run_dir)
     record = (doc.get("targets") or {}).get(target.slug) or {}
     earlier = budget.launches(record)
     if earlier:
@@ -174,9 +255,7 @@ def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
 def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
     """A cloud node's TLS identity: its private key goes into the spec (user-data only), its public
     certificate is returned for instance.json so later steps pin it (serving/tls.py)."""
-    from bakeoff.plan.target import CLOUD_PROVIDERS  # noqa: PLC0415
-
-    if target.provider not in CLOUD_PROVIDERS:
+    if not PROVIDERS[target.provider].tls:
         return None
     if spec.get("secrets") and not spec.get("agent"):  # refused before any cloud call
         raise ProviderError(
@@ -191,16 +270,14 @@ def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
     return ident.cert_pem
 
 
-def stage_client(target, valid_s: float) -> dict[str, Any] | None:
+def stage_client(target, valid_s: float, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any] | None:
     """Stage the client bundle for a cloud node (the installation's ``client_bundle`` settings name
     the bucket); a co-located target cannot run without one, so say how to fix it before launching."""
-    from bakeoff.plan.target import CLOUD_PROVIDERS  # noqa: PLC0415
-
-    if target.provider not in CLOUD_PROVIDERS:
+    if not PROVIDERS[target.provider].provisions:
         return None
     from bakeoff.agent.bundle import stage  # noqa: PLC0415
 
-    staged = stage(_credentials("client_bundle"), valid_s)
+    staged = stage(credentials("client_bundle"), valid_s)
     if staged is None and target.client_mode == "co-located":
         raise ProviderError(
             f"targets.{target.name}.provider_options.client_mode: co-located needs an object store the node fetches "
@@ -211,28 +288,48 @@ def stage_client(target, valid_s: float) -> dict[str, Any] | None:
     return staged.to_dict() if staged else None
 
 
+@holds_slot("deploy")
 def deploy(run_dir: str, slug: str, instance: dict[str, Any]) -> dict[str, Any]:
-    """Bring the serving stack up on the instance and wait until it serves the model."""
-    from bakeoff.serving import deploy as deploy_mod  # noqa: PLC0415
-
+    """Hand the node what its serving stack needs (the target's serving secrets, to its agent over
+    pinned TLS); serving_ready then checks until it serves the model. Safe to repeat."""
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
-    inst = Instance.from_dict(instance)
     faults.maybe_fail("deploy", target)
-    pushed = secrets.serving_secrets(target) if target.secrets else None  # to the node agent, pinned TLS
-    endpoint = deploy_mod.deploy(
+    pushed = serving.start_serving(
         target,
-        inst,
+        Instance.from_dict(instance),
         api_key=serving_key(target, rid),
         out_dir=store.target_dir(plan.name, rid, target.slug),
-        secrets=pushed,
+        secrets=secrets.serving_secrets(target) if target.secrets else None,
     )
-    _target_step(run_dir, slug, "deploy", ready=True, base_url=endpoint.base_url)
-    if endpoint.emulated:  # e.g. a sandbox cloud node backed by the emulator
-        store.update_run(Path(run_dir), emulated=True)
+    return {"target": slug, "secrets": pushed}
+
+
+@holds_slot("serving_ready")
+def serving_ready(
+    run_dir: str, slug: str, instance: dict[str, Any], since: float, credentials: CredentialsFn = credentials_from_env
+) -> dict[str, Any] | None:
+    """One look at the server: its endpoint once it serves the model, None while it comes up;
+    DeployFailed (deploy.json written) once waiting cannot help or after deploy_timeout."""
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    endpoint = serving.check_serving(
+        target,
+        Instance.from_dict(instance),
+        api_key=serving_key(target, rid),
+        out_dir=store.target_dir(plan.name, rid, target.slug),
+        waited_s=time.time() - since,
+        credentials=credentials,
+        masked=tuple(secrets.serving_secrets(target).values()) if target.secrets else (),
+    )
+    if endpoint is None:
+        return None
+    # emulated: e.g. a sandbox cloud node backed by the emulator (the run view marks the whole run)
+    _target_step(run_dir, slug, "deploy", ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated)
     return endpoint.to_dict()
 
 
+@holds_slot("accuracy_gate")
 def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Score the endpoint on the offline accuracy set; the pass rule is applied at validation."""
     from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415
@@ -246,14 +343,16 @@ def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str
         plan,
         store.target_dir(plan.name, rid, target.slug),
     )
-    summary = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
+    summary: dict[str, Any] = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
     _target_step(run_dir, slug, "accuracy", **summary)
     return summary
 
 
+@holds_slot("benchmark")
 def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
-    """Run every workload's load points; each point is stored as soon as it is measured."""
-    from bakeoff.bench.sweep import run_workload  # noqa: PLC0415
+    """Remote client: run every workload's load points here, each stored as soon as it is measured.
+    Co-located: submit the job to the node's agent and return; benchmark_done follows it."""
+    from bakeoff.bench.run import run_workload  # noqa: PLC0415
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
@@ -262,11 +361,7 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
     faults.maybe_fail("benchmark", target)
     key = serving_key(target, rid)
     if target.client_mode == "co-located":
-        from bakeoff.agent.job import run_colocated  # noqa: PLC0415
-
-        points = run_colocated(plan, target, ep, rid, key, tdir)
-        _target_step(run_dir, slug, "benchmark", points=points, client_mode="co-located")
-        return {"target": slug, "points": points}
+        return {"target": slug, "client_mode": "co-located", **job.submit(plan, target, ep, rid, key)}
     from bakeoff.agent.remote import AgentPower  # noqa: PLC0415
 
     power = AgentPower(ep.agent_url, key, ep.tls_cert) if ep.agent_url else None
@@ -286,10 +381,39 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
         )
         points += len(summaries)
     _target_step(run_dir, slug, "benchmark", points=points, client_mode="remote")
-    return {"target": slug, "points": points}
+    return {"target": slug, "points": points, "client_mode": "remote"}
 
 
-def terminate(run_dir: str, slug: str, instance: dict[str, Any] | None) -> dict[str, Any]:
+@holds_slot("benchmark_done")
+def benchmark_done(
+    run_dir: str, slug: str, endpoint: dict[str, Any], started: dict[str, Any], since: float
+) -> dict[str, Any] | None:
+    """One look at the benchmark ``benchmark`` started: its summary once done, None while a co-located
+    job runs (each look copies the files it finished into the results store). A remote benchmark
+    was measured by ``benchmark`` itself: done at once. The co-located job gets the budget's estimate
+    of its hours (job.bench_timeout_s)."""
+    if started.get("client_mode") != "co-located":
+        return started
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    target = plan.target(slug)
+    points = job.check(
+        target,
+        Endpoint.from_dict(endpoint),
+        serving_key(target, rid),
+        started,
+        store.target_dir(plan.name, rid, target.slug),
+        waited_s=time.time() - since,
+        timeout_s=job.bench_timeout_s(plan, target),
+    )
+    if points is None:
+        return None
+    _target_step(run_dir, slug, "benchmark", points=points, client_mode="co-located")
+    return {"target": slug, "points": points, "client_mode": "co-located"}
+
+
+def terminate(
+    run_dir: str, slug: str, instance: dict[str, Any] | None, credentials: CredentialsFn = credentials_from_env
+) -> dict[str, Any]:
     """Terminate the target's instance: the ids provision recorded first (no listing can block them),
     then whatever the run's tag finds for the target, best effort (the sweep looks again). Safe when
     the node is already gone or was never created; fails only when a termination failed."""
@@ -297,7 +421,7 @@ def terminate(run_dir: str, slug: str, instance: dict[str, Any] | None) -> dict[
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
-    provider = provider_for(target.provider)
+    provider = provider_for(target.provider, credentials)
     provider.include([target])
     known = list(
         dict.fromkeys(
@@ -310,7 +434,7 @@ def terminate(run_dir: str, slug: str, instance: dict[str, Any] | None) -> dict[
     found, more, unlisted = teardown.terminate_tagged(provider, rid, failed, slug=target.slug, skip=set(known))
     for where, why in unlisted.items():
         log.warning("terminate: could not search %s for leftovers of %s (the sweep looks again): %s", where, slug, why)
-    # errors as a list: a retry that succeeds replaces them (mappings merge in run.json)
+    # a retry that succeeds replaces this record, errors included
     step: dict[str, Any] = {"instances": sorted({*known, *found}), "errors": [f"{w}: {e}" for w, e in failed.items()]}
     if not failed:
         step["terminated_at"] = time.time()
@@ -320,7 +444,7 @@ def terminate(run_dir: str, slug: str, instance: dict[str, Any] | None) -> dict[
     return {"target": slug, "terminated": [*done, *more]}
 
 
-def sweep(run_dir: str) -> dict[str, Any]:
+def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
     """Terminate everything of this run on every provider the plan uses: each recorded instance id, then
     whatever the run's tag finds. One provider's failure never stops the next; what was done and the
     measured cost are recorded, then any failure (a node not terminated, a place not searched) fails the step."""
@@ -333,7 +457,7 @@ def sweep(run_dir: str) -> dict[str, Any]:
         targets = [t for t in plan.targets if t.provider == name]
         killed[name] = []
         try:
-            provider = provider_for(name)
+            provider = provider_for(name, credentials)
             provider.include(targets)
         except Exception as e:  # noqa: BLE001 - the next provider is still swept
             errors[name] = f"{type(e).__name__}: {e}"
@@ -349,13 +473,12 @@ def sweep(run_dir: str) -> dict[str, Any]:
             log.error("sweep: %s cleanup failed: %s", name, e)
     for where, why in errors.items():
         log.error("sweep: %s: %s", where, why)
-    store.update_run(
-        Path(run_dir),
-        sweep={"at": time.time(), "terminated": killed, "errors": [f"{w}: {e}" for w, e in errors.items()]},
+    store.record(
+        run_dir, "sweep", {"at": time.time(), "terminated": killed, "errors": [f"{w}: {e}" for w, e in errors.items()]}
     )
     from bakeoff.budget import record_measured_cost  # noqa: PLC0415
 
-    record_measured_cost(run_dir)
+    record_measured_cost(run_dir, plan)
     if errors:
         raise teardown.TeardownIncomplete("sweep", errors)
     return killed
@@ -365,9 +488,9 @@ def validate(run_dir: str) -> dict[str, Any]:
     """Run every quality gate; results are stored first, then a failing target fails the step."""
     from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415
 
-    summary = validate_run(run_plan(run_dir), Path(run_dir))
+    summary = validate_run(run_plan(run_dir), store.at(run_dir))
     failed = [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]
-    store.update_run(Path(run_dir), validation={"passed": summary.get("passed"), "failed_targets": failed})
+    store.record(run_dir, "validation", {"passed": summary.get("passed"), "failed_targets": failed})
     raise_if_failed(summary)
     return {"passed": summary.get("passed"), "failed_targets": failed}
 
@@ -375,38 +498,30 @@ def validate(run_dir: str) -> dict[str, Any]:
 def cost(run_dir: str) -> dict[str, Any]:
     from bakeoff.cost import cost_run  # noqa: PLC0415
 
-    return cost_run(run_plan(run_dir), Path(run_dir))
+    return cost_run(run_plan(run_dir), store.at(run_dir))
 
 
-def report(run_dir: str) -> dict[str, str]:
-    from bakeoff.paths import reports_root, safe_name  # noqa: PLC0415
+def report(run_dir: str, failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+    """Build the run's reports into the reports store (<reports>/<plan>/run_id=<run>/); ``failed_steps``
+    are the steps of this run that failed, as the orchestrator knows them (the DAG run's task states)."""
     from bakeoff.report import build_report  # noqa: PLC0415
 
     plan = run_plan(run_dir)
     for t in plan.targets:
         faults.maybe_fail("report", t)
-    out = reports_root() / safe_name(plan.name) / Path(run_dir).name
-    paths = build_report(plan, Path(run_dir), out)
-    store.update_run(Path(run_dir), report=paths)
+    rdir = store.at(run_dir)
+    paths = build_report(plan, rdir, report_dir(plan.name, rdir.name), failed_steps=list(failed_steps))
+    store.record(run_dir, "report", {**paths, "failed_steps": list(failed_steps)})
     return paths
 
 
-def publish(run_dir: str, paths: dict[str, str], **s3: Any) -> dict[str, Any]:
+def report_dir(plan_name: str, run_name: str) -> store.StorePath:
+    """Where a run's reports are stored: <reports root>/<plan>/<run_id=...>/."""
+    return store.at(reports_root()) / safe_name(plan_name) / safe_name(run_name)
+
+
+def publish(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """List the run's reports in the index pages; the manifest states the outcome (failed_steps, as for report)."""
     from bakeoff.publish import publish as publish_reports  # noqa: PLC0415
 
-    return publish_reports(run_plan(run_dir), Path(run_dir), paths, **s3)
-
-
-def mark_failed(run_dir: str, reason: str) -> None:
-    """Note that a step failed. The run is not over yet (other targets may still be measuring), so
-    the status stays "running" until finish() and the reaper leaves live nodes alone."""
-    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
-    store.update_run(Path(run_dir), failed=True, failures=[*doc.get("failures", []), reason])
-
-
-def finish(run_dir: str) -> str:
-    """Record the run's outcome once every step is done: failed if any step failed, else success."""
-    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
-    status = "failed" if doc.get("failed") else "success"
-    store.update_run(Path(run_dir), status=status, finished_at=time.time())
-    return status
+    return publish_reports(run_plan(run_dir), store.at(run_dir), paths, failed_steps=list(failed_steps))

@@ -1,7 +1,7 @@
-"""Publishing a run's reports: into the local reports folder (with an index of runs) and, when a
-boto3 S3 client is given, to S3 under the same layout.
+"""Publishing a run's reports: a manifest beside them and an index of runs, in the reports store
+(reports_root(): a local folder, or object storage such as ``s3://<conn_id>@bucket/reports``).
 
-Local layout (reports_root()):
+Layout:
   <plan>/<run>/<report files> + manifest.json     one folder per run
   <plan>/index.json, <plan>/index.html             every published run of the plan, newest first
   index.html                                        every plan
@@ -12,16 +12,11 @@ one after the other, leaves a correct index. Light imports only: the UI plugin u
 from __future__ import annotations
 
 import json
-import mimetypes
-import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from bakeoff import durable
-from bakeoff.paths import reports_root, safe_name
+from bakeoff.paths import StorePath, at, fresh, reports_root, safe_name
 
 ASSET_PREFIX = "bakeoff://reports/"
 MANIFEST = "manifest.json"
@@ -32,29 +27,21 @@ def asset_uri(plan_name: str) -> str:
     return f"{ASSET_PREFIX}{safe_name(plan_name)}"
 
 
-def _atomic_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        durable.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _atomic_text(path: StorePath, text: str) -> StorePath:
+    durable.write_atomic(path, text.encode("utf-8"))
     return path
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: StorePath) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
-def list_published(root: Path | None = None, plan_name: str | None = None) -> list[dict[str, Any]]:
+def list_published(root: str | StorePath | None = None, plan_name: str | None = None) -> list[dict[str, Any]]:
     """Every published run (from its manifest), newest first; what the indexes and the UI list."""
-    base = Path(root or reports_root())
+    base = fresh(at(root or reports_root()))
     pattern = f"{safe_name(plan_name)}/*/{MANIFEST}" if plan_name else f"*/*/{MANIFEST}"
     runs = []
     for f in base.glob(pattern):
@@ -82,8 +69,9 @@ def _when(ts: Any) -> str:
         return ""
 
 
-def write_indexes(root: Path, plan_name: str) -> dict[str, Path]:
+def write_indexes(root: str | StorePath, plan_name: str) -> dict[str, StorePath]:
     """Rebuild the plan's index.json / index.html and the top-level index.html from the manifests."""
+    root = at(root)
     plan_dir = root / safe_name(plan_name)
     runs = list_published(root, plan_name)
     out = {
@@ -96,16 +84,18 @@ def write_indexes(root: Path, plan_name: str) -> dict[str, Path]:
     return out
 
 
-def _manifest(plan, run_dir: Path, files: dict[str, str]) -> dict[str, Any]:
-    run = _read_json(run_dir / "run.json") or {}
+def _manifest(plan, run_dir: StorePath, files: dict[str, str], failed_steps: list[str]) -> dict[str, Any]:
+    from bakeoff import store  # noqa: PLC0415 - the results store loads pandas; the UI imports this module
+
+    run = store.run_view(run_dir)
     head = _read_json(run_dir / "cost.json") or {}
-    # publishing runs before the run is marked finished: a run still "running" here is being published
-    status = run.get("status") if run.get("status") not in (None, "running") else "published"
     return {
         "plan": plan.name,
         "run_id": run.get("run_id") or run_dir.name,
         "started_at": run.get("started_at"),
-        "status": status,
+        # the DAG run's outcome so far, from its task states (publish runs before the run ends)
+        "status": "failed" if failed_steps else "success",
+        "failed_steps": list(failed_steps),
         "emulated": bool(head.get("emulated", plan.emulated)),
         "summary": head.get("summary", ""),
         "published_at": time.time(),
@@ -113,64 +103,37 @@ def _manifest(plan, run_dir: Path, files: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _upload(s3_client, bucket: str, key: str, path: Path) -> str:
-    ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    if path.suffix in (".md", ".csv", ".html", ".json"):
-        ctype += "; charset=utf-8"
-    s3_client.upload_file(str(path), bucket, key, ExtraArgs={"ContentType": ctype})
-    return f"s3://{bucket}/{key}"
-
-
 def publish(
-    plan,
-    run_dir: Path,
-    report_paths: dict[str, str],
-    *,
-    s3_client=None,
-    bucket: str | None = None,
-    prefix: str | None = None,
+    plan, run_dir: str | StorePath, report_paths: dict[str, str], *, failed_steps: list[str] | tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """Copy the report files to reports_root()/<plan>/<run>/, refresh the indexes, upload to S3.
+    """List the run's report files under reports_root()/<plan>/<run>/ (copying any built elsewhere),
+    write its manifest and refresh the indexes. ``failed_steps``: this run's failed steps (the DAG
+    run's failed tasks), which the manifest and the index show.
 
-    Returns what the DAG needs: local folder and files, index paths, S3 URIs and the Asset URI.
+    Returns what the DAG needs: the run's report location and files, index paths and the Asset URI.
     """
-    if s3_client is not None and not bucket:
-        raise ValueError(
-            "publish: an S3 client was given without a bucket; set the plan's or the Variable's "
-            "report bucket, or pass s3_client=None for local publishing only"
-        )
-    run_dir = Path(run_dir)
-    root = reports_root()
+    run_dir = at(run_dir)
+    root = at(reports_root())
     dest = root / safe_name(plan.name) / safe_name(run_dir.name)
-    dest.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
-    for kind, src in report_paths.items():
-        src = Path(src)
+    for kind, ref in report_paths.items():
+        src = at(ref)
         if not src.is_file():
-            raise FileNotFoundError(f"publish: report file for {kind!r} is missing: {src}; rerun the report step")
+            raise FileNotFoundError(f"publish: report file for {kind!r} is missing: {ref}; rerun the report step")
         target = dest / src.name
-        if src.resolve() != target.resolve():
-            shutil.copyfile(src, target)
-            durable.fsync_path(target)  # on disk before the manifest that lists it
+        if str(src) != str(target):  # built outside the reports store: stored before the manifest lists it
+            durable.write_atomic(target, src.read_bytes())
         files[kind] = src.name
-    manifest = _manifest(plan, run_dir, files)
+    manifest = _manifest(plan, run_dir, files, list(failed_steps))
     _atomic_text(dest / MANIFEST, json.dumps(manifest, indent=2, default=str))
     indexes = write_indexes(root, plan.name)
-    result: dict[str, Any] = {
+    return {
         "plan": plan.name,
         "run_id": manifest["run_id"],
         "asset_uri": asset_uri(plan.name),
         "summary": manifest["summary"],
-        "local_dir": str(dest),
+        "status": manifest["status"],
+        "location": str(dest),
         "files": {k: str(dest / v) for k, v in files.items()},
         "index": {k: str(v) for k, v in indexes.items()},
-        "s3": {},
     }
-    if s3_client is not None:
-        base = "/".join(p for p in ((prefix or "").strip("/"), safe_name(plan.name), dest.name) if p)
-        for kind, name in {**files, "manifest": MANIFEST}.items():
-            result["s3"][kind] = _upload(s3_client, bucket, f"{base}/{name}", dest / name)
-        plan_base = base.rsplit("/", 1)[0]
-        for kind in ("index_json", "index_html"):
-            result["s3"][kind] = _upload(s3_client, bucket, f"{plan_base}/{indexes[kind].name}", indexes[kind])
-    return result

@@ -2,13 +2,15 @@
 
 Runs hourly (the ``bakeoff_reaper`` DAG) across every configured provider, independent of any run,
 so it catches what the teardown task and the run's all_done sweep could not: a worker killed with
-SIGKILL, a scheduler that died, a run whose results store says it finished while a node still bills.
+SIGKILL, a scheduler that died, a DAG run that ended while a node still bills.
 
 A node is reaped when
 - its ``bakeoff:expires_at`` tag has passed (the run's max_instance_hours), or
-- the results store's run.json for its run says the run ended (status other than running).
-A node of a run this installation does not know is left alone until it expires: it may belong to
-another installation sharing the account.
+- Airflow says its run ended: ``run_state(plan, run_id)`` gives the DAG run's state (the reaper DAG
+  asks through the Task SDK, ``python -m bakeoff reap`` through the REST API when
+  $BAKEOFF_AIRFLOW_API_URL is set, see airflow_api.py; without either, expiry alone decides).
+A node of a run Airflow does not know (None) is left alone until it expires: it may belong to
+another installation sharing the account, or to a run started without Airflow.
 
 After its nodes, a provider's ``cleanup`` (where it has one) removes what they leave behind: EC2
 per-run security groups, DigitalOcean cloud firewalls with no droplet left behind them.
@@ -18,37 +20,64 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from bakeoff import store
+from bakeoff import airflow_api
 from bakeoff.providers import get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, Instance, list_best_effort
+from bakeoff.providers.registry import LAUNCHING
 
 log = logging.getLogger(__name__)
-CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci", "local")
+CLOUD_PROVIDERS = LAUNCHING  # every provider whose create starts a node
 
 
-def run_status(tags: dict[str, str]) -> str | None:
-    """The run's status from the results store (None when this installation has no record of it)."""
-    plan, run_id = tags.get(TAG_PLAN), tags.get(TAG_RUN)
-    if not plan or not run_id:
-        return None
-    doc = store.read_json(store.run_dir(plan, run_id) / "run.json")
-    return (doc or {}).get("status")
+# (plan, run_id) -> the DAG run's state ("queued", "running", "success", "failed"), None when unknown
+RunState = Callable[[str, str], "str | None"]
+ACTIVE = ("queued", "running")
 
 
-def verdict_for_tags(tags: dict[str, str], now: float) -> str | None:
+def no_run_state(plan: str, run_id: str) -> str | None:
+    """Nothing to ask: every run is unknown, so only expiry tags decide."""
+    return None
+
+
+def cached(run_state: RunState) -> RunState:
+    """Ask once per run in a pass (a run has several nodes and firewalls); a failed question is an
+    unknown run, so its nodes stay until they expire."""
+    seen: dict[tuple[str, str], str | None] = {}
+
+    def ask(plan: str, run_id: str) -> str | None:
+        if (plan, run_id) not in seen:
+            try:
+                seen[plan, run_id] = run_state(plan, run_id)
+            except Exception as e:  # noqa: BLE001 - an unreachable Airflow must keep nodes, not fail the pass
+                log.warning(
+                    "reaper: no state for run %s of %s (%s: %s); kept until it expires",
+                    run_id,
+                    plan,
+                    type(e).__name__,
+                    e,
+                )
+                seen[plan, run_id] = None
+        return seen[plan, run_id]
+
+    return ask
+
+
+def verdict_for_tags(tags: dict[str, str], now: float, run_state: RunState = no_run_state) -> str | None:
     """Why a tagged resource should go (expired, or its run ended), or None to keep it."""
     expires = tags.get(TAG_EXPIRES, "")
     if expires.isdigit() and now >= float(expires):
         return f"expired at {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(float(expires)))}"
-    status = run_status(tags)
-    if status not in (None, "running"):
-        return f"run {tags.get(TAG_RUN)} ended ({status})"
+    plan, run_id = tags.get(TAG_PLAN), tags.get(TAG_RUN)
+    state = run_state(plan, run_id) if plan and run_id else None
+    if state is not None and state not in ACTIVE:
+        return f"run {run_id} ended ({state})"
     return None
 
 
-def verdict(inst: Instance, now: float) -> str | None:
+def verdict(inst: Instance, now: float, run_state: RunState = no_run_state) -> str | None:
     """Why this node should go, or None to keep it. A powered-off node goes too: its kill switch
     fired (or it died), and Vultr, DigitalOcean and OCI bill a stopped node until it is deleted."""
     if inst.state == "failed":
@@ -56,13 +85,14 @@ def verdict(inst: Instance, now: float) -> str | None:
     tags = {**inst.tags, TAG_RUN: inst.run_id}
     if inst.expires_at is not None:
         tags[TAG_EXPIRES] = str(int(inst.expires_at))
-    return verdict_for_tags(tags, now)
+    return verdict_for_tags(tags, now, run_state)
 
 
 def reap(
     now: float | None = None,
     provider_names: list[str] | tuple[str, ...] | None = None,
     credentials_fn: Callable[[str], dict[str, Any]] | None = None,
+    run_state: RunState = no_run_state,
 ) -> dict[str, Any]:
     """One pass over every provider; returns what was terminated, kept, and which providers failed.
 
@@ -70,13 +100,14 @@ def reap(
     that could not be scanned and each node that could not be terminated (the DAG task then fails).
 
     Credentials come from ``credentials_fn(name)`` (the DAG passes its Airflow-connection resolver;
-    default: the environment).
+    default: the environment); whether a node's run is over, from ``run_state`` (see the module).
     """
     from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415
 
     now = time.time() if now is None else now
     names = provider_names or CLOUD_PROVIDERS
     creds = credentials_fn or credentials_from_env
+    run_state = cached(run_state)
     out: dict[str, Any] = {"at": now, "terminated": [], "kept": [], "errors": {}}
     for name in names:
         try:
@@ -86,12 +117,12 @@ def reap(
             log.error("reaper: cannot scan %s: %s", name, out["errors"][name])
             continue
         nodes, unlisted = list_best_effort(provider, None)  # a region that failed must not hide the rest
-        for where, why in unlisted.items():
+        for where, problem in unlisted.items():
             key = where if where == name else f"{name}:{where}"
-            out["errors"][key] = why
-            log.error("reaper: cannot list %s: %s", key, why)
+            out["errors"][key] = problem
+            log.error("reaper: cannot list %s: %s", key, problem)
         for inst in nodes:
-            why = verdict(inst, now)
+            why = verdict(inst, now, run_state)
             row = {"provider": name, "id": inst.id, "run_id": inst.run_id, "target": inst.target}
             if why is None:
                 out["kept"].append(row)
@@ -114,7 +145,9 @@ def reap(
         cleanup = getattr(provider, "cleanup", None)  # EC2 per-run security groups, DigitalOcean firewalls
         if cleanup:
             try:
-                out.setdefault("cleaned", []).extend(cleanup(lambda tags: verdict_for_tags(tags, now) is not None))
+                out.setdefault("cleaned", []).extend(
+                    cleanup(lambda tags: verdict_for_tags(tags, now, run_state) is not None)
+                )
             except Exception as e:  # noqa: BLE001 - a leftover firewall must not stop the next cloud being reaped
                 out["errors"][f"{name}:cleanup"] = f"{type(e).__name__}: {e}"
                 log.error("reaper: cannot clean up %s: %s", name, out["errors"][f"{name}:cleanup"])
@@ -127,6 +160,7 @@ def reap_loop(
     provider_names: list[str] | tuple[str, ...] | None = None,
     credentials_fn: Callable[[str], dict[str, Any]] | None = None,
     *,
+    run_state: RunState = no_run_state,
     wait: Callable[[float], bool] | None = None,
     now_fn: Callable[[], float] = time.time,
     max_passes: int | None = None,
@@ -148,7 +182,7 @@ def reap_loop(
         started = now_fn()
         passes += 1
         try:
-            out = reap(now=started, provider_names=provider_names, credentials_fn=credentials_fn)
+            out = reap(now=started, provider_names=provider_names, credentials_fn=credentials_fn, run_state=run_state)
             log.info(
                 "reaper loop: pass %d: %d terminated, %d kept, %d errors%s",
                 passes,
@@ -194,15 +228,16 @@ def add_parser(sub) -> None:
 
 
 def _run_reap(args) -> int:
+    run_state = airflow_api.run_state_from_env() or no_run_state
     if args.loop:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
-            reap_loop(args.interval_s, provider_names=args.providers)
+            reap_loop(args.interval_s, provider_names=args.providers, run_state=run_state)
         except ValueError as e:
             print(e)
             return 2
         return 0
-    return _print_reap(reap(provider_names=args.providers))
+    return _print_reap(reap(provider_names=args.providers, run_state=run_state))
 
 
 def _print_reap(out: dict[str, Any]) -> int:

@@ -15,11 +15,10 @@ import hmac
 import os
 import re
 import secrets as _secrets
-from typing import Callable
+from collections.abc import Callable
 
 from bakeoff import durable
 from bakeoff.paths import state_root
-
 
 MIN_SECRET_BYTES = 32  # HMAC-SHA256 keys shorter than its output weaken every derived key
 _MAKE_ONE = "python -c 'import secrets; print(secrets.token_hex(32))'"
@@ -134,7 +133,8 @@ def serving_secrets(target) -> dict[str, str]:
         if not value:
             raise MissingSecret(
                 f"targets.{target.name}.secrets.{env}: connection {conn_id} is not defined or has no password; "
-                f"create it (Admin -> Connections, the token as password; without Airflow set {env_var(conn_id, 'password')})"
+                "create it (Admin -> Connections, the token as password; "
+                f"without Airflow set {env_var(conn_id, 'password')})"
             )
         out[env] = value
     return out

@@ -1,129 +1,192 @@
-"""Results store: Parquet tables and JSON documents under results_root(), written atomically.
+"""Results store: Parquet tables and JSON documents under results_root(), local or in object storage.
 
 Layout, partitioned by run and target (hive-style, so pandas/pyarrow read a whole run at once):
-  <root>/<plan>/run_id=<run>/run.json                       status, timings, errors
   <root>/<plan>/run_id=<run>/plan.json                      the resolved plan
+  <root>/<plan>/run_id=<run>/steps/<step>.json              a run-level step's facts (start, sweep, ...)
+  <root>/<plan>/run_id=<run>/target=<slug>/steps/<step>.json  a target step's facts (provision, deploy, ...)
   <root>/<plan>/run_id=<run>/target=<slug>/requests/<workload>-c<C>-r<R>.parquet
   <root>/<plan>/run_id=<run>/target=<slug>/points/<workload>-c<C>-r<R>.parquet
   <root>/<plan>/run_id=<run>/target=<slug>/<name>.json      instance, endpoint, provenance, gates
   <root>/<plan>/run_id=<run>/<name>.json / <name>.parquet   run-level outputs (validation, cost)
-Each point is its own file, so nothing measured is lost when a later point or step fails.
+Each point is its own file, so nothing measured is lost when a later point or step fails. Each step
+writes its own record once (a retry overwrites its own, nobody else's), so workers on several hosts
+share a run with no lock; ``run_view`` assembles the records for readers. Whether a run is still
+going is Airflow's to say (the DAG run's state), not the store's.
+
+Paths are ``airflow.sdk.ObjectStoragePath`` (``store.at`` makes one from the strings tasks pass);
+a pathlib path passes through unchanged, which is what the serving node's client (no Airflow) hands.
 """
 
 from __future__ import annotations
 
-import fcntl
+import io
 import json
-import os
-import tempfile
 import time
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from bakeoff import durable
-from bakeoff.paths import results_root, safe_name
+from bakeoff.paths import StorePath, at, fresh, results_root, safe_name
+
+STEPS = "steps"
+START = "start"
 
 
-def run_dir(plan_name: str, run_id: str, root: Path | None = None) -> Path:
-    return (root or results_root()) / safe_name(plan_name) / f"run_id={safe_name(run_id)}"
+def run_dir(plan_name: str, run_id: str, root: str | StorePath | None = None) -> StorePath:
+    return at(root or results_root()) / safe_name(plan_name) / f"run_id={safe_name(run_id)}"
 
 
-def target_dir(plan_name: str, run_id: str, target_slug: str, root: Path | None = None) -> Path:
+def target_dir(plan_name: str, run_id: str, target_slug: str, root: str | StorePath | None = None) -> StorePath:
     return run_dir(plan_name, run_id, root) / f"target={safe_name(target_slug)}"
 
 
-def _atomic_write(path: Path, write) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        durable.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_bytes(path: str | StorePath, data: bytes) -> StorePath:
+    path = at(path)
+    durable.write_atomic(path, data)
     return path
 
 
-def write_json(path: Path, obj: Any) -> Path:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=str)
-
-    return _atomic_write(Path(path), w)
+def write_json(path: str | StorePath, obj: Any) -> StorePath:
+    return write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 
 
-def write_bytes(path: Path, data: bytes) -> Path:
-    return _atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
+def read_bytes(path: str | StorePath) -> bytes | None:
+    path = at(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
-def read_json(path: Path, default: Any = None) -> Any:
-    path = Path(path)
-    if not path.exists():
-        return default
-    return json.loads(path.read_text())
+def read_json(path: str | StorePath, default: Any = None) -> Any:
+    data = read_bytes(path)
+    return default if data is None else json.loads(data)
 
 
-def write_frame(path: Path, df: pd.DataFrame) -> Path:
-    return _atomic_write(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+def write_frame(path: str | StorePath, df: pd.DataFrame) -> StorePath:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return write_bytes(path, buf.getvalue())
 
 
-def point_file(tdir: Path, kind: str, workload: str, concurrency: int, repeat: int) -> Path:
-    return tdir / kind / f"{safe_name(workload)}-c{concurrency}-r{repeat}.parquet"
+def read_frame(path: str | StorePath, columns: list[str] | None = None) -> pd.DataFrame:
+    with at(path).open("rb") as f:
+        return pd.read_parquet(f, columns=columns)
+
+
+def point_file(tdir: str | StorePath, kind: str, workload: str, concurrency: int, repeat: int) -> StorePath:
+    return at(tdir) / kind / f"{safe_name(workload)}-c{concurrency}-r{repeat}.parquet"
 
 
 def save_point(
-    tdir: Path, workload: str, concurrency: int, repeat: int, requests: pd.DataFrame, summary: dict[str, Any]
+    tdir: str | StorePath,
+    workload: str,
+    concurrency: int,
+    repeat: int,
+    requests: pd.DataFrame,
+    summary: dict[str, Any],
 ) -> None:
     """Persist one measured point: its raw requests first, then its summary row."""
     write_frame(point_file(tdir, "requests", workload, concurrency, repeat), requests)
     write_frame(point_file(tdir, "points", workload, concurrency, repeat), pd.DataFrame([summary]))
 
 
-def _concat(files: list[Path]) -> pd.DataFrame:
-    frames = [pd.read_parquet(f) for f in sorted(files)]
+def _glob(folder: StorePath, pattern: str) -> list[StorePath]:
+    """Matches sorted by path (file systems list in different orders)."""
+    found: list[StorePath] = list(folder.glob(pattern))
+    return sorted(found, key=str)
+
+
+def _concat(files: list[StorePath]) -> pd.DataFrame:
+    frames = [read_frame(f) for f in files]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def load_requests(rdir: Path) -> pd.DataFrame:
-    return _concat(list(Path(rdir).glob("target=*/requests/*.parquet")))
+def load_requests(rdir: str | StorePath) -> pd.DataFrame:
+    return _concat(_glob(fresh(at(rdir)), "target=*/requests/*.parquet"))
 
 
-def load_points(rdir: Path) -> pd.DataFrame:
-    return _concat(list(Path(rdir).glob("target=*/points/*.parquet")))
+def load_points(rdir: str | StorePath) -> pd.DataFrame:
+    return _concat(_glob(fresh(at(rdir)), "target=*/points/*.parquet"))
 
 
-def update_run(rdir: Path, **fields: Any) -> dict[str, Any]:
-    """Merge fields into run.json (status, step outcomes), stamping updated_at. Mappings merge
-    recursively, so one target's step never overwrites another's or an earlier step.
-
-    Targets run in parallel (several workers), so the read-merge-write holds an exclusive lock."""
-    path = Path(rdir) / "run.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(".run.json.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        doc = _merge(read_json(path, {}) or {}, fields)
-        doc["updated_at"] = time.time()
-        write_json(path, doc)
-    return doc
+# --- step records -------------------------------------------------------------------------------
 
 
-def _merge(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    for k, v in fields.items():
-        doc[k] = _merge(doc[k], v) if isinstance(v, dict) and isinstance(doc.get(k), dict) else v
-    return doc
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step found, written once by that step: ``target`` is None for a run-level step."""
+
+    step: str
+    facts: dict[str, Any]
+    target: str | None = None
+    recorded_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> StepRecord:
+        return cls(doc["step"], dict(doc.get("facts") or {}), doc.get("target"), float(doc.get("recorded_at") or 0))
 
 
-def list_runs(plan_name: str | None = None, root: Path | None = None) -> list[dict[str, Any]]:
-    """Every stored run (newest first), from run.json files: the history trends read."""
-    base = root or results_root()
-    pattern = f"{safe_name(plan_name)}/run_id=*/run.json" if plan_name else "*/run_id=*/run.json"
+def record_path(rdir: str | StorePath, step: str, slug: str | None = None) -> StorePath:
+    base = at(rdir) if slug is None else at(rdir) / f"target={safe_name(slug)}"
+    return base / STEPS / f"{safe_name(step)}.json"
+
+
+def record(rdir: str | StorePath, step: str, facts: dict[str, Any], slug: str | None = None) -> StorePath:
+    """Write a step's facts as its own record (run-level, or the target ``slug``'s); a retry of the
+    step replaces its earlier record and touches no other."""
+    rec = StepRecord(step, dict(facts), slug)
+    return write_json(record_path(rdir, step, slug), asdict(rec))
+
+
+def read_record(rdir: str | StorePath, step: str, slug: str | None = None) -> dict[str, Any] | None:
+    """One step's facts, or None when the step has not recorded any."""
+    doc = read_json(record_path(rdir, step, slug))
+    return StepRecord.from_dict(doc).facts if doc else None
+
+
+def _records(folder: StorePath) -> dict[str, dict[str, Any]]:
+    out = {}
+    for f in _glob(folder, f"{STEPS}/*.json"):
+        doc = read_json(f)
+        if doc:
+            rec = StepRecord.from_dict(doc)
+            out[rec.step] = rec.facts
+    return out
+
+
+def run_view(rdir: str | StorePath) -> dict[str, Any]:
+    """The run as readers want it, assembled from its step records:
+    ``{plan, run_id, started_at, emulated, budget, targets: {slug: {step: facts}}, <run-level step>: facts}``.
+    Empty when the run was never started here."""
+    rdir = fresh(at(rdir))
+    steps = _records(rdir)
+    view: dict[str, Any] = dict(steps.pop(START, {}))
+    view.update(steps)
+    targets: dict[str, dict[str, Any]] = {s: dict(v) for s, v in (view.get("targets") or {}).items()}
+    for tdir in _glob(rdir, "target=*"):
+        slug = tdir.name.split("=", 1)[1]
+        targets.setdefault(slug, {}).update(_records(tdir))
+    if targets:
+        view["targets"] = targets
+    if any((t.get("deploy") or {}).get("emulated") for t in targets.values()):
+        view["emulated"] = True  # a sandbox cloud node backed by the emulator
+    return view
+
+
+def list_runs(plan_name: str | None = None, root: str | StorePath | None = None) -> list[dict[str, Any]]:
+    """Every stored run (newest first), from their start records: the history trends read."""
+    base = fresh(at(root or results_root()))
+    pattern = (
+        f"{safe_name(plan_name)}/run_id=*/{STEPS}/{START}.json" if plan_name else f"*/run_id=*/{STEPS}/{START}.json"
+    )
     runs = []
-    for f in base.glob(pattern):
-        doc = read_json(f, {}) or {}
-        doc.setdefault("run_dir", str(f.parent))
+    for f in _glob(base, pattern):
+        rdir = f.parent.parent
+        doc = run_view(rdir)
+        doc["run_dir"] = str(rdir)
         runs.append(doc)
     return sorted(runs, key=lambda d: d.get("started_at") or 0, reverse=True)

@@ -1,6 +1,6 @@
 """Teardown that one failure cannot block: known ids first, then the run's tag, every provider, errors last.
 
-A node is found two ways. By id: what provision recorded (run.json ``targets.<slug>.provision``,
+A node is found two ways. By id: what provision recorded (its step record for the target,
 its earlier tries, and the target's instance.json), which needs no listing and no knowledge of
 the compartment or region the plan chose. By tag: ``list_tagged(run_id)``, best effort, for a node
 whose id was never recorded (a create whose answer was lost). A node found by id is terminated
@@ -11,7 +11,6 @@ Every failure is collected and raised once everything else was tried.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from bakeoff import store
@@ -32,14 +31,12 @@ class TeardownIncomplete(ProviderError):
         self.errors = dict(errors)
 
 
-def recorded_ids(run_dir: str | Path, plan_name: str, run_id: str, slug: str) -> list[str]:
+def recorded_ids(run_dir: str | store.StorePath, plan_name: str, run_id: str, slug: str) -> list[str]:
     """Every instance id the results store holds for this run and target."""
-    doc = store.read_json(Path(run_dir) / "run.json", {}) or {}
-    rec = (doc.get("targets") or {}).get(slug) or {}
-    prov = rec.get("provision") or {}
+    prov = store.read_record(run_dir, "provision", slug) or {}
     ids: list[Any] = [prov.get("instance_id")]
     ids += [t.get("instance_id") for t in prov.get("tries") or [] if isinstance(t, dict)]
-    ids += list((rec.get("terminate") or {}).get("instances") or [])
+    ids += list((store.read_record(run_dir, "terminate", slug) or {}).get("instances") or [])
     inst = store.read_json(store.target_dir(plan_name, run_id, slug) / "instance.json", {}) or {}
     ids.append(inst.get("id") if isinstance(inst, dict) else None)
     return [i for i in dict.fromkeys(ids) if isinstance(i, str) and i]

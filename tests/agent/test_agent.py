@@ -10,14 +10,16 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import httpx
 import pandas as pd
 import pytest
 
+from bakeoff.agent import job
 from bakeoff.agent.remote import AgentClient, AgentError, mirror, run_job
-from bakeoff.bench.fidelity import ScriptedServerProcess
 from bakeoff.serving import tls
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 
 KEY = "agent-test-key-0123456789abcdef"
 NODE = tls.node_identity("agent-test", "node")
@@ -184,3 +186,63 @@ def test_mirror_never_writes_outside_the_results_folder(tmp_path):
     assert mirror(Fake(), "j", {"points/a.parquet": 1, "summary.json": 1}, tmp_path / "t", have) == 1
     assert mirror(Fake(), "j", {"points/a.parquet": 1}, tmp_path / "t", have) == 0  # unchanged: not fetched again
     assert json.dumps(have) == '{"points/a.parquet": 1}'
+
+
+# --- the co-located benchmark as an action and one-look checks (what the DAG's sensor pokes) --------
+
+
+def _node_endpoint(url: str) -> tuple[SimpleNamespace, SimpleNamespace]:
+    return SimpleNamespace(name="b200-vllm", slug="b200-vllm"), SimpleNamespace(agent_url=url, tls_cert=CERT)
+
+
+def test_each_check_copies_what_the_job_finished_so_far(node, tmp_path):
+    """A check while the job runs returns None and has already copied the finished points, so a
+    later failure loses nothing measured; the check after it ends counts the points."""
+    long = {**W, "name": "long", "concurrency": [1], "requests_per_point": 300}
+    target, endpoint = _node_endpoint(node)
+    with AgentClient(node, KEY, tls_cert=CERT) as c:
+        c.submit(_job("job-follow", W, long))
+    submitted = {"job_id": "job-follow", "bundle": "f" * 64}
+    seen_running_with_points = False
+    deadline = time.monotonic() + 120
+    while (points := job.check(target, endpoint, KEY, submitted, tmp_path, waited_s=1, timeout_s=600)) is None:
+        if list((tmp_path / "points").glob("short-*.parquet")):
+            seen_running_with_points = True
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert seen_running_with_points  # copied on an early check, before the job ended
+    assert points == 3 and len(list((tmp_path / "points").glob("*.parquet"))) == 3
+    assert json.loads((tmp_path / "client.json").read_text())["bundle"] == "f" * 64
+
+
+def test_a_check_fails_when_the_job_failed_or_outlived_its_budget(node, tmp_path):
+    target, endpoint = _node_endpoint(node)
+    long = {**W, "name": "long", "concurrency": [1], "requests_per_point": 300}
+    with AgentClient(node, KEY, tls_cert=CERT) as c:
+        c.submit(_job("job-check-long", long))
+    with pytest.raises(AgentError, match="still running after 61s"):
+        job.check(target, endpoint, KEY, {"job_id": "job-check-long"}, tmp_path / "b", waited_s=61, timeout_s=60)
+    bad = {**W, "name": "bad", "concurrency": [-1]}
+    with AgentClient(node, KEY, tls_cert=CERT) as c:
+        c.submit(_job("job-check-bad", W, bad))
+    deadline = time.monotonic() + 120
+    with pytest.raises(AgentError, match="(?s)failed on the node.*2 finished points kept"):
+        while (
+            job.check(target, endpoint, KEY, {"job_id": "job-check-bad"}, tmp_path / "a", waited_s=0, timeout_s=60)
+            is None
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_the_benchmark_timeout_is_the_budget_estimate_capped_by_the_node_life():
+    from bakeoff import budget
+    from bakeoff.plan import load_plan
+
+    plan = load_plan("mi355x-vs-b200-sandbox")
+    for t in plan.targets:
+        estimate = budget.bench_hours(plan, t) * (1 + budget.MARGIN) * 3600
+        want = min(max(estimate, job.MIN_BENCH_TIMEOUT_S), plan.max_instance_hours * 3600)
+        assert job.bench_timeout_s(plan, t) == pytest.approx(want)
+    short = plan.model_copy(update={"max_instance_hours": 0.05})
+    assert job.bench_timeout_s(short, short.targets[0]) == pytest.approx(180.0)

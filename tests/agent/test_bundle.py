@@ -62,8 +62,8 @@ OPTIONAL = {"click", "pygments", "rich", "pytz", "setuptools"}
 def test_the_agent_requirements_cover_what_the_client_imports():
     code = (
         "import sys, json, importlib.metadata as md\n"
-        "import bakeoff.agent.cli, bakeoff.agent.server, bakeoff.bench.cli, bakeoff.bench.sweep, bakeoff.bench.sla, "
-        "bakeoff.bench.workers, bakeoff.bench.fidelity, bakeoff.bench.provenance, bakeoff.cli\n"
+        "import bakeoff.agent.cli, bakeoff.agent.server, bakeoff.bench.cli, bakeoff.bench.run, bakeoff.bench.sla, "
+        "bakeoff.bench.workers, bakeoff.bench.calibration, bakeoff.bench.provenance, bakeoff.cli\n"
         "m = md.packages_distributions()\n"
         "tops = {n.split('.')[0] for n in sys.modules} - set(sys.stdlib_module_names)\n"
         "print(json.dumps(sorted({d for t in tops for d in m.get(t, [])} - {'bakeoff'})))"
@@ -167,15 +167,15 @@ def test_clouds_default_to_a_co_located_client_and_others_cannot_have_one():
 
 
 def test_a_co_located_target_without_a_bucket_stops_before_launch():
-    pipeline.set_credentials_resolver(lambda name: {})
+    no_bucket = lambda name: {}  # noqa: E731 - no client_bundle settings
     with pytest.raises(ProviderError, match="bakeoff_client_bucket"):
-        pipeline.stage_client(_target("aws"), 3600)
-    assert pipeline.stage_client(_target("aws", client_mode="remote"), 3600) is None
+        pipeline.stage_client(_target("aws"), 3600, no_bucket)
+    assert pipeline.stage_client(_target("aws", client_mode="remote"), 3600, no_bucket) is None
 
 
 def test_presigned_url_serves_the_bundle_from_moto_server():
     """What a node does with the URL: a plain GET, no AWS credentials (moto in server mode)."""
-    from bakeoff.sandbox import Sandbox
+    from bakeoff_sandbox import Sandbox
 
     with Sandbox() as sb:
         staged = bundle.stage(sb.credentials("client_bundle"), 3600)

@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from bakeoff.bench import fidelity
+from bakeoff.bench import calibration
 from bakeoff.bench.cli import _mapping
 from bakeoff.bench.metrics import summarize
 from bakeoff.bench.provenance import identify_engine
 from bakeoff.bench.records import RequestRecord
+from bakeoff.serving.emulator import scripted
 
 KEY = "sekrit-key"
 
@@ -139,22 +140,22 @@ def test_identify_engine_from_what_the_server_says():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_calibration_server_runs_off_the_clients_core(monkeypatch):
     seen = {}
-    enter = fidelity.ScriptedServerProcess.__enter__
+    enter = scripted.ScriptedServerProcess.__enter__
 
     def spy(self):
         out = enter(self)
         seen["server"] = os.sched_getaffinity(self.proc.pid)
         return out
 
-    monkeypatch.setattr(fidelity.ScriptedServerProcess, "__enter__", spy)
+    monkeypatch.setattr(scripted.ScriptedServerProcess, "__enter__", spy)
     before = os.sched_getaffinity(0)
     client = {min(before)}
     os.sched_setaffinity(0, client)  # a client pinned to one core (taskset -c)
     try:
-        cal = fidelity.calibrate(concurrency=2, requests=4, ttft_ms=5, itl_ms=1, output_tokens=4)
+        cal = calibration.calibrate(concurrency=2, requests=4, ttft_ms=5, itl_ms=1, output_tokens=4)
     finally:
         os.sched_setaffinity(0, before)
     assert seen["server"] and not seen["server"] & client
     assert cal["server_cpu"] in seen["server"] and cal["client_cpus"] == sorted(client)
-    line = fidelity.calibration_line(cal)
+    line = calibration.calibration_line(cal)
     assert f"on CPU {cal['server_cpu']}" in line and "C=2" in line and "not a measurement of the endpoint" in line

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.sweep import run_workload
+from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.run import run_workload
 from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict
 from bakeoff.serving.endpoint import Endpoint
 
@@ -56,7 +56,7 @@ class CountingServer:
             pass
         writer.close()
 
-    def __enter__(self) -> "CountingServer":
+    def __enter__(self) -> CountingServer:
         def run():
             asyncio.set_event_loop(self.loop)
             self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))

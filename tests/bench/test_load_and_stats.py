@@ -9,7 +9,7 @@ import pytest
 
 from bakeoff.bench.loadgen import arrival_offsets, open_loop
 from bakeoff.bench.sla import search_loads
-from bakeoff.bench.stats import bootstrap_ci, compare_targets, point_intervals, verdict
+from bakeoff.bench.stats import STATS, bootstrap_ci, compare_targets, difference_ci, point_intervals, verdict
 
 
 def _ks_exponential(gaps, rate):
@@ -86,10 +86,36 @@ def test_bootstrap_interval_covers_the_truth():
     hits = 0
     for i in range(40):
         x = rng.normal(10, 2, 200)
-        est, lo, hi = bootstrap_ci(x, "mean", seed=i, n_boot=500)
+        est, lo, hi = bootstrap_ci(x, np.mean, seed=i, n_resamples=500)
         hits += lo <= 10 <= hi
         assert lo < est < hi
     assert hits >= 34  # ~95% coverage; 34/40 is far below any plausible miss rate
+
+
+def test_bootstrap_ci_edge_cases(recwarn):
+    nan = float("nan")
+    assert np.isnan(bootstrap_ci([])).all()
+    assert np.isnan(bootstrap_ci([nan, None])).all()  # only non-finite values: nothing to measure
+    est, lo, hi = bootstrap_ci([7.0])
+    assert est == 7.0 and np.isnan(lo) and np.isnan(hi)
+    assert bootstrap_ci([4.0] * 50, STATS["p99"]) == (4.0, 4.0, 4.0)
+    assert bootstrap_ci([4.0, nan, 4.0, float("inf")]) == (4.0, 4.0, 4.0)
+    assert not [w for w in recwarn if issubclass(w.category, (RuntimeWarning, UserWarning))]
+    # seeded: the same values and seed give the same interval, another seed another one
+    x = np.random.default_rng(3).normal(100, 10, 300)
+    assert bootstrap_ci(x, STATS["p90"], seed=1) == bootstrap_ci(x, STATS["p90"], seed=1)
+    assert bootstrap_ci(x, STATS["p90"], seed=1) != bootstrap_ci(x, STATS["p90"], seed=2)
+    # a wider level gives a wider interval around the same estimate
+    e95, l95, h95 = bootstrap_ci(x, level=0.95)
+    e80, l80, h80 = bootstrap_ci(x, level=0.80)
+    assert e95 == e80 and l95 < l80 < e80 < h80 < h95
+
+
+def test_difference_ci():
+    d, lo, hi = difference_ci([1.0, 2.0, 3.0, 2.0], [11.0, 12.0, 13.0, 12.0])
+    assert d == 10.0 and 9.0 <= lo < d < hi <= 11.0
+    assert np.isnan(difference_ci([1.0], [2.0, 3.0])).all()
+    assert difference_ci([5.0, 5.0], [6.0, 6.0, 6.0]) == (1.0, 1.0, 1.0)
 
 
 def _point(tps, ttft_ms, n=200, seed=0, repeats=3):
@@ -124,7 +150,11 @@ def test_verdicts_between_targets():
         metric="x",
         higher_is_better=True,
     )
-    assert same["excludes_zero"] is False
+    assert same["excludes_zero"] is False and same["better"] is None
+    apart = verdict([1.0, 1.2, 0.9, 1.1], [2.0, 2.1, 1.9, 2.2], metric="ttft_ms_p50", higher_is_better=False)
+    assert apart["excludes_zero"] and apart["better"] == "a" and apart["ci_low"] > 0
+    empty = verdict([], [1.0, 2.0], metric="x", higher_is_better=True)
+    assert empty["excludes_zero"] is False and empty["better"] is None and np.isnan(empty["diff"])
 
 
 def test_point_intervals_single_run_and_repeats():
@@ -132,8 +162,8 @@ def test_point_intervals_single_run_and_repeats():
     one = point_intervals(pts, req)
     est, lo, hi = one["output_tps_per_gpu"]
     assert one["repeats"] == 1 and lo < est < hi and hi - lo < 0.2 * est  # request resampling, fixed duration
-    e, l, h = one["ttft_ms_p50"]
-    assert l < 50 < h and l < e < h
+    ttft, ttft_lo, ttft_hi = one["ttft_ms_p50"]
+    assert ttft_lo < 50 < ttft_hi and ttft_lo < ttft < ttft_hi
     pts3, _ = _point(100, 50, repeats=3)
     three = point_intervals(pts3, req)
     assert three["repeats"] == 3

@@ -146,7 +146,7 @@ def test_bad_gpu_count_names_the_field():
 def test_same_summary_from_records_and_from_the_parquet_table(tmp_path):
     import pandas as pd
 
-    from bakeoff.bench.sweep import records_frame
+    from bakeoff.bench.run import records_frame
 
     recs = point()
     records_frame(recs).to_parquet(tmp_path / "r.parquet")
@@ -160,7 +160,7 @@ def test_same_summary_from_records_and_from_the_parquet_table(tmp_path):
 def test_all_failed_point_round_trips_with_typed_columns(tmp_path):
     import pandas as pd
 
-    from bakeoff.bench.sweep import records_frame
+    from bakeoff.bench.run import records_frame
 
     bad = [rec(i, 0.1 * i, elapsed=1.0, error_kind="timeout") for i in range(2)]
     records_frame(bad).to_parquet(tmp_path / "a.parquet")

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, to_record, request_body
+from bakeoff.bench.loadgen import PointId, request_body, to_record
 from bakeoff.bench.prompts import RequestSpec
-from bakeoff.bench.sweep import run_workload
+from bakeoff.bench.run import run_workload
 from bakeoff.plan import Slo, Workload, load_plan
 from bakeoff.serving.endpoint import Endpoint
 

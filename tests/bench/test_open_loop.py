@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.fidelity import STALL_BOUND_MS, LoopMonitor, ScriptedServerProcess
 from bakeoff.bench.loadgen import PointId, Sender, open_loop, wait_until
 from bakeoff.bench.metrics import summarize
+from bakeoff.bench.monitor import STALL_BOUND_MS, LoopMonitor
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.runtime import gc_paused, run_async
 from bakeoff.plan import Workload
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess, arrival_stats
 
 STALL_S = 0.050
 
@@ -209,8 +210,6 @@ def test_point_summarizes_lateness_and_latency_from_the_schedule():
 
 
 def test_scripted_server_reports_arrival_rate_and_burstiness():
-    from bakeoff.bench.scripted_server import arrival_stats
-
     even = arrival_stats([i * 0.01 for i in range(101)])
     assert even["arrivals"] == 101 and even["arrival_rate_rps"] == pytest.approx(100) and even["arrival_cv"] < 1e-6
     gaps = np.random.default_rng(0).exponential(0.01, 20000)

@@ -5,16 +5,16 @@ import random
 
 import pandas as pd
 import pytest
+from subword_server import BOS, SubwordServer, word_tokens
 
 from bakeoff.bench import sizing
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.prompts import prompt_seed, synthesize
-from bakeoff.bench.sweep import run_workload
+from bakeoff.bench.run import run_workload
 from bakeoff.bench.tokenize import TokenCounter, discover
 from bakeoff.bench.workloads import build_specs
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving.endpoint import Endpoint
-from subword_server import BOS, SubwordServer, word_tokens
 
 
 def _ep(url, model="sub"):

@@ -7,11 +7,13 @@ import sys
 import pandas as pd
 import pytest
 
+from bakeoff.bench.calibration import calibrate
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.fidelity import LoopMonitor, ScriptedServerProcess, calibrate
+from bakeoff.bench.monitor import LoopMonitor
+from bakeoff.bench.run import run_workload
 from bakeoff.bench.runtime import run_async
-from bakeoff.bench.sweep import run_workload
 from bakeoff.plan import Slo, Workload
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.endpoint import Endpoint
 
 
@@ -194,7 +196,7 @@ def test_blocked_event_loop_marks_the_point_client_bound():
 
 
 def test_client_bound_rules():
-    from bakeoff.bench.fidelity import client_verdict
+    from bakeoff.bench.monitor import client_verdict
 
     assert client_verdict(20, 1.0, None)["client_bound"] is False
     assert client_verdict(95, 1.0, None)["client_bound"] is True  # a saturated core

@@ -8,10 +8,10 @@ import yaml
 
 from bakeoff.bench import client_cores
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.fidelity import ScriptedServerProcess
 from bakeoff.bench.loadgen import arrival_offsets
-from bakeoff.bench.sweep import run_workload
+from bakeoff.bench.run import run_workload
 from bakeoff.plan import Slo, Workload, plan_from_dict, plans_dir
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.endpoint import Endpoint
 
 

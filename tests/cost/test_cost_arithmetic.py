@@ -9,6 +9,7 @@ import synthetic
 
 from bakeoff import cost, store
 from bakeoff.plan import PlanError, plan_from_dict
+from bakeoff.plan.prices import apply_price_sheet
 
 # catalog prices used below: BM.GPU.MI355X.8 = 68.8 USD/node-h -> 8.6 USD/GPU-h;
 # BM.GPU.B200.8 = 112 USD/node-h -> 14 USD/GPU-h; BM.GPU.H200.8 = 80 -> 10 USD/GPU-h
@@ -30,16 +31,6 @@ def test_utilisation_spreads_idle_hours():
 def test_break_even_formula():
     # own cost 2.0 at 8.6 USD/GPU-h, rival 1.5 -> 8.6 x 1.5 / 2.0 = 6.45
     assert cost.break_even_usd_per_gpu_hour(8.6, 2.0, 1.5) == pytest.approx(6.45)
-
-
-def test_mean_ci_students_t():
-    # mean 12, s = 2, n = 3, t(0.975, 2) = 4.302653 -> half width 4.302653 x 2 / sqrt(3) = 4.968275
-    m, lo, hi = cost.mean_ci([10, 12, 14])
-    assert m == pytest.approx(12)
-    assert (hi - m) == pytest.approx(4.968275, rel=1e-5)
-    assert lo == pytest.approx(12 - 4.968275, rel=1e-5)
-    m1, lo1, hi1 = cost.mean_ci([7.0])
-    assert m1 == 7.0 and math.isnan(lo1) and math.isnan(hi1)
 
 
 def _two_targets(tmp_path, utilisation=0.5, extra_rows=(), validation=None):
@@ -116,12 +107,77 @@ def test_repeats_give_confidence_interval(tmp_path):
     rdir = synthetic.write_points(tmp_path, plan, rows)
     at = cost.compute(plan, rdir).at_slo.set_index("target").loc["mi355x-vllm"]
     # c8 fails the SLO in one repeat, so c4 is the level; costs 8.6 / (tps x 0.0036) per repeat
-    vals = [8.6 / (tps * 0.0036) for tps in (200.0, 250.0, 300.0)]
-    m, lo, hi = cost.mean_ci(vals)
+    vals = [8.6 / (tps * 0.0036) for tps in (200.0, 250.0, 300.0)]  # 11.94, 9.56, 7.96
     assert at["concurrency"] == 4 and at["repeats"] == 3
-    assert at["usd_per_m_output"] == pytest.approx(m)
-    assert at["usd_per_m_output_ci_low"] == pytest.approx(lo) and at["usd_per_m_output_ci_high"] == pytest.approx(hi)
-    assert lo < m < hi
+    assert at["usd_per_m_output"] == pytest.approx(sum(vals) / 3)
+    # Percentile bootstrap of the mean of three repeats: a resample is all-lowest (or all-highest) with
+    # probability 1/27 = 3.7% > 2.5%, so the 2.5% and 97.5% quantiles are exactly the lowest and highest.
+    assert at["usd_per_m_output_ci_low"] == pytest.approx(min(vals))
+    assert at["usd_per_m_output_ci_high"] == pytest.approx(max(vals))
+
+
+def _repeated(tmp_path, tps_a, tps_b):
+    """Two targets at one level meeting the SLO, one point per repeat (output tok/s per GPU given)."""
+    plan = synthetic.make_plan(utilisation=1.0)
+    rows = [
+        {"target": slug, "concurrency": 4, "repeat": r, "output_tps_per_gpu": tps}
+        for slug, values in (("mi355x-vllm", tps_a), ("b200-vllm", tps_b))
+        for r, tps in enumerate(values)
+    ]
+    return cost.compute(plan, synthetic.write_points(tmp_path, plan, rows))
+
+
+def test_verdict_names_the_cheaper_target_only_when_the_interval_excludes_parity(tmp_path):
+    # MI355X 8.6 USD/GPU-h at 300-320 tok/s -> 7.47-7.96 USD/M; B200 14 USD/GPU-h at 400-420 -> 9.26-9.72.
+    # Every bootstrap difference (B200 - MI355X) is at least 9.26 - 7.96 = 1.30 > 0: a clear verdict.
+    t = _repeated(tmp_path / "clear", (300.0, 310.0, 320.0), (400.0, 410.0, 420.0))
+    b = t.at_slo.set_index("target").loc["b200-vllm"]
+    assert b["clearly_dearer"] and b["vs_cheapest_pct_ci_low"] > 0
+    # the interval's ends lie within the extreme resamples: max(B) - min(A) and min(B) - max(A), in % of A's mean
+    a_cost = [8.6 / (x * 0.0036) for x in (300.0, 310.0, 320.0)]
+    b_cost = [14 / (x * 0.0036) for x in (400.0, 410.0, 420.0)]
+    mean_a = sum(a_cost) / 3
+    assert (min(b_cost) - max(a_cost)) / mean_a * 100 <= b["vs_cheapest_pct_ci_low"]
+    assert b["vs_cheapest_pct_ci_high"] <= (max(b_cost) - min(a_cost)) / mean_a * 100
+    h = t.headline
+    assert h["workloads"]["chat-1k-128"]["verdict"] == {"cheaper": "mi355x-vllm", "clear": True, "tied_with": []}
+    assert h["summary"].startswith("mi355x-vllm is cheapest at the SLO")
+    # overlapping repeats: MI355X 6.0-10.6 USD/M, B200 8.4-10.8: the interval straddles zero
+    t = _repeated(tmp_path / "tied", (225.0, 300.0, 400.0), (360.0, 420.0, 460.0))
+    b = t.at_slo.set_index("target").loc["b200-vllm"]
+    assert not b["clearly_dearer"] and b["vs_cheapest_pct_ci_low"] < 0 < b["vs_cheapest_pct_ci_high"]
+    h = t.headline
+    assert h["workloads"]["chat-1k-128"]["verdict"]["clear"] is False
+    assert h["workloads"]["chat-1k-128"]["cheapest"] == "mi355x-vllm"  # still first by the point estimate
+    assert h["summary"].startswith("no clear winner at the SLO") and "includes parity" in h["summary"]
+
+
+def test_cheapest_must_be_clearly_cheaper_than_every_rival(tmp_path):
+    plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm", "h200-vllm"), utilisation=1.0)
+    tps = {"mi355x-vllm": (300.0, 310.0, 320.0), "b200-vllm": (400.0, 410.0, 420.0), "h200-vllm": (280.0, 330.0, 380.0)}
+    rows = [
+        {"target": slug, "concurrency": 4, "repeat": r, "output_tps_per_gpu": x}
+        for slug, values in tps.items()
+        for r, x in enumerate(values)
+    ]
+    t = cost.compute(plan, synthetic.write_points(tmp_path, plan, rows))
+    # MI355X 7.47-7.96 USD/M (mean 7.71); H200 at 10 USD/GPU-h: 7.31-9.92 (mean 8.55): second, but a
+    # resample of H200's repeats undercuts MI355X's mean with probability >= 4/27, far above 2.5%;
+    # B200 9.26-9.72 is dearer in every resample.
+    at = t.at_slo.set_index("target")
+    assert list(at.sort_values("rank").index) == ["mi355x-vllm", "h200-vllm", "b200-vllm"]
+    assert at.loc["b200-vllm", "clearly_dearer"] and not at.loc["h200-vllm", "clearly_dearer"]
+    verdict = t.headline["workloads"]["chat-1k-128"]["verdict"]
+    assert verdict == {"cheaper": "mi355x-vllm", "clear": False, "tied_with": ["h200-vllm"]}
+    assert t.headline["summary"].startswith("no clear winner at the SLO: mi355x-vllm 7.711 vs h200-vllm")
+
+
+def test_one_repeat_gives_no_verdict(tmp_path):
+    t = _repeated(tmp_path, (300.0,), (400.0,))
+    b = t.at_slo.set_index("target").loc["b200-vllm"]
+    assert not b["clearly_dearer"] and math.isnan(b["vs_cheapest_pct_ci_low"])
+    assert math.isnan(t.at_slo.set_index("target").loc["mi355x-vllm", "usd_per_m_output_ci_low"])
+    assert "no clear winner" in t.headline["summary"] and "repeats to 2 or more" in t.headline["summary"]
 
 
 def test_sensitivity_price_and_utilisation(tmp_path):
@@ -175,7 +231,7 @@ def test_no_level_meets_slo(tmp_path):
     assert "only b200-vllm has a cost at the SLO" in h["summary"]
 
 
-def test_evaluation_cost_from_run_json(tmp_path):
+def test_evaluation_cost_from_the_step_records(tmp_path):
     raw = synthetic.plan_dict()
     raw["targets"][1].update(provider="aws", instance_type="p6-b200.48xlarge")
     plan = plan_from_dict(raw)
@@ -240,7 +296,7 @@ def test_price_sheet_sets_contract_prices():
         "as_of": "2026-10-01",
         "prices": {"BM.GPU.MI355X.8": {"usd_per_gpu_hour": 2.5, "market": "reserved"}, "b200-vllm": 40},
     }
-    priced = cost.apply_price_sheet(plan, sheet)
+    priced = apply_price_sheet(plan, sheet)
     a, b = priced.targets
     assert a.usd_per_hour == pytest.approx(2.5 * 8) and a.price.market == "reserved"
     assert b.usd_per_hour == 40 and b.price.market == "contract"
@@ -251,12 +307,12 @@ def test_price_sheet_sets_contract_prices():
 def test_price_sheet_serves_many_plans():
     """One installation-wide sheet: entries for other plans' targets leave this plan as it was."""
     plan = synthetic.make_plan()
-    assert cost.apply_price_sheet(plan, {"prices": {"p9.huge": 10}}) is plan
-    priced = cost.apply_price_sheet(plan, {"prices": {"p9.huge": 10, "b200-vllm": 40}})
+    assert apply_price_sheet(plan, {"prices": {"p9.huge": 10}}) is plan
+    priced = apply_price_sheet(plan, {"prices": {"p9.huge": 10, "b200-vllm": 40}})
     assert priced.targets[1].usd_per_hour == 40 and priced.targets[0].price is None
 
 
 def test_price_sheet_errors_name_the_entry():
     plan = synthetic.make_plan()
     with pytest.raises(PlanError, match=r"price_sheet.prices.b200-vllm: give a positive usd_per_hour"):
-        cost.apply_price_sheet(plan, {"prices": {"b200-vllm": {"usd_per_hour": -1}}})
+        apply_price_sheet(plan, {"prices": {"b200-vllm": {"usd_per_hour": -1}}})

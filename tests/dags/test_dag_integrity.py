@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -73,8 +74,11 @@ def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
     watcher = t["watcher"]
     assert watcher.trigger_rule == TriggerRule.ONE_FAILED
     assert {
+        f"{g}.wait_node",
         f"{g}.deploy",
+        f"{g}.wait_serving",
         f"{g}.benchmark",
+        f"{g}.wait_benchmark",
         f"{g}.accuracy_gate",
         "sweep",
         "validate",
@@ -83,11 +87,65 @@ def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
         "publish",
     } <= watcher.upstream_task_ids
     assert f"{g}.provision" not in watcher.upstream_task_ids
-    # Airflow decides the run's state from its leaves: finish is the only one, runs whatever
-    # happened after the watcher, and fails (once, no retry) when the run failed
-    assert [leaf.task_id for leaf in dag.leaves] == ["finish"]
-    assert t["finish"].trigger_rule == TriggerRule.ALL_DONE and t["finish"].retries == 0
-    assert "watcher" in t["finish"].upstream_task_ids
+    # Airflow decides the run's state from its leaves, and owns it alone: the watcher is the only
+    # leaf (failing, once, when any step failed; skipped otherwise); no task records a second status
+    assert [leaf.task_id for leaf in dag.leaves] == ["watcher"]
+    assert watcher.retries == 0 and "finish" not in t
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_waits_are_sensors_that_free_the_worker(dagbag, provider):
+    """Each long wait is a reschedule-mode sensor after its action, so the worker slot is free between
+    pokes; Airflow's timeout is the plan fields' ceiling (the checks enforce each target's own)."""
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import ProviderOptions
+    from bakeoff.providers import PROVIDERS as REGISTRY
+
+    def ceiling(field) -> float:
+        return next(m.le for m in field.metadata if hasattr(m, "le"))
+
+    t = {task.task_id: task for task in dagbag.dags["bakeoff"].tasks}
+    g = provider
+    timeouts = {
+        "wait_node": ceiling(ProviderOptions.model_fields["ready_timeout_s"]),
+        "wait_serving": ceiling(ProviderOptions.model_fields["deploy_timeout_s"]),
+        "wait_benchmark": ceiling(Plan.model_fields["max_instance_hours"]) * 3600,
+    }
+    for name, timeout_s in timeouts.items():
+        sensor = t[f"{g}.{name}"]
+        assert sensor.mode == "reschedule" and sensor.timeout == timeout_s and sensor.retries == 0
+        assert sensor.poke_interval == (30 if REGISTRY[g].provisions else 5)
+    chain = ["provision", "wait_node", "deploy", "wait_serving", "accuracy_gate", "benchmark", "wait_benchmark"]
+    for before, after in itertools.pairwise(chain):
+        assert f"{g}.{before}" in t[f"{g}.{after}"].upstream_task_ids, (before, after)
+    assert f"{g}.wait_benchmark" in t[f"{g}.terminate"].upstream_task_ids
+
+
+def test_no_task_pushes_its_keys_as_extra_xcoms(dagbag):
+    """A task annotated -> dict would push every key of its result as an XCom of its own."""
+    for dag_id in ("bakeoff", "bakeoff_reaper"):
+        for task in dagbag.dags[dag_id].tasks:
+            assert not getattr(task, "multiple_outputs", False), f"{dag_id}.{task.task_id}"
+
+
+def test_failure_notifier_and_deadline_alert(dagbag, monkeypatch):
+    """The run mails the alert address when it fails and when it is still going at its deadline: the
+    installation's maximum run hours after it was queued, computed at parse time."""
+    import bakeoff_alerts
+    from airflow.sdk import DeadlineReference
+
+    dag = dagbag.dags["bakeoff"]
+    notifiers = dag.on_failure_callback if isinstance(dag.on_failure_callback, list) else [dag.on_failure_callback]
+    assert [type(n) for n in notifiers] == [bakeoff_alerts.RunAlert]
+    [deadline] = dag.deadline
+    assert deadline.reference == DeadlineReference.DAGRUN_QUEUED_AT
+    assert deadline.interval == bakeoff_alerts.deadline_interval()
+    assert deadline.callback.path == "bakeoff_alerts.RunAlert" and deadline.callback.kwargs == {"reason": "deadline"}
+    monkeypatch.setenv(bakeoff_alerts.HOURS_ENV, "6")
+    assert bakeoff_alerts.deadline_interval().total_seconds() == 6 * 3600
+    monkeypatch.setenv(bakeoff_alerts.HOURS_ENV, "soon")
+    with pytest.raises(ValueError, match="BAKEOFF_MAX_RUN_HOURS"):
+        bakeoff_alerts.max_run_hours()
 
 
 def test_trigger_form_params(dagbag):
@@ -112,15 +170,20 @@ def test_publish_updates_reports_asset(dagbag):
 
 
 def test_parse_is_light():
-    """Parsing must not import the heavy stack (pandas, GX, pyarrow, aiohttp) or the library's steps."""
+    """Parsing must not import the heavy stack (pandas, GX, pyarrow, aiohttp, the cloud SDKs) or the
+    library's steps: of bakeoff, only the provider registry (plain data) is read at parse time."""
+    registry = ("bakeoff", "bakeoff.providers", "bakeoff.providers.base", "bakeoff.providers.registry")
     code = (
         "import sys, runpy; runpy.run_path('dags/bakeoff_dag.py'); runpy.run_path('dags/bakeoff_reaper_dag.py');"
-        "heavy = [m for m in ('pandas', 'great_expectations', 'pyarrow', 'aiohttp', 'bakeoff') if m in sys.modules];"
-        "print(','.join(heavy))"
+        "heavy = [m for m in ('pandas', 'great_expectations', 'pyarrow', 'aiohttp', 'oci') if m in sys.modules];"
+        f"heavy += [m for m in sys.modules if m.split('.')[0] == 'bakeoff' and m not in {registry!r}];"
+        "print('heavy:' + ','.join(heavy))"
     )
     start = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", f"parse imported: {out.stdout.strip()}"
+    # the last line: Airflow may log warnings (e.g. a provider's deprecated import) before it
+    heavy = out.stdout.strip().splitlines()[-1]
+    assert heavy == "heavy:", f"parse imported: {heavy}"
     assert time.monotonic() - start < 60
 
 
@@ -129,3 +192,38 @@ def test_no_module_shadows_the_library():
     for folder in ("dags", "plugins"):
         assert not (ROOT / folder / "bakeoff.py").exists()
         assert not (ROOT / folder / "bakeoff").exists()
+
+
+def test_the_failure_notifier_mails_the_alert_address(dagbag, monkeypatch):
+    """The DAG's failure callback sends one mail through the SMTP connection to the configured
+    address; with no address configured it sends nothing and raises nothing."""
+    from types import SimpleNamespace
+
+    import bakeoff_alerts
+
+    from tests.smtp_sink import SmtpSink
+
+    dag = dagbag.dags["bakeoff"]
+    notifiers = dag.on_failure_callback if isinstance(dag.on_failure_callback, list) else [dag.on_failure_callback]
+    failed_run = {
+        "dag": dag,
+        "dag_run": SimpleNamespace(dag_id="bakeoff", run_id="manual__1"),
+        "reason": "task_failure",
+    }
+    with SmtpSink() as sink:
+        for key, value in sink.connection_env().items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv(bakeoff_alerts.ALERT_ENV, raising=False)
+        for notify in notifiers:
+            notify(failed_run)
+        assert sink.messages == []  # no alert configured: nothing sent
+        monkeypatch.setenv(bakeoff_alerts.ALERT_ENV, "oncall@example.com")
+        for notify in notifiers:
+            notify(failed_run)
+        # the deadline callback's context: the run in its API form
+        bakeoff_alerts.RunAlert(reason="deadline")({"dag_run": {"dag_id": "bakeoff", "dag_run_id": "manual__2"}})
+    (to, mail), (to2, late) = sink.messages
+    assert to == to2 == ["oncall@example.com"]
+    body = "".join(p.get_payload(decode=True).decode() for p in mail.walk() if p.get_content_type() == "text/html")
+    assert mail["Subject"] == "[bakeoff] bakeoff run manual__1 failed" and "task_failure" in body
+    assert late["Subject"] == "[bakeoff] bakeoff run manual__2 is past its deadline"

@@ -9,16 +9,20 @@ from __future__ import annotations
 import copy
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 from compose_interpolation import InterpolationError, interpolate, read_env_file, variables_used
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+LOCK_TEXT = (ROOT / "requirements.lock").read_text()
 ENV_EXAMPLE = read_env_file((ROOT / ".env.example").read_text())
 AIRFLOW_SERVICES = {
     "airflow-apiserver",
@@ -40,7 +44,8 @@ SECRET_NEEDS = {
     "airflow-triggerer": {"fernet", "api"},
     "airflow-worker": {"api"},
     "airflow-cli": {"fernet"},
-    "airflow-init": {"fernet", "jwt", "api", "admin"},
+    "airflow-init": {"fernet", "jwt", "api", "admin", "reaper"},
+    "bakeoff-reaper": {"reaper"},
 }
 # the *_CMD setting through which Airflow reads each secret
 SECRET_SETTING = {
@@ -139,8 +144,8 @@ def test_authentication_is_the_fab_auth_manager_with_an_admin_created_by_init(co
     assert "init_secrets.sh /opt/airflow/secrets/admin" in script
     assert script.index("airflow db migrate") < script.index("airflow users create --role Admin")
     assert '--password "${password}"' in script and "echo" not in script.split("airflow users create")[0]
-    requirements = (ROOT / "requirements.txt").read_text()
-    assert re.search(r"^apache-airflow-providers-fab==\S+$", requirements, re.M)
+    assert "apache-airflow-providers-fab" in {Requirement(r).name for r in PROJECT["dependencies"]}
+    assert re.search(r"^apache-airflow-providers-fab==\S+ \\$", LOCK_TEXT, re.M)
 
 
 SECRET_FILE = {"fernet": "fernet_key", "jwt": "jwt_secret", "api": "api_secret_key"}
@@ -215,6 +220,7 @@ def test_init_writes_each_secret_into_the_volume_its_services_mount(compose):
         "jwt": "JWT_SECRET_FILE",
         "api": "API_SECRET_KEY_FILE",
         "admin": "PASSWORDS_FILE",
+        "reaper": "REAPER_PASSWORD_FILE",
     }
     for secret, variable in files.items():
         assert env[variable].startswith(f"{SECRETS_DIR}{secret}/"), variable
@@ -224,6 +230,9 @@ def test_init_writes_each_secret_into_the_volume_its_services_mount(compose):
 
 
 def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compose):
+    """Its Airflow access is a Viewer user asking the REST API for run states: no Airflow secret,
+    no database, no data volume."""
+    from bakeoff import airflow_api
     from bakeoff.providers.credentials import OCI_ENV, TOKEN_ENV
 
     reaper = compose["services"]["bakeoff-reaper"]
@@ -231,11 +240,39 @@ def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compos
     assert reaper["restart"] == "unless-stopped" and "depends_on" not in reaper and "ports" not in reaper
     assert "/entrypoint" not in reaper["entrypoint"]  # Airflow's entrypoint waits for the database
     cloud = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", *TOKEN_ENV.values(), *OCI_ENV.values()}
-    assert set(reaper["environment"]) == cloud | {"PYTHONPATH", "BAKEOFF_DATA"}
-    assert reaper["volumes"] == ["./include:/opt/airflow/include:ro", "bakeoff-data:/opt/bakeoff-data:ro"]
-    assert reaper["environment"]["BAKEOFF_DATA"] == "/opt/bakeoff-data"
+    api = {airflow_api.URL_ENV, airflow_api.USER_ENV, airflow_api.PASSWORD_FILE_ENV}
+    assert set(reaper["environment"]) == cloud | api | {"PYTHONPATH"}
+    assert reaper["volumes"] == [
+        "./include:/opt/airflow/include:ro",
+        "bakeoff-reaper-password:/opt/airflow/secrets/reaper:ro",
+    ]
+    env = reaper["environment"]
+    assert env[airflow_api.URL_ENV] == "http://airflow-apiserver:8080"
+    init = compose["services"]["airflow-init"]
+    assert env[airflow_api.PASSWORD_FILE_ENV] == init["environment"]["REAPER_PASSWORD_FILE"]
+    script = init["command"][1]
+    created = re.search(r"airflow users create --role Viewer --username (\S+) --password (.+?) \\", script)
+    assert created and created.groups() == (env[airflow_api.USER_ENV], '"$(cat "${REAPER_PASSWORD_FILE}")"')
     raw_reaper = yaml.safe_load(COMPOSE_TEXT)["services"]["bakeoff-reaper"]
     assert not re.search(r"POSTGRES|REDIS|MINIO|AIRFLOW__|SECRET_KEY|FERNET|JWT", json.dumps(raw_reaper))
+
+
+def test_results_and_reports_live_in_the_minio_bucket_through_the_bakeoff_s3_connection(compose):
+    """Workers share a run through object storage: both stores are s3:// URLs on the bucket minio-init
+    creates, through an aws connection to MinIO; no service keeps them on a local path."""
+    env = compose["x-airflow-common"]["environment"]
+    bucket = compose["services"]["minio-init"]["environment"]["BUCKET"]
+    assert env["BAKEOFF_RESULTS"] == f"s3://bakeoff_s3@{bucket}/results"
+    assert env["BAKEOFF_REPORTS"] == f"s3://bakeoff_s3@{bucket}/reports"
+    for name, service in compose["services"].items():
+        for var in ("BAKEOFF_RESULTS", "BAKEOFF_REPORTS"):
+            assert (service.get("environment") or {}).get(var, env[var]).startswith("s3://"), (name, var)
+    conn = json.loads((ROOT / "config" / "connections.example.json").read_text())["bakeoff_s3"]
+    assert conn["conn_type"] == "aws" and "endpoint_url" in conn["extra"]
+    init = compose["services"]["airflow-init"]["environment"]
+    assert init["BAKEOFF_S3_ENDPOINT_URL"] == "http://minio:9000"
+    worker = compose["services"]["airflow-worker"]
+    assert worker["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
 
 
 def test_required_passwords_have_no_default():
@@ -259,9 +296,10 @@ def test_env_example_holds_placeholders_only():
 def test_dockerfile_builds_on_the_pinned_airflow_and_installs_the_library():
     dockerfile = (ROOT / "Dockerfile").read_text()
     base = re.search(r"^FROM (\S+)", dockerfile, re.M).group(1)
-    pinned = re.search(r"^apache-airflow==(\S+)", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    pinned = re.search(r"^apache-airflow==(\S+) \\$", LOCK_TEXT, re.M).group(1)
     assert base == f"apache/airflow:{pinned}-python3.11"
-    assert "-r /opt/bakeoff/requirements.txt -c /opt/bakeoff/requirements.lock" in dockerfile
+    assert "apache-airflow==" + pinned in PROJECT["dependencies"]
+    assert "pip install --no-cache-dir --require-hashes -r /opt/bakeoff/requirements.lock" in dockerfile
     assert re.search(r"pip install .*/opt/bakeoff$", dockerfile, re.M)
     for src in re.findall(r"^COPY (?:--\S+ )*(.+) \S+$", dockerfile, re.M):
         for path in src.split():

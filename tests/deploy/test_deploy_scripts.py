@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(SCRIPTS))
-from trigger_and_verify import check, overlapping_pairs, published_report  # noqa: E402
+from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, timelines, verdict  # noqa: E402
+from trigger_and_verify import (  # noqa: E402
+    check,
+    overlapping_pairs,
+    poke_spans,
+    published_report,
+    results_left_on,
+)
 
 
 def _init_secrets(target: Path, *users: str, **env: str) -> subprocess.CompletedProcess:
@@ -140,6 +148,82 @@ def test_the_report_check_finds_only_the_files_published_for_that_run(tmp_path):
     (run / MANIFEST).write_text(json.dumps({"run_id": "r1", "files": {"html": "r1.html", "pdf": "missing.pdf"}}))
     assert published_report(tmp_path, "r1") == [run / "r1.html"]
     assert published_report(tmp_path, "r2") == []
+
+
+T0 = 1_800_000_000.0  # the DAG run's start, epoch seconds
+
+
+def _step(task: str, idx: int, start: float, end: float, operator: str = "_PythonDecoratedOperator") -> dict:
+    iso = lambda s: datetime.fromtimestamp(T0 + s, UTC).isoformat()  # noqa: E731
+    return {
+        "task_id": f"aws.{task}",
+        "map_index": idx,
+        "rendered_map_index": f"t{idx}",
+        "start_date": iso(start),
+        "end_date": iso(end),
+        "operator": operator,
+    }
+
+
+def test_the_timeline_counts_each_poke_as_held_and_the_sensor_span_as_waiting():
+    """A rescheduled sensor's task instance shows its last poke only: its span starts at the first
+    recorded poke, and only the pokes count as held, each with the task's own cost measured on the
+    last one (its task instance's runtime minus its check's)."""
+    tis = [
+        _step("deploy", 0, 0, 10),
+        _step("wait_benchmark", 0, 98, 100, operator="DecoratedSensorOperator"),  # the last poke
+        _step("terminate", 0, 101, 105),
+        _step("start_run", -1, -5, 0),  # not a target's step
+    ]
+    checks = [(T0 + 12.5, T0 + 13.5), (T0 + 55.5, T0 + 56.5), (T0 + 98.5, T0 + 99.5)]  # 1 s each
+    [t] = timelines(tis, {("wait_benchmark", "t0"): checks})
+    assert t.target == "t0" and [s.name for s in t.steps] == ["deploy", "wait_benchmark", "terminate"]
+    sensor = t.steps[1]  # the last poke's task ran 2 s around its 1 s check: 1 s more per poke
+    assert (sensor.start, sensor.end, sensor.held, sensor.pokes) == (T0 + 11.5, T0 + 100, 6.0, 3)
+    assert (t.wall, t.wait, t.held, t.held_in_waits) == (105.0, 88.5, 20.0, 6.0)
+    assert t.waits_held_pct == pytest.approx(100 * 6 / 88.5)
+    assert t.window("wait_benchmark") == (T0 + 11.5, T0 + 100)
+    # without its poke records a sensor is seen through its last poke only, all of it held
+    [blind] = timelines(tis, {})
+    assert blind.steps[1].start == T0 + 98 and blind.waits_held_pct == 100.0
+
+
+def test_pokes_are_read_from_the_worker_time_the_library_records_in_the_results_store(tmp_path):
+    from bakeoff import pipeline
+    from bakeoff.store import run_dir
+
+    rdir = str(run_dir("three", "manual__2026-11-30T14:00:00+00:00", root=str(tmp_path)))
+    look = pipeline.holds_slot("benchmark_done")(lambda run_dir, slug: None)
+    for _ in range(2):
+        look(rdir, "b200-vllm")
+        time.sleep(0.01)  # a record is named by its millisecond
+    pipeline.holds_slot("provision")(lambda run_dir, slug: None)(rdir, "b200-vllm")  # a task, not a poke
+    spans = poke_spans(str(tmp_path), "manual__2026-11-30T14:00:00+00:00")
+    assert list(spans) == [("wait_benchmark", "b200-vllm")] and len(spans["wait_benchmark", "b200-vllm"]) == 2
+    assert all(0 <= end - start < 5 for start, end in spans["wait_benchmark", "b200-vllm"])
+    assert poke_spans(str(tmp_path), "another-run") == {}
+
+
+def test_benchmarks_overlap_only_when_all_windows_share_an_instant():
+    assert common_overlap({"a": (0, 80), "b": (30, 110), "c": (60, 140)}) == 20
+    assert common_overlap({"a": (0, 80), "b": (30, 110), "c": (90, 170)}) == 0  # a ends before c starts
+    assert common_overlap({"a": (0, 80), "b": None}) == 0  # a target without a benchmark
+    assert common_overlap({}) == 0
+
+
+def test_the_held_share_is_judged_against_the_goal_and_fails_only_well_above_it():
+    assert verdict(GOAL_PCT) == "PASS" and verdict(None).startswith("n/a")
+    assert verdict(GOAL_PCT + 1) == "FAIL (over the goal)" and verdict(FAIL_PCT + 1) == "FAIL"
+
+
+def test_results_in_a_workers_own_data_folder_are_found(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "secret.key").write_text("x")  # not a result
+    assert results_left_on([tmp_path]) == []
+    leaked = tmp_path / "results" / "plan" / "run_id=r1" / "target=t" / "points" / "w-c1-r0.parquet"
+    leaked.parent.mkdir(parents=True)
+    leaked.write_bytes(b"PAR1")
+    assert results_left_on([tmp_path]) == [leaked]
 
 
 @pytest.mark.parametrize("script", ["distributed_run.sh", "load_settings.sh", "init_secrets.sh"])

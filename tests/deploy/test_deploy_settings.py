@@ -93,21 +93,20 @@ def test_placeholders_take_defaults_and_report_unset_names():
 def test_variables_parse_and_default_the_plan(tmp_path):
     from airflow.secrets.local_filesystem import load_variables
 
-    variables = load_variables(
-        str(_render_file("variables.json", {"BAKEOFF_REPORTS_BUCKET": "acme-reports"}, tmp_path))
-    )
+    variables = load_variables(str(_render_file("variables.json", {"BAKEOFF_CLIENT_BUCKET": "acme-client"}, tmp_path)))
     assert variables["bakeoff_plan"]["value"] == "local-demo"
-    assert variables["bakeoff_s3_bucket"]["value"] == "acme-reports"
+    assert variables["bakeoff_client_bucket"]["value"] == "acme-client"
     unset = load_variables(str(_render_file("variables.json", {}, tmp_path)))
-    assert unset["bakeoff_s3_bucket"]["value"] == ""  # no bucket configured: local reports folder only
     assert unset["bakeoff_client_bucket"]["value"] == "" and unset["bakeoff_client_conn_id"]["value"] == "aws_default"
+    # reports go where BAKEOFF_REPORTS points (object storage or a folder): no separate upload to configure
+    assert "bakeoff_s3_bucket" not in unset and "bakeoff_s3_conn_id" not in unset
 
 
 def test_the_example_price_sheet_is_accepted_by_the_library_for_the_default_plan(tmp_path):
     from airflow.secrets.local_filesystem import load_variables
 
-    from bakeoff.cost import apply_price_sheet
     from bakeoff.plan import load_plan
+    from bakeoff.plan.prices import apply_price_sheet
 
     variables = load_variables(str(_render_file("variables.json", {}, tmp_path)))
     plan = load_plan(variables["bakeoff_plan"]["value"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -73,7 +74,7 @@ def run_dag(env: dict[str, str], plan: Path | str, timeout: int = 600) -> subpro
     if isinstance(plan, Path):
         shutil.copy(plan, Path(env["BAKEOFF_PLANS"]) / plan.name)
         plan = plan.stem
-    conf = '{"plan": "%s"}' % plan
+    conf = json.dumps({"plan": plan})
     return subprocess.run(
         [AIRFLOW, "dags", "test", "bakeoff", "--conf", conf],
         env=env,

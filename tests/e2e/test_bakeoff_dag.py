@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from bakeoff import store
 from tests.e2e.conftest import dag_run_state, run_dag, small_plan
+from tests.smtp_sink import SmtpSink
 
 pytestmark = pytest.mark.e2e
 
@@ -40,9 +41,9 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     res = run_dag(airflow_env, plan)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     rdir = _run_dir(airflow_env, "e2e-ok")
-    run = json.loads((rdir / "run.json").read_text())
-    assert run["status"] == "success"
-    assert dag_run_state(airflow_env, run["run_id"]) == "success"
+    run = store.run_view(rdir)  # the steps' records; the run's outcome is Airflow's
+    assert dag_run_state(airflow_env, run["run_id"]) == "success" and run["report"]["failed_steps"] == []
+    assert "status" not in run
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert sorted(points["target"].unique()) == ["b200-vllm", "mi355x-vllm"]
     assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()
@@ -53,24 +54,30 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
 
 def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):
     plan = small_plan(tmp_path, "e2e-bench-fail", fault={"b200-vllm": "benchmark"})
-    res = run_dag(airflow_env, plan)
+    with SmtpSink() as sink:  # the DAG's failure notifier mails the alert address through the SMTP connection
+        res = run_dag({**airflow_env, **sink.connection_env(), "BAKEOFF_ALERT_EMAIL": "oncall@example.com"}, plan)
     assert res.returncode != 0
+    [(to, mail)] = sink.messages
+    assert to == ["oncall@example.com"] and mail["Subject"].startswith("[bakeoff] bakeoff run ")
+    assert mail["Subject"].endswith(" failed")
     rdir = _run_dir(airflow_env, "e2e-bench-fail")
-    run = json.loads((rdir / "run.json").read_text())
-    assert run["status"] == "failed"
+    run = store.run_view(rdir)
+    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
     assert "terminate" in run["targets"]["b200-vllm"]  # the teardown ran
+    # the report and the published manifest name the failed task, from the DAG run's task states
+    assert any(".benchmark" in step for step in run["report"]["failed_steps"])
+    assert "These steps of the run failed" in Path(run["report"]["html"]).read_text()
     assert list(rdir.glob("target=mi355x-vllm/points/*.parquet"))  # the other target's results are kept
     assert not _live_emulators(airflow_env)
 
 
 def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
     """Validation fails the gate of an emulator answering half the questions wrong: Airflow must
-    record the DAG run as failed (not only run.json), and `airflow dags test` must exit non-zero."""
+    record the DAG run as failed, and `airflow dags test` must exit non-zero."""
     plan = small_plan(tmp_path, "e2e-gate-fail", emulator={"b200-vllm": {"accuracy_error_rate": 0.5}})
     res = run_dag(airflow_env, plan)
     assert res.returncode != 0, res.stdout[-4000:] + res.stderr[-4000:]
-    run = json.loads((_run_dir(airflow_env, "e2e-gate-fail") / "run.json").read_text())
-    assert run["status"] == "failed"
+    run = store.run_view(_run_dir(airflow_env, "e2e-gate-fail"))
     assert dag_run_state(airflow_env, run["run_id"]) == "failed"
     assert not _live_emulators(airflow_env)
 
@@ -79,8 +86,8 @@ def test_provision_failing_after_create_is_swept(airflow_env, tmp_path):
     plan = small_plan(tmp_path, "e2e-prov-fail", fault={"mi355x-vllm": "after_create"})
     run_dag(airflow_env, plan)
     rdir = _run_dir(airflow_env, "e2e-prov-fail")
-    run = json.loads((rdir / "run.json").read_text())
-    assert run["status"] == "failed"
+    run = store.run_view(rdir)
+    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
     swept = run["sweep"]["terminated"]["local"]
     assert len(swept) == 1  # the all_done sweep killed the orphan
     assert not _live_emulators(airflow_env)
@@ -91,7 +98,7 @@ def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, 
     """mi355x-vs-b200 rehearsed through the DAG's own hooks: Airflow connections point the Vultr, EC2
     and OCI providers at the sandbox clouds, the client bundle is staged in moto's S3 through the
     connection and Variable the hooks read, each node runs the benchmark next to its server."""
-    from bakeoff.sandbox import Sandbox
+    from bakeoff_sandbox import Sandbox
 
     with Sandbox(boot_s=0.1) as sb:
         env = {**airflow_env, **sb.env()}
@@ -102,9 +109,9 @@ def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, 
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert signing_key_line not in res.stdout + res.stderr
     rdir = _run_dir(airflow_env, plan)
-    run = json.loads((rdir / "run.json").read_text())
+    run = store.run_view(rdir)
     assert (
-        run["status"] == "success"
+        dag_run_state(airflow_env, run["run_id"]) == "success"
         and live == {"aws": [], "vultr": [], "digitalocean": [], "oci": []}
         and not firewalls_left
     )

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from bakeoff import store
 from bakeoff.plan import load_plan
 from tests.conftest import ROOT
 from tests.e2e.conftest import dag_run_state, run_dag
@@ -75,8 +76,8 @@ def test_static_endpoint_with_served_model_and_described_hardware(airflow_env, t
     res = run_dag(airflow_env, plan)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     (rdir,) = (Path(airflow_env["BAKEOFF_DATA"]) / "results" / "e2e-static").glob("run_id=*")
-    run = json.loads((rdir / "run.json").read_text())
-    assert run["status"] == "success" and dag_run_state(airflow_env, run["run_id"]) == "success"
+    run = store.run_view(rdir)
+    assert dag_run_state(airflow_env, run["run_id"]) == "success"
     deploy = json.loads((rdir / "target=lab-box" / "deploy.json").read_text())
     assert deploy["models_offered"] == ["my-llama"] and deploy["served_by"]["stack"] == "emulator"
     assert not {"image", "engine_args", "env"} & set(deploy)

@@ -1,5 +1,5 @@
 """Building blocks for emulator tests: a target built from the catalog, and an in-process server on a free
-loopback port (aiohttp's TestServer), so most tests avoid process start-up."""
+loopback port, so most tests avoid process start-up."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from bakeoff.plan import Target
+from bakeoff.serving.emulator import scripted
 from bakeoff.serving.emulator.config import config_from_dict
 from bakeoff.serving.emulator.server import build_app
 
@@ -37,8 +38,18 @@ def make_config(target: Target | None = None, **kw: Any) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def serve(config: dict[str, Any]):
-    """Yield (session, base_url) for an emulator started from config on 127.0.0.1:<free port>."""
-    server = TestServer(build_app(config_from_dict(config)), host="127.0.0.1", port=0)
+    """Yield a session bound to an emulator started from config on 127.0.0.1:<free port>: the
+    roofline app, or the scripted server (the two servers `python -m bakeoff.serving.emulator` runs)."""
+    cfg = config_from_dict(config)
+    if cfg.mode == "scripted":
+        listener = scripted.serve(cfg, "127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{listener.port}") as session:
+                yield session
+        finally:
+            listener.close()
+        return
+    server = TestServer(build_app(cfg), host="127.0.0.1", port=0)
     await server.start_server()
     try:
         async with aiohttp.ClientSession(base_url=str(server.make_url("/"))) as session:

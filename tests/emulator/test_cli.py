@@ -10,9 +10,9 @@ import time
 
 import httpx
 import pytest
+from emulator_fixtures import make_config
 
 from bakeoff.serving.emulator.__main__ import main
-from emulator_fixtures import make_config
 
 
 def start(tmp_path, config: dict) -> tuple[subprocess.Popen, object]:

@@ -6,12 +6,12 @@ import asyncio
 import time
 
 import pytest
+from emulator_fixtures import make_config, make_target, serve
 
 from bakeoff import catalog
 from bakeoff.serving import power
 from bakeoff.serving.emulator import power as emu_power
 from bakeoff.serving.emulator.config import EmulatorConfigError, config_from_dict
-from emulator_fixtures import make_config, make_target, serve
 
 TDP_W = catalog.gpus()["mi355x"].tdp_w
 IDLE_W = 0.15 * TDP_W

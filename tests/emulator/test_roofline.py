@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from emulator_fixtures import make_target
 
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence
 from bakeoff.serving.emulator.roofline import Roofline
-from emulator_fixtures import make_target
 
 
 def h100_8b(**emu):

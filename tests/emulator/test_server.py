@@ -6,7 +6,6 @@ import asyncio
 import math
 
 import pytest
-
 from emulator_fixtures import MODEL_70B, make_config, make_target, serve
 
 M = MODEL_70B

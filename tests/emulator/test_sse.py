@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
+from emulator_fixtures import MODEL_70B, make_config, serve
 
 from bakeoff.serving.emulator import sse
 from bakeoff.tokens import VOCAB
-from emulator_fixtures import MODEL_70B, make_config, serve
 
 M = MODEL_70B
 ID_CREATED = re.compile(rb'"id":"(chatcmpl|cmpl)-[0-9a-f]{32}","object":"([a-z_.]+)","created":\d+,')

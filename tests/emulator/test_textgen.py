@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from emulator_fixtures import make_config, make_target, serve
 
 from bakeoff.serving.emulator import textgen
-from emulator_fixtures import make_config, make_target, serve
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def fake_clouds():
-    from bakeoff.sandbox.clouds import Clouds
+    from bakeoff_sandbox.clouds import Clouds
 
     clouds = Clouds(None, boot_s=0.05).start()
     yield clouds

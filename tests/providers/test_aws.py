@@ -6,10 +6,10 @@ import base64
 
 import boto3
 import pytest
+from cloud_helpers import launch_args, make_target, new_run_id
 
 from bakeoff.providers import CapacityError, ProviderError
 from bakeoff.providers.aws import AwsProvider, client_token
-from cloud_helpers import launch_args, make_target, new_run_id
 
 
 def _ec2(creds, region="us-east-1"):
@@ -143,13 +143,15 @@ def test_without_configured_regions_every_account_region_is_scanned(aws_creds):
 
 
 def test_reaper_terminates_an_ended_runs_instance_and_deletes_its_security_group(aws_creds, data_root):
-    from bakeoff import reaper, store
+    from bakeoff import reaper
 
     p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
     inst = p.create(t, rid, **launch_args(rid, t))
     sg = _live(aws_creds, rid)[0]["SecurityGroups"][0]["GroupId"]
-    store.update_run(store.run_dir("p", rid), run_id=rid, status="published")
-    out = reaper.reap(provider_names=["aws"], credentials_fn=lambda name: aws_creds)
+    ended = {rid: "success"}  # the DAG run's state, as Airflow answers it
+    out = reaper.reap(
+        provider_names=["aws"], credentials_fn=lambda name: aws_creds, run_state=lambda plan, run_id: ended.get(run_id)
+    )
     assert inst.id in {r["id"] for r in out["terminated"]} and f"us-east-1/{sg}" in out["cleaned"]
     assert not _ec2(aws_creds).describe_security_groups(Filters=[{"Name": "group-id", "Values": [sg]}])[
         "SecurityGroups"

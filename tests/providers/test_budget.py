@@ -146,15 +146,13 @@ def test_record_measured_cost(data_root):
     plan = tiny_plan()
     rdir = store.run_dir(plan.name, "r1")
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.update_run(
-        rdir,
-        run_id="r1",
-        targets={"b200-vllm": {"provision": {"launched_at": 1000.0}, "terminate": {"terminated_at": 1000.0 + 1800}}},
-    )
-    doc = budget.record_measured_cost(rdir)
+    store.record(rdir, store.START, {"run_id": "r1"})
+    store.record(rdir, "provision", {"launched_at": 1000.0}, slug="b200-vllm")
+    store.record(rdir, "terminate", {"terminated_at": 1000.0 + 1800}, slug="b200-vllm")
+    doc = budget.record_measured_cost(rdir, plan)
     assert doc["usd"] == pytest.approx(0.5 * plan.targets[0].usd_per_hour, abs=0.01)
     assert json.loads((rdir / "evaluation_cost.json").read_text())["usd"] == doc["usd"]
-    assert store.read_json(rdir / "run.json")["evaluation_cost"]["usd"] == doc["usd"]
+    assert store.run_view(rdir)["evaluation_cost"]["usd"] == doc["usd"]
 
 
 def test_recheck_counts_spend_so_far_and_what_remains():
@@ -192,24 +190,20 @@ def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(
     raw.update(name="recheck", budget_usd=60)
     (tmp_path / "recheck.yaml").write_text(yaml.safe_dump(raw))
     monkeypatch.setenv("BAKEOFF_PLANS", str(tmp_path))
-    pipeline.set_credentials_resolver(lambda name: rest_creds(name) if name == "vultr" else {})
-    try:
-        run = pipeline.start_run("recheck", f"manual__recheck_{time.time_ns()}")
-        rdir, slug = run["run_dir"], run["targets"][0]
-        first = pipeline.provision(rdir, slug)
-        pipeline.terminate(rdir, slug, first)
-        second = pipeline.provision(rdir, slug)
-        tries = store.read_json(f"{rdir}/run.json")["targets"][slug]["provision"]["tries"]
-        assert [t["instance_id"] for t in tries] == [first["id"], second["id"]] and tries[0]["ended_at"]
-        pipeline.terminate(rdir, slug, second)
-        # the first node, it turns out, billed four hours before it was terminated
-        tries[0]["launched_at"] -= 4 * 3600
-        store.update_run(rdir, targets={slug: {"provision": {"tries": tries}}})
-        before = fake_clouds.vultr.requests
-        with pytest.raises(
-            budget.BudgetExceeded, match=r"^budget_usd: launching mi355x-vllm again .* over the cap of 60"
-        ):
-            pipeline.provision(rdir, slug)
-        assert fake_clouds.vultr.requests == before
-    finally:
-        pipeline.set_credentials_resolver(lambda name: {})
+    creds = lambda name: rest_creds(name) if name == "vultr" else {}  # noqa: E731
+    run = pipeline.start_run("recheck", f"manual__recheck_{time.time_ns()}")
+    rdir, slug = run["run_dir"], run["targets"][0]
+    first = pipeline.provision(rdir, slug, credentials=creds)
+    pipeline.terminate(rdir, slug, first, credentials=creds)
+    second = pipeline.provision(rdir, slug, credentials=creds)
+    prov = store.read_record(rdir, "provision", slug)
+    tries = prov["tries"]
+    assert [t["instance_id"] for t in tries] == [first["id"], second["id"]] and tries[0]["ended_at"]
+    pipeline.terminate(rdir, slug, second, credentials=creds)
+    # the first node, it turns out, billed four hours before it was terminated
+    tries[0]["launched_at"] -= 4 * 3600
+    store.record(rdir, "provision", prov, slug=slug)
+    before = fake_clouds.vultr.requests
+    with pytest.raises(budget.BudgetExceeded, match=r"^budget_usd: launching mi355x-vllm again .* over the cap of 60"):
+        pipeline.provision(rdir, slug, credentials=creds)
+    assert fake_clouds.vultr.requests == before

@@ -16,7 +16,7 @@ from bakeoff import reaper
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers import CapacityError, ProviderError
 from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_name, firewall_owner, firewall_tag
-from bakeoff.sandbox.clouds import TOKEN
+from bakeoff_sandbox.clouds import TOKEN
 
 CIDR = "198.51.100.7/32"
 LONG_AGO = "2020-01-01T00:00:00Z"

@@ -176,3 +176,40 @@ def test_scripted_mode(provider):
     inst = provider.wait_ready(inst, 30)
     version = httpx.get(f"{inst.base_url}/version", timeout=5).json()
     assert version["mode"] == "scripted" and version["scripted"]["ttft_ms"] == 5
+
+
+def test_check_ready_looks_once(provider):
+    """One look per call (what the DAG's sensor pokes): None while the emulator starts, the running
+    instance once it answers, ProviderError once it has exited."""
+    inst = provider.create(target(), "run-look", tags={}, spec={})
+    looks = []
+    deadline = time.monotonic() + 30
+    while (ready := provider.check_ready(inst)) is None:
+        looks.append(time.monotonic())
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert looks, "the emulator cannot be up at once: at least one look says not yet"
+    assert ready.state == "running" and ready.port and provider.check_ready(inst).port == ready.port
+    crashed = provider.create(target(), "run-look-crash", tags={}, spec={"mode": "warp-speed"})
+    with pytest.raises(ProviderError, match="exited before it was ready"):
+        while provider.check_ready(crashed) is None:
+            assert time.monotonic() < deadline + 30
+            time.sleep(0.02)
+
+
+def test_workers_with_their_own_data_share_the_local_clouds_registry(tmp_path, monkeypatch):
+    """BAKEOFF_LOCAL_STATE is the local "cloud account": a worker with another BAKEOFF_DATA lists and
+    terminates the node a first worker started, as two workers on one cloud account do."""
+    monkeypatch.setenv("BAKEOFF_LOCAL_STATE", str(tmp_path / "shared-local"))
+    monkeypatch.setenv("BAKEOFF_DATA", str(tmp_path / "worker-a"))
+    inst = LocalProvider(grace_s=3.0).create(target(), "run-s", tags={}, spec={"expires_at": time.time() + 600})
+    try:
+        assert (tmp_path / "shared-local" / "instances" / f"{inst.id}.json").is_file()
+        assert not (tmp_path / "worker-a" / "state" / "local").exists()
+        monkeypatch.setenv("BAKEOFF_DATA", str(tmp_path / "worker-b"))
+        other = LocalProvider(grace_s=3.0)
+        assert [i.id for i in other.list_tagged("run-s")] == [inst.id]
+        assert other.terminate(inst.id) is True and gone(inst.details["pid"])
+    finally:
+        if not gone(inst.details["pid"]):
+            os.killpg(inst.details["pid"], 9)

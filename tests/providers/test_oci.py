@@ -13,15 +13,15 @@ import time
 
 import httpx
 import pytest
+from cloud_helpers import launch_args, new_run_id
 
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import CapacityError, ProviderError, get_provider
 from bakeoff.providers.base import TAG_RUN
 from bakeoff.providers.oci import OciProvider, encode_tags, nsg_name, retry_token
-from bakeoff.sandbox import throwaway_api_key
-from bakeoff.sandbox import oci as fake_oci
 from bakeoff.serving import userdata
-from cloud_helpers import launch_args, new_run_id
+from bakeoff_sandbox import oci as fake_oci
+from bakeoff_sandbox import throwaway_api_key
 
 AD1, AD2, AD3 = fake_oci.ADS
 CIDR = "127.0.0.1/32"
@@ -176,8 +176,8 @@ def test_capacity_everywhere_refused_names_what_was_tried(creds, fake):
 
 
 def test_wait_ready_reads_the_address_map_and_boots_the_emulator(creds, tmp_path):
-    from bakeoff.sandbox.backing import Backing
-    from bakeoff.sandbox.clouds import Clouds
+    from bakeoff_sandbox.backing import Backing
+    from bakeoff_sandbox.clouds import Clouds
 
     backing = Backing(tmp_path)
     clouds, oci_fake = Clouds(backing).start(), fake_oci.FakeOci(backing, boot_s=0.05).start()

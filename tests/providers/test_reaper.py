@@ -1,4 +1,5 @@
-"""The hourly reaper: expired or ended-run nodes go, live runs and unknown runs stay, errors are isolated."""
+"""The hourly reaper: expired or ended-run nodes go, live runs and unknown runs stay, errors are isolated.
+Whether a run ended is Airflow's to say: the reaper is handed a run_state callable (plan, run_id) -> state."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import time
 
 from cloud_helpers import launch_args, make_target, new_run_id
 
-from bakeoff import reaper, store
+from bakeoff import reaper
 
 
 def _launch(creds, run_id, plan, expires_in):
@@ -20,24 +21,47 @@ def _launch(creds, run_id, plan, expires_in):
 
 def test_reap_expired_and_ended_keeps_running_and_unknown(rest_creds, data_root):
     creds = rest_creds("vultr")
-    ended, live, unknown, expired = (new_run_id() for _ in range(4))
-    store.update_run(store.run_dir("p", ended), run_id=ended, status="failed")
-    store.update_run(store.run_dir("p", live), run_id=live, status="running")
+    ended, live, queued, unknown, expired, broken = (new_run_id() for _ in range(6))
+    states = {ended: "failed", live: "running", queued: "queued", expired: "running"}
+    asked = []
+
+    def run_state(plan, run_id):
+        asked.append((plan, run_id))
+        if run_id == broken:
+            raise RuntimeError("API server unreachable")
+        return states.get(run_id)  # None: a run Airflow does not know
+
     nodes = {
         "ended": _launch(creds, ended, "p", 3600),
         "live": _launch(creds, live, "p", 3600),
+        "queued": _launch(creds, queued, "p", 3600),
         "unknown": _launch(creds, unknown, "p", 3600),
         "expired": _launch(creds, expired, "p", -5),
+        "broken": _launch(creds, broken, "p", 3600),
     }
-    out = reaper.reap(provider_names=["vultr"], credentials_fn=lambda name: creds)
+    out = reaper.reap(provider_names=["vultr"], credentials_fn=lambda name: creds, run_state=run_state)
     gone = {r["id"]: r["reason"] for r in out["terminated"]}
     assert set(gone) == {nodes["ended"].id, nodes["expired"].id}
     assert "ended (failed)" in gone[nodes["ended"].id] and "expired" in gone[nodes["expired"].id]
     kept = {r["id"] for r in out["kept"]}
-    assert {nodes["live"].id, nodes["unknown"].id} <= kept
+    assert {nodes[k].id for k in ("live", "queued", "unknown", "broken")} <= kept
+    assert ("p", ended) in asked and not out["errors"]  # a failed question keeps the node, it is no error
+    # without Airflow to ask, only expiry decides: the ended run's node would stay until it expires
+    assert reaper.verdict_for_tags({"bakeoff:plan": "p", "bakeoff:run_id": ended}, time.time()) is None
     # an hour later everything has expired
-    out = reaper.reap(now=time.time() + 7200, provider_names=["vultr"], credentials_fn=lambda name: creds)
-    assert {nodes["live"].id, nodes["unknown"].id} <= {r["id"] for r in out["terminated"]}
+    out = reaper.reap(
+        now=time.time() + 7200, provider_names=["vultr"], credentials_fn=lambda name: creds, run_state=run_state
+    )
+    assert {nodes[k].id for k in ("live", "queued", "unknown", "broken")} <= {r["id"] for r in out["terminated"]}
+
+
+def test_each_run_is_asked_once_per_pass():
+    calls = []
+    ask = reaper.cached(lambda plan, run_id: calls.append(run_id) or "success")
+    tags = {"bakeoff:plan": "p", "bakeoff:run_id": "r1"}
+    assert reaper.verdict_for_tags(tags, time.time(), ask) == "run r1 ended (success)"
+    assert reaper.verdict_for_tags(tags, time.time(), ask) == "run r1 ended (success)"
+    assert calls == ["r1"]
 
 
 def test_an_unreachable_cloud_does_not_stop_the_others(rest_creds, data_root):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import httpx
 import pytest
@@ -172,3 +173,58 @@ def test_missing_token_and_missing_ingress_are_clear():
         with pytest.raises(ProviderError, match="provider_options.ingress_cidr"):
             p.create(t, new_run_id(), **launch_args("r", t))
         assert mock.calls.call_count == 0
+
+
+def test_a_429_is_retried_after_its_retry_after():
+    """A throttled call waits what Retry-After says (not the tiny backoff), then succeeds."""
+    with respx.mock(base_url="https://v.test/v2") as mock:
+        route = mock.get("/bare-metals/9").mock(
+            side_effect=[
+                httpx.Response(429, headers={"Retry-After": "0.3"}, json={"error": "rate limit"}),
+                httpx.Response(200, json={"bare_metal": {"id": "9", "status": "pending", "tags": ["bakeoff"]}}),
+            ]
+        )
+        p = VultrProvider({"token": "t", "base_url": "https://v.test/v2", "backoff_s": 0.001})
+        start = time.monotonic()
+        inst = p.describe("9")
+        waited = time.monotonic() - start
+    assert inst is not None and inst.state == "pending" and route.call_count == 2
+    assert waited >= 0.3 * 0.8  # Retry-After, less the jitter
+
+
+def test_a_5xx_that_outlasts_the_retries_is_a_clear_error_naming_the_call():
+    with respx.mock(base_url="https://v.test/v2") as mock:
+        route = mock.get("/bare-metals/9").mock(return_value=httpx.Response(503, json={"error": "maintenance"}))
+        p = VultrProvider({"token": "t", "base_url": "https://v.test/v2", "backoff_s": 0.001})
+        with pytest.raises(ProviderError, match=r"vultr: GET bare-metals/9 answered 503: maintenance"):
+            p.describe("9")
+    assert route.call_count == p.api.retries + 1
+
+
+def test_a_create_that_keeps_failing_is_never_re_sent_before_a_look_up_and_says_so():
+    """Each failed POST is followed by a look-up by tag before it is sent again; when every try fails the
+    error names the create, and it was sent exactly once per try."""
+    t, rid = make_target("vultr"), new_run_id()
+    calls: list[str] = []
+
+    def log_call(request):
+        calls.append(request.method)
+        if request.method == "POST":
+            return httpx.Response(502, json={"error": "bad gateway"})
+        return httpx.Response(200, json={"bare_metals": [], "meta": {"links": {"next": ""}}})
+
+    with respx.mock(base_url="https://v.test/v2") as mock:
+        mock.post("/bare-metals").mock(side_effect=log_call)
+        mock.get("/bare-metals").mock(side_effect=log_call)
+        p = VultrProvider({"token": "t", "base_url": "https://v.test/v2", "backoff_s": 0.001})
+        region = list(t.provider_options.regions)[0]
+        with pytest.raises(ProviderError, match=rf"create {t.instance_type} in {region} .*kept failing \(502\)"):
+            p.create(t, rid, **launch_args(rid, t))
+    tries = p.api.retries + 1
+    assert calls == ["GET"] + ["POST", "GET"] * tries  # reuse check, then each POST followed by its look-up
+
+
+def test_a_connection_that_never_answers_is_a_provider_error():
+    p = VultrProvider({"token": "t", "base_url": "http://127.0.0.1:9/v2", "backoff_s": 0.001})
+    with pytest.raises(ProviderError, match=r"vultr: GET bare-metals/9 failed: ConnectError"):
+        p.describe("9")

@@ -9,8 +9,8 @@ import pytest
 
 from bakeoff import secrets
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
-from bakeoff.providers import ProviderError, get_provider
-from bakeoff.providers.static import static_api_key
+from bakeoff.providers import Instance, ProviderError, get_provider
+from bakeoff.providers.static import StaticProvider, static_api_key
 
 
 @pytest.fixture(autouse=True)
@@ -132,3 +132,9 @@ def test_served_model_is_for_static_targets_only():
     raw["targets"][0]["served_model"] = "my-llama"
     with pytest.raises(PlanError, match="served_model: only a static target"):
         plan_from_dict(raw)
+
+
+def test_check_ready_is_the_endpoint_itself():
+    """A static endpoint is up (or not) on its own: whether it serves is the serving check's question."""
+    inst = Instance(provider="static", id="static:x", target="x", run_id="r", state="running", host="h", port=1)
+    assert StaticProvider().check_ready(inst) is inst

@@ -63,7 +63,7 @@ class FakeCompletions:
         await site.start()
         return site._server.sockets[0].getsockname()[1]
 
-    def __enter__(self) -> "FakeCompletions":
+    def __enter__(self) -> FakeCompletions:
         self._thread.start()
         self.port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         self.base_url = f"http://127.0.0.1:{self.port}"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_completions import FakeCompletions
+from quality_fixtures import make_plan, write_run
 
 from bakeoff.quality import accuracy, evalset
 from bakeoff.quality.validate import validate_run
 from bakeoff.serving.endpoint import Endpoint
-from fake_completions import FakeCompletions
-from quality_fixtures import make_plan, write_run
 
 KEY = "bk-test-key-0123456789"
 

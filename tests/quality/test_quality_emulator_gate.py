@@ -13,9 +13,10 @@ import pytest
 
 pytest.importorskip("bakeoff.serving.emulator")
 
-from bakeoff.quality import accuracy  # noqa: E402
-from bakeoff.serving.endpoint import Endpoint  # noqa: E402
-from quality_fixtures import make_plan  # noqa: E402
+from quality_fixtures import make_plan
+
+from bakeoff.quality import accuracy
+from bakeoff.serving.endpoint import Endpoint
 
 
 def start_emulator(tmp_path, target, api_key: str):
@@ -77,7 +78,7 @@ def emulators(tmp_path):
 def test_emulator_passes_the_gate_and_injected_errors_fail_it(tmp_path, emulators):
     plan = make_plan(accuracy={"eval_size": 100, "concurrency": 16})
     raw = plan.model_dump(mode="json")
-    for t, rate in zip(raw["targets"], (0.0, 0.05)):
+    for t, rate in zip(raw["targets"], (0.0, 0.05), strict=True):
         t["emulator"] = {"time_scale": 0.02, "accuracy_error_rate": rate}
     from bakeoff.plan import plan_from_dict
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from fake_completions import FakeCompletions
+from quality_fixtures import make_plan, write_run
+
 from bakeoff.quality import accuracy
 from bakeoff.quality.support import support_matrix
 from bakeoff.quality.validate import validate_run
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.store import write_json
-from fake_completions import FakeCompletions
-from quality_fixtures import make_plan, write_run
 
 
 def test_matrix_shows_a_working_target_and_an_oom_deploy(tmp_path):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from quality_fixtures import make_plan, summarise, write_run
 
 from bakeoff.quality.validate import ValidationFailed, raise_if_failed, validate_run
-from quality_fixtures import make_plan, summarise, write_run
 
 NO_GATE = {"accuracy": {"enabled": False}}
 

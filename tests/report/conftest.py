@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import synthetic  # noqa: E402
-from synthetic import XSS  # noqa: E402
+import synthetic
+from synthetic import XSS
 
 
 @pytest.fixture(scope="session")

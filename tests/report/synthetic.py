@@ -168,7 +168,7 @@ def make_run(
     seed: int = 0,
     held_hours: dict[str, float] | None = None,
 ) -> Path:
-    """Write a whole run: points (+ requests) per target and level, run.json, validation.json.
+    """Write a whole run: points (+ requests) per target and level, step records, validation.json.
 
     speed: target slug -> TPOT at concurrency 1 in ms (default 10, 12, 14 ... by order).
     TPOT grows 5% per extra stream and TTFT 20 ms per stream, so SLOs cut off at known levels.
@@ -205,9 +205,7 @@ def make_run(
                     )
                     store.save_point(tdir, w.name, c, r, requests_frame(row, w.requests_at(c), rng), row)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.update_run(
-        rdir, plan=plan.name, run_id=run_id, started_at=started, status="success", emulated=emulated, targets=targets
-    )
+    record_run(rdir, {"plan": plan.name, "run_id": run_id, "started_at": started, "emulated": emulated}, targets)
     if validation:
         store.write_json(
             rdir / "validation.json",
@@ -226,6 +224,16 @@ def make_run(
             },
         )
     return rdir
+
+
+def record_run(rdir, start: dict, targets: dict[str, dict]) -> None:
+    """The step records a run's steps would write: the start record (target names), then each
+    target's steps ({slug: {"name": ..., step: facts}})."""
+    store.record(rdir, store.START, {**start, "targets": {s: {"name": e.get("name")} for s, e in targets.items()}})
+    for slug, entry in targets.items():
+        for step, facts in entry.items():
+            if step != "name":
+                store.record(rdir, step, facts, slug=slug)
 
 
 def write_points(
@@ -263,13 +271,10 @@ def write_points(
         )
     rdir = store.run_dir(plan.name, run_id, root)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.update_run(
+    record_run(
         rdir,
-        plan=plan.name,
-        run_id=run_id,
-        started_at=time.time(),
-        status="success",
-        targets=run_targets or {t.slug: {"name": t.name} for t in plan.targets},
+        {"plan": plan.name, "run_id": run_id, "started_at": time.time()},
+        run_targets or {t.slug: {"name": t.name} for t in plan.targets},
     )
     if validation is not None:
         store.write_json(rdir / "validation.json", validation)

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import synthetic  # noqa: E402
+import synthetic
 
-from bakeoff.cost import cost_run  # noqa: E402
-from bakeoff.report import build_report  # noqa: E402
+from bakeoff.cost import cost_run
+from bakeoff.report import build_report
 
 
 def main() -> None:

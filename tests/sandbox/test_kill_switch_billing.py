@@ -10,8 +10,8 @@ import pytest
 
 from bakeoff import pipeline, reaper
 from bakeoff.plan import load_plan
-from bakeoff.sandbox import Sandbox
 from bakeoff.serving import userdata
+from bakeoff_sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +41,10 @@ def one_target_plan(tmp_path, provider: str) -> str:
 
 
 def launch(sandbox, tmp_path, provider: str, run_id: str):
-    pipeline.set_credentials_resolver(sandbox.credentials)
-    run = pipeline.start_run(one_target_plan(tmp_path, provider), run_id)
-    slug = run["targets"][0]
-    inst = pipeline.provision(run["run_dir"], slug)
+    with sandbox.exported():
+        run = pipeline.start_run(one_target_plan(tmp_path, provider), run_id)
+        slug = run["targets"][0]
+        inst = pipeline.provision(run["run_dir"], slug)
     return run, slug, inst
 
 
@@ -56,10 +56,7 @@ def test_kill_switch_ends_billing_where_the_cloud_allows_and_the_reaper_does_the
 ):
     before = set(sandbox.live()[provider])
     t0 = sandbox.clock.now()
-    try:
-        run, slug, inst = launch(sandbox, tmp_path, provider, f"manual__ks_{provider}")
-    finally:
-        pipeline.set_credentials_resolver(lambda name: {})
+    run, slug, inst = launch(sandbox, tmp_path, provider, f"manual__ks_{provider}")
     node = next(iter(set(sandbox.live()[provider]) - before))
     horizon = sandbox.backing.next_due() - t0
     assert 0 < horizon <= 2 * 3600 + 60  # the budgeted time, at most max_instance_hours

@@ -11,13 +11,13 @@ import sys
 import time
 
 from bakeoff import reaper
-from bakeoff.providers.credentials import SANDBOX_ENV
+from bakeoff.providers.credentials import CREDENTIALS_ENV
 
 
 def test_loop_survives_failed_passes_and_stops_on_sigterm(tmp_path):
     # a cloud that does not answer: every pass fails to scan it, and the loop goes on
     creds = {"vultr": {"token": "t", "base_url": "http://127.0.0.1:9/v2", "poll_s": 0.01, "backoff_s": 0.01}}
-    env = {**os.environ, SANDBOX_ENV: json.dumps(creds), "BAKEOFF_DATA": str(tmp_path)}
+    env = {**os.environ, CREDENTIALS_ENV: json.dumps(creds), "BAKEOFF_DATA": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "bakeoff", "reap", "--loop", "--interval-s", "0.2", "--providers", "vultr"],
         env=env,
@@ -48,7 +48,7 @@ def test_loop_survives_failed_passes_and_stops_on_sigterm(tmp_path):
 def test_loop_runs_one_pass_per_interval_and_survives_an_exception(monkeypatch):
     calls, waits = [], []
 
-    def flaky(now=None, provider_names=None, credentials_fn=None):
+    def flaky(now=None, **kw):
         calls.append(now)
         if len(calls) == 2:
             raise RuntimeError("store unreadable")

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from bakeoff import pipeline, secrets
+from bakeoff import pipeline, secrets, store
 from bakeoff.agent.remote import AgentClient
-from bakeoff.sandbox import Sandbox
+from bakeoff_sandbox import Sandbox
 
 
 @pytest.fixture(scope="module")
@@ -28,35 +29,33 @@ def sandbox():
 def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, providers):
     caplog.set_level(logging.INFO)
     logging.getLogger("bakeoff").setLevel(logging.DEBUG)
-    pipeline.set_credentials_resolver(sandbox.credentials)
-    try:
+    with sandbox.exported():
         run_id = "manual__2026-11-29T21:30:00+00:00"
         run = pipeline.start_run(plan, run_id)
         results = [run]
+        rdir = run["run_dir"]
         for slug in run["targets"]:
-            inst = pipeline.provision(run["run_dir"], slug)
-            assert inst["provider"] in providers and inst["state"] == "running"
+            launched = pipeline.provision(rdir, slug)  # returns once created: the node boots meanwhile
+            inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
+            assert inst["provider"] in providers and inst["state"] == "running" and inst["id"] == launched["id"]
             cert = inst["details"]["tls_cert"]  # the node's own certificate: every client pins it
             assert inst["details"]["agent_url"].startswith("https://")
             with AgentClient(inst["details"]["agent_url"], secrets.api_key(run_id, slug), tls_cert=cert) as agent:
                 health = agent.wait_healthy(30, poll_s=0.2)
             assert health["code"].startswith(str(sandbox.workdir))  # the agent runs the copy the node fetched
-            ep = pipeline.deploy(run["run_dir"], slug, inst)
+            assert pipeline.deploy(rdir, slug, inst) == {"target": slug, "secrets": []}
+            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
             assert ep["emulated"] is True  # the emulator says so in /version
             assert ep["base_url"].startswith("https://") and ep["tls_cert"] == cert
-            results += [
-                inst,
-                ep,
-                pipeline.accuracy_gate(run["run_dir"], slug, ep),
-                pipeline.benchmark(run["run_dir"], slug, ep),
-                pipeline.terminate(run["run_dir"], slug, inst),
-            ]
-            assert results[-2]["points"] == 2
+            gate = pipeline.accuracy_gate(rdir, slug, ep)
+            started = pipeline.benchmark(rdir, slug, ep)  # submitted to the node's agent: returns at once
+            assert started["client_mode"] == "co-located" and "points" not in started
+            measured = pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+            results += [inst, ep, gate, started, measured, pipeline.terminate(rdir, slug, inst)]
+            assert measured["points"] == 2
         assert sandbox.live() == {"aws": [], "vultr": [], "digitalocean": [], "oci": []}
         assert pipeline.sweep(run["run_dir"]) == {p: [] for p in providers}
         assert sandbox.backing.running() == []
-    finally:
-        pipeline.set_credentials_resolver(lambda name: {})
     keys = [secrets.api_key(run_id, slug) for slug in run["targets"]]
     xcoms = json.dumps(results)
     rdir = Path(run["run_dir"])
@@ -70,7 +69,7 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
     deploy_doc = json.loads((rdir / "target=b200-vllm" / "deploy.json").read_text())
     assert deploy_doc["ready"] is True and deploy_doc["image"] == "vllm/vllm-openai:v0.25.0"
     # the client ran on each node (co-located, the clouds' default), from the bundle the node fetched
-    run_doc = json.loads((rdir / "run.json").read_text())
+    run_doc = store.run_view(run["run_dir"])
     for slug in run["targets"]:
         assert run_doc["targets"][slug]["benchmark"]["client_mode"] == "co-located"
         tdir = rdir / f"target={slug}"
@@ -81,10 +80,13 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
         # power sampled on the node while each point ran (the emulator's sampler: EMULATED)
         assert (points["power_w_per_gpu"] > 0).all() and (points["joules_per_output_token"] > 0).all()
         assert points["emulated"].all()
+    # every step recorded the worker time it held
+    held = pipeline.held_seconds(run["run_dir"])
+    assert set(held) == set(run["targets"]) and all(s > 0 for s in held.values())
 
 
 def test_sandbox_env_points_other_processes_at_it(sandbox, monkeypatch):
-    from bakeoff.sandbox import credentials_from_env
+    from bakeoff_sandbox import credentials_from_env
 
     for k, v in sandbox.env().items():
         monkeypatch.setenv(k, v)
@@ -95,8 +97,9 @@ def test_sandbox_env_points_other_processes_at_it(sandbox, monkeypatch):
 
 @pytest.mark.parametrize("provider,slug", [("aws", "b200-vllm"), ("vultr", "mi355x-vllm")])
 def test_a_server_that_cannot_start_is_classified_from_the_nodes_logs(sandbox, data_root, tmp_path, provider, slug):
-    """405B in BF16 on one GPU cannot load: readiness times out and the node's logs say why -- from the
-    node agent on every cloud (Vultr has no console API), the EC2 console as a fallback."""
+    """405B in BF16 on one GPU cannot load: the node's logs say why -- from the node agent on every cloud
+    (Vultr has no console API), the EC2 console as a fallback -- and the serving check fails as soon as
+    they do, long before the deploy deadline."""
     import yaml
 
     from bakeoff.plan import load_plan
@@ -104,20 +107,21 @@ def test_a_server_that_cannot_start_is_classified_from_the_nodes_logs(sandbox, d
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     t = next(x for x in raw["targets"] if x["provider"] == provider)
     t.update(model="llama-3.1-405b", quantization="bf16", tensor_parallel=1)
-    t["provider_options"]["deploy_timeout_s"] = 4
+    t["provider_options"]["deploy_timeout_s"] = 600
     raw.update(name=f"sandbox-oom-{provider}", targets=[t])
     path = tmp_path / "oom.yaml"
     path.write_text(yaml.safe_dump(raw))
-    pipeline.set_credentials_resolver(sandbox.credentials)
-    try:
+    with sandbox.exported():
         run = pipeline.start_run(str(path), f"manual__oom_{provider}")
-        inst = pipeline.provision(run["run_dir"], slug)
+        rdir = run["run_dir"]
+        inst = pipeline.until_done(pipeline.node_ready, rdir, slug, pipeline.provision(rdir, slug), poll_s=0.1)
+        pipeline.deploy(rdir, slug, inst)
+        t0 = time.monotonic()
         with pytest.raises(Exception) as e:
-            pipeline.deploy(run["run_dir"], slug, inst)
+            pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
+        assert time.monotonic() - t0 < 120
         assert getattr(e.value, "failure", None) == "oom"
         doc = json.loads(next(data_root.rglob(f"run_id=manual__oom_{provider}/target={slug}/deploy.json")).read_text())
         assert doc == {**doc, "ready": False, "failure": "oom"} and "GB of weights" in doc["detail"]
         pipeline.terminate(run["run_dir"], slug, inst)
         assert sandbox.live()[provider] == []
-    finally:
-        pipeline.set_credentials_resolver(lambda name: {})

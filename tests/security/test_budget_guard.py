@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import time
 
 import pytest
 
 from bakeoff import budget, pipeline, store
 from bakeoff.budget import BudgetExceeded
-from bakeoff.cost import apply_price_sheet
 from bakeoff.plan import PlanError, apply_overrides, load_plan, plan_from_dict
+from bakeoff.plan.prices import apply_price_sheet
 from tests.conftest import ROOT
 
 PLAN = "mi355x-vs-b200"  # two list-priced nodes: about 330 USD at list
@@ -26,18 +27,16 @@ PENNY = 0.0001
 
 @pytest.fixture
 def no_cloud():
-    """A credentials resolver that fails the test if any step reaches for a cloud."""
+    """A credentials resolver that fails the test if any step it is passed to reaches for a cloud."""
 
     def touched(name):
         raise AssertionError(f"a cloud ({name}) was reached although the guard should have refused")
 
-    pipeline.set_credentials_resolver(touched)
-    yield
-    pipeline.set_credentials_resolver(lambda name: {})
+    return touched
 
 
 def _runs(data_root):
-    return sorted(data_root.rglob("run.json")) if data_root.exists() else []
+    return sorted(data_root.rglob("steps/start.json")) if data_root.exists() else []
 
 
 def aws_raw(**workload) -> dict:
@@ -92,7 +91,7 @@ def test_trigger_cap_is_finite_bounded_and_under_the_ceiling(cap, data_root, no_
 
 def test_the_installation_ceiling_is_what_allows_a_larger_cap(data_root, no_cloud):
     run = pipeline.start_run(PLAN, "manual__ceiling", {"budget_usd": 5000}, budget_ceiling_usd="10000")
-    assert store.read_json(f"{run['run_dir']}/run.json")["budget"]["ceiling_usd"] == 10000
+    assert store.run_view(run["run_dir"])["budget"]["ceiling_usd"] == 10000
     with pytest.raises(BudgetExceeded, match="ceiling of 500 USD"):
         pipeline.start_run(PLAN, "manual__ceiling2", None, budget_ceiling_usd="500")  # the plan's 600 is too much
 
@@ -168,8 +167,6 @@ def test_long_prompts_and_high_concurrency_are_priced(attempt, no_cloud):
 
 def test_a_trace_of_simultaneous_requests_is_priced_as_the_work_it_is(tmp_path, monkeypatch):
     """Every request at t = 0: the replay's last offset is 0, but the server still has all of them to serve."""
-    import json  # noqa: PLC0415
-
     monkeypatch.setenv("BAKEOFF_WORKLOADS_DIR", str(tmp_path))
     (tmp_path / "burst.jsonl").write_text(
         "".join(json.dumps({"timestamp": 0, "input_len": 100, "output_len": 60_000}) + "\n" for _ in range(256))
@@ -192,19 +189,11 @@ def test_the_accuracy_gate_is_priced():
 def test_a_cleared_provision_rechecks_the_spend_so_far(data_root, no_cloud):
     """A node of this run was launched 30 h ago and never recorded as terminated: launching the
     target again is refused before any cloud call."""
-    pipeline.set_credentials_resolver(lambda name: {})
     run = pipeline.start_run("mi355x-vs-b200-sandbox", "manual__cleared")
     slug = run["targets"][0]
-    store.update_run(
-        run["run_dir"], targets={slug: {"provision": {"instance_id": "i-1", "launched_at": time.time() - 30 * 3600}}}
-    )
-
-    def touched(name):
-        raise AssertionError(f"{name} reached")
-
-    pipeline.set_credentials_resolver(touched)
+    store.record(run["run_dir"], "provision", {"instance_id": "i-1", "launched_at": time.time() - 30 * 3600}, slug=slug)
     with pytest.raises(BudgetExceeded, match=r"^budget_usd: launching .* again would bring this run to"):
-        pipeline.provision(run["run_dir"], slug)
+        pipeline.provision(run["run_dir"], slug, credentials=no_cloud)
 
 
 # --- the trigger form -----------------------------------------------------------------------------
@@ -218,9 +207,9 @@ def _params():
 
 
 def test_trigger_form_bounds_match_the_plan_fields():
-    from bakeoff.plan import Plan  # noqa: PLC0415
-    from bakeoff.plan.settings import Slo  # noqa: PLC0415
-    from bakeoff.plan.target import PriceOverride  # noqa: PLC0415
+    from bakeoff.plan import Plan
+    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.target import PriceOverride
 
     def le(model, field):
         return next(m.le for m in model.model_fields[field].metadata if getattr(m, "le", None) is not None)
@@ -243,7 +232,7 @@ def test_trigger_form_bounds_match_the_plan_fields():
     ],
 )
 def test_trigger_form_refuses_out_of_range_values(name, value):
-    from airflow.sdk.definitions.param import ParamValidationError  # noqa: PLC0415
+    from airflow.sdk.definitions.param import ParamValidationError
 
     param = copy.deepcopy(_params()[name])
     with pytest.raises(ParamValidationError):

@@ -12,7 +12,7 @@ import pytest
 
 from bakeoff import reaper
 from bakeoff.providers.base import Instance
-from bakeoff.sandbox import oci as fake_oci
+from bakeoff_sandbox import oci as fake_oci
 
 BASE = "/20160918"
 

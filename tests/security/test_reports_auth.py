@@ -17,7 +17,7 @@ import jwt
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ui"))
-from airflow_auth import FAB, SIMPLE, ask, migrated_home  # noqa: E402
+from airflow_auth import FAB, SIMPLE, ask, migrated_home
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 
 from bakeoff import catalog, secrets, store
-from bakeoff.agent import AGENT_PORT, MAX_JOB_BYTES, bundle, job as agent_job
+from bakeoff.agent import AGENT_PORT, bundle
+from bakeoff.agent import job as agent_job
 from bakeoff.agent.server import Agent, build_app
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import userdata
@@ -305,6 +306,7 @@ def test_report_csvs_carry_no_formula_and_keep_negative_numbers(tmp_path, data_r
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
     import synthetic
+
     from bakeoff.cost import cost_run
     from bakeoff.report import build_report
 

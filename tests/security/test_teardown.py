@@ -23,10 +23,10 @@ from bakeoff.providers.digitalocean import DigitalOceanProvider
 from bakeoff.providers.oci import OciProvider
 from bakeoff.providers.rest import encode_tags
 from bakeoff.providers.vultr import VultrProvider
-from bakeoff.sandbox import oci as fake_oci
-from bakeoff.sandbox import throwaway_api_key
-from bakeoff.sandbox.clouds import TOKEN, Clouds
 from bakeoff.teardown import TeardownIncomplete
+from bakeoff_sandbox import oci as fake_oci
+from bakeoff_sandbox import throwaway_api_key
+from bakeoff_sandbox.clouds import TOKEN, Clouds
 
 ROOT = Path(__file__).resolve().parents[2]
 CIDR = "127.0.0.1/32"
@@ -83,13 +83,24 @@ def oci_creds(oci_fake, oci_key):
 
 
 @pytest.fixture
-def resolver(monkeypatch):
-    """Install a credentials resolver for the pipeline (as the DAG does), restored after the test."""
+def resolver():
+    """A credentials resolver to pass into the steps (as the DAG passes its own); ``resolver.use(fn)``
+    changes what it resolves to."""
+    current = [lambda name: {}]
 
-    def install(fn):
-        monkeypatch.setattr(pipeline, "_credentials", fn)
+    def resolve(name):
+        return current[0](name)
 
-    return install
+    resolve.use = lambda fn: current.__setitem__(0, fn)
+    return resolve
+
+
+ENDED: dict[str, str] = {}  # run id -> its DAG run's state, for runs Airflow says have ended
+
+
+def airflow_says(plan: str, run_id: str) -> str | None:
+    """The reaper's run_state: what Airflow would answer for these test runs (None: unknown)."""
+    return ENDED.get(run_id, "running")
 
 
 def _plan(*specs: dict):
@@ -129,7 +140,9 @@ def _run(plan, status: str = "running") -> tuple[Path, str]:
     rid = f"manual__2026-11-29T21:00:00.{uuid.uuid4().hex[:6]}+00:00"
     rdir = store.run_dir(plan.name, rid)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.update_run(rdir, plan=plan.name, run_id=rid, started_at=time.time(), status=status)
+    store.record(rdir, store.START, {"plan": plan.name, "run_id": rid, "started_at": time.time()})
+    if status != "running":
+        ENDED[rid] = status
     return rdir, rid
 
 
@@ -146,7 +159,7 @@ def _launch(provider, plan, slug: str, rid: str, expires_in: float = 3600):
 
 def _record(rdir: Path, slug: str, inst) -> None:
     """What provision records right after create."""
-    store.update_run(rdir, targets={slug: {"provision": {"instance_id": inst.id, "launched_at": time.time()}}})
+    store.record(rdir, "provision", {"instance_id": inst.id, "launched_at": time.time()}, slug=slug)
 
 
 # --- terminate: the known id first --------------------------------------------------------------
@@ -158,14 +171,16 @@ def test_terminate_kills_the_known_node_when_listing_fails(rest, clouds, resolve
     (no XCom instance) the id comes from the target's instance.json."""
     plan = _plan(VULTR)
     rdir, rid = _run(plan)
-    resolver(lambda name: rest(name))
+    resolver.use(lambda name: rest(name))
     inst = _launch(VultrProvider(rest("vultr")), plan, "mi355x-vllm", rid)
     if known_from == "instance.json":
         store.write_json(store.target_dir(plan.name, rid, "mi355x-vllm") / "instance.json", inst.to_dict())
     clouds.vultr.fail_queue.extend([f"{VULTR_LIST}:503"] * 12)
-    out = pipeline.terminate(str(rdir), "mi355x-vllm", inst.to_dict() if known_from == "xcom" else None)
+    out = pipeline.terminate(
+        str(rdir), "mi355x-vllm", inst.to_dict() if known_from == "xcom" else None, credentials=resolver
+    )
     assert inst.id not in clouds.vultr.live() and out["terminated"] == [inst.id]
-    step = store.read_json(rdir / "run.json")["targets"]["mi355x-vllm"]["terminate"]
+    step = store.read_record(rdir, "terminate", "mi355x-vllm")
     assert step["instances"] == [inst.id] and step["terminated_at"] and step["errors"] == []
 
 
@@ -190,20 +205,20 @@ def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(res
         },
     )["bare_metal"]["id"]
     # DigitalOcean (swept first) cannot be reached at all; Vultr's listing fails
-    resolver(lambda name: DEAD if name == "digitalocean" else rest(name))
+    resolver.use(lambda name: DEAD if name == "digitalocean" else rest(name))
     clouds.vultr.fail_queue.extend([f"{VULTR_LIST}:503"] * 6)
     with pytest.raises(TeardownIncomplete) as err:
-        pipeline.sweep(str(rdir))
+        pipeline.sweep(str(rdir), credentials=resolver)
     assert "digitalocean" in str(err.value) and "vultr" in str(err.value)
     assert recorded.id not in clouds.vultr.live()  # by id, though no listing worked
-    doc = store.read_json(rdir / "run.json")
+    doc = store.run_view(rdir)
     assert doc["sweep"]["terminated"]["vultr"] == [recorded.id] and len(doc["sweep"]["errors"]) == 2
     assert "evaluation_cost" in doc  # the cost was still recorded
     # once the clouds answer again, the node whose create answer was lost is found by its tag
-    resolver(lambda name: rest(name))
-    killed = pipeline.sweep(str(rdir))
+    resolver.use(lambda name: rest(name))
+    killed = pipeline.sweep(str(rdir), credentials=resolver)
     assert killed["vultr"] == [lost] and lost not in clouds.vultr.live()
-    assert store.read_json(rdir / "run.json")["sweep"]["errors"] == []
+    assert store.read_record(rdir, "sweep")["errors"] == []
 
 
 def test_a_tampered_record_cannot_aim_the_sweep_at_another_runs_node(rest, clouds, resolver, data_root):
@@ -211,9 +226,9 @@ def test_a_tampered_record_cannot_aim_the_sweep_at_another_runs_node(rest, cloud
     rdir, rid = _run(plan)
     other = _launch(VultrProvider(rest("vultr")), plan, "mi355x-vllm", f"someone-else-{uuid.uuid4().hex[:6]}")
     _record(rdir, "mi355x-vllm", other)
-    resolver(lambda name: rest(name))
+    resolver.use(lambda name: rest(name))
     with pytest.raises(TeardownIncomplete, match="not tagged with run"):
-        pipeline.sweep(str(rdir))
+        pipeline.sweep(str(rdir), credentials=resolver)
     assert other.id in clouds.vultr.live()
     VultrProvider(rest("vultr")).terminate(other.id)
 
@@ -229,7 +244,7 @@ def test_oci_node_in_another_compartment_and_region_is_found_and_reaped(oci_cred
     assert node.region == fake_oci.SECOND_REGION and raw["compartmentId"] == fake_oci.COMPARTMENT_2
     # a fresh provider from the connection alone (what the sweep and the reaper build) finds it
     assert [i.id for i in OciProvider(oci_creds).list_tagged(rid)] == [node.id]
-    out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds)
+    out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds, run_state=airflow_says)
     assert node.id in {r["id"] for r in out["terminated"]} and not out["errors"]
     assert node.id not in oci_fake.live()
 
@@ -238,8 +253,8 @@ def test_oci_sweep_finds_an_unrecorded_node_in_another_compartment_and_region(oc
     plan = _plan(_oci_target(fake_oci.SUBNET_2, fake_oci.COMPARTMENT_2))
     rdir, rid = _run(plan)
     node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)  # provision died before recording it
-    resolver(lambda name: oci_creds)
-    assert pipeline.sweep(str(rdir)) == {"oci": [node.id]}
+    resolver.use(lambda name: oci_creds)
+    assert pipeline.sweep(str(rdir), credentials=resolver) == {"oci": [node.id]}
     assert node.id not in oci_fake.live()
 
 
@@ -251,7 +266,7 @@ def test_one_oci_region_outage_does_not_hide_the_others(oci_creds, oci_fake, dat
     with pytest.raises(PartialListing) as err:
         OciProvider(oci_creds).list_tagged(rid)
     assert [i.id for i in err.value.found] == [node.id] and any(fake_oci.SECOND_REGION in w for w in err.value.errors)
-    out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds)
+    out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds, run_state=airflow_says)
     assert node.id in {r["id"] for r in out["terminated"]} and node.id not in oci_fake.live()
     assert any(fake_oci.SECOND_REGION in where for where in out["errors"])  # reported, not hidden
 
@@ -292,7 +307,7 @@ def test_one_aws_region_refusing_does_not_hide_the_others(moto_server, data_root
         with pytest.raises(PartialListing) as err:
             AwsProvider(creds).list_tagged(rid)
         assert [i.id for i in err.value.found] == [node.id] and set(err.value.errors) == {"us-east-2"}
-        out = reaper.reap(provider_names=["aws"], credentials_fn=lambda name: creds)
+        out = reaper.reap(provider_names=["aws"], credentials_fn=lambda name: creds, run_state=airflow_says)
     finally:
         moto.gate.fail_regions = set()
     assert node.id in {r["id"] for r in out["terminated"]} and "aws:us-east-2" in out["errors"]
@@ -323,8 +338,18 @@ def test_an_unknown_oci_state_counts_as_failed_so_it_is_deleted(oci_creds):
 
 
 def test_the_reaper_task_fails_when_a_cloud_cannot_be_scanned(rest, clouds, monkeypatch, data_root):
+    """The reaper DAG asks Airflow (the Task SDK) whether each node's run ended."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
     plan = _plan(VULTR)
     rdir, rid = _run(plan, status="failed")
+    asked = []
+
+    def get_dagrun_state(dag_id, run_id):
+        asked.append((dag_id, run_id))
+        return airflow_says(plan.name, run_id)
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_dagrun_state", staticmethod(get_dagrun_state))
     node = _launch(VultrProvider(rest("vultr")), plan, "mi355x-vllm", rid)
     for cid in ("AWS_DEFAULT", "OCI_DEFAULT"):
         monkeypatch.delenv(f"AIRFLOW_CONN_{cid}", raising=False)
@@ -342,3 +367,4 @@ def test_the_reaper_task_fails_when_a_cloud_cannot_be_scanned(rest, clouds, monk
     with pytest.raises(RuntimeError, match="digitalocean"):
         dag.get_task("reap").python_callable()
     assert node.id not in clouds.vultr.live()  # the reachable cloud was still reaped
+    assert ("bakeoff", rid) in asked

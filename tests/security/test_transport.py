@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import os
 import socket
 import stat
 import subprocess
@@ -26,7 +25,9 @@ from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.bench.client import StreamingClient
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
-from bakeoff.serving import deploy as deploy_mod, tls, userdata
+from bakeoff.serving import deploy as deploy_mod
+from bakeoff.serving import tls, userdata
+from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.readiness import NotReady, wait_ready
 
 KEY = "bk-" + "7" * 40
@@ -90,41 +91,12 @@ def node_tls(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory, node_tls):
+def emulator(node_tls):
     """The hardware emulator (scripted timing) serving https with the node's certificate."""
-    d = tmp_path_factory.mktemp("emu")
-    (d / "config.json").write_text(
-        json.dumps(
-            {
-                "mode": "scripted",
-                "served_model": MODEL,
-                "api_key_env": "EMU_KEY",
-                "scripted": {"ttft_ms": 2, "itl_ms": 0.5},
-            }
-        )
-    )
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff.serving.emulator",
-            "--config",
-            str(d / "config.json"),
-            "--port",
-            str(port),
-            "--tls-cert",
-            str(node_tls["cert"]),
-            "--tls-key",
-            str(node_tls["key"]),
-        ],
-        env={**os.environ, "EMU_KEY": KEY},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    _wait_port(port, proc, "emulator")
-    yield f"https://127.0.0.1:{port}"
-    _stop(proc)
+    script = {"ttft_ms": 2, "itl_ms": 0.5}
+    tls_files = (str(node_tls["cert"]), str(node_tls["key"]))
+    with ScriptedServerProcess(script, served_model=MODEL, api_key=KEY, tls=tls_files) as srv:
+        yield srv.url
 
 
 # --- pinning ------------------------------------------------------------------------------------
@@ -311,7 +283,9 @@ def test_deploy_pushes_secrets_before_readiness_and_pins_the_endpoint(agent, emu
     )
     assert inst.base_url == emulator  # https because the node has a certificate
     (agent["dir"] / "secrets" / "serve.env").unlink(missing_ok=True)
-    ep = deploy_mod.deploy(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, secrets={"HF_TOKEN": HF})
+    pushed = deploy_mod.start_serving(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, secrets={"HF_TOKEN": HF})
+    assert pushed == ["HF_TOKEN"]
+    ep = deploy_mod.check_serving(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, waited_s=0, masked=(HF,))
     assert (agent["dir"] / "secrets" / "serve.env").read_text() == f"HF_TOKEN={HF}\n"
     assert ep.base_url == emulator and ep.tls_cert == node_tls["mine"].cert_pem
     for f in tmp_path.glob("*.json"):
@@ -330,7 +304,7 @@ def test_deploy_with_secrets_but_no_agent_fails_clearly(tmp_path):
         details={"tls_cert": tls.node_identity("r", "t").cert_pem},
     )
     with pytest.raises(deploy_mod.DeployFailed, match="need the node agent") as err:
-        deploy_mod.deploy(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, secrets={"HF_TOKEN": HF})
+        deploy_mod.start_serving(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, secrets={"HF_TOKEN": HF})
     assert HF not in str(err.value) and HF not in (tmp_path / "deploy.json").read_text()
 
 
@@ -413,7 +387,7 @@ def test_a_tls_key_that_is_not_a_pem_key_is_refused():
 
 def test_the_sandbox_node_boots_tls_from_its_user_data(tmp_path, node_tls):
     """The fake clouds' node: the emulator serves the certificate the user-data carried."""
-    from bakeoff.sandbox.backing import Backing
+    from bakeoff_sandbox.backing import Backing
 
     ident = tls.node_identity("r-sandbox", "b200")
     s = userdata.render_for(_target("aws"), _spec(agent=None, tls={"cert": ident.cert_pem, "key": ident.key_pem}))

@@ -103,7 +103,7 @@ def test_a_serving_token_written_into_the_plan_is_refused(demo_raw):
 def test_serving_secrets_name_only_allowed_variables_and_connections(demo_raw, env, conn, field):
     demo_raw["targets"][0]["secrets"] = {env: conn}
     msg = _refused(demo_raw)
-    assert f"targets[0].secrets" in msg and field in msg
+    assert "targets[0].secrets" in msg and field in msg
 
 
 def _cloud_target(**extra) -> dict:
@@ -134,7 +134,7 @@ def test_a_missing_serving_secret_stops_provisioning_before_launch(demo_raw, dat
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from bakeoff.sandbox import Sandbox
+    from bakeoff_sandbox import Sandbox
 
     with Sandbox(boot_s=0.1) as sb:
         yield sb
@@ -177,22 +177,23 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
 
     monkeypatch.setattr(userdata, "render_for", render_spy)
 
-    pipeline.set_credentials_resolver(sandbox.credentials)
-    try:
+    with sandbox.exported():  # every step's default credentials resolve to the sandbox's clouds
         run = pipeline.start_run(str(path), "manual__secret")
         rdir, slug = run["run_dir"], run["targets"][0]
         results = [run]
         inst = pipeline.provision(rdir, slug)
         try:
-            ep = pipeline.deploy(rdir, slug, inst)
-            results += [inst, ep, pipeline.accuracy_gate(rdir, slug, ep), pipeline.benchmark(rdir, slug, ep)]
+            ready = pipeline.until_done(pipeline.node_ready, rdir, slug, inst, poll_s=0.1)
+            results += [ready, pipeline.deploy(rdir, slug, ready)]
+            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, ready, poll_s=0.1)
+            results += [inst, ep, pipeline.accuracy_gate(rdir, slug, ep)]
+            started = pipeline.benchmark(rdir, slug, ep)
+            results += [started, pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)]
         finally:
             results.append(pipeline.terminate(rdir, slug, inst))
         results.append(pipeline.sweep(rdir))
         for step in (pipeline.cost, pipeline.report):
             results.append(step(rdir))
-    finally:
-        pipeline.set_credentials_resolver(lambda name: {})
     assert seen == [{"HF_TOKEN": HF}]
     plan_doc = json.loads((Path(rdir) / "plan.json").read_text())
     assert plan_doc["targets"][0]["secrets"] == {"HF_TOKEN": "huggingface_default"}  # the name, not the value
@@ -205,10 +206,10 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
 
 
 def test_run_keys_and_serving_secrets_are_masked_in_task_logs(monkeypatch, data_root, demo_raw, tmp_path):
-    import bakeoff_hooks
+    import bakeoff_connections
 
     masked: list[str] = []
-    monkeypatch.setattr(bakeoff_hooks, "mask_secret", masked.append)
+    monkeypatch.setattr(bakeoff_connections, "mask_secret", masked.append)
     monkeypatch.setenv("AIRFLOW_CONN_HUGGINGFACE_DEFAULT", json.dumps({"conn_type": "generic", "password": HF}))
     monkeypatch.setenv(
         "AIRFLOW_CONN_STATIC_ENDPOINT_POOL",
@@ -223,7 +224,7 @@ def test_run_keys_and_serving_secrets_are_masked_in_task_logs(monkeypatch, data_
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(raw))
     run = pipeline.start_run(str(path), "manual__masked")
-    bakeoff_hooks.mask_run_keys(run["run_dir"])
+    bakeoff_connections.mask_run_keys(run["run_dir"])
     assert "pool-key" in masked and HF in masked and "aws-secret" not in masked
     from bakeoff.providers.static import static_base_url
 

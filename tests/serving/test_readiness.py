@@ -1,4 +1,5 @@
-"""Readiness, failure classification from node output, deploy.json, and the key kept out of records."""
+"""Readiness (one probe, one serving check), failure classification from node output, deploy.json,
+and the key kept out of records."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
 from bakeoff.serving import deploy as deploy_mod
-from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, wait_ready
+from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe, wait_ready
 
 KEY = "bk-" + "f" * 40
 
@@ -21,7 +22,8 @@ SAMPLES = {
     "image_pull": "bakeoff: image pull failed for vllm/vllm-openai:v9\nError response from daemon: manifest unknown",
     "oom": "INFO loading weights\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     "bakeoff: bakeoff-serve exited with code 1",
-    "unsupported": "Traceback (most recent call last):\nValueError: fp8 quantization is not supported on gfx942 with this kernel",
+    "unsupported": "Traceback (most recent call last):\n"
+    "ValueError: fp8 quantization is not supported on gfx942 with this kernel",
     "crash": "bakeoff-log: Fatal Python error: Segmentation fault\nbakeoff: bakeoff-serve exited with code 139",
 }
 
@@ -100,6 +102,16 @@ def test_wait_ready_needs_health_and_the_model(server):
         wait_ready(base, KEY, 0.3, poll_s=0.02)
 
 
+def test_probe_looks_once(server):
+    base = f"http://127.0.0.1:{server.port}"
+    assert probe(base, KEY).ready["models"]["data"]
+    server.health = 503
+    seen = probe(base, KEY)
+    assert seen.ready is None and seen.last == "/health answered 503"
+    seen = probe("http://127.0.0.1:1", KEY)
+    assert seen.ready is None and seen.last == "ConnectError"
+
+
 def _target(timeout):
     t = load_plan("mi355x-vs-b200-sandbox").targets[1]
     return t.model_copy(
@@ -117,14 +129,14 @@ def test_deploy_records_ready_with_provenance_and_rtt(server, tmp_path):
         host="127.0.0.1",
         port=server.port,
     )
-    ep = deploy_mod.deploy(_target(5), inst, api_key=KEY, out_dir=tmp_path)
+    ep = deploy_mod.check_serving(_target(5), inst, api_key=KEY, out_dir=tmp_path, waited_s=0)
     doc = json.loads((tmp_path / "deploy.json").read_text())
     assert doc["ready"] is True and doc["failure"] is None and doc["network"]["rtt_ms_p50"] is not None
     assert "--tensor-parallel-size" in doc["engine_args"] and ep.base_url.endswith(str(server.port))
     assert KEY not in (tmp_path / "deploy.json").read_text() + (tmp_path / "endpoint.json").read_text()
 
 
-def test_deploy_failure_is_classified_from_the_log_and_masked(server, tmp_path, caplog):
+def test_a_certain_failure_in_the_log_fails_at_once_classified_and_masked(server, tmp_path, caplog):
     server.health = 503
     log = tmp_path / "node.log"
     log.write_text(f"vllm args: {{'api_key': '{KEY}'}}\ntorch.OutOfMemoryError: HIP out of memory (key {KEY})\n")
@@ -139,8 +151,8 @@ def test_deploy_failure_is_classified_from_the_log_and_masked(server, tmp_path, 
         details={"log": str(log)},
     )
     caplog.set_level(logging.DEBUG)
-    with pytest.raises(deploy_mod.DeployFailed) as e:
-        deploy_mod.deploy(_target(0.3), inst, api_key=KEY, out_dir=tmp_path / "t")
+    with pytest.raises(deploy_mod.DeployFailed) as e:  # long before its deadline: waiting cannot help
+        deploy_mod.check_serving(_target(3600), inst, api_key=KEY, out_dir=tmp_path / "t", waited_s=1)
     doc = json.loads((tmp_path / "t" / "deploy.json").read_text())
     assert doc["ready"] is False and doc["failure"] == "oom" and "<api-key>" in doc["detail"]
     assert e.value.failure == "oom"
@@ -184,7 +196,7 @@ def test_static_endpoint_answers_to_its_served_model_and_claims_nothing_else(ser
     server.models = ["my-llama"]
     server.version = {"version": "0.32.0", "name": "vllm"}
     t = _static(served_model="my-llama", stack="sglang")
-    ep = deploy_mod.deploy(t, _static_instance(server.port), api_key=KEY, out_dir=tmp_path)
+    ep = deploy_mod.check_serving(t, _static_instance(server.port), api_key=KEY, out_dir=tmp_path, waited_s=0)
     doc = json.loads((tmp_path / "deploy.json").read_text())
     assert ep.model == "my-llama" and doc["ready"] is True
     assert not {"image", "engine_args", "env"} & set(doc) and not {"image", "engine_args", "env"} & set(ep.provenance)
@@ -200,7 +212,44 @@ def test_static_endpoint_without_served_model_fails_at_once_naming_the_ids(serve
     assert deploy_mod.deploy_timeout(t) == deploy_mod.STATIC_DEPLOY_TIMEOUT_S <= 120
     t0 = time.monotonic()
     with pytest.raises(deploy_mod.DeployFailed, match="'my-llama'.*served_model") as e:
-        deploy_mod.deploy(t, _static_instance(server.port), api_key=KEY, out_dir=tmp_path)
+        deploy_mod.check_serving(t, _static_instance(server.port), api_key=KEY, out_dir=tmp_path, waited_s=0)
     assert time.monotonic() - t0 < 5 and e.value.failure == "model_not_served"
     doc = json.loads((tmp_path / "deploy.json").read_text())
     assert doc["failure"] == "model_not_served" and doc["models_offered"] == ["my-llama"] and "image" not in doc
+
+
+def _node(server, log) -> Instance:
+    return Instance(
+        provider="aws",
+        id="us-east-1/i-0abc",
+        target="b200-vllm",
+        run_id="r",
+        state="running",
+        host="127.0.0.1",
+        port=server.port,
+        details={"log": str(log)},
+    )
+
+
+def test_check_serving_waits_until_its_deadline_then_records_the_failure(server, tmp_path):
+    """Not ready and nothing certain in the node's output: None (a sensor pokes again) until the
+    target's deploy timeout, then the failure is classified and recorded as before the split. A
+    "not supported" line alone is believed only then (engines log benign ones while they start)."""
+    server.health = 503
+    log = tmp_path / "node.log"
+    log.write_text("INFO loading weights\nWARNING fp8 kv-cache is not supported by this kernel, falling back\n")
+    out = tmp_path / "t"
+    assert deploy_mod.check_serving(_target(60), _node(server, log), api_key=KEY, out_dir=out, waited_s=59) is None
+    assert not (out / "deploy.json").exists()
+    with pytest.raises(deploy_mod.DeployFailed) as e:
+        deploy_mod.check_serving(_target(60), _node(server, log), api_key=KEY, out_dir=out, waited_s=60)
+    doc = json.loads((out / "deploy.json").read_text())
+    assert e.value.failure == doc["failure"] == "unsupported" and doc["ready"] is False
+    log.write_text("INFO loading weights\n")
+    with pytest.raises(deploy_mod.DeployFailed) as e:
+        deploy_mod.check_serving(_target(60), _node(server, log), api_key=KEY, out_dir=out, waited_s=61)
+    doc = json.loads((out / "deploy.json").read_text())
+    assert doc["failure"] == "timeout" and "/health answered 503" in doc["detail"]
+    server.health = 200  # ready: the endpoint, even past the deadline's look
+    ep = deploy_mod.check_serving(_target(60), _node(server, log), api_key=KEY, out_dir=out, waited_s=1)
+    assert ep is not None and json.loads((out / "deploy.json").read_text())["ready"] is True

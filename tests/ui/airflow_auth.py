@@ -84,9 +84,8 @@ def _fab_users(users: dict) -> None:
 
 
 def _serve(spec: dict) -> list[dict]:
-    from fastapi.testclient import TestClient
-
     from airflow.api_fastapi.app import create_app, get_auth_manager
+    from fastapi.testclient import TestClient
 
     client = TestClient(create_app())
     if spec["auth_manager"] == FAB:

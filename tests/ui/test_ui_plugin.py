@@ -100,7 +100,7 @@ def test_airflow_mounts_the_app_behind_its_own_auth(published, tmp_path):
 
     from airflow_auth import SIMPLE, ask, migrated_home
 
-    env = migrated_home(tmp_path, Path(published["mod"]._root()))
+    env = migrated_home(tmp_path, Path(str(published["mod"]._root())))
     reqs = [{"path": "/bakeoff/api/runs", "as": "viewer"}, {"path": "/bakeoff/api/runs"}, {"path": "/api/v2/dags"}]
     viewer, anonymous, api = ask(env, SIMPLE, {"viewer": "viewer"}, reqs, tmp_path)
     assert viewer["status"] == 200
@@ -121,3 +121,20 @@ def test_loading_the_plugin_leaves_airflows_api_modules_unloaded():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_serves_reports_from_an_s3_reports_store(s3_store, tmp_path):
+    """Reports published to object storage are served the same way, by plan, run and listed name only."""
+    plan = synthetic.make_plan()
+    rdir = synthetic.make_run(tmp_path / "results", plan, run_id="manual__s3-ui")
+    cost_run(plan, rdir)
+    publish(plan, rdir, build_report(plan, rdir, tmp_path / "build"))
+    mod = load_plugin()
+    mod.app.dependency_overrides[mod.require_run_read] = lambda: None
+    client = TestClient(mod.app)
+    assert str(mod._root()).startswith(f"s3://bakeoff_store_test@{s3_store}/")
+    runs = client.get("/api/runs").json()
+    assert [r["run_id"] for r in runs] == ["manual__s3-ui"]
+    pdf = client.get(runs[0]["files"]["pdf"].removeprefix("/bakeoff"))
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
+    assert client.get("/reports/synthetic/run_id=manual__s3-ui/manifest.json").status_code == 404

@@ -1,12 +1,11 @@
-"""Publishing: local reports folder with an index of runs, and S3 through a real boto3 client on moto."""
+"""Publishing: the reports store (a local folder, or S3 on moto through an Airflow connection) with an
+index of runs."""
 
 import json
 from pathlib import Path
 
-import boto3
 import pytest
 import synthetic
-from moto import mock_aws
 
 from bakeoff.cost import cost_run
 from bakeoff.publish import asset_uri, publish
@@ -17,7 +16,7 @@ from bakeoff.report import build_report
 def built_runs(tmp_path_factory):
     """Two runs of one plan, reported once for the module (publishing never changes them)."""
     base = tmp_path_factory.mktemp("publish")
-    plan = synthetic.make_plan(concurrency=(1, 4))
+    plan = synthetic.make_plan(concurrency=(1, 4), repeats=2)  # repeats: the headline may name a winner
     out = []
     for i, rid in enumerate(("scheduled__2026-10-01", "scheduled__2026-11-01")):
         rdir = synthetic.make_run(base / "results", plan, run_id=rid, started_at=1.79e9 + i * 1e6, seed=i)
@@ -38,7 +37,7 @@ def test_local_publish_and_index(two_runs):
     for rdir, paths in runs:
         res = publish(plan, rdir, paths)
     assert res["asset_uri"] == asset_uri("synthetic") == "bakeoff://reports/synthetic"
-    assert Path(res["local_dir"]) == root / "synthetic" / "run_id=scheduled__2026-11-01"
+    assert Path(res["location"]) == root / "synthetic" / "run_id=scheduled__2026-11-01"
     for f in res["files"].values():
         assert Path(f).is_file()
     index = json.loads((root / "synthetic" / "index.json").read_text())
@@ -58,25 +57,24 @@ def test_missing_report_file_is_a_clear_error(two_runs):
         publish(plan, rdir, {**paths, "pdf": str(Path(paths["pdf"]).with_name("gone.pdf"))})
 
 
-def test_s3_client_without_bucket_is_refused(two_runs):
-    plan, runs, _ = two_runs
-    with pytest.raises(ValueError, match="without a bucket"):
-        publish(plan, *runs[0], s3_client=object())
+def test_the_manifest_states_the_outcome_from_the_failed_steps(two_runs):
+    plan, runs, root = two_runs
+    assert publish(plan, *runs[0])["status"] == "success"
+    res = publish(plan, *runs[1], failed_steps=["local.benchmark_0"])
+    manifest = json.loads((Path(res["location"]) / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["failed_steps"] == ["local.benchmark_0"]
 
 
-def test_publish_to_s3_on_moto(two_runs):
-    plan, runs, _ = two_runs
+def test_publish_to_an_s3_reports_store(built_runs, s3_store, moto_s3):
+    plan, runs = built_runs
     rdir, paths = runs[0]
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket="reports-bucket")
-        res = publish(plan, rdir, paths, s3_client=s3, bucket="reports-bucket", prefix="/bakeoff/monthly/")
-        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="reports-bucket")["Contents"]}
-        base = "bakeoff/monthly/synthetic/run_id=scheduled__2026-10-01/"
-        for kind, local in res["files"].items():
-            assert base + Path(local).name in keys, kind
-            assert res["s3"][kind] == f"s3://reports-bucket/{base}{Path(local).name}"
-        assert base + "manifest.json" in keys and "bakeoff/monthly/synthetic/index.json" in keys
-        obj = s3.get_object(Bucket="reports-bucket", Key=base + Path(res["files"]["html"]).name)
-        assert obj["ContentType"].startswith("text/html")
-        assert obj["Body"].read() == Path(res["files"]["html"]).read_bytes()
+    res = publish(plan, rdir, paths)
+    s3 = moto_s3
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=s3_store, Prefix="reports/")["Contents"]}
+    base = "reports/synthetic/run_id=scheduled__2026-10-01/"
+    for kind, local in paths.items():
+        assert base + Path(local).name in keys, kind
+        assert res["files"][kind] == f"s3://bakeoff_store_test@{s3_store}/{base}{Path(local).name}"
+    assert {base + "manifest.json", "reports/synthetic/index.json", "reports/index.html"} <= keys
+    body = s3.get_object(Bucket=s3_store, Key=base + Path(paths["html"]).name)["Body"].read()
+    assert body == Path(paths["html"]).read_bytes()

@@ -29,6 +29,7 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 USER, PASSWORD = "admin", "ui-test-password"
 RUN_DIR = "manual__2026-11-01T00_00_00_00_00"
 REPORT_TEXT = "EMULATED demo report for the browser test"
+SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 pytestmark = [
     pytest.mark.skipif(
@@ -100,7 +101,7 @@ def api_server(tmp_path_factory):
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__AUTH_MANAGER": SIMPLE_AUTH_MANAGER,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__API__WORKERS": "1",

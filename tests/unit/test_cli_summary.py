@@ -13,9 +13,12 @@ def test_summary_of_a_plan_file_looks_runs_up_by_the_plans_own_name(data_root, t
     path = tmp_path / "somewhere" / "plan-file.yaml"
     path.parent.mkdir()
     path.write_text(yaml.safe_dump(raw))
-    store.update_run(store.run_dir("my-plan", "r1"), plan="my-plan", run_id="r1", status="failed", started_at=1.0)
+    rdir = store.run_dir("my-plan", "r1")
+    store.record(rdir, store.START, {"plan": "my-plan", "run_id": "r1", "started_at": 1.0})
+    store.record(rdir, "report", {"html": "r1.html", "failed_steps": ["validate"]})
     assert main(["summary", "--plan", str(path)]) == 0
-    assert "run r1 of plan my-plan: failed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "run r1 of plan my-plan: failed (validate)" in out and "html: r1.html" in out and "failed_steps" not in out
     assert main(["summary", "--plan", "my-plan"]) == 0
     empty = tmp_path / "other.yaml"
     empty.write_text(yaml.safe_dump({**raw, "name": "never-run"}))

@@ -21,10 +21,28 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+
 log = logging.getLogger(__name__)
 
+
+def _agent_extra() -> tuple[str, ...]:
+    """The ``agent`` extra of bakeoff's installed metadata: pyproject.toml holds the one list."""
+    try:
+        declared = [Requirement(r) for r in md.requires("bakeoff") or []]
+    except md.PackageNotFoundError:
+        raise RuntimeError(
+            "bakeoff is not installed, so the agent's requirements (its 'agent' extra) cannot be read; "
+            "install it (make venv, or pip install -e .)"
+        ) from None
+    return tuple(
+        r.name for r in declared if r.marker and r.marker.evaluate({"extra": "agent"}) and not r.marker.evaluate()
+    )
+
+
 # What the agent and the benchmark client import (a test walks the real imports to keep this whole).
-AGENT_REQUIREMENTS = ("aiohttp", "httptools", "httpx", "numpy", "pandas", "pyarrow", "pydantic", "PyYAML", "uvloop")
+AGENT_REQUIREMENTS = _agent_extra()
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 # The whole closure, hash-pinned for the node's platform (scripts/agent_requirements.py writes it).
 HASHES_FILE = Path(__file__).with_name("requirements-node.txt")
@@ -93,9 +111,6 @@ def normalize(name: str) -> str:
 
 def closure_pins() -> tuple[str, ...]:
     """AGENT_REQUIREMENTS and everything they require on the node, pinned to this worker's versions."""
-    from packaging.markers import Marker  # noqa: PLC0415
-    from packaging.requirements import Requirement  # noqa: PLC0415
-
     seen: dict[str, str] = {}
     todo = list(AGENT_REQUIREMENTS)
     while todo:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from bakeoff.agent import AGENT_PORT
+from bakeoff.serving.tls import server_context
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -51,7 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from bakeoff.agent.server import Agent  # noqa: PLC0415
+    from bakeoff.agent.server import Agent  # noqa: PLC0415 - aiohttp: loaded when the agent runs, not for every command
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -64,8 +65,6 @@ def handle(args: argparse.Namespace) -> int:
         raise SystemExit("--tls-cert and --tls-key: give both (the node's certificate and its key) or neither")
     ssl_ctx = None
     if args.tls_cert:
-        from bakeoff.serving.tls import server_context  # noqa: PLC0415
-
         try:
             ssl_ctx = server_context(str(args.tls_cert), str(args.tls_key))
         except (OSError, ValueError) as e:
@@ -87,8 +86,9 @@ def handle(args: argparse.Namespace) -> int:
 
 
 async def _serve(agent, host: str, port: int, expires_at: float | None, ssl_ctx=None) -> None:
-    from aiohttp import web  # noqa: PLC0415
-    from bakeoff.agent.server import build_app  # noqa: PLC0415
+    from aiohttp import web  # noqa: PLC0415 - loaded when the agent runs, not for every bakeoff command
+
+    from bakeoff.agent.server import build_app  # noqa: PLC0415 - aiohttp, as above
 
     runner = web.AppRunner(build_app(agent), access_log=None, handle_signals=False)
     await runner.setup()

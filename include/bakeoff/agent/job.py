@@ -4,6 +4,9 @@ The job carries everything the client on the node needs and nothing it must not 
 workloads (with any prompt or trace file they name, inlined), the SLOs, the model id, the GPU
 divisor. The key stays on the node (the boot script wrote it there); the job id is derived from the
 run and target, so a retried task joins the job already running instead of starting a second one.
+
+``submit`` is the action; ``check`` is one look (a sensor's poke) that copies every file the job
+finished since the last look into the results store, so a later failure loses nothing measured.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bakeoff import store
+from bakeoff import budget, store
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES
-from bakeoff.agent.remote import AgentClient, AgentError, run_job
+from bakeoff.agent.remote import AgentClient, AgentError, mirror
 from bakeoff.plan import PlanError
 
 log = logging.getLogger(__name__)
 MAX_INLINE_BYTES = MAX_JOB_BYTES
 AGENT_START_S = 900.0  # the bundle's packages install while the serving image pulls
+MIN_BENCH_TIMEOUT_S = 600.0  # the budget's estimate of a short benchmark leaves no room for the job's start
 
 
 def job_id(run_id: str, slug: str) -> str:
@@ -124,24 +128,77 @@ def _inline(value: str, field: str) -> str:
         raise ValueError(f"{field}: {path.name} is not UTF-8 text; save the file as UTF-8") from None
 
 
-def run_colocated(plan, target, endpoint, run_id: str, key: str | None, tdir: Path) -> int:
-    """Run the plan's workloads on the node, mirror the results into ``tdir``; the number of points."""
+def bench_timeout_s(plan, target) -> float:
+    """How long a co-located benchmark may run: the budget's estimate of its hours with the budget's
+    margin, at least MIN_BENCH_TIMEOUT_S, capped by max_instance_hours (the node powers off then)."""
+    estimate = budget.bench_hours(plan, target) * (1 + budget.MARGIN) * 3600
+    return min(max(estimate, MIN_BENCH_TIMEOUT_S), plan.max_instance_hours * 3600)
+
+
+def _agent(target, endpoint, key: str | None) -> AgentClient:
     if not endpoint.agent_url:
         raise AgentError(
             f"{target.name}: client_mode co-located, but no node agent was started (the node could not "
             "fetch the client bundle, or none was staged); see the node's boot log"
         )
-    with AgentClient(endpoint.agent_url, key, tls_cert=endpoint.tls_cert) as agent:
+    return AgentClient(endpoint.agent_url, key, tls_cert=endpoint.tls_cert)
+
+
+def submit(plan, target, endpoint, run_id: str, key: str | None) -> dict[str, Any]:
+    """Start the plan's workloads on the node (a repeated submit joins the job already running):
+    ``{"job_id", "bundle"}``. Waits only for the agent to answer, which it does by the time the
+    server serves (the bundle installs while the serving image pulls)."""
+    with _agent(target, endpoint, key) as agent:
         info = agent.wait_healthy(AGENT_START_S)
-        log.info(
-            "%s: node agent up (bundle %s); running %d workload(s) on the node",
-            target.slug,
-            (info.get("bundle") or "?")[:16],
-            len(plan.workloads),
-        )
-        done = run_job(agent, build_job(plan, target, endpoint, run_id), tdir, timeout_s=plan.max_instance_hours * 3600)
-    points = len(list(Path(tdir).glob("points/*.parquet")))
-    store.write_json(
-        Path(tdir) / "client.json", {"client_mode": "co-located", "bundle": info.get("bundle"), "files": done["files"]}
+        job = build_job(plan, target, endpoint, run_id)
+        agent.submit(job)
+    log.info(
+        "%s: node agent up (bundle %s); running %d workload(s) on the node",
+        target.slug,
+        (info.get("bundle") or "?")[:16],
+        len(plan.workloads),
     )
-    return points
+    return {"job_id": job["job_id"], "bundle": info.get("bundle")}
+
+
+def check(
+    target,
+    endpoint,
+    key: str | None,
+    submitted: dict[str, Any],
+    tdir: str | store.StorePath,
+    *,
+    waited_s: float,
+    timeout_s: float,
+) -> int | None:
+    """One look at the job, ``waited_s`` after it was submitted: copy the files it finished since the
+    last look into ``tdir``, then the number of points once it is done, None while it runs.
+    AgentError (after copying) when it failed, or is still running after ``timeout_s``."""
+    jid, tdir = submitted["job_id"], store.at(tdir)
+    with _agent(target, endpoint, key) as agent:
+        state = agent.status(jid)
+        files = state.get("files", {})
+        have = {rel: size for rel, size in files.items() if _stored_size(tdir / rel) == size}
+        mirror(agent, jid, files, tdir, have)
+    kept = len(list(tdir.glob("points/*.parquet")))
+    if state.get("state") == "failed":
+        raise AgentError(f"co-located job {jid} failed on the node: {state.get('error')}; {kept} finished points kept")
+    if state.get("state") != "done":
+        if waited_s >= timeout_s:
+            raise AgentError(
+                f"co-located job {jid} still running after {waited_s:.0f}s (its budget: {timeout_s:.0f}s); "
+                f"{kept} finished points kept"
+            )
+        return None
+    store.write_json(
+        tdir / "client.json",
+        {"client_mode": "co-located", "bundle": submitted.get("bundle"), "files": len(files)},
+    )
+    return kept
+
+
+def _stored_size(path: store.StorePath) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None

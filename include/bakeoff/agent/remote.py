@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import httpx
 
 from bakeoff import store
 from bakeoff.serving.power import parse_samples
+from bakeoff.serving.tls import client_context
 
 log = logging.getLogger(__name__)
 NOT_MIRRORED = {"summary.json"}  # the node's console summary of its last workload; the store has the points
@@ -39,8 +40,6 @@ class AgentClient:
         transport: httpx.BaseTransport | None = None,
         tls_cert: str | None = None,
     ):
-        from bakeoff.serving.tls import client_context  # noqa: PLC0415
-
         self.url = url.rstrip("/")
         self._http = httpx.Client(
             base_url=self.url,
@@ -53,7 +52,7 @@ class AgentClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "AgentClient":
+    def __enter__(self) -> AgentClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -111,16 +110,17 @@ class AgentClient:
         return parse_samples(self._get("/agent/power", params={"start": start, "end": end}).text)
 
 
-def mirror(client: AgentClient, job_id: str, files: dict[str, int], into: Path, have: dict[str, int]) -> int:
+def mirror(client: AgentClient, job_id: str, files: dict[str, int], into: store.StorePath, have: dict[str, int]) -> int:
     """Copy finished files not mirrored yet (or grown since) into the store; returns how many."""
     n = 0
     for rel, size in sorted(files.items()):
         if rel in NOT_MIRRORED or have.get(rel) == size:
             continue
-        dest = (into / rel).resolve()
-        if into.resolve() not in dest.parents:  # the agent names files; never let it write elsewhere
+        parts = PurePosixPath(rel).parts
+        if not parts or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts):
+            # the agent names files; never let it write elsewhere (the store may be object storage: no resolve())
             raise AgentError(f"node agent named a file outside the results folder: {rel!r}")
-        store.write_bytes(dest, client.fetch(job_id, rel))
+        store.write_bytes(store.at(into) / rel, client.fetch(job_id, rel))
         have[rel] = size
         n += 1
     return n

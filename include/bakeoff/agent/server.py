@@ -194,12 +194,8 @@ class Agent:
                 or any(c in value for c in "\n\r\0")
             ):
                 raise ValueError(f"env.{name}: give a non-empty one-line string of at most {MAX_SECRET_BYTES} bytes")
-        self.secrets_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.secrets_file.with_name(f".{self.secrets_file.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
-        durable.replace(tmp, self.secrets_file)
+        # owner-only (0600) from the first byte: the atomic writer's temporary file is created so
+        durable.write_atomic(self.secrets_file, "".join(f"{k}={v}\n" for k, v in sorted(env.items())).encode())
         self._secret_values = sorted({*self._secret_values, *env.values()}, key=len, reverse=True)
         return {"ok": True, "names": sorted(env)}
 
@@ -292,7 +288,7 @@ async def _status(request: web.Request) -> web.Response:
         return web.json_response({"error": "no such job"}, status=404)
 
 
-async def _file(request: web.Request) -> web.Response:
+async def _file(request: web.Request) -> web.StreamResponse:
     agent: Agent = request.app[AGENT]
     job, rel = request.match_info["job"], request.match_info["path"]
     if not plain_name(job) or rel not in agent.finished_files(job):  # nothing outside the job's files

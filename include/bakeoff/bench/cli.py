@@ -13,7 +13,9 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,12 +24,18 @@ from pydantic import ValidationError
 
 from bakeoff import store
 from bakeoff.bench import console
+from bakeoff.bench.provenance import identify_engine, snapshot_provenance
 from bakeoff.paths import results_root, safe_name
+from bakeoff.plan.settings import Slo
+from bakeoff.plan.workload import Workload
+from bakeoff.serving.endpoint import Endpoint
+from bakeoff.serving.power import PowerFile
+from bakeoff.serving.tls import check_cert
 
 
 @dataclass
 class AdhocTarget:
-    """What the sweep needs of a target when there is no plan: a name and the GPU divisor."""
+    """What run_workload needs of a target when there is no plan: a name and the GPU divisor."""
 
     name: str
     gpus_used: int = 1
@@ -39,7 +47,9 @@ class AdhocTarget:
 
 def _split_top(text: str) -> list[str]:
     """Split k=v,k=v on the commas outside brackets, so concurrency=[1,4,16] stays one value."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "[{":
             depth += 1
@@ -85,9 +95,6 @@ def _mapping(text: str, what: str) -> dict:
 
 def _keys_help(cls, skip: tuple[str, ...] = ()) -> str:
     """One line per settable key of a plan model, from its own field descriptions."""
-    import textwrap
-    import typing
-
     lines = []
     for name, f in cls.model_fields.items():
         if name in skip:
@@ -107,9 +114,6 @@ def _keys_help(cls, skip: tuple[str, ...] = ()) -> str:
 
 
 def _epilog() -> str:
-    from bakeoff.plan.settings import Slo
-    from bakeoff.plan.workload import Workload
-
     return (
         "workload keys (--workload; the same as a plan's workloads):\n"
         + _keys_help(Workload)
@@ -173,10 +177,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from bakeoff.bench.sweep import run_workload
-    from bakeoff.plan.settings import Slo
-    from bakeoff.plan.workload import Workload
-    from bakeoff.serving.endpoint import Endpoint
+    # the benchmark (aiohttp, uvloop, its worker pool) loads when it runs, not when `bakeoff --help`
+    # builds every command's parser
+    from bakeoff.bench.run import run_workload  # noqa: PLC0415 - start-up cost of every bakeoff command
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -196,8 +199,6 @@ def handle(args: argparse.Namespace) -> int:
     out = args.out or store.target_dir("adhoc", run_id, target.slug, results_root())
     tls_cert = None
     if args.tls_cert:
-        from bakeoff.serving.tls import check_cert  # noqa: PLC0415
-
         try:
             tls_cert = check_cert(args.tls_cert.read_text(), "--tls-cert")
         except OSError as e:
@@ -231,7 +232,7 @@ def handle(args: argparse.Namespace) -> int:
         target,
         workload,
         slo,
-        Path(out),
+        store.at(out),
         run_id,
         api_key,
         args.emulated,
@@ -241,17 +242,17 @@ def handle(args: argparse.Namespace) -> int:
         power=_power(args.power_csv),
     )
     doc["points"] = summaries
-    cal = store.read_json(Path(out) / "client_calibration.json")
+    cal = store.read_json(store.at(out) / "client_calibration.json")
     if cal:  # its one line was logged when it was measured
         doc["calibration"] = cal
-    sla = store.read_json(Path(out) / f"sla-{workload.name}.json")
+    sla = store.read_json(store.at(out) / f"sla-{workload.name}.json")
     if sla:
         doc["sla"] = sla
-    store.write_json(Path(out) / "summary.json", doc)
+    store.write_json(store.at(out) / "summary.json", doc)
     judged = console.slo_given(slo, args.max_error_rate)
     for s in summaries:
         print(console.point_line(s, judged=judged, emulated=args.emulated))
-        for line in console.point_warnings(s, Path(out), workload.name):
+        for line in console.point_warnings(s, store.at(out), workload.name):
             print(line)
     if sla:
         print(
@@ -264,8 +265,6 @@ def handle(args: argparse.Namespace) -> int:
 
 def _engine(endpoint, api_key: str | None) -> dict:
     """The engine as the server names itself (never fatal: "unknown" when it does not say)."""
-    from bakeoff.bench.provenance import identify_engine, snapshot_provenance
-
     try:
         return identify_engine(snapshot_provenance(endpoint, api_key))
     except Exception as e:  # noqa: BLE001 - provenance must never cost a measurement
@@ -273,8 +272,6 @@ def _engine(endpoint, api_key: str | None) -> dict:
 
 
 def _power(path: Path | None):
-    from bakeoff.serving.power import PowerFile
-
     return PowerFile(str(path)) if path else None
 
 

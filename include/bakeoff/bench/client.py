@@ -4,7 +4,7 @@ Why not httpx or aiohttp on the hot path (measured by benchmarks/client_fidelity
 taken in Python when a read is processed includes every callback queued ahead of it, so on a busy
 core TTFT grows with concurrency. Here each read is a ``recvmsg`` whose SO_TIMESTAMPNS ancillary
 data says when the kernel received the bytes; the event loop's queueing drops out of the figure as
-long as the client keeps up on average (the fidelity monitor checks that). Per read there is no task
+long as the client keeps up on average (the loop monitor, bench.monitor, checks that). Per read there is no task
 switch: the parser callbacks feed the SSE accounting directly. TLS endpoints use an asyncio
 protocol instead (stamped on arrival in Python). httpx remains the project's client for
 control-plane calls.
@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 import httptools
 
 from bakeoff.bench.sse import StreamError, StreamState
+from bakeoff.bench.tasks import TaskSet, task_failure
+from bakeoff.serving.tls import client_context
 
 _now = time.perf_counter
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; absent elsewhere
@@ -56,10 +58,10 @@ class _Job:
 
     __slots__ = ("conn", "state", "done", "parser", "status", "keep_alive", "errbody", "now", "got_bytes", "over")
 
-    def __init__(self, conn: "_Conn", state: StreamState, done):
+    def __init__(self, conn: _Conn, state: StreamState, done):
         self.conn, self.state, self.done = conn, state, done
         self.over = False
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.status: int | None = None
         self.keep_alive = True
         self.errbody = b""
@@ -102,7 +104,7 @@ class _Conn:
 
     def feed(self, data: bytes, now: float) -> None:
         job = self.job
-        if job is None:  # bytes nobody asked for: never reuse this connection
+        if job is None or job.parser is None:  # bytes nobody asked for: never reuse this connection
             self.alive = False
             self.close()
             return
@@ -123,6 +125,15 @@ class _Conn:
             )
             job.finish(StreamError(kind, detail), _now())
 
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def closing(self) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
 
 class _SocketConn(_Conn):
     """Plain TCP read with recvmsg and kernel receive timestamps (SO_TIMESTAMPNS).
@@ -132,8 +143,8 @@ class _SocketConn(_Conn):
     perf_counter clock with the offset sampled at each send.
     """
 
-    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop):
-        self.sock, self.loop = sock, loop
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, tasks: TaskSet):
+        self.sock, self.loop, self.tasks = sock, loop, tasks
         self.fd = sock.fileno()
         self.offset = time.time() - _now()
         loop.add_reader(self.fd, self._readable)
@@ -162,7 +173,15 @@ class _SocketConn(_Conn):
         self.offset = time.time() - _now()
         n = self.sock.send(data)
         if n < len(data):
-            self.loop.create_task(self.loop.sock_sendall(self.sock, data[n:]))
+            self.tasks.spawn(self._send_rest(data[n:]))
+
+    async def _send_rest(self, data: bytes) -> None:
+        """The rest of a request the socket buffer could not take at once."""
+        try:
+            await self.loop.sock_sendall(self.sock, data)
+        except OSError as e:
+            self.close()
+            self.lost(e)
 
     def closing(self) -> bool:
         return not self.alive
@@ -194,10 +213,12 @@ class _ProtocolConn(_Conn, asyncio.Protocol):
         self.lost(exc)
 
     def write(self, data: bytes) -> None:
+        if self.transport is None:  # create_connection returns only after connection_made
+            raise ConnectionError("write before the connection was made")
         self.transport.write(data)
 
     def closing(self) -> bool:
-        return not self.alive or self.transport.is_closing()
+        return not self.alive or self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
         self.alive = False
@@ -231,10 +252,9 @@ class StreamingClient:
             raise ValueError(f"endpoint: {base_url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000")
         self.host = u.hostname
         self.port = u.port or (443 if u.scheme == "https" else 80)
-        if tls_cert:
-            from bakeoff.serving.tls import client_context  # noqa: PLC0415
-
-            self.ssl: ssl.SSLContext | None = client_context(base_url, tls_cert)
+        verify = client_context(base_url, tls_cert)  # the pinned context, or True: the system's CAs
+        if isinstance(verify, ssl.SSLContext):
+            self.ssl: ssl.SSLContext | None = verify
         else:
             self.ssl = ssl.create_default_context() if u.scheme == "https" else None
         self.prefix = u.path.rstrip("/")
@@ -247,9 +267,29 @@ class StreamingClient:
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
         self._addr: tuple | None = None  # (family, sockaddr) of the server, once resolved
+        # connects and partial writes run as tasks; one that raises fails every caller waiting on
+        # this client (tasks.TaskSet) instead of leaving a request or a closed-loop slot pending
+        self._tasks = TaskSet(on_error=self._task_failed)
+        self._waiters: set[asyncio.Future] = set()
 
     def __repr__(self) -> str:  # never shows the key
         return f"StreamingClient({self.host}:{self.port})"
+
+    def _task_failed(self, exc: BaseException) -> None:
+        err = task_failure(exc)
+        for fut in list(self._waiters):
+            if not fut.done():
+                fut.set_exception(err)
+
+    async def _wait(self, fut: asyncio.Future):
+        """Await ``fut``, or raise ClientTaskError as soon as one of this client's tasks fails."""
+        if self._tasks.error is not None:
+            raise task_failure(self._tasks.error)
+        self._waiters.add(fut)
+        try:
+            return await fut
+        finally:
+            self._waiters.discard(fut)
 
     def build(self, path: str, body: dict) -> bytes:
         payload = json.dumps(body, separators=(",", ":")).encode()
@@ -262,6 +302,7 @@ class StreamingClient:
 
     async def _open(self) -> _Conn:
         loop = asyncio.get_running_loop()
+        conn: _Conn
         if self.ssl is not None:
             _, conn = await loop.create_connection(
                 _ProtocolConn, self.host, self.port, ssl=self.ssl, server_hostname=self.host
@@ -283,7 +324,7 @@ class StreamingClient:
             except BaseException:
                 sock.close()
                 raise
-            conn = _SocketConn(sock, loop)
+            conn = _SocketConn(sock, loop, self._tasks)
         self._all.add(conn)
         return conn
 
@@ -335,7 +376,7 @@ class StreamingClient:
             if err is None:
                 if job.status != 200:
                     err = StreamError(
-                        f"http_{job.status // 100}xx",
+                        f"http_{job.status // 100}xx" if job.status is not None else "malformed_http",
                         f"HTTP {job.status}: {job.errbody[:300].decode('utf-8', 'replace')}",
                     )
                 else:
@@ -363,7 +404,7 @@ class StreamingClient:
         """A fresh connection, or the failed Outcome to record when there is none."""
         try:
             return await asyncio.wait_for(self._open(), max(0.001, timeout))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             err = StreamError("timeout", "connect timed out")
         except OSError as e:
             err = StreamError("connect_error", f"{type(e).__name__}: {e}")
@@ -375,6 +416,7 @@ class StreamingClient:
         loop = asyncio.get_running_loop()
         timeout = timeout_s or self.timeout_s
         deadline = loop.time() + timeout
+        conn: _Conn | Outcome | None
         for attempt in (0, 1):
             conn, reused, started = self._take(), True, None
             if conn is None:
@@ -389,10 +431,10 @@ class StreamingClient:
                 request,
                 max(0.001, deadline - loop.time()),
                 reused,
-                lambda out, retry: fut.done() or fut.set_result((out, retry)),
+                lambda out, retry, fut=fut: fut.done() or fut.set_result((out, retry)),
                 started,
             )
-            out, retry = await fut
+            out, retry = await self._wait(fut)
             if not (retry and attempt == 0):
                 return out
         return out  # pragma: no cover
@@ -419,6 +461,8 @@ class StreamingClient:
         finished = loop.create_future()
 
         def take() -> int | None:
+            if finished.done():  # the point failed: no new sends
+                return None
             for i in todo:
                 if stop_at is not None and i >= warmup and _now() > stop_at:
                     return None
@@ -435,7 +479,7 @@ class StreamingClient:
             busy[0] += 1
             conn = self._take()
             if conn is None:
-                loop.create_task(connect_then_send(i))
+                self._tasks.spawn(connect_then_send(i))
             else:
                 send(i, conn, True)
 
@@ -445,11 +489,11 @@ class StreamingClient:
                     busy[0] -= 1
                     if retry:
                         busy[0] += 1
-                        loop.create_task(connect_then_send(i))
+                        self._tasks.spawn(connect_then_send(i))
                         return
                     results.append((i, out))
                     start(take())
-                except BaseException as e:  # never leave the caller waiting
+                except BaseException as e:  # noqa: BLE001 - handed to the caller's future: never leave it waiting
                     if not finished.done():
                         finished.set_exception(e)
 
@@ -466,10 +510,11 @@ class StreamingClient:
 
         for _ in range(max(1, concurrency)):
             start(take())
-        await finished
+        await self._wait(finished)
         return results
 
     async def close(self) -> None:
+        self._tasks.cancel()
         for c in list(self._all):
             c.close()
         self._all.clear()

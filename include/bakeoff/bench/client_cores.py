@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from bakeoff.bench.workloads import trace_specs
+
 # Open-loop sends one client core kept on schedule: 2,000 requests/s at 94% of a core, send lag p99
 # 0.17 ms (64 in / 16 out, scripted server on its own core; measured 2026-11-30, `--only open`).
 REQUESTS_PER_CORE_S = 2_000.0
@@ -17,7 +19,7 @@ REQUESTS_PER_CORE_S = 2_000.0
 # closed loop against the scripted server on its own core (C=64, 256 tokens per request, one token
 # per SSE chunk; 2 processes: 1.90x; measured 2026-11-30, `--only workers`).
 TOKENS_PER_CORE_S = 175_000.0
-# A core is planned at most this busy: at 90% (fidelity.CPU_BOUND) a point is flagged client_bound.
+# A core is planned at most this busy: at 90% (monitor.CPU_BOUND) a point is flagged client_bound.
 HEADROOM = 0.8
 # Closed-loop loads have no rate of their own: each sequence is assumed to stream at most this fast
 # (a small model on a current GPU at low batch), so C sequences need up to C x this tokens/s.
@@ -31,8 +33,6 @@ def top_load(w) -> tuple[float, float] | None:
     mean_out = (lo + hi) / 2
     over = w.sla.over if w.load == "sla" else ("rate" if w.load == "rate" else "concurrency")
     if w.load == "trace":
-        from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
-
         try:
             offsets, specs = trace_specs(w)
         except (OSError, ValueError):

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from bakeoff import store
 
@@ -47,7 +44,7 @@ def point_line(s: dict[str, Any], *, judged: bool, emulated: bool) -> str:
     )
 
 
-def point_warnings(s: dict[str, Any], out_dir: Path, workload: str) -> list[str]:
+def point_warnings(s: dict[str, Any], out_dir: str | store.StorePath, workload: str) -> list[str]:
     """Token-count and prompt-length disagreements of one point, each as one indented line."""
     ok = int(s.get("completed") or 0)
     if not ok:
@@ -63,9 +60,9 @@ def point_warnings(s: dict[str, Any], out_dir: Path, workload: str) -> list[str]
             f"  warning: {s['usage_missing']} of {ok} requests had no usage: output tokens are the client's "
             f"own count ({s.get('token_count_method')}), a lower bound for multi-token chunks"
         )
-    path = store.point_file(Path(out_dir), "requests", workload, s["concurrency"], s["repeat"])
+    path = store.point_file(out_dir, "requests", workload, s["concurrency"], s["repeat"])
     if path.exists():
-        req = pd.read_parquet(path, columns=["warmup", "error_kind", "prompt_tokens", "requested_input_len"])
+        req = store.read_frame(path, columns=["warmup", "error_kind", "prompt_tokens", "requested_input_len"])
         req = req[~req["warmup"].astype(bool) & req["error_kind"].isna() & req["prompt_tokens"].notna()]
         if len(req):
             measured, asked = float(req["prompt_tokens"].mean()), float(req["requested_input_len"].mean())

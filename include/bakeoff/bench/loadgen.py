@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from bakeoff.bench.client import Outcome, StreamingClient
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import gc_paused
+from bakeoff.bench.tasks import TaskSet, task_failure
 
 _now = time.perf_counter
 MISMATCH = 0.10  # usage vs client count disagreement that gets flagged
@@ -128,12 +130,12 @@ class Sender:
     def start_clock(self) -> None:
         self.t0 = _now()
 
-    async def send(self, i: int, scheduled: float | None = None) -> "Sent":
+    async def send(self, i: int, scheduled: float | None = None) -> Sent:
         """Send request i; the record is built later (``records``), so that a closed-loop worker
         sends its next request as soon as this one ends instead of after the bookkeeping."""
         return Sent(i, await self.client.stream(self.raw[i], self.timeout_s), scheduled)
 
-    async def run_closed(self, concurrency: int, *, stop_at: float | None = None, indices=None) -> list["Sent"]:
+    async def run_closed(self, concurrency: int, *, stop_at: float | None = None, indices=None) -> list[Sent]:
         """Closed loop over the requests (or ``indices``, any iterable of them: worker processes pass
         one shared queue, workers.SharedOrder): C in flight, each slot
         sending its next request as soon as its previous one ends. Warm-up requests go first
@@ -146,7 +148,7 @@ class Sender:
             )
         return [Sent(i, out, None) for i, out in done]
 
-    def records(self, sent: list["Sent"]) -> list[RequestRecord]:
+    def records(self, sent: list[Sent]) -> list[RequestRecord]:
         return sorted(
             (
                 to_record(
@@ -170,16 +172,6 @@ class Sent:
 
     def __init__(self, index: int, out: Outcome, scheduled: float | None):
         self.index, self.out, self.scheduled = index, out, scheduled
-
-
-def send_lag_figures(lags_s) -> dict[str, float | None]:
-    """p50/p99/max in ms of open-loop lateness (actual send - scheduled send, seconds); the max is
-    kept because a stall hits a few sends hard and hides below every percentile."""
-    a = np.asarray([x for x in lags_s if x is not None], dtype=float) * 1e3
-    if a.size == 0:
-        return {"send_lag_ms_p50": None, "send_lag_ms_p99": None, "send_lag_ms_max": None}
-    p50, p99 = np.percentile(a, [50, 99])
-    return {"send_lag_ms_p50": float(p50), "send_lag_ms_p99": float(p99), "send_lag_ms_max": float(a.max())}
 
 
 def arrival_offsets(n: int, rate: float, kind: str = "poisson", burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -235,9 +227,14 @@ async def open_loop(
     loop = asyncio.get_running_loop()
     # results are collected as each request ends: one gather over thousands of tasks at the end
     # would block the loop for tens of ms just as the last sends are due
-    tasks: set[asyncio.Task] = set()
-    results: list[Any] = []
     finished = loop.create_future()
+
+    def fail(exc: BaseException) -> None:  # a send raised: the point fails with it, now
+        if not finished.done():
+            finished.set_exception(task_failure(exc))
+
+    tasks = TaskSet(on_error=fail)
+    results: list[Any] = []
     scheduling = [True]
 
     async def one(i: int, off: float):
@@ -247,15 +244,11 @@ async def open_loop(
             if sem:
                 sem.release()
 
-    def collect(task: asyncio.Task) -> None:
-        tasks.discard(task)
-        if finished.done():
-            return
-        if task.cancelled() or task.exception() is not None:
-            finished.set_exception(asyncio.CancelledError() if task.cancelled() else task.exception())
+    def collect(task: asyncio.Task) -> None:  # runs after the TaskSet has let go of the task
+        if finished.done() or task.cancelled() or task.exception() is not None:
             return
         results.append(task.result())
-        if not tasks and not scheduling[0]:
+        if not len(tasks) and not scheduling[0]:
             finished.set_result(None)
 
     with gc_paused():
@@ -267,15 +260,12 @@ async def open_loop(
                     break  # a send raised (the point fails), or time is up
                 if sem:
                     await sem.acquire()
-                task = loop.create_task(one(i, off))
-                tasks.add(task)
-                task.add_done_callback(collect)
+                tasks.spawn(one(i, off)).add_done_callback(collect)
             scheduling[0] = False
-            if tasks and not finished.done():
+            if len(tasks) and not finished.done():
                 await finished
             elif finished.done():
                 finished.result()
         finally:
-            for task in list(tasks):  # cancelled or failed: leave nothing running behind
-                task.cancel()
+            tasks.cancel()  # cancelled or failed: leave nothing running behind
     return sorted(results, key=lambda r: r.index)

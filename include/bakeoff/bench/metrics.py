@@ -26,17 +26,25 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 
 from bakeoff.bench.records import POINT_COLUMNS, POINT_KEY, RequestRecord
 
+if TYPE_CHECKING:
+    from bakeoff.plan.settings import Slo
+
 NAN = float("nan")
 
+# What summarize reads: records, row dicts, or a per-request DataFrame read back from Parquet.
+Records: TypeAlias = Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame
 
-def _rows(records) -> list[dict[str, Any]]:
+
+def _rows(records: Records) -> list[dict[str, Any]]:
     """Records, row dicts or a per-request DataFrame (as read back from Parquet, where missing
     values are pd.NA) as plain dicts with None for missing."""
     if isinstance(records, pd.DataFrame):
@@ -44,7 +52,7 @@ def _rows(records) -> list[dict[str, Any]]:
     return [r.to_row() if isinstance(r, RequestRecord) else dict(r) for r in records]
 
 
-def _num(v) -> float | None:
+def _num(v: Any) -> float | None:
     if v is None:
         return None
     try:
@@ -54,8 +62,8 @@ def _num(v) -> float | None:
     return None if math.isnan(f) else f
 
 
-def stats_ms(values: Iterable[float], prefix: str) -> dict[str, float]:
-    """mean/p50/p90/p99 in milliseconds of values given in seconds (NaN when empty)."""
+def stats_ms(values: Iterable[float | None], prefix: str) -> dict[str, float]:
+    """mean/p50/p90/p99 in milliseconds of values given in seconds, missing ones skipped (NaN when empty)."""
     a = np.asarray([v for v in values if v is not None], dtype=float) * 1e3
     if a.size == 0:
         return {f"{prefix}_mean": NAN, f"{prefix}_p50": NAN, f"{prefix}_p90": NAN, f"{prefix}_p99": NAN}
@@ -76,9 +84,9 @@ def request_tpot(row: dict[str, Any]) -> float | None:
     return (e2e - ttft) / (out - 1)
 
 
-def chunk_gaps(offsets) -> list[float]:
+def chunk_gaps(offsets: Iterable[float] | None) -> list[float]:
     offs = list(offsets) if offsets is not None else []
-    return [b - a for a, b in zip(offs, offs[1:])]
+    return [b - a for a, b in pairwise(offs)]
 
 
 def count_method(rows: list[dict[str, Any]]) -> str | None:
@@ -96,8 +104,8 @@ def input_lengths(ok: list[dict[str, Any]], *, sized: bool) -> dict[str, float]:
     measured / requested - 1 over the requests that report usage (NaN when none does, or when the
     prompts are the user's, whose requested length is only a word count)."""
     asked = [float(r.get("requested_input_len") or 0) for r in ok]
-    pairs = [(float(r.get("requested_input_len") or 0), _num(r.get("prompt_tokens"))) for r in ok]
-    pairs = [(a, m) for a, m in pairs if m is not None and a > 0]
+    both = [(float(r.get("requested_input_len") or 0), _num(r.get("prompt_tokens"))) for r in ok]
+    pairs = [(a, m) for a, m in both if m is not None and a > 0]
     measured = [m for _, m in pairs]
     err = sum(measured) / sum(a for a, _ in pairs) - 1.0 if sized and pairs else NAN
     return {
@@ -150,7 +158,13 @@ def open_loop_figures(measured: list[dict[str, Any]], ok: list[dict[str, Any]]) 
     return out
 
 
-def request_is_good(row: dict[str, Any], slo) -> bool:
+def _input_tokens(row: dict[str, Any]) -> int:
+    """A request's input tokens: usage prompt_tokens, else the requested prompt length."""
+    measured = _num(row.get("prompt_tokens"))
+    return int(measured if measured is not None else row.get("requested_input_len") or 0)
+
+
+def request_is_good(row: dict[str, Any], slo: Slo | None) -> bool:
     if row.get("error_kind"):
         return False
     ttft = _num(row.get("ttft"))
@@ -163,7 +177,7 @@ def request_is_good(row: dict[str, Any], slo) -> bool:
     return True
 
 
-def point_meets_slo(summary: dict[str, Any], slo, max_error_rate: float | None = None) -> bool:
+def point_meets_slo(summary: dict[str, Any], slo: Slo | None, max_error_rate: float | None = None) -> bool:
     if not summary.get("completed"):
         return False
     if max_error_rate is not None and summary["error_rate"] > max_error_rate:
@@ -184,10 +198,10 @@ def point_meets_slo(summary: dict[str, Any], slo, max_error_rate: float | None =
 
 
 def summarize(
-    records,
+    records: Records,
     *,
     gpus: int,
-    slo=None,
+    slo: Slo | None = None,
     emulated: bool,
     max_error_rate: float | None = None,
     load_mode: str = "concurrency",
@@ -197,7 +211,7 @@ def summarize(
 ) -> dict[str, Any]:
     """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here).
 
-    ``client`` carries the fidelity monitor's figures (loop_lag_ms_p99, loop_stall_ms_max,
+    ``client`` carries the loop monitor's figures (loop_lag_ms_p99, loop_stall_ms_max,
     client_cpu_pct, client_bound, client_stalled) when the point was measured under it; open-loop
     send lags are taken from the records themselves. ``prompts`` says how the
     prompts were made: prompt_seed, prompt_sizing, input_len_tolerance and ``sized`` (bakeoff wrote
@@ -212,7 +226,7 @@ def summarize(
     measured = [r for r in rows if not r.get("warmup")]
     ok = [r for r in measured if not r.get("error_kind")]
     n, completed = len(measured), len(ok)
-    starts = [_num(r.get("start_offset")) for r in measured]
+    starts = [s for s in (_num(r.get("start_offset")) for r in measured) if s is not None]
     ends = []
     for r in measured:
         s, el = _num(r.get("start_offset")), _num(r.get("elapsed"))
@@ -220,16 +234,8 @@ def summarize(
             el = _num(r.get("e2e"))
         if s is not None and el is not None:
             ends.append(s + el)
-    starts = [s for s in starts if s is not None]
     duration = (max(ends) - min(starts)) if starts and ends else NAN
-    in_tok = sum(
-        int(
-            _num(r.get("prompt_tokens"))
-            if _num(r.get("prompt_tokens")) is not None
-            else r.get("requested_input_len") or 0
-        )
-        for r in ok
-    )
+    in_tok = sum(_input_tokens(r) for r in ok)
     out_tok = sum(int(_num(r.get("output_tokens")) or 0) for r in ok)
     per_s = (lambda x: x / duration) if duration and duration > 0 else (lambda x: NAN)
 

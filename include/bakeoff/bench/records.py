@@ -6,7 +6,7 @@ and reports. Add columns freely; rename or drop none without updating every read
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 # Identity of a point: one (target, workload, concurrency or rate, repeat) measurement.
@@ -48,13 +48,23 @@ class RequestRecord:
     token_mismatch: bool = False  # usage and client count disagree by more than 10%
     chunks: int = 0  # token chunks received (an empty-text chunk is still a token)
     client_count_method: str | None = None  # how output_tokens_client was counted: chunks | words | tokenize
+    # not a column: the streamed text of a request the server gave no usage for, kept in memory for
+    # tokenize.recount_outputs
+    output_pieces: list[str] | None = field(
+        default=None, init=False, repr=False, compare=False, metadata={"column": False}
+    )
 
     @property
     def ok(self) -> bool:
         return self.error_kind is None
 
     def to_row(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        return {f.name: row[f.name] for f in REQUEST_FIELDS}
+
+
+# The per-request table's columns: every field of RequestRecord but the in-memory ones.
+REQUEST_FIELDS = tuple(f for f in fields(RequestRecord) if f.metadata.get("column", True))
 
 
 # Columns of the per-point table (bench.metrics.summarize produces them).
@@ -120,7 +130,7 @@ POINT_COLUMNS = POINT_KEY + [
     "prompt_seed",
     "prompt_sizing",
     # open-loop pacing (issue 16): per-request lateness summarized; the longest event-loop stall and
-    # whether it (or the latest send) passed fidelity.STALL_BOUND_MS; TTFT measured from the
+    # whether it (or the latest send) passed monitor.STALL_BOUND_MS; TTFT measured from the
     # scheduled send, so lateness the client added is not hidden (coordinated omission)
     "send_lag_ms_p50",
     "send_lag_ms_max",

@@ -7,7 +7,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import gc
-from typing import Any, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import uvloop
 

@@ -40,7 +40,7 @@ class PromptSizer:
     check: dict[str, Any] = field(default_factory=dict)  # verification figures
 
     @classmethod
-    def words(cls) -> "PromptSizer":
+    def words(cls) -> PromptSizer:
         """The emulator's convention: one word is one token."""
         return cls("words", {w: 1 for w in WORDS}, {w: 1 for w in WORDS})
 
@@ -69,7 +69,9 @@ class PromptSizer:
         words = list(prefix or [])
         have = self.cost(words)
         if not words:
-            fits = [w for w in tokens.VOCAB if self.first[w] <= target] or [min(tokens.VOCAB, key=self.first.get)]
+            fits = [w for w in tokens.VOCAB if self.first[w] <= target] or [
+                min(tokens.VOCAB, key=self.first.__getitem__)
+            ]
             words.append(rng.choice(fits))
             have = self.first[words[0]]
         dear = max(self.more[w] for w in tokens.VOCAB)
@@ -121,11 +123,11 @@ def _sample(sizer: PromptSizer, counter: TokenCounter, chat: bool, lengths: list
 
 def _verify(sizer: PromptSizer, counter: TokenCounter, chat: bool, lengths: list[int], seed: int) -> PromptSizer:
     asked, got = _sample(sizer, counter, chat, lengths, seed)
-    bias = round(sum(g - a for a, g in zip(asked, got)) / len(asked))
+    bias = round(sum(g - a for a, g in zip(asked, got, strict=True)) / len(asked))
     if bias:
         sizer = PromptSizer(sizer.method, sizer.first, sizer.more, bias)
         asked, got = _sample(sizer, counter, chat, lengths, seed)
-    errs = [(g - a) / a for a, g in zip(asked, got)]
+    errs = [(g - a) / a for a, g in zip(asked, got, strict=True)]
     check = {
         "requested": asked,
         "measured": got,

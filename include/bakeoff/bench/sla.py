@@ -8,6 +8,7 @@ Assumes meeting the SLOs is monotone in load; a non-monotone probe sequence is r
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,17 +95,17 @@ async def search_loads(probe, over: str, start: float, maximum: float, tolerance
     return res
 
 
-async def search(ctx, client) -> SlaResult:
-    from bakeoff.bench.sweep import measure_point
-
-    w, cfg = ctx.workload, ctx.workload.sla
+async def search(workload, measure: Callable[..., Awaitable[dict[str, Any]]]) -> SlaResult:
+    """The workload's SLA search; ``measure(key=, concurrency=, rate=, offsets=)`` measures and
+    saves one probe (bench.run passes its point measurement) and returns its summary."""
+    w, cfg = workload, workload.sla
 
     async def probe(load):
         if cfg.over == "concurrency":
-            return await measure_point(ctx, client, key=int(load), repeat=0, mode="sla", concurrency=int(load))
+            return await measure(key=int(load), concurrency=int(load), rate=None, offsets=None)
         n = w.requests_per_point or max(10, int(round(load * 30)))
         offs = arrival_offsets((w.warmup_requests or 0) + n, load, w.arrival, w.burstiness, seed=w.seed)
-        return await measure_point(ctx, client, key=rate_key(load), repeat=0, mode="sla", rate=load, offsets=offs)
+        return await measure(key=rate_key(load), concurrency=None, rate=load, offsets=offs)
 
     start = int(cfg.start) if cfg.over == "concurrency" else cfg.start
     return await search_loads(probe, cfg.over, start, cfg.max, cfg.tolerance, cfg.max_probes)

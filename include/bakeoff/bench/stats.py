@@ -1,4 +1,10 @@
-"""Uncertainty: bootstrap 95% intervals and a per-metric verdict between two targets.
+"""Uncertainty: bootstrap intervals and a per-metric verdict between two targets.
+
+One method everywhere: ``scipy.stats.bootstrap``, percentile interval (the ``level`` central
+quantiles of the statistic over ``N_BOOT`` resamples with replacement). Percentile rather than BCa
+because BCa's jackknife is quadratic in the sample size and latency samples hold thousands of
+requests; percentile intervals stay inside the observed range, which is the honest answer for a
+handful of repeats.
 
 Latency percentiles are bootstrapped over requests (pooled over repeats); throughput over repeats
 when there are at least two, else over requests with the point's duration held fixed (which
@@ -7,44 +13,108 @@ understates the run-to-run spread: the report should say how many repeats there 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as _scipy_stats
 
 from bakeoff.bench.metrics import _rows, request_tpot
 
 N_BOOT = 2000
+_BATCH = 250  # resamples per vectorised call: bounds memory at _BATCH x sample size
 
-STATS: dict[str, Callable[[np.ndarray], float]] = {
-    "mean": lambda a: float(np.mean(a)),
-    "p50": lambda a: float(np.percentile(a, 50)),
-    "p90": lambda a: float(np.percentile(a, 90)),
-    "p99": lambda a: float(np.percentile(a, 99)),
-}
+Statistic = Callable[..., Any]
+"""A vectorised statistic: ``f(values, axis=-1)`` reduces along ``axis`` (``np.mean``, ``percentile(q)``)."""
 
 
-def _boot(values: np.ndarray, stat: str, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    idx = rng.integers(0, len(values), (n_boot, len(values)))
-    samples = values[idx]
-    if stat == "mean":
-        return samples.mean(axis=1)
-    return np.percentile(samples, float(stat[1:]), axis=1)
+def percentile(q: float) -> Statistic:
+    """The q-th percentile as a vectorised statistic."""
+
+    def stat(values: np.ndarray, axis: int = -1) -> Any:
+        return np.percentile(values, q, axis=axis)
+
+    stat.__name__ = f"p{q:g}"
+    return stat
+
+
+STATS: dict[str, Statistic] = {"mean": np.mean, "p50": percentile(50), "p90": percentile(90), "p99": percentile(99)}
+
+NAN3 = (float("nan"),) * 3
+
+
+def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    return a[np.isfinite(a)]
+
+
+def _interval(samples: tuple[np.ndarray, ...], statistic: Statistic, level: float, seed: int, n_resamples: int):
+    res = _scipy_stats.bootstrap(
+        samples,
+        statistic,
+        n_resamples=n_resamples,
+        batch=_BATCH,
+        vectorized=True,
+        paired=False,
+        axis=-1,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def bootstrap_ci(
-    values: Sequence[float], stat: str = "mean", *, n_boot: int = N_BOOT, seed: int = 0, level: float = 0.95
+    values: Sequence[float] | np.ndarray,
+    statistic: Statistic = np.mean,
+    *,
+    level: float = 0.95,
+    seed: int = 0,
+    n_resamples: int = N_BOOT,
 ) -> tuple[float, float, float]:
-    """(estimate, low, high) of ``stat`` (mean, p50, p90, p99) with a percentile-bootstrap interval."""
-    a = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
+    """(estimate, low, high): ``statistic`` of the finite values and its percentile-bootstrap interval.
+
+    No values: a NaN triple. One value: the value with NaN bounds (one sample has no spread to
+    resample). All values equal: the degenerate interval (v, v, v), without resampling.
+    """
+    a = _finite(values)
     if a.size == 0:
-        return (float("nan"),) * 3
-    est = STATS[stat](a)
+        return NAN3
+    est = float(statistic(a))
     if a.size == 1:
         return est, float("nan"), float("nan")
-    b = _boot(a, stat, np.random.default_rng(seed), n_boot)
-    q = (1 - level) / 2
-    return est, float(np.quantile(b, q)), float(np.quantile(b, 1 - q))
+    if np.all(a == a[0]):
+        return est, est, est
+    lo, hi = _interval((a,), statistic, level, seed, n_resamples)
+    return est, lo, hi
+
+
+def difference_ci(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    statistic: Statistic = np.mean,
+    *,
+    level: float = 0.95,
+    seed: int = 0,
+    n_resamples: int = N_BOOT,
+) -> tuple[float, float, float]:
+    """(statistic(b) - statistic(a), low, high): the two samples resampled independently.
+
+    Fewer than two finite values on either side: a NaN triple. Both samples constant: degenerate.
+    """
+    xa, xb = _finite(a), _finite(b)
+    if xa.size < 2 or xb.size < 2:
+        return NAN3
+    est = float(statistic(xb) - statistic(xa))
+    if np.all(xa == xa[0]) and np.all(xb == xb[0]):
+        return est, est, est
+
+    def diff(sa: np.ndarray, sb: np.ndarray, axis: int = -1) -> Any:
+        return statistic(sb, axis=axis) - statistic(sa, axis=axis)
+
+    lo, hi = _interval((xa, xb), diff, level, seed, n_resamples)
+    return est, lo, hi
 
 
 def _measured_ok(requests: pd.DataFrame) -> pd.DataFrame:
@@ -61,71 +131,62 @@ def latency_values(requests: pd.DataFrame, metric: str) -> np.ndarray:
     return df[metric].astype(float).dropna().to_numpy(dtype=float)
 
 
-def throughput_samples(
-    points: pd.DataFrame,
-    requests: pd.DataFrame,
-    column: str = "output_tps_per_gpu",
-    *,
-    n_boot: int = N_BOOT,
-    seed: int = 0,
-) -> np.ndarray:
-    """Bootstrap distribution of a point's throughput: over repeats (>= 2), else over requests."""
-    rng = np.random.default_rng(seed)
+def throughput_values(points: pd.DataFrame, requests: pd.DataFrame, column: str = "output_tps_per_gpu") -> np.ndarray:
+    """Values whose mean is the point's throughput, to bootstrap with ``np.mean``.
+
+    With two or more repeats, the repeats' throughputs. With one, each measured request's share
+    of it at the point's fixed duration (its tokens x n / (duration x gpus)), so resampling the
+    requests resamples the token total.
+    """
     vals = points[column].dropna().to_numpy(dtype=float)
     if len(vals) >= 2:
-        return vals[rng.integers(0, len(vals), (n_boot, len(vals)))].mean(axis=1)
+        return vals
     df = _measured_ok(requests)
     if df.empty or points.empty:
-        return np.full(n_boot, np.nan)
-    p = points.iloc[0]
+        return np.array([], dtype=float)
     tok = df["output_tokens"].to_numpy(dtype=float)
     if column.startswith("total"):
         tok = tok + df["prompt_tokens"].fillna(df["requested_input_len"]).to_numpy(dtype=float)
-    scale = float(p[column]) / tok.sum() if tok.sum() else 0.0  # = 1 / (duration x gpus)
-    return tok[rng.integers(0, len(tok), (n_boot, len(tok)))].sum(axis=1) * scale
+    scale = float(points.iloc[0][column]) / tok.sum() if tok.sum() else 0.0  # = 1 / (duration x gpus)
+    return tok * scale * len(tok)
 
 
 def point_intervals(points: pd.DataFrame, requests: pd.DataFrame, *, seed: int = 0) -> dict[str, Any]:
     """95% intervals for one point (all its repeats): throughput per GPU, TTFT/TPOT p50 and p99 (ms)."""
     out: dict[str, Any] = {"repeats": int(len(points))}
     for col in ("output_tps_per_gpu", "total_tps_per_gpu"):
-        b = throughput_samples(points, requests, col, seed=seed)
-        out[col] = (float(points[col].mean()), float(np.nanquantile(b, 0.025)), float(np.nanquantile(b, 0.975)))
+        _, lo, hi = bootstrap_ci(throughput_values(points, requests, col), np.mean, seed=seed)
+        out[col] = (float(points[col].mean()), lo, hi)
     for metric in ("ttft", "tpot"):
         v = latency_values(requests, metric) * 1e3
         for stat in ("p50", "p99"):
-            out[f"{metric}_ms_{stat}"] = bootstrap_ci(v, stat, seed=seed)
+            out[f"{metric}_ms_{stat}"] = bootstrap_ci(v, STATS[stat], seed=seed)
     return out
 
 
 def verdict(
-    a: np.ndarray, b: np.ndarray, *, metric: str, higher_is_better: bool, names=("a", "b"), level: float = 0.95
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    *,
+    metric: str,
+    higher_is_better: bool,
+    statistic: Statistic = np.mean,
+    names: tuple[str, str] = ("a", "b"),
+    level: float = 0.95,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Difference b - a of two bootstrap distributions (same length, independent draws) with its
-    interval; a winner only when the interval excludes zero."""
-    d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
-    d = d[~np.isnan(d)]
-    if d.size == 0:
-        return {
-            "metric": metric,
-            "diff": float("nan"),
-            "ci_low": float("nan"),
-            "ci_high": float("nan"),
-            "excludes_zero": False,
-            "better": None,
-        }
-    q = (1 - level) / 2
-    lo, hi = float(np.quantile(d, q)), float(np.quantile(d, 1 - q))
-    excl = lo > 0 or hi < 0
+    """``statistic(b) - statistic(a)`` with its bootstrap interval (``difference_ci``); a winner
+    only when the interval excludes zero."""
+    diff, lo, hi = difference_ci(a, b, statistic, level=level, seed=seed)
+    excl = bool(lo > 0 or hi < 0)  # False for NaN bounds
     better = None
     if excl:
-        b_larger = lo > 0
-        better = names[1] if b_larger == higher_is_better else names[0]
+        better = names[1] if (lo > 0) == higher_is_better else names[0]
     return {
         "metric": metric,
         "a": names[0],
         "b": names[1],
-        "diff": float(np.median(d)),
+        "diff": diff,
         "ci_low": lo,
         "ci_high": hi,
         "excludes_zero": excl,
@@ -139,42 +200,38 @@ def compare_targets(
     points_b: pd.DataFrame,
     requests_b: pd.DataFrame,
     *,
-    names=("a", "b"),
+    names: tuple[str, str] = ("a", "b"),
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Verdicts per metric between two targets at one (workload, load) point, repeats pooled:
     throughput per GPU (higher is better), TTFT and TPOT p50/p99 (lower is better)."""
     rows = []
     for col in ("output_tps_per_gpu", "total_tps_per_gpu"):
-        a = throughput_samples(points_a, requests_a, col, seed=seed)
-        b = throughput_samples(points_b, requests_b, col, seed=seed + 1)
+        a, b = throughput_values(points_a, requests_a, col), throughput_values(points_b, requests_b, col)
         rows.append(
             {
-                **verdict(a, b, metric=col, higher_is_better=True, names=names),
+                **verdict(a, b, metric=col, higher_is_better=True, names=names, seed=seed),
                 "value_a": float(points_a[col].mean()),
                 "value_b": float(points_b[col].mean()),
             }
         )
-    rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     for metric in ("ttft", "tpot"):
         va, vb = latency_values(requests_a, metric) * 1e3, latency_values(requests_b, metric) * 1e3
         for stat in ("p50", "p99"):
-            name = f"{metric}_ms_{stat}"
-            if va.size < 2 or vb.size < 2:
-                rows.append(
-                    {
-                        **verdict(np.array([]), np.array([]), metric=name, higher_is_better=False, names=names),
-                        "value_a": float("nan"),
-                        "value_b": float("nan"),
-                    }
-                )
-                continue
-            ba, bb = _boot(va, stat, rng_a, N_BOOT), _boot(vb, stat, rng_b, N_BOOT)
+            f = STATS[stat]
             rows.append(
                 {
-                    **verdict(ba, bb, metric=name, higher_is_better=False, names=names),
-                    "value_a": STATS[stat](va),
-                    "value_b": STATS[stat](vb),
+                    **verdict(
+                        va,
+                        vb,
+                        metric=f"{metric}_ms_{stat}",
+                        higher_is_better=False,
+                        statistic=f,
+                        names=names,
+                        seed=seed,
+                    ),
+                    "value_a": float(f(va)) if va.size else float("nan"),
+                    "value_b": float(f(vb)) if vb.size else float("nan"),
                 }
             )
     return rows

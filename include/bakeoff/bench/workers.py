@@ -17,8 +17,10 @@ import concurrent.futures
 import multiprocessing
 import time
 
-from bakeoff.bench.loadgen import send_lag_figures
+from bakeoff.bench.monitor import merge_figures
+from bakeoff.bench.point import Ctx, client_for, measure, point_sender
 from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.runtime import run_async
 
 _now = time.perf_counter
 START_LEAD_S = 0.2
@@ -39,7 +41,7 @@ class SharedOrder:
     def __init__(self, counter, total: int):
         self.counter, self.total = counter, total
 
-    def __iter__(self) -> "SharedOrder":
+    def __iter__(self) -> SharedOrder:
         return self
 
     def __next__(self) -> int:
@@ -53,6 +55,8 @@ class SharedOrder:
 
 def _agree_start() -> float:
     """Block until every worker is warmed up, then return one start instant for all."""
+    if _sync is None:
+        raise RuntimeError("_agree_start runs in a worker process started with _init")
     barrier, start, _ = _sync
     if barrier.wait() == 0:
         start.value = _now() + START_LEAD_S
@@ -64,65 +68,36 @@ def _share(total: int, workers: int, w: int) -> int:
     return total // workers + (1 if w < total % workers else 0)
 
 
-def _worker(ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, offsets, specs):
-    from bakeoff.bench import workloads
-    from bakeoff.bench.client import StreamingClient
-    from bakeoff.bench.fidelity import LoopMonitor
-    from bakeoff.bench.loadgen import PointId, Sender, open_loop
-    from bakeoff.bench.runtime import run_async
-
+def _worker(ctx: Ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, offsets, specs):
+    """One worker process's share of the point, through the one measurement loop (point.measure)."""
     wl = ctx.workload
-    n_warm, specs = workloads.point_specs(
-        wl, key, repeat, concurrency, offsets, specs, sizer=ctx.sizer, seed=ctx.prompt_seed
-    )
-    mine = [i for i in range(len(specs)) if i % n_workers == w]  # open loop: this worker's deal
+    c = _share(concurrency or wl.max_concurrency or 0, n_workers, w) or None
+
+    async def start_at() -> float:
+        t_start = await asyncio.get_running_loop().run_in_executor(None, _agree_start)
+        await asyncio.sleep(max(0.0, t_start - _now()))
+        return t_start
 
     async def go():
-        client = StreamingClient(
-            ctx.endpoint.base_url,
-            api_key=ctx.api_key,
-            timeout_s=wl.request_timeout_s,
-            tls_cert=ctx.endpoint.tls_cert,
-            connection=wl.ttft_connection,
-        )
+        client = client_for(ctx)
         try:
-            sender = Sender(
-                client,
-                wl,
-                ctx.endpoint.model,
-                PointId(ctx.run_id, ctx.target.slug, wl.name, key, repeat),
-                specs,
-                n_warm,
-                wl.request_timeout_s,
+            sender = point_sender(
+                ctx, client, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
             )
-            c = _share(concurrency or wl.max_concurrency or 0, n_workers, w) or None
-            await client.warm(max(1, c or 64 // n_workers))
-            t_start = await asyncio.get_running_loop().run_in_executor(None, _agree_start)
-            await asyncio.sleep(max(0.0, t_start - _now()))
-            sender.t0 = t_start
-            stop_at = t_start + wl.max_point_s if wl.max_point_s else None
-            with LoopMonitor() as mon:
-                if concurrency:
-                    sent = await sender.run_closed(
-                        max(1, c), stop_at=stop_at, indices=SharedOrder(_sync[2], len(specs))
-                    )
-                else:
-                    sub = {i: float(offsets[i]) for i in mine}
-
-                    async def send(j, scheduled=None):
-                        return await sender.send(mine[j], scheduled=sub[mine[j]])
-
-                    sent = await open_loop(
-                        send,
-                        [sub[i] for i in mine],
-                        stop_at=stop_at,
-                        t0=t_start,
-                        warmup=sum(i < n_warm for i in mine),
-                        max_concurrency=c,
-                    )
-            recs = sender.records(sent)
-            lags = [r.send_lag for r in recs if r.send_lag is not None]
-            return recs, mon.figures(lags or None)
+            if concurrency:  # closed loop: this worker's slots take from the one shared queue
+                order = SharedOrder(_sync[2], len(sender.specs))
+            else:  # open loop: this worker's round-robin deal of the schedule
+                order = [i for i in range(len(sender.specs)) if i % n_workers == w]
+            return await measure(
+                sender,
+                warm=max(1, c or 64 // n_workers),
+                concurrency=max(1, c) if concurrency else None,
+                offsets=offsets,
+                order=order,
+                max_concurrency=c,
+                max_point_s=wl.max_point_s,
+                start_at=start_at,
+            )
         finally:
             await client.close()
 
@@ -130,7 +105,7 @@ def _worker(ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, off
 
 
 async def measure_in_workers(
-    ctx, *, key: int, repeat: int, concurrency=None, offsets=None, specs=None
+    ctx: Ctx, *, key: int, repeat: int, concurrency=None, offsets=None, specs=None
 ) -> tuple[list[RequestRecord], dict]:
     n = ctx.workload.workers
     budget = concurrency or ctx.workload.max_concurrency
@@ -149,14 +124,4 @@ async def measure_in_workers(
         ]
         results = await asyncio.gather(*futs)
     recs = sorted((r for rs, _ in results for r in rs), key=lambda r: r.index)
-    figs = [f for _, f in results]
-    send = send_lag_figures([r.send_lag for r in recs])  # over the whole point, not per worker
-    return recs, {
-        "client_cpu_pct": sum(f["client_cpu_pct"] for f in figs),
-        "loop_lag_ms_p99": max(f["loop_lag_ms_p99"] for f in figs),
-        "loop_stall_ms_max": max(f["loop_stall_ms_max"] for f in figs),
-        "client_stalled": any(f["client_stalled"] for f in figs),
-        **send,
-        "client_bound": any(f["client_bound"] for f in figs),
-        "workers": n,
-    }
+    return recs, merge_figures([f for _, f in results], [r.send_lag for r in recs])

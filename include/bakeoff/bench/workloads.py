@@ -35,7 +35,7 @@ def _json_objects(p: Path):
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError as e:
+            except json.JSONDecodeError as e:
                 raise WorkloadFileError(
                     f"{_where(p, no)}: not valid JSON ({e.msg}); one JSON object per line"
                 ) from None
@@ -120,7 +120,7 @@ def _user_entry(obj: dict, p: Path, no: int) -> dict:
     mt = obj.get("max_tokens")
     if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
         raise WorkloadFileError(f'{_where(p, no)}: "max_tokens" must be a positive integer')
-    text = prompt if prompt is not None else " ".join(str(m.get("content") or "") for m in messages)
+    text = prompt if prompt is not None else " ".join(str(m.get("content") or "") for m in messages or ())
     return {"prompt": prompt, "messages": messages, "max_tokens": mt, "input_len": tokens.count(text)}
 
 
@@ -199,7 +199,7 @@ def load_entries(workload) -> tuple[dict, ...]:
         return loader(str(p), p.stat().st_mtime)
 
 
-# --- one entry point for the sweep ---------------------------------------------------------------
+# --- one entry point for a workload run --------------------------------------------------------
 def sizes_prompts(workload) -> bool:
     """Whether bakeoff writes every prompt (and so owes its length in tokens) rather than the user. A
     trace may mix its own prompts with written ones, so its points are not held to a length."""

@@ -16,7 +16,6 @@ from pydantic import Field, ValidationError, model_validator
 
 from bakeoff.budget import MAX_BUDGET_USD
 from bakeoff.fielderrors import explain
-
 from bakeoff.plan.settings import Pricing, Quality, Slo
 from bakeoff.plan.target import EmulatorSettings, PriceOverride, Strict, Target
 from bakeoff.plan.workload import Workload
@@ -60,7 +59,7 @@ class Plan(Strict):
     max_instance_hours: float = Field(3.0, gt=0, le=48, description="an instance older than this is reaped")
 
     @model_validator(mode="after")
-    def _unique(self) -> "Plan":
+    def _unique(self) -> Plan:
         for kind, names in (
             ("targets", [t.name for t in self.targets]),
             ("target slugs", [t.slug for t in self.targets]),
@@ -75,7 +74,7 @@ class Plan(Strict):
         return self
 
     @model_validator(mode="after")
-    def _fits_context(self) -> "Plan":
+    def _fits_context(self) -> Plan:
         """The longest prompt plus the longest output a workload may sample must fit every target's
         model: a server refuses the rest, so they would only spend."""
         for i, w in enumerate(self.workloads):
@@ -98,7 +97,7 @@ class Plan(Strict):
 
     @property
     def emulated(self) -> bool:
-        return any(t.provider == "local" for t in self.targets)
+        return any(t.emulated for t in self.targets)
 
 
 def check_workload_path(value: str | None, field: str) -> None:
@@ -155,7 +154,7 @@ def plan_from_dict(raw: dict[str, Any], source: str = "plan") -> Plan:
         raise PlanError(f"{source} is not a valid plan:\n{explain(e, root='(plan)')}") from None
 
 
-def resolve_plan_path(ref: str | os.PathLike) -> Path:
+def resolve_plan_path(ref: str | os.PathLike[str]) -> Path:
     """A path, or the name of a plan under plans_dir() with or without .yaml."""
     p = Path(ref)
     if p.is_file():
@@ -167,7 +166,7 @@ def resolve_plan_path(ref: str | os.PathLike) -> Path:
     raise PlanError(f"plan: no plan file {str(ref)!r}; give a path or one of: {', '.join(avail)}")
 
 
-def load_plan(ref: str | os.PathLike) -> Plan:
+def load_plan(ref: str | os.PathLike[str]) -> Plan:
     path = resolve_plan_path(ref)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -217,7 +216,7 @@ def _number(field: str, value: Any, example: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         value = None
     try:
-        out = float(value)  # type: ignore[arg-type]
+        out = float(value)
     except (TypeError, ValueError):
         out = float("nan")
     if out != out or out in (float("inf"), float("-inf")):

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bakeoff import catalog, faults
+from bakeoff.providers.registry import PROVIDERS, PROVISIONING
 from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, STATIC_CONN_PREFIX, allowed_connection
 
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
@@ -18,7 +19,7 @@ ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
 QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "mxfp4": 0.53}
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0}
 COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "fp4"}
-CLOUD_PROVIDERS = ("aws", "vultr", "digitalocean", "oci")  # nodes bakeoff provisions (and can ship its client to)
+CLOUD_PROVIDERS = PROVISIONING  # nodes bakeoff provisions (and can ship its client to)
 
 
 class Strict(BaseModel):
@@ -186,7 +187,7 @@ class ProviderOptions(Strict):
         return v
 
     @model_validator(mode="after")
-    def _one_vpc(self) -> "ProviderOptions":
+    def _one_vpc(self) -> ProviderOptions:
         if (self.subnet_id or self.security_group_ids) and len(self.regions) > 1:
             raise ValueError(
                 "subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)"
@@ -244,7 +245,7 @@ class Hardware(Strict):
             raise ValueError("must not contain control characters")
         return v
 
-    def as_gpu(self) -> "catalog.Gpu | DescribedGpu":
+    def as_gpu(self) -> catalog.Gpu | DescribedGpu:
         return catalog.gpus().get(self.gpu.strip().lower()) or DescribedGpu(name=self.gpu)
 
 
@@ -380,12 +381,13 @@ class Target(Strict):
         return v
 
     @model_validator(mode="after")
-    def _fits(self) -> "Target":
+    def _fits(self) -> Target:
         self._static_only()
         it = self.instance
         if self.gpus_used > it.gpus:
             raise ValueError(
-                f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; lower tensor_parallel"
+                f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; "
+                "lower tensor_parallel"
             )
         if self.provider in CLOUD_PROVIDERS and it.provider != self.provider:
             raise ValueError(
@@ -461,10 +463,15 @@ class Target(Strict):
         return self.served_model or self.model_spec.hf_id
 
     @property
+    def emulated(self) -> bool:
+        """Its node is the hardware emulator (the local provider): every figure is EMULATED."""
+        return PROVIDERS[self.provider].emulated
+
+    @property
     def client_mode(self) -> str:
         """Where the benchmark client runs: the plan's choice, else co-located on cloud nodes (as MLPerf
         and InferenceMAX do, so the network never pollutes TTFT) and remote elsewhere."""
-        return self.provider_options.client_mode or ("co-located" if self.provider in CLOUD_PROVIDERS else "remote")
+        return self.provider_options.client_mode or PROVIDERS[self.provider].client_mode
 
     @property
     def usd_per_hour(self) -> float:
@@ -474,6 +481,11 @@ class Target(Strict):
             return p.usd_per_hour
         if p and p.usd_per_gpu_hour:
             return p.usd_per_gpu_hour * self.instance.gpus
+        if self.instance.usd_per_hour is None:
+            raise ValueError(
+                f"price.usd_per_hour: instance type {self.instance.type} has no catalog price; "
+                "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target"
+            )
         return float(self.instance.usd_per_hour)
 
     @property
@@ -494,7 +506,7 @@ class Target(Strict):
     @property
     def instance(self) -> catalog.InstanceType:
         if self.instance_type is None:  # a static endpoint described in the plan
-            h = self.hardware
+            h = self._described_hardware()
             return catalog.InstanceType(
                 provider="static",
                 type="described",
@@ -507,10 +519,16 @@ class Target(Strict):
         return catalog.instance_types()[self.instance_type]
 
     @property
-    def gpu(self) -> "catalog.Gpu | DescribedGpu":
+    def gpu(self) -> catalog.Gpu | DescribedGpu:
         if self.instance_type is None:
-            return self.hardware.as_gpu()
+            return self._described_hardware().as_gpu()
         return catalog.gpus()[self.instance.gpu]
+
+    def _described_hardware(self) -> Hardware:
+        """A target without instance_type describes its hardware (validation enforces it; this narrows the type)."""
+        if self.hardware is None:
+            raise ValueError("instance_type: required; name a catalog instance type or describe the hardware")
+        return self.hardware
 
     @property
     def gpus_used(self) -> int:

@@ -32,7 +32,7 @@ class SlaSearch(Strict):
     max_probes: int = Field(16, ge=2, le=64)
 
     @model_validator(mode="after")
-    def _order(self) -> "SlaSearch":
+    def _order(self) -> SlaSearch:
         if self.start > self.max:
             raise ValueError(f"start ({self.start}) must not exceed max ({self.max})")
         if self.over == "concurrency" and self.max > MAX_CONCURRENCY:
@@ -173,7 +173,7 @@ class Workload(Strict):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Workload":
+    def _consistent(self) -> Workload:
         if self.source != "synthetic" and not self.source_path:
             raise ValueError(f"source_path: required when source is {self.source!r}; give the file's path")
         if self.load == "rate" and not self.rates:

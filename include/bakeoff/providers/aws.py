@@ -31,7 +31,7 @@ from bakeoff.providers.base import (
     PartialListing,
     Provider,
     ProviderError,
-    poll_until_reachable,
+    reachable,
 )
 from bakeoff.providers.rest import TAG_PORT, resolve_address
 from bakeoff.serving import userdata
@@ -305,12 +305,10 @@ class AwsProvider(Provider):
             },
         )
 
-    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        return poll_until_reachable(
+    def check_ready(self, instance: Instance) -> Instance | None:
+        return reachable(
             self,
             instance,
-            timeout_s,
-            min(5.0, max(0.2, timeout_s / 50)),
             ended=lambda i: i.details.get("ec2_state") in ("shutting-down", "terminated", "stopping", "stopped"),
             status=lambda i: i.details.get("ec2_state"),
         )

@@ -1,15 +1,18 @@
 """The provider interface every cloud (and the local emulator) implements.
 
-Lifecycle: create -> wait_ready -> describe -> terminate, plus list_tagged to find leftovers by
-run tag even when the task that created them is gone. Every method is safe to retry.
+Lifecycle: create -> check_ready (until it returns the node) -> describe -> terminate, plus
+list_tagged to find leftovers by run tag even when the task that created them is gone. Every method
+is safe to retry. check_ready is one look, so a sensor can free its worker between looks;
+wait_ready loops over it for callers without a scheduler (the CLI).
 """
 
 from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 TAG_RUN = "bakeoff:run_id"
 TAG_TARGET = "bakeoff:target"
@@ -32,7 +35,7 @@ class PartialListing(ProviderError):
     the others; any other caller sees a ProviderError, as it cannot trust the listing to be complete.
     """
 
-    def __init__(self, provider: str, found: list["Instance"], errors: dict[str, str]):
+    def __init__(self, provider: str, found: list[Instance], errors: dict[str, str]):
         super().__init__(
             f"{provider}: could not list every region: " + "; ".join(f"{where}: {why}" for where, why in errors.items())
         )
@@ -61,7 +64,7 @@ class Instance:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Instance":
+    def from_dict(cls, d: dict[str, Any]) -> Instance:
         return cls(**d)
 
     @property
@@ -72,34 +75,25 @@ class Instance:
         return f"{scheme}://{self.host}:{self.port}"
 
 
-def poll_until_reachable(
-    provider: "Provider",
+def reachable(
+    provider: Provider,
     instance: Instance,
-    timeout_s: float,
-    poll_s: float,
     *,
     ended: Callable[[Instance], bool],
     status: Callable[[Instance], Any],
-) -> Instance:
-    """Describe the node until it runs with an address; fail fast if it ended, clearly at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        cur = provider.describe(instance.id)
-        if cur is None or ended(cur):
-            raise ProviderError(
-                f"{provider.name}: node {instance.id} ended before it was ready ({status(cur) if cur else 'gone'})"
-            )
-        if cur.state == "running" and cur.host and cur.port:
-            return cur
-        if time.monotonic() >= deadline:
-            raise ProviderError(
-                f"{provider.name}: node {instance.id} not running with an address after "
-                f"{timeout_s:.0f}s (status {status(cur)})"
-            )
-        time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
+) -> Instance | None:
+    """One look at a cloud node: running with an address, None while it boots, ProviderError once it ended."""
+    cur = provider.describe(instance.id)
+    if cur is None or ended(cur):
+        raise ProviderError(
+            f"{provider.name}: node {instance.id} ended before it was ready ({status(cur) if cur else 'gone'})"
+        )
+    if cur.state == "running" and cur.host and cur.port:
+        return cur
+    return None
 
 
-def list_best_effort(provider: "Provider", run_id: str | None) -> tuple[list["Instance"], dict[str, str]]:
+def list_best_effort(provider: Provider, run_id: str | None) -> tuple[list[Instance], dict[str, str]]:
     """Whatever ``list_tagged`` could find, and where it could not look (empty when it saw everything)."""
     try:
         return provider.list_tagged(run_id), {}
@@ -111,17 +105,33 @@ def list_best_effort(provider: "Provider", run_id: str | None) -> tuple[list["In
 
 class Provider(abc.ABC):
     name: str
+    poll_s: float | None = None  # how often wait_ready looks (None: a fiftieth of its timeout, 0.05 s to 5 s)
 
     def include(self, targets: list) -> None:
         """Widen what ``list_tagged`` searches to where these plan targets launch (no-op for most clouds)."""
+        return None
 
     @abc.abstractmethod
     def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
         """Start (or find, if a previous try already started) the instance for target in run_id."""
 
     @abc.abstractmethod
+    def check_ready(self, instance: Instance) -> Instance | None:
+        """One look: the node, running and reachable, or None while it boots; ProviderError once it ended."""
+
     def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        """Block until the node is running and reachable; raise ProviderError on timeout."""
+        """Look until the node is running and reachable; ProviderError when it ended or at the deadline."""
+        poll_s = self.poll_s or min(5.0, max(0.05, timeout_s / 50))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ready = self.check_ready(instance)
+            if ready is not None:
+                return ready
+            if time.monotonic() >= deadline:
+                raise ProviderError(
+                    f"{self.name}: node {instance.id} not running with an address after {timeout_s:.0f}s"
+                )
+            time.sleep(min(poll_s, max(0.05, deadline - time.monotonic())))
 
     @abc.abstractmethod
     def describe(self, instance_id: str) -> Instance | None:

@@ -1,8 +1,8 @@
 """Provider credentials from the environment, for use without Airflow (the CLI, scripts).
 
-In DAGs the hooks in plugins/ turn Airflow connections into the same dicts. A sandbox started with
-``python -m bakeoff.sandbox`` publishes its fake clouds' credentials as JSON in $BAKEOFF_SANDBOX,
-which wins when set.
+In DAGs plugins/bakeoff_connections.py turns Airflow connections into the same dicts. A process that
+is handed every provider's credentials at once (a test harness, a rehearsal against fake clouds)
+gets them as JSON per provider in $BAKEOFF_CREDENTIALS, which wins when set.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-SANDBOX_ENV = "BAKEOFF_SANDBOX"
+CREDENTIALS_ENV = "BAKEOFF_CREDENTIALS"
 TOKEN_ENV = {"vultr": "VULTR_API_KEY", "digitalocean": "DIGITALOCEAN_TOKEN"}
 BASE_URL_ENV = {"vultr": "VULTR_API_URL", "digitalocean": "DIGITALOCEAN_API_URL"}
 # OCI's API signing key, as the compose .env names it (the key itself is the PEM text)
@@ -25,15 +25,16 @@ OCI_ENV = {
 }
 
 
-def sandbox_credentials(provider: str) -> dict[str, Any]:
-    raw = os.environ.get(SANDBOX_ENV)
+def json_credentials(provider: str) -> dict[str, Any]:
+    """This provider's entry of $BAKEOFF_CREDENTIALS (empty when unset or absent)."""
+    raw = os.environ.get(CREDENTIALS_ENV)
     return dict(json.loads(raw).get(provider, {})) if raw else {}
 
 
 def credentials_from_env(provider: str) -> dict[str, Any]:
-    sandbox = sandbox_credentials(provider)
-    if sandbox:
-        return sandbox
+    given = json_credentials(provider)
+    if given:
+        return given
     if provider == "oci":
         return {k: os.environ[v] for k, v in OCI_ENV.items() if os.environ.get(v)}
     creds: dict[str, Any] = {}

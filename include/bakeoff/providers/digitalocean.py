@@ -18,13 +18,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.base import TAG_RUN, TAG_TARGET, Instance, ProviderError
-from bakeoff.providers.rest import RETRY_STATUS, TAG_PREFIX, RestProvider, _epoch, api_error, decode_tags, run_tag
+from bakeoff.providers.rest import TAG_PREFIX, RestProvider, _epoch, api_error, decode_tags, run_tag
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,6 @@ def firewall_error(method: str, path: str, r: httpx.Response, target=None) -> Pr
 
 class DigitalOceanProvider(RestProvider):
     name = "digitalocean"
-    default_base = "https://api.digitalocean.com/v2"
     collection, one_key, many_key, tag_param = "droplets", "droplet", "droplets", "tag_name"
 
     def default_regions(self, target) -> list[str]:
@@ -116,7 +116,7 @@ class DigitalOceanProvider(RestProvider):
         status = raw.get("status")
         # a powered-off droplet still bills, and so may a status this code does not know ("archive", a new
         # one): "failed", so the sweep and the reaper still delete it; a deleted droplet is a 404, not a status
-        state = {"new": "pending", "active": "running"}.get(status, "failed")
+        state = {"new": "pending", "active": "running"}.get(status or "", "failed")
         region = raw.get("region")
         return state, ip, region.get("slug", "") if isinstance(region, dict) else (region or "")
 
@@ -151,7 +151,7 @@ class DigitalOceanProvider(RestProvider):
         live = {(i.run_id, i.target) for i in self.list_tagged(None)}
         deleted = []
         for fw in self.firewalls():
-            run_id, slug = firewall_owner(fw["name"])
+            run_id, slug = firewall_owner(fw["name"]) or ("", "")  # firewalls() lists only bakeoff's
             if (run_id, slug) in live or fw.get("droplet_ids"):
                 continue
             if (select and select({TAG_RUN: run_id, TAG_TARGET: slug})) or _stale(fw):
@@ -177,34 +177,26 @@ class DigitalOceanProvider(RestProvider):
         by name instead of making a second one."""
         name, tag = firewall_name(run_id, target.slug), firewall_tag(run_id, target.slug)
         body = {"name": name, "inbound_rules": inbound_rules(target), "outbound_rules": OUTBOUND_RULES, "tags": [tag]}
-        for attempt in range(self.api.retries + 1):
-            found = [fw for fw in self.firewalls(run_id) if fw["name"] == name]
-            if found:
-                return found[0]
-            self._ensure_tag(tag)
-            r = self._post_once(FIREWALLS, body)
-            if r is not None and r.status_code in (200, 201, 202):
-                log.info(
-                    "digitalocean: cloud firewall %s for %s allows %s",
-                    name,
-                    target.slug,
-                    target.provider_options.ingress_cidr,
-                )
-                return r.json()["firewall"]
-            if r is not None and r.status_code not in RETRY_STATUS:
-                raise firewall_error("POST", FIREWALLS, r, target)
-            if attempt < self.api.retries:
-                self.api.backoff(attempt, r.headers.get("Retry-After") if r is not None else None)
-        raise ProviderError(
-            f"digitalocean: creating cloud firewall {name} kept failing; no droplet was started, try again later"
-        )
 
-    def _post_once(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
-        """One POST, not blindly retried; None when the answer was lost (the caller looks before retrying)."""
+        def lookup() -> dict[str, Any] | None:
+            return next((fw for fw in self.firewalls(run_id) if fw["name"] == name), None)
+
+        found = lookup()
+        if found:
+            return found
+        self._ensure_tag(tag)
         try:
-            return self.api.request("POST", path, retry=False, json=body)
-        except ProviderError:
-            return None
+            answer = self.api.create(FIREWALLS, body, find=lookup, what=f"creating cloud firewall {name}")
+        except ProviderError as e:
+            raise ProviderError(f"{e}; no droplet was started") from None
+        if isinstance(answer, dict):
+            return answer
+        if answer.status_code not in (200, 201, 202):
+            raise firewall_error("POST", FIREWALLS, answer, target)
+        log.info(
+            "digitalocean: cloud firewall %s for %s allows %s", name, target.slug, target.provider_options.ingress_cidr
+        )
+        return answer.json()["firewall"]
 
     def _ensure_tag(self, tag: str) -> None:
         """A firewall may only name existing tags; creating one that exists already is harmless."""

@@ -7,8 +7,8 @@ in its own session, so it also survives the task that started it until something
 create is idempotent per (run, target), so a retried task never starts a second one. The emulator
 also exits by itself at expires_at, the local twin of a cloud instance's shutdown timer.
 
-Layout under state_root()/local/:  instances/<id>.json (registry), <id>/config.json,
-<id>/emulator.log, <id>/port. The API key reaches the child only through its environment.
+Layout under $BAKEOFF_LOCAL_STATE (default state_root()/local/): instances/<id>.json (registry),
+<id>/config.json, <id>/emulator.log, <id>/port. The API key reaches the child only through its environment.
 
 It serves plain http on 127.0.0.1 only: traffic never leaves the machine's loopback interface, so
 there is no network path for TLS to protect (cloud nodes get a pinned per-node certificate).
@@ -37,12 +37,16 @@ from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, P
 EMULATOR_MODULE = "bakeoff.serving.emulator"
 API_KEY_ENV = "BAKEOFF_API_KEY"
 HOST = "127.0.0.1"
+LOCAL_STATE_ENV = "BAKEOFF_LOCAL_STATE"
 
 _children: dict[int, subprocess.Popen] = {}  # processes this interpreter started, reaped on terminate
 
 
 def _root() -> Path:
-    return paths.state_root() / "local"
+    """The local "cloud"'s control plane: its registry of emulator nodes. Workers whose BAKEOFF_DATA
+    differ share it (so one can list, describe and terminate what another started, as two workers share
+    a cloud account) by setting $BAKEOFF_LOCAL_STATE to one folder; default state_root()/local."""
+    return Path(os.environ.get(LOCAL_STATE_ENV) or paths.state_root() / "local").resolve()
 
 
 def _registry_dir() -> Path:
@@ -55,14 +59,12 @@ def instance_id(run_id: str, target_slug: str) -> str:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    durable.replace(tmp, path)
+    durable.write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 class LocalProvider(Provider):
     name = "local"
+    poll_s = 0.05  # the emulator is up in well under a second
 
     def __init__(
         self, credentials: dict | None = None, *, grace_s: float = 5.0, python: str | None = None, **options: Any
@@ -208,34 +210,29 @@ class LocalProvider(Provider):
         _write_json(self._record_path(iid), rec)
         return rec
 
-    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        deadline = time.monotonic() + timeout_s
+    def check_ready(self, instance: Instance) -> Instance | None:
         rec = self._read(instance.id)
         if rec is None:
             raise ProviderError(f"local instance {instance.id} is unknown; create it first")
-        last = "no port yet"
-        while time.monotonic() < deadline:
-            if not self._alive(rec):
-                raise ProviderError(
-                    f"emulator {instance.id} exited before it was ready; its log {rec['log']} ends:\n"
-                    + _tail(Path(rec["log"]))
-                )
-            port = self._port(rec)
-            if port:
-                try:
-                    r = httpx.get(f"http://{HOST}:{port}/health", timeout=2.0)
-                    if r.status_code == 200:
-                        if rec.get("port") != port:
-                            with self._lock(instance.id):
-                                rec = self._read(instance.id) or rec
-                                rec["port"] = port
-                                _write_json(self._record_path(instance.id), rec)
-                        return self._instance(rec, "running")
-                    last = f"/health answered {r.status_code}"
-                except httpx.HTTPError as e:
-                    last = type(e).__name__
-            time.sleep(0.05)
-        raise ProviderError(f"emulator {instance.id} not ready after {timeout_s:.0f}s ({last}); see {rec['log']}")
+        if not self._alive(rec):
+            raise ProviderError(
+                f"emulator {instance.id} exited before it was ready; its log {rec['log']} ends:\n"
+                + _tail(Path(rec["log"]))
+            )
+        port = self._port(rec)
+        if not port:
+            return None
+        try:
+            if httpx.get(f"http://{HOST}:{port}/health", timeout=2.0).status_code != 200:
+                return None
+        except httpx.HTTPError:
+            return None
+        if rec.get("port") != port:
+            with self._lock(instance.id):
+                rec = self._read(instance.id) or rec
+                rec["port"] = port
+                _write_json(self._record_path(instance.id), rec)
+        return self._instance(rec, "running")
 
     def describe(self, instance_id: str) -> Instance | None:
         rec = self._read(instance_id)

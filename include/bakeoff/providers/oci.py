@@ -27,7 +27,8 @@ import base64
 import hashlib
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import oci
 from oci.exceptions import ServiceError
@@ -41,7 +42,7 @@ from bakeoff.providers.base import (
     PartialListing,
     Provider,
     ProviderError,
-    poll_until_reachable,
+    reachable,
 )
 from bakeoff.providers.rest import TAG_PORT, resolve_address
 from bakeoff.serving import userdata
@@ -354,7 +355,8 @@ class OciProvider(Provider):
                 tried.append(f"{ad} ({e.code}: {e.message})")
         self._drop_nsg(run_id, target.slug, compartment, region)
         raise CapacityError(
-            f"oci: no capacity for {target.instance_type} in {region}; tried {', '.join(tried) or 'no availability domain'}. "
+            f"oci: no capacity for {target.instance_type} in {region}; "
+            f"tried {', '.join(tried) or 'no availability domain'}. "
             f"Add availability_domains to targets.{target.name}.provider_options, ask Oracle for a service limit "
             "increase or a capacity reservation, or try later"
         )
@@ -447,12 +449,10 @@ class OciProvider(Provider):
             },
         )
 
-    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        return poll_until_reachable(
+    def check_ready(self, instance: Instance) -> Instance | None:
+        return reachable(
             self,
             instance,
-            timeout_s,
-            self.poll_s or min(5.0, max(0.2, timeout_s / 50)),
             ended=lambda i: i.state in ("terminated", "failed"),
             status=lambda i: i.details.get("oci_state"),
         )

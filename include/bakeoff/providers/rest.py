@@ -1,8 +1,9 @@
 """What the REST clouds (Vultr, DigitalOcean) share: a retrying httpx client, pagination, tag codec.
 
-Retries: 429 and 5xx are retried with exponential backoff (honouring Retry-After), because both
-APIs rate-limit bursts; a POST is never blindly retried: the caller first looks for what the lost
-request may have created (by tag), so a retry never starts a second node.
+Retries (tenacity): 429, 5xx and connection errors are retried with jittered exponential backoff,
+honouring Retry-After, because both APIs rate-limit bursts. A create is never blindly re-sent: after
+a lost or failed answer the caller first looks for what the request may have made (by tag or name),
+so a retry never starts a second node.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import base64
 import logging
 import random
 import re
-import time
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any, TypeVar
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
 
 from bakeoff.providers.base import (
     TAG_EXPIRES,
@@ -26,12 +28,16 @@ from bakeoff.providers.base import (
     Instance,
     Provider,
     ProviderError,
-    poll_until_reachable,
+    reachable,
 )
+from bakeoff.providers.credentials import TOKEN_ENV
+from bakeoff.providers.registry import provider_info
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
+MAX_DELAY_S = 30.0
+T = TypeVar("T")
 TAG_PORT = "bakeoff:port"  # serving port, so list_tagged can say where a node serves
 TAG_PREFIX = "bakeoff"
 # tag key -> short name; values are base32 so any run id fits the clouds' tag alphabets
@@ -93,8 +99,8 @@ class RestClient:
     ):
         if not token:
             raise ProviderError(
-                f"{cloud}: no API token; add it as the password of the {cloud}_default Airflow connection "
-                f"(or, without Airflow, set VULTR_API_KEY or DIGITALOCEAN_TOKEN)"
+                f"{cloud}: no API token; add it as the password of the {provider_info(cloud).conn_id} Airflow "
+                f"connection (or, without Airflow, set {TOKEN_ENV.get(cloud, 'the API token variable')})"
             )
         self.cloud, self.retries, self.backoff_s = cloud, retries, backoff_s
         self._http = httpx.Client(
@@ -108,29 +114,75 @@ class RestClient:
         self._http.close()
 
     def request(self, method: str, path: str, *, retry: bool = True, **kw: Any) -> httpx.Response:
-        """One API call. ``retry=False`` for create calls: the caller reconciles by tag instead."""
-        attempts = self.retries + 1 if retry else 1
-        for attempt in range(attempts):
-            try:
-                r = self._http.request(method, path.lstrip("/"), **kw)
-            except httpx.TransportError as e:
-                if attempt + 1 >= attempts:
-                    raise ProviderError(f"{self.cloud}: {method} {path} failed: {type(e).__name__}") from None
-                self.backoff(attempt, None)
-                continue
-            if r.status_code in RETRY_STATUS and attempt + 1 < attempts:
-                log.info("%s: %s %s answered %s; retrying", self.cloud, method, path, r.status_code)
-                self.backoff(attempt, r.headers.get("Retry-After"))
-                continue
-            return r
-        raise AssertionError("unreachable")
+        """One API call, retried on 429/5xx and connection errors; the last answer once retries run out
+        (the caller says what its status means). ``retry=False`` sends it once: a create, which the
+        caller reconciles by tag (``create``). A connection that never answers is a ProviderError."""
 
-    def backoff(self, attempt: int, retry_after: str | None) -> None:
+        def send() -> httpx.Response:
+            try:
+                return self._http.request(method, path.lstrip("/"), **kw)
+            except httpx.TransportError as e:
+                raise ProviderError(f"{self.cloud}: {method} {path} failed: {type(e).__name__}") from None
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries + 1 if retry else 1),
+            wait=self.wait,
+            retry=retry_if_exception_type(ProviderError) | retry_if_result(_retryable),
+            before_sleep=lambda state: log.info("%s: %s %s %s; retrying", self.cloud, method, path, _what(state)),
+            retry_error_callback=_last_answer,
+        )
+        return retrying(send)
+
+    def create(
+        self, path: str, body: dict[str, Any], *, find: Callable[[], T | None], what: str = ""
+    ) -> T | httpx.Response:
+        """POST a create that is never re-sent blindly: after a 429/5xx or a lost answer, ``find`` looks
+        for what the request may have made, and returns it; only when it finds nothing is the POST sent
+        again. Returns the first answer not worth retrying (the caller judges its status); raises
+        ProviderError naming the call once every try failed."""
+
+        def attempt() -> T | httpx.Response:
+            r = self._post_once(path, body)
+            if r is not None and r.status_code not in RETRY_STATUS:
+                return r
+            found = find()
+            if found is not None:
+                return found
+            raise _Unanswered(r)
+
         try:
-            delay = float(retry_after) if retry_after else self.backoff_s * 2**attempt
-        except ValueError:
-            delay = self.backoff_s * 2**attempt
-        time.sleep(min(delay, 30.0) * (0.8 + 0.4 * random.random()))
+            return Retrying(
+                stop=stop_after_attempt(self.retries + 1),
+                wait=self.wait,
+                retry=retry_if_exception_type(_Unanswered),
+                before_sleep=lambda state: log.info("%s: POST %s %s; retrying", self.cloud, path, _what(state)),
+                reraise=True,
+            )(attempt)
+        except _Unanswered as e:
+            raise ProviderError(
+                f"{self.cloud}: {what or 'POST ' + path} kept failing ({e.status}) after {self.retries + 1} "
+                "tries and created nothing; try again later"
+            ) from None
+
+    def _post_once(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
+        """One POST; None when its answer was lost (the connection failed)."""
+        try:
+            return self.request("POST", path, retry=False, json=body)
+        except ProviderError:
+            return None
+
+    def wait(self, state: RetryCallState) -> float:
+        """Seconds before the next try: the server's Retry-After when it gave one, else exponential
+        backoff from ``backoff_s``; capped, with jitter so parallel tasks do not retry in step."""
+        delay = self.backoff_s * 2 ** (state.attempt_number - 1)
+        r = _answer(state)
+        retry_after = r.headers.get("Retry-After") if r is not None else None
+        if retry_after:
+            try:
+                delay = float(retry_after)
+            except ValueError:
+                pass  # an HTTP date: the exponential backoff stands
+        return min(delay, MAX_DELAY_S) * (0.8 + 0.4 * random.random())
 
     def json(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 202, 204), **kw: Any) -> Any:
         r = self.request(method, path, **kw)
@@ -158,6 +210,45 @@ class RestClient:
                 params["page"] = page
             else:
                 return
+
+
+class _Unanswered(Exception):
+    """A create whose answer was lost or asked for a retry, and that ``find`` did not find."""
+
+    def __init__(self, r: httpx.Response | None):
+        super().__init__()
+        self.response = r
+        self.status = r.status_code if r is not None else "no answer"
+
+
+def _retryable(r: httpx.Response) -> bool:
+    return r.status_code in RETRY_STATUS
+
+
+def _answer(state: RetryCallState) -> httpx.Response | None:
+    """The HTTP answer behind a try's outcome, if there was one."""
+    outcome = state.outcome
+    if outcome is None:
+        return None
+    if outcome.failed:
+        e = outcome.exception()
+        return e.response if isinstance(e, _Unanswered) else None
+    r = outcome.result()
+    return r if isinstance(r, httpx.Response) else None
+
+
+def _what(state: RetryCallState) -> str:
+    r = _answer(state)
+    if r is not None:
+        return f"answered {r.status_code}"
+    e = state.outcome.exception() if state.outcome is not None and state.outcome.failed else None
+    return f"failed ({e})" if e else "got no answer"
+
+
+def _last_answer(state: RetryCallState) -> httpx.Response:
+    """Retries ran out: the last answer goes to the caller, or the connection error is raised."""
+    assert state.outcome is not None
+    return state.outcome.result()
 
 
 def api_error(cloud: str, method: str, path: str, r: httpx.Response) -> ProviderError:
@@ -201,7 +292,6 @@ class RestProvider(Provider):
     """
 
     name: str
-    default_base: str
     collection: str  # e.g. "bare-metals"
     one_key: str  # e.g. "bare_metal"
     many_key: str  # e.g. "bare_metals"
@@ -218,7 +308,7 @@ class RestProvider(Provider):
         **options: Any,
     ):
         creds = credentials or {}
-        self.base_url = creds.get("base_url") or self.default_base
+        self.base_url = creds.get("base_url") or provider_info(self.name).api_base or ""
         self.address_map_url = creds.get("address_map_url")
         self.poll_s = float(creds.get("poll_s", poll_s))
         self.api = RestClient(
@@ -287,38 +377,25 @@ class RestProvider(Provider):
         tried = []
         for region in list(opts.regions) or self.default_regions(target):
             body = self.create_body(target, region, all_tags, script)
-            for attempt in range(self.api.retries + 1):
-                r = None
-                try:
-                    r = self.api.request("POST", self.collection, retry=False, json=body)
-                except ProviderError:
-                    pass
-                if r is not None and r.status_code in (200, 201, 202):
-                    inst = self._to_instance(r.json()[self.one_key])
-                    log.info(
-                        "%s: created %s (%s) in %s for %s",
-                        self.name,
-                        inst.id,
-                        target.instance_type,
-                        region,
-                        target.slug,
-                    )
-                    return inst
-                if r is not None and r.status_code not in RETRY_STATUS:
-                    err = api_error(self.name, "POST", self.collection, r)
-                    if r.status_code in (400, 403, 412, 422) and CAPACITY_RE.search(str(err)):
-                        tried.append(f"{region} ({str(err).split(': ', 2)[-1][:80]})")
-                        break
-                    raise err
-                found = self._find(run_id, target.slug)  # lost answer: did it create anyway?
-                if found:
-                    return found
-                if attempt == self.api.retries:
-                    raise ProviderError(
-                        f"{self.name}: create {target.instance_type} in {region} kept failing "
-                        f"({r.status_code if r is not None else 'no answer'}); try again later"
-                    )
-                self.api.backoff(attempt, r.headers.get("Retry-After") if r is not None else None)
+            answer = self.api.create(
+                self.collection,
+                body,
+                find=lambda: self._find(run_id, target.slug),  # lost answer: did it create anyway?
+                what=f"create {target.instance_type} in {region} (POST {self.collection})",
+            )
+            if isinstance(answer, Instance):
+                return answer
+            if answer.status_code in (200, 201, 202):
+                inst = self._to_instance(answer.json()[self.one_key])
+                log.info(
+                    "%s: created %s (%s) in %s for %s", self.name, inst.id, target.instance_type, region, target.slug
+                )
+                return inst
+            err = api_error(self.name, "POST", self.collection, answer)
+            if answer.status_code in (400, 403, 412, 422) and CAPACITY_RE.search(str(err)):
+                tried.append(f"{region} ({str(err).split(': ', 2)[-1][:80]})")
+                continue
+            raise err
         raise CapacityError(
             f"{self.name}: no capacity for {target.instance_type}; tried {', '.join(tried)}. "
             f"Add regions to targets.{target.name}.provider_options.regions or try later"
@@ -327,12 +404,10 @@ class RestProvider(Provider):
     def _find(self, run_id: str, slug: str) -> Instance | None:
         return next((i for i in self.list_tagged(run_id) if i.target == slug), None)
 
-    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        return poll_until_reachable(
+    def check_ready(self, instance: Instance) -> Instance | None:
+        return reachable(
             self,
             instance,
-            timeout_s,
-            self.poll_s,
             ended=lambda i: i.state in ("terminated", "failed"),
             status=lambda i: i.details.get("status"),
         )
@@ -362,10 +437,6 @@ class RestProvider(Provider):
             if inst.run_id and (run_id is None or inst.run_id == run_id) and inst.state != "terminated":
                 out.append(inst)
         return out
-
-    def console_output(self, instance_id: str) -> str | None:
-        """Neither REST cloud exposes a console log over its API; triage needs SSH (docker logs bakeoff-serve)."""
-        return None
 
 
 def _epoch(iso: str | None) -> float | None:

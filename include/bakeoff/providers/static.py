@@ -50,8 +50,8 @@ class StaticProvider(Provider):
             },
         )
 
-    def wait_ready(self, instance: Instance, timeout_s: float) -> Instance:
-        return instance
+    def check_ready(self, instance: Instance) -> Instance | None:
+        return instance  # already up: whether it serves is the serving check's question
 
     def describe(self, instance_id: str) -> Instance | None:
         return None

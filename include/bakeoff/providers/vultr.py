@@ -19,7 +19,6 @@ DEFAULT_OS_ID = 2284
 
 class VultrProvider(RestProvider):
     name = "vultr"
-    default_base = "https://api.vultr.com/v2"
     collection, one_key, many_key, tag_param = "bare-metals", "bare_metal", "bare_metals", "tag"
 
     def default_regions(self, target) -> list[str]:

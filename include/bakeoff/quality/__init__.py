@@ -2,7 +2,10 @@
 
 - ``validate.validate_run``: GX suites (requests, points, coverage, repeats), traffic compliance
   and accuracy verdicts for every target of a run -> ``validation.json``.
+- ``suites`` / ``compliance``: what to expect of a target's tables; ``gx``: building, running and
+  reading GX suites, shared by both.
 - ``accuracy.run_gate``: the per-target accuracy gate run before the benchmark -> ``accuracy.json``.
+- ``status.target_status``: per target, ranked / quarantined / no results, for the cost step.
 - ``support.support_matrix``: GPU x stack x model x quantization -> deployed / ready / passed.
 Submodules are imported explicitly; this package imports nothing heavy.
 """

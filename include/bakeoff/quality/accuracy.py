@@ -12,20 +12,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bakeoff import tokens
 from bakeoff.quality import evalset
+from bakeoff.quality.lm_eval_backend import evaluate as lm_eval_evaluate
 from bakeoff.serving.endpoint import Endpoint
-from bakeoff.store import write_json
+from bakeoff.store import StorePath, at, write_json
 
 FILE = "accuracy.json"
 
 
-def run_gate(endpoint: Endpoint, api_key: str | None, target, plan, out_dir: Path) -> dict[str, Any]:
+def run_gate(endpoint: Endpoint, api_key: str | None, target, plan, out_dir: str | StorePath) -> dict[str, Any]:
     """Score target's endpoint on the plan's evaluation set; write and return out_dir/accuracy.json.
 
     The document holds no verdict (see ``judge``) and never the API key.
@@ -33,9 +33,7 @@ def run_gate(endpoint: Endpoint, api_key: str | None, target, plan, out_dir: Pat
     acc = plan.quality.accuracy
     started = time.time()
     if acc.backend == "lm_eval":
-        from bakeoff.quality.lm_eval_backend import evaluate
-
-        result = evaluate(endpoint, api_key, acc)
+        result = lm_eval_evaluate(endpoint, api_key, acc)
     else:
         items = evalset.build(acc.eval_size, acc.seed)
         answers = asyncio.run(_ask_all(endpoint, api_key, items, acc))
@@ -62,7 +60,7 @@ def run_gate(endpoint: Endpoint, api_key: str | None, target, plan, out_dir: Pat
         "duration_s": round(time.time() - started, 3),
         "items": result["items"],
     }
-    write_json(Path(out_dir) / FILE, doc)
+    write_json(at(out_dir) / FILE, doc)
     return doc
 
 

@@ -2,8 +2,8 @@
 
 Latency checks say the numbers are sane; these say the server did what was asked, so a server
 that stops early or skips the usage chunk cannot look faster than it is. Runs as a GX suite on
-the prepared requests frame (see ``suites.prepare_requests``), successful requests only.
-Token-exact checks use rows whose counts came from the server's ``usage``; rows counted by the
+the prepared requests frame (``suites.prepare_requests``; ``suites.checks_for`` pairs them),
+successful requests only. Token-exact checks use rows whose counts came from the server's ``usage``; rows counted by the
 client are flagged by the usage check instead.
 
 Limitation: the requests table records text-bearing chunks only, so "the first chunk carries
@@ -17,14 +17,14 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
-from bakeoff.quality.suites import OK, make_suite
+from bakeoff.quality.gx import OK, make_suite
 
 USAGE = Column("tokens_source") == "usage"
 NO_EOS = Column("ignore_eos") == True  # noqa: E712
 
 
 def suite(plan, target, first_chunk_flag: bool = False) -> gx.ExpectationSuite:
-    exps = [
+    exps: list[gxe.Expectation] = [
         gxe.ExpectColumnValuesToNotBeNull(
             column="tokens_source",
             row_condition=OK,

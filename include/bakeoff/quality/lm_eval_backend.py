@@ -21,8 +21,8 @@ def evaluate(endpoint, api_key: str | None, acc) -> dict[str, Any]:
             "unpinned; use backend: builtin for cloud nodes (lm_eval stays available for local and static targets)"
         )
     try:
-        import lm_eval
-        from lm_eval.models.openai_completions import LocalCompletionsAPI
+        import lm_eval  # noqa: PLC0415 - optional package (pulls torch), not a bakeoff requirement
+        from lm_eval.models.openai_completions import LocalCompletionsAPI  # noqa: PLC0415 - optional package
     except ImportError:
         raise RuntimeError(
             "quality.accuracy.backend is 'lm_eval' but the lm_eval package is not installed; "

@@ -10,7 +10,6 @@ so only validation does, at run time.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
@@ -18,33 +17,12 @@ import numpy as np
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
+from bakeoff.quality import compliance
+from bakeoff.quality.gx import OK, Check, make_suite, why
+
 FINISH_REASONS = ["stop", "length"]  # what OpenAI-compatible servers end a completion with
 PERCENTILE_METRICS = ["ttft", "tpot", "e2e", "itl"]
 CV_METRICS = ["output_tps", "e2e_ms_p50"]  # checked between repeats of one point
-OK = Column("ok") == True  # noqa: E712 - a GX condition object, not a Python comparison
-
-
-@dataclass
-class Check:
-    """One suite on one frame; ``label`` names the row in failure messages."""
-
-    name: str
-    frame: pd.DataFrame
-    suite: gx.ExpectationSuite
-    label: str
-
-
-def make_suite(name: str, expectations: list) -> gx.ExpectationSuite:
-    suite = gx.ExpectationSuite(name=name)
-    for e in expectations:
-        suite.add_expectation(e)
-    return suite
-
-
-def _why(text: str) -> dict:
-    return {"why": text}
-
-
 # --- frames ---------------------------------------------------------------------------------
 
 
@@ -128,25 +106,25 @@ def latency_bound_s(plan, target) -> float:
     """Largest latency a stored request can honestly show: the client's timeout, rescaled when
     the emulator runs faster than real time, plus slack. Above it a value is garbage or inf."""
     timeout = max(w.request_timeout_s for w in plan.workloads)
-    scale = target.emulator.time_scale if target.provider == "local" else 1.0
+    scale = target.emulator.time_scale if target.emulated else 1.0
     return timeout * max(1.0, 1.0 / scale) * 1.1 + 1.0
 
 
 def request_suite(plan, target) -> gx.ExpectationSuite:
     q, bound = plan.quality, latency_bound_s(plan, target)
     tol = q.output_len_tolerance
-    exps = []
+    exps: list[gxe.Expectation] = []
     for col in ("ttft", "e2e"):
         exps += [
             gxe.ExpectColumnValuesToNotBeNull(
-                column=col, row_condition=OK, meta=_why(f"a successful request has a {col}")
+                column=col, row_condition=OK, meta=why(f"a successful request has a {col}")
             ),
             gxe.ExpectColumnValuesToBeBetween(
                 column=col,
                 min_value=0,
                 max_value=bound,
                 row_condition=OK,
-                meta=_why(f"{col} must be non-negative and finite (<= {bound:.0f} s)"),
+                meta=why(f"{col} must be non-negative and finite (<= {bound:.0f} s)"),
             ),
         ]
     exps += [
@@ -156,7 +134,7 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
             or_equal=True,
             row_condition=OK,
             ignore_row_if="either_value_is_missing",
-            meta=_why("TTFT <= E2E"),
+            meta=why("TTFT <= E2E"),
         ),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(
             column_A="e2e",
@@ -164,38 +142,38 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
             or_equal=True,
             row_condition=OK,
             ignore_row_if="either_value_is_missing",
-            meta=_why("the last chunk arrives no later than E2E"),
+            meta=why("the last chunk arrives no later than E2E"),
         ),
         gxe.ExpectColumnValuesToBeBetween(
             column="min_chunk_gap_s",
             min_value=0,
             row_condition=OK,
-            meta=_why("chunk arrival times never go backwards (ITL >= 0)"),
+            meta=why("chunk arrival times never go backwards (ITL >= 0)"),
         ),
         gxe.ExpectColumnValuesToBeBetween(
             column="output_tokens",
             min_value=1,
             row_condition=OK,
-            meta=_why("a successful request produced at least one token"),
+            meta=why("a successful request produced at least one token"),
         ),
         gxe.ExpectColumnValuesToBeBetween(
-            column="prompt_tokens", min_value=1, row_condition=OK, meta=_why("prompt token counts are positive")
+            column="prompt_tokens", min_value=1, row_condition=OK, meta=why("prompt token counts are positive")
         ),
         gxe.ExpectColumnValuesToBeBetween(
             column="output_len_ratio",
             min_value=1 - tol,
             max_value=1 + tol,
             row_condition=OK & (Column("ignore_eos") == True),  # noqa: E712
-            meta=_why(f"output length within +-{tol:.0%} of the requested length when EOS is ignored"),
+            meta=why(f"output length within +-{tol:.0%} of the requested length when EOS is ignored"),
         ),
         gxe.ExpectColumnValuesToNotBeNull(
-            column="finish_reason", row_condition=OK, meta=_why("a successful request has a finish reason")
+            column="finish_reason", row_condition=OK, meta=why("a successful request has a finish reason")
         ),
         gxe.ExpectColumnValuesToBeInSet(
             column="finish_reason",
             value_set=FINISH_REASONS,
             row_condition=OK,
-            meta=_why(f"finish reason is one of {FINISH_REASONS}"),
+            meta=why(f"finish reason is one of {FINISH_REASONS}"),
         ),
     ]
     return make_suite(f"{target.slug}.requests", exps)
@@ -203,22 +181,22 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
 
 def point_suite(plan, target) -> gx.ExpectationSuite:
     q = plan.quality
-    exps = [
+    exps: list[gxe.Expectation] = [
         gxe.ExpectColumnValuesToBeBetween(
             column="error_rate",
             min_value=0,
             max_value=q.max_error_rate,
-            meta=_why(f"error rate <= {q.max_error_rate:.1%} (plan quality.max_error_rate)"),
+            meta=why(f"error rate <= {q.max_error_rate:.1%} (plan quality.max_error_rate)"),
         ),
         gxe.ExpectColumnValuesToBeBetween(
             column="completed",
             min_value=q.min_completed_per_point,
-            meta=_why(f"at least {q.min_completed_per_point} completed requests per point"),
+            meta=why(f"at least {q.min_completed_per_point} completed requests per point"),
         ),
         gxe.ExpectColumnValuesToBeBetween(
-            column="output_tps", min_value=0, strict_min=True, meta=_why("output throughput > 0")
+            column="output_tps", min_value=0, strict_min=True, meta=why("output throughput > 0")
         ),
-        gxe.ExpectColumnValuesToNotBeNull(column="output_tps", meta=_why("output throughput was measured")),
+        gxe.ExpectColumnValuesToNotBeNull(column="output_tps", meta=why("output throughput was measured")),
     ]
     for w in plan.workloads:
         tol = w.input_len_tolerance
@@ -228,7 +206,7 @@ def point_suite(plan, target) -> gx.ExpectationSuite:
                 min_value=-tol,
                 max_value=tol,
                 row_condition=Column("workload") == w.name,
-                meta=_why(
+                meta=why(
                     f"{w.name}: prompts the server measured (usage prompt_tokens) within +-{tol:.0%} of the "
                     f"requested length (workload input_len_tolerance)"
                 ),
@@ -242,11 +220,11 @@ def point_suite(plan, target) -> gx.ExpectationSuite:
                     column_B=f"{m}_ms_{lo}",
                     or_equal=True,
                     ignore_row_if="either_value_is_missing",
-                    meta=_why(f"{m} percentiles ordered: {lo} <= {hi}"),
+                    meta=why(f"{m} percentiles ordered: {lo} <= {hi}"),
                 )
             )
         exps.append(
-            gxe.ExpectColumnValuesToBeBetween(column=f"{m}_ms_p50", min_value=0, meta=_why(f"{m} p50 is non-negative"))
+            gxe.ExpectColumnValuesToBeBetween(column=f"{m}_ms_p50", min_value=0, meta=why(f"{m} p50 is non-negative"))
         )
     return make_suite(f"{target.slug}.points", exps)
 
@@ -259,7 +237,7 @@ def coverage_suite(plan, target) -> gx.ExpectationSuite:
                 column_A="found_repeats",
                 column_B="planned_repeats",
                 or_equal=True,
-                meta=_why("every planned workload x concurrency x repeat is present"),
+                meta=why("every planned workload x concurrency x repeat is present"),
             ),
         ],
     )
@@ -273,7 +251,7 @@ def repeats_suite(plan, target) -> gx.ExpectationSuite:
                 column=f"cv_{m}",
                 min_value=0,
                 max_value=plan.quality.max_cv,
-                meta=_why(f"repeats consistent: CV of {m} <= {plan.quality.max_cv} (plan quality.max_cv)"),
+                meta=why(f"repeats consistent: CV of {m} <= {plan.quality.max_cv} (plan quality.max_cv)"),
             )
             for m in CV_METRICS
         ],
@@ -315,8 +293,6 @@ def _require(df: pd.DataFrame, needed: set[str], table: str) -> None:
 
 def checks_for(plan, target, requests: pd.DataFrame, points: pd.DataFrame) -> list[Check]:
     """Every suite for one target that has results, paired with the frame it validates."""
-    from bakeoff.quality import compliance  # imports this module
-
     if not requests.empty:
         _require(requests, REQUEST_COLUMNS, "requests")
     if not points.empty:

@@ -8,17 +8,16 @@ a missing file means the step never got that far, which is itself the answer.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from bakeoff.quality import accuracy as accuracy_mod
 from bakeoff.quality import validate as validate_mod
-from bakeoff.store import read_json
+from bakeoff.store import StorePath, at, read_json
 
 
-def support_matrix(plan, run_dir: Path) -> list[dict[str, Any]]:
+def support_matrix(plan, run_dir: str | StorePath) -> list[dict[str, Any]]:
     """One row per target, sorted by (gpu, stack, model, quantization); JSON-able."""
-    run_dir = Path(run_dir)
+    run_dir = at(run_dir)
     summary = validate_mod.load_summary(run_dir) or {}
     rows = []
     for t in plan.targets:
@@ -38,7 +37,7 @@ def support_matrix(plan, run_dir: Path) -> list[dict[str, Any]]:
                 "slug": t.slug,
                 "provider": t.provider,
                 "instance_type": t.instance_type,
-                "emulated": t.provider == "local",
+                "emulated": t.emulated,
                 "deployed": instance is not None or bool(deploy),
                 "ready": ready,
                 "failure": deploy.get("failure") or (None if ready or instance is None else "not ready"),

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from bakeoff.quality import accuracy
-from bakeoff.store import load_points, load_requests, read_json, write_json
+from bakeoff.store import StorePath, at, load_points, load_requests, read_json, write_json
 
 FILE = "validation.json"
 RAW_DIR = "validation"
@@ -47,85 +46,23 @@ def raise_if_failed(summary: dict[str, Any]) -> None:
         raise ValidationFailed(summary)
 
 
-class _Gx:
-    """One ephemeral GX context for the whole run, quiet: no progress bars, no analytics."""
-
-    def __init__(self) -> None:
-        import great_expectations as gx
-        from great_expectations.data_context.types.base import (
-            DataContextConfig,
-            InMemoryStoreBackendDefaults,
-            ProgressBarsConfig,
-        )
-
-        for name in ("great_expectations", "great_expectations.core", "posthog"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-        config = DataContextConfig(
-            store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-            analytics_enabled=False,
-            progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
-        )
-        self.context = gx.get_context(mode="ephemeral", project_config=config)
-        self.source = self.context.data_sources.add_pandas("bakeoff")
-        self.batch_defs: dict[str, Any] = {}
-
-    def validate(self, frame_name: str, frame: pd.DataFrame, suite, label: str) -> dict[str, Any]:
-        bd = self.batch_defs.get(frame_name)
-        if bd is None:
-            asset = self.source.add_dataframe_asset(frame_name)
-            bd = self.batch_defs[frame_name] = asset.add_batch_definition_whole_dataframe("whole")
-        batch = bd.get_batch(batch_parameters={"dataframe": frame})
-        fmt = {"result_format": "SUMMARY", "unexpected_index_column_names": [label], "partial_unexpected_count": 5}
-        return batch.validate(suite, result_format=fmt).to_json_dict()
-
-
-def _row(row: dict[str, Any], label: str) -> str:
-    """'point=w c=1 r=0: tpot_ms_p99=13.6, tpot_ms_p90=18.6' - the row's label first."""
-    values = ", ".join(f"{k}={_fmt(v)}" for k, v in row.items() if k != label)
-    return f"{label}={row.get(label)}: {values}" if label in row else values
-
-
-def _describe(suite_name: str, result: dict[str, Any], label: str) -> str:
-    """'[suite] why: expectation(column=..): observed' for one failed expectation."""
-    cfg = result["expectation_config"]
-    kw = cfg["kwargs"]
-    cols = ", ".join(f"{k}={kw[k]}" for k in ("column", "column_A", "column_B") if k in kw)
-    why = (cfg.get("meta") or {}).get("why", "")
-    res = result.get("result") or {}
-    exc = result.get("exception_info") or {}
-    if exc.get("raised_exception"):
-        observed = f"could not be evaluated: {(exc.get('exception_message') or '').splitlines()[0][:200]}"
-    elif "unexpected_count" in res:
-        rows = res.get("partial_unexpected_index_list") or []
-        observed = f"{res['unexpected_count']} of {res.get('element_count')} rows unexpected"
-        if rows:
-            observed += "; e.g. " + "; ".join(_row(r, label) for r in rows[:3])
-    else:
-        observed = f"observed {res.get('observed_value')!r}"
-    return f"[{suite_name}] {why}: {cfg['type']}({cols}): {observed}"
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
-
-
 def _rows_for(df: pd.DataFrame, target) -> pd.DataFrame:
     if df.empty or "target" not in df.columns:
         return pd.DataFrame()
     return df[df["target"].isin([target.slug, target.name])].reset_index(drop=True)
 
 
-def validate_run(plan, run_dir: Path) -> dict[str, Any]:
+def validate_run(plan, run_dir: str | StorePath) -> dict[str, Any]:
     """Run every suite for every planned target; write validation.json and GX results; return the summary."""
-    from bakeoff.quality import suites
+    from bakeoff.quality import gx, suites  # noqa: PLC0415 - GX is slow to import; only validation needs it
 
     started = time.time()
-    run_dir = Path(run_dir)
+    run_dir = at(run_dir)
     requests, points = load_requests(run_dir), load_points(run_dir)
     docs = {t.slug: read_json(run_dir / f"target={t.slug}" / accuracy.FILE) for t in plan.targets}
     acc_enabled = plan.quality.accuracy.enabled
     verdicts = accuracy.judge(plan, docs) if acc_enabled else {"reference": None, "targets": {}}
-    gx_session = _Gx()
+    gx_session = gx.GxSession()
 
     targets: dict[str, Any] = {}
     for t in plan.targets:
@@ -136,7 +73,7 @@ def validate_run(plan, run_dir: Path) -> dict[str, Any]:
         if req.empty and pts.empty:
             entry["gx_failures"].append(
                 "no results: no requests or points were stored for this target "
-                "(its deploy or benchmark failed; see run.json)"
+                "(its deploy or benchmark failed; see its failed tasks)"
             )
         else:
             try:
@@ -144,17 +81,18 @@ def validate_run(plan, run_dir: Path) -> dict[str, Any]:
             except suites.MissingColumns as e:
                 checks, entry["gx_failures"] = [], [f"unreadable results: {e}"]
             for check in checks:
-                raw = gx_session.validate(check.name, check.frame, check.suite, check.label)
-                path = write_json(run_dir / RAW_DIR / t.slug / f"{check.name}.json", raw)
+                raw = gx_session.validate(check)
+                rel = f"{RAW_DIR}/{t.slug}/{check.name}.json"  # relative to the run: the store may be object storage
+                write_json(run_dir / rel, raw)
                 failed = [r for r in raw["results"] if not r["success"]]
                 entry["suites"][check.name] = {
                     "passed": raw["success"],
                     "expectations": len(raw["results"]),
                     "failed": len(failed),
                     "rows": len(check.frame),
-                    "result_file": str(path.relative_to(run_dir)),
+                    "result_file": rel,
                 }
-                entry["gx_failures"] += [_describe(check.name, r, check.label) for r in failed]
+                entry["gx_failures"] += [gx.describe(check.name, r, check.label) for r in failed]
         acc = verdicts["targets"].get(t.slug)
         entry["accuracy"] = acc
         entry["failures"] = entry["gx_failures"] + (acc["failures"] if acc else [])
@@ -191,6 +129,6 @@ def validate_run(plan, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def load_summary(run_dir: Path) -> dict[str, Any] | None:
+def load_summary(run_dir: str | StorePath) -> dict[str, Any] | None:
     """The stored summary, or None when the run was never validated (reports use this)."""
-    return read_json(Path(run_dir) / FILE)
+    return read_json(at(run_dir) / FILE)

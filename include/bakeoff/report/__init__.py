@@ -7,55 +7,58 @@ Import cost matters (the DAG imports lazily): matplotlib and fpdf2 load only in 
 from __future__ import annotations
 
 import logging
-import shutil
+import tempfile
 import time
 from pathlib import Path
 
-from bakeoff.paths import safe_name
+from bakeoff.paths import StorePath, at, safe_name
 
 log = logging.getLogger(__name__)
 
 __all__ = ["build_report"]
 
 
-def _write_text(path: Path, text: str) -> str:
-    from bakeoff.store import _atomic_write  # noqa: PLC0415
-
-    def w(tmp):
-        Path(tmp).write_text(text, encoding="utf-8")
-
-    _atomic_write(path, w)
-    return str(path)
+def _write_text(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
-def build_report(plan, run_dir: Path, out_dir: Path) -> dict[str, str]:
-    """Write every report file for the run into out_dir; returns {kind: path}.
+def build_report(
+    plan, run_dir: str | StorePath, out_dir: str | StorePath, failed_steps: list[str] | tuple[str, ...] = ()
+) -> dict[str, str]:
+    """Write every report file for the run into out_dir (a local folder or the reports store); returns
+    {kind: path}. ``failed_steps``: the run's failed steps as the orchestrator knows them, shown in the report.
 
     Works on partial runs: a target without results is shown as failed, one that did not pass
-    validation appears only in the 'did not pass' section.
+    validation appears only in the 'did not pass' section. The files are built in a private local
+    folder (the PDF and chart libraries write files), then each is stored whole.
     """
+    from bakeoff import store  # noqa: PLC0415
     from bakeoff.report import csvsafe, data, html, markdown, pdf  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    d = data.gather(plan, run_dir)
+    run_dir, out_dir = at(run_dir), at(out_dir)
+    d = data.gather(plan, run_dir, failed_steps=failed_steps)
     stem = f"bakeoff-{safe_name(plan.name)}-{safe_name(d.run_id)}"
-    paths: dict[str, str] = {}
-    paths["html"] = _write_text(out_dir / f"{stem}.html", html.render(d))
-    paths["markdown"] = _write_text(out_dir / f"{stem}.md", markdown.render(d))
-    paths["pdf"] = str(pdf.render(d, out_dir / f"{stem}-brief.pdf"))
-    for kind, frame in (
-        ("points", d.tables.points),
-        ("cost_at_slo", d.tables.at_slo),
-        ("sensitivity", d.tables.sensitivity),
-        ("evaluation", d.tables.evaluation),
-        ("targets", d.tables.targets),
-    ):
-        paths[f"csv_{kind}"] = _write_text(out_dir / f"{stem}-{kind.replace('_', '-')}.csv", csvsafe.to_csv(frame))
-    src = run_dir / "cost.parquet"
-    if src.exists():
-        shutil.copyfile(src, out_dir / f"{stem}-cost.parquet")
-        paths["parquet"] = str(out_dir / f"{stem}-cost.parquet")
+    with tempfile.TemporaryDirectory(prefix="bakeoff-report-") as tmp:
+        local = Path(tmp)
+        built: dict[str, Path] = {
+            "html": _write_text(local / f"{stem}.html", html.render(d)),
+            "markdown": _write_text(local / f"{stem}.md", markdown.render(d)),
+            "pdf": Path(pdf.render(d, local / f"{stem}-brief.pdf")),
+        }
+        for kind, frame in (
+            ("points", d.tables.points),
+            ("cost_at_slo", d.tables.at_slo),
+            ("sensitivity", d.tables.sensitivity),
+            ("evaluation", d.tables.evaluation),
+            ("targets", d.tables.targets),
+        ):
+            built[f"csv_{kind}"] = _write_text(local / f"{stem}-{kind.replace('_', '-')}.csv", csvsafe.to_csv(frame))
+        cost_parquet = store.read_bytes(run_dir / "cost.parquet")
+        if cost_parquet is not None:
+            built["parquet"] = local / f"{stem}-cost.parquet"
+            built["parquet"].write_bytes(cost_parquet)
+        paths = {kind: str(store.write_bytes(out_dir / f.name, f.read_bytes())) for kind, f in built.items()}
     log.info("report for %s written to %s in %.2f s", d.run_id, out_dir, time.perf_counter() - t0)
     return paths

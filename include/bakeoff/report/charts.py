@@ -119,7 +119,7 @@ def throughput_vs_interactivity(d: ReportData, workload: str) -> Figure:
             front = pareto_front(x, y)
             ax.scatter(x, y, color=col.get(slug), s=18, alpha=0.6)
             ax.plot(x[front], y[front], color=col.get(slug), lw=1.8, label=f"{names.get(slug, slug)} (Pareto front)")
-            for xi, yi, c in zip(x, y, g["concurrency"]):
+            for xi, yi, c in zip(x, y, g["concurrency"], strict=True):
                 ax.annotate(f"c{c}", (xi, yi), textcoords="offset points", xytext=(3, 3), fontsize=7, color="#555")
         ax.set_xlabel(f"interactivity (tokens/s per user, {d.plan.slo.interactivity_stat} TPOT)")
         ax.set_ylabel(f"{d.basis} tokens/s per GPU")
@@ -182,7 +182,7 @@ def cost_at_slo(d: ReportData, workload: str, small: bool = False) -> Figure:
             hi = np.nan_to_num(ranked[f"usd_per_m_{basis}_ci_high"].to_numpy(float) - v, nan=0.0)
             ax.barh(y, v, xerr=[lo, hi], color=[col.get(s) for s in ranked["target"]], capsize=4, alpha=0.85)
             ax.set_yticks(y, [str(n) for n in ranked["name"]])
-            for yi, vi, h in zip(y, v, hi):
+            for yi, vi, h in zip(y, v, hi, strict=True):
                 ax.text(vi + h, yi, f"  {vi:.4g}", va="center", fontsize=8)
             ax.set_xlabel(f"USD per M {basis} tokens at the SLO (95% CI when repeated)")
             ax.set_xlim(0, float(np.nanmax(v + hi)) * 1.25)
@@ -218,7 +218,7 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
                         colors.append(col.get(slug))
             if data:
                 bp = ax.boxplot(data, patch_artist=True, showfliers=True, flierprops={"markersize": 2})
-                for patch, c in zip(bp["boxes"], colors):
+                for patch, c in zip(bp["boxes"], colors, strict=True):
                     patch.set_facecolor(c)
                     patch.set_alpha(0.5)
                 ax.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)

@@ -9,8 +9,7 @@ import math
 import numbers
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -25,7 +24,7 @@ _SECRETISH = re.compile(r"key|secret|passw|authoriz|credential|(^|[._])token$", 
 @dataclass
 class ReportData:
     plan: Any
-    run_dir: Path
+    run_dir: store.StorePath
     run: dict[str, Any]
     tables: cost.CostTables
     requests: pd.DataFrame
@@ -35,6 +34,7 @@ class ReportData:
     provenance: dict[str, dict[str, Any]]
     trend: pd.DataFrame
     clients: dict[str, str] = field(default_factory=dict)
+    failed_steps: list[str] = field(default_factory=list)  # the run's failed steps, as the orchestrator knows them
     caveats: list[str] = field(default_factory=list)
     generated_at: str = ""
 
@@ -114,10 +114,10 @@ class ReportData:
         return "; ".join(parts) + (" EMULATED" if parts and self.emulated else "") if parts else "–"
 
 
-def _support(plan, run_dir: Path) -> list[dict[str, Any]] | None:
+def _support(plan, run_dir: store.StorePath) -> list[dict[str, Any]] | None:
     """The software-support matrix, when the quality package provides one; a report never fails on it."""
     try:
-        from bakeoff.quality.support import support_matrix  # noqa: PLC0415
+        from bakeoff.quality.support import support_matrix  # noqa: PLC0415 - optional section, never fatal
     except ImportError:
         return None
     try:
@@ -127,7 +127,7 @@ def _support(plan, run_dir: Path) -> list[dict[str, Any]] | None:
         return [{"error": f"support matrix could not be built: {e}"}]
 
 
-def _per_target_json(plan, run_dir: Path, name: str) -> dict[str, dict[str, Any]]:
+def _per_target_json(plan, run_dir: store.StorePath, name: str) -> dict[str, dict[str, Any]]:
     out = {}
     for t in plan.targets:
         doc = store.read_json(run_dir / f"target={t.slug}" / name)
@@ -136,7 +136,7 @@ def _per_target_json(plan, run_dir: Path, name: str) -> dict[str, dict[str, Any]
     return out
 
 
-def _provenance(plan, run_dir: Path) -> dict[str, dict[str, Any]]:
+def _provenance(plan, run_dir: store.StorePath) -> dict[str, dict[str, Any]]:
     """What each target actually ran: provenance.json, else the endpoint's provenance, flattened."""
     out = {}
     for t in plan.targets:
@@ -149,7 +149,7 @@ def _provenance(plan, run_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _clients(plan, run_dir: Path, points: pd.DataFrame) -> dict[str, str]:
+def _clients(plan, run_dir: store.StorePath, points: pd.DataFrame) -> dict[str, str]:
     """Where each target's client ran and where its power figure came from, in words."""
     out = {}
     for t in plan.targets:
@@ -160,7 +160,7 @@ def _clients(plan, run_dir: Path, points: pd.DataFrame) -> dict[str, str]:
         elif net.get("rtt_ms_p50") is not None:
             where = f"client remote: network RTT p50 {net['rtt_ms_p50']:.2f} ms is inside every TTFT"
         else:
-            where = "client remote (loopback)" if t.provider == "local" else "client remote"
+            where = "client remote (loopback)" if t.emulated else "client remote"
         pts = points[points["target"] == t.slug] if "target" in points else points.iloc[0:0]
         measured = "power_w_per_gpu" in pts and pts["power_w_per_gpu"].notna().any()
         if measured:
@@ -182,13 +182,13 @@ def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): doc}
 
 
-def _trend(plan, run_dir: Path, headline: dict[str, Any]) -> pd.DataFrame:
+def _trend(plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd.DataFrame:
     """Cost at the SLO per target across every stored run of this plan (this one included)."""
     rows = []
     root = run_dir.parent.parent
     for run in store.list_runs(plan.name, root=root):
-        rdir = Path(run["run_dir"])
-        h = headline if rdir.resolve() == run_dir.resolve() else store.read_json(rdir / "cost.json")
+        rdir = store.at(run["run_dir"])
+        h = headline if str(rdir) == str(run_dir) else store.read_json(rdir / "cost.json")
         if not h:
             continue
         for wl, w in (h.get("workloads") or {}).items():
@@ -214,6 +214,11 @@ def _trend(plan, run_dir: Path, headline: dict[str, Any]) -> pd.DataFrame:
 def _caveats(d: ReportData) -> list[str]:
     plan, t = d.plan, d.tables.targets
     out = []
+    if d.failed_steps:
+        out.append(
+            f"These steps of the run failed: {', '.join(d.failed_steps)}. What they would have measured or "
+            "checked is missing from this report."
+        )
     if d.emulated:
         out.append(
             "EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
@@ -229,7 +234,7 @@ def _caveats(d: ReportData) -> list[str]:
     third = t[t["price_source"].str.contains("(3p)", regex=False)]["name"].tolist()
     if third:
         out.append(f"Prices from a third-party aggregator, not the provider's own page, for: {', '.join(third)}.")
-    markets = dict(zip(t["name"], t["market"]))
+    markets = dict(zip(t["name"], t["market"], strict=True))
     if len(set(markets.values())) > 1:
         listed = ", ".join(f"{n}: {m}" for n, m in markets.items())
         out.append(
@@ -243,7 +248,8 @@ def _caveats(d: ReportData) -> list[str]:
         )
     if plan.pricing.utilisation < 1:
         out.append(
-            f"Costs assume {plan.pricing.utilisation:.0%} utilisation: idle paid hours are spread over the tokens served."
+            f"Costs assume {plan.pricing.utilisation:.0%} utilisation: "
+            "idle paid hours are spread over the tokens served."
         )
     at = d.tables.at_slo
     costed = at[at["slo_met"].fillna(False).astype(bool)] if not at.empty and "slo_met" in at else at.iloc[0:0]
@@ -280,14 +286,19 @@ def _caveats(d: ReportData) -> list[str]:
     return out
 
 
-def gather(plan, run_dir: Path, tables: cost.CostTables | None = None) -> ReportData:
-    run_dir = Path(run_dir)
+def gather(
+    plan,
+    run_dir: str | store.StorePath,
+    tables: cost.CostTables | None = None,
+    failed_steps: list[str] | tuple[str, ...] = (),
+) -> ReportData:
+    run_dir = store.at(run_dir)
     tables = tables or cost.load_tables(run_dir) or cost.compute(plan, run_dir)
     requests = store.load_requests(run_dir)
     d = ReportData(
         plan=plan,
         run_dir=run_dir,
-        run=store.read_json(run_dir / "run.json", {}) or {},
+        run=store.run_view(run_dir),
         tables=tables,
         requests=requests,
         validation=store.read_json(run_dir / "validation.json"),
@@ -296,7 +307,8 @@ def gather(plan, run_dir: Path, tables: cost.CostTables | None = None) -> Report
         provenance=_provenance(plan, run_dir),
         trend=_trend(plan, run_dir, tables.headline),
         clients=_clients(plan, run_dir, tables.points),
-        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        failed_steps=list(failed_steps),
+        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
     d.caveats = _caveats(d)
     return d

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -50,7 +50,7 @@ def slo_text(plan) -> str:
 
 def _started(ts: Any) -> str:
     try:
-        return datetime.fromtimestamp(float(ts), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")
     except (TypeError, ValueError):
         return "unknown"
 

@@ -41,7 +41,8 @@ def render(d: ReportData) -> str:
             out += ["No target has a cost at the SLO.", ""]
             continue
         out += [
-            f"| # | target | node | USD/M {basis} | 95% CI | USD/M total | load | tok/s/user | USD/GPU-h | vs cheapest | break-even USD/GPU-h |",
+            f"| # | target | node | USD/M {basis} | 95% CI | USD/M total | load | tok/s/user "
+            "| USD/GPU-h | vs cheapest | break-even USD/GPU-h |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for _, r in ranked.iterrows():
@@ -49,7 +50,8 @@ def render(d: ReportData) -> str:
             ci = f"{fmt(lo)}–{fmt(hi)}" if lo == lo and hi == hi else "–"
             vs = "cheapest" if r["vs_cheapest_pct"] == 0 else f"+{r['vs_cheapest_pct']:.1f}%"
             out.append(
-                f"| {fmt(r['rank'])} | {esc(r['name'])}{emu} | {esc(r['node_spec'])} | {fmt(r[f'usd_per_m_{basis}'])} | {ci} | "
+                f"| {fmt(r['rank'])} | {esc(r['name'])}{emu} | {esc(r['node_spec'])} | "
+                f"{fmt(r[f'usd_per_m_{basis}'])} | {ci} | "
                 f"{fmt(r['usd_per_m_total'])} | c{fmt(r['concurrency'])} | {fmt(r['interactivity'])} | "
                 f"{fmt(r['usd_per_gpu_hour'])} | {vs} | {fmt(r['break_even_usd_per_gpu_hour'])} |"
             )

@@ -153,17 +153,20 @@ def _measured_how(d: ReportData) -> list[str]:
     for w in plan.workloads:
         lo_in, hi_in = w.length_bounds(w.input_len)
         lo_out, hi_out = w.length_bounds(w.output_len)
+        eos = "EOS ignored" if w.ignore_eos else "EOS honoured"
+        levels = ", ".join(map(str, w.rates if w.load == "rate" else w.levels()))
+        warmup = w.warmup_requests if w.warmup_requests is not None else "2×c"
         out.append(
-            f"Workload {w.name}: {w.endpoint} endpoint, input {lo_in}–{hi_in} tokens, output {lo_out}–{hi_out} tokens "
-            f"({'EOS ignored' if w.ignore_eos else 'EOS honoured'}), {w.load} load at {', '.join(map(str, w.rates if w.load == 'rate' else w.levels()))}; "
-            f"{w.requests_per_point or '10×c'} requests per level after {w.warmup_requests if w.warmup_requests is not None else '2×c'} "
-            f"warm-up, {w.repeats} repeat(s)."
+            f"Workload {w.name}: {w.endpoint} endpoint, input {lo_in}–{hi_in} tokens, "
+            f"output {lo_out}–{hi_out} tokens ({eos}), {w.load} load at {levels}; "
+            f"{w.requests_per_point or '10×c'} requests per level after {warmup} warm-up, {w.repeats} repeat(s)."
         )
     out.append(
-        "Streaming clients timed every chunk; TTFT to first generated text, TPOT = (E2E − TTFT)/(output tokens − 1), "
-        "interactivity = 1000/TPOT, output tokens from the server's usage. Cost at the SLO = cheapest load level where every "
-        "repeat meets every SLO; USD/M tokens = USD per GPU-hour / (tokens/s per GPU × 3600 / 1e6), tokens/s per GPU over "
-        "the GPUs serving the model (TP × PP)."
+        "Streaming clients timed every chunk; TTFT to first generated text, "
+        "TPOT = (E2E − TTFT)/(output tokens − 1), interactivity = 1000/TPOT, output tokens from the server's usage. "
+        "Cost at the SLO = cheapest load level where every repeat meets every SLO; "
+        "USD/M tokens = USD per GPU-hour / (tokens/s per GPU × 3600 / 1e6), "
+        "tokens/s per GPU over the GPUs serving the model (TP × PP)."
     )
     for _, r in d.tables.targets.iterrows():
         dated = f", as of {r['price_as_of']}" if r["price_as_of"] else ""
@@ -173,8 +176,9 @@ def _measured_how(d: ReportData) -> list[str]:
         )
     h = d.tables.headline
     out.append(
-        f"This evaluation held instances for {fmt(d.tables.evaluation['instance_hours'].sum(min_count=1))} node-hours: "
-        f"{fmt(h.get('evaluation_cost_usd'))} USD billed ({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices)."
+        f"This evaluation held instances for {fmt(d.tables.evaluation['instance_hours'].sum(min_count=1))} "
+        f"node-hours: {fmt(h.get('evaluation_cost_usd'))} USD billed "
+        f"({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices)."
     )
     return out
 
@@ -210,8 +214,9 @@ def _build(d: ReportData, compact: bool) -> Brief:
                 widths,
             )
             pdf.para(
-                "Break-even: the price per GPU-hour at which the target's cost at the SLO equals the best other target's "
-                "(for the cheapest: the price up to which it stays cheapest). The bracket is the change from today's price.",
+                "Break-even: the price per GPU-hour at which the target's cost at the SLO equals "
+                "the best other target's (for the cheapest: the price up to which it stays cheapest). "
+                "The bracket is the change from today's price.",
                 size=7,
             )
         else:

@@ -1,16 +1,19 @@
-"""Deploy: turn a provisioned instance into a ready, described endpoint.
+"""Deploy: hand a provisioned node what its serving stack needs, then check until it serves the model.
 
 The server itself is started by the instance's boot script (cloud; see userdata.py) or by the
-local provider (emulator); this step waits until it serves the model, and records the outcome in
-``deploy.json`` -- ``{"ready", "failure", "detail"}`` with failure one of image_pull, oom,
-unsupported, timeout, crash, model_not_served -- which the software-support matrix reads. The API
-key is masked out of every detail before it is stored. A static endpoint was started by someone
-else: its record holds only what it says about itself (engine, version, the model ids it offers).
+local provider (emulator). ``start_serving`` is the action: when the target has serving secrets
+(HF_TOKEN, registry tokens) they are pushed to the node agent over the node's pinned TLS channel
+(its boot script waits for them before it pulls and starts the server, so they never sit in the
+user-data). ``check_serving`` is one look, so a sensor frees its worker between looks: the endpoint
+once the server serves the model, None while it comes up, and ``DeployFailed`` once waiting cannot
+help (the model is not served, the node's output shows a failure, or the deadline passed).
 
-A cloud node is spoken to over https pinned to its own certificate (``details["tls_cert"]``, see
-tls.py). When the target has serving secrets (HF_TOKEN, registry tokens), they are pushed first,
-to the node agent over that pinned channel: the node's boot script waits for them before it pulls
-and starts the server, so they never sit in the user-data.
+Every outcome is recorded in ``deploy.json`` -- ``{"ready", "failure", "detail"}`` with failure one
+of image_pull, oom, unsupported, timeout, crash, model_not_served -- which the software-support
+matrix reads. The API key and secrets are masked out of every detail before it is stored. A static
+endpoint was started by someone else: its record holds only what it says about itself (engine,
+version, the model ids it offers). A cloud node is spoken to over https pinned to its own
+certificate (``details["tls_cert"]``, see tls.py).
 """
 
 from __future__ import annotations
@@ -19,18 +22,25 @@ import logging
 import socket
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bakeoff import store
-from bakeoff.providers import Instance
+from bakeoff.providers import PROVIDERS, Instance, get_provider
+from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving.endpoint import Endpoint
-from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, wait_ready
+from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe
 
 log = logging.getLogger(__name__)
-LOCAL_PROVIDERS = ("local",)
+LOCAL_PROVIDERS = tuple(n for n, p in PROVIDERS.items() if p.emulated)
 # A static endpoint is already up: when it does not answer within this, waiting longer will not help.
 STATIC_DEPLOY_TIMEOUT_S = 120.0
+# Failures the node's output makes certain while the server comes up: waiting on cannot help. An
+# "unsupported" line alone is believed only at the deadline (engines log benign "not supported"
+# warnings while they start); a fatal one ends in a traceback, which is a crash.
+CERTAIN_FAILURES = ("image_pull", "oom", "crash")
+Credentials = Callable[[str], dict[str, Any]]
 
 
 class DeployFailed(NotReady):
@@ -86,53 +96,96 @@ def push_secrets(
         ) from None
 
 
-def deploy(
-    target, instance: Instance, *, api_key: str | None, out_dir: Path, secrets: dict[str, str] | None = None
-) -> Endpoint:
+def start_serving(
+    target,
+    instance: Instance,
+    *,
+    api_key: str | None,
+    out_dir: str | store.StorePath,
+    secrets: dict[str, str] | None = None,
+) -> list[str]:
+    """The deploy action: push the target's serving secrets to the node agent (nothing else to do
+    when it has none); the names pushed. Safe to repeat: the agent keeps the last secrets it got."""
+    if not secrets:
+        return []
+    try:
+        pushed = push_secrets(target, instance, api_key, secrets)
+    except DeployFailed as e:
+        _record_failure(out_dir, target, e.failure, e.detail)
+        raise
+    log.info("deploy: %s: handed %d serving secret(s) to the node: %s", target.name, len(pushed), ", ".join(pushed))
+    return pushed
+
+
+def check_serving(
+    target,
+    instance: Instance,
+    *,
+    api_key: str | None,
+    out_dir: str | store.StorePath,
+    waited_s: float,
+    credentials: Credentials | None = None,
+    masked: tuple[str, ...] = (),
+) -> Endpoint | None:
+    """One look at the server, ``waited_s`` after the wait began: the described endpoint once it
+    serves the model, None while it comes up. DeployFailed (deploy.json written) at once when it
+    serves other models or the node's output shows a certain failure, and after
+    ``deploy_timeout(target)`` with the failure classified from that output. ``masked``: secret
+    values never to store; ``credentials``: the provider's, to read a node's console."""
     url = base_url(instance)
     tls_cert = (instance.details or {}).get("tls_cert")
-    emulated = target.provider in LOCAL_PROVIDERS or bool((instance.details or {}).get("emulated"))
-    stack = _stack_facts(target)
-    secrets = dict(secrets or {})
     try:
-        if secrets:
-            pushed = push_secrets(target, instance, api_key, secrets)
-            log.info(
-                "deploy: %s: handed %d serving secret(s) to the node: %s", target.name, len(pushed), ", ".join(pushed)
-            )
-        info = wait_ready(url, api_key, deploy_timeout(target), model=served_model(target), tls_cert=tls_cert)
-    except DeployFailed as e:
-        store.write_json(
-            Path(out_dir) / "deploy.json", {"ready": False, "failure": e.failure, "detail": e.detail, **stack}
-        )
-        raise
+        seen = probe(url, api_key, model=served_model(target), tls_cert=tls_cert)
     except ModelNotServed as e:
-        detail = mask(str(e), api_key, *secrets.values())
-        store.write_json(
-            Path(out_dir) / "deploy.json",
-            {"ready": False, "failure": "model_not_served", "detail": detail, "models_offered": e.offered, **stack},
-        )
+        detail = mask(str(e), api_key, *masked)
+        _record_failure(out_dir, target, "model_not_served", detail, models_offered=e.offered)
         log.error("deploy: %s: %s", target.name, detail)
         raise DeployFailed(f"{target.name}: {detail}", "model_not_served", detail) from None
-    except NotReady as e:
-        console = node_output(instance, api_key)
-        failure, detail = classify(console, e.last)
-        detail = mask(detail, api_key, *secrets.values())
-        store.write_json(Path(out_dir) / "deploy.json", {"ready": False, "failure": failure, "detail": detail, **stack})
-        log.error("deploy: %s on %s failed (%s): %s", target.stack, target.name, failure, detail)
-        raise DeployFailed(
-            f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail
-        ) from None
+    if seen.ready is not None:
+        return _describe(target, instance, seen.ready, api_key=api_key, out_dir=out_dir, credentials=credentials)
+    timed_out = waited_s >= deploy_timeout(target)
+    failure, detail = classify(node_output(instance, api_key, credentials), seen.last)
+    if not timed_out and failure not in CERTAIN_FAILURES:
+        return None
+    detail = mask(detail, api_key, *masked)
+    _record_failure(out_dir, target, failure, detail)
+    log.error("deploy: %s on %s failed (%s): %s", target.stack, target.name, failure, detail)
+    raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail)
+
+
+def _record_failure(out_dir: str | store.StorePath, target, failure: str, detail: str, **more: Any) -> None:
+    store.write_json(
+        store.at(out_dir) / "deploy.json",
+        {"ready": False, "failure": failure, "detail": detail, **more, **_stack_facts(target)},
+    )
+
+
+def _describe(
+    target,
+    instance: Instance,
+    info: dict[str, Any],
+    *,
+    api_key: str | None,
+    out_dir: str | store.StorePath,
+    credentials: Credentials | None,
+) -> Endpoint:
+    """The ready server as an endpoint, with its provenance; deploy.json and endpoint.json written."""
+    url = base_url(instance)
+    stack = _stack_facts(target)
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
-    emulated = emulated or bool((info.get("version") or {}).get("emulated"))
+    emulated = (
+        target.provider in LOCAL_PROVIDERS
+        or bool((instance.details or {}).get("emulated"))
+        or bool((info.get("version") or {}).get("emulated"))
+    )
     network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
     if target.provider == "static":
         stack = {**stack, **_served_by(url, api_key, info)}
     node = {}
-    if target.provider not in LOCAL_PROVIDERS + ("static",):
+    if PROVIDERS[target.provider].provisions:
         from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
 
-        node = provenance_from_console(node_output(instance, api_key), target.gpu.vendor)
+        node = provenance_from_console(node_output(instance, api_key, credentials), target.gpu.vendor)
     endpoint = Endpoint(
         target=target.slug,
         base_url=url,
@@ -141,13 +194,13 @@ def deploy(
         emulated=emulated,
         provenance={**info, **stack, "network": network, "node": node},
         agent_url=(instance.details or {}).get("agent_url"),
-        tls_cert=tls_cert,
+        tls_cert=(instance.details or {}).get("tls_cert"),
     )
     store.write_json(
-        Path(out_dir) / "deploy.json",
+        store.at(out_dir) / "deploy.json",
         {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node},
     )
-    store.write_json(Path(out_dir) / "endpoint.json", endpoint.to_dict())
+    store.write_json(store.at(out_dir) / "endpoint.json", endpoint.to_dict())
     return endpoint
 
 
@@ -189,13 +242,13 @@ def _served_by(url: str, api_key: str | None, info: dict[str, Any]) -> dict[str,
     return {"stack": served_by["stack"], "served_by": served_by, "models_offered": ids}
 
 
-def node_output(instance: Instance, api_key: str | None = None) -> str | None:
+def node_output(instance: Instance, api_key: str | None = None, credentials: Credentials | None = None) -> str | None:
     """The node's logs from its agent (any cloud), else its console (EC2) or emulator log (local),
     for failure classification and provenance."""
     path = (instance.details or {}).get("log")
     if path and Path(path).is_file():
         return Path(path).read_text(errors="replace")[-20000:]
-    if instance.provider in ("static",) + LOCAL_PROVIDERS:
+    if not PROVIDERS[instance.provider].provisions:
         return None
     agent_url = (instance.details or {}).get("agent_url")
     if agent_url:
@@ -208,10 +261,11 @@ def node_output(instance: Instance, api_key: str | None = None) -> str | None:
                 return agent.logs()
         except AgentError as e:
             log.warning("deploy: node agent of %s gave no logs (%s); trying the console", instance.id, e)
+    if not PROVIDERS[instance.provider].console_output:  # Vultr and DigitalOcean expose no console log
+        return None
     try:
-        from bakeoff.pipeline import provider_for  # noqa: PLC0415 - credentials come from the DAG's resolver
-
-        provider = provider_for(instance.provider)
+        resolve = credentials or credentials_from_env  # the DAG passes its connection resolver
+        provider = get_provider(instance.provider, credentials=resolve(instance.provider))
         fetch = getattr(provider, "console_output", None)
         return fetch(instance.id) if fetch else None
     except Exception as e:  # noqa: BLE001 - triage must not hide the real failure

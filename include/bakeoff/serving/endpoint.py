@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bakeoff.serving.tls import client_context
+
 
 @dataclass
 class Endpoint:
@@ -24,11 +26,9 @@ class Endpoint:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Endpoint":
+    def from_dict(cls, d: dict[str, Any]) -> Endpoint:
         return cls(**d)
 
     def verify(self):
         """What an httpx client passes as ``verify``: this node's pinned certificate, if it has one."""
-        from bakeoff.serving.tls import client_context  # noqa: PLC0415
-
         return client_context(self.base_url, self.tls_cert)

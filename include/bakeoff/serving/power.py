@@ -23,7 +23,8 @@ SLACK_S = 1.0  # samples are ~1 s apart: a point shorter than that still gets th
 _NVIDIA_SAMPLER = r"""
 nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits -lms 1000 2>/dev/null \
   | while IFS=, read -r gpu watts; do echo "$(date +%s.%N),${{gpu// /}},${{watts// /}}"; done >> {dir}/power.csv &
-{{ nvidia-smi --query-gpu=name,driver_version,vbios_version --format=csv,noheader; nvidia-smi | grep -o 'CUDA Version: [0-9.]*'; }} \
+{{ nvidia-smi --query-gpu=name,driver_version,vbios_version --format=csv,noheader; \
+  nvidia-smi | grep -o 'CUDA Version: [0-9.]*'; }} \
   > {dir}/provenance.txt 2>&1
 sed 's/^/bakeoff-provenance: /' {dir}/provenance.txt
 """
@@ -77,7 +78,7 @@ def parse_amd_power(text: str) -> list[dict[str, Any]]:
     data = json.loads(text)
     if isinstance(data, dict):
         data = data.get("gpu_data", [data])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for g in data:
         w = _watts((g.get("power") or {}).get("socket_power"))
         if w is not None:
@@ -105,7 +106,7 @@ def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> fl
             by_gpu.setdefault(s["gpu"], []).append((s["t"], s["watts"]))
     for pts in by_gpu.values():
         pts.sort()
-        total += sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(pts, pts[1:]))
+        total += sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(pts, pts[1:], strict=False))
     return total
 
 

@@ -3,8 +3,9 @@
 A server whose /v1/models lists other ids fails at once (``ModelNotServed``) with the ids it offers:
 vLLM and SGLang list models only once the engine is up, and the list never changes afterwards.
 
-Polling both (as vLLM's and SGLang's own launch scripts do) catches a server whose HTTP front end is
-up while the engine is still loading weights. When the deadline passes, ``classify`` reads the
+``probe`` looks once (a sensor's poke); ``wait_ready`` loops over it. Checking both (as vLLM's and
+SGLang's own launch scripts do) catches a server whose HTTP front end is up while the engine is
+still loading weights. When the deadline passes, ``classify`` reads the
 node's console / log text and says how the deployment failed, for the software-support matrix.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -87,6 +89,47 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One readiness look at a server: ``ready`` is what it says about itself (models, version) once it
+    serves the model, else None with ``last`` saying what was seen."""
+
+    ready: dict[str, Any] | None
+    last: str
+
+
+def probe(base_url: str, api_key: str | None, model: str | None = None, tls_cert: str | None = None) -> Probe:
+    """One look: /health, then /v1/models. ModelNotServed at once when it lists other models.
+
+    With ``tls_cert`` (a cloud node's own certificate) only that server is spoken to: a server with
+    any other certificate fails the handshake, so the key is never sent to it (``last`` says so)."""
+    from bakeoff.serving.tls import client_context  # noqa: PLC0415
+
+    verify = client_context(base_url, tls_cert)
+    try:
+        with httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=5.0, verify=verify) as client:
+            health = client.get("/health")
+            if health.status_code != 200:
+                return Probe(None, f"/health answered {health.status_code}")
+            models = client.get("/v1/models")
+            ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
+            if ids and (model is None or model in ids):
+                return Probe({"models": models.json(), "version": _optional_json(client, "/version")}, "ready")
+            if ids:
+                raise ModelNotServed(base_url, str(model), [str(i) for i in ids])
+            return Probe(None, f"/v1/models answered {models.status_code}")
+    except (httpx.HTTPError, ValueError) as e:
+        return Probe(
+            None,
+            type(e).__name__
+            + (
+                " (TLS: the server did not present the node's pinned certificate)"
+                if "CERTIFICATE_VERIFY_FAILED" in str(e)
+                else ""
+            ),
+        )
+
+
 def wait_ready(
     base_url: str,
     api_key: str | None,
@@ -95,37 +138,16 @@ def wait_ready(
     model: str | None = None,
     tls_cert: str | None = None,
 ) -> dict[str, Any]:
-    """Poll until ready; return what the server says about itself (models, version).
-
-    With ``tls_cert`` (a cloud node's own certificate) only that server is spoken to: a server with
-    any other certificate fails the handshake, so the key is never sent to it (``last`` says so)."""
-    from bakeoff.serving.tls import client_context  # noqa: PLC0415
-
+    """Probe until ready (for callers without a scheduler); what the server says about itself.
+    NotReady at the deadline, with the last thing seen."""
     deadline = time.monotonic() + timeout_s
-    last = "no answer yet"
-    verify = client_context(base_url, tls_cert)
-    with httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=5.0, verify=verify) as client:
-        while time.monotonic() < deadline:
-            try:
-                health = client.get("/health")
-                if health.status_code == 200:
-                    models = client.get("/v1/models")
-                    ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
-                    if ids and (model is None or model in ids):
-                        return {"models": models.json(), "version": _optional_json(client, "/version")}
-                    if ids:
-                        raise ModelNotServed(base_url, model, [str(i) for i in ids])
-                    last = f"/v1/models answered {models.status_code}" + (f" without {model}" if ids else "")
-                else:
-                    last = f"/health answered {health.status_code}"
-            except (httpx.HTTPError, ValueError) as e:
-                last = type(e).__name__ + (
-                    " (TLS: the server did not present the node's pinned certificate)"
-                    if "CERTIFICATE_VERIFY_FAILED" in str(e)
-                    else ""
-                )
-            time.sleep(poll_s)
-    raise NotReady(f"{base_url} not ready after {timeout_s:.0f}s (last: {last})", last)
+    while True:
+        seen = probe(base_url, api_key, model, tls_cert)
+        if seen.ready is not None:
+            return seen.ready
+        if time.monotonic() >= deadline:
+            raise NotReady(f"{base_url} not ready after {timeout_s:.0f}s (last: {seen.last})", seen.last)
+        time.sleep(poll_s)
 
 
 def _optional_json(client: httpx.Client, path: str) -> Any:

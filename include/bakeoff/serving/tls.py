@@ -25,12 +25,14 @@ import re
 import ssl
 from dataclasses import dataclass
 
+from bakeoff import secrets
+
 # Only node_identity (on the worker) needs ``cryptography``; the rest runs on the node agent too,
 # whose pinned installs do not include it, so it uses the standard library's ssl alone.
 
 # The node's key dies with the node; the pin, not the validity window, is what limits trust.
-_NOT_BEFORE = _dt.datetime(2020, 1, 1, tzinfo=_dt.timezone.utc)
-_NOT_AFTER = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.timezone.utc)  # RFC 5280: no expiry
+_NOT_BEFORE = _dt.datetime(2020, 1, 1, tzinfo=_dt.UTC)
+_NOT_AFTER = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.UTC)  # RFC 5280: no expiry
 _P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
@@ -47,12 +49,10 @@ class NodeTLS:
 
 def node_identity(run_id: str, slug: str) -> NodeTLS:
     """The EC P-256 key and self-signed certificate of one run's target (deterministic, see above)."""
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
-    from cryptography.x509.oid import NameOID  # noqa: PLC0415
-
-    from bakeoff import secrets  # noqa: PLC0415
+    from cryptography import x509  # noqa: PLC0415 - worker-only dependency
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415 - worker-only dependency
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415 - worker-only dependency
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415 - worker-only dependency
 
     seed = secrets.derive(f"tls/{run_id}/{slug}")
     scalar = int.from_bytes(hashlib.sha512(seed).digest(), "big") % (_P256_ORDER - 1) + 1

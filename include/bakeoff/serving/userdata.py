@@ -31,9 +31,13 @@ import json
 import re
 import shlex
 import time
+from importlib.metadata import version
 
 from bakeoff import catalog
+from bakeoff.agent import AGENT_PORT
+from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import power
+from bakeoff.serving.tls import check_cert
 
 CONTAINER = "bakeoff-serve"
 LOG_DIR = "/var/log/bakeoff"
@@ -211,8 +215,6 @@ def _tls_files(tls: dict | None) -> str:
     """The node's certificate and private key, into root-only files (checked: PEM only, no shell)."""
     if not tls:
         return "# no node certificate: plain http (only a loopback or pre-existing endpoint)"
-    from bakeoff.serving.tls import check_cert  # noqa: PLC0415
-
     cert = check_cert(tls.get("cert") or "", "spec.tls.cert").strip()
     key = tls.get("key") or ""
     if not _PEM_KEY.fullmatch(key):
@@ -282,7 +284,7 @@ def kill_switch_section(provider: str, minutes: int) -> str:
     stopped node and offer no token scoped to one node, so there the node powers off and the
     independent reaper (``bakeoff reap --loop`` / cron) deletes it.
     """
-    action = {"aws": "terminate", "oci": "self-delete"}.get(provider, "power-off")
+    action = PROVIDERS[provider].kill_switch
     mark = KILL_MARK + json.dumps({"action": action, "cloud": provider, "minutes": minutes}, sort_keys=True)
     if action != "self-delete":
         what = (
@@ -295,22 +297,22 @@ def kill_switch_section(provider: str, minutes: int) -> str:
             f'shutdown -h +{minutes} "bakeoff kill switch" || (sleep {minutes * 60} && poweroff) &'
         )
     img = shlex.quote(catalog.agent_image())
-    from importlib.metadata import version  # noqa: PLC0415 - the SDK version this installation is pinned to
-
-    sdk = f"oci=={version('oci')}"
+    sdk = f"oci=={version('oci')}"  # the SDK version this installation is pinned to
+    install_sdk = f"pip install --quiet --no-cache-dir --only-binary=:all: --target /ks {sdk}"
     terminate = (
         "import oci,sys; s=oci.auth.signers.InstancePrincipalsSecurityTokenSigner(); "
         "oci.core.ComputeClient({'region': s.region}, signer=s).terminate_instance(sys.argv[1])"
     )
+    self_delete = f'python -c {shlex.quote(terminate)} "$iid"'
     return f"""{mark}
 # 1. kill switch: after the run's budgeted time the node deletes itself (a stopped OCI node still bills),
 #    authenticated as an instance principal; power-off follows as a fallback, even if Airflow is gone
 mkdir -p /opt/bakeoff/ks
-(docker run --rm -v /opt/bakeoff/ks:/ks {img} pip install --quiet --no-cache-dir --only-binary=:all: --target /ks {sdk} >/dev/null 2>&1 || \\
+(docker run --rm -v /opt/bakeoff/ks:/ks {img} {install_sdk} >/dev/null 2>&1 || \\
    echo "bakeoff: kill switch: oci SDK install failed; power-off only") &
 (sleep {minutes * 60}
  iid=$(curl -sf -H 'Authorization: Bearer Oracle' http://169.254.169.254/opc/v2/instance/id)
- docker run --rm --network host -v /opt/bakeoff/ks:/ks:ro -e PYTHONPATH=/ks {img} python -c {shlex.quote(terminate)} "$iid" \\
+ docker run --rm --network host -v /opt/bakeoff/ks:/ks:ro -e PYTHONPATH=/ks {img} {self_delete} \\
    || echo "bakeoff: kill switch: self-delete of $iid failed; powering off"
  poweroff) &
 shutdown -h +{minutes + 5} "bakeoff kill switch (fallback)" &"""
@@ -329,8 +331,7 @@ def agent_section(agent: dict | None, serve_port: int, expires_at: float | None)
     """Fetch the client bundle, refuse it unless its SHA-256 matches, start the agent container."""
     if not agent:
         return "# no client bundle staged: no node agent (the benchmark client runs remotely)"
-    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
-    from bakeoff.agent.bundle import HASHES_IN_BUNDLE  # noqa: PLC0415 - pins and hashes travel in the bundle
+    from bakeoff.agent.bundle import HASHES_IN_BUNDLE  # noqa: PLC0415 - reads installed metadata on import
 
     q = shlex.quote
     sha = agent["sha256"]

@@ -2,8 +2,9 @@
 
 It lets a whole bake-off (provision, deploy, benchmark, validate, cost, report, teardown) run on
 one laptop with the real code paths: real HTTP, real SSE streaming in vLLM's exact format, and
-latencies from a continuous-batching roofline model of the target's hardware (or fixed, scripted
-latencies for measuring a client). Everything it produces is emulated and must be labelled so.
+latencies from a continuous-batching roofline model of the target's hardware (server.py, engine.py),
+or fixed, scripted latencies from the raw-socket reference server a client is measured against
+(scripted.py). Everything it produces is emulated and must be labelled so.
 
 Start it with ``python -m bakeoff.serving.emulator --config CONFIG.json [--host H] [--port P]
 [--port-file PATH]``; see config.py for the file's fields. With power_csv set it also appends EMULATED

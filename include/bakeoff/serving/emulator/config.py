@@ -8,7 +8,7 @@ of the environment variable that holds the API key. Example::
      "target": {...},                            # Target.model_dump(mode="json"); roofline only
      "served_model": "meta-llama/Llama-3.1-70B-Instruct",   # default: the catalog hf_id
      "api_key_env": "BAKEOFF_API_KEY",           # or null: no auth
-     "scripted": {"ttft_ms": 100, "itl_ms": 10, "tokens_per_chunk": 1},
+     "scripted": {"ttft_ms": 100, "itl_ms": 10, "tokens_per_chunk": 1},  # see Scripted
      "expires_at": 1767225600,                   # optional: exit by itself then (epoch s)
      "power_csv": "logs/power.csv",              # optional, roofline only: append EMULATED GPU power
      "power_interval_s": 1.0}                    #   samples (epoch_s,gpu,watts) this often; see power.py
@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bakeoff.fielderrors import explain
 from bakeoff.plan.target import Target
@@ -32,17 +32,24 @@ class EmulatorConfigError(ValueError):
 
 
 class Scripted(BaseModel):
-    """Fixed timing with no batching effects: a null server to measure a client against.
+    """Fixed timing with no batching effects: a null server to measure a client against (scripted.py).
 
-    Chunk k (0-based) leaves at ttft_ms + k x tokens_per_chunk x itl_ms after the request arrived,
-    so the truth a client should report is TTFT = ttft_ms, chunk gap = tokens_per_chunk x itl_ms,
-    and for N tokens in K chunks, E2E = ttft_ms + (K - 1) x tokens_per_chunk x itl_ms.
+    Chunk k (0-based) leaves at ttft_ms + k x tokens_per_chunk x itl_ms after the request arrived
+    (kernel receive time), so the truth a client should report is TTFT = ttft_ms, chunk gap =
+    tokens_per_chunk x itl_ms, and for N tokens in K chunks, E2E = ttft_ms + (K - 1) x
+    tokens_per_chunk x itl_ms. The *_per_inflight_ms terms make a saturating server whose delays
+    grow with the requests in flight.
     """
 
     model_config = ConfigDict(extra="forbid")
     ttft_ms: float = Field(100.0, ge=0, description="time to the first chunk")
     itl_ms: float = Field(10.0, ge=0, description="time per output token")
     tokens_per_chunk: int = Field(1, ge=1)
+    output_tokens: int | None = Field(None, ge=1, description="fixed output length; default: the request's max_tokens")
+    ttft_per_inflight_ms: float = Field(0.0, ge=0, description="TTFT grows by this per request in flight")
+    itl_per_inflight_ms: float = Field(0.0, ge=0, description="each gap grows by this per request in flight")
+    include_usage: bool = Field(True, description="false: never send usage (a misbehaving server)")
+    precise: bool = Field(False, description="poll near due times (~1 ms timer slop); only on a core of its own")
 
 
 class EmulatorConfig(BaseModel):
@@ -50,8 +57,11 @@ class EmulatorConfig(BaseModel):
 
     mode: Literal["roofline", "scripted"] = "roofline"
     target: Target | None = Field(None, description="Target.model_dump(mode='json'); required for roofline")
-    served_model: str | None = Field(
-        None, min_length=1, description="model id to answer to; default: the catalog hf_id"
+    served_model: str = Field(
+        None,  # replaced by _default_model
+        min_length=1,
+        validate_default=True,
+        description="model id to answer to; default: the catalog hf_id",
     )
     api_key_env: str | None = Field(
         None,
@@ -65,8 +75,17 @@ class EmulatorConfig(BaseModel):
     )
     power_interval_s: float = Field(1.0, gt=0, description="wall seconds between power samples")
 
+    @field_validator("served_model", mode="before")
+    @classmethod
+    def _default_model(cls, v: Any, info: ValidationInfo) -> Any:
+        """No served_model: the target's catalog hf_id (the target is validated first), else "scripted"."""
+        if v is not None:
+            return v
+        target = info.data.get("target")
+        return target.model_spec.hf_id if target else "scripted"
+
     @model_validator(mode="after")
-    def _complete(self) -> "EmulatorConfig":
+    def _complete(self) -> EmulatorConfig:
         if self.mode == "roofline" and self.target is None:
             raise ValueError(
                 "mode 'roofline' needs a target; add target (a plan target as JSON) or use mode 'scripted'"
@@ -76,8 +95,6 @@ class EmulatorConfig(BaseModel):
                 "power_csv needs mode 'roofline' (the scripted engine models no GPU); "
                 "drop power_csv or use mode 'roofline'"
             )
-        if self.served_model is None:
-            self.served_model = self.target.model_spec.hf_id if self.target else "scripted"
         return self
 
     @property

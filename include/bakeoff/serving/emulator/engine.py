@@ -1,4 +1,4 @@
-"""When each output token of each request is ready: the emulator's two schedulers.
+"""When each output token of each request is ready: the roofline emulator's scheduler.
 
 RooflineEngine is one continuous-batching loop, like vLLM's V1 scheduler: every step gives one
 token to each decoding sequence, then fills the rest of the step's token budget with prompt
@@ -8,11 +8,8 @@ its prompt. Step times come from roofline.Roofline, multiplied by time_scale. KV
 for prompt + max_tokens at admission, so a sequence is never preempted; requests that do not fit
 wait.
 
-ScriptedEngine has no batching at all: fixed TTFT and inter-token latency per request, on absolute
-deadlines from the arrival time, so timer slop never accumulates. It is the null server a
-benchmark client measures its own overhead against.
-
-Both yield, per request, how many new tokens are ready; the HTTP layer turns that into chunks.
+It yields, per request, how many new tokens are ready; the HTTP layer turns that into chunks.
+(Scripted timing has no scheduler to model: scripted.py is a server of its own.)
 Deadlines use time.monotonic(), not loop.time(): uvloop's loop clock counts whole milliseconds.
 """
 
@@ -21,10 +18,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
-from bakeoff.serving.emulator.config import Scripted
 from bakeoff.serving.emulator.roofline import Roofline
 
 
@@ -121,7 +117,7 @@ class RooflineEngine:
                 f"of {r.kv_capacity_tokens} tokens; lower max_tokens or the prompt length"
             )
 
-    async def stream(self, seq: Sequence) -> AsyncIterator[int]:
+    async def stream(self, seq: Sequence) -> AsyncGenerator[int, None]:
         """Yield the number of new tokens each time some are ready, until seq.n_out are out."""
         self.waiting.append(seq)
         self._wake.set()
@@ -214,46 +210,3 @@ class RooflineEngine:
                 await asyncio.sleep(delay)
             self.stats.lateness(clock() - next_t)
             self.finish_step()
-
-
-class ScriptedEngine:
-    def __init__(self, script: Scripted):
-        self.script = script
-        self.running: set[Sequence] = set()
-        self.waiting: tuple = ()
-        self.stats = Stats()
-        self.kv_usage = 0.0
-
-    def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    def check(self, prompt_tokens: int, max_tokens: int) -> None:
-        pass
-
-    async def stream(self, seq: Sequence) -> AsyncIterator[int]:
-        clock = time.monotonic
-        s = self.script
-        first, gap = s.ttft_ms / 1000, s.tokens_per_chunk * s.itl_ms / 1000
-        self.running.add(seq)
-        self.stats.prompt_tokens += seq.prompt_tokens
-        try:
-            k = 0
-            while seq.produced < seq.n_out:
-                due = seq.arrival + first + k * gap
-                delay = due - clock()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                self.stats.lateness(clock() - due)
-                new = min(s.tokens_per_chunk, seq.n_out - seq.produced)
-                seq.produced += new
-                self.stats.generation_tokens += new
-                k += 1
-                yield new
-        finally:
-            if seq.produced < seq.n_out:
-                self.stats.aborted += 1
-            seq.done = True
-            self.running.discard(seq)

@@ -4,7 +4,8 @@ The emulator shares the machine with the benchmark client it serves, so its own 
 known: this starts one emulator process (optionally pinned to a core), drives it with C
 concurrent streaming requests from a minimal aiohttp client, and prints the emulator's CPU share,
 its throughput and, in scripted mode, how late first chunks and the last chunk arrive against the
-script (an upper bound on the emulator's own timing error: the client adds its share).
+script (an upper bound on the emulator's own timing error: the client adds its share; the
+server's own lateness is counted per first chunk in scripted mode, per step in roofline mode).
 
   python -m bakeoff.serving.emulator.loadcheck --mode scripted --ttft-ms 100 --itl-ms 10 \\
       --max-tokens 256 --concurrency 512 --requests 1024 --server-cpu 0 --client-cpu 1
@@ -28,30 +29,17 @@ from pathlib import Path
 import aiohttp
 import psutil
 
+from bakeoff.plan import load_plan
+
 
 def _start(config: dict, workdir: Path, cpu: int | None) -> tuple[subprocess.Popen, int]:
     cfg, port_file = workdir / "config.json", workdir / "port"
     cfg.write_text(json.dumps(config))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bakeoff.serving.emulator",
-            "--config",
-            str(cfg),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    cmd = [sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(cfg)]
+    cmd += ["--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)]
     if cpu is not None:
-        psutil.Process(proc.pid).cpu_affinity([cpu])
+        cmd += ["--cpu", str(cpu)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -104,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "scripted":
         config = {"mode": "scripted", "scripted": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms}}
     else:
-        from bakeoff.plan import load_plan
-
         plan = load_plan(args.plan)
         target = plan.target(args.target) if args.target else plan.targets[0]
         if args.time_scale:
@@ -154,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in metrics.splitlines()
         if line.startswith("bakeoff_emulator_emi")
     }
+    mean_late = late["bakeoff_emulator_emit_lateness_seconds_total"] / max(1, late["bakeoff_emulator_emissions_total"])
     print(
-        f"emulator's own lateness: mean {1000 * late['bakeoff_emulator_emit_lateness_seconds_total'] / max(1, late['bakeoff_emulator_emissions_total']):.3f} ms, "
+        f"emulator's own lateness: mean {1000 * mean_late:.3f} ms, "
         f"max {1000 * late['bakeoff_emulator_emit_lateness_max_seconds']:.2f} ms (warm-up included)"
     )
     p99 = statistics.quantiles(ttft, n=100)[98] if len(ttft) >= 2 else ttft[0]

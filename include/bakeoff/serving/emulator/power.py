@@ -59,6 +59,8 @@ class PowerSampler:
 
     def sample(self, busy: float) -> None:
         """Write one row per GPU stamped now (epoch seconds)."""
+        if self._fd is None:
+            raise RuntimeError("PowerSampler.sample: call start() first, it opens the file")
         now = time.time()
         for line in rows(now, self.n_gpus, watts(self.tdp_w, busy)):
             os.write(self._fd, line)

@@ -51,18 +51,19 @@ class Roofline:
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
 
     @classmethod
-    def for_target(cls, target) -> "Roofline":
+    def for_target(cls, target) -> Roofline:
         gpu, model, emu = target.gpu, target.model_spec, target.emulator
         tp = target.tensor_parallel
         bytes_per_param = QUANT_BYTES[target.quantization]
         hbm_per_gpu = gpu.usable_gib * 2**30 if gpu.usable_gib else gpu.hbm_gb * 1e9
         weights = model.params_b * 1e9 * bytes_per_param
-        kv_free = hbm_per_gpu * target.gpus_used * GPU_MEMORY_UTILIZATION - weights
+        usable = hbm_per_gpu * target.gpus_used * GPU_MEMORY_UTILIZATION
+        kv_free = usable - weights
         kv_per_token = model.kv_bytes_per_token(KV_BYTES[target.kv_cache_dtype])
         if kv_free <= 0:
             raise ValueError(
                 f"{target.name}: {model.name} in {target.quantization} needs {weights / 1e9:.0f} GB of weights but "
-                f"{target.gpus_used} x {gpu.name} hold {hbm_per_gpu * target.gpus_used * GPU_MEMORY_UTILIZATION / 1e9:.0f} GB "
+                f"{target.gpus_used} x {gpu.name} hold {usable / 1e9:.0f} GB "
                 "usable; raise tensor_parallel or use a smaller quantization"
             )
         peak = gpu.peak_tflops(COMPUTE_DTYPE[target.quantization]) * 1e12

@@ -1,10 +1,11 @@
-"""The emulator's HTTP front end: vLLM's OpenAI-compatible routes on aiohttp.
+"""The roofline emulator's HTTP front end: vLLM's OpenAI-compatible routes on aiohttp.
 
 aiohttp (on uvloop when installed) rather than a framework, because the streaming hot path must
 stay a few microseconds per chunk: the emulator shares two cores with the benchmark client that
 measures it. Routes: POST /v1/completions, /v1/chat/completions, /tokenize; GET /v1/models,
 /health, /version, /metrics. When the config names an api_key_env that is set, every /v1 route needs
-`Authorization: Bearer <key>` (as vLLM's --api-key); the key is never logged.
+`Authorization: Bearer <key>` (as vLLM's --api-key); the key is never logged. /version and /metrics
+are built here for both modes (scripted.py serves them from its own sockets).
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from bakeoff import tokens
 from bakeoff.serving.emulator import VERSION, power, sse, textgen
 from bakeoff.serving.emulator.config import EmulatorConfig
-from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, ScriptedEngine, Sequence
+from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
 from bakeoff.serving.emulator.roofline import Roofline
 
 log = logging.getLogger("bakeoff.emulator")
 
 CONFIG = web.AppKey("config", EmulatorConfig)
-ENGINE = web.AppKey("engine", object)
+ENGINE = web.AppKey("engine", RooflineEngine)
 CHAT_DEFAULT_MAX_TOKENS = 256  # vLLM's default is "the rest of the context"; bounded here
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's completions default
 
@@ -53,13 +54,12 @@ def _error(
 
 
 def build_app(config: EmulatorConfig) -> web.Application:
+    if config.target is None or config.mode != "roofline":
+        raise ValueError("build_app serves mode 'roofline' with a target; mode 'scripted' is emulator.scripted")
     api_key = config.api_key()
     app = web.Application(middlewares=[_auth_middleware(api_key)] if api_key else [])
     app[CONFIG] = config
-    if config.mode == "roofline":
-        app[ENGINE] = RooflineEngine(Roofline.for_target(config.target), config.time_scale)
-    else:
-        app[ENGINE] = ScriptedEngine(config.scripted)
+    app[ENGINE] = RooflineEngine(Roofline.for_target(config.target), config.time_scale)
 
     sampler = _power_sampler(config, app[ENGINE])
 
@@ -83,11 +83,11 @@ def build_app(config: EmulatorConfig) -> web.Application:
     return app
 
 
-def _power_sampler(config: EmulatorConfig, engine) -> power.PowerSampler | None:
+def _power_sampler(config: EmulatorConfig, engine: RooflineEngine) -> power.PowerSampler | None:
     """The power.csv writer when the config asks for one (roofline only: it needs the GPU and steps)."""
-    if not config.power_csv:
-        return None
     t = config.target
+    if not config.power_csv or t is None:  # validation allows power_csv only with a roofline target
+        return None
     return power.PowerSampler(engine, config.power_csv, t.gpu.tdp_w, t.gpus_used, config.power_interval_s)
 
 
@@ -167,7 +167,7 @@ def _chat_prompt(body: dict) -> tuple[str, int]:
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
     texts = [_content_text(m.get("content")) for m in messages]
-    users = [t for m, t in zip(messages, texts) if m.get("role") == "user"]
+    users = [t for m, t in zip(messages, texts, strict=True) if m.get("role") == "user"]
     template = CHAT_BEGIN_TOKENS + CHAT_PER_MESSAGE_TOKENS * len(messages) + CHAT_GENERATION_TOKENS
     return (users[-1] if users else texts[-1]), template + sum(tokens.count(t) for t in texts)
 
@@ -294,7 +294,7 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def version_info(config: EmulatorConfig, engine) -> dict[str, Any]:
+def version_info(config: EmulatorConfig, roofline: Roofline | None) -> dict[str, Any]:
     t = config.target
     info: dict[str, Any] = {
         "version": f"bakeoff-emulator-{VERSION}",
@@ -309,12 +309,12 @@ def version_info(config: EmulatorConfig, engine) -> dict[str, Any]:
         "quantization": t.quantization if t else None,
         "kv_cache_dtype": t.kv_cache_dtype if t else None,
     }
-    if isinstance(engine, RooflineEngine):
-        info["roofline"] = engine.roofline.summary()
+    if roofline is not None and t is not None:  # a roofline always has its target
+        info["roofline"] = roofline.summary()
         info["efficiency"] = {"prefill": t.emulator.prefill_efficiency, "decode": t.emulator.decode_efficiency}
     else:
         info["scripted"] = config.scripted.model_dump()
-    if config.power_csv:
+    if config.power_csv and t is not None:  # power_csv implies roofline, hence a target
         info["power"] = {
             "csv": config.power_csv,
             "interval_s": config.power_interval_s,
@@ -326,34 +326,30 @@ def version_info(config: EmulatorConfig, engine) -> dict[str, Any]:
 
 
 async def version(request: web.Request) -> web.Response:
-    return web.json_response(version_info(request.app[CONFIG], request.app[ENGINE]))
+    return web.json_response(version_info(request.app[CONFIG], request.app[ENGINE].roofline))
 
 
-class _EngineCollector:
-    """Reads the engine's counters at scrape time: no per-token bookkeeping beyond two ints."""
+class _Collector:
+    """The server's counters, read at scrape time: no per-token bookkeeping beyond two ints."""
 
-    def __init__(self, engine, model: str, time_scale: float):
-        self.engine, self.labels, self.time_scale = engine, {"model_name": model}, time_scale
+    def __init__(self, model: str, time_scale: float, running: int, waiting: int, kv_usage: float, stats: Stats):
+        self.model, self.time_scale, self.stats = model, time_scale, stats
+        self.running, self.waiting, self.kv_usage = running, waiting, kv_usage
 
     def collect(self):
-        e, names, values = self.engine, ["model_name"], [self.labels["model_name"]]
+        st, names, values = self.stats, ["model_name"], [self.model]
         G, C = GaugeMetricFamily, CounterMetricFamily
         for family, name, doc, value in (
-            (G, "vllm:num_requests_running", "Number of requests in the running batch.", len(e.running)),
-            (G, "vllm:num_requests_waiting", "Number of requests waiting to be scheduled.", len(e.waiting)),
-            (G, "vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", e.kv_usage),
+            (G, "vllm:num_requests_running", "Number of requests in the running batch.", self.running),
+            (G, "vllm:num_requests_waiting", "Number of requests waiting to be scheduled.", self.waiting),
+            (G, "vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full.", self.kv_usage),
             (G, "bakeoff_emulator_time_scale", "Factor every emulated delay is multiplied by.", self.time_scale),
-            (C, "vllm:prompt_tokens", "Prefill tokens processed.", e.stats.prompt_tokens),
-            (C, "vllm:generation_tokens", "Generation tokens processed.", e.stats.generation_tokens),
-            (
-                C,
-                "bakeoff_emulator_emit_lateness_seconds",
-                "Sum of (emitted - scheduled) over emissions.",
-                e.stats.late_s,
-            ),
-            (C, "bakeoff_emulator_emissions", "Scheduled emissions (steps, or scripted chunks).", e.stats.emissions),
-            (G, "bakeoff_emulator_emit_lateness_max_seconds", "Worst emission lateness so far.", e.stats.late_max_s),
-            (C, "bakeoff_emulator_aborted_requests", "Streams the client closed before the end.", e.stats.aborted),
+            (C, "vllm:prompt_tokens", "Prefill tokens processed.", st.prompt_tokens),
+            (C, "vllm:generation_tokens", "Generation tokens processed.", st.generation_tokens),
+            (C, "bakeoff_emulator_emit_lateness_seconds", "Sum of (emitted - scheduled) over emissions.", st.late_s),
+            (C, "bakeoff_emulator_emissions", "Scheduled emissions (steps, or scripted first chunks).", st.emissions),
+            (G, "bakeoff_emulator_emit_lateness_max_seconds", "Worst emission lateness so far.", st.late_max_s),
+            (C, "bakeoff_emulator_aborted_requests", "Streams the client closed before the end.", st.aborted),
         ):
             m = family(name, doc, labels=names)
             m.add_metric(values, value)
@@ -362,12 +358,18 @@ class _EngineCollector:
             "vllm:request_success", "Finished requests by finish reason.", labels=names + ["finished_reason"]
         )
         for reason in ("stop", "length"):
-            c.add_metric(values + [reason], e.stats.finished[reason])
+            c.add_metric(values + [reason], st.finished[reason])
         yield c
 
 
-async def metrics(request: web.Request) -> web.Response:
-    app = request.app
+def metrics_text(model: str, time_scale: float, running: int, waiting: int, kv_usage: float, stats: Stats) -> bytes:
+    """Prometheus text with vLLM's metric names (and the emulator's own), as GET /metrics answers."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_EngineCollector(app[ENGINE], app[CONFIG].served_model, app[CONFIG].time_scale))
-    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    registry.register(_Collector(model, time_scale, running, waiting, kv_usage, stats))
+    return generate_latest(registry)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    e, config = request.app[ENGINE], request.app[CONFIG]
+    body = metrics_text(config.served_model, config.time_scale, len(e.running), len(e.waiting), e.kv_usage, e.stats)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

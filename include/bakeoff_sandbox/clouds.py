@@ -24,16 +24,16 @@ import json
 import re
 import threading
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from bakeoff.sandbox.backing import Backing
-from bakeoff.sandbox.billing import Clock, Meter
-from bakeoff.sandbox.httpd import LoopbackServer
+from bakeoff_sandbox.backing import Backing
+from bakeoff_sandbox.billing import Clock, Meter
+from bakeoff_sandbox.httpd import LoopbackServer
 
 TOKEN = "sandbox-token"
 _FW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
@@ -41,7 +41,7 @@ _FW_PORTS = re.compile(r"all|0|[0-9]{1,5}(-[0-9]{1,5})?")
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 class FakeCloud:
@@ -357,7 +357,7 @@ class Clouds(LoopbackServer):
         return _json({"host": addr[0], "port": addr[1], "agent_port": self.backing.agent_port(provider, nid)})
 
     def control(self, req: Request) -> Response:
-        """{"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503]} -- for rehearsals in other processes."""
+        """For rehearsals in other processes: {"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503]}."""
         body = req.get_json(silent=True) or {}
         cloud = self.cloud(body["provider"])
         with cloud.lock:

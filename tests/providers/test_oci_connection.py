@@ -1,14 +1,13 @@
-"""The oci_default Airflow connection -> OCI provider credentials (plugins/bakeoff_hooks.py)."""
+"""The oci_default Airflow connection -> OCI provider credentials (plugins/bakeoff_connections.py)."""
 
 from __future__ import annotations
 
 import json
 
-import bakeoff_hooks
-
+import bakeoff_connections
 from bakeoff.providers.oci import OciProvider
-from bakeoff.sandbox import oci as fake_oci
-from bakeoff.sandbox import throwaway_api_key
+from bakeoff_sandbox import oci as fake_oci
+from bakeoff_sandbox import throwaway_api_key
 
 
 def test_oci_connection_gives_sdk_config_and_masks_the_key(monkeypatch):
@@ -31,7 +30,7 @@ def test_oci_connection_gives_sdk_config_and_masks_the_key(monkeypatch):
             }
         ),
     )
-    creds = bakeoff_hooks.resolve("oci")
+    creds = bakeoff_connections.resolve("oci")
     assert creds == {
         "user": fake_oci.USER,
         "key_content": pem,
@@ -44,13 +43,13 @@ def test_oci_connection_gives_sdk_config_and_masks_the_key(monkeypatch):
     }
     p = OciProvider(creds)  # a complete config: the SDK accepts it and the key loads
     assert p.default_compartment == fake_oci.COMPARTMENT and p.service_endpoint == "http://127.0.0.1:5998"
-    assert "oci" in bakeoff_hooks.configured_providers()
+    assert "oci" in bakeoff_connections.configured_providers()
     seen = []
-    monkeypatch.setattr(bakeoff_hooks, "mask_secret", seen.append)
-    bakeoff_hooks.masked(bakeoff_hooks.resolve)("oci")
+    monkeypatch.setattr(bakeoff_connections, "mask_secret", seen.append)
+    bakeoff_connections.masked(bakeoff_connections.resolve)("oci")
     assert seen == [pem]
 
 
 def test_no_oci_connection_gives_no_credentials(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_OCI_DEFAULT", raising=False)
-    assert bakeoff_hooks.resolve("oci") == {}
+    assert bakeoff_connections.resolve("oci") == {}

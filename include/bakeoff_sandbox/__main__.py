@@ -1,4 +1,4 @@
-"""``python -m bakeoff.sandbox``: start the sandbox clouds and print the environment that points
+"""``python -m bakeoff_sandbox``: start the sandbox clouds and print the environment that points
 bakeoff (CLI or Airflow) at them; runs until Ctrl-C, then stops every emulator it started."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from bakeoff.sandbox import Sandbox
+from bakeoff_sandbox import Sandbox
 
 
 def main() -> int:

@@ -17,15 +17,16 @@ import io
 import re
 import threading
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 from moto.server import DomainDispatcherApplication, create_backend_app
 
-from bakeoff.sandbox.backing import Backing
-from bakeoff.sandbox.billing import Clock, Meter
-from bakeoff.sandbox.httpd import LoopbackServer
+from bakeoff_sandbox.backing import Backing
+from bakeoff_sandbox.billing import Clock, Meter
+from bakeoff_sandbox.httpd import LoopbackServer
 
 ACCOUNT_ID = "123456789012"
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
@@ -171,7 +172,7 @@ def publish_dlami(regions: list[str], ami_id: str) -> None:
                 description=None,
                 allowed_pattern=None,
                 keyid=None,
-                last_modified_date=datetime.datetime.now(datetime.timezone.utc),
+                last_modified_date=datetime.datetime.now(datetime.UTC),
                 version=1,
                 data_type="text",
             )

@@ -7,28 +7,28 @@ it has, so nothing measured is lost.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 from bakeoff import store
-from bakeoff.bench import workloads
+from bakeoff.bench import sizing, workloads
+from bakeoff.bench.calibration import calibrate, calibration_line
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.fidelity import LoopMonitor
-from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets, open_loop
-from bakeoff.plan.workload import rate_key
+from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.bench.metrics import summarize
-from bakeoff.bench.records import RequestRecord
-from bakeoff.bench.runtime import run_async
-from bakeoff.bench import sizing
+from bakeoff.bench.point import Ctx, client_for, measure_here
 from bakeoff.bench.prompts import prompt_seed
+from bakeoff.bench.provenance import snapshot_provenance
+from bakeoff.bench.records import REQUEST_FIELDS, RequestRecord
+from bakeoff.bench.runtime import run_async
+from bakeoff.bench.sla import search
 from bakeoff.bench.tokenize import discover, recount_outputs
+from bakeoff.bench.workers import measure_in_workers
+from bakeoff.plan.workload import rate_key
+from bakeoff.serving.power import mean_watts_per_gpu
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,7 @@ _ARROW = {
     "bool": pa.bool_(),
     "list[float]": pa.list_(pa.float64()),
 }
-REQUEST_SCHEMA = pa.schema(
-    [pa.field(f.name, _ARROW[str(f.type).replace(" | None", "")]) for f in dataclasses.fields(RequestRecord)]
-)
+REQUEST_SCHEMA = pa.schema([pa.field(f.name, _ARROW[str(f.type).replace(" | None", "")]) for f in REQUEST_FIELDS])
 
 
 def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
@@ -52,69 +50,6 @@ def records_frame(records: list[RequestRecord]) -> pd.DataFrame:
     # nullable ints and strings keep their type when all null; list columns become numpy float arrays,
     # which pyarrow writes back as list<double> even when every list is empty
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.string(): pd.StringDtype()}.get)
-
-
-@dataclass
-class Ctx:
-    """Everything a point needs besides its load level."""
-
-    endpoint: Any
-    target: Any
-    workload: Any
-    slo: Any
-    out_dir: Path
-    run_id: str
-    api_key: str | None
-    emulated: bool
-    max_error_rate: float | None = None
-    provenance: bool = True
-    power: Any = None  # callable (start, end epoch s) -> power rows (serving.power.parse_samples), if sampled
-    sizer: Any = None  # bench.sizing.PromptSizer: written prompts in the served model's tokens
-    counter: Any = None  # bench.tokenize.TokenCounter: output tokens of requests without usage
-    prompt_seed: int | None = None  # the run's prompt seed (prompts.prompt_seed)
-
-    @property
-    def gpus(self) -> int:
-        return int(self.target.gpus_used)
-
-    def __getstate__(self) -> dict:
-        # worker processes build prompts (sizer) but never count tokens; the counter may hold a
-        # pinned-certificate SSL context, which does not pickle
-        return {**self.__dict__, "counter": None}
-
-
-async def _measure(
-    ctx: Ctx,
-    client: StreamingClient,
-    *,
-    key: int,
-    repeat: int,
-    concurrency: int | None = None,
-    rate: float | None = None,
-    offsets=None,
-    specs=None,
-) -> tuple[list[RequestRecord], dict]:
-    """One point on this process: closed loop when ``concurrency`` is given, else open loop."""
-    w = ctx.workload
-    level = concurrency or w.max_concurrency or 0
-    n_warm, specs = workloads.point_specs(
-        w, key, repeat, concurrency, offsets, specs, sizer=ctx.sizer, seed=ctx.prompt_seed
-    )
-    pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
-    sender = Sender(client, w, ctx.endpoint.model, pid, specs, n_warm, w.request_timeout_s)
-    await client.warm(min(level or 64, 1024))
-    sender.start_clock()
-    stop_at = sender.t0 + w.max_point_s if w.max_point_s else None
-    with LoopMonitor() as mon:
-        if concurrency:
-            sent = await sender.run_closed(concurrency, stop_at=stop_at)
-        else:
-            sent = await open_loop(
-                sender.send, offsets, max_concurrency=w.max_concurrency, stop_at=stop_at, warmup=n_warm, t0=sender.t0
-            )
-    recs = sender.records(sent)
-    lags = [r.start_offset - r.scheduled_offset for r in recs if r.scheduled_offset is not None]
-    return recs, mon.figures(lags or None)
 
 
 def _save(
@@ -176,12 +111,11 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
     done = [r for r in recs if not r.warmup and r.elapsed is not None]
     if ctx.power is None or not done:
         return {}
-    from bakeoff.serving.power import mean_watts_per_gpu
-
-    start, end = min(r.send_time for r in done), max(r.send_time + r.elapsed for r in done)
+    start = min(r.send_time for r in done)
+    end = max(r.send_time + r.elapsed for r in done if r.elapsed is not None)
     try:
         rows = ctx.power(start, end)
-    except Exception as e:  # power must never cost a measurement
+    except Exception as e:  # noqa: BLE001 - power must never cost a measurement
         log.warning("power samples unavailable for %s: %s", ctx.target.slug, type(e).__name__)
         return {}
     watts = mean_watts_per_gpu(rows, start, end, ctx.gpus)
@@ -199,11 +133,9 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
 def _prov(ctx: Ctx) -> dict | None:
     if not ctx.provenance:
         return None
-    from bakeoff.bench.provenance import snapshot_provenance
-
     try:
         return snapshot_provenance(ctx.endpoint, ctx.api_key)
-    except Exception as e:  # provenance must never cost a measurement
+    except Exception as e:  # noqa: BLE001 - provenance must never cost a measurement
         return {"error": f"{type(e).__name__}: {e}"}
 
 
@@ -222,14 +154,12 @@ async def measure_point(
     """Measure one point (worker processes when the workload asks), save it, return its summary."""
     before = _prov(ctx)
     if ctx.workload.workers > 1:
-        from bakeoff.bench.workers import measure_in_workers
-
         recs, figures = await measure_in_workers(
             ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
         )
     else:
-        recs, figures = await _measure(
-            ctx, client, key=key, repeat=repeat, concurrency=concurrency, rate=rate, offsets=offsets, specs=specs
+        recs, figures = await measure_here(
+            ctx, client, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
         )
     recount_outputs(recs, ctx.counter)
     prov = None
@@ -244,13 +174,7 @@ async def measure_point(
 
 async def _run(ctx: Ctx) -> list[dict]:
     w = ctx.workload
-    client = StreamingClient(
-        ctx.endpoint.base_url,
-        api_key=ctx.api_key,
-        timeout_s=w.request_timeout_s,
-        tls_cert=ctx.endpoint.tls_cert,
-        connection=w.ttft_connection,
-    )
+    client = client_for(ctx)
     out: list[dict] = []
     try:
         if w.load == "concurrency":
@@ -279,9 +203,11 @@ async def _run(ctx: Ctx) -> list[dict]:
                     )
                 )
         elif w.load == "sla":
-            from bakeoff.bench.sla import search
 
-            result = await search(ctx, client)
+            async def probe(**load) -> dict:
+                return await measure_point(ctx, client, repeat=0, mode="sla", **load)
+
+            result = await search(w, probe)
             out.extend(result.summaries)
             store.write_json(ctx.out_dir / f"sla-{w.name}.json", result.to_dict())
         return out
@@ -294,7 +220,7 @@ def run_workload(
     target,
     workload,
     slo,
-    out_dir: Path,
+    out_dir: str | store.StorePath,
     run_id: str,
     api_key: str | None,
     emulated: bool,
@@ -311,10 +237,10 @@ def run_workload(
     stores its own TTFT/TPOT error as client_calibration.json next to the results.
     """
     ctx = Ctx(
-        endpoint, target, workload, slo, Path(out_dir), run_id, api_key, emulated, max_error_rate, provenance, power
+        endpoint, target, workload, slo, store.at(out_dir), run_id, api_key, emulated, max_error_rate, provenance, power
     )
     if calibrate:
-        self_calibrate(Path(out_dir), workload)
+        self_calibrate(store.at(out_dir), workload)
     size_prompts(ctx)
     t = time.perf_counter()
     try:
@@ -365,50 +291,16 @@ def size_prompts(ctx: Ctx) -> dict:
     return doc
 
 
-def self_calibrate(out_dir: Path, workload) -> dict | None:
+def self_calibrate(out_dir: store.StorePath, workload) -> dict | None:
     """The client's own error on this machine, measured once per target folder (never fatal)."""
     path = out_dir / "client_calibration.json"
     if path.exists():
         return store.read_json(path)
-    from bakeoff.bench.fidelity import calibrate, calibration_line
-
     c = min(64, max(workload.levels() if workload.load == "concurrency" else [workload.max_concurrency or 16]))
     try:
         doc = calibrate(concurrency=c, requests=2 * c)
-    except Exception as e:  # the benchmark proper must still run
+    except Exception as e:  # noqa: BLE001 - the benchmark proper must still run
         doc = {"error": f"{type(e).__name__}: {e}"}
     store.write_json(path, doc)
     log.info("%s", calibration_line(doc))
     return doc
-
-
-async def measure_scripted(
-    url: str, concurrency: int, requests: int, output_tokens: int, input_len: int = 8
-) -> tuple[list[RequestRecord], dict]:
-    """A closed-loop point against a scripted server (self-calibration): no files written."""
-    from bakeoff.bench.prompts import RequestSpec
-    from bakeoff.plan.workload import Workload
-
-    w = Workload(
-        name="calibration",
-        input_len=input_len,
-        output_len=output_tokens,
-        concurrency=[concurrency],
-        requests_per_point=requests,
-        warmup_requests=concurrency,
-    )
-    client = StreamingClient(url, timeout_s=60)
-    try:
-        specs = [RequestSpec(input_len, output_tokens, prompt=" ".join(["calibrate"] * input_len))] * (
-            requests + concurrency
-        )
-        sender = Sender(
-            client, w, "scripted", PointId("calibration", "scripted", w.name, concurrency, 0), specs, concurrency, 60
-        )
-        await client.warm(concurrency)
-        sender.start_clock()
-        with LoopMonitor() as mon:
-            sent = await sender.run_closed(concurrency)
-        return sender.records(sent), mon.figures()
-    finally:
-        await client.close()

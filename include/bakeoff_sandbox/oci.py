@@ -36,16 +36,16 @@ import re
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from bakeoff.sandbox.backing import Backing
-from bakeoff.sandbox.billing import Clock, Meter
-from bakeoff.sandbox.clouds import take_fault
-from bakeoff.sandbox.httpd import LoopbackServer
+from bakeoff_sandbox.backing import Backing
+from bakeoff_sandbox.billing import Clock, Meter
+from bakeoff_sandbox.clouds import take_fault
+from bakeoff_sandbox.httpd import LoopbackServer
 
 REGION, REGION_CODE = "us-ashburn-1", "iad"
 ADS = [f"Uocm:US-ASHBURN-AD-{n}" for n in (1, 2, 3)]
@@ -78,7 +78,7 @@ OLD_IMAGE = fixed_ocid("image", "bakeoffsandboxoldgpuimage", REGION_CODE)
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class OciError(Exception):
@@ -654,7 +654,8 @@ class FakeOci(LoopbackServer):
         return resp
 
     def control(self, req: Request) -> Response:
-        """{"deny_ads": [...], "fail_next": [429, "POST:503"], "fail_regions": [...]} -- for rehearsals in other processes."""
+        """For rehearsals in other processes:
+        {"deny_ads": [...], "fail_next": [429, "POST:503"], "fail_regions": [...]}."""
         body = req.get_json(silent=True) or {}
         with self.lock:
             if "deny_ads" in body:

@@ -35,13 +35,13 @@ import sys
 import threading
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
-from bakeoff.sandbox.billing import Clock
 from bakeoff.serving import userdata
+from bakeoff_sandbox.billing import Clock
 
 log = logging.getLogger(__name__)
 EMULATOR_MODULE = "bakeoff.serving.emulator"

@@ -1,39 +1,44 @@
-"""Sandbox: rehearse the real cloud code path on one machine.
+"""Sandbox: rehearse the real cloud code path on one machine. A separate package, not part of what
+bakeoff ships: it needs the ``sandbox`` extra (werkzeug, moto's server), and bakeoff never imports it.
 
 EC2/SSM/S3 are moto in server mode (the AWS provider's boto3 calls cross a socket); Vultr and
 DigitalOcean are local fake REST servers; Oracle Cloud is a fake of its Core API that the real oci
 SDK signs its requests to (with a throwaway key made at start). Every "instance" is backed by an
-emulator process booted from the user-data the provider sent. Nothing leaves 127.0.0.1 and every figure is EMULATED.
+emulator process booted from the user-data the provider sent. Nothing leaves 127.0.0.1 and every
+figure is EMULATED.
 
 Time and money: ``clock`` is real time plus an offset that ``clock.advance(s)`` moves, firing each
 node's kill switch at its deadline (what the boot script's section would do on that cloud), and
 ``meter`` bills every node as its cloud would (``billed_minutes``), so "no node bills past its
 budget, with or without Airflow" is checked in seconds.
 
-Use it from Python (``with Sandbox() as sb: pipeline.set_credentials_resolver(sb.credentials)``),
-or run ``python -m bakeoff.sandbox`` and export the printed ``AIRFLOW_CONN_*`` variables so the
-DAG's own hooks point the real plan at it.
+Use it from Python (``with Sandbox() as sb, sb.exported():`` then any step's default credentials
+resolve to its clouds), or run ``python -m bakeoff_sandbox`` and export the printed ``AIRFLOW_CONN_*``
+variables so the DAG's own connections point the real plan at it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bakeoff.providers.credentials import SANDBOX_ENV, sandbox_credentials
-from bakeoff.sandbox.backing import Backing
-from bakeoff.sandbox.billing import Clock, Meter
-from bakeoff.sandbox.clouds import TOKEN, Clouds
-from bakeoff.sandbox.ec2 import MotoServer, publish_dlami
-from bakeoff.sandbox import oci as fake_oci
+from bakeoff.providers.credentials import CREDENTIALS_ENV, json_credentials
+from bakeoff_sandbox import oci as fake_oci
+from bakeoff_sandbox.backing import Backing
+from bakeoff_sandbox.billing import Clock, Meter
+from bakeoff_sandbox.clouds import TOKEN, Clouds
+from bakeoff_sandbox.ec2 import MotoServer, publish_dlami
 
 log = logging.getLogger(__name__)
-ENV = SANDBOX_ENV  # JSON credentials per provider, for processes the sandbox did not start
+ENV = CREDENTIALS_ENV  # JSON credentials per provider, for processes the sandbox did not start
 AWS_REGIONS = ["us-east-1", "us-east-2", "us-west-2"]
 CLIENT_BUCKET = "bakeoff-sandbox-client"  # moto S3: where the client bundle is staged for the nodes
 _AWS_CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -53,7 +58,7 @@ class Sandbox:
         self._ticking = threading.Event()
         self.oci_key_pem, self.oci_fingerprint = "", ""
 
-    def start(self) -> "Sandbox":
+    def start(self) -> Sandbox:
         threading.Thread(target=self._tick, daemon=True, name="sandbox-kill-switches").start()
         self.moto.start()
         self.clouds.start()
@@ -78,7 +83,7 @@ class Sandbox:
         self.moto.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -120,6 +125,19 @@ class Sandbox:
 
     def credentials(self, provider: str) -> dict[str, Any]:
         return dict(self.all_credentials().get(provider, {}))
+
+    @contextlib.contextmanager
+    def exported(self) -> Iterator[Sandbox]:
+        """Inside, this process's ``credentials_from_env`` (every step's default) resolves to these clouds."""
+        before = os.environ.get(ENV)
+        os.environ[ENV] = json.dumps(self.all_credentials())
+        try:
+            yield self
+        finally:
+            if before is None:
+                os.environ.pop(ENV, None)
+            else:
+                os.environ[ENV] = before
 
     def env(self) -> dict[str, str]:
         """Environment for other processes: the JSON credentials, and Airflow connections for the DAG."""
@@ -208,7 +226,7 @@ class Sandbox:
                     self.oci.power_off(node)
             elif provider in ("vultr", "digitalocean"):
                 self.clouds.cloud(provider).power_off(node)
-        except Exception:  # noqa: BLE001 - a node that fails to act is what the reaper is for
+        except Exception:  # logged, not raised: a node that fails to act is what the reaper is for
             log.exception("sandbox: %s node %s kill switch could not act on its cloud", provider, node)
 
     def _oci_self_delete(self, iid: str) -> bool:
@@ -257,4 +275,4 @@ def throwaway_api_key() -> tuple[str, str]:
 
 
 # Credentials resolver for a process started with a sandbox's ``env()`` (empty if none).
-credentials_from_env = sandbox_credentials
+credentials_from_env = json_credentials

@@ -1,4 +1,5 @@
-"""Airflow glue: connections -> provider credentials, installed as the pipeline's credentials resolver.
+"""Airflow connections and Variables -> provider credentials (masked): the resolver DAG tasks pass
+into the pipeline's steps; the AWS lookup goes through the Amazon provider's AwsBaseHook.
 
 Connections (secrets stay in Airflow's connection store or the environment, never in a plan):
 - ``aws_default``: the Amazon provider's AWS connection (keys, role, or the worker's instance role);
@@ -20,18 +21,15 @@ are reached from the worker.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
+
+from bakeoff.providers.registry import PROVIDERS
 
 log = logging.getLogger(__name__)
 
-CONN_IDS = {
-    "aws": "aws_default",
-    "vultr": "vultr_default",
-    "digitalocean": "digitalocean_default",
-    "oci": "oci_default",
-}
-REST_DEFAULT_BASE = {"vultr": "https://api.vultr.com/v2", "digitalocean": "https://api.digitalocean.com/v2"}
+CONN_IDS = {name: p.conn_id for name, p in PROVIDERS.items() if p.conn_id}
+REST_DEFAULT_BASE = {name: p.api_base for name, p in PROVIDERS.items() if p.api_base}
 
 
 def _connection(conn_id: str):
@@ -89,7 +87,8 @@ def rest_credentials(provider: str, conn_id: str | None = None) -> dict[str, Any
 
 
 def oci_credentials(conn_id: str = CONN_IDS["oci"]) -> dict[str, Any]:
-    """The OCI SDK's config fields from the connection: user OCID (login), signing key PEM (password), the rest in extra."""
+    """The OCI SDK's config fields from the connection: user OCID (login), signing key PEM (password),
+    the rest in extra."""
     conn = _connection(conn_id)
     if conn is None:
         return {}
@@ -114,7 +113,7 @@ def resolve(provider: str) -> dict[str, Any]:
     """The credentials resolver the DAG installs: provider name -> credentials dict (never logged)."""
     if provider == "aws":
         return aws_credentials()
-    if provider in ("vultr", "digitalocean"):
+    if provider in REST_DEFAULT_BASE:
         return rest_credentials(provider)
     if provider == "oci":
         return oci_credentials()
@@ -182,7 +181,7 @@ def mask_run_keys(run_dir: str) -> None:
 
     install_plan_connections()
     plan = pipeline.run_plan(run_dir)
-    rid = store.read_json(Path(run_dir) / "run.json")["run_id"]
+    rid = store.read_record(run_dir, store.START)["run_id"]
     for t in plan.targets:
         try:
             key = pipeline.serving_key(t, rid)
@@ -196,28 +195,23 @@ def mask_run_keys(run_dir: str) -> None:
             pass
 
 
-def install_credentials(run_dir: str | None = None) -> None:
-    """Make the pipeline resolve provider credentials from Airflow connections in this task, and mask
-    the tokens (and, given the run, its serving API keys) in this task's log."""
-    from bakeoff import pipeline  # noqa: PLC0415
-
-    pipeline.set_credentials_resolver(masked(resolve))
+def credentials_resolver(run_dir: str | None = None) -> Callable[[str], dict[str, Any]]:
+    """The resolver a task passes into the pipeline's steps (``credentials=``): provider credentials from
+    Airflow connections, every token masked in this task's log (and, given the run, its serving API keys)."""
     install_plan_connections()
     if run_dir:
         mask_run_keys(run_dir)
+    return masked(resolve)
 
 
 def configured_providers() -> list[str]:
-    """Providers the reaper scans: local always, a cloud when its connection is defined."""
-    return ["local"] + [p for p, cid in CONN_IDS.items() if _connection(cid) is not None]
-
-
-def s3_publish_args() -> dict[str, Any]:
-    """Where publish uploads reports: Variables bakeoff_s3_bucket / bakeoff_s3_prefix with an S3 client
-    from the connection named by Variable bakeoff_s3_conn_id (default aws_default; S3Hook); empty when no bucket is configured (local folder only)."""
-    from airflow.sdk import Variable  # noqa: PLC0415
-
-    return _s3_settings(Variable.get("bakeoff_s3_bucket", default=None), "bakeoff_s3_conn_id")
+    """Providers the reaper scans: every one that starts nodes and needs no connection (local), and a
+    cloud when its connection is defined."""
+    return [
+        name
+        for name, p in PROVIDERS.items()
+        if p.launches and (p.conn_id is None or _connection(p.conn_id) is not None)
+    ]
 
 
 def client_bundle_settings() -> dict[str, Any]:
@@ -233,8 +227,8 @@ def _s3_settings(bucket: str | None, conn_variable: str) -> dict[str, Any]:
     """A bucket and an S3 client (S3Hook) on the connection a Variable names (default aws_default)."""
     if not bucket:
         return {}
-    from airflow.sdk import Variable  # noqa: PLC0415
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # noqa: PLC0415
+    from airflow.sdk import Variable  # noqa: PLC0415
 
     conn_id = Variable.get(conn_variable, default=CONN_IDS["aws"])  # e.g. MinIO for reports under compose
     return {

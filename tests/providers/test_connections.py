@@ -1,11 +1,10 @@
-"""Airflow connections -> provider credentials (plugins/bakeoff_hooks.py)."""
+"""Airflow connections -> provider credentials (plugins/bakeoff_connections.py)."""
 
 from __future__ import annotations
 
 import json
 
-import bakeoff_hooks
-
+import bakeoff_connections
 from bakeoff import pipeline
 
 
@@ -22,13 +21,13 @@ def test_rest_connection_gives_token_and_base_url(monkeypatch):
         ),
     )
     monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
-    assert bakeoff_hooks.resolve("digitalocean") == {
+    assert bakeoff_connections.resolve("digitalocean") == {
         "token": "do-token",
         "base_url": "https://api.devcloud.amd.com/v2",
         "poll_s": 2,
     }
-    assert bakeoff_hooks.resolve("vultr") == {"token": "v-token", "base_url": "https://api.vultr.com/v2"}
-    assert set(bakeoff_hooks.configured_providers()) >= {"local", "vultr", "digitalocean"}
+    assert bakeoff_connections.resolve("vultr") == {"token": "v-token", "base_url": "https://api.vultr.com/v2"}
+    assert set(bakeoff_connections.configured_providers()) >= {"local", "vultr", "digitalocean"}
 
 
 def test_bare_host_gets_the_api_version_path(monkeypatch):
@@ -41,8 +40,8 @@ def test_bare_host_gets_the_api_version_path(monkeypatch):
         "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT",
         json.dumps({"conn_type": "http", "host": "api.devcloud.amd.com/", "password": "d"}),
     )
-    assert bakeoff_hooks.resolve("vultr")["base_url"] == "https://api.vultr.com/v2"
-    assert bakeoff_hooks.resolve("digitalocean")["base_url"] == "https://api.devcloud.amd.com/v2"
+    assert bakeoff_connections.resolve("vultr")["base_url"] == "https://api.vultr.com/v2"
+    assert bakeoff_connections.resolve("digitalocean")["base_url"] == "https://api.devcloud.amd.com/v2"
 
 
 def test_aws_connection_gives_a_session_and_endpoint(monkeypatch):
@@ -61,31 +60,26 @@ def test_aws_connection_gives_a_session_and_endpoint(monkeypatch):
             }
         ),
     )
-    creds = bakeoff_hooks.resolve("aws")
+    creds = bakeoff_connections.resolve("aws")
     assert creds["session"].region_name == "us-west-2" and creds["endpoint_url"] == "http://127.0.0.1:5999"
     assert creds["session"].get_credentials().access_key == "AKIDEXAMPLE"
     assert creds["address_map_url"] == "http://127.0.0.1:6000/address"
 
 
-def test_install_credentials_sets_the_pipeline_resolver(monkeypatch):
+def test_the_resolver_is_passed_into_the_pipeline(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
-    bakeoff_hooks.install_credentials()
-    try:
-        assert pipeline.provider_for("vultr").base_url == "https://api.vultr.com/v2"
-    finally:
-        pipeline.set_credentials_resolver(lambda name: {})
+    creds = bakeoff_connections.credentials_resolver()
+    provider = pipeline.provider_for("vultr", creds)
+    assert provider.base_url == "https://api.vultr.com/v2" and creds("vultr")["token"] == "v-token"
+    assert not hasattr(pipeline, "set_credentials_resolver")  # no module-global resolver to leak between tasks
 
 
 def test_tokens_and_run_keys_are_registered_with_the_log_masker(monkeypatch, data_root):
     seen = []
-    monkeypatch.setattr(bakeoff_hooks, "mask_secret", seen.append)
+    monkeypatch.setattr(bakeoff_connections, "mask_secret", seen.append)
     monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
     run = pipeline.start_run("mi355x-vs-b200-sandbox", "manual__mask")
-    bakeoff_hooks.install_credentials(run["run_dir"])
-    try:
-        pipeline.provider_for("vultr")
-    finally:
-        pipeline.set_credentials_resolver(lambda name: {})
+    pipeline.provider_for("vultr", bakeoff_connections.credentials_resolver(run["run_dir"]))
     from bakeoff import secrets
 
     assert set(seen) == {"v-token"} | {secrets.api_key("manual__mask", s) for s in run["targets"]}

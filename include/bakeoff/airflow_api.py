@@ -1,0 +1,76 @@
+"""Airflow's REST API, for processes outside Airflow that must know whether a bake-off run is still going
+(``python -m bakeoff reap``): Airflow owns run state, the results store keeps none.
+
+Settings (environment):
+  BAKEOFF_AIRFLOW_API_URL            the API server, e.g. http://airflow-apiserver:8080
+  BAKEOFF_AIRFLOW_API_TOKEN          a bearer token (JWT), or instead
+  BAKEOFF_AIRFLOW_API_USER +
+  BAKEOFF_AIRFLOW_API_PASSWORD_FILE  a user whose password is read from a file (exchanged at /auth/token)
+The user needs read access to the ``bakeoff`` DAG's runs. Credentials are never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+DAG_ID = "bakeoff"  # every plan runs in this DAG; the node's run tag is the DAG run's id
+URL_ENV, TOKEN_ENV = "BAKEOFF_AIRFLOW_API_URL", "BAKEOFF_AIRFLOW_API_TOKEN"
+USER_ENV, PASSWORD_FILE_ENV = "BAKEOFF_AIRFLOW_API_USER", "BAKEOFF_AIRFLOW_API_PASSWORD_FILE"
+
+
+class AirflowApiError(RuntimeError):
+    pass
+
+
+def _token(client, base_url: str) -> str:
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token
+    user, pw_file = os.environ.get(USER_ENV), os.environ.get(PASSWORD_FILE_ENV)
+    if not (user and pw_file):
+        raise AirflowApiError(
+            f"{URL_ENV} is set but no credentials are: set {TOKEN_ENV}, or {USER_ENV} and {PASSWORD_FILE_ENV}"
+        )
+    password = Path(pw_file).read_text().strip()
+    r = client.post(f"{base_url}/auth/token", json={"username": user, "password": password})
+    if r.status_code >= 400:
+        raise AirflowApiError(f"{base_url}/auth/token refused {USER_ENV}={user}: HTTP {r.status_code}")
+    return r.json()["access_token"]
+
+
+def run_state_client(base_url: str, dag_id: str = DAG_ID, timeout_s: float = 10.0) -> Callable[[str, str], str | None]:
+    """``run_state(plan, run_id)`` asking GET /api/v2/dags/<dag>/dagRuns/<run>: the DAG run's state,
+    None for a run Airflow does not know (404)."""
+    import httpx  # noqa: PLC0415 - only the reap command needs it
+
+    base_url = base_url.rstrip("/")
+    client = httpx.Client(timeout=timeout_s)
+    headers: dict[str, str] = {}
+
+    def get(run_id: str):
+        if not headers:
+            headers["Authorization"] = f"Bearer {_token(client, base_url)}"
+        url = f"{base_url}/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}"
+        return client.get(url, headers=headers)
+
+    def run_state(plan: str, run_id: str) -> str | None:
+        r = get(run_id)
+        if r.status_code == 401:  # the token expired (a reaper loop outlives it): sign in again, once
+            headers.clear()
+            r = get(run_id)
+        if r.status_code == 404:
+            return None
+        if r.status_code >= 400:
+            raise AirflowApiError(f"GET dagRuns/{run_id}: HTTP {r.status_code}")
+        return r.json().get("state")
+
+    return run_state
+
+
+def run_state_from_env() -> Callable[[str, str], str | None] | None:
+    """The REST client configured by the environment, or None when $BAKEOFF_AIRFLOW_API_URL is unset."""
+    url = os.environ.get(URL_ENV)
+    return run_state_client(url) if url else None

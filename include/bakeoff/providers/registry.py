@@ -1,0 +1,156 @@
+"""Every provider a plan may name, and the facts the rest of bakeoff derives from it.
+
+One entry per provider: the DAG's groups, the plan checks, the budget, the cost table, the reaper,
+the deploy step and the Airflow connection lookup all read these facts instead of naming providers.
+Cheap to import (the DAG reads it at parse time): the classes are imported only by ``get_provider``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Literal
+
+from bakeoff.providers.base import Provider, ProviderError
+
+Kind = Literal["cloud", "emulator", "endpoint"]
+ClientMode = Literal["co-located", "remote"]
+KillSwitch = Literal["terminate", "self-delete", "power-off"]
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What a provider is, declared once.
+
+    kind: ``cloud`` (bakeoff provisions billed nodes there), ``emulator`` (a node is an emulator
+    process on this machine) or ``endpoint`` (an existing server; bakeoff starts nothing).
+    """
+
+    name: str
+    cls: str  # "module:Class", imported lazily
+    kind: Kind
+    spends: bool  # its nodes bill money while they run (the budget guard and the cost table count them)
+    boot_h: float  # hours from the create call until the node runs its boot script
+    conn_id: str | None  # default Airflow connection holding its credentials
+    client_mode: ClientMode  # where the benchmark client runs unless the plan says otherwise
+    cleanup: bool  # has ``cleanup(select)`` for what nodes leave behind (security groups, firewalls)
+    console_output: bool  # has ``console_output(id)``: the node's console, for failure triage
+    tls: bool  # the node serves over a pinned per-node certificate (else plain http or the endpoint's own)
+    api_base: str | None = None  # public API root of a REST cloud
+    # what the node's boot script does at its budgeted time to end billing with no help from Airflow:
+    # power off (ends billing only where the cloud terminates on shutdown), or delete itself
+    kill_switch: KillSwitch = "power-off"
+
+    @property
+    def provisions(self) -> bool:
+        """bakeoff provisions cloud nodes here (co-located client, secrets, per-node TLS, client bundle)."""
+        return self.kind == "cloud"
+
+    @property
+    def emulated(self) -> bool:
+        return self.kind == "emulator"
+
+    @property
+    def launches(self) -> bool:
+        """Its create starts something that must be terminated (what the sweep and the reaper scan)."""
+        return self.kind != "endpoint"
+
+    def load(self) -> type[Provider]:
+        module, cls = self.cls.split(":")
+        return getattr(import_module(module), cls)
+
+
+def _cloud(
+    name: str,
+    cls: str,
+    boot_h: float,
+    cleanup: bool,
+    console_output: bool,
+    api_base: str | None = None,
+    kill_switch: KillSwitch = "power-off",
+) -> ProviderInfo:
+    return ProviderInfo(
+        name=name,
+        cls=cls,
+        kind="cloud",
+        spends=True,
+        boot_h=boot_h,
+        conn_id=f"{name}_default",
+        client_mode="co-located",
+        cleanup=cleanup,
+        console_output=console_output,
+        tls=True,
+        api_base=api_base,
+        kill_switch=kill_switch,
+    )
+
+
+def _on_this_machine(name: str, cls: str, kind: Kind) -> ProviderInfo:
+    """A provider that bills nothing and needs no credentials: the emulator, or an existing endpoint."""
+    return ProviderInfo(
+        name=name,
+        cls=cls,
+        kind=kind,
+        spends=False,
+        boot_h=0.0,
+        conn_id=None,
+        client_mode="remote",
+        cleanup=False,
+        console_output=False,
+        tls=False,
+    )
+
+
+PROVIDERS: dict[str, ProviderInfo] = {
+    p.name: p
+    for p in (
+        _on_this_machine("local", "bakeoff.providers.local:LocalProvider", "emulator"),
+        _on_this_machine("static", "bakeoff.providers.static:StaticProvider", "endpoint"),
+        # EC2 launches with InstanceInitiatedShutdownBehavior=terminate: powering off ends billing
+        _cloud(
+            "aws", "bakeoff.providers.aws:AwsProvider", 0.25, cleanup=True, console_output=True, kill_switch="terminate"
+        ),
+        _cloud(
+            "vultr",
+            "bakeoff.providers.vultr:VultrProvider",
+            0.5,
+            cleanup=False,
+            console_output=False,
+            api_base="https://api.vultr.com/v2",
+        ),
+        _cloud(
+            "digitalocean",
+            "bakeoff.providers.digitalocean:DigitalOceanProvider",
+            0.25,
+            cleanup=True,
+            console_output=False,
+            api_base="https://api.digitalocean.com/v2",
+        ),
+        # an OCI node deletes itself through its instance principal
+        _cloud(
+            "oci",
+            "bakeoff.providers.oci:OciProvider",
+            0.5,
+            cleanup=True,
+            console_output=True,
+            kill_switch="self-delete",
+        ),
+    )
+}
+
+PROVISIONING: tuple[str, ...] = tuple(n for n, p in PROVIDERS.items() if p.provisions)
+LAUNCHING: tuple[str, ...] = tuple(n for n, p in PROVIDERS.items() if p.launches)
+
+
+def provider_info(name: str) -> ProviderInfo:
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        raise ProviderError(f"provider {name!r} is not available; known: {', '.join(sorted(PROVIDERS))}") from None
+
+
+def get_provider(name: str, credentials: dict[str, Any] | None = None, **options: Any) -> Provider:
+    """A provider instance for a plan's provider name, with the credentials the caller resolved."""
+    cls: Callable[..., Provider] = provider_info(name).load()  # every provider takes credentials=
+    return cls(credentials=credentials or {}, **options)

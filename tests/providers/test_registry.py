@@ -1,0 +1,93 @@
+"""The provider registry: each entry's declared facts match what its class does, and every list the
+rest of bakeoff keeps (DAG groups, plan checks, reaper, budget, connections) is the registry's."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from bakeoff.plan import installed_plans, load_plan
+from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
+from bakeoff.providers.rest import RestProvider
+from tests.conftest import ROOT
+
+ENTRIES = list(PROVIDERS.values())
+
+
+@pytest.mark.parametrize("info", ENTRIES, ids=lambda i: i.name)
+def test_declared_methods_match_the_class(info):
+    cls = info.load()
+    assert issubclass(cls, Provider) and cls.name == info.name
+    assert callable(getattr(cls, "cleanup", None)) == info.cleanup, "cleanup declared <=> the class has it"
+    assert callable(getattr(cls, "console_output", None)) == info.console_output
+    assert issubclass(cls, RestProvider) == (info.api_base is not None), "a REST cloud declares its API root"
+
+
+@pytest.mark.parametrize("info", ENTRIES, ids=lambda i: i.name)
+def test_declared_kind_is_consistent(info):
+    assert info.launches == (info.provisions or info.emulated)
+    assert not info.spends or info.provisions, "only nodes bakeoff provisions bill"
+    assert not info.tls or info.provisions, "a per-node certificate is made only for a node bakeoff boots"
+    assert info.boot_h == 0.0 if not info.provisions else info.boot_h > 0
+    assert (info.conn_id is not None) == info.provisions
+    assert info.client_mode == ("co-located" if info.provisions else "remote")
+
+
+def test_a_plan_targets_default_client_mode_is_the_registrys():
+    seen = set()
+    for name in installed_plans():
+        for t in load_plan(name).targets:
+            if t.provider_options.client_mode is None:
+                assert t.client_mode == PROVIDERS[t.provider].client_mode, (name, t.name)
+                seen.add(t.provider)
+    assert {"local", "aws"} <= seen
+
+
+def test_the_rest_clouds_use_their_declared_api_root():
+    for name in ("vultr", "digitalocean"):
+        p = get_provider(name, {"token": "t"})
+        assert p.base_url == PROVIDERS[name].api_base
+
+
+def test_an_endpoint_provider_starts_nothing():
+    """static serves an existing endpoint: nothing for the sweep or the reaper to find."""
+    assert not PROVIDERS["static"].launches and get_provider("static").list_tagged(None) == []
+
+
+def test_every_list_is_derived_from_the_registry():
+    import bakeoff_connections
+    from bakeoff import reaper
+    from bakeoff.plan.target import CLOUD_PROVIDERS, ProviderName
+    from bakeoff.serving.deploy import LOCAL_PROVIDERS
+
+    assert set(typing.get_args(ProviderName)) == set(PROVIDERS)
+    assert set(CLOUD_PROVIDERS) == {n for n, p in PROVIDERS.items() if p.provisions}
+    assert set(reaper.CLOUD_PROVIDERS) == {n for n, p in PROVIDERS.items() if p.launches}
+    assert set(LOCAL_PROVIDERS) == {n for n, p in PROVIDERS.items() if p.emulated}
+    assert bakeoff_connections.CONN_IDS == {n: p.conn_id for n, p in PROVIDERS.items() if p.conn_id}
+
+
+def test_the_dags_groups_are_the_registrys_providers():
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(ROOT / "dags" / "bakeoff_dag.py")).dags["bakeoff"]
+    groups = {tid.split(".", 1)[0] for tid in dag.task_ids if tid.endswith(".provision")}
+    assert groups == set(PROVIDERS)
+
+
+def test_an_unknown_provider_names_the_known_ones():
+    with pytest.raises(ProviderError, match="known: aws, digitalocean, local, oci, static, vultr"):
+        get_provider("gcp")
+
+
+def test_the_budget_takes_boot_hours_and_spending_from_the_registry():
+    from bakeoff import budget
+
+    rows = {
+        r["provider"]: r for n in ("mi355x-vs-b200", "local-demo") for r in budget.estimate(load_plan(n))["targets"]
+    }
+    assert {"local", "aws", "vultr"} <= set(rows)
+    for provider, row in rows.items():
+        assert row["boot_h"] == PROVIDERS[provider].boot_h and row["spends"] == PROVIDERS[provider].spends
+        assert (row["load_h"] > 0) == PROVIDERS[provider].provisions
