@@ -20,7 +20,7 @@ from typing import Any
 
 from bakeoff import budget, store
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES
-from bakeoff.agent.remote import AgentClient, AgentError, mirror
+from bakeoff.agent.remote import AgentClient, AgentError, look
 from bakeoff.plan import PlanError
 
 log = logging.getLogger(__name__)
@@ -176,10 +176,8 @@ def check(
     AgentError (after copying) when it failed, or is still running after ``timeout_s``."""
     jid, tdir = submitted["job_id"], store.at(tdir)
     with _agent(target, endpoint, key) as agent:
-        state = agent.status(jid)
+        state = look(agent, jid, tdir)
         files = state.get("files", {})
-        have = {rel: size for rel, size in files.items() if _stored_size(tdir / rel) == size}
-        mirror(agent, jid, files, tdir, have)
     kept = len(list(tdir.glob("points/*.parquet")))
     if state.get("state") == "failed":
         raise AgentError(f"co-located job {jid} failed on the node: {state.get('error')}; {kept} finished points kept")
@@ -195,10 +193,3 @@ def check(
         {"client_mode": "co-located", "bundle": submitted.get("bundle"), "files": len(files)},
     )
     return kept
-
-
-def _stored_size(path: store.StorePath) -> int | None:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return None

@@ -126,28 +126,38 @@ def mirror(client: AgentClient, job_id: str, files: dict[str, int], into: store.
     return n
 
 
-def run_job(client: AgentClient, job: dict[str, Any], into: Path, *, timeout_s: float, poll_s: float = 2.0) -> dict:
-    """Submit the job (or join it), mirror results until it ends; raise if it failed or timed out,
-    after mirroring everything it finished."""
+def _stored_size(path: store.StorePath) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
+def look(client: AgentClient, job_id: str, into: store.StorePath) -> dict[str, Any]:
+    """One look at a job: its state, after copying the files it finished since the last look (what
+    the store already holds at the same size is not fetched again, whichever process copied it)."""
+    state = client.status(job_id)
+    files = state.get("files", {})
+    have = {rel: size for rel, size in files.items() if _stored_size(store.at(into) / rel) == size}
+    mirror(client, job_id, files, into, have)
+    return state
+
+
+def run_job(
+    client: AgentClient, job: dict[str, Any], into: Path, *, timeout_s: float, poll_s: float = 2.0
+) -> dict[str, Any]:
+    """Submit the job (or join it) and look until it ends; raise if it failed or timed out, after
+    copying everything it finished. (The DAG looks once per sensor poke instead: agent/job.py.)"""
     job_id = job["job_id"]
-    state = client.submit(job)
-    have: dict[str, int] = {}
+    client.submit(job)
     deadline = time.monotonic() + timeout_s
-    while True:
-        mirror(client, job_id, state.get("files", {}), into, have)
-        if state.get("state") in ("done", "failed"):
-            break
+    while (state := look(client, job_id, into)).get("state") not in ("done", "failed"):
         if time.monotonic() >= deadline:
-            raise AgentError(
-                f"co-located job {job_id} still running after {timeout_s:.0f}s; {len(have)} finished files kept"
-            )
+            raise AgentError(f"co-located job {job_id} still running after {timeout_s:.0f}s; finished files kept")
         time.sleep(poll_s)
-        state = client.status(job_id)
     if state["state"] == "failed":
-        raise AgentError(
-            f"co-located job {job_id} failed on the node: {state.get('error')}; {len(have)} finished files kept"
-        )
-    return {"files": len(have), "workloads": state.get("workloads_done")}
+        raise AgentError(f"co-located job {job_id} failed on the node: {state.get('error')}; finished files kept")
+    return {"files": len(state.get("files", {})), "workloads": state.get("workloads_done")}
 
 
 @dataclass(frozen=True)
