@@ -26,11 +26,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
+from bakeoff import catalog, store
+from bakeoff.plan.settings import MAX_BUDGET_USD
+from bakeoff.plan.target import QUANT_BYTES
 from bakeoff.providers.registry import PROVIDERS
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from bakeoff.store import StorePath
 
 log = logging.getLogger(__name__)
@@ -53,9 +56,8 @@ LM_EVAL_GEN_TOKENS = 256  # lm_eval_backend asks for max(max_tokens, 256)
 LM_EVAL_ITEMS = {"gsm8k": 1319}
 LM_EVAL_DEFAULT_ITEMS = 15000
 
-# Caps. MAX_BUDGET_USD bounds any plan or trigger (the Plan field and the trigger-form Param say the
-# same); the installation ceiling, at most that, is what a run may actually ask for.
-MAX_BUDGET_USD = 100_000.0
+# Caps. MAX_BUDGET_USD (a plan field's bound, declared with the plan) bounds any plan or trigger; the
+# installation ceiling, at most that, is what a run may actually ask for.
 CEILING_VARIABLE = "bakeoff_budget_ceiling_usd"
 CEILING_ENV = "BAKEOFF_BUDGET_CEILING_USD"  # the same ceiling for runs without Airflow (bakeoff run)
 DEFAULT_CEILING_USD = 1000.0
@@ -71,8 +73,6 @@ class BudgetExceeded(RuntimeError):
 def reference_usd_per_hour(instance) -> float | None:
     """A list price for an instance type the catalog does not price: the dearest catalog offer of
     the same GPU, per GPU, times this node's GPUs; None when no offer of that GPU is priced."""
-    from bakeoff import catalog  # noqa: PLC0415
-
     per_gpu = [
         it.usd_per_hour / it.gpus
         for it in catalog.instance_types().values()
@@ -210,8 +210,6 @@ def load_hours(target) -> float:
     """Image pull, weights download and engine start; nothing for a node that already serves."""
     if not PROVIDERS[target.provider].provisions:
         return 0.0
-    from bakeoff.plan.target import QUANT_BYTES  # noqa: PLC0415
-
     weights_gb = target.model_spec.params_b * QUANT_BYTES[target.quantization]
     return IMAGE_PULL_H + weights_gb / WEIGHTS_GBPS / 3600 + ENGINE_START_H
 
@@ -404,10 +402,6 @@ def evaluation_cost(plan, run_dir: str | StorePath) -> pd.DataFrame:
     Emulated and static targets spend nothing; their figure is what the run would have cost on the
     hardware they stand for. A target still without a termination time is counted up to now.
     """
-    import pandas as pd  # noqa: PLC0415 - plan imports this module for its cap: keep pandas off that path
-
-    from bakeoff import store  # noqa: PLC0415 - store loads pandas, as above
-
     entries = store.run_view(run_dir).get("targets") or {}
     rows = []
     for t in plan.targets:
@@ -438,8 +432,6 @@ def record_measured_cost(run_dir: str | Path, plan) -> dict[str, Any]:
     """After termination: store what the evaluation itself cost (launch to termination x price, per
     target: evaluation_cost) as evaluation_cost.json and as a run record, so it is on record even when
     a later step (cost, report) fails."""
-    from bakeoff import store  # noqa: PLC0415 - store loads pandas; plan imports this module for its cap
-
     rdir = store.at(run_dir)
     df = evaluation_cost(plan, rdir)
     rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in df.to_dict("records")]

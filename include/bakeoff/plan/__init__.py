@@ -14,9 +14,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from bakeoff.budget import MAX_BUDGET_USD
 from bakeoff.fielderrors import explain
-from bakeoff.plan.settings import Pricing, Quality, Slo
+from bakeoff.plan.settings import MAX_BUDGET_USD, Pricing, Quality, Slo
 from bakeoff.plan.target import EmulatorSettings, PriceOverride, Strict, Target
 from bakeoff.plan.workload import Workload
 

@@ -11,6 +11,9 @@ from pydantic import Field, field_validator
 
 from bakeoff.plan.target import Strict
 
+# The most any plan or trigger may budget (the Plan field and the trigger-form Param say the same).
+MAX_BUDGET_USD = 100_000.0
+
 
 class Slo(Strict):
     ttft_p99_ms: float | None = Field(None, gt=0, le=600_000)
