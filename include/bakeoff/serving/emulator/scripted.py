@@ -523,6 +523,9 @@ def serve(config: EmulatorConfig, host: str, port: int, tls: ssl.SSLContext | No
     return Listener(srv, sock, tls)
 
 
+MAX_LIFETIME_S = 6 * 3600  # longer than any calibration, test module or benchmark script using it
+
+
 class ScriptedServerProcess:
     """``python -m bakeoff.serving.emulator`` in scripted mode on a free loopback port; killed on exit.
 
@@ -542,6 +545,8 @@ class ScriptedServerProcess:
             "served_model": served_model,
             "api_key_env": _KEY_ENV if api_key else None,
             "scripted": script,
+            # a parent killed before it could stop the server (SIGKILL, a CI timeout) leaves no server behind
+            "expires_at": time.time() + MAX_LIFETIME_S,
         }
         self.cpu, self.api_key, self.tls = cpu, api_key, tls
         self.proc: subprocess.Popen | None = None
