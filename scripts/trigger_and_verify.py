@@ -25,6 +25,11 @@ from pathlib import Path
 import httpx
 from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, table, timelines, ts
 
+from bakeoff.paths import at, safe_name
+from bakeoff.pipeline import SLOTS
+from bakeoff.publish import list_published
+from bakeoff.store import read_json
+
 FINAL_STATES = {"success", "failed"}
 
 
@@ -119,9 +124,6 @@ def check(tis: list[dict], workers: list[str]) -> list[str]:
 
 def published_report(reports: str | Path, run_id: str) -> list:
     """The files the publish step listed for this run, in the reports store (empty when it published nothing)."""
-    from bakeoff.paths import at
-    from bakeoff.publish import list_published
-
     for run in list_published(reports):
         if run.get("run_id") == run_id:
             folder = at(reports) / run["plan_dir"] / run["run_dir"]
@@ -138,10 +140,6 @@ SENSOR_CHECKS = {"node_ready": "wait_node", "serving_ready": "wait_serving", "be
 def poke_spans(results: str | Path, run_id: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
     """(sensor step, target) -> each poke's check (start, end), from the worker-time records the
     checks write into the run's folder of the results store."""
-    from bakeoff.paths import at, safe_name
-    from bakeoff.pipeline import SLOTS
-    from bakeoff.store import read_json
-
     spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for f in at(results).glob(f"*/run_id={safe_name(run_id)}/target=*/{SLOTS}/*.json"):
         rec = read_json(f) or {}
