@@ -120,15 +120,7 @@ def _target(timeout):
 
 
 def test_deploy_records_ready_with_provenance_and_rtt(server, tmp_path):
-    inst = Instance(
-        provider="aws",
-        id="us-east-1/i-0abc",
-        target="b200-vllm",
-        run_id="r",
-        state="running",
-        host="127.0.0.1",
-        port=server.port,
-    )
+    inst = _node(server)
     ep = deploy_mod.check_serving(_target(5), inst, api_key=KEY, out_dir=tmp_path, waited_s=0)
     doc = json.loads((tmp_path / "deploy.json").read_text())
     assert doc["ready"] is True and doc["failure"] is None and doc["network"]["rtt_ms_p50"] is not None
@@ -140,16 +132,7 @@ def test_a_certain_failure_in_the_log_fails_at_once_classified_and_masked(server
     server.health = 503
     log = tmp_path / "node.log"
     log.write_text(f"vllm args: {{'api_key': '{KEY}'}}\ntorch.OutOfMemoryError: HIP out of memory (key {KEY})\n")
-    inst = Instance(
-        provider="aws",
-        id="us-east-1/i-0abc",
-        target="b200-vllm",
-        run_id="r",
-        state="running",
-        host="127.0.0.1",
-        port=server.port,
-        details={"log": str(log)},
-    )
+    inst = _node(server, log)
     caplog.set_level(logging.DEBUG)
     with pytest.raises(deploy_mod.DeployFailed) as e:  # long before its deadline: waiting cannot help
         deploy_mod.check_serving(_target(3600), inst, api_key=KEY, out_dir=tmp_path / "t", waited_s=1)
@@ -218,7 +201,8 @@ def test_static_endpoint_without_served_model_fails_at_once_naming_the_ids(serve
     assert doc["failure"] == "model_not_served" and doc["models_offered"] == ["my-llama"] and "image" not in doc
 
 
-def _node(server, log) -> Instance:
+def _node(server, log=None) -> Instance:
+    """A cloud node served by the test server; its console log is the file ``log``, when given."""
     return Instance(
         provider="aws",
         id="us-east-1/i-0abc",
@@ -227,7 +211,7 @@ def _node(server, log) -> Instance:
         state="running",
         host="127.0.0.1",
         port=server.port,
-        details={"log": str(log)},
+        details={"log": str(log)} if log else {},
     )
 
 
