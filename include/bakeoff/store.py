@@ -72,8 +72,13 @@ def write_frame(path: str | StorePath, df: pd.DataFrame) -> StorePath:
 
 
 def read_frame(path: str | StorePath, columns: list[str] | None = None) -> pd.DataFrame:
-    with at(path).open("rb") as f:
-        return pd.read_parquet(f, columns=columns)
+    """One Parquet file. Arrow reads a local file by its path, and an object's bytes from memory:
+    handing it an open Python file lets its I/O threads call back into Python, and a process that
+    then exits could abort ("terminate called without an active exception")."""
+    path = at(path)
+    if durable.is_local(path):  # ObjectStoragePath on file:// names its local path in .path
+        return pd.read_parquet(getattr(path, "path", None) or str(path), columns=columns)
+    return pd.read_parquet(io.BytesIO(path.read_bytes()), columns=columns)
 
 
 def point_file(tdir: str | StorePath, kind: str, workload: str, concurrency: int, repeat: int) -> StorePath:
