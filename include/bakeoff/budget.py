@@ -1,6 +1,7 @@
 """Budget guard: refuse a run whose estimated spend exceeds the plan's cap, before anything starts.
 
-estimate per target = guard price x (boot + model load + accuracy gate + planned benchmark) x (1 + margin).
+estimate per target = guard price x (boot + model load + accuracy gate + planned benchmark) x (1 + margin),
+where model load = image pull + weights download (checkpoint GB / WEIGHTS_GBPS) + engine start.
 
 The guard price is the higher of the catalog list price and any contract price (``guard_usd_per_hour``):
 a contract price changes the cost report, never what the guard lets start, because a mistyped or
@@ -13,7 +14,8 @@ can never bill much past what the guard approved, even if Airflow dies. A re-pro
 cleared task) re-checks the run's spend so far plus what remains (``recheck``).
 Emulated (local) targets are priced as the hardware they stand for, so a demo shows what the real
 run would cost, but they spend nothing. After termination, ``record_measured_cost`` stores what the
-evaluation itself cost: launch-to-termination time x price, per target.
+evaluation itself cost: launch-to-termination time x price, per target, with the share spent fetching
+and loading the weights (measured; never part of benchmark time) attributed beside it.
 """
 
 from __future__ import annotations
@@ -38,9 +40,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Model load: image pull + weight download + engine start (graph capture / compilation).
+# Model load: image pull + weights download + engine start (weights read from NVMe, graph capture / compilation).
 IMAGE_PULL_H = 0.1
-WEIGHTS_GBPS = 0.5  # sustained hub download + load, GB/s (pessimistic for a fresh node)
+# Weights download: the checkpoint's size (catalog params x bytes per weight of the quantization) at an
+# assumed sustained rate. Plain Python downloads from the hub top out near 0.5 GB/s: hf_transfer is "a power
+# user tool, to go beyond ~500MB/s on very high bandwidth network" (github.com/huggingface/hf_transfer README,
+# read 2026-11-30). Assumed for every run, though an in-region S3 mirror is usually faster: the estimate
+# cannot know whether the mirror holds the checkpoint yet.
+WEIGHTS_GBPS = 0.5
+WEIGHTS_GBPS_SOURCE = "hf_transfer README (github.com/huggingface/hf_transfer): hub downloads near 500 MB/s, 2026-11-30"
 ENGINE_START_H = 0.15
 MARGIN = 0.25
 
@@ -178,7 +186,69 @@ def _trace_s(w) -> float:
     return min(total, w.max_point_s + _closed_s(c, c, in_len, out_len)) if w.max_point_s else total
 
 
+def _session_s(sess, c: float) -> float:
+    """One session (its subagents beside it) when ``c`` sessions share the server: every turn's whole
+    prompt prefilled (no cache credit: the estimate prices the worst case), its output decoded at
+    decode_token_s(c), plus its think time; subagents add their prefill, not their wall time."""
+    return sum(
+        t.input_tokens * PREFILL_TOKEN_S + t.output_tokens * decode_token_s(c) + float(t.think_s or 0.0)
+        for t in sess.turns
+    )
+
+
+def _sessions_s(w) -> float:
+    """A session workload's points. Closed loop at c sessions: warm-up sessions, then the measured
+    ones, each wave of c taking its longest session plus the other c - 1 sessions' prefill (prompts
+    queue for prefill, _closed_s's pessimism); duration_s cuts the measured part (the turns in flight
+    then finish). Open loop at rate r: the last arrival plus the longest session, or the closed-loop
+    time with every session in flight, whichever is longer."""
+    from bakeoff.bench.session_load import point_sessions  # noqa: PLC0415 - budget imports bench lazily
+    from bakeoff.bench.sessions import load_sessions  # noqa: PLC0415 - as _trace_s does
+
+    cfg = w.sessions
+    chosen = point_sessions(load_sessions(w, w.seed), cfg.warmup_sessions, cfg.max_sessions_per_point)
+    kids: dict[str, list] = {}
+    for s in chosen:
+        if s.parent is not None:
+            kids.setdefault(s.parent, []).append(s)
+
+    def tree(s, c: float) -> float:
+        prefill = sum(t.input_tokens * PREFILL_TOKEN_S for k in kids.get(s.id, []) for t in k.turns)
+        return _session_s(s, c) + prefill
+
+    roots = [s for s in chosen if s.parent is None]
+    warm, measured = roots[: cfg.warmup_sessions], roots[cfg.warmup_sessions :]
+    longest_turn = max((t.input_tokens * PREFILL_TOKEN_S for s in chosen for t in s.turns), default=0.0)
+
+    def closed(group: list, c: int) -> float:
+        c = max(1, min(c, max(len(group), 1)))
+        total = 0.0
+        for i in range(0, len(group), c):
+            wave = [tree(s, c) for s in group[i : i + c]]
+            prefill = sum(t.input_tokens * PREFILL_TOKEN_S for s in group[i : i + c] for t in s.turns)
+            total += max(wave) + prefill
+        return total
+
+    longest_output = max((t.output_tokens for s in chosen for t in s.turns), default=0)
+
+    def bounded(total: float, c: int) -> float:
+        if not cfg.duration_s:
+            return total
+        return min(total, cfg.duration_s + longest_turn + longest_output * decode_token_s(c))
+
+    out = 0.0
+    for c in cfg.concurrent_sessions:
+        out += closed(warm, c) + bounded(closed(measured, c), c)
+    for r in cfg.session_rates:
+        n = len(roots)
+        longest = max((tree(s, n) for s in roots), default=0.0)
+        out += bounded(max(n / r + longest, closed(roots, n)), n)
+    return out
+
+
 def _workload_s(w) -> float:
+    if getattr(w, "kind", "requests") == "sessions":
+        return _sessions_s(w)
     if w.load == "rate":
         return sum(_point_s(w, rate=r) for r in w.rates)
     if w.load == "trace":
@@ -206,12 +276,23 @@ def gate_hours(plan) -> float:
     return _closed_s(acc.eval_size, acc.concurrency, BUILTIN_PROMPT_TOKENS, acc.max_tokens) / 3600
 
 
+def checkpoint_gb(target) -> float:
+    """The checkpoint's size: catalog parameters x bytes per weight of the target's quantization."""
+    return target.model_spec.params_b * QUANT_BYTES[target.quantization]
+
+
+def download_hours(target) -> float:
+    """The weights download at WEIGHTS_GBPS; nothing for a node that already serves (or an emulator)."""
+    if not PROVIDERS[target.provider].provisions:
+        return 0.0
+    return checkpoint_gb(target) / WEIGHTS_GBPS / 3600
+
+
 def load_hours(target) -> float:
     """Image pull, weights download and engine start; nothing for a node that already serves."""
     if not PROVIDERS[target.provider].provisions:
         return 0.0
-    weights_gb = target.model_spec.params_b * QUANT_BYTES[target.quantization]
-    return IMAGE_PULL_H + weights_gb / WEIGHTS_GBPS / 3600 + ENGINE_START_H
+    return IMAGE_PULL_H + download_hours(target) + ENGINE_START_H
 
 
 def target_hours(plan, target) -> float:
@@ -238,6 +319,8 @@ def _row(plan, t) -> dict[str, Any]:
         "contract_usd_per_hour": t.usd_per_hour,
         "boot_h": round(PROVIDERS[t.provider].boot_h, 3),
         "load_h": round(load_hours(t), 3),
+        "download_h": round(download_hours(t), 3),
+        "checkpoint_gb": round(checkpoint_gb(t), 1),
         "gate_h": round(gate_hours(plan), 3),
         "bench_h": round(bench_hours(plan, t), 3),
         "hours": round(hours, 3),
@@ -256,7 +339,8 @@ def estimate(plan) -> dict[str, Any]:
 
 def _breakdown(est: dict[str, Any]) -> str:
     return "\n".join(
-        f"  {r['target']}: ({r['boot_h']} h boot + {r['load_h']} h model load + {r['gate_h']} h accuracy gate + "
+        f"  {r['target']}: ({r['boot_h']} h boot + {r['load_h']} h model load (weights {r['checkpoint_gb']} GB: "
+        f"{r['download_h']} h at {WEIGHTS_GBPS} GB/s) + {r['gate_h']} h accuracy gate + "
         f"{r['bench_h']} h benchmark) x {1 + MARGIN} = {r['hours']} h x {r['usd_per_hour']} USD/h = {r['usd']} USD"
         + (
             f" (guard price: list, above the contract {r['contract_usd_per_hour']} USD/h)"
@@ -400,12 +484,18 @@ def evaluation_cost(plan, run_dir: str | StorePath) -> pd.DataFrame:
     """Instance hours actually held (launch to termination, from the step records) x node price.
 
     Emulated and static targets spend nothing; their figure is what the run would have cost on the
-    hardware they stand for. A target still without a termination time is counted up to now.
+    hardware they stand for. A target still without a termination time is counted up to now. The
+    weights' share (download + load, measured on the node: deploy.json's ``weights``) is inside those
+    hours, never in any benchmark time; ``weights_s`` / ``weights_usd`` attribute it.
     """
-    entries = store.run_view(run_dir).get("targets") or {}
+    rdir = store.at(run_dir)
+    entries = store.run_view(rdir).get("targets") or {}
     rows = []
     for t in plan.targets:
         entry = entries.get(t.slug) or {}
+        weights = (store.read_json(rdir / f"target={store.safe_name(t.slug)}" / "deploy.json") or {}).get("weights")
+        parts = [(weights or {}).get(k) for k in ("download_s", "load_s")]
+        weights_s = sum(float(x) for x in parts if x is not None) if weights else float("nan")
         launched, ended = _epoch(_find(entry, "launched_at")), _epoch(_find(entry, "terminated_at"))
         open_ended = launched is not None and ended is None
         if open_ended:
@@ -422,6 +512,8 @@ def evaluation_cost(plan, run_dir: str | StorePath) -> pd.DataFrame:
                 "instance_hours": hours,
                 "node_usd_per_hour": t.usd_per_hour,
                 "usd": hours * t.usd_per_hour if math.isfinite(hours) else float("nan"),
+                "weights_s": weights_s,
+                "weights_usd": weights_s / 3600 * t.usd_per_hour,
                 "spends": PROVIDERS[t.provider].spends,
             }
         )

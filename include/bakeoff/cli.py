@@ -4,25 +4,32 @@ plan check   validate a plan file and print what it resolves to
 run          a whole bake-off in this process (same steps as the DAG, teardown guaranteed)
 summary      the latest run's report path and headline table
 bench        benchmark one endpoint by hand
+sessions-from-logs   convert a chat/agent log into a session trace (also python -m bakeoff.bench)
 reap         terminate expired or orphaned bakeoff instances
 agent        the node agent (started on a serving node by its boot script)
+recipes      the vendored InferenceX recipes: list them, or show one and the engine command it renders to
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import time
 import uuid
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from bakeoff import pipeline, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.budget import BudgetExceeded, estimate
-from bakeoff.plan import PlanError, load_plan
+from bakeoff.fielderrors import explain
+from bakeoff.plan import PlanError, Target, load_plan, recipes
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.report.headline import headline_table
+from bakeoff.serving import engines, userdata
 
 
 def _plan_check(args) -> int:
@@ -33,6 +40,13 @@ def _plan_check(args) -> int:
             f"{t.name}: {t.provider} {hardware}, {t.stack}, "
             f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"
         )
+        print(f"  weights {t.checkpoint_id}" + (f", recipe {t.recipe}" if t.recipe else ""))
+        if t.speculative:
+            s = t.speculative
+            pinned = f" pinned AL {t.pinned_acceptance_length:g}" if s.acceptance == "pinned" else " real acceptance"
+            print(f"  speculative {s.method} k={s.num_speculative_tokens}{pinned}")
+        if t.kv_offload:
+            print(f"  kv offload {t.kv_offload.backend} {t.kv_offload.host_memory_gb:g} GB host memory")
     est = estimate(plan)
     print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")
     for row in client_cores(plan):
@@ -100,6 +114,57 @@ def _summary(args) -> int:
     return 0
 
 
+def _recipes(args) -> int:
+    """List the vendored recipes, or show one: its source, target fields, engine command and environment."""
+    src = recipes.source()
+    if args.action == "list":
+        rows = [("recipe", "model", "gpu", "engine", "precision", "spec", "kv offload", "tp")]
+        for each in recipes.recipes().values():
+            rows.append(
+                (each.name, each.model, each.gpu, each.engine, each.precision)
+                + (each.spec_label, each.kv_offload_label, str(each.tp))
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        print(f"{len(rows) - 1} recipes from {src.get('repo')} at {str(src.get('commit'))[:12]} ({src.get('date')})")
+        return 0
+    if not args.name:
+        print("error: recipes show needs a recipe name (python -m bakeoff recipes list)", file=sys.stderr)
+        return 2
+    r = recipes.resolve(args.name)
+    if r is None:
+        print(f"error: {recipes.unknown_recipe_message(args.name)}", file=sys.stderr)
+        return 2
+    print(f"{r.name}  (InferenceX {r.key}, {r.scenario})")
+    print(f"source: {src.get('repo')} {r.source_file} at {src.get('commit')} ({src.get('date')}), {src.get('licence')}")
+    print(f"script: {r.script}" + (f" (read at {r.script_commit})" if r.script_commit else ""))
+    print(f"concurrency: {r.concurrency} (benchmark uses {r.middle_concurrency})")
+    if r.isl:
+        print(f"sequence lengths: {r.isl} in / {r.osl} out")
+    if r.notes:
+        print(f"notes: {r.notes}")
+    print("target fields:")
+    for key, value in r.template().items():
+        print(f"  {key}: {value}")
+    try:
+        target = Target.model_validate({"name": r.name, "provider": "oci", "recipe": r.name})
+    except ValidationError as e:
+        print(f"error: bakeoff refuses this recipe as a target:\n{explain(e, root='(target)')}", file=sys.stderr)
+        return 2
+    port = target.stack_spec.port or 8000
+    print(f"image: {userdata.image_for(target)}")
+    print("command: " + shlex.join(engines.command(target, port)))
+    env = engines.environment(target)
+    print("environment:" + ("" if env else " (none)"))
+    for key, value in sorted(env.items()):
+        print(f"  {key}={value}")
+    for path, text in engines.extra_files(target).items():
+        print(f"file {path}:")
+        print("  " + text.rstrip().replace("\n", "\n  "))
+    return 0
+
+
 def _print_summary(run: dict, failed: list[str] | None = None) -> None:
     """The run's outcome (given, or as its report recorded it), report files and headline."""
     report = dict(run.get("report") or {})
@@ -128,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("summary", help="print the latest run's report paths and headline")
     p.add_argument("--plan", default="local-demo")
     p.set_defaults(func=_summary)
+    p = sub.add_parser("recipes", help="list the vendored InferenceX recipes, or show one")
+    p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=_recipes)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)

@@ -7,6 +7,8 @@ One definition of every cost figure, used by the DAG, the CLI and the reports al
   tokens per USD               = 1e6 / USD per M tokens
   tokens per MW                = tokens/s per GPU / all-in kW per GPU x 1000   (tokens/s per MW)
   energy USD per M tokens      = kW per GPU x USD per kWh / (tokens/s per GPU x 3600 / 1e6)
+  USD per session              = USD per GPU-hour (effective) x GPUs used / sessions completed per hour
+  USD per 1,000 agent turns    = USD per GPU-hour (effective) x GPUs used / turns answered per hour x 1000
 
 Throughput per GPU divides by the GPUs serving the model (TP x PP); the price per GPU divides the
 node price by the node's GPUs, i.e. a TP4 replica on an 8-GPU node pays for the 4 GPUs it uses and
@@ -169,6 +171,10 @@ def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float)
         df[f"{kind}_tps_per_node"] = tps * df["node_gpus"]
         df[f"{kind}_tokens_per_s_per_mw"] = tps / df["all_in_kw_per_gpu"] * 1000
     df["usd_per_node_hour_effective"] = df["node_usd_per_hour"] / df["utilisation"]
+    replica_usd_per_hour = price * df["gpus_used"].astype(float)
+    for col, per, scale in (("usd_per_session", "sessions_per_hour", 1.0), ("usd_per_1k_turns", "turns_per_hour", 1e3)):
+        rate = df[per].astype(float).where(lambda s: s > 0) if per in df else pd.Series(np.nan, index=df.index)
+        df[col] = replica_usd_per_hour / rate * scale
     measured = df[POWER_COLUMN].astype(float) / 1000 if POWER_COLUMN in df else pd.Series(np.nan, index=df.index)
     df["kw_per_gpu"] = measured.fillna(df["all_in_kw_per_gpu"])
     df["energy_source"] = np.where(measured.notna(), "measured", "estimated: all-in kW per GPU")
@@ -195,6 +201,8 @@ def _levels(df: pd.DataFrame) -> pd.DataFrame:
         total_tps_per_gpu=("total_tps_per_gpu", "mean"),
         usd_per_m_output_mean=("usd_per_m_output", "mean"),
         usd_per_m_total_mean=("usd_per_m_total", "mean"),
+        usd_per_session_mean=("usd_per_session", "mean"),
+        usd_per_1k_turns_mean=("usd_per_1k_turns", "mean"),
     ).reset_index()
     return out
 
@@ -225,7 +233,9 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
                 row["slo_met"] = False
                 rows.append(row)
                 continue
-            best = ok.sort_values([f"usd_per_m_{basis}_mean", "concurrency"], ascending=[True, False]).iloc[0]
+            # a session workload is ranked by what a session costs; a request workload by its tokens
+            key = "usd_per_session_mean" if ok["usd_per_session_mean"].notna().any() else f"usd_per_m_{basis}_mean"
+            best = ok.sort_values([key, "concurrency"], ascending=[True, False]).iloc[0]
             reps = costs[
                 (costs["target"] == slug) & (costs["workload"] == wl) & (costs["concurrency"] == best["concurrency"])
             ]
@@ -236,6 +246,8 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
                 interactivity=float(best["interactivity"]),
                 output_tps_per_gpu=float(best["output_tps_per_gpu"]),
                 total_tps_per_gpu=float(best["total_tps_per_gpu"]),
+                usd_per_session=float(best["usd_per_session_mean"]),
+                usd_per_1k_turns=float(best["usd_per_1k_turns_mean"]),
                 emulated=bool(reps["emulated"].astype(bool).any()),
             )
             for kind in ("output", "total"):

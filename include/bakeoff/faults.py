@@ -6,7 +6,8 @@ A target opts in with ``provider_options: {inject_fault: <stage>}``; the pipelin
 
 from __future__ import annotations
 
-STAGES = ("launch", "after_create", "ready_timeout", "deploy", "benchmark", "report")
+# weights_incomplete is acted on by a sandbox node, not the pipeline: its boot's weights step finds a shard missing
+STAGES = ("launch", "after_create", "ready_timeout", "deploy", "benchmark", "report", "weights_incomplete")
 
 
 class InjectedFault(RuntimeError):

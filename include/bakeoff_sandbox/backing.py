@@ -14,6 +14,10 @@ runs ``bakeoff agent`` from that copy (its third-party packages come from this i
 the sandbox reaches no package index). The emulator writes power samples where a node's sampler
 would, so co-located benchmarks, power and log fetch-back all run the real code.
 
+Before the emulator starts, the node emulates the boot's weights step: a short "download" reported as the
+real step reports it (weights.json and its console line, source ``hub (EMULATED)``), so deploy records
+download and load time; with ``inject_fault: weights_incomplete`` a shard is missing and no engine starts.
+
 When the script carries the node's TLS certificate and key, the emulator and the agent serve https
 with them, exactly as vLLM/SGLang and the agent do on a node, so every client in a sandbox run
 goes through the real pinning path; an agent told to expect serving secrets accepts them into a
@@ -40,12 +44,15 @@ from pathlib import Path
 
 import httpx
 
+from bakeoff import catalog
+from bakeoff.plan.target import QUANT_BYTES
 from bakeoff.serving import userdata
 from bakeoff_sandbox.billing import Clock
 
 log = logging.getLogger(__name__)
 EMULATOR_MODULE = "bakeoff.serving.emulator"
 KEY_ENV = "BAKEOFF_API_KEY"
+WEIGHTS_DOWNLOAD_S = 0.2  # the emulated download: long enough to be measured, short enough for tests
 
 
 class Backing:
@@ -93,27 +100,34 @@ class Backing:
         env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
         if key:
             env[KEY_ENV] = key
+        weights = _fetch_weights(meta)
+        procs: list[subprocess.Popen] = []
         with open(d / "emulator.log", "ab") as logf:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    EMULATOR_MODULE,
-                    "--config",
-                    str(cfg),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    *tls_args,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        procs = [proc]
+            if not weights["ok"]:  # the boot script stops before the engine; the agent still runs
+                _report_weights(d, weights)
+            else:
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            EMULATOR_MODULE,
+                            "--config",
+                            str(cfg),
+                            "--host",
+                            "127.0.0.1",
+                            "--port",
+                            str(port),
+                            *tls_args,
+                        ],
+                        stdin=subprocess.DEVNULL,
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
+                _report_weights(d, weights | {"engine_started": time.time()})
         agent = userdata.agent_from_userdata(script or "")
         agent_port = _free_port() if agent and key else None
         if agent_port:
@@ -138,8 +152,8 @@ class Backing:
             "sandbox: %s node %s booted emulator pid %s%s",
             provider,
             instance_id,
-            proc.pid,
-            f" and agent on port {agent_port}" if len(procs) > 1 else "",
+            procs[0].pid if weights["ok"] else f"none ({weights['failure']})",
+            f" and agent on port {agent_port}" if agent_port else "",
         )
         return True
 
@@ -257,7 +271,7 @@ class Backing:
 
     def running(self) -> list[tuple[str, str]]:
         with self._lock:
-            return [k for k, ps in self._procs.items() if ps[0].poll() is None]
+            return [k for k, ps in self._procs.items() if ps and ps[0].poll() is None]
 
     def close(self) -> None:
         with self._lock:
@@ -265,6 +279,44 @@ class Backing:
             self._procs.clear()
         for p in procs:
             _stop(p)
+
+
+def _fetch_weights(meta: dict) -> dict:
+    """The boot script's weights step, emulated: a short "download" of the checkpoint (its catalog size);
+    with the fault ``weights_incomplete`` a shard is missing afterwards, and the engine never starts."""
+    t = meta["target"]
+    started = time.time()
+    time.sleep(WEIGHTS_DOWNLOAD_S)
+    spec = catalog.models().get(t.get("model"))
+    size = int(spec.params_b * QUANT_BYTES[t.get("quantization", "fp8")] * 1e9) if spec else 0
+    broken = (t.get("provider_options") or {}).get("inject_fault") == "weights_incomplete"
+    finished = time.time()
+    return {
+        "source": "hub (EMULATED)",
+        "checkpoint": meta.get("checkpoint") or t.get("model"),
+        "bytes": size,
+        "files": None,
+        "download_s": round(finished - started, 3),
+        "mirror_push_s": 0,
+        "started": started,
+        "finished": finished,
+        "engine_started": None,
+        "ok": not broken,
+        "failure": "weights_incomplete" if broken else None,
+        "missing": ["model-00002-of-00002.safetensors"] if broken else [],
+    }
+
+
+def _report_weights(d: Path, doc: dict) -> None:
+    """Where the boot script reports it: weights.json, and its lines in boot.log (which the agent hands
+    back) and on the console (the sandbox's EC2 console is the emulator's log)."""
+    (d / "weights.json").write_text(json.dumps(doc))
+    lines = f"{userdata.WEIGHTS_MARK}{json.dumps(doc)}\n"
+    if doc["failure"]:
+        lines += f"bakeoff: {doc['failure']}: {doc['checkpoint']} lacks: {' '.join(doc['missing'])}\n"
+    for name in ("boot.log", "emulator.log"):
+        with open(d / name, "a") as f:
+            f.write(lines)
 
 
 def _tls_files(d: Path, tls: dict | None) -> list[str]:

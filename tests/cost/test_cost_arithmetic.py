@@ -316,3 +316,23 @@ def test_price_sheet_errors_name_the_entry():
     plan = synthetic.make_plan()
     with pytest.raises(PlanError, match=r"price_sheet.prices.b200-vllm: give a positive usd_per_hour"):
         apply_price_sheet(plan, {"prices": {"b200-vllm": {"usd_per_hour": -1}}})
+
+
+def test_cost_per_session_and_per_1k_turns_by_hand(tmp_path):
+    """USD per session = USD/GPU-h x GPUs per replica / sessions per hour; a session workload is
+    ranked at the level where a session is cheapest among those meeting the SLO."""
+    plan = synthetic.make_plan(utilisation=1.0)
+    a = "mi355x-vllm"
+    rows = [
+        {"target": a, "concurrency": 4, "sessions_per_hour": 400.0, "turns_per_hour": 4000.0},
+        {"target": a, "concurrency": 16, "sessions_per_hour": 800.0, "turns_per_hour": 8000.0},
+        {"target": a, "concurrency": 64, "sessions_per_hour": 2000.0, "turns_per_hour": 20000.0, "meets_slo": False},
+    ]
+    t = cost.compute(plan, synthetic.write_points(tmp_path, plan, rows))
+    p = t.points.set_index("concurrency")
+    gpus = int(p.loc[4, "gpus_used"])
+    assert p.loc[4, "usd_per_session"] == pytest.approx(8.6 * gpus / 400.0)
+    assert p.loc[4, "usd_per_1k_turns"] == pytest.approx(8.6 * gpus / 4000.0 * 1000)
+    at = t.at_slo.set_index("target").loc[a]
+    assert at["concurrency"] == 16 and at["usd_per_session"] == pytest.approx(8.6 * gpus / 800.0)
+    assert at["usd_per_1k_turns"] == pytest.approx(8.6 * gpus / 8000.0 * 1000)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from bakeoff import budget, pipeline, store
+from bakeoff.bench.sessions import load_sessions
 from bakeoff.plan import load_plan, plan_from_dict
 
 P = budget.PREFILL_TOKEN_S
@@ -155,6 +156,36 @@ def test_record_measured_cost(data_root):
     assert store.run_view(rdir)["evaluation_cost"]["usd"] == doc["usd"]
 
 
+def test_weights_download_is_budgeted_from_the_checkpoint_size():
+    t = tiny_plan().targets[0]  # Llama 3.1 70B in FP8: 70.6 B params x 1 byte
+    assert budget.checkpoint_gb(t) == pytest.approx(70.6)
+    assert budget.download_hours(t) == pytest.approx(70.6 / budget.WEIGHTS_GBPS / 3600)
+    assert budget.load_hours(t) == pytest.approx(budget.IMAGE_PULL_H + budget.download_hours(t) + budget.ENGINE_START_H)
+    row = budget.estimate(tiny_plan())["targets"][0]
+    assert row["download_h"] == pytest.approx(70.6 / 0.5 / 3600, abs=1e-3) and row["checkpoint_gb"] == 70.6
+    assert "hf_transfer" in budget.WEIGHTS_GBPS_SOURCE  # the assumed rate keeps its source
+    with pytest.raises(budget.BudgetExceeded) as e:
+        budget.check(tiny_plan(budget_usd=10))
+    assert "weights 70.6 GB" in str(e.value) and f"at {budget.WEIGHTS_GBPS} GB/s" in str(e.value)
+    assert budget.download_hours(tiny_plan("local").targets[0]) == 0  # an emulator downloads nothing
+
+
+def test_measured_cost_attributes_the_weights_download_and_load(data_root):
+    plan = tiny_plan()
+    rdir = store.run_dir(plan.name, "r2")
+    store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
+    store.record(rdir, store.START, {"run_id": "r2"})
+    store.record(rdir, "provision", {"launched_at": 1000.0}, slug="b200-vllm")
+    store.record(rdir, "terminate", {"terminated_at": 1000.0 + 3600}, slug="b200-vllm")
+    weights = {"source": "hub", "download_s": 600.0, "load_s": 300.0, "ok": True}
+    store.write_json(rdir / "target=b200-vllm" / "deploy.json", {"ready": True, "weights": weights})
+    doc = budget.record_measured_cost(rdir, plan)
+    row = doc["targets"][0]
+    price = plan.targets[0].usd_per_hour
+    assert row["weights_s"] == 900.0 and row["weights_usd"] == pytest.approx(0.25 * price)
+    assert doc["usd"] == pytest.approx(price, abs=0.01)  # inside the held hours, not added on top
+
+
 def test_recheck_counts_spend_so_far_and_what_remains():
     plan = load_plan("mi355x-vs-b200-sandbox")
     a, b = plan.targets
@@ -207,3 +238,22 @@ def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(
     with pytest.raises(budget.BudgetExceeded, match=r"^budget_usd: launching mi355x-vllm again .* over the cap of 60"):
         pipeline.provision(rdir, slug, credentials=creds)
     assert fake_clouds.vultr.requests == before
+
+
+def test_session_workloads_by_hand():
+    """Closed loop at one session: every turn prefilled twice over (its own and the queue's, the
+    pessimistic wave), decoded at decode_token_s(1), plus its think time; duration_s caps the
+    measured sessions; open loop lasts at least until the last arrival."""
+    plan = tiny_plan()
+    t = plan.targets[0]
+    raw = plan.model_dump(mode="json")
+    block = {"sessions": 5, "subagent_prob": 0.0, "turns": {"mean": 3, "max": 5}, "concurrent_sessions": [1]}
+    raw["workloads"] = [{"name": "agents", "kind": "sessions", "sessions": block}]
+    one = plan_from_dict(raw)
+    turns = [x for s in load_sessions(one.workloads[0], one.workloads[0].seed) for x in s.turns]
+    by_hand = sum(2 * x.input_tokens * P + x.output_tokens * budget.TOKEN_S + x.think_s for x in turns)
+    assert budget.bench_hours(one, t) * 3600 == pytest.approx(by_hand)
+    raw["workloads"][0]["sessions"] = dict(block, duration_s=5.0)
+    assert budget.bench_hours(plan_from_dict(raw), t) * 3600 < min(by_hand, 5.0 + 60)
+    raw["workloads"][0]["sessions"] = dict(block, concurrent_sessions=[], session_rates=[0.01])
+    assert budget.bench_hours(plan_from_dict(raw), t) * 3600 >= 5 / 0.01

@@ -11,6 +11,7 @@ from bakeoff import secrets
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import Instance, ProviderError, get_provider
 from bakeoff.providers.static import StaticProvider, static_api_key
+from tests.plan_fixtures import without_deployment
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +22,7 @@ def env_connections(monkeypatch):
 
 def static_target(**opts):
     raw = load_plan("local-demo").model_dump(mode="json")
-    t = copy.deepcopy(raw["targets"][0])
+    t = without_deployment(copy.deepcopy(raw["targets"][0]))
     t.update(provider="static", provider_options=opts, price={"usd_per_hour": 40.0, "market": "reserved"})
     raw["targets"] = [t]
     return plan_from_dict(raw).targets[0]
@@ -74,7 +75,7 @@ def test_connection_host_must_be_a_plain_url(monkeypatch):
 def described(**over):
     """A static target with no catalog instance: its hardware as the owner describes it."""
     raw = load_plan("local-demo").model_dump(mode="json")
-    t = copy.deepcopy(raw["targets"][0])
+    t = without_deployment(copy.deepcopy(raw["targets"][0]))
     for k in ("instance_type", "emulator"):
         t.pop(k)
     t.update(

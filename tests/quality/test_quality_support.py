@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from fake_completions import FakeCompletions
 from quality_fixtures import make_plan, write_run
 
+from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.quality import accuracy
 from bakeoff.quality.support import support_matrix
 from bakeoff.quality.validate import validate_run
@@ -55,3 +58,27 @@ def test_matrix_for_a_target_that_never_launched(tmp_path):
     for r in rows:
         assert not r["deployed"] and not r["ready"] and r["failure"] is None
         assert r["accuracy"] == "disabled" and r["gx"] == "not validated"
+
+
+def test_matrix_names_the_checkpoint_speculative_decoding_and_kv_offload(tmp_path):
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    amd, nv = (next(t for t in raw["targets"] if t["provider"] == p) for p in ("vultr", "aws"))
+    glm = {"model": "glm-5.2", "tensor_parallel": 8}
+    amd |= glm | {
+        "stack": "atom",
+        "quantization": "mxfp4",
+        "kv_offload": {"backend": "lmcache", "host_memory_gb": 1600},
+    }
+    nv |= glm | {
+        "stack": "trtllm",
+        "quantization": "nvfp4",
+        "speculative": {"method": "mtp", "acceptance": "pinned", "acceptance_length": 2.99},
+    }
+    raw["targets"] = [amd, nv]
+    rows = {r["stack"]: r for r in support_matrix(plan_from_dict(raw), tmp_path)}
+    assert json.loads(json.dumps(list(rows.values()))) == list(rows.values())  # JSON-able, as the report stores it
+    atom, trt = rows["atom"], rows["trtllm"]
+    assert (atom["checkpoint"], atom["quantization"]) == ("amd/GLM-5.2-MXFP4", "mxfp4")
+    assert atom["speculative"] is None and atom["kv_offload"] == "lmcache 1600 GB"
+    assert (trt["checkpoint"], trt["quantization"]) == ("nvidia/GLM-5.2-NVFP4", "nvfp4")
+    assert trt["speculative"] == "mtp k=3 pinned AL 2.99" and trt["kv_offload"] is None

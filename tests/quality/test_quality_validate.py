@@ -263,3 +263,14 @@ def test_prompt_length_off_the_request_fails_the_point(tmp_path):
     text = failures(s)
     assert "column=input_len_error" in text and "within +-2% of the requested length" in text
     assert "point=w c=1 r=0" in text
+
+
+def test_server_figures_out_of_range_are_caught(tmp_path):
+    def plant(req):
+        point = summarise(req)
+        point["prefix_cache_hit_rate"], point["spec_acceptance_length"] = 1.5, 0.5
+        return req, point
+
+    text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 1, plant)))
+    assert "prefix_cache_hit_rate is a share in [0, 1]" in text
+    assert "at least one token per verification step" in text

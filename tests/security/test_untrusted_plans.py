@@ -19,8 +19,10 @@ import yaml
 from bakeoff import pipeline, secrets
 from bakeoff.bench.workloads import WorkloadFileError, build_specs, trace_specs
 from bakeoff.plan import PlanError, plan_from_dict, plans_dir
+from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Workload
 from tests.conftest import ROOT
+from tests.plan_fixtures import without_deployment
 
 HF = "hf_PLANSECRET0123456789abcdefXYZ"
 
@@ -51,7 +53,7 @@ def _refused(raw: dict) -> str:
 
 
 def _static(raw: dict, **opts) -> dict:
-    t = copy.deepcopy(raw["targets"][0])
+    t = without_deployment(Target.model_validate(copy.deepcopy(raw["targets"][0])).model_dump(mode="json"))
     t.update(provider="static", provider_options=opts, price={"usd_per_hour": 40.0})
     raw["targets"] = [t]
     return raw

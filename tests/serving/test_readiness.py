@@ -15,6 +15,7 @@ from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
 from bakeoff.serving import deploy as deploy_mod
 from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe, wait_ready
+from tests.plan_fixtures import without_deployment
 
 KEY = "bk-" + "f" * 40
 
@@ -146,7 +147,7 @@ def test_a_certain_failure_in_the_log_fails_at_once_classified_and_masked(server
 
 def _static(**fields):
     raw = load_plan("local-demo").model_dump(mode="json")
-    t = raw["targets"][0]
+    t = without_deployment(raw["targets"][0])
     for k in ("instance_type", "emulator"):
         t.pop(k)
     t.update(

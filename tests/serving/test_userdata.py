@@ -61,7 +61,7 @@ def test_sglang_on_mi355x_and_b200():
     assert w[w.index("python3") + 2 : w.index("python3") + 4] == ["-m", "sglang.launch_server"]
     assert flag(w, "--tp-size") == "8" and flag(w, "--kv-cache-dtype") == "fp8_e4m3"
     assert flag(w, "--attention-backend") == "aiter" and "--enable-metrics" in w
-    w = docker_words(render(target("aws", stack="sglang", quantization="fp4", kv_cache_dtype="auto")))
+    w = docker_words(render(target("aws", stack="sglang", quantization="nvfp4", kv_cache_dtype="auto")))
     assert "lmsysorg/sglang:v0.5.12-cu130" in w and flag(w, "--quantization") == "modelopt_fp4"
     assert flag(w, "--kv-cache-dtype") == "auto"
 

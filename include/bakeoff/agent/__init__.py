@@ -6,10 +6,31 @@ starts ``python -m bakeoff agent`` on AGENT_PORT, firewalled to the plan's CIDR 
 port and authenticated with the run's per-target key.
 """
 
+from typing import Any
+
 AGENT_PORT = 8089
-FILE_FIELDS = ("source_path", "trace_path")  # workload fields naming a file: a job carries its text
+# workload fields naming a file (dotted: inside the workload's sessions block): a job carries its text
+FILE_FIELDS = ("source_path", "trace_path", "sessions.path", "sessions.fit_from")
 # One limit for both ends: the agent refuses a larger job body, and the worker refuses, before any
 # node is launched, a plan whose co-located job (workload files inlined) would be larger.
 MAX_JOB_BYTES = 64 * 1024 * 1024
 # Job ids and inlined file names: one plain path component (no '/', no leading dot, so never '..').
 PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+def file_field(workload: dict, field: str) -> Any:
+    """The value of a (dotted) FILE_FIELDS entry in a workload mapping, or None."""
+    value: Any = workload
+    for part in field.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def with_file_field(workload: dict, field: str, value: str) -> dict:
+    """A copy of the workload mapping with the (dotted) field set to value."""
+    head, _, rest = field.partition(".")
+    out = dict(workload)
+    out[head] = with_file_field(dict(out.get(head) or {}), rest, value) if rest else value
+    return out

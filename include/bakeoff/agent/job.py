@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff import budget, store
-from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES
+from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, file_field, with_file_field
 from bakeoff.agent.remote import AgentClient, AgentError, look
 from bakeoff.plan import PlanError
 
@@ -57,12 +57,12 @@ def _inputs(plan) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]
     for i, w in enumerate(plan.workloads):
         d = w.model_dump(mode="json")
         for f in FILE_FIELDS:
-            if d.get(f):
-                suffix = Path(d[f]).suffix
+            if value := file_field(d, f):
+                suffix = Path(value).suffix
                 name = f"w{i}-{f}{suffix if re.fullmatch(r'[.][A-Za-z0-9]{1,10}', suffix) else ''}"
-                files[name] = _inline(d[f], f"workloads[{i}].{f}")
+                files[name] = _inline(value, f"workloads[{i}].{f}")
                 fields[name] = f"workloads[{i}].{f}"
-                d[f] = name
+                d = with_file_field(d, f, name)
         workloads.append(d)
     return workloads, files, fields
 

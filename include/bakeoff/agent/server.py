@@ -36,7 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from bakeoff import durable
-from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME
+from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME, file_field, with_file_field
 from bakeoff.serving.power import PowerFile
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,9 @@ class Agent:
             for name, text in (job.get("files") or {}).items():
                 (inputs / name).write_text(text)
             for i, workload in enumerate(job["workloads"]):
-                workload = {k: (str(inputs / v) if k in FILE_FIELDS and v else v) for k, v in workload.items()}
+                for field in FILE_FIELDS:
+                    if name := file_field(workload, field):
+                        workload = with_file_field(workload, field, str(inputs / name))
                 self._bench(job, workload, out, i)
                 with self._lock:
                     self.jobs[job_id]["workloads_done"] = i + 1
@@ -238,7 +240,7 @@ def validate_job(job: Any) -> None:
         raise ValueError("workloads: give at least one workload mapping")
     for i, w in enumerate(workloads):
         for field in FILE_FIELDS:
-            value = w.get(field)
+            value = file_field(w, field)
             if value is not None and value not in files:
                 raise ValueError(
                     f"workloads[{i}].{field}: {str(value)[:80]!r} is not one of the job's files; "

@@ -25,6 +25,9 @@ from pydantic import ValidationError
 from bakeoff import store
 from bakeoff.bench import console
 from bakeoff.bench.provenance import identify_engine, snapshot_provenance
+from bakeoff.bench.session_sources import fit, read_logs, write_trace
+from bakeoff.bench.sessions import expected_hit_rate
+from bakeoff.bench.workloads import WorkloadFileError
 from bakeoff.paths import results_root, safe_name
 from bakeoff.plan.settings import Slo
 from bakeoff.plan.workload import Workload
@@ -173,7 +176,48 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="GPU power samples (epoch_s,gpu,watts) the node's sampler appends: adds measured power per point",
     )
     p.set_defaults(func=handle)
+    add_sessions_parser(subparsers)
     return p
+
+
+def add_sessions_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "sessions-from-logs",
+        help="convert chat/agent logs (JSONL or CSV) into a session trace (mooncake/AIPerf form)",
+        description="Convert a chat/agent log into a session trace a plan can replay (sessions: {source: "
+        "trace, path: ...}). One row per turn: conversation_id, optional turn, prompt_tokens (the whole "
+        "prompt) or new_tokens (what the turn adds), output_tokens, optional timestamp (epoch s or ISO 8601). "
+        "Each turn's hash_ids keep the previous turn's full blocks, so the trace shares exactly what the "
+        "conversation re-sends. Prints the trace's expected prefix-cache hit rate and the synthetic "
+        "distributions fitted from it.",
+    )
+    p.add_argument("logs", type=Path, help="the log file (.jsonl, or .csv with a header row)")
+    p.add_argument("out", type=Path, help="the trace file to write (JSONL)")
+    p.add_argument("--block-tokens", type=int, default=512, help="tokens per hash_ids block (a multiple of 16)")
+    p.set_defaults(func=sessions_from_logs)
+    return p
+
+
+def sessions_from_logs(args: argparse.Namespace) -> int:
+    if args.block_tokens < 16 or args.block_tokens % 16:
+        raise SystemExit(f"--block-tokens: {args.block_tokens} is not a positive multiple of 16; use e.g. 512")
+    if not args.logs.is_file():
+        raise SystemExit(f"logs: no file {args.logs}; give the path of a .jsonl or .csv log")
+    try:
+        sessions = read_logs(args.logs, args.block_tokens)
+    except WorkloadFileError as e:
+        raise SystemExit(f"error: {e}") from None
+    lines = write_trace(sessions, args.out)
+    spec = fit(sessions, args.block_tokens)
+    hit = expected_hit_rate(sessions, args.block_tokens)
+    print(f"{len(sessions)} sessions, {lines} turns -> {args.out}")
+    print(f"expected prefix-cache hit rate (unbounded cache, 16-token server blocks): {hit:.1%}")
+    print(
+        f"fitted: turns mean {spec.turns.mean:.1f} max {spec.turns.max:g}; first prompt mean "
+        f"{spec.first_prompt_tokens.mean:.0f} tokens; new tokens/turn mean {spec.new_tokens_per_turn.mean:.0f}; "
+        f"output mean {spec.output_tokens.mean:.0f}"
+    )
+    return 0
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -40,8 +40,29 @@ def point_line(s: dict[str, Any], *, judged: bool, emulated: bool) -> str:
         f"{s['output_tps_per_gpu']:9.1f} out tok/s/GPU  {verdict}"
         f"{'  CLIENT-BOUND' if s['client_bound'] else ''}"
         f"{f'  {watts:6.0f} W/GPU' if watts is not None and watts == watts else ''}"
+        f"{server_figures(s)}"
         f"{' EMULATED' if emulated else ''}"
     )
+
+
+def _share(v: Any) -> str | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
+
+
+def server_figures(s: dict[str, Any]) -> str:
+    """The server's own prefix-cache hit rate (beside the trace's prediction) and speculative
+    acceptance, and the point's completed sessions, when there are any."""
+    parts = []
+    hit, exp = _share(s.get("prefix_cache_hit_rate")), _share(s.get("prefix_cache_hit_rate_expected"))
+    if hit or exp:
+        parts.append(f"hit {hit or '-'}" + (f" (trace {exp})" if exp else ""))
+    al = s.get("spec_acceptance_length")
+    if al is not None and al == al:
+        parts.append(f"spec AL {al:.2f}")
+    done = s.get("sessions_completed")
+    if done is not None and done == done:
+        parts.append(f"{int(done)} sessions, {s.get('session_goodput_sps') or 0:.2f} good/s")
+    return "  " + "  ".join(parts) if parts else ""
 
 
 def point_warnings(s: dict[str, Any], out_dir: str | store.StorePath, workload: str) -> list[str]:

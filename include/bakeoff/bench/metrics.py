@@ -1,4 +1,4 @@
-"""Per-point summary with the project's metric definitions (see docs: vLLM/SGLang/MLPerf naming).
+"""Per-point summary with the project's metric definitions (vLLM/SGLang/MLPerf naming; docs/metrics.md).
 
 - TTFT: send -> first chunk carrying a generated token (reasoning included); TTFA: first answer text.
 - TPOT: per request (E2E - TTFT) / (output tokens - 1); requests with <= 1 output token excluded.
@@ -197,6 +197,101 @@ def point_meets_slo(summary: dict[str, Any], slo: Slo | None, max_error_rate: fl
     return True
 
 
+# Prompt-length bin edges (tokens) of the TTFT-by-context summaries: doubling from 1k to 1M.
+CONTEXT_EDGES = (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
+# Output-token position bin edges of TPOT by position: position p is the p-th output token.
+POSITION_EDGES = (2, 17, 65, 257, 1025, 4097, 16385)
+
+
+def binned_ms(pairs: Iterable[tuple[float, float]], edges: tuple[int, ...]) -> str:
+    """JSON list of {lo, hi, n, p50_ms, p99_ms} of (x, seconds) pairs binned on x in [lo, hi);
+    the last bin is open-ended (hi null); empty bins are left out."""
+    bounds = [*edges, None]
+    bins: dict[int, list[float]] = {}
+    for x, v in pairs:
+        i = max(0, int(np.searchsorted(edges, x, side="right")) - 1)
+        bins.setdefault(i, []).append(v)
+    out = []
+    for i in sorted(bins):
+        a = np.asarray(bins[i], dtype=float) * 1e3
+        p50, p99 = np.percentile(a, [50, 99])
+        out.append({"lo": edges[i], "hi": bounds[i + 1], "n": int(a.size), "p50_ms": float(p50), "p99_ms": float(p99)})
+    return json.dumps(out)
+
+
+def tpot_by_position(ok: list[dict[str, Any]]) -> str:
+    """Token gaps binned by the output-token position they end at (chunk k ends token k + 1 when a
+    chunk carries one token), pooled over requests: whether decoding slows as the answer grows."""
+    pairs = [(float(k + 2), g) for r in ok for k, g in enumerate(chunk_gaps(r.get("chunk_offsets")))]
+    return binned_ms(pairs, POSITION_EDGES)
+
+
+def _slope_ms_per_1k(pairs: list[tuple[float, float]]) -> float:
+    """Least-squares slope of TTFT (ms) on uncached tokens, per 1,000 tokens; NaN with < 2 distinct x."""
+    if len(pairs) < 2 or len({x for x, _ in pairs}) < 2:
+        return NAN
+    x = np.asarray([p[0] for p in pairs], dtype=float)
+    y = np.asarray([p[1] for p in pairs], dtype=float) * 1e3
+    return float(np.polyfit(x, y, 1)[0] * 1000.0)
+
+
+SESSION_COLUMNS = (
+    "sessions_completed",
+    "sessions_cut",
+    "session_goodput_sps",
+    "sessions_per_hour",
+    "turns_per_hour",
+    "turns_per_session_mean",
+    "ttft_ms_per_1k_uncached",
+    "ttft_by_context",
+    "ttft_by_uncached",
+)
+
+
+def session_figures(measured: list[dict[str, Any]], slo: Slo | None, duration: float) -> dict[str, Any]:
+    """Session columns of a point from its measured turn records; NaN / None when the point is not a
+    session workload. A session (a top-level one with its subagents) is completed when every turn of
+    every one of them was sent and answered; cut when the point's time ended it; good when
+    completed and every turn met the per-request SLO (request_is_good)."""
+    turns = [r for r in measured if r.get("session_id") is not None]
+    if not turns:
+        return {k: (None if k.startswith("ttft_by") else NAN) for k in SESSION_COLUMNS}
+    by_root: dict[str, list[dict[str, Any]]] = {}
+    for r in turns:
+        by_root.setdefault(str(r.get("session_root") or r["session_id"]), []).append(r)
+    completed = good = cut = 0
+    for rows in by_root.values():
+        per_session: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            per_session.setdefault(str(r["session_id"]), []).append(r)
+        whole = all(len(v) == int(v[0].get("session_turns") or 0) for v in per_session.values())
+        if not whole:
+            cut += 1
+            continue
+        if all(not r.get("error_kind") for r in rows):
+            completed += 1
+            good += all(request_is_good(r, slo) for r in rows)
+    ok = [r for r in turns if not r.get("error_kind")]
+    hours = duration / 3600.0 if duration and duration > 0 else NAN
+    ttft_ctx = [(float(r.get("context_tokens") or 0), float(r["ttft"])) for r in ok if _num(r.get("ttft")) is not None]
+    ttft_unc = [
+        (float(r["uncached_tokens_expected"]), float(r["ttft"]))
+        for r in ok
+        if _num(r.get("ttft")) is not None and _num(r.get("uncached_tokens_expected")) is not None
+    ]
+    return {
+        "sessions_completed": completed,
+        "sessions_cut": cut,
+        "session_goodput_sps": good / duration if duration and duration > 0 else NAN,
+        "sessions_per_hour": completed / hours if hours == hours else NAN,
+        "turns_per_hour": len(ok) / hours if hours == hours else NAN,
+        "turns_per_session_mean": len(turns) / len(by_root),
+        "ttft_ms_per_1k_uncached": _slope_ms_per_1k(ttft_unc),
+        "ttft_by_context": binned_ms(ttft_ctx, CONTEXT_EDGES),
+        "ttft_by_uncached": binned_ms(ttft_unc, CONTEXT_EDGES),
+    }
+
+
 def summarize(
     records: Records,
     *,
@@ -296,4 +391,6 @@ def summarize(
     # with nothing measured there is no pace the client could have set
     out["client_bound"] = bool(client.get("client_bound", False)) and completed > 0
     out["client_stalled"] = bool(client.get("client_stalled", False)) and completed > 0
+    out["tpot_by_position"] = tpot_by_position(ok)
+    out.update(session_figures(measured, slo, duration))
     return {k: out.get(k) for k in POINT_COLUMNS}

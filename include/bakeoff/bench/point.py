@@ -18,6 +18,7 @@ from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.loadgen import PointId, Sender, open_loop
 from bakeoff.bench.monitor import LoopMonitor
 from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.session_load import SessionSender, TurnSent
 from bakeoff.paths import StorePath
 
 
@@ -148,3 +149,30 @@ async def measure_here(
         max_concurrency=w.max_concurrency,
         max_point_s=w.max_point_s,
     )
+
+
+async def measure_sessions(
+    sender: SessionSender,
+    *,
+    warm: int,
+    concurrency: int | None = None,
+    offsets: Sequence[float] | None = None,
+    duration_s: float | None = None,
+) -> tuple[list[RequestRecord], dict[str, Any], list[TurnSent]]:
+    """One session point: closed loop with ``concurrency`` sessions in flight, else open loop on
+    ``offsets`` (session arrivals, s from the start), under the loop monitor; no measured session
+    starts and no measured turn is sent ``duration_s`` after the start. Returns the turn records, the
+    client's figures (turn send lateness included) and what was sent (for the trace's prediction)."""
+    if not concurrency and offsets is None:
+        raise ValueError("measure_sessions: give concurrency (closed loop) or offsets (open loop)")
+    await sender.client.warm(warm)
+    sender.start_clock()
+    stop_at = sender.t0 + duration_s if duration_s else None
+    with LoopMonitor() as mon:
+        if concurrency:
+            sent = await sender.run_closed(concurrency, stop_at=stop_at)
+        else:
+            sent = await sender.run_open(offsets if offsets is not None else (), stop_at=stop_at)
+    recs = sender.records(sent)
+    lags = [r.send_lag for r in recs if r.send_lag is not None and not r.warmup]
+    return recs, mon.figures(lags or None), sent

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import httpx
+
+from bakeoff import catalog
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
@@ -50,13 +53,25 @@ def snapshot_provenance(
     return snap
 
 
-ENGINES = ("vllm", "sglang")
+# the names each engine goes by in /version and /v1/models' owned_by (TensorRT-LLM says tensorrt_llm),
+# most specific first; by /metrics prefix (serving.yaml) only where one is the engine's own: ATOM exports
+# vLLM's names, so its metrics alone say "vllm"
+_NAMES: dict[str, re.Pattern[str]] = {
+    "atom": re.compile(r"\batom\b"),
+    "trtllm": re.compile(r"\b(tensorrt[_-]llm|trtllm)\b"),
+    "sglang": re.compile(r"\bsglang\b"),
+    "vllm": re.compile(r"\bvllm\b"),
+}
+
+
+def _named(text: str) -> str | None:
+    return next((e for e, pat in _NAMES.items() if pat.search(text)), None)
 
 
 def identify_engine(snap: dict[str, Any]) -> dict[str, Any]:
     """The serving engine and its version from what the server says about itself, so a hand-run
     benchmark records "vllm 0.x" rather than "unknown": /version first (a name in it), then the
-    owner of /v1/models' cards (vLLM and SGLang put their name there), then /metrics' prefixes."""
+    owner of /v1/models' cards (each engine puts its name there), then /metrics' prefixes."""
     version = (snap.get("version") or {}).get("json")
     engine_version = version.get("version") if isinstance(version, dict) else None
     found = None
@@ -64,15 +79,16 @@ def identify_engine(snap: dict[str, Any]) -> dict[str, Any]:
         text = " ".join(f"{k} {v}" for k, v in version.items() if isinstance(v, (str, int, float))).lower()
         if "bakeoff-emulator" in text:
             found = ("emulator", "/version")
-        else:
-            found = next(((e, "/version") for e in ENGINES if e in text), None)
+        elif name := _named(text):
+            found = (name, "/version")
     models = (snap.get("models") or {}).get("json")
     if found is None and isinstance(models, dict) and isinstance(models.get("data"), list):
-        owners = {str(m.get("owned_by", "")).lower() for m in models["data"] if isinstance(m, dict)}
-        found = next(((e, "/v1/models") for e in ENGINES if e in owners), None)
-    metrics = (snap.get("metrics") or {}).get("text") or ""
-    if found is None and metrics:
-        found = next(((e, "/metrics") for e in ENGINES if f"\n{e}:" in "\n" + metrics), None)
+        owners = " ".join(str(m.get("owned_by", "")).lower() for m in models["data"] if isinstance(m, dict))
+        found = (name, "/v1/models") if (name := _named(owners)) else None
+    metrics = "\n" + ((snap.get("metrics") or {}).get("text") or "")
+    if found is None and metrics.strip():
+        prefixes = {catalog.stacks()[e].metrics_prefix: e for e in ("vllm", "sglang", "trtllm")}
+        found = next(((e, "/metrics") for p, e in prefixes.items() if p and f"\n{p}" in metrics), None)
     stack, source = found or ("unknown", None)
     return {
         "stack": stack,

@@ -48,6 +48,14 @@ class RequestRecord:
     token_mismatch: bool = False  # usage and client count disagree by more than 10%
     chunks: int = 0  # token chunks received (an empty-text chunk is still a token)
     client_count_method: str | None = None  # how output_tokens_client was counted: chunks | words | tokenize
+    # session workloads (bench.session_load); None / False for single requests
+    session_id: str | None = None
+    session_root: str | None = None  # the top-level session a subagent belongs to (its own id when top-level)
+    session_turns: int | None = None  # turns the session has, to tell a finished session from a cut one
+    turn: int | None = None  # 0-based turn index within the session
+    context_tokens: int | None = None  # the turn's prompt length (tokens) as the trace gives it
+    uncached_tokens_expected: int | None = None  # prompt tokens in no earlier turn's blocks (trace prediction)
+    subagent: bool = False
     # not a column: the streamed text of a request the server gave no usage for, kept in memory for
     # tokenize.recount_outputs
     output_pieces: list[str] | None = field(
@@ -139,4 +147,24 @@ POINT_COLUMNS = POINT_KEY + [
     "ttft_from_schedule_ms_p50",
     "ttft_from_schedule_ms_p99",
     "e2e_from_schedule_ms_p99",
+    # server-side figures (bench.server_metrics): /metrics counter deltas over the point, None when
+    # the server does not export them; the trace's predicted hit rate beside the measured one
+    "prefix_cache_hit_rate",
+    "host_prefix_cache_hit_rate",
+    "prefix_cache_queried_tokens",
+    "spec_acceptance_length",
+    "spec_acceptance_rate",
+    "server_metrics_source",
+    "prefix_cache_hit_rate_expected",
+    # session workloads (bench.metrics.session_figures): NaN / None for single-request points
+    "sessions_completed",
+    "sessions_cut",
+    "session_goodput_sps",
+    "sessions_per_hour",
+    "turns_per_hour",
+    "turns_per_session_mean",
+    "ttft_ms_per_1k_uncached",
+    "ttft_by_context",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] by prompt-length bin
+    "ttft_by_uncached",  # JSON: the same by expected uncached tokens
+    "tpot_by_position",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] of token gaps by output-token position
 ]

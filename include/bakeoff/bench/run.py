@@ -14,16 +14,17 @@ import pandas as pd
 import pyarrow as pa
 
 from bakeoff import store
-from bakeoff.bench import sizing, workloads
+from bakeoff.bench import server_metrics, sessions, sizing, workloads
 from bakeoff.bench.calibration import calibrate, calibration_line
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import arrival_offsets
+from bakeoff.bench.loadgen import PointId, arrival_offsets
 from bakeoff.bench.metrics import summarize
-from bakeoff.bench.point import Ctx, client_for, measure_here
+from bakeoff.bench.point import Ctx, client_for, measure_here, measure_sessions
 from bakeoff.bench.prompts import prompt_seed
 from bakeoff.bench.provenance import snapshot_provenance
 from bakeoff.bench.records import REQUEST_FIELDS, RequestRecord
 from bakeoff.bench.runtime import run_async
+from bakeoff.bench.session_load import SessionSender, point_seed, point_sessions
 from bakeoff.bench.sla import search
 from bakeoff.bench.tokenize import discover, recount_outputs
 from bakeoff.bench.workers import measure_in_workers
@@ -62,6 +63,7 @@ def _save(
     mode: str,
     rate: float | None,
     prov: dict | None,
+    server: dict | None = None,
 ) -> dict:
     summary = summarize(
         recs,
@@ -75,6 +77,7 @@ def _save(
         prompts=_prompts(ctx),
     )
     summary.update(_point_power(ctx, recs), ttft_connection=ctx.workload.ttft_connection)
+    summary.update(server or {})
     store.save_point(ctx.out_dir, ctx.workload.name, key, repeat, records_frame(recs), summary)
     if prov is not None:
         store.write_json(ctx.out_dir / "provenance" / f"{ctx.workload.name}-c{key}-r{repeat}.json", prov)
@@ -153,6 +156,7 @@ async def measure_point(
 ) -> dict:
     """Measure one point (worker processes when the workload asks), save it, return its summary."""
     before = _prov(ctx)
+    scraped = _scrape(ctx)
     if ctx.workload.workers > 1:
         recs, figures = await measure_in_workers(
             ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
@@ -161,15 +165,100 @@ async def measure_point(
         recs, figures = await measure_here(
             ctx, client, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
         )
+    server = server_metrics.point_figures(scraped, _scrape(ctx))
     recount_outputs(recs, ctx.counter)
-    prov = None
-    if before is not None:
-        after = _prov(ctx)
-        prov = {
-            "before": before,
-            "after": {"metrics": (after or {}).get("metrics"), "taken_at": (after or {}).get("taken_at")},
-        }
-    return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=prov)
+    return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=_prov_after(ctx, before), server=server)
+
+
+def _scrape(ctx: Ctx) -> dict | None:
+    """The server's counters now (bench.server_metrics); None when it exports none or is unreachable."""
+    try:
+        return server_metrics.scrape(ctx.endpoint, ctx.api_key)
+    except Exception as e:  # noqa: BLE001 - server figures must never cost a measurement
+        log.warning("server metrics unavailable for %s: %s", ctx.target.slug, type(e).__name__)
+        return None
+
+
+def _prov_after(ctx: Ctx, before: dict | None) -> dict | None:
+    if before is None:
+        return None
+    after = _prov(ctx)
+    return {
+        "before": before,
+        "after": {"metrics": (after or {}).get("metrics"), "taken_at": (after or {}).get("taken_at")},
+    }
+
+
+async def measure_session_point(
+    ctx: Ctx,
+    client: StreamingClient,
+    chosen: list,
+    *,
+    key: int,
+    repeat: int,
+    mode: str,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    offsets=None,
+) -> dict:
+    """Measure one session point in this process, save it with the server's figures beside the hit
+    rate the trace predicts, return its summary."""
+    w, cfg = ctx.workload, ctx.workload.sessions
+    pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
+    blocks = sessions.PromptBlocks(cfg.block_tokens, sizer=ctx.sizer, seed=point_seed(ctx.prompt_seed, key, repeat))
+    sender = SessionSender(
+        client,
+        w,
+        ctx.endpoint.model,
+        pid,
+        chosen,
+        blocks,
+        block_tokens=cfg.block_tokens,
+        warmup=cfg.warmup_sessions,
+        timeout_s=w.request_timeout_s,
+    )
+    before = _prov(ctx)
+    scraped = _scrape(ctx)
+    # subagents run beside their parents: room for twice the sessions' streams before the clock starts
+    fan = 2 if any(s.parent is not None for s in chosen) else 1
+    recs, figures, sent = await measure_sessions(
+        sender,
+        warm=min((concurrency or w.max_concurrency or 16) * fan, 1024),
+        concurrency=concurrency,
+        offsets=offsets,
+        duration_s=cfg.duration_s,
+    )
+    server = server_metrics.point_figures(scraped, _scrape(ctx))
+    server["prefix_cache_hit_rate_expected"] = sender.expected_hit_rate(sent)
+    recount_outputs(recs, ctx.counter)
+    return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=_prov_after(ctx, before), server=server)
+
+
+async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict]:
+    """Every point of a session workload: closed loop per concurrent_sessions level, or open loop
+    per session arrival rate (Poisson or gamma arrivals, as the workload's arrival says)."""
+    w, cfg = ctx.workload, ctx.workload.sessions
+    spec = getattr(ctx.target, "model_spec", None)  # a plan's target: refuse sessions beyond its context
+    loaded = sessions.load_sessions(
+        w, w.seed, context_tokens=spec.context if spec else None, model=getattr(ctx.target, "model", "the model")
+    )
+    chosen = point_sessions(loaded, cfg.warmup_sessions, cfg.max_sessions_per_point)
+    n_roots = sum(1 for s in chosen if s.parent is None)
+    out: list[dict] = []
+    for c in cfg.concurrent_sessions:
+        for rep in range(w.repeats):
+            out.append(
+                await measure_session_point(ctx, client, chosen, key=c, repeat=rep, mode="sessions", concurrency=c)
+            )
+    for rate in cfg.session_rates:
+        for rep in range(w.repeats):
+            offs = arrival_offsets(n_roots, rate, w.arrival, w.burstiness, seed=w.seed * 1000 + rep)
+            out.append(
+                await measure_session_point(
+                    ctx, client, chosen, key=rate_key(rate), repeat=rep, mode="session_rate", rate=rate, offsets=offs
+                )
+            )
+    return out
 
 
 async def _run(ctx: Ctx) -> list[dict]:
@@ -177,7 +266,9 @@ async def _run(ctx: Ctx) -> list[dict]:
     client = client_for(ctx)
     out: list[dict] = []
     try:
-        if w.load == "concurrency":
+        if w.kind == "sessions":
+            out.extend(await _run_sessions(ctx, client))
+        elif w.load == "concurrency":
             for c in w.levels():
                 for rep in range(w.repeats):
                     out.append(await measure_point(ctx, client, key=c, repeat=rep, mode="concurrency", concurrency=c))
@@ -296,7 +387,7 @@ def self_calibrate(out_dir: store.StorePath, workload) -> dict | None:
     path = out_dir / "client_calibration.json"
     if path.exists():
         return store.read_json(path)
-    c = min(64, max(workload.levels() if workload.load == "concurrency" else [workload.max_concurrency or 16]))
+    c = min(64, max((workload.levels() if workload.load == "concurrency" else []) or [workload.max_concurrency or 16]))
     try:
         doc = calibrate(concurrency=c, requests=2 * c)
     except Exception as e:  # noqa: BLE001 - the benchmark proper must still run

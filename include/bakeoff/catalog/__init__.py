@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class _Frozen(BaseModel):
@@ -32,6 +32,7 @@ class Gpu(_Frozen):
     domain: int
     all_in_kw: float
     usable_gib: float | None = None
+    precisions: list[str] = []  # weight formats serving engines run on the chip (hardware.yaml says where from)
     source: str
     as_of: str
 
@@ -64,21 +65,104 @@ class InstanceType(_Frozen):
 
 
 class ModelSpec(_Frozen):
+    """One model's architecture, as far as memory and roofline arithmetic need it.
+
+    The KV cache a token leaves depends on the attention kind: GQA stores K and V per KV head;
+    MLA (and DSA, DeepSeek's sparse attention on top of MLA) stores one compressed latent plus a
+    RoPE key; hybrid models keep a fixed-size state in their linear-attention layers and per-token
+    KV only in their full-attention layers (GQA form, or MLA form when kv_lora_rank is set). Sparse
+    attention (DSA's indexer, MiniMax's block-sparse MSA) reads only index_topk cached tokens per
+    decode step, however long the context.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a misspelt field in models.yaml is an error
+
     name: str
     hf_id: str
     params_b: float
     active_params_b: float
     layers: int
-    kv_heads: int
-    head_dim: int
     context: int
+    attention: Literal["gqa", "mla", "dsa", "hybrid"] = "gqa"
+    kv_heads: int = 0
+    head_dim: int = 0
+    kv_lora_rank: int | None = None
+    rope_head_dim: int | None = None
+    index_topk: int | None = None
+    kv_compression: float = 1.0
+    full_attention_layers: int | None = None
+    dense_params_b: float | None = None
+    experts: int | None = None
+    experts_per_token: int | None = None
+    checkpoints: dict[str, str] = {}
+    speculative: dict[str, str] = {}
+    source: str = ""
+    as_of: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        def bad(field: str, why: str) -> ValueError:
+            return ValueError(f"models.yaml {self.name}: {field} {why}")
+
+        if self.active_params_b > self.params_b:
+            raise bad("active_params_b", f"({self.active_params_b}) exceeds params_b ({self.params_b})")
+        if self.dense_params_b is not None and not 0 < self.dense_params_b <= self.active_params_b:
+            raise bad("dense_params_b", f"({self.dense_params_b}) must be in (0, active_params_b]")
+        latent = self.kv_lora_rank is not None
+        if latent and (self.kv_lora_rank or 0) <= 0:
+            raise bad("kv_lora_rank", "must be > 0")
+        if latent and self.rope_head_dim is None:
+            raise bad("rope_head_dim", "must be set with kv_lora_rank (0 if the model has no RoPE key)")
+        if self.attention in ("mla", "dsa") and not latent:
+            raise bad("kv_lora_rank/rope_head_dim", f"must be set for attention: {self.attention}")
+        if self.attention == "gqa" and latent:
+            raise bad("kv_lora_rank", "is for attention mla, dsa or hybrid, not gqa")
+        if (self.attention == "gqa" or (self.attention == "hybrid" and not latent)) and (
+            self.kv_heads <= 0 or self.head_dim <= 0
+        ):
+            raise bad("kv_heads/head_dim", f"must be set (> 0) for attention: {self.attention}")
+        if self.attention == "dsa" and self.index_topk is None:
+            raise bad("index_topk", "must be set for attention: dsa (tokens attended per decode step)")
+        if self.index_topk is not None and self.index_topk <= 0:
+            raise bad("index_topk", "must be > 0")
+        if self.kv_compression < 1:
+            raise bad("kv_compression", f"({self.kv_compression}) must be >= 1 (1 = uncompressed)")
+        if self.attention == "hybrid":
+            if not self.full_attention_layers or self.full_attention_layers > self.layers:
+                raise bad("full_attention_layers", f"must be in 1..layers ({self.layers}) for attention: hybrid")
+        elif self.full_attention_layers is not None:
+            raise bad("full_attention_layers", "is only for attention: hybrid")
+        if (self.experts is None) != (self.experts_per_token is None):
+            raise bad("experts/experts_per_token", "are set together (MoE) or not at all (dense)")
+        if self.experts is not None and self.experts_per_token is not None and self.experts_per_token > self.experts:
+            raise bad("experts_per_token", f"({self.experts_per_token}) exceeds experts ({self.experts})")
+        unknown = set(self.checkpoints) - {"bf16", "fp8", "nvfp4", "mxfp4"}
+        if unknown:
+            raise bad("checkpoints", f"has unknown quantization {sorted(unknown)}; use bf16, fp8, nvfp4 or mxfp4")
+        return self
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
-        """K and V for every layer of one token."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * kv_dtype_bytes
+        """Bytes of KV cache one token leaves across all layers (a hybrid's linear layers keep none)."""
+        layers = self.full_attention_layers if self.attention == "hybrid" else self.layers
+        assert layers is not None
+        if self.kv_lora_rank is not None:  # MLA latent: one vector serves K and V
+            per_layer = self.kv_lora_rank + (self.rope_head_dim or 0)
+        else:
+            per_layer = 2 * self.kv_heads * self.head_dim
+        return layers * per_layer * kv_dtype_bytes / self.kv_compression
+
+    def kv_read_tokens(self, context_tokens: int) -> int:
+        """Cached tokens whose KV one decode step of a sequence reads: all of them, except with sparse
+        attention, whose indexer picks index_topk of them (the indexer's own small keys are not counted)."""
+        if self.index_topk is not None:
+            return min(context_tokens, self.index_topk)
+        return context_tokens
 
 
 class StackSpec(_Frozen):
+    """A serving engine: images per platform, health routes, per-GPU recipe flags, and what it can do
+    (speculative methods, KV-offload backends, weight precisions), so a plan is refused before any spend."""
+
     name: str
     port: int
     images: dict[str, str]
@@ -86,6 +170,11 @@ class StackSpec(_Frozen):
     ignore_eos: bool = True
     env: dict[str, dict[str, str]] = {}
     args: dict[str, list[str]] = {}
+    speculative: list[str] = []
+    kv_offload: list[str] = []
+    precisions: list[str] = ["bf16", "fp8", "nvfp4", "mxfp4"]
+    metrics_prefix: str = ""
+    source: str = ""
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -160,3 +249,21 @@ def agent_image() -> str:
 
 def docker_flags(vendor: str) -> list[str]:
     return list(serving()["docker_run"][vendor])
+
+
+@lru_cache
+def golden_al() -> dict[str, Any]:
+    """InferenceX's golden acceptance-length curves (golden_al.yaml): model -> method -> curve."""
+    return _load("golden_al.yaml")
+
+
+def golden_acceptance_length(
+    model: str, tokens: int, thinking: str = "thinking_on", method: str | None = None
+) -> float | None:
+    """The golden acceptance length (tokens per verification step) for a model at ``tokens`` draft tokens;
+    ``method`` picks the curve (default: the model's first). None where no curve covers it."""
+    curves: dict[str, Any] = golden_al()["models"].get(model) or {}
+    curve = curves.get(method) if method else next(iter(curves.values()), None)
+    points = (curve or {}).get(thinking) or {}
+    value = points.get(tokens)
+    return None if value is None else float(value)

@@ -14,10 +14,12 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from bakeoff.claims import ClaimError, load_claim
 from bakeoff.fielderrors import explain
+from bakeoff.plan.checkpoints import check_accuracy_reference
 from bakeoff.plan.settings import MAX_BUDGET_USD, Pricing, Quality, Slo
-from bakeoff.plan.target import EmulatorSettings, PriceOverride, Strict, Target
-from bakeoff.plan.workload import Workload
+from bakeoff.plan.target import EmulatorSettings, KvOffload, PriceOverride, Speculative, Strict, Target, WeightsOptions
+from bakeoff.plan.workload import Sessions, Workload
 
 __all__ = [
     "Plan",
@@ -29,6 +31,9 @@ __all__ = [
     "Pricing",
     "PriceOverride",
     "EmulatorSettings",
+    "Speculative",
+    "KvOffload",
+    "WeightsOptions",
     "load_plan",
     "plan_from_dict",
     "plans_dir",
@@ -56,6 +61,18 @@ class Plan(Strict):
         description="spend cap for the whole run, USD (at most the installation ceiling; see bakeoff.budget)",
     )
     max_instance_hours: float = Field(3.0, gt=0, le=48, description="an instance older than this is reaped")
+    claims: list[str] = Field([], max_length=16, description="published claims the report checks (include/claims)")
+
+    @model_validator(mode="after")
+    def _claims_and_checkpoints(self) -> Plan:
+        for i, name in enumerate(self.claims):
+            try:
+                load_claim(name)
+            except ClaimError as e:
+                raise ValueError(f"claims[{i}]: {e}") from None
+        acc = self.quality.accuracy
+        check_accuracy_reference(self.targets, acc.reference, acc.enabled)
+        return self
 
     @model_validator(mode="after")
     def _unique(self) -> Plan:
@@ -70,6 +87,8 @@ class Plan(Strict):
         for i, w in enumerate(self.workloads):
             for field in ("source_path", "trace_path"):
                 check_workload_path(getattr(w, field), f"workloads[{i}].{field}")
+            for field in ("path", "fit_from"):
+                check_workload_path(getattr(w.sessions, field, None), f"workloads[{i}].sessions.{field}")
         return self
 
     @model_validator(mode="after")
@@ -77,6 +96,9 @@ class Plan(Strict):
         """The longest prompt plus the longest output a workload may sample must fit every target's
         model: a server refuses the rest, so they would only spend."""
         for i, w in enumerate(self.workloads):
+            if w.sessions is not None:
+                _session_fits(i, w.sessions, self.targets)
+                continue
             need = w.length_bounds(w.input_len)[1] + w.length_bounds(w.output_len)[1]
             for t in self.targets:
                 ctx = t.model_spec.context
@@ -97,6 +119,22 @@ class Plan(Strict):
     @property
     def emulated(self) -> bool:
         return any(t.emulated for t in self.targets)
+
+
+def _session_fits(i: int, sessions: Sessions, targets: list[Target]) -> None:
+    """A synthetic session's largest possible context must fit every target's model (trace and log
+    sessions are checked with their numbers when the file is read: bench.sessions.load_sessions)."""
+    if sessions.source != "synthetic" or sessions.fit_from:
+        return
+    peak, how = sessions.peak_context()
+    for t in targets:
+        ctx = t.model_spec.context
+        if peak > ctx:
+            raise ValueError(
+                f"workloads[{i}].sessions: a synthetic session may reach {peak} tokens ({how}), beyond the "
+                f"{ctx}-token context of {t.model} (target {t.name}); lower turns.max, new_tokens_per_turn.max, "
+                f"output_tokens.max or first_prompt_tokens.max"
+            )
 
 
 def check_workload_path(value: str | None, field: str) -> None:

@@ -11,14 +11,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bakeoff import catalog, faults
+from bakeoff.plan import recipes
 from bakeoff.providers.registry import PROVIDERS, PROVISIONING
 from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, STATIC_CONN_PREFIX, allowed_connection
 
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
-# bytes per weight for each quantization the catalog knows
-QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "mxfp4": 0.53}
+Quantization = Literal["bf16", "fp8", "nvfp4", "mxfp4"]
+# bytes per weight for each quantization: nvfp4 = 4 bits + an FP8 scale per 16 weights; mxfp4 = 4 bits +
+# an E8M0 scale per 32 (OCP MX)
+QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 0.53125}
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0}
-COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "fp4"}
+COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
+FP4_HINT = "write nvfp4 (NVIDIA Blackwell FP4) or mxfp4 (OCP MX FP4, MI355X and Blackwell)"
 CLOUD_PROVIDERS = PROVISIONING  # nodes bakeoff provisions (and can ship its client to)
 
 
@@ -42,6 +46,15 @@ _SECRET_NAME = re.compile(
     r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(_|$)|(^|_)(API|ACCESS|PRIVATE)_KEY(_|$)"
 )
 _OCID_RE = r"^ocid1\.{kind}\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9]{{20,80}}$"  # ocid1.<kind>.<realm>.<region>.<id>
+
+
+def _checkpoint_precision(checkpoint: str | None) -> str | None:
+    """The format a checkpoint's repo name declares (``amd/GLM-5.2-MXFP4`` -> mxfp4), if it declares one."""
+    words = set(re.split(r"[^a-z0-9]+", (checkpoint or "").lower()))
+    for q in ("nvfp4", "mxfp4", "fp8", "bf16"):
+        if q in words:
+            return q
+    return None
 
 
 def check_image(v: str) -> str:
@@ -216,7 +229,11 @@ class EmulatorSettings(Strict):
     decode_efficiency: float = Field(0.65, gt=0, le=1, description="share of HBM bandwidth decode reaches")
     max_num_seqs: int = Field(256, ge=1, le=65_536, description="scheduler cap on concurrent sequences")
     time_scale: float = Field(
-        1.0, gt=0, le=1000, description="multiply every emulated delay (demo speed-up); figures are rescaled back"
+        1.0,
+        gt=0,
+        le=1000,
+        description="multiply every emulated delay (shortens rehearsals and tests); figures are measured "
+        "at that speed, not rescaled, so a plan comparing emulated figures keeps one scale for all targets",
     )
     accuracy_error_rate: float = Field(
         0.0, ge=0, le=1, description="share of accuracy-set answers made wrong on purpose"
@@ -270,6 +287,96 @@ class PriceOverride(Strict):
     source: str = "per-run override"
 
 
+_HF_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
+MIRROR_CONN_PREFIXES = ("aws_",)  # the S3 mirror's credentials: an AWS connection, never a serving secret
+_S3_MIRROR_RE = re.compile(
+    r"^s3://(?P<conn>[A-Za-z0-9][A-Za-z0-9_.-]{0,199})@(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])"
+    r"(?:/(?P<prefix>[A-Za-z0-9_.=/-]*))?$"
+)
+
+
+class Speculative(Strict):
+    """Speculative decoding: the draft a model ships (MTP, DSpark) or a separate draft model (EAGLE, EAGLE3,
+    draft). ``pinned`` acceptance forces the engine's synthetic acceptance to a golden acceptance length, so
+    throughput compares with published figures; ``real`` measures acceptance on the workload's prompts."""
+
+    method: Literal["mtp", "eagle", "eagle3", "dspark", "draft"]
+    num_speculative_tokens: int = Field(3, ge=1, le=16, description="draft tokens proposed per verification step")
+    draft_model: str | None = Field(
+        None, pattern=_HF_REPO_RE, description="HF repo of the draft (default: the one the model catalog names)"
+    )
+    acceptance: Literal["real", "pinned"] = "real"
+    acceptance_length: float | None = Field(
+        None, ge=1, le=17, description="pinned: tokens per verification step (default: the golden curve's value)"
+    )
+
+    @model_validator(mode="after")
+    def _al_bounds(self) -> Speculative:
+        if self.acceptance_length is not None:
+            if self.acceptance != "pinned":
+                raise ValueError("acceptance_length: only pinned acceptance takes it; set acceptance: pinned")
+            if self.acceptance_length > self.num_speculative_tokens + 1:
+                raise ValueError(
+                    f"acceptance_length: {self.acceptance_length} exceeds num_speculative_tokens + 1 = "
+                    f"{self.num_speculative_tokens + 1} (the most one step can yield); lower it"
+                )
+        return self
+
+
+class KvOffload(Strict):
+    """A host-memory tier for the KV cache (SGLang HiCache, LMCache, vLLM's and TensorRT-LLM's native CPU
+    offload, Mooncake)."""
+
+    backend: Literal["hicache", "lmcache", "vllm_native", "trtllm_native", "mooncake"]
+    host_memory_gb: float = Field(gt=0, le=16384, description="host DRAM given to the KV cache, per node")
+    host_tbps: float = Field(0.1, gt=0, le=10, description="host<->GPU bandwidth per node, TB/s (the emulator's)")
+
+
+class WeightsOptions(Strict):
+    """Where a node keeps and fetches model weights."""
+
+    cache_dir: str = Field(
+        "/mnt/nvme/hf-cache",
+        pattern=r"^/[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*/?$",
+        description="absolute path on the node's local NVMe (the HF cache)",
+    )
+    s3_mirror: str | None = Field(
+        None, description="s3://<aws connection id>@bucket/prefix: a mirror of the weights, tried before Hugging Face"
+    )
+    download_timeout_s: float = Field(7200, gt=0, le=86_400)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _no_dotdot(cls, v: str) -> str:
+        if ".." in v.split("/"):
+            raise ValueError(f"{v!r}: give an absolute path without .., e.g. /mnt/nvme/hf-cache")
+        return v
+
+    @field_validator("s3_mirror")
+    @classmethod
+    def _mirror(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = _S3_MIRROR_RE.match(v)
+        if not m:
+            raise ValueError(
+                f"{v!r} is not an S3 mirror URL; write s3://<connection id>@<bucket>/<prefix>, "
+                "e.g. s3://aws_weights@my-weights-bucket/hf"
+            )
+        if not allowed_connection(m["conn"], MIRROR_CONN_PREFIXES):
+            raise ValueError(
+                f"{m['conn']!r} is not a connection a plan may name for the mirror; use an AWS connection "
+                f"whose id starts with {' or '.join(MIRROR_CONN_PREFIXES)}, e.g. s3://aws_weights@{m['bucket']}"
+            )
+        return v
+
+    @property
+    def mirror_parts(self) -> tuple[str, str, str] | None:
+        """(connection id, bucket, prefix) of the S3 mirror, if any."""
+        m = _S3_MIRROR_RE.match(self.s3_mirror or "")
+        return (m["conn"], m["bucket"], (m["prefix"] or "").strip("/")) if m else None
+
+
 class Target(Strict):
     name: str = Field(min_length=1, max_length=80)
     provider: ProviderName
@@ -288,12 +395,23 @@ class Target(Strict):
         description="static only: the model id the endpoint answers to (its "
         "--served-model-name); default: the catalog model's HF id",
     )
+    recipe: str | None = Field(
+        None, description="a vendored recipe (python -m bakeoff recipes): its fields first, this target's override"
+    )
     stack: str = "vllm"
     model: str
-    quantization: Literal["bf16", "fp8", "fp4", "mxfp4"] = "fp8"
+    quantization: Quantization = "fp8"
+    checkpoint: str | None = Field(
+        None, pattern=_HF_REPO_RE, description="weights repo (default: the catalog's checkpoint for the quantization)"
+    )
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_e4m3"] = "auto"
     tensor_parallel: int = Field(1, ge=1, le=64)
     pipeline_parallel: int = Field(1, ge=1, le=64)
+    expert_parallel: int = Field(1, ge=1, le=64, description="GPUs the MoE experts are spread over")
+    data_parallel_attention: bool = Field(False, description="attention data-parallel across the GPUs (MLA models)")
+    speculative: Speculative | None = None
+    kv_offload: KvOffload | None = None
+    weights: WeightsOptions = WeightsOptions()
     image: str | None = None
     engine_args: list[str] = []
     env: dict[str, str] = {}
@@ -312,6 +430,41 @@ class Target(Strict):
     def _printable(cls, v: str) -> str:
         if any(ord(c) < 32 for c in v):
             raise ValueError("must not contain control characters")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_recipe(cls, data: Any) -> Any:
+        """A named recipe's fields first, then this target's own (which win); ``recipe`` stays for provenance."""
+        if not isinstance(data, dict) or data.get("recipe") is None:
+            return data
+        name = data["recipe"]
+        r = recipes.resolve(name) if isinstance(name, str) else None
+        if r is None:
+            raise ValueError(recipes.unknown_recipe_message(str(name)[:80]))
+        template = r.template()
+        data = {**data, "recipe": r.name}
+        provider = data.get("provider")
+        if "instance_type" not in data and provider in CLOUD_PROVIDERS:
+            # the recipe's GPU as this cloud sells it (8 GPUs first); none: the target must name one
+            sold = sorted(
+                (it for it in catalog.instance_types().values() if it.provider == provider and it.gpu == r.gpu),
+                key=lambda it: it.gpus != 8,
+            )
+            if sold:
+                template["instance_type"] = sold[0].type
+            else:
+                template.pop("instance_type", None)
+        if provider == "static":
+            for field in ("image", "engine_args", "env", "instance_type"):
+                template.pop(field, None)
+        return {**template, **data}
+
+    @field_validator("quantization", mode="before")
+    @classmethod
+    def _fp4_renamed(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.lower() == "fp4":
+            raise ValueError(f"'fp4' names two formats; {FP4_HINT}")
         return v
 
     @field_validator("image")
@@ -429,6 +582,71 @@ class Target(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _serving_options(self) -> Target:
+        """What the GPU, the engine and the model can actually run: refused here, before any spend."""
+        self._check_precision()
+        spec, stack = self.speculative, self.stack_spec
+        ep, used = self.expert_parallel, self.gpus_used
+        if ep > used or used % ep:
+            divisors = [d for d in range(1, used + 1) if used % d == 0]
+            raise ValueError(
+                f"expert_parallel: {ep} must divide the {used} GPUs used (tensor_parallel x pipeline_parallel); "
+                f"use one of {divisors}"
+            )
+        experts = getattr(self.model_spec, "experts", None)
+        if ep > 1 and isinstance(experts, int) and experts <= 1:
+            raise ValueError(f"expert_parallel: {self.model} is a dense model (no experts); set expert_parallel: 1")
+        if spec is not None:
+            methods = getattr(stack, "speculative", None)
+            if methods is not None and spec.method not in methods:
+                raise ValueError(
+                    f"speculative.method: the {self.stack} stack does not run {spec.method}; it runs "
+                    f"{', '.join(methods) or 'no speculative decoding'}"
+                )
+            drafts = getattr(self.model_spec, "speculative", None)
+            if drafts is not None and spec.draft_model is None and spec.method not in drafts:
+                raise ValueError(
+                    f"speculative.method: {self.model} ships no {spec.method} draft (it ships: "
+                    f"{', '.join(drafts) or 'none'}); use one of those or give speculative.draft_model (an HF repo)"
+                )
+            if spec.acceptance == "pinned" and self.pinned_acceptance_length is None:
+                raise ValueError(
+                    f"speculative.acceptance_length: pinned acceptance needs a golden acceptance-length curve, and "
+                    f"there is none for {self.model} {spec.method} at num_speculative_tokens "
+                    f"{spec.num_speculative_tokens}; give acceptance_length (tokens per step) or use acceptance: real"
+                )
+        if self.kv_offload is not None:
+            backends = getattr(stack, "kv_offload", None)
+            if backends is not None and self.kv_offload.backend not in backends:
+                raise ValueError(
+                    f"kv_offload.backend: the {self.stack} stack has no {self.kv_offload.backend} offload; it has "
+                    f"{', '.join(backends) or 'none'}"
+                )
+        return self
+
+    def _check_precision(self) -> None:
+        """The checkpoint's format must be the quantization, and the GPU must run it (NVFP4 is Blackwell's)."""
+        named = _checkpoint_precision(self.checkpoint)
+        if named and named != self.quantization:
+            raise ValueError(
+                f"checkpoint: {self.checkpoint} is a {named} checkpoint but quantization is {self.quantization}; "
+                f"set quantization: {named} or name a {self.quantization} checkpoint"
+            )
+        runs = getattr(self.gpu, "precisions", None)
+        if not runs or self.quantization in runs:
+            return
+        checkpoints: dict[str, str] = getattr(self.model_spec, "checkpoints", None) or {}
+        usable = [q for q in ("mxfp4", "nvfp4", "fp8", "bf16") if q in runs and q in checkpoints]
+        hint = (
+            f"use the {usable[0]} checkpoint {checkpoints[usable[0]]} (quantization: {usable[0]})"
+            if usable
+            else f"set quantization to one of {', '.join(runs)}"
+        )
+        raise ValueError(
+            f"quantization: {self.gpu.name.upper()} runs {', '.join(runs)}, not {self.quantization}; {hint}"
+        )
+
     def _static_only(self) -> None:
         """What only a static target may say, and what it may not (bakeoff does not start its server)."""
         if self.provider != "static":
@@ -457,10 +675,26 @@ class Target(Strict):
             )
 
     @property
+    def checkpoint_id(self) -> str:
+        """The weights repo served: the plan's checkpoint, else the catalog's for the quantization, else the HF id."""
+        checkpoints: dict[str, str] = getattr(self.model_spec, "checkpoints", None) or {}
+        return self.checkpoint or checkpoints.get(self.quantization) or self.model_spec.hf_id
+
+    @property
     def served_model_id(self) -> str:
-        """The model id requests name: the static endpoint's own, else the catalog model's HF id
-        (what vLLM and SGLang answer to by default)."""
-        return self.served_model or self.model_spec.hf_id
+        """The model id requests name: the static endpoint's own, else the checkpoint served (what vLLM and
+        SGLang answer to by default)."""
+        return self.served_model or self.checkpoint_id
+
+    @property
+    def pinned_acceptance_length(self) -> float | None:
+        """Pinned speculative acceptance: the plan's value, else InferenceX's golden curve (thinking on)."""
+        spec = self.speculative
+        if spec is None or spec.acceptance != "pinned":
+            return None
+        if spec.acceptance_length is not None:
+            return spec.acceptance_length
+        return catalog.golden_acceptance_length(self.model, spec.num_speculative_tokens, method=spec.method)
 
     @property
     def emulated(self) -> bool:

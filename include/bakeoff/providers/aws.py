@@ -369,8 +369,8 @@ class AwsProvider(Provider):
             return None
         if not out:
             return None
-        try:
-            return base64.b64decode(out).decode(errors="replace")
+        try:  # botocore already decodes it (its decode_console_output handler); older ones hand base64
+            return base64.b64decode(out, validate=True).decode(errors="replace")
         except ValueError:
             return out
 

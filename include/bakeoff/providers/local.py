@@ -153,7 +153,7 @@ class LocalProvider(Provider):
         config = {
             "mode": mode,
             "target": target.model_dump(mode="json"),
-            "served_model": target.model_spec.hf_id,
+            "served_model": target.served_model_id,
             "api_key_env": API_KEY_ENV if api_key else None,
             "expires_at": expires_at,
         }

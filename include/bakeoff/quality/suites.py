@@ -53,6 +53,15 @@ def prepare_requests(requests: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+# shares the server (or the trace) gives per point: each within [0, 1] when present
+SERVER_SHARES = (
+    "prefix_cache_hit_rate",
+    "host_prefix_cache_hit_rate",
+    "prefix_cache_hit_rate_expected",
+    "spec_acceptance_rate",
+)
+
+
 def prepare_points(points: pd.DataFrame) -> pd.DataFrame:
     """Points plus a row label; results stored before prompts were sized in tokens lack
     input_len_error, which then reads as not measured (null), not as a failure."""
@@ -61,6 +70,8 @@ def prepare_points(points: pd.DataFrame) -> pd.DataFrame:
     if "input_len_error" not in df:
         df["input_len_error"] = math.nan
     df["input_len_error"] = pd.to_numeric(df["input_len_error"], errors="coerce").astype("float64")
+    for col in SERVER_SHARES + ("spec_acceptance_length",):  # server figures: null where not exported
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64") if col in df else math.nan
     return df
 
 
@@ -212,6 +223,19 @@ def point_suite(plan, target) -> gx.ExpectationSuite:
                 ),
             )
         )
+    exps += [
+        gxe.ExpectColumnValuesToBeBetween(
+            column=col, min_value=0, max_value=1, meta=why(f"{col} is a share in [0, 1] (null: not exported)")
+        )
+        for col in SERVER_SHARES
+    ]
+    exps.append(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="spec_acceptance_length",
+            min_value=1,
+            meta=why("speculative decoding yields at least one token per verification step"),
+        )
+    )
     for m in PERCENTILE_METRICS:
         for lo, hi in (("p50", "p90"), ("p90", "p99")):
             exps.append(

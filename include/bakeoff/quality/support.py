@@ -33,6 +33,9 @@ def support_matrix(plan, run_dir: str | StorePath) -> list[dict[str, Any]]:
                 "stack": t.stack,
                 "model": t.model,
                 "quantization": t.quantization,
+                "checkpoint": getattr(t, "checkpoint_id", None),
+                "speculative": _speculative(t),
+                "kv_offload": _kv_offload(t),
                 "target": t.name,
                 "slug": t.slug,
                 "provider": t.provider,
@@ -49,6 +52,21 @@ def support_matrix(plan, run_dir: str | StorePath) -> list[dict[str, Any]]:
             }
         )
     return sorted(rows, key=lambda r: (r["gpu"], r["stack"], r["model"], r["quantization"], r["target"]))
+
+
+def _speculative(t) -> str | None:
+    """Method, draft tokens and acceptance mode in one cell, e.g. ``mtp k=3 pinned AL 2.99``."""
+    spec = getattr(t, "speculative", None)
+    if spec is None:
+        return None
+    mode = f"pinned AL {t.pinned_acceptance_length:g}" if spec.acceptance == "pinned" else "real"
+    draft = f" draft {spec.draft_model}" if spec.draft_model else ""
+    return f"{spec.method} k={spec.num_speculative_tokens} {mode}{draft}"
+
+
+def _kv_offload(t) -> str | None:
+    kv = getattr(t, "kv_offload", None)
+    return None if kv is None else f"{kv.backend} {kv.host_memory_gb:g} GB"
 
 
 def _accuracy_state(plan, doc: dict | None, verdict: dict | None) -> str:

@@ -7,6 +7,7 @@ Plan-supplied labels are drawn with mathtext off, so a name containing '$' is te
 from __future__ import annotations
 
 import io
+import json
 import re
 from contextlib import contextmanager
 
@@ -240,6 +241,108 @@ def latency_distributions(d: ReportData, workload: str) -> Figure:
         if handles:
             fig.legend(handles=handles, loc="upper right", fontsize=7, ncols=min(3, len(handles)))
         fig.suptitle(f"Latency distributions per request - {workload}", x=0.02, ha="left")
+        _stamp(fig, d.emulated)
+        return fig
+
+
+def _session_points(d: ReportData, workload: str) -> pd.DataFrame:
+    """The ranked targets' points of a session workload (those with a TTFT-by-context summary)."""
+    p = d.tables.points
+    if p.empty or "ttft_by_context" not in p:
+        return pd.DataFrame()
+    p = p[(p["workload"] == workload) & p["ranked"].astype(bool) & p["ttft_by_context"].notna()]
+    return p
+
+
+def ttft_vs_context(d: ReportData, workload: str) -> Figure | None:
+    """Median and p99 TTFT per prompt-length bin, one line per target and concurrent-session level
+    (bins pooled over repeats by their request-weighted medians); None for request workloads."""
+    p = _session_points(d, workload)
+    if p.empty:
+        return None
+    with _style():
+        fig = Figure(figsize=(6.4, 3.8))
+        ax = fig.add_subplot()
+        col, names = colours(d), _names(d)
+        for (slug, c), g in p.groupby(["target", "concurrency"], sort=True):
+            bins: dict[float, list[tuple[int, float, float]]] = {}
+            for doc in g["ttft_by_context"]:
+                for b in json.loads(doc):
+                    hi = b["hi"] if b["hi"] is not None else 2 * b["lo"]
+                    x = float(np.sqrt(max(b["lo"], hi / 2) * hi))  # geometric middle of the bin
+                    bins.setdefault(x, []).append((b["n"], b["p50_ms"], b["p99_ms"]))
+            xs = sorted(bins)
+            if not xs:
+                continue
+            p50 = [np.average([v[1] for v in bins[x]], weights=[v[0] for v in bins[x]]) for x in xs]
+            p99 = [max(v[2] for v in bins[x]) for x in xs]
+            levels = sorted(p[p["target"] == slug]["concurrency"].unique())
+            alpha = 0.4 + 0.6 * (levels.index(c) + 1) / len(levels)
+            ax.plot(
+                xs,
+                p50,
+                marker="o",
+                ms=3,
+                color=col.get(slug),
+                alpha=alpha,
+                label=f"{names.get(slug, slug)} {c} sessions p50",
+            )
+            ax.plot(xs, p99, ls=":", color=col.get(slug), alpha=alpha)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context (prompt tokens of the turn)")
+        ax.set_ylabel("TTFT (ms): p50 solid, p99 dotted")
+        ax.set_title(f"TTFT vs context length - {workload}")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, loc="best")
+        _stamp(fig, d.emulated)
+        return fig
+
+
+def hit_rate_vs_sessions(d: ReportData, workload: str) -> Figure | None:
+    """The server's prefix-cache hit rate (its own counters) per concurrent-session level, per target,
+    beside the rate the trace predicts (dashed); None for request workloads."""
+    p = _session_points(d, workload)
+    if p.empty:
+        return None
+    with _style():
+        fig = Figure(figsize=(6.4, 3.4))
+        ax = fig.add_subplot()
+        col, names = colours(d), _names(d)
+        for slug, g in p.groupby("target", sort=True):
+            lv = g.groupby("concurrency").agg(
+                measured=("prefix_cache_hit_rate", lambda s: pd.to_numeric(s, errors="coerce").mean()),
+                expected=("prefix_cache_hit_rate_expected", lambda s: pd.to_numeric(s, errors="coerce").mean()),
+            )
+            x = lv.index.to_numpy(float)
+            if lv["measured"].notna().any():
+                ax.plot(
+                    x, lv["measured"] * 100, marker="o", color=col.get(slug), label=f"{names.get(slug, slug)} (server)"
+                )
+            if lv["expected"].notna().any():
+                ax.plot(
+                    x,
+                    lv["expected"] * 100,
+                    ls="--",
+                    color=col.get(slug),
+                    alpha=0.6,
+                    label=f"{names.get(slug, slug)} (trace)",
+                )
+        if not ax.get_legend_handles_labels()[0]:
+            ax.text(
+                0.5,
+                0.5,
+                "the servers export no prefix-cache counters",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("concurrent sessions (open loop: session arrivals, milli-sessions/s)")
+        ax.set_ylabel("prefix-cache hit rate (%)")
+        ax.set_title(f"Prefix-cache hit rate vs load - {workload}")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
         _stamp(fig, d.emulated)
         return fig
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from bakeoff import catalog, cost, store
+from bakeoff import catalog, claims, cost, store
+from bakeoff.plan.checkpoints import checkpoint_note
 
 log = logging.getLogger(__name__)
 # provenance keys never shown, whatever a provider put there
@@ -34,9 +35,13 @@ class ReportData:
     provenance: dict[str, dict[str, Any]]
     trend: pd.DataFrame
     clients: dict[str, str] = field(default_factory=dict)
+    weights: dict[str, str] = field(default_factory=dict)  # per target: where its weights came from, how long
     failed_steps: list[str] = field(default_factory=list)  # the run's failed steps, as the orchestrator knows them
     caveats: list[str] = field(default_factory=list)
     generated_at: str = ""
+    claim_checks: list[claims.ClaimCheck] = field(default_factory=list)  # the plan's claims against this run
+    claims_error: str | None = None  # why the claim check could not be made (the report still renders)
+    checkpoint_note: str | None = None  # targets serving different checkpoints of one model, in words
 
     @property
     def emulated(self) -> bool:
@@ -60,6 +65,45 @@ class ReportData:
             return at
         part = at[(at["workload"] == workload) & at["rank"].notna()]
         return part.sort_values("rank")
+
+    def is_sessions(self, workload: str) -> bool:
+        """Whether the workload plays agent sessions (its ranking then gives cost per session)."""
+        return any(w.name == workload and w.kind == "sessions" for w in self.plan.workloads)
+
+    @property
+    def has_sessions(self) -> bool:
+        return any(self.is_sessions(w) for w in self.workloads)
+
+    @property
+    def has_spec(self) -> bool:
+        """Whether any point has a speculative-decoding acceptance figure to show beside throughput."""
+        p = self.tables.points
+        return "spec_acceptance_length" in p and bool(
+            pd.to_numeric(p["spec_acceptance_length"], errors="coerce").notna().any()
+        )
+
+    def session_costs(self, workload: str) -> list[dict[str, Any]]:
+        """Per ranked target of a session workload: USD per session and per 1,000 turns at the SLO,
+        the level they were found at, and the prefix-cache hit rate there (server and trace)."""
+        if not self.is_sessions(workload):
+            return []
+        p, out = self.tables.points, []
+        for _, r in self.ranked(workload).iterrows():
+            at = p[(p["target"] == r["target"]) & (p["workload"] == workload) & (p["concurrency"] == r["concurrency"])]
+            hit = pd.to_numeric(at.get("prefix_cache_hit_rate"), errors="coerce")
+            exp = pd.to_numeric(at.get("prefix_cache_hit_rate_expected"), errors="coerce")
+            out.append(
+                {
+                    "name": r["name"],
+                    "emulated": bool(r["emulated"]),
+                    "sessions": r["concurrency"],
+                    "usd_per_session": r.get("usd_per_session"),
+                    "usd_per_1k_turns": r.get("usd_per_1k_turns"),
+                    "hit_rate": float(hit.mean()) if hit is not None and hit.notna().any() else None,
+                    "hit_rate_expected": float(exp.mean()) if exp is not None and exp.notna().any() else None,
+                }
+            )
+        return out
 
     def unranked_passed(self, workload: str) -> pd.DataFrame:
         """Targets that passed validation but have no cost at the SLO (no level met it)."""
@@ -127,6 +171,15 @@ def _support(plan, run_dir: store.StorePath) -> list[dict[str, Any]] | None:
         return [{"error": f"support matrix could not be built: {e}"}]
 
 
+def _claim_checks(plan, tables: cost.CostTables) -> tuple[list[claims.ClaimCheck], str | None]:
+    """The plan's claims checked against the run; a claim that cannot be checked must not lose the report."""
+    try:
+        return claims.check_claims(plan, tables), None
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("claim check unavailable: %s", e)
+        return [], f"the claim check could not be made: {e}"
+
+
 def _per_target_json(plan, run_dir: store.StorePath, name: str) -> dict[str, dict[str, Any]]:
     out = {}
     for t in plan.targets:
@@ -146,6 +199,33 @@ def _provenance(plan, run_dir: store.StorePath) -> dict[str, dict[str, Any]]:
         )
         if doc:
             out[t.slug] = {k: v for k, v in _flatten(doc).items() if not _SECRETISH.search(k)}
+    return out
+
+
+def weights_line(w: dict[str, Any], usd: float | None = None) -> str:
+    """One target's weights as the report says them (deploy.json's ``weights``; ``usd``: their share of
+    the evaluation's measured cost)."""
+    size = f"{w['bytes'] / 1e9:,.1f} GB" if w.get("bytes") is not None else "size not reported"
+    failure = w.get("failure")
+    failed = f"; FAILED: {failure}" + (f" (missing {', '.join(w['missing'])})" if w.get("missing") else "")
+    return (
+        f"Weights: {w.get('checkpoint') or '–'} from {w.get('source') or 'unknown'}, {size}, "
+        f"download {fmt(w.get('download_s'))} s, load {fmt(w.get('load_s'))} s "
+        "(excluded from benchmark time, included in evaluation cost"
+        + (f": {fmt(usd)} USD" if usd is not None and math.isfinite(usd) else "")
+        + ")"
+        + (failed if failure else "")
+    )
+
+
+def _weights(plan, run_dir: store.StorePath, evaluation: pd.DataFrame) -> dict[str, str]:
+    """Per target deployed here: the weights line (a static endpoint's weights were not fetched by bakeoff)."""
+    usd = dict(zip(evaluation["target"], evaluation["weights_usd"], strict=True)) if "weights_usd" in evaluation else {}
+    out = {}
+    for t in plan.targets:
+        w = (store.read_json(run_dir / f"target={t.slug}" / "deploy.json") or {}).get("weights")
+        if w:
+            out[t.slug] = ("EMULATED: " if t.emulated else "") + weights_line(w, usd.get(t.slug))
     return out
 
 
@@ -307,9 +387,12 @@ def gather(
         provenance=_provenance(plan, run_dir),
         trend=_trend(plan, run_dir, tables.headline),
         clients=_clients(plan, run_dir, tables.points),
+        weights=_weights(plan, run_dir, tables.evaluation),
         failed_steps=list(failed_steps),
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        checkpoint_note=checkpoint_note(plan.targets, plan.quality.accuracy),
     )
+    d.claim_checks, d.claims_error = _claim_checks(plan, tables)
     d.caveats = _caveats(d)
     return d
 

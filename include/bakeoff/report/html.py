@@ -16,7 +16,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from bakeoff import catalog, cost
-from bakeoff.report import charts
+from bakeoff.plan.checkpoints import checkpoint_of
+from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
 
 STATUS_TEXT = {
@@ -87,13 +88,29 @@ def sensitivity_grid(d: ReportData, workload: str) -> dict[str, dict[str, list[f
     return out
 
 
+def _share(x: Any) -> str:
+    """A fraction as a percentage; a dash when the server or the trace gave none."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return "–"
+    return f"{v * 100:.1f}%" if math.isfinite(v) else "–"
+
+
 def chart_set(d: ReportData, workload: str) -> dict[str, Markup]:
-    return {
+    out = {
         "throughput": _safe_svg(charts.to_svg(charts.throughput_vs_interactivity(d, workload))),
         "cost": _safe_svg(charts.to_svg(charts.cost_vs_interactivity(d, workload))),
         "at_slo": _safe_svg(charts.to_svg(charts.cost_at_slo(d, workload))),
         "latency": _safe_svg(charts.to_svg(charts.latency_distributions(d, workload))),
     }
+    for key, fig in (
+        ("ttft_context", charts.ttft_vs_context(d, workload)),
+        ("hit_rate", charts.hit_rate_vs_sessions(d, workload)),
+    ):
+        if fig is not None:
+            out[key] = _safe_svg(charts.to_svg(fig))
+    return out
 
 
 def _cell(v: Any) -> str:
@@ -129,6 +146,7 @@ def render(d: ReportData) -> str:
         f=fmt,
         ci=_ci,
         pct=_pct,
+        share=_share,
         trow=trow,
         status_text=STATUS_TEXT,
         slo_text=slo_text(d.plan),
@@ -144,4 +162,6 @@ def render(d: ReportData) -> str:
         gpus=sorted({t.gpu.name: t.gpu for t in d.plan.targets}.values(), key=lambda g: g.name),
         accuracy={slug: {k: doc[k] for k in ACCURACY_FIELDS if k in doc} for slug, doc in d.accuracy.items()},
         trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None],
+        claims=[claimcheck.context(c) for c in d.claim_checks],
+        checkpoint=checkpoint_of,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from bakeoff.report import claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT, slo_text
 
@@ -29,6 +30,7 @@ def render(d: ReportData) -> str:
         "",
         f"**{esc(h['summary'])}**",
         "",
+        *([f"**Different checkpoints.** {esc(d.checkpoint_note)}", ""] if d.checkpoint_note else []),
         f"Cost at the SLO ({esc(slo_text(plan))}), USD per million {basis} tokens, utilisation "
         f"{plan.pricing.utilisation:.0%}.",
         "",
@@ -56,6 +58,8 @@ def render(d: ReportData) -> str:
                 f"{fmt(r['usd_per_gpu_hour'])} | {vs} | {fmt(r['break_even_usd_per_gpu_hour'])} |"
             )
         out.append("")
+        out += _session_costs(d, wl)
+    out += _claim_check(d)
     dnp = d.did_not_pass()
     if not dnp.empty:
         out += ["## Did not pass (not ranked)", ""]
@@ -75,6 +79,8 @@ def render(d: ReportData) -> str:
         "How each target was measured: "
         + "; ".join(f"{esc(t.name)}: {esc(d.clients[t.slug])}" for t in plan.targets if t.slug in d.clients),
     ]
+    if d.weights:
+        out += ["", *(f"- {esc(t.name)}: {esc(d.weights[t.slug])}" for t in plan.targets if t.slug in d.weights)]
     out += [
         "",
         "Prices: "
@@ -85,3 +91,53 @@ def render(d: ReportData) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.1f}%"
+
+
+def _session_costs(d: ReportData, wl: str) -> list[str]:
+    """What an agent session costs at the SLO, for a session workload (nothing otherwise)."""
+    rows = d.session_costs(wl)
+    if not rows:
+        return []
+    out = [
+        "Agent sessions at the SLO (a session: every turn of it and its subagents answered):",
+        "",
+        "| target | concurrent sessions | USD per session | USD per 1,000 turns "
+        "| prefix-cache hit rate (server / trace) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        emu = " **EMULATED**" if r["emulated"] else ""
+        out.append(
+            f"| {esc(r['name'])}{emu} | {fmt(r['sessions'])} | {fmt(r['usd_per_session'])} | "
+            f"{fmt(r['usd_per_1k_turns'])} | {_pct(r['hit_rate'])} / {_pct(r['hit_rate_expected'])} |"
+        )
+    return [*out, ""]
+
+
+def _claim_check(d: ReportData) -> list[str]:
+    if not d.claim_checks and not d.claims_error:
+        return []
+    out = ["## Claim check", ""]
+    if d.claims_error:
+        out += [esc(d.claims_error), ""]
+    for c in d.claim_checks:
+        ctx = claimcheck.context(c)
+        out += [
+            f"**{esc(ctx['header'])}**{' **EMULATED**' if c.emulated else ''}",
+            "",
+            f"Source: {esc(ctx['source'])}. Checked on workload {esc(ctx['workload'])}.",
+            "",
+            "| claimed figure | claimed | bakeoff at the claim's configuration | bakeoff at your SLO | verdict | why |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {esc(r['figure'])} ({esc(r['target'])}) | {esc(r['claimed'])} | {esc(r['at_config'])} | "
+            f"{esc(r['at_slo'])} | **{esc(r['verdict'])}** | {esc(r['reason'])} |"
+            for r in ctx["rows"]
+        ]
+        out.append("")
+    return out

@@ -16,7 +16,7 @@ import matplotlib
 from fpdf import FPDF, FontFace, XPos, YPos
 
 from bakeoff import cost
-from bakeoff.report import charts
+from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT, slo_text
 
@@ -147,10 +147,30 @@ def _sensitivity_rows(d: ReportData, wl: str) -> tuple[list[str], list[list[str]
     return head, rows
 
 
+def _sessions_how(w) -> str:
+    """A session workload in one sentence: its source, its load and what a point counts."""
+    b = w.sessions
+    load = (
+        f"closed loop at {', '.join(map(str, b.concurrent_sessions))} concurrent sessions"
+        if b.concurrent_sessions
+        else f"open loop at {', '.join(f'{r:g}' for r in b.session_rates)} session arrivals/s"
+    )
+    source = f"{b.source} sessions" + (f" from {b.path}" if b.path else f" ({b.sessions} generated)")
+    limits = f", points stopped after {b.duration_s:g} s" if b.duration_s else ""
+    return (
+        f"Workload {w.name}: agent sessions, {source}, {w.endpoint} endpoint; {load}{limits}; "
+        f"{b.warmup_sessions} warm-up session(s) per point, {w.repeats} repeat(s). Each turn re-sends its "
+        f"session's context; prefix-cache hit rate from the server's own counters beside the trace's prediction."
+    )
+
+
 def _measured_how(d: ReportData) -> list[str]:
     plan = d.plan
     out = []
     for w in plan.workloads:
+        if w.kind == "sessions":
+            out.append(_sessions_how(w))
+            continue
         lo_in, hi_in = w.length_bounds(w.input_len)
         lo_out, hi_out = w.length_bounds(w.output_len)
         eos = "EOS ignored" if w.ignore_eos else "EOS honoured"
@@ -174,6 +194,7 @@ def _measured_how(d: ReportData) -> list[str]:
             f"Price of {r['name']}: {fmt(r['node_usd_per_hour'])} USD/node-h = {fmt(r['usd_per_gpu_hour'])} USD/GPU-h, "
             f"{r['market']}; {r['price_source']}{dated}."
         )
+    out += [f"{t.name}: {d.weights[t.slug]}." for t in plan.targets if t.slug in d.weights]
     h = d.tables.headline
     out.append(
         f"This evaluation held instances for {fmt(d.tables.evaluation['instance_hours'].sum(min_count=1))} "
@@ -181,6 +202,25 @@ def _measured_how(d: ReportData) -> list[str]:
         f"({fmt(h.get('evaluation_cost_if_billed_usd'))} USD at list prices)."
     )
     return out
+
+
+def _claim_check(pdf: Brief, d: ReportData) -> None:
+    """Each claim in a few lines: the claim and source, one row per figure, the verdicts' reasons."""
+    if d.claims_error:
+        pdf.h2("Claim check")
+        pdf.para(d.claims_error, size=7.5)
+    for c in d.claim_checks:
+        ctx = claimcheck.context(c)
+        pdf.h2(f"Claim check{' — EMULATED' if c.emulated else ''}")
+        pdf.para(ctx["header"], size=8, bold=True)
+        pdf.para(f"Source: {ctx['source']}", size=6.5)
+        rows = [[r["figure"], r["claimed"], r["at_config"], r["at_slo"], r["verdict"]] for r in ctx["rows"]]
+        pdf.grid(
+            ["claimed figure", "claimed", "bakeoff at the claim's configuration", "bakeoff at your SLO", "verdict"],
+            rows,
+            (42, 20, 48, 48, 24),
+        )
+        pdf.para(" · ".join(claimcheck.reasons(ctx["rows"])), size=6.5)
 
 
 def _build(d: ReportData, compact: bool) -> Brief:
@@ -195,6 +235,8 @@ def _build(d: ReportData, compact: bool) -> Brief:
     )
     pdf.ln(1)
     pdf.para(d.tables.headline["summary"], size=10, bold=True)
+    if d.checkpoint_note:
+        pdf.para(f"Different checkpoints: {d.checkpoint_note}", size=7.5)
     widths = (26, 38, 19, 30, 30, 17, 22)
     for wl in d.workloads:
         pdf.h2(f"Cheapest at the SLA — {wl}")
@@ -224,6 +266,24 @@ def _build(d: ReportData, compact: bool) -> Brief:
         missed = d.unranked_passed(wl)
         if not missed.empty:
             pdf.para(f"Met the SLO at no measured load: {', '.join(map(str, missed['name']))}.", size=8)
+        sessions = d.session_costs(wl)
+        if sessions:
+            pdf.grid(
+                ["target", "concurrent sessions", "USD per session", "USD per 1,000 turns", "hit rate server / trace"],
+                [
+                    [
+                        f"{r['name']}{' [EMULATED]' if r['emulated'] else ''}",
+                        fmt(r["sessions"]),
+                        fmt(r["usd_per_session"]),
+                        fmt(r["usd_per_1k_turns"]),
+                        " / ".join(
+                            "–" if x is None else f"{x * 100:.1f}%" for x in (r["hit_rate"], r["hit_rate_expected"])
+                        ),
+                    ]
+                    for r in sessions
+                ],
+                (40, 28, 28, 30, 40),
+            )
         if len(rows) and len(d.workloads) == 1 and not compact:
             png = charts.to_png(charts.cost_at_slo(d, wl, small=True), dpi=130)
             pdf.image(io.BytesIO(png), w=110)
@@ -231,6 +291,7 @@ def _build(d: ReportData, compact: bool) -> Brief:
         if srows:
             pdf.h2(f"Sensitivity of cost at the SLO (USD/M {d.basis} tokens) — {wl}")
             pdf.grid(head, srows, (32,) + (15,) * (len(head) - 1))
+    _claim_check(pdf, d)
     dnp = d.did_not_pass()
     if not dnp.empty:
         pdf.h2("Did not pass — not ranked")

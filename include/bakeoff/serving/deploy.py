@@ -8,12 +8,15 @@ user-data). ``check_serving`` is one look, so a sensor frees its worker between 
 once the server serves the model, None while it comes up, and ``DeployFailed`` once waiting cannot
 help (the model is not served, the node's output shows a failure, or the deadline passed).
 
-Every outcome is recorded in ``deploy.json`` -- ``{"ready", "failure", "detail"}`` with failure one
-of image_pull, oom, unsupported, timeout, crash, model_not_served -- which the software-support
-matrix reads. The API key and secrets are masked out of every detail before it is stored. A static
-endpoint was started by someone else: its record holds only what it says about itself (engine,
-version, the model ids it offers). A cloud node is spoken to over https pinned to its own
-certificate (``details["tls_cert"]``, see tls.py).
+Every outcome is recorded in ``deploy.json`` -- ``{"ready", "failure", "detail", "weights"}`` with
+failure one of readiness.FAILURES (image_pull, weights_download, weights_incomplete, oom, ...) -- which
+the software-support matrix reads. ``weights`` says where the checkpoint came from and how long it took:
+download (the boot script's weights step, read back from the node's console line) and load (engine
+container start to the first ready probe, so at most one poke late); both are excluded from
+benchmark time and included in the evaluation's cost. The API key and secrets are masked out
+of every detail before it is stored. A static endpoint was started by someone else: its record
+holds only what it says about itself (engine, version, the model ids it offers). A cloud node is spoken
+to over https pinned to its own certificate (``details["tls_cert"]``, see tls.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 from bakeoff import store
 from bakeoff.providers import PROVIDERS, Instance, get_provider
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.serving import engines
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe
 
@@ -39,7 +43,7 @@ STATIC_DEPLOY_TIMEOUT_S = 120.0
 # Failures the node's output makes certain while the server comes up: waiting on cannot help. An
 # "unsupported" line alone is believed only at the deadline (engines log benign "not supported"
 # warnings while they start); a fatal one ends in a traceback, which is a crash.
-CERTAIN_FAILURES = ("image_pull", "oom", "crash")
+CERTAIN_FAILURES = ("image_pull", "weights_download", "weights_incomplete", "oom", "crash")
 Credentials = Callable[[str], dict[str, Any]]
 
 
@@ -67,7 +71,11 @@ def deploy_timeout(target) -> float:
         return float(t)
     if target.provider == "static":
         return STATIC_DEPLOY_TIMEOUT_S
-    return 60.0 if target.provider in LOCAL_PROVIDERS else 3600.0
+    if target.provider in LOCAL_PROVIDERS:
+        return 60.0
+    # a cloud node's boot fetches the weights (bounded by weights.download_timeout_s, after which it stops
+    # as weights_download); an hour on top for the image pull and the engine's load
+    return target.weights.download_timeout_s + 3600.0
 
 
 def push_secrets(
@@ -144,11 +152,12 @@ def check_serving(
     if seen.ready is not None:
         return _describe(target, instance, seen.ready, api_key=api_key, out_dir=out_dir, credentials=credentials)
     timed_out = waited_s >= deploy_timeout(target)
-    failure, detail = classify(node_output(instance, api_key, credentials), seen.last)
+    output = node_output(instance, api_key, credentials)
+    failure, detail = classify(output, seen.last)
     if not timed_out and failure not in CERTAIN_FAILURES:
         return None
     detail = mask(detail, api_key, *masked)
-    _record_failure(out_dir, target, failure, detail)
+    _record_failure(out_dir, target, failure, detail, weights=weights_facts(target, instance, output, None))
     log.error("deploy: %s on %s failed (%s): %s", target.stack, target.name, failure, detail)
     raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail)
 
@@ -181,11 +190,15 @@ def _describe(
     network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
     if target.provider == "static":
         stack = {**stack, **_served_by(url, api_key, info)}
-    node = {}
+    node: dict[str, Any] = {}
+    output = None
+    ready_at = time.time()
     if PROVIDERS[target.provider].provisions:
         from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
 
-        node = provenance_from_console(node_output(instance, api_key, credentials), target.gpu.vendor)
+        output = node_output(instance, api_key, credentials)
+        node = provenance_from_console(output, target.gpu.vendor)
+    weights = weights_facts(target, instance, output, ready_at)
     endpoint = Endpoint(
         target=target.slug,
         base_url=url,
@@ -198,10 +211,49 @@ def _describe(
     )
     store.write_json(
         store.at(out_dir) / "deploy.json",
-        {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node},
+        {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node, "weights": weights},
     )
     store.write_json(store.at(out_dir) / "endpoint.json", endpoint.to_dict())
     return endpoint
+
+
+def weights_facts(target, instance: Instance, output: str | None, ready_at: float | None) -> dict[str, Any] | None:
+    """Where the checkpoint came from and how long it took: ``{checkpoint, source, bytes, download_s,
+    load_s, ok, failure, missing}``. A cloud node's boot script reports its weights step on the console
+    (userdata.WEIGHTS_MARK); load_s runs from its engine container start to ``ready_at``. An emulator
+    downloads nothing: load_s runs from its process start. None for a static endpoint (not deployed here)."""
+    launched = instance.launched_at
+    if target.provider in LOCAL_PROVIDERS:
+        return {
+            "checkpoint": target.checkpoint_id,
+            "source": "none (emulator)",
+            "bytes": 0,
+            "download_s": 0.0,
+            "load_s": round(ready_at - launched, 3) if ready_at and launched else None,
+            "ok": True,
+            "failure": None,
+            "missing": [],
+        }
+    if not PROVIDERS[target.provider].provisions:
+        return None
+    from bakeoff.serving.userdata import weights_from_output  # noqa: PLC0415 - userdata imports the agent
+
+    seen = weights_from_output(output)
+    if seen is None:
+        return {"checkpoint": target.checkpoint_id, "source": "unknown (no weights line from the node)"}
+    engine = seen.get("engine_started")
+    return {
+        "checkpoint": seen.get("checkpoint") or target.checkpoint_id,
+        "source": seen.get("source"),
+        "bytes": seen.get("bytes"),
+        "files": seen.get("files"),
+        "download_s": seen.get("download_s"),
+        "mirror_push_s": seen.get("mirror_push_s"),
+        "load_s": round(max(0.0, ready_at - float(engine)), 3) if ready_at and engine else None,
+        "ok": seen.get("ok"),
+        "failure": seen.get("failure"),
+        "missing": seen.get("missing") or [],
+    }
 
 
 def _stack_facts(target) -> dict[str, Any]:
@@ -214,15 +266,16 @@ def _stack_facts(target) -> dict[str, Any]:
             "deployed_by": "not bakeoff (static endpoint)",
             "served_model": target.served_model_id,
         }
-    if target.provider in LOCAL_PROVIDERS or target.stack not in ("vllm", "sglang"):
+    if target.provider in LOCAL_PROVIDERS or target.stack not in engines.ENGINES:
         return {"stack": target.stack, "client_mode": target.client_mode}
     from bakeoff.serving import userdata  # noqa: PLC0415
 
     return {
         "stack": target.stack,
         "image": userdata.image_for(target),
-        "engine_args": userdata.engine_args(target, target.stack_spec.port),
-        "env": userdata.serve_env(target),
+        "engine_args": engines.command(target, target.stack_spec.port),
+        "env": engines.environment(target),
+        "extra_files": engines.extra_files(target),
         "client_mode": target.client_mode,
     }
 

@@ -18,10 +18,33 @@ from typing import Any
 
 import httpx
 
-FAILURES = ("image_pull", "oom", "unsupported", "timeout", "crash", "model_not_served")
+FAILURES = (
+    "image_pull",
+    "weights_download",
+    "weights_incomplete",
+    "oom",
+    "unsupported",
+    "timeout",
+    "crash",
+    "model_not_served",
+)
 
 # Checked in order: the most specific cause first (an OOM also ends in a crash and a traceback).
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    # the boot script's weights step names its own failure; an engine that finds files missing from the
+    # offline cache (or is refused by the hub) says so in its own words
+    (
+        "weights_incomplete",
+        re.compile(r"bakeoff: weights_incomplete|LocalEntryNotFoundError|Cannot find the requested files", re.I),
+    ),
+    (
+        "weights_download",
+        re.compile(
+            r"bakeoff: weights_download|GatedRepoError|Cannot access gated repo|"
+            r"40[13] Client Error.*huggingface\.co",
+            re.I,
+        ),
+    ),
     (
         "image_pull",
         re.compile(
@@ -37,7 +60,10 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory|"
             r"hipErrorOutOfMemory|oom-kill|Killed process \d+|exited with code 137|"
             r"No available memory for the cache blocks|Not enough memory|insufficient memory|"
-            r"needs \d+ GB of weights but",
+            r"needs \d+ GB of weights but|"
+            # TensorRT-LLM and ATOM (HIP) in their own words
+            r"cudaErrorMemoryAllocation|Failed to allocate (device )?memory|"
+            r"free_gpu_memory_fraction .*(too|negative)|hipErrorMemoryAllocation",
             re.I,
         ),
     ),
@@ -47,7 +73,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"not supported|unsupported|NotImplementedError|no kernel image is available|"
             r"hipErrorNoBinaryForGpu|invalid device function|Unknown quantization|"
             r"quantization method .* is not|is not a valid QuantizationMethods|"
-            r"does not support|requires compute capability|invalid choice",
+            r"does not support|requires compute capability|invalid choice|"
+            # an engine refusing a flag, a speculative method, a quantization or the chip (TRT-LLM, ATOM)
+            r"unrecognized arguments|No such option|Unknown decoding_type|Unrecognized decoding_type|"
+            r"Unknown quant_algo|Unsupported quant|unsupported (arch|architecture|gpu|sm)|"
+            r"sm_?\d+ is not supported|gfx\d+\w* (is )?not supported",
             re.I,
         ),
     ),
@@ -56,7 +86,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"exited with code [1-9]|Traceback \(most recent call last\)|Segmentation fault|"
             r"core dumped|RuntimeError|Engine core initialization failed|EngineDeadError|"
-            r"emulator .* exited before it was ready|error: ",
+            r"emulator .* exited before it was ready|error: |"
+            r"\[TensorRT-LLM\]\[ERROR\]|CUDA error: |HIP error: |NCCL error|RCCL error|MPI_ABORT|"
+            r"Executor worker .* died|worker died",
             re.I,
         ),
     ),

@@ -9,6 +9,8 @@ same text works on EC2, Vultr and DigitalOcean. It does, in order:
   4. when a client bundle was staged: fetches it, checks its SHA-256, and starts the node agent
      (bakeoff's client, next to the server) in a stock Python container, firewalled like the
      serving port; it runs the co-located benchmark and hands back logs and power samples,
+  4b. fetches the checkpoint (NVMe cache, S3 mirror, hub) and verifies it before the engine starts,
+     timing it for the report and the evaluation's cost (``weights_section``),
   5. starts the serving container, and reports its exit (with the log tail) on the console and in
      serve.log, which readiness reads back to classify a failure.
 
@@ -17,7 +19,8 @@ secrets never travel in clear and never sit on a command line:
   - the serving port and the agent speak TLS with the node's own certificate (tls.py): its private
     key is written into a root-only file, and every client pins the certificate;
   - the API key sits in a root-only file; vLLM reads it from an env file (``VLLM_API_KEY``), SGLang
-    from a root-only ``--config`` file, so it is on no ``docker run`` argv or process listing;
+    from a root-only ``--config`` file, ATOM and TensorRT-LLM sit on loopback behind the node's front
+    (front.py), which reads it itself, so it is on no ``docker run`` argv or process listing;
   - serving secrets (HF_TOKEN, registry tokens) are not in the user-data at all: only their names.
     The boot script waits (bounded) for the worker to hand them to the node agent over the pinned
     TLS channel, which writes them into a root-only env file for the serving container.
@@ -36,7 +39,7 @@ from importlib.metadata import version
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.registry import PROVIDERS
-from bakeoff.serving import power
+from bakeoff.serving import engines, front, power
 from bakeoff.serving.tls import check_cert
 
 CONTAINER = "bakeoff-serve"
@@ -53,28 +56,14 @@ TLS_CERT, TLS_KEY = f"{TLS_DIR}/node.crt", f"{TLS_DIR}/node.key"
 SECRETS_ENV = "/etc/bakeoff/secrets/serve.env"
 SECRETS_WAIT_S = 1800  # the worker pushes them once the agent answers (deploy.push_secrets)
 SGLANG_CONFIG = "/etc/bakeoff/sglang.yaml"
+WEIGHTS_JSON = f"{LOG_DIR}/weights.json"  # the weights step's facts (source, bytes, timings, failure)
+WEIGHTS_MARK = "bakeoff-weights: "  # the same facts as one console line, which deploy reads back
+# what the engine container sees: the node's HF hub cache, read-only, and no hub access (loads only what was verified)
+HUB_IN_CONTAINER = "/root/.cache/huggingface/hub"
+# after the engine container starts: its load time (to the first ready probe) runs from here
+WEIGHTS_DONE = "w_eng=$(date +%s.%N); w_json true null"
 _SECRET_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 _PEM_KEY = re.compile(r"-----BEGIN PRIVATE KEY-----\n[A-Za-z0-9+/=\n]+-----END PRIVATE KEY-----\n?")
-
-# plan quantization -> engine flags; None = the checkpoint says (pre-quantized MXFP4 / BF16 weights)
-_QUANT = {
-    "vllm": {
-        "bf16": ["--dtype", "bfloat16"],
-        "fp8": ["--quantization", "fp8"],
-        "fp4": ["--quantization", "modelopt_fp4"],
-        "mxfp4": None,
-    },
-    "sglang": {
-        "bf16": ["--dtype", "bfloat16"],
-        "fp8": ["--quantization", "fp8"],
-        "fp4": ["--quantization", "modelopt_fp4"],
-        "mxfp4": None,
-    },
-}
-_KV = {
-    "vllm": {"auto": "auto", "bf16": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3"},
-    "sglang": {"auto": "auto", "bf16": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3"},
-}
 
 
 def image_for(target) -> str:
@@ -89,97 +78,28 @@ def image_for(target) -> str:
     return image
 
 
-def _drop_flags(args: list[str], flags: set[str]) -> list[str]:
-    """Remove ``--flag value`` pairs (and ``--flag=value``) the target sets explicitly."""
-    out, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        name = a.split("=", 1)[0]
-        if name in flags:
-            skip = "=" not in a
-            continue
-        out.append(a)
-    return out
-
-
-def engine_args(target, port: int) -> list[str]:
-    """Arguments after the image: model, parallelism, quantization, KV dtype, port, then plan extras.
-
-    The target's own fields win over the catalog's per-GPU recipe (so the report never states a KV
-    dtype the server did not use); the plan's engine_args come last and win over both.
-    """
-    stack, gpu = target.stack, target.gpu.name
-    if stack not in _QUANT:
-        raise ValueError(f"targets.{target.name}.stack: {stack} cannot be deployed on a cloud node; use vllm or sglang")
-    quant = _QUANT[stack][target.quantization] or []
-    kv = _KV[stack][target.kv_cache_dtype]
-    model = target.model_spec.hf_id
-    if stack == "vllm":
-        own = [
-            "serve",
-            model,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(port),
-            "--tensor-parallel-size",
-            str(target.tensor_parallel),
-            "--pipeline-parallel-size",
-            str(target.pipeline_parallel),
-            *quant,
-            "--kv-cache-dtype",
-            kv,
-        ]
-    else:
-        own = [
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            model,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(port),
-            "--tp-size",
-            str(target.tensor_parallel),
-            "--pp-size",
-            str(target.pipeline_parallel),
-            *quant,
-            "--kv-cache-dtype",
-            kv,
-            "--enable-metrics",
-        ]
-    set_by_target = {
-        "--kv-cache-dtype",
-        "--quantization",
-        "--dtype",
-        "--tensor-parallel-size",
-        "--tp-size",
-        "--port",
-        "--host",
-    }
-    recipe = _drop_flags(list(target.stack_spec.args.get(gpu, [])), set_by_target)
-    return own + recipe + list(target.engine_args)
-
-
-def serve_env(target) -> dict[str, str]:
-    """Catalog environment for this GPU and stack, then the plan's env on top."""
-    return {**target.stack_spec.env.get(target.gpu.name, {}), **target.env}
+def engine_port(target, port: int) -> int:
+    """Where the engine listens: the serving port, or the next one on loopback behind the node's front."""
+    return port + 1 if target.stack in engines.FRONTED else port
 
 
 def docker_argv(target, port: int, *, tls: bool = False, secrets: bool = False) -> list[str]:
     """The ``docker run`` command. No key on it: vLLM reads ``VLLM_API_KEY`` from a root-only env
-    file, SGLang its ``api-key`` from a root-only config file mounted read-only; with ``tls`` the
-    server serves the node's certificate; with ``secrets`` it gets the env file the agent wrote."""
-    vllm = target.stack == "vllm"
-    entry = ["--entrypoint", "vllm"] if vllm else ["--entrypoint", "python3"]
-    key = ["--env-file", "/etc/bakeoff/key.env"] if vllm else ["-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"]
-    mounts = (["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls else []) + (["--env-file", SECRETS_ENV] if secrets else [])
-    tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls else []) + (
-        [] if vllm else ["--config", SGLANG_CONFIG]
+    file, SGLang its ``api-key`` from a root-only config file mounted read-only, and an engine with no
+    key check of its own (``engines.FRONTED``) listens on loopback behind the node's front (front.py);
+    with ``tls`` the server (or the front) serves the node's certificate; with ``secrets`` it gets the
+    env file the agent wrote. The engine's extra files are mounted read-only at their own paths."""
+    stack = target.stack
+    fronted = stack in engines.FRONTED
+    key = {"vllm": ["--env-file", "/etc/bakeoff/key.env"], "sglang": ["-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"]}
+    tls_here = tls and not fronted
+    mounts = (["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls_here else []) + (["--env-file", SECRETS_ENV] if secrets else [])
+    for path in engines.extra_files(target):
+        mounts += ["-v", f"{path}:{path}:ro"]
+    tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls_here else []) + (
+        ["--config", SGLANG_CONFIG] if stack == "sglang" else []
     )
+    host = "127.0.0.1" if fronted else "0.0.0.0"
     return [
         "docker",
         "run",
@@ -193,21 +113,51 @@ def docker_argv(target, port: int, *, tls: bool = False, secrets: bool = False) 
         *catalog.docker_flags(target.gpu.vendor),
         "--env-file",
         "/etc/bakeoff/serve.env",
-        *key,
+        *key.get(stack, []),
         *mounts,
-        "-v",
-        "/opt/bakeoff/hf:/root/.cache/huggingface",
-        *entry,
+        *weights_mounts(target),
+        "--entrypoint",
+        engines.ENTRYPOINTS[stack],
         image_for(target),
-        *engine_args(target, port),
+        *engines.command(target, engine_port(target, port), host),
         *tail,
     ]
+
+
+def _front(target, port: int, tls: bool) -> str:
+    """The front for an engine with no TLS or key check of its own (front.py); nothing for the others."""
+    if target.stack not in engines.FRONTED:
+        return ""
+    words = front.argv(
+        catalog.agent_image(),
+        port,
+        engine_port(target, port),
+        (TLS_CERT, TLS_KEY) if tls else None,
+        TLS_DIR if tls else None,
+    )
+    return (
+        "# the front: TLS and the API-key check on the serving port, the engine on loopback\n"
+        f"cat > {front.SCRIPT} <<'BAKEOFF_FRONT'\n{front.program()}\nBAKEOFF_FRONT\n"
+        + " ".join(shlex.quote(w) for w in words)
+    )
+
+
+def _extra_files(target) -> str:
+    """The engine's extra files (TensorRT-LLM's options YAML), written before it starts."""
+    out = []
+    for path, text in engines.extra_files(target).items():
+        if "BAKEOFF_FILE" in text:
+            raise ValueError(f"targets.{target.name}: an engine file may not contain the heredoc marker BAKEOFF_FILE")
+        out.append(f"cat > {shlex.quote(path)} <<'BAKEOFF_FILE'\n{text.rstrip()}\nBAKEOFF_FILE")
+    return "\n".join(out)
 
 
 def _key_files(target) -> str:
     """Shell lines writing the key where the engine reads it (printf is a builtin: no argv shows it)."""
     if target.stack == "vllm":
         return "printf 'VLLM_API_KEY=%s\\n' \"$(cat /etc/bakeoff/api_key)\" > /etc/bakeoff/key.env"
+    if target.stack in engines.FRONTED:
+        return "# the engine checks no key: the front reads /etc/bakeoff/api_key itself"
     return f'printf \'api-key: "%s"\\n\' "$(cat /etc/bakeoff/api_key)" > {SGLANG_CONFIG}'
 
 
@@ -243,10 +193,123 @@ until [ -s {SECRETS_ENV} ]; do
 done"""
 
 
+def _hub_folder(repo: str) -> str:
+    """The hub cache's folder for a repo (huggingface_hub's layout: models--org--name)."""
+    return "models--" + repo.replace("/", "--")
+
+
+def weights_mounts(target) -> list[str]:
+    """The engine's view of the weights: the node's hub cache, read-only, with the hub switched off, so it
+    loads exactly what the weights step verified (and a missing file fails fast instead of downloading)."""
+    return ["-v", f"{target.weights.cache_dir.rstrip('/')}/hub:{HUB_IN_CONTAINER}:ro", "-e", "HF_HUB_OFFLINE=1"]
+
+
+# weights.json, one line: strings quoted, numbers, booleans and the failure (JSON) as given
+_WEIGHTS_JSON_FORMAT = (
+    '{"source": "%s", "checkpoint": "%s", "bytes": %s, "files": %s, "download_s": %s, "mirror_push_s": %s, '
+    '"started": %s, "finished": %s, "engine_started": %s, "ok": %s, "failure": %s, "missing": [%s]}\\n'
+)
+
+
+def _instance_store(mnt: str) -> str:
+    """Mount the instance store at ``mnt`` when the image left it unmounted: the first NVMe disk with no
+    filesystem and nothing mounted, formatted ext4 (one disk, no RAID: kept simple).
+    Only for a cache under /mnt/<disk>: a cache elsewhere is taken to be on a disk the image set up."""
+    if not re.fullmatch(r"/mnt/[A-Za-z0-9_.-]+", mnt):
+        return f"# the weights cache is not under /mnt/<disk>: {mnt} is used as the image set it up"
+    q = shlex.quote
+    return f"""if ! mountpoint -q {q(mnt)}; then
+  for d in /dev/nvme*n1; do
+    [ -b "$d" ] && [ -z "$(lsblk -no FSTYPE,MOUNTPOINT "$d" | tr -d ' \\n')" ] || continue
+    mkfs.ext4 -q -F "$d" && mkdir -p {q(mnt)} && mount "$d" {q(mnt)} && echo "bakeoff: weights cache on $d" && break
+  done
+fi"""
+
+
+def weights_section(target, log_dir: str = LOG_DIR) -> str:
+    """Fetch and verify the checkpoint before the engine starts, timing it (weights.json + one console line).
+
+    Where from, in order: the node's cache (``weights.cache_dir``, on the local NVMe: see _instance_store),
+    then the S3 mirror (``aws s3 sync`` with the node's own credentials: the instance role on EC2), then
+    the hub (``hf download`` inside the serving image, hf_transfer when the image has it), after which
+    the snapshot is pushed to the mirror so the next run skips the paid download. The hub token reaches
+    the download only through docker's ``--env-file`` from the root-only secrets file: never on a command
+    line, never echoed. A failed download stops the boot as ``weights_download``; a tokenizer or a shard
+    of the index missing afterwards as ``weights_incomplete`` (readiness classifies both). Terse: it must
+    fit the 16 KB user-data beside the biggest recipe."""
+    q = shlex.quote
+    w = target.weights
+    repo = target.checkpoint_id
+    cache = w.cache_dir.rstrip("/")
+    mirror = w.mirror_parts
+    s3 = f"s3://{mirror[1]}/{mirror[2] + '/' if mirror[2] else ''}{_hub_folder(repo)}" if mirror else ""
+    t = int(w.download_timeout_s)
+    fetch = (
+        'python3 -c "import hf_transfer" 2>/dev/null && export HF_HUB_ENABLE_HF_TRANSFER=1; '
+        'exec "$(command -v hf || echo huggingface-cli)" download "$0" --cache-dir /hub'
+    )
+    sync = f"timeout {t} aws s3 sync --only-show-errors"
+    draft = engines.draft_repo(target)  # a speculative draft in its own repo: the engine runs offline, fetch it too
+    draft_sh = f'[ -s "$w_c/hub/{_hub_folder(draft)}/refs/main" ] || w_dl {q(draft)}\n' if draft else ""
+    return f"""# 7. model weights: NVMe cache, else S3 mirror, else hub; verified, timed (set +x: no token in a trace)
+set +x
+w_r={q(repo)}; w_c={q(cache)}; w_s3={q(s3)}; w_l={q(log_dir)}
+w_d="$w_c/hub/{_hub_folder(repo)}"; w_src=cache; w_push=0; w_eng=; w_t0=$(date +%s.%N)
+{_instance_store("/".join(cache.split("/")[:3]))}
+mkdir -p "$w_c/hub"
+# weights-verify: begin
+w_ok() {{  # a tokenizer and every shard of the index, else their names in w_miss
+  w_snap="$w_d/snapshots/$(cat "$w_d/refs/main" 2>/dev/null)"; w_miss=
+  [ -s "$w_snap/tokenizer.json" ] || [ -s "$w_snap/tokenizer.model" ] || [ -s "$w_snap/tiktoken.model" ] \\
+    || w_miss="tokenizer.json|tokenizer.model"
+  if [ -f "$w_snap/model.safetensors.index.json" ]; then
+    for f in $(grep -o '"[^"]*\\.safetensors"' "$w_snap/model.safetensors.index.json" | tr -d '"' | sort -u); do
+      [ -s "$w_snap/$f" ] || w_miss="$w_miss $f"
+    done
+  elif ! ls "$w_snap"/*.safetensors >/dev/null 2>&1; then w_miss="$w_miss model.safetensors.index.json"; fi
+  w_miss="${{w_miss# }}"; [ -z "$w_miss" ]
+}}
+# weights-verify: end
+w_json() {{  # $1 ok, $2 failure (JSON)
+  w_t1=${{w_t1:-$(date +%s.%N)}}
+  printf {q(_WEIGHTS_JSON_FORMAT)} "$w_src" "$w_r" "$(du -sbL "$w_snap" 2>/dev/null | cut -f1 | grep . || echo 0)" \\
+    "$(find -L "$w_snap" -type f 2>/dev/null | wc -l)" "$(awk "BEGIN {{print $w_t1 - $w_t0}}")" "$w_push" "$w_t0" \\
+    "$w_t1" "${{w_eng:-null}}" "$1" "$2" "$(for m in $w_miss; do printf '"%s",' "$m"; done | sed 's/,$//')" \\
+    > "$w_l/weights.json"
+  echo "{WEIGHTS_MARK}$(cat "$w_l/weights.json")"
+}}
+w_fail() {{ w_json false "\\"$1\\""; echo "bakeoff: $1: $2"; exit 1; }}
+w_e=; [ -s {SECRETS_ENV} ] && w_e="--env-file {SECRETS_ENV}"
+w_dl() {{  # one repo from the hub into the cache, or the boot stops as weights_download
+  timeout {t} docker run --rm --network host $w_e -v "$w_c/hub:/hub" --entrypoint sh {q(image_for(target))} \
+    -c {q(fetch)} "$1" > "$w_l/weights-download.log" 2>&1 && return
+  grep -qiE '40[13] Client Error|gated|unauthori[sz]ed|forbidden|RepositoryNotFound' "$w_l/weights-download.log" \
+    && w_fail weights_download "the hub refused $1: gated or private, and the token (secrets.HF_TOKEN) \
+is missing or lacks access; accept its licence on huggingface.co with the token's account"
+  w_fail weights_download "$1: failed or over {t}s: $(tail -n 1 "$w_l/weights-download.log" | cut -c1-300)"
+}}
+if ! w_ok; then
+  w_src=hub
+  [ -n "$w_s3" ] && command -v aws >/dev/null && {sync} "$w_s3/" "$w_d/" && w_ok && w_src=mirror
+  [ $w_src = hub ] && {{ w_dl "$w_r"; w_ok || w_fail weights_incomplete "$w_r lacks: $w_miss"; }}
+fi
+{draft_sh}w_t1=$(date +%s.%N)
+if [ $w_src = hub ] && [ -n "$w_s3" ] && command -v aws >/dev/null; then  # the next run skips the hub
+  w_p=$(date +%s); {sync} --exclude 'blobs/*' --exclude '.no_exist/*' "$w_d/" "$w_s3/" \\
+    || echo "bakeoff: weights push to the mirror failed"; w_push=$(( $(date +%s) - w_p ))
+fi"""
+
+
 def target_summary(target, port: int) -> dict:
     """What the node serves, as one JSON line in the script (the sandbox boots its emulator from it;
     the plan's target holds no secret)."""
-    return {"port": port, "image": image_for(target), "target": target.model_dump(mode="json")}
+    return {
+        "port": port,
+        "image": image_for(target),
+        "checkpoint": target.checkpoint_id,
+        # only what differs from the defaults (a plan validates back to the same target): user-data is 16 KB
+        "target": target.model_dump(mode="json", exclude_defaults=True),
+    }
 
 
 def _firewall(port: int, ingress_cidr: str | None) -> str:
@@ -406,7 +469,7 @@ def render(
     port = target.stack_spec.port
     q = shlex.quote
     minutes = max(1, int(shutdown_after_s // 60) + 1)
-    env_lines = "\n".join(f"{k}={v}" for k, v in serve_env(target).items())
+    env_lines = "\n".join(f"{k}={v}" for k, v in engines.environment(target).items())
     argv = " ".join(q(a) for a in docker_argv(target, port, tls=bool(tls), secrets=bool(names)))
     image = q(image_for(target))
     fw = _firewall(port, ingress_cidr)
@@ -423,7 +486,7 @@ def render(
 {AGENT_MARK}{agent_mark}
 {SECRETS_MARK}{json.dumps(names)}
 set -uo pipefail
-mkdir -p {LOG_DIR} /opt/bakeoff/hf && chmod 0700 {LOG_DIR}
+mkdir -p {LOG_DIR} && chmod 0700 {LOG_DIR}
 exec > >(tee -a {LOG_DIR}/boot.log > /dev/console) 2>&1
 echo "bakeoff: boot $(date -u +%FT%TZ)"
 
@@ -443,6 +506,7 @@ printf 's/%s/<api-key>/g\\n' "$(cat /etc/bakeoff/api_key)" > /etc/bakeoff/mask.s
 cat > /etc/bakeoff/serve.env <<'BAKEOFF_ENV'
 {env_lines}
 BAKEOFF_ENV
+{_extra_files(target)}
 {_tls_files(tls)}
 {f"install -d -m 0700 {SECRETS_ENV.rsplit('/', 1)[0]}" if names else ""}
 
@@ -459,7 +523,10 @@ if ! docker pull {image}; then
 fi
 echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDigests 0}}}}' {image} 2>/dev/null)"
 {_secrets_wait(names)}
+{weights_section(target)}
 {argv}
+{_front(target, port, bool(tls))}
+{WEIGHTS_DONE}
 (code=$(docker wait {CONTAINER}); echo "bakeoff: {CONTAINER} exited with code $code";
  docker logs --tail 200 {CONTAINER} 2>&1 | sed -f /etc/bakeoff/mask.sed -e 's/^/bakeoff-log: /') &
 # the serving log, key masked (by a root-only sed script: the key is on no command line), for the
@@ -509,6 +576,20 @@ def agent_from_userdata(script: str) -> dict | None:
         if line.startswith(AGENT_MARK):
             return json.loads(line[len(AGENT_MARK) :]) or None
     return None
+
+
+def weights_from_output(text: str | None) -> dict | None:
+    """The last weights line a node printed (the weights step's facts), or None when there is none."""
+    text = text or ""
+    at = text.rfind(WEIGHTS_MARK)
+    if at < 0:
+        return None
+    line = text[at + len(WEIGHTS_MARK) :].split("\n", 1)[0]
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def secret_names_from_userdata(script: str) -> list[str]:

@@ -78,11 +78,12 @@ class EmulatorConfig(BaseModel):
     @field_validator("served_model", mode="before")
     @classmethod
     def _default_model(cls, v: Any, info: ValidationInfo) -> Any:
-        """No served_model: the target's catalog hf_id (the target is validated first), else "scripted"."""
+        """No served_model: the id the target's server answers to (its checkpoint; the target is validated
+        first), else "scripted"."""
         if v is not None:
             return v
         target = info.data.get("target")
-        return target.model_spec.hf_id if target else "scripted"
+        return target.served_model_id if target else "scripted"
 
     @model_validator(mode="after")
     def _complete(self) -> EmulatorConfig:

@@ -8,6 +8,12 @@ its prompt. Step times come from roofline.Roofline, multiplied by time_scale. KV
 for prompt + max_tokens at admission, so a sequence is never preempted; requests that do not fit
 wait.
 
+With a prefix cache (prefix_cache.py), a request admitted with a cached prefix starts with those
+tokens already prefilled: only the rest is charged, plus, for blocks found in the host tier, their
+transfer at the host link's bandwidth, added to the admitting step. vLLM's prompt-token counter
+still counts every prompt token. With speculative decoding (speculation.py), each decode step is a
+verification step (Roofline.verify_step_s) that gives a sequence 1 + accepted tokens at once.
+
 It yields, per request, how many new tokens are ready; the HTTP layer turns that into chunks.
 (Scripted timing has no scheduler to model: scripted.py is a server of its own.)
 Deadlines use time.monotonic(), not loop.time(): uvloop's loop clock counts whole milliseconds.
@@ -20,8 +26,11 @@ import collections
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from typing import Any
 
+from bakeoff.serving.emulator.prefix_cache import PrefixCache
 from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.serving.emulator.speculation import Acceptance
 
 
 async def stop_task(task: asyncio.Task | None) -> None:
@@ -48,6 +57,8 @@ class Sequence:
     prefilled: int = 0  # prompt tokens processed so far
     kv: int = 0  # tokens in the KV cache now
     done: bool = False
+    blocks: list[int] = field(default_factory=list)  # prefix-cache keys of the prompt's full blocks
+    held: int = 0  # leading blocks of `blocks` this sequence holds in the cache
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -62,6 +73,18 @@ class Stats:
     late_s: float = 0.0  # sum over emissions of (emitted - scheduled), seconds
     late_max_s: float = 0.0
     emissions: int = 0
+    # speculative decoding, exported only when the target has it (as vLLM does)
+    speculative: bool = False
+    spec_drafts: int = 0  # verification steps x sequences
+    spec_draft_tokens: int = 0  # k per draft
+    spec_accepted_tokens: int = 0
+    # prefix cache, in tokens; the external (host) tier only with kv_offload
+    prefix_cache: bool = False
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    external_cache: bool = False
+    external_queries: int = 0
+    external_hits: int = 0
 
     def lateness(self, late: float) -> None:
         """Record how far behind schedule an emission ran (the emulator's own timing error)."""
@@ -72,15 +95,34 @@ class Stats:
 
 
 class RooflineEngine:
-    def __init__(self, roofline: Roofline, time_scale: float = 1.0):
+    def __init__(
+        self,
+        roofline: Roofline,
+        time_scale: float = 1.0,
+        *,
+        cache: PrefixCache | None = None,
+        host_bytes_per_s: float = 0.0,
+        speculation: Acceptance | None = None,
+    ):
+        if cache is not None and cache.host_capacity_blocks and host_bytes_per_s <= 0:
+            raise ValueError("a prefix cache with a host tier needs host_bytes_per_s > 0 (kv_offload.host_tbps)")
         self.roofline = roofline
         self.time_scale = time_scale
+        self.cache = cache
+        self.host_bytes_per_s = host_bytes_per_s  # host tier -> HBM, whole node
+        self.speculation = speculation
         self.running: list[Sequence] = []
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.reserved = 0  # KV tokens promised to running sequences
         self.kv_tokens = 0  # KV tokens in use
-        self.stats = Stats()
+        self.stats = Stats(
+            speculative=speculation is not None,
+            prefix_cache=cache is not None,
+            external_cache=cache is not None and cache.host_capacity_blocks > 0,
+        )
         self._out: list[Sequence] = []  # sequences that get a token at the end of this step
+        self._decoding = 0  # the first _decoding of _out decode (verify, with speculation) this step
+        self._load_s = 0.0  # host-tier transfers of this step's admissions, emulated seconds
         self._busy_s = 0.0  # wall seconds of every step begun so far (the current one in full)
         self._step_end = 0.0  # time.monotonic() when the current step ends
         self._wake = asyncio.Event()
@@ -96,6 +138,16 @@ class RooflineEngine:
     @property
     def kv_usage(self) -> float:
         return self.kv_tokens / self.roofline.kv_capacity_tokens
+
+    def summary(self) -> dict[str, Any]:
+        """The cache and speculation settings /version reports beside the roofline."""
+        cache = self.cache.summary() if self.cache else None
+        if cache is not None and cache["host_capacity_blocks"]:
+            cache["host_tbps"] = self.host_bytes_per_s / 1e12
+        return {
+            "prefix_cache": cache,
+            "speculative": self.speculation.summary() if self.speculation else None,
+        }
 
     def busy_seconds(self, now: float) -> float:
         """Wall seconds spent in steps up to `now` (time.monotonic()), the current step counted only up to
@@ -142,7 +194,11 @@ class RooflineEngine:
         r = self.roofline
         self._out = [s for s in self.running if s.prefilled >= s.prompt_tokens and not s.done]
         decoding, decoding_kv = len(self._out), sum(s.kv for s in self._out)
-        budget = r.max_num_batched_tokens - decoding
+        # sparse attention reads at most index_topk cached tokens per sequence
+        kv_read = sum(map(r.kv_read_tokens, (s.kv for s in self._out))) if r.index_topk is not None else decoding_kv
+        self._decoding = decoding
+        per_seq = 1 + (self.speculation.draft_tokens if self.speculation else 0)
+        budget = r.max_num_batched_tokens - decoding * per_seq
         chunk = 0
         for seq in self.running:
             if budget <= 0:
@@ -158,9 +214,37 @@ class RooflineEngine:
             self.waiting.popleft()
             self.running.append(seq)
             self.reserved += need
+            if self.cache:
+                self._reuse(seq, self.cache)
             take = self._prefill(seq, budget)
             chunk, budget = chunk + take, budget - take
-        return r.step_s(chunk, decoding, decoding_kv)
+        if self.cache:  # unused cached blocks get what running sequences do not reserve
+            self.cache.shrink(self.cache.capacity_blocks - -(-self.reserved // self.cache.block_tokens))
+        load_s, self._load_s = self._load_s, 0.0
+        if self.speculation is not None and decoding:  # prompt chunks ride in the verification pass
+            step = r.verify_step_s(decoding, self.speculation.draft_tokens, decoding_kv, kv_read, prefill_tokens=chunk)
+        else:
+            step = r.step_s(chunk, decoding, decoding_kv, kv_read)
+        return step + load_s
+
+    def _reuse(self, seq: Sequence, cache: PrefixCache) -> None:
+        """Start a newly admitted sequence from its cached prefix (HBM, then host tier) and count the lookup."""
+        b, st = cache.block_tokens, self.stats
+        found = cache.match(seq.blocks, (seq.prompt_tokens - 1) // b)
+        st.prefix_queries += seq.prompt_tokens
+        st.prefix_hits += found.hbm * b
+        if st.external_cache:
+            st.external_queries += seq.prompt_tokens - found.hbm * b
+            st.external_hits += found.host * b
+            if found.host:
+                self._load_s += found.host * b * self.roofline.kv_bytes_per_token / self.host_bytes_per_s
+        seq.held = found.hbm + found.host
+        if seq.held:
+            cache.acquire(seq.blocks[: seq.held])
+            hit = seq.held * b
+            seq.prefilled = seq.kv = hit
+            self.kv_tokens += hit
+            st.prompt_tokens += hit
 
     def _prefill(self, seq: Sequence, budget: int) -> int:
         take = min(seq.prompt_tokens - seq.prefilled, budget)
@@ -170,16 +254,30 @@ class RooflineEngine:
         self.stats.prompt_tokens += take
         if seq.prefilled >= seq.prompt_tokens:
             self._out.append(seq)
+        if self.cache and seq.blocks:  # blocks this chunk completed are cached for later requests
+            full = min(len(seq.blocks), seq.prefilled // self.cache.block_tokens)
+            if full > seq.held:
+                self.cache.acquire(seq.blocks[seq.held : full])
+                seq.held = full
         return take
 
     def finish_step(self) -> None:
-        """One token to every sequence that decoded or finished its prompt; retire finished ones."""
-        for seq in self._out:
+        """Tokens to every sequence that decoded (1 + accepted drafts with speculation) or finished its
+        prompt (1); retire finished ones."""
+        st, spec = self.stats, self.speculation
+        for i, seq in enumerate(self._out):
             if not seq.done:
-                seq.produced += 1
-                seq.kv += 1
-                self.kv_tokens += 1
-                self.stats.generation_tokens += 1
+                n = 1
+                if spec is not None and i < self._decoding:
+                    accepted = spec.accepted()  # counted as verified, even past the sequence's end
+                    st.spec_drafts += 1
+                    st.spec_draft_tokens += spec.draft_tokens
+                    st.spec_accepted_tokens += accepted
+                    n = min(1 + accepted, seq.n_out - seq.produced)
+                seq.produced += n
+                seq.kv += n
+                self.kv_tokens += n
+                st.generation_tokens += n
                 seq.ready.set()
                 if seq.produced >= seq.n_out:
                     seq.done = True
@@ -189,6 +287,9 @@ class RooflineEngine:
             if seq.done:
                 self.reserved -= seq.prompt_tokens + seq.max_tokens
                 self.kv_tokens -= seq.kv
+                if seq.held and self.cache:
+                    self.cache.release(seq.blocks[: seq.held])
+                    seq.held = 0
             else:
                 keep.append(seq)
         self.running = keep

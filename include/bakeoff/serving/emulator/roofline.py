@@ -7,14 +7,30 @@ Kept free of I/O and clocks so every number the emulator produces can be checked
   peak x TP x prefill_efficiency, and its memory time, the weights plus the decoding sequences'
   KV cache read once at HBM bandwidth x TP x decode_efficiency. So prefill is compute-bound and
   decode memory-bound, as on real hardware, and a mixed step costs what its heavier side costs;
+- weights are read at the plan quantization's bytes per parameter (QUANT_BYTES: FP4 formats carry
+  their block scales, NVFP4 0.5625, MXFP4 0.53125); FP4 compute runs at the chip's FP4 peak;
+- mixture-of-experts models read only the experts the step's tokens route to. Where the model
+  names its always-active part (dense_params_b: attention, dense layers, shared experts), that part
+  is read once per step and only the routed experts scale with tokens:
+  dense + min(routed total, routed active x tokens); otherwise min(total, active x tokens);
+- the KV a token leaves comes from ModelSpec.kv_bytes_per_token (GQA heads, an MLA latent, only the
+  full-attention layers of a hybrid). A sparse-attention model (DSA, MSA) reads index_topk cached
+  tokens per decoding sequence, not its whole context: the engine passes kv_read_tokens, the sum of
+  kv_read_tokens(context) over the decoding sequences. A hybrid's linear-attention layers keep a
+  fixed state per sequence, which is neither stored in nor read from the KV cache here;
+- speculative decoding (verify_step_s): the target model checks decoding x (1 + draft tokens) tokens
+  in one pass, after draft_tokens draft steps that each cost one layer of the target (an MTP or
+  EAGLE head is about one decoder layer: active_params / layers FLOPs per token, one layer's share
+  of the weights read); the draft's own small KV cache is not counted;
 - a step holds at most max_num_batched_tokens tokens (vLLM's chunked-prefill budget, 8192 unless
   the target's engine_args set --max-num-batched-tokens);
 - the KV cache gets what HBM holds after the weights (x 0.9, vLLM's default
   gpu_memory_utilization), which caps how many tokens can be in flight.
 
 Tensor parallelism divides time (each GPU reads and computes its shard); pipeline stages run one
-after another, so they add memory but not speed. Mixture-of-experts models read only the experts
-that the step's tokens route to: min(total, active x tokens in the step) parameters per step.
+after another, so they add memory but not speed. Expert parallelism only moves which GPU holds
+which expert: the same bytes are read by the same number of GPUs, so it changes nothing here
+beyond what TP already models (its all-to-all traffic is not modelled).
 """
 
 from __future__ import annotations
@@ -49,6 +65,9 @@ class Roofline:
     max_num_seqs: int
     context: int
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
+    dense_params: float | None = None  # always-read part of active_params (None: not known)
+    layers: int = 1  # decoder layers; a draft step costs one of them
+    index_topk: int | None = None  # sparse attention: cached tokens one decode step reads per sequence
 
     @classmethod
     def for_target(cls, target) -> Roofline:
@@ -79,18 +98,61 @@ class Roofline:
             max_num_seqs=emu.max_num_seqs,
             context=model.context,
             max_num_batched_tokens=int(budget) if budget else MAX_NUM_BATCHED_TOKENS,
+            dense_params=model.dense_params_b * 1e9 if model.dense_params_b is not None else None,
+            layers=model.layers,
+            index_topk=model.index_topk,
         )
 
-    def step_s(self, prefill_tokens: int, decoding: int, kv_tokens: int) -> float:
-        """Seconds for one step: prefill_tokens of prompts plus one token for each of `decoding`
-        sequences, whose caches hold kv_tokens."""
-        tokens = prefill_tokens + decoding
+    def weights_read(self, tokens: int) -> float:
+        """Bytes of weights one pass over `tokens` tokens reads (MoE: only the routed-to experts)."""
         if tokens <= 0:
             return 0.0
-        weights_read = min(self.params, self.active_params * tokens) * self.bytes_per_param
-        memory_s = (weights_read + kv_tokens * self.kv_bytes_per_token) / self.decode_bytes_per_s
+        if self.dense_params is None:
+            return min(self.params, self.active_params * tokens) * self.bytes_per_param
+        routed = min(self.params - self.dense_params, (self.active_params - self.dense_params) * tokens)
+        return (self.dense_params + routed) * self.bytes_per_param
+
+    def kv_read_tokens(self, context_tokens: int) -> int:
+        """Cached tokens one decode step of a sequence with this context reads (sparse attention: index_topk)."""
+        return min(context_tokens, self.index_topk) if self.index_topk is not None else context_tokens
+
+    def step_s(self, prefill_tokens: int, decoding: int, kv_tokens: int, kv_read_tokens: int | None = None) -> float:
+        """Seconds for one step: prefill_tokens of prompts plus one token for each of `decoding`
+        sequences, whose caches hold kv_tokens; kv_read_tokens (default kv_tokens) is what their
+        attention reads, the sum of kv_read_tokens(context) per decoding sequence."""
+        return self._pass_s(prefill_tokens + decoding, kv_tokens if kv_read_tokens is None else kv_read_tokens)
+
+    def _pass_s(self, tokens: int, kv_read: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        memory_s = (self.weights_read(tokens) + kv_read * self.kv_bytes_per_token) / self.decode_bytes_per_s
         compute_s = 2 * self.active_params * tokens / self.prefill_flops_per_s
         return max(memory_s, compute_s)
+
+    def draft_step_s(self, decoding: int) -> float:
+        """Seconds for one draft step over `decoding` sequences: one decoder layer's worth of the target."""
+        if decoding <= 0:
+            return 0.0
+        memory_s = self.weights_read(decoding) / self.layers / self.decode_bytes_per_s
+        compute_s = 2 * self.active_params / self.layers * decoding / self.prefill_flops_per_s
+        return max(memory_s, compute_s)
+
+    def verify_step_s(
+        self,
+        decoding: int,
+        draft_tokens: int,
+        kv_tokens: int,
+        kv_read_tokens: int | None = None,
+        prefill_tokens: int = 0,
+    ) -> float:
+        """Seconds for one speculative-decoding step: draft_tokens draft steps, then one target pass
+        over decoding x (1 + draft_tokens) tokens (plus any prompt chunk sharing the step) that
+        reads the cache once."""
+        if draft_tokens < 0:
+            raise ValueError(f"draft_tokens must be >= 0, got {draft_tokens}")
+        kv_read = kv_tokens if kv_read_tokens is None else kv_read_tokens
+        target_s = self._pass_s(prefill_tokens + decoding * (1 + draft_tokens), kv_read)
+        return draft_tokens * self.draft_step_s(decoding) + target_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Seconds to prefill one prompt alone (its first output token comes out of the same pass)."""

@@ -5,7 +5,10 @@ stay a few microseconds per chunk: the emulator shares two cores with the benchm
 measures it. Routes: POST /v1/completions, /v1/chat/completions, /tokenize; GET /v1/models,
 /health, /version, /metrics. When the config names an api_key_env that is set, every /v1 route needs
 `Authorization: Bearer <key>` (as vLLM's --api-key); the key is never logged. /version and /metrics
-are built here for both modes (scripted.py serves them from its own sockets).
+are built here for both modes (scripted.py serves them from its own sockets). /metrics adds vLLM's
+prefix-cache counters (and the host tier's, with kv_offload) and, with speculative decoding, its
+spec-decode counters; /version's roofline summary gives the cache's block size and capacities and
+the acceptance model. Each prompt is split into words once, for its token count and its cache keys.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from bakeoff import tokens
-from bakeoff.serving.emulator import VERSION, power, sse, textgen
+from bakeoff.serving.emulator import VERSION, power, prefix_cache, speculation, sse, textgen
 from bakeoff.serving.emulator.config import EmulatorConfig
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
 from bakeoff.serving.emulator.roofline import Roofline
@@ -59,7 +62,7 @@ def build_app(config: EmulatorConfig) -> web.Application:
     api_key = config.api_key()
     app = web.Application(middlewares=[_auth_middleware(api_key)] if api_key else [])
     app[CONFIG] = config
-    app[ENGINE] = RooflineEngine(Roofline.for_target(config.target), config.time_scale)
+    app[ENGINE] = _engine(config)
 
     sampler = _power_sampler(config, app[ENGINE])
 
@@ -81,6 +84,20 @@ def build_app(config: EmulatorConfig) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
     return app
+
+
+def _engine(config: EmulatorConfig) -> RooflineEngine:
+    """The scheduler for the config's target, with its prefix cache and speculative decoding if it has them."""
+    t = config.target
+    assert t is not None  # build_app serves roofline targets only
+    roofline = Roofline.for_target(t)
+    return RooflineEngine(
+        roofline,
+        config.time_scale,
+        cache=prefix_cache.for_target(t, roofline.kv_bytes_per_token, roofline.kv_capacity_tokens),
+        host_bytes_per_s=t.kv_offload.host_tbps * 1e12 if t.kv_offload else 0.0,
+        speculation=speculation.for_target(t, config.seed),
+    )
 
 
 def _power_sampler(config: EmulatorConfig, engine: RooflineEngine) -> power.PowerSampler | None:
@@ -144,14 +161,17 @@ def _content_text(content: Any) -> str:
     raise BadRequest("messages[].content must be a string or a list of content parts", param="messages")
 
 
-def _completion_prompt(body: dict) -> tuple[str, int]:
+def _completion_prompt(body: dict) -> tuple[str, int, list[str]]:
+    """(text, prompt tokens, the prompt's words): split once, for the count and the prefix cache."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return prompt, tokens.count(prompt)
+        words = prompt.split()  # bakeoff.tokens' convention: one word, one token
+        return prompt, len(words), words
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return " ".join(map(str, prompt)), len(prompt)  # token ids: one token each
+        words = list(map(str, prompt))  # token ids: one token each
+        return " ".join(words), len(prompt), words
     raise BadRequest("prompt must be a string, a one-element list of strings, or a list of token ids", param="prompt")
 
 
@@ -162,14 +182,17 @@ def _completion_prompt(body: dict) -> tuple[str, int]:
 CHAT_BEGIN_TOKENS, CHAT_PER_MESSAGE_TOKENS, CHAT_GENERATION_TOKENS = 1, 5, 4
 
 
-def _chat_prompt(body: dict) -> tuple[str, int]:
+def _chat_prompt(body: dict) -> tuple[str, int, list[str]]:
+    """(the text replied to, prompt tokens with the template's, every message's words in order). The
+    prefix cache keys on the words alone, so a prompt that only grows keeps its blocks."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise BadRequest("messages must be a non-empty list of {role, content} objects", param="messages")
     texts = [_content_text(m.get("content")) for m in messages]
     users = [t for m, t in zip(messages, texts, strict=True) if m.get("role") == "user"]
     template = CHAT_BEGIN_TOKENS + CHAT_PER_MESSAGE_TOKENS * len(messages) + CHAT_GENERATION_TOKENS
-    return (users[-1] if users else texts[-1]), template + sum(tokens.count(t) for t in texts)
+    words = texts[0].split() if len(texts) == 1 else " ".join(texts).split()
+    return (users[-1] if users else texts[-1]), template + len(words), words
 
 
 # handlers ---------------------------------------------------------------------
@@ -188,7 +211,7 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
     model = config.served_model
     try:
         body = await _body(request, model)
-        text, prompt_tokens = (_chat_prompt if kind == "chat" else _completion_prompt)(body)
+        text, prompt_tokens, words = (_chat_prompt if kind == "chat" else _completion_prompt)(body)
         default = CHAT_DEFAULT_MAX_TOKENS if kind == "chat" else COMPLETION_DEFAULT_MAX_TOKENS
         max_tokens = _int_field(body, "max_tokens", default, 1)
         if kind == "chat":
@@ -212,6 +235,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         error_rate=config.accuracy_error_rate,
     )
     seq = Sequence(prompt_tokens, len(reply.words), max_tokens, arrival=arrival)
+    if engine.cache:
+        seq.blocks = prefix_cache.block_keys(words, engine.cache.block_tokens)
     words = reply.words
     if not body.get("stream"):
         async with contextlib.aclosing(engine.stream(seq)) as ready:
@@ -254,14 +279,13 @@ async def tokenize(request: web.Request) -> web.Response:
         body = await _body(request, config.served_model)
         template = 0
         if "messages" in body:
-            _, n = _chat_prompt(body)
-            text = " ".join(_content_text(m.get("content")) for m in body["messages"])
-            template = n - tokens.count(text)
+            _, n, words = _chat_prompt(body)
+            template = n - len(words)
         else:
-            text, n = _completion_prompt(body)
+            _, n, words = _completion_prompt(body)
     except BadRequest as e:
         return _error(str(e), e.status, e.err_type, e.param)
-    ids = [TEMPLATE_TOKEN_ID] * template + [_token_id(w) for w in text.split()]
+    ids = [TEMPLATE_TOKEN_ID] * template + [_token_id(w) for w in words]
     context = config.target.model_spec.context if config.target else None
     return web.json_response({"count": n, "max_model_len": context, "tokens": ids})
 
@@ -294,7 +318,9 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def version_info(config: EmulatorConfig, roofline: Roofline | None) -> dict[str, Any]:
+def version_info(
+    config: EmulatorConfig, roofline: Roofline | None, engine: RooflineEngine | None = None
+) -> dict[str, Any]:
     t = config.target
     info: dict[str, Any] = {
         "version": f"bakeoff-emulator-{VERSION}",
@@ -310,7 +336,7 @@ def version_info(config: EmulatorConfig, roofline: Roofline | None) -> dict[str,
         "kv_cache_dtype": t.kv_cache_dtype if t else None,
     }
     if roofline is not None and t is not None:  # a roofline always has its target
-        info["roofline"] = roofline.summary()
+        info["roofline"] = roofline.summary() | (engine.summary() if engine else {})
         info["efficiency"] = {"prefill": t.emulator.prefill_efficiency, "decode": t.emulator.decode_efficiency}
     else:
         info["scripted"] = config.scripted.model_dump()
@@ -326,7 +352,8 @@ def version_info(config: EmulatorConfig, roofline: Roofline | None) -> dict[str,
 
 
 async def version(request: web.Request) -> web.Response:
-    return web.json_response(version_info(request.app[CONFIG], request.app[ENGINE].roofline))
+    engine = request.app[ENGINE]
+    return web.json_response(version_info(request.app[CONFIG], engine.roofline, engine))
 
 
 class _Collector:
@@ -354,6 +381,35 @@ class _Collector:
             m = family(name, doc, labels=names)
             m.add_metric(values, value)
             yield m
+        optional = (
+            (st.speculative, "vllm:spec_decode_num_drafts", "Verification steps, one per sequence.", st.spec_drafts),
+            (st.speculative, "vllm:spec_decode_num_draft_tokens", "Draft tokens proposed.", st.spec_draft_tokens),
+            (st.speculative, "vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted.", st.spec_accepted_tokens),
+            (
+                st.prefix_cache,
+                "vllm:prefix_cache_queries",
+                "Prompt tokens looked up in the prefix cache.",
+                st.prefix_queries,
+            ),
+            (st.prefix_cache, "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", st.prefix_hits),
+            (
+                st.external_cache,
+                "vllm:external_prefix_cache_queries",
+                "Prompt tokens looked up in the host-memory KV tier.",
+                st.external_queries,
+            ),
+            (
+                st.external_cache,
+                "vllm:external_prefix_cache_hits",
+                "Prompt tokens found in the host-memory KV tier.",
+                st.external_hits,
+            ),
+        )
+        for enabled, name, doc, value in optional:  # exported only when the server has the feature, as vLLM
+            if enabled:
+                m = C(name, doc, labels=names)
+                m.add_metric(values, value)
+                yield m
         c = CounterMetricFamily(
             "vllm:request_success", "Finished requests by finish reason.", labels=names + ["finished_reason"]
         )

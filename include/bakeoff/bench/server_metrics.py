@@ -1,0 +1,136 @@
+"""What the server counted during one point: prefix-cache hits and speculative-decoding acceptance.
+
+The client cannot see either, so /metrics (Prometheus text) is scraped just before and just after
+each point and the counters' deltas are the point's figures. vLLM exports counters (with or without
+the ``_total`` suffix, by version); SGLang exports gauges (``sglang:cache_hit_rate``,
+``sglang:spec_accept_length``) that describe its recent window, read as they stand after the point.
+A server that exports none of them gives None, never zero.
+
+- prefix_cache_hit_rate = delta(hits) / delta(queries) (tokens; None when no query was counted)
+- spec_acceptance_length = 1 + delta(accepted tokens) / delta(drafts) (tokens per verification step)
+- spec_acceptance_rate = delta(accepted tokens) / delta(draft tokens)
+- host_prefix_cache_hit_rate: the same over the host (external / offload) tier's counters
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+# counters summed over every label set; a name is looked up with and without "_total"
+PREFIX_HITS = "vllm:prefix_cache_hits"
+PREFIX_QUERIES = "vllm:prefix_cache_queries"
+HOST_HITS = "vllm:external_prefix_cache_hits"
+HOST_QUERIES = "vllm:external_prefix_cache_queries"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+COUNTERS = (PREFIX_HITS, PREFIX_QUERIES, HOST_HITS, HOST_QUERIES, SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED)
+# gauges read after the point (SGLang)
+SGLANG_HIT_RATE = "sglang:cache_hit_rate"
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+GAUGES = (SGLANG_HIT_RATE, SGLANG_ACCEPT_LENGTH)
+
+# per-point columns this module fills (bench.records.POINT_COLUMNS)
+COLUMNS = (
+    "prefix_cache_hit_rate",
+    "host_prefix_cache_hit_rate",
+    "prefix_cache_queried_tokens",
+    "spec_acceptance_length",
+    "spec_acceptance_rate",
+    "server_metrics_source",
+)
+
+
+def parse(text: str) -> dict[str, float]:
+    """The counters and gauges this module reads, each summed over its label sets. Names are stored
+    without ``_total``; unknown lines, comments and malformed values are skipped."""
+    wanted = set(COUNTERS) | set(GAUGES)
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        brace, space = line.find("{"), line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name, rest = line[:brace], line.rsplit("}", 1)[-1]
+        else:
+            name, rest = line[: space if space != -1 else len(line)], line[space:] if space != -1 else ""
+        name = name.removesuffix("_total")
+        if name not in wanted:
+            continue
+        fields = rest.split()  # value, then an optional timestamp
+        if not fields:
+            continue
+        try:
+            v = float(fields[0])
+        except ValueError:
+            continue
+        if math.isnan(v):
+            continue
+        out[name] = out.get(name, 0.0) + v
+    return out
+
+
+def scrape(endpoint: Any, api_key: str | None, *, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """The parsed /metrics of ``endpoint`` (an Endpoint or a base URL); None when the server has no
+    /metrics or cannot be reached (the point is still measured)."""
+    base = endpoint if isinstance(endpoint, str) else endpoint.base_url
+    verify = True if isinstance(endpoint, str) else endpoint.verify()
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    base = base.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    try:
+        with httpx.Client(base_url=base, headers=headers, timeout=timeout_s, verify=verify) as c:
+            r = c.get("/metrics")
+    except httpx.HTTPError as e:
+        log.info("server metrics unavailable at %s: %s", base, type(e).__name__)
+        return None
+    if r.status_code != 200:
+        return None
+    return {**parse(r.text), "_taken_at": time.time()}
+
+
+def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
+    if name not in after:
+        return None
+    d = after[name] - before.get(name, 0.0)
+    return d if d >= 0 else None  # a server restart resets counters: no figure rather than a wrong one
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def point_figures(before: Mapping[str, float] | None, after: Mapping[str, float] | None) -> dict[str, Any]:
+    """The point's server-side columns (COLUMNS) from the scrapes before and after it; None where the
+    server exports nothing to compute a column from."""
+    out: dict[str, Any] = dict.fromkeys(COLUMNS)
+    if after is None:
+        return out
+    before = before or {}
+    queries = _delta(before, after, PREFIX_QUERIES)
+    out["prefix_cache_queried_tokens"] = queries
+    out["prefix_cache_hit_rate"] = _ratio(_delta(before, after, PREFIX_HITS), queries)
+    out["host_prefix_cache_hit_rate"] = _ratio(_delta(before, after, HOST_HITS), _delta(before, after, HOST_QUERIES))
+    drafts = _delta(before, after, SPEC_DRAFTS)
+    accepted = _delta(before, after, SPEC_ACCEPTED)
+    if drafts and accepted is not None:
+        out["spec_acceptance_length"] = 1.0 + accepted / drafts
+    out["spec_acceptance_rate"] = _ratio(accepted, _delta(before, after, SPEC_DRAFT_TOKENS))
+    source = "vllm-counters" if any(v is not None for v in out.values()) else None
+    if out["prefix_cache_hit_rate"] is None and SGLANG_HIT_RATE in after:
+        out["prefix_cache_hit_rate"] = after[SGLANG_HIT_RATE]
+        source = "sglang-gauges"
+    if out["spec_acceptance_length"] is None and after.get(SGLANG_ACCEPT_LENGTH):
+        out["spec_acceptance_length"] = after[SGLANG_ACCEPT_LENGTH]
+        source = "sglang-gauges"
+    out["server_metrics_source"] = source
+    return out

@@ -1,0 +1,620 @@
+"""Published performance claims as data, and what a run says about them.
+
+A claim file (``include/claims/<id>.yaml``, or ``$BAKEOFF_CLAIMS``) records who claimed what, when,
+where, the configuration the claim states and its figures. A plan lists the claims it checks
+(``claims: [<id>]``); the report's "Claim check" compares each figure with bakeoff's:
+
+- at the claim's own configuration, where the run matches it (same model, precision, engine, GPUs
+  per node, lengths, prefix share, and a point at the claimed rate or concurrency), with the
+  bootstrap interval over repeats (``bench.stats``, the one CI method);
+- at the buyer's SLO (the load level the cost ranking uses);
+- a verdict: *reproduced* (the claimed figure, or the band its wording allows, meets bakeoff's
+  interval), *not reproduced* (outside it; the ratio says by how much), or *not comparable* (the
+  configuration differs, the figures are EMULATED, or one repeat gave no interval).
+
+A cost claim ("about half the cost of Blackwell") is checked at the buyer's SLO with the buyer's
+prices: the claim's target's cost per token over each rival's, with the interval of the difference
+over repeats. Fields a claim leaves open are reported as not stated, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bakeoff import catalog
+from bakeoff.fielderrors import explain
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+CLAIM_ID_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+QUANTIZATIONS = ("bf16", "fp8", "nvfp4", "mxfp4")
+METRICS = {
+    "output_tps_per_node": "output tokens/s per node",
+    "total_tps_per_node": "input + output tokens/s per node",
+    "output_tps_per_gpu": "output tokens/s per GPU",
+    "total_tps_per_gpu": "input + output tokens/s per GPU",
+}
+Metric = Literal["output_tps_per_node", "total_tps_per_node", "output_tps_per_gpu", "total_tps_per_gpu"]
+LENGTH_TOLERANCE = 0.05  # "20k in" is 20,000 or 20,480: lengths within 5% count as the same
+PREFIX_TOLERANCE = 0.05  # absolute share
+RATE_TOLERANCE = 0.02  # relative
+
+REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
+
+
+class ClaimError(ValueError):
+    """A claim file that cannot be read or a claim name that does not exist; the message says which field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Configuration(_Strict):
+    """What the claim states about how its figure was measured; None = not stated."""
+
+    model: str | None = Field(None, description="catalog model name, e.g. glm-5.2")
+    quantization: str | None = None
+    stack: str | None = Field(None, description="serving engine: vllm, sglang, atom, trtllm")
+    gpu: str | None = Field(None, description="catalog GPU name, e.g. mi355x")
+    gpus: int | None = Field(None, ge=1, le=1024, description="GPUs per node")
+    input_len: int | None = Field(None, ge=1, le=1_048_576)
+    output_len: int | None = Field(None, ge=1, le=1_048_576)
+    prefix_ratio: float | None = Field(None, ge=0, lt=1, description="share of each prompt served from prefix cache")
+    rate: float | None = Field(None, gt=0, le=10_000, description="requests per second")
+    concurrency: int | None = Field(None, ge=1, le=4096)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        known = catalog.models()
+        if v is not None and v not in known:
+            raise ValueError(f"{v!r} is not a catalog model; use one of: {', '.join(sorted(known))}")
+        return v
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, v: str | None) -> str | None:
+        return _gpu_name(v) if v is not None else v
+
+    @field_validator("quantization")
+    @classmethod
+    def _quant(cls, v: str | None) -> str | None:
+        return _quantization(v)
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, v: str | None) -> str | None:
+        known = catalog.stacks()
+        if v is not None and v not in known:
+            raise ValueError(f"{v!r} is not a serving stack bakeoff knows; use one of: {', '.join(sorted(known))}")
+        return v
+
+
+def _quantization(v: str | None) -> str | None:
+    if v is not None and v not in QUANTIZATIONS:
+        raise ValueError(f"{v!r} is not a precision bakeoff runs; use one of: {', '.join(QUANTIZATIONS)}")
+    return v
+
+
+def _gpu_name(v: str) -> str:
+    known = catalog.gpus()
+    if v not in known:
+        raise ValueError(f"{v!r} is not a catalog GPU; use one of: {', '.join(sorted(known))}")
+    return v
+
+
+class Figure(_Strict):
+    metric: Metric = Field(description=f"what the figure measures: one of {', '.join(METRICS)}")
+    value: float = Field(gt=0)
+    tolerance: float = Field(
+        0.0, ge=0, lt=1, description="share of the value the claim's wording allows ('about half': 0.1)"
+    )
+    reading: str = Field("", description="why the figure is read as this metric")
+
+
+class Comparison(_Strict):
+    """A second figure in the same claim: another GPU's throughput on the same workload, or a cost ratio."""
+
+    kind: Literal["throughput", "cost_ratio"]
+    value: float = Field(gt=0)
+    tolerance: float = Field(0.0, ge=0, lt=1)
+    text: str = ""
+    metric: Metric = "output_tps_per_node"
+    gpu: str | None = Field(None, description="throughput: the GPU the figure is for")
+    gpus: int | None = Field(None, ge=1, le=1024)
+    quantization: str | None = Field(
+        None, description="throughput: the precision, when stated (the claim's model, engine and workload carry over)"
+    )
+    stack: str | None = None
+    rate: float | None = Field(None, gt=0, le=10_000, description="throughput: requests/s per node, when stated")
+    concurrency: int | None = Field(None, ge=1, le=4096, description="throughput: when stated")
+    against: list[str] = Field([], description="cost_ratio: the rival GPUs (the claim's GPU's cost / theirs)")
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, v: str | None) -> str | None:
+        return _gpu_name(v) if v is not None else v
+
+    @field_validator("quantization")
+    @classmethod
+    def _quant(cls, v: str | None) -> str | None:
+        return _quantization(v)
+
+    @field_validator("against")
+    @classmethod
+    def _against(cls, v: list[str]) -> list[str]:
+        return [_gpu_name(g) for g in v]
+
+    @model_validator(mode="after")
+    def _kind(self) -> Comparison:
+        if self.kind == "throughput" and self.gpu is None:
+            raise ValueError("gpu: a throughput comparison names the GPU its figure is for, such as b200")
+        if self.kind == "cost_ratio" and not self.against:
+            raise ValueError("against: a cost_ratio comparison lists the rival GPUs, such as [b200, b300]")
+        return self
+
+
+class Claim(_Strict):
+    id: str = Field(pattern=CLAIM_ID_RE)
+    who: str = Field(min_length=1, description="who made the claim")
+    claim: str = Field(min_length=1, description="the claim in its own words")
+    when: str = Field(min_length=1, description="publication date, or 'undated; recorded YYYY-MM'")
+    source: str = Field(min_length=1, description="where it was published")
+    recorded: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$", description="when it was recorded here (YYYY-MM[-DD])")
+    configuration: Configuration
+    figure: Figure
+    also_reported: dict[str, float | str] = {}
+    comparisons: list[Comparison] = []
+
+    @model_validator(mode="after")
+    def _gpu_stated(self) -> Claim:
+        if self.configuration.gpu is None:
+            raise ValueError("configuration.gpu: a claim names the GPU its figure is for, such as mi355x")
+        return self
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def claims_dir() -> Path:
+    """Where claims live: $BAKEOFF_CLAIMS, else include/claims beside the package."""
+    env = os.environ.get("BAKEOFF_CLAIMS")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "claims"
+
+
+def claim_names() -> list[str]:
+    folder = claims_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.yaml") if re.fullmatch(CLAIM_ID_RE, p.stem) and p.is_file())
+
+
+def parse_claim(raw: Any, source: str) -> Claim:
+    """A claim from a parsed YAML document; errors name the field and the fix."""
+    if not isinstance(raw, dict):
+        raise ClaimError(f"{source}: expected a mapping at the top level (who, claim, when, source, ...)")
+    try:
+        return Claim.model_validate(raw)
+    except ValidationError as e:
+        raise ClaimError(f"{source} is not a valid claim:\n{explain(e, root='(claim)')}") from None
+
+
+@lru_cache(maxsize=64)
+def _load(path: Path, mtime: float) -> Claim:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ClaimError(f"{path.name}: not valid YAML: {e}") from None
+    c = parse_claim(raw, path.name)
+    if c.id != path.stem:
+        raise ClaimError(f"{path.name}: id: {c.id!r} must be the file's name without .yaml ({path.stem!r})")
+    return c
+
+
+def load_claim(name: str) -> Claim:
+    """The installed claim of that name (by name only, like plans)."""
+    names = claim_names()
+    if name not in names:
+        raise ClaimError(
+            f"no claim named {str(name)[:80]!r}; choose one of: {', '.join(names) or '(none)'} "
+            "(to add one, put <id>.yaml in the claims folder, $BAKEOFF_CLAIMS)"
+        )
+    path = claims_dir() / f"{name}.yaml"
+    return _load(path, path.stat().st_mtime)
+
+
+# --- checking -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldMatch:
+    field: str
+    claimed: str
+    run: str
+    same: bool
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A figure bakeoff measured: the mean over repeats and its 95% bootstrap interval."""
+
+    value: float
+    low: float
+    high: float
+    repeats: int
+    load: str  # "2.4 req/s", "concurrency 16"
+
+    def ratio(self, claimed: float) -> float:
+        return self.value / claimed if claimed else math.nan
+
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+
+@dataclass
+class FigureCheck:
+    label: str  # "MI355X node (8 GPUs)"
+    metric: str
+    claimed: float
+    tolerance: float
+    target: str | None
+    fields: list[FieldMatch]
+    unstated: list[str]
+    at_config: Measure | None
+    at_slo: Measure | None
+    verdict: str
+    reason: str
+
+    @property
+    def differs(self) -> list[FieldMatch]:
+        return [f for f in self.fields if not f.same]
+
+
+@dataclass
+class CostCheck:
+    text: str
+    claimed: float
+    tolerance: float
+    target: str | None
+    rival: str | None
+    ratio: Measure | None
+    verdict: str
+    reason: str
+
+
+@dataclass
+class ClaimCheck:
+    claim: Claim
+    workload: str | None
+    emulated: bool
+    figures: list[FigureCheck] = field(default_factory=list)
+    costs: list[CostCheck] = field(default_factory=list)
+
+
+def check_claims(plan: Any, tables: Any) -> list[ClaimCheck]:
+    """Every claim the plan names, checked against the run's cost tables (``cost.CostTables``)."""
+    return [check_claim(load_claim(name), plan, tables) for name in getattr(plan, "claims", None) or []]
+
+
+def check_claim(claim: Claim, plan: Any, tables: Any) -> ClaimCheck:
+    cfg = claim.configuration
+    main_target = _best_target(cfg, plan.targets)
+    wl = _best_workload(cfg, plan.workloads, _replicas(main_target) if main_target else 1)
+    points = tables.points
+    emulated = bool(plan.emulated or (not points.empty and points["emulated"].astype(bool).any()))
+    out = ClaimCheck(claim=claim, workload=wl.name if wl else None, emulated=emulated)
+    out.figures.append(
+        _figure_check(cfg, claim.figure.metric, claim.figure.value, claim.figure.tolerance, plan, wl, tables)
+    )
+    for comp in claim.comparisons:
+        if comp.kind == "throughput":
+            ccfg = cfg.model_copy(
+                update={
+                    "gpu": comp.gpu,
+                    "gpus": comp.gpus if comp.gpus is not None else cfg.gpus,
+                    "quantization": comp.quantization,  # another GPU's checkpoint: stated or not, never inherited
+                    "stack": comp.stack or cfg.stack,
+                    "rate": comp.rate,  # each figure's own load: stated or not, never inherited
+                    "concurrency": comp.concurrency,
+                }
+            )
+            t = _best_target(ccfg, plan.targets)
+            cwl = _best_workload(ccfg, plan.workloads, _replicas(t) if t else 1)
+            out.figures.append(_figure_check(ccfg, comp.metric, comp.value, comp.tolerance, plan, cwl, tables))
+        else:
+            out.costs += _cost_checks(claim, comp, plan, wl, tables, emulated)
+    return out
+
+
+def verdict(claimed: float, tolerance: float, m: Measure | None, why_not: list[str]) -> tuple[str, str]:
+    """(verdict, reason): not comparable when there is a reason, else whether the claimed band meets the CI."""
+    if why_not:
+        return NOT_COMPARABLE, "; ".join(why_not)
+    if m is None or not math.isfinite(m.value):
+        return NOT_COMPARABLE, "bakeoff has no figure at this configuration"
+    if not m.has_interval:
+        return NOT_COMPARABLE, f"{m.repeats} repeat: no confidence interval (add workload repeats)"
+    lo, hi = claimed * (1 - tolerance), claimed * (1 + tolerance)
+    band = f"{_num(claimed)}" if tolerance == 0 else f"{_num(claimed)} (±{tolerance:.0%}: {_num(lo)}–{_num(hi)})"
+    ci = f"bakeoff's 95% CI {_num(m.low)}–{_num(m.high)} over {m.repeats} repeats"
+    if hi >= m.low and lo <= m.high:
+        return REPRODUCED, f"claimed {band} is inside {ci}"
+    return NOT_REPRODUCED, f"claimed {band} is outside {ci}: bakeoff measured {m.ratio(claimed):.2f}× the claim"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def _replicas(t: Any) -> int:
+    """Replicas of the target's configuration that fill its node (a TP4 target on 8 GPUs: 2)."""
+    return max(1, int(t.instance.gpus) // max(1, int(t.gpus_used)))
+
+
+def _workload_fields(cfg: Configuration, w: Any, replicas: int = 1) -> list[FieldMatch]:
+    """The claim's workload fields against the run's. A claimed rate is per node; the benchmark sends a rate
+    to one replica, so a node of ``replicas`` replicas serves ``replicas`` x that rate."""
+    out = []
+    for name in ("input_len", "output_len"):
+        want = getattr(cfg, name)
+        if want is not None:
+            have = getattr(w, name)
+            out.append(FieldMatch(name, f"{want:,}", f"{have:,}", _close(want, have, LENGTH_TOLERANCE)))
+    if cfg.prefix_ratio is not None:
+        have = w.prefix_ratio
+        out.append(
+            FieldMatch(
+                "prefix share",
+                f"{cfg.prefix_ratio:.0%}",
+                f"{have:.0%}",
+                abs(cfg.prefix_ratio - have) <= PREFIX_TOLERANCE,
+            )
+        )
+    if cfg.rate is not None:
+        rates = [r * replicas for r in w.rates] if w.load == "rate" else []
+        per = f" per node ({replicas} replicas)" if replicas > 1 else ""
+        run = f"{', '.join(f'{r:g}' for r in rates)} req/s{per}" if rates else f"{w.load} load (no rate point)"
+        out.append(
+            FieldMatch("rate", f"{cfg.rate:g} req/s", run, any(_close(cfg.rate, r, RATE_TOLERANCE) for r in rates))
+        )
+    if cfg.concurrency is not None:
+        levels = w.levels() if w.load == "concurrency" else []
+        run = f"concurrency {', '.join(map(str, levels))}" if levels else f"{w.load} load"
+        out.append(FieldMatch("concurrency", str(cfg.concurrency), run, cfg.concurrency in levels))
+    return out
+
+
+def _target_fields(cfg: Configuration, t: Any) -> list[FieldMatch]:
+    run = {
+        "model": t.model,
+        "precision": t.quantization,
+        "engine": t.stack,
+        "gpu": t.gpu.name,
+        "GPUs per node": t.instance.gpus,
+    }
+    want = {
+        "model": cfg.model,
+        "precision": cfg.quantization,
+        "engine": cfg.stack,
+        "gpu": cfg.gpu,
+        "GPUs per node": cfg.gpus,
+    }
+    return [FieldMatch(k, str(v), str(run[k]), v == run[k]) for k, v in want.items() if v is not None]
+
+
+def _unstated(cfg: Configuration, t: Any) -> list[str]:
+    """What the run chose that the claim does not say (so a match on stated fields is not the whole story)."""
+    out = [f"tensor parallel (run: TP{t.tensor_parallel})"]
+    spec = getattr(t, "speculative", None)
+    out.append(f"speculative decoding (run: {spec.method if spec else 'off'})")
+    kv = getattr(t, "kv_offload", None)
+    out.append(f"KV offload (run: {kv.backend if kv else 'off'})")
+    for name, label in (
+        ("model", "model"),
+        ("quantization", "precision"),
+        ("stack", "engine"),
+        ("gpus", "GPUs per node"),
+    ):
+        if getattr(cfg, name) is None:
+            out.append(f"{label} (run: {getattr(t, name, None) if name != 'gpus' else t.instance.gpus})")
+    return out
+
+
+def _best_target(cfg: Configuration, targets: list[Any]) -> Any:
+    """The target on the claim's GPU closest to the claim (fewest differing fields; the first on a tie)."""
+    candidates = [t for t in targets if t.gpu.name == cfg.gpu]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda t: sum(not f.same for f in _target_fields(cfg, t)))
+
+
+def _best_workload(cfg: Configuration, workloads: list[Any], replicas: int = 1) -> Any:
+    """The plan's workload closest to the claim's (fewest differing fields; the first on a tie)."""
+    if not workloads:
+        return None
+    return min(workloads, key=lambda w: sum(not f.same for f in _workload_fields(cfg, w, replicas)))
+
+
+def _capacity_workload(cfg: Configuration, workloads: list[Any], claimed: Any) -> Any:
+    """Where to read throughput and cost at the SLO: a closed-loop (or SLA-search) workload with the claim's
+    lengths and prefix share when the plan has one, since an open-loop rate point measures the offered load,
+    not what the node can carry; else the workload matched to the claim."""
+
+    def off(w: Any) -> int:
+        return sum(not f.same for f in _workload_fields(cfg, w) if f.field not in ("rate", "concurrency"))
+
+    closed = [w for w in workloads if w.load in ("concurrency", "sla") and off(w) <= off(claimed)]
+    return closed[0] if closed else claimed
+
+
+def _load_text(row: Any, replicas: int = 1) -> str:
+    if str(row.get("load_mode", "")) == "rate" and math.isfinite(float(row.get("rate", math.nan))):
+        rate = float(row["rate"])
+        if replicas > 1:
+            return f"{rate * replicas:g} req/s per node ({replicas} replicas at {rate:g})"
+        return f"{rate:g} req/s"
+    return f"concurrency {int(row['concurrency'])}"
+
+
+def _measure(rows: pd.DataFrame, column: str, replicas: int = 1, workload: str | None = None) -> Measure | None:
+    """Mean and bootstrap interval of a column over the repeats of one load level."""
+    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
+    from bakeoff.bench.stats import bootstrap_ci  # noqa: PLC0415 - start-up cost of plan validation
+
+    if rows.empty or column not in rows:
+        return None
+    est, lo, hi = bootstrap_ci(rows[column].to_numpy(float))
+    if not math.isfinite(est):
+        return None
+    load = _load_text(rows.iloc[0], replicas) + (f", {workload}" if workload else "")
+    return Measure(est, lo, hi, int(rows["repeat"].nunique()), load)
+
+
+def _at_claimed_load(cfg: Configuration, pts: pd.DataFrame, replicas: int = 1) -> pd.DataFrame:
+    is_rate = pts["load_mode"].astype(str) == "rate" if "load_mode" in pts else pts["concurrency"] != pts["concurrency"]
+    if cfg.rate is not None and "rate" in pts:
+        node_rate = pts["rate"].astype(float) * replicas
+        return pts[is_rate & ((node_rate - cfg.rate).abs() <= RATE_TOLERANCE * cfg.rate)]
+    if cfg.concurrency is not None:
+        return pts[~is_rate & (pts["concurrency"] == cfg.concurrency)]
+    return pts.iloc[0:0]
+
+
+def _slo_row(tables: Any, slug: str, workload: str) -> Any:
+    at = tables.at_slo
+    if at.empty:
+        return None
+    rows = at[(at["target"] == slug) & (at["workload"] == workload)]
+    if rows.empty or not bool(rows.iloc[0].get("slo_met")):
+        return None
+    return rows.iloc[0]
+
+
+def _figure_check(
+    cfg: Configuration, metric: str, claimed: float, tolerance: float, plan: Any, wl: Any, tables: Any
+) -> FigureCheck:
+    gpus = f" ({cfg.gpus} GPUs)" if cfg.gpus else ""
+    label = f"{(cfg.gpu or '?').upper()} {'node' if metric.endswith('_node') else 'GPU'}{gpus}"
+    t = _best_target(cfg, plan.targets)
+    if t is None or wl is None:
+        absent = f"the run has no {(cfg.gpu or '').upper()} target" if t is None else "the plan has no workload"
+        return FigureCheck(label, METRICS[metric], claimed, tolerance, None, [], [], None, None, NOT_COMPARABLE, absent)
+    replicas = _replicas(t)
+    fields = _target_fields(cfg, t) + _workload_fields(cfg, wl, replicas)
+    pts = tables.points
+    pts = pts[(pts["target"] == t.slug) & (pts["workload"] == wl.name)] if not pts.empty else pts
+    at_config = _measure(_at_claimed_load(cfg, pts, replicas), metric, replicas) if not pts.empty else None
+    cap = _capacity_workload(cfg, plan.workloads, wl)
+    slo = _slo_row(tables, t.slug, cap.name)
+    at_slo = None
+    if slo is not None:
+        every = tables.points
+        level = every[(every["target"] == t.slug) & (every["workload"] == cap.name)]
+        at_slo = _measure(level[level["concurrency"] == slo["concurrency"]], metric, replicas, cap.name)
+    why = _why_not_comparable(fields, tables, t, at_config)
+    if cfg.rate is None and cfg.concurrency is None:
+        why = [x for x in why if not x.startswith("bakeoff has no point")]
+        why.append("the claim does not state the load (rate or concurrency) of this figure")
+    v, reason = verdict(claimed, tolerance, at_config, why)
+    return FigureCheck(
+        label, METRICS[metric], claimed, tolerance, t.name, fields, _unstated(cfg, t), at_config, at_slo, v, reason
+    )
+
+
+def _why_not_comparable(fields: list[FieldMatch], tables: Any, t: Any, m: Measure | None) -> list[str]:
+    out = []
+    differs = [f for f in fields if not f.same]
+    if differs:
+        out.append(
+            "configuration differs in " + ", ".join(f"{f.field} (claimed {f.claimed}, run {f.run})" for f in differs)
+        )
+    trow = tables.targets[tables.targets["target"] == t.slug] if not tables.targets.empty else tables.targets
+    if not trow.empty and not bool(trow.iloc[0]["ranked"]):
+        out.append(f"{t.name} did not pass validation (quarantined, not ranked)")
+    if _emulated(tables, t.slug) or t.emulated:
+        out.append("figures are EMULATED (the emulator's roofline model, not GPUs)")
+    if m is None and not differs:
+        out.append("bakeoff has no point at the claimed load")
+    elif m is not None and not m.has_interval:
+        out.append(f"{m.repeats} repeat: no confidence interval (add workload repeats)")
+    return out
+
+
+def _emulated(tables: Any, slug: str) -> bool:
+    p = tables.points
+    sel = p[p["target"] == slug] if not p.empty else p
+    return bool(not sel.empty and sel["emulated"].astype(bool).any())
+
+
+def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any, emulated: bool) -> list[CostCheck]:
+    """The claim's GPU's cost per token at the SLO over each rival GPU's, with the interval of the difference."""
+    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
+    from bakeoff.bench.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation
+
+    cfg = claim.configuration
+    basis = plan.pricing.rank_by
+    col = f"usd_per_m_{basis}"
+    own = [t for t in plan.targets if t.gpu.name == cfg.gpu]
+    rivals = [t for t in plan.targets if t.gpu.name in comp.against]
+    text = comp.text or f"cost ratio {cfg.gpu} / {', '.join(comp.against)}"
+    if not own or not rivals or wl is None:
+        missing = (cfg.gpu or "").upper() if not own else "/".join(g.upper() for g in comp.against)
+        absent = f"the run has no {missing} target" if (not own or not rivals) else "the plan has no workload"
+        return [CostCheck(text, comp.value, comp.tolerance, None, None, None, NOT_COMPARABLE, absent)]
+    t = _best_target(cfg, own)
+    wl = _capacity_workload(cfg, plan.workloads, wl)
+    # the cost claim is about the claim's deployment: its model, precision, engine and workload (not its rate:
+    # the SLO chooses the load level)
+    differs = [
+        f
+        for f in _target_fields(cfg, t) + _workload_fields(cfg, wl)
+        if not f.same and f.field not in ("rate", "concurrency")
+    ]
+    out = []
+    for r in rivals:
+        why = []
+        if differs:
+            why.append(
+                "configuration differs in "
+                + ", ".join(f"{f.field} (claimed {f.claimed}, run {f.run})" for f in differs)
+            )
+        if emulated:
+            why.append("figures are EMULATED (the emulator's roofline model, not GPUs)")
+        a, b = _slo_row(tables, t.slug, wl.name), _slo_row(tables, r.slug, wl.name)
+        ratio = None
+        if a is None or b is None:
+            why.append(f"{(t if a is None else r).name} has no cost at the SLO")
+        elif not (a["ranked"] and b["ranked"]):
+            why.append(f"{(t if not a['ranked'] else r).name} did not pass validation")
+        else:
+            pts = tables.points
+            own_reps = pts[
+                (pts["target"] == t.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == a["concurrency"])
+            ]
+            riv_reps = pts[
+                (pts["target"] == r.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == b["concurrency"])
+            ]
+            base = float(b[col])
+            est = float(a[col]) / base
+            _, lo, hi = difference_ci(riv_reps[col].to_numpy(float), own_reps[col].to_numpy(float))
+            reps = int(min(own_reps["repeat"].nunique(), riv_reps["repeat"].nunique()))
+            ratio = Measure(est, 1 + lo / base, 1 + hi / base, reps, f"at the SLO, {wl.name}")
+        v, reason = verdict(comp.value, comp.tolerance, ratio, why)
+        out.append(CostCheck(text, comp.value, comp.tolerance, t.name, r.name, ratio, v, reason))
+    return out

@@ -1,0 +1,1 @@
+"""Vendored serving recipes (data only): see bakeoff.plan.recipes for the loader."""

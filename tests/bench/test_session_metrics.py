@@ -1,0 +1,158 @@
+"""Session and server-side point figures: the metric definitions on hand-made turns, and a
+measured run through run_workload against the roofline emulator (prefix cache and speculative
+decoding counters read back from its /metrics)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bakeoff.bench.metrics import binned_ms, session_figures, tpot_by_position
+from bakeoff.bench.run import run_workload
+from bakeoff.plan import Slo, Target, Workload
+from bakeoff.serving.endpoint import Endpoint
+
+
+def _turn(root, sid, turn, n_turns, ttft=0.1, ctx=1000, unc=100, error=None, warm=False):
+    return {
+        "session_id": sid,
+        "session_root": root,
+        "session_turns": n_turns,
+        "turn": turn,
+        "context_tokens": ctx,
+        "uncached_tokens_expected": unc,
+        "ttft": ttft,
+        "e2e": ttft + 0.5,
+        "output_tokens": 11,
+        "error_kind": error,
+        "warmup": warm,
+        "start_offset": float(turn),
+        "elapsed": 0.6,
+    }
+
+
+def test_session_figures_count_whole_good_and_cut_sessions():
+    slo = Slo(ttft_p99_ms=200)
+    rows = [
+        *(_turn("a", "a", t, 2) for t in range(2)),  # completed, good
+        _turn("a", "a.k", 0, 1),  # its subagent: the session counts once, with it
+        _turn("b", "b", 0, 2, ttft=0.5),  # completed, one turn too slow: not good
+        _turn("b", "b", 1, 2),
+        _turn("c", "c", 0, 3),  # cut: 1 of 3 turns sent
+        _turn("d", "d", 0, 1, error="http_5xx"),  # answered with an error: neither completed nor cut
+    ]
+    f = session_figures(rows, slo, duration=10.0)
+    assert (f["sessions_completed"], f["sessions_cut"]) == (2, 1)
+    assert f["session_goodput_sps"] == pytest.approx(1 / 10.0)
+    assert f["sessions_per_hour"] == pytest.approx(2 * 360.0) and f["turns_per_hour"] == pytest.approx(6 * 360.0)
+    assert f["turns_per_session_mean"] == pytest.approx(7 / 4)
+    assert math.isnan(f["ttft_ms_per_1k_uncached"])  # one uncached length: no slope
+    (b,) = json.loads(f["ttft_by_context"])
+    assert (b["lo"], b["hi"], b["n"]) == (0, 1024, 6)
+
+
+def test_request_points_have_no_session_figures_and_slope_is_per_1k_tokens():
+    f = session_figures([{"ttft": 0.1}], None, 1.0)
+    assert f["ttft_by_context"] is None and math.isnan(f["sessions_completed"])
+    rows = [_turn("a", "a", 0, 2, ttft=0.010 + u * 2e-5, unc=u) for u in (0, 1000, 2000)]
+    assert session_figures(rows, None, 1.0)["ttft_ms_per_1k_uncached"] == pytest.approx(20.0)
+
+
+def test_binned_summaries_and_tpot_by_position():
+    got = json.loads(binned_ms([(0, 0.001), (1500, 0.002), (1500, 0.004), (2_000_000, 0.1)], (0, 1024, 2048)))
+    assert [(b["lo"], b["hi"], b["n"]) for b in got] == [(0, 1024, 1), (1024, 2048, 2), (2048, None, 1)]
+    assert got[1]["p50_ms"] == pytest.approx(3.0)
+    rows = [{"chunk_offsets": [0.0, 0.01, 0.02] + [0.02 + 0.05 * i for i in range(1, 20)]}]
+    pos = json.loads(tpot_by_position(rows))
+    assert [b["lo"] for b in pos] == [2, 17] and pos[0]["n"] == 15 and pos[1]["n"] == 6
+    assert pos[1]["p50_ms"] == pytest.approx(50.0)
+    assert json.loads(tpot_by_position([{"chunk_offsets": [0.0]}])) == []
+
+
+@pytest.fixture
+def emulator(tmp_path):
+    """Start the roofline emulator for a target (a subprocess, as the local provider runs it)."""
+    procs = []
+
+    def start(target: Target) -> str:
+        d = tmp_path / f"emu{len(procs)}"
+        d.mkdir()
+        (d / "config.json").write_text(
+            json.dumps({"mode": "roofline", "target": target.model_dump(mode="json"), "api_key_env": None})
+        )
+        cmd = [sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(d / "config.json")]
+        cmd += ["--host", "127.0.0.1", "--port", "0", "--port-file", str(d / "port")]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 30
+        while not (d / "port").exists():
+            assert procs[-1].poll() is None and time.monotonic() < deadline, "emulator did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{int((d / 'port').read_text())}"
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _target(**kw) -> Target:
+    base = dict(
+        name="h100-8b",
+        provider="local",
+        instance_type="p5.48xlarge",
+        model="llama-3.1-8b",
+        quantization="bf16",
+        kv_cache_dtype="auto",
+        tensor_parallel=1,
+        emulator={"time_scale": 0.05},
+    )
+    return Target(**(base | kw))
+
+
+def _run(url: str, target: Target, workload: Workload, out: Path) -> list[dict]:
+    ep = Endpoint(target=target.slug, base_url=url, model=target.served_model_id, stack="vllm", emulated=True)
+    return run_workload(ep, target, workload, Slo(), out, "r", None, True, provenance=False, calibrate=False)
+
+
+def test_request_points_carry_the_servers_spec_acceptance(emulator, tmp_path):
+    draft = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    t = _target(
+        speculative={"method": "eagle3", "draft_model": draft, "acceptance": "pinned", "acceptance_length": 2.5}
+    )
+    w = Workload(name="w", input_len=64, output_len=64, concurrency=[4], requests_per_point=12, warmup_requests=0)
+    (p,) = _run(emulator(t), t, w, tmp_path)
+    assert p["server_metrics_source"] == "vllm-counters"
+    assert p["spec_acceptance_length"] == pytest.approx(2.5, abs=0.25)
+    assert 0 < p["spec_acceptance_rate"] < 1 and p["prefix_cache_hit_rate"] is not None
+
+
+def test_session_points_measure_the_emulators_hit_rate_beside_the_trace(emulator, tmp_path):
+    t = _target()
+    sessions = {
+        "sessions": 6,
+        "turns": {"mean": 3, "max": 4},
+        "first_prompt_tokens": {"mean": 800, "max": 1500},
+        "new_tokens_per_turn": {"mean": 100, "max": 300},
+        "output_tokens": {"mean": 8, "max": 16},
+        "think_s": {"mean": 0.02, "max": 0.1},
+        "concurrent_sessions": [2, 6],
+        "warmup_sessions": 1,
+    }
+    w = Workload(name="agent", kind="sessions", sessions=sessions)
+    pts = _run(emulator(t), t, w, tmp_path)
+    assert [p["concurrency"] for p in pts] == [2, 6] and all(p["load_mode"] == "sessions" for p in pts)
+    for p in pts:
+        assert p["sessions_completed"] == 5 and p["sessions_cut"] == 0 and p["session_goodput_sps"] > 0
+        assert p["prefix_cache_hit_rate"] == pytest.approx(p["prefix_cache_hit_rate_expected"], abs=0.01)
+        assert p["prefix_cache_hit_rate"] > 0.3
+    # each point's prompts are new text: the second point's first turns miss the cache again
+    turns = pd.read_parquet(tmp_path / "requests" / "agent-c6-r0.parquet")
+    assert turns["warmup"].sum() > 0 and turns["session_id"].notna().all()
+    assert (turns["prompt_tokens"] == turns["context_tokens"]).all()

@@ -1,0 +1,350 @@
+"""Claims as data: loading and its errors, and the claim check's matching and verdict arithmetic on cost
+tables built by the real cost functions from hand-made points (so the expected figures are known)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import yaml
+
+from bakeoff import claims, cost
+from bakeoff.bench.records import POINT_COLUMNS
+from bakeoff.plan import PlanError, plan_from_dict
+from bakeoff.plan.checkpoints import checkpoint_note, differing_checkpoints
+from bakeoff.plan.workload import rate_key
+
+SEED = "glm52-mi355x-wafer"
+OCI = {
+    "regions": ["us-ashburn-1"],
+    "availability_domains": ["Uocm:US-ASHBURN-AD-1"],
+    "subnet_ocid": "ocid1.subnet.oc1.iad.aaaaaaaabakeoffsandboxsubnet00000000000000000000000000000000",
+    "ingress_cidr": "127.0.0.1/32",
+}
+
+
+def plan_dict(*, input_len: int = 20000, mi355x: bool = True, b200: bool = True, **workload) -> dict:
+    targets = []
+    if mi355x:
+        targets.append(
+            {
+                "name": "mi355x-sglang",
+                "provider": "oci",
+                "instance_type": "BM.GPU.MI355X.8",
+                "model": "glm-5.2",
+                "quantization": "mxfp4",
+                "stack": "sglang",
+                "tensor_parallel": 8,
+                "provider_options": OCI,
+            }
+        )
+    if b200:
+        targets.append(
+            {
+                "name": "b200-sglang",
+                "provider": "oci",
+                "instance_type": "BM.GPU.B200.8",
+                "model": "glm-5.2",
+                "quantization": "nvfp4",
+                "stack": "sglang",
+                "tensor_parallel": 8,
+                "provider_options": OCI,
+            }
+        )
+    return {
+        "name": "claim-unit",
+        "budget_usd": 1000,
+        "claims": [SEED],
+        "targets": targets,
+        "workloads": [
+            {
+                "name": "claim",
+                "input_len": input_len,
+                "output_len": 1000,
+                "prefix_ratio": 0.6,
+                "load": "rate",
+                "rates": [1.2, 2.4],
+                "repeats": 3,
+                **workload,
+            }
+        ],
+        "slo": {"ttft_p99_ms": 5000, "tpot_p99_ms": 50},
+    }
+
+
+def point(slug: str, workload: str, key: int, rep: int, node: float, **kw) -> dict:
+    row = {k: None for k in POINT_COLUMNS}
+    row.update(
+        run_id="r",
+        target=slug,
+        workload=workload,
+        concurrency=key,
+        repeat=rep,
+        gpus=8,
+        emulated=False,
+        load_mode="concurrency",
+        output_tps=node,
+        output_tps_per_gpu=node / 8,
+        total_tps_per_gpu=node * 21 / 8,
+        interactivity=40.0,
+        meets_slo=True,
+    )
+    row.update(kw)
+    return row
+
+
+def tables(
+    plan,
+    per_node: dict[str, list[float]],
+    *,
+    emulated: bool = False,
+    meets_slo: bool = True,
+    sweep: dict[str, list[float]] | None = None,
+):
+    """Cost tables for rate points at 1.2 and 2.4 req/s: per target slug, the output tokens/s per node of
+    each repeat at 2.4 req/s (1.2 req/s runs at half of it); ``sweep``: a closed-loop workload's repeats at
+    concurrency 16 (concurrency 8 runs at half of it)."""
+    rows = []
+    for slug, values in per_node.items():
+        for rate in (1.2, 2.4):
+            for rep, v in enumerate(values):
+                rows.append(
+                    point(
+                        slug,
+                        "claim",
+                        rate_key(rate),
+                        rep,
+                        v * rate / 2.4,
+                        emulated=emulated,
+                        load_mode="rate",
+                        rate=rate,
+                        meets_slo=meets_slo,
+                    )
+                )
+    for slug, values in (sweep or {}).items():
+        for c in (8, 16):
+            rows += [point(slug, "sweep", c, rep, v * c / 16, emulated=emulated) for rep, v in enumerate(values)]
+    points = pd.DataFrame(rows)
+    status = {t.slug: {"status": "passed", "ranked": True, "failures": []} for t in plan.targets}
+    tdf = cost._targets_frame(plan, status)
+    costs = cost.point_costs(points, tdf, plan.pricing.usd_per_kwh)
+    return SimpleNamespace(points=costs, at_slo=cost.cost_at_slo(costs, tdf, "output"), targets=tdf)
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def test_seed_claim_loads_with_source_and_configuration():
+    c = claims.load_claim(SEED)
+    assert c.who == "wafer.ai" and "2,626" in c.claim and c.when.startswith("undated; recorded 2026-11")
+    assert c.figure.value == 2626 and c.figure.metric == "output_tps_per_node" and "output" in c.figure.reading
+    cfg = c.configuration
+    assert (cfg.model, cfg.quantization, cfg.stack, cfg.gpu, cfg.gpus) == ("glm-5.2", "mxfp4", "sglang", "mi355x", 8)
+    assert (cfg.input_len, cfg.output_len, cfg.prefix_ratio, cfg.rate) == (20000, 1000, 0.6, 2.4)
+    kinds = {x.kind: x for x in c.comparisons}
+    assert kinds["throughput"].value == 3192 and kinds["throughput"].gpu == "b200"
+    assert kinds["cost_ratio"].value == 0.5 and "b200" in kinds["cost_ratio"].against
+    assert SEED in claims.claim_names()
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"who": None}, r"who: required field is missing; add it"),
+        (
+            {"configuration": {"gpu": "mi999x"}},
+            r"configuration\.gpu: 'mi999x' is not a catalog GPU; use one of: .*mi355x",
+        ),
+        (
+            {"configuration": {"gpu": "mi355x", "model": "glm-9"}},
+            r"configuration\.model: 'glm-9' is not a catalog model",
+        ),
+        ({"configuration": {"gpu": "mi355x", "quantization": "fp4"}}, r"quantization: 'fp4' is not a precision.*mxfp4"),
+        ({"configuration": {"model": "glm-5.2"}}, r"configuration\.gpu: a claim names the GPU"),
+        ({"figure": {"metric": "tokens", "value": 1}}, r"figure\.metric: Input should be 'output_tps_per_node'"),
+        ({"figure": {"metric": "output_tps_per_node", "value": 0}}, r"figure\.value: Input should be greater than 0"),
+        (
+            {"comparisons": [{"kind": "throughput", "value": 3}]},
+            r"comparisons\[0\]: gpu: a throughput comparison names the GPU",
+        ),
+        ({"comparisons": [{"kind": "cost_ratio", "value": 0.5}]}, r"against: a cost_ratio comparison lists"),
+        ({"surprise": 1}, r"surprise: unknown field; remove it"),
+    ],
+)
+def test_bad_claim_files_name_the_field_and_the_fix(tmp_path, monkeypatch, change, message):
+    raw = yaml.safe_load((claims.claims_dir() / f"{SEED}.yaml").read_text())
+    raw.update(change)
+    raw = {k: v for k, v in raw.items() if v is not None}
+    monkeypatch.setenv("BAKEOFF_CLAIMS", str(tmp_path))
+    (tmp_path / f"{SEED}.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(claims.ClaimError, match=message) as e:
+        claims.load_claim(SEED)
+    assert str(e.value).startswith(f"{SEED}.yaml is not a valid claim")
+
+
+def test_claim_file_errors_yaml_id_and_unknown_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("BAKEOFF_CLAIMS", str(tmp_path))
+    (tmp_path / "broken.yaml").write_text("who: [unclosed\n")
+    with pytest.raises(claims.ClaimError, match=r"broken\.yaml: not valid YAML"):
+        claims.load_claim("broken")
+    monkeypatch.delenv("BAKEOFF_CLAIMS")
+    seed = yaml.safe_load((claims.claims_dir() / f"{SEED}.yaml").read_text())
+    monkeypatch.setenv("BAKEOFF_CLAIMS", str(tmp_path))
+    (tmp_path / "renamed.yaml").write_text(yaml.safe_dump(seed))
+    with pytest.raises(claims.ClaimError, match=r"renamed\.yaml: id: 'glm52-mi355x-wafer' must be the file's name"):
+        claims.load_claim("renamed")
+    with pytest.raises(claims.ClaimError, match=r"no claim named 'nope'; choose one of: broken, renamed"):
+        claims.load_claim("nope")
+
+
+def test_plan_names_claims_by_name_and_refuses_unknown_ones():
+    assert plan_from_dict(plan_dict()).claims == [SEED]
+    raw = plan_dict()
+    raw["claims"] = ["glm52-mi355x-wafre"]
+    with pytest.raises(PlanError, match=r"claims\[0\]: no claim named 'glm52-mi355x-wafre'; choose one of: .*" + SEED):
+        plan_from_dict(raw)
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+
+def test_different_checkpoints_are_named_and_a_fixed_accuracy_reference_is_refused():
+    plan = plan_from_dict(plan_dict())
+    groups = differing_checkpoints(plan.targets)
+    assert groups == {"glm-5.2": {"amd/GLM-5.2-MXFP4": ["mi355x-sglang"], "nvidia/GLM-5.2-NVFP4": ["b200-sglang"]}}
+    note = checkpoint_note(plan.targets, plan.quality.accuracy)
+    assert note.startswith("These targets serve different checkpoints of glm-5.2 (amd/GLM-5.2-MXFP4: mi355x-sglang")
+    assert "quarantined, not ranked" in note
+    raw = plan_dict() | {"quality": {"accuracy": {"reference": 0.9}}}
+    with pytest.raises(PlanError, match=r"quality\.accuracy\.reference: 0\.9 is a fixed score.*set reference: best"):
+        plan_from_dict(raw)
+    # one checkpoint: a fixed reference is the buyer's to choose
+    assert plan_from_dict(plan_dict(b200=False) | {"quality": {"accuracy": {"reference": 0.9}}})
+    off = plan_from_dict(plan_dict() | {"quality": {"accuracy": {"enabled": False, "reference": 0.9}}})
+    assert "accuracy gate is off" in checkpoint_note(off.targets, off.quality.accuracy)
+
+
+# --- the verdict --------------------------------------------------------------------------------
+
+
+def test_verdict_arithmetic():
+    m = claims.Measure(2600.0, 2550.0, 2650.0, 3, "2.4 req/s")
+    assert claims.verdict(2626, 0, m, []) == (
+        "reproduced",
+        "claimed 2,626 is inside bakeoff's 95% CI 2,550–2,650 over 3 repeats",
+    )
+    v, why = claims.verdict(3000, 0, m, [])
+    assert v == "not reproduced" and "outside" in why and "0.87× the claim" in why
+    # a tolerance widens the claim into a band: 0.5 ± 10% meets an interval of 0.54-0.6
+    assert claims.verdict(0.5, 0.1, claims.Measure(0.57, 0.54, 0.6, 3, "at the SLO"), [])[0] == "reproduced"
+    assert claims.verdict(0.5, 0.0, claims.Measure(0.57, 0.54, 0.6, 3, "at the SLO"), [])[0] == "not reproduced"
+    assert claims.verdict(2626, 0, m, ["figures are EMULATED"]) == ("not comparable", "figures are EMULATED")
+    one = claims.Measure(2600.0, float("nan"), float("nan"), 1, "2.4 req/s")
+    assert claims.verdict(2626, 0, one, []) == (
+        "not comparable",
+        "1 repeat: no confidence interval (add workload repeats)",
+    )
+
+
+def test_claim_reproduced_at_the_claimed_configuration():
+    plan = plan_from_dict(plan_dict())
+    t = tables(plan, {"mi355x-sglang": [2600.0, 2640.0, 2620.0], "b200-sglang": [3150.0, 3200.0, 3230.0]})
+    check = claims.check_claim(claims.load_claim(SEED), plan, t)
+    main, b200 = check.figures
+    assert main.target == "mi355x-sglang" and not main.differs and not check.emulated
+    assert {f.field for f in main.fields} >= {"model", "precision", "engine", "gpu", "input_len", "rate"}
+    assert main.at_config.value == pytest.approx(2620.0) and main.at_config.load == "2.4 req/s"
+    assert main.at_config.low <= 2626 <= main.at_config.high and main.verdict == "reproduced"
+    assert main.at_slo.value == pytest.approx(2620.0)  # the SLO's level: the cheapest that meets it
+    assert any(u.startswith("speculative decoding (run: off)") for u in main.unstated)
+    # the B200 comparison states neither its precision (the run's checkpoint is NVFP4) nor its load
+    assert b200.target == "b200-sglang" and b200.at_config is None and b200.verdict == "not comparable"
+    assert b200.reason == "the claim does not state the load (rate or concurrency) of this figure"
+    assert "precision (run: nvfp4)" in b200.unstated and b200.at_slo.value == pytest.approx(3193.33, rel=1e-3)
+
+
+def test_a_claimed_rate_is_per_node_and_a_tp4_target_serves_two_replicas():
+    """The benchmark sends a rate to one replica: a TP4 target on an 8-GPU node serves twice its point rate,
+    so its 1.2 req/s point is the claim's 2.4 req/s per node."""
+    raw = plan_dict()
+    raw["targets"][0]["tensor_parallel"] = 4
+    plan = plan_from_dict(raw)
+    t = tables(plan, {"mi355x-sglang": [5200.0, 5260.0, 5240.0], "b200-sglang": [3150.0, 3200.0, 3230.0]})
+    main = claims.check_claim(claims.load_claim(SEED), plan, t).figures[0]
+    assert main.at_config.load == "2.4 req/s per node (2 replicas at 1.2)"
+    assert main.at_config.value == pytest.approx(5233.33 / 2, rel=1e-3) and main.verdict == "reproduced"
+    rate = next(f for f in main.fields if f.field == "rate")
+    assert rate.same and rate.run == "2.4, 4.8 req/s per node (2 replicas)"
+
+
+def test_claim_not_reproduced_gives_the_ratio():
+    plan = plan_from_dict(plan_dict())
+    t = tables(plan, {"mi355x-sglang": [1990.0, 2000.0, 2010.0], "b200-sglang": [3150.0, 3200.0, 3230.0]})
+    main = claims.check_claim(claims.load_claim(SEED), plan, t).figures[0]
+    assert main.verdict == "not reproduced" and "0.76× the claim" in main.reason
+
+
+@pytest.mark.parametrize(
+    "case,expect",
+    [
+        ("emulated", r"figures are EMULATED"),
+        ("differs", r"configuration differs in input_len \(claimed 20,000, run 2,000\)"),
+        ("one-repeat", r"1 repeat: no confidence interval"),
+        ("no-mi355x", r"the run has no MI355X target"),
+        ("no-rate", r"configuration differs in rate \(claimed 2.4 req/s, run concurrency load \(no rate point\)\)"),
+    ],
+)
+def test_not_comparable_and_why(case, expect):
+    values = {"mi355x-sglang": [2600.0, 2640.0, 2620.0], "b200-sglang": [3150.0, 3200.0, 3230.0]}
+    raw = plan_dict(input_len=2000 if case == "differs" else 20000, mi355x=case != "no-mi355x")
+    if case == "one-repeat":
+        raw["workloads"][0]["repeats"] = 1
+        values = {k: v[:1] for k, v in values.items()}
+    if case == "no-rate":
+        raw["workloads"][0] |= {"load": "concurrency", "rates": [], "concurrency": [4, 8]}
+    if case == "no-mi355x":
+        values.pop("mi355x-sglang")
+    plan = plan_from_dict(raw)
+    check = claims.check_claim(claims.load_claim(SEED), plan, tables(plan, values, emulated=case == "emulated"))
+    main = check.figures[0]
+    assert main.verdict == "not comparable"
+    assert pd.Series([main.reason]).str.contains(expect).all(), main.reason
+
+
+def test_cost_ratio_at_the_slo():
+    """OCI list prices: MI355X 68.8, B200 112 USD/node-h. At equal throughput the cost ratio is 68.8/112
+    = 0.614; the claimed 'about half' (0.45-0.55) is met when the MI355X node is ~1.2x as fast."""
+    plan = plan_from_dict(plan_dict())
+    same = tables(plan, {"mi355x-sglang": [3000.0, 3010.0, 2990.0], "b200-sglang": [3000.0, 3010.0, 2990.0]})
+    (k,) = claims.check_claim(claims.load_claim(SEED), plan, same).costs
+    assert (k.target, k.rival) == ("mi355x-sglang", "b200-sglang")
+    assert k.ratio.value == pytest.approx(68.8 / 112, rel=1e-3) and k.verdict == "not reproduced"
+    faster = tables(plan, {"mi355x-sglang": [3700.0, 3710.0, 3690.0], "b200-sglang": [3000.0, 3010.0, 2990.0]})
+    (k,) = claims.check_claim(claims.load_claim(SEED), plan, faster).costs
+    assert k.ratio.value == pytest.approx(68.8 / 112 * 3000 / 3700, rel=1e-2) and k.verdict == "reproduced"
+    assert k.ratio.low <= k.ratio.value <= k.ratio.high
+    missed = tables(plan, {"mi355x-sglang": [3700.0] * 3, "b200-sglang": [3000.0] * 3}, meets_slo=False)
+    (k,) = claims.check_claim(claims.load_claim(SEED), plan, missed).costs
+    assert k.verdict == "not comparable" and "has no cost at the SLO" in k.reason
+
+
+def test_at_the_slo_reads_the_closed_loop_sweep_of_the_same_lengths():
+    """An open-loop rate point measures the offered load; what a node carries at the SLO (and what it costs)
+    comes from the plan's closed-loop workload with the claim's lengths and prefix share."""
+    raw = plan_dict()
+    raw["workloads"].append(
+        {**raw["workloads"][0], "name": "sweep", "load": "concurrency", "rates": [], "concurrency": [8, 16]}
+    )
+    plan = plan_from_dict(raw)
+    t = tables(
+        plan,
+        {"mi355x-sglang": [2600.0, 2640.0, 2620.0], "b200-sglang": [2600.0, 2640.0, 2620.0]},
+        sweep={"mi355x-sglang": [9000.0, 9100.0, 8900.0], "b200-sglang": [7000.0, 7100.0, 6900.0]},
+    )
+    check = claims.check_claim(claims.load_claim(SEED), plan, t)
+    main = check.figures[0]
+    assert check.workload == "claim" and main.at_config.value == pytest.approx(2620.0)
+    assert main.at_slo.value == pytest.approx(9000.0) and main.at_slo.load == "concurrency 16, sweep"
+    (k,) = check.costs
+    assert k.ratio.value == pytest.approx(68.8 / 112 * 7000 / 9000, rel=1e-3) and k.ratio.load == "at the SLO, sweep"
