@@ -60,7 +60,8 @@ import yaml
 
 from bakeoff import catalog
 from bakeoff.bench.metrics import chunk_gaps, request_tpot
-from bakeoff.plan.target import ProviderOptions, Target
+from bakeoff.plan.options import ProviderOptions
+from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Workload
 
 HERE = Path(__file__).resolve().parent

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from bakeoff import catalog, store
+from bakeoff.plan.precision import QUANT_BYTES
 from bakeoff.plan.settings import MAX_BUDGET_USD
-from bakeoff.plan.target import QUANT_BYTES
 from bakeoff.providers.registry import PROVIDERS
 
 if TYPE_CHECKING:

@@ -25,10 +25,18 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bakeoff import catalog
 from bakeoff.fielderrors import explain
@@ -56,6 +64,24 @@ class ClaimError(ValueError):
     """A claim file that cannot be read or a claim name that does not exist; the message says which field."""
 
 
+def _quantization(v: str) -> str:
+    if v not in QUANTIZATIONS:
+        raise ValueError(f"{v!r} is not a precision bakeoff runs; use one of: {', '.join(QUANTIZATIONS)}")
+    return v
+
+
+def _gpu_name(v: str) -> str:
+    known = catalog.gpus()
+    if v not in known:
+        raise ValueError(f"{v!r} is not a catalog GPU; use one of: {', '.join(sorted(known))}")
+    return v
+
+
+# Shared by Configuration and Comparison, so both check GPU names and precisions the same way.
+GpuName = Annotated[str, AfterValidator(_gpu_name)]
+Quantization = Annotated[str, AfterValidator(_quantization)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -64,9 +90,9 @@ class Configuration(_Strict):
     """What the claim states about how its figure was measured; None = not stated."""
 
     model: str | None = Field(None, description="catalog model name, e.g. glm-5.2")
-    quantization: str | None = None
+    quantization: Quantization | None = None
     stack: str | None = Field(None, description="serving engine: vllm, sglang, atom, trtllm")
-    gpu: str | None = Field(None, description="catalog GPU name, e.g. mi355x")
+    gpu: GpuName | None = Field(None, description="catalog GPU name, e.g. mi355x")
     gpus: int | None = Field(None, ge=1, le=1024, description="GPUs per node")
     input_len: int | None = Field(None, ge=1, le=1_048_576)
     output_len: int | None = Field(None, ge=1, le=1_048_576)
@@ -82,16 +108,6 @@ class Configuration(_Strict):
             raise ValueError(f"{v!r} is not a catalog model; use one of: {', '.join(sorted(known))}")
         return v
 
-    @field_validator("gpu")
-    @classmethod
-    def _gpu(cls, v: str | None) -> str | None:
-        return _gpu_name(v) if v is not None else v
-
-    @field_validator("quantization")
-    @classmethod
-    def _quant(cls, v: str | None) -> str | None:
-        return _quantization(v)
-
     @field_validator("stack")
     @classmethod
     def _stack(cls, v: str | None) -> str | None:
@@ -99,19 +115,6 @@ class Configuration(_Strict):
         if v is not None and v not in known:
             raise ValueError(f"{v!r} is not a serving stack bakeoff knows; use one of: {', '.join(sorted(known))}")
         return v
-
-
-def _quantization(v: str | None) -> str | None:
-    if v is not None and v not in QUANTIZATIONS:
-        raise ValueError(f"{v!r} is not a precision bakeoff runs; use one of: {', '.join(QUANTIZATIONS)}")
-    return v
-
-
-def _gpu_name(v: str) -> str:
-    known = catalog.gpus()
-    if v not in known:
-        raise ValueError(f"{v!r} is not a catalog GPU; use one of: {', '.join(sorted(known))}")
-    return v
 
 
 class Figure(_Strict):
@@ -131,25 +134,15 @@ class Comparison(_Strict):
     tolerance: float = Field(0.0, ge=0, lt=1)
     text: str = ""
     metric: Metric = "output_tps_per_node"
-    gpu: str | None = Field(None, description="throughput: the GPU the figure is for")
+    gpu: GpuName | None = Field(None, description="throughput: the GPU the figure is for")
     gpus: int | None = Field(None, ge=1, le=1024)
-    quantization: str | None = Field(
+    quantization: Quantization | None = Field(
         None, description="throughput: the precision, when stated (the claim's model, engine and workload carry over)"
     )
     stack: str | None = None
     rate: float | None = Field(None, gt=0, le=10_000, description="throughput: requests/s per node, when stated")
     concurrency: int | None = Field(None, ge=1, le=4096, description="throughput: when stated")
     against: list[str] = Field([], description="cost_ratio: the rival GPUs (the claim's GPU's cost / theirs)")
-
-    @field_validator("gpu")
-    @classmethod
-    def _gpu(cls, v: str | None) -> str | None:
-        return _gpu_name(v) if v is not None else v
-
-    @field_validator("quantization")
-    @classmethod
-    def _quant(cls, v: str | None) -> str | None:
-        return _quantization(v)
 
     @field_validator("against")
     @classmethod

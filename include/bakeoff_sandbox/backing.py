@@ -45,7 +45,7 @@ from pathlib import Path
 import httpx
 
 from bakeoff import catalog
-from bakeoff.plan.target import QUANT_BYTES
+from bakeoff.plan.precision import QUANT_BYTES
 from bakeoff.serving import userdata
 from bakeoff_sandbox.billing import Clock
 
@@ -100,6 +100,24 @@ class Backing:
         env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
         if key:
             env[KEY_ENV] = key
+        # the boot script's order: the node agent first (it hands back the logs of what follows), then
+        # the weights step, then the engine
+        agent = userdata.agent_from_userdata(script or "")
+        agent_port = _free_port() if agent and key else None
+        agent_procs: list[subprocess.Popen] = []
+        if agent_port:
+            agent_proc = self._start_agent(
+                d,
+                agent,
+                key,
+                port,
+                agent_port,
+                expires_at,
+                env,
+                tls_args,
+                d / "secrets" / "serve.env" if expects_secrets else None,
+            )
+            agent_procs += [agent_proc] if agent_proc else []
         weights = _fetch_weights(meta)
         procs: list[subprocess.Popen] = []
         with open(d / "emulator.log", "ab") as logf:
@@ -128,21 +146,7 @@ class Backing:
                     )
                 )
                 _report_weights(d, weights | {"engine_started": time.time()})
-        agent = userdata.agent_from_userdata(script or "")
-        agent_port = _free_port() if agent and key else None
-        if agent_port:
-            agent_proc = self._start_agent(
-                d,
-                agent,
-                key,
-                port,
-                agent_port,
-                expires_at,
-                env,
-                tls_args,
-                d / "secrets" / "serve.env" if expects_secrets else None,
-            )
-            procs += [agent_proc] if agent_proc else []
+        procs += agent_procs
         with self._lock:
             self._procs[(provider, instance_id)] = procs
             self._ports[(provider, instance_id)] = port

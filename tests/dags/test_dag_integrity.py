@@ -98,7 +98,7 @@ def test_waits_are_sensors_that_free_the_worker(dagbag, provider):
     """Each long wait is a reschedule-mode sensor after its action, so the worker slot is free between
     pokes; Airflow's timeout is the plan fields' ceiling (the checks enforce each target's own)."""
     from bakeoff.plan import Plan
-    from bakeoff.plan.target import ProviderOptions
+    from bakeoff.plan.options import ProviderOptions
     from bakeoff.providers import PROVIDERS as REGISTRY
 
     def ceiling(field) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 from bakeoff import catalog
 from bakeoff.plan import PlanError, plan_from_dict
-from bakeoff.plan.target import COMPUTE_DTYPE, QUANT_BYTES
+from bakeoff.plan.precision import COMPUTE_DTYPE, QUANT_BYTES
 
 
 def _plan(**overrides) -> dict:

@@ -8,6 +8,7 @@ import synthetic
 from synthetic import XSS
 
 from bakeoff.cost import cost_run
+from bakeoff.plan import plan_from_dict
 from bakeoff.report import build_report
 
 
@@ -250,3 +251,30 @@ def test_measured_prompt_lengths_are_printed_and_a_gap_is_called_out(tmp_path):
         assert f"{good}: 128 asked, 128 measured (+0.0%, sized by tokenize)" in text
         assert f"{bad}: 128 asked, 350.3 measured (+173.7%, sized by words)" in text
         assert "off the requested length by more than 2% for " + bad in text
+
+
+def test_a_pinned_acceptance_target_gets_a_caveat_that_its_answers_are_not_verified(tmp_path):
+    raw = synthetic.plan_dict(names=("mi355x-vllm", "b200-vllm"))
+    raw["targets"][0]["speculative"] = {
+        "method": "eagle3",
+        "draft_model": "example/llama-3.1-70b-eagle3",
+        "acceptance": "pinned",
+        "acceptance_length": 2.5,
+    }
+    plan = plan_from_dict(raw)
+    rdir = synthetic.make_run(tmp_path / "res", plan)
+    cost_run(plan, rdir)
+    html = Path(build_report(plan, rdir, tmp_path / "out")["html"]).read_text()
+    assert "Speculative acceptance is pinned (the golden acceptance length) for: mi355x-vllm." in html
+    assert "b200-vllm. Their" not in html
+
+
+def test_emulated_figures_at_a_scaled_time_say_so(tmp_path):
+    raw = synthetic.plan_dict(names=("mi355x-vllm", "b200-vllm"))
+    for t in raw["targets"]:
+        t["emulator"] = {"time_scale": 0.05}
+    plan = plan_from_dict(raw)
+    rdir = synthetic.make_run(tmp_path / "res", plan)
+    cost_run(plan, rdir)
+    html = Path(build_report(plan, rdir, tmp_path / "out")["html"]).read_text()
+    assert "delays scaled (time_scale) for: mi355x-vllm (0.05), b200-vllm (0.05)" in html

@@ -58,6 +58,8 @@ def test_claim_check_plan_runs_end_to_end(sandbox, data_root, monkeypatch):
     assert "2.4 req/s per node (2 replicas at 1.2)" in sec  # MI355X: the recipe's TP4, two replicas per node
     assert "concurrency 4, claim-20k-1k-sweep" in sec  # at the SLO: what the node carries in the closed loop
     assert "serve different checkpoints of glm-5.2" in html
+    # the node agent answers before readiness is declared, so each node's weights facts come back with it
+    assert html.count("from hub (EMULATED)") == 3 and "no weights line from the node" not in html
     if shutil.which("pdftotext"):
         text = subprocess.run(["pdftotext", paths["pdf"], "-"], capture_output=True, text=True, timeout=60).stdout
         flat = " ".join(text.split())

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import pandas as pd
 
-from bakeoff.bench.records import POINT_COLUMNS, POINT_KEY, RequestRecord
+from bakeoff.bench.records import POINT_COLUMNS, POINT_KEY, SESSION_COLUMNS, RequestRecord
 
 if TYPE_CHECKING:
     from bakeoff.plan.settings import Slo
@@ -233,19 +233,6 @@ def _slope_ms_per_1k(pairs: list[tuple[float, float]]) -> float:
     x = np.asarray([p[0] for p in pairs], dtype=float)
     y = np.asarray([p[1] for p in pairs], dtype=float) * 1e3
     return float(np.polyfit(x, y, 1)[0] * 1000.0)
-
-
-SESSION_COLUMNS = (
-    "sessions_completed",
-    "sessions_cut",
-    "session_goodput_sps",
-    "sessions_per_hour",
-    "turns_per_hour",
-    "turns_per_session_mean",
-    "ttft_ms_per_1k_uncached",
-    "ttft_by_context",
-    "ttft_by_uncached",
-)
 
 
 def session_figures(measured: list[dict[str, Any]], slo: Slo | None, duration: float) -> dict[str, Any]:

@@ -75,6 +75,30 @@ class RequestRecord:
 REQUEST_FIELDS = tuple(f for f in fields(RequestRecord) if f.metadata.get("column", True))
 
 
+# Server-side figures (bench.server_metrics.point_figures fills them): /metrics counter deltas over
+# the point, None when the server does not export them.
+SERVER_METRICS_COLUMNS = (
+    "prefix_cache_hit_rate",
+    "host_prefix_cache_hit_rate",
+    "prefix_cache_queried_tokens",
+    "spec_acceptance_length",
+    "spec_acceptance_rate",
+    "server_metrics_source",
+)
+
+# Session workloads (bench.metrics.session_figures fills them): NaN / None for single-request points.
+SESSION_COLUMNS = (
+    "sessions_completed",
+    "sessions_cut",
+    "session_goodput_sps",
+    "sessions_per_hour",
+    "turns_per_hour",
+    "turns_per_session_mean",
+    "ttft_ms_per_1k_uncached",
+    "ttft_by_context",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] by prompt-length bin
+    "ttft_by_uncached",  # JSON: the same by expected uncached tokens
+)
+
 # Columns of the per-point table (bench.metrics.summarize produces them).
 POINT_COLUMNS = POINT_KEY + [
     "gpus",
@@ -147,24 +171,8 @@ POINT_COLUMNS = POINT_KEY + [
     "ttft_from_schedule_ms_p50",
     "ttft_from_schedule_ms_p99",
     "e2e_from_schedule_ms_p99",
-    # server-side figures (bench.server_metrics): /metrics counter deltas over the point, None when
-    # the server does not export them; the trace's predicted hit rate beside the measured one
-    "prefix_cache_hit_rate",
-    "host_prefix_cache_hit_rate",
-    "prefix_cache_queried_tokens",
-    "spec_acceptance_length",
-    "spec_acceptance_rate",
-    "server_metrics_source",
-    "prefix_cache_hit_rate_expected",
-    # session workloads (bench.metrics.session_figures): NaN / None for single-request points
-    "sessions_completed",
-    "sessions_cut",
-    "session_goodput_sps",
-    "sessions_per_hour",
-    "turns_per_hour",
-    "turns_per_session_mean",
-    "ttft_ms_per_1k_uncached",
-    "ttft_by_context",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] by prompt-length bin
-    "ttft_by_uncached",  # JSON: the same by expected uncached tokens
+    *SERVER_METRICS_COLUMNS,
+    "prefix_cache_hit_rate_expected",  # the trace's predicted hit rate beside the measured one
+    *SESSION_COLUMNS,
     "tpot_by_position",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] of token gaps by output-token position
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import pandas as pd
 import pyarrow as pa
@@ -24,7 +25,7 @@ from bakeoff.bench.prompts import prompt_seed
 from bakeoff.bench.provenance import snapshot_provenance
 from bakeoff.bench.records import REQUEST_FIELDS, RequestRecord
 from bakeoff.bench.runtime import run_async
-from bakeoff.bench.session_load import SessionSender, point_seed, point_sessions
+from bakeoff.bench.session_load import SessionSender, TurnSent, point_seed, point_sessions
 from bakeoff.bench.sla import search
 from bakeoff.bench.tokenize import discover, recount_outputs
 from bakeoff.bench.workers import measure_in_workers
@@ -155,17 +156,34 @@ async def measure_point(
     specs=None,
 ) -> dict:
     """Measure one point (worker processes when the workload asks), save it, return its summary."""
-    before = _prov(ctx)
-    scraped = _scrape(ctx)
     if ctx.workload.workers > 1:
-        recs, figures = await measure_in_workers(
-            ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
-        )
+        measure = measure_in_workers(ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs)
     else:
-        recs, figures = await measure_here(
+        measure = measure_here(
             ctx, client, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
         )
+    return await _measure_and_save(ctx, measure, key=key, repeat=repeat, mode=mode, rate=rate)
+
+
+async def _measure_and_save(
+    ctx: Ctx,
+    measure: Awaitable[tuple[list[RequestRecord], dict]],
+    *,
+    key: int,
+    repeat: int,
+    mode: str,
+    rate: float | None,
+    extra: Callable[[], dict] | None = None,
+) -> dict:
+    """Await one point's measurement between two reads of the server's provenance and counters, so
+    every kind of point is saved with the same server-side figures; ``extra`` adds figures of its own
+    once the point has ended."""
+    before = _prov(ctx)
+    scraped = _scrape(ctx)
+    recs, figures = await measure
     server = server_metrics.point_figures(scraped, _scrape(ctx))
+    if extra is not None:
+        server.update(extra())
     recount_outputs(recs, ctx.counter)
     return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=_prov_after(ctx, before), server=server)
 
@@ -217,21 +235,30 @@ async def measure_session_point(
         warmup=cfg.warmup_sessions,
         timeout_s=w.request_timeout_s,
     )
-    before = _prov(ctx)
-    scraped = _scrape(ctx)
-    # subagents run beside their parents: room for twice the sessions' streams before the clock starts
-    fan = 2 if any(s.parent is not None for s in chosen) else 1
-    recs, figures, sent = await measure_sessions(
-        sender,
-        warm=min((concurrency or w.max_concurrency or 16) * fan, 1024),
-        concurrency=concurrency,
-        offsets=offsets,
-        duration_s=cfg.duration_s,
+    sent: list[TurnSent] = []
+
+    async def measure() -> tuple[list[RequestRecord], dict]:
+        # subagents run beside their parents: room for twice the sessions' streams before the clock starts
+        fan = 2 if any(s.parent is not None for s in chosen) else 1
+        recs, figures, played = await measure_sessions(
+            sender,
+            warm=min((concurrency or w.max_concurrency or 16) * fan, 1024),
+            concurrency=concurrency,
+            offsets=offsets,
+            duration_s=cfg.duration_s,
+        )
+        sent.extend(played)
+        return recs, figures
+
+    return await _measure_and_save(
+        ctx,
+        measure(),
+        key=key,
+        repeat=repeat,
+        mode=mode,
+        rate=rate,
+        extra=lambda: {"prefix_cache_hit_rate_expected": sender.expected_hit_rate(sent)},
     )
-    server = server_metrics.point_figures(scraped, _scrape(ctx))
-    server["prefix_cache_hit_rate_expected"] = sender.expected_hit_rate(sent)
-    recount_outputs(recs, ctx.counter)
-    return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=_prov_after(ctx, before), server=server)
 
 
 async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict]:

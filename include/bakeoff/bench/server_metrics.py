@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from bakeoff.bench.records import SERVER_METRICS_COLUMNS
+
 log = logging.getLogger(__name__)
 
 # counters summed over every label set; a name is looked up with and without "_total"
@@ -38,15 +40,8 @@ SGLANG_HIT_RATE = "sglang:cache_hit_rate"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 GAUGES = (SGLANG_HIT_RATE, SGLANG_ACCEPT_LENGTH)
 
-# per-point columns this module fills (bench.records.POINT_COLUMNS)
-COLUMNS = (
-    "prefix_cache_hit_rate",
-    "host_prefix_cache_hit_rate",
-    "prefix_cache_queried_tokens",
-    "spec_acceptance_length",
-    "spec_acceptance_rate",
-    "server_metrics_source",
-)
+# per-point columns this module fills (defined with the rest of bench.records.POINT_COLUMNS)
+COLUMNS = SERVER_METRICS_COLUMNS
 
 
 def parse(text: str) -> dict[str, float]:

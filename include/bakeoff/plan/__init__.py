@@ -17,8 +17,11 @@ from pydantic import Field, ValidationError, model_validator
 from bakeoff.claims import ClaimError, load_claim
 from bakeoff.fielderrors import explain
 from bakeoff.plan.checkpoints import check_accuracy_reference
+from bakeoff.plan.fields import Strict
+from bakeoff.plan.options import EmulatorSettings, PriceOverride
+from bakeoff.plan.serving_options import KvOffload, Speculative, WeightsOptions
 from bakeoff.plan.settings import MAX_BUDGET_USD, Pricing, Quality, Slo
-from bakeoff.plan.target import EmulatorSettings, KvOffload, PriceOverride, Speculative, Strict, Target, WeightsOptions
+from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Sessions, Workload
 
 __all__ = [

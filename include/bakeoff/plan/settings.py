@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from bakeoff.plan.target import Strict
+from bakeoff.plan.fields import Strict
 
 # The most any plan or trigger may budget (the Plan field and the trigger-form Param say the same).
 MAX_BUDGET_USD = 100_000.0

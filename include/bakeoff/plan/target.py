@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-import ipaddress
-import math
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from bakeoff import catalog, faults
+from bakeoff import catalog
 from bakeoff.plan import recipes
+from bakeoff.plan.fields import HF_REPO_RE, Strict
+from bakeoff.plan.options import DescribedGpu, EmulatorSettings, Hardware, PriceOverride, ProviderOptions
+from bakeoff.plan.precision import Quantization
+from bakeoff.plan.serving_options import KvOffload, Speculative, WeightsOptions
 from bakeoff.providers.registry import PROVIDERS, PROVISIONING
-from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, STATIC_CONN_PREFIX, allowed_connection
+from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, allowed_connection
 
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
-Quantization = Literal["bf16", "fp8", "nvfp4", "mxfp4"]
-# bytes per weight for each quantization: nvfp4 = 4 bits + an FP8 scale per 16 weights; mxfp4 = 4 bits +
-# an E8M0 scale per 32 (OCP MX)
-QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 0.53125}
-KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0}
-COMPUTE_DTYPE = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
 FP4_HINT = "write nvfp4 (NVIDIA Blackwell FP4) or mxfp4 (OCP MX FP4, MI355X and Blackwell)"
 CLOUD_PROVIDERS = PROVISIONING  # nodes bakeoff provisions (and can ship its client to)
-
-
-class Strict(BaseModel):
-    """Unknown fields are typos; inf and nan are never a plan's intent (and would slip past every
-    bound and the budget guard)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
 
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]. Anything else (spaces,
 # quotes, ';', '|', newlines) is refused here, and every value is shell-quoted again in user-data.
@@ -40,12 +27,10 @@ _IMAGE_RE = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
 )
-_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 # env names that hold secrets: those belong in ``secrets`` (resolved from connections), never in the plan
 _SECRET_NAME = re.compile(
     r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(_|$)|(^|_)(API|ACCESS|PRIVATE)_KEY(_|$)"
 )
-_OCID_RE = r"^ocid1\.{kind}\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9]{{20,80}}$"  # ocid1.<kind>.<realm>.<region>.<id>
 
 
 def _checkpoint_precision(checkpoint: str | None) -> str | None:
@@ -70,311 +55,6 @@ def check_arg(v: str) -> str:
     if any(ord(c) < 32 or ord(c) == 127 for c in v):
         raise ValueError(f"{v!r} contains a newline or control character; give one plain value per list item")
     return v
-
-
-def _each(values: list[str], pattern: str, problem: str) -> list[str]:
-    for x in values:
-        if not re.fullmatch(pattern, x):
-            raise ValueError(f"{x!r} {problem}")
-    return values
-
-
-class ProviderOptions(Strict):
-    """Where and how a target's node is provisioned. Cloud-specific fields are ignored by other clouds.
-
-    The same object answers ``.get(key, default)`` so code written against the earlier free-form
-    dict keeps working.
-    """
-
-    regions: list[str] = Field([], description="ordered: capacity errors fail over to the next")
-    zones: list[str] = Field([], description="AWS availability zones, ordered; tried within their region")
-    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]{8,17}$")
-    security_group_ids: list[str] = []
-    ami: str | None = Field(None, pattern=r"^ami-[0-9a-f]{8,17}$")
-    ssm_parameter: str | None = Field(
-        None, pattern=r"^/[A-Za-z0-9_./-]+$", description="SSM public parameter naming the AMI"
-    )
-    capacity_reservation_id: str | None = Field(
-        None, pattern=r"^cr-[0-9a-f]{8,17}$", description="EC2 Capacity Block / ODCR id"
-    )
-    key_name: str | None = Field(None, pattern=_NAME_RE, description="EC2 key pair for SSH (optional)")
-    ssh_key_ids: list[str] = Field([], description="Vultr / DigitalOcean SSH key ids (optional)")
-    os_image: str | int | None = Field(None, description="Vultr os_id / image_id or DigitalOcean image slug")
-    compartment_id: str | None = Field(
-        None,
-        pattern=_OCID_RE.format(kind="(?:compartment|tenancy)"),
-        description="OCI compartment the node is launched in (default: the connection's)",
-    )
-    availability_domains: list[str] = Field(
-        [], description="OCI availability domains, ordered; tried within their region"
-    )
-    subnet_ocid: str | None = Field(None, pattern=_OCID_RE.format(kind="subnet"), description="OCI subnet (public)")
-    image_ocid: str | None = Field(
-        None,
-        pattern=_OCID_RE.format(kind="image"),
-        description="OCI image (default: the newest platform GPU image for the shape)",
-    )
-    root_volume_gb: int = Field(1000, ge=50, le=16000)
-    ingress_cidr: str | None = Field(None, description="only this CIDR reaches the serving port")
-    client_mode: Literal["remote", "co-located"] | None = Field(
-        None,
-        description="where the benchmark client runs: co-located on the node (default on clouds) or remote "
-        "(the Airflow worker; default for local and static targets)",
-    )
-    ready_timeout_s: float = Field(1800, gt=0, le=86_400, description="node boot deadline")
-    deploy_timeout_s: float | None = Field(
-        None, gt=0, le=86_400, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)"
-    )
-    inject_fault: str | None = Field(None, description="rehearsal only: fail on purpose at this stage")
-    base_url: str | None = Field(
-        None,
-        pattern=r"^https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?/?$",
-        description="static: an existing endpoint that needs no key",
-    )
-    endpoint_connection: str | None = Field(
-        None,
-        description="static: the Airflow connection (static_endpoint_*) whose host is the endpoint's URL and "
-        "whose password is its key; the plan never holds either",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_key_env(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "api_key_env" in data:
-            raise ValueError(
-                "api_key_env is no longer accepted: a plan must not name the worker's environment "
-                "variables. Create an Airflow connection static_endpoint_<name> (host: the endpoint's "
-                "URL, password: its key) and set provider_options.endpoint_connection to its id"
-            )
-        return data
-
-    @field_validator("endpoint_connection")
-    @classmethod
-    def _static_conn(cls, v: str | None) -> str | None:
-        if v is not None and (not allowed_connection(v, (STATIC_CONN_PREFIX,)) or v == STATIC_CONN_PREFIX):
-            raise ValueError(
-                f"{v!r} is not a connection a plan may name here; use the id of a connection starting "
-                f"with {STATIC_CONN_PREFIX} (e.g. {STATIC_CONN_PREFIX}pool) whose host is the endpoint's "
-                "URL and whose password is its key"
-            )
-        return v
-
-    @field_validator("regions", "zones", "security_group_ids", "ssh_key_ids")
-    @classmethod
-    def _names(cls, v: list[str]) -> list[str]:
-        return _each(
-            v, r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", "is not a valid region/zone/id; use letters, digits, - and _"
-        )
-
-    @field_validator("availability_domains")
-    @classmethod
-    def _ads(cls, v: list[str]) -> list[str]:
-        return _each(
-            v, r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", "is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1"
-        )
-
-    @field_validator("os_image")
-    @classmethod
-    def _os_image(cls, v: str | int | None) -> str | int | None:
-        if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", v):
-            raise ValueError(f"{v!r} is not an image id or slug")
-        return v
-
-    @field_validator("ingress_cidr")
-    @classmethod
-    def _cidr(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            return str(ipaddress.ip_network(v, strict=False))
-        except ValueError:
-            raise ValueError(
-                f"{v!r} is not a CIDR; write e.g. 203.0.113.7/32 (the address Airflow reaches the node from)"
-            ) from None
-
-    @field_validator("inject_fault")
-    @classmethod
-    def _fault(cls, v: str | None) -> str | None:
-        if v is not None and v not in faults.STAGES:
-            raise ValueError(f"unknown fault stage {v!r}; use one of {', '.join(faults.STAGES)}")
-        return v
-
-    @model_validator(mode="after")
-    def _one_vpc(self) -> ProviderOptions:
-        if (self.subnet_id or self.security_group_ids) and len(self.regions) > 1:
-            raise ValueError(
-                "subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)"
-            )
-        if self.ami and self.ssm_parameter:
-            raise ValueError("give either ami or ssm_parameter, not both")
-        if self.base_url and self.endpoint_connection:
-            raise ValueError(
-                "give either base_url (an endpoint without a key) or endpoint_connection (the "
-                "connection's host is the URL), not both: a plan may not send a connection's key elsewhere"
-            )
-        return self
-
-    def get(self, key: str, default: Any = None) -> Any:
-        v = getattr(self, key, None)
-        return default if v is None else v
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-
-class EmulatorSettings(Strict):
-    """Knobs of the hardware emulator's roofline; ignored by real serving stacks."""
-
-    prefill_efficiency: float = Field(0.45, gt=0, le=1, description="share of peak FLOPs prefill reaches")
-    decode_efficiency: float = Field(0.65, gt=0, le=1, description="share of HBM bandwidth decode reaches")
-    max_num_seqs: int = Field(256, ge=1, le=65_536, description="scheduler cap on concurrent sequences")
-    time_scale: float = Field(
-        1.0,
-        gt=0,
-        le=1000,
-        description="multiply every emulated delay (shortens rehearsals and tests); figures are measured "
-        "at that speed, not rescaled, so a plan comparing emulated figures keeps one scale for all targets",
-    )
-    accuracy_error_rate: float = Field(
-        0.0, ge=0, le=1, description="share of accuracy-set answers made wrong on purpose"
-    )
-    seed: int = 0
-
-
-class Hardware(Strict):
-    """A static endpoint's hardware as its owner describes it, in place of a catalog instance type:
-    bakeoff did not provision it, so it states only what the plan says (plus the catalog's figures
-    when ``gpu`` names a catalog GPU), never an invented spec."""
-
-    gpu: str = Field(
-        min_length=1,
-        max_length=80,
-        description="GPU model, e.g. H100 SXM 80GB (a catalog GPU "
-        "name such as h100 or mi300x also brings its catalog figures: memory, power)",
-    )
-    gpus: int = Field(ge=1, le=1024, description="GPUs behind the endpoint (the node size the price is for)")
-    description: str = Field("", max_length=200, description="free text: host, interconnect, owner")
-
-    @field_validator("gpu", "description")
-    @classmethod
-    def _printable(cls, v: str) -> str:
-        if any(ord(c) < 32 or ord(c) == 127 for c in v):
-            raise ValueError("must not contain control characters")
-        return v
-
-    def as_gpu(self) -> catalog.Gpu | DescribedGpu:
-        return catalog.gpus().get(self.gpu.strip().lower()) or DescribedGpu(name=self.gpu)
-
-
-@dataclass(frozen=True)
-class DescribedGpu:
-    """A GPU the catalog does not know: its name only; every figure is missing (NaN), not guessed."""
-
-    name: str
-    vendor: str | None = None
-    hbm_gb: float = math.nan
-    hbm_tbps: float = math.nan
-    tdp_w: float = math.nan
-    all_in_kw: float = math.nan
-    source: str = "described in the plan (not in the hardware catalog)"
-    as_of: str = ""
-
-
-class PriceOverride(Strict):
-    usd_per_hour: float | None = Field(None, gt=0, le=10_000, description="node price per hour")
-    usd_per_gpu_hour: float | None = Field(None, gt=0, le=2_000)
-    market: str = "contract"
-    source: str = "per-run override"
-
-
-_HF_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
-MIRROR_CONN_PREFIXES = ("aws_",)  # the S3 mirror's credentials: an AWS connection, never a serving secret
-_S3_MIRROR_RE = re.compile(
-    r"^s3://(?P<conn>[A-Za-z0-9][A-Za-z0-9_.-]{0,199})@(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])"
-    r"(?:/(?P<prefix>[A-Za-z0-9_.=/-]*))?$"
-)
-
-
-class Speculative(Strict):
-    """Speculative decoding: the draft a model ships (MTP, DSpark) or a separate draft model (EAGLE, EAGLE3,
-    draft). ``pinned`` acceptance forces the engine's synthetic acceptance to a golden acceptance length, so
-    throughput compares with published figures; ``real`` measures acceptance on the workload's prompts."""
-
-    method: Literal["mtp", "eagle", "eagle3", "dspark", "draft"]
-    num_speculative_tokens: int = Field(3, ge=1, le=16, description="draft tokens proposed per verification step")
-    draft_model: str | None = Field(
-        None, pattern=_HF_REPO_RE, description="HF repo of the draft (default: the one the model catalog names)"
-    )
-    acceptance: Literal["real", "pinned"] = "real"
-    acceptance_length: float | None = Field(
-        None, ge=1, le=17, description="pinned: tokens per verification step (default: the golden curve's value)"
-    )
-
-    @model_validator(mode="after")
-    def _al_bounds(self) -> Speculative:
-        if self.acceptance_length is not None:
-            if self.acceptance != "pinned":
-                raise ValueError("acceptance_length: only pinned acceptance takes it; set acceptance: pinned")
-            if self.acceptance_length > self.num_speculative_tokens + 1:
-                raise ValueError(
-                    f"acceptance_length: {self.acceptance_length} exceeds num_speculative_tokens + 1 = "
-                    f"{self.num_speculative_tokens + 1} (the most one step can yield); lower it"
-                )
-        return self
-
-
-class KvOffload(Strict):
-    """A host-memory tier for the KV cache (SGLang HiCache, LMCache, vLLM's and TensorRT-LLM's native CPU
-    offload, Mooncake)."""
-
-    backend: Literal["hicache", "lmcache", "vllm_native", "trtllm_native", "mooncake"]
-    host_memory_gb: float = Field(gt=0, le=16384, description="host DRAM given to the KV cache, per node")
-    host_tbps: float = Field(0.1, gt=0, le=10, description="host<->GPU bandwidth per node, TB/s (the emulator's)")
-
-
-class WeightsOptions(Strict):
-    """Where a node keeps and fetches model weights."""
-
-    cache_dir: str = Field(
-        "/mnt/nvme/hf-cache",
-        pattern=r"^/[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*/?$",
-        description="absolute path on the node's local NVMe (the HF cache)",
-    )
-    s3_mirror: str | None = Field(
-        None, description="s3://<aws connection id>@bucket/prefix: a mirror of the weights, tried before Hugging Face"
-    )
-    download_timeout_s: float = Field(7200, gt=0, le=86_400)
-
-    @field_validator("cache_dir")
-    @classmethod
-    def _no_dotdot(cls, v: str) -> str:
-        if ".." in v.split("/"):
-            raise ValueError(f"{v!r}: give an absolute path without .., e.g. /mnt/nvme/hf-cache")
-        return v
-
-    @field_validator("s3_mirror")
-    @classmethod
-    def _mirror(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        m = _S3_MIRROR_RE.match(v)
-        if not m:
-            raise ValueError(
-                f"{v!r} is not an S3 mirror URL; write s3://<connection id>@<bucket>/<prefix>, "
-                "e.g. s3://aws_weights@my-weights-bucket/hf"
-            )
-        if not allowed_connection(m["conn"], MIRROR_CONN_PREFIXES):
-            raise ValueError(
-                f"{m['conn']!r} is not a connection a plan may name for the mirror; use an AWS connection "
-                f"whose id starts with {' or '.join(MIRROR_CONN_PREFIXES)}, e.g. s3://aws_weights@{m['bucket']}"
-            )
-        return v
-
-    @property
-    def mirror_parts(self) -> tuple[str, str, str] | None:
-        """(connection id, bucket, prefix) of the S3 mirror, if any."""
-        m = _S3_MIRROR_RE.match(self.s3_mirror or "")
-        return (m["conn"], m["bucket"], (m["prefix"] or "").strip("/")) if m else None
 
 
 class Target(Strict):
@@ -402,7 +82,7 @@ class Target(Strict):
     model: str
     quantization: Quantization = "fp8"
     checkpoint: str | None = Field(
-        None, pattern=_HF_REPO_RE, description="weights repo (default: the catalog's checkpoint for the quantization)"
+        None, pattern=HF_REPO_RE, description="weights repo (default: the catalog's checkpoint for the quantization)"
     )
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_e4m3"] = "auto"
     tensor_parallel: int = Field(1, ge=1, le=64)

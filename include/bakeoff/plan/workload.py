@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from bakeoff.plan.target import Strict
+from bakeoff.plan.fields import Strict
 
 # Ceilings on load: beyond these a point is a typo or an attempt to run the bill up, not a benchmark.
 MAX_LEN = 1_048_576  # tokens; the model's context bounds input + output further (Plan)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
 from matplotlib import rc_context
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -254,16 +256,41 @@ def _session_points(d: ReportData, workload: str) -> pd.DataFrame:
     return p
 
 
-def ttft_vs_context(d: ReportData, workload: str) -> Figure | None:
-    """Median and p99 TTFT per prompt-length bin, one line per target and concurrent-session level
-    (bins pooled over repeats by their request-weighted medians); None for request workloads."""
+def _session_chart(
+    d: ReportData,
+    workload: str,
+    draw: Callable[[Axes, pd.DataFrame, dict[str, str], dict[str, str]], None],
+    *,
+    height: float,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    legend_size: int,
+) -> Figure | None:
+    """A session workload's chart: ``draw(ax, points, colours, names)`` plots its lines over load or
+    context on a log-2 x axis, framed the same way for every session chart; None for request workloads."""
     p = _session_points(d, workload)
     if p.empty:
         return None
     with _style():
-        fig = Figure(figsize=(6.4, 3.8))
+        fig = Figure(figsize=(6.4, height))
         ax = fig.add_subplot()
-        col, names = colours(d), _names(d)
+        draw(ax, p, colours(d), _names(d))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title} - {workload}")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=legend_size, loc="best")
+        _stamp(fig, d.emulated)
+        return fig
+
+
+def ttft_vs_context(d: ReportData, workload: str) -> Figure | None:
+    """Median and p99 TTFT per prompt-length bin, one line per target and concurrent-session level
+    (bins pooled over repeats by their request-weighted medians); None for request workloads."""
+
+    def draw(ax: Axes, p: pd.DataFrame, col: dict[str, str], names: dict[str, str]) -> None:
         for (slug, c), g in p.groupby(["target", "concurrency"], sort=True):
             bins: dict[float, list[tuple[int, float, float]]] = {}
             for doc in g["ttft_by_context"]:
@@ -288,26 +315,24 @@ def ttft_vs_context(d: ReportData, workload: str) -> Figure | None:
                 label=f"{names.get(slug, slug)} {c} sessions p50",
             )
             ax.plot(xs, p99, ls=":", color=col.get(slug), alpha=alpha)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("context (prompt tokens of the turn)")
-        ax.set_ylabel("TTFT (ms): p50 solid, p99 dotted")
-        ax.set_title(f"TTFT vs context length - {workload}")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, loc="best")
-        _stamp(fig, d.emulated)
-        return fig
+
+    return _session_chart(
+        d,
+        workload,
+        draw,
+        height=3.8,
+        xlabel="context (prompt tokens of the turn)",
+        ylabel="TTFT (ms): p50 solid, p99 dotted",
+        title="TTFT vs context length",
+        legend_size=6,
+    )
 
 
 def hit_rate_vs_sessions(d: ReportData, workload: str) -> Figure | None:
     """The server's prefix-cache hit rate (its own counters) per concurrent-session level, per target,
     beside the rate the trace predicts (dashed); None for request workloads."""
-    p = _session_points(d, workload)
-    if p.empty:
-        return None
-    with _style():
-        fig = Figure(figsize=(6.4, 3.4))
-        ax = fig.add_subplot()
-        col, names = colours(d), _names(d)
+
+    def draw(ax: Axes, p: pd.DataFrame, col: dict[str, str], names: dict[str, str]) -> None:
         for slug, g in p.groupby("target", sort=True):
             lv = g.groupby("concurrency").agg(
                 measured=("prefix_cache_hit_rate", lambda s: pd.to_numeric(s, errors="coerce").mean()),
@@ -336,15 +361,18 @@ def hit_rate_vs_sessions(d: ReportData, workload: str) -> Figure | None:
                 va="center",
                 transform=ax.transAxes,
             )
-        ax.set_xscale("log", base=2)
         ax.set_ylim(0, 100)
-        ax.set_xlabel("concurrent sessions (open loop: session arrivals, milli-sessions/s)")
-        ax.set_ylabel("prefix-cache hit rate (%)")
-        ax.set_title(f"Prefix-cache hit rate vs load - {workload}")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="best")
-        _stamp(fig, d.emulated)
-        return fig
+
+    return _session_chart(
+        d,
+        workload,
+        draw,
+        height=3.4,
+        xlabel="concurrent sessions (open loop: session arrivals, milli-sessions/s)",
+        ylabel="prefix-cache hit rate (%)",
+        title="Prefix-cache hit rate vs load",
+        legend_size=7,
+    )
 
 
 def trend(d: ReportData, workload: str) -> Figure | None:

@@ -304,6 +304,20 @@ def _caveats(d: ReportData) -> list[str]:
             "EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
             "use it to check the pipeline, never to choose hardware."
         )
+    scaled = [f"{x.name} ({x.emulator.time_scale:g})" for x in plan.targets if x.emulator.time_scale != 1]
+    if scaled and d.emulated:
+        out.append(
+            f"The emulator ran with its delays scaled (time_scale) for: {', '.join(scaled)}; its figures are that "
+            "much faster or slower than the emulated hardware, and compare only with targets at the same scale."
+        )
+    pinned = [x.name for x in plan.targets if x.speculative and x.speculative.acceptance == "pinned"]
+    if pinned:
+        out.append(
+            f"Speculative acceptance is pinned (the golden acceptance length) for: {', '.join(pinned)}. Their "
+            "throughput compares with published figures, but a pinned engine skips verification, so its answers "
+            "are not the model's: its accuracy gate says nothing about a real deployment. Run with acceptance: "
+            "real for the figure your prompts get."
+        )
     catalog_priced = t[t["price_as_of"] != ""]
     undated = catalog_priced[catalog_priced["price_as_of"] == "undated"]["name"].tolist()
     if undated:

@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 LOCAL_PROVIDERS = tuple(n for n, p in PROVIDERS.items() if p.emulated)
 # A static endpoint is already up: when it does not answer within this, waiting longer will not help.
 STATIC_DEPLOY_TIMEOUT_S = 120.0
+# The node agent starts seconds into boot, before the engine: an engine ready this soon after launch (an
+# emulator) may beat it, so readiness waits this long for the agent; later, a silent agent is broken, and
+# the endpoint is described without the node's facts rather than held until the deploy deadline.
+AGENT_GRACE_S = 120.0
 # Failures the node's output makes certain while the server comes up: waiting on cannot help. An
 # "unsupported" line alone is believed only at the deadline (engines log benign "not supported"
 # warnings while they start); a fatal one ends in a traceback, which is a crash.
@@ -177,8 +181,9 @@ def _describe(
     api_key: str | None,
     out_dir: str | store.StorePath,
     credentials: Credentials | None,
-) -> Endpoint:
-    """The ready server as an endpoint, with its provenance; deploy.json and endpoint.json written."""
+) -> Endpoint | None:
+    """The ready server as an endpoint, with its provenance; deploy.json and endpoint.json written.
+    None while the node's agent, which hands back the node's facts, is not answering yet."""
     url = base_url(instance)
     stack = _stack_facts(target)
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
@@ -197,6 +202,10 @@ def _describe(
         from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
 
         output = node_output(instance, api_key, credentials)
+        booted_s = time.time() - (instance.launched_at or 0.0)
+        if output is None and (instance.details or {}).get("agent_url") and booted_s < AGENT_GRACE_S:
+            log.info("deploy: %s serves, but its node agent does not answer yet; looking again", target.name)
+            return None  # the agent hands back the weights facts and runs a co-located benchmark
         node = provenance_from_console(output, target.gpu.vendor)
     weights = weights_facts(target, instance, output, ready_at)
     endpoint = Endpoint(

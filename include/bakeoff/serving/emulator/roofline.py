@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bakeoff.plan.target import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
+from bakeoff.plan.precision import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
 
 GPU_MEMORY_UTILIZATION = 0.9
 MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's default for its OpenAI server
