@@ -55,6 +55,9 @@ def start_run(
     from bakeoff.agent.job import preflight  # noqa: PLC0415 - a co-located job the node would refuse stops here
 
     preflight(plan)
+    from bakeoff.bench.sessions import check_plan_contexts  # noqa: PLC0415 - numpy only for session workloads
+
+    check_plan_contexts(plan)
     rdir = store.run_dir(plan.name, run_id)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     store.record(

@@ -341,3 +341,25 @@ def test_the_plans_context_bound_holds_for_every_generated_session():
     sessions = generate(SyntheticSpec.of(block), 0)
     most = max(t.input_tokens + t.output_tokens for s in sessions for t in s.turns)
     assert 0.8 * peak < most <= peak
+
+
+def test_a_trace_beyond_a_targets_context_stops_the_run_before_any_spend(tmp_path, monkeypatch, data_root):
+    """start_run reads trace and log sessions against the tightest model context of the plan's targets."""
+    import yaml
+
+    from bakeoff import pipeline
+    from bakeoff.plan import load_plan
+
+    monkeypatch.setenv("BAKEOFF_WORKLOADS_DIR", str(tmp_path))
+    long = 140_000  # beyond Llama 3.1's 131,072-token context
+    _trace(
+        tmp_path,
+        [{"session_id": "s1", "timestamp": 0, "input_length": long, "output_length": 10, "hash_ids": list(range(274))}],
+    )
+    raw = load_plan("local-agentic").model_dump(mode="json")
+    raw["workloads"][0]["sessions"] = {"source": "trace", "path": "t.jsonl", "concurrent_sessions": [2]}
+    plan_file = tmp_path / "long-trace.yaml"
+    plan_file.write_text(yaml.safe_dump(raw))
+    with pytest.raises(WorkloadFileError, match="session s1 turn 1 needs 140010 tokens"):
+        pipeline.start_run(str(plan_file), "manual__long")
+    assert not (data_root / "results").exists() or not any((data_root / "results").rglob("plan.json"))

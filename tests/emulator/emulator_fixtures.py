@@ -31,6 +31,19 @@ def make_target(**kw: Any) -> Target:
     return Target(**(base | kw), emulator=emulator)
 
 
+def h100_8b(**kw: Any) -> Target:
+    """One H100 serving Llama 3.1 8B in bf16: a small roofline whose figures are easy to check by hand."""
+    return make_target(
+        name="h100-8b",
+        instance_type="p5.48xlarge",
+        model="llama-3.1-8b",
+        quantization="bf16",
+        kv_cache_dtype="auto",
+        tensor_parallel=1,
+        **kw,
+    )
+
+
 def make_config(target: Target | None = None, **kw: Any) -> dict[str, Any]:
     t = target or make_target()
     return {"mode": "roofline", "target": t.model_dump(mode="json"), "api_key_env": None} | kw

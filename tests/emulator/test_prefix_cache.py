@@ -9,7 +9,7 @@ import re
 import time
 
 import pytest
-from emulator_fixtures import make_config, make_target, serve
+from emulator_fixtures import h100_8b, make_config, serve
 
 from bakeoff.bench.session_sources import SyntheticSpec, generate
 from bakeoff.bench.sessions import PromptBlocks, expected_hit_rate, send_order
@@ -19,18 +19,6 @@ from bakeoff.serving.emulator.engine import RooflineEngine, Sequence
 from bakeoff.serving.emulator.prefix_cache import BLOCK_TOKENS, PrefixCache, block_keys
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.tokens import VOCAB
-
-
-def h100_8b(**kw):
-    return make_target(
-        name="h100-8b",
-        instance_type="p5.48xlarge",
-        model="llama-3.1-8b",
-        quantization="bf16",
-        kv_cache_dtype="auto",
-        tensor_parallel=1,
-        **kw,
-    )
 
 
 def words(n: int, tag: str) -> list[str]:

@@ -7,7 +7,7 @@ import re
 import statistics
 
 import pytest
-from emulator_fixtures import make_config, make_target, serve
+from emulator_fixtures import h100_8b, make_config, make_target, serve
 
 from bakeoff.serving.emulator.engine import RooflineEngine, Sequence
 from bakeoff.serving.emulator.roofline import Roofline
@@ -15,13 +15,7 @@ from bakeoff.serving.emulator.speculation import Acceptance, chain_probability, 
 
 
 def spec_target(time_scale: float = 0.05, **spec):
-    return make_target(
-        name="h100-8b",
-        instance_type="p5.48xlarge",
-        model="llama-3.1-8b",
-        quantization="bf16",
-        kv_cache_dtype="auto",
-        tensor_parallel=1,
+    return h100_8b(
         speculative={"method": "eagle3", "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"} | spec,
         emulator={"time_scale": time_scale},
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from emulator_fixtures import make_config, make_target, serve
+from emulator_fixtures import h100_8b, make_config, make_target, serve
 
 
 async def timed_stream(s, path, body):
@@ -64,15 +64,7 @@ def test_scripted_deadlines_do_not_drift_under_concurrency(run):
 
 def test_roofline_timing_follows_the_model(run):
     """H100 / Llama 3.1 8B bf16 at decode efficiency 0.5: ~9.6 ms per step, prefill 0.03 ms/token."""
-    target = make_target(
-        name="h100-8b",
-        instance_type="p5.48xlarge",
-        model="llama-3.1-8b",
-        quantization="bf16",
-        kv_cache_dtype="auto",
-        tensor_parallel=1,
-        emulator={"prefill_efficiency": 0.5, "decode_efficiency": 0.5},
-    )
+    target = h100_8b(emulator={"prefill_efficiency": 0.5, "decode_efficiency": 0.5})
 
     async def go():
         async with serve(make_config(target)) as s:

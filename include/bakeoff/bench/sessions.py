@@ -70,6 +70,16 @@ def load_sessions(workload, seed: int, *, context_tokens: int | None = None, mod
     return sessions
 
 
+def check_plan_contexts(plan) -> None:
+    """Before any spend: every session a trace or log file holds fits the context of every target's model
+    (synthetic sessions are checked when the plan is loaded, from their stated maxima)."""
+    tightest = min(plan.targets, key=lambda t: t.model_spec.context)
+    for w in plan.workloads:
+        block = w.sessions
+        if w.kind == "sessions" and block is not None and (block.source != "synthetic" or block.fit_from):
+            load_sessions(w, w.seed, context_tokens=tightest.model_spec.context, model=tightest.model)
+
+
 def check_context(sessions: Iterable[Session], context_tokens: int, model: str, where: str) -> None:
     """Refuse the first turn whose prompt plus output passes the model's context: a server refuses it,
     so the session could never be replayed as the trace states it."""
