@@ -7,8 +7,8 @@ FROM apache/airflow:3.3.2-python3.11
 # the image runs exactly the versions CI tested, every wheel checked against its hash. The lock pins
 # apache-airflow itself, so pip cannot move the image's Airflow. It also holds the test and dev
 # extras (a few tens of MB): one lock for every environment rather than a second one to keep in step.
-COPY --chown=airflow:0 requirements.lock /opt/bakeoff/
-RUN pip install --no-cache-dir --require-hashes -r /opt/bakeoff/requirements.lock
+COPY --chown=airflow:0 requirements.txt /opt/bakeoff/
+RUN pip install --no-cache-dir --require-hashes -r /opt/bakeoff/requirements.txt
 
 # The library (include/bakeoff) as an installed package; dags/, plugins/ and include/ are also
 # mounted by docker-compose.yml so DAG and library edits need no rebuild.

@@ -49,8 +49,7 @@ test-unit: venv
 	$(PY) -m pytest -q -m "not e2e and not browser and not sandbox and not distributed"
 
 ## lint: ruff's rules and ruff format (pyproject.toml [tool.ruff]); typecheck: mypy on include/bakeoff
-## (pyproject.toml [tool.mypy], strict on plan, cost and bench.metrics). Both are expected to be red
-## until the pending cleanup pass over the tree (ruff check --fix, ruff format, the type fixes).
+## (pyproject.toml [tool.mypy], strict on the modules it lists). CI runs both first.
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -58,27 +57,29 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-## lock: compile requirements.lock (every extra, with hashes) from pyproject.toml under Airflow's
-## constraints. Pins already in the lock are kept while they still satisfy pyproject.toml;
+## lock: compile requirements.txt, the one pinned install list (every extra, with hashes), from
+## pyproject.toml under Airflow's constraints. Pins already in the lock are kept while they still satisfy pyproject.toml;
 ## UPGRADE=1 re-resolves everything to the newest allowed versions. Then `make venv`, and
 ## `python scripts/agent_requirements.py` if an agent package moved.
 lock: ensure-uv
 	$(UV) pip compile pyproject.toml --all-extras --generate-hashes --quiet \
 		--constraints $(CONSTRAINTS) --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) \
-		--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) --output-file requirements.lock
+		--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) --output-file requirements.txt
 
 ## ui: the Airflow UI on http://localhost:8080 (airflow standalone prints the admin password)
 ui: venv airflow-db
 	PATH="$(abspath $(VENV))/bin:$$PATH" airflow standalone
 
 ## venv: the virtualenv, exactly the lock (sync removes what the lock does not list; every wheel's
-## hash is checked), then bakeoff itself as an editable install.
+## hash is checked), then bakeoff itself as an editable install. --python names the venv's interpreter:
+## `python -m uv` (the fallback when uv is not on PATH) would otherwise install into the Python that
+## runs it, not into $(VENV), whatever VIRTUAL_ENV says.
 venv: $(STAMP)
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.txt pyproject.toml
 	@$(MAKE) --no-print-directory ensure-uv
 	@test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
-	VIRTUAL_ENV=$(VENV) $(UV) pip sync --quiet --require-hashes requirements.lock
-	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet --no-deps -e .
+	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	@touch $(STAMP)
 
 ensure-uv:

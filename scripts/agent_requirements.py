@@ -3,7 +3,7 @@
 The node installs the agent's third-party packages with ``pip install --require-hashes``, so a
 compromised index or mirror cannot swap a wheel. The file pins the whole dependency closure of the
 ``agent`` extra in pyproject.toml (``bakeoff.agent.bundle.AGENT_REQUIREMENTS``) at the versions this
-worker runs (requirements.lock), with the SHA-256 of the wheel pip picks on the node (CPython 3.11,
+worker runs (requirements.txt), with the SHA-256 of the wheel pip picks on the node (CPython 3.11,
 manylinux x86_64, the agent image's platform).
 
     python scripts/agent_requirements.py            # regenerate (downloads the wheels once, via pip)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-LOCK_TEXT = (ROOT / "requirements.lock").read_text()
+LOCK_TEXT = (ROOT / "requirements.txt").read_text()
 ENV_EXAMPLE = read_env_file((ROOT / ".env.example").read_text())
 AIRFLOW_SERVICES = {
     "airflow-apiserver",
@@ -299,7 +299,7 @@ def test_dockerfile_builds_on_the_pinned_airflow_and_installs_the_library():
     pinned = re.search(r"^apache-airflow==(\S+) \\$", LOCK_TEXT, re.M).group(1)
     assert base == f"apache/airflow:{pinned}-python3.11"
     assert "apache-airflow==" + pinned in PROJECT["dependencies"]
-    assert "pip install --no-cache-dir --require-hashes -r /opt/bakeoff/requirements.lock" in dockerfile
+    assert "pip install --no-cache-dir --require-hashes -r /opt/bakeoff/requirements.txt" in dockerfile
     assert re.search(r"pip install .*/opt/bakeoff$", dockerfile, re.M)
     for src in re.findall(r"^COPY (?:--\S+ )*(.+) \S+$", dockerfile, re.M):
         for path in src.split():

@@ -21,7 +21,7 @@ from bakeoff.agent import bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-LOCK_TEXT = (ROOT / "requirements.lock").read_text()
+LOCK_TEXT = (ROOT / "requirements.txt").read_text()
 CONSTRAINTS = ROOT / "constraints" / "airflow-3.3.2-py3.11.txt"
 
 
@@ -57,7 +57,7 @@ def test_the_lock_is_generated_by_make_lock_and_every_pin_carries_its_hashes():
 def test_every_declared_dependency_and_extra_is_locked_within_its_range():
     for req in _declared():
         name = canonicalize_name(req.name)
-        assert name in LOCK, f"{req} (pyproject.toml) is not in requirements.lock: run make lock"
+        assert name in LOCK, f"{req} (pyproject.toml) is not in requirements.txt: run make lock"
         assert req.specifier.contains(LOCK[name][0], prereleases=True), f"lock pins {name}=={LOCK[name][0]}, not {req}"
         for extra in req.extras:  # e.g. moto[server]: its extra's packages are locked too
             for sub in md.requires(req.name) or []:
@@ -86,7 +86,7 @@ def test_this_environment_runs_the_lock():
             have = None
         if have != version:
             wrong[name] = (version, have)
-    assert not wrong, f"installed versions differ from requirements.lock (locked, installed): {wrong}; run make venv"
+    assert not wrong, f"installed versions differ from requirements.txt (locked, installed): {wrong}; run make venv"
 
 
 def test_the_agents_requirements_are_the_agent_extra():
@@ -106,21 +106,25 @@ def test_make_lock_compiles_pyproject_with_hashes_under_the_constraints():
     cmd = _recipe("lock")
     assert re.search(r"pip compile pyproject.toml --all-extras --generate-hashes", cmd)
     assert f"--constraints {CONSTRAINTS.relative_to(ROOT)}" in cmd
-    assert "--python-version 3.11" in cmd and "--output-file requirements.lock" in cmd
+    assert "--python-version 3.11" in cmd and "--output-file requirements.txt" in cmd
     assert "--upgrade" not in cmd and "--upgrade" in _recipe("lock", "UPGRADE=1")
 
 
 def test_make_venv_installs_exactly_the_hashed_lock_then_the_project_without_deps(tmp_path):
     cmd = _recipe("venv", f"VENV={tmp_path}/venv")
-    sync = re.search(rf"VIRTUAL_ENV={tmp_path}/venv .*pip sync .*--require-hashes requirements.lock", cmd)
-    editable = re.search(rf"VIRTUAL_ENV={tmp_path}/venv .*pip install .*--no-deps -e \.", cmd)
+    # --python names the venv's interpreter: `python -m uv` ignores VIRTUAL_ENV and installs into
+    # the Python that runs it, which left a fresh .venv empty.
+    sync = re.search(rf"pip sync .*--python {tmp_path}/venv/bin/python --require-hashes requirements.txt", cmd)
+    editable = re.search(rf"pip install .*--python {tmp_path}/venv/bin/python --no-deps -e \.", cmd)
     assert sync and editable and sync.start() < editable.start()
+    assert "VIRTUAL_ENV=" not in cmd
 
 
 def test_the_image_installs_the_same_lock():
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir --require-hashes -r /opt/bakeoff/requirements.lock" in dockerfile
-    assert not list(ROOT.glob("requirements*.txt")), "pyproject.toml is the one list of requirements"
+    assert "pip install --no-cache-dir --require-hashes -r /opt/bakeoff/requirements.txt" in dockerfile
+    others = sorted(p.name for p in ROOT.glob("requirements*") if p.name != "requirements.txt")
+    assert not others, f"requirements.txt is the one pinned install list, not also {others}"
 
 
 def test_ci_checks_lint_and_types_before_it_runs_the_tests():
