@@ -40,12 +40,13 @@ from pydantic import (
 
 from bakeoff import catalog
 from bakeoff.fielderrors import explain
+from bakeoff.plan import Plan, PlanError
+from bakeoff.plan.precision import QUANTIZATIONS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 CLAIM_ID_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
-QUANTIZATIONS = ("bf16", "fp8", "nvfp4", "mxfp4")
 METRICS = {
     "output_tps_per_node": "output tokens/s per node",
     "total_tps_per_node": "input + output tokens/s per node",
@@ -71,10 +72,7 @@ def _quantization(v: str) -> str:
 
 
 def _gpu_name(v: str) -> str:
-    known = catalog.gpus()
-    if v not in known:
-        raise ValueError(f"{v!r} is not a catalog GPU; use one of: {', '.join(sorted(known))}")
-    return v
+    return catalog.known_name("gpu", v)
 
 
 # Shared by Configuration and Comparison, so both check GPU names and precisions the same way.
@@ -103,18 +101,12 @@ class Configuration(_Strict):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str | None) -> str | None:
-        known = catalog.models()
-        if v is not None and v not in known:
-            raise ValueError(f"{v!r} is not a catalog model; use one of: {', '.join(sorted(known))}")
-        return v
+        return v if v is None else catalog.known_name("model", v)
 
     @field_validator("stack")
     @classmethod
     def _stack(cls, v: str | None) -> str | None:
-        known = catalog.stacks()
-        if v is not None and v not in known:
-            raise ValueError(f"{v!r} is not a serving stack bakeoff knows; use one of: {', '.join(sorted(known))}")
-        return v
+        return v if v is None else catalog.known_name("stack", v)
 
 
 class Figure(_Strict):
@@ -225,6 +217,19 @@ def load_claim(name: str) -> Claim:
         )
     path = claims_dir() / f"{name}.yaml"
     return _load(path, path.stat().st_mtime)
+
+
+def check_plan_claims(plan: Plan) -> list[Claim]:
+    """Every claim the plan names, loaded: a run (and ``plan check``) stops before any spend on a
+    missing or broken one. It is checked here, not in the plan's schema, because claims derive their
+    precisions from the plan package: a schema rule would make the two import each other."""
+    loaded = []
+    for i, name in enumerate(plan.claims):
+        try:
+            loaded.append(load_claim(name))
+        except ClaimError as e:
+            raise PlanError(f"claims[{i}]: {e}") from None
+    return loaded
 
 
 # --- checking -----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from bakeoff import pipeline, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.budget import BudgetExceeded, estimate
+from bakeoff.claims import check_plan_claims
 from bakeoff.fielderrors import explain
 from bakeoff.plan import PlanError, Target, load_plan, recipes
 from bakeoff.providers.credentials import credentials_from_env
@@ -34,6 +35,7 @@ from bakeoff.serving import engines, userdata
 
 def _plan_check(args) -> int:
     plan = load_plan(args.plan)
+    check_plan_claims(plan)
     for t in plan.targets:
         hardware = f"{t.instance_type or 'described hardware'} ({t.instance.gpus}x {t.gpu.name})"
         print(

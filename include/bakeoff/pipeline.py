@@ -15,6 +15,7 @@ from typing import Any
 
 from bakeoff import faults, secrets, store
 from bakeoff.agent import job
+from bakeoff.claims import check_plan_claims
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet
@@ -49,6 +50,7 @@ def start_run(
     check the budget against the plan's cap and the installation ceiling (budget_ceiling_usd: the
     Airflow Variable's raw value, None = the default), record the run."""
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
+    check_plan_claims(plan)
     from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
 
     estimate = budget.check(plan, ceiling_usd=budget_ceiling_usd)

@@ -66,3 +66,22 @@ def test_scrape_reads_a_live_server_and_survives_a_dead_one():
         assert got is not None and "_taken_at" in got
         assert sm.scrape(srv.url + "/v1", None) is not None  # an OpenAI base URL works too
     assert sm.scrape("http://127.0.0.1:9", None, timeout_s=0.5) is None
+
+
+def test_one_malformed_line_costs_only_that_line():
+    """prometheus-client's parser refuses a whole exposition at its first bad line; the per-line
+    fallback keeps every other figure."""
+    text = VLLM_BEFORE + 'vllm:prefix_cache_hits_total{model_name="m" 12\n'  # unterminated label set
+    assert sm.parse(text) == sm.parse(VLLM_BEFORE) != {}
+
+
+def test_an_exposition_written_by_prometheus_client_reads_back():
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    registry = CollectorRegistry()
+    hits = Counter("vllm:prefix_cache_hits", "hits", ["engine"], registry=registry)
+    hits.labels("0").inc(7)
+    hits.labels("1").inc(5)
+    text = generate_latest(registry).decode()
+    assert "vllm:prefix_cache_hits_created" in text  # the parser must not add the creation time
+    assert sm.parse(text) == {sm.PREFIX_HITS: 12.0}

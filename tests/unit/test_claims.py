@@ -199,11 +199,38 @@ def test_claim_file_errors_yaml_id_and_unknown_name(tmp_path, monkeypatch):
 
 
 def test_plan_names_claims_by_name_and_refuses_unknown_ones():
-    assert plan_from_dict(plan_dict()).claims == [SEED]
+    plan = plan_from_dict(plan_dict())
+    assert [c.id for c in claims.check_plan_claims(plan)] == [SEED]
     raw = plan_dict()
     raw["claims"] = ["glm52-mi355x-wafre"]
     with pytest.raises(PlanError, match=r"claims\[0\]: no claim named 'glm52-mi355x-wafre'; choose one of: .*" + SEED):
-        plan_from_dict(raw)
+        claims.check_plan_claims(plan_from_dict(raw))
+
+
+def test_a_run_naming_a_missing_claim_stops_before_anything_is_recorded(data_root):
+    from bakeoff import pipeline, store
+
+    raw = plan_dict()
+    raw["claims"] = ["glm52-mi355x-wafre"]
+    path = data_root / "claims-plan.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(PlanError, match=r"claims\[0\]: no claim named"):
+        pipeline.start_run(str(path), "manual__missing_claim")
+    assert not list(store.at(store.results_root()).rglob("*.json"))
+
+
+def test_the_plan_package_does_not_import_claims_and_claims_use_the_plans_precisions():
+    """One list of quantizations (the plan's), and no import cycle between plan and claims."""
+    import subprocess
+    import sys
+
+    from bakeoff.plan.precision import QUANTIZATIONS
+
+    assert claims.QUANTIZATIONS is QUANTIZATIONS
+    code = "import sys, bakeoff.plan; assert 'bakeoff.claims' not in sys.modules, 'plan imports claims'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", "import bakeoff.claims"], check=True)  # claims first: no cycle
 
 
 # --- checkpoints --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bakeoff.bench.records import SERVER_METRICS_COLUMNS
 
@@ -45,31 +46,27 @@ COLUMNS = SERVER_METRICS_COLUMNS
 
 
 def parse(text: str) -> dict[str, float]:
-    """The counters and gauges this module reads, each summed over its label sets. Names are stored
-    without ``_total``; unknown lines, comments and malformed values are skipped."""
+    """The counters and gauges this module reads, each summed over its label sets, by
+    prometheus-client's text parser. Names are stored without ``_total``; NaN values are skipped.
+
+    The parser rejects a whole exposition at its first malformed line, so a server with one bad
+    line would lose every figure: then each line is parsed on its own and the bad ones skipped."""
     wanted = set(COUNTERS) | set(GAUGES)
+    try:
+        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except ValueError:
+        samples = []
+        for line in text.splitlines():
+            try:
+                samples += [s for family in text_string_to_metric_families(line + "\n") for s in family.samples]
+            except ValueError:
+                continue
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
+    for sample in samples:
+        name = sample.name.removesuffix("_total")
+        if name not in wanted or math.isnan(sample.value):
             continue
-        brace, space = line.find("{"), line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name, rest = line[:brace], line.rsplit("}", 1)[-1]
-        else:
-            name, rest = line[: space if space != -1 else len(line)], line[space:] if space != -1 else ""
-        name = name.removesuffix("_total")
-        if name not in wanted:
-            continue
-        fields = rest.split()  # value, then an optional timestamp
-        if not fields:
-            continue
-        try:
-            v = float(fields[0])
-        except ValueError:
-            continue
-        if math.isnan(v):
-            continue
-        out[name] = out.get(name, 0.0) + v
+        out[name] = out.get(name, 0.0) + sample.value
     return out
 
 

@@ -6,12 +6,15 @@ Every figure keeps the source and date it came from, so a report can say where a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from bakeoff.plan.precision import QUANTIZATIONS
 
 
 class _Frozen(BaseModel):
@@ -136,9 +139,9 @@ class ModelSpec(_Frozen):
             raise bad("experts/experts_per_token", "are set together (MoE) or not at all (dense)")
         if self.experts is not None and self.experts_per_token is not None and self.experts_per_token > self.experts:
             raise bad("experts_per_token", f"({self.experts_per_token}) exceeds experts ({self.experts})")
-        unknown = set(self.checkpoints) - {"bf16", "fp8", "nvfp4", "mxfp4"}
+        unknown = set(self.checkpoints) - set(QUANTIZATIONS)
         if unknown:
-            raise bad("checkpoints", f"has unknown quantization {sorted(unknown)}; use bf16, fp8, nvfp4 or mxfp4")
+            raise bad("checkpoints", f"has unknown quantization {sorted(unknown)}; use {', '.join(QUANTIZATIONS)}")
         return self
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
@@ -172,7 +175,7 @@ class StackSpec(_Frozen):
     args: dict[str, list[str]] = {}
     speculative: list[str] = []
     kv_offload: list[str] = []
-    precisions: list[str] = ["bf16", "fp8", "nvfp4", "mxfp4"]
+    precisions: list[str] = list(QUANTIZATIONS)
     metrics_prefix: str = ""
     source: str = ""
 
@@ -267,3 +270,23 @@ def golden_acceptance_length(
     points = (curve or {}).get(thinking) or {}
     value = points.get(tokens)
     return None if value is None else float(value)
+
+
+_NAME_KINDS = {
+    "gpu": ("catalog GPU", "hardware.yaml"),
+    "model": ("catalog model", "models.yaml"),
+    "stack": ("serving stack bakeoff knows", "serving.yaml"),
+}
+
+
+def known_name(kind: Literal["gpu", "model", "stack"], value: str) -> str:
+    """The one check of a GPU, model or serving-stack name, for plans and claims alike: an unknown
+    name is refused with the catalog's choices and the file that would have to list it."""
+    loaders: dict[str, Callable[[], Mapping[str, object]]] = {"gpu": gpus, "model": models, "stack": stacks}
+    known = loaders[kind]()
+    if value not in known:
+        what, where = _NAME_KINDS[kind]
+        raise ValueError(
+            f"{value!r} is not a {what}; use one of: {', '.join(sorted(known))} (or add it to catalog/{where})"
+        )
+    return value

@@ -200,18 +200,12 @@ class Target(Strict):
     @field_validator("stack")
     @classmethod
     def _known_stack(cls, v: str) -> str:
-        if v not in catalog.stacks():
-            raise ValueError(f"unknown serving stack {v!r}; use one of: {', '.join(sorted(catalog.stacks()))}")
-        return v
+        return catalog.known_name("stack", v)
 
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        if v not in catalog.models():
-            raise ValueError(
-                f"unknown model {v!r}; add it to the model catalog or use one of: {', '.join(sorted(catalog.models()))}"
-            )
-        return v
+        return catalog.known_name("model", v)
 
     @model_validator(mode="after")
     def _fits(self) -> Target:
