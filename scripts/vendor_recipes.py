@@ -1,6 +1,10 @@
-"""Convert InferenceX's single-node recipes into bakeoff's vendored recipe file.
+"""Convert InferenceX's recipes into bakeoff's vendored recipe files.
 
     python scripts/vendor_recipes.py /path/to/InferenceX-checkout [--commit SHA --date YYYY-MM-DD]
+
+The multi-node and disaggregated keys go to ``inferencex-multinode.yaml`` beside the single-node file
+(``convert_multinode``): per key its orchestrator, engine, router, KV transfer engine and, per search-space
+arm, the prefill and decode roles (workers, TP, EP, DP-attention, the recipe file each arm cites).
 
 Reads ``configs/amd-master.yaml`` and ``configs/nvidia-master.yaml`` of a local InferenceX checkout and
 writes ``include/bakeoff/recipes/inferencex.yaml``: one recipe per current single-node key for MI355X,
@@ -25,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 from bakeoff import catalog
 
 OUT = Path(__file__).resolve().parents[1] / "include" / "bakeoff" / "recipes" / "inferencex.yaml"
+MULTINODE_OUT = OUT.with_name("inferencex-multinode.yaml")
 REPO = "SemiAnalysisAI/InferenceX"
 SOURCES = ("configs/amd-master.yaml", "configs/nvidia-master.yaml")
 GPUS = ("mi355x", "b200", "b300")
@@ -247,6 +252,100 @@ def convert(key: str, src: str, row: dict[str, Any]) -> tuple[str, dict[str, Any
     return name, rec
 
 
+# InferenceX framework of a disaggregated key -> (orchestrator, engine of its workers)
+DISAGG_FRAMEWORKS = {
+    "dynamo-trt": ("dynamo", "trtllm"),
+    "dynamo-sglang": ("dynamo", "sglang"),
+    "dynamo-vllm": ("dynamo", "vllm"),
+    "llmd-vllm": ("llm-d", "vllm"),
+    "sglang-disagg": ("sglang-pd", "sglang"),
+    "atom-disagg": ("atomesh", "atom"),
+}
+MULTINODE_GPUS = ("mi355x", "b200", "b300", "gb200", "gb300")
+
+
+def _role(raw: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "workers": int(raw.get("num-worker", 1)),
+        "tp": int(raw.get("tp", 1)),
+        "ep": int(raw.get("ep", 1)),
+        "dp_attention": bool(raw.get("dp-attn", False)),
+        "settings": [str(x) for x in raw.get("additional-settings") or []],
+    }
+
+
+def convert_multinode(key: str, src: str, row: dict[str, Any]) -> dict[str, Any] | None:
+    """A disaggregated key as bakeoff's multi-node recipe (its key is its name), or None when bakeoff
+    has no model, GPU or orchestrator for it, or it has no arm with both roles."""
+    gpu, prefix, fw = gpu_of(str(row.get("runner", ""))), row.get("model-prefix"), row.get("framework")
+    if not row.get("disagg") or gpu not in MULTINODE_GPUS or prefix not in MODELS or fw not in DISAGG_FRAMEWORKS:
+        return None
+    arms = []
+    for scenario, entries in (row.get("scenarios") or {}).items():
+        if scenario != "fixed-seq-len":
+            continue
+        for entry in entries:
+            for arm in entry.get("search-space", []):
+                if "prefill" not in arm or "decode" not in arm:
+                    continue
+                if min(int(arm[role].get("num-worker", 1)) for role in ("prefill", "decode")) < 1:
+                    continue  # no decode workers: an aggregated multi-node arm, not a disaggregated one
+                spec = arm.get("spec-decoding")
+                arms.append(
+                    {
+                        "isl": int(entry["isl"]),
+                        "osl": int(entry["osl"]),
+                        "concurrency": concurrencies(arm),
+                        "speculative": spec if spec and spec != "none" else None,
+                        "prefill": _role(arm["prefill"]),
+                        "decode": _role(arm["decode"]),
+                    }
+                )
+    if not arms:
+        return None
+    orchestrator, engine = DISAGG_FRAMEWORKS[fw]
+    router = row.get("router") or {}
+    return {
+        "key": key,
+        "source_file": src,
+        "runner": row["runner"],
+        "model": MODELS[prefix],
+        "gpu": gpu,
+        "framework": fw,
+        "orchestrator": orchestrator,
+        "engine": engine,
+        "precision": precision(prefix, gpu, row["precision"], str(row["model"])),
+        "image": str(row["image"]).replace("#", "/"),
+        "checkpoint": str(row["model"]),
+        "router": f"{router['name']} {router.get('version', '')}".strip() if router else None,
+        "kv_transfer": row.get("kv-p2p-transfer"),
+        "arms": arms,
+    }
+
+
+def write_multinode(checkout: Path, commit: str, date: str, out: Path) -> int:
+    recipes: dict[str, dict[str, Any]] = {}
+    for src in SOURCES:
+        for key, row in (yaml.safe_load((checkout / src).read_text()) or {}).items():
+            rec = convert_multinode(key, src, row) if isinstance(row, dict) else None
+            if rec is not None:
+                recipes[key] = rec
+    header = (
+        "# Vendored InferenceX multi-node, disaggregated recipes, converted by scripts/vendor_recipes.py.\n"
+        f"# Source: {REPO} at commit {commit} ({date}), configs/amd-master.yaml and configs/nvidia-master.yaml;\n"
+        "# Apache-2.0 (LICENSE-inferencex.txt beside this file). Per arm: the prefill and decode roles as published\n"
+        "# (num-worker, tp, ep, dp-attn; settings: the per-arm recipe file InferenceX cites). GPUs of a worker:\n"
+        "# max(tp, ep). precision: InferenceX's fp4 is mxfp4 on MI355X (and MX checkpoints), nvfp4 on NVIDIA.\n"
+    )
+    doc = {
+        "source": {"repo": REPO, "commit": commit, "date": date, "licence": "Apache-2.0", "files": list(SOURCES)},
+        "recipes": dict(sorted(recipes.items())),
+    }
+    out.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=120))
+    print(f"wrote {len(recipes)} multi-node recipes to {out}")
+    return len(recipes)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkout", type=Path, help="a local InferenceX checkout (or a folder with its configs/)")
@@ -284,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=120))
     print(f"wrote {len(recipes)} recipes to {args.out}")
+    write_multinode(args.checkout, args.commit, args.date, args.out.with_name(MULTINODE_OUT.name))
     return 0
 
 

@@ -18,19 +18,21 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from bakeoff import pipeline, store
+from bakeoff import catalog, pipeline, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.budget import BudgetExceeded, estimate
 from bakeoff.claims import check_plan_claims
 from bakeoff.fielderrors import explain
-from bakeoff.plan import PlanError, Target, load_plan, recipes
+from bakeoff.plan import PlanError, Target, load_plan, multinode, recipes
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.report.headline import headline_table
 from bakeoff.serving import engines, userdata
+from bakeoff.serving.emulator import disagg
 
 
 def _plan_check(args) -> int:
@@ -118,6 +120,8 @@ def _summary(args) -> int:
 
 def _recipes(args) -> int:
     """List the vendored recipes, or show one: its source, target fields, engine command and environment."""
+    if args.multinode or (args.name and args.name in multinode.multinode_recipes()):
+        return _multinode_recipes(args)
     src = recipes.source()
     if args.action == "list":
         rows = [("recipe", "model", "gpu", "engine", "precision", "spec", "kv offload", "tp")]
@@ -167,6 +171,52 @@ def _recipes(args) -> int:
     return 0
 
 
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _multinode_recipes(args) -> int:
+    """The multi-node, disaggregated recipes: list them, or show one's roles, footprint and emulated shape."""
+    src = multinode.source()
+    if args.action == "list":
+        rows: list[tuple[str, ...]] = [
+            ("recipe", "model", "gpu", "orchestrator", "engine", "precision", "arms", "gpus")
+        ]
+        for r in multinode.multinode_recipes().values():
+            gpus = sorted({a.gpus for a in r.arms})
+            rows.append((r.name, r.model, r.gpu, r.orchestrator, r.engine, r.precision, str(len(r.arms)))
+                        + (f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0]),))  # fmt: skip
+        _table(rows)
+        print(f"{len(rows) - 1} multi-node recipes from {src.get('repo')} at {str(src.get('commit'))[:12]} "
+              f"({src.get('date')}); bakeoff does not deploy them yet")  # fmt: skip
+        return 0
+    try:
+        r = multinode.multinode_recipe(args.name or "")
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    print(f"{r.name}  (InferenceX {r.key}, runner {r.runner})")
+    print(f"source: {src.get('repo')} {r.source_file} at {src.get('commit')} ({src.get('date')}), {src.get('licence')}")
+    print(f"{r.orchestrator} with {r.engine} workers, router {r.router or '-'}, KV transfer {r.kv_transfer or '-'}")
+    print(f"image {r.image}, checkpoint {r.checkpoint}, {r.precision}")
+    print("not deployable yet: bakeoff runs single-node targets; below, the emulator's paper model (EMULATED)")
+    if r.gpu not in catalog.gpus():
+        print(f"no emulated shape: {r.gpu} is not in the hardware catalog (catalog/hardware.yaml)")
+        return 0
+    for i, arm in enumerate(r.arms):
+        fp = r.footprint(arm)
+        where = f"{fp.racks} rack(s), KV over NVLink" if fp.racks else "KV over the scale-out network"
+        print(f"arm {i}: {arm.label}; isl {arm.isl} / osl {arm.osl}; {fp.gpus} GPUs on {fp.nodes} nodes, {where}")
+        rows = [("shape", "conc", "gpus", "tok/s/gpu", "tok/s/user", "ttft s", "bound")]
+        for p in disagg.disaggregated_curve(r, arm) + disagg.single_node_curve(r, arm):
+            rows.append((p.shape, str(p.concurrency), str(p.gpus), f"{p.output_tps_per_gpu:,.0f}")
+                        + (f"{p.tps_per_user:,.1f}", f"{p.ttft_s:.3f}", p.bound))  # fmt: skip
+        _table(rows)
+    return 0
+
+
 def _print_summary(run: dict, failed: list[str] | None = None) -> None:
     """The run's outcome (given, or as its report recorded it), report files and headline."""
     report = dict(run.get("report") or {})
@@ -198,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("recipes", help="list the vendored InferenceX recipes, or show one")
     p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     p.add_argument("name", nargs="?")
+    p.add_argument("--multinode", action="store_true", help="the multi-node, disaggregated recipes")
     p.set_defaults(func=_recipes)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)

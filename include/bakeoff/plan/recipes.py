@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import catalog
+from bakeoff.plan.multinode import multinode_recipes, not_deployable_message
 
 RECIPES_FILE = "inferencex.yaml"
 
@@ -149,6 +150,8 @@ def recipes() -> dict[str, Recipe]:
 
 
 def unknown_recipe_message(name: str, field: str = "recipe") -> str:
+    if name in multinode_recipes():
+        return not_deployable_message(name, field)
     known = recipes()
     close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""

@@ -71,33 +71,64 @@ class Roofline:
 
     @classmethod
     def for_target(cls, target) -> Roofline:
-        gpu, model, emu = target.gpu, target.model_spec, target.emulator
-        tp = target.tensor_parallel
-        bytes_per_param = QUANT_BYTES[target.quantization]
+        emu = target.emulator
+        budget = _engine_arg(target.engine_args, "--max-num-batched-tokens")
+        return cls.for_parts(
+            target.gpu,
+            target.model_spec,
+            target.quantization,
+            kv_cache_dtype=target.kv_cache_dtype,
+            tp=target.tensor_parallel,
+            gpus_used=target.gpus_used,
+            prefill_efficiency=emu.prefill_efficiency,
+            decode_efficiency=emu.decode_efficiency,
+            max_num_seqs=emu.max_num_seqs,
+            max_num_batched_tokens=int(budget) if budget else MAX_NUM_BATCHED_TOKENS,
+            name=target.name,
+        )
+
+    @classmethod
+    def for_parts(
+        cls,
+        gpu,
+        model,
+        quantization: str,
+        *,
+        kv_cache_dtype: str = "auto",
+        tp: int,
+        gpus_used: int,
+        prefill_efficiency: float,
+        decode_efficiency: float,
+        max_num_seqs: int,
+        max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+        name: str = "",
+    ) -> Roofline:
+        """One server (a TP group of ``tp`` GPUs, holding its weights on ``gpus_used``) from catalog
+        figures: a target's, or one worker role of a multi-node recipe."""
+        bytes_per_param = QUANT_BYTES[quantization]
         hbm_per_gpu = gpu.usable_gib * 2**30 if gpu.usable_gib else gpu.hbm_gb * 1e9
         weights = model.params_b * 1e9 * bytes_per_param
-        usable = hbm_per_gpu * target.gpus_used * GPU_MEMORY_UTILIZATION
+        usable = hbm_per_gpu * gpus_used * GPU_MEMORY_UTILIZATION
         kv_free = usable - weights
-        kv_per_token = model.kv_bytes_per_token(KV_BYTES[target.kv_cache_dtype])
+        kv_per_token = model.kv_bytes_per_token(KV_BYTES[kv_cache_dtype])
         if kv_free <= 0:
             raise ValueError(
-                f"{target.name}: {model.name} in {target.quantization} needs {weights / 1e9:.0f} GB of weights but "
-                f"{target.gpus_used} x {gpu.name} hold {usable / 1e9:.0f} GB "
+                f"{name or model.name}: {model.name} in {quantization} needs {weights / 1e9:.0f} GB of weights but "
+                f"{gpus_used} x {gpu.name} hold {usable / 1e9:.0f} GB "
                 "usable; raise tensor_parallel or use a smaller quantization"
             )
-        peak = gpu.peak_tflops(COMPUTE_DTYPE[target.quantization]) * 1e12
-        budget = _engine_arg(target.engine_args, "--max-num-batched-tokens")
+        peak = gpu.peak_tflops(COMPUTE_DTYPE[quantization]) * 1e12
         return cls(
             params=model.params_b * 1e9,
             active_params=model.active_params_b * 1e9,
             bytes_per_param=bytes_per_param,
             kv_bytes_per_token=kv_per_token,
             kv_capacity_tokens=int(kv_free // kv_per_token),
-            prefill_flops_per_s=peak * tp * emu.prefill_efficiency,
-            decode_bytes_per_s=gpu.hbm_tbps * 1e12 * tp * emu.decode_efficiency,
-            max_num_seqs=emu.max_num_seqs,
+            prefill_flops_per_s=peak * tp * prefill_efficiency,
+            decode_bytes_per_s=gpu.hbm_tbps * 1e12 * tp * decode_efficiency,
+            max_num_seqs=max_num_seqs,
             context=model.context,
-            max_num_batched_tokens=int(budget) if budget else MAX_NUM_BATCHED_TOKENS,
+            max_num_batched_tokens=max_num_batched_tokens,
             dense_params=model.dense_params_b * 1e9 if model.dense_params_b is not None else None,
             layers=model.layers,
             index_topk=model.index_topk,

@@ -1,0 +1,147 @@
+"""Multi-node, disaggregated recipes: the vendored snapshot, the footprint of each arm, the refusal as a
+target, and the emulator's paper model of the shape."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bakeoff import catalog
+from bakeoff.cli import main
+from bakeoff.plan import PlanError, multinode, plan_from_dict
+from bakeoff.plan.options import EmulatorSettings
+from bakeoff.serving.emulator import disagg
+from bakeoff.serving.emulator.roofline import Roofline
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_snapshot_holds_the_rack_scale_dynamo_and_the_mi355x_disaggregated_recipes():
+    known = multinode.multinode_recipes()
+    shapes = {(r.gpu, r.orchestrator, r.engine) for r in known.values()}
+    assert {("gb200", "dynamo", "trtllm"), ("gb300", "dynamo", "trtllm"), ("mi355x", "sglang-pd", "sglang")} <= shapes
+    assert ("mi355x", "atomesh", "atom") in shapes
+    for r in known.values():
+        assert r.model in catalog.models() and r.gpu in {"mi355x", "b200", "b300", "gb200", "gb300"}
+        assert all(a.prefill.workers >= 1 and a.decode.workers >= 1 for a in r.arms), r.name
+    assert multinode.source()["commit"].startswith("843c6254")
+
+
+def test_a_gb200_arm_fits_one_nvl72_rack_and_a_b200_arm_spans_8_gpu_nodes():
+    gb = multinode.multinode_recipe("dsr1-fp4-gb200-dynamo-trt")
+    arm = gb.arms[0]  # prefill 1x tp4 ep4, decode 4x tp8 ep8
+    assert (arm.prefill.gpus, arm.decode.gpus) == (4, 32)
+    fp = gb.footprint(arm)
+    assert (fp.gpus, fp.nodes, fp.racks, fp.nvlink_domain, fp.kv_in_domain) == (36, 9, 1, 72, True)
+    b2 = multinode.multinode_recipe("dsr1-fp4-b200-dynamo-trt")
+    fp = b2.footprint(b2.arms[0])  # 4 + 8 GPUs
+    assert (fp.gpus, fp.nodes, fp.racks, fp.kv_in_domain) == (12, 2, None, False)
+
+
+def test_the_converter_keeps_both_roles_and_skips_aggregated_arms():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import vendor_recipes
+    finally:
+        sys.path.pop(0)
+    role = {"num-worker": 2, "tp": 4, "ep": 4, "dp-attn": True}
+    row = {
+        "image": "lmsysorg/sglang:v0.5.16-rocm720-mi35x",
+        "model": "amd/DeepSeek-R1-0528-MXFP4",
+        "model-prefix": "dsr1",
+        "runner": "mi355x-disagg",
+        "precision": "fp4",
+        "framework": "sglang-disagg",
+        "router": {"name": "sglang-router", "version": "0.3.2"},
+        "kv-p2p-transfer": "mori",
+        "multinode": True,
+        "disagg": True,
+        "scenarios": {
+            "fixed-seq-len": [
+                {
+                    "isl": 8192,
+                    "osl": 1024,
+                    "search-space": [
+                        {"conc-list": [8, 16], "prefill": role, "decode": {**role, "num-worker": 1}},
+                        {"conc-list": [4], "prefill": role, "decode": {**role, "num-worker": 0}},
+                    ],
+                }
+            ]
+        },
+    }
+    rec = vendor_recipes.convert_multinode("dsr1-fp4-mi355x-sglang-disagg", "configs/amd-master.yaml", row)
+    assert rec["precision"] == "mxfp4" and rec["orchestrator"] == "sglang-pd" and rec["router"] == "sglang-router 0.3.2"
+    assert len(rec["arms"]) == 1 and rec["arms"][0]["decode"]["workers"] == 1
+    assert vendor_recipes.convert_multinode("x", "y", {**row, "disagg": False}) is None
+
+
+def test_the_vendored_file_is_what_the_converter_writes(tmp_path):
+    """A refresh from the same snapshot reproduces the committed file (nothing edited by hand)."""
+    committed = (ROOT / "include/bakeoff/recipes/inferencex-multinode.yaml").read_text()
+    src = yaml.safe_load(committed)["source"]
+    ref = tmp_path / "ix"
+    (ref / "configs").mkdir(parents=True)
+    for name in src["files"]:
+        (ref / name).write_text("{}\n")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import vendor_recipes
+    finally:
+        sys.path.pop(0)
+    assert vendor_recipes.write_multinode(ref, src["commit"], src["date"], tmp_path / "out.yaml") == 0
+    assert yaml.safe_load((tmp_path / "out.yaml").read_text())["source"] == src
+
+
+def test_a_target_naming_a_multinode_recipe_is_refused_with_the_reason():
+    raw = {
+        "name": "rack-plan",
+        "budget_usd": 500,
+        "targets": [{"name": "t", "provider": "local", "recipe": "dsr1-fp4-gb200-dynamo-trt"}],
+        "workloads": [{"name": "w", "input_len": 1024, "output_len": 128, "concurrency": [4]}],
+    }
+    with pytest.raises(PlanError, match=r"recipe: 'dsr1-fp4-gb200-dynamo-trt' is a multi-node disaggregated recipe"):
+        plan_from_dict(raw)
+
+
+def test_the_disaggregated_model_is_the_roofline_redone_by_hand():
+    r = multinode.multinode_recipe("dsr1-fp4-b200-dynamo-trt")
+    arm = r.arms[0]
+    emu = EmulatorSettings()
+    (point,) = disagg.disaggregated_curve(r, arm, emu)
+    gpu, model = catalog.gpus()["b200"], catalog.models()[r.model]
+    parts = {"prefill_efficiency": emu.prefill_efficiency, "decode_efficiency": emu.decode_efficiency}
+    prefill = Roofline.for_parts(gpu, model, r.precision, tp=4, gpus_used=4, max_num_seqs=emu.max_num_seqs, **parts)
+    decode = Roofline.for_parts(gpu, model, r.precision, tp=8, gpus_used=8, max_num_seqs=emu.max_num_seqs, **parts)
+    kv_s = arm.isl * prefill.kv_bytes_per_token / (multinode.SCALE_OUT_GBPS["b200"] * 1e9 * 4)  # over the NICs
+    assert point.kv_transfer_s == pytest.approx(kv_s)
+    seqs, context = arm.concurrency[0], arm.isl + arm.osl // 2
+    al = catalog.golden_acceptance_length(r.model, disagg.MTP_DRAFT_TOKENS) or 1.0
+    speed = al / decode.verify_step_s(seqs, 3, seqs * context, seqs * decode.kv_read_tokens(context))
+    assert point.tps_per_user == pytest.approx(speed)
+    rate = min(seqs / (prefill.prefill_s(arm.isl) + kv_s + arm.osl / speed), 1 / prefill.prefill_s(arm.isl))
+    assert point.output_tps_per_gpu == pytest.approx(rate * arm.osl / 12)
+
+
+def test_kv_inside_an_nvl72_rack_moves_faster_than_over_the_nics_and_a_busy_prefill_pool_shows_in_ttft():
+    gb = multinode.multinode_recipe("dsr1-fp4-gb200-dynamo-trt")
+    b2 = multinode.multinode_recipe("dsr1-fp4-b200-dynamo-trt")
+    in_rack = disagg.disaggregated_curve(gb, gb.arms[0])[0]
+    over_nics = disagg.disaggregated_curve(b2, b2.arms[0])[0]
+    assert in_rack.kv_transfer_s * 10 < over_nics.kv_transfer_s
+    slow_prefill = EmulatorSettings(prefill_efficiency=0.01)
+    points = disagg.disaggregated_curve(b2, b2.arms[0], slow_prefill)
+    assert points[0].bound == "prefill" and points[0].ttft_s > over_nics.ttft_s * 5
+
+
+def test_cli_lists_multinode_recipes_and_shows_one_with_its_emulated_shape(capsys):
+    assert main(["recipes", "list", "--multinode"]) == 0
+    out = capsys.readouterr().out
+    assert "dsr1-fp4-gb300-dynamo-trt" in out and "does not deploy them yet" in out
+    assert main(["recipes", "show", "dsr1-fp4-gb200-dynamo-trt"]) == 0
+    out = capsys.readouterr().out
+    assert "EMULATED" in out and "1 rack(s), KV over NVLink" in out and "single-node" in out
+    assert main(["recipes", "show", "dsr1-fp4-gb200-dynamo-trtt", "--multinode"]) == 2
+    assert "did you mean dsr1-fp4-gb200-dynamo-trt" in capsys.readouterr().err
