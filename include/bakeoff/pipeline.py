@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff import faults, secrets, store
+from bakeoff import facts, faults, secrets, store
 from bakeoff.agent import job
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
@@ -60,18 +60,15 @@ def start_run(
     check_plan_contexts(plan)
     rdir = store.run_dir(plan.name, run_id)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.record(
-        rdir,
-        store.START,
-        {
-            "plan": plan.name,
-            "run_id": run_id,
-            "started_at": time.time(),
-            "emulated": plan.emulated,
-            "budget": estimate,
-            "targets": {t.slug: {"name": t.name} for t in plan.targets},
-        },
+    started = facts.Start(
+        plan=plan.name,
+        run_id=run_id,
+        started_at=time.time(),
+        emulated=plan.emulated,
+        budget=estimate,
+        targets={t.slug: facts.TargetStart(name=t.name) for t in plan.targets},
     )
+    store.record(rdir, started.STEP, started.to_json())
     return {
         "run_dir": str(rdir),
         "plan": plan.name,
@@ -104,8 +101,9 @@ def serving_key(target, run_id: str) -> str | None:
     return secrets.api_key(run_id, target.slug)
 
 
-def _target_step(run_dir: str | store.StorePath, slug: str, step: str, **info: Any) -> None:
-    store.record(run_dir, step, info, slug=slug)
+def _target_step(run_dir: str | store.StorePath, slug: str, fact: facts.Fact) -> None:
+    """Record a target step's typed facts (``bakeoff.facts``) as its JSON record."""
+    store.record(run_dir, fact.STEP, fact.to_json(), slug=slug)
 
 
 # --- per-target steps ---------------------------------------------------------------------------
@@ -195,17 +193,16 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     tdir = store.target_dir(plan.name, rid, target.slug)
     store.write_json(tdir / "instance.json", inst.to_dict())
     launched = inst.launched_at or time.time()
-    tries = [tr for tr in earlier if tr.get("instance_id") != inst.id] + [
-        {"instance_id": inst.id, "launched_at": launched}
-    ]
+    tries = (
+        *(tr for tr in earlier if tr.instance_id != inst.id),
+        facts.Launch(instance_id=inst.id, launched_at=launched),
+    )
     _target_step(
         run_dir,
         slug,
-        "provision",
-        instance_id=inst.id,
-        launched_at=launched,
-        client_bundle=agent["sha256"] if agent else None,
-        tries=tries,
+        facts.Provision(
+            instance_id=inst.id, launched_at=launched, client_bundle=agent["sha256"] if agent else None, tries=tries
+        ),
     )
     faults.maybe_fail("after_create", target)
     faults.maybe_fail("ready_timeout", target)
@@ -241,17 +238,16 @@ def node_ready(
     return ready.to_dict()
 
 
-def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
+def _recheck_budget(run_dir: str, plan: Plan, target) -> tuple[facts.Launch, ...]:
     """A target this run launched before (a retry, a cleared task) is launched again only if the
     spend so far plus what remains still fits budget_usd (budget.recheck raises BudgetExceeded
     before any cloud call). Returns the earlier launches, each stamped with when it ended."""
     from bakeoff import budget  # noqa: PLC0415
 
-    doc = store.run_view(run_dir)
-    record = (doc.get("targets") or {}).get(target.slug) or {}
-    earlier = budget.launches(record)
+    run = store.run_facts(run_dir)
+    earlier = run.target(target.slug).launches()
     if earlier:
-        budget.recheck(plan, target.slug, doc)
+        budget.recheck(plan, target.slug, run)
     return earlier
 
 
@@ -328,7 +324,7 @@ def serving_ready(
     if endpoint is None:
         return None
     # emulated: e.g. a sandbox cloud node backed by the emulator (the run view marks the whole run)
-    _target_step(run_dir, slug, "deploy", ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated)
+    _target_step(run_dir, slug, facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated))
     return endpoint.to_dict()
 
 
@@ -347,7 +343,7 @@ def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str
         store.target_dir(plan.name, rid, target.slug),
     )
     summary: dict[str, Any] = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
-    _target_step(run_dir, slug, "accuracy", **summary)
+    _target_step(run_dir, slug, facts.Accuracy.model_validate(summary))
     return summary
 
 
@@ -383,7 +379,7 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
             power=power,
         )
         points += len(summaries)
-    _target_step(run_dir, slug, "benchmark", points=points, client_mode="remote")
+    _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="remote"))
     return {"target": slug, "points": points, "client_mode": "remote"}
 
 
@@ -410,7 +406,7 @@ def benchmark_done(
     )
     if points is None:
         return None
-    _target_step(run_dir, slug, "benchmark", points=points, client_mode="co-located")
+    _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="co-located"))
     return {"target": slug, "points": points, "client_mode": "co-located"}
 
 
@@ -438,10 +434,15 @@ def terminate(
     for where, why in unlisted.items():
         log.warning("terminate: could not search %s for leftovers of %s (the sweep looks again): %s", where, slug, why)
     # a retry that succeeds replaces this record, errors included
-    step: dict[str, Any] = {"instances": sorted({*known, *found}), "errors": [f"{w}: {e}" for w, e in failed.items()]}
-    if not failed:
-        step["terminated_at"] = time.time()
-    _target_step(run_dir, slug, "terminate", **step)
+    _target_step(
+        run_dir,
+        slug,
+        facts.Terminate(
+            instances=tuple(sorted({*known, *found})),
+            errors=tuple(f"{w}: {e}" for w, e in failed.items()),
+            terminated_at=None if failed else time.time(),
+        ),
+    )
     if failed:
         raise teardown.TeardownIncomplete(f"terminate {slug}", failed)
     return {"target": slug, "terminated": [*done, *more]}
@@ -476,9 +477,12 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
             log.error("sweep: %s cleanup failed: %s", name, e)
     for where, why in errors.items():
         log.error("sweep: %s: %s", where, why)
-    store.record(
-        run_dir, "sweep", {"at": time.time(), "terminated": killed, "errors": [f"{w}: {e}" for w, e in errors.items()]}
+    swept = facts.Sweep(
+        at=time.time(),
+        terminated={name: tuple(ids) for name, ids in killed.items()},
+        errors=tuple(f"{w}: {e}" for w, e in errors.items()),
     )
+    store.record(run_dir, swept.STEP, swept.to_json())
     from bakeoff.budget import record_measured_cost  # noqa: PLC0415
 
     record_measured_cost(run_dir, plan)

@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from bakeoff import durable
+from bakeoff.facts import RunFacts
 from bakeoff.paths import StorePath, at, fresh, results_root, safe_name
 
 STEPS = "steps"
@@ -180,6 +181,14 @@ def run_view(rdir: str | StorePath) -> dict[str, Any]:
     if any((t.get("deploy") or {}).get("emulated") for t in targets.values()):
         view["emulated"] = True  # a sandbox cloud node backed by the emulator
     return view
+
+
+def run_facts(rdir: str | StorePath) -> RunFacts:
+    """The run's step records as typed facts (``bakeoff.facts``), each checked as it is read: what
+    readers that compute from the records use (the budget re-check, the measured cost)."""
+    rdir = fresh(at(rdir))
+    targets = {tdir.name.split("=", 1)[1]: _records(tdir) for tdir in _glob(rdir, "target=*")}
+    return RunFacts.from_records(_records(rdir), targets, where=str(rdir))
 
 
 def list_runs(plan_name: str | None = None, root: str | StorePath | None = None) -> list[dict[str, Any]]:
