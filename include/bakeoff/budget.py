@@ -174,7 +174,7 @@ def _point_s(w, *, concurrency: float | None = None, rate: float | None = None) 
 def _trace_s(w) -> float:
     """Replay: the last offset plus its latency, or, if longer, the trace's requests served at the
     concurrency that may build up (max_concurrency, else all at once)."""
-    from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
+    from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415 - httpx (bench.workloads) only for trace workloads
 
     offsets, specs = trace_specs(w)
     n = len(specs)
@@ -377,7 +377,7 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
             f"max_instance_hours: {names} would need longer than {plan.max_instance_hours} h, so the "
             f"kill switch would stop it mid-run:\n{lines}\nRaise max_instance_hours or shorten the workload."
         )
-    from bakeoff.bench.client_cores import warnings  # noqa: PLC0415
+    from bakeoff.bench.client_cores import warnings  # noqa: PLC0415 - httpx (bench.client_cores) only once the plan fits its cap
 
     for w in warnings(plan):  # logged, not refused: too few client cores cost no money
         log.warning("%s", w)

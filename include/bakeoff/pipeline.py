@@ -94,8 +94,8 @@ def _run_id(run_dir: str | store.StorePath) -> str:
 def serving_key(target, run_id: str) -> str | None:
     """The bearer key for a target's server: an existing endpoint's own key (static), else this
     run's derived key. Never stored or returned by a step."""
-    if target.provider == "static":
-        from bakeoff.providers.static import static_api_key  # noqa: PLC0415
+    if PROVIDERS[target.provider].existing_endpoint:
+        from bakeoff.providers.static import static_api_key  # noqa: PLC0415 - each step loads only the modules it runs
 
         return static_api_key(target)
     return secrets.api_key(run_id, target.slug)
@@ -168,7 +168,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     faults.maybe_fail("launch", target)
     expires = time.time() + plan.max_instance_hours * 3600
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
-    from bakeoff.budget import kill_switch_s  # noqa: PLC0415
+    from bakeoff.budget import kill_switch_s  # noqa: PLC0415 - each step loads only the modules it runs
 
     provider = provider_for(target.provider, credentials)
     agent = stage_client(target, expires - time.time(), credentials)
@@ -242,7 +242,7 @@ def _recheck_budget(run_dir: str, plan: Plan, target) -> tuple[facts.Launch, ...
     """A target this run launched before (a retry, a cleared task) is launched again only if the
     spend so far plus what remains still fits budget_usd (budget.recheck raises BudgetExceeded
     before any cloud call). Returns the earlier launches, each stamped with when it ended."""
-    from bakeoff import budget  # noqa: PLC0415
+    from bakeoff import budget  # noqa: PLC0415 - each step loads only the modules it runs
 
     run = store.run_facts(run_dir)
     earlier = run.target(target.slug).launches()
@@ -262,7 +262,7 @@ def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
             "over TLS, and no client bundle could be staged; set the Airflow Variable "
             "bakeoff_client_bucket, or drop the secrets (they are never put in user-data)"
         )
-    from bakeoff.serving.tls import node_identity  # noqa: PLC0415
+    from bakeoff.serving.tls import node_identity  # noqa: PLC0415 - only a node with its own certificate needs serving.tls
 
     ident = node_identity(run_id, target.slug)
     spec["tls"] = {"cert": ident.cert_pem, "key": ident.key_pem}
@@ -274,7 +274,7 @@ def stage_client(target, valid_s: float, credentials: CredentialsFn = credential
     the bucket); a co-located target cannot run without one, so say how to fix it before launching."""
     if not PROVIDERS[target.provider].provisions:
         return None
-    from bakeoff.agent.bundle import stage  # noqa: PLC0415
+    from bakeoff.agent.bundle import stage  # noqa: PLC0415 - only a provisioned node gets a client bundle
 
     staged = stage(credentials("client_bundle"), valid_s)
     if staged is None and target.client_mode == "co-located":
@@ -331,7 +331,7 @@ def serving_ready(
 @holds_slot("accuracy_gate")
 def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Score the endpoint on the offline accuracy set; the pass rule is applied at validation."""
-    from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415
+    from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
@@ -351,7 +351,7 @@ def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str
 def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Remote client: run every workload's load points here, each stored as soon as it is measured.
     Co-located: submit the job to the node's agent and return; benchmark_done follows it."""
-    from bakeoff.bench.run import run_workload  # noqa: PLC0415
+    from bakeoff.bench.run import run_workload  # noqa: PLC0415 - aiohttp, uvloop, pyarrow (bench.run) only in the benchmark step
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
@@ -361,7 +361,7 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
     key = serving_key(target, rid)
     if target.client_mode == "co-located":
         return {"target": slug, "client_mode": "co-located", **job.submit(plan, target, ep, rid, key)}
-    from bakeoff.agent.remote import AgentPower  # noqa: PLC0415
+    from bakeoff.agent.remote import AgentPower  # noqa: PLC0415 - each step loads only the modules it runs
 
     power = AgentPower(ep.agent_url, key, ep.tls_cert) if ep.agent_url else None
     points = 0
@@ -416,7 +416,7 @@ def terminate(
     """Terminate the target's instance: the ids provision recorded first (no listing can block them),
     then whatever the run's tag finds for the target, best effort (the sweep looks again). Safe when
     the node is already gone or was never created; fails only when a termination failed."""
-    from bakeoff import teardown  # noqa: PLC0415
+    from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
@@ -452,7 +452,7 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
     """Terminate everything of this run on every provider the plan uses: each recorded instance id, then
     whatever the run's tag finds. One provider's failure never stops the next; what was done and the
     measured cost are recorded, then any failure (a node not terminated, a place not searched) fails the step."""
-    from bakeoff import teardown  # noqa: PLC0415
+    from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     killed: dict[str, list[str]] = {}
@@ -483,7 +483,7 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
         errors=tuple(f"{w}: {e}" for w, e in errors.items()),
     )
     store.record(run_dir, swept.STEP, swept.to_json())
-    from bakeoff.budget import record_measured_cost  # noqa: PLC0415
+    from bakeoff.budget import record_measured_cost  # noqa: PLC0415 - each step loads only the modules it runs
 
     record_measured_cost(run_dir, plan)
     if errors:
@@ -493,7 +493,7 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
 
 def validate(run_dir: str) -> dict[str, Any]:
     """Run every quality gate; results are stored first, then a failing target fails the step."""
-    from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415
+    from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415 - each step loads only the modules it runs
 
     summary = validate_run(run_plan(run_dir), store.at(run_dir))
     failed = [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]
@@ -503,7 +503,7 @@ def validate(run_dir: str) -> dict[str, Any]:
 
 
 def cost(run_dir: str) -> dict[str, Any]:
-    from bakeoff.cost import cost_run  # noqa: PLC0415
+    from bakeoff.cost import cost_run  # noqa: PLC0415 - scipy (cost) only in the cost step
 
     return cost_run(run_plan(run_dir), store.at(run_dir))
 
@@ -511,7 +511,7 @@ def cost(run_dir: str) -> dict[str, Any]:
 def report(run_dir: str, failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     """Build the run's reports into the reports store (<reports>/<plan>/run_id=<run>/); ``failed_steps``
     are the steps of this run that failed, as the orchestrator knows them (the DAG run's task states)."""
-    from bakeoff.report import build_report  # noqa: PLC0415
+    from bakeoff.report import build_report  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan = run_plan(run_dir)
     for t in plan.targets:
@@ -529,6 +529,6 @@ def report_dir(plan_name: str, run_name: str) -> store.StorePath:
 
 def publish(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """List the run's reports in the index pages; the manifest states the outcome (failed_steps, as for report)."""
-    from bakeoff.publish import publish as publish_reports  # noqa: PLC0415
+    from bakeoff.publish import publish as publish_reports  # noqa: PLC0415 - each step loads only the modules it runs
 
     return publish_reports(run_plan(run_dir), store.at(run_dir), paths, failed_steps=list(failed_steps))
