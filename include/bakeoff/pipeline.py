@@ -11,12 +11,12 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from bakeoff import facts, faults, secrets, store
 from bakeoff.agent import job
 from bakeoff.paths import reports_root, safe_name
-from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
+from bakeoff.plan import Plan, Target, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
@@ -88,10 +88,10 @@ def _run_id(run_dir: str | store.StorePath) -> str:
             f"{run_dir}: no start record ({store.STEPS}/{store.START}.json): start_run has not run for this run "
             "dir, or this worker's BAKEOFF_RESULTS points elsewhere than the worker that started it"
         )
-    return start["run_id"]
+    return str(start["run_id"])
 
 
-def serving_key(target, run_id: str) -> str | None:
+def serving_key(target: Target, run_id: str) -> str | None:
     """The bearer key for a target's server: an existing endpoint's own key (static), else this
     run's derived key. Never stored or returned by a step."""
     if PROVIDERS[target.provider].existing_endpoint:
@@ -117,10 +117,13 @@ def _target_step(run_dir: str | store.StorePath, slug: str, fact: facts.Fact) ->
 SLOTS = "slots"
 
 
-def holds_slot(task: str) -> Callable:
+Step = TypeVar("Step", bound=Callable[..., Any])
+
+
+def holds_slot(task: str) -> Callable[[Step], Step]:
     """Record the worker time each call of a per-target step (run_dir, slug, ...) holds, failed or not."""
 
-    def wrap(step: Callable) -> Callable:
+    def wrap(step: Step) -> Step:
         @functools.wraps(step)
         def run(run_dir: str, slug: str, *args: Any, **kwargs: Any) -> Any:
             started = time.time()
@@ -136,7 +139,7 @@ def holds_slot(task: str) -> Callable:
                 except Exception as e:  # noqa: BLE001 - the step's own outcome matters more than its timing
                     log.warning("%s of %s: could not record its worker time: %s", task, slug, e)
 
-        return run
+        return cast(Step, run)
 
     return wrap
 
@@ -238,7 +241,7 @@ def node_ready(
     return ready.to_dict()
 
 
-def _recheck_budget(run_dir: str, plan: Plan, target) -> tuple[facts.Launch, ...]:
+def _recheck_budget(run_dir: str, plan: Plan, target: Target) -> tuple[facts.Launch, ...]:
     """A target this run launched before (a retry, a cleared task) is launched again only if the
     spend so far plus what remains still fits budget_usd (budget.recheck raises BudgetExceeded
     before any cloud call). Returns the earlier launches, each stamped with when it ended."""
@@ -251,7 +254,7 @@ def _recheck_budget(run_dir: str, plan: Plan, target) -> tuple[facts.Launch, ...
     return earlier
 
 
-def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
+def _node_tls(target: Target, run_id: str, spec: dict[str, Any]) -> str | None:
     """A cloud node's TLS identity: its private key goes into the spec (user-data only), its public
     certificate is returned for instance.json so later steps pin it (serving/tls.py)."""
     if not PROVIDERS[target.provider].tls:
@@ -269,7 +272,9 @@ def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
     return ident.cert_pem
 
 
-def stage_client(target, valid_s: float, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any] | None:
+def stage_client(
+    target: Target, valid_s: float, credentials: CredentialsFn = credentials_from_env
+) -> dict[str, Any] | None:
     """Stage the client bundle for a cloud node (the installation's ``client_bundle`` settings name
     the bucket); a co-located target cannot run without one, so say how to fix it before launching."""
     if not PROVIDERS[target.provider].provisions:

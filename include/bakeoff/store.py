@@ -29,7 +29,13 @@ import pandas as pd
 
 from bakeoff import durable
 from bakeoff.facts import RunFacts
-from bakeoff.paths import StorePath, at, fresh, results_root, safe_name
+
+# re-exported: the store's callers name paths through it (store.at, store.StorePath, store.safe_name)
+from bakeoff.paths import StorePath as StorePath
+from bakeoff.paths import at as at
+from bakeoff.paths import fresh as fresh
+from bakeoff.paths import results_root as results_root
+from bakeoff.paths import safe_name as safe_name
 
 STEPS = "steps"
 START = "start"

@@ -66,7 +66,8 @@ class ProviderInfo:
 
     def load(self) -> type[Provider]:
         module, cls = self.cls.split(":")
-        return getattr(import_module(module), cls)
+        loaded: type[Provider] = getattr(import_module(module), cls)
+        return loaded
 
 
 def _cloud(
