@@ -109,17 +109,21 @@ def oci_credentials(conn_id: str = CONN_IDS["oci"]) -> dict[str, Any]:
     return {**creds, **_reach_extras(extra)}
 
 
+# How each form of credentials (the registry's ``credentials``) is read from the provider's connection.
+READERS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "aws-keys": lambda name: aws_credentials(CONN_IDS[name]),
+    "api-token": rest_credentials,
+    "oci-api-key": lambda name: oci_credentials(CONN_IDS[name]),
+}
+
+
 def resolve(provider: str) -> dict[str, Any]:
     """The credentials resolver the DAG installs: provider name -> credentials dict (never logged)."""
-    if provider == "aws":
-        return aws_credentials()
-    if provider in REST_DEFAULT_BASE:
-        return rest_credentials(provider)
-    if provider == "oci":
-        return oci_credentials()
     if provider == "client_bundle":
         return client_bundle_settings()
-    return {}
+    info = PROVIDERS.get(provider)
+    read = READERS.get(info.credentials) if info else None
+    return read(provider) if read else {}
 
 
 def masked(resolver):

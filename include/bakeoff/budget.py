@@ -24,7 +24,6 @@ import logging
 import math
 import os
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from bakeoff.plan.settings import MAX_BUDGET_USD
 from bakeoff.providers.registry import PROVIDERS
 
 if TYPE_CHECKING:
+    from bakeoff.facts import RunFacts
     from bakeoff.store import StorePath
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def _point_s(w, *, concurrency: float | None = None, rate: float | None = None) 
 def _trace_s(w) -> float:
     """Replay: the last offset plus its latency, or, if longer, the trace's requests served at the
     concurrency that may build up (max_concurrency, else all at once)."""
-    from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415
+    from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415 - httpx (bench.workloads) only for trace workloads
 
     offsets, specs = trace_specs(w)
     n = len(specs)
@@ -377,7 +377,7 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
             f"max_instance_hours: {names} would need longer than {plan.max_instance_hours} h, so the "
             f"kill switch would stop it mid-run:\n{lines}\nRaise max_instance_hours or shorten the workload."
         )
-    from bakeoff.bench.client_cores import warnings  # noqa: PLC0415
+    from bakeoff.bench.client_cores import warnings  # noqa: PLC0415 - httpx (bench.client_cores) only once the plan fits its cap
 
     for w in warnings(plan):  # logged, not refused: too few client cores cost no money
         log.warning("%s", w)
@@ -387,56 +387,25 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
 # --- re-provisioning ------------------------------------------------------------------------------
 
 
-def launches(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A target's recorded launches (run view targets.<slug>), oldest first, each with ``ended_at``:
-    its own, else the termination recorded after it, else None (still billing)."""
-    prov = record.get("provision") or {}
-    tries = prov.get("tries")
-    if not tries:
-        tries = (
-            [{"instance_id": prov.get("instance_id"), "launched_at": prov["launched_at"]}]
-            if prov.get("launched_at")
-            else []
-        )
-    term = (record.get("terminate") or {}).get("terminated_at")
-    return [
-        {**tr, "ended_at": tr.get("ended_at") or (term if term is not None and term >= tr["launched_at"] else None)}
-        for tr in tries
-    ]
-
-
-def _node_hours(record: dict[str, Any], now: float) -> tuple[float, float | None]:
-    """(hours billed so far over every launch, start of a launch still running or None). A launch ends
-    at the termination recorded after it; one without is still billing now."""
-    billed, running = 0.0, None
-    for tr in launches(record):
-        start = float(tr["launched_at"])
-        end = tr["ended_at"]
-        if end is None:
-            end, running = now, start
-        billed += max(0.0, float(end) - start) / 3600
-    return billed, running
-
-
-def recheck(plan, slug: str, run_doc: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+def recheck(plan, slug: str, run: RunFacts, now: float | None = None) -> dict[str, Any]:
     """Before launching a target again (a retry, a cleared task): the run's spend so far (every
-    recorded launch to its termination, or to now, at the guard price) plus what remains (this
-    target's full estimate again, the unfinished part of the others') must still fit budget_usd."""
+    recorded launch to its termination, or to now, at the guard price: ``TargetFacts.billed_hours``)
+    plus what remains (this target's full estimate again, the unfinished part of the others') must
+    still fit budget_usd."""
     now = time.time() if now is None else now
-    records = run_doc.get("targets") or {}
     again = plan.target(slug)
     spent = remaining = 0.0
     rows = []
     for t in plan.targets:
         price, hours = guard_usd_per_hour(t), target_hours(plan, t)
-        rec = records.get(t.slug) or {}
-        billed, running = _node_hours(rec, now)
+        facts = run.target(t.slug)
+        billed, running = facts.billed_hours(now), facts.running_since()
         if t.slug == again.slug:
             left = hours
         elif running is not None:
             left = max(0.0, hours - (now - running) / 3600)
         else:
-            left = 0.0 if launches(rec) else hours
+            left = 0.0 if facts.launches() else hours
         spent += billed * price
         remaining += left * price
         rows.append(f"  {t.name}: {billed:.3f} h so far + {left:.3f} h to go at {price} USD/h")
@@ -457,57 +426,35 @@ def recheck(plan, slug: str, run_doc: dict[str, Any], now: float | None = None) 
     return doc
 
 
-def _epoch(v: Any) -> float | None:
-    if v is None or v == "":
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    try:
-        return datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _find(doc: Any, key: str) -> Any:
-    """First value of key anywhere in a target's step records (steps record it where they run)."""
-    if isinstance(doc, dict):
-        if key in doc:
-            return doc[key]
-        for v in doc.values():
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
-
-
 def evaluation_cost(plan, run_dir: str | StorePath) -> pd.DataFrame:
     """Instance hours actually held (launch to termination, from the step records) x node price.
 
     Emulated and static targets spend nothing; their figure is what the run would have cost on the
     hardware they stand for. A target still without a termination time is counted up to now. The
     weights' share (download + load, measured on the node: deploy.json's ``weights``) is inside those
-    hours, never in any benchmark time; ``weights_s`` / ``weights_usd`` attribute it.
+    hours, never in any benchmark time; ``weights_s`` / ``weights_usd`` attribute it. The hours are
+    ``TargetFacts.billed_hours``, every launch of the target (a cleared and retried target billed
+    each), the figure the re-provision re-check charges.
     """
     rdir = store.at(run_dir)
-    entries = store.run_view(rdir).get("targets") or {}
+    run = store.run_facts(rdir)
+    now = time.time()
     rows = []
     for t in plan.targets:
-        entry = entries.get(t.slug) or {}
+        facts = run.target(t.slug)
         weights = (store.read_json(rdir / f"target={store.safe_name(t.slug)}" / "deploy.json") or {}).get("weights")
         parts = [(weights or {}).get(k) for k in ("download_s", "load_s")]
         weights_s = sum(float(x) for x in parts if x is not None) if weights else float("nan")
-        launched, ended = _epoch(_find(entry, "launched_at")), _epoch(_find(entry, "terminated_at"))
-        open_ended = launched is not None and ended is None
-        if open_ended:
-            ended = time.time()
-        hours = (ended - launched) / 3600 if launched is not None and ended is not None else float("nan")
+        launched = facts.first_launched_at()
+        open_ended = launched is not None and facts.running_since() is not None
+        hours = facts.billed_hours(now) if launched is not None else float("nan")
         rows.append(
             {
                 "target": t.slug,
                 "name": t.name,
                 "provider": t.provider,
                 "launched_at": launched,
-                "terminated_at": None if open_ended else ended,
+                "terminated_at": facts.last_ended_at(),
                 "still_running": open_ended,
                 "instance_hours": hours,
                 "node_usd_per_hour": t.usd_per_hour,

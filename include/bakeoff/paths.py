@@ -54,7 +54,7 @@ def at(ref: str | StorePath) -> StorePath:
     if not isinstance(ref, str):
         return ref
     # Airflow is imported when a string is resolved, never at import: the node's client has no Airflow.
-    from airflow.sdk import ObjectStoragePath  # noqa: PLC0415
+    from airflow.sdk import ObjectStoragePath  # noqa: PLC0415 - no Airflow on the node's client
 
     return ObjectStoragePath(ref)
 

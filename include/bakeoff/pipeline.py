@@ -11,13 +11,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from bakeoff import faults, secrets, store
+from bakeoff import facts, faults, secrets, store
 from bakeoff.agent import job
 from bakeoff.claims import check_plan_claims
 from bakeoff.paths import reports_root, safe_name
-from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
+from bakeoff.plan import Plan, Target, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
@@ -62,18 +62,15 @@ def start_run(
     check_plan_contexts(plan)
     rdir = store.run_dir(plan.name, run_id)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    store.record(
-        rdir,
-        store.START,
-        {
-            "plan": plan.name,
-            "run_id": run_id,
-            "started_at": time.time(),
-            "emulated": plan.emulated,
-            "budget": estimate,
-            "targets": {t.slug: {"name": t.name} for t in plan.targets},
-        },
+    started = facts.Start(
+        plan=plan.name,
+        run_id=run_id,
+        started_at=time.time(),
+        emulated=plan.emulated,
+        budget=estimate,
+        targets={t.slug: facts.TargetStart(name=t.name) for t in plan.targets},
     )
+    store.record(rdir, started.STEP, started.to_json())
     return {
         "run_dir": str(rdir),
         "plan": plan.name,
@@ -93,21 +90,22 @@ def _run_id(run_dir: str | store.StorePath) -> str:
             f"{run_dir}: no start record ({store.STEPS}/{store.START}.json): start_run has not run for this run "
             "dir, or this worker's BAKEOFF_RESULTS points elsewhere than the worker that started it"
         )
-    return start["run_id"]
+    return str(start["run_id"])
 
 
-def serving_key(target, run_id: str) -> str | None:
+def serving_key(target: Target, run_id: str) -> str | None:
     """The bearer key for a target's server: an existing endpoint's own key (static), else this
     run's derived key. Never stored or returned by a step."""
-    if target.provider == "static":
-        from bakeoff.providers.static import static_api_key  # noqa: PLC0415
+    if PROVIDERS[target.provider].existing_endpoint:
+        from bakeoff.providers.static import static_api_key  # noqa: PLC0415 - each step loads only the modules it runs
 
         return static_api_key(target)
     return secrets.api_key(run_id, target.slug)
 
 
-def _target_step(run_dir: str | store.StorePath, slug: str, step: str, **info: Any) -> None:
-    store.record(run_dir, step, info, slug=slug)
+def _target_step(run_dir: str | store.StorePath, slug: str, fact: facts.Fact) -> None:
+    """Record a target step's typed facts (``bakeoff.facts``) as its JSON record."""
+    store.record(run_dir, fact.STEP, fact.to_json(), slug=slug)
 
 
 # --- per-target steps ---------------------------------------------------------------------------
@@ -121,10 +119,13 @@ def _target_step(run_dir: str | store.StorePath, slug: str, step: str, **info: A
 SLOTS = "slots"
 
 
-def holds_slot(task: str) -> Callable:
+Step = TypeVar("Step", bound=Callable[..., Any])
+
+
+def holds_slot(task: str) -> Callable[[Step], Step]:
     """Record the worker time each call of a per-target step (run_dir, slug, ...) holds, failed or not."""
 
-    def wrap(step: Callable) -> Callable:
+    def wrap(step: Step) -> Step:
         @functools.wraps(step)
         def run(run_dir: str, slug: str, *args: Any, **kwargs: Any) -> Any:
             started = time.time()
@@ -140,7 +141,7 @@ def holds_slot(task: str) -> Callable:
                 except Exception as e:  # noqa: BLE001 - the step's own outcome matters more than its timing
                     log.warning("%s of %s: could not record its worker time: %s", task, slug, e)
 
-        return run
+        return cast(Step, run)
 
     return wrap
 
@@ -172,7 +173,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     faults.maybe_fail("launch", target)
     expires = time.time() + plan.max_instance_hours * 3600
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
-    from bakeoff.budget import kill_switch_s  # noqa: PLC0415
+    from bakeoff.budget import kill_switch_s  # noqa: PLC0415 - each step loads only the modules it runs
 
     provider = provider_for(target.provider, credentials)
     agent = stage_client(target, expires - time.time(), credentials)
@@ -197,17 +198,16 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     tdir = store.target_dir(plan.name, rid, target.slug)
     store.write_json(tdir / "instance.json", inst.to_dict())
     launched = inst.launched_at or time.time()
-    tries = [tr for tr in earlier if tr.get("instance_id") != inst.id] + [
-        {"instance_id": inst.id, "launched_at": launched}
-    ]
+    tries = (
+        *(tr for tr in earlier if tr.instance_id != inst.id),
+        facts.Launch(instance_id=inst.id, launched_at=launched),
+    )
     _target_step(
         run_dir,
         slug,
-        "provision",
-        instance_id=inst.id,
-        launched_at=launched,
-        client_bundle=agent["sha256"] if agent else None,
-        tries=tries,
+        facts.Provision(
+            instance_id=inst.id, launched_at=launched, client_bundle=agent["sha256"] if agent else None, tries=tries
+        ),
     )
     faults.maybe_fail("after_create", target)
     faults.maybe_fail("ready_timeout", target)
@@ -243,21 +243,20 @@ def node_ready(
     return ready.to_dict()
 
 
-def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
+def _recheck_budget(run_dir: str, plan: Plan, target: Target) -> tuple[facts.Launch, ...]:
     """A target this run launched before (a retry, a cleared task) is launched again only if the
     spend so far plus what remains still fits budget_usd (budget.recheck raises BudgetExceeded
     before any cloud call). Returns the earlier launches, each stamped with when it ended."""
-    from bakeoff import budget  # noqa: PLC0415
+    from bakeoff import budget  # noqa: PLC0415 - each step loads only the modules it runs
 
-    doc = store.run_view(run_dir)
-    record = (doc.get("targets") or {}).get(target.slug) or {}
-    earlier = budget.launches(record)
+    run = store.run_facts(run_dir)
+    earlier = run.target(target.slug).launches()
     if earlier:
-        budget.recheck(plan, target.slug, doc)
+        budget.recheck(plan, target.slug, run)
     return earlier
 
 
-def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
+def _node_tls(target: Target, run_id: str, spec: dict[str, Any]) -> str | None:
     """A cloud node's TLS identity: its private key goes into the spec (user-data only), its public
     certificate is returned for instance.json so later steps pin it (serving/tls.py)."""
     if not PROVIDERS[target.provider].tls:
@@ -268,19 +267,21 @@ def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
             "over TLS, and no client bundle could be staged; set the Airflow Variable "
             "bakeoff_client_bucket, or drop the secrets (they are never put in user-data)"
         )
-    from bakeoff.serving.tls import node_identity  # noqa: PLC0415
+    from bakeoff.serving.tls import node_identity  # noqa: PLC0415 - only a node with its own certificate needs serving.tls
 
     ident = node_identity(run_id, target.slug)
     spec["tls"] = {"cert": ident.cert_pem, "key": ident.key_pem}
     return ident.cert_pem
 
 
-def stage_client(target, valid_s: float, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any] | None:
+def stage_client(
+    target: Target, valid_s: float, credentials: CredentialsFn = credentials_from_env
+) -> dict[str, Any] | None:
     """Stage the client bundle for a cloud node (the installation's ``client_bundle`` settings name
     the bucket); a co-located target cannot run without one, so say how to fix it before launching."""
     if not PROVIDERS[target.provider].provisions:
         return None
-    from bakeoff.agent.bundle import stage  # noqa: PLC0415
+    from bakeoff.agent.bundle import stage  # noqa: PLC0415 - only a provisioned node gets a client bundle
 
     staged = stage(credentials("client_bundle"), valid_s)
     if staged is None and target.client_mode == "co-located":
@@ -330,14 +331,14 @@ def serving_ready(
     if endpoint is None:
         return None
     # emulated: e.g. a sandbox cloud node backed by the emulator (the run view marks the whole run)
-    _target_step(run_dir, slug, "deploy", ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated)
+    _target_step(run_dir, slug, facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated))
     return endpoint.to_dict()
 
 
 @holds_slot("accuracy_gate")
 def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Score the endpoint on the offline accuracy set; the pass rule is applied at validation."""
-    from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415
+    from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
@@ -349,7 +350,7 @@ def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str
         store.target_dir(plan.name, rid, target.slug),
     )
     summary: dict[str, Any] = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
-    _target_step(run_dir, slug, "accuracy", **summary)
+    _target_step(run_dir, slug, facts.Accuracy.model_validate(summary))
     return summary
 
 
@@ -357,7 +358,7 @@ def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str
 def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Remote client: run every workload's load points here, each stored as soon as it is measured.
     Co-located: submit the job to the node's agent and return; benchmark_done follows it."""
-    from bakeoff.bench.run import run_workload  # noqa: PLC0415
+    from bakeoff.bench.run import run_workload  # noqa: PLC0415 - aiohttp, uvloop, pyarrow (bench.run) only in the benchmark step
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
@@ -367,7 +368,7 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
     key = serving_key(target, rid)
     if target.client_mode == "co-located":
         return {"target": slug, "client_mode": "co-located", **job.submit(plan, target, ep, rid, key)}
-    from bakeoff.agent.remote import AgentPower  # noqa: PLC0415
+    from bakeoff.agent.remote import AgentPower  # noqa: PLC0415 - each step loads only the modules it runs
 
     power = AgentPower(ep.agent_url, key, ep.tls_cert) if ep.agent_url else None
     points = 0
@@ -385,7 +386,7 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
             power=power,
         )
         points += len(summaries)
-    _target_step(run_dir, slug, "benchmark", points=points, client_mode="remote")
+    _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="remote"))
     return {"target": slug, "points": points, "client_mode": "remote"}
 
 
@@ -412,7 +413,7 @@ def benchmark_done(
     )
     if points is None:
         return None
-    _target_step(run_dir, slug, "benchmark", points=points, client_mode="co-located")
+    _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="co-located"))
     return {"target": slug, "points": points, "client_mode": "co-located"}
 
 
@@ -422,7 +423,7 @@ def terminate(
     """Terminate the target's instance: the ids provision recorded first (no listing can block them),
     then whatever the run's tag finds for the target, best effort (the sweep looks again). Safe when
     the node is already gone or was never created; fails only when a termination failed."""
-    from bakeoff import teardown  # noqa: PLC0415
+    from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
@@ -440,10 +441,15 @@ def terminate(
     for where, why in unlisted.items():
         log.warning("terminate: could not search %s for leftovers of %s (the sweep looks again): %s", where, slug, why)
     # a retry that succeeds replaces this record, errors included
-    step: dict[str, Any] = {"instances": sorted({*known, *found}), "errors": [f"{w}: {e}" for w, e in failed.items()]}
-    if not failed:
-        step["terminated_at"] = time.time()
-    _target_step(run_dir, slug, "terminate", **step)
+    _target_step(
+        run_dir,
+        slug,
+        facts.Terminate(
+            instances=tuple(sorted({*known, *found})),
+            errors=tuple(f"{w}: {e}" for w, e in failed.items()),
+            terminated_at=None if failed else time.time(),
+        ),
+    )
     if failed:
         raise teardown.TeardownIncomplete(f"terminate {slug}", failed)
     return {"target": slug, "terminated": [*done, *more]}
@@ -453,7 +459,7 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
     """Terminate everything of this run on every provider the plan uses: each recorded instance id, then
     whatever the run's tag finds. One provider's failure never stops the next; what was done and the
     measured cost are recorded, then any failure (a node not terminated, a place not searched) fails the step."""
-    from bakeoff import teardown  # noqa: PLC0415
+    from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     killed: dict[str, list[str]] = {}
@@ -478,10 +484,13 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
             log.error("sweep: %s cleanup failed: %s", name, e)
     for where, why in errors.items():
         log.error("sweep: %s: %s", where, why)
-    store.record(
-        run_dir, "sweep", {"at": time.time(), "terminated": killed, "errors": [f"{w}: {e}" for w, e in errors.items()]}
+    swept = facts.Sweep(
+        at=time.time(),
+        terminated={name: tuple(ids) for name, ids in killed.items()},
+        errors=tuple(f"{w}: {e}" for w, e in errors.items()),
     )
-    from bakeoff.budget import record_measured_cost  # noqa: PLC0415
+    store.record(run_dir, swept.STEP, swept.to_json())
+    from bakeoff.budget import record_measured_cost  # noqa: PLC0415 - each step loads only the modules it runs
 
     record_measured_cost(run_dir, plan)
     if errors:
@@ -491,7 +500,7 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
 
 def validate(run_dir: str) -> dict[str, Any]:
     """Run every quality gate; results are stored first, then a failing target fails the step."""
-    from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415
+    from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415 - each step loads only the modules it runs
 
     summary = validate_run(run_plan(run_dir), store.at(run_dir))
     failed = [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]
@@ -501,7 +510,7 @@ def validate(run_dir: str) -> dict[str, Any]:
 
 
 def cost(run_dir: str) -> dict[str, Any]:
-    from bakeoff.cost import cost_run  # noqa: PLC0415
+    from bakeoff.cost import cost_run  # noqa: PLC0415 - scipy (cost) only in the cost step
 
     return cost_run(run_plan(run_dir), store.at(run_dir))
 
@@ -509,7 +518,7 @@ def cost(run_dir: str) -> dict[str, Any]:
 def report(run_dir: str, failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     """Build the run's reports into the reports store (<reports>/<plan>/run_id=<run>/); ``failed_steps``
     are the steps of this run that failed, as the orchestrator knows them (the DAG run's task states)."""
-    from bakeoff.report import build_report  # noqa: PLC0415
+    from bakeoff.report import build_report  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan = run_plan(run_dir)
     for t in plan.targets:
@@ -527,6 +536,6 @@ def report_dir(plan_name: str, run_name: str) -> store.StorePath:
 
 def publish(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """List the run's reports in the index pages; the manifest states the outcome (failed_steps, as for report)."""
-    from bakeoff.publish import publish as publish_reports  # noqa: PLC0415
+    from bakeoff.publish import publish as publish_reports  # noqa: PLC0415 - each step loads only the modules it runs
 
     return publish_reports(run_plan(run_dir), store.at(run_dir), paths, failed_steps=list(failed_steps))

@@ -54,7 +54,7 @@ def list_published(root: str | StorePath | None = None, plan_name: str | None = 
 
 def render_index(title: str, runs: list[dict[str, Any]], link_base: str = "", with_plan: bool = True) -> str:
     """HTML list of runs; links are relative: link_base + [plan/] + run/ + file."""
-    from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: PLC0415
+    from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: PLC0415 - jinja2 only when an index page is rendered
 
     env = Environment(loader=PackageLoader("bakeoff.report", "templates"), autoescape=select_autoescape(default=True))
     return env.get_template("index.html.j2").render(

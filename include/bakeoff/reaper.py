@@ -102,7 +102,7 @@ def reap(
     Credentials come from ``credentials_fn(name)`` (the DAG passes its Airflow-connection resolver;
     default: the environment); whether a node's run is over, from ``run_state`` (see the module).
     """
-    from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415
+    from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415 - the environment's credentials only when no resolver is passed
 
     now = time.time() if now is None else now
     names = provider_names or CLOUD_PROVIDERS
@@ -203,8 +203,8 @@ def reap_loop(
 
 def _stop_on_signals():
     """An Event set by SIGTERM or SIGINT, so a service manager's stop ends the loop between passes."""
-    import signal  # noqa: PLC0415
-    import threading  # noqa: PLC0415
+    import signal  # noqa: PLC0415 - signal handling only for the reaper's own loop
+    import threading  # noqa: PLC0415 - signal handling only for the reaper's own loop
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

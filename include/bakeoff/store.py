@@ -28,7 +28,14 @@ from typing import Any
 import pandas as pd
 
 from bakeoff import durable
-from bakeoff.paths import StorePath, at, fresh, results_root, safe_name
+from bakeoff.facts import RunFacts
+
+# re-exported: the store's callers name paths through it (store.at, store.StorePath, store.safe_name)
+from bakeoff.paths import StorePath as StorePath
+from bakeoff.paths import at as at
+from bakeoff.paths import fresh as fresh
+from bakeoff.paths import results_root as results_root
+from bakeoff.paths import safe_name as safe_name
 
 STEPS = "steps"
 START = "start"
@@ -180,6 +187,14 @@ def run_view(rdir: str | StorePath) -> dict[str, Any]:
     if any((t.get("deploy") or {}).get("emulated") for t in targets.values()):
         view["emulated"] = True  # a sandbox cloud node backed by the emulator
     return view
+
+
+def run_facts(rdir: str | StorePath) -> RunFacts:
+    """The run's step records as typed facts (``bakeoff.facts``), each checked as it is read: what
+    readers that compute from the records use (the budget re-check, the measured cost)."""
+    rdir = fresh(at(rdir))
+    targets = {tdir.name.split("=", 1)[1]: _records(tdir) for tdir in _glob(rdir, "target=*")}
+    return RunFacts.from_records(_records(rdir), targets, where=str(rdir))
 
 
 def list_runs(plan_name: str | None = None, root: str | StorePath | None = None) -> list[dict[str, Any]]:

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from bakeoff.bench.metrics import summarize
-from bakeoff.bench.records import POINT_COLUMNS, RequestRecord
+from bakeoff.bench.metrics import POINT_COLUMNS, summarize
+from bakeoff.bench.records import RequestRecord
 from bakeoff.plan import Slo
 
 

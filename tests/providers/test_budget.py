@@ -11,6 +11,7 @@ import yaml
 
 from bakeoff import budget, pipeline, store
 from bakeoff.bench.sessions import load_sessions
+from bakeoff.facts import RunFacts
 from bakeoff.plan import load_plan, plan_from_dict
 
 P = budget.PREFILL_TOKEN_S
@@ -190,24 +191,48 @@ def test_recheck_counts_spend_so_far_and_what_remains():
     plan = load_plan("mi355x-vs-b200-sandbox")
     a, b = plan.targets
     now = 100_000.0
-    doc = {
-        "targets": {
-            a.slug: {
-                "provision": {"tries": [{"launched_at": now - 3600, "ended_at": now - 1800}]},
-                "terminate": {"terminated_at": now - 1800},
-            },
-            b.slug: {"provision": {"launched_at": now - 900}},  # still running
-        }
+    records = {
+        a.slug: {
+            "provision": {"tries": [{"launched_at": now - 3600, "ended_at": now - 1800}]},
+            "terminate": {"terminated_at": now - 1800},
+        },
+        b.slug: {"provision": {"launched_at": now - 900}},  # still running
     }
-    out = budget.recheck(plan, a.slug, doc, now=now)
+    out = budget.recheck(plan, a.slug, RunFacts.from_records({}, records), now=now)
     pa, pb = budget.guard_usd_per_hour(a), budget.guard_usd_per_hour(b)
     spent = 0.5 * pa + 0.25 * pb
     remaining = budget.target_hours(plan, a) * pa + (budget.target_hours(plan, b) - 0.25) * pb
     assert out["spent_usd"] == pytest.approx(spent, abs=0.01)
     assert out["total_usd"] == pytest.approx(spent + remaining, abs=0.01)
-    doc["targets"][b.slug]["provision"]["launched_at"] = now - 20 * 3600  # b has been up 20 h
+    records[b.slug]["provision"]["launched_at"] = now - 20 * 3600  # b has been up 20 h
     with pytest.raises(budget.BudgetExceeded, match=rf"^budget_usd: launching {a.name} again"):
-        budget.recheck(plan, a.slug, doc, now=now)
+        budget.recheck(plan, a.slug, RunFacts.from_records({}, records), now=now)
+
+
+def test_the_recheck_and_the_measured_cost_charge_every_launch_alike(data_root):
+    """A target cleared and retried billed both launches: 1,000-1,500 s and 2,000-2,600 s is 1,100 s,
+    in the re-provision re-check and in the report's measured cost (which once counted the last only)."""
+    plan = tiny_plan()
+    slug = plan.targets[0].slug
+    rdir = store.run_dir(plan.name, "r-two")
+    store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
+    store.record(rdir, store.START, {"run_id": "r-two", "targets": {slug: {"name": plan.targets[0].name}}})
+    tries = [
+        {"instance_id": "i-1", "launched_at": 1000.0, "ended_at": 1500.0},
+        {"instance_id": "i-2", "launched_at": 2000.0},
+    ]
+    store.record(rdir, "provision", {"instance_id": "i-2", "launched_at": 2000.0, "tries": tries}, slug=slug)
+    store.record(rdir, "terminate", {"instances": ["i-1", "i-2"], "terminated_at": 2600.0}, slug=slug)
+    facts = store.run_facts(rdir).target(slug)
+    assert facts.billed_seconds(now=10_000.0) == pytest.approx(1100.0)
+    assert facts.running_since() is None and facts.last_ended_at() == 2600.0
+    row = budget.evaluation_cost(plan, rdir).iloc[0]
+    assert row["instance_hours"] == pytest.approx(1100 / 3600)
+    assert row["launched_at"] == 1000.0 and row["terminated_at"] == 2600.0 and not row["still_running"]
+    price = budget.guard_usd_per_hour(plan.targets[0])
+    assert budget.recheck(plan, slug, store.run_facts(rdir), now=10_000.0)["spent_usd"] == pytest.approx(
+        round(1100 / 3600 * price, 2)
+    )
 
 
 def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bakeoff.bench.records import POINT_COLUMNS, RequestRecord
+from bakeoff.bench.metrics import POINT_COLUMNS
+from bakeoff.bench.records import RequestRecord
 from bakeoff.plan import plan_from_dict
 from bakeoff.store import save_point
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bakeoff import claims, cost
-from bakeoff.bench.records import POINT_COLUMNS
+from bakeoff.bench.metrics import POINT_COLUMNS
 from bakeoff.plan import PlanError, plan_from_dict
 from bakeoff.plan.checkpoints import checkpoint_note, differing_checkpoints
 from bakeoff.plan.workload import rate_key

@@ -112,7 +112,7 @@ def preflight(plan) -> None:
 def _inline(value: str, field: str) -> str:
     """The text of a workload file, found the way the remote client finds it (under the workloads
     folder, symlinks out refused), so co-located mode ships no file a remote run could not read."""
-    from bakeoff.bench.workloads import WorkloadFileError, resolve_file  # noqa: PLC0415
+    from bakeoff.bench.workloads import WorkloadFileError, resolve_file  # noqa: PLC0415 - bench.workloads only when a workload names a file
 
     try:
         path = resolve_file(value, field)

@@ -261,7 +261,7 @@ async def _auth(request: web.Request, handler):
 
 
 async def _health(request: web.Request) -> web.Response:
-    import bakeoff  # noqa: PLC0415
+    import bakeoff  # noqa: PLC0415 - the package version, read only when /health is asked
 
     agent = request.app[AGENT]
     return web.json_response(

@@ -26,14 +26,15 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 
-from bakeoff.bench.records import POINT_COLUMNS, POINT_KEY, SESSION_COLUMNS, RequestRecord
+from bakeoff.bench.metric_units import Column, Metric, Point, columns_of, filled, one
+from bakeoff.bench.records import POINT_KEY, SERVER_METRICS_COLUMNS, SESSION_COLUMNS, RequestRecord
 
 if TYPE_CHECKING:
     from bakeoff.plan.settings import Slo
@@ -279,6 +280,211 @@ def session_figures(measured: list[dict[str, Any]], slo: Slo | None, duration: f
     }
 
 
+# --- the point's metrics, each declaring its columns (bench.metric_units) -----------------------
+
+STATS = ("mean", "p50", "p90", "p99")
+
+
+def _stats(prefix: str, of: str, values: Callable[[Point], Iterable[float | None]]) -> Metric:
+    """mean/p50/p90/p99 in ms of a per-request figure in seconds (stats_ms)."""
+    cols = tuple(Column(f"{prefix}_{s}", "ms", f"{s} of {of}") for s in STATS)
+    return Metric(cols, lambda p, _: stats_ms(values(p), prefix))
+
+
+def _from_client(name: str, unit: str, formula: str) -> Metric:
+    return one(name, unit, formula, lambda p: float(p.client[name]) if p.client.get(name) is not None else NAN)
+
+
+def _interactivity(p: Point, so_far: Mapping[str, Any]) -> dict[str, float]:
+    stat = p.slo.interactivity_stat if p.slo is not None else "p50"
+    tpot = so_far[f"tpot_ms_{stat}"]
+    return {"interactivity": 1000.0 / tpot if tpot and not math.isnan(tpot) and tpot > 0 else NAN}
+
+
+def _good(p: Point) -> int:
+    return sum(1 for r in p.measured if request_is_good(dict(r), p.slo))
+
+
+def _errors_by_kind(p: Point) -> str:
+    return json.dumps(dict(sorted(Counter(str(r["error_kind"]) for r in p.measured if r.get("error_kind")).items())))
+
+
+def _chunks(p: Point) -> float:
+    chunks = sum(int(r.get("chunks") or 0) for r in p.ok)
+    return p.output_tokens / chunks if chunks else NAN
+
+
+OPEN_LOOP = (
+    ("send_lag_ms_p50", "ms", "p50 of actual send - scheduled send (open loop; NaN in closed loop)"),
+    ("send_lag_ms_p99", "ms", "p99 of the same"),
+    ("send_lag_ms_max", "ms", "max of the same"),
+    ("ttft_from_schedule_ms_p50", "ms", "p50 of send lag + TTFT: the latency a user arriving on schedule saw"),
+    ("ttft_from_schedule_ms_p99", "ms", "p99 of the same"),
+    ("e2e_from_schedule_ms_p99", "ms", "p99 of send lag + E2E"),
+)
+SERVER = {
+    "prefix_cache_hit_rate": ("ratio", "Δprefix cache hits / Δqueries over the point (server /metrics)"),
+    "host_prefix_cache_hit_rate": ("ratio", "the same for the host-memory (KV offload) tier"),
+    "prefix_cache_queried_tokens": ("tokens", "Δprefix cache queries over the point"),
+    "spec_acceptance_length": ("tokens/step", "1 + Δaccepted draft tokens / Δdrafts"),
+    "spec_acceptance_rate": ("ratio", "Δaccepted draft tokens / Δdraft tokens"),
+    "server_metrics_source": ("label", "vllm-counters, sglang-gauges or None"),
+}
+SESSIONS = {
+    "sessions_completed": ("count", "top-level sessions whose every turn (subagents' too) was sent and answered"),
+    "sessions_cut": ("count", "top-level sessions with a turn never sent (the point's time ran out)"),
+    "session_goodput_sps": ("sessions/s", "completed sessions whose every turn met the per-request SLO / duration"),
+    "sessions_per_hour": ("sessions/h", "completed sessions / duration x 3,600"),
+    "turns_per_hour": ("turns/h", "answered measured turns / duration x 3,600"),
+    "turns_per_session_mean": ("turns", "measured turns / top-level sessions that sent any"),
+    "ttft_ms_per_1k_uncached": ("ms/1k tokens", "least-squares slope of TTFT on expected uncached tokens x 1,000"),
+    "ttft_by_context": ("JSON", "TTFT p50/p99 by prompt-length bin (doubling from 1,024 tokens)"),
+    "ttft_by_uncached": ("JSON", "the same by expected uncached tokens"),
+}
+
+POINT_METRICS: tuple[Metric, ...] = (
+    one("gpus", "GPUs", "GPUs serving the model (target.gpus_used)", lambda p: int(p.gpus)),
+    one("emulated", "bool", "measured on the hardware emulator", lambda p: bool(p.emulated)),
+    one("completed", "requests", "succeeded measured requests", lambda p: len(p.ok)),
+    one("failed", "requests", "measured requests that failed", lambda p: len(p.measured) - len(p.ok)),
+    one(
+        "error_rate",
+        "ratio",
+        "failed / measured requests (1 with none measured)",
+        lambda p: (len(p.measured) - len(p.ok)) / len(p.measured) if p.measured else 1.0,
+    ),
+    one("duration_s", "s", "first measured send to last measured response", lambda p: p.duration),
+    one("request_throughput", "req/s", "completed / duration", lambda p: p.per_s(len(p.ok))),
+    one("input_tps", "tok/s", "input tokens (usage, else requested) / duration", lambda p: p.per_s(p.input_tokens)),
+    one("output_tps", "tok/s", "output tokens / duration", lambda p: p.per_s(p.output_tokens)),
+    one(
+        "total_tps", "tok/s", "(input + output tokens) / duration", lambda p: p.per_s(p.input_tokens + p.output_tokens)
+    ),
+    one("output_tps_per_gpu", "tok/s/GPU", "output_tps / gpus", lambda p: p.per_s(p.output_tokens) / p.gpus),
+    one(
+        "total_tps_per_gpu",
+        "tok/s/GPU",
+        "total_tps / gpus",
+        lambda p: p.per_s(p.input_tokens + p.output_tokens) / p.gpus,
+    ),
+    _stats("ttft_ms", "TTFT (send to first token chunk), succeeded requests", lambda p: (r.get("ttft") for r in p.ok)),
+    _stats("tpot_ms", "TPOT ((E2E - TTFT) / (output tokens - 1)), outputs > 1 token", lambda p: p.tpots),
+    _stats("itl_ms", "gaps between consecutive token chunks, pooled", lambda p: p.gaps),
+    _stats("e2e_ms", "E2E (send to last byte), succeeded requests", lambda p: (r.get("e2e") for r in p.ok)),
+    Metric(
+        (Column("interactivity", "tok/s/user", "1000 / TPOT at Slo.interactivity_stat (p50 by default)"),),
+        _interactivity,
+    ),
+    one("goodput_rps", "req/s", "requests meeting every per-request SLO / duration", lambda p: p.per_s(_good(p))),
+    one(
+        "good_fraction",
+        "ratio",
+        "requests meeting every per-request SLO / measured",
+        lambda p: _good(p) / len(p.measured) if p.measured else 0.0,
+    ),
+    Metric(
+        (Column("meets_slo", "bool", "the point's statistics meet every SLO set, error rate within bound"),),
+        lambda p, so_far: {"meets_slo": point_meets_slo(dict(so_far), p.slo, p.max_error_rate)},
+    ),
+    one("load_mode", "label", "concurrency, rate or trace", lambda p: p.load_mode),
+    one(
+        "rate",
+        "req/s",
+        "the open-loop arrival rate (NaN in closed loop)",
+        lambda p: float(p.rate) if p.rate is not None else NAN,
+    ),
+    _stats("ttfa_ms", "TTFA (send to first answer text), succeeded requests", lambda p: (r.get("ttfa") for r in p.ok)),
+    one("tokens_per_chunk", "tok/chunk", "output tokens / token chunks", _chunks),
+    one(
+        "token_mismatches",
+        "requests",
+        "usage and client count disagree by > 10%",
+        lambda p: sum(1 for r in p.ok if r.get("token_mismatch")),
+    ),
+    one(
+        "usage_missing",
+        "requests",
+        "succeeded requests without usage (client count used)",
+        lambda p: sum(1 for r in p.ok if r.get("tokens_source") == "client"),
+    ),
+    one("errors_by_kind", "JSON", "failed measured requests per error kind", _errors_by_kind),
+    _from_client("loop_lag_ms_p99", "ms", "p99 event-loop lag of the client (loop monitor)"),
+    _from_client("client_cpu_pct", "%", "client process CPU over the point (loop monitor)"),
+    _from_client("loop_stall_ms_max", "ms", "longest event-loop stall of the client (loop monitor)"),
+    one(
+        "client_bound",
+        "bool",
+        "the client, not the server, set the pace (loop monitor)",
+        lambda p: bool(p.client.get("client_bound", False)) and len(p.ok) > 0,
+    ),
+    one(
+        "client_stalled",
+        "bool",
+        "a stall passed monitor.STALL_BOUND_MS",
+        lambda p: bool(p.client.get("client_stalled", False)) and len(p.ok) > 0,
+    ),
+    one(
+        "token_count_method",
+        "label",
+        "usage, client-chunks, client-words, or several joined by +",
+        lambda p: count_method([dict(r) for r in p.ok]),
+    ),
+    filled("bench.run", [("ttft_connection", "label", "warm or per_request (the workload's ttft_connection)")]),
+    Metric(
+        (
+            Column("input_len_requested_mean", "tokens", "mean requested prompt length, succeeded requests"),
+            Column("input_len_measured_mean", "tokens", "mean usage prompt_tokens"),
+            Column("input_len_error", "ratio", "sum(measured) / sum(requested) - 1 over requests with usage"),
+        ),
+        lambda p, _: input_lengths([dict(r) for r in p.ok], sized=bool(p.prompts.get("sized", True))),
+    ),
+    one(
+        "input_len_tolerance",
+        "ratio",
+        "the workload's bound on input_len_error",
+        lambda p: p.prompts.get("input_len_tolerance"),
+    ),
+    one("prompt_seed", "seed", "the seed the prompts came from", lambda p: p.prompts.get("prompt_seed")),
+    one(
+        "prompt_sizing",
+        "label",
+        "how prompts were sized in tokens (bench.sizing), or file",
+        lambda p: p.prompts.get("prompt_sizing"),
+    ),
+    Metric(
+        tuple(Column(*c) for c in OPEN_LOOP),
+        lambda p, _: open_loop_figures([dict(r) for r in p.measured], [dict(r) for r in p.ok]),
+    ),
+    filled("bench.server_metrics", [(n, *SERVER[n]) for n in SERVER_METRICS_COLUMNS]),
+    filled(
+        "bench.run",
+        [("prefix_cache_hit_rate_expected", "ratio", "the trace's predicted hit rate (sessions.expected_hit_rate)")],
+    ),
+    Metric(
+        tuple(Column(n, *SESSIONS[n]) for n in SESSION_COLUMNS),
+        lambda p, _: session_figures([dict(r) for r in p.measured], p.slo, p.duration),
+    ),
+    one(
+        "tpot_by_position",
+        "JSON",
+        "token gaps p50/p99 by the output-token position they end at",
+        lambda p: tpot_by_position([dict(r) for r in p.ok]),
+    ),
+    filled(
+        "bench.run",
+        [
+            ("power_w_per_gpu", "W", "mean power per GPU over the measured window (the node's sampler)"),
+            ("energy_j", "J", "power_w_per_gpu x gpus x the measured window"),
+            ("joules_per_output_token", "J/token", "energy_j / output tokens of the succeeded requests"),
+        ],
+    ),
+)
+
+# The per-point table's columns, the contract every later step reads: the point's key, then every
+# declared unit's columns in order.
+POINT_COLUMNS: list[str] = [*POINT_KEY, *columns_of(POINT_METRICS)]
+
+
 def summarize(
     records: Records,
     *,
@@ -291,7 +497,8 @@ def summarize(
     client: dict[str, Any] | None = None,
     prompts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here).
+    """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here):
+    each of POINT_METRICS in order; columns another step fills are None.
 
     ``client`` carries the loop monitor's figures (loop_lag_ms_p99, loop_stall_ms_max,
     client_cpu_pct, client_bound, client_stalled) when the point was measured under it; open-loop
@@ -304,10 +511,8 @@ def summarize(
     rows = _rows(records)
     if not rows:
         raise ValueError("records: a point needs at least one request record")
-    out: dict[str, Any] = {k: rows[0].get(k) for k in POINT_KEY}
     measured = [r for r in rows if not r.get("warmup")]
     ok = [r for r in measured if not r.get("error_kind")]
-    n, completed = len(measured), len(ok)
     starts = [s for s in (_num(r.get("start_offset")) for r in measured) if s is not None]
     ends = []
     for r in measured:
@@ -316,68 +521,24 @@ def summarize(
             el = _num(r.get("e2e"))
         if s is not None and el is not None:
             ends.append(s + el)
-    duration = (max(ends) - min(starts)) if starts and ends else NAN
-    in_tok = sum(_input_tokens(r) for r in ok)
-    out_tok = sum(int(_num(r.get("output_tokens")) or 0) for r in ok)
-    per_s = (lambda x: x / duration) if duration and duration > 0 else (lambda x: NAN)
-
-    out.update(
+    point = Point(
+        measured=measured,
+        ok=ok,
+        duration=(max(ends) - min(starts)) if starts and ends else NAN,
+        input_tokens=sum(_input_tokens(r) for r in ok),
+        output_tokens=sum(int(_num(r.get("output_tokens")) or 0) for r in ok),
         gpus=int(gpus),
-        emulated=bool(emulated),
-        completed=completed,
-        failed=n - completed,
-        error_rate=(n - completed) / n if n else 1.0,
-        duration_s=duration,
-        request_throughput=per_s(completed),
-        input_tps=per_s(in_tok),
-        output_tps=per_s(out_tok),
-        total_tps=per_s(in_tok + out_tok),
+        emulated=emulated,
+        slo=slo,
+        max_error_rate=max_error_rate,
+        load_mode=load_mode,
+        rate=rate,
+        client=client or {},
+        prompts=prompts or {},
+        tpots=[t for t in (request_tpot(r) for r in ok) if t is not None],
+        gaps=[g for r in ok for g in chunk_gaps(r.get("chunk_offsets"))],
     )
-    out["output_tps_per_gpu"] = out["output_tps"] / gpus
-    out["total_tps_per_gpu"] = out["total_tps"] / gpus
-
-    tpots = [t for t in (request_tpot(r) for r in ok) if t is not None]
-    gaps = [g for r in ok for g in chunk_gaps(r.get("chunk_offsets"))]
-    out.update(stats_ms((r.get("ttft") for r in ok), "ttft_ms"))
-    out.update(stats_ms(tpots, "tpot_ms"))
-    out.update(stats_ms(gaps, "itl_ms"))
-    out.update(stats_ms((r.get("e2e") for r in ok), "e2e_ms"))
-    stat = getattr(slo, "interactivity_stat", "p50") if slo is not None else "p50"
-    tpot_stat = out[f"tpot_ms_{stat}"]
-    out["interactivity"] = 1000.0 / tpot_stat if tpot_stat and not math.isnan(tpot_stat) and tpot_stat > 0 else NAN
-    good = sum(1 for r in measured if request_is_good(r, slo))
-    out["goodput_rps"] = per_s(good)
-    out["good_fraction"] = good / n if n else 0.0
-    out["meets_slo"] = point_meets_slo(out, slo, max_error_rate)
-
-    out["load_mode"] = load_mode
-    out["rate"] = float(rate) if rate is not None else NAN
-    out.update(stats_ms((r.get("ttfa") for r in ok), "ttfa_ms"))
-    chunks = sum(int(r.get("chunks") or 0) for r in ok)
-    out["tokens_per_chunk"] = out_tok / chunks if chunks else NAN
-    out["token_mismatches"] = sum(1 for r in ok if r.get("token_mismatch"))
-    out["usage_missing"] = sum(1 for r in ok if r.get("tokens_source") == "client")
-    out["token_count_method"] = count_method(ok)
-    out["errors_by_kind"] = json.dumps(
-        dict(sorted(Counter(r["error_kind"] for r in measured if r.get("error_kind")).items()))
-    )
-    out.update(input_lengths(ok, sized=bool((prompts or {}).get("sized", True))))
-    for k in ("prompt_seed", "prompt_sizing", "input_len_tolerance"):
-        out[k] = (prompts or {}).get(k)
-    client = client or {}
-    for k in (
-        "send_lag_ms_p50",
-        "send_lag_ms_p99",
-        "send_lag_ms_max",
-        "loop_lag_ms_p99",
-        "loop_stall_ms_max",
-        "client_cpu_pct",
-    ):
-        out[k] = float(client[k]) if client.get(k) is not None else NAN
-    out.update(open_loop_figures(measured, ok))
-    # with nothing measured there is no pace the client could have set
-    out["client_bound"] = bool(client.get("client_bound", False)) and completed > 0
-    out["client_stalled"] = bool(client.get("client_stalled", False)) and completed > 0
-    out["tpot_by_position"] = tpot_by_position(ok)
-    out.update(session_figures(measured, slo, duration))
-    return {k: out.get(k) for k in POINT_COLUMNS}
+    out: dict[str, Any] = {k: rows[0].get(k) for k in POINT_KEY}
+    for unit in POINT_METRICS:
+        out.update(unit.values(point, out))
+    return out

@@ -1,7 +1,9 @@
 """The two tables every later step reads: one row per request, one row per measured point.
 
-These column lists are the contract between the benchmark, the results store, validation, cost
-and reports. Add columns freely; rename or drop none without updating every reader.
+The request table's columns are RequestRecord's fields; the point table's columns are declared by
+the units that compute them (``bench.metrics.POINT_COLUMNS``, from ``POINT_METRICS``). Together they
+are the contract between the benchmark, the results store, validation, cost and reports. Add
+columns freely; rename or drop none without updating every reader.
 """
 
 from __future__ import annotations
@@ -75,8 +77,8 @@ class RequestRecord:
 REQUEST_FIELDS = tuple(f for f in fields(RequestRecord) if f.metadata.get("column", True))
 
 
-# Server-side figures (bench.server_metrics.point_figures fills them): /metrics counter deltas over
-# the point, None when the server does not export them.
+# Server-side figures (bench.server_metrics.point_figures fills them; bench.metrics declares their
+# units): /metrics counter deltas over the point, None when the server does not export them.
 SERVER_METRICS_COLUMNS = (
     "prefix_cache_hit_rate",
     "host_prefix_cache_hit_rate",
@@ -86,7 +88,8 @@ SERVER_METRICS_COLUMNS = (
     "server_metrics_source",
 )
 
-# Session workloads (bench.metrics.session_figures fills them): NaN / None for single-request points.
+# Session workloads (bench.metrics.session_figures fills them and declares their units): NaN / None
+# for single-request points.
 SESSION_COLUMNS = (
     "sessions_completed",
     "sessions_cut",
@@ -98,81 +101,3 @@ SESSION_COLUMNS = (
     "ttft_by_context",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] by prompt-length bin
     "ttft_by_uncached",  # JSON: the same by expected uncached tokens
 )
-
-# Columns of the per-point table (bench.metrics.summarize produces them).
-POINT_COLUMNS = POINT_KEY + [
-    "gpus",
-    "emulated",
-    "completed",
-    "failed",
-    "error_rate",
-    "duration_s",
-    "request_throughput",
-    "input_tps",
-    "output_tps",
-    "total_tps",
-    "output_tps_per_gpu",
-    "total_tps_per_gpu",
-    "ttft_ms_mean",
-    "ttft_ms_p50",
-    "ttft_ms_p90",
-    "ttft_ms_p99",
-    "tpot_ms_mean",
-    "tpot_ms_p50",
-    "tpot_ms_p90",
-    "tpot_ms_p99",
-    "itl_ms_mean",
-    "itl_ms_p50",
-    "itl_ms_p90",
-    "itl_ms_p99",
-    "e2e_ms_mean",
-    "e2e_ms_p50",
-    "e2e_ms_p90",
-    "e2e_ms_p99",
-    "interactivity",
-    "goodput_rps",
-    "good_fraction",
-    "meets_slo",
-    # added by the benchmark harness (issue 3)
-    "load_mode",
-    "rate",
-    "ttfa_ms_mean",
-    "ttfa_ms_p50",
-    "ttfa_ms_p90",
-    "ttfa_ms_p99",
-    "tokens_per_chunk",
-    "token_mismatches",
-    "usage_missing",
-    "errors_by_kind",
-    "send_lag_ms_p99",
-    "loop_lag_ms_p99",
-    "client_cpu_pct",
-    "client_bound",
-    # how the point's output tokens were counted: "usage", "client-chunks", "client-words", or
-    # several joined by "+" when requests differed
-    "token_count_method",
-    "ttft_connection",  # warm (set-up outside TTFT) or per_request (set-up inside), from the workload
-    # prompts: requested vs measured input length (usage prompt_tokens), their relative difference
-    # (NaN when the prompts are the user's or the server gave no usage), the workload's tolerance,
-    # the seed the prompts came from and how they were sized in tokens (bench.sizing)
-    "input_len_requested_mean",
-    "input_len_measured_mean",
-    "input_len_error",
-    "input_len_tolerance",
-    "prompt_seed",
-    "prompt_sizing",
-    # open-loop pacing (issue 16): per-request lateness summarized; the longest event-loop stall and
-    # whether it (or the latest send) passed monitor.STALL_BOUND_MS; TTFT measured from the
-    # scheduled send, so lateness the client added is not hidden (coordinated omission)
-    "send_lag_ms_p50",
-    "send_lag_ms_max",
-    "loop_stall_ms_max",
-    "client_stalled",
-    "ttft_from_schedule_ms_p50",
-    "ttft_from_schedule_ms_p99",
-    "e2e_from_schedule_ms_p99",
-    *SERVER_METRICS_COLUMNS,
-    "prefix_cache_hit_rate_expected",  # the trace's predicted hit rate beside the measured one
-    *SESSION_COLUMNS,
-    "tpot_by_position",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] of token gaps by output-token position
-]

@@ -41,7 +41,7 @@ SGLANG_HIT_RATE = "sglang:cache_hit_rate"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 GAUGES = (SGLANG_HIT_RATE, SGLANG_ACCEPT_LENGTH)
 
-# per-point columns this module fills (defined with the rest of bench.records.POINT_COLUMNS)
+# per-point columns this module fills (declared with the rest in bench.metrics.POINT_METRICS)
 COLUMNS = SERVER_METRICS_COLUMNS
 
 

@@ -168,7 +168,7 @@ class AwsProvider(Provider):
         )["GroupId"]
         cidr = opts.ingress_cidr
         ranges = {"Ipv6Ranges": [{"CidrIpv6": cidr}]} if ":" in cidr else {"IpRanges": [{"CidrIp": cidr}]}
-        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where a security group opens its port
 
         ec2.authorize_security_group_ingress(
             GroupId=sg,

@@ -278,7 +278,7 @@ class OciProvider(Provider):
 
     def _ensure_nsg(self, target, run_id: str, compartment: str, region: str, tags: dict[str, str]) -> str:
         """The run+target's security group, found by name on a retry, with only the serving and agent ports open."""
-        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where a security group opens its port
 
         net, opts = self._client("network", region), target.provider_options
         try:

@@ -17,6 +17,8 @@ from bakeoff.providers.base import Provider, ProviderError
 Kind = Literal["cloud", "emulator", "endpoint"]
 ClientMode = Literal["co-located", "remote"]
 KillSwitch = Literal["terminate", "self-delete", "power-off"]
+# The shape of its credentials, which says how an Airflow connection becomes them (plugins/bakeoff_connections).
+CredentialsForm = Literal["aws-keys", "api-token", "oci-api-key", "none"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class ProviderInfo:
     # what the node's boot script does at its budgeted time to end billing with no help from Airflow:
     # power off (ends billing only where the cloud terminates on shutdown), or delete itself
     kill_switch: KillSwitch = "power-off"
+    credentials: CredentialsForm = "none"
 
     @property
     def provisions(self) -> bool:
@@ -52,13 +55,19 @@ class ProviderInfo:
         return self.kind == "emulator"
 
     @property
+    def existing_endpoint(self) -> bool:
+        """A server someone else started: its own key, its own stack, nothing claimed about either."""
+        return self.kind == "endpoint"
+
+    @property
     def launches(self) -> bool:
         """Its create starts something that must be terminated (what the sweep and the reaper scan)."""
         return self.kind != "endpoint"
 
     def load(self) -> type[Provider]:
         module, cls = self.cls.split(":")
-        return getattr(import_module(module), cls)
+        loaded: type[Provider] = getattr(import_module(module), cls)
+        return loaded
 
 
 def _cloud(
@@ -69,6 +78,7 @@ def _cloud(
     console_output: bool,
     api_base: str | None = None,
     kill_switch: KillSwitch = "power-off",
+    credentials: CredentialsForm = "api-token",
 ) -> ProviderInfo:
     return ProviderInfo(
         name=name,
@@ -83,6 +93,7 @@ def _cloud(
         tls=True,
         api_base=api_base,
         kill_switch=kill_switch,
+        credentials=credentials,
     )
 
 
@@ -109,7 +120,13 @@ PROVIDERS: dict[str, ProviderInfo] = {
         _on_this_machine("static", "bakeoff.providers.static:StaticProvider", "endpoint"),
         # EC2 launches with InstanceInitiatedShutdownBehavior=terminate: powering off ends billing
         _cloud(
-            "aws", "bakeoff.providers.aws:AwsProvider", 0.25, cleanup=True, console_output=True, kill_switch="terminate"
+            "aws",
+            "bakeoff.providers.aws:AwsProvider",
+            0.25,
+            cleanup=True,
+            console_output=True,
+            kill_switch="terminate",
+            credentials="aws-keys",
         ),
         _cloud(
             "vultr",
@@ -135,6 +152,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             cleanup=True,
             console_output=True,
             kill_switch="self-delete",
+            credentials="oci-api-key",
         ),
     )
 }

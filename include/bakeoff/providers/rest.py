@@ -266,7 +266,7 @@ def resolve_address(
     """Where the serving port and the node agent's port are reached from here: the node's IP and
     ports, or, when a port-forwarding layer publishes addresses (the sandbox, an SSH/SSM tunnel),
     what that layer says."""
-    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415
+    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where the node's ports are resolved
 
     if not address_map_url:
         return host, port, AGENT_PORT

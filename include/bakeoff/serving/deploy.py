@@ -73,7 +73,7 @@ def deploy_timeout(target) -> float:
     t = target.provider_options.get("deploy_timeout_s")
     if t:
         return float(t)
-    if target.provider == "static":
+    if PROVIDERS[target.provider].existing_endpoint:
         return STATIC_DEPLOY_TIMEOUT_S
     if target.provider in LOCAL_PROVIDERS:
         return 60.0
@@ -86,7 +86,7 @@ def push_secrets(
     target, instance: Instance, api_key: str | None, secrets: dict[str, str], timeout_s: float = 900.0
 ) -> list[str]:
     """Hand the serving secrets to the node agent over the pinned channel; the names pushed."""
-    from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415
+    from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415 - the agent client only when secrets are pushed
 
     details = instance.details or {}
     if not details.get("agent_url"):
@@ -193,13 +193,13 @@ def _describe(
         or bool((info.get("version") or {}).get("emulated"))
     )
     network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
-    if target.provider == "static":
+    if PROVIDERS[target.provider].existing_endpoint:
         stack = {**stack, **_served_by(url, api_key, info)}
     node: dict[str, Any] = {}
     output = None
     ready_at = time.time()
     if PROVIDERS[target.provider].provisions:
-        from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415
+        from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415 - console parsing only for a provisioned node
 
         output = node_output(instance, api_key, credentials)
         booted_s = time.time() - (instance.launched_at or 0.0)
@@ -268,7 +268,7 @@ def weights_facts(target, instance: Instance, output: str | None, ready_at: floa
 def _stack_facts(target) -> dict[str, Any]:
     """What was asked of the server (image, engine arguments; never the key), for provenance. A
     static endpoint's server was started by someone else: nothing is claimed about it here."""
-    if target.provider == "static":
+    if PROVIDERS[target.provider].existing_endpoint:
         return {
             "stack_in_plan": target.stack,
             "client_mode": target.client_mode,
@@ -277,7 +277,7 @@ def _stack_facts(target) -> dict[str, Any]:
         }
     if target.provider in LOCAL_PROVIDERS or target.stack not in engines.ENGINES:
         return {"stack": target.stack, "client_mode": target.client_mode}
-    from bakeoff.serving import userdata  # noqa: PLC0415
+    from bakeoff.serving import userdata  # noqa: PLC0415 - the boot script's renderer only for a cloud engine
 
     return {
         "stack": target.stack,
@@ -292,7 +292,7 @@ def _stack_facts(target) -> dict[str, Any]:
 def _served_by(url: str, api_key: str | None, info: dict[str, Any]) -> dict[str, Any]:
     """What a static endpoint says about itself, and only that: the engine and version identified
     from /version, /v1/models and /metrics, and the model ids it offers."""
-    from bakeoff.bench.provenance import identify_engine, snapshot_provenance  # noqa: PLC0415
+    from bakeoff.bench.provenance import identify_engine, snapshot_provenance  # noqa: PLC0415 - bench.provenance only for a static endpoint
 
     try:
         snap = snapshot_provenance(url, api_key)
@@ -314,7 +314,7 @@ def node_output(instance: Instance, api_key: str | None = None, credentials: Cre
         return None
     agent_url = (instance.details or {}).get("agent_url")
     if agent_url:
-        from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415
+        from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415 - the agent client only for a node with an agent
 
         try:
             with AgentClient(
@@ -338,7 +338,7 @@ def node_output(instance: Instance, api_key: str | None = None, credentials: Cre
 def measure_rtt(url: str, samples: int = 5) -> dict[str, Any]:
     """TCP connect round trip from the Airflow worker to the server: what a remote client's TTFT
     includes (recorded next to the results; a co-located client does not pay it)."""
-    import httpx  # noqa: PLC0415
+    import httpx  # noqa: PLC0415 - local to the round-trip measurement
 
     u = httpx.URL(url)
     port = u.port or (443 if u.scheme == "https" else 80)

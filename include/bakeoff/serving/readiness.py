@@ -135,7 +135,7 @@ def probe(base_url: str, api_key: str | None, model: str | None = None, tls_cert
 
     With ``tls_cert`` (a cloud node's own certificate) only that server is spoken to: a server with
     any other certificate fails the handshake, so the key is never sent to it (``last`` says so)."""
-    from bakeoff.serving.tls import client_context  # noqa: PLC0415
+    from bakeoff.serving.tls import client_context  # noqa: PLC0415 - the TLS context only for a node with its own certificate
 
     verify = client_context(base_url, tls_cert)
     try:

@@ -1,0 +1,234 @@
+"""What each step found, as frozen typed records, and the run as readers want it (``RunFacts``).
+
+A step writes one record (``store.record``) and readers used to search the nested dicts for keys,
+so two readers of one record could disagree (the re-provision re-check counted every launch, the
+measured cost only the last). Here each step's facts are one model, checked where a record is read
+back from JSON (``parse``: an error names the record and the field), and the figures readers need
+are derived once, on the view: ``TargetFacts.launches`` and ``billed_hours`` over every launch.
+Dicts exist only at the edges: a record's JSON in the store, a step's XCom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class RecordInvalid(ValueError):
+    """A stored step record does not have the shape its step writes."""
+
+
+class Fact(BaseModel):
+    """One step's record: frozen, and no field a step does not write (a stray key is refused)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    STEP: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the store keeps it (the JSON edge)."""
+        return self.model_dump(mode="json")
+
+
+F = TypeVar("F", bound=Fact)
+
+
+def parse(kind: type[F], doc: Mapping[str, Any], where: str) -> F:
+    """A record read back from JSON as its step's model; RecordInvalid names the record and field."""
+    try:
+        return kind.model_validate(dict(doc))
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(record)"
+        raise RecordInvalid(
+            f"{where}: {kind.STEP} record field {loc}: {err['msg']}; this record was not written by this "
+            "version's step: re-run the step (a retry rewrites its own record) or delete the file"
+        ) from None
+
+
+class Launch(Fact):
+    """One instance launched for a target: ``ended_at`` None while it may still bill."""
+
+    STEP: ClassVar[str] = "provision.tries"
+    instance_id: str | None = None
+    launched_at: float
+    ended_at: float | None = None
+
+
+class Provision(Fact):
+    """provision: the instance it started and every launch of the target in this run, oldest first."""
+
+    STEP: ClassVar[str] = "provision"
+    instance_id: str | None = None
+    launched_at: float | None = None
+    client_bundle: str | None = None
+    tries: tuple[Launch, ...] = ()
+
+    def recorded_launches(self) -> tuple[Launch, ...]:
+        """The launches as recorded (a record without ``tries`` names its one launch)."""
+        if self.tries:
+            return self.tries
+        if self.launched_at is None:
+            return ()
+        return (Launch(instance_id=self.instance_id, launched_at=self.launched_at),)
+
+
+class Deploy(Fact):
+    """serving_ready: the server answers with the right model (emulated: backed by the emulator)."""
+
+    STEP: ClassVar[str] = "deploy"
+    ready: bool = False
+    base_url: str | None = None
+    emulated: bool = False
+
+
+class Accuracy(Fact):
+    """accuracy_gate: the score on the accuracy set (the pass rule is applied at validation)."""
+
+    STEP: ClassVar[str] = "accuracy"
+    score: float | None = None
+    n: int | None = None
+    mean_output_tokens: float | None = None
+
+
+class Benchmark(Fact):
+    """benchmark / benchmark_done: how many points were stored, and where the client ran."""
+
+    STEP: ClassVar[str] = "benchmark"
+    points: int = 0
+    client_mode: Literal["remote", "co-located"] | None = None
+
+
+class Terminate(Fact):
+    """terminate: every id it knew or found; ``terminated_at`` only when no termination failed."""
+
+    STEP: ClassVar[str] = "terminate"
+    instances: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    terminated_at: float | None = None
+
+
+class Sweep(Fact):
+    """sweep: what it terminated per provider, and what it could not."""
+
+    STEP: ClassVar[str] = "sweep"
+    at: float | None = None
+    terminated: dict[str, tuple[str, ...]] = {}
+    errors: tuple[str, ...] = ()
+
+
+class TargetStart(Fact):
+    STEP: ClassVar[str] = "start.targets"
+    name: str | None = None
+
+
+class Start(Fact):
+    """start_run: the run's identity, the budget guard's estimate and the planned targets."""
+
+    STEP: ClassVar[str] = "start"
+    plan: str | None = None
+    run_id: str | None = None
+    started_at: float | None = None
+    emulated: bool = False
+    budget: dict[str, Any] = {}
+    targets: dict[str, TargetStart] = {}
+
+
+TARGET_STEPS: tuple[type[Fact], ...] = (Provision, Deploy, Accuracy, Benchmark, Terminate)
+
+
+class TargetFacts(BaseModel):
+    """One target's records, with the figures derived from them."""
+
+    model_config = ConfigDict(frozen=True)
+    slug: str
+    name: str | None = None
+    provision: Provision | None = None
+    deploy: Deploy | None = None
+    accuracy: Accuracy | None = None
+    benchmark: Benchmark | None = None
+    terminate: Terminate | None = None
+
+    def launches(self) -> tuple[Launch, ...]:
+        """Every launch, oldest first, each ended at its own ``ended_at``, else at the termination
+        recorded after it, else None (still billing)."""
+        tries = self.provision.recorded_launches() if self.provision else ()
+        term = self.terminate.terminated_at if self.terminate else None
+        return tuple(
+            tr
+            if tr.ended_at is not None
+            else tr.model_copy(update={"ended_at": term if term is not None and term >= tr.launched_at else None})
+            for tr in tries
+        )
+
+    def running_since(self) -> float | None:
+        """Start of a launch still billing (no end recorded), or None."""
+        return next((tr.launched_at for tr in reversed(self.launches()) if tr.ended_at is None), None)
+
+    def billed_seconds(self, now: float) -> float:
+        """Seconds billed over every launch, a launch without an end counted up to ``now``."""
+        total = 0.0
+        for tr in self.launches():
+            end = now if tr.ended_at is None else tr.ended_at
+            total += max(0.0, end - tr.launched_at)
+        return total
+
+    def billed_hours(self, now: float) -> float:
+        """``billed_seconds`` in hours: what the re-check and the measured cost both charge."""
+        return self.billed_seconds(now) / 3600
+
+    def first_launched_at(self) -> float | None:
+        tries = self.launches()
+        return tries[0].launched_at if tries else None
+
+    def last_ended_at(self) -> float | None:
+        """When the last launch ended; None when none was launched or one still bills."""
+        tries = self.launches()
+        if not tries or any(tr.ended_at is None for tr in tries):
+            return None
+        return max(tr.ended_at for tr in tries if tr.ended_at is not None)
+
+
+class RunFacts(BaseModel):
+    """The run as readers want it: its start record, each target's records, the sweep."""
+
+    model_config = ConfigDict(frozen=True)
+    start: Start = Start()
+    targets: dict[str, TargetFacts] = {}
+    sweep: Sweep | None = None
+
+    @property
+    def emulated(self) -> bool:
+        """Planned on the emulator, or a (sandbox) cloud node the emulator backed."""
+        return self.start.emulated or any(t.deploy is not None and t.deploy.emulated for t in self.targets.values())
+
+    def target(self, slug: str) -> TargetFacts:
+        """A target's records; an empty view for a target with none yet."""
+        return self.targets.get(slug) or TargetFacts(slug=slug)
+
+    @classmethod
+    def from_records(
+        cls,
+        run_steps: Mapping[str, Mapping[str, Any]],
+        target_steps: Mapping[str, Mapping[str, Mapping[str, Any]]],
+        where: str = "run",
+    ) -> RunFacts:
+        """From the raw records (step name -> facts), run-level and per target slug, as the store
+        reads them. Steps this view does not name (validation, report, ...) are left to their readers."""
+        start = parse(Start, run_steps.get(Start.STEP) or {}, f"{where}/steps/start.json")
+        sweep_doc = run_steps.get(Sweep.STEP)
+        sweep = parse(Sweep, sweep_doc, f"{where}/steps/sweep.json") if sweep_doc is not None else None
+        targets: dict[str, TargetFacts] = {}
+        for slug in dict.fromkeys([*start.targets, *target_steps]):
+            steps = target_steps.get(slug) or {}
+            found: dict[str, Fact] = {}
+            for kind in TARGET_STEPS:
+                doc = steps.get(kind.STEP)
+                if doc is not None:
+                    found[kind.STEP] = parse(kind, doc, f"{where}/target={slug}/steps/{kind.STEP}.json")
+            planned = start.targets.get(slug)
+            targets[slug] = TargetFacts.model_validate(
+                {"slug": slug, "name": planned.name if planned else None, **found}
+            )
+        return cls(start=start, targets=targets, sweep=sweep)
