@@ -9,12 +9,15 @@ import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from bakeoff.plan.precision import QUANTIZATIONS
+# The weight formats bakeoff runs, the one list: a plan's quantization (plan.precision), a claim's, a
+# model's checkpoints and an engine's precisions are all checked against it.
+Quantization = Literal["bf16", "fp8", "nvfp4", "mxfp4"]
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 
 
 class _Frozen(BaseModel):

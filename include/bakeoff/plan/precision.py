@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from bakeoff.catalog import QUANTIZATIONS as QUANTIZATIONS  # the catalog's one list, re-exported for plans
+from bakeoff.catalog import Quantization as Quantization
 
-Quantization = Literal["bf16", "fp8", "nvfp4", "mxfp4"]
-# the one list of weight formats: plans, claims and the catalog all check against it
-QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 # bytes per weight for each quantization: nvfp4 = 4 bits + an FP8 scale per 16 weights; mxfp4 = 4 bits +
 # an E8M0 scale per 32 (OCP MX)
 QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 0.53125}
