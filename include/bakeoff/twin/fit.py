@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -46,6 +47,9 @@ BAND_Q, MARGIN_Q = 0.8, 0.9
 
 
 class Keyed(Protocol):
+    """A calibration row or a query: what the fit keys on (frozen, so hashable)."""
+
+    def __hash__(self) -> int: ...
     @property
     def gpu(self) -> str: ...
     @property
@@ -64,10 +68,13 @@ class Keyed(Protocol):
     def multinode(self) -> str: ...
 
 
-def keys(r: Keyed) -> list[str]:
-    return [":".join((*names, *(str(getattr(r, n)) for n in names))) for names, _ in TERMS]
+@lru_cache(maxsize=65536)
+def keys(r: Keyed) -> tuple[str, ...]:
+    """The row's key in every term group (rows and queries are frozen, so this is cached)."""
+    return tuple(":".join((*names, *(str(getattr(r, n)) for n in names))) for names, _ in TERMS)
 
 
+@lru_cache(maxsize=65536)
 def ideal_per_gpu(r: Keyed) -> float:
     """The roofline's tokens/s per GPU for a row's configuration at its scenario's operating point."""
     i, o = calibration.lengths(r.model)

@@ -60,11 +60,27 @@ def roofline(gpu: catalog.Gpu, model: catalog.ModelSpec, quantization: str, tp: 
     )
 
 
-def step_s(roof: Roofline, batch: int, in_len: int, out_len: int) -> float:
-    """One steady-state step at ``batch`` decoding sequences (their prompts' share of prefill beside them)."""
+def step_s(
+    roof: Roofline,
+    batch: int,
+    in_len: int,
+    out_len: int,
+    *,
+    fresh_len: int | None = None,
+    draft_tokens: int = 0,
+    acceptance_length: float = 1.0,
+) -> float:
+    """One steady-state step at ``batch`` decoding sequences, their prompts' share of prefill beside them:
+    ``fresh_len`` of each prompt needs prefill (the rest is a cached prefix; default all of it), and a step
+    emits acceptance_length tokens per sequence. With ``draft_tokens`` the step is a speculative one
+    (Roofline.verify_step_s: draft steps, then one target pass over every draft token)."""
     ctx = in_len + out_len // 2
-    prefill = round(batch * in_len / max(out_len, 1))
-    return roof.step_s(prefill, batch, batch * ctx, batch * roof.kv_read_tokens(ctx))
+    fresh = in_len if fresh_len is None else fresh_len
+    prefill = round(batch * acceptance_length * fresh / max(out_len, 1))
+    kv, kv_read = batch * ctx, batch * roof.kv_read_tokens(ctx)
+    if draft_tokens:
+        return roof.verify_step_s(batch, draft_tokens, kv, kv_read, prefill_tokens=prefill)
+    return roof.step_s(prefill, batch, kv, kv_read)
 
 
 def max_batch(roof: Roofline, in_len: int, out_len: int) -> int:

@@ -6,7 +6,9 @@ rows, and its model has rows or a near neighbour (same MoE-ness and attention ki
 active parameters stands in, and the band widens to the leave-one-model-out error). Anything else is
 ``NoCalibration`` with the reason, never a silent number. Plan points are read at the Server
 scenario's efficiency (a loaded server under a latency limit, the nearest MLPerf scenario to a plan's
-sweep); speculative decoding and prefix-cache hits get no credit, so the prediction leans slow.
+sweep). Speculative decoding is credited at the golden (or pinned) acceptance length; with no curve for
+the model and method it gets no credit. The budget prices prompts without prefix-cache credit (the worst
+case); ``predict`` credits a workload's shared prefix.
 """
 
 from __future__ import annotations
@@ -130,6 +132,8 @@ class TargetTwin:
     replicas: int
     band_log: float
     margin_log: float
+    draft_tokens: int = 0  # speculative decoding: draft tokens per verification step (0: none)
+    acceptance_length: float = 1.0  # tokens each verification step emits per sequence
 
     @property
     def basis(self) -> str:
@@ -140,10 +144,21 @@ class TargetTwin:
         )
         return f"{self.gpu} x {self.proxy_model} calibration rows{via}"
 
-    def tpot_s(self, concurrency: float, in_len: int, out_len: int) -> float:
-        """Seconds per output token of each of ``concurrency`` decoding sequences (their prompts beside them)."""
+    def tpot_s(self, concurrency: float, in_len: int, out_len: int, fresh_len: int | None = None) -> float:
+        """Seconds per output token of each of ``concurrency`` decoding sequences (their prompts beside them,
+        ``fresh_len`` tokens of each not in the prefix cache): the roofline's step at the fitted efficiency,
+        plus STEP_OVERHEAD_S, over the tokens a step emits (speculative decoding: the acceptance length)."""
         c = max(1, int(round(concurrency)))
-        return operating.step_s(self.roof, c, in_len, out_len) / self.efficiency + STEP_OVERHEAD_S  # type: ignore[arg-type]
+        step = operating.step_s(
+            self.roof,  # type: ignore[arg-type]
+            c,
+            in_len,
+            out_len,
+            fresh_len=fresh_len,
+            draft_tokens=self.draft_tokens,
+            acceptance_length=self.acceptance_length,
+        )
+        return (step / self.efficiency + STEP_OVERHEAD_S) / self.acceptance_length
 
     def prefill_token_s(self) -> float:
         """Seconds per prompt token, a prompt prefilled alone in PREFILL_CHUNK-token passes."""
@@ -192,6 +207,12 @@ def twin_for(target) -> TargetTwin | NoCalibration:
     tp = target.tensor_parallel
     roof = operating.roofline(catalog.gpus()[gpu], target.model_spec, target.quantization, tp, kv)
     own = proxy == target.model
+    spec = target.speculative
+    al = None
+    if spec is not None:
+        al = target.pinned_acceptance_length or catalog.golden_acceptance_length(
+            target.model, spec.num_speculative_tokens, method=spec.method
+        )
     return TargetTwin(
         name=target.name,
         gpu=gpu,
@@ -203,4 +224,6 @@ def twin_for(target) -> TargetTwin | NoCalibration:
         replicas=max(1, target.instance.gpus // (tp * target.pipeline_parallel)),
         band_log=d.fit.band_log if own else max(d.fit.band_log, d.proxy_band_log),
         margin_log=d.fit.margin_log if own else max(d.fit.margin_log, d.proxy_margin_log),
+        draft_tokens=spec.num_speculative_tokens if spec is not None and al else 0,
+        acceptance_length=float(al) if spec is not None and al else 1.0,
     )
