@@ -345,6 +345,13 @@ def target_hours(plan, target) -> float:
     return (boot + load_hours(target)) * (1 + MARGIN) + serve * (1 + margin)
 
 
+def pessimistic_hours(plan, target) -> float:
+    """The hours the pessimistic model alone budgets: (boot + load + gate + benchmark) x (1 + MARGIN), the
+    estimate for a target the twin has no calibration for (and, for comparison, for any other)."""
+    boot = PROVIDERS[target.provider].boot_h
+    return (boot + load_hours(target) + gate_hours(plan) + bench_hours(plan, target)) * (1 + MARGIN)
+
+
 def kill_switch_s(plan, target) -> float:
     """Seconds after boot at which the node powers itself off: the budgeted hours, capped by max_instance_hours."""
     return min(target_hours(plan, target), plan.max_instance_hours) * 3600
