@@ -238,3 +238,28 @@ def test_trigger_form_refuses_out_of_range_values(name, value):
     param = copy.deepcopy(_params()[name])
     with pytest.raises(ParamValidationError):
         param.resolve(value)
+
+
+def test_the_twin_bounds_what_a_plan_at_its_limits_can_make_it_compute():
+    """Every plan number at its ceiling: predict and the estimate still finish quickly with finite
+    figures (bisection over the batch, Little's law capped at MAX_LITTLE_ITER), and the guard refuses."""
+    import math
+    import time
+
+    from bakeoff.plan.workload import MAX_CONCURRENCY, MAX_LEVELS, MAX_RATE, MAX_REQUESTS
+    from bakeoff.twin.predict import predict_plan
+
+    levels = sorted({max(1, MAX_CONCURRENCY * (i + 1) // MAX_LEVELS) for i in range(MAX_LEVELS)})
+    raw = aws_raw(concurrency=levels, requests_per_point=MAX_REQUESTS, warmup_requests=0)
+    raw["workloads"].append(
+        {**raw["workloads"][0], "name": "flood", "load": "rate", "rates": [MAX_RATE], "concurrency": [1]}
+    )
+    plan = plan_from_dict(raw)
+    start = time.perf_counter()
+    doc = predict_plan(plan)
+    assert time.perf_counter() - start < 10
+    points = [p for t in doc["targets"] for w in t["workloads"] for p in w["points"]]
+    assert points and all(math.isfinite(p["tpot_ms"]) and p["tokens_s_per_gpu"] > 0 for p in points)
+    assert any(p["kv_bound"] for p in points)  # beyond what the KV cache holds, requests wait
+    with pytest.raises(BudgetExceeded, match="^(budget_usd|max_instance_hours):"):
+        budget.check(plan)
