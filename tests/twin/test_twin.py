@@ -149,3 +149,14 @@ def test_predict_cli_prints_the_prediction_and_a_broken_plan_names_the_field(tmp
     assert "workloads[0].rates" in err
     with pytest.raises(PlanError):
         load_plan(str(bad))
+
+
+def test_the_claim_check_plan_passes_the_default_ceiling_priced_by_the_twin():
+    from bakeoff import budget
+
+    plan = load_plan("glm52-claim-check")
+    est = budget.check(plan)  # the default installation ceiling, no edit
+    assert est["ceiling_usd"] == budget.DEFAULT_CEILING_USD and est["estimate_usd"] <= plan.budget_usd
+    assert all(r["basis"].startswith("twin (") for r in est["targets"])
+    old = sum(budget.pessimistic_hours(plan, t) * budget.guard_usd_per_hour(t) for t in plan.targets)
+    assert old > budget.DEFAULT_CEILING_USD  # the pessimistic model alone would have refused it
