@@ -1,7 +1,11 @@
 """Budget guard: refuse a run whose estimated spend exceeds the plan's cap, before anything starts.
 
-estimate per target = guard price x (boot + model load + accuracy gate + planned benchmark) x (1 + margin),
-where model load = image pull + weights download (checkpoint GB / WEIGHTS_GBPS) + engine start.
+estimate per target = guard price x ((boot + model load) x (1 + MARGIN) + (accuracy gate + planned
+benchmark) x (1 + serving margin)), where model load = image pull + weights download (checkpoint GB /
+WEIGHTS_GBPS) + engine start. The serving time (gate and benchmark) is the calibrated twin's prediction
+(bakeoff.twin: the emulator's roofline times efficiencies fitted on public MLPerf results), its margin
+the twin's own p90 error on rows it never saw; a target the twin has no calibration for (a GPU with no
+published row, a model of no calibrated kind) falls back to the pessimistic model below with MARGIN.
 
 The guard price is the higher of the catalog list price and any contract price (``guard_usd_per_hour``):
 a contract price changes the cost report, never what the guard lets start, because a mistyped or
@@ -25,7 +29,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
@@ -133,13 +137,35 @@ def decode_token_s(concurrency: float) -> float:
     return TOKEN_S * (1 + (max(concurrency, 1) - 1) / DECODE_KNEE)
 
 
-def _closed_s(n: int, c: int, in_len: int, out_len: int) -> float:
+class Timing(Protocol):
+    """How long a server takes: prompt tokens prefilled, and one output token per sequence at a concurrency."""
+
+    def prefill_s(self, tokens: float) -> float: ...
+    def decode_s(self, concurrency: float, in_len: int, out_len: int) -> float: ...
+
+
+class _Pessimistic:
+    """The fallback for a target the twin has no calibration for: PREFILL_TOKEN_S and decode_token_s."""
+
+    basis = "pessimistic"
+
+    def prefill_s(self, tokens: float) -> float:
+        return tokens * PREFILL_TOKEN_S
+
+    def decode_s(self, concurrency: float, in_len: int, out_len: int) -> float:
+        return decode_token_s(concurrency)
+
+
+PESSIMISTIC: Timing = _Pessimistic()
+
+
+def _closed_s(n: int, c: int, in_len: int, out_len: int, tm: Timing = PESSIMISTIC) -> float:
     """n requests, c at a time, as ceil(n / c) waves. Pessimistic model: in each wave the c prompts
     are prefilled one after another (c x in_len x PREFILL_TOKEN_S, never overlapped with decode),
     then all c decode out_len tokens at decode_token_s(c): a decode step slows linearly with the
     batch, so throughput saturates at DECODE_KNEE / TOKEN_S tokens/s, far below any catalog GPU."""
     c = max(1, min(int(c), max(int(n), 1)))
-    wave = c * in_len * PREFILL_TOKEN_S + out_len * decode_token_s(c)
+    wave = tm.prefill_s(c * in_len) + out_len * tm.decode_s(c, in_len, out_len)
     return math.ceil(n / c) * wave if n > 0 else 0.0
 
 
@@ -148,7 +174,7 @@ def _lengths(w) -> tuple[int, int]:
     return w.length_bounds(w.input_len)[1], w.length_bounds(w.output_len)[1]
 
 
-def _point_s(w, *, concurrency: float | None = None, rate: float | None = None) -> float:
+def _point_s(w, tm: Timing = PESSIMISTIC, *, concurrency: float | None = None, rate: float | None = None) -> float:
     """One point's planned duration.
 
     Closed loop: warm-up plus measured requests at ``concurrency`` (_closed_s). Open loop: the longer
@@ -159,19 +185,19 @@ def _point_s(w, *, concurrency: float | None = None, rate: float | None = None) 
     if rate:
         n = w.requests_per_point or max(10, int(30 * rate))
         c = min(n, w.max_concurrency or n)
-        last = in_len * PREFILL_TOKEN_S + out_len * decode_token_s(c)
-        total = max(n / rate + last, _closed_s(n, c, in_len, out_len))
+        last = tm.prefill_s(in_len) + out_len * tm.decode_s(c, in_len, out_len)
+        total = max(n / rate + last, _closed_s(n, c, in_len, out_len, tm))
         warm = 0.0
     else:
         c = int(concurrency or 1)
-        total = _closed_s(w.requests_at(c), c, in_len, out_len)
-        warm = _closed_s(w.warmup_at(c), c, in_len, out_len)
+        total = _closed_s(w.requests_at(c), c, in_len, out_len, tm)
+        warm = _closed_s(w.warmup_at(c), c, in_len, out_len, tm)
     if w.max_point_s:
-        total = min(total, w.max_point_s + _closed_s(c, c, in_len, out_len))
+        total = min(total, w.max_point_s + _closed_s(c, c, in_len, out_len, tm))
     return warm + total
 
 
-def _trace_s(w) -> float:
+def _trace_s(w, tm: Timing = PESSIMISTIC) -> float:
     """Replay: the last offset plus its latency, or, if longer, the trace's requests served at the
     concurrency that may build up (max_concurrency, else all at once)."""
     from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415 - httpx (bench.workloads) only for trace workloads
@@ -181,22 +207,24 @@ def _trace_s(w) -> float:
     c = min(n, w.max_concurrency or n)
     in_len = max(s.input_len for s in specs)
     out_len = max(s.output_len for s in specs)
-    last = in_len * PREFILL_TOKEN_S + out_len * decode_token_s(c)
-    total = max(float(offsets[-1]) + last, _closed_s(n, c, in_len, out_len))
-    return min(total, w.max_point_s + _closed_s(c, c, in_len, out_len)) if w.max_point_s else total
+    last = tm.prefill_s(in_len) + out_len * tm.decode_s(c, in_len, out_len)
+    total = max(float(offsets[-1]) + last, _closed_s(n, c, in_len, out_len, tm))
+    return min(total, w.max_point_s + _closed_s(c, c, in_len, out_len, tm)) if w.max_point_s else total
 
 
-def _session_s(sess, c: float) -> float:
+def _session_s(sess, c: float, tm: Timing = PESSIMISTIC) -> float:
     """One session (its subagents beside it) when ``c`` sessions share the server: every turn's whole
     prompt prefilled (no cache credit: the estimate prices the worst case), its output decoded at
     decode_token_s(c), plus its think time; subagents add their prefill, not their wall time."""
     return sum(
-        t.input_tokens * PREFILL_TOKEN_S + t.output_tokens * decode_token_s(c) + float(t.think_s or 0.0)
+        tm.prefill_s(t.input_tokens)
+        + t.output_tokens * tm.decode_s(c, t.input_tokens, t.output_tokens)
+        + float(t.think_s or 0.0)
         for t in sess.turns
     )
 
 
-def _sessions_s(w) -> float:
+def _sessions_s(w, tm: Timing = PESSIMISTIC) -> float:
     """A session workload's points. Closed loop at c sessions: warm-up sessions, then the measured
     ones, each wave of c taking its longest session plus the other c - 1 sessions' prefill (prompts
     queue for prefill, _closed_s's pessimism); duration_s cuts the measured part (the turns in flight
@@ -213,19 +241,20 @@ def _sessions_s(w) -> float:
             kids.setdefault(s.parent, []).append(s)
 
     def tree(s, c: float) -> float:
-        prefill = sum(t.input_tokens * PREFILL_TOKEN_S for k in kids.get(s.id, []) for t in k.turns)
-        return _session_s(s, c) + prefill
+        prefill = sum(tm.prefill_s(t.input_tokens) for k in kids.get(s.id, []) for t in k.turns)
+        return _session_s(s, c, tm) + prefill
 
     roots = [s for s in chosen if s.parent is None]
     warm, measured = roots[: cfg.warmup_sessions], roots[cfg.warmup_sessions :]
-    longest_turn = max((t.input_tokens * PREFILL_TOKEN_S for s in chosen for t in s.turns), default=0.0)
+    longest_turn = max((tm.prefill_s(t.input_tokens) for s in chosen for t in s.turns), default=0.0)
+    longest_in = max((t.input_tokens for s in chosen for t in s.turns), default=0)
 
     def closed(group: list, c: int) -> float:
         c = max(1, min(c, max(len(group), 1)))
         total = 0.0
         for i in range(0, len(group), c):
             wave = [tree(s, c) for s in group[i : i + c]]
-            prefill = sum(t.input_tokens * PREFILL_TOKEN_S for s in group[i : i + c] for t in s.turns)
+            prefill = sum(tm.prefill_s(t.input_tokens) for s in group[i : i + c] for t in s.turns)
             total += max(wave) + prefill
         return total
 
@@ -234,7 +263,7 @@ def _sessions_s(w) -> float:
     def bounded(total: float, c: int) -> float:
         if not cfg.duration_s:
             return total
-        return min(total, cfg.duration_s + longest_turn + longest_output * decode_token_s(c))
+        return min(total, cfg.duration_s + longest_turn + longest_output * tm.decode_s(c, longest_in, longest_output))
 
     out = 0.0
     for c in cfg.concurrent_sessions:
@@ -246,25 +275,25 @@ def _sessions_s(w) -> float:
     return out
 
 
-def _workload_s(w) -> float:
+def _workload_s(w, tm: Timing = PESSIMISTIC) -> float:
     if getattr(w, "kind", "requests") == "sessions":
-        return _sessions_s(w)
+        return _sessions_s(w, tm)
     if w.load == "rate":
-        return sum(_point_s(w, rate=r) for r in w.rates)
+        return sum(_point_s(w, tm, rate=r) for r in w.rates)
     if w.load == "trace":
-        return _trace_s(w)
+        return _trace_s(w, tm)
     if w.load == "sla":  # every probe may run, each no longer than one at the highest load
         top = {"rate": {"rate": w.sla.max}}.get(w.sla.over, {"concurrency": w.sla.max})
-        return w.sla.max_probes * _point_s(w, **top)
-    return sum(_point_s(w, concurrency=c) for c in w.levels())
+        return w.sla.max_probes * _point_s(w, tm, **top)
+    return sum(_point_s(w, tm, concurrency=c) for c in w.levels())
 
 
-def bench_hours(plan, target) -> float:
-    """Planned benchmark time over every workload and repeat."""
-    return sum(_workload_s(w) * w.repeats for w in plan.workloads) / 3600
+def bench_hours(plan, target, tm: Timing = PESSIMISTIC) -> float:
+    """Planned benchmark time over every workload and repeat (pessimistic unless ``tm`` says otherwise)."""
+    return sum(_workload_s(w, tm) * w.repeats for w in plan.workloads) / 3600
 
 
-def gate_hours(plan) -> float:
+def gate_hours(plan, tm: Timing = PESSIMISTIC) -> float:
     """The accuracy gate: its items at its concurrency, greedy, up to max_tokens each (lm-eval
     generates at least LM_EVAL_GEN_TOKENS); nothing when the gate is off."""
     acc = plan.quality.accuracy
@@ -272,8 +301,9 @@ def gate_hours(plan) -> float:
         return 0.0
     if acc.backend == "lm_eval":
         n = sum(acc.lm_eval_limit or LM_EVAL_ITEMS.get(task, LM_EVAL_DEFAULT_ITEMS) for task in acc.lm_eval_tasks)
-        return _closed_s(n, acc.concurrency, LM_EVAL_PROMPT_TOKENS, max(acc.max_tokens, LM_EVAL_GEN_TOKENS)) / 3600
-    return _closed_s(acc.eval_size, acc.concurrency, BUILTIN_PROMPT_TOKENS, acc.max_tokens) / 3600
+        gen = max(acc.max_tokens, LM_EVAL_GEN_TOKENS)
+        return _closed_s(n, acc.concurrency, LM_EVAL_PROMPT_TOKENS, gen, tm) / 3600
+    return _closed_s(acc.eval_size, acc.concurrency, BUILTIN_PROMPT_TOKENS, acc.max_tokens, tm) / 3600
 
 
 def checkpoint_gb(target) -> float:
@@ -295,23 +325,50 @@ def load_hours(target) -> float:
     return IMAGE_PULL_H + download_hours(target) + ENGINE_START_H
 
 
+def timing(target) -> tuple[Timing, float, str]:
+    """(serving timing, its margin, where it comes from): the calibrated twin's prediction (margin: its
+    own p90 error on rows it never saw), else the pessimistic model with MARGIN and the twin's reason."""
+    from bakeoff.twin.target import NoCalibration, twin_for  # noqa: PLC0415 - numpy only when estimating
+
+    tw = twin_for(target)
+    if isinstance(tw, NoCalibration):
+        return PESSIMISTIC, MARGIN, f"pessimistic ({tw.reason})"
+    return tw, tw.margin, f"twin ({tw.basis}; margin {tw.margin:.0%}, its p90 error)"
+
+
 def target_hours(plan, target) -> float:
-    """Budgeted node hours: (boot + model load + accuracy gate + benchmark) x (1 + margin)."""
+    """Budgeted node hours: (boot + model load) x (1 + MARGIN) + (accuracy gate + benchmark) x (1 + the
+    serving timing's margin), the serving time predicted by the twin where it has a calibration."""
+    boot = PROVIDERS[target.provider].boot_h
+    tm, margin, _ = timing(target)
+    serve = gate_hours(plan, tm) + bench_hours(plan, target, tm)
+    return (boot + load_hours(target)) * (1 + MARGIN) + serve * (1 + margin)
+
+
+def pessimistic_hours(plan, target) -> float:
+    """The hours the pessimistic model alone budgets: (boot + load + gate + benchmark) x (1 + MARGIN), the
+    estimate for a target the twin has no calibration for (and, for comparison, for any other)."""
     boot = PROVIDERS[target.provider].boot_h
     return (boot + load_hours(target) + gate_hours(plan) + bench_hours(plan, target)) * (1 + MARGIN)
 
 
 def kill_switch_s(plan, target) -> float:
-    """Seconds after boot at which the node powers itself off: the budgeted hours, capped by max_instance_hours."""
-    return min(target_hours(plan, target), plan.max_instance_hours) * 3600
+    """Seconds after boot at which the node powers itself off: the longer of the twin's budgeted hours
+    and the pessimistic model's, capped by max_instance_hours. The twin prices the run; the kill switch
+    keeps the pessimistic time, so a node slower than predicted (beyond the twin's margin) still
+    finishes its benchmark instead of powering off with a point half-measured."""
+    return min(max(target_hours(plan, target), pessimistic_hours(plan, target)), plan.max_instance_hours) * 3600
 
 
 # --- the guard ------------------------------------------------------------------------------------
 
 
 def _row(plan, t) -> dict[str, Any]:
-    hours = target_hours(plan, t)
     price = guard_usd_per_hour(t)
+    tm, margin, basis = timing(t)
+    fixed = (PROVIDERS[t.provider].boot_h + load_hours(t)) * (1 + MARGIN)
+    gate, bench = gate_hours(plan, tm), bench_hours(plan, t, tm)
+    hours = fixed + (gate + bench) * (1 + margin)  # = target_hours(plan, t)
     return {
         "target": t.name,
         "provider": t.provider,
@@ -321,27 +378,40 @@ def _row(plan, t) -> dict[str, Any]:
         "load_h": round(load_hours(t), 3),
         "download_h": round(download_hours(t), 3),
         "checkpoint_gb": round(checkpoint_gb(t), 1),
-        "gate_h": round(gate_hours(plan), 3),
-        "bench_h": round(bench_hours(plan, t), 3),
+        "gate_h": round(gate, 3),
+        "bench_h": round(bench, 3),
+        "serving_margin": round(margin, 3),
+        "basis": basis,
         "hours": round(hours, 3),
         "usd": round(hours * price, 2),
+        # the band's low end: serving time at its prediction, without the margin
+        "usd_low": round((fixed + gate + bench) * price, 2),
         "spends": PROVIDERS[t.provider].spends,
         "kill_switch_s": round(kill_switch_s(plan, t)),
     }
 
 
 def estimate(plan) -> dict[str, Any]:
-    """Per-target hours and spend at the guard price (see the module docstring)."""
+    """Per-target hours and spend at the guard price (see the module docstring); ``estimate_low_usd``
+    is the same without the serving margin (the band's low end)."""
     rows = [_row(plan, t) for t in plan.targets]
     total = round(sum(r["usd"] for r in rows), 2)
-    return {"cap_usd": plan.budget_usd, "estimate_usd": total, "margin": MARGIN, "targets": rows}
+    low = round(sum(r["usd_low"] for r in rows), 2)
+    return {
+        "cap_usd": plan.budget_usd,
+        "estimate_usd": total,
+        "estimate_low_usd": low,
+        "margin": MARGIN,
+        "targets": rows,
+    }
 
 
 def _breakdown(est: dict[str, Any]) -> str:
     return "\n".join(
         f"  {r['target']}: ({r['boot_h']} h boot + {r['load_h']} h model load (weights {r['checkpoint_gb']} GB: "
-        f"{r['download_h']} h at {WEIGHTS_GBPS} GB/s) + {r['gate_h']} h accuracy gate + "
-        f"{r['bench_h']} h benchmark) x {1 + MARGIN} = {r['hours']} h x {r['usd_per_hour']} USD/h = {r['usd']} USD"
+        f"{r['download_h']} h at {WEIGHTS_GBPS} GB/s)) x {1 + MARGIN} + ({r['gate_h']} h accuracy gate + "
+        f"{r['bench_h']} h benchmark) x {1 + r['serving_margin']:g} = {r['hours']} h x {r['usd_per_hour']} USD/h "
+        f"= {r['usd']} USD; serving time {r['basis']}"
         + (
             f" (guard price: list, above the contract {r['contract_usd_per_hour']} USD/h)"
             if r["contract_usd_per_hour"] < r["usd_per_hour"]

@@ -8,11 +8,13 @@ sessions-from-logs   convert a chat/agent log into a session trace (also python 
 reap         terminate expired or orphaned bakeoff instances
 agent        the node agent (started on a serving node by its boot script)
 recipes      the vendored InferenceX recipes: list them, or show one and the engine command it renders to
+predict      what each target should do and cost, from the calibrated twin, before anything is rented
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import signal
 import sys
@@ -52,7 +54,12 @@ def _plan_check(args) -> int:
         if t.kv_offload:
             print(f"  kv offload {t.kv_offload.backend} {t.kv_offload.host_memory_gb:g} GB host memory")
     est = estimate(plan)
-    print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")
+    print(
+        f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap "
+        f"(predicted {est['estimate_low_usd']} USD; the rest is the margin for the twin's error)"
+    )
+    for r in est["targets"]:
+        print(f"  {r['target']}: {r['usd_low']}-{r['usd']} USD, {r['hours']} h; serving time {r['basis']}")
     for row in client_cores(plan):
         print(line(row))
     for w in warnings(plan):
@@ -97,6 +104,15 @@ def _run(args) -> int:
         print(f"step report failed: {type(e).__name__}: {e}", file=sys.stderr)
     _print_summary({**store.run_view(run["run_dir"]), "run_dir": run["run_dir"]}, failed)
     return 1 if failed else 0
+
+
+def _predict(args) -> int:
+
+    from bakeoff.twin.predict import predict_plan, render  # noqa: PLC0415 - numpy only for this command
+
+    doc = predict_plan(load_plan(args.plan))
+    print(json.dumps(doc, indent=1) if args.json else render(doc))
+    return 0
 
 
 def _plan_name(ref: str) -> str:
@@ -250,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name", nargs="?")
     p.add_argument("--multinode", action="store_true", help="the multi-node, disaggregated recipes")
     p.set_defaults(func=_recipes)
+    p = sub.add_parser(
+        "predict", help="predict each target's throughput, cost at the SLO and spend (the calibrated twin)"
+    )
+    p.add_argument("plan")
+    p.add_argument("--json", action="store_true", help="the whole prediction as JSON")
+    p.set_defaults(func=_predict)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)

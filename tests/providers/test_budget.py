@@ -17,11 +17,13 @@ from bakeoff.plan import load_plan, plan_from_dict
 P = budget.PREFILL_TOKEN_S
 
 
-def tiny_plan(provider="aws", budget_usd=600.0, max_hours=3.0, **quality):
+def tiny_plan(provider="aws", budget_usd=600.0, max_hours=3.0, instance_type=None, **quality):
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     raw["targets"] = [t for t in raw["targets"] if t["provider"] == "aws"]
+    if instance_type and provider != "local":
+        raw["targets"][0].update(instance_type=instance_type)
     if provider == "local":
-        raw["targets"][0].update(provider="local", instance_type="BM.GPU.B200.8", provider_options={})
+        raw["targets"][0].update(provider="local", instance_type=instance_type or "BM.GPU.H200.8", provider_options={})
     raw["workloads"][0].update(concurrency=[4], requests_per_point=36, warmup_requests=4, output_len=100, repeats=1)
     raw["quality"]["accuracy"].update(quality)
     raw.update(budget_usd=budget_usd, max_instance_hours=max_hours)
@@ -40,7 +42,8 @@ BENCH_S = 9 * wave(4, 1024, 100) + 1 * wave(4, 1024, 100)
 
 
 def test_estimate_by_hand():
-    plan = tiny_plan()
+    """An H200 target: no published calibration row, so the pessimistic model prices its serving time."""
+    plan = tiny_plan(instance_type="p5en.48xlarge")
     t = plan.targets[0]
     # load: image pull 0.1 h + 70.6 B params x 1 byte (fp8) / 0.5 GB/s + engine start 0.15 h
     load_h = 0.1 + 70.6 / 0.5 / 3600 + 0.15
@@ -55,6 +58,29 @@ def test_estimate_by_hand():
     assert est["estimate_usd"] == row["usd"] and row["spends"] is True
     assert row["kill_switch_s"] == pytest.approx(hours * 3600, abs=2)
     assert budget.check(plan) == est | {"ceiling_usd": budget.DEFAULT_CEILING_USD}
+
+
+def test_estimate_by_hand_with_the_twin():
+    """A B200 target has calibration rows: its serving time is the twin's, with the twin's own margin."""
+    from bakeoff.twin.target import TargetTwin, twin_for
+
+    plan = tiny_plan()
+    t = plan.targets[0]
+    tw = twin_for(t)
+    assert isinstance(tw, TargetTwin) and 0 < tw.margin < 3
+
+    def twave(c, in_len, out_len):
+        return c * in_len * tw.prefill_token_s() + out_len * tw.tpot_s(c, in_len, out_len)
+
+    gate_s, bench_s = 25 * twave(8, 64, 16), 10 * twave(4, 1024, 100)
+    load_h = 0.1 + 70.6 / 0.5 / 3600 + 0.15
+    hours = (0.25 + load_h) * 1.25 + (gate_s + bench_s) / 3600 * (1 + tw.margin)
+    row = budget.estimate(plan)["targets"][0]
+    assert row["basis"].startswith("twin (b200") and row["serving_margin"] == pytest.approx(tw.margin, abs=1e-3)
+    assert row["hours"] == pytest.approx(hours, abs=1e-3)
+    assert row["usd_low"] < row["usd"] == pytest.approx(hours * t.usd_per_hour, abs=0.01)
+    # the twin's serving time is far below the pessimistic model's for the same requests
+    assert bench_s < BENCH_S / 5
 
 
 def test_accuracy_gate_off_costs_nothing_and_lm_eval_counts_its_tasks():

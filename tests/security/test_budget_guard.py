@@ -155,8 +155,9 @@ def test_unbounded_plan_numbers_are_refused_naming_the_field(field, value, where
     [
         # prefill: 6400 prompts of 120k tokens, one token out (decode alone: about a minute)
         dict(input_len=120_000, output_len=16, concurrency=[64], requests_per_point=6400, warmup_requests=0),
-        # concurrency: 4096 requests in flight decode far slower than one alone
-        dict(input_len=128, output_len=1024, concurrency=[4096], requests_per_point=40960, warmup_requests=0),
+        # decode: 2 x 100k requests of 4k output tokens at 2048 and 4096 in flight, more than the KV cache
+        # holds: hours of decode even at the calibrated twin's rate (over 100k tokens/s per B200 node)
+        dict(input_len=128, output_len=4096, concurrency=[2048, 4096], requests_per_point=100_000, warmup_requests=0),
     ],
 )
 def test_long_prompts_and_high_concurrency_are_priced(attempt, no_cloud):
@@ -169,7 +170,7 @@ def test_a_trace_of_simultaneous_requests_is_priced_as_the_work_it_is(tmp_path, 
     """Every request at t = 0: the replay's last offset is 0, but the server still has all of them to serve."""
     monkeypatch.setenv("BAKEOFF_WORKLOADS_DIR", str(tmp_path))
     (tmp_path / "burst.jsonl").write_text(
-        "".join(json.dumps({"timestamp": 0, "input_len": 100, "output_len": 60_000}) + "\n" for _ in range(256))
+        "".join(json.dumps({"timestamp": 0, "input_len": 100, "output_len": 60_000}) + "\n" for _ in range(1024))
     )
     plan = plan_from_dict(aws_raw(load="trace", trace_path="burst.jsonl"))
     with pytest.raises(BudgetExceeded, match="^(budget_usd|max_instance_hours):"):
@@ -237,3 +238,28 @@ def test_trigger_form_refuses_out_of_range_values(name, value):
     param = copy.deepcopy(_params()[name])
     with pytest.raises(ParamValidationError):
         param.resolve(value)
+
+
+def test_the_twin_bounds_what_a_plan_at_its_limits_can_make_it_compute():
+    """Every plan number at its ceiling: predict and the estimate still finish quickly with finite
+    figures (bisection over the batch, Little's law capped at MAX_LITTLE_ITER), and the guard refuses."""
+    import math
+    import time
+
+    from bakeoff.plan.workload import MAX_CONCURRENCY, MAX_LEVELS, MAX_RATE, MAX_REQUESTS
+    from bakeoff.twin.predict import predict_plan
+
+    levels = sorted({max(1, MAX_CONCURRENCY * (i + 1) // MAX_LEVELS) for i in range(MAX_LEVELS)})
+    raw = aws_raw(concurrency=levels, requests_per_point=MAX_REQUESTS, warmup_requests=0)
+    raw["workloads"].append(
+        {**raw["workloads"][0], "name": "flood", "load": "rate", "rates": [MAX_RATE], "concurrency": [1]}
+    )
+    plan = plan_from_dict(raw)
+    start = time.perf_counter()
+    doc = predict_plan(plan)
+    assert time.perf_counter() - start < 10
+    points = [p for t in doc["targets"] for w in t["workloads"] for p in w["points"]]
+    assert points and all(math.isfinite(p["tpot_ms"]) and p["tokens_s_per_gpu"] > 0 for p in points)
+    assert any(p["kv_bound"] for p in points)  # beyond what the KV cache holds, requests wait
+    with pytest.raises(BudgetExceeded, match="^(budget_usd|max_instance_hours):"):
+        budget.check(plan)

@@ -171,6 +171,11 @@ class ProviderOptions(Strict):
 class EmulatorSettings(Strict):
     """Knobs of the hardware emulator's roofline; ignored by real serving stacks."""
 
+    efficiency: Literal["manual", "twin"] = Field(
+        "manual",
+        description="twin: time the roofline with the calibrated twin's fitted efficiency and step overhead "
+        "(the figures bakeoff predict gives), where the twin has a calibration; manual: the two below",
+    )
     prefill_efficiency: float = Field(0.45, gt=0, le=1, description="share of peak FLOPs prefill reaches")
     decode_efficiency: float = Field(0.65, gt=0, le=1, description="share of HBM bandwidth decode reaches")
     max_num_seqs: int = Field(256, ge=1, le=65_536, description="scheduler cap on concurrent sequences")

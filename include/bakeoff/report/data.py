@@ -304,6 +304,22 @@ def _caveats(d: ReportData) -> list[str]:
             "EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
             "use it to check the pipeline, never to choose hardware."
         )
+    twin = [x for x in plan.targets if x.emulated and x.emulator.efficiency == "twin"]
+    if twin:
+        from bakeoff.twin.emulate import efficiency_info  # noqa: PLC0415 - numpy only for such a plan
+
+        parts = []
+        for x in twin:
+            e = efficiency_info(x)
+            parts.append(
+                f"{x.name} (expected error +-{e['band_pct']:g}% against published results; {e['basis']})"
+                if e["source"] == "twin"
+                else f"{x.name} (no calibration, so its manual efficiencies: {e.get('no_calibration', '')})"
+            )
+        out.append(
+            "The emulator ran on the calibrated twin's fitted efficiencies for: " + "; ".join(parts) + ". Its "
+            "EMULATED figures are the twin's predictions, within that band of what the hardware should do."
+        )
     scaled = [f"{x.name} ({x.emulator.time_scale:g})" for x in plan.targets if x.emulator.time_scale != 1]
     if scaled and d.emulated:
         out.append(

@@ -24,6 +24,8 @@ Kept free of I/O and clocks so every number the emulator produces can be checked
   of the weights read); the draft's own small KV cache is not counted;
 - a step holds at most max_num_batched_tokens tokens (vLLM's chunked-prefill budget, 8192 unless
   the target's engine_args set --max-num-batched-tokens);
+- every target-model pass may carry a fixed step_overhead_s (0 unless the calibrated twin times the
+  emulator: bakeoff.twin.emulate);
 - the KV cache gets what HBM holds after the weights (x 0.9, vLLM's default
   gpu_memory_utilization), which caps how many tokens can be in flight.
 
@@ -68,6 +70,7 @@ class Roofline:
     dense_params: float | None = None  # always-read part of active_params (None: not known)
     layers: int = 1  # decoder layers; a draft step costs one of them
     index_topk: int | None = None  # sparse attention: cached tokens one decode step reads per sequence
+    step_overhead_s: float = 0.0  # fixed time of every target-model pass (launches, all-reduce; the twin sets it)
 
     @classmethod
     def for_target(cls, target) -> Roofline:
@@ -158,7 +161,7 @@ class Roofline:
             return 0.0
         memory_s = (self.weights_read(tokens) + kv_read * self.kv_bytes_per_token) / self.decode_bytes_per_s
         compute_s = 2 * self.active_params * tokens / self.prefill_flops_per_s
-        return max(memory_s, compute_s)
+        return max(memory_s, compute_s) + self.step_overhead_s
 
     def draft_step_s(self, decoding: int) -> float:
         """Seconds for one draft step over `decoding` sequences: one decoder layer's worth of the target."""

@@ -31,6 +31,7 @@ from bakeoff.serving.emulator import VERSION, power, prefix_cache, speculation, 
 from bakeoff.serving.emulator.config import EmulatorConfig
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
 from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.emulate import efficiency_info, emulator_roofline
 
 log = logging.getLogger("bakeoff.emulator")
 
@@ -90,7 +91,7 @@ def _engine(config: EmulatorConfig) -> RooflineEngine:
     """The scheduler for the config's target, with its prefix cache and speculative decoding if it has them."""
     t = config.target
     assert t is not None  # build_app serves roofline targets only
-    roofline = Roofline.for_target(t)
+    roofline = emulator_roofline(t)
     return RooflineEngine(
         roofline,
         config.time_scale,
@@ -337,7 +338,7 @@ def version_info(
     }
     if roofline is not None and t is not None:  # a roofline always has its target
         info["roofline"] = roofline.summary() | (engine.summary() if engine else {})
-        info["efficiency"] = {"prefill": t.emulator.prefill_efficiency, "decode": t.emulator.decode_efficiency}
+        info["efficiency"] = efficiency_info(t)
     else:
         info["scripted"] = config.scripted.model_dump()
     if config.power_csv and t is not None:  # power_csv implies roofline, hence a target

@@ -1,0 +1,53 @@
+"""The emulator timed by the calibrated twin: a target with ``emulator: {efficiency: twin}`` gets the
+roofline at the twin's fitted efficiency (one share of peak FLOPs and of HBM bandwidth, as the fit
+learned it) plus the twin's per-step overhead, so its EMULATED figures are the twin's predictions and
+carry its error band. A target the twin has no calibration for keeps the manual efficiencies, and
+says so (``efficiency_info``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.target import STEP_OVERHEAD_S, NoCalibration, TargetTwin, twin_for
+
+
+def _twin(target) -> TargetTwin | NoCalibration | None:
+    return twin_for(target) if target.emulator.efficiency == "twin" else None
+
+
+def emulator_roofline(target) -> Roofline:
+    """The emulator's roofline for a target: the twin's efficiency where asked for and calibrated."""
+    base = Roofline.for_target(target)
+    tw = _twin(target)
+    if not isinstance(tw, TargetTwin):
+        return base
+    gpu, tp = target.gpu, target.tensor_parallel
+    from bakeoff.plan.precision import COMPUTE_DTYPE  # noqa: PLC0415 - as Roofline.for_target reads it
+
+    return dataclasses.replace(
+        base,
+        prefill_flops_per_s=gpu.peak_tflops(COMPUTE_DTYPE[target.quantization]) * 1e12 * tp * tw.efficiency,
+        decode_bytes_per_s=gpu.hbm_tbps * 1e12 * tp * tw.efficiency,
+        step_overhead_s=STEP_OVERHEAD_S,
+    )
+
+
+def efficiency_info(target) -> dict[str, Any]:
+    """What /version and the report say about the efficiency the emulator ran at."""
+    tw = _twin(target)
+    if isinstance(tw, TargetTwin):
+        return {
+            "source": "twin",
+            "efficiency": round(tw.efficiency, 4),
+            "step_overhead_s": STEP_OVERHEAD_S,
+            "band_pct": round(math.expm1(tw.band_log) * 100, 1),
+            "basis": tw.basis,
+        }
+    manual = {"prefill": target.emulator.prefill_efficiency, "decode": target.emulator.decode_efficiency}
+    if isinstance(tw, NoCalibration):
+        return {"source": "manual", **manual, "no_calibration": tw.reason}
+    return {"source": "manual", **manual}

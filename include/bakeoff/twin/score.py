@@ -1,0 +1,119 @@
+"""Scoring the twin on rows it never saw: a fixed random hold-out, leave-one-accelerator-out, and
+whether it ranks the GPUs right per model x scenario.
+
+Every score fits on the training rows only (``fit.fit(train)``) and predicts the held-out ones;
+the split functions return row indices, so a test can check that no held-out row reaches a fit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bakeoff.twin import fit as twin_fit
+from bakeoff.twin.calibration import Row
+
+HOLDOUT_SHARE = 0.2
+HOLDOUT_SEED = 2026
+LOAO_GPUS = ("mi355x", "b300", "gb300")
+
+
+def holdout_split(n: int, share: float = HOLDOUT_SHARE, seed: int = HOLDOUT_SEED) -> tuple[list[int], list[int]]:
+    """(train, test) indices: a fixed random share held out."""
+    order = np.random.default_rng(seed).permutation(n)
+    k = max(1, round(n * share))
+    return sorted(int(i) for i in order[k:]), sorted(int(i) for i in order[:k])
+
+
+def gpu_split(rows: Sequence[Row], gpu: str) -> tuple[list[int], list[int]]:
+    """(train, test) indices: every row of ``gpu`` held out."""
+    test = [i for i, r in enumerate(rows) if r.gpu == gpu]
+    return [i for i, r in enumerate(rows) if r.gpu != gpu], test
+
+
+@dataclass(frozen=True)
+class Scored:
+    row: Row
+    predicted: float  # tokens/s per GPU
+
+    @property
+    def ape(self) -> float:
+        return abs(self.predicted - self.row.per_gpu) / self.row.per_gpu * 100
+
+
+def held_out(rows: Sequence[Row], train: list[int], test: list[int]) -> tuple[twin_fit.Fit, list[Scored]]:
+    f = twin_fit.fit([rows[i] for i in train], band=False)
+    return f, [Scored(rows[i], f.predict(rows[i])) for i in test]
+
+
+def table(scored: Sequence[Scored], by: str) -> list[dict[str, Any]]:
+    """Median and worst APE grouped by a row attribute (gpu, model, scenario)."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for s in scored:
+        groups[str(getattr(s.row, by))].append(s.ape)
+    return [
+        {by: k, "rows": len(v), "median_ape": float(np.median(v)), "max_ape": float(max(v))}
+        for k, v in sorted(groups.items())
+    ]
+
+
+def summary(scored: Sequence[Scored]) -> dict[str, float]:
+    apes = [s.ape for s in scored]
+    return {"rows": len(apes), "median_ape": float(np.median(apes)), "max_ape": float(max(apes))}
+
+
+def out_of_fold(rows: Sequence[Row], k: int = twin_fit.FOLDS, seed: int = HOLDOUT_SEED) -> list[Scored]:
+    """Every row predicted by a fit on the other folds (k fixed random folds)."""
+    out: list[Scored] = []
+    for idx in twin_fit.folds(len(rows), k, seed):
+        test = sorted(int(i) for i in idx)
+        train = [i for i in range(len(rows)) if i not in set(test)]
+        out += held_out(rows, train, test)[1]
+    return out
+
+
+def leave_each_gpu_out(rows: Sequence[Row]) -> list[Scored]:
+    """Every row predicted by a fit that saw no row of its GPU."""
+    out: list[Scored] = []
+    for gpu in sorted({r.gpu for r in rows}):
+        out += held_out(rows, *gpu_split(rows, gpu))[1]
+    return out
+
+
+def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, Any]]:
+    """Per model x scenario with two or more GPUs: each GPU's best published row (its best configuration),
+    ordered by published tokens/s per GPU and by the twin's prediction for that row; ``right`` when every
+    pair is in the same order. Pairs whose predictions are closer than the band are ``unresolved`` (the
+    twin cannot separate them); ``right_where_resolved`` ignores a wrong order inside the band."""
+    best: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
+    for s in scored:  # each GPU's best published row, and the prediction for that row
+        key = (s.row.model, s.row.scenario)
+        if s.row.per_gpu > best[key].get(s.row.gpu, (0.0, 0.0))[0]:
+            best[key][s.row.gpu] = (s.row.per_gpu, s.predicted)
+    out = []
+    for (model, scenario), gpus in sorted(best.items()):
+        if len(gpus) < 2:
+            continue
+        pairs = list(itertools.combinations(sorted(gpus), 2))
+        wrong = [(a, b) for a, b in pairs if (gpus[a][0] - gpus[b][0]) * (gpus[a][1] - gpus[b][1]) < 0]
+        unresolved = [(a, b) for a, b in pairs if abs(math.log(gpus[a][1] / gpus[b][1])) < band_log]
+        out.append(
+            {
+                "model": model,
+                "scenario": scenario,
+                "measured": sorted(gpus, key=lambda g: -gpus[g][0]),
+                "predicted": sorted(gpus, key=lambda g: -gpus[g][1]),
+                "pairs": len(pairs),
+                "wrong_pairs": wrong,
+                "unresolved_pairs": unresolved,
+                "right": not wrong,
+                "right_where_resolved": not set(wrong) - set(unresolved),
+            }
+        )
+    return out

@@ -1,0 +1,68 @@
+"""The emulator timed by the calibrated twin: its steps are the twin's predictions, and it says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from bakeoff.plan import load_plan, plan_from_dict
+from bakeoff.serving.emulator.config import config_from_dict
+from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.serving.emulator.server import version_info
+from bakeoff.twin import operating
+from bakeoff.twin.emulate import efficiency_info, emulator_roofline
+from bakeoff.twin.target import STEP_OVERHEAD_S, TargetTwin, twin_for
+
+
+def _plan(efficiency: str, instance_type: str | None = None):
+    raw = load_plan("local-demo").model_dump(mode="json")
+    for t in raw["targets"]:
+        t["emulator"]["efficiency"] = efficiency
+        if instance_type:
+            t["instance_type"] = instance_type
+    return plan_from_dict(raw)
+
+
+def test_a_twin_timed_emulator_steps_as_the_twin_predicts():
+    for t in _plan("twin").targets:
+        tw = twin_for(t)
+        assert isinstance(tw, TargetTwin)
+        roof = emulator_roofline(t)
+        assert roof.step_overhead_s == STEP_OVERHEAD_S
+        assert roof.decode_bytes_per_s == pytest.approx(t.gpu.hbm_tbps * 1e12 * t.tensor_parallel * tw.efficiency)
+        for c in (1, 8, 64):
+            # one decode step of c sequences at 1k in / 256 out: the emulator's time is the twin's TPOT x AL
+            prefill = round(c * tw.acceptance_length * 1024 / 256)
+            ctx = 1024 + 128
+            kv_read = c * roof.kv_read_tokens(ctx)
+            if tw.draft_tokens:
+                emulated = roof.verify_step_s(c, tw.draft_tokens, c * ctx, kv_read, prefill_tokens=prefill)
+            else:
+                emulated = roof.step_s(prefill, c, c * ctx, kv_read)
+            assert emulated == pytest.approx(tw.tpot_s(c, 1024, 256) * tw.acceptance_length, rel=1e-9)
+        info = efficiency_info(t)
+        assert info["source"] == "twin" and info["band_pct"] > 0 and info["basis"] == tw.basis
+
+
+def test_manual_efficiency_is_untouched_and_an_uncalibrated_target_says_why():
+    for t in _plan("manual").targets:
+        assert emulator_roofline(t) == Roofline.for_target(t)
+        assert efficiency_info(t) == {
+            "source": "manual",
+            "prefill": t.emulator.prefill_efficiency,
+            "decode": t.emulator.decode_efficiency,
+        }
+    (t, *_) = _plan("twin", instance_type="BM.GPU.H200.8").targets
+    assert emulator_roofline(t) == Roofline.for_target(t)
+    info = efficiency_info(t)
+    assert info["source"] == "manual" and "no published MLPerf row on h200" in info["no_calibration"]
+    cfg = config_from_dict({"mode": "roofline", "target": t.model_dump(mode="json")})
+    assert version_info(cfg, emulator_roofline(t))["efficiency"] == info
+
+
+def test_the_operating_point_and_the_emulator_share_one_roofline():
+    t = _plan("twin").targets[0]
+    tw = twin_for(t)
+    assert isinstance(tw, TargetTwin)
+    plain = operating.roofline(t.gpu, t.model_spec, t.quantization, t.tensor_parallel, "bf16")
+    base = Roofline.for_target(t)
+    assert plain.weights_read(64) == base.weights_read(64) and plain.kv_bytes_per_token == base.kv_bytes_per_token
