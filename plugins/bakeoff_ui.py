@@ -33,7 +33,9 @@ SERVED = {
     ".csv": "text/csv; charset=utf-8",
     ".json": "application/json",
     ".parquet": "application/octet-stream",
+    ".zip": "application/zip",  # the run's evidence bundle (bakeoff.evidence)
 }
+DOWNLOADS = {".parquet", ".zip"}  # saved, never shown: Content-Disposition attachment
 
 # the DAG whose runs the reports describe: who may read its runs may read their reports
 DAG_ID = "bakeoff"
@@ -117,7 +119,10 @@ def report_file(plan: str, run: str, name: str) -> Response:
     path = _root() / plan / run / name
     if media is None or not path.is_file():
         raise HTTPException(404, "no such report")
-    return Response(path.read_bytes(), media_type=media, headers=HTML_HEADERS if suffix == ".html" else HEADERS)
+    headers = HTML_HEADERS if suffix == ".html" else dict(HEADERS)
+    if suffix in DOWNLOADS:
+        headers["Content-Disposition"] = f'attachment; filename="{name}"'  # name is one safe_name component
+    return Response(path.read_bytes(), media_type=media, headers=headers)
 
 
 class BakeoffUiPlugin(AirflowPlugin):

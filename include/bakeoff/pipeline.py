@@ -17,7 +17,7 @@ from bakeoff import faults, secrets, store
 from bakeoff.agent import job
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
-from bakeoff.plan.prices import apply_price_sheet
+from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
 from bakeoff.providers.credentials import credentials_from_env
@@ -44,10 +44,12 @@ def start_run(
     overrides: dict[str, Any] | None = None,
     price_sheet: dict[str, Any] | None = None,
     budget_ceiling_usd: Any = None,
+    conf: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
     check the budget against the plan's cap and the installation ceiling (budget_ceiling_usd: the
-    Airflow Variable's raw value, None = the default), record the run."""
+    Airflow Variable's raw value, None = the default), record the run. ``conf``: the trigger's
+    configuration as given (plan name and form fields), kept so the run can be started again as it was."""
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
 
@@ -70,6 +72,8 @@ def start_run(
             "emulated": plan.emulated,
             "budget": estimate,
             "targets": {t.slug: {"name": t.name} for t in plan.targets},
+            "price_sheet_sha256": sheet_sha256(price_sheet),
+            "conf": dict(conf or {}),
         },
     )
     return {
@@ -523,8 +527,34 @@ def report_dir(plan_name: str, run_name: str) -> store.StorePath:
     return store.at(reports_root()) / safe_name(plan_name) / safe_name(run_name)
 
 
+def bundle(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> str:
+    """Build the run's signed evidence bundle (bakeoff.evidence) beside its reports; returns its path.
+    Fails, building nothing, if any file would carry one of the run's serving keys."""
+    from bakeoff import evidence  # noqa: PLC0415 - cryptography only for this step
+
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    keys = []
+    for t in plan.targets:
+        try:
+            keys.append(serving_key(t, rid))
+        except secrets.MissingSecret:  # a static endpoint's key no longer resolvable: nothing to look for
+            continue
+    rdir = store.at(run_dir)
+    path = evidence.build(
+        plan,
+        rdir,
+        paths,
+        report_dir(plan.name, rdir.name),
+        failed_steps=list(failed_steps),
+        known_secrets=[k for k in keys if k],
+    )
+    return str(path)
+
+
 def publish(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """List the run's reports in the index pages; the manifest states the outcome (failed_steps, as for report)."""
+    """Build the evidence bundle, then list the run's reports and the bundle (kind ``evidence``) in the
+    index pages; the manifest states the outcome (failed_steps, as for report)."""
     from bakeoff.publish import publish as publish_reports  # noqa: PLC0415
 
-    return publish_reports(run_plan(run_dir), store.at(run_dir), paths, failed_steps=list(failed_steps))
+    files = {**paths, "evidence": bundle(run_dir, paths, failed_steps)}
+    return publish_reports(run_plan(run_dir), store.at(run_dir), files, failed_steps=list(failed_steps))
