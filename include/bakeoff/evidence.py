@@ -36,6 +36,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from bakeoff import secrets, store
+from bakeoff.approval import approval_line
 from bakeoff.paths import StorePath, at, safe_name, state_root
 
 FORMAT = "bakeoff-evidence/1"
@@ -378,17 +379,3 @@ def describe(v: Verdict) -> str:
         f"  approval: {approval_line(shows.get('approval'))}",
     ]
     return "\n".join(lines)
-
-
-def approval_line(approval: dict[str, Any] | None) -> str:
-    """One approval record in words (the report and verify print it)."""
-    if not approval:
-        return "no approval step recorded"
-    decision = approval.get("decision")
-    if decision in (None, "not required"):
-        return f"not required ({approval.get('reason') or 'below the threshold'})"
-    who = approval.get("by") or {}
-    at_ = approval.get("at")
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(at_))) if at_ else "?"
-    by = f" by {who.get('name') or who.get('id')}" if who else ""
-    return f"{decision}{by} at {when}; shown: estimated spend {approval.get('spend_usd')} USD"

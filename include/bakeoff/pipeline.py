@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff import faults, secrets, store
+from bakeoff import approval, faults, secrets, store
 from bakeoff.agent import job
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, apply_overrides, load_plan, plan_from_dict
@@ -45,11 +45,15 @@ def start_run(
     price_sheet: dict[str, Any] | None = None,
     budget_ceiling_usd: Any = None,
     conf: dict[str, Any] | None = None,
+    approval_threshold_usd: Any = None,
+    scheduled: bool = False,
 ) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
     check the budget against the plan's cap and the installation ceiling (budget_ceiling_usd: the
     Airflow Variable's raw value, None = the default), record the run. ``conf``: the trigger's
-    configuration as given (plan name and form fields), kept so the run can be started again as it was."""
+    configuration as given (plan name and form fields), kept so the run can be started again as it was.
+    ``approval_threshold_usd`` (the Variable's raw value) and ``scheduled`` decide whether a person must
+    approve the spend before provisioning (bakeoff.approval)."""
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
 
@@ -60,6 +64,7 @@ def start_run(
     from bakeoff.bench.sessions import check_plan_contexts  # noqa: PLC0415 - numpy only for session workloads
 
     check_plan_contexts(plan)
+    need = approval.requirement(plan.name, estimate, approval_threshold_usd, scheduled)
     rdir = store.run_dir(plan.name, run_id)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     store.record(
@@ -74,9 +79,12 @@ def start_run(
             "targets": {t.slug: {"name": t.name} for t in plan.targets},
             "price_sheet_sha256": sheet_sha256(price_sheet),
             "conf": dict(conf or {}),
+            "scheduled": scheduled,
+            "approval_needed": need,
         },
     )
     return {
+        "approval_required": need["required"],
         "run_dir": str(rdir),
         "plan": plan.name,
         "targets": [t.slug for t in plan.targets],
@@ -168,6 +176,7 @@ def until_done(check: Callable[..., Any], *args: Any, poll_s: float = 0.5, **kwa
 @holds_slot("provision")
 def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
     """Start the target's instance (idempotent per run and target); node_ready then checks until it is reachable."""
+    approval.ensure_approved(run_dir)  # before anything that costs money, whatever the DAG's shape
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
     earlier = _recheck_budget(run_dir, plan, target)
