@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from typing import Any
 
@@ -117,6 +118,12 @@ def timeout_h(raw: Any) -> float:
     return _number(raw, TIMEOUT_VARIABLE, 0.01, MAX_TIMEOUT_H) or DEFAULT_TIMEOUT_H
 
 
+def _md(value: Any) -> str:
+    """Plan text (untrusted) as literal Markdown: characters that would start HTML, a link, emphasis or a
+    table cell mid-line are escaped (Markdown shows the character itself)."""
+    return re.sub(r"([\\`*_\[\]<>|&!])", r"\\\1", str(value))
+
+
 def request_text(run: dict[str, Any]) -> tuple[str, str]:
     """The subject and body (Markdown) an approver is shown: the plan, each target and the spend band."""
     budget, need = run.get("budget") or {}, run.get("approval_needed") or {}
@@ -125,13 +132,13 @@ def request_text(run: dict[str, Any]) -> tuple[str, str]:
     spend = billed_usd(budget)
     low = round(spend / (1 + margin), 2) if margin else spend
     lines = [
-        f"**Plan** {run.get('plan')}, run {run.get('run_id')}",
-        f"**Why approval**: {need.get('reason')}",
+        f"**Plan** {_md(run.get('plan'))}, run {_md(run.get('run_id'))}",
+        f"**Why approval**: {_md(need.get('reason'))}",
         "",
         "| target | provider | USD/h | hours | USD |",
         "| --- | --- | --- | --- | --- |",
         *(
-            f"| {r.get('target')} | {r.get('provider')} | {r.get('usd_per_hour')} | {r.get('hours')} | "
+            f"| {_md(r.get('target'))} | {r.get('provider')} | {r.get('usd_per_hour')} | {r.get('hours')} | "
             f"{r.get('usd') if r.get('spends') else '0 (not billed)'} |"
             for r in rows
         ),
@@ -170,7 +177,7 @@ def approval_line(approval: dict[str, Any] | None) -> str:
         return "no approval step recorded"
     decision = approval.get("decision")
     if decision == NOT_REQUIRED:
-        return f"not required ({approval.get('reason')})"
+        return f"not required: {approval.get('reason')}"
     who = approval.get("by") or {}
     at = approval.get("at") or approval.get("recorded_at")
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(at))) if at else "?"

@@ -74,6 +74,8 @@ def test_the_request_shows_plan_targets_and_spend_to_the_role_only(asked):
     start = store.read_record(asked["run_dir"], store.START)
     for row in start["budget"]["targets"]:
         assert f"| {row['target']} |" in seen["body"]
+    _, body = approval.request_text({"plan": "<img src=x onerror=alert(1)>", "budget": {"targets": []}})
+    assert "<img" not in body.replace("\\<", "") and "\\<img src=x onerror=alert(1)\\>" in body
     assert rec["decision"] == approval.PENDING and rec["shown"]["body"] == seen["body"]
     with pytest.raises(ApprovalError, match="has 'pending'; nothing is provisioned"):
         pipeline.provision(asked["run_dir"], start["budget"]["targets"][0]["target"])
