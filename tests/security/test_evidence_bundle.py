@@ -139,3 +139,13 @@ def test_no_secret_in_a_bundle_and_a_leaked_key_stops_the_build(built, bundle, t
     finally:
         leak.unlink()
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def test_show_key_prints_the_key_bundles_are_signed_with(bundle, capsys, monkeypatch):
+    signer = json.loads(zipfile.ZipFile(bundle).read(evidence.MANIFEST))["public_key"]
+    assert main(["verify", "--show-key"]) == 0
+    assert capsys.readouterr().out.startswith(f"{signer}  (key id {evidence.key_id(signer)})")
+    monkeypatch.delenv("BAKEOFF_SECRET_KEY")
+    monkeypatch.setenv("BAKEOFF_DATA", str(bundle.parent / "no-installation-here"))
+    assert main(["verify", "--show-key"]) == 2  # verifying never creates an installation secret
+    assert not (bundle.parent / "no-installation-here").exists()
