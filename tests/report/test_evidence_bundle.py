@@ -55,3 +55,21 @@ def test_same_run_gives_the_same_files(built, bundle, tmp_path):
     with zipfile.ZipFile(bundle) as a, zipfile.ZipFile(again) as b:
         fa, fb = (json.loads(z.read(evidence.MANIFEST))["files"] for z in (a, b))
     assert fa == fb
+
+
+def test_the_approval_is_in_the_report_and_the_bundle(built, tmp_path, monkeypatch):
+    from bakeoff import approval, store
+    from bakeoff.report import data
+
+    monkeypatch.setenv("BAKEOFF_SECRET_KEY", KEY_A)
+    rec = store.record_path(built["run_dir"], approval.RECORD)
+    who = {"id": "alice", "name": "Alice"}
+    approval.record(built["run_dir"], approval.APPROVED, by=who, at=1.7e9, spend_usd=331.24, shown={"body": "…"})
+    try:
+        line = "Spend approval: approved by Alice at 2023-11-14 22:13 UTC; shown: 331.24 USD estimated."
+        assert line in data.gather(built["plan"], built["run_dir"]).caveats
+        path = evidence.build(built["plan"], built["run_dir"], built["paths"], tmp_path)
+        text = evidence.describe(evidence.verify(str(path)))
+        assert "approval: approved by Alice at 2023-11-14 22:13 UTC" in text
+    finally:
+        rec.unlink()
