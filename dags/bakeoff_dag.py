@@ -32,6 +32,8 @@ from airflow.sdk import (
     teardown,
 )
 from bakeoff_alerts import RunAlert, run_deadline
+from bakeoff_approval import TASK_ID as APPROVAL_TASK
+from bakeoff_approval import SpendApproval
 
 from bakeoff.providers.registry import PROVIDERS as REGISTRY  # cheap: no provider SDK is imported
 
@@ -202,11 +204,20 @@ def bakeoff():
         sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
         # The installation's spend ceiling: no plan or trigger may ask for more (unset: the default).
         ceiling = Variable.get("bakeoff_budget_ceiling_usd", default=None)
+        # Above this estimated spend a person approves before anything is provisioned (approve_spend).
+        threshold = Variable.get("bakeoff_approval_threshold_usd", default=None)
         return _pipeline().start_run(
-            plan, ctx["run_id"], _overrides(params), price_sheet=sheet, budget_ceiling_usd=ceiling
+            plan,
+            ctx["run_id"],
+            _overrides(params),
+            price_sheet=sheet,
+            budget_ceiling_usd=ceiling,
+            conf={**params, "plan": Path(plan).stem},  # what "run again" triggers
+            approval_threshold_usd=threshold,
+            scheduled=ctx["dag_run"].run_type == "scheduled",
         )
 
-    @task
+    @task(trigger_rule="none_failed")  # after approve_spend: approved, or skipped (no approval needed)
     def targets_of(run: dict, provider: str) -> list[dict]:
         return [{"run_dir": run["run_dir"], "slug": s} for s, p in run["providers"].items() if p == provider]
 
@@ -310,7 +321,14 @@ def bakeoff():
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
     run = start_run()
-    groups = [evaluate_on(p).expand(item=targets_of.override(task_id=f"{p}_targets")(run, p)) for p in PROVIDERS]
+    # Nothing is provisioned before the spend is approved (or needs no approval; provision checks again).
+    approved = SpendApproval(
+        task_id=APPROVAL_TASK, run_dir="{{ ti.xcom_pull(task_ids='start_run')['run_dir'] }}", retries=0
+    )
+    run >> approved
+    listed = [targets_of.override(task_id=f"{p}_targets")(run, p) for p in PROVIDERS]
+    approved >> listed
+    groups = [evaluate_on(p).expand(item=items) for p, items in zip(PROVIDERS, listed, strict=True)]
     swept = sweep(run)
     groups >> swept
     teardowns >> swept
@@ -321,7 +339,7 @@ def bakeoff():
     paths = report(run)
     headline >> paths
     published = publish(run, paths)
-    watched = [*watched_in_group, swept, checked, headline, paths, published]
+    watched = [approved, *watched_in_group, swept, checked, headline, paths, published]
     watched >> watcher(run)
 
 

@@ -17,6 +17,8 @@ loaded): Airflow's security module and the report library load on first request.
 
 from __future__ import annotations
 
+import os
+
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
@@ -33,7 +35,9 @@ SERVED = {
     ".csv": "text/csv; charset=utf-8",
     ".json": "application/json",
     ".parquet": "application/octet-stream",
+    ".zip": "application/zip",  # the run's evidence bundle (bakeoff.evidence)
 }
+DOWNLOADS = {".parquet", ".zip"}  # saved, never shown: Content-Disposition attachment
 
 # the DAG whose runs the reports describe: who may read its runs may read their reports
 DAG_ID = "bakeoff"
@@ -117,7 +121,39 @@ def report_file(plan: str, run: str, name: str) -> Response:
     path = _root() / plan / run / name
     if media is None or not path.is_file():
         raise HTTPException(404, "no such report")
-    return Response(path.read_bytes(), media_type=media, headers=HTML_HEADERS if suffix == ".html" else HEADERS)
+    headers = HTML_HEADERS if suffix == ".html" else dict(HEADERS)
+    if suffix in DOWNLOADS:
+        headers["Content-Disposition"] = f'attachment; filename="{name}"'  # name is one safe_name component
+    return Response(path.read_bytes(), media_type=media, headers=headers)
+
+
+AGAIN_HEADER = "X-Bakeoff-Action"  # a custom header: a cross-site form or link cannot send it (CSRF)
+
+
+@app.post("/api/runs/{plan}/{run}/again")
+def run_again(plan: str, run: str, request: Request) -> dict:
+    """Trigger the same plan with the configuration this run was started with (its start record),
+    through Airflow's REST API as the caller (their token is forwarded), so Airflow decides whether
+    they may trigger the DAG; every trigger-time check (budget guard, approval) runs as usual."""
+    from bakeoff import store  # noqa: PLC0415
+    from bakeoff.airflow_api import URL_ENV, AirflowApiError, trigger_again  # noqa: PLC0415
+    from bakeoff.paths import at, results_root, safe_name  # noqa: PLC0415
+
+    if request.headers.get(AGAIN_HEADER) != "run-again":
+        raise HTTPException(403, f"run again needs the header {AGAIN_HEADER}: run-again (sent by the Runs page)")
+    if any(safe_name(part) != part for part in (plan, run)) or not run.startswith("run_id="):
+        raise HTTPException(404, "no such run")
+    start = store.read_record(at(results_root()) / plan / run, store.START)
+    if not start:
+        raise HTTPException(404, f"no such run: {run} of plan {plan}")
+    auth = request.headers.get("authorization", "")
+    token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else request.cookies.get("_token", "")
+    base = os.environ.get(URL_ENV) or f"{request.url.scheme}://{request.url.netloc}"
+    try:
+        new = trigger_again(base, token, start)
+    except AirflowApiError as e:
+        raise HTTPException(e.status if e.status in (400, 401, 403, 404, 409) else 502, str(e)) from None
+    return {**new, "again_of": start.get("run_id"), "url": f"/dags/{DAG_ID}/runs/{new['dag_run_id']}"}
 
 
 class BakeoffUiPlugin(AirflowPlugin):

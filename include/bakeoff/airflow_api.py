@@ -1,5 +1,6 @@
 """Airflow's REST API, for processes outside Airflow that must know whether a bake-off run is still going
-(``python -m bakeoff reap``): Airflow owns run state, the results store keeps none.
+(``python -m bakeoff reap``): Airflow owns run state, the results store keeps none. Also "run again":
+trigger the bakeoff DAG with the configuration a stored run was started with (``trigger_again``).
 
 Settings (environment):
   BAKEOFF_AIRFLOW_API_URL            the API server, e.g. http://airflow-apiserver:8080
@@ -22,7 +23,11 @@ USER_ENV, PASSWORD_FILE_ENV = "BAKEOFF_AIRFLOW_API_USER", "BAKEOFF_AIRFLOW_API_P
 
 
 class AirflowApiError(RuntimeError):
-    pass
+    """A refused or failed API call; ``status`` is Airflow's HTTP status when it answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _token(client, base_url: str) -> str:
@@ -74,3 +79,36 @@ def run_state_from_env() -> Callable[[str, str], str | None] | None:
     """The REST client configured by the environment, or None when $BAKEOFF_AIRFLOW_API_URL is unset."""
     url = os.environ.get(URL_ENV)
     return run_state_client(url) if url else None
+
+
+def again_conf(start: dict | None) -> dict:
+    """The trigger configuration a run was started with (its start record's ``conf``: the plan by name
+    and the trigger form's fields), to start the same plan the same way. The price sheet and the
+    installation's Variables are read afresh by the new run, as for any run."""
+    conf = (start or {}).get("conf")
+    if not isinstance(conf, dict) or not conf.get("plan"):
+        raise AirflowApiError(
+            "this run's start record holds no trigger configuration (it was started before bakeoff kept "
+            "one, or without Airflow); trigger the plan from the DAG's form instead",
+            409,
+        )
+    return dict(conf)
+
+
+def trigger_again(base_url: str, token: str, start: dict | None, dag_id: str = DAG_ID, timeout_s: float = 10.0) -> dict:
+    """POST /api/v2/dags/<dag>/dagRuns with the stored run's conf, as the user whose token is given (so
+    Airflow decides whether they may trigger it). Returns the new DAG run's id and state."""
+    import httpx  # noqa: PLC0415 - only this call needs it
+
+    conf = again_conf(start)
+    body = {"logical_date": None, "conf": conf, "note": f"run again of {(start or {}).get('run_id')}"}
+    url = f"{base_url.rstrip('/')}/api/v2/dags/{quote(dag_id, safe='')}/dagRuns"
+    with httpx.Client(timeout=timeout_s) as client:
+        r = client.post(url, json=body, headers={"Authorization": f"Bearer {token}"})
+    if r.status_code >= 400:
+        detail = r.json().get("detail") if r.headers.get("content-type", "").startswith("application/json") else ""
+        raise AirflowApiError(
+            f"POST dags/{dag_id}/dagRuns: HTTP {r.status_code} {detail or ''}".rstrip(), r.status_code
+        )
+    doc = r.json()
+    return {"dag_run_id": doc.get("dag_run_id"), "state": doc.get("state"), "conf": conf}

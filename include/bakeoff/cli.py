@@ -9,6 +9,7 @@ reap         terminate expired or orphaned bakeoff instances
 agent        the node agent (started on a serving node by its boot script)
 recipes      the vendored InferenceX recipes: list them, or show one and the engine command it renders to
 predict      what each target should do and cost, from the calibrated twin, before anything is rented
+verify       check an evidence bundle's hashes and signature, and print what it proves
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def _run(args) -> int:
             failed.append(name)
             print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
     try:  # this process is the run's orchestrator: it knows which steps failed
-        pipeline.report(run["run_dir"], failed_steps=failed)
+        paths = pipeline.report(run["run_dir"], failed_steps=failed)
+        print(f"evidence bundle: {pipeline.bundle(run['run_dir'], paths, failed_steps=failed)}")
     except Exception as e:  # noqa: BLE001 - the summary and exit status still come out
         failed.append("report")
         print(f"step report failed: {type(e).__name__}: {e}", file=sys.stderr)
@@ -233,6 +235,25 @@ def _multinode_recipes(args) -> int:
     return 0
 
 
+def _verify(args) -> int:
+    """0 when every hash and the signature check, 1 when the bundle fails (naming what changed)."""
+    from bakeoff import evidence  # noqa: PLC0415 - cryptography only for this command
+
+    if args.show_key:
+        key = evidence.installation_public_key()
+        if key is None:
+            print("error: no installation secret here (BAKEOFF_SECRET_KEY or secret.key under the data root)")
+            return 2
+        print(f"{key}  (key id {evidence.key_id(key)})")
+        return 0
+    if not args.bundle:
+        print("error: verify needs a bundle path (or --show-key)", file=sys.stderr)
+        return 2
+    verdict = evidence.verify(args.bundle, public_key=args.public_key)
+    print(evidence.describe(verdict))
+    return 0 if verdict.ok else 1
+
+
 def _print_summary(run: dict, failed: list[str] | None = None) -> None:
     """The run's outcome (given, or as its report recorded it), report files and headline."""
     report = dict(run.get("report") or {})
@@ -272,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("plan")
     p.add_argument("--json", action="store_true", help="the whole prediction as JSON")
     p.set_defaults(func=_predict)
+    p = sub.add_parser("verify", help="check an evidence bundle's hashes and signature; print what it proves")
+    p.add_argument("bundle", nargs="?", help="the bundle (.zip) to check")
+    p.add_argument("--public-key", help="the signer's Ed25519 public key (hex); default: this installation's")
+    p.add_argument("--show-key", action="store_true", help="print this installation's public key and exit")
+    p.set_defaults(func=_verify)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)

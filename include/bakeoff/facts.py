@@ -133,6 +133,10 @@ class Start(Fact):
     emulated: bool = False
     budget: dict[str, Any] = {}
     targets: dict[str, TargetStart] = {}
+    price_sheet_sha256: str | None = None  # the buyer's whole sheet, for the evidence bundle
+    conf: dict[str, Any] = {}  # the trigger's configuration as given, so the run can be started again
+    scheduled: bool = False
+    approval_needed: dict[str, Any] = {}  # bakeoff.approval.requirement: whether a person must approve
 
 
 TARGET_STEPS: tuple[type[Fact], ...] = (Provision, Deploy, Accuracy, Benchmark, Terminate)

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from bakeoff import facts, faults, secrets, store
+from bakeoff import approval, facts, faults, secrets, store
 from bakeoff.agent import job
 from bakeoff.claims import check_plan_claims
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, plan_from_dict
-from bakeoff.plan.prices import apply_price_sheet
+from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
 from bakeoff.providers.credentials import credentials_from_env
@@ -45,10 +45,16 @@ def start_run(
     overrides: dict[str, Any] | None = None,
     price_sheet: dict[str, Any] | None = None,
     budget_ceiling_usd: Any = None,
+    conf: dict[str, Any] | None = None,
+    approval_threshold_usd: Any = None,
+    scheduled: bool = False,
 ) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
     check the budget against the plan's cap and the installation ceiling (budget_ceiling_usd: the
-    Airflow Variable's raw value, None = the default), record the run."""
+    Airflow Variable's raw value, None = the default), record the run. ``conf``: the trigger's
+    configuration as given (plan name and form fields), kept so the run can be started again as it was.
+    ``approval_threshold_usd`` (the Variable's raw value) and ``scheduled`` decide whether a person must
+    approve the spend before provisioning (bakeoff.approval)."""
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     check_plan_claims(plan)
     from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
@@ -60,6 +66,7 @@ def start_run(
     from bakeoff.bench.sessions import check_plan_contexts  # noqa: PLC0415 - numpy only for session workloads
 
     check_plan_contexts(plan)
+    need = approval.requirement(plan.name, estimate, approval_threshold_usd, scheduled)
     rdir = store.run_dir(plan.name, run_id)
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     started = facts.Start(
@@ -69,9 +76,14 @@ def start_run(
         emulated=plan.emulated,
         budget=estimate,
         targets={t.slug: facts.TargetStart(name=t.name) for t in plan.targets},
+        price_sheet_sha256=sheet_sha256(price_sheet),
+        conf=dict(conf or {}),
+        scheduled=scheduled,
+        approval_needed=need,
     )
     store.record(rdir, started.STEP, started.to_json())
     return {
+        "approval_required": need["required"],
         "run_dir": str(rdir),
         "plan": plan.name,
         "targets": [t.slug for t in plan.targets],
@@ -167,6 +179,7 @@ def until_done(check: Callable[..., Any], *args: Any, poll_s: float = 0.5, **kwa
 @holds_slot("provision")
 def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
     """Start the target's instance (idempotent per run and target); node_ready then checks until it is reachable."""
+    approval.ensure_approved(run_dir)  # before anything that costs money, whatever the DAG's shape
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
     earlier = _recheck_budget(run_dir, plan, target)
@@ -534,8 +547,34 @@ def report_dir(plan_name: str, run_name: str) -> store.StorePath:
     return store.at(reports_root()) / safe_name(plan_name) / safe_name(run_name)
 
 
+def bundle(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> str:
+    """Build the run's signed evidence bundle (bakeoff.evidence) beside its reports; returns its path.
+    Fails, building nothing, if any file would carry one of the run's serving keys."""
+    from bakeoff import evidence  # noqa: PLC0415 - cryptography only for this step
+
+    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    keys = []
+    for t in plan.targets:
+        try:
+            keys.append(serving_key(t, rid))
+        except secrets.MissingSecret:  # a static endpoint's key no longer resolvable: nothing to look for
+            continue
+    rdir = store.at(run_dir)
+    path = evidence.build(
+        plan,
+        rdir,
+        paths,
+        report_dir(plan.name, rdir.name),
+        failed_steps=list(failed_steps),
+        known_secrets=[k for k in keys if k],
+    )
+    return str(path)
+
+
 def publish(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """List the run's reports in the index pages; the manifest states the outcome (failed_steps, as for report)."""
+    """Build the evidence bundle, then list the run's reports and the bundle (kind ``evidence``) in the
+    index pages; the manifest states the outcome (failed_steps, as for report)."""
     from bakeoff.publish import publish as publish_reports  # noqa: PLC0415 - each step loads only the modules it runs
 
-    return publish_reports(run_plan(run_dir), store.at(run_dir), paths, failed_steps=list(failed_steps))
+    files = {**paths, "evidence": bundle(run_dir, paths, failed_steps)}
+    return publish_reports(run_plan(run_dir), store.at(run_dir), files, failed_steps=list(failed_steps))

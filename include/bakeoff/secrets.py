@@ -60,6 +60,11 @@ def _installation_secret() -> bytes:
     return secret
 
 
+def holds_installation_secret(data: bytes) -> bool:
+    """Whether ``data`` contains the installation secret (checked before a file leaves the installation)."""
+    return _installation_secret() in data
+
+
 def api_key(run_id: str, target_slug: str) -> str:
     """The bearer token the target's server is started with and the client sends."""
     mac = hmac.new(_installation_secret(), f"{run_id}/{target_slug}".encode(), hashlib.sha256)

@@ -227,3 +227,20 @@ def test_the_failure_notifier_mails_the_alert_address(dagbag, monkeypatch):
     body = "".join(p.get_payload(decode=True).decode() for p in mail.walk() if p.get_content_type() == "text/html")
     assert mail["Subject"] == "[bakeoff] bakeoff run manual__1 failed" and "task_failure" in body
     assert late["Subject"] == "[bakeoff] bakeoff run manual__2 is past its deadline"
+
+
+def test_nothing_is_provisioned_before_the_spend_approval(dagbag):
+    """approve_spend sits between the budget guard and every provisioning path, never retries (a retry
+    would ask again after a Reject), and its skip (no approval needed) lets the targets through."""
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    t = {task.task_id: task for task in dagbag.dags["bakeoff"].tasks}
+    gate = t["approve_spend"]
+    assert isinstance(gate, ApprovalOperator) and gate.retries == 0 and gate.fail_on_reject
+    assert gate.upstream_task_ids == {"start_run"}
+    for p in PROVIDERS:
+        listed = t[f"{p}_targets"]
+        assert "approve_spend" in listed.upstream_task_ids
+        assert listed.trigger_rule == TriggerRule.NONE_FAILED
+        assert f"{p}_targets" in t[f"{p}.provision"].upstream_task_ids
+    assert "approve_spend" in t["watcher"].upstream_task_ids

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -50,6 +52,16 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     html = Path(run["report"]["html"]).read_text()
     assert "EMULATED" in html and "mi355x-vllm" in html and "b200-vllm" in html
     assert not _live_emulators(airflow_env)
+    # nothing billed: the approval step was skipped and says why; the conf is kept for "run again"
+    assert run["approval"]["decision"] == "not required" and run["conf"]["plan"] == "e2e-ok"
+    # publish built the signed evidence bundle beside the reports, and it verifies with this installation's key
+    (bundle,) = (Path(airflow_env["BAKEOFF_DATA"]) / "reports" / "e2e-ok").glob("run_id=*/*-evidence.zip")
+    env = {k: v for k, v in os.environ.items() if k != "BAKEOFF_SECRET_KEY"}
+    env["BAKEOFF_DATA"] = airflow_env["BAKEOFF_DATA"]
+    out = subprocess.run(
+        [sys.executable, "-m", "bakeoff", "verify", str(bundle)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and "this installation's key" in out.stdout, out.stdout + out.stderr
 
 
 def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):

@@ -2,16 +2,17 @@
 what workers that share no disk do. The run's failed steps, handed in by the orchestrator, show."""
 
 import json
+import zipfile
 
 import pytest
 import synthetic
 
-from bakeoff import pipeline, store
+from bakeoff import evidence, pipeline, store
 from bakeoff.publish import list_published
 from bakeoff.quality.validate import ValidationFailed
 
 
-def test_report_and_publish_from_an_s3_results_store(s3_store):
+def test_report_and_publish_from_an_s3_results_store(s3_store, tmp_path):
     plan = synthetic.make_plan(concurrency=(1, 4))
     rdir = synthetic.make_run(None, plan, run_id="manual__s3", held_hours={plan.targets[0].slug: 0.5})
     assert str(rdir).startswith(f"s3://bakeoff_store_test@{s3_store}/results/")
@@ -39,3 +40,14 @@ def test_report_and_publish_from_an_s3_results_store(s3_store):
     assert [r["run_id"] for r in list_published(plan_name="synthetic")] == ["manual__s3"]
     index = json.loads(store.at(published["index"]["index_json"]).read_text())
     assert index[0]["status"] == "failed"
+    # the evidence bundle is built in the reports store too, from every object the run stored
+    bundle = store.at(published["files"]["evidence"])
+    assert manifest["files"]["evidence"] == bundle.name
+    local = tmp_path / bundle.name
+    local.write_bytes(bundle.read_bytes())
+    verdict = evidence.verify(local)
+    assert verdict.ok, verdict.errors
+    with zipfile.ZipFile(local) as z:
+        names = set(z.namelist())
+    assert {"results/plan.json", "results/steps/start.json"} <= names
+    assert any(n.startswith("results/target=mi355x-vllm/requests/") for n in names)

@@ -6,9 +6,19 @@ ever sees one price per target: the one in force for that run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from bakeoff.plan import Plan, PlanError, plan_from_dict
+
+
+def sheet_sha256(sheet: Any) -> str | None:
+    """The SHA-256 of a price sheet as canonical JSON (sorted keys, no spaces), recorded when a run
+    starts: one sheet serves the installation, so a run's evidence names the whole sheet by its hash."""
+    if sheet is None:
+        return None
+    return hashlib.sha256(json.dumps(sheet, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 def apply_price_sheet(plan: Plan, sheet: dict[str, Any] | None) -> Plan:

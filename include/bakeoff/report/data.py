@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from bakeoff import catalog, claims, cost, store
+from bakeoff.approval import approval_line
 from bakeoff.plan.checkpoints import checkpoint_note
 
 log = logging.getLogger(__name__)
@@ -299,6 +300,8 @@ def _caveats(d: ReportData) -> list[str]:
             f"These steps of the run failed: {', '.join(d.failed_steps)}. What they would have measured or "
             "checked is missing from this report."
         )
+    if d.run.get("approval"):
+        out.append(f"Spend approval: {approval_line(d.run['approval'])}.")
     if d.emulated:
         out.append(
             "EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "

@@ -1,0 +1,186 @@
+"""Approval before spend: which runs a person must approve before any node is provisioned, what they
+are shown, and the record of their answer.
+
+Per installation (Airflow Variables, which only whoever runs the installation sets):
+  bakeoff_approval_threshold_usd   runs whose estimated billed spend is above it need approval
+                                   (unset: no threshold)
+  bakeoff_approvers                the approving role's members: a JSON list of Airflow user ids
+                                   (or {"id", "name"} objects); Airflow's HITL API refuses anyone else
+  bakeoff_approval_timeout_h       how long a request waits (default 24 h); no answer rejects
+Whatever the threshold, the first scheduled run of a plan that bills money waits for approval, so
+unpausing the DAG never silently starts a paid monthly run. Only billed spend counts: emulated
+targets and existing endpoints cost nothing.
+
+The decision is made once at start_run and kept in the start record (``approval_needed``); the
+approval step (the DAG's HITL task) writes the ``approval`` record (who, when, what was shown), and
+provision refuses to start a node of a run that needs approval and has none, whatever the DAG's
+shape. Light imports only: the report and the DAG layer use this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from typing import Any
+
+from bakeoff import store
+
+THRESHOLD_VARIABLE = "bakeoff_approval_threshold_usd"
+APPROVERS_VARIABLE = "bakeoff_approvers"
+TIMEOUT_VARIABLE = "bakeoff_approval_timeout_h"
+DEFAULT_TIMEOUT_H = 24.0
+MAX_TIMEOUT_H = 24 * 14
+RECORD = "approval"
+APPROVED, REJECTED, TIMED_OUT, REFUSED, PENDING, NOT_REQUIRED = (
+    "approved",
+    "rejected",
+    "timed out",
+    "refused",
+    "pending",
+    "not required",
+)
+
+
+class ApprovalError(ValueError):
+    """An installation setting that cannot be used, or a run that may not spend yet; says how to fix it."""
+
+
+def billed_usd(estimate: dict[str, Any]) -> float:
+    """The estimate's spend on targets that bill money (the budget guard's rows with ``spends``)."""
+    return round(sum(float(r.get("usd") or 0) for r in estimate.get("targets") or [] if r.get("spends")), 2)
+
+
+def _number(raw: Any, name: str, low: float, high: float) -> float | None:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ApprovalError(f"Variable {name}: {raw!r} is not a number from {low:g} to {high:g}; fix or delete it")
+    return value
+
+
+def requirement(
+    plan_name: str, estimate: dict[str, Any], threshold_raw: Any = None, scheduled: bool = False
+) -> dict[str, Any]:
+    """Whether this run needs a person's approval before spending, and why (kept in the start record)."""
+    spend = billed_usd(estimate)
+    threshold = _number(threshold_raw, THRESHOLD_VARIABLE, 0, 1e9)
+    out: dict[str, Any] = {"required": False, "spend_usd": spend, "threshold_usd": threshold}
+    if spend <= 0:
+        return out | {"reason": "nothing billed (emulated targets or existing endpoints)"}
+    if threshold is not None and spend > threshold:
+        return out | {
+            "required": True,
+            "reason": f"estimated spend {spend:g} USD is above the threshold of {threshold:g} USD "
+            f"({THRESHOLD_VARIABLE})",
+        }
+    if scheduled and not _scheduled_run_approved_before(plan_name):
+        return out | {"required": True, "reason": f"first scheduled run of plan {plan_name} that bills money"}
+    limit = f"at most the threshold of {threshold:g} USD" if threshold is not None else "no threshold set"
+    return out | {"reason": f"estimated spend {spend:g} USD, {limit}"}
+
+
+def _scheduled_run_approved_before(plan_name: str) -> bool:
+    return any(
+        r.get("scheduled") and (r.get(RECORD) or {}).get("decision") == APPROVED for r in store.list_runs(plan_name)
+    )
+
+
+def approvers(raw: Any) -> list[dict[str, str]]:
+    """The approving role's members as Airflow HITL users ({"id", "name"}); refuses an empty role."""
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+    users = []
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, str) and item.strip():
+            users.append({"id": item.strip(), "name": item.strip()})
+        elif isinstance(item, dict) and str(item.get("id") or "").strip():
+            uid = str(item["id"]).strip()
+            users.append({"id": uid, "name": str(item.get("name") or uid)})
+    if not users:
+        raise ApprovalError(
+            f"Variable {APPROVERS_VARIABLE}: this run needs approval before spending, and no approver is set; "
+            'set it to a JSON list of the Airflow user ids who may approve spend, e.g. ["alice", "bob"]'
+        )
+    return users
+
+
+def timeout_h(raw: Any) -> float:
+    return _number(raw, TIMEOUT_VARIABLE, 0.01, MAX_TIMEOUT_H) or DEFAULT_TIMEOUT_H
+
+
+def _md(value: Any) -> str:
+    """Plan text (untrusted) as literal Markdown: characters that would start HTML, a link, emphasis or a
+    table cell mid-line are escaped (Markdown shows the character itself)."""
+    return re.sub(r"([\\`*_\[\]<>|&!])", r"\\\1", str(value))
+
+
+def request_text(run: dict[str, Any]) -> tuple[str, str]:
+    """The subject and body (Markdown) an approver is shown: the plan, each target and the spend band."""
+    budget, need = run.get("budget") or {}, run.get("approval_needed") or {}
+    rows = budget.get("targets") or []
+    margin = float(budget.get("margin") or 0)
+    spend = billed_usd(budget)
+    low = round(spend / (1 + margin), 2) if margin else spend
+    lines = [
+        f"**Plan** {_md(run.get('plan'))}, run {_md(run.get('run_id'))}",
+        f"**Why approval**: {_md(need.get('reason'))}",
+        "",
+        "| target | provider | USD/h | hours | USD |",
+        "| --- | --- | --- | --- | --- |",
+        *(
+            f"| {_md(r.get('target'))} | {r.get('provider')} | {r.get('usd_per_hour')} | {r.get('hours')} | "
+            f"{r.get('usd') if r.get('spends') else '0 (not billed)'} |"
+            for r in rows
+        ),
+        "",
+        f"**Estimated spend**: {spend:g} USD billed (band {low:g} to {spend:g} USD: the estimate without and "
+        f"with its {margin:.0%} margin); cap {budget.get('cap_usd')} USD. Each node's kill switch stops it at "
+        "its budgeted hours.",
+        "Nothing is provisioned until this is approved; Reject, or no answer before the timeout, ends the run "
+        "without spending.",
+    ]
+    return f"Approve {spend:g} USD for bake-off {run.get('plan')}?", "\n".join(lines)
+
+
+def record(run_dir: str | store.StorePath, decision: str, **facts: Any) -> None:
+    """The run's approval record: its latest state (pending, then the decision)."""
+    store.record(run_dir, RECORD, {"decision": decision, "recorded_at": time.time(), **facts})
+
+
+def ensure_approved(run_dir: str | store.StorePath) -> None:
+    """Refuse to provision for a run that needs approval and has none (called before any cloud call)."""
+    need = (store.read_record(run_dir, store.START) or {}).get("approval_needed") or {}
+    if not need.get("required"):
+        return
+    got = store.read_record(run_dir, RECORD) or {}
+    if got.get("decision") != APPROVED:
+        raise ApprovalError(
+            f"approval: this run needs a person's approval before spending ({need.get('reason')}) and has "
+            f"{'none' if not got else repr(got.get('decision'))}; nothing is provisioned. Approve its "
+            "approve_spend task in Airflow (Required actions), or start it again"
+        )
+
+
+def approval_line(approval: dict[str, Any] | None) -> str:
+    """One approval record in words (the report and ``bakeoff verify`` print it)."""
+    if not approval:
+        return "no approval step recorded"
+    decision = approval.get("decision")
+    if decision == NOT_REQUIRED:
+        return f"not required: {approval.get('reason')}"
+    who = approval.get("by") or {}
+    at = approval.get("at") or approval.get("recorded_at")
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(at))) if at else "?"
+    by = f" by {who.get('name') or who.get('id')}" if who else ""
+    shown = f"; shown: {approval.get('spend_usd')} USD estimated" if approval.get("spend_usd") is not None else ""
+    return f"{decision}{by} at {when}{shown}"

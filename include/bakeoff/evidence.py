@@ -1,0 +1,382 @@
+"""The evidence bundle: one zip per run that a negotiation can stand on, and its verification.
+
+What is in it: every file the run stored (the plan as run, step records, per-request and per-point
+Parquet, validation results, cost tables), the report files, ``price_sheet.json`` (the prices each
+target was costed at, their sources and the SHA-256 of the buyer's whole sheet), ``provenance.json``
+(per target: images by digest, engine arguments, drivers, instance ids and types, regions), and
+``MANIFEST.json`` (the SHA-256 and size of every other file, plus a summary of what the bundle
+shows) with ``MANIFEST.sig``, an Ed25519 signature over the manifest's exact bytes.
+
+Why a zip: each member is compressed and CRC-checked on its own, so a changed byte is traced to the
+file it changed (a gzip'd tar fails as a whole). The signing key is derived from the installation
+secret (bakeoff.secrets: $BAKEOFF_SECRET_KEY, else the 0600 secret.key under the data root), so
+there is no second key to store; its public half goes in the manifest and is printed by
+``python -m bakeoff verify --show-key`` for whoever must check bundles elsewhere.
+
+A bundle is untrusted input when verified: members are read by name from the archive (never
+extracted), names that are absolute, hold ``..`` or repeat are refused, and every byte is hashed
+against the signed manifest. Building refuses any file holding a known secret (the installation
+secret, a serving key of the run, a private key block).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from bakeoff import secrets, store
+from bakeoff.approval import approval_line
+from bakeoff.paths import StorePath, at, safe_name, state_root
+from bakeoff.providers.registry import PROVIDERS
+
+FORMAT = "bakeoff-evidence/1"
+MANIFEST, SIGNATURE = "MANIFEST.json", "MANIFEST.sig"
+PRICES, PROVENANCE = "price_sheet.json", "provenance.json"
+RESULTS, REPORTS = "results", "report"  # folders inside the bundle
+_KEY_LABEL = "evidence-signing/v1"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same files give the same bytes
+_MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+_PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+_SECRETISH = re.compile(r"key|secret|passw|authoriz|credential|(^|[._])token$", re.I)
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be built (it would hold a secret) or read (not a bundle); says which file."""
+
+
+# --- the key -------------------------------------------------------------------------------------
+
+
+def signing_key() -> Ed25519PrivateKey:
+    """This installation's signing key, derived from its secret (never stored)."""
+    return Ed25519PrivateKey.from_private_bytes(secrets.derive(_KEY_LABEL))
+
+
+def public_key_hex(key: Ed25519PublicKey) -> str:
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat  # noqa: PLC0415 - cryptography only for this step
+
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+def installation_public_key() -> str | None:
+    """The installation's public key (hex), or None where this machine holds no installation secret
+    (verifying must not create one)."""
+    if os.environ.get("BAKEOFF_SECRET_KEY") is None and not (state_root() / "secret.key").exists():
+        return None
+    return public_key_hex(signing_key().public_key())
+
+
+def key_id(public_hex: str) -> str:
+    """A short fingerprint to name a key by: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(bytes.fromhex(public_hex)).hexdigest()[:16]
+
+
+# --- building --------------------------------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _price_sheet(plan, start: dict[str, Any]) -> dict[str, Any]:
+    rows = {}
+    for t in plan.targets:
+        try:
+            usd: float | None = t.usd_per_hour
+        except ValueError:
+            usd = None
+        rows[t.name] = {"usd_per_hour": usd, "source": t.price_source, "contract": bool(t.price)}
+    return {"sheet_sha256": start.get("price_sheet_sha256"), "targets": rows}
+
+
+def _clean(doc: Any) -> Any:
+    """``doc`` without keys that name a secret, whatever a provider or server put there."""
+    if isinstance(doc, dict):
+        return {k: _clean(v) for k, v in doc.items() if not _SECRETISH.search(str(k))}
+    if isinstance(doc, list):
+        return [_clean(v) for v in doc]
+    return doc
+
+
+def _provenance(plan, run_dir: StorePath, view: dict[str, Any]) -> dict[str, Any]:
+    """Per target what ran where, from the records its steps wrote (what was asked, what the node said)."""
+    out = {}
+    for t in plan.targets:
+        tdir = run_dir / f"target={safe_name(t.slug)}"
+        inst = store.read_json(tdir / "instance.json") or {}
+        deploy = store.read_json(tdir / "deploy.json") or {}
+        steps = (view.get("targets") or {}).get(t.slug) or {}
+        node = dict(deploy.get("node") or {})
+        ids = [tr.get("instance_id") for tr in (steps.get("provision") or {}).get("tries") or []]
+        ids += list((steps.get("terminate") or {}).get("instances") or [])
+        out[t.name] = _clean(
+            {
+                "provider": t.provider,
+                "instance_type": inst.get("instance_type") or t.instance_type,
+                "instance_ids": sorted({i for i in ids if i}),
+                "region": inst.get("region"),
+                "gpu": f"{t.instance.gpus}x {t.gpu.name}",
+                "model": t.model,
+                "checkpoint": t.checkpoint_id,
+                "quantization": t.quantization,
+                "tensor_parallel": t.tensor_parallel,
+                "image": deploy.get("image") or t.image,
+                "image_digest": node.pop("image_digest", None),
+                **_engine_args(t, deploy),
+                "driver": node,
+                "emulated": bool((steps.get("deploy") or {}).get("emulated", t.emulated)),
+            }
+        )
+    return out
+
+
+def _engine_args(target, deploy: dict[str, Any]) -> dict[str, Any]:
+    """The engine command the node was given; for an emulated node, the one a real node would get."""
+    if deploy.get("engine_args"):
+        return {"engine_args": deploy["engine_args"], "engine_args_source": "as deployed"}
+    if PROVIDERS[target.provider].existing_endpoint:
+        return {"engine_args": None, "engine_args_source": "not deployed by bakeoff (an existing endpoint)"}
+    from bakeoff.serving import engines  # noqa: PLC0415 - the renderers load the serving catalog
+
+    try:
+        rendered = engines.command(target, target.stack_spec.port or 8000)
+    except (ValueError, KeyError, AttributeError):  # a static endpoint, or a stack bakeoff does not render
+        return {"engine_args": list(target.engine_args or []), "engine_args_source": "plan"}
+    why = "rendered for a real node (not run: emulated)" if target.emulated else "rendered (deploy recorded none)"
+    return {"engine_args": rendered, "engine_args_source": why}
+
+
+def _files_under(root: StorePath) -> list[StorePath]:
+    return sorted((p for p in root.rglob("*") if p.is_file()), key=str)
+
+
+def _relative(path: StorePath, root: StorePath) -> str:
+    return str(path)[len(str(root)) :].lstrip("/")
+
+
+def _check_no_secret(name: str, data: bytes, known: list[bytes]) -> None:
+    if _PRIVATE_KEY.search(data) or secrets.holds_installation_secret(data) or any(k in data for k in known):
+        raise BundleError(
+            f"{name}: holds a secret (a serving key, the installation secret or a private key), so no "
+            "bundle is built; find what wrote it there and remove it from the results store"
+        )
+
+
+def build(
+    plan,
+    run_dir: str | StorePath,
+    report_paths: dict[str, str],
+    dest_dir: str | StorePath,
+    *,
+    failed_steps: list[str] | tuple[str, ...] = (),
+    known_secrets: list[str] | tuple[str, ...] = (),
+) -> StorePath:
+    """Write the run's evidence bundle into ``dest_dir`` and return its path.
+    ``known_secrets``: values no file may hold (the run's serving keys); the installation secret is added."""
+    run_dir = at(run_dir)
+    view = store.run_view(run_dir)
+    start = store.read_record(run_dir, store.START) or {}
+    run_id = str(start.get("run_id") or run_dir.name)
+    known = [s.encode() for s in known_secrets if s]
+    members: dict[str, bytes] = {}
+    for f in _files_under(run_dir):
+        members[f"{RESULTS}/{_relative(f, run_dir)}"] = f.read_bytes()
+    for ref in sorted(report_paths.values()):
+        src = at(ref)
+        members[f"{REPORTS}/{src.name}"] = src.read_bytes()
+    members[PRICES] = json.dumps(_price_sheet(plan, start), indent=2, sort_keys=True).encode()
+    members[PROVENANCE] = json.dumps(_provenance(plan, run_dir, view), indent=2, sort_keys=True).encode()
+    for name, data in members.items():
+        _check_no_secret(name, data, known)
+    key = signing_key()
+    public = public_key_hex(key.public_key())
+    manifest = {
+        "format": FORMAT,
+        "plan": plan.name,
+        "run_id": run_id,
+        "created_at": time.time(),
+        "public_key": public,
+        "key_id": key_id(public),
+        "shows": _shows(plan, run_dir, view, members, failed_steps),
+        "files": {n: {"sha256": _sha256(d), "bytes": len(d)} for n, d in sorted(members.items())},
+    }
+    body = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in [(MANIFEST, body), (SIGNATURE, key.sign(body).hex().encode()), *sorted(members.items())]:
+            info = zipfile.ZipInfo(name, _EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, data)
+    path = at(dest_dir) / bundle_name(plan.name, run_id)
+    return store.write_bytes(path, buf.getvalue())
+
+
+def bundle_name(plan_name: str, run_id: str) -> str:
+    return f"bakeoff-{safe_name(plan_name)}-{safe_name(run_id)}-evidence.zip"
+
+
+def _shows(plan, run_dir: StorePath, view: dict[str, Any], members: dict[str, bytes], failed: Any) -> dict[str, Any]:
+    """The claims the signed manifest makes about the run, for verify to print."""
+    head = store.read_json(run_dir / "cost.json") or {}
+    validation = store.read_json(run_dir / "validation.json") or {}
+    return {
+        "started_at": view.get("started_at"),
+        "emulated": bool(head.get("emulated", view.get("emulated", plan.emulated))),
+        "status": "failed" if failed else "success",
+        "failed_steps": list(failed),
+        "headline": head.get("summary", ""),
+        "validation_passed": validation.get("passed"),
+        "targets": [t.name for t in plan.targets],
+        "estimate_usd": (view.get("budget") or {}).get("estimate_usd"),
+        "measured_cost_usd": head.get("evaluation_cost_usd"),
+        "approval": view.get("approval"),
+        "prices_sha256": _sha256(members[PRICES]),
+        "buyer_sheet_sha256": (store.read_record(run_dir, store.START) or {}).get("price_sheet_sha256"),
+        "requests_files": sum(1 for n in members if "/requests/" in n),
+        "points_files": sum(1 for n in members if "/points/" in n),
+    }
+
+
+# --- verifying -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """What verify found: ``errors`` empty means every hash and the signature check."""
+
+    path: str
+    errors: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    key_trust: str = ""
+    checked_files: int = 0
+    checked_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _safe_member(name: str) -> bool:
+    p = PurePosixPath(name)
+    return bool(name) and not p.is_absolute() and ".." not in p.parts and "\\" not in name and not name.endswith("/")
+
+
+def _hash_member(z: zipfile.ZipFile, name: str) -> tuple[str, int]:
+    h, size = hashlib.sha256(), 0
+    with z.open(name) as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def verify(path: str | os.PathLike, public_key: str | None = None) -> Verdict:
+    """Check every file of a bundle against its manifest and the manifest's signature. The key trusted
+    is ``public_key`` (hex), else this installation's; with neither, the manifest's own key is used and
+    the verdict says the signer is unverified."""
+    v = Verdict(str(path))
+    try:
+        z = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as e:
+        v.errors.append(f"{path}: not a readable zip archive ({e}); it is damaged or not an evidence bundle")
+        return v
+    with z:
+        names = [i.filename for i in z.infolist()]
+        bad = sorted({n for n in names if not _safe_member(n)} | {n for n in names if names.count(n) > 1})
+        if bad:
+            v.errors.append(f"refused member names (absolute, '..', repeated or folders): {', '.join(bad)}")
+            return v
+        if MANIFEST not in names or SIGNATURE not in names:
+            v.errors.append(f"no {MANIFEST} or {SIGNATURE}: not an evidence bundle")
+            return v
+        try:
+            if z.getinfo(MANIFEST).file_size > _MAX_MANIFEST_BYTES:
+                raise BundleError(f"{MANIFEST} is larger than {_MAX_MANIFEST_BYTES} bytes")
+            body = z.read(MANIFEST)
+            sig = bytes.fromhex(z.read(SIGNATURE).decode("ascii").strip())
+            v.manifest = json.loads(body)
+            files = v.manifest["files"]
+            signer = str(v.manifest["public_key"])
+        except (zipfile.BadZipFile, ValueError, KeyError, TypeError, BundleError) as e:
+            v.errors.append(f"{MANIFEST}: unreadable ({type(e).__name__}: {e})")
+            return v
+        trusted = public_key or installation_public_key()
+        if trusted and trusted.lower() != signer.lower():
+            v.errors.append(
+                f"{MANIFEST}: signed by key {_kid(signer)}, not the trusted key {_kid(trusted)}; "
+                "it was not made by this installation (pass --public-key with the signer's key if you trust it)"
+            )
+        v.key_trust = (
+            ("the given key" if public_key else "this installation's key")
+            if trusted
+            else "the bundle's own key (UNVERIFIED signer: pass --public-key)"
+        )
+        try:
+            Ed25519PublicKey.from_public_bytes(bytes.fromhex(signer)).verify(sig, body)
+        except (InvalidSignature, ValueError):
+            v.errors.append(f"{MANIFEST}: the signature does not match its bytes (the manifest was changed)")
+        listed = set(files)
+        present = set(names) - {MANIFEST, SIGNATURE}
+        for name in sorted(present - listed):
+            v.errors.append(f"{name}: not in the signed manifest (a file was added)")
+        for name in sorted(listed - present):
+            v.errors.append(f"{name}: listed in the manifest but missing from the bundle")
+        for name in sorted(present & listed):
+            try:
+                digest, size = _hash_member(z, name)
+            except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:  # a CRC or deflate error: damaged bytes
+                v.errors.append(f"{name}: changed (its bytes in the archive are damaged: {e})")
+                continue
+            if digest != (files[name] or {}).get("sha256"):
+                v.errors.append(f"{name}: changed (SHA-256 {digest[:16]}… differs from the signed manifest)")
+            v.checked_files += 1
+            v.checked_bytes += size
+    return v
+
+
+def _kid(public_hex: str) -> str:
+    try:
+        return key_id(public_hex)
+    except ValueError:
+        return "(not a key)"
+
+
+def describe(v: Verdict) -> str:
+    """The verdict in words: what failed, or what the bundle proves."""
+    m, shows = v.manifest, dict(v.manifest.get("shows") or {})
+    if not v.ok:
+        return "\n".join([f"{v.path}: FAILED verification", *(f"  {e}" for e in v.errors)])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(shows.get("started_at") or 0)))
+    lines = [
+        f"{v.path}: verified",
+        f"  signature: Ed25519 key {_kid(m['public_key'])}, checked against {v.key_trust}",
+        f"  files: {v.checked_files}, {v.checked_bytes:,} bytes, every SHA-256 as signed",
+        "It shows:",
+        f"  plan {m.get('plan')}, run {m.get('run_id')}, started {when}"
+        + (", EMULATED (figures from bakeoff's hardware emulator, not real GPUs)" if shows.get("emulated") else ""),
+        f"  outcome: {shows.get('status')}"
+        + (f" (failed: {', '.join(shows.get('failed_steps') or [])})" if shows.get("failed_steps") else ""),
+        f"  headline: {shows.get('headline') or '(none)'}",
+        f"  validation passed: {shows.get('validation_passed')}",
+        f"  targets: {', '.join(shows.get('targets') or [])} (images, engine args, drivers, instances, regions "
+        f"in {PROVENANCE})",
+        f"  measured: {shows.get('requests_files')} per-request and {shows.get('points_files')} per-point "
+        "Parquet files",
+        f"  prices: {PRICES} (SHA-256 {str(shows.get('prices_sha256'))[:16]}…), from the buyer's sheet "
+        + (f"SHA-256 {shows['buyer_sheet_sha256']}" if shows.get("buyer_sheet_sha256") else "(none: catalog prices)"),
+        f"  spend: estimated {shows.get('estimate_usd')} USD, measured {shows.get('measured_cost_usd')} USD",
+        f"  approval: {approval_line(shows.get('approval'))}",
+    ]
+    return "\n".join(lines)
