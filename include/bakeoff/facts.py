@@ -11,9 +11,25 @@ Dicts exist only at the edges: a record's JSON in the store, a step's XCom.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, TypeVar
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+
+def _epoch(v: Any) -> Any:
+    """An ISO 8601 time (as a record written by hand or another tool may hold) as epoch seconds;
+    anything else is left for the float check to accept or refuse."""
+    if isinstance(v, str):
+        try:
+            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return v
+    return v
+
+
+# A moment: epoch seconds, or an ISO 8601 time read back as them.
+Epoch = Annotated[float, BeforeValidator(_epoch)]
 
 
 class RecordInvalid(ValueError):
@@ -52,8 +68,8 @@ class Launch(Fact):
 
     STEP: ClassVar[str] = "provision.tries"
     instance_id: str | None = None
-    launched_at: float
-    ended_at: float | None = None
+    launched_at: Epoch
+    ended_at: Epoch | None = None
 
 
 class Provision(Fact):
@@ -61,7 +77,7 @@ class Provision(Fact):
 
     STEP: ClassVar[str] = "provision"
     instance_id: str | None = None
-    launched_at: float | None = None
+    launched_at: Epoch | None = None
     client_bundle: str | None = None
     tries: tuple[Launch, ...] = ()
 
@@ -106,14 +122,14 @@ class Terminate(Fact):
     STEP: ClassVar[str] = "terminate"
     instances: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
-    terminated_at: float | None = None
+    terminated_at: Epoch | None = None
 
 
 class Sweep(Fact):
     """sweep: what it terminated per provider, and what it could not."""
 
     STEP: ClassVar[str] = "sweep"
-    at: float | None = None
+    at: Epoch | None = None
     terminated: dict[str, tuple[str, ...]] = {}
     errors: tuple[str, ...] = ()
 
@@ -129,7 +145,7 @@ class Start(Fact):
     STEP: ClassVar[str] = "start"
     plan: str | None = None
     run_id: str | None = None
-    started_at: float | None = None
+    started_at: Epoch | None = None
     emulated: bool = False
     budget: dict[str, Any] = {}
     targets: dict[str, TargetStart] = {}

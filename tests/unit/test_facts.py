@@ -51,3 +51,10 @@ def test_a_launch_ends_at_the_termination_recorded_after_it_never_before():
     assert early.running_since() == 20.0 and early.last_ended_at() is None  # an older termination: still billing
     late = facts.TargetFacts(slug="a", provision=facts.Provision(launched_at=10.0), terminate=term)
     assert late.billed_hours(now=1e9) == pytest.approx(2.0 / 3600) and late.first_launched_at() == 10.0
+
+
+def test_an_iso_time_in_a_record_reads_as_epoch_seconds():
+    launch = facts.parse(facts.Launch, {"launched_at": "2026-11-01T00:00:00Z"}, "x")
+    assert launch.launched_at == 1793491200.0
+    with pytest.raises(facts.RecordInvalid, match=r"x: provision.tries record field launched_at"):
+        facts.parse(facts.Launch, {"launched_at": "soon"}, "x")
