@@ -23,6 +23,7 @@ from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint
+from bakeoff.serving.userdata import kill_switch_minutes
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +169,12 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     target = plan.target(slug)
     earlier = _recheck_budget(run_dir, plan, target)
     faults.maybe_fail("launch", target)
-    expires = time.time() + plan.max_instance_hours * 3600
-    tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
     from bakeoff.budget import kill_switch_s  # noqa: PLC0415
+
+    expires = time.time() + plan.max_instance_hours * 3600
+    if not PROVIDERS[target.provider].halt_visible:  # nothing can see the node halt: it expires then
+        expires = min(expires, time.time() + kill_switch_minutes(kill_switch_s(plan, target)) * 60)
+    tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
 
     provider = provider_for(target.provider, credentials)
     agent = stage_client(target, expires - time.time(), credentials)

@@ -41,6 +41,9 @@ class ProviderInfo:
     # what the node's boot script does at its budgeted time to end billing with no help from Airflow:
     # power off (ends billing only where the cloud terminates on shutdown), or delete itself
     kill_switch: KillSwitch = "power-off"
+    # its API shows a powered-off node as such (so the reaper deletes it once its kill switch fired);
+    # where it cannot (Vultr bare metal has no power field), the expiry tag is the kill-switch time
+    halt_visible: bool = True
 
     @property
     def provisions(self) -> bool:
@@ -69,6 +72,7 @@ def _cloud(
     console_output: bool,
     api_base: str | None = None,
     kill_switch: KillSwitch = "power-off",
+    halt_visible: bool = True,
 ) -> ProviderInfo:
     return ProviderInfo(
         name=name,
@@ -83,6 +87,7 @@ def _cloud(
         tls=True,
         api_base=api_base,
         kill_switch=kill_switch,
+        halt_visible=halt_visible,
     )
 
 
@@ -118,6 +123,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             cleanup=False,
             console_output=False,
             api_base="https://api.vultr.com/v2",
+            halt_visible=False,  # the bare-metal object has no power field; a halted node reads "active"
         ),
         _cloud(
             "digitalocean",
