@@ -191,7 +191,10 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         except secrets.MissingSecret as e:
             raise ProviderError(str(e)) from None
     node_cert = _node_tls(target, rid, spec)
+    asked = time.time()
     inst = provider.create(target, rid, tags=tags, spec=spec)
+    # attempts, refusals by reason and the region that took it (where the provider says), and how long
+    provisioning = {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
     if node_cert:  # every later call pins it: the base_url and agent_url become https
         inst.details["tls_cert"] = node_cert
     if agent:  # node_ready gives it the agent's address
@@ -210,6 +213,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         launched_at=launched,
         client_bundle=agent["sha256"] if agent else None,
         tries=tries,
+        provisioning=provisioning,
     )
     faults.maybe_fail("after_create", target)
     faults.maybe_fail("ready_timeout", target)

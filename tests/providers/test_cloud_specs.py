@@ -4,8 +4,10 @@ Vultr's listing filter and power field, and DigitalOcean's rate-limit reset."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -204,3 +206,42 @@ def test_a_halted_vultr_node_reads_running_so_only_its_expiry_can_delete_it(rest
     assert seen is not None and seen.state == "running" and reaper.verdict(seen, time.time()) is None
     assert reaper.verdict(seen, float(seen.expires_at or 0) + 1).startswith("expired")
     assert p.terminate(inst.id)
+
+
+# --- provisioning record ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,cls", [("vultr", VultrProvider), ("digitalocean", DigitalOceanProvider)])
+def test_a_create_says_how_many_attempts_and_which_refusals_it_took(name, cls, rest_creds, fake_clouds):
+    t, rid = make_target(name), new_run_id()
+    first = list(t.provider_options.regions)[0]
+    (fake_clouds.vultr if name == "vultr" else fake_clouds.do).denied = {first}
+    p = cls(rest_creds(name))
+    inst = p.create(t, rid, **launch_args(rid, t))
+    prov = inst.details["provisioning"]
+    assert prov["attempts"] == 2 and prov["refusals"] == {"capacity": 1} and prov["region"] == inst.region != first
+    assert p.terminate(inst.id)
+
+
+# --- the vendoring script ------------------------------------------------------------------------------
+
+
+def test_the_vendoring_script_inlines_refs_across_files_and_keeps_off_a_string(tmp_path):
+    script = Path(__file__).resolve().parents[2] / "scripts" / "vendor_cloud_specs.py"
+    spec = importlib.util.spec_from_file_location("vendor_cloud_specs", script)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "root.yaml").write_text("op:\n  schema:\n    $ref: 'models/droplet.yml'\n  x-codeSamples: [1]\n")
+    (tmp_path / "models" / "droplet.yml").write_text(
+        "type: object\nproperties:\n  status:\n    enum: [new, active, off]\n"
+        "  again:\n    $ref: '#/properties/self'\n  self:\n    $ref: 'droplet.yml'\n"
+    )
+    src = mod.Source(tmp_path)
+    got = mod.inline(src, src.load("root.yaml"), "root.yaml")
+    schema = got["op"]["schema"]
+    assert "x-codeSamples" not in got["op"] and schema["properties"]["status"]["enum"] == ["new", "active", "off"]
+    assert schema["properties"]["self"] == {}  # a reference back into itself stays open
+    with pytest.raises(SystemExit):
+        mod.main([])

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from bakeoff import pipeline, reaper
+from bakeoff import pipeline, reaper, store
 from bakeoff.plan import load_plan
 from bakeoff.serving import userdata
 from bakeoff_sandbox import Sandbox
@@ -135,6 +135,8 @@ def test_a_vultr_node_expires_at_its_kill_switch_not_at_max_instance_hours(sandb
         inst = pipeline.provision(run["run_dir"], run["targets"][0])
     switch_after = sandbox.backing.next_due() - t_sandbox
     expires = float(inst["expires_at"])
+    prov = store.read_record(run["run_dir"], "provision", run["targets"][0])["provisioning"]
+    assert prov["attempts"] == 1 and prov["refusals"] == {} and prov["create_s"] >= 0  # the provisioning record
     assert switch_after < 11 * 3600  # the plan lets the node live far longer than its switch
     assert switch_after - 120 <= expires - t_real <= switch_after + 5  # the same moment, boot aside
     early = reaper.reap(now=expires - 60, provider_names=["vultr"], credentials_fn=sandbox.credentials)

@@ -314,6 +314,11 @@ def resolve_address(
     return d.get("host"), d.get("port"), d.get("agent_port")
 
 
+def refusal_reason(message: str) -> str:
+    """A create refusal's kind for the provisioning record: an account limit, or the cloud out of stock."""
+    return "quota" if re.search(r"limit|quota", message, re.I) else "capacity"
+
+
 CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold out|limit", re.I)
 
 
@@ -409,8 +414,9 @@ class RestProvider(Provider):
         all_tags = encode_tags(
             {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
         )
-        tried = []
-        for region in list(opts.regions) or self.default_regions(target):
+        tried: list[str] = []
+        refusals: dict[str, int] = {}
+        for n, region in enumerate(list(opts.regions) or self.default_regions(target), start=1):
             body = self.create_body(target, region, all_tags, script)
             answer = self.api.create(
                 self.collection,
@@ -418,16 +424,17 @@ class RestProvider(Provider):
                 find=lambda: self._find(run_id, target.slug),  # lost answer: did it create anyway?
                 what=f"create {target.instance_type} in {region} (POST {self.collection})",
             )
-            if isinstance(answer, Instance):
-                return answer
-            if answer.status_code in (200, 201, 202):
-                inst = self._to_instance(answer.json()[self.one_key])
+            if isinstance(answer, Instance) or answer.status_code in (200, 201, 202):
+                inst = answer if isinstance(answer, Instance) else self._to_instance(answer.json()[self.one_key])
+                inst.details["provisioning"] = {"attempts": n, "refusals": refusals, "region": region}
                 log.info(
                     "%s: created %s (%s) in %s for %s", self.name, inst.id, target.instance_type, region, target.slug
                 )
                 return inst
             err = api_error(self.name, "POST", self.collection, answer)
             if answer.status_code in (400, 403, 412, 422) and CAPACITY_RE.search(str(err)):
+                reason = refusal_reason(str(err))
+                refusals[reason] = refusals.get(reason, 0) + 1
                 tried.append(f"{region} ({str(err).split(': ', 2)[-1][:80]})")
                 continue
             raise err
