@@ -26,7 +26,7 @@ export AIRFLOW__CORE__DAGBAG_IMPORT_ERROR_TRACEBACK_DEPTH := 5
 export BAKEOFF_DATA ?= $(CURDIR)/var
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-unit lint typecheck lock ui venv ensure-uv system-deps airflow-db distributed clean
+.PHONY: demo test test-unit lint typecheck lock ui venv ensure-uv system-deps airflow-db distributed clean cloud-specs
 
 ## demo: a whole bake-off on the local provider (emulated hardware), ending with a report; exits
 ## non-zero when the DAG run failed. PLAN is an installed plan's name or a plan file (its folder is
@@ -96,6 +96,11 @@ system-deps:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v pdftoppm >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver poppler-utils >/dev/null; \
 		else echo "note: chromium/poppler-utils missing and not root; their tests will be skipped"; fi; fi
+
+## cloud-specs: re-bundle the vendored cloud API definitions (include/bakeoff_sandbox/specs) from
+## checkouts of digitalocean/openapi and vultr/vultr-python-client: DO_SPEC=path VULTR_SPEC=path
+cloud-specs: venv
+	$(PY) scripts/vendor_cloud_specs.py $(if $(DO_SPEC),--digitalocean $(DO_SPEC)) $(if $(VULTR_SPEC),--vultr $(VULTR_SPEC))
 
 distributed: venv
 	VENV="$(abspath $(VENV))" bash scripts/distributed_run.sh

@@ -24,7 +24,14 @@ at most the kill-switch horizon where the node ends its own billing (EC2 termina
 OCI self-delete), at most the horizon plus one reaper interval where a stopped node bills on
 (Vultr, DigitalOcean), and no node left at the end.
 
-    .venv/bin/python benchmarks/fault_injection.py
+The Vultr and DigitalOcean fakes hold every request and answer to the clouds' published OpenAPI
+definitions (``bakeoff_sandbox/spec_check``); the run ends by counting requests they refused and
+answers that departed from a definition (goal: none). Two rows per cloud follow: a 429 storm during
+teardown (every request rate-limited for STORM_S; DigitalOcean says when its window resets, Vultr
+does not) must still end with the node deleted, and a re-provision after a clear (the target's node
+terminated, then provision run again for the same run, as a cleared task is) must make a fresh node.
+
+    .venv/bin/python benchmarks/fault_injection.py [--only airflow-dies,storm,reprovision] [--clouds vultr,digitalocean]
 """
 
 from __future__ import annotations
@@ -61,6 +68,9 @@ STAGES = [
 ]
 PROVIDERS = list(PROVISIONING)  # every cloud bakeoff provisions nodes on
 REAPER_INTERVAL_S = 300  # the independent reaper's interval (the compose service's and the cron line's)
+STORM_S = 8.0  # how long every API request is answered 429 in the storm rows
+REST_CLOUDS = ("vultr", "digitalocean")  # the fakes that rate-limit (EC2 is moto, OCI its own fake)
+SECTIONS = ("stages", "airflow-dies", "storm", "reprovision")
 OCI_ELSEWHERE = "oci (2nd compartment + region)"
 
 
@@ -209,7 +219,7 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
         sb,
         f"{setup}; import time\nwhile True:\n    time.sleep(3600); reaper.reap()",
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a loaded machine may take minutes to start the worker and create
     while not set(sb.live()[cloud]) - before and time.monotonic() < deadline and worker.poll() is None:
         time.sleep(0.05)
     for proc in (scheduler, worker):
@@ -248,6 +258,62 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     }
 
 
+def storm_during_teardown(sb: Sandbox, provider: str, workdir: Path) -> dict:
+    """The node exists; then every API request is a 429 for STORM_S while the teardown runs."""
+    path = plan_file(provider, None, workdir)
+    slug = load_plan(path).targets[0].slug
+    run = pipeline.start_run(str(path), f"faults__{provider}__storm__{time.time_ns()}")
+    before = set(sb.live()[provider])
+    inst = pipeline.provision(run["run_dir"], slug)
+    cloud = sb.clouds.cloud(provider)
+    calls = cloud.requests
+    cloud.rate_limited_until = time.time() + STORM_S
+    start = time.monotonic()
+    try:
+        pipeline.terminate(run["run_dir"], slug, inst)
+        outcome = "deleted"
+    except Exception as e:  # noqa: BLE001 - a teardown that gave up is the row's outcome
+        outcome = f"gave up: {type(e).__name__}"
+    took = time.monotonic() - start
+    cloud.rate_limited_until = 0.0
+    left = len(set(sb.live()[provider]) - before)
+    return {"provider": provider, "outcome": outcome, "took": took, "calls": cloud.requests - calls, "left": left}
+
+
+def reprovision_after_clear(sb: Sandbox, provider: str, workdir: Path) -> dict:
+    """Provision, terminate, provision again for the same run and target (a cleared task group)."""
+    path = plan_file(provider, None, workdir)
+    slug = load_plan(path).targets[0].slug
+    run = pipeline.start_run(str(path), f"faults__{provider}__reprovision__{time.time_ns()}")
+    before = set(sb.live()[provider])
+    first = pipeline.provision(run["run_dir"], slug)
+    pipeline.terminate(run["run_dir"], slug, first)
+    try:
+        second = pipeline.provision(run["run_dir"], slug)
+        live = set(sb.live()[provider]) - before
+        fresh = second["id"] != first["id"] and len(live) == 1
+        outcome = "fresh node" if fresh else f"reused {second['id']} (live: {len(live)})"
+        pipeline.terminate(run["run_dir"], slug, second)
+    except Exception as e:  # noqa: BLE001 - a refused re-provision is the row's outcome
+        fresh, outcome = False, f"failed: {type(e).__name__}: {str(e)[:80]}"
+    left = len(set(sb.live()[provider]) - before)
+    return {"provider": provider, "outcome": outcome, "ok": fresh and left == 0, "left": left}
+
+
+def spec_counts(sb: Sandbox) -> dict[str, tuple[int, int, int]]:
+    """Per spec-held fake: (requests served, requests the definition refused, answers that departed from it)."""
+    return {
+        c: (sb.clouds.cloud(c).requests, len(sb.clouds.cloud(c).refused), len(sb.clouds.cloud(c).answer_problems))
+        for c in REST_CLOUDS
+    }
+
+
+def _add_counts(total: dict[str, list[int]], counts: dict[str, tuple[int, int, int]]) -> None:
+    for c, v in counts.items():
+        total.setdefault(c, [0, 0, 0])
+        total[c] = [a + b for a, b in zip(total[c], v, strict=True)]
+
+
 def budget_guard(sb: Sandbox, workdir: Path) -> str:
     raw = load_plan("mi355x-vs-b200").model_dump(mode="json")
     raw["budget_usd"] = 100.0
@@ -262,16 +328,29 @@ def budget_guard(sb: Sandbox, workdir: Path) -> str:
     return f"{verdict}; cloud API calls made: {sb.api_calls() - calls}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {', '.join(SECTIONS)}")
+    ap.add_argument("--clouds", default=",".join(PROVIDERS), help="comma-separated clouds (default: every one)")
+    args = ap.parse_args(argv)
+    only, clouds = set(args.only.split(",")), [c for c in PROVIDERS if c in args.clouds.split(",")]
+    if only - set(SECTIONS):
+        ap.error(f"--only: unknown {', '.join(sorted(only - set(SECTIONS)))}; choose from {', '.join(SECTIONS)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("werkzeug", "httpx", "bakeoff"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     t0 = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="bakeoff-faults-plans-"))
-    rows = []
+    rows: list[dict] = []
+    storms: list[dict] = []
+    again: list[dict] = []
+    spec: dict[str, list[int]] = {}
+    guard, leftover, firewalls, nsgs = "not run", {}, 0, 0
     with Sandbox(boot_s=0.2) as sb, sb.exported():  # every step's default credentials: the sandbox's clouds
-        for stage, fault in STAGES:
-            for provider in PROVIDERS:
+        for stage, fault in STAGES if "stages" in only else []:
+            for provider in clouds:
                 rows.append(one_row(sb, provider, stage, fault, workdir))
                 r = rows[-1]
                 print(
@@ -280,15 +359,25 @@ def main() -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-        guard = budget_guard(sb, workdir)
+        for provider in [c for c in REST_CLOUDS if c in clouds] if "storm" in only else []:
+            storms.append(storm_during_teardown(sb, provider, workdir))
+            print(f"  429 storm in teardown    {provider:<13} {storms[-1]['outcome']}", file=sys.stderr, flush=True)
+        for provider in clouds if "reprovision" in only else []:
+            again.append(reprovision_after_clear(sb, provider, workdir))
+            print(f"  re-provision after clear {provider:<13} {again[-1]['outcome']}", file=sys.stderr, flush=True)
+        if "stages" in only:
+            guard = budget_guard(sb, workdir)
         leftover = sb.live()
         firewalls = len(sb.clouds.do.firewalls)
         nsgs = len(sb.oci.nsgs)
+        _add_counts(spec, spec_counts(sb))
     dies = []
-    for provider, elsewhere in [(p, False) for p in PROVIDERS] + [("oci", True)]:
+    rows_dies = [(p, False) for p in clouds] + ([("oci", True)] if "oci" in clouds else [])
+    for provider, elsewhere in rows_dies if "airflow-dies" in only else []:
         # a fresh sandbox per row: its clock starts at the real time the run's expiry tag is counted from
         with Sandbox(boot_s=0.2) as sb, sb.exported():
             dies.append(airflow_dies(sb, provider, workdir, elsewhere))
+            _add_counts(spec, spec_counts(sb))
         d = dies[-1]
         print(
             f"  Airflow dies             {d['provider']:<13} billed {d['billed']:.1f} node-min after the kill, "
@@ -300,47 +389,79 @@ def main() -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     if _OWN_DATA:
         shutil.rmtree(_OWN_DATA, ignore_errors=True)
-    print(
-        "\nInstances left running "
-        "(sandbox: EC2 = moto server, Vultr/DigitalOcean/OCI = local fakes; nodes are emulators)\n"
-    )
-    print("| stage | provider | after teardown | after all_done sweep | after one reaper pass | reaper pass at |")
-    print("| --- | --- | ---: | ---: | ---: | --- |")
-    for r in rows:
-        print(f"| {r['stage']} | {r['provider']} | {r['teardown']} | {r['sweep']} | {r['reaper']} | {r['reaper_at']} |")
-    ok_reaper = all(r["reaper"] == 0 for r in rows)
-    ok_sweep = all(r["sweep"] == 0 for r in rows if not r["stage"].startswith("worker SIGKILL"))
-    print(
-        f"\nzero after the reaper in every row: {ok_reaper}; zero after the sweep in every row but SIGKILL: {ok_sweep}"
-    )
-    print(
-        f"\nAirflow dies (scheduler and worker SIGKILLed once the node exists; independent reaper every "
-        f"{REAPER_INTERVAL_S // 60} min; sandbox clock run to the node's expiry)\n"
-    )
-    print(
-        "| cloud | nodes | kill switch | kill-switch horizon (min) | billed node-min after Airflow dies | "
-        "billed past the horizon | goal: billed at most | nodes left at the end | goal met |"
-    )
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    switch = {"aws": "power-off = terminate", "oci": "self-delete (instance principal)"}
-    for d in dies:
-        cloud = "oci" if d["provider"].startswith("oci") else d["provider"]
+    ok = True
+    if rows:
         print(
-            f"| {d['provider']} | {d['nodes']} | {switch.get(cloud, 'power-off, then reaper')} | {d['horizon']:.1f} | "
-            f"{d['billed']:.1f} | {d['past']:.1f} | {d['bound']:.1f} | {d['left']} | {d['ok']} |"
+            "\nInstances left running "
+            "(sandbox: EC2 = moto server, Vultr/DigitalOcean/OCI = local fakes; nodes are emulators)\n"
         )
-    ok_dies = all(d["ok"] for d in dies)
-    print(
-        f"goal: billed after the kill at most the horizon where the node ends its own billing, the horizon plus "
-        f"one reaper interval where a stopped node bills on; every row met it: {ok_dies}\n"
-    )
-    print(f"budget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
+        print("| stage | provider | after teardown | after all_done sweep | after one reaper pass | reaper pass at |")
+        print("| --- | --- | ---: | ---: | ---: | --- |")
+        for r in rows:
+            cells = [r["stage"], r["provider"], r["teardown"], r["sweep"], r["reaper"], r["reaper_at"]]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+        ok_reaper = all(r["reaper"] == 0 for r in rows)
+        ok_sweep = all(r["sweep"] == 0 for r in rows if not r["stage"].startswith("worker SIGKILL"))
+        ok = ok and ok_reaper and ok_sweep
+        print(
+            f"\nzero after the reaper in every row: {ok_reaper}; "
+            f"zero after the sweep in every row but SIGKILL: {ok_sweep}"
+        )
+    if dies:
+        print(
+            f"\nAirflow dies (scheduler and worker SIGKILLed once the node exists; independent reaper every "
+            f"{REAPER_INTERVAL_S // 60} min; sandbox clock run to the node's expiry)\n"
+        )
+        print(
+            "| cloud | nodes | kill switch | kill-switch horizon (min) | billed node-min after Airflow dies | "
+            "billed past the horizon | goal: billed at most | nodes left at the end | goal met |"
+        )
+        print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+        switch = {
+            "aws": "power-off = terminate",
+            "oci": "self-delete (instance principal)",
+            "vultr": "power-off; reaper at the expiry tag (= kill-switch time)",
+            "digitalocean": "power-off; reaper sees it off",
+        }
+        for d in dies:
+            cloud = "oci" if d["provider"].startswith("oci") else d["provider"]
+            print(
+                f"| {d['provider']} | {d['nodes']} | {switch[cloud]} | {d['horizon']:.1f} | "
+                f"{d['billed']:.1f} | {d['past']:.1f} | {d['bound']:.1f} | {d['left']} | {d['ok']} |"
+            )
+        ok_dies = all(d["ok"] for d in dies)
+        ok = ok and ok_dies
+        print(
+            f"goal: billed after the kill at most the horizon where the node ends its own billing, the horizon "
+            f"plus one reaper interval where a stopped node bills on; every row met it: {ok_dies}"
+        )
+    if storms:
+        print(f"\n429 storm during teardown (every request answered 429 for {STORM_S:.0f} s)\n")
+        print("| cloud | teardown | seconds | API requests during the teardown | nodes left |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for st in storms:
+            print(f"| {st['provider']} | {st['outcome']} | {st['took']:.1f} | {st['calls']} | {st['left']} |")
+        ok = ok and all(st["outcome"] == "deleted" and st["left"] == 0 for st in storms)
+    if again:
+        print("\nRe-provision after clear (terminate, then provision again for the same run and target)\n")
+        print("| cloud | second provision | nodes left after its teardown | goal met |")
+        print("| --- | --- | ---: | --- |")
+        for a in again:
+            print(f"| {a['provider']} | {a['outcome']} | {a['left']} | {a['ok']} |")
+        ok = ok and all(a["ok"] for a in again)
+    print("\nRequests and answers against the published API definitions\n")
+    print("| fake | requests served | refused by the definition | answers departing from it |")
+    print("| --- | ---: | ---: | ---: |")
+    for c, (n, refused, bad) in spec.items():
+        print(f"| {c} | {n} | {refused} | {bad} |")
+    ok = ok and all(v[1] == 0 and v[2] == 0 for v in spec.values())
+    print(f"\nbudget guard on an over-cap mi355x-vs-b200 (cap 100 USD): {guard}")
     print(
         "nodes left in the sandbox at the end: "
         f"{sum(len(v) for v in leftover.values()) + sum(d['left'] for d in dies)}; "
         f"DigitalOcean cloud firewalls left: {firewalls}; OCI security groups left: {nsgs}; wall time {wall:.1f} s"
     )
-    return 0 if ok_reaper and ok_sweep and ok_dies else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

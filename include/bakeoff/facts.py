@@ -80,6 +80,8 @@ class Provision(Fact):
     launched_at: Epoch | None = None
     client_bundle: str | None = None
     tries: tuple[Launch, ...] = ()
+    # how the create went: attempts, refusals by reason (capacity, quota), the region that took it, create_s
+    provisioning: dict[str, Any] = {}
 
     def recorded_launches(self) -> tuple[Launch, ...]:
         """The launches as recorded (a record without ``tries`` names its one launch)."""

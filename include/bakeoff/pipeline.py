@@ -24,6 +24,7 @@ from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint
+from bakeoff.serving.userdata import kill_switch_minutes
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +185,12 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     target = plan.target(slug)
     earlier = _recheck_budget(run_dir, plan, target)
     faults.maybe_fail("launch", target)
-    expires = time.time() + plan.max_instance_hours * 3600
-    tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
     from bakeoff.budget import kill_switch_s  # noqa: PLC0415 - each step loads only the modules it runs
+
+    expires = time.time() + plan.max_instance_hours * 3600
+    if not PROVIDERS[target.provider].halt_visible:  # nothing can see the node halt: it expires then
+        expires = min(expires, time.time() + kill_switch_minutes(kill_switch_s(plan, target)) * 60)
+    tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
 
     provider = provider_for(target.provider, credentials)
     agent = stage_client(target, expires - time.time(), credentials)
@@ -203,7 +207,10 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         except secrets.MissingSecret as e:
             raise ProviderError(str(e)) from None
     node_cert = _node_tls(target, rid, spec)
+    asked = time.time()
     inst = provider.create(target, rid, tags=tags, spec=spec)
+    # attempts, refusals by reason and the region that took it (where the provider says), and how long
+    provisioning = {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
     if node_cert:  # every later call pins it: the base_url and agent_url become https
         inst.details["tls_cert"] = node_cert
     if agent:  # node_ready gives it the agent's address
@@ -219,7 +226,11 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         run_dir,
         slug,
         facts.Provision(
-            instance_id=inst.id, launched_at=launched, client_bundle=agent["sha256"] if agent else None, tries=tries
+            instance_id=inst.id,
+            launched_at=launched,
+            client_bundle=agent["sha256"] if agent else None,
+            tries=tries,
+            provisioning=provisioning,
         ),
     )
     faults.maybe_fail("after_create", target)

@@ -1,15 +1,24 @@
-"""Local fakes of the Vultr and DigitalOcean control planes, speaking their v2 REST shapes.
+"""Local fakes of the Vultr and DigitalOcean control planes, held to the clouds' own API definitions.
 
 Only what the providers use, but as the real APIs behave: Bearer auth, asynchronous creation
-(pending/new until the node has booted), tag filters, cursor (Vultr) and page (DigitalOcean)
-pagination, 404 for unknown ids, capacity refusals per region, and injectable 429/5xx answers.
+(pending/new until the node has booted), cursor (Vultr) and page (DigitalOcean) pagination, 404 for
+unknown ids, capacity refusals per region, and injectable 429/5xx answers. Every request is checked
+against the vendored OpenAPI definition (``spec_check``, ``specs/``) and refused in the real API's
+shape when it does not fit (DigitalOcean 422 ``{"id": "unprocessable_entity", "message"}``, Vultr
+400 ``{"error", "status"}``); every answer is checked too, and what does not fit is recorded in
+``cloud.answer_problems`` (the tests require it empty). Behaviours the definitions state are kept:
+a DigitalOcean listing returns only non-GPU droplets unless ``type=gpus``, and ``tag_name`` cannot be
+combined with ``type`` or ``name``; firewall ports are a port, a range or "0"; every DigitalOcean
+answer carries ``ratelimit-limit/remaining/reset`` and a rate-limited one is a 429 until the reset
+(no Retry-After); Vultr's bare-metal listing takes only ``per_page`` and ``cursor``, and a bare-metal
+node has no power field, so a halted node still reads ``active``.
 Each created node is backed by an emulator booted from its user-data. The DigitalOcean fake also
 keeps tags and cloud firewalls (``clouds.do.firewalls`` is the ground truth) and refuses, as the
 real API does, a firewall naming a tag that does not exist yet.
 
 Billing is as the real clouds': a node bills from creation until it is deleted, powered off or not
-(``meter``); a node whose kill switch fired is powered off (Vultr ``power_status: stopped``,
-DigitalOcean ``status: off``) and bills on until something deletes it.
+(``meter``); a node whose kill switch fired is powered off (DigitalOcean ``status: off``; on Vultr
+nothing shows it) and bills on until something deletes it.
 
 The same server publishes the address map (where a node's serving port is reached from here) and
 a small control surface (``POST /_control``) so out-of-process rehearsals can inject faults.
@@ -21,8 +30,10 @@ import base64
 import ipaddress
 import itertools
 import json
+import math
 import re
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -34,10 +45,13 @@ from werkzeug.wrappers import Request, Response
 from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.billing import Clock, Meter
 from bakeoff_sandbox.httpd import LoopbackServer
+from bakeoff_sandbox.spec_check import Spec
 
 TOKEN = "sandbox-token"
 _FW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
-_FW_PORTS = re.compile(r"all|0|[0-9]{1,5}(-[0-9]{1,5})?")
+# firewall_rule.yml: "a single port, a range (e.g. "8000-9000"), or "0" when all ports are open"
+_FW_PORTS = re.compile(r"0|([0-9]{1,5})(-([0-9]{1,5}))?")
+DO_RATE_LIMIT = 5000  # requests per hour (shared/headers.yml ratelimit-limit; 250 per minute as well)
 
 
 def _now_iso() -> str:
@@ -57,6 +71,10 @@ class FakeCloud:
         self.denied: set[str] = set()
         self.fail_queue: list[int | str] = []  # next answers to fail: 503 (any request) or "POST:503"
         self.requests = 0
+        self.refused: list[str] = []  # requests the API definition refuses, with why
+        self.answer_problems: list[str] = []  # answers of this fake that depart from the definition
+        self.rate_limited_until = 0.0  # wall-clock epoch: every request is a 429 until then
+        self.sent: list[float] = []  # wall-clock times of recent requests (DigitalOcean's hourly window)
         self.lock = threading.Lock()
         self._ids = itertools.count(400000001)
 
@@ -117,6 +135,7 @@ class Clouds(LoopbackServer):
                 Rule("/_control", endpoint="control", methods=["POST"]),
             ]
         )
+        self.specs = {"vultr": Spec("vultr", "/vultr/v2"), "digitalocean": Spec("digitalocean", "/do")}
         self._serve(self, "sandbox-clouds")
 
     def cloud(self, provider: str) -> FakeCloud:
@@ -132,27 +151,75 @@ class Clouds(LoopbackServer):
         if endpoint in ("address", "control"):
             return getattr(self, endpoint)(req, **args)(environ, start_response)
         cloud = self.vultr if endpoint.startswith("v_") else self.do
+        resp = self._answer(req, cloud, endpoint, args)
+        if cloud is self.do:
+            self._rate_headers(cloud, resp)
+        body = json.loads(resp.get_data()) if resp.mimetype == "application/json" and resp.get_data() else None
+        spec = self.specs[cloud.name]
+        problems = spec.check_answer(req.method, req.path, resp.status_code, dict(resp.headers), body)
+        if problems:
+            with cloud.lock:
+                cloud.answer_problems += [f"{req.method} {req.path} {resp.status_code}: {p}" for p in problems]
+        return resp(environ, start_response)
+
+    def _answer(self, req: Request, cloud: FakeCloud, endpoint: str, args: dict[str, Any]) -> Response:
         if req.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return _json({"error": "Invalid API token.", "status": 401}, 401)(environ, start_response)
+            if cloud is self.do:
+                return _json({"id": "unauthorized", "message": "Unable to authenticate you."}, 401)
+            return _json({"error": "Invalid API token.", "status": 401}, 401)
+        now = time.time()
         with cloud.lock:
             cloud.requests += 1
-            injected = take_fault(cloud.fail_queue, req.method, req.path)
+            cloud.sent = [t for t in cloud.sent if t > now - 3600] + [now]
+            limited = now < cloud.rate_limited_until
+            injected = None if limited else take_fault(cloud.fail_queue, req.method, req.path)
+        if limited or injected == 429:
+            if cloud is self.do:  # the rate-limit headers say when to come back; no Retry-After
+                return _json({"id": "too_many_requests", "message": "API rate limit exceeded."}, 429)
+            return _json({"error": "Rate limit reached, please try your request again later.", "status": 429}, 429)
         if injected:
-            resp = _json({"error": "sandbox: injected failure", "status": injected}, injected)
-            if injected == 429:
-                resp.headers["Retry-After"] = "0"
-            return resp(environ, start_response)
-        return getattr(self, endpoint)(req, cloud, **args)(environ, start_response)
+            if cloud is self.do:
+                return _json({"id": "server_error", "message": "sandbox: injected failure"}, injected)
+            return _json({"error": "sandbox: injected failure", "status": injected}, injected)
+        body = req.get_json(silent=True) if req.data else None
+        problems = self.specs[cloud.name].check_request(req.method, req.path, req.args.to_dict(flat=False), body)
+        if problems:
+            with cloud.lock:
+                cloud.refused += [f"{req.method} {req.path}: {p}" for p in problems]
+            return _refusal(cloud, "; ".join(problems))
+        return getattr(self, endpoint)(req, cloud, **args)
+
+    def _rate_headers(self, cloud: FakeCloud, resp: Response) -> None:
+        """DigitalOcean's rate-limit headers on every answer: reset is when the oldest counted request
+        expires (epoch seconds); while rate-limited, nothing remains until ``rate_limited_until``."""
+        now = time.time()
+        with cloud.lock:
+            limited = now < cloud.rate_limited_until
+            remaining = 0 if limited else max(0, DO_RATE_LIMIT - len(cloud.sent))
+            reset = cloud.rate_limited_until if limited else (cloud.sent[0] + 3600 if cloud.sent else now)
+        resp.headers["ratelimit-limit"] = str(DO_RATE_LIMIT)
+        resp.headers["ratelimit-remaining"] = str(remaining)
+        resp.headers["ratelimit-reset"] = str(math.ceil(reset))
 
     # Vultr ----------------------------------------------------------------------------
     def _vultr_view(self, cloud: FakeCloud, n: dict[str, Any]) -> dict[str, Any]:
         booted = cloud._booted(n)
         return {
             **{k: v for k, v in n.items() if not k.startswith("_")},
-            "status": "active" if booted else "pending",
-            "power_status": "running" if booted and not n.get("_off") else "stopped",
-            "server_status": "ok" if booted else "installingbooting",
-            "main_ip": n["_ip"] if booted else "0.0.0.0",
+            "status": "active" if booted else "pending",  # halted or not: bare metal has no power field
+            "main_ip": n["_ip"] if booted else "",
+            "os": "Ubuntu 24.04 LTS x64",
+            "ram": "3145728 MB",
+            "disk": "8x 3.84TB NVMe",
+            "cpu_count": 256,
+            "netmask_v4": "255.255.254.0" if booted else "",
+            "gateway_v4": "203.0.113.1" if booted else "",
+            "v6_network": "",
+            "v6_main_ip": "",
+            "v6_network_size": 0,
+            "mac_address": 2199756823533,
+            "app_id": 0,
+            "image_id": n.get("_image_id", ""),
         }
 
     def v_create(self, req: Request, cloud: FakeCloud) -> Response:
@@ -172,7 +239,8 @@ class Clouds(LoopbackServer):
             "plan": body["plan"],
             "label": body.get("label", ""),
             "tags": list(body.get("tags") or []),
-            "os_id": body.get("os_id"),
+            "os_id": body.get("os_id") or 0,
+            "_image_id": body.get("image_id") or "",
             "date_created": _now_iso(),
             "_created": cloud.clock.now(),
             "_ip": f"203.0.113.{len(cloud.nodes) % 250 + 1}",
@@ -189,10 +257,10 @@ class Clouds(LoopbackServer):
         return _json({"bare_metal": self._vultr_view(cloud, node)})
 
     def v_list(self, req: Request, cloud: FakeCloud) -> Response:
+        """Every bare-metal node of the account: the listing takes only per_page (max 500) and cursor."""
         per_page = min(int(req.args.get("per_page", 100)), 500)
-        tag = req.args.get("tag")
         with cloud.lock:
-            nodes = [n for n in cloud.nodes.values() if not tag or tag in n["tags"]]
+            nodes = list(cloud.nodes.values())
         start = int(base64.b64decode(req.args["cursor"]).decode()) if req.args.get("cursor") else 0
         page = nodes[start : start + per_page]
         nxt = base64.b64encode(str(start + per_page).encode()).decode() if start + per_page < len(nodes) else ""
@@ -216,10 +284,37 @@ class Clouds(LoopbackServer):
         booted = cloud._booted(n)
         v4 = [{"ip_address": n["_ip"], "type": "public", "netmask": "255.255.255.0"}] if booted else []
         status = ("off" if n.get("_off") else "active") if booted else "new"
+        slug, region = n["size_slug"], n["region"]["slug"]
+        gpu = {"gpu_info": {"count": 8, "model": slug.split("-")[1], "vram": {"amount": 192, "unit": "gib"}}}
         return {
             **{k: v for k, v in n.items() if not k.startswith("_")},
             "status": status,
             "networks": {"v4": v4, "v6": []},
+            "memory": 2048 * 1024,
+            "vcpus": 160,
+            "disk": 720,
+            "locked": False,
+            "features": ["monitoring"],
+            "backup_ids": [],
+            "next_backup_window": None,
+            "snapshot_ids": [],
+            "volume_ids": [],
+            "image": {"id": 7000001, "name": n["_image"], "slug": n["_image"], "type": "base", "public": True},
+            "size": {
+                "slug": slug,
+                "available": True,
+                "disk": 720,
+                "memory": 2048 * 1024,
+                "vcpus": 160,
+                "price_hourly": 0.0,
+                "price_monthly": 0.0,
+                "regions": [region],
+                "transfer": 15.0,
+                "description": "GPU droplet" if _is_gpu(slug) else "Droplet",
+                **(gpu if _is_gpu(slug) else {}),
+            },
+            "region": {"slug": region, "name": region, "available": True, "features": [], "sizes": [slug]},
+            **(gpu if _is_gpu(slug) else {}),
         }
 
     def d_create(self, req: Request, cloud: FakeCloud) -> Response:
@@ -240,6 +335,7 @@ class Clouds(LoopbackServer):
             "size_slug": body["size"],
             "tags": list(body.get("tags") or []),
             "created_at": _now_iso(),
+            "_image": str(body["image"]),
             "_created": cloud.clock.now(),
             "_ip": f"198.51.100.{len(cloud.nodes) % 250 + 1}",
         }
@@ -263,9 +359,20 @@ class Clouds(LoopbackServer):
         return _json({"droplet": self._do_view(cloud, node)})
 
     def d_list(self, req: Request, cloud: FakeCloud) -> Response:
-        tag = req.args.get("tag_name")
+        """droplets_list.yml: only non-GPU droplets unless ``type=gpus`` (then only GPU droplets);
+        ``tag_name`` filters and cannot be combined with ``name`` or ``type``."""
+        tag, kind, name = req.args.get("tag_name"), req.args.get("type"), req.args.get("name")
+        if tag is not None and (kind is not None or name is not None):
+            return _refusal(cloud, "tag_name can not be combined with name or type")
+        gpus = kind == "gpus"
         with cloud.lock:
-            nodes = [n for n in cloud.nodes.values() if not tag or tag in n["tags"]]
+            nodes = [
+                n
+                for n in cloud.nodes.values()
+                if _is_gpu(n["size_slug"]) == gpus
+                and (tag is None or tag in n["tags"])
+                and (name is None or n["name"].lower() == name.lower())
+            ]
         return self._do_page(req, "droplets", [self._do_view(cloud, n) for n in nodes])
 
     def _do_page(self, req: Request, key: str, items: list[dict[str, Any]]) -> Response:
@@ -357,12 +464,15 @@ class Clouds(LoopbackServer):
         return _json({"host": addr[0], "port": addr[1], "agent_port": self.backing.agent_port(provider, nid)})
 
     def control(self, req: Request) -> Response:
-        """For rehearsals in other processes: {"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503]}."""
+        """For rehearsals in other processes: {"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503],
+        "rate_limit_s": 5}."""
         body = req.get_json(silent=True) or {}
         cloud = self.cloud(body["provider"])
         with cloud.lock:
             if "deny_regions" in body:
                 cloud.denied = set(body["deny_regions"])
+            if "rate_limit_s" in body:  # a 429 storm: every request refused until then
+                cloud.rate_limited_until = time.time() + float(body["rate_limit_s"])
             cloud.fail_queue.extend(body.get("fail_next", []))
         return _json({"ok": True})
 
@@ -390,8 +500,11 @@ def _firewall_problem(body: dict[str, Any], cloud: FakeCloud) -> str | None:
     for rule, where in rules:
         if rule.get("protocol") not in ("tcp", "udp", "icmp"):
             return f"invalid protocol {rule.get('protocol')!r}"
-        if rule["protocol"] != "icmp" and not _FW_PORTS.fullmatch(str(rule.get("ports", ""))):
-            return f"invalid ports {rule.get('ports')!r}"
+        ports = _FW_PORTS.fullmatch(str(rule.get("ports", "")))
+        if rule["protocol"] != "icmp" and (
+            not ports or any(g and not 1 <= int(g) <= 65535 for g in (ports.group(1), ports.group(3)))
+        ):
+            return f"invalid ports {rule.get('ports')!r}: a port, a range such as 8000-9000, or 0"
         if not rule.get(where):
             return f"a rule needs {where}"
         for addr in rule[where].get("addresses") or []:
@@ -404,6 +517,18 @@ def _firewall_problem(body: dict[str, Any], cloud: FakeCloud) -> str | None:
         return f"tag not found: {', '.join(missing)}"
     unknown = [d for d in body.get("droplet_ids") or [] if str(d) not in cloud.nodes]
     return f"droplet not found: {unknown}" if unknown else None
+
+
+def _is_gpu(size_slug: str) -> bool:
+    """DigitalOcean names every GPU droplet size ``gpu-...`` (gpu-h100x1-80gb, gpu-mi300x8-1536gb)."""
+    return size_slug.startswith("gpu-")
+
+
+def _refusal(cloud: FakeCloud, message: str) -> Response:
+    """A request the real API refuses, in its shape: DigitalOcean 422, Vultr 400."""
+    if cloud.name == "digitalocean":
+        return _json({"id": "unprocessable_entity", "message": message[:1000]}, 422)
+    return _json({"error": message[:1000], "status": 400}, 400)
 
 
 def _json(obj: Any, status: int = 200) -> Response:

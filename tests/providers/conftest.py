@@ -34,6 +34,10 @@ def rest_creds(fake_clouds):
         base = f"{fake_clouds.url}/{'vultr' if provider == 'vultr' else 'do'}/v2"
         return {"token": "sandbox-token", "base_url": base, "poll_s": 0.02, "backoff_s": 0.01}
 
+    for c in (fake_clouds.vultr, fake_clouds.do):
+        c.answer_problems, c.refused = [], []
     yield creds
     for c in (fake_clouds.vultr, fake_clouds.do):
-        c.denied, c.fail_queue = set(), []
+        c.denied, c.fail_queue, c.rate_limited_until = set(), [], 0.0
+    # the fakes' own answers must be what the published definitions allow
+    assert not fake_clouds.vultr.answer_problems + fake_clouds.do.answer_problems

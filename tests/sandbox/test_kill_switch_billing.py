@@ -1,14 +1,17 @@
 """Each cloud's kill switch, acted out by the sandbox's nodes on its clock, and billed as the cloud bills:
 EC2 power-off terminates; an OCI node deletes itself as its instance principal; a Vultr or
-DigitalOcean node powers off and bills on until the independent reaper deletes it."""
+DigitalOcean node powers off and bills on until the independent reaper deletes it (DigitalOcean
+shows the droplet off; Vultr's API cannot show a bare-metal node halted, so its expiry tag is the
+kill-switch time)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from bakeoff import pipeline, reaper
+from bakeoff import pipeline, reaper, store
 from bakeoff.plan import load_plan
 from bakeoff.serving import userdata
 from bakeoff_sandbox import Sandbox
@@ -20,7 +23,7 @@ def sandbox():
         yield sb
 
 
-def one_target_plan(tmp_path, provider: str) -> str:
+def one_target_plan(tmp_path, provider: str, **overrides) -> str:
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     by_provider = {t["provider"]: t for t in raw["targets"]}
     by_provider["oci"] = load_plan("mi355x-vs-b200-oci-sandbox").model_dump(mode="json")["targets"][1]
@@ -34,7 +37,7 @@ def one_target_plan(tmp_path, provider: str) -> str:
         )
     else:
         t = by_provider[provider]
-    raw.update(name=f"killswitch-{provider}", targets=[t])
+    raw.update(name=f"killswitch-{provider}", targets=[t], **overrides)
     path = tmp_path / f"ks-{provider}.yaml"
     path.write_text(json.dumps(raw))
     return str(path)
@@ -72,7 +75,8 @@ def test_kill_switch_ends_billing_where_the_cloud_allows_and_the_reaper_does_the
         assert billed == pytest.approx(horizon / 60 + 10, abs=0.5)
         out = reaper.reap(now=sandbox.clock.now(), provider_names=[provider], credentials_fn=sandbox.credentials)
         assert [r["id"] for r in out["terminated"]] == [inst["id"]]
-        assert "powered off" in out["terminated"][0]["reason"]
+        # DigitalOcean shows the droplet off; Vultr cannot show it halted, so its expiry (the kill-switch time) decides
+        assert ("expired" if provider == "vultr" else "powered off") in out["terminated"][0]["reason"]
         assert set(sandbox.live()[provider]) - before == set()
         sandbox.clock.advance(3600)
         assert sandbox.billed_minutes(provider, t0) == pytest.approx(billed, abs=0.1)  # deleted: billing ended
@@ -120,3 +124,22 @@ def test_boot_script_arms_the_kill_switch_that_ends_billing_on_its_cloud(tmp_pat
         assert "Authorization: Bearer Oracle" in script and "169.254.169.254/opc/v2/instance/id" in script
         assert "InstancePrincipalsSecurityTokenSigner" in script and "terminate_instance" in script
         assert script.index("sleep 3060") < script.index("terminate_instance") < script.index("\n poweroff)")
+
+
+def test_a_vultr_node_expires_at_its_kill_switch_not_at_max_instance_hours(sandbox, data_root, tmp_path):
+    """Vultr cannot show the node halted, so its expiry tag is the kill-switch time: the reaper deletes
+    it then, however much longer max_instance_hours would have allowed."""
+    t_real, t_sandbox = time.time(), sandbox.clock.now()
+    with sandbox.exported():
+        run = pipeline.start_run(one_target_plan(tmp_path, "vultr", max_instance_hours=12), "manual__ks_vultr_exp")
+        inst = pipeline.provision(run["run_dir"], run["targets"][0])
+    switch_after = sandbox.backing.next_due() - t_sandbox
+    expires = float(inst["expires_at"])
+    prov = store.read_record(run["run_dir"], "provision", run["targets"][0])["provisioning"]
+    assert prov["attempts"] == 1 and prov["refusals"] == {} and prov["create_s"] >= 0  # the provisioning record
+    assert switch_after < 11 * 3600  # the plan lets the node live far longer than its switch
+    assert switch_after - 120 <= expires - t_real <= switch_after + 5  # the same moment, boot aside
+    early = reaper.reap(now=expires - 60, provider_names=["vultr"], credentials_fn=sandbox.credentials)
+    assert inst["id"] in [r["id"] for r in early["kept"]]
+    out = reaper.reap(now=expires + 1, provider_names=["vultr"], credentials_fn=sandbox.credentials)
+    assert inst["id"] in [r["id"] for r in out["terminated"]] and not out["errors"]

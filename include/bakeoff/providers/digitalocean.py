@@ -8,7 +8,7 @@ Two firewalls guard a droplet: the boot script's, on the host, and a DigitalOcea
 per run and target. The cloud firewall is made before the droplet and applies to a tag the droplet
 is created with, so the droplet is never open, not even while it boots: inbound, only TCP from
 ingress_cidr to the serving port, the node agent's port and, when SSH keys are installed, 22;
-outbound stays open (images, weights). It is named ``<run tag>.<target slug>``, so teardown, the
+outbound stays open (images, weights) as ports "1-65535". It is named ``<run tag>.<target slug>``, so teardown, the
 sweep and the reaper find it with no stored state: it goes with its droplet (terminate), with a
 create that left no droplet, and in ``cleanup`` once no live droplet stands behind it.
 """
@@ -35,10 +35,13 @@ FIREWALLS = "firewalls"
 # create makes a firewall moments before its droplet: an empty one younger than this may be about to be used
 ORPHAN_GRACE_S = 900.0
 _ANYWHERE = {"addresses": ["0.0.0.0/0", "::/0"]}
+# firewall_rule.yml: ports (required) is a port, a range or "0"; the API refuses "all" (and some
+# accounts "0" for TCP/UDP), so the full range, the form every source accepts; ICMP has no ports and
+# the API itself answers "0" for them
 OUTBOUND_RULES = [
-    {"protocol": "tcp", "ports": "all", "destinations": _ANYWHERE},
-    {"protocol": "udp", "ports": "all", "destinations": _ANYWHERE},
-    {"protocol": "icmp", "destinations": _ANYWHERE},
+    {"protocol": "tcp", "ports": "1-65535", "destinations": _ANYWHERE},
+    {"protocol": "udp", "ports": "1-65535", "destinations": _ANYWHERE},
+    {"protocol": "icmp", "ports": "0", "destinations": _ANYWHERE},
 ]
 
 
@@ -92,6 +95,11 @@ class DigitalOceanProvider(RestProvider):
 
     def default_regions(self, target) -> list[str]:
         return list(target.instance.regions) or ["atl1", "nyc2", "tor1"]
+
+    def listings(self, tag: str) -> dict[str, dict[str, Any]]:
+        """droplets_list.yml: the default listing holds only non-GPU droplets, ``type=gpus`` only GPU
+        ones, and ``tag_name`` cannot be combined with ``type``: both queries, the GPU one filtered by tag."""
+        return {"droplets": {"tag_name": tag}, "GPU droplets": {"type": "gpus"}}
 
     def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
         run = next((t for t in tags if t.startswith("bakeoff-run-")), "")
@@ -147,12 +155,18 @@ class DigitalOceanProvider(RestProvider):
     def cleanup(self, select: Callable[[dict[str, str]], bool] | None = None) -> list[str]:
         """Delete bakeoff firewalls with no live droplet behind them whose run ``select`` picks from
         {run_id, target} (the sweep: its own run), or that have stood empty ORPHAN_GRACE_S (the reaper:
-        a lost terminate, a killed create). Returns the deleted firewalls' ids."""
-        live = {(i.run_id, i.target) for i in self.list_tagged(None)}
+        a lost terminate, a killed create). Returns the deleted firewalls' ids.
+
+        Only a complete listing of every droplet kind decides: list_tagged raises (PartialListing)
+        when one query failed, and nothing is deleted; a firewall whose tag any live droplet carries,
+        or that names a droplet directly, is kept."""
+        nodes = self.list_tagged(None)
+        live = {(i.run_id, i.target) for i in nodes}
+        live_tags = {firewall_tag(i.run_id, i.target) for i in nodes}
         deleted = []
         for fw in self.firewalls():
             run_id, slug = firewall_owner(fw["name"]) or ("", "")  # firewalls() lists only bakeoff's
-            if (run_id, slug) in live or fw.get("droplet_ids"):
+            if (run_id, slug) in live or fw.get("droplet_ids") or live_tags & set(fw.get("tags") or []):
                 continue
             if (select and select({TAG_RUN: run_id, TAG_TARGET: slug})) or _stale(fw):
                 if self._delete_firewall(fw["id"]):

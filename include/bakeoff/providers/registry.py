@@ -44,6 +44,9 @@ class ProviderInfo:
     # power off (ends billing only where the cloud terminates on shutdown), or delete itself
     kill_switch: KillSwitch = "power-off"
     credentials: CredentialsForm = "none"
+    # its API shows a powered-off node as such (so the reaper deletes it once its kill switch fired);
+    # where it cannot (Vultr bare metal has no power field), the expiry tag is the kill-switch time
+    halt_visible: bool = True
 
     @property
     def provisions(self) -> bool:
@@ -79,6 +82,7 @@ def _cloud(
     api_base: str | None = None,
     kill_switch: KillSwitch = "power-off",
     credentials: CredentialsForm = "api-token",
+    halt_visible: bool = True,
 ) -> ProviderInfo:
     return ProviderInfo(
         name=name,
@@ -94,6 +98,7 @@ def _cloud(
         api_base=api_base,
         kill_switch=kill_switch,
         credentials=credentials,
+        halt_visible=halt_visible,
     )
 
 
@@ -135,6 +140,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             cleanup=False,
             console_output=False,
             api_base="https://api.vultr.com/v2",
+            halt_visible=False,  # the bare-metal object has no power field; a halted node reads "active"
         ),
         _cloud(
             "digitalocean",

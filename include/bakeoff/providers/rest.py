@@ -1,9 +1,13 @@
 """What the REST clouds (Vultr, DigitalOcean) share: a retrying httpx client, pagination, tag codec.
 
 Retries (tenacity): 429, 5xx and connection errors are retried with jittered exponential backoff,
-honouring Retry-After, because both APIs rate-limit bursts. A create is never blindly re-sent: after
-a lost or failed answer the caller first looks for what the request may have made (by tag or name),
-so a retry never starts a second node.
+honouring Retry-After, because both APIs rate-limit bursts. A 429 that says when its window resets
+(DigitalOcean's ``ratelimit-remaining: 0`` with ``ratelimit-reset``, an epoch second) is waited out
+to that moment, and 429s are retried for as long as ``rate_limit_wait_s`` allows rather than a number
+of tries, so a teardown in a busy hour waits for the API instead of leaving a node billing.
+
+A create is never blindly re-sent: after a lost or failed answer the caller first looks for what the
+request may have made (by tag or name), so a retry never starts a second node.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import base64
 import logging
 import random
 import re
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
@@ -26,6 +31,7 @@ from bakeoff.providers.base import (
     TAG_TARGET,
     CapacityError,
     Instance,
+    PartialListing,
     Provider,
     ProviderError,
     reachable,
@@ -37,6 +43,8 @@ log = logging.getLogger(__name__)
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 MAX_DELAY_S = 30.0
+# how long 429s are retried (DigitalOcean's per-minute window clears within 60 s; an hourly one may not)
+RATE_LIMIT_WAIT_S = 600.0
 T = TypeVar("T")
 TAG_PORT = "bakeoff:port"  # serving port, so list_tagged can say where a node serves
 TAG_PREFIX = "bakeoff"
@@ -96,6 +104,7 @@ class RestClient:
         backoff_s: float = 0.5,
         transport: httpx.BaseTransport | None = None,
         timeout_s: float = 30.0,
+        rate_limit_wait_s: float = RATE_LIMIT_WAIT_S,
     ):
         if not token:
             raise ProviderError(
@@ -103,6 +112,7 @@ class RestClient:
                 f"connection (or, without Airflow, set {TOKEN_ENV.get(cloud, 'the API token variable')})"
             )
         self.cloud, self.retries, self.backoff_s = cloud, retries, backoff_s
+        self.rate_limit_wait_s = rate_limit_wait_s
         self._http = httpx.Client(
             base_url=base_url.rstrip("/") + "/",
             timeout=timeout_s,
@@ -125,7 +135,7 @@ class RestClient:
                 raise ProviderError(f"{self.cloud}: {method} {path} failed: {type(e).__name__}") from None
 
         retrying = Retrying(
-            stop=stop_after_attempt(self.retries + 1 if retry else 1),
+            stop=self.stop if retry else stop_after_attempt(1),
             wait=self.wait,
             retry=retry_if_exception_type(ProviderError) | retry_if_result(_retryable),
             before_sleep=lambda state: log.info("%s: %s %s %s; retrying", self.cloud, method, path, _what(state)),
@@ -152,7 +162,7 @@ class RestClient:
 
         try:
             return Retrying(
-                stop=stop_after_attempt(self.retries + 1),
+                stop=self.stop,
                 wait=self.wait,
                 retry=retry_if_exception_type(_Unanswered),
                 before_sleep=lambda state: log.info("%s: POST %s %s; retrying", self.cloud, path, _what(state)),
@@ -171,11 +181,24 @@ class RestClient:
         except ProviderError:
             return None
 
+    def stop(self, state: RetryCallState) -> bool:
+        """Stop after ``retries`` retries, except on a 429: that is retried until ``rate_limit_wait_s``
+        has passed since the first try (a rate limit ends; giving up early leaves the work undone)."""
+        r = _answer(state)
+        if r is not None and r.status_code == 429:
+            return state.seconds_since_start is not None and state.seconds_since_start >= self.rate_limit_wait_s
+        return state.attempt_number >= self.retries + 1
+
     def wait(self, state: RetryCallState) -> float:
-        """Seconds before the next try: the server's Retry-After when it gave one, else exponential
-        backoff from ``backoff_s``; capped, with jitter so parallel tasks do not retry in step."""
+        """Seconds before the next try: until the rate-limit window resets when the answer says so, else
+        the server's Retry-After, else exponential backoff from ``backoff_s``; capped (a reset by what
+        is left of ``rate_limit_wait_s``), with jitter so parallel tasks do not retry in step."""
         delay = self.backoff_s * 2 ** (state.attempt_number - 1)
         r = _answer(state)
+        reset = rate_limit_reset(r) if r is not None else None
+        if reset is not None:
+            left = self.rate_limit_wait_s - (state.seconds_since_start or 0.0)
+            return max(0.0, min(reset - time.time(), left)) + self.backoff_s * random.random()  # never early
         retry_after = r.headers.get("Retry-After") if r is not None else None
         if retry_after:
             try:
@@ -219,6 +242,17 @@ class _Unanswered(Exception):
         super().__init__()
         self.response = r
         self.status = r.status_code if r is not None else "no answer"
+
+
+def rate_limit_reset(r: httpx.Response) -> float | None:
+    """When a 429's exhausted window resets (DigitalOcean: ``ratelimit-remaining: 0`` and
+    ``ratelimit-reset``, epoch seconds); None for any other answer (a burst limit, a 5xx)."""
+    if r.status_code != 429 or r.headers.get("ratelimit-remaining") != "0":
+        return None
+    try:
+        return float(r.headers["ratelimit-reset"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _retryable(r: httpx.Response) -> bool:
@@ -280,6 +314,11 @@ def resolve_address(
     return d.get("host"), d.get("port"), d.get("agent_port")
 
 
+def refusal_reason(message: str) -> str:
+    """A create refusal's kind for the provisioning record: an account limit, or the cloud out of stock."""
+    return "quota" if re.search(r"limit|quota", message, re.I) else "capacity"
+
+
 CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold out|limit", re.I)
 
 
@@ -317,6 +356,7 @@ class RestProvider(Provider):
             cloud=self.name,
             transport=transport,
             backoff_s=float(creds.get("backoff_s", backoff_s)),
+            rate_limit_wait_s=float(creds.get("rate_limit_wait_s", RATE_LIMIT_WAIT_S)),
         )
 
     # what subclasses provide ------------------------------------------------------
@@ -374,8 +414,9 @@ class RestProvider(Provider):
         all_tags = encode_tags(
             {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
         )
-        tried = []
-        for region in list(opts.regions) or self.default_regions(target):
+        tried: list[str] = []
+        refusals: dict[str, int] = {}
+        for n, region in enumerate(list(opts.regions) or self.default_regions(target), start=1):
             body = self.create_body(target, region, all_tags, script)
             answer = self.api.create(
                 self.collection,
@@ -383,16 +424,17 @@ class RestProvider(Provider):
                 find=lambda: self._find(run_id, target.slug),  # lost answer: did it create anyway?
                 what=f"create {target.instance_type} in {region} (POST {self.collection})",
             )
-            if isinstance(answer, Instance):
-                return answer
-            if answer.status_code in (200, 201, 202):
-                inst = self._to_instance(answer.json()[self.one_key])
+            if isinstance(answer, Instance) or answer.status_code in (200, 201, 202):
+                inst = answer if isinstance(answer, Instance) else self._to_instance(answer.json()[self.one_key])
+                inst.details["provisioning"] = {"attempts": n, "refusals": refusals, "region": region}
                 log.info(
                     "%s: created %s (%s) in %s for %s", self.name, inst.id, target.instance_type, region, target.slug
                 )
                 return inst
             err = api_error(self.name, "POST", self.collection, answer)
             if answer.status_code in (400, 403, 412, 422) and CAPACITY_RE.search(str(err)):
+                reason = refusal_reason(str(err))
+                refusals[reason] = refusals.get(reason, 0) + 1
                 tried.append(f"{region} ({str(err).split(': ', 2)[-1][:80]})")
                 continue
             raise err
@@ -429,14 +471,35 @@ class RestProvider(Provider):
         log.info("%s: deleted %s", self.name, instance_id)
         return True
 
+    def listings(self, tag: str) -> dict[str, dict[str, Any]]:
+        """The list queries (by name) that together show every node bakeoff makes carrying ``tag``."""
+        return {self.collection: {self.tag_param: tag}}
+
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
+        """The run's nodes (or every bakeoff node), from every query of ``listings``, filtered by tag
+        here as well (a query may return more). A query that fails makes the listing partial
+        (PartialListing): what the others found is acted on, and the caller does not report success."""
         tag = run_tag(run_id) if run_id else TAG_PREFIX
-        out = []
-        for raw in self.api.pages(self.collection, self.many_key, {self.tag_param: tag, "per_page": self.page_size}):
-            inst = self._to_instance(raw)
-            if inst.run_id and (run_id is None or inst.run_id == run_id) and inst.state != "terminated":
-                out.append(inst)
-        return out
+        out: dict[str, Instance] = {}
+        errors: dict[str, str] = {}
+        queries = self.listings(tag)
+        for what, query in queries.items():
+            try:
+                raws = list(self.api.pages(self.collection, self.many_key, {**query, "per_page": self.page_size}))
+            except ProviderError as e:
+                errors[what] = str(e)
+                continue
+            for raw in raws:
+                if tag not in (raw.get("tags") or []):
+                    continue
+                inst = self._to_instance(raw)
+                if inst.run_id and (run_id is None or inst.run_id == run_id) and inst.state != "terminated":
+                    out.setdefault(inst.id, inst)
+        if len(errors) == len(queries):  # nothing listed at all: one error, as for an unreachable cloud
+            raise ProviderError("; ".join(dict.fromkeys(errors.values())))
+        if errors:
+            raise PartialListing(self.name, list(out.values()), errors)
+        return list(out.values())
 
 
 def _epoch(iso: str | None) -> float | None:

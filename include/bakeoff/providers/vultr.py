@@ -1,9 +1,14 @@
 """Vultr bare metal: AMD MI355X / MI300X nodes over the v2 REST API (/v2/bare-metals).
 
 The boot script firewalls the serving port on the host to the plan's CIDR (whether or not a Vultr
-firewall group is attached). Nodes carry the run's tags; the boot script's shutdown timer is the
-cloud-side kill switch (a powered-off bare-metal node still bills, so the sweep and the reaper
-delete it as well).
+firewall group is attached). Nodes carry the run's tags; the listing takes only ``per_page`` and
+``cursor`` (Vultr's OpenAPI), so the tag filter runs here, over every page.
+
+The boot script's shutdown timer is the node-side kill switch, but a halted bare-metal node still
+bills and the API cannot show it halted: the bare-metal object has no power field, and its
+``status`` (active, pending, suspended) stays ``active``. So nothing can delete a Vultr node *because*
+it stopped; its expiry tag is set to the kill-switch time instead (``halt_visible=False`` in the
+registry, see ``pipeline.provision``), and the independent reaper deletes it when that passes.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ DEFAULT_OS_ID = 2284
 
 class VultrProvider(RestProvider):
     name = "vultr"
-    collection, one_key, many_key, tag_param = "bare-metals", "bare_metal", "bare_metals", "tag"
+    collection, one_key, many_key, tag_param = "bare-metals", "bare_metal", "bare_metals", ""
+    page_size = 500  # the listing's maximum
+
+    def listings(self, tag: str) -> dict[str, dict[str, Any]]:
+        return {self.collection: {}}  # no filter parameter: every node, filtered by tag in list_tagged
 
     def default_regions(self, target) -> list[str]:
         return list(target.instance.regions) or ["ewr"]
@@ -46,11 +55,6 @@ class VultrProvider(RestProvider):
     def parse(self, raw: dict[str, Any]) -> tuple[str, str | None, str]:
         status = raw.get("status")
         ip = raw.get("main_ip") if raw.get("main_ip") not in (None, "", "0.0.0.0") else None
-        power = raw.get("power_status", "running")
-        if status == "pending":
-            state = "pending"
-        elif status == "active":  # a stopped bare-metal node still bills: "failed", so it is still deleted
-            state = "running" if power == "running" else "failed"
-        else:
-            state = "failed"
+        # active is all the API says of a running or a halted node (no power field); suspended still bills
+        state = {"pending": "pending", "active": "running"}.get(status or "", "failed")
         return state, ip, raw.get("region", "")

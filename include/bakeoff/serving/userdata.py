@@ -338,6 +338,11 @@ def _firewall(port: int, ingress_cidr: str | None) -> str:
     )
 
 
+def kill_switch_minutes(shutdown_after_s: float) -> int:
+    """Minutes after the boot script starts at which the kill switch fires (``shutdown -h +N``)."""
+    return max(1, int(shutdown_after_s // 60) + 1)
+
+
 def kill_switch_section(provider: str, minutes: int) -> str:
     """What ends billing at the run's budgeted time on this cloud, with no help from Airflow.
 
@@ -468,7 +473,7 @@ def render(
         )
     port = target.stack_spec.port
     q = shlex.quote
-    minutes = max(1, int(shutdown_after_s // 60) + 1)
+    minutes = kill_switch_minutes(shutdown_after_s)
     env_lines = "\n".join(f"{k}={v}" for k, v in engines.environment(target).items())
     argv = " ".join(q(a) for a in docker_argv(target, port, tls=bool(tls), secrets=bool(names)))
     image = q(image_for(target))
