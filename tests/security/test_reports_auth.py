@@ -28,6 +28,11 @@ PAGES = [
     "/bakeoff/api/runs",
     f"/bakeoff/reports/local-demo/{RUN_DIR}/report.html",
     f"/bakeoff/reports/local-demo/{RUN_DIR}/report.pdf",
+    "/bakeoff/runs",
+    "/bakeoff/trend",
+    "/bakeoff/compare",
+    "/bakeoff/explore?gpu=mi355x",
+    "/bakeoff/static/dashboard.js",
 ]
 
 
