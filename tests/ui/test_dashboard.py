@@ -182,3 +182,26 @@ def test_a_plan_without_its_index_is_read_from_its_manifests(dash, tmp_path):
     (copy / "synthetic" / "index.json").unlink()
     assert [r.key for r in pages.load_runs(copy)] == _keys(dash)
     assert store.read_json(copy / "synthetic" / "index.json") is None
+
+
+def test_runs_page_pages_through_many_runs(dash, monkeypatch):
+    monkeypatch.setattr(pages, "PAGE_ROWS", 2)
+    c = dash["client"]
+    first, second = c.get("/runs").text, c.get("/runs", params={"page": "2"}).text
+    assert first.count('title="the run in Airflow"') == 2 and 'rel="next"' in first
+    assert second.count('title="the run in Airflow"') == 1 and 'rel="prev"' in second
+    for bad in ("3", "0", "-1", "x"):
+        r = c.get("/runs", params={"page": bad})
+        assert r.status_code == 404 and "unknown page" in r.json()["detail"]
+
+
+def test_a_changed_index_is_read_again(dash, tmp_path):
+    """The pages keep a parsed index while it is unchanged, and read it again once publish rewrites it."""
+    import shutil
+
+    copy = tmp_path / "reports"
+    shutil.copytree(dash["reports"], copy)
+    assert len(pages.load_runs(copy)) == 3
+    index = copy / "synthetic" / "index.json"
+    index.write_text(json.dumps(json.loads(index.read_text())[:1]))
+    assert len(pages.load_runs(copy)) == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ MONTH = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
 EXPLORE_FILTERS = ("model", "gpu", "engine", "precision", "speculative")
 BASES = ("output", "total")
 IN_FORCE = "price in force"
+PAGE_ROWS = 100  # runs per Runs page: the page stays fast however many runs are stored
 
 
 class NotFound(LookupError):
@@ -71,12 +73,32 @@ class Run:
         return self.dash.get("targets") or {}
 
 
+# parsed indexes by path, with the stamp they were read at: a page re-reads an index only when it
+# changed (one stat, or one HEAD on object storage, instead of reading and parsing it again)
+_INDEXES: dict[str, tuple[tuple[Any, ...], list[dict[str, Any]]]] = {}
+_STAMP = ("size", "mtime", "ino", "ETag", "LastModified")
+
+
 def _read_index(plan_dir: StorePath) -> list[dict[str, Any]] | None:
+    """A plan's index.json (never modified by the pages: they only read it)."""
+    path = plan_dir / "index.json"
     try:
-        doc = json.loads((plan_dir / "index.json").read_bytes())
+        st = path.stat()  # a dict-like stat from object storage, or os.stat_result for a local path
+        stamp = (
+            (str(st.st_size), str(st.st_mtime_ns), str(st.st_ino))
+            if isinstance(st, os.stat_result)
+            else tuple(str(st.get(k)) for k in _STAMP)
+        )
+        hit = _INDEXES.get(str(path))
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        doc = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, list) else None
+    if not isinstance(doc, list):
+        return None
+    _INDEXES[str(path)] = (stamp, doc)
+    return doc
 
 
 def load_runs(root: str | StorePath | None = None) -> list[Run]:
@@ -138,14 +160,23 @@ def runs_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
     month = _pick("month", month, months)
     status = _pick("status", q.get("status"), statuses)
     emulated = _pick("emulated", q.get("emulated"), ["yes", "no"])
+    page = q.get("page") or "1"
+    if not page.isdigit() or int(page) < 1:
+        raise NotFound("page", page)
     rows = []
     for r in runs:
         if (plan and r.doc.get("plan") != plan) or (month and r.month != month) or (status and r.status != status):
             continue
         if emulated and r.emulated != (emulated == "yes"):
             continue
+        rows.append(r)
+    pages = max(1, -(-len(rows) // PAGE_ROWS))
+    if int(page) > pages:
+        raise NotFound("page", page)
+    shown = []
+    for r in rows[(int(page) - 1) * PAGE_ROWS : int(page) * PAGE_ROWS]:
         approval = r.dash.get("approval") or r.doc.get("approval")
-        rows.append(
+        shown.append(
             {
                 "run": r,
                 "verdict": verdict_text(r),
@@ -158,7 +189,10 @@ def runs_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
     return {
         "filters": {"plan": plan, "month": month, "status": status, "emulated": emulated},
         "options": {"plan": plans, "month": months, "status": statuses, "emulated": ["yes", "no"]},
-        "rows": rows,
+        "rows": shown,
+        "matching": len(rows),
+        "page": int(page),
+        "pages": pages,
         "total": len(runs),
     }
 
