@@ -205,3 +205,14 @@ def test_a_changed_index_is_read_again(dash, tmp_path):
     index = copy / "synthetic" / "index.json"
     index.write_text(json.dumps(json.loads(index.read_text())[:1]))
     assert len(pages.load_runs(copy)) == 1
+
+
+def test_trend_shows_the_latest_runs_it_is_asked_for(dash, monkeypatch):
+    monkeypatch.setattr(pages, "TREND_LAST", ("2", "all"))
+    monkeypatch.setattr(pages, "TREND_DEFAULT", "2")
+    c = dash["client"]
+    short = _chart_data(c.get("/trend", params={"target": "mi355x-vllm"}).text)[0]
+    assert len(short["labels"]) == 2 and len(short["datasets"][0]["data"]) == 2
+    full = _chart_data(c.get("/trend", params={"target": "mi355x-vllm", "last": "all"}).text)[0]
+    assert len(full["labels"]) == 3 and full["labels"][1:] == short["labels"]
+    assert c.get("/trend", params={"last": "5"}).status_code == 404

@@ -25,6 +25,8 @@ EXPLORE_FILTERS = ("model", "gpu", "engine", "precision", "speculative")
 BASES = ("output", "total")
 IN_FORCE = "price in force"
 PAGE_ROWS = 100  # runs per Runs page: the page stays fast however many runs are stored
+TREND_LAST = ("12", "36", "100", "all")  # how many of a plan's latest runs Trend shows
+TREND_DEFAULT = "36"
 
 
 class NotFound(LookupError):
@@ -226,6 +228,10 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
     plans = sorted({str(r.doc.get("plan")) for r in runs})
     plan = _pick("plan", q.get("plan"), plans) or (str(runs[0].doc.get("plan")) if runs else None)
     mine = sorted((r for r in runs if r.doc.get("plan") == plan), key=lambda r: (r.started_at, r.key))
+    last = _pick("last", q.get("last"), list(TREND_LAST)) or TREND_DEFAULT
+    stored = len(mine)
+    if last != "all":
+        mine = mine[-int(last) :]
     workloads = sorted({w for r in mine for t in r.targets.values() for w in (t.get("workloads") or {})})
     default_wl = next((r.dash.get("workload") for r in reversed(mine) if r.dash.get("workload")), None)
     workload = _pick("workload", q.get("workload"), workloads) or default_wl
@@ -297,8 +303,9 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
         },
     ]
     return {
-        "filters": {"plan": plan, "workload": workload, "target": target},
-        "options": {"plan": plans, "workload": workloads, "target": names},
+        "filters": {"plan": plan, "workload": workload, "target": target, "last": last},
+        "options": {"plan": plans, "workload": workloads, "target": names, "last": list(TREND_LAST)},
+        "stored": stored,
         "rows": rows,
         "events": events,
         "charts": charts,
