@@ -216,3 +216,19 @@ def test_trend_shows_the_latest_runs_it_is_asked_for(dash, monkeypatch):
     full = _chart_data(c.get("/trend", params={"target": "mi355x-vllm", "last": "all"}).text)[0]
     assert len(full["labels"]) == 3 and full["labels"][1:] == short["labels"]
     assert c.get("/trend", params={"last": "5"}).status_code == 404
+
+
+def test_explore_draws_the_newest_points_and_a_frontier_over_all(dash, monkeypatch):
+    monkeypatch.setattr(pages, "EXPLORE_POINTS", 4)
+    r = dash["client"].get("/explore", params={"gpu": "mi355x"})
+    scatter, frontier = _chart_data(r.text)[0]["datasets"]
+    assert len(scatter["data"]) == 4 and "newest 4 of 9 points" in r.text
+    every = [p for run in pages.load_runs(dash["reports"]) for p in _frontier_points(run, "mi355x-vllm")]
+    assert frontier["data"] == pages._pareto(every)
+
+
+def _frontier_points(run, name):
+    t = next(t for t in run.targets.values() if t["name"] == name)
+    return [
+        {"x": p["interactivity"], "y": p["output_tps_per_gpu"]} for w in t["workloads"].values() for p in w["frontier"]
+    ]

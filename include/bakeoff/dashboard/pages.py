@@ -27,6 +27,7 @@ IN_FORCE = "price in force"
 PAGE_ROWS = 100  # runs per Runs page: the page stays fast however many runs are stored
 TREND_LAST = ("12", "36", "100", "all")  # how many of a plan's latest runs Trend shows
 TREND_DEFAULT = "36"
+EXPLORE_POINTS = 600  # scatter points per group drawn (the newest); each frontier uses them all
 
 
 class NotFound(LookupError):
@@ -440,10 +441,14 @@ def explore_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
                         }
                     )
     datasets, cost_sets = [], []
+    shown = stored = 0
     for g in sorted(groups.values(), key=lambda g: g["label"]):
-        datasets.append({"label": g["label"], "data": g["points"], "line": False})
+        # the frontier over every point; the scatter the newest EXPLORE_POINTS (runs come newest first)
+        datasets.append({"label": g["label"], "data": g["points"][:EXPLORE_POINTS], "line": False})
         datasets.append({"label": f"{g['label']} (Pareto)", "data": _pareto(g["points"]), "line": True, "pareto": True})
-        cost_sets.append({"label": g["label"], "data": g["cost"], "line": False})
+        cost_sets.append({"label": g["label"], "data": g["cost"][:EXPLORE_POINTS], "line": False})
+        shown += min(len(g["points"]), EXPLORE_POINTS)
+        stored += len(g["points"])
     table = []
     for g in sorted(groups.values(), key=lambda g: g["label"]):
         finite = [a for a in g["at_slo"] if a["usd_per_m"] == a["usd_per_m"]]
@@ -475,4 +480,5 @@ def explore_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
         "charts": charts,
         "table": table,
         "groups": len(groups),
+        "points": {"shown": shown, "stored": stored},
     }
