@@ -67,12 +67,13 @@ PARAMS = {
         description="One of the installed plans (include/plans, or $BAKEOFF_PLANS). Blank: the Airflow "
         "Variable bakeoff_plan, else local-demo.",
     ),
+    # Optional fields carry "null" in their type: Airflow's form marks a field required (*) otherwise.
     "targets": Param(
-        [],
-        type="array",
+        None,
+        type=["null", "array"],
         items={"type": "string"},
         title="Targets",
-        description="Subset of the plan's target names; empty runs them all.",
+        description='Optional: a subset of the plan\'s target names, e.g. ["mi355x-vllm"]; blank runs them all.',
     ),
     # Contract prices can also come from the Airflow Variable bakeoff_price_sheet (JSON); these win.
     # Bounds match the plan's fields (bakeoff.plan), so the form refuses what the plan would.
@@ -80,12 +81,13 @@ PARAMS = {
     "tpot_p50_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p50 TPOT (ms)"),
     "tpot_p99_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p99 TPOT (ms)"),
     "prices": Param(
-        {},
-        type="object",
+        None,
+        type=["null", "object"],
         title="Contract prices",
         additionalProperties={"type": "number", "exclusiveMinimum": 0, "maximum": 10_000},
-        description='USD per node-hour per target, e.g. {"mi355x-vllm": 40.0}; overrides the catalog in '
-        "the cost report. The budget guard still prices each node at least at list.",
+        description='Optional: USD per node-hour per target name, e.g. {"mi355x-vllm": 40.0}; blank uses the '
+        "catalog (or the Variable bakeoff_price_sheet). A name not in the run is refused, naming it. The budget "
+        "guard still prices each node at least at list.",
     ),
     "utilisation": Param(
         None,

@@ -1,9 +1,12 @@
-"""Airflow UI plugin: a 'Bake-off reports' page listing published runs and serving their reports.
+"""Airflow UI plugin: the bake-off dashboard (Runs, Trend, Compare, Explore) and the published reports.
 
 A FastAPI app mounted by the Airflow API server under /bakeoff, and a navigation entry (external
 view) that shows it inside the Airflow UI. Files are served only from reports_root() (a local folder
 or object storage, through ObjectStoragePath), by plan, run and file name, never by a client-supplied
-path. Every string shown is escaped (jinja2 autoescape).
+path. Every string shown is escaped (jinja2 autoescape). The dashboard pages are shaped by
+``bakeoff.dashboard`` (this module only routes); their filters and run keys are checked against what
+is stored (unknown: 404 naming it), and their CSP runs only this app's own scripts (/static/, a fixed
+list of files: the vendored Chart.js and the page script).
 
 Airflow does not authenticate plugin apps, so every route of this app depends on Airflow's own
 check: the caller's JWT (Authorization: Bearer, or the UI's `_token` cookie, which is what the
@@ -28,6 +31,12 @@ URL_PREFIX = "/bakeoff"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'"
 HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 HTML_HEADERS = {**HEADERS, "Content-Security-Policy": CSP}  # not on PDFs: it would stop the browser's viewer
+# dashboard pages: this app's own scripts and stylesheet only (no inline script, no other origin)
+DASH_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src data:; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'self'"
+)
+DASH_HEADERS = {**HEADERS, "Content-Security-Policy": DASH_CSP}
 SERVED = {
     ".html": "text/html; charset=utf-8",
     ".pdf": "application/pdf",
@@ -105,6 +114,58 @@ def runs(plan: str | None = None) -> list[dict]:
     return out
 
 
+def _page(name: str, request: Request) -> HTMLResponse:
+    from bakeoff.dashboard import pages, render  # noqa: PLC0415
+
+    build = {
+        "runs": pages.runs_page,
+        "trend": pages.trend_page,
+        "compare": pages.compare_page,
+        "explore": pages.explore_page,
+    }[name]
+    query = {k: v for k, v in request.query_params.items()}
+    try:
+        data = build(pages.load_runs(_root()), query)
+    except pages.NotFound as e:
+        raise HTTPException(404, str(e)) from None
+    return HTMLResponse(render.render(name, data), headers=DASH_HEADERS)
+
+
+@app.get("/runs", response_class=HTMLResponse)
+def runs_page(request: Request) -> HTMLResponse:
+    """Published runs: filter by plan, month, status, emulated; verdict, spend, failed steps, links."""
+    return _page("runs", request)
+
+
+@app.get("/trend", response_class=HTMLResponse)
+def trend_page(request: Request) -> HTMLResponse:
+    """Per plan and target: cost and throughput per GPU at the SLO across runs."""
+    return _page("trend", request)
+
+
+@app.get("/compare", response_class=HTMLResponse)
+def compare_page(request: Request) -> HTMLResponse:
+    """Two runs (or two targets of two runs) side by side."""
+    return _page("compare", request)
+
+
+@app.get("/explore", response_class=HTMLResponse)
+def explore_page(request: Request) -> HTMLResponse:
+    """Throughput per GPU against interactivity across stored runs, filtered, on a chosen TCO basis."""
+    return _page("explore", request)
+
+
+@app.get("/static/{name}")
+def static(name: str) -> Response:
+    """One of the dashboard's own static files, by name from a fixed list."""
+    from bakeoff.dashboard.render import static_file  # noqa: PLC0415
+
+    found = static_file(name)
+    if found is None:
+        raise HTTPException(404, "no such file")
+    return Response(found[0], media_type=found[1], headers=HEADERS)
+
+
 @app.get("/reports/{plan}/{run}/{name}")
 def report_file(plan: str, run: str, name: str) -> Response:
     """One report file of a published run; only names the run's manifest lists are served, and each
@@ -161,10 +222,17 @@ class BakeoffUiPlugin(AirflowPlugin):
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "bakeoff reports"}]
     external_views = [
         {
+            "name": "Bake-off dashboard",
+            "href": "bakeoff/runs",
+            "url_route": "bakeoff-dashboard",
+            "destination": "nav",
+            "category": "browse",
+        },
+        {
             "name": "Bake-off reports",
             "href": "bakeoff/",
             "url_route": "bakeoff",
             "destination": "nav",
             "category": "browse",
-        }
+        },
     ]

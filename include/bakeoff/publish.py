@@ -86,6 +86,7 @@ def write_indexes(root: str | StorePath, plan_name: str) -> dict[str, StorePath]
 
 def _manifest(plan, run_dir: StorePath, files: dict[str, str], failed_steps: list[str]) -> dict[str, Any]:
     from bakeoff import store  # noqa: PLC0415 - the results store loads pandas; the UI imports this module
+    from bakeoff.dashboard.summary import summarize  # noqa: PLC0415 - so does the cost step's summary
 
     run = store.run_view(run_dir)
     head = _read_json(run_dir / "cost.json") or {}
@@ -100,6 +101,7 @@ def _manifest(plan, run_dir: StorePath, files: dict[str, str], failed_steps: lis
         "summary": head.get("summary", ""),
         "published_at": time.time(),
         "files": files,
+        "dashboard": summarize(plan, run_dir),  # what the dashboard pages read, one document per run
     }
 
 

@@ -154,6 +154,18 @@ def test_trigger_form_params(dagbag):
         assert key in params
 
 
+def test_optional_params_are_not_marked_required_in_the_form(dagbag):
+    """Airflow's trigger form stars a field whose schema type does not admit null; every field of
+    this form is optional (blank: the plan's own value), and a blank one is accepted."""
+    params = dagbag.dags["bakeoff"].params
+    for key in params:
+        kind = params.get_param(key).schema.get("type")
+        assert isinstance(kind, list) and "null" in kind, f"param {key} would be marked required: type {kind}"
+    for key in params:
+        assert params.get_param(key).resolve(None) is None  # blank passes the Param's own validation
+    assert params.get_param("prices").resolve({"mi355x-vllm": 40.0}) == {"mi355x-vllm": 40.0}
+
+
 def test_plan_param_lists_the_installed_plans(dagbag):
     """The form's plan is a choice built at parse time from the plans folder, the same list the
     library accepts when the run starts."""

@@ -58,7 +58,7 @@ def small_plan(
     raw = yaml.safe_load((ROOT / "include" / "plans" / "local-demo.yaml").read_text())
     raw["name"] = name
     for w in raw["workloads"]:
-        w.update(concurrency=[1, 4], requests_per_point=8, warmup_requests=2, output_len=32, input_len=256)
+        w.update(concurrency=[1, 4], requests_per_point=8, warmup_requests=2, output_len=32, input_len=256, repeats=1)
     for t in raw["targets"]:
         if fault and t["name"] in fault:
             t.setdefault("provider_options", {})["inject_fault"] = fault[t["name"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,13 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()
     html = Path(run["report"]["html"]).read_text()
     assert "EMULATED" in html and "mi355x-vllm" in html and "b200-vllm" in html
+    # the dashboard's document, in the published manifest: each target's two load levels and its node
+    (manifest,) = (Path(airflow_env["BAKEOFF_DATA"]) / "reports" / "e2e-ok").glob("*/manifest.json")
+    dash = json.loads(manifest.read_text())["dashboard"]
+    assert sorted(t["name"] for t in dash["targets"].values()) == ["b200-vllm", "mi355x-vllm"]
+    for t in dash["targets"].values():
+        assert t["provisioned"] is True and t["config"]["engine"] == "vllm"
+        assert [len(w["frontier"]) for w in t["workloads"].values()] == [2]
     assert not _live_emulators(airflow_env)
     # nothing billed: the approval step was skipped and says why; the conf is kept for "run again"
     assert run["approval"]["decision"] == "not required" and run["conf"]["plan"] == "e2e-ok"

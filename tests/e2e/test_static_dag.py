@@ -70,7 +70,7 @@ def test_static_endpoint_with_served_model_and_described_hardware(airflow_env, t
         }
     ]
     for w in raw["workloads"]:
-        w.update(concurrency=[1, 4], requests_per_point=8, warmup_requests=2, output_len=32, input_len=256)
+        w.update(concurrency=[1, 4], requests_per_point=8, warmup_requests=2, output_len=32, input_len=256, repeats=1)
     plan = tmp_path / "e2e-static.yaml"
     plan.write_text(yaml.safe_dump(raw))
     res = run_dag(airflow_env, plan)

@@ -172,12 +172,21 @@ def test_provenance_shown_without_secrets(tmp_path):
             "image_digest": "sha256:abc",
             "api_key": "sk-live-123",
             "auth": {"secret_token": "s3cr3t", "Authorization": "Bearer zzz"},
+            "emulator": {"decode_efficiency": 0.61, "mode": "roofline"},
+            "engine_args": "--max-num-seqs 256",
+            "model": "meta-llama/Llama-3.1-70B-Instruct",
         },
     )
     html = Path(build_report(plan, rdir, tmp_path / "out")["html"]).read_text()
     assert "rocm-6.4.1" in html and "sha256:abc" in html
     for secret in ("sk-live-123", "s3cr3t", "Bearer zzz"):
         assert secret not in html
+    # what a reader needs first, in this order; the emulator's own keys folded away below it
+    section = html[html.index("<h3>Provenance: mi355x-vllm</h3>") :]
+    first, folded = section.split('<details class="raw">', 1)
+    kinds = re.findall(r'<tr><td class="l">([a-z ]+)</td><td class="l"><code>', first)
+    assert kinds == ["image", "engine args", "model", "driver"]
+    assert "decode_efficiency" not in first and "emulator.decode_efficiency" in folded.split("</details>")[0]
 
 
 def test_mixed_markets_are_called_out(tmp_path):

@@ -28,6 +28,11 @@ PAGES = [
     "/bakeoff/api/runs",
     f"/bakeoff/reports/local-demo/{RUN_DIR}/report.html",
     f"/bakeoff/reports/local-demo/{RUN_DIR}/report.pdf",
+    "/bakeoff/runs",
+    "/bakeoff/trend",
+    "/bakeoff/compare",
+    "/bakeoff/explore",
+    "/bakeoff/static/dashboard.js",
 ]
 
 
@@ -179,3 +184,6 @@ def test_a_viewer_reads_the_reports_with_a_token_or_the_ui_cookie(request, answe
     assert html["status"] == 200 and REPORT_TEXT in html["body"]
     pdf = got[(f"/bakeoff/reports/local-demo/{RUN_DIR}/report.pdf", case)]
     assert pdf["status"] == 200 and pdf["type"] == "application/pdf" and pdf["body"].startswith("%PDF")
+    dash = got[("/bakeoff/runs", case)]
+    assert dash["status"] == 200 and "manual__2026-11-01T00:00:00+00:00" in dash["body"]
+    assert got[("/bakeoff/static/dashboard.js", case)]["status"] == 200

@@ -81,9 +81,68 @@ def _publish_one_run(reports: Path) -> None:
                 "summary": "EMULATED",
                 "published_at": 1793491300,
                 "files": {"html": "report.html"},
+                "dashboard": _dashboard_doc(),
             }
         )
     )
+
+
+def _dashboard_doc() -> dict:
+    """The dashboard document publish writes (bakeoff.dashboard.summary), for two targets."""
+
+    def target(name: str, gpu: str, tps: float) -> dict:
+        frontier = [
+            {
+                "concurrency": c,
+                "interactivity": 100 / (1 + 0.05 * c),
+                "output_tps_per_gpu": tps * c / (1 + 0.05 * c),
+                "total_tps_per_gpu": 9 * tps * c / (1 + 0.05 * c),
+                "usd_per_m_output": 1000 / (tps * c),
+                "usd_per_m_total": 111 / (tps * c),
+                "meets_slo": c < 16,
+            }
+            for c in (1, 4, 16)
+        ]
+        return {
+            "name": name,
+            "emulated": True,
+            "config": {
+                "gpu": gpu,
+                "engine": "vllm",
+                "model": "llama-3.1-70b",
+                "precision": "fp8",
+                "speculative": "none",
+            },
+            "status": "passed",
+            "accuracy": "not run",
+            "provisioned": True,
+            "workloads": {
+                "chat-1k-128": {
+                    "slo_met": True,
+                    "usd_per_m": 250 / tps,
+                    "ci": [240 / tps, 260 / tps],
+                    "tps_per_gpu": tps * 4 / 1.15,
+                    "interactivity": 87.0,
+                    "concurrency": 4,
+                    "repeats": 2,
+                    "tco": {"hyperscaler": 100 / tps},
+                    "frontier": frontier,
+                }
+            },
+        }
+
+    return {
+        "version": 1,
+        "basis": "output",
+        "workload": "chat-1k-128",
+        "verdict": {"cheaper": "mi355x-vllm", "clear": True, "tied_with": []},
+        "spend_usd": 0.0,
+        "tco_tiers": ["hyperscaler"],
+        "targets": {
+            "mi355x-vllm": target("mi355x-vllm", "mi355x", 12.0),
+            "b200-vllm": target("b200-vllm", "b200", 10.0),
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +220,7 @@ def browser(tmp_path_factory):
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations are logged here
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -260,3 +320,76 @@ def test_reports_page_is_reachable_from_the_navigation_and_serves_a_report(logge
         _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", REPORT_TEXT)))
     finally:
         browser.switch_to.default_content()
+
+
+@pytest.fixture(scope="module")
+def dashboard(logged_in, api_server):
+    """The dashboard, opened from the navigation: its Runs page inside the Airflow UI's frame."""
+    browser = logged_in
+    browser.get(api_server + "/")
+    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
+    _wait(browser).until(
+        EC.element_to_be_clickable((By.CSS_SELECTOR, "[role=menuitem][data-value='Bake-off dashboard']"))
+    ).click()
+    frame = _wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='bakeoff']")))
+    browser.switch_to.frame(frame)
+    browser.get_log("browser")  # start each page's check with an empty console
+    yield browser
+    browser.switch_to.default_content()
+
+
+def _open_tab(browser, name: str) -> None:
+    _wait(browser).until(EC.element_to_be_clickable((By.XPATH, f"//nav[@class='tabs']/a[normalize-space()='{name}']")))
+    browser.find_element(By.XPATH, f"//nav[@class='tabs']/a[normalize-space()='{name}']").click()
+    _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", name)))
+
+
+def _charts_drawn(browser) -> int:
+    """How many of the page's canvases Chart.js drew (a script the CSP blocked draws none)."""
+    return browser.execute_script(
+        "return typeof Chart === 'undefined' ? 0 : "
+        "[...document.querySelectorAll('canvas')].filter(c => Chart.getChart(c)).length;"
+    )
+
+
+def _no_csp_violations(browser) -> None:
+    logs = [e["message"] for e in browser.get_log("browser")]
+    assert not [m for m in logs if "Content Security Policy" in m], logs
+
+
+def test_dashboard_runs_page(dashboard):
+    _wait(dashboard).until(EC.visibility_of_element_located(_by_text("h1", "Runs")))
+    row = _wait(dashboard).until(EC.visibility_of_element_located((By.XPATH, "//table[@class='runs']//tr[2]")))
+    assert "mi355x-vllm cheaper" in row.text and "EMULATED" in row.text
+    link = row.find_element(By.CSS_SELECTOR, "a[title='the run in Airflow']")
+    assert link.get_attribute("href").endswith("/dags/bakeoff/runs/manual__2026-11-01T00%3A00%3A00%2B00%3A00")
+    _no_csp_violations(dashboard)
+
+
+def test_dashboard_trend_page(dashboard):
+    _open_tab(dashboard, "Trend")
+    _wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
+    assert "mi355x-vllm" in dashboard.find_element(By.XPATH, "//h2[.='Table']/following::table[1]").text
+    _no_csp_violations(dashboard)
+
+
+def test_dashboard_compare_page(dashboard):
+    _open_tab(dashboard, "Compare")
+    _wait(dashboard).until(lambda b: _charts_drawn(b) == 1)
+    assert "A: mi355x-vllm" in dashboard.execute_script(
+        "return Chart.getChart(document.querySelector('canvas')).data.datasets.map(d => d.label).join(',');"
+    )
+    _no_csp_violations(dashboard)
+
+
+def test_dashboard_explore_page_filters(dashboard):
+    _open_tab(dashboard, "Explore")
+    _wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
+    dashboard.find_element(By.CSS_SELECTOR, "select[name=gpu] option[value=b200]").click()  # submits the form
+    _wait(dashboard).until(EC.url_contains("gpu=b200"))
+    _wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
+    labels = dashboard.execute_script(
+        "return Chart.getChart(document.querySelector('canvas')).data.datasets.map(d => d.label);"
+    )
+    assert labels == ["b200 · vllm · fp8", "b200 · vllm · fp8 (Pareto)"]
+    _no_csp_violations(dashboard)

@@ -21,6 +21,13 @@ from bakeoff.plan.checkpoints import checkpoint_note
 log = logging.getLogger(__name__)
 # provenance keys never shown, whatever a provider put there
 _SECRETISH = re.compile(r"key|secret|passw|authoriz|credential|(^|[._])token$", re.I)
+# what a reader of the provenance needs first, in this order; every other key is folded away
+PROVENANCE_FIRST = (
+    ("image", re.compile(r"image|digest", re.I)),
+    ("engine args", re.compile(r"engine_args|(^|\.)args|command", re.I)),
+    ("model", re.compile(r"model|checkpoint", re.I)),
+    ("driver", re.compile(r"driver|rocm|cuda|firmware", re.I)),
+)
 
 
 @dataclass
@@ -116,6 +123,18 @@ class ReportData:
     def did_not_pass(self) -> pd.DataFrame:
         t = self.tables.targets
         return t[~t["ranked"]]
+
+    def provenance_parts(self, slug: str) -> tuple[list[tuple[str, str, Any]], list[tuple[str, Any]]]:
+        """A target's provenance as (what a reader needs first: (kind, key, value) for image, engine
+        args, model, driver, in that order; the rest, e.g. the emulator's own keys, to fold away)."""
+        prov = self.provenance.get(slug) or {}
+        first, taken = [], set()
+        for kind, pattern in PROVENANCE_FIRST:
+            for k, v in prov.items():
+                if k not in taken and pattern.search(k):
+                    first.append((kind, k, v))
+                    taken.add(k)
+        return first, [(k, v) for k, v in prov.items() if k not in taken]
 
     def target_points(self, slug: str) -> pd.DataFrame:
         p = self.tables.points
