@@ -168,7 +168,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     target = plan.target(slug)
     earlier = _recheck_budget(run_dir, plan, target)
     faults.maybe_fail("launch", target)
-    expires = time.time() + plan.max_instance_hours * 3600
+    expires = _launch_expiry(run_dir, slug, len(earlier), plan.max_instance_hours)
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
     from bakeoff.budget import kill_switch_s  # noqa: PLC0415
 
@@ -253,6 +253,18 @@ def _recheck_budget(run_dir: str, plan: Plan, target) -> list[dict[str, Any]]:
     if earlier:
         budget.recheck(plan, target.slug, doc)
     return earlier
+
+
+def _launch_expiry(run_dir: str, slug: str, launch: int, max_hours: float) -> float:
+    """The expiry of this launch, fixed when its first attempt began: a retried provision (a lost
+    create answer) sends the cloud the same tags and user-data with the same idempotency token, as
+    EC2 and OCI require (a changed request under a used token is refused); a new launch gets its own."""
+    intent = store.read_record(run_dir, "launch", slug) or {}
+    if intent.get("launch") == launch and isinstance(intent.get("expires_at"), int | float):
+        return float(intent["expires_at"])
+    expires = float(int(time.time() + max_hours * 3600))
+    _target_step(run_dir, slug, "launch", launch=launch, expires_at=expires)
+    return expires
 
 
 def _node_tls(target, run_id: str, spec: dict[str, Any]) -> str | None:
