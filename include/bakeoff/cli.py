@@ -27,6 +27,7 @@ from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.budget import BudgetExceeded, estimate
 from bakeoff.fielderrors import explain
 from bakeoff.plan import PlanError, Target, load_plan, recipes
+from bakeoff.plan.names import unverified_names
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.report.headline import headline_table
 from bakeoff.serving import engines, userdata
@@ -51,7 +52,7 @@ def _plan_check(args) -> int:
     print(f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap")
     for row in client_cores(plan):
         print(line(row))
-    for w in warnings(plan):
+    for w in [*warnings(plan), *unverified_names(plan)]:
         print(f"warning: {w}")
     return 0
 
