@@ -1,6 +1,7 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped, one group per
+Thin wiring only: every task calls one step of bakeoff.pipeline (the optional pre-flight first,
+bakeoff.preflight: off, check first, or pre-flight only). Per target (mapped, one group per
 provider so provisioning takes a slot of the provider's pool):
 provision (setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark ->
 wait_benchmark -> terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is
@@ -93,6 +94,14 @@ PARAMS = {
         title="Utilisation",
         description="Share of paid hours actually serving (cost is divided by it).",
     ),
+    "preflight": Param(
+        "off",
+        enum=["off", "check first", "pre-flight only"],
+        title="Pre-flight",
+        description="Ask each target's cloud first, with reads and dry runs only, whether its launch would "
+        "work (bakeoff preflight): 'check first' stops the run before any spend if not, 'pre-flight only' "
+        "checks and launches nothing.",
+    ),
     "budget_usd": Param(
         None,
         type=["null", "number"],
@@ -158,6 +167,15 @@ def _wait_began() -> float:
     return first.timestamp() if first else pendulum.now("UTC").timestamp()
 
 
+def _plan_ref(params: dict) -> Path:
+    """The installed plan the form (else the Variable bakeoff_plan) names, never a path."""
+    from bakeoff.plan import installed_plan_path
+
+    if params.get("plan"):
+        return installed_plan_path(params["plan"], "params.plan")
+    return installed_plan_path(Variable.get("bakeoff_plan", default="local-demo"), "Variable bakeoff_plan")
+
+
 def _overrides(params: dict) -> dict:
     return {
         "targets": params.get("targets") or [],
@@ -189,21 +207,24 @@ def bakeoff():
     watched_in_group: list = []
     teardowns: list = []
 
+    # "pre-flight only" returns False: every later task is skipped, whatever its trigger rule
+    @task.short_circuit(retries=0, ignore_downstream_trigger_rules=True)
+    def preflight() -> bool:
+        from bakeoff.preflight import gate
+
+        params = get_current_context()["params"]
+        sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
+        return gate(_plan_ref(params), params.get("preflight") or "off", _overrides(params), sheet, _credentials())
+
     @task(retries=0)
     def start_run():
-        from bakeoff.plan import installed_plan_path
-
         ctx = get_current_context()
         params = ctx["params"]
-        if params.get("plan"):
-            plan = installed_plan_path(params["plan"], "params.plan")
-        else:
-            plan = installed_plan_path(Variable.get("bakeoff_plan", default="local-demo"), "Variable bakeoff_plan")
         sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
         # The installation's spend ceiling: no plan or trigger may ask for more (unset: the default).
         ceiling = Variable.get("bakeoff_budget_ceiling_usd", default=None)
         return _pipeline().start_run(
-            plan, ctx["run_id"], _overrides(params), price_sheet=sheet, budget_ceiling_usd=ceiling
+            _plan_ref(params), ctx["run_id"], _overrides(params), price_sheet=sheet, budget_ceiling_usd=ceiling
         )
 
     @task
@@ -310,6 +331,7 @@ def bakeoff():
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
     run = start_run()
+    preflight() >> run
     groups = [evaluate_on(p).expand(item=targets_of.override(task_id=f"{p}_targets")(run, p)) for p in PROVIDERS]
     swept = sweep(run)
     groups >> swept

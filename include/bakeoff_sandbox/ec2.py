@@ -66,6 +66,7 @@ class Ec2Gate:
         self.meter = meter or Meter(backing.clock if backing else Clock())
         self.denied: set[str] = set()  # regions or zones refusing capacity
         self.fail_regions: set[str] = set()  # regions whose every call is refused (not enabled for the account)
+        self.unauthorized: set[str] = set()  # EC2 actions the credentials' policy denies (UnauthorizedOperation)
         self.requests = 0  # API calls seen (the budget guard must make none)
         self._tokens: dict[tuple[str, str], tuple[str, str, list, bytes]] = {}
         # applied vCPU quotas by quota code (Service Quotas), e.g. L-417A185B: Running On-Demand P instances
@@ -88,6 +89,12 @@ class Ec2Gate:
         if region in self.fail_regions:
             status, out = _error(
                 "AuthFailure", f"sandbox: {region} is not enabled for this account", "401 Unauthorized"
+            )
+            start_response(status, [("Content-Type", "text/xml")])
+            return [out]
+        if action in self.unauthorized:
+            status, out = _error(
+                "UnauthorizedOperation", "You are not authorized to perform this operation.", "403 Forbidden"
             )
             start_response(status, [("Content-Type", "text/xml")])
             return [out]

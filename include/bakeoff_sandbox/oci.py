@@ -73,6 +73,7 @@ SHAPES = {
     "BM.GPU.H200.8": {"gpus": 8, "limit": "gpu-h200-count"},
     "BM.GPU.GB200.4": {"gpus": 4, "limit": "gpu-gb200-count"},
 }
+_KEY_ID = re.compile(r'keyId="(ocid1\.tenancy\.[^/"]+)/')  # an API signing key's keyId: tenancy/user/fingerprint
 _PRINCIPAL = re.compile(r'keyId="ST\$([^"]+)"')  # a request signed with an instance principal's security token
 RUN_TAG = "bakeoff_run_id"  # the freeform tag every bakeoff node carries
 
@@ -178,6 +179,7 @@ class FakeOci(LoopbackServer):
                 Rule(f"{base}/shapes", endpoint="list_shapes", methods=["GET"]),
                 Rule(f"{base}/computeCapacityReports", endpoint="capacity_report", methods=["POST"]),
                 Rule("/20190729/limitValues", endpoint="limit_values", methods=["GET"]),
+                Rule("/20190729/limitDefinitions", endpoint="limit_definitions", methods=["GET"]),
                 Rule(
                     "/20190729/services/<service>/limits/<name>/resourceAvailability",
                     endpoint="resource_availability",
@@ -233,6 +235,15 @@ class FakeOci(LoopbackServer):
             return _error(
                 OciError(
                     401, "NotAuthenticated", "The required information to complete authentication was not provided."
+                )
+            )(environ, start_response)
+        key = _KEY_ID.search(req.headers.get("Authorization", ""))
+        if key and key.group(1) != TENANCY:  # a user key is named tenancy/user/fingerprint
+            return _error(
+                OciError(
+                    401,
+                    "NotAuthenticated",
+                    "The required information to complete authentication was not provided or was incorrect.",
                 )
             )(environ, start_response)
         if _region(req) not in REGIONS:
@@ -548,6 +559,27 @@ class FakeOci(LoopbackServer):
             for limit, value in sorted(self.limits.items())
             if not name or limit == name
             for ad in ADS_BY_REGION[_region(req)]
+        ]
+        return self._page(req, rows)
+
+    def limit_definitions(self, req: Request) -> Response:
+        """ListLimitDefinitions for compute: one per GPU limit, its description naming the shape."""
+        _required(req, "compartmentId")
+        if req.args.get("serviceName", "compute") != "compute":
+            return self._page(req, [])
+        rows = [
+            {
+                "name": v["limit"],
+                "serviceName": "compute",
+                "description": f"{shape} nodes per availability domain",
+                "scopeType": "AD",
+                "areQuotasSupported": True,
+                "isResourceAvailabilitySupported": True,
+                "isDeprecated": False,
+                "isEligibleForLimitIncrease": True,
+                "isDynamic": False,
+            }
+            for shape, v in sorted(SHAPES.items())
         ]
         return self._page(req, rows)
 

@@ -227,3 +227,14 @@ def test_the_failure_notifier_mails_the_alert_address(dagbag, monkeypatch):
     body = "".join(p.get_payload(decode=True).decode() for p in mail.walk() if p.get_content_type() == "text/html")
     assert mail["Subject"] == "[bakeoff] bakeoff run manual__1 failed" and "task_failure" in body
     assert late["Subject"] == "[bakeoff] bakeoff run manual__2 is past its deadline"
+
+
+def test_preflight_is_an_optional_first_step_that_can_end_the_run(dagbag):
+    """The form's pre-flight switch: a short-circuit before start_run that, for "pre-flight only",
+    skips every later task whatever its trigger rule."""
+    dag = dagbag.dags["bakeoff"]
+    task = dag.get_task("preflight")
+    assert task.upstream_task_ids == set() and "start_run" in task.downstream_task_ids
+    assert task.ignore_downstream_trigger_rules is True and type(task).__name__ == "_ShortCircuitDecoratedOperator"
+    schema = dag.params.get_param("preflight").schema
+    assert schema["enum"] == ["off", "check first", "pre-flight only"] and dag.params["preflight"] == "off"

@@ -201,6 +201,7 @@ class OciProvider(Provider):
                 "network": oci.core.VirtualNetworkClient,
                 "identity": oci.identity.IdentityClient,
                 "search": oci.resource_search.ResourceSearchClient,
+                "limits": oci.limits.LimitsClient,
             }[kind]
             kw: dict[str, Any] = {
                 "signer": self._signer,
