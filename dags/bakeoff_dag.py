@@ -213,8 +213,11 @@ def bakeoff():
         from bakeoff.preflight import gate
 
         params = get_current_context()["params"]
+        mode = params.get("preflight") or "off"
+        if mode == "off":  # not asked for: nothing is read
+            return True
         sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
-        return gate(_plan_ref(params), params.get("preflight") or "off", _overrides(params), sheet, _credentials())
+        return gate(_plan_ref(params), mode, _overrides(params), sheet, _credentials())
 
     @task(retries=0)
     def start_run():
