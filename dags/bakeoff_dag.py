@@ -1,6 +1,7 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped, one group per
+Thin wiring only: every task calls one step of bakeoff.pipeline (the optional pre-flight first,
+bakeoff.preflight: off, check first, or pre-flight only). Per target (mapped, one group per
 provider so provisioning takes a slot of the provider's pool):
 provision (setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark ->
 wait_benchmark -> terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is
@@ -97,6 +98,15 @@ PARAMS = {
         title="Utilisation",
         description="Share of paid hours actually serving (cost is divided by it).",
     ),
+    "preflight": Param(
+        "off",
+        type=["null", "string"],  # optional, like every field: blank is "off"
+        enum=[None, "off", "check first", "pre-flight only"],
+        title="Pre-flight",
+        description="Ask each target's cloud first, with reads and dry runs only, whether its launch would "
+        "work (bakeoff preflight): 'check first' stops the run before any spend if not, 'pre-flight only' "
+        "checks and launches nothing.",
+    ),
     "budget_usd": Param(
         None,
         type=["null", "number"],
@@ -162,6 +172,15 @@ def _wait_began() -> float:
     return first.timestamp() if first else pendulum.now("UTC").timestamp()
 
 
+def _plan_ref(params: dict) -> Path:
+    """The installed plan the form (else the Variable bakeoff_plan) names, never a path."""
+    from bakeoff.plan import installed_plan_path
+
+    if params.get("plan"):
+        return installed_plan_path(params["plan"], "params.plan")
+    return installed_plan_path(Variable.get("bakeoff_plan", default="local-demo"), "Variable bakeoff_plan")
+
+
 def _overrides(params: dict) -> dict:
     return {
         "targets": params.get("targets") or [],
@@ -193,21 +212,28 @@ def bakeoff():
     watched_in_group: list = []
     teardowns: list = []
 
+    # "pre-flight only" returns False: every later task is skipped, whatever its trigger rule
+    @task.short_circuit(retries=0, ignore_downstream_trigger_rules=True)
+    def preflight() -> bool:
+        from bakeoff.preflight import gate
+
+        params = get_current_context()["params"]
+        mode = params.get("preflight") or "off"
+        if mode == "off":  # not asked for: nothing is read
+            return True
+        sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
+        return gate(_plan_ref(params), mode, _overrides(params), sheet, _credentials())
+
     @task(retries=0)
     def start_run():
-        from bakeoff.plan import installed_plan_path
-
         ctx = get_current_context()
         params = ctx["params"]
-        if params.get("plan"):
-            plan = installed_plan_path(params["plan"], "params.plan")
-        else:
-            plan = installed_plan_path(Variable.get("bakeoff_plan", default="local-demo"), "Variable bakeoff_plan")
         sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
         # The installation's spend ceiling: no plan or trigger may ask for more (unset: the default).
         ceiling = Variable.get("bakeoff_budget_ceiling_usd", default=None)
         # Above this estimated spend a person approves before anything is provisioned (approve_spend).
         threshold = Variable.get("bakeoff_approval_threshold_usd", default=None)
+        plan = _plan_ref(params)
         return _pipeline().start_run(
             plan,
             ctx["run_id"],
@@ -323,6 +349,7 @@ def bakeoff():
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
     run = start_run()
+    preflight() >> run
     # Nothing is provisioned before the spend is approved (or needs no approval; provision checks again).
     approved = SpendApproval(
         task_id=APPROVAL_TASK, run_dir="{{ ti.xcom_pull(task_ids='start_run')['run_dir'] }}", retries=0

@@ -1,6 +1,7 @@
 """`python -m bakeoff ...`: the library without Airflow.
 
 plan check   validate a plan file and print what it resolves to
+preflight    ask each target's cloud, with reads and dry runs only, whether its launch would work
 run          a whole bake-off in this process (same steps as the DAG, teardown guaranteed)
 summary      the latest run's report path and headline table
 bench        benchmark one endpoint by hand
@@ -32,6 +33,7 @@ from bakeoff.budget import BudgetExceeded, estimate
 from bakeoff.claims import check_plan_claims
 from bakeoff.fielderrors import explain
 from bakeoff.plan import PlanError, Target, load_plan, multinode, recipes
+from bakeoff.plan.names import unverified_names
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.report.headline import headline_table
 from bakeoff.serving import engines, userdata
@@ -63,9 +65,20 @@ def _plan_check(args) -> int:
         print(f"  {r['target']}: {r['usd_low']}-{r['usd']} USD, {r['hours']} h; serving time {r['basis']}")
     for row in client_cores(plan):
         print(line(row))
-    for w in warnings(plan):
+    for w in [*warnings(plan), *unverified_names(plan)]:
         print(f"warning: {w}")
     return 0
+
+
+def _preflight(args) -> int:
+    """Read-only checks of every target against its cloud; non-zero when any would stop the run."""
+    from bakeoff.preflight import blocking, preflight, table  # noqa: PLC0415 - the clouds' SDKs only for this command
+
+    rows = preflight(load_plan(args.plan), credentials_from_env)
+    print(table(rows))
+    bad = blocking(rows)
+    print(f"preflight: {len(bad)} check(s) would stop the run" if bad else "preflight: nothing would stop the run")
+    return 1 if bad else 0
 
 
 def _run(args) -> int:
@@ -274,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=["check"])
     p.add_argument("plan")
     p.set_defaults(func=_plan_check)
+    p = sub.add_parser("preflight", help="check with reads only that every target could launch (spends nothing)")
+    p.add_argument("plan")
+    p.set_defaults(func=_preflight)
     p = sub.add_parser("run", help="run a whole bake-off without Airflow")
     p.add_argument("--plan", default="local-demo")
     p.add_argument("--targets", nargs="*")

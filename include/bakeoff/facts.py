@@ -72,6 +72,15 @@ class Launch(Fact):
     ended_at: Epoch | None = None
 
 
+class LaunchIntent(Fact):
+    """provision, before its cloud call: the launch's number and the expiry its tags carry, fixed at the
+    first attempt so a retried create resends the same request under the same idempotency token."""
+
+    STEP: ClassVar[str] = "launch"
+    launch: int
+    expires_at: float
+
+
 class Provision(Fact):
     """provision: the instance it started and every launch of the target in this run, oldest first."""
 

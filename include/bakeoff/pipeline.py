@@ -187,9 +187,10 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     faults.maybe_fail("launch", target)
     from bakeoff.budget import kill_switch_s  # noqa: PLC0415 - each step loads only the modules it runs
 
-    expires = time.time() + plan.max_instance_hours * 3600
+    hours = plan.max_instance_hours
     if not PROVIDERS[target.provider].halt_visible:  # nothing can see the node halt: it expires then
-        expires = min(expires, time.time() + kill_switch_minutes(kill_switch_s(plan, target)) * 60)
+        hours = min(hours, kill_switch_minutes(kill_switch_s(plan, target)) / 60)
+    expires = _launch_expiry(run_dir, slug, len(earlier), hours)
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
 
     provider = provider_for(target.provider, credentials)
@@ -278,6 +279,19 @@ def _recheck_budget(run_dir: str, plan: Plan, target: Target) -> tuple[facts.Lau
     if earlier:
         budget.recheck(plan, target.slug, run)
     return earlier
+
+
+def _launch_expiry(run_dir: str, slug: str, launch: int, max_hours: float) -> float:
+    """The expiry of this launch, fixed when its first attempt began: a retried provision (a lost
+    create answer) sends the cloud the same tags and user-data with the same idempotency token, as
+    EC2 and OCI require (a changed request under a used token is refused); a new launch gets its own."""
+    doc = store.read_record(run_dir, facts.LaunchIntent.STEP, slug)
+    intent = facts.parse(facts.LaunchIntent, doc, f"target={slug}/steps/launch.json") if doc else None
+    if intent is not None and intent.launch == launch:
+        return intent.expires_at
+    expires = float(int(time.time() + max_hours * 3600))
+    _target_step(run_dir, slug, facts.LaunchIntent(launch=launch, expires_at=expires))
+    return expires
 
 
 def _node_tls(target: Target, run_id: str, spec: dict[str, Any]) -> str | None:

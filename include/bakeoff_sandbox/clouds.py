@@ -45,6 +45,7 @@ from werkzeug.wrappers import Request, Response
 from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.billing import Clock, Meter
 from bakeoff_sandbox.httpd import LoopbackServer
+from bakeoff_sandbox.rest_catalog import RestCatalog
 from bakeoff_sandbox.spec_check import Spec
 
 TOKEN = "sandbox-token"
@@ -115,6 +116,7 @@ class Clouds(LoopbackServer):
         meter = meter or Meter(backing.clock if backing else Clock())
         self.vultr = FakeCloud("vultr", backing, boot_s, meter)
         self.do = FakeCloud("digitalocean", backing, boot_s, meter)
+        self.catalog = RestCatalog()  # what the accounts are offered (read-only endpoints)
         self.url_map = Map(
             [
                 Rule("/vultr/v2/bare-metals", endpoint="v_list", methods=["GET"]),
@@ -144,6 +146,9 @@ class Clouds(LoopbackServer):
     # WSGI ---------------------------------------------------------------------------
     def __call__(self, environ, start_response):
         req = Request(environ)
+        read_only = self.catalog.answer(req)  # the pre-flight's reads (sizes, plans, images, account)
+        if read_only is not None:
+            return read_only(environ, start_response)
         try:
             endpoint, args = self.url_map.bind_to_environ(environ).match()
         except Exception:  # noqa: BLE001 - werkzeug raises HTTPException subclasses for 404/405

@@ -2,7 +2,9 @@
 
 A thin WSGI gate in front of moto adds what moto leaves out and the rehearsal needs:
 - capacity refusals (``InsufficientInstanceCapacity``) for chosen regions/zones,
-- ``ClientToken`` idempotency on RunInstances (moto ignores the token; EC2 honours it),
+- ``ClientToken`` idempotency on RunInstances (moto ignores the token; EC2 honours it): a repeat with
+  the same parameters gets the first answer, one with other parameters ``IdempotentParameterMismatch``,
+- the EC2 Service Quotas bakeoff reads (``GetServiceQuota``; moto has only VPC's), from ``quotas``,
 - booting an emulator from each instance's user-data, and stopping it on TerminateInstances,
 - console output = the emulator's log, as an EC2 console shows the boot script's output,
 - billing as EC2 bills (``meter``): from launch to termination, not while stopped; a node's own
@@ -13,7 +15,9 @@ A thin WSGI gate in front of moto adds what moto leaves out and the rehearsal ne
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
+import json
 import re
 import threading
 import uuid
@@ -33,6 +37,21 @@ DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-g
 _REGION_RE = re.compile(r"Credential=[^/]+/[^/]+/([^/]+)/")
 
 
+# EC2 vCPU quotas per instance family (Service Quotas codes as AWS lists them); the sandbox grants
+# enough for one 8-GPU node of each family
+QUOTA_NAMES = {
+    "L-417A185B": "Running On-Demand P instances",
+    "L-1216C47A": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+}
+DEFAULT_QUOTAS = {"L-417A185B": 384.0, "L-1216C47A": 640.0}
+
+
+def _params_digest(params: dict[str, str]) -> str:
+    """What EC2 compares when a ClientToken comes again: every parameter of the request but the token."""
+    kept = sorted((k, v) for k, v in params.items() if k != "ClientToken")
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
+
+
 def _error(code: str, message: str, status: str = "400 Bad Request") -> tuple[str, bytes]:
     body = (
         f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
@@ -47,8 +66,11 @@ class Ec2Gate:
         self.meter = meter or Meter(backing.clock if backing else Clock())
         self.denied: set[str] = set()  # regions or zones refusing capacity
         self.fail_regions: set[str] = set()  # regions whose every call is refused (not enabled for the account)
+        self.unauthorized: set[str] = set()  # EC2 actions the credentials' policy denies (UnauthorizedOperation)
         self.requests = 0  # API calls seen (the budget guard must make none)
-        self._tokens: dict[tuple[str, str], tuple[str, list, bytes]] = {}
+        self._tokens: dict[tuple[str, str], tuple[str, str, list, bytes]] = {}
+        # applied vCPU quotas by quota code (Service Quotas), e.g. L-417A185B: Running On-Demand P instances
+        self.quotas: dict[str, float] = dict(DEFAULT_QUOTAS)
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable):
@@ -70,7 +92,16 @@ class Ec2Gate:
             )
             start_response(status, [("Content-Type", "text/xml")])
             return [out]
-        if action == "RunInstances":
+        if action in self.unauthorized:
+            status, out = _error(
+                "UnauthorizedOperation", "You are not authorized to perform this operation.", "403 Forbidden"
+            )
+            start_response(status, [("Content-Type", "text/xml")])
+            return [out]
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if target.startswith("ServiceQuotasV20190624."):
+            return self._service_quotas(start_response, target.split(".", 1)[1], body)
+        if action == "RunInstances" and params.get("DryRun", "").lower() != "true":
             return self._run_instances(environ, start_response, params, region)
         if action in ("TerminateInstances", "StopInstances"):
             for k, v in params.items():
@@ -104,9 +135,17 @@ class Ec2Gate:
             start_response(status, [("Content-Type", "text/xml")])
             return [body]
         token = params.get("ClientToken")
+        digest = _params_digest(params)
         with self._lock:
             if token and (region, token) in self._tokens:
-                status, headers, cached = self._tokens[(region, token)]
+                first, status, headers, cached = self._tokens[(region, token)]
+                if first != digest:
+                    status, cached = _error(
+                        "IdempotentParameterMismatch",
+                        "Arguments on this idempotent request are inconsistent with arguments used in previous "
+                        "request(s).",
+                    )
+                    headers = [("Content-Type", "text/xml")]
                 start_response(status, headers)
                 return [cached]
             captured: dict[str, Any] = {}
@@ -118,7 +157,7 @@ class Ec2Gate:
             out = b"".join(self.app(environ, capture))
             if captured["status"].startswith("200"):
                 if token:
-                    self._tokens[(region, token)] = (captured["status"], captured["headers"], out)
+                    self._tokens[(region, token)] = (digest, captured["status"], captured["headers"], out)
                 script = (
                     base64.b64decode(params.get("UserData", "")).decode(errors="replace")
                     if params.get("UserData")
@@ -130,6 +169,27 @@ class Ec2Gate:
                         self.backing.boot("aws", f"{region}/{iid.decode()}", script)
         start_response(captured["status"], captured["headers"])
         return [out]
+
+    def _service_quotas(self, start_response, operation: str, body: bytes):
+        """GetServiceQuota for EC2 from ``quotas`` (the applied value), NoSuchResourceException otherwise."""
+        req = json.loads(body or b"{}")
+        code = req.get("QuotaCode", "")
+        if operation != "GetServiceQuota" or req.get("ServiceCode") != "ec2" or code not in self.quotas:
+            start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.1")])
+            err = {"__type": "NoSuchResourceException", "message": f"sandbox: no quota {code} for {operation}"}
+            return [json.dumps(err).encode()]
+        quota = {
+            "ServiceCode": "ec2",
+            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+            "QuotaCode": code,
+            "QuotaName": QUOTA_NAMES.get(code, code),
+            "Value": self.quotas[code],
+            "Unit": "None",
+            "Adjustable": True,
+            "GlobalQuota": False,
+        }
+        start_response("200 OK", [("Content-Type", "application/x-amz-json-1.1")])
+        return [json.dumps({"Quota": quota}).encode()]
 
     def power_off(self, key: str) -> str:
         """The node ran ``shutdown``: EC2 applies the instance's InstanceInitiatedShutdownBehavior."""

@@ -3,10 +3,15 @@
 The provider's real ``oci`` SDK calls cross a socket and get what the service answers: camelCase
 JSON under ``/20160918``, ``opc-next-page`` pagination, ``404 NotAuthorizedOrNotFound`` for unknown
 OCIDs, ``500 InternalError "Out of host capacity."`` from availability domains set in ``denied``,
-``opc-retry-token`` idempotency on creates, instances that go PROVISIONING -> RUNNING (with a public
-IP on their VNIC) after ``boot_s``, and network security groups that cannot be deleted while a VNIC
-is in them (``409 Conflict``). Requests must carry an Authorization header (the SDK signs each one);
-the signature itself is not checked.
+``opc-retry-token`` idempotency on creates as OCI documents it (a repeat within 24 hours gets the first
+answer; the same token with a changed body is refused, ``409``), the shapes the tenancy may launch
+(``shapes``) and its service limits (``limits``: GPU nodes per shape and availability domain, a launch
+past one is ``400 LimitExceeded``), a Resource Search index that trails the instances by
+``search_lag_s`` (eventually consistent, as OCI's is), the read-only calls a pre-flight makes (shapes,
+an image, a compute capacity report, limit values and availability), instances that go
+PROVISIONING -> RUNNING (with a public IP on their VNIC) after ``boot_s``, and network security
+groups that cannot be deleted while a VNIC is in them (``409 Conflict``). Requests must carry an
+Authorization header (the SDK signs each one); the signature itself is not checked.
 
 Regions: a request to ``<url>/r/<region>/...`` is answered as that region's endpoint (the provider's
 ``service_endpoint`` template ``<url>/r/{region}``); a plain ``<url>/...`` is the home region. Instances
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import itertools
 import json
 import re
@@ -56,6 +62,18 @@ _REGION_PREFIX = re.compile(r"^/r/([a-z0-9-]+)(/.*)$")
 _SEARCH = re.compile(r"query\s+(\w+)\s+resources(?:\s+where\s+(.+))?", re.I | re.S)
 _SEARCH_TERM = re.compile(r"freeformTags\.(key|value)\s*=\s*'([^'\\]*)'", re.I)
 _FREEFORM_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")  # conservative: OCI refuses spaces and '.'; ':' is avoided too
+RETRY_TOKEN_S = 24 * 3600  # "Retry tokens expire after 24 hours" (OCI API reference, opc-retry-token)
+# the GPU shapes the sandbox tenancy is offered, and its service limit for each (nodes per availability
+# domain); limit names follow OCI's "<shape family>-count" form but are the sandbox's own
+SHAPES = {
+    "BM.GPU.MI355X.8": {"gpus": 8, "limit": "gpu-mi355x-count"},
+    "BM.GPU.MI300X.8": {"gpus": 8, "limit": "gpu-mi300x-count"},
+    "BM.GPU.B200.8": {"gpus": 8, "limit": "gpu-b200-count"},
+    "BM.GPU.B300.8": {"gpus": 8, "limit": "gpu-b300-count"},
+    "BM.GPU.H200.8": {"gpus": 8, "limit": "gpu-h200-count"},
+    "BM.GPU.GB200.4": {"gpus": 4, "limit": "gpu-gb200-count"},
+}
+_KEY_ID = re.compile(r'keyId="(ocid1\.tenancy\.[^/"]+)/')  # an API signing key's keyId: tenancy/user/fingerprint
 _PRINCIPAL = re.compile(r'keyId="ST\$([^"]+)"')  # a request signed with an instance principal's security token
 RUN_TAG = "bakeoff_run_id"  # the freeform tag every bakeoff node carries
 
@@ -95,10 +113,20 @@ def _not_found(what: str) -> OciError:
 
 class FakeOci(LoopbackServer):
     def __init__(
-        self, backing: Backing | None = None, boot_s: float = 0.3, terminate_s: float = 0.0, meter: Meter | None = None
+        self,
+        backing: Backing | None = None,
+        boot_s: float = 0.3,
+        terminate_s: float = 0.0,
+        meter: Meter | None = None,
+        search_lag_s: float = 2.0,
     ):
-        """``backing=None``: control plane only (provider tests). ``terminate_s``: how long TERMINATING lasts."""
+        """``backing=None``: control plane only (provider tests). ``terminate_s``: how long TERMINATING lasts.
+        ``search_lag_s``: how far the search index trails (a new node is not found, a changed state not
+        seen, before it)."""
         self.backing, self.boot_s, self.terminate_s = backing, boot_s, terminate_s
+        self.search_lag_s = search_lag_s
+        self.shapes: set[str] = set(SHAPES)  # shapes the tenancy may launch (list_shapes answers these)
+        self.limits: dict[str, int] = {v["limit"]: 64 for v in SHAPES.values()}  # nodes per AD, per limit
         self.meter = meter or Meter(backing.clock if backing else Clock())
         self.clock = self.meter.clock
         self.principals: dict[str, str] = {}  # instance-principal token -> its instance
@@ -137,7 +165,7 @@ class FakeOci(LoopbackServer):
         self.page_size = 50  # the most items one list page holds
         self.requests = 0
         self.lock = threading.RLock()
-        self._tokens: dict[tuple[str, str], tuple[int, Any]] = {}
+        self._tokens: dict[tuple[str, str], tuple[float, str, int, Any]] = {}  # (when, body digest, answer)
         self._ips = itertools.count(1)
         base = "/20160918"
         self.url_map = Map(
@@ -147,6 +175,16 @@ class FakeOci(LoopbackServer):
                 Rule(f"{base}/instances/<iid>", endpoint="get_instance", methods=["GET"]),
                 Rule(f"{base}/instances/<iid>", endpoint="terminate", methods=["DELETE"]),
                 Rule(f"{base}/images", endpoint="list_images", methods=["GET"]),
+                Rule(f"{base}/images/<image_id>", endpoint="get_image", methods=["GET"]),
+                Rule(f"{base}/shapes", endpoint="list_shapes", methods=["GET"]),
+                Rule(f"{base}/computeCapacityReports", endpoint="capacity_report", methods=["POST"]),
+                Rule("/20190729/limitValues", endpoint="limit_values", methods=["GET"]),
+                Rule("/20190729/limitDefinitions", endpoint="limit_definitions", methods=["GET"]),
+                Rule(
+                    "/20190729/services/<service>/limits/<name>/resourceAvailability",
+                    endpoint="resource_availability",
+                    methods=["GET"],
+                ),
                 Rule(f"{base}/vnicAttachments", endpoint="list_vnic_attachments", methods=["GET"]),
                 Rule(f"{base}/vnics/<vid>", endpoint="get_vnic", methods=["GET"]),
                 Rule(f"{base}/subnets/<sid>", endpoint="get_subnet", methods=["GET"]),
@@ -199,6 +237,15 @@ class FakeOci(LoopbackServer):
                     401, "NotAuthenticated", "The required information to complete authentication was not provided."
                 )
             )(environ, start_response)
+        key = _KEY_ID.search(req.headers.get("Authorization", ""))
+        if key and key.group(1) != TENANCY:  # a user key is named tenancy/user/fingerprint
+            return _error(
+                OciError(
+                    401,
+                    "NotAuthenticated",
+                    "The required information to complete authentication was not provided or was incorrect.",
+                )
+            )(environ, start_response)
         if _region(req) not in REGIONS:
             return _error(OciError(404, "NotFound", f"sandbox: unknown region {_region(req)}"))(environ, start_response)
         with self.lock:
@@ -220,17 +267,35 @@ class FakeOci(LoopbackServer):
         return resp(environ, start_response)
 
     def _idempotent(self, req: Request, endpoint: str, args: dict[str, str]) -> Response:
-        """A POST repeated with the same opc-retry-token gets the first answer and changes nothing."""
+        """A POST repeated with the same opc-retry-token within 24 hours gets the first answer and changes
+        nothing; the same token with a different body is refused (409), as OCI does; after 24 hours the
+        token is forgotten and the request is a new one."""
         token = req.headers.get("opc-retry-token") if req.method == "POST" else None
+        digest = hashlib.sha256(req.get_data()).hexdigest()
         if token:
             with self.lock:
                 seen = self._tokens.get((req.path, token))
+                if seen and self.clock.now() - seen[0] >= RETRY_TOKEN_S:
+                    del self._tokens[(req.path, token)]
+                    seen = None
+            if seen and seen[1] != digest:
+                raise OciError(
+                    409,
+                    "Conflict",
+                    "The opc-retry-token was already used with a different request; use a new token "
+                    "for a different request.",
+                )
             if seen:
-                return _json(seen[1], seen[0])
+                return _json(seen[3], seen[2])
         resp = getattr(self, endpoint)(req, **args)
         if token and resp.status_code < 300:
             with self.lock:
-                self._tokens[(req.path, token)] = (resp.status_code, json.loads(resp.get_data()))
+                self._tokens[(req.path, token)] = (
+                    self.clock.now(),
+                    digest,
+                    resp.status_code,
+                    json.loads(resp.get_data()),
+                )
         return resp
 
     # instance principals and power ------------------------------------------------------------
@@ -273,9 +338,9 @@ class FakeOci(LoopbackServer):
         return True
 
     # instances ----------------------------------------------------------------------------
-    def _state(self, n: dict[str, Any]) -> str:
-        now = self.clock.now()
-        if n.get("_terminated") is not None:
+    def _state(self, n: dict[str, Any], at: float | None = None) -> str:
+        now = self.clock.now() if at is None else at
+        if n.get("_terminated") is not None and now >= n["_terminated"]:  # (the index may see an earlier moment)
             return "TERMINATING" if now < n["_terminated"] + self.terminate_s else "TERMINATED"
         if n.get("_stopped"):
             return "STOPPED"
@@ -323,8 +388,18 @@ class FakeOci(LoopbackServer):
             script = base64.b64decode(meta.get("user_data", ""), validate=True).decode(errors="replace")
         except (binascii.Error, ValueError):
             raise OciError(400, "InvalidParameter", "metadata.user_data must be base64") from None
+        if body["shape"] not in self.shapes:
+            raise OciError(400, "InvalidParameter", f"Shape {body['shape']} is not valid for this tenancy.")
         if ad in self.denied:
             raise OciError(500, "InternalError", "Out of host capacity.")
+        limit = SHAPES.get(body["shape"], {}).get("limit")
+        if limit and self._used(limit, ad) >= self.limits.get(limit, 0):
+            raise OciError(
+                400,
+                "LimitExceeded",
+                f"The following service limits were exceeded: {limit}. Request a service limit increase "
+                "from the service limits page in the console.",
+            )
         iid = _ocid("instance", REGIONS[region])
         now = self.clock.now()
         node = {
@@ -415,6 +490,108 @@ class FakeOci(LoopbackServer):
         if self.backing:
             self.backing.kill("oci", iid)
         return Response(status=204)
+
+    # shapes, limits, capacity (what a pre-flight reads) -----------------------------------------
+    def _used(self, limit: str, ad: str) -> int:
+        """Nodes counting against a limit in an availability domain (every instance not yet terminated)."""
+        with self.lock:
+            return sum(
+                1
+                for n in self.instances.values()
+                if n["availabilityDomain"] == ad
+                and SHAPES.get(n["shape"], {}).get("limit") == limit
+                and self._state(n) != "TERMINATED"
+            )
+
+    def list_shapes(self, req: Request) -> Response:
+        _required(req, "compartmentId")
+        ad = req.args.get("availabilityDomain")
+        if ad and ad not in ADS_BY_REGION[_region(req)]:
+            raise OciError(400, "InvalidParameter", f"Invalid availabilityDomain {ad!r}")
+        shapes = [
+            {"shape": name, "gpus": SHAPES[name]["gpus"], "isBilledForStoppedInstance": True}
+            for name in sorted(self.shapes)
+        ]
+        return self._page(req, shapes)
+
+    def get_image(self, req: Request, image_id: str) -> Response:
+        image = next((i for i in self.images if i["id"] == image_id), None)
+        if image is None:
+            raise _not_found(f"image {image_id}")
+        return _json(image)
+
+    def capacity_report(self, req: Request) -> Response:
+        """CreateComputeCapacityReport: per shape, whether the availability domain has hosts for it now."""
+        body = req.get_json(silent=True) or {}
+        ad, comp = body.get("availabilityDomain"), body.get("compartmentId")
+        if not ad or not comp:
+            raise OciError(400, "MissingParameter", "Missing required parameters: availabilityDomain, compartmentId")
+        if ad not in ADS_BY_REGION[_region(req)]:
+            raise OciError(400, "InvalidParameter", f"Invalid availabilityDomain {ad!r}")
+        out = []
+        for want in body.get("shapeAvailabilities") or []:
+            shape = want.get("instanceShape")
+            if shape not in self.shapes:
+                status, count = "HARDWARE_NOT_SUPPORTED", 0
+            elif ad in self.denied:
+                status, count = "OUT_OF_HOST_CAPACITY", 0
+            else:
+                status, count = "AVAILABLE", 4
+            out.append({"instanceShape": shape, "availabilityStatus": status, "availableCount": count})
+        return _json(
+            {
+                "compartmentId": comp,
+                "availabilityDomain": ad,
+                "shapeAvailabilities": out,
+                "timeCreated": _iso(self.clock.now()),
+            }
+        )
+
+    def limit_values(self, req: Request) -> Response:
+        """ListLimitValues for compute: each GPU limit per availability domain of this region."""
+        if _required(req, "compartmentId") != TENANCY:
+            raise OciError(400, "InvalidParameter", "compartmentId must be the tenancy OCID for limits")
+        if _required(req, "serviceName") != "compute":
+            return self._page(req, [])
+        name = req.args.get("name")
+        rows = [
+            {"name": limit, "scopeType": "AD", "availabilityDomain": ad, "value": value}
+            for limit, value in sorted(self.limits.items())
+            if not name or limit == name
+            for ad in ADS_BY_REGION[_region(req)]
+        ]
+        return self._page(req, rows)
+
+    def limit_definitions(self, req: Request) -> Response:
+        """ListLimitDefinitions for compute: one per GPU limit, its description naming the shape."""
+        _required(req, "compartmentId")
+        if req.args.get("serviceName", "compute") != "compute":
+            return self._page(req, [])
+        rows = [
+            {
+                "name": v["limit"],
+                "serviceName": "compute",
+                "description": f"{shape} nodes per availability domain",
+                "scopeType": "AD",
+                "areQuotasSupported": True,
+                "isResourceAvailabilitySupported": True,
+                "isDeprecated": False,
+                "isEligibleForLimitIncrease": True,
+                "isDynamic": False,
+            }
+            for shape, v in sorted(SHAPES.items())
+        ]
+        return self._page(req, rows)
+
+    def resource_availability(self, req: Request, service: str, name: str) -> Response:
+        _required(req, "compartmentId")
+        ad = req.args.get("availabilityDomain")
+        if service != "compute" or name not in self.limits:
+            raise _not_found(f"limit {service}/{name}")
+        if not ad:
+            raise OciError(400, "MissingParameter", f"Missing required parameter availabilityDomain for {name}")
+        used = self._used(name, ad)
+        return _json({"used": used, "available": max(0, self.limits[name] - used), "effectiveQuotaValue": None})
 
     # images, VNICs, subnets, availability domains ----------------------------------------------
     def list_images(self, req: Request) -> Response:
@@ -522,7 +699,7 @@ class FakeOci(LoopbackServer):
                 else True
             )
 
-        code = REGIONS[_region(req)]
+        code, indexed = REGIONS[_region(req)], self.clock.now() - self.search_lag_s
         with self.lock:
             hits = [
                 {
@@ -532,13 +709,13 @@ class FakeOci(LoopbackServer):
                     "timeCreated": n["timeCreated"],
                     "displayName": n["displayName"],
                     "availabilityDomain": n["availabilityDomain"],
-                    "lifecycleState": self._state(n),
+                    "lifecycleState": self._state(n, at=indexed),
                     "freeformTags": dict(n["freeformTags"]),
                     "definedTags": {},
                     "systemTags": {},
                 }
                 for n in self.instances.values()
-                if n["region"] == code and matches(n["freeformTags"])
+                if n["region"] == code and n["_created"] <= indexed and matches(n["freeformTags"])
             ]
         page = self._page(req, hits)
         items = json.loads(page.get_data())

@@ -157,7 +157,9 @@ def test_trigger_form_params(dagbag):
 def test_optional_params_are_not_marked_required_in_the_form(dagbag):
     """Airflow's trigger form stars a field whose schema type does not admit null; every field of
     this form is optional (blank: the plan's own value), and a blank one is accepted."""
-    params = dagbag.dags["bakeoff"].params
+    import copy
+
+    params = copy.deepcopy(dagbag.dags["bakeoff"].params)  # resolve() keeps the value it was given
     for key in params:
         kind = params.get_param(key).schema.get("type")
         assert isinstance(kind, list) and "null" in kind, f"param {key} would be marked required: type {kind}"
@@ -256,3 +258,14 @@ def test_nothing_is_provisioned_before_the_spend_approval(dagbag):
         assert listed.trigger_rule == TriggerRule.NONE_FAILED
         assert f"{p}_targets" in t[f"{p}.provision"].upstream_task_ids
     assert "approve_spend" in t["watcher"].upstream_task_ids
+
+
+def test_preflight_is_an_optional_first_step_that_can_end_the_run(dagbag):
+    """The form's pre-flight switch: a short-circuit before start_run that, for "pre-flight only",
+    skips every later task whatever its trigger rule."""
+    dag = dagbag.dags["bakeoff"]
+    task = dag.get_task("preflight")
+    assert task.upstream_task_ids == set() and "start_run" in task.downstream_task_ids
+    assert task.ignore_downstream_trigger_rules is True and type(task).__name__ == "_ShortCircuitDecoratedOperator"
+    schema = dag.params.get_param("preflight").schema
+    assert schema["enum"] == [None, "off", "check first", "pre-flight only"] and dag.params["preflight"] == "off"

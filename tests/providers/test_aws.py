@@ -6,6 +6,7 @@ import base64
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from cloud_helpers import launch_args, make_target, new_run_id
 
 from bakeoff.providers import CapacityError, ProviderError
@@ -116,6 +117,35 @@ def test_missing_ingress_is_refused_before_any_call(aws_creds, moto_server):
     with pytest.raises(ProviderError, match="provider_options.ingress_cidr"):
         AwsProvider(aws_creds).create(t, new_run_id(), **launch_args("r", t))
     assert moto_server.gate.requests == before
+
+
+def test_a_reused_client_token_with_other_parameters_is_refused(aws_creds):
+    """EC2's rule, held by the sandbox gate: a token replays its launch only for the same parameters."""
+    ec2 = _ec2(aws_creds)
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    kw = dict(
+        ImageId=ami, InstanceType="p5.48xlarge", MinCount=1, MaxCount=1, ClientToken="bakeoff-t-" + new_run_id()[-6:]
+    )
+    first = ec2.run_instances(**kw)["Instances"][0]["InstanceId"]
+    assert ec2.run_instances(**kw)["Instances"][0]["InstanceId"] == first  # the same request: the same node
+    with pytest.raises(ClientError) as e:
+        ec2.run_instances(**kw, UserData="changed")
+    assert e.value.response["Error"]["Code"] == "IdempotentParameterMismatch"
+    ec2.terminate_instances(InstanceIds=[first])
+
+
+def test_a_retry_whose_parameters_changed_adopts_the_tokens_node(aws_creds, monkeypatch):
+    """A retried launch whose request changed (a republished AMI, a re-staged client bundle) is refused
+    by EC2; the provider finds the earlier attempt's node instead of failing or launching a second."""
+    p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
+    first = p.create(t, rid, **launch_args(rid, t))
+    late = AwsProvider(aws_creds)
+    real = late.list_tagged
+    calls = iter([[]])  # the duplicate guard misses the node (eventual consistency); the later lookup finds it
+    monkeypatch.setattr(late, "list_tagged", lambda run_id=None: next(calls, None) or real(run_id))
+    again = late.create(t, rid, **launch_args(rid, t))  # a fresh expiry and key: other parameters, same token
+    assert again.id == first.id and len(_live(aws_creds, rid)) == 1
+    p.terminate(first.id)
 
 
 def test_capacity_block_reservation_is_requested(aws_creds):

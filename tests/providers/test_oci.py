@@ -135,13 +135,14 @@ def test_plan_image_is_used_as_given(creds, fake):
 
 def test_retried_create_reuses_the_instance(creds, fake, monkeypatch):
     p, t, rid = OciProvider(creds), make_target(), new_run_id()
-    a = p.create(t, rid, **launch_args(rid, t))
-    b = OciProvider(creds).create(t, rid, **launch_args(rid, t))  # a retried task: fresh process, same run
+    args = launch_args(rid, t)  # built once per launch (the pipeline keeps its expiry for a retry)
+    a = p.create(t, rid, **args)
+    b = OciProvider(creds).create(t, rid, **args)  # a retried task: fresh process, same run
     assert a.id == b.id
     # even when the lookup by tag misses it (eventual consistency), the retry token stops a second launch
     late = OciProvider(creds)
     monkeypatch.setattr(late, "_list", lambda *a, **k: [])
-    assert late.create(t, rid, **launch_args(rid, t)).id == a.id
+    assert late.create(t, rid, **args).id == a.id
     assert [i for i in fake.live() if fake.instances[i]["freeformTags"]["bakeoff_run_id"] == rid] == [a.id]
     assert len(_run_nsgs(fake, rid)) == 1
     assert retry_token(rid, t.slug, AD1) != retry_token(rid, t.slug, AD2) and len(retry_token(rid, t.slug, AD1)) <= 64
@@ -278,3 +279,57 @@ def test_missing_plan_options_name_the_field(creds, fake):
 def test_the_fake_refuses_unsigned_requests(fake):
     r = httpx.get(f"{fake.url}/20160918/instances", params={"compartmentId": fake_oci.COMPARTMENT})
     assert r.status_code == 401 and r.json()["code"] == "NotAuthenticated"
+
+
+def test_a_used_retry_token_with_a_changed_body_is_refused_and_expires_after_a_day(creds, fake, monkeypatch):
+    """OCI's rule, held by the fake: a retry must resend the same request; after 24 h the token is new."""
+    p, t, rid = OciProvider(creds), make_target(), new_run_id()
+    monkeypatch.setattr(p, "_list", lambda *a, **k: [])  # the lookup by tag misses: only the token decides
+    first = p.create(t, rid, **launch_args(rid, t))
+    with pytest.raises(ProviderError, match="409 Conflict: The opc-retry-token was already used"):
+        p.create(t, rid, **launch_args(rid, t))  # same token, another expiry and key in the body
+    assert [i for i in fake.live() if fake.instances[i]["freeformTags"]["bakeoff_run_id"] == rid] == [first.id]
+    p.terminate(first.id)
+    fake.clock.advance(fake_oci.RETRY_TOKEN_S + 1)
+    again = p.create(t, rid, **launch_args(rid, t))
+    assert again.id != first.id
+    p.terminate(again.id)
+
+
+def test_a_re_provision_after_terminate_gets_a_new_node(creds, fake, monkeypatch):
+    """The token counts launches: launch 1 after a terminated launch 0 is a new node, not the old one
+    handed back (OCI would replay the terminated instance within 24 hours) nor a 409."""
+    p, t, rid = OciProvider(creds), make_target(), new_run_id()
+    args = launch_args(rid, t)
+    first = p.create(t, rid, **args)
+    assert p.terminate(first.id) is True
+    monkeypatch.setattr(p, "_list", lambda *a, **k: [])
+    relaunch = launch_args(rid, t)
+    second = p.create(t, rid, tags=relaunch["tags"], spec={**relaunch["spec"], "launch": 1})
+    assert second.id != first.id and fake.instances[second.id]["_terminated"] is None
+    assert retry_token(rid, t.slug, AD1, 1) != retry_token(rid, t.slug, AD1)
+    p.terminate(second.id)
+
+
+def test_a_service_limit_reached_is_a_capacity_refusal_naming_the_limit(creds, fake):
+    """The fake holds the tenancy's service limits; a launch past one is OCI's 400 LimitExceeded."""
+    p, t, rid = OciProvider(creds), make_target(), new_run_id()
+    fake.limits["gpu-b200-count"] = 0
+    try:
+        with pytest.raises(CapacityError, match="LimitExceeded: The following service limits were exceeded: gpu-b200"):
+            p.create(t, rid, **launch_args(rid, t))
+    finally:
+        fake.limits["gpu-b200-count"] = 64
+    assert not [i for i in fake.live() if fake.instances[i]["freeformTags"]["bakeoff_run_id"] == rid]
+
+
+def test_the_search_index_trails_the_instances(creds, fake):
+    """Resource Search is eventually consistent: a fresh node is not found, a terminated one still shown."""
+    p, t, rid = OciProvider(creds), make_target(), new_run_id()
+    inst = p.create(t, rid, **launch_args(rid, t))
+    assert p._search(fake_oci.REGION, rid) == []
+    fake.clock.advance(fake.search_lag_s)
+    assert [h.identifier for h in p._search(fake_oci.REGION, rid)] == [inst.id]
+    p.terminate(inst.id)
+    assert [h.lifecycle_state for h in p._search(fake_oci.REGION, rid)] != ["TERMINATED"]
+    assert [i.id for i in p.list_tagged(rid)] == []  # the instance's own state decides, not the index

@@ -242,7 +242,14 @@ def test_oci_node_in_another_compartment_and_region_is_found_and_reaped(oci_cred
     node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)
     raw = oci_fake.instances[node.id]
     assert node.region == fake_oci.SECOND_REGION and raw["compartmentId"] == fake_oci.COMPARTMENT_2
-    # a fresh provider from the connection alone (what the sweep and the reaper build) finds it
+    # OCI's search index trails a launch: a provider from the connection alone cannot see the node yet,
+    # one told the plan's targets (the sweep) lists their compartment directly and does
+    assert OciProvider(oci_creds).list_tagged(rid) == []
+    told = OciProvider(oci_creds)
+    told.include(plan.targets)
+    assert [i.id for i in told.list_tagged(rid)] == [node.id]
+    oci_fake.clock.advance(oci_fake.search_lag_s)  # the hourly reaper comes once the index has caught up
+    # a fresh provider from the connection alone (what the reaper builds) finds it
     assert [i.id for i in OciProvider(oci_creds).list_tagged(rid)] == [node.id]
     out = reaper.reap(provider_names=["oci"], credentials_fn=lambda name: oci_creds, run_state=airflow_says)
     assert node.id in {r["id"] for r in out["terminated"]} and not out["errors"]
@@ -262,6 +269,7 @@ def test_one_oci_region_outage_does_not_hide_the_others(oci_creds, oci_fake, dat
     plan = _plan(_oci_target(fake_oci.SUBNET, fake_oci.COMPARTMENT_2))
     rdir, rid = _run(plan, status="failed")
     node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)
+    oci_fake.clock.advance(oci_fake.search_lag_s)  # indexed by search
     oci_fake.fail_regions = {fake_oci.SECOND_REGION}
     with pytest.raises(PartialListing) as err:
         OciProvider(oci_creds).list_tagged(rid)
@@ -277,6 +285,7 @@ def test_a_run_id_crafted_to_widen_the_oci_search_finds_only_its_own_nodes(oci_c
     victim = _launch(OciProvider(oci_creds), plan, "b200-oci", victim_run)
     crafted = "x' || freeformTags.key = 'bakeoff_run_id"
     mine = _launch(OciProvider(oci_creds), plan, "b200-oci", crafted)
+    oci_fake.clock.advance(oci_fake.search_lag_s)  # both indexed by search
     assert [i.id for i in OciProvider(oci_creds).list_tagged(crafted)] == [mine.id]
     for node in (victim, mine):
         OciProvider(oci_creds).terminate(node.id)

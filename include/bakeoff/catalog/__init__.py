@@ -57,6 +57,29 @@ class Gpu(_Frozen):
         raise ValueError(f"GPU {self.name} has no {dtype} peak")
 
 
+class NameRef(_Frozen):
+    """Where a cloud name (slug, shape, image, OS id) was read, and when; None for both: unverified."""
+
+    source: str | None = None
+    as_of: str | None = None
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.source and self.as_of)
+
+    def label(self) -> str:
+        return f"{self.source}, {self.as_of}" if self.verified else "unverified"
+
+
+def _name_ref(raw: Any) -> NameRef:
+    """``unverified`` (or nothing) -> an unverified ref; {source, as_of} -> a dated one (both required)."""
+    if raw in (None, "unverified"):
+        return NameRef()
+    if not isinstance(raw, dict) or not raw.get("source") or not raw.get("as_of"):
+        raise ValueError(f"catalog name_ref {raw!r}: give {{source, as_of}} or the word unverified")
+    return NameRef(source=str(raw["source"]), as_of=str(raw["as_of"]))
+
+
 class InstanceType(_Frozen):
     provider: str
     type: str
@@ -67,6 +90,17 @@ class InstanceType(_Frozen):
     regions: list[str] = []
     source: str = ""
     as_of: str = ""
+    note: str = ""
+    name_ref: NameRef = NameRef()
+
+
+class DefaultImage(_Frozen):
+    """The image or OS id a provider launches when the plan's ``field`` is unset."""
+
+    provider: str
+    field: str
+    value: str | int
+    name_ref: NameRef = NameRef()
     note: str = ""
 
 
@@ -208,7 +242,18 @@ def instance_types() -> dict[str, InstanceType]:
         if row.get("usd_per_hour") is None and per_gpu is not None:
             row["usd_per_hour"] = round(per_gpu * row["gpus"], 6)
             row["note"] = (row.get("note", "") + f" node price = {per_gpu} USD/GPU-h x {row['gpus']}").strip()
+        row["name_ref"] = _name_ref(row.get("name_ref"))
         out[row["type"]] = InstanceType(**row)
+    return out
+
+
+@lru_cache
+def default_images() -> dict[str, DefaultImage]:
+    """Per provider, the image or OS id launched when a plan names none, with where the name is from."""
+    out = {}
+    for row in _load("instances.yaml").get("images") or []:
+        row = {**row, "name_ref": _name_ref(row.get("name_ref"))}
+        out[row["provider"]] = DefaultImage(**row)
     return out
 
 

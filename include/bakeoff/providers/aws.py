@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import time
 from typing import Any
 
 import boto3
@@ -206,6 +207,8 @@ class AwsProvider(Provider):
                 return self._launch(target, run_id, tags, script, region, zone, int(spec.get("launch", 0)))
             except ClientError as e:
                 code, msg = e.response["Error"]["Code"], e.response["Error"].get("Message", "")
+                if code == "IdempotentParameterMismatch":
+                    return self._token_owner(target, run_id, where)
                 if code not in CAPACITY_CODES:
                     raise ProviderError(
                         f"aws: RunInstances {target.instance_type} in {where} failed: {code}: {msg}"
@@ -218,6 +221,23 @@ class AwsProvider(Provider):
             f"aws: no capacity for {target.instance_type}; tried {', '.join(tried)}. Add zones/regions to "
             f"targets.{target.name}.provider_options, raise the vCPU quota, or reserve a Capacity Block "
             "(provider_options.capacity_reservation_id)"
+        )
+
+    def _token_owner(self, target, run_id: str, where: str, looks: int = 5, pause_s: float = 2.0) -> Instance:
+        """EC2 says this launch's token was used with other parameters (an earlier attempt of the same
+        launch, before the AMI parameter or the staged client bundle's address changed): that attempt's
+        node exists, so find it by tag; launching again would start a second one."""
+        for look in range(looks):
+            for inst in self.list_tagged(run_id):
+                if inst.target == target.slug:
+                    log.info("aws: %s: the launch token's node is %s; reusing it", target.slug, inst.id)
+                    return inst
+            if look < looks - 1:
+                time.sleep(pause_s)
+        raise ProviderError(
+            f"aws: RunInstances {target.instance_type} in {where}: the launch token of {target.name} was "
+            "used by an earlier attempt whose node is not listed yet (IdempotentParameterMismatch); "
+            "retry the provision task in a minute (a new launch would start a second node)"
         )
 
     def _launch(

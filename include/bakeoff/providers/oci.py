@@ -1,8 +1,9 @@
 """Oracle Cloud (OCI): bare-metal AMD MI355X (BM.GPU.MI355X.8) and NVIDIA B200 (BM.GPU.B200.8) with the oci SDK.
 
 Why each safeguard:
-- ``opc-retry-token`` derived from run, target and availability domain, plus a lookup by freeform
-  tag before launching (tokens expire after a day), so a retried task never starts a second node.
+- ``opc-retry-token`` derived from run, target, availability domain and launch count, plus a lookup by
+  freeform tag before launching (tokens expire after a day), so a retried task never starts a second
+  node and a re-provision after a terminated one gets a fresh node.
 - A shutdown timer in user-data: the node powers itself off even if Airflow is dead (a STOPPED
   node still bills for its boot volume, so it counts as failed and the sweep/reaper terminate it).
 - Capacity errors ("Out of host capacity", limits) fail over along the plan's availability domains;
@@ -87,9 +88,13 @@ def decode_tags(tags: dict[str, str] | None) -> dict[str, str]:
     }
 
 
-def retry_token(run_id: str, target_slug: str, placement: str) -> str:
-    """OCI dedupes a create by this (at most 64 characters) for about a day."""
-    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}".encode()).hexdigest()[:64]
+def retry_token(run_id: str, target_slug: str, placement: str, launch: int = 0) -> str:
+    """OCI dedupes a create by this (at most 64 characters) for 24 hours. ``launch`` counts the target's
+    earlier recorded launches, as EC2's ClientToken does: a re-provision after a terminated node gets a
+    new node (not the terminated one handed back, nor a refusal), while a retry of one launch stays
+    idempotent (and must send the same body: OCI refuses a used token with a changed request)."""
+    seq = f"/{launch}" if launch else ""
+    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}{seq}".encode()).hexdigest()[:64]
 
 
 def nsg_name(run_id: str, target_slug: str) -> str:
@@ -196,6 +201,7 @@ class OciProvider(Provider):
                 "network": oci.core.VirtualNetworkClient,
                 "identity": oci.identity.IdentityClient,
                 "search": oci.resource_search.ResourceSearchClient,
+                "limits": oci.limits.LimitsClient,
             }[kind]
             kw: dict[str, Any] = {
                 "signer": self._signer,
@@ -340,7 +346,9 @@ class OciProvider(Provider):
         tried: list[str] = []
         for ad in self.availability_domains(target, region):
             try:
-                return self._launch(target, run_id, ad, region, compartment, image, nsg, script, tags)
+                return self._launch(
+                    target, run_id, ad, region, compartment, image, nsg, script, tags, int(spec.get("launch", 0))
+                )
             except ServiceError as e:
                 if not is_capacity(e):
                     raise ProviderError(
@@ -372,10 +380,11 @@ class OciProvider(Provider):
         nsg: str,
         script: str,
         tags: dict[str, str],
+        launch: int = 0,
     ) -> Instance:
-        """One LaunchInstance; a lost answer or a 5xx is retried with the same token (no second node)."""
+        """One LaunchInstance; a lost answer or a 5xx is retried with the same token and body (no second node)."""
         opts = target.provider_options
-        token = retry_token(run_id, target.slug, ad)
+        token = retry_token(run_id, target.slug, ad, launch)
         details = oci.core.models.LaunchInstanceDetails(
             availability_domain=ad,
             compartment_id=compartment,

@@ -1,0 +1,175 @@
+"""The read-only calls a pre-flight makes on DigitalOcean and Vultr, answered in their published shapes.
+
+DigitalOcean: ``GET /v2/account`` (``{"account": {droplet_limit, status, ...}}``), ``GET /v2/sizes``
+(``{"sizes": [{slug, regions, available, price_hourly, gpu_info, ...}], "links", "meta"}``) and
+``GET /v2/images/{slug}`` (``{"image": {...}}``, 404 ``{"id": "not_found", "message"}``). Vultr:
+``GET /v2/account``, ``GET /v2/plans-metal`` (``{"plans_metal": [{id, locations, monthly_cost,
+...}], "meta"}``) and ``GET /v2/os`` (``{"os": [{id, name, arch, family}], "meta"}``). What each fake
+cloud offers lives here (``offer``), so a test can take a size, a region or an image away and see the
+pre-flight fail. Nothing here creates anything.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+
+TOKEN = "sandbox-token"
+
+
+def _default_offer() -> dict[str, Any]:
+    """What the sandbox accounts are offered (the sandbox's own choice, shaped as the APIs answer)."""
+    gpu = {"count": 8, "vram": {"amount": 192, "unit": "gib"}, "model": "amd_mi300x"}
+    return {
+        "do_sizes": {
+            "gpu-mi300x8-1536gb": {"regions": ["atl1", "nyc2"], "price_hourly": 15.92, "gpu_info": gpu},
+            "gpu-mi300x1-192gb": {
+                "regions": ["atl1", "nyc2"],
+                "price_hourly": 1.99,
+                "gpu_info": {**gpu, "count": 1},
+            },
+            "gpu-mi355x8-2304gb-spot": {
+                "regions": ["atl1"],
+                "price_hourly": 0.0,
+                "gpu_info": {"count": 8, "vram": {"amount": 288, "unit": "gib"}, "model": "amd_mi355x"},
+            },
+        },
+        "do_images": {"gpu-amd-base": {"id": 240977387, "name": "AMD AI/ML Ready", "distribution": "Ubuntu"}},
+        "do_droplet_limit": 25,
+        "vultr_plans": {
+            "vbm-256c-3072gb-8-mi355x-gpu": {"locations": ["ewr", "ord", "lax"], "monthly_cost": 15126},
+            "vbm-256c-2048gb-8-mi300x-gpu": {"locations": ["ewr"], "monthly_cost": 21450},
+        },
+        "vultr_os": {2284: {"name": "Ubuntu 24.04 LTS x64", "arch": "x64", "family": "ubuntu"}},
+    }
+
+
+class RestCatalog:
+    """Answers the read-only pre-flight paths under ``/do/v2`` and ``/vultr/v2``; None for any other."""
+
+    def __init__(self) -> None:
+        self.offer = _default_offer()
+
+    def answer(self, req: Request) -> Response | None:
+        if req.method != "GET":
+            return None
+        path = req.path.rstrip("/")
+        routes = {
+            "/do/v2/account": self._do_account,
+            "/do/v2/sizes": self._do_sizes,
+            "/vultr/v2/account": self._vultr_account,
+            "/vultr/v2/plans-metal": self._vultr_plans,
+            "/vultr/v2/os": self._vultr_os,
+        }
+        handler = routes.get(path)
+        if handler is None and path.startswith("/do/v2/images/"):
+            handler = lambda r: self._do_image(r, path.rsplit("/", 1)[1])  # noqa: E731
+        if handler is None:
+            return None
+        if req.headers.get("Authorization") != f"Bearer {TOKEN}":
+            if path.startswith("/do/"):
+                return _json({"id": "Unauthorized", "message": "Unable to authenticate you"}, 401)
+            return _json({"error": "Invalid API token.", "status": 401}, 401)
+        return handler(req)
+
+    # DigitalOcean --------------------------------------------------------------------------
+    def _do_account(self, req: Request) -> Response:
+        return _json(
+            {
+                "account": {
+                    "droplet_limit": self.offer["do_droplet_limit"],
+                    "floating_ip_limit": 3,
+                    "email": "sandbox@example.com",
+                    "uuid": "b6fr89dbf6d9156cace5f3c78dc9851d957381ef",
+                    "email_verified": True,
+                    "status": "active",
+                    "status_message": "",
+                }
+            }
+        )
+
+    def _do_sizes(self, req: Request) -> Response:
+        sizes = [
+            {
+                "slug": slug,
+                "memory": 1966080,
+                "vcpus": 160,
+                "disk": 2046,
+                "transfer": 60.0,
+                "price_monthly": round(s["price_hourly"] * 672, 2),
+                "price_hourly": s["price_hourly"],
+                "regions": list(s["regions"]),
+                "available": bool(s["regions"]),
+                "description": "GPU Droplet (sandbox)",
+                "gpu_info": s["gpu_info"],
+            }
+            for slug, s in self.offer["do_sizes"].items()
+        ]
+        return _json({"sizes": sizes, "links": {}, "meta": {"total": len(sizes)}})
+
+    def _do_image(self, req: Request, slug: str) -> Response:
+        image = self.offer["do_images"].get(slug)
+        if image is None:
+            return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
+        return _json(
+            {
+                "image": {
+                    **image,
+                    "slug": slug,
+                    "public": True,
+                    "regions": ["atl1", "nyc2"],
+                    "created_at": "2026-10-01T00:00:00Z",
+                    "type": "base",
+                    "min_disk_size": 20,
+                    "size_gigabytes": 8.5,
+                    "description": "sandbox image",
+                    "tags": [],
+                    "status": "available",
+                }
+            }
+        )
+
+    # Vultr -----------------------------------------------------------------------------------
+    def _vultr_account(self, req: Request) -> Response:
+        return _json(
+            {
+                "account": {
+                    "name": "sandbox",
+                    "email": "sandbox@example.com",
+                    "acls": ["manage_users", "subscriptions", "billing"],
+                    "balance": 0,
+                    "pending_charges": 0,
+                    "last_payment_date": "2026-11-01T00:00:00+00:00",
+                    "last_payment_amount": 0,
+                }
+            }
+        )
+
+    def _vultr_plans(self, req: Request) -> Response:
+        plans = [
+            {
+                "id": pid,
+                "cpu_count": 128,
+                "cpu_model": "AMD EPYC",
+                "cpu_threads": 256,
+                "ram": 3145728,
+                "disk": 3576,
+                "disk_count": 8,
+                "bandwidth": 10240,
+                "monthly_cost": p["monthly_cost"],
+                "type": "NVMe",
+                "locations": list(p["locations"]),
+            }
+            for pid, p in self.offer["vultr_plans"].items()
+        ]
+        return _json({"plans_metal": plans, "meta": {"total": len(plans), "links": {"next": "", "prev": ""}}})
+
+    def _vultr_os(self, req: Request) -> Response:
+        oses = [{"id": oid, **o} for oid, o in self.offer["vultr_os"].items()]
+        return _json({"os": oses, "meta": {"total": len(oses), "links": {"next": "", "prev": ""}}})
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(json.dumps(obj), status=status, mimetype="application/json")
