@@ -202,8 +202,15 @@ def bakeoff():
         sheet = Variable.get("bakeoff_price_sheet", default=None, deserialize_json=True)
         # The installation's spend ceiling: no plan or trigger may ask for more (unset: the default).
         ceiling = Variable.get("bakeoff_budget_ceiling_usd", default=None)
+        # What a plan may reach: images trusted with secrets, private static endpoints (unset: no).
         return _pipeline().start_run(
-            plan, ctx["run_id"], _overrides(params), price_sheet=sheet, budget_ceiling_usd=ceiling
+            plan,
+            ctx["run_id"],
+            _overrides(params),
+            price_sheet=sheet,
+            budget_ceiling_usd=ceiling,
+            trusted_images=Variable.get("bakeoff_trusted_images", default=None),
+            allow_private_endpoints=Variable.get("bakeoff_allow_private_endpoints", default=None),
         )
 
     @task

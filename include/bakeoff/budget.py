@@ -351,6 +351,17 @@ def _breakdown(est: dict[str, Any]) -> str:
     )
 
 
+def _sane(what: str, values: list[float]) -> None:
+    """A negative or non-finite figure (a trace whose time runs backwards, a NaN from a file) would pass
+    any cap: refused, never compared."""
+    bad = next((v for v in values if not (isinstance(v, (int, float)) and 0 <= v < math.inf)), None)
+    if bad is not None:
+        raise BudgetExceeded(
+            f"budget_usd: {what} came out as {bad!r}, not a finite amount >= 0, so it cannot be held to the cap; "
+            "check the workload files (timestamps in order, plain finite numbers) and the recorded launches"
+        )
+
+
 def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
     """The estimate, or BudgetExceeded naming the field to change. Called before any API call that
     costs money. ``ceiling_usd`` is the installation ceiling's raw value (None = the default)."""
@@ -362,6 +373,7 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
             "or have an administrator raise the Variable"
         )
     est = estimate(plan) | {"ceiling_usd": ceiling}
+    _sane("estimated spend", [est["estimate_usd"], *(r["hours"] for r in est["targets"])])
     lines = _breakdown(est)
     if est["estimate_usd"] > plan.budget_usd:
         raise BudgetExceeded(
@@ -440,6 +452,7 @@ def recheck(plan, slug: str, run_doc: dict[str, Any], now: float | None = None) 
         spent += billed * price
         remaining += left * price
         rows.append(f"  {t.name}: {billed:.3f} h so far + {left:.3f} h to go at {price} USD/h")
+    _sane(f"the spend of relaunching {again.name}", [spent, remaining])
     total = round(spent + remaining, 2)
     doc = {
         "cap_usd": plan.budget_usd,

@@ -28,14 +28,14 @@ from typing import Any
 import pandas as pd
 
 from bakeoff import durable
-from bakeoff.paths import StorePath, at, fresh, results_root, safe_name
+from bakeoff.paths import StorePath, at, fresh, results_root, run_folder, safe_name
 
 STEPS = "steps"
 START = "start"
 
 
 def run_dir(plan_name: str, run_id: str, root: str | StorePath | None = None) -> StorePath:
-    return at(root or results_root()) / safe_name(plan_name) / f"run_id={safe_name(run_id)}"
+    return at(root or results_root()) / safe_name(plan_name) / f"run_id={run_folder(run_id)}"
 
 
 def target_dir(plan_name: str, run_id: str, target_slug: str, root: str | StorePath | None = None) -> StorePath:
@@ -145,6 +145,15 @@ def record(rdir: str | StorePath, step: str, facts: dict[str, Any], slug: str | 
     step replaces its earlier record and touches no other."""
     rec = StepRecord(step, dict(facts), slug)
     return write_json(record_path(rdir, step, slug), asdict(rec))
+
+
+def create_record(rdir: str | StorePath, step: str, facts: dict[str, Any]) -> StorePath:
+    """Write a run-level record that must be written once (the start record): ``FileExistsError`` if
+    one is already there, so a second run can never take over a run's folder."""
+    path = record_path(rdir, step)
+    rec = StepRecord(step, dict(facts), None)
+    durable.write_new(path, json.dumps(asdict(rec), indent=2, sort_keys=True, default=str).encode())
+    return path
 
 
 def read_record(rdir: str | StorePath, step: str, slug: str | None = None) -> dict[str, Any] | None:
