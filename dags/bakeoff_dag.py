@@ -234,6 +234,7 @@ def bakeoff():
         # Above this estimated spend a person approves before anything is provisioned (approve_spend).
         threshold = Variable.get("bakeoff_approval_threshold_usd", default=None)
         plan = _plan_ref(params)
+        # What a plan may reach: images trusted with secrets, private static endpoints (unset: no).
         return _pipeline().start_run(
             plan,
             ctx["run_id"],
@@ -243,6 +244,8 @@ def bakeoff():
             conf={**params, "plan": Path(plan).stem},  # what "run again" triggers
             approval_threshold_usd=threshold,
             scheduled=ctx["dag_run"].run_type == "scheduled",
+            trusted_images=Variable.get("bakeoff_trusted_images", default=None),
+            allow_private_endpoints=Variable.get("bakeoff_allow_private_endpoints", default=None),
         )
 
     @task(trigger_rule="none_failed")  # after approve_spend: approved, or skipped (no approval needed)

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, table, timelines, ts
 
-from bakeoff.paths import at, safe_name
+from bakeoff.paths import at, run_folder
 from bakeoff.pipeline import SLOTS
 from bakeoff.publish import list_published
 from bakeoff.store import read_json
@@ -141,7 +141,7 @@ def poke_spans(results: str | Path, run_id: str) -> dict[tuple[str, str], list[t
     """(sensor step, target) -> each poke's check (start, end), from the worker-time records the
     checks write into the run's folder of the results store."""
     spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for f in at(results).glob(f"*/run_id={safe_name(run_id)}/target=*/{SLOTS}/*.json"):
+    for f in at(results).glob(f"*/run_id={run_folder(run_id)}/target=*/{SLOTS}/*.json"):
         rec = read_json(f) or {}
         sensor = SENSOR_CHECKS.get(rec.get("task", ""))
         if sensor:

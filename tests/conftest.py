@@ -18,6 +18,9 @@ os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_SESSION_HOME / 'airflow' / 'airflow.db'}")
 os.environ.setdefault("BAKEOFF_DATA", str(_SESSION_HOME / "data"))
+# The suite's static endpoints are emulators and fakes on loopback: this installation allows a plan's
+# base_url there (tests/security/test_second_pass.py unsets it to check the refusal).
+os.environ.setdefault("BAKEOFF_ALLOW_PRIVATE_ENDPOINTS", "true")
 (_SESSION_HOME / "airflow").mkdir(parents=True, exist_ok=True)
 for p in (ROOT / "plugins",):
     if str(p) not in sys.path:

@@ -421,6 +421,17 @@ def _breakdown(est: dict[str, Any]) -> str:
     )
 
 
+def _sane(what: str, values: list[float]) -> None:
+    """A negative or non-finite figure (a trace whose time runs backwards, a NaN from a file) would pass
+    any cap: refused, never compared."""
+    bad = next((v for v in values if not (isinstance(v, (int, float)) and 0 <= v < math.inf)), None)
+    if bad is not None:
+        raise BudgetExceeded(
+            f"budget_usd: {what} came out as {bad!r}, not a finite amount >= 0, so it cannot be held to the cap; "
+            "check the workload files (timestamps in order, plain finite numbers) and the recorded launches"
+        )
+
+
 def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
     """The estimate, or BudgetExceeded naming the field to change. Called before any API call that
     costs money. ``ceiling_usd`` is the installation ceiling's raw value (None = the default)."""
@@ -432,6 +443,7 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
             "or have an administrator raise the Variable"
         )
     est = estimate(plan) | {"ceiling_usd": ceiling}
+    _sane("estimated spend", [est["estimate_usd"], *(r["hours"] for r in est["targets"])])
     lines = _breakdown(est)
     if est["estimate_usd"] > plan.budget_usd:
         raise BudgetExceeded(
@@ -479,6 +491,7 @@ def recheck(plan, slug: str, run: RunFacts, now: float | None = None) -> dict[st
         spent += billed * price
         remaining += left * price
         rows.append(f"  {t.name}: {billed:.3f} h so far + {left:.3f} h to go at {price} USD/h")
+    _sane(f"the spend of relaunching {again.name}", [spent, remaining])
     total = round(spent + remaining, 2)
     doc = {
         "cap_usd": plan.budget_usd,

@@ -155,11 +155,11 @@ def _recipes(args) -> int:
         return _multinode_recipes(args)
     src = recipes.source()
     if args.action == "list":
-        rows = [("recipe", "model", "gpu", "engine", "precision", "spec", "kv offload", "tp")]
+        rows = [("recipe", "model", "gpu", "engine", "precision", "spec", "kv offload", "tp", "image")]
         for each in recipes.recipes().values():
             rows.append(
                 (each.name, each.model, each.gpu, each.engine, each.precision)
-                + (each.spec_label, each.kv_offload_label, str(each.tp))
+                + (each.spec_label, each.kv_offload_label, str(each.tp), "floating" if each.floating else "pinned")
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
@@ -190,7 +190,8 @@ def _recipes(args) -> int:
         print(f"error: bakeoff refuses this recipe as a target:\n{explain(e, root='(target)')}", file=sys.stderr)
         return 2
     port = target.stack_spec.port or 8000
-    print(f"image: {userdata.image_for(target)}")
+    pin = "floating tag: no serving secrets" if r.floating else "pinned by digest"
+    print(f"image: {userdata.image_for(target)} ({pin})")
     print("command: " + shlex.join(engines.command(target, port)))
     env = engines.environment(target)
     print("environment:" + ("" if env else " (none)"))
@@ -278,6 +279,14 @@ def _print_summary(run: dict, failed: list[str] | None = None) -> None:
     print(headline_table(run["run_dir"]))
 
 
+def _installation_id(args) -> int:
+    """For the independent reaper's BAKEOFF_INSTALLATION_ID (it holds no installation secret)."""
+    from bakeoff.secrets import installation_id  # noqa: PLC0415 - the secret is read only for this command
+
+    print(installation_id())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bakeoff", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -314,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--public-key", help="the signer's Ed25519 public key (hex); default: this installation's")
     p.add_argument("--show-key", action="store_true", help="print this installation's public key and exit")
     p.set_defaults(func=_verify)
+    p = sub.add_parser("installation-id", help="print the id this installation tags its nodes with")
+    p.set_defaults(func=_installation_id)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)

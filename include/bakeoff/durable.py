@@ -54,3 +54,25 @@ def write_atomic(path: Any, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_new(path: Any, data: bytes) -> None:
+    """Like ``write_atomic``, but only if nothing is stored at ``path`` yet (``FileExistsError``
+    otherwise): on local disk ``os.link`` makes it exclusive, so of two writers racing one wins; in
+    object storage it looks first (a PUT cannot be made conditional through fsspec)."""
+    if not is_local(path):
+        if path.exists():
+            raise FileExistsError(str(path))
+        path.write_bytes(data)
+        return
+    local = Path(getattr(path, "path", path))
+    local.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        fsync_path(tmp)
+        os.link(tmp, local)  # atomic and exclusive
+        fsync_path(local.parent, directory=True)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

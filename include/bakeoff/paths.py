@@ -7,6 +7,7 @@ share a run. Roots are returned as strings; ``store.at`` turns one into a path o
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -45,6 +46,14 @@ def state_root() -> Path:
 def safe_name(s: str) -> str:
     """A run id or name as one path component (run ids carry ':' and '+')."""
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", s).strip("._") or "_"
+
+
+def run_folder(run_id: str) -> str:
+    """A run's folder name: readable, and unique per raw run id. ``safe_name`` alone maps
+    ``manual__2026-12-01T09:00:00+00:00`` and ``manual__2026-12-01T09_00_00_00_00`` to one name, so two
+    runs could share (and overwrite) one folder; the hash of the raw id keeps them apart."""
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:16]
+    return f"{safe_name(run_id)[:100]}.{digest}"
 
 
 def at(ref: str | StorePath) -> StorePath:

@@ -20,7 +20,7 @@ from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
-from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, TAG_TARGET
+from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint
@@ -49,18 +49,24 @@ def start_run(
     conf: dict[str, Any] | None = None,
     approval_threshold_usd: Any = None,
     scheduled: bool = False,
+    trusted_images: Any = None,
+    allow_private_endpoints: Any = None,
 ) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
-    check the budget against the plan's cap and the installation ceiling (budget_ceiling_usd: the
-    Airflow Variable's raw value, None = the default), record the run. ``conf``: the trigger's
-    configuration as given (plan name and form fields), kept so the run can be started again as it was.
-    ``approval_threshold_usd`` (the Variable's raw value) and ``scheduled`` decide whether a person must
-    approve the spend before provisioning (bakeoff.approval)."""
+    check its claims, the budget against the plan's cap and the installation ceiling (budget_ceiling_usd:
+    the Airflow Variable's raw value, None = the default) and what the installation lets a plan reach
+    (trusted_images, allow_private_endpoints: the Variables' raw values, None = the environment's, see
+    installation.py), record the run. A run's folder holds one run: an existing start record is refused.
+    ``conf``: the trigger's configuration as given (plan name and form fields), kept so the run can be
+    started again as it was. ``approval_threshold_usd`` (the Variable's raw value) and ``scheduled``
+    decide whether a person must approve the spend before provisioning (bakeoff.approval)."""
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     check_plan_claims(plan)
-    from bakeoff import budget  # noqa: PLC0415 - budget imports the catalog math only when needed
+    from bakeoff import budget, installation  # noqa: PLC0415 - budget imports the catalog math only when needed
 
     estimate = budget.check(plan, ceiling_usd=budget_ceiling_usd)
+    installation.check_secret_images(plan, installation.trusted_images(trusted_images))
+    installation.check_static_endpoints(plan, installation.private_endpoints_allowed(allow_private_endpoints))
     from bakeoff.agent.job import preflight  # noqa: PLC0415 - a co-located job the node would refuse stops here
 
     preflight(plan)
@@ -69,7 +75,6 @@ def start_run(
     check_plan_contexts(plan)
     need = approval.requirement(plan.name, estimate, approval_threshold_usd, scheduled)
     rdir = store.run_dir(plan.name, run_id)
-    store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     started = facts.Start(
         plan=plan.name,
         run_id=run_id,
@@ -82,7 +87,15 @@ def start_run(
         scheduled=scheduled,
         approval_needed=need,
     )
-    store.record(rdir, started.STEP, started.to_json())
+    try:
+        store.create_record(rdir, started.STEP, started.to_json())
+    except FileExistsError:
+        first = (store.read_record(rdir, store.START) or {}).get("run_id")
+        raise FileExistsError(
+            f"run_id {run_id!r}: {rdir} already holds a run ({first!r}); a run is started once and its "
+            "records are never taken over; trigger a new run"
+        ) from None
+    store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     return {
         "approval_required": need["required"],
         "run_dir": str(rdir),
@@ -192,8 +205,13 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         hours = min(hours, kill_switch_minutes(kill_switch_s(plan, target)) / 60)
     expires = _launch_expiry(run_dir, slug, len(earlier), hours)
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
+    tags[TAG_INSTALLATION] = secrets.installation_id()
 
     provider = provider_for(target.provider, credentials)
+    try:  # resolved here only (before the client bundle is uploaded), handed to the provider, never stored
+        serving_secrets = secrets.serving_secrets(target) if target.secrets else None
+    except secrets.MissingSecret as e:
+        raise ProviderError(str(e)) from None
     agent = stage_client(target, expires - time.time(), credentials)
     spec = {
         "api_key": serving_key(target, rid),
@@ -202,11 +220,8 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         "agent": agent,
         "launch": len(earlier),
     }
-    if target.secrets:  # resolved here only, handed to the provider, never stored or returned
-        try:
-            spec["secrets"] = secrets.serving_secrets(target)
-        except secrets.MissingSecret as e:
-            raise ProviderError(str(e)) from None
+    if serving_secrets:
+        spec["secrets"] = serving_secrets
     node_cert = _node_tls(target, rid, spec)
     asked = time.time()
     inst = provider.create(target, rid, tags=tags, spec=spec)

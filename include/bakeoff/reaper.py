@@ -10,7 +10,10 @@ A node is reaped when
   asks through the Task SDK, ``python -m bakeoff reap`` through the REST API when
   $BAKEOFF_AIRFLOW_API_URL is set, see airflow_api.py; without either, expiry alone decides).
 A node of a run Airflow does not know (None) is left alone until it expires: it may belong to
-another installation sharing the account, or to a run started without Airflow.
+another installation sharing the account, or to a run started without Airflow. The run-state verdict
+applies only to this installation's own nodes (their ``bakeoff:installation`` tag is
+``secrets.installation_id()``): run ids repeat across installations (``scheduled__<date>``), so a node
+another installation launched (or one with no such tag) goes only by its expiry or power state.
 
 After its nodes, a provider's ``cleanup`` (where it has one) removes what they leave behind: EC2
 per-run security groups, DigitalOcean cloud firewalls with no droplet left behind them.
@@ -23,9 +26,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff import airflow_api
+from bakeoff import airflow_api, secrets
 from bakeoff.providers import get_provider
-from bakeoff.providers.base import TAG_EXPIRES, TAG_PLAN, TAG_RUN, Instance, list_best_effort
+from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, Instance, list_best_effort
 from bakeoff.providers.registry import LAUNCHING
 
 log = logging.getLogger(__name__)
@@ -65,19 +68,25 @@ def cached(run_state: RunState) -> RunState:
     return ask
 
 
-def verdict_for_tags(tags: dict[str, str], now: float, run_state: RunState = no_run_state) -> str | None:
-    """Why a tagged resource should go (expired, or its run ended), or None to keep it."""
+def verdict_for_tags(
+    tags: dict[str, str], now: float, run_state: RunState = no_run_state, installation: str | None = None
+) -> str | None:
+    """Why a tagged resource should go (expired, or its run ended), or None to keep it. Its run's state
+    counts only when it carries ``installation``, this installation's id (None: no run verdicts)."""
     expires = tags.get(TAG_EXPIRES, "")
     if expires.isdigit() and now >= float(expires):
         return f"expired at {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(float(expires)))}"
     plan, run_id = tags.get(TAG_PLAN), tags.get(TAG_RUN)
-    state = run_state(plan, run_id) if plan and run_id else None
+    ours = installation is not None and tags.get(TAG_INSTALLATION) == installation
+    state = run_state(plan, run_id) if ours and plan and run_id else None
     if state is not None and state not in ACTIVE:
         return f"run {run_id} ended ({state})"
     return None
 
 
-def verdict(inst: Instance, now: float, run_state: RunState = no_run_state) -> str | None:
+def verdict(
+    inst: Instance, now: float, run_state: RunState = no_run_state, installation: str | None = None
+) -> str | None:
     """Why this node should go, or None to keep it. A powered-off node goes too: its kill switch
     fired (or it died), and Vultr, DigitalOcean and OCI bill a stopped node until it is deleted."""
     if inst.state == "failed":
@@ -85,7 +94,7 @@ def verdict(inst: Instance, now: float, run_state: RunState = no_run_state) -> s
     tags = {**inst.tags, TAG_RUN: inst.run_id}
     if inst.expires_at is not None:
         tags[TAG_EXPIRES] = str(int(inst.expires_at))
-    return verdict_for_tags(tags, now, run_state)
+    return verdict_for_tags(tags, now, run_state, installation)
 
 
 def reap(
@@ -108,6 +117,7 @@ def reap(
     names = provider_names or CLOUD_PROVIDERS
     creds = credentials_fn or credentials_from_env
     run_state = cached(run_state)
+    own = secrets.known_installation_id()
     out: dict[str, Any] = {"at": now, "terminated": [], "kept": [], "errors": {}}
     for name in names:
         try:
@@ -122,7 +132,7 @@ def reap(
             out["errors"][key] = problem
             log.error("reaper: cannot list %s: %s", key, problem)
         for inst in nodes:
-            why = verdict(inst, now, run_state)
+            why = verdict(inst, now, run_state, own)
             row = {"provider": name, "id": inst.id, "run_id": inst.run_id, "target": inst.target}
             if why is None:
                 out["kept"].append(row)
@@ -146,7 +156,7 @@ def reap(
         if cleanup:
             try:
                 out.setdefault("cleaned", []).extend(
-                    cleanup(lambda tags: verdict_for_tags(tags, now, run_state) is not None)
+                    cleanup(lambda tags: verdict_for_tags(tags, now, run_state, own) is not None)
                 )
             except Exception as e:  # noqa: BLE001 - a leftover firewall must not stop the next cloud being reaped
                 out["errors"][f"{name}:cleanup"] = f"{type(e).__name__}: {e}"

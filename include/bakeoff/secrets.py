@@ -77,6 +77,26 @@ def derive(label: str) -> bytes:
     return hmac.new(_installation_secret(), f"derive/{label}".encode(), hashlib.sha256).digest()
 
 
+INSTALLATION_ID_ENV = "BAKEOFF_INSTALLATION_ID"
+
+
+def installation_id() -> str:
+    """This installation's identity, tagged on every node it launches: derived from the installation
+    secret (so another installation cannot guess it, and run ids, which repeat across installations
+    on one schedule, never decide alone). $BAKEOFF_INSTALLATION_ID gives it to a process that must not
+    hold the secret (the independent reaper: ``python -m bakeoff installation-id`` prints it)."""
+    env = (os.environ.get(INSTALLATION_ID_ENV) or "").strip()
+    return env or "bi-" + derive("installation-id").hex()[:24]
+
+
+def known_installation_id() -> str | None:
+    """The identity if this process can know it (the variable, or a secret here), else None: a reaper
+    that cannot tell its own nodes judges none by its run, and creates no secret to find out."""
+    if os.environ.get(INSTALLATION_ID_ENV) or os.environ.get("BAKEOFF_SECRET_KEY"):
+        return installation_id()
+    return installation_id() if (state_root() / "secret.key").exists() else None
+
+
 # --- secrets a plan may name: only connections with these prefixes, never e.g. aws_default ---------
 # A plan is untrusted input: it names a connection, the installation decides what that connection
 # holds. The prefixes keep a plan from sending an arbitrary connection's password anywhere.

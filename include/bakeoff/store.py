@@ -35,6 +35,7 @@ from bakeoff.paths import StorePath as StorePath
 from bakeoff.paths import at as at
 from bakeoff.paths import fresh as fresh
 from bakeoff.paths import results_root as results_root
+from bakeoff.paths import run_folder
 from bakeoff.paths import safe_name as safe_name
 
 STEPS = "steps"
@@ -42,7 +43,7 @@ START = "start"
 
 
 def run_dir(plan_name: str, run_id: str, root: str | StorePath | None = None) -> StorePath:
-    return at(root or results_root()) / safe_name(plan_name) / f"run_id={safe_name(run_id)}"
+    return at(root or results_root()) / safe_name(plan_name) / f"run_id={run_folder(run_id)}"
 
 
 def target_dir(plan_name: str, run_id: str, target_slug: str, root: str | StorePath | None = None) -> StorePath:
@@ -152,6 +153,15 @@ def record(rdir: str | StorePath, step: str, facts: dict[str, Any], slug: str | 
     step replaces its earlier record and touches no other."""
     rec = StepRecord(step, dict(facts), slug)
     return write_json(record_path(rdir, step, slug), asdict(rec))
+
+
+def create_record(rdir: str | StorePath, step: str, facts: dict[str, Any]) -> StorePath:
+    """Write a run-level record that must be written once (the start record): ``FileExistsError`` if
+    one is already there, so a second run can never take over a run's folder."""
+    path = record_path(rdir, step)
+    rec = StepRecord(step, dict(facts), None)
+    durable.write_new(path, json.dumps(asdict(rec), indent=2, sort_keys=True, default=str).encode())
+    return path
 
 
 def read_record(rdir: str | StorePath, step: str, slug: str | None = None) -> dict[str, Any] | None:

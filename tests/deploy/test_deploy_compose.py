@@ -236,12 +236,12 @@ def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compos
     from bakeoff.providers.credentials import OCI_ENV, TOKEN_ENV
 
     reaper = compose["services"]["bakeoff-reaper"]
-    assert reaper["command"] == ["python", "-m", "bakeoff", "reap", "--loop", "--interval-s", "600"]
+    assert reaper["command"] == ["python", "-m", "bakeoff", "reap", "--loop", "--interval-s", "300"]
     assert reaper["restart"] == "unless-stopped" and "depends_on" not in reaper and "ports" not in reaper
     assert "/entrypoint" not in reaper["entrypoint"]  # Airflow's entrypoint waits for the database
     cloud = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", *TOKEN_ENV.values(), *OCI_ENV.values()}
     api = {airflow_api.URL_ENV, airflow_api.USER_ENV, airflow_api.PASSWORD_FILE_ENV}
-    assert set(reaper["environment"]) == cloud | api | {"PYTHONPATH"}
+    assert set(reaper["environment"]) == cloud | api | {"PYTHONPATH", "BAKEOFF_INSTALLATION_ID"}
     assert reaper["volumes"] == [
         "./include:/opt/airflow/include:ro",
         "bakeoff-reaper-password:/opt/airflow/secrets/reaper:ro",

@@ -171,8 +171,10 @@ def test_cli_lists_and_shows_with_the_rendered_command(capsys):
         "kv",
         "offload",
         "tp",
+        "image",
     ]
     assert "glm5.2-fp4-mi355x-sglang-mtp-agentic" in out and f"{len(recipes.recipes())} recipes" in out
+    assert "floating" in out
     assert main(["recipes", "show", "glm5.2-fp4-b200-sglang-mtp-agentic"]) == 0
     out = capsys.readouterr().out
     assert "configs/nvidia-master.yaml" in out and "benchmarks/single_node/agentic/" in out

@@ -6,6 +6,7 @@ import copy
 import time
 import uuid
 
+from bakeoff import secrets
 from bakeoff.plan import load_plan, plan_from_dict
 
 
@@ -30,6 +31,7 @@ def launch_args(run_id: str, target) -> dict:
             "bakeoff:target": target.slug,
             "bakeoff:plan": "p",
             "bakeoff:expires_at": str(int(exp)),
+            "bakeoff:installation": secrets.installation_id(),  # as pipeline.provision tags it
         },
         "spec": {"api_key": "bk-" + uuid.uuid4().hex[:40].ljust(40, "0"), "expires_at": exp},
     }

@@ -58,9 +58,9 @@ def test_reap_expired_and_ended_keeps_running_and_unknown(rest_creds, data_root)
 def test_each_run_is_asked_once_per_pass():
     calls = []
     ask = reaper.cached(lambda plan, run_id: calls.append(run_id) or "success")
-    tags = {"bakeoff:plan": "p", "bakeoff:run_id": "r1"}
-    assert reaper.verdict_for_tags(tags, time.time(), ask) == "run r1 ended (success)"
-    assert reaper.verdict_for_tags(tags, time.time(), ask) == "run r1 ended (success)"
+    tags = {"bakeoff:plan": "p", "bakeoff:run_id": "r1", "bakeoff:installation": "bi-own"}
+    assert reaper.verdict_for_tags(tags, time.time(), ask, "bi-own") == "run r1 ended (success)"
+    assert reaper.verdict_for_tags(tags, time.time(), ask, "bi-own") == "run r1 ended (success)"
     assert calls == ["r1"]
 
 

@@ -121,7 +121,8 @@ def test_a_server_that_cannot_start_is_classified_from_the_nodes_logs(sandbox, d
             pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
         assert time.monotonic() - t0 < 120
         assert getattr(e.value, "failure", None) == "oom"
-        doc = json.loads(next(data_root.rglob(f"run_id=manual__oom_{provider}/target={slug}/deploy.json")).read_text())
+        found = data_root.rglob(f"run_id=manual__oom_{provider}.*/target={slug}/deploy.json")
+        doc = json.loads(next(found).read_text())
         assert doc == {**doc, "ready": False, "failure": "oom"} and "GB of weights" in doc["detail"]
         pipeline.terminate(run["run_dir"], slug, inst)
         assert sandbox.live()[provider] == []

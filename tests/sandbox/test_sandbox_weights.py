@@ -47,7 +47,7 @@ def test_weights_are_timed_or_their_failure_classified(sandbox, data_root, tmp_p
                 pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
         finally:
             pipeline.terminate(rdir, slug, inst)
-    doc = json.loads(next(data_root.rglob(f"run_id=manual__{name}/target={slug}/deploy.json")).read_text())
+    doc = json.loads(next(data_root.rglob(f"run_id=manual__{name}.*/target={slug}/deploy.json")).read_text())
     w = doc["weights"]
     assert w["source"] == "hub (EMULATED)" and w["bytes"] > 0 and w["download_s"] > 0
     if fault:

@@ -389,3 +389,88 @@ def test_an_empty_or_short_secret_key_file_is_refused(monkeypatch, data_root, va
         secrets.api_key("r", "t")
     path.unlink()  # deleted: a fresh one is generated
     assert secrets.api_key("r", "t") == secrets.api_key("r", "t") and len(path.read_text().strip()) == 64
+
+
+# --- second review: smaller items (N5 firewall, N8) ---------------------------------------------------
+
+
+def test_every_other_inbound_tcp_port_is_dropped_before_anything_listens(tmp_path):
+    """An engine a plan moved to port 8001 listened unfiltered where no cloud firewall stands (Vultr)."""
+    agent = {"url": "https://b.example/c.zip", "sha256": "a" * 64, "requirements": ["httpx==0.28.1"]}
+    script = userdata.render(
+        _target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=agent, expires_at=1.9e9
+    )
+    (tmp_path / "ok").mkdir()
+    code, out, calls = _run_boot(script, tmp_path / "ok", "^$")
+    fw = [c for c in calls if c.startswith("iptables")]
+    deny = fw.index("iptables -A INPUT -p tcp -j DROP")
+    assert fw.index("iptables -A INPUT -i lo -j ACCEPT") < deny
+    assert "iptables -A INPUT -p tcp -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT" in fw[:deny]
+    assert calls.index("iptables -A INPUT -p tcp -j DROP") < min(
+        i for i, c in enumerate(calls) if c.startswith("docker run")
+    )
+    code, out, calls = _run_boot(script, tmp_path, "-A INPUT -p tcp -j DROP")
+    assert code != 0 and "firewall default-deny failed" in out
+    assert not [c for c in calls if c.startswith(("docker run", "docker pull"))], calls
+
+
+def test_a_digitalocean_firewall_is_removed_when_the_user_data_will_not_render(monkeypatch):
+    from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_owner
+    from bakeoff_sandbox.clouds import TOKEN, Clouds
+    from tests.providers.cloud_helpers import launch_args, make_target, new_run_id
+
+    server = Clouds(None, boot_s=0.05).start()
+    try:
+        creds = {"token": TOKEN, "base_url": f"{server.url}/do/v2", "poll_s": 0.02, "backoff_s": 0.001}
+        t, rid = make_target("digitalocean", ingress_cidr="127.0.0.1/32"), new_run_id()
+
+        def unrenderable(target, spec):
+            raise ValueError("targets.x: the boot script is 20000 bytes, over the clouds' 16384-byte limit")
+
+        monkeypatch.setattr(userdata, "render_for", unrenderable)
+        with pytest.raises(ValueError, match="16384-byte limit"):
+            DigitalOceanProvider(creds).create(t, rid, **launch_args(rid, t))
+        left = [fw for fw in server.do.firewalls.values() if (firewall_owner(fw["name"]) or ("",))[0] == rid]
+        assert left == [] and not server.do.nodes
+    finally:
+        server.stop()
+
+
+def test_the_compose_reaper_passes_as_often_as_the_docs_say():
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    command = yaml.safe_load((root / "docker-compose.yml").read_text())["services"]["bakeoff-reaper"]["command"]
+    interval = float(command[command.index("--interval-s") + 1])
+    assert "within one interval (5 min)" in (root / "docs" / "security.md").read_text() and interval == 5 * 60
+
+
+def test_a_missing_secret_fails_before_the_client_bundle_is_uploaded(data_root, tmp_path, monkeypatch):
+    from bakeoff import pipeline
+    from bakeoff.providers import ProviderError
+
+    monkeypatch.setattr(secrets, "_resolve_connection", secrets.env_connection)
+    image = "vllm/vllm-openai:v0.25.0@sha256:" + "5e" * 32
+    monkeypatch.setenv("BAKEOFF_TRUSTED_IMAGES", image)
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    t = next(x for x in raw["targets"] if x["provider"] == "aws")
+    t.update(secrets={"HF_TOKEN": "huggingface_absent"}, image=image)
+    raw.update(name="absent-secret", targets=[t])
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps(raw))
+    run = pipeline.start_run(str(path), "manual__absent")
+    staged: list = []
+    monkeypatch.setattr(pipeline, "stage_client", lambda *a, **k: staged.append(a) or None)
+    with pytest.raises(ProviderError, match="huggingface_absent"):
+        pipeline.provision(run["run_dir"], run["targets"][0])
+    assert staged == []
+
+
+@pytest.mark.parametrize("name", ["HFTOKEN", "HF_AUTH", "MY_PASS", "DB_PASSWORD1", "OPENAI_APIKEY2", "X_PWD"])
+def test_secret_looking_env_names_outside_the_list_are_refused(name):
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    raw["targets"][0]["env"] = {name: "value"}
+    with pytest.raises(PlanError, match=rf"env\.{name} looks like a secret"):
+        plan_from_dict(raw)
+    raw["targets"][0]["env"] = {"VLLM_MAX_NUM_BATCHED_TOKENS": "8192", "TOKENIZERS_PARALLELISM": "false"}
+    assert plan_from_dict(raw)

@@ -15,6 +15,7 @@ import importlib.util
 from datetime import UTC, datetime
 
 import pytest
+import yaml
 from airflow.providers.standard.exceptions import HITLRejectException, HITLTimeoutError
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -24,6 +25,20 @@ from bakeoff.approval import ApprovalError
 from tests.conftest import ROOT
 
 CLOUD_PLAN = "mi355x-vs-b200"  # two list-priced cloud nodes: a few hundred USD billed
+
+
+@pytest.fixture
+def cloud_plan(tmp_path) -> str:
+    """The cloud plan without its serving secrets: its recipe images are floating tags, which the
+    installation refuses secrets (a rule of its own, tests/security/test_secrets_trust.py)."""
+    raw = yaml.safe_load((ROOT / "include" / "plans" / f"{CLOUD_PLAN}.yaml").read_text())
+    for t in raw["targets"]:
+        t.pop("secrets", None)
+    path = tmp_path / f"{CLOUD_PLAN}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
 ALICE = {"id": "alice", "name": "Alice Approver"}
 
 
@@ -37,12 +52,10 @@ def _operator_module():
 
 
 @pytest.fixture
-def asked(data_root, monkeypatch):
+def asked(data_root, monkeypatch, cloud_plan):
     """A cloud run above a 100 USD threshold, its approval step asked of the role {alice}."""
     monkeypatch.setenv("AIRFLOW_VAR_BAKEOFF_APPROVERS", '["alice"]')
-    run = pipeline.start_run(
-        str(ROOT / "include" / "plans" / f"{CLOUD_PLAN}.yaml"), "manual__approval", approval_threshold_usd="100"
-    )
+    run = pipeline.start_run(cloud_plan, "manual__approval", approval_threshold_usd="100")
     assert run["approval_required"] is True
     mod = _operator_module()
     op = mod.SpendApproval(task_id="approve_spend", run_dir=run["run_dir"])
@@ -121,10 +134,8 @@ def test_an_approval_from_outside_the_role_is_refused(asked):
         approval.ensure_approved(asked["run_dir"])
 
 
-def test_below_the_threshold_the_step_is_skipped(data_root):
-    run = pipeline.start_run(
-        str(ROOT / "include" / "plans" / f"{CLOUD_PLAN}.yaml"), "manual__cheap", approval_threshold_usd="100000"
-    )
+def test_below_the_threshold_the_step_is_skipped(data_root, cloud_plan):
+    run = pipeline.start_run(cloud_plan, "manual__cheap", approval_threshold_usd="100000")
     op = _operator_module().SpendApproval(task_id="approve_spend", run_dir=run["run_dir"])
     with pytest.raises(AirflowSkipException, match="no approval needed: estimated spend .* at most the threshold"):
         op.execute({})
@@ -132,8 +143,8 @@ def test_below_the_threshold_the_step_is_skipped(data_root):
     approval.ensure_approved(run["run_dir"])
 
 
-def test_first_scheduled_run_of_a_paid_plan_needs_approval_whatever_the_threshold(data_root):
-    plan = str(ROOT / "include" / "plans" / f"{CLOUD_PLAN}.yaml")
+def test_first_scheduled_run_of_a_paid_plan_needs_approval_whatever_the_threshold(data_root, cloud_plan):
+    plan = cloud_plan
     first = pipeline.start_run(plan, "scheduled__2026-12-01", approval_threshold_usd="100000", scheduled=True)
     assert first["approval_required"] is True
     reason = store.read_record(first["run_dir"], store.START)["approval_needed"]["reason"]
@@ -145,8 +156,8 @@ def test_first_scheduled_run_of_a_paid_plan_needs_approval_whatever_the_threshol
     assert demo["approval_required"] is False  # emulated: nothing billed
 
 
-def test_bad_installation_settings_name_the_variable(data_root, monkeypatch):
-    plan = str(ROOT / "include" / "plans" / f"{CLOUD_PLAN}.yaml")
+def test_bad_installation_settings_name_the_variable(data_root, monkeypatch, cloud_plan):
+    plan = cloud_plan
     with pytest.raises(ApprovalError, match="Variable bakeoff_approval_threshold_usd: 'lots'"):
         pipeline.start_run(plan, "manual__bad", approval_threshold_usd="lots")
     with pytest.raises(ApprovalError, match="Variable bakeoff_approvers: .*no approver is set"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import pipeline, reaper, store
+from bakeoff import pipeline, reaper, secrets, store
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers.base import PartialListing
 from bakeoff.providers.digitalocean import DigitalOceanProvider
@@ -153,6 +153,7 @@ def _launch(provider, plan, slug: str, rid: str, expires_in: float = 3600):
         "bakeoff:target": target.slug,
         "bakeoff:plan": plan.name,
         "bakeoff:expires_at": str(int(time.time() + expires_in)),
+        "bakeoff:installation": secrets.installation_id(),  # as pipeline.provision tags it
     }
     return provider.create(target, rid, tags=tags, spec={"api_key": "bk-" + "0" * 40, "expires_at": time.time() + 3600})
 

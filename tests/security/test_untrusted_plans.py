@@ -25,6 +25,13 @@ from tests.conftest import ROOT
 from tests.plan_fixtures import without_deployment
 
 HF = "hf_PLANSECRET0123456789abcdefXYZ"
+# the one image these tests' installation trusts with secrets (a made-up digest: the sandbox pulls nothing)
+TRUSTED = "vllm/vllm-openai:v0.25.0@sha256:" + "5e" * 32
+
+
+@pytest.fixture(autouse=True)
+def trusted_images(monkeypatch):
+    monkeypatch.setenv("BAKEOFF_TRUSTED_IMAGES", TRUSTED)
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +121,7 @@ def _cloud_target(**extra) -> dict:
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     t = next(x for x in raw["targets"] if x["provider"] == "aws")
     t["provider_options"]["client_mode"] = "remote"
-    return {**t, **extra}
+    return {**t, **({"image": TRUSTED} if "secrets" in extra else {}), **extra}
 
 
 def test_serving_secrets_only_go_to_nodes_bakeoff_starts(demo_raw):
@@ -153,7 +160,7 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
     monkeypatch.setenv("BAKEOFF_CONN_HUGGINGFACE_DEFAULT_PASSWORD", HF)
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     t = next(x for x in raw["targets"] if x["provider"] == "aws")
-    t["secrets"] = {"HF_TOKEN": "huggingface_default"}
+    t.update(secrets={"HF_TOKEN": "huggingface_default"}, image=TRUSTED)
     raw.update(name="secret-run", targets=[t])
     raw["quality"]["accuracy"]["eval_size"] = 8
     raw["workloads"][0].update(concurrency=[2], requests_per_point=4, warmup_requests=1, input_len=64, output_len=8)

@@ -180,7 +180,7 @@ def test_trtllm_plain_command_and_options_file():
     t = b200("trtllm", kv_cache_dtype="fp8")
     w = engines.command(t, 8000)
     assert w[:6] == ["-n", "1", "--oversubscribe", "--allow-run-as-root", "trtllm-serve", "nvidia/GLM-5.2-NVFP4"]
-    assert flag(w, "--backend") == "pytorch" and "--trust_remote_code" in w
+    assert flag(w, "--backend") == "pytorch" and "--trust_remote_code" not in w  # the catalog marks no model
     assert flag(w, "--tp_size") == "8" and flag(w, "--ep_size") == "1" and flag(w, "--pp_size") == "1"
     assert flag(w, "--extra_llm_api_options") == engines.TRTLLM_OPTIONS
     assert options(t) == {"kv_cache_config": {"dtype": "fp8"}, "enable_attention_dp": False, "print_iter_log": True}

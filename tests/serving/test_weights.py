@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import store
+from bakeoff import catalog, store
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
 from bakeoff.serving import deploy, tls, userdata
@@ -88,7 +88,8 @@ def test_the_token_reaches_the_download_only_through_the_root_only_file():
     assert step.index("set +x") < step.index("docker run")
     download = next(line for line in step.splitlines() if "docker run" in line)
     assert "$w_e" in download and 'w_e="--env-file /etc/bakeoff/secrets/serve.env"' in step
-    assert "HF_HUB_ENABLE_HF_TRANSFER=1" in step and f"w_r={t.checkpoint_id}" in step
+    # bakeoff's own downloader in the agent's digest-pinned image, never the plan's serving image
+    assert catalog.agent_image() in step and userdata.image_for(t) not in step and f"w_r={t.checkpoint_id}" in step
     # the mirror: pulled before the hub, pushed back after a hub download, without the conn id
     assert "w_s3=s3://wbucket/hf/models--" in step and "aws_weights" not in step
     assert step.index('aws s3 sync --only-show-errors "$w_s3/"') < step.index('w_dl "$w_r"')

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from synthetic import XSS
 
 from bakeoff.cost import cost_run
+from bakeoff.paths import run_folder
 from bakeoff.publish import publish
 from bakeoff.report import build_report
 
@@ -63,7 +64,8 @@ def test_index_page_escapes_and_links(published):
     html = resp.text
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # the target name in the headline, as text
-    assert "EMULATED" in html and 'href="reports/synthetic/run_id%3Dmanual__2026-11-02T10_00_00_00_00/' in html
+    folder = run_folder("manual__2026-11-02T10:00:00+00:00")
+    assert "EMULATED" in html and f'href="reports/synthetic/run_id%3D{folder}/' in html
 
 
 def test_serves_a_report(published):

@@ -8,6 +8,7 @@ import pytest
 import synthetic
 
 from bakeoff.cost import cost_run
+from bakeoff.paths import run_folder
 from bakeoff.publish import asset_uri, publish
 from bakeoff.report import build_report
 
@@ -37,7 +38,7 @@ def test_local_publish_and_index(two_runs):
     for rdir, paths in runs:
         res = publish(plan, rdir, paths)
     assert res["asset_uri"] == asset_uri("synthetic") == "bakeoff://reports/synthetic"
-    assert Path(res["location"]) == root / "synthetic" / "run_id=scheduled__2026-11-01"
+    assert Path(res["location"]) == root / "synthetic" / f"run_id={run_folder('scheduled__2026-11-01')}"
     for f in res["files"].values():
         assert Path(f).is_file()
     index = json.loads((root / "synthetic" / "index.json").read_text())
@@ -71,7 +72,7 @@ def test_publish_to_an_s3_reports_store(built_runs, s3_store, moto_s3):
     res = publish(plan, rdir, paths)
     s3 = moto_s3
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=s3_store, Prefix="reports/")["Contents"]}
-    base = "reports/synthetic/run_id=scheduled__2026-10-01/"
+    base = f"reports/synthetic/run_id={run_folder('scheduled__2026-10-01')}/"
     for kind, local in paths.items():
         assert base + Path(local).name in keys, kind
         assert res["files"][kind] == f"s3://bakeoff_store_test@{s3_store}/{base}{Path(local).name}"

@@ -65,8 +65,8 @@ def test_run_states_from_the_rest_api(api, tmp_path, monkeypatch):
     assert seen["tokens"] == 1  # signed in once
     seen["expire"] = True
     assert run_state("p", "manual__b") == "failed" and seen["tokens"] == 2  # a stale token: signed in again
-    tags = {"bakeoff:plan": "p", "bakeoff:run_id": "manual__b"}
-    assert reaper.verdict_for_tags(tags, 0.0, run_state) == "run manual__b ended (failed)"
+    tags = {"bakeoff:plan": "p", "bakeoff:run_id": "manual__b", "bakeoff:installation": "bi-own"}
+    assert reaper.verdict_for_tags(tags, 0.0, run_state, "bi-own") == "run manual__b ended (failed)"
 
 
 def test_without_credentials_the_error_names_the_settings(api, monkeypatch):

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from bakeoff import store
+from bakeoff.paths import run_folder
 
 
 def test_points_survive_and_concatenate(data_root):
@@ -80,7 +81,7 @@ def test_a_run_in_s3_through_an_airflow_connection(s3_store, moto_s3):
     assert [r["run_id"] for r in store.list_runs("demo")] == ["r-s3"]
     s3 = moto_s3
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=s3_store)["Contents"]}
-    base = "results/demo/run_id=manual__2026-11-29T10_00_00_00_00/"
+    base = f"results/demo/run_id={run_folder('manual__2026-11-29T10:00:00+00:00')}/"
     assert {
         base + "steps/start.json",
         base + "target=a/steps/provision.json",

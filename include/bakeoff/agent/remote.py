@@ -9,6 +9,7 @@ before it. Submitting is idempotent per job id, so a retried task follows the jo
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -22,6 +23,13 @@ from bakeoff.serving.tls import client_context
 
 log = logging.getLogger(__name__)
 NOT_MIRRORED = {"summary.json"}  # the node's console summary of its last workload; the store has the points
+# What a node may put in the store: the benchmark's own outputs (bench/run.py, store.save_point), nothing
+# else; the target's control records (steps/*, instance.json, deploy.json) feed re-provision, cost and teardown.
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._=-]{0,200}"
+BENCH_OUTPUTS = re.compile(
+    rf"(?:requests|points)/{_NAME}\.parquet|provenance/{_NAME}\.json"
+    rf"|(?:sla|prompt_sizing)-{_NAME}\.json|client_calibration\.json"
+)
 
 
 class AgentError(RuntimeError):
@@ -120,6 +128,9 @@ def mirror(client: AgentClient, job_id: str, files: dict[str, int], into: store.
         if not parts or rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts):
             # the agent names files; never let it write elsewhere (the store may be object storage: no resolve())
             raise AgentError(f"node agent named a file outside the results folder: {rel!r}")
+        if not BENCH_OUTPUTS.fullmatch(rel):
+            log.warning("node agent offered %r, which is not a benchmark output; refused, not stored", rel[:200])
+            continue
         store.write_bytes(store.at(into) / rel, client.fetch(job_id, rel))
         have[rel] = size
         n += 1

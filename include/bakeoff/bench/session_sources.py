@@ -84,8 +84,8 @@ def _ms(obj: dict, key: str, where: str) -> float | None:
     v = obj.get(key)
     if v is None:
         return None
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-        raise WorkloadFileError(f"{where}: {key} must be a number of milliseconds >= 0")
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf:  # NaN fails too
+        raise WorkloadFileError(f"{where}: {key} must be a finite number of milliseconds >= 0")
     return float(v)
 
 
@@ -168,10 +168,17 @@ def _session(sid: str, rows: list[tuple[int, dict]], t0: float, name: str) -> Se
         )
     turns: list[Turn] = []
     prev: dict | None = None
+    last_ts: float | None = None  # the session's latest timestamp so far: time never runs backwards
     for no, r in rows:
         if r["ts"] is None and r["delay"] is None and prev is not None:
             raise WorkloadFileError(f"{name} line {no}: give timestamp (ms) or delay (ms after the previous answer)")
         if r["ts"] is not None:
+            if last_ts is not None and r["ts"] < last_ts:
+                raise WorkloadFileError(
+                    f"{name} line {no}: timestamp {r['ts']:g} ms is before an earlier turn's ({last_ts:g} ms) "
+                    f"of session {sid}; a session's turns are sent in order, so fix the timestamps"
+                )
+            last_ts = r["ts"]
             send: float | None = (r["ts"] - t0) / 1000
             think = 0.0 if prev is None or prev["ts"] is None else (r["ts"] - prev["ts"]) / 1000
         else:
@@ -249,6 +256,8 @@ def _log_time(v: Any, where: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if not math.isfinite(v):
+            raise WorkloadFileError(f"{where}: timestamp must be a finite number of epoch seconds")
         return float(v)
     if isinstance(v, str):
         try:
@@ -289,7 +298,7 @@ def read_logs(p: Path, block_tokens: int) -> list[Session]:
     for cid, rows in convs.items():
         rows.sort(key=lambda x: (x[0], x[1]))
         turns: list[Turn] = []
-        for _, _no, r in rows:
+        for _, no, r in rows:
             prev = turns[-1] if turns else None
             if r["prompt"] is not None:
                 il = r["prompt"]
@@ -306,7 +315,12 @@ def read_logs(p: Path, block_tokens: int) -> list[Session]:
             send = None if r["t"] is None else r["t"] - t0
             think = 0.0
             if prev is not None and send is not None and prev.send_at_s is not None:
-                think = max(0.0, send - prev.send_at_s)
+                if send < prev.send_at_s:
+                    raise WorkloadFileError(
+                        f"{p.name} line {no}: this turn of conversation {cid} has a timestamp before the "
+                        "previous turn's; a conversation's turns are sent in order, so fix the timestamps or turns"
+                    )
+                think = send - prev.send_at_s
             if prev is None and send is None:
                 send = 0.0
             turns.append(Turn(new, il, r["out"], think, ids, send))

@@ -27,18 +27,60 @@ def _where(path: Path, line: int | None) -> str:
     return f"{path.name}:{line}" if line else path.name
 
 
+MAX_JSON_DEPTH = 64  # lists and objects inside one another; real traces, logs and prompts use a handful
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):  # NaN, Infinity, or 1e999
+        raise _NotFinite(text)
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotFinite(name)
+
+
+def _depth(obj: Any) -> int:
+    """How deeply lists and objects nest (iteratively: a hostile file cannot exhaust the stack here)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, d)
+            if d > MAX_JSON_DEPTH:
+                return d
+            stack.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def parse_json(text: str, where: str) -> Any:
+    """One JSON document from an untrusted file: only finite numbers (no NaN, Infinity or 1e999) and at
+    most MAX_JSON_DEPTH levels of nesting; anything else is a WorkloadFileError naming ``where``."""
+    try:
+        obj = json.loads(text, parse_float=_finite, parse_constant=_refuse_constant)
+    except _NotFinite as e:
+        raise WorkloadFileError(f"{where}: {str(e)[:20]} is not a finite number; write a plain number") from None
+    except RecursionError:
+        raise WorkloadFileError(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except json.JSONDecodeError as e:
+        raise WorkloadFileError(f"{where}: not valid JSON ({e.msg}); one JSON object per line") from None
+    if _depth(obj) > MAX_JSON_DEPTH:
+        raise WorkloadFileError(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep")
+    return obj
+
+
 def _json_objects(p: Path):
     """(line number, object) for each non-blank line of a JSONL file; bad lines name their number."""
     with p.open(encoding="utf-8") as f:
         for no, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise WorkloadFileError(
-                    f"{_where(p, no)}: not valid JSON ({e.msg}); one JSON object per line"
-                ) from None
+            obj = parse_json(line, _where(p, no))
             if not isinstance(obj, dict):
                 raise WorkloadFileError(f"{_where(p, no)}: expected a JSON object, got {type(obj).__name__}")
             yield no, obj
@@ -128,11 +170,14 @@ def _user_entry(obj: dict, p: Path, no: int) -> dict:
 @functools.lru_cache(maxsize=4)
 def _sharegpt(path: str, mtime: float) -> tuple[dict, ...]:
     p = Path(path)
+    text = p.read_text(encoding="utf-8")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except ValueError as e:
-        line = getattr(e, "lineno", None)
-        raise WorkloadFileError(f"{_where(p, line)}: not valid JSON ({getattr(e, 'msg', e)})") from None
+        json.loads(text, parse_float=float, parse_constant=float)  # where a syntax error is, by line
+    except json.JSONDecodeError as e:
+        raise WorkloadFileError(f"{_where(p, e.lineno)}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        pass  # parse_json names it
+    data = parse_json(text, p.name)
     if not isinstance(data, list):
         raise WorkloadFileError(f"{p.name}: expected a JSON list of conversations (ShareGPT format)")
     out = []

@@ -136,6 +136,8 @@ class ModelSpec(_Frozen):
     experts_per_token: int | None = None
     checkpoints: dict[str, str] = {}
     speculative: dict[str, str] = {}
+    # the model's repo ships Python the engine must run (auto_map); off unless set here after reading that code
+    trust_remote_code: bool = False
     source: str = ""
     as_of: str = ""
 

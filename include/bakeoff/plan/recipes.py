@@ -66,6 +66,14 @@ class Recipe(BaseModel):
     notes: str = ""
 
     @property
+    def floating(self) -> bool:
+        """Its image is a tag, not a digest (every InferenceX recipe names tags, nightly builds among them):
+        the tag may be re-pushed with other code, so a target using it gets no serving secrets
+        (installation.check_secret_images) until a plan pins the image by digest and the installation
+        trusts that digest."""
+        return "@sha256:" not in self.image
+
+    @property
     def middle_concurrency(self) -> int:
         """The concurrency the benchmark runs a recipe at: the middle of its published list."""
         return self.concurrency[len(self.concurrency) // 2]

@@ -27,10 +27,29 @@ _IMAGE_RE = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
 )
-# env names that hold secrets: those belong in ``secrets`` (resolved from connections), never in the plan
+# env names that hold secrets: those belong in ``secrets`` (resolved from connections), never in the plan.
+# Substrings for the unmistakable words (HFTOKEN, DB_PASSWORD1), whole words for the short ones (MY_PASS, HF_AUTH)
 _SECRET_NAME = re.compile(
-    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(_|$)|(^|_)(API|ACCESS|PRIVATE)_KEY(_|$)"
+    r"TOKEN(?!S|IZ)|SECRET|PASSW|CREDENTIAL|APIKEY|(API|ACCESS|PRIVATE|AUTH)_?KEY|(^|_)(PASS|PWD|AUTH|KEY|COOKIE)(_|$)"
 )
+
+
+# engine flags that decide who reaches the server and how (address, port, TLS, key, a config file that could
+# set any of them): bakeoff sets these itself, so a plan's engine_args may not (checked with - or _ spelling)
+_EXPOSURE_FLAGS = frozenset(
+    {"--host", "--port", "--server-port", "--uds", "--config", "--extra-llm-api-options", "--enable-ssl-refresh"}
+)
+TRUST_REMOTE_CODE = "--trust-remote-code"
+
+
+def flag_name(arg: str) -> str:
+    """``--Server_Port=8001`` -> ``--server-port``: one spelling for the comparisons below."""
+    return arg.split("=", 1)[0].strip().lower().replace("_", "-")
+
+
+def exposure_flag(arg: str) -> bool:
+    name = flag_name(arg)
+    return name.startswith("--") and (name in _EXPOSURE_FLAGS or name.startswith("--ssl-") or name.endswith("api-key"))
 
 
 def _checkpoint_precision(checkpoint: str | None) -> str | None:
@@ -155,6 +174,13 @@ class Target(Strict):
     @field_validator("engine_args")
     @classmethod
     def _args(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if exposure_flag(a):
+                raise ValueError(
+                    f"{a.split('=', 1)[0]!r} sets where or how the server is reached (host, port, TLS, API key "
+                    "or a config file), which bakeoff decides so the node stays behind its firewall, TLS and key; "
+                    "remove it from engine_args"
+                )
         return [check_arg(a) for a in v]
 
     @field_validator("env")
@@ -253,6 +279,16 @@ class Target(Strict):
             raise ValueError(
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "
                 "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _remote_code(self) -> Target:
+        """Code from the checkpoint's repo runs only for a model the catalog marks (models.yaml trust_remote_code)."""
+        if any(flag_name(a) == TRUST_REMOTE_CODE for a in self.engine_args) and not self.model_spec.trust_remote_code:
+            raise ValueError(
+                f"engine_args: {TRUST_REMOTE_CODE} would run Python code from the checkpoint's repo, and the model "
+                f"catalog does not mark {self.model} as needing it (models.yaml trust_remote_code); remove the flag"
             )
         return self
 

@@ -18,6 +18,7 @@ TAG_RUN = "bakeoff:run_id"
 TAG_TARGET = "bakeoff:target"
 TAG_EXPIRES = "bakeoff:expires_at"
 TAG_PLAN = "bakeoff:plan"
+TAG_INSTALLATION = "bakeoff:installation"  # secrets.installation_id(): whose reaper may judge the node by its run
 
 
 class ProviderError(RuntimeError):

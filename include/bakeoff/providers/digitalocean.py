@@ -138,7 +138,7 @@ class DigitalOceanProvider(RestProvider):
         self.ensure_firewall(target, run_id)
         try:
             inst = super().create(target, run_id, tags=tags, spec=spec)
-        except ProviderError:
+        except Exception:  # a cloud refusal, or user-data that would not render (ValueError): no droplet
             self._drop_unused_firewall(run_id, target.slug)
             raise
         self.ensure_firewall(target, run_id)

@@ -26,6 +26,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if
 
 from bakeoff.providers.base import (
     TAG_EXPIRES,
+    TAG_INSTALLATION,
     TAG_PLAN,
     TAG_RUN,
     TAG_TARGET,
@@ -49,7 +50,14 @@ T = TypeVar("T")
 TAG_PORT = "bakeoff:port"  # serving port, so list_tagged can say where a node serves
 TAG_PREFIX = "bakeoff"
 # tag key -> short name; values are base32 so any run id fits the clouds' tag alphabets
-_SHORT = {TAG_RUN: "run", TAG_TARGET: "target", TAG_PLAN: "plan", TAG_EXPIRES: "expires", TAG_PORT: "port"}
+_SHORT = {
+    TAG_RUN: "run",
+    TAG_TARGET: "target",
+    TAG_PLAN: "plan",
+    TAG_EXPIRES: "expires",
+    TAG_PORT: "port",
+    TAG_INSTALLATION: "inst",
+}
 _LONG = {v: k for k, v in _SHORT.items()}
 
 

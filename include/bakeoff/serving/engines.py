@@ -265,8 +265,9 @@ def _trtllm(target, port: int, host: str) -> list[str]:
         str(port),
         "--backend",
         "pytorch",
-        "--trust_remote_code",
     ]
+    if target.model_spec.trust_remote_code:  # a catalog fact, never the plan's (models.yaml)
+        own.append("--trust_remote_code")
     own += ["--tp_size", str(target.tensor_parallel), "--pp_size", str(target.pipeline_parallel)]
     own += ["--ep_size", str(getattr(target, "expert_parallel", 1))]
     return [*own, "--extra_llm_api_options", TRTLLM_OPTIONS]

@@ -23,7 +23,8 @@ secrets never travel in clear and never sit on a command line:
     (front.py), which reads it itself, so it is on no ``docker run`` argv or process listing;
   - serving secrets (HF_TOKEN, registry tokens) are not in the user-data at all: only their names.
     The boot script waits (bounded) for the worker to hand them to the node agent over the pinned
-    TLS channel, which writes them into a root-only env file for the serving container.
+    TLS channel, which writes them into a root-only env file that only bakeoff's own weights
+    downloader reads (in the agent's digest-pinned image); the serving container never gets it.
 The API key and the TLS private key do travel inside the user-data, which the cloud shows to
 principals allowed to read instance attributes; both are per run and per target, and die with the node.
 """
@@ -39,7 +40,7 @@ from importlib.metadata import version
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.registry import PROVIDERS
-from bakeoff.serving import engines, front, power
+from bakeoff.serving import engines, front, hub_fetch, power
 from bakeoff.serving.tls import check_cert
 
 CONTAINER = "bakeoff-serve"
@@ -83,17 +84,18 @@ def engine_port(target, port: int) -> int:
     return port + 1 if target.stack in engines.FRONTED else port
 
 
-def docker_argv(target, port: int, *, tls: bool = False, secrets: bool = False) -> list[str]:
+def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
     """The ``docker run`` command. No key on it: vLLM reads ``VLLM_API_KEY`` from a root-only env
     file, SGLang its ``api-key`` from a root-only config file mounted read-only, and an engine with no
     key check of its own (``engines.FRONTED``) listens on loopback behind the node's front (front.py);
-    with ``tls`` the server (or the front) serves the node's certificate; with ``secrets`` it gets the
-    env file the agent wrote. The engine's extra files are mounted read-only at their own paths."""
+    with ``tls`` the server (or the front) serves the node's certificate. It never gets the serving
+    secrets (the plan chose its image): it reads the verified weights offline. The engine's extra files
+    are mounted read-only at their own paths."""
     stack = target.stack
     fronted = stack in engines.FRONTED
     key = {"vllm": ["--env-file", "/etc/bakeoff/key.env"], "sglang": ["-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"]}
     tls_here = tls and not fronted
-    mounts = (["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls_here else []) + (["--env-file", SECRETS_ENV] if secrets else [])
+    mounts = ["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls_here else []
     for path in engines.extra_files(target):
         mounts += ["-v", f"{path}:{path}:ro"]
     tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls_here else []) + (
@@ -231,10 +233,11 @@ def weights_section(target, log_dir: str = LOG_DIR) -> str:
 
     Where from, in order: the node's cache (``weights.cache_dir``, on the local NVMe: see _instance_store),
     then the S3 mirror (``aws s3 sync`` with the node's own credentials: the instance role on EC2), then
-    the hub (``hf download`` inside the serving image, hf_transfer when the image has it), after which
-    the snapshot is pushed to the mirror so the next run skips the paid download. The hub token reaches
-    the download only through docker's ``--env-file`` from the root-only secrets file: never on a command
-    line, never echoed. A failed download stops the boot as ``weights_download``; a tokenizer or a shard
+    the hub (bakeoff's own downloader, hub_fetch.py, in the agent's digest-pinned image: never the plan's
+    image, whose code must not see the token), after which the snapshot is pushed to the mirror so the
+    next run skips the paid download. The hub token reaches the download only through docker's
+    ``--env-file`` from the root-only secrets file: never on a command line, never echoed, never in the
+    serving container. A failed download stops the boot as ``weights_download``; a tokenizer or a shard
     of the index missing afterwards as ``weights_incomplete`` (readiness classifies both). Terse: it must
     fit the 16 KB user-data beside the biggest recipe."""
     q = shlex.quote
@@ -244,10 +247,6 @@ def weights_section(target, log_dir: str = LOG_DIR) -> str:
     mirror = w.mirror_parts
     s3 = f"s3://{mirror[1]}/{mirror[2] + '/' if mirror[2] else ''}{_hub_folder(repo)}" if mirror else ""
     t = int(w.download_timeout_s)
-    fetch = (
-        'python3 -c "import hf_transfer" 2>/dev/null && export HF_HUB_ENABLE_HF_TRANSFER=1; '
-        'exec "$(command -v hf || echo huggingface-cli)" download "$0" --cache-dir /hub'
-    )
     sync = f"timeout {t} aws s3 sync --only-show-errors"
     draft = engines.draft_repo(target)  # a speculative draft in its own repo: the engine runs offline, fetch it too
     draft_sh = f'[ -s "$w_c/hub/{_hub_folder(draft)}/refs/main" ] || w_dl {q(draft)}\n' if draft else ""
@@ -281,8 +280,8 @@ w_json() {{  # $1 ok, $2 failure (JSON)
 w_fail() {{ w_json false "\\"$1\\""; echo "bakeoff: $1: $2"; exit 1; }}
 w_e=; [ -s {SECRETS_ENV} ] && w_e="--env-file {SECRETS_ENV}"
 w_dl() {{  # one repo from the hub into the cache, or the boot stops as weights_download
-  timeout {t} docker run --rm --network host $w_e -v "$w_c/hub:/hub" --entrypoint sh {q(image_for(target))} \
-    -c {q(fetch)} "$1" > "$w_l/weights-download.log" 2>&1 && return
+  timeout {t} docker run --rm --network host $w_e -v "$w_c/hub:/hub" -v {hub_fetch.SCRIPT}:{hub_fetch.SCRIPT}:ro \
+    {q(catalog.agent_image())} python {hub_fetch.SCRIPT} "$1" /hub > "$w_l/weights-download.log" 2>&1 && return
   grep -qiE '40[13] Client Error|gated|unauthori[sz]ed|forbidden|RepositoryNotFound' "$w_l/weights-download.log" \
     && w_fail weights_download "the hub refused $1: gated or private, and the token (secrets.HF_TOKEN) \
 is missing or lacks access; accept its licence on huggingface.co with the token's account"
@@ -341,6 +340,22 @@ def _firewall(port: int, ingress_cidr: str | None) -> str:
 def kill_switch_minutes(shutdown_after_s: float) -> int:
     """Minutes after the boot script starts at which the kill switch fires (``shutdown -h +N``)."""
     return max(1, int(shutdown_after_s // 60) + 1)
+
+
+def _default_deny() -> str:
+    """Inbound TCP to any other port is dropped (an engine a plan moved to another port, anything its
+    image listens on): loopback and replies to the node's own connections pass. Appended, so the
+    per-port rules (inserted at the top) decide first; fails closed like them."""
+    tail = (
+        "-A INPUT -i lo -j ACCEPT && {0} -A INPUT -p tcp -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"
+        " && {0} -A INPUT -p tcp -j DROP"
+    )
+    return (
+        f"if ! {{ iptables {tail.format('iptables')} && {{ [ ! -e /proc/net/if_inet6 ] || "
+        f"{{ ip6tables {tail.format('ip6tables')}; }}; }}; }}; then\n"
+        '  echo "bakeoff: firewall default-deny failed (error: a rule could not be installed); '
+        'stopping before anything listens"\n  exit 1\nfi'
+    )
 
 
 def kill_switch_section(provider: str, minutes: int) -> str:
@@ -475,7 +490,7 @@ def render(
     q = shlex.quote
     minutes = kill_switch_minutes(shutdown_after_s)
     env_lines = "\n".join(f"{k}={v}" for k, v in engines.environment(target).items())
-    argv = " ".join(q(a) for a in docker_argv(target, port, tls=bool(tls), secrets=bool(names)))
+    argv = " ".join(q(a) for a in docker_argv(target, port, tls=bool(tls)))
     image = q(image_for(target))
     fw = _firewall(port, ingress_cidr)
     agent_mark = json.dumps({"sha256": agent["sha256"], "url": agent["url"]}, sort_keys=True) if agent else "{}"
@@ -497,8 +512,9 @@ echo "bakeoff: boot $(date -u +%FT%TZ)"
 
 {kill_switch_section(target.provider, minutes)}
 
-# 2. only the plan's CIDR reaches port {port}
+# 2. only the plan's CIDR reaches port {port}; every other inbound TCP port is closed
 {fw}
+{_default_deny()}
 
 # 3. the API key and the node's TLS key: root-only files, never echoed nor on a command line
 install -d -m 0700 /etc/bakeoff
@@ -512,6 +528,10 @@ cat > /etc/bakeoff/serve.env <<'BAKEOFF_ENV'
 {env_lines}
 BAKEOFF_ENV
 {_extra_files(target)}
+cat > {hub_fetch.SCRIPT} <<'BAKEOFF_HUB_FETCH'
+{hub_fetch.program()}BAKEOFF_HUB_FETCH
+sha256sum -c --quiet - <<< "{hub_fetch.SHA256}  {hub_fetch.SCRIPT}" \
+  || {{ echo "bakeoff: weights downloader corrupted"; exit 1; }}
 {_tls_files(tls)}
 {f"install -d -m 0700 {SECRETS_ENV.rsplit('/', 1)[0]}" if names else ""}
 
