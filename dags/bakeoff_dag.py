@@ -1,7 +1,8 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.pipeline. Per target (mapped, one group per
-provider so provisioning takes a slot of the provider's pool):
+Thin wiring only: every task calls one step of bakeoff.pipeline. First a gate: a scheduled run
+starts only from the Variable bakeoff_schedule_from on (unpausing alone starts nothing). Per
+target (mapped, one group per provider so provisioning takes a slot of the provider's pool):
 provision (setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark ->
 wait_benchmark -> terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is
 held while a node boots, a model loads or a co-located benchmark runs. Then, whatever
@@ -189,6 +190,18 @@ def bakeoff():
     watched_in_group: list = []
     teardowns: list = []
 
+    @task.short_circuit(retries=0)
+    def schedule_gate() -> bool:
+        """A scheduled run starts only from the Variable bakeoff_schedule_from on, so unpausing the DAG
+        starts nothing by itself; when it returns False every later task is skipped, teardowns too."""
+        from bakeoff.schedule_gate import VARIABLE, refusal
+
+        run = get_current_context()["dag_run"]
+        why = refusal(run.run_type, run.run_after, Variable.get(VARIABLE, default=None))
+        if why:
+            print(why)
+        return why is None
+
     @task(retries=0)
     def start_run():
         from bakeoff.plan import installed_plan_path
@@ -310,6 +323,7 @@ def bakeoff():
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
     run = start_run()
+    schedule_gate() >> run
     groups = [evaluate_on(p).expand(item=targets_of.override(task_id=f"{p}_targets")(run, p)) for p in PROVIDERS]
     swept = sweep(run)
     groups >> swept

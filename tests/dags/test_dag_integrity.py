@@ -227,3 +227,29 @@ def test_the_failure_notifier_mails_the_alert_address(dagbag, monkeypatch):
     body = "".join(p.get_payload(decode=True).decode() for p in mail.walk() if p.get_content_type() == "text/html")
     assert mail["Subject"] == "[bakeoff] bakeoff run manual__1 failed" and "task_failure" in body
     assert late["Subject"] == "[bakeoff] bakeoff run manual__2 is past its deadline"
+
+
+def test_unpausing_starts_no_run_until_the_schedule_is_enabled(dagbag):
+    """Airflow runs the schedule's latest tick at once when the DAG is unpaused (catchup=False still
+    does): the short-circuit gate before everything skips that run, teardowns included, while the
+    Variable bakeoff_schedule_from is unset or later; the first tick from that date on goes ahead."""
+    import pendulum
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    from bakeoff.schedule_gate import refusal
+
+    dag = dagbag.dags["bakeoff"]
+    scheduled = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the scheduler reads
+    timetable, restriction = scheduled.timetable, TimeRestriction(scheduled.start_date, None, scheduled.catchup)
+    first = timetable.next_dagrun_info_v2(last_dagrun_info=None, restriction=restriction)
+    assert first and first.run_after <= pendulum.now("UTC")  # due already: it would start at unpause
+    later = timetable.next_dagrun_info_v2(last_dagrun_info=first, restriction=restriction)
+    assert later and refusal("scheduled", first.run_after, None)
+    enabled_from = later.run_after.date().isoformat()
+    assert refusal("scheduled", first.run_after, enabled_from)
+    assert refusal("scheduled", later.run_after, enabled_from) is None
+    gate = dag.get_task("schedule_gate")
+    assert type(gate).__name__ == "_ShortCircuitDecoratedOperator" and gate.ignore_downstream_trigger_rules
+    assert [r.task_id for r in dag.roots] == ["schedule_gate"]
+    assert gate.get_flat_relative_ids(upstream=False) == {t.task_id for t in dag.tasks} - {"schedule_gate"}
