@@ -21,10 +21,11 @@ COPY --chown=airflow:0 scripts/init_secrets.sh scripts/load_settings.sh scripts/
 COPY --chown=airflow:0 config /opt/bakeoff/config
 
 # Mount points of named volumes: a new volume takes this ownership, so no service needs root.
-# One directory per secret: docker-compose.yml mounts each only into the services that use it.
+# One directory per secret: docker-compose.yml mounts each only into the services that use it
+# (tests/deploy checks that every named volume's mount point is here).
 USER root
 RUN mkdir -p /opt/airflow/secrets/fernet /opt/airflow/secrets/jwt /opt/airflow/secrets/api \
-      /opt/airflow/secrets/admin /opt/bakeoff-data \
+      /opt/airflow/secrets/admin /opt/airflow/secrets/reaper /opt/bakeoff-data \
  && chown -R airflow:0 /opt/airflow/secrets /opt/bakeoff-data \
  && chmod -R 0770 /opt/airflow/secrets && chmod 0775 /opt/bakeoff-data
 USER airflow

@@ -1,8 +1,9 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.pipeline (the optional pre-flight first,
-bakeoff.preflight: off, check first, or pre-flight only). Per target (mapped, one group per
-provider so provisioning takes a slot of the provider's pool):
+Thin wiring only: every task calls one step of bakeoff.pipeline. First a gate: a scheduled run
+starts only from the Variable bakeoff_schedule_from on (unpausing alone starts nothing); then the
+optional pre-flight (bakeoff.preflight: off, check first, or pre-flight only). Per target (mapped,
+one group per provider so provisioning takes a slot of the provider's pool):
 provision (setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark ->
 wait_benchmark -> terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is
 held while a node boots, a model loads or a co-located benchmark runs. Then, whatever
@@ -212,6 +213,18 @@ def bakeoff():
     watched_in_group: list = []
     teardowns: list = []
 
+    @task.short_circuit(retries=0)
+    def schedule_gate() -> bool:
+        """A scheduled run starts only from the Variable bakeoff_schedule_from on, so unpausing the DAG
+        starts nothing by itself; when it returns False every later task is skipped, teardowns too."""
+        from bakeoff.schedule_gate import VARIABLE, refusal
+
+        run = get_current_context()["dag_run"]
+        why = refusal(run.run_type, run.run_after, Variable.get(VARIABLE, default=None))
+        if why:
+            print(why)
+        return why is None
+
     # "pre-flight only" returns False: every later task is skipped, whatever its trigger rule
     @task.short_circuit(retries=0, ignore_downstream_trigger_rules=True)
     def preflight() -> bool:
@@ -352,7 +365,7 @@ def bakeoff():
         raise RuntimeError(f"a bake-off step failed; everything measured is kept under {run['run_dir']}")
 
     run = start_run()
-    preflight() >> run
+    schedule_gate() >> preflight() >> run
     # Nothing is provisioned before the spend is approved (or needs no approval; provision checks again).
     approved = SpendApproval(
         task_id=APPROVAL_TASK, run_dir="{{ ti.xcom_pull(task_ids='start_run')['run_dir'] }}", retries=0

@@ -265,7 +265,33 @@ def test_preflight_is_an_optional_first_step_that_can_end_the_run(dagbag):
     skips every later task whatever its trigger rule."""
     dag = dagbag.dags["bakeoff"]
     task = dag.get_task("preflight")
-    assert task.upstream_task_ids == set() and "start_run" in task.downstream_task_ids
+    assert task.upstream_task_ids == {"schedule_gate"} and "start_run" in task.downstream_task_ids
     assert task.ignore_downstream_trigger_rules is True and type(task).__name__ == "_ShortCircuitDecoratedOperator"
     schema = dag.params.get_param("preflight").schema
     assert schema["enum"] == [None, "off", "check first", "pre-flight only"] and dag.params["preflight"] == "off"
+
+
+def test_unpausing_starts_no_run_until_the_schedule_is_enabled(dagbag):
+    """Airflow runs the schedule's latest tick at once when the DAG is unpaused (catchup=False still
+    does): the short-circuit gate before everything skips that run, teardowns included, while the
+    Variable bakeoff_schedule_from is unset or later; the first tick from that date on goes ahead."""
+    import pendulum
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    from bakeoff.schedule_gate import refusal
+
+    dag = dagbag.dags["bakeoff"]
+    scheduled = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the scheduler reads
+    timetable, restriction = scheduled.timetable, TimeRestriction(scheduled.start_date, None, scheduled.catchup)
+    first = timetable.next_dagrun_info_v2(last_dagrun_info=None, restriction=restriction)
+    assert first and first.run_after <= pendulum.now("UTC")  # due already: it would start at unpause
+    later = timetable.next_dagrun_info_v2(last_dagrun_info=first, restriction=restriction)
+    assert later and refusal("scheduled", first.run_after, None)
+    enabled_from = later.run_after.date().isoformat()
+    assert refusal("scheduled", first.run_after, enabled_from)
+    assert refusal("scheduled", later.run_after, enabled_from) is None
+    gate = dag.get_task("schedule_gate")
+    assert type(gate).__name__ == "_ShortCircuitDecoratedOperator" and gate.ignore_downstream_trigger_rules
+    assert [r.task_id for r in dag.roots] == ["schedule_gate"]
+    assert gate.get_flat_relative_ids(upstream=False) == {t.task_id for t in dag.tasks} - {"schedule_gate"}

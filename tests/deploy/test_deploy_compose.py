@@ -143,7 +143,7 @@ def test_authentication_is_the_fab_auth_manager_with_an_admin_created_by_init(co
     script = compose["services"]["airflow-init"]["command"][1]
     assert "init_secrets.sh /opt/airflow/secrets/admin" in script
     assert script.index("airflow db migrate") < script.index("airflow users create --role Admin")
-    assert '--password "${password}"' in script and "echo" not in script.split("airflow users create")[0]
+    assert '--password="${password}"' in script and "echo" not in script.split("airflow users create")[0]
     assert "apache-airflow-providers-fab" in {Requirement(r).name for r in PROJECT["dependencies"]}
     assert re.search(r"^apache-airflow-providers-fab==\S+ \\$", LOCK_TEXT, re.M)
 
@@ -251,7 +251,7 @@ def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compos
     init = compose["services"]["airflow-init"]
     assert env[airflow_api.PASSWORD_FILE_ENV] == init["environment"]["REAPER_PASSWORD_FILE"]
     script = init["command"][1]
-    created = re.search(r"airflow users create --role Viewer --username (\S+) --password (.+?) \\", script)
+    created = re.search(r"airflow users create --role Viewer --username (\S+) --password=(.+?) \\", script)
     assert created and created.groups() == (env[airflow_api.USER_ENV], '"$(cat "${REAPER_PASSWORD_FILE}")"')
     raw_reaper = yaml.safe_load(COMPOSE_TEXT)["services"]["bakeoff-reaper"]
     assert not re.search(r"POSTGRES|REDIS|MINIO|AIRFLOW__|SECRET_KEY|FERNET|JWT", json.dumps(raw_reaper))
@@ -306,3 +306,50 @@ def test_dockerfile_builds_on_the_pinned_airflow_and_installs_the_library():
             assert (ROOT / path).exists(), f"Dockerfile copies missing {path}"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".env", ".venv", ".git"} <= set(ignored)
+
+
+# the base image's own directories that a named volume mounts over (owned by airflow there)
+BASE_IMAGE_DIRS = {"/opt/airflow/logs"}
+
+
+def _dockerfile_dirs(dockerfile: str) -> tuple[set[str], set[str]]:
+    """What the Dockerfile's RUN lines create (``mkdir -p``) and hand to airflow (``chown -R airflow:0``)."""
+    made: set[str] = set()
+    owned: set[str] = set()
+    for run in re.findall(r"^RUN (.*?)(?<!\\)$", dockerfile.replace("\\\n", " "), re.M | re.S):
+        for step in re.split(r"&&|;", run):
+            words = step.split()
+            if words[:2] == ["mkdir", "-p"]:
+                made.update(words[2:])
+            elif words[:3] == ["chown", "-R", "airflow:0"]:
+                owned.update(words[3:])
+    return made, owned
+
+
+def _mount_point_faults(compose: dict, dockerfile: str) -> list[str]:
+    made, owned = _dockerfile_dirs(dockerfile)
+    faults = []
+    for name, service in compose["services"].items():
+        if service.get("build") != ".":
+            continue
+        for mount in service.get("volumes", []):
+            volume, target = mount.split(":")[:2]
+            if volume not in compose["volumes"] or target in BASE_IMAGE_DIRS:
+                continue  # a bind mount, or a directory the base image gives airflow
+            if target not in made or not any(target == d or target.startswith(d + "/") for d in owned):
+                faults.append(f"{name}: {volume} -> {target}")
+    return faults
+
+
+def test_every_named_volume_mounts_on_a_directory_the_image_gives_airflow(compose):
+    """A new volume copies its mount point's owner and mode; one the image lacks comes up root's
+    (0755), and init, running as uid 50000, cannot write its secret there."""
+    assert _mount_point_faults(compose, (ROOT / "Dockerfile").read_text()) == []
+
+
+def test_the_mount_point_check_catches_a_missing_directory(compose):
+    dockerfile = (ROOT / "Dockerfile").read_text().replace(" /opt/airflow/secrets/reaper", "")
+    assert _mount_point_faults(compose, dockerfile) == [
+        "airflow-init: bakeoff-reaper-password -> /opt/airflow/secrets/reaper",
+        "bakeoff-reaper: bakeoff-reaper-password -> /opt/airflow/secrets/reaper",
+    ]

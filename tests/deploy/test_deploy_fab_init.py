@@ -18,7 +18,10 @@ from compose_interpolation import interpolate, read_env_file
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-ADMIN_PASSWORD = "init-test-admin-password"
+# Both begin with "-", as a generated password does 1 time in 64 (secrets.token_urlsafe) and a chosen
+# BAKEOFF_ADMIN_PASSWORD may: argparse must not take either for an option.
+ADMIN_PASSWORD = "-init-test-admin-password"
+REAPER_PASSWORD = "-init-test-reaper-password"
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -30,9 +33,9 @@ def _init_service() -> dict:
 
 
 def _init_steps() -> str:
-    """The init command up to the admin user (what follows loads settings from config/)."""
+    """The init command up to the admin and reaper users (what follows loads settings from config/)."""
     script = _init_service()["command"][1]
-    steps = script.split("unset password")[0]
+    steps = script.split("/opt/bakeoff/scripts/load_settings.sh")[0]
     return steps.replace("/entrypoint airflow", "airflow").replace("/opt/bakeoff/scripts/", f"{ROOT}/scripts/")
 
 
@@ -52,7 +55,7 @@ def _env(tmp: Path) -> dict:
             "BAKEOFF_ADMIN_PASSWORD": ADMIN_PASSWORD,
         }
     )
-    for var in ("FERNET_KEY_FILE", "JWT_SECRET_FILE", "API_SECRET_KEY_FILE", "PASSWORDS_FILE"):
+    for var in ("FERNET_KEY_FILE", "JWT_SECRET_FILE", "API_SECRET_KEY_FILE", "PASSWORDS_FILE", "REAPER_PASSWORD_FILE"):
         env[var] = str(tmp / init_env[var].removeprefix("/opt/airflow/secrets/"))
     env["AIRFLOW__CORE__FERNET_KEY_CMD"] = f"cat {env['FERNET_KEY_FILE']}"
     env["AIRFLOW__API_AUTH__JWT_SECRET_CMD"] = f"cat {env['JWT_SECRET_FILE']}"
@@ -70,12 +73,16 @@ print(json.dumps([client.post("/auth/token", json={"username": u, "password": p}
 """
 
 
-def test_init_creates_a_fab_admin_who_can_log_in_and_a_rerun_keeps_it(tmp_path):
+def test_init_creates_a_fab_admin_and_the_reaper_who_can_log_in_and_a_rerun_keeps_them(tmp_path):
     env = _env(tmp_path)
+    reaper_file = Path(env["REAPER_PASSWORD_FILE"])
+    reaper_file.parent.mkdir(parents=True)
+    reaper_file.write_text(REAPER_PASSWORD + "\n")  # as if generated: init keeps an existing one
     steps = _init_steps()
     first = subprocess.run(["bash", "-c", steps], env=env, capture_output=True, text=True, timeout=400)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert ADMIN_PASSWORD not in first.stdout + first.stderr  # the password is in no log
+    for password in (ADMIN_PASSWORD, REAPER_PASSWORD):
+        assert password not in first.stdout + first.stderr  # the passwords are in no log
 
     again = subprocess.run(
         ["bash", "-c", steps],
@@ -86,9 +93,15 @@ def test_init_creates_a_fab_admin_who_can_log_in_and_a_rerun_keeps_it(tmp_path):
     )
     assert again.returncode == 0 and "already exists" in again.stdout, again.stdout[-3000:] + again.stderr[-3000:]
 
-    attempts = [["admin", ADMIN_PASSWORD], ["admin", "changed-later"], ["admin", "wrong"]]
+    attempts = [
+        ["admin", ADMIN_PASSWORD],
+        ["admin", "changed-later"],
+        ["admin", "wrong"],
+        ["bakeoff-reaper", REAPER_PASSWORD],
+        ["bakeoff-reaper", REAPER_PASSWORD.lstrip("-")],
+    ]
     out = subprocess.run(
         [sys.executable, "-c", LOGIN, json.dumps(attempts)], env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [201, 401, 401]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [201, 401, 401, 201, 401]

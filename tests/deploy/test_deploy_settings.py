@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,12 @@ def test_variables_parse_and_default_the_plan(tmp_path):
     assert variables["bakeoff_client_bucket"]["value"] == "acme-client"
     unset = load_variables(str(_render_file("variables.json", {}, tmp_path)))
     assert unset["bakeoff_client_bucket"]["value"] == "" and unset["bakeoff_client_conn_id"]["value"] == "aws_default"
+    # no scheduled run starts anything until the operator names its first date (bakeoff.schedule_gate)
+    from bakeoff.schedule_gate import VARIABLE, refusal
+
+    assert unset[VARIABLE]["value"] == "" and refusal("scheduled", datetime.now(UTC), unset[VARIABLE]["value"])
+    dated = load_variables(str(_render_file("variables.json", {"BAKEOFF_SCHEDULE_FROM": "2027-01-01"}, tmp_path)))
+    assert dated[VARIABLE]["value"] == "2027-01-01"
     # reports go where BAKEOFF_REPORTS points (object storage or a folder): no separate upload to configure
     assert "bakeoff_s3_bucket" not in unset and "bakeoff_s3_conn_id" not in unset
 

@@ -9,9 +9,7 @@ import asyncio
 import json
 import os
 import re
-import shlex
 import socket
-import subprocess
 import threading
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from bakeoff.agent import job as agent_job
 from bakeoff.agent.server import Agent, build_app
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import userdata
+from tests.stub_host import StubHost
 
 KEY = "small-items-key-0123456789abcdef"
 
@@ -220,27 +219,20 @@ def _target():
 
 
 def _run_boot(script: str, tmp: Path, failing: str) -> tuple[int, str, list[str]]:
-    """Run a boot script under bash with every host command stubbed and every absolute path moved
-    under ``tmp``; ``failing`` is a regex of the iptables/ip6tables calls that fail."""
-    for d in ("/var/log/bakeoff", "/etc/bakeoff", "/opt/bakeoff", "/var/lib/bakeoff"):
+    """Run a boot script under bash with every host command a stub (``tests/stub_host``) and every
+    absolute path moved under ``tmp``; ``failing`` is a regex of the iptables/ip6tables calls that fail."""
+    for d in ("/var/log/bakeoff", "/etc/bakeoff", "/opt/bakeoff", "/var/lib/bakeoff", "/mnt/nvme"):
         script = script.replace(d, str(tmp / d.strip("/")))
     script = script.replace("/dev/console", str(tmp / "console"))
-    calls = tmp / "calls"
-    stubs = f"""
-rec() {{ printf '%s\\n' "$*" >> {calls}; }}
-failing={shlex.quote(failing)}
-fw() {{ rec "$@"; if [[ "$*" =~ $failing ]]; then echo "$1: rule failed" >&2; return 1; fi; }}
-iptables() {{ fw iptables "$@"; }}
-ip6tables() {{ fw ip6tables "$@"; }}
-for c in docker curl shutdown poweroff nvidia-smi rocm-smi amd-smi sha256sum sleep; do
-  eval "$c() {{ rec $c \\"\\$@\\"; return 0; }}"
-done
-"""
-    lines = script.splitlines()
-    script = "\n".join(lines[:1] + [stubs] + lines[1:])
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    host = StubHost(tmp)
+    for fw in ("iptables", "ip6tables"):
+        host.stub(fw, f'if [[ "{fw} $*" =~ $FAILING ]]; then echo "{fw}: rule failed" >&2; exit 1; fi')
+    for c in ("docker", "curl", "shutdown", "poweroff", "nvidia-smi", "rocm-smi", "amd-smi", "sha256sum", "sleep"):
+        host.stub(c)
+    host.stub("mountpoint")  # the cache "is mounted": no disk is looked at or formatted
+    out = host.run(script, env={"FAILING": failing})
     console = (tmp / "console").read_text() if (tmp / "console").exists() else ""
-    return (out.returncode, out.stdout + out.stderr + console, calls.read_text().splitlines() if calls.exists() else [])
+    return (out.returncode, out.stdout + out.stderr + console, host.calls)
 
 
 @pytest.mark.parametrize("failing", ["ip6tables .* -j DROP", "-s 127.0.0.1 -j ACCEPT", f"--dport {AGENT_PORT} -j DROP"])

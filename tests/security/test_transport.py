@@ -29,6 +29,7 @@ from bakeoff.serving import deploy as deploy_mod
 from bakeoff.serving import tls, userdata
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.readiness import NotReady, wait_ready
+from tests.stub_host import docker_argv
 
 KEY = "bk-" + "7" * 40
 HF = "hf_" + "s3cr3tT0ken" * 3
@@ -332,13 +333,7 @@ def _spec(**kw):
 def _docker_run_words(script: str, cmd: str = "docker run -d --name bakeoff-serve") -> list[str]:
     """The serving ``docker run`` line as bash expands it (docker stubbed), with the key in scope."""
     line = next(x for x in script.splitlines() if x.startswith(cmd))
-    out = subprocess.run(
-        ["bash", "-c", f'docker() {{ printf "%s\\n" "$@"; }}\nBAKEOFF_API_KEY={KEY}\n{line}'],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.splitlines()
+    return docker_argv(line, f"BAKEOFF_API_KEY={KEY}")
 
 
 @pytest.mark.parametrize("stack", ["vllm", "sglang"])

@@ -22,6 +22,7 @@ from bakeoff.bench.provenance import identify_engine
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import engines, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
+from tests.stub_host import docker_argv
 
 KEY = "bk-" + "0123456789abcdef" * 2 + "01234567"
 GLM = {"model": "glm-5.2", "tensor_parallel": 8}
@@ -260,9 +261,7 @@ def test_userdata_for_vllm_and_sglang_keeps_tls_on_the_engine(tls_identity):
     assert flag(serve, "--host") == "0.0.0.0" and flag(serve, "--ssl-certfile") == userdata.TLS_CERT
     # the JSON words reach docker verbatim through the shell
     line = next(x for x in script.splitlines() if x.startswith("docker run -d --name bakeoff-serve"))
-    out = subprocess.run(
-        ["bash", "-c", 'docker() { printf "%s\\n" "$@"; }\n' + line], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    out = docker_argv(line)
     assert flag(out, "--speculative-config") == flag(engines.command(t, 8000), "--speculative-config")
     assert json.loads(flag(out, "--kv-transfer-config"))["kv_connector"] == "OffloadingConnector"
     (serve,) = run_lines(render(mi355x("sglang", speculative=PINNED), tls_identity))

@@ -10,6 +10,7 @@ import pytest
 
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import userdata
+from tests.stub_host import StubHost, docker_argv
 
 KEY = "bk-" + "0123456789abcdef" * 2 + "01234567"
 
@@ -127,12 +128,7 @@ def test_hostile_engine_arg_reaches_the_server_as_one_word(tmp_path):
     evil = f'--served-model-name=x\'; touch {marker}; echo "$(touch {marker})" | sh #'
     s = render(target("aws", engine_args=[evil]))
     line = next(x for x in s.splitlines() if x.startswith("docker run "))
-    out = subprocess.run(
-        ["bash", "-c", 'docker() { printf "%s\\n" "$@"; }\nBAKEOFF_API_KEY=k\n' + line],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
+    out = docker_argv(line, "BAKEOFF_API_KEY=k")
     assert evil in out and "k" not in out  # the key is no longer appended to the argv
     assert not marker.exists()
 
@@ -158,23 +154,13 @@ def _run_kill_switch(tmp_path, provider_target, docker_rc: int) -> list[str]:
     start = next(i for i, x in enumerate(lines) if x.startswith(userdata.KILL_MARK))
     end = next(i for i, x in enumerate(lines) if x.startswith("# 2."))
     section = "\n".join(lines[start:end])
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    stubs = {
-        "sleep": "",
-        "shutdown": "",
-        "poweroff": "",
-        "mkdir": "",
-        "curl": "echo ocid1.instance.oc1.iad.node",
-        "docker": f"exit {docker_rc}",
-    }
-    for name, body in stubs.items():
-        (bin_dir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n{body}\n')
-        (bin_dir / name).chmod(0o755)
-    subprocess.run(
-        ["/bin/bash", "-c", section + "\nwait\n"], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, check=True, timeout=60
-    )
-    return log.read_text().splitlines()
+    host = StubHost(tmp_path)
+    for name in ("sleep", "shutdown", "poweroff", "mkdir"):
+        host.stub(name)
+    host.stub("curl", "echo ocid1.instance.oc1.iad.node")
+    host.stub("docker", f"exit {docker_rc}")
+    host.run(section + "\nwait\n").check_returncode()
+    return host.calls
 
 
 @pytest.mark.parametrize("docker_rc", [0, 1])

@@ -8,7 +8,6 @@ import copy
 import json
 import os
 import shlex
-import stat
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
 from bakeoff.serving import deploy, tls, userdata
 from bakeoff.serving.readiness import FAILURES, classify
+from tests.stub_host import StubHost
 
 KEY = "bk-" + "0123456789abcdef" * 2 + "01234567"
 TOKEN = "hf_" + "SeCrEt" * 6  # a made-up hub token: it must appear nowhere
@@ -112,7 +112,8 @@ def test_a_cache_outside_mnt_is_never_formatted():
 def run_verify(cache: Path) -> tuple[int, str]:
     verify = section(userdata.weights_section(target()), "# weights-verify: begin", "# weights-verify: end")
     prog = f'set -uo pipefail\nw_d="{cache}/hub/models--{REPO.replace("/", "--")}"\n{verify}\nw_ok; rc=$?\n'
-    out = subprocess.run(["bash", "-c", prog + 'echo "$rc|$w_miss"'], capture_output=True, text=True, check=True)
+    out = StubHost(cache.parent / "verify-host").run(prog + 'echo "$rc|$w_miss"')
+    out.check_returncode()
     rc, missing = out.stdout.strip().split("|", 1)
     return int(rc), missing
 
@@ -143,8 +144,7 @@ def test_a_dangling_symlink_is_a_missing_shard(tmp_path):
 # -- the whole step, with real bash (docker and aws: small stand-ins on PATH) ------------------------
 
 
-FAKE_DOCKER = """#!/bin/bash
-# stands in for `docker run ... -v HOST:/hub ... sh -c FETCH REPO`: "downloads" per $FAKE_HUB
+FAKE_DOCKER = """# stands in for `docker run ... -v HOST:/hub ... sh -c FETCH REPO`: "downloads" per $FAKE_HUB
 for a in "$@"; do case "$a" in *:/hub) hub="${a%:/hub}";; esac; done
 echo "args: $*" >> "$FAKE_LOG"
 case "$FAKE_HUB" in
@@ -160,14 +160,12 @@ esac
 def run_step(
     tmp_path: Path, hub: str, *, cached: bool = False, secrets_file: bool = True, **changes
 ) -> tuple[int, str, dict]:
-    cache, logs, bin_dir = tmp_path / "cache", tmp_path / "log", tmp_path / "bin"
-    for d in (cache, logs, bin_dir):
+    cache, logs = tmp_path / "cache", tmp_path / "log"
+    for d in (cache, logs):
         d.mkdir(exist_ok=True)
     if cached:
         fake_cache(cache)
-    docker = bin_dir / "docker"
-    docker.write_text(FAKE_DOCKER)
-    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    host = StubHost(tmp_path / "host", {"docker": FAKE_DOCKER})
     t = target(checkpoint=REPO, weights={"cache_dir": str(cache)}, **changes)
     step = userdata.weights_section(t, log_dir=str(logs))
     step = step.replace(userdata.SECRETS_ENV, str(tmp_path / "serve.env"))  # the node's root-only file, here
@@ -175,14 +173,13 @@ def run_step(
         (tmp_path / "serve.env").write_text(f"HF_TOKEN={TOKEN}\n")
         (tmp_path / "serve.env").chmod(0o600)
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
         "FAKE_HUB": hub,
         "FAKE_LOG": str(tmp_path / "docker.log"),
         "S0": SHARDS[0],
         "S1": SHARDS[1],
     }
     prog = f"set -uo pipefail\n{step}\n{userdata.WEIGHTS_DONE}\n"
-    out = subprocess.run(["bash", "-c", prog], capture_output=True, text=True, env=env, timeout=60)
+    out = host.run(prog, env=env)
     doc = json.loads((logs / "weights.json").read_text())
     return out.returncode, out.stdout + out.stderr, doc
 
