@@ -38,18 +38,28 @@ def is_local(path: Any) -> bool:
     return (getattr(path, "protocol", "") or "") in LOCAL_PROTOCOLS
 
 
-def write_atomic(path: Any, data: bytes) -> None:
-    """Store ``data`` at ``path`` (a local path, or an object-storage path with ``write_bytes``) atomically.
-    A local file is created owner-only (0600, as ``mkstemp`` makes it), so secrets can use it too."""
-    if not is_local(path):
-        path.write_bytes(data)  # one PUT: the object appears whole, replacing the old one, or not at all
-        return
+def _staged(path: Any, data: bytes) -> tuple[Path, str]:
+    """``data`` written to an owner-only temporary file beside the local ``path``: (path, temp name)."""
     local = Path(getattr(path, "path", path))
     local.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return local, tmp
+
+
+def write_atomic(path: Any, data: bytes) -> None:
+    """Store ``data`` at ``path`` (a local path, or an object-storage path with ``write_bytes``) atomically.
+    A local file is created owner-only (0600, as ``mkstemp`` makes it), so secrets can use it too."""
+    if not is_local(path):
+        path.write_bytes(data)  # one PUT: the object appears whole, replacing the old one, or not at all
+        return
+    local, tmp = _staged(path, data)
+    try:
         replace(tmp, local)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -65,12 +75,8 @@ def write_new(path: Any, data: bytes) -> None:
             raise FileExistsError(str(path))
         path.write_bytes(data)
         return
-    local = Path(getattr(path, "path", path))
-    local.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
+    local, tmp = _staged(path, data)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
         fsync_path(tmp)
         os.link(tmp, local)  # atomic and exclusive
         fsync_path(local.parent, directory=True)

@@ -419,6 +419,25 @@ def _regions(t: Any, p: Any) -> list[str]:
     return list(t.provider_options.regions) or p.default_regions(t)
 
 
+def _offered(
+    t: Any, i: int, regions: list[str], offer: dict[str, Any] | None, what: str, locations: list[str] | None
+) -> Check:
+    """Is the target's type offered in one of its regions: ``offer`` is the cloud's listing entry for
+    it (None: not listed), ``locations`` where that entry says it is sold."""
+    if offer is None:
+        return Check(t.name, "offered", FAIL, f"no {what} {t.instance_type}", f"targets[{i}].instance_type")
+    where = [r for r in regions if r in (locations or [])]
+    if where:
+        return Check(t.name, "offered", OK, f"{t.instance_type} in {', '.join(where)}")
+    return Check(
+        t.name,
+        "offered",
+        FAIL,
+        f"{t.instance_type} not in {', '.join(regions)} (offered in {_listed(locations)})",
+        f"targets[{i}].provider_options.regions",
+    )
+
+
 def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     from bakeoff.providers.vultr import DEFAULT_OS_ID  # noqa: PLC0415 - the provider module only for Vultr targets
 
@@ -428,21 +447,7 @@ def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
         return
     plans = {x["id"]: x for x in p.api.pages("plans-metal", "plans_metal", {"per_page": 500})}
     plan = plans.get(t.instance_type)
-    regions = _regions(t, p)
-    if plan is None:
-        yield Check(t.name, "offered", FAIL, f"no bare-metal plan {t.instance_type}", f"targets[{i}].instance_type")
-    else:
-        where = [r for r in regions if r in plan.get("locations", [])]
-        if where:
-            yield Check(t.name, "offered", OK, f"{t.instance_type} in {', '.join(where)}")
-        else:
-            yield Check(
-                t.name,
-                "offered",
-                FAIL,
-                f"{t.instance_type} not in {', '.join(regions)} (offered in {_listed(plan.get('locations'))})",
-                f"targets[{i}].provider_options.regions",
-            )
+    yield _offered(t, i, _regions(t, p), plan, "bare-metal plan", (plan or {}).get("locations"))
     yield Check(t.name, "quota", NA, "Vultr's API has no quota call; a refusal comes at create")
     os_image = t.provider_options.os_image or DEFAULT_OS_ID
     if isinstance(os_image, str):
@@ -465,21 +470,8 @@ def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
         return
     sizes = {s["slug"]: s for s in p.api.pages("sizes", "sizes", {"per_page": 200})}
     size = sizes.get(t.instance_type)
-    regions = _regions(t, p)
-    if size is None or not size.get("available", True):
-        yield Check(t.name, "offered", FAIL, f"no available size {t.instance_type}", f"targets[{i}].instance_type")
-    else:
-        where = [r for r in regions if r in size.get("regions", [])]
-        if where:
-            yield Check(t.name, "offered", OK, f"{t.instance_type} in {', '.join(where)}")
-        else:
-            yield Check(
-                t.name,
-                "offered",
-                FAIL,
-                f"{t.instance_type} not in {', '.join(regions)} (offered in {_listed(size.get('regions'))})",
-                f"targets[{i}].provider_options.regions",
-            )
+    size = size if size and size.get("available", True) else None
+    yield _offered(t, i, _regions(t, p), size, "available size", (size or {}).get("regions"))
     acct = (p.api.json("GET", "account") or {}).get("account") or {}
     limit = acct.get("droplet_limit")
     if limit is not None and int(limit) < 1:
