@@ -242,3 +242,20 @@ def test_the_runs_page_states_an_approval_in_the_reports_words():
     assert pages._approval_text(record) == approval_line(record)
     assert "by alex at 2025-12-01 12:00 UTC" in pages._approval_text(record)
     assert pages._approval_text(None) == "" and pages._approval_text({}) == ""
+
+
+def test_the_runs_page_links_the_evidence_bundle_publish_lists(tmp_path, monkeypatch):
+    """pipeline.publish lists the signed bundle as files.evidence; the Runs page links it beside the reports."""
+    monkeypatch.setenv("BAKEOFF_REPORTS", str(tmp_path / "reports"))
+    plan = plan_from_dict(synthetic.plan_dict(names=("mi355x-vllm", "b200-vllm"), repeats=1))
+    rdir = synthetic.make_run(tmp_path / "results", plan, run_id="manual__bundle", seed=7, started_at=T0)
+    cost_run(plan, rdir)
+    (tmp_path / "r.md").write_text("report")
+    (tmp_path / "bundle.zip").write_bytes(b"PK\x05\x06" + bytes(18))
+    publish(plan, rdir, {"markdown": str(tmp_path / "r.md"), "evidence": str(tmp_path / "bundle.zip")})
+    spec = importlib.util.spec_from_file_location("bakeoff_ui_dash_bundle", PLUGIN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.app.dependency_overrides[mod.require_run_read] = lambda: None
+    html = TestClient(mod.app).get("/runs").text
+    assert re.search(r'<a href="[^"]*bundle\.zip">evidence</a>', html), html
