@@ -84,6 +84,7 @@ def test_launch_tags_user_data_image_and_security_group(creds, fake):
         "bakeoff_target": t.slug,
         "bakeoff_plan": "p",
         "bakeoff_expires_at": args["tags"]["bakeoff:expires_at"],
+        "bakeoff_installation": args["tags"]["bakeoff:installation"],
         "bakeoff_port": "8000",
     }
     assert inst.tags["bakeoff:run_id"] == rid and inst.run_id == rid and inst.target == t.slug and inst.port == 8000

@@ -8,6 +8,7 @@ import pytest
 import synthetic
 
 from bakeoff import evidence, pipeline, store
+from bakeoff.paths import run_folder
 from bakeoff.publish import list_published
 from bakeoff.quality.validate import ValidationFailed
 
@@ -16,6 +17,7 @@ def test_report_and_publish_from_an_s3_results_store(s3_store, tmp_path):
     plan = synthetic.make_plan(concurrency=(1, 4))
     rdir = synthetic.make_run(None, plan, run_id="manual__s3", held_hours={plan.targets[0].slug: 0.5})
     assert str(rdir).startswith(f"s3://bakeoff_store_test@{s3_store}/results/")
+    assert rdir.name == f"run_id={run_folder('manual__s3')}"  # readable prefix + hash of the raw id
     run_dir = str(rdir)  # as tasks pass it
     with pytest.raises(ValidationFailed):  # synthetic rows miss the client's columns: what is stored matters
         pipeline.validate(run_dir)  # GX over the frames read from S3, its raw results written beside them
@@ -24,7 +26,7 @@ def test_report_and_publish_from_an_s3_results_store(s3_store, tmp_path):
     pipeline.cost(run_dir)
     paths = pipeline.report(run_dir, failed_steps=["sweep"])
     assert all(
-        p.startswith(f"s3://bakeoff_store_test@{s3_store}/reports/synthetic/run_id=manual__s3/") for p in paths.values()
+        p.startswith(f"s3://bakeoff_store_test@{s3_store}/reports/synthetic/{rdir.name}/") for p in paths.values()
     )
     html = store.at(paths["html"]).read_text()
     assert "These steps of the run failed: sweep." in html
@@ -32,9 +34,7 @@ def test_report_and_publish_from_an_s3_results_store(s3_store, tmp_path):
     assert store.run_view(run_dir)["report"]["failed_steps"] == ["sweep"]
 
     published = pipeline.publish(run_dir, paths, failed_steps=["sweep"])
-    assert published["status"] == "failed" and published["location"] == str(
-        pipeline.report_dir("synthetic", "run_id=manual__s3")
-    )
+    assert published["status"] == "failed" and published["location"] == str(pipeline.report_dir("synthetic", rdir.name))
     manifest = json.loads(store.at(published["location"]).joinpath("manifest.json").read_text())
     assert manifest["failed_steps"] == ["sweep"] and manifest["run_id"] == "manual__s3"
     assert [r["run_id"] for r in list_published(plan_name="synthetic")] == ["manual__s3"]
