@@ -108,7 +108,8 @@ def test_a_server_that_cannot_start_is_classified_from_the_nodes_logs(sandbox, d
     t = next(x for x in raw["targets"] if x["provider"] == provider)
     t.update(model="llama-3.1-405b", quantization="bf16", tensor_parallel=1)
     t["provider_options"]["deploy_timeout_s"] = 600
-    raw.update(name=f"sandbox-oom-{provider}", targets=[t])
+    # 800 GB of weights to download: the budgeted hours pass the sandbox plan's 2 h instance limit
+    raw.update(name=f"sandbox-oom-{provider}", targets=[t], max_instance_hours=4)
     path = tmp_path / "oom.yaml"
     path.write_text(yaml.safe_dump(raw))
     with sandbox.exported():

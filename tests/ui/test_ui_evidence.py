@@ -83,15 +83,16 @@ class _FakeAirflowApi:
 
 
 def test_run_again_triggers_the_same_plan_with_the_same_conf(served, tmp_path, monkeypatch):
-    from bakeoff import pipeline
+    from bakeoff import pipeline, store
     from tests.conftest import ROOT
 
     monkeypatch.setenv("BAKEOFF_RESULTS", str(tmp_path / "results"))
     conf = {"plan": "local-demo", "targets": ["mi355x-vllm"], "budget_usd": 50, "prices": {}}
-    pipeline.start_run(str(ROOT / "include" / "plans" / "local-demo.yaml"), "manual__first", conf=conf)
+    run = pipeline.start_run(str(ROOT / "include" / "plans" / "local-demo.yaml"), "manual__first", conf=conf)
     api = _FakeAirflowApi()
     monkeypatch.setenv("BAKEOFF_AIRFLOW_API_URL", api.url)
-    client, url = served["client"], "/api/runs/local-demo/run_id=manual__first/again"
+    folder = store.at(run["run_dir"]).name  # run_id=<readable prefix>.<hash of the raw id>
+    client, url = served["client"], f"/api/runs/local-demo/{folder}/again"
     headers = {"Authorization": "Bearer user-token", "X-Bakeoff-Action": "run-again"}
     resp = client.post(url, headers=headers)
     assert resp.status_code == 200, resp.text
