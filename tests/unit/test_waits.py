@@ -20,7 +20,8 @@ def run(data_root, tmp_path):
     raw = load_plan("local-demo").model_dump(mode="json")
     raw.update(name="waits", targets=raw["targets"][:1])
     for w in raw["workloads"]:
-        w.update(concurrency=[1], requests_per_point=4, warmup_requests=0, output_len=8, input_len=64)
+        # one point: one concurrency, one repeat (the demo itself runs two)
+        w.update(concurrency=[1], repeats=1, requests_per_point=4, warmup_requests=0, output_len=8, input_len=64)
     path = tmp_path / "waits.yaml"
     path.write_text(yaml.safe_dump(raw))
     run = pipeline.start_run(str(path), "manual__waits")
