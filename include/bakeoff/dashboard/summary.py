@@ -16,6 +16,7 @@ from typing import Any
 
 from bakeoff import cost, store
 from bakeoff.plan.checkpoints import checkpoint_of
+from bakeoff.report.data import flatten
 
 VERSION = 1
 # provenance keys worth a configuration diff (image digests, drivers, engine version)
@@ -31,18 +32,9 @@ def _num(x: Any, nd: int = 6) -> float | None:
     return round(v, nd) if math.isfinite(v) else None
 
 
-def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(doc, dict):
-        out: dict[str, Any] = {}
-        for k, v in doc.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): doc}
-
-
 def _provenance(tdir: store.StorePath) -> dict[str, str]:
     doc = store.read_json(tdir / "provenance.json") or (store.read_json(tdir / "endpoint.json") or {}).get("provenance")
-    flat = _flat(doc or {})
+    flat = flatten(doc or {})
     return {
         k: str(v)[:300]
         for k, v in flat.items()

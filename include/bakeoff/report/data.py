@@ -218,7 +218,7 @@ def _provenance(plan, run_dir: store.StorePath) -> dict[str, dict[str, Any]]:
             "provenance"
         )
         if doc:
-            out[t.slug] = {k: v for k, v in _flatten(doc).items() if not _SECRETISH.search(k)}
+            out[t.slug] = {k: v for k, v in flatten(doc).items() if not _SECRETISH.search(k)}
     return out
 
 
@@ -273,11 +273,13 @@ def _clients(plan, run_dir: store.StorePath, points: pd.DataFrame) -> dict[str, 
     return out
 
 
-def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested provenance document as dotted keys (``driver.version``): the report and the dashboard
+    show the same keys."""
     if isinstance(doc, dict):
         out: dict[str, Any] = {}
         for k, v in doc.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         return out
     return {prefix.rstrip("."): doc}
 
