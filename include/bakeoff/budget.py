@@ -39,7 +39,12 @@ from bakeoff.plan.settings import MAX_BUDGET_USD
 from bakeoff.providers.registry import PROVIDERS
 
 if TYPE_CHECKING:
+    from bakeoff.bench.session_sources import Session
+    from bakeoff.catalog import InstanceType
     from bakeoff.facts import RunFacts
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
+    from bakeoff.plan.workload import Sessions, Workload
     from bakeoff.store import StorePath
 
 log = logging.getLogger(__name__)
@@ -82,7 +87,7 @@ class BudgetExceeded(RuntimeError):
 # --- prices ---------------------------------------------------------------------------------------
 
 
-def reference_usd_per_hour(instance) -> float | None:
+def reference_usd_per_hour(instance: InstanceType) -> float | None:
     """A list price for an instance type the catalog does not price: the dearest catalog offer of
     the same GPU, per GPU, times this node's GPUs; None when no offer of that GPU is priced."""
     per_gpu = [
@@ -93,7 +98,7 @@ def reference_usd_per_hour(instance) -> float | None:
     return max(per_gpu) * instance.gpus if per_gpu else None
 
 
-def guard_usd_per_hour(target) -> float:
+def guard_usd_per_hour(target: Target) -> float:
     """The price the guard budgets a target at: max(catalog list price, contract price).
 
     The contract price (plan, price sheet or trigger form) is what the cost report uses; the guard
@@ -169,12 +174,14 @@ def _closed_s(n: int, c: int, in_len: int, out_len: int, tm: Timing = PESSIMISTI
     return math.ceil(n / c) * wave if n > 0 else 0.0
 
 
-def _lengths(w) -> tuple[int, int]:
+def _lengths(w: Workload) -> tuple[int, int]:
     """The longest input and output a workload may sample (the estimate prices the worst case)."""
     return w.length_bounds(w.input_len)[1], w.length_bounds(w.output_len)[1]
 
 
-def _point_s(w, tm: Timing = PESSIMISTIC, *, concurrency: float | None = None, rate: float | None = None) -> float:
+def _point_s(
+    w: Workload, tm: Timing = PESSIMISTIC, *, concurrency: float | None = None, rate: float | None = None
+) -> float:
     """One point's planned duration.
 
     Closed loop: warm-up plus measured requests at ``concurrency`` (_closed_s). Open loop: the longer
@@ -197,7 +204,7 @@ def _point_s(w, tm: Timing = PESSIMISTIC, *, concurrency: float | None = None, r
     return warm + total
 
 
-def _trace_s(w, tm: Timing = PESSIMISTIC) -> float:
+def _trace_s(w: Workload, tm: Timing = PESSIMISTIC) -> float:
     """Replay: the last offset plus its latency, or, if longer, the trace's requests served at the
     concurrency that may build up (max_concurrency, else all at once)."""
     from bakeoff.bench.workloads import trace_specs  # noqa: PLC0415 - httpx (bench.workloads) only for trace workloads
@@ -212,7 +219,7 @@ def _trace_s(w, tm: Timing = PESSIMISTIC) -> float:
     return min(total, w.max_point_s + _closed_s(c, c, in_len, out_len, tm)) if w.max_point_s else total
 
 
-def _session_s(sess, c: float, tm: Timing = PESSIMISTIC) -> float:
+def _session_s(sess: Session, c: float, tm: Timing = PESSIMISTIC) -> float:
     """One session (its subagents beside it) when ``c`` sessions share the server: every turn's whole
     prompt prefilled (no cache credit: the estimate prices the worst case), its output decoded at
     decode_token_s(c), plus its think time; subagents add their prefill, not their wall time."""
@@ -224,7 +231,7 @@ def _session_s(sess, c: float, tm: Timing = PESSIMISTIC) -> float:
     )
 
 
-def _sessions_s(w, tm: Timing = PESSIMISTIC) -> float:
+def _sessions_s(w: Workload, cfg: Sessions, tm: Timing = PESSIMISTIC) -> float:
     """A session workload's points. Closed loop at c sessions: warm-up sessions, then the measured
     ones, each wave of c taking its longest session plus the other c - 1 sessions' prefill (prompts
     queue for prefill, _closed_s's pessimism); duration_s cuts the measured part (the turns in flight
@@ -233,14 +240,13 @@ def _sessions_s(w, tm: Timing = PESSIMISTIC) -> float:
     from bakeoff.bench.session_load import point_sessions  # noqa: PLC0415 - budget imports bench lazily
     from bakeoff.bench.sessions import load_sessions  # noqa: PLC0415 - as _trace_s does
 
-    cfg = w.sessions
     chosen = point_sessions(load_sessions(w, w.seed), cfg.warmup_sessions, cfg.max_sessions_per_point)
-    kids: dict[str, list] = {}
+    kids: dict[str, list[Session]] = {}
     for s in chosen:
         if s.parent is not None:
             kids.setdefault(s.parent, []).append(s)
 
-    def tree(s, c: float) -> float:
+    def tree(s: Session, c: float) -> float:
         prefill = sum(tm.prefill_s(t.input_tokens) for k in kids.get(s.id, []) for t in k.turns)
         return _session_s(s, c, tm) + prefill
 
@@ -249,7 +255,7 @@ def _sessions_s(w, tm: Timing = PESSIMISTIC) -> float:
     longest_turn = max((tm.prefill_s(t.input_tokens) for s in chosen for t in s.turns), default=0.0)
     longest_in = max((t.input_tokens for s in chosen for t in s.turns), default=0)
 
-    def closed(group: list, c: int) -> float:
+    def closed(group: list[Session], c: int) -> float:
         c = max(1, min(c, max(len(group), 1)))
         total = 0.0
         for i in range(0, len(group), c):
@@ -275,25 +281,26 @@ def _sessions_s(w, tm: Timing = PESSIMISTIC) -> float:
     return out
 
 
-def _workload_s(w, tm: Timing = PESSIMISTIC) -> float:
-    if getattr(w, "kind", "requests") == "sessions":
-        return _sessions_s(w, tm)
+def _workload_s(w: Workload, tm: Timing = PESSIMISTIC) -> float:
+    if w.sessions is not None:  # kind: sessions (the plan holds the block there and only there)
+        return _sessions_s(w, w.sessions, tm)
     if w.load == "rate":
         return sum(_point_s(w, tm, rate=r) for r in w.rates)
     if w.load == "trace":
         return _trace_s(w, tm)
-    if w.load == "sla":  # every probe may run, each no longer than one at the highest load
+    # every probe may run, each no longer than one at the highest load (the plan fills sla in for load: sla)
+    if w.load == "sla" and w.sla is not None:
         top = {"rate": {"rate": w.sla.max}}.get(w.sla.over, {"concurrency": w.sla.max})
         return w.sla.max_probes * _point_s(w, tm, **top)
     return sum(_point_s(w, tm, concurrency=c) for c in w.levels())
 
 
-def bench_hours(plan, target, tm: Timing = PESSIMISTIC) -> float:
+def bench_hours(plan: Plan, target: Target, tm: Timing = PESSIMISTIC) -> float:
     """Planned benchmark time over every workload and repeat (pessimistic unless ``tm`` says otherwise)."""
     return sum(_workload_s(w, tm) * w.repeats for w in plan.workloads) / 3600
 
 
-def gate_hours(plan, tm: Timing = PESSIMISTIC) -> float:
+def gate_hours(plan: Plan, tm: Timing = PESSIMISTIC) -> float:
     """The accuracy gate: its items at its concurrency, greedy, up to max_tokens each (lm-eval
     generates at least LM_EVAL_GEN_TOKENS); nothing when the gate is off."""
     acc = plan.quality.accuracy
@@ -306,26 +313,26 @@ def gate_hours(plan, tm: Timing = PESSIMISTIC) -> float:
     return _closed_s(acc.eval_size, acc.concurrency, BUILTIN_PROMPT_TOKENS, acc.max_tokens, tm) / 3600
 
 
-def checkpoint_gb(target) -> float:
+def checkpoint_gb(target: Target) -> float:
     """The checkpoint's size: catalog parameters x bytes per weight of the target's quantization."""
     return target.model_spec.params_b * QUANT_BYTES[target.quantization]
 
 
-def download_hours(target) -> float:
+def download_hours(target: Target) -> float:
     """The weights download at WEIGHTS_GBPS; nothing for a node that already serves (or an emulator)."""
     if not PROVIDERS[target.provider].provisions:
         return 0.0
     return checkpoint_gb(target) / WEIGHTS_GBPS / 3600
 
 
-def load_hours(target) -> float:
+def load_hours(target: Target) -> float:
     """Image pull, weights download and engine start; nothing for a node that already serves."""
     if not PROVIDERS[target.provider].provisions:
         return 0.0
     return IMAGE_PULL_H + download_hours(target) + ENGINE_START_H
 
 
-def timing(target) -> tuple[Timing, float, str]:
+def timing(target: Target) -> tuple[Timing, float, str]:
     """(serving timing, its margin, where it comes from): the calibrated twin's prediction (margin: its
     own p90 error on rows it never saw), else the pessimistic model with MARGIN and the twin's reason."""
     from bakeoff.twin.target import NoCalibration, twin_for  # noqa: PLC0415 - numpy only when estimating
@@ -336,7 +343,7 @@ def timing(target) -> tuple[Timing, float, str]:
     return tw, tw.margin, f"twin ({tw.basis}; margin {tw.margin:.0%}, its p90 error)"
 
 
-def target_hours(plan, target) -> float:
+def target_hours(plan: Plan, target: Target) -> float:
     """Budgeted node hours: (boot + model load) x (1 + MARGIN) + (accuracy gate + benchmark) x (1 + the
     serving timing's margin), the serving time predicted by the twin where it has a calibration."""
     boot = PROVIDERS[target.provider].boot_h
@@ -345,14 +352,14 @@ def target_hours(plan, target) -> float:
     return (boot + load_hours(target)) * (1 + MARGIN) + serve * (1 + margin)
 
 
-def pessimistic_hours(plan, target) -> float:
+def pessimistic_hours(plan: Plan, target: Target) -> float:
     """The hours the pessimistic model alone budgets: (boot + load + gate + benchmark) x (1 + MARGIN), the
     estimate for a target the twin has no calibration for (and, for comparison, for any other)."""
     boot = PROVIDERS[target.provider].boot_h
     return (boot + load_hours(target) + gate_hours(plan) + bench_hours(plan, target)) * (1 + MARGIN)
 
 
-def kill_switch_s(plan, target) -> float:
+def kill_switch_s(plan: Plan, target: Target) -> float:
     """Seconds after boot at which the node powers itself off: the longer of the twin's budgeted hours
     and the pessimistic model's, capped by max_instance_hours. The twin prices the run; the kill switch
     keeps the pessimistic time, so a node slower than predicted (beyond the twin's margin) still
@@ -363,7 +370,7 @@ def kill_switch_s(plan, target) -> float:
 # --- the guard ------------------------------------------------------------------------------------
 
 
-def _row(plan, t) -> dict[str, Any]:
+def _row(plan: Plan, t: Target) -> dict[str, Any]:
     price = guard_usd_per_hour(t)
     tm, margin, basis = timing(t)
     fixed = (PROVIDERS[t.provider].boot_h + load_hours(t)) * (1 + MARGIN)
@@ -391,7 +398,7 @@ def _row(plan, t) -> dict[str, Any]:
     }
 
 
-def estimate(plan) -> dict[str, Any]:
+def estimate(plan: Plan) -> dict[str, Any]:
     """Per-target hours and spend at the guard price (see the module docstring); ``estimate_low_usd``
     is the same without the serving margin (the band's low end)."""
     rows = [_row(plan, t) for t in plan.targets]
@@ -432,7 +439,7 @@ def _sane(what: str, values: list[float]) -> None:
         )
 
 
-def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
+def check(plan: Plan, ceiling_usd: Any = None) -> dict[str, Any]:
     """The estimate, or BudgetExceeded naming the field to change. Called before any API call that
     costs money. ``ceiling_usd`` is the installation ceiling's raw value (None = the default)."""
     ceiling = resolve_ceiling(ceiling_usd)
@@ -469,7 +476,7 @@ def check(plan, ceiling_usd: Any = None) -> dict[str, Any]:
 # --- re-provisioning ------------------------------------------------------------------------------
 
 
-def recheck(plan, slug: str, run: RunFacts, now: float | None = None) -> dict[str, Any]:
+def recheck(plan: Plan, slug: str, run: RunFacts, now: float | None = None) -> dict[str, Any]:
     """Before launching a target again (a retry, a cleared task): the run's spend so far (every
     recorded launch to its termination, or to now, at the guard price: ``TargetFacts.billed_hours``)
     plus what remains (this target's full estimate again, the unfinished part of the others') must
@@ -509,7 +516,7 @@ def recheck(plan, slug: str, run: RunFacts, now: float | None = None) -> dict[st
     return doc
 
 
-def evaluation_cost(plan, run_dir: str | StorePath) -> pd.DataFrame:
+def evaluation_cost(plan: Plan, run_dir: str | StorePath) -> pd.DataFrame:
     """Instance hours actually held (launch to termination, from the step records) x node price.
 
     Emulated and static targets spend nothing; their figure is what the run would have cost on the
@@ -550,7 +557,7 @@ def evaluation_cost(plan, run_dir: str | StorePath) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def record_measured_cost(run_dir: str | Path, plan) -> dict[str, Any]:
+def record_measured_cost(run_dir: str | Path, plan: Plan) -> dict[str, Any]:
     """After termination: store what the evaluation itself cost (launch to termination x price, per
     target: evaluation_cost) as evaluation_cost.json and as a run record, so it is on record even when
     a later step (cost, report) fails."""
