@@ -27,7 +27,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import store
 from bakeoff.providers import PROVIDERS, Instance, get_provider
@@ -35,6 +35,9 @@ from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import engines
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
 LOCAL_PROVIDERS = tuple(n for n, p in PROVIDERS.items() if p.emulated)
@@ -54,12 +57,12 @@ Credentials = Callable[[str], dict[str, Any]]
 class DeployFailed(NotReady):
     """The serving stack did not come up; ``failure`` says how (see deploy.json)."""
 
-    def __init__(self, message: str, failure: str, detail: str):
+    def __init__(self, message: str, failure: str, detail: str) -> None:
         super().__init__(message, detail)
         self.failure, self.detail = failure, detail
 
 
-def served_model(target) -> str:
+def served_model(target: Target) -> str:
     """The model id the server answers to: a static endpoint's ``served_model``, else the catalog
     model's repository id (vLLM's and SGLang's default)."""
     return target.served_model_id
@@ -69,7 +72,7 @@ def base_url(instance: Instance) -> str:
     return (instance.details or {}).get("base_url") or instance.base_url
 
 
-def deploy_timeout(target) -> float:
+def deploy_timeout(target: Target) -> float:
     t = target.provider_options.get("deploy_timeout_s")
     if t:
         return float(t)
@@ -83,7 +86,7 @@ def deploy_timeout(target) -> float:
 
 
 def push_secrets(
-    target, instance: Instance, api_key: str | None, secrets: dict[str, str], timeout_s: float = 900.0
+    target: Target, instance: Instance, api_key: str | None, secrets: dict[str, str], timeout_s: float = 900.0
 ) -> list[str]:
     """Hand the serving secrets to the node agent over the pinned channel; the names pushed."""
     from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415 - the agent client only when secrets are pushed
@@ -100,7 +103,7 @@ def push_secrets(
     try:
         with AgentClient(details["agent_url"], api_key, timeout_s=30.0, tls_cert=details.get("tls_cert")) as agent:
             agent.wait_healthy(timeout_s)
-            return agent.put_secrets(secrets).get("names", [])
+            return [str(name) for name in agent.put_secrets(secrets).get("names", [])]
     except AgentError as e:
         detail = mask(str(e), api_key, *secrets.values())
         raise DeployFailed(
@@ -109,7 +112,7 @@ def push_secrets(
 
 
 def start_serving(
-    target,
+    target: Target,
     instance: Instance,
     *,
     api_key: str | None,
@@ -130,7 +133,7 @@ def start_serving(
 
 
 def check_serving(
-    target,
+    target: Target,
     instance: Instance,
     *,
     api_key: str | None,
@@ -166,7 +169,7 @@ def check_serving(
     raise DeployFailed(f"{target.name}: {target.stack} did not become ready ({failure}): {detail}", failure, detail)
 
 
-def _record_failure(out_dir: str | store.StorePath, target, failure: str, detail: str, **more: Any) -> None:
+def _record_failure(out_dir: str | store.StorePath, target: Target, failure: str, detail: str, **more: Any) -> None:
     store.write_json(
         store.at(out_dir) / "deploy.json",
         {"ready": False, "failure": failure, "detail": detail, **more, **_stack_facts(target)},
@@ -174,7 +177,7 @@ def _record_failure(out_dir: str | store.StorePath, target, failure: str, detail
 
 
 def _describe(
-    target,
+    target: Target,
     instance: Instance,
     info: dict[str, Any],
     *,
@@ -226,7 +229,9 @@ def _describe(
     return endpoint
 
 
-def weights_facts(target, instance: Instance, output: str | None, ready_at: float | None) -> dict[str, Any] | None:
+def weights_facts(
+    target: Target, instance: Instance, output: str | None, ready_at: float | None
+) -> dict[str, Any] | None:
     """Where the checkpoint came from and how long it took: ``{checkpoint, source, bytes, download_s,
     load_s, ok, failure, missing}``. A cloud node's boot script reports its weights step on the console
     (userdata.WEIGHTS_MARK); load_s runs from its engine container start to ``ready_at``. An emulator
@@ -265,7 +270,7 @@ def weights_facts(target, instance: Instance, output: str | None, ready_at: floa
     }
 
 
-def _stack_facts(target) -> dict[str, Any]:
+def _stack_facts(target: Target) -> dict[str, Any]:
     """What was asked of the server (image, engine arguments; never the key), for provenance. A
     static endpoint's server was started by someone else: nothing is claimed about it here."""
     if PROVIDERS[target.provider].existing_endpoint:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +30,6 @@ class Endpoint:
     def from_dict(cls, d: dict[str, Any]) -> Endpoint:
         return cls(**d)
 
-    def verify(self):
+    def verify(self) -> ssl.SSLContext | bool:
         """What an httpx client passes as ``verify``: this node's pinned certificate, if it has one."""
         return client_context(self.base_url, self.tls_cert)

@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from bakeoff.plan.serving_options import KvOffload, Speculative
+    from bakeoff.plan.target import Target
 
 ENGINES = ("vllm", "sglang", "atom", "trtllm")  # the stacks a cloud node can run
 # engines with no API-key check or TLS of their own: they listen on loopback behind the node's front (front.py)
@@ -66,29 +71,29 @@ _SGLANG_ALGORITHM = {"mtp": "EAGLE", "eagle": "EAGLE", "eagle3": "EAGLE3", "draf
 _VLLM_METHOD = {"mtp": "mtp", "eagle": "eagle", "eagle3": "eagle3", "dspark": "dspark", "draft": "draft_model"}
 
 
-def _fail(target, field: str, why: str) -> ValueError:
+def _fail(target: Target, field: str, why: str) -> ValueError:
     return ValueError(f"targets.{target.name}.{field}: {why}")
 
 
-def _engine(target) -> str:
+def _engine(target: Target) -> str:
     if target.stack not in ENGINES:
         raise _fail(
             target, "stack", f"{target.stack} cannot be deployed on a cloud node; use one of: {', '.join(ENGINES)}"
         )
-    return str(target.stack)
+    return target.stack
 
 
-def _model(target) -> str:
-    return str(getattr(target, "checkpoint_id", None) or target.model_spec.hf_id)
+def _model(target: Target) -> str:
+    return target.checkpoint_id
 
 
-def _gpus(target) -> int:
-    return int(target.tensor_parallel) * int(target.pipeline_parallel)
+def _gpus(target: Target) -> int:
+    return target.tensor_parallel * target.pipeline_parallel
 
 
-def _spec(target, engine: str):
+def _spec(target: Target, engine: str) -> Speculative | None:
     """The target's speculative config, refused here too when the engine does not render its method."""
-    spec = getattr(target, "speculative", None)
+    spec = target.speculative
     if spec is not None and spec.method not in target.stack_spec.speculative:
         raise _fail(
             target,
@@ -98,12 +103,12 @@ def _spec(target, engine: str):
     return spec
 
 
-def _draft(target, spec) -> str | None:
+def _draft(target: Target, spec: Speculative) -> str | None:
     """The draft model's repo for methods that need one (the plan's, else the model catalog's); MTP drafts
     with the heads inside the checkpoint. DSpark ships its own draft repo (e.g. Inferact/Kimi-K3-DSpark)."""
     if spec.method == "mtp":
         return None
-    shipped = (getattr(target.model_spec, "speculative", None) or {}).get(spec.method)
+    shipped = target.model_spec.speculative.get(spec.method)
     draft = spec.draft_model or (shipped if shipped and shipped != "native" else None)
     if not draft:
         raise _fail(
@@ -111,15 +116,15 @@ def _draft(target, spec) -> str | None:
             "speculative.draft_model",
             f"{spec.method} needs a draft model and the catalog names none for {target.model}; set draft_model",
         )
-    return str(draft)
+    return draft
 
 
-def draft_repo(target) -> str | None:
+def draft_repo(target: Target) -> str | None:
     """The speculative draft's own repo, if the target's method needs one (the weights step fetches it)."""
     return _draft(target, target.speculative) if target.speculative is not None else None
 
 
-def _pinned(target, spec) -> float | None:
+def _pinned(target: Target, spec: Speculative | None) -> float | None:
     if spec is None or spec.acceptance != "pinned":
         return None
     al = target.pinned_acceptance_length
@@ -129,11 +134,11 @@ def _pinned(target, spec) -> float | None:
             "speculative.acceptance_length",
             f"no golden acceptance length for {target.model} at {spec.num_speculative_tokens} tokens; set one",
         )
-    return float(al)
+    return al
 
 
-def _kv_offload(target, engine: str):
-    kv = getattr(target, "kv_offload", None)
+def _kv_offload(target: Target, engine: str) -> KvOffload | None:
+    kv = target.kv_offload
     if kv is not None and kv.backend not in target.stack_spec.kv_offload:
         choices = ", ".join(target.stack_spec.kv_offload) or "none"
         raise _fail(target, "kv_offload.backend", f"{kv.backend} is not available on {engine}; use one of: {choices}")
@@ -145,13 +150,14 @@ def _num(x: float) -> str:
     return f"{round(x, 4):g}"
 
 
-def _json(doc: dict) -> str:
+def _json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
 def _drop_flags(args: list[str], flags: set[str]) -> list[str]:
     """Remove ``--flag value`` pairs (and ``--flag=value``) the target sets explicitly."""
-    out, skip = [], False
+    out: list[str] = []
+    skip = False
     for a in args:
         if skip:
             skip = False
@@ -164,10 +170,10 @@ def _drop_flags(args: list[str], flags: set[str]) -> list[str]:
     return out
 
 
-def _vllm(target, port: int, host: str) -> list[str]:
-    tp, ep = target.tensor_parallel, getattr(target, "expert_parallel", 1)
+def _vllm(target: Target, port: int, host: str) -> list[str]:
+    tp, ep = target.tensor_parallel, target.expert_parallel
     # DP attention as InferenceX runs it: attention data-parallel over the TP GPUs, the experts spread over them
-    dpa = getattr(target, "data_parallel_attention", False)
+    dpa = target.data_parallel_attention
     parallel = (
         ["--tensor-parallel-size", "1", "--data-parallel-size", str(tp)] if dpa else ["--tensor-parallel-size", str(tp)]
     )
@@ -178,7 +184,10 @@ def _vllm(target, port: int, host: str) -> list[str]:
     own += [*(_QUANT["vllm"][target.quantization] or []), "--kv-cache-dtype", _KV["vllm"][target.kv_cache_dtype]]
     spec = _spec(target, "vllm")
     if spec is not None:
-        conf: dict = {"method": _VLLM_METHOD[spec.method], "num_speculative_tokens": spec.num_speculative_tokens}
+        conf: dict[str, Any] = {
+            "method": _VLLM_METHOD[spec.method],
+            "num_speculative_tokens": spec.num_speculative_tokens,
+        }
         if (draft := _draft(target, spec)) is not None:
             conf["model"] = draft
         if (al := _pinned(target, spec)) is not None:
@@ -197,13 +206,13 @@ def _vllm(target, port: int, host: str) -> list[str]:
     return own
 
 
-def _sglang(target, port: int, host: str) -> list[str]:
-    tp, ep = target.tensor_parallel, getattr(target, "expert_parallel", 1)
+def _sglang(target: Target, port: int, host: str) -> list[str]:
+    tp, ep = target.tensor_parallel, target.expert_parallel
     own = ["-m", "sglang.launch_server", "--model-path", _model(target), "--host", host, "--port", str(port)]
     own += ["--tp-size", str(tp), "--pp-size", str(target.pipeline_parallel)]
     if ep > 1:
         own += ["--ep-size", str(ep)]
-    if getattr(target, "data_parallel_attention", False):
+    if target.data_parallel_attention:
         own += ["--dp", str(tp), "--enable-dp-attention"]
     own += [*(_QUANT["sglang"][target.quantization] or []), "--kv-cache-dtype", _KV["sglang"][target.kv_cache_dtype]]
     own.append("--enable-metrics")
@@ -227,14 +236,14 @@ def _sglang(target, port: int, host: str) -> list[str]:
     return own
 
 
-def _atom(target, port: int, host: str) -> list[str]:
+def _atom(target: Target, port: int, host: str) -> list[str]:
     if target.pipeline_parallel > 1:
         raise _fail(target, "pipeline_parallel", "ATOM serves one node with tensor parallelism only; set 1")
     own = ["-m", "atom.entrypoints.openai_server", "--model", _model(target), "--host", host]
     own += ["--server-port", str(port), "--tensor-parallel-size", str(target.tensor_parallel)]
-    if getattr(target, "data_parallel_attention", False):
+    if target.data_parallel_attention:
         own.append("--enable-dp-attention")
-    if getattr(target, "expert_parallel", 1) > 1:
+    if target.expert_parallel > 1:
         own.append("--enable-expert-parallel")
     own += ["--kv_cache_dtype", _KV["atom"][target.kv_cache_dtype]]
     spec = _spec(target, "atom")
@@ -248,7 +257,7 @@ def _atom(target, port: int, host: str) -> list[str]:
     return own
 
 
-def _trtllm(target, port: int, host: str) -> list[str]:
+def _trtllm(target: Target, port: int, host: str) -> list[str]:
     _spec(target, "trtllm")
     _kv_offload(target, "trtllm")
     # one MPI launcher rank, trtllm-serve spawning its TP workers, as InferenceX launches it
@@ -269,14 +278,19 @@ def _trtllm(target, port: int, host: str) -> list[str]:
     if target.model_spec.trust_remote_code:  # a catalog fact, never the plan's (models.yaml)
         own.append("--trust_remote_code")
     own += ["--tp_size", str(target.tensor_parallel), "--pp_size", str(target.pipeline_parallel)]
-    own += ["--ep_size", str(getattr(target, "expert_parallel", 1))]
+    own += ["--ep_size", str(target.expert_parallel)]
     return [*own, "--extra_llm_api_options", TRTLLM_OPTIONS]
 
 
-_RENDER: dict[str, Callable[..., list[str]]] = {"vllm": _vllm, "sglang": _sglang, "atom": _atom, "trtllm": _trtllm}
+_RENDER: dict[str, Callable[[Target, int, str], list[str]]] = {
+    "vllm": _vllm,
+    "sglang": _sglang,
+    "atom": _atom,
+    "trtllm": _trtllm,
+}
 
 
-def command(target, port: int, host: str = "0.0.0.0") -> list[str]:
+def command(target: Target, port: int, host: str = "0.0.0.0") -> list[str]:
     """Arguments after the image: the target's own flags, then the catalog's per-GPU recipe (less the
     flags the target sets, so the report never states a setting the server did not use), then the
     plan's engine_args, which win over both. ``host`` is 127.0.0.1 behind the node's front (``FRONTED``)."""
@@ -286,7 +300,7 @@ def command(target, port: int, host: str = "0.0.0.0") -> list[str]:
     return own + recipe + list(target.engine_args)
 
 
-def environment(target) -> dict[str, str]:
+def environment(target: Target) -> dict[str, str]:
     """Catalog environment for this GPU and stack, the engine switches the target's options need
     (pinned acceptance, KV-offload tiers), then the plan's env on top."""
     engine = _engine(target)
@@ -315,13 +329,13 @@ def environment(target) -> dict[str, str]:
     return {**env, **target.env}
 
 
-def extra_files(target) -> dict[str, str]:
+def extra_files(target: Target) -> dict[str, str]:
     """Files the engine reads, by path on the node: TensorRT-LLM's extra LLM-API options."""
     if _engine(target) != "trtllm":
         return {}
-    options: dict = {
+    options: dict[str, Any] = {
         "kv_cache_config": {"dtype": _KV["trtllm"][target.kv_cache_dtype]},
-        "enable_attention_dp": bool(getattr(target, "data_parallel_attention", False)),
+        "enable_attention_dp": target.data_parallel_attention,
         "print_iter_log": True,
     }
     spec = _spec(target, "trtllm")

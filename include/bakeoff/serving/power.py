@@ -167,9 +167,10 @@ def parse_amd_provenance(version_json: str, static_json: str | None = None) -> d
     return out
 
 
-def provenance_from_console(text: str | None, vendor: str) -> dict[str, Any]:
+def provenance_from_console(text: str | None, vendor: str | None) -> dict[str, Any]:
     """Provenance the boot script echoed on the node's console (``bakeoff-provenance:`` lines and the
-    image digest), for clouds whose API returns the console (EC2); empty when there is none."""
+    image digest), for clouds whose API returns the console (EC2); empty when there is none. ``vendor``
+    None (a GPU the catalog does not know) reads the lines as AMD's JSON, as any vendor but nvidia."""
     if not text:
         return {}
     lines = [ln.split("bakeoff-provenance: ", 1)[1] for ln in text.splitlines() if "bakeoff-provenance: " in ln]
