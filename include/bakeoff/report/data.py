@@ -10,13 +10,16 @@ import numbers
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from bakeoff import catalog, claims, cost, store
-from bakeoff.approval import approval_line
+from bakeoff import claims, cost, store
 from bakeoff.plan.checkpoints import checkpoint_note
+from bakeoff.report.caveats import caveat_lines
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
 
 log = logging.getLogger(__name__)
 # provenance keys never shown, whatever a provider put there
@@ -32,7 +35,7 @@ PROVENANCE_FIRST = (
 
 @dataclass
 class ReportData:
-    plan: Any
+    plan: Plan
     run_dir: store.StorePath
     run: dict[str, Any]
     tables: cost.CostTables
@@ -313,113 +316,6 @@ def _trend(plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd.DataF
     return df
 
 
-def _caveats(d: ReportData) -> list[str]:
-    plan, t = d.plan, d.tables.targets
-    out = []
-    if d.failed_steps:
-        out.append(
-            f"These steps of the run failed: {', '.join(d.failed_steps)}. What they would have measured or "
-            "checked is missing from this report."
-        )
-    if d.run.get("approval"):
-        out.append(f"Spend approval: {approval_line(d.run['approval'])}.")
-    if d.emulated:
-        out.append(
-            "EMULATED: every figure comes from the hardware emulator's roofline model, not from real GPUs; "
-            "use it to check the pipeline, never to choose hardware."
-        )
-    twin = [x for x in plan.targets if x.emulated and x.emulator.efficiency == "twin"]
-    if twin:
-        from bakeoff.twin.emulate import efficiency_info  # noqa: PLC0415 - numpy only for such a plan
-
-        parts = []
-        for x in twin:
-            e = efficiency_info(x)
-            parts.append(
-                f"{x.name} (expected error +-{e['band_pct']:g}% against published results; {e['basis']})"
-                if e["source"] == "twin"
-                else f"{x.name} (no calibration, so its manual efficiencies: {e.get('no_calibration', '')})"
-            )
-        out.append(
-            "The emulator ran on the calibrated twin's fitted efficiencies for: " + "; ".join(parts) + ". Its "
-            "EMULATED figures are the twin's predictions, within that band of what the hardware should do."
-        )
-    scaled = [f"{x.name} ({x.emulator.time_scale:g})" for x in plan.targets if x.emulator.time_scale != 1]
-    if scaled and d.emulated:
-        out.append(
-            f"The emulator ran with its delays scaled (time_scale) for: {', '.join(scaled)}; its figures are that "
-            "much faster or slower than the emulated hardware, and compare only with targets at the same scale."
-        )
-    pinned = [x.name for x in plan.targets if x.speculative and x.speculative.acceptance == "pinned"]
-    if pinned:
-        out.append(
-            f"Speculative acceptance is pinned (the golden acceptance length) for: {', '.join(pinned)}. Their "
-            "throughput compares with published figures, but a pinned engine skips verification, so its answers "
-            "are not the model's: its accuracy gate says nothing about a real deployment. Run with acceptance: "
-            "real for the figure your prompts get."
-        )
-    catalog_priced = t[t["price_as_of"] != ""]
-    undated = catalog_priced[catalog_priced["price_as_of"] == "undated"]["name"].tolist()
-    if undated:
-        out.append(
-            f"Undated catalog prices (list prices of unknown date) for: {', '.join(undated)}; "
-            "confirm them or override with your contract price."
-        )
-    third = t[t["price_source"].str.contains("(3p)", regex=False)]["name"].tolist()
-    if third:
-        out.append(f"Prices from a third-party aggregator, not the provider's own page, for: {', '.join(third)}.")
-    markets = dict(zip(t["name"], t["market"], strict=True))
-    if len(set(markets.values())) > 1:
-        listed = ", ".join(f"{n}: {m}" for n, m in markets.items())
-        out.append(
-            f"Targets are priced in different markets ({listed}): not like for like; override prices to compare "
-            "the same market."
-        )
-    off = [n for n, m in markets.items() if m not in (plan.pricing.market, "contract")]
-    if off:
-        out.append(
-            f"The plan asks for {plan.pricing.market} prices, but the price in force for {', '.join(off)} is not."
-        )
-    if plan.pricing.utilisation < 1:
-        out.append(
-            f"Costs assume {plan.pricing.utilisation:.0%} utilisation: "
-            "idle paid hours are spread over the tokens served."
-        )
-    at = d.tables.at_slo
-    costed = at[at["slo_met"].fillna(False).astype(bool)] if not at.empty and "slo_met" in at else at.iloc[0:0]
-    if "repeats" in costed and (costed["repeats"] < 2).any():  # only targets that have a cost
-        out.append(
-            "Some costs at the SLO come from a single repeat: no confidence interval; add workload repeats for one."
-        )
-    if not d.tables.points.empty and (d.tables.points["energy_source"] != "measured").any():
-        out.append(
-            f"Energy is estimated from all-in kW per GPU at {plan.pricing.usd_per_kwh} USD/kWh; cloud prices already "
-            "include power, so energy cost is shown for on-premises comparison and never added to them."
-        )
-    for w in plan.workloads:
-        off = [
-            r["target"]
-            for r in d.measured_input(w.name)
-            if math.isfinite(r["error"]) and abs(r["error"]) > w.input_len_tolerance
-        ]
-        if off:
-            out.append(
-                f"Prompts of {w.name} as the server measured them are off the requested length by more than "
-                f"{w.input_len_tolerance:.0%} for {', '.join(off)}: its figures are not those of the workload "
-                "as written."
-            )
-    if d.validation is None:
-        out.append("Validation did not run for this run: no target is quarantined, but none is vouched for either.")
-    for _, r in d.did_not_pass().iterrows():
-        what = "has no results" if r["status"] == "no_results" else "did not pass validation"
-        out.append(f"{r['name']} {what} and is left out of the ranking and break-even prices.")
-    out.append(
-        "Break-even prices hold throughput fixed and scale cost linearly with price; TCO columns reprice GPUs "
-        f"at public TCO tiers ({catalog.tco()['source']}, {catalog.tco()['as_of']})."
-    )
-    return out
-
-
 def gather(
     plan,
     run_dir: str | store.StorePath,
@@ -447,7 +343,7 @@ def gather(
         checkpoint_note=checkpoint_note(plan.targets, plan.quality.accuracy),
     )
     d.claim_checks, d.claims_error = _claim_checks(plan, tables)
-    d.caveats = _caveats(d)
+    d.caveats = caveat_lines(d)
     return d
 
 
