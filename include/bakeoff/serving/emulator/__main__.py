@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
-        if config.mode == "roofline":
+        if config.target is not None and config.mode == "roofline":  # the config requires the target there
             Roofline.for_target(config.target)  # fail here, not on the first request
     except (EmulatorConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

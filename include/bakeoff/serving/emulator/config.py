@@ -127,7 +127,7 @@ def config_from_dict(raw: Any, source: str = "emulator config") -> EmulatorConfi
         raise EmulatorConfigError(f"{source} is not a valid emulator config:\n{explain(e, root='(config)')}") from None
 
 
-def load_config(path: str | os.PathLike) -> EmulatorConfig:
+def load_config(path: str | os.PathLike[str]) -> EmulatorConfig:
     p = Path(path)
     try:
         raw = json.loads(p.read_text())

@@ -33,7 +33,7 @@ from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.serving.emulator.speculation import Acceptance
 
 
-async def stop_task(task: asyncio.Task | None) -> None:
+async def stop_task(task: asyncio.Task[None] | None) -> None:
     """Cancel a background task and wait until it has unwound."""
     if task:
         task.cancel()
@@ -68,7 +68,7 @@ class Stats:
 
     prompt_tokens: int = 0
     generation_tokens: int = 0
-    finished: collections.Counter = field(default_factory=collections.Counter)
+    finished: collections.Counter[str] = field(default_factory=collections.Counter)
     aborted: int = 0
     late_s: float = 0.0  # sum over emissions of (emitted - scheduled), seconds
     late_max_s: float = 0.0
@@ -126,7 +126,7 @@ class RooflineEngine:
         self._busy_s = 0.0  # wall seconds of every step begun so far (the current one in full)
         self._step_end = 0.0  # time.monotonic() when the current step ends
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     # lifecycle -------------------------------------------------------------
     def start(self) -> None:

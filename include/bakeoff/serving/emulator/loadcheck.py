@@ -25,6 +25,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psutil
@@ -32,7 +33,7 @@ import psutil
 from bakeoff.plan import load_plan
 
 
-def _start(config: dict, workdir: Path, cpu: int | None) -> tuple[subprocess.Popen, int]:
+def _start(config: dict[str, Any], workdir: Path, cpu: int | None) -> tuple[subprocess.Popen[bytes], int]:
     cfg, port_file = workdir / "config.json", workdir / "port"
     cfg.write_text(json.dumps(config))
     cmd = [sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(cfg)]
@@ -49,14 +50,14 @@ def _start(config: dict, workdir: Path, cpu: int | None) -> tuple[subprocess.Pop
     return proc, int(port_file.read_text())
 
 
-async def _drive(url: str, body: dict, concurrency: int, requests: int) -> list[tuple[float, float, int]]:
+async def _drive(url: str, body: dict[str, Any], concurrency: int, requests: int) -> list[tuple[float, float, int]]:
     """(ttft, e2e, chunks) per request, timed at the client."""
     out: list[tuple[float, float, int]] = []
     todo = iter(range(requests))
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as s:
 
-        async def worker():
+        async def worker() -> None:
             for _ in todo:
                 t0 = time.perf_counter()
                 first, chunks = None, 0

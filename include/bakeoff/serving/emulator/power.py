@@ -18,7 +18,7 @@ import asyncio
 import os
 import time
 
-from bakeoff.serving.emulator.engine import stop_task
+from bakeoff.serving.emulator.engine import RooflineEngine, stop_task
 
 IDLE_FRACTION = 0.15  # assumed idle draw, as a fraction of TDP
 
@@ -41,10 +41,12 @@ class PowerSampler:
     reader (or a second writer) never sees a torn row; at most the last line can be missing.
     """
 
-    def __init__(self, engine, path: str | os.PathLike, tdp_w: float, n_gpus: int, interval_s: float = 1.0):
+    def __init__(
+        self, engine: RooflineEngine, path: str | os.PathLike[str], tdp_w: float, n_gpus: int, interval_s: float = 1.0
+    ) -> None:
         self.engine, self.path, self.tdp_w, self.n_gpus, self.interval_s = engine, path, tdp_w, n_gpus, interval_s
         self._fd: int | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Open the file now, so a bad path fails the start-up rather than a background task."""

@@ -38,8 +38,14 @@ beyond what TP already models (its all-to-all traffic is not modelled).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from bakeoff.catalog import Gpu
 from bakeoff.plan.precision import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
+
+if TYPE_CHECKING:
+    from bakeoff.catalog import ModelSpec
+    from bakeoff.plan.target import Target
 
 GPU_MEMORY_UTILIZATION = 0.9
 MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's default for its OpenAI server
@@ -73,11 +79,17 @@ class Roofline:
     step_overhead_s: float = 0.0  # fixed time of every target-model pass (launches, all-reduce; the twin sets it)
 
     @classmethod
-    def for_target(cls, target) -> Roofline:
+    def for_target(cls, target: Target) -> Roofline:
         emu = target.emulator
+        gpu = target.gpu
+        if not isinstance(gpu, Gpu):  # a static endpoint's described hardware has no figures to time
+            raise ValueError(
+                f"targets.{target.name}.hardware: the emulator times a catalog GPU and {gpu.name} is not one; "
+                "give the target a catalog instance_type"
+            )
         budget = _engine_arg(target.engine_args, "--max-num-batched-tokens")
         return cls.for_parts(
-            target.gpu,
+            gpu,
             target.model_spec,
             target.quantization,
             kv_cache_dtype=target.kv_cache_dtype,
@@ -93,8 +105,8 @@ class Roofline:
     @classmethod
     def for_parts(
         cls,
-        gpu,
-        model,
+        gpu: Gpu,
+        model: ModelSpec,
         quantization: str,
         *,
         kv_cache_dtype: str = "auto",

@@ -62,9 +62,9 @@ class _Stream:
     t0: float = field(compare=False, default=0.0)
     itl: float = field(compare=False, default=0.0)
     ttft: float = field(compare=False, default=0.0)
-    frames: list = field(compare=False, default_factory=list)
+    frames: list[bytes] = field(compare=False, default_factory=list)
     last: bytes = field(compare=False, default=b"")
-    tail: tuple | None = field(compare=False, default=None)
+    tail: tuple[str, int, int] | None = field(compare=False, default=None)
     late: float = field(compare=False, default=0.0)
 
 
@@ -549,7 +549,7 @@ class ScriptedServerProcess:
             "expires_at": time.time() + MAX_LIFETIME_S,
         }
         self.cpu, self.api_key, self.tls = cpu, api_key, tls
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
 
     def __enter__(self) -> ScriptedServerProcess:

@@ -19,12 +19,15 @@ import json
 import logging
 import time
 import zlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
 from bakeoff import tokens
 from bakeoff.serving.emulator import VERSION, power, prefix_cache, speculation, sse, textgen
@@ -67,7 +70,7 @@ def build_app(config: EmulatorConfig) -> web.Application:
 
     sampler = _power_sampler(config, app[ENGINE])
 
-    async def _lifecycle(app: web.Application):
+    async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         app[ENGINE].start()
         if sampler:
             sampler.start()
@@ -109,11 +112,11 @@ def _power_sampler(config: EmulatorConfig, engine: RooflineEngine) -> power.Powe
     return power.PowerSampler(engine, config.power_csv, t.gpu.tdp_w, t.gpus_used, config.power_interval_s)
 
 
-def _auth_middleware(api_key: str):
+def _auth_middleware(api_key: str) -> Middleware:
     expected = f"Bearer {api_key}".encode()
 
     @web.middleware
-    async def auth(request: web.Request, handler):
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/v1"):
             got = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(got, expected):
@@ -143,7 +146,7 @@ async def _body(request: web.Request, model: str) -> dict[str, Any]:
     return body
 
 
-def _int_field(body: dict, name: str, default: int, minimum: int) -> int:
+def _int_field(body: dict[str, Any], name: str, default: int, minimum: int) -> int:
     value = body.get(name)
     if value is None:
         return default
@@ -162,7 +165,7 @@ def _content_text(content: Any) -> str:
     raise BadRequest("messages[].content must be a string or a list of content parts", param="messages")
 
 
-def _completion_prompt(body: dict) -> tuple[str, int, list[str]]:
+def _completion_prompt(body: dict[str, Any]) -> tuple[str, int, list[str]]:
     """(text, prompt tokens, the prompt's words): split once, for the count and the prefix cache."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -183,7 +186,7 @@ def _completion_prompt(body: dict) -> tuple[str, int, list[str]]:
 CHAT_BEGIN_TOKENS, CHAT_PER_MESSAGE_TOKENS, CHAT_GENERATION_TOKENS = 1, 5, 4
 
 
-def _chat_prompt(body: dict) -> tuple[str, int, list[str]]:
+def _chat_prompt(body: dict[str, Any]) -> tuple[str, int, list[str]]:
     """(the text replied to, prompt tokens with the template's, every message's words in order). The
     prefix cache keys on the words alone, so a prompt that only grows keeps its blocks."""
     messages = body.get("messages")
@@ -364,7 +367,7 @@ class _Collector:
         self.model, self.time_scale, self.stats = model, time_scale, stats
         self.running, self.waiting, self.kv_usage = running, waiting, kv_usage
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         st, names, values = self.stats, ["model_name"], [self.model]
         G, C = GaugeMetricFamily, CounterMetricFamily
         for family, name, doc, value in (

@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bakeoff.tokens import VOCAB
 
 QUESTION = re.compile(r"What is (-?\d+) ([+\-*]) (-?\d+)\?")
 _WORDS = tuple(" " + w for w in VOCAB)
-_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+_OPS: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
 @dataclass(frozen=True)
