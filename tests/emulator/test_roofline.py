@@ -224,3 +224,12 @@ def test_requests_that_can_never_fit_are_rejected():
     with pytest.raises(Rejected, match="maximum context length"):
         e.check(9_000, 2_000)
     e.check(50, 50)
+
+
+def test_a_gpu_the_catalog_does_not_know_is_refused_by_name():
+    """A static endpoint's described hardware has no figures: the roofline says so, not an AttributeError."""
+    from tests.providers.test_static import described
+
+    t = described().targets[0]
+    with pytest.raises(ValueError, match=r"targets\.[\w-]+\.hardware: .*RTX 6000 Ada is not one; give the target"):
+        Roofline.for_target(t)
