@@ -1,0 +1,77 @@
+"""mypy's strict overrides hold what they say: every listed module exists, every strict override
+carries the whole set of strict flags (disallow_untyped_defs is what requires an annotation on every
+function), and the modules the typing gate was built for stay in it. mypy itself runs in CI
+(``make typecheck``); this keeps a rename or a trimmed override from dropping a module silently."""
+
+from __future__ import annotations
+
+import tomllib
+from fnmatch import fnmatchcase
+
+from tests.conftest import ROOT
+from tests.unit.test_import_layers import library_modules
+
+STRICT_FLAGS = (
+    "disallow_untyped_defs",
+    "disallow_incomplete_defs",
+    "disallow_untyped_calls",
+    "disallow_untyped_decorators",
+    "disallow_any_generics",
+    "disallow_subclassing_any",
+    "check_untyped_defs",
+    "warn_return_any",
+    "no_implicit_reexport",
+    "extra_checks",
+)
+# The modules that must stay strict: the typed core, the budget guard and the serving side. Left out
+# on purpose: serving.userdata (the boot-script renderer, being reshaped with the providers) and the
+# emulator's disaggregated serving.
+MUST_BE_STRICT = (
+    "bakeoff.budget",
+    "bakeoff.cost",
+    "bakeoff.facts",
+    "bakeoff.pipeline",
+    "bakeoff.plan",
+    "bakeoff.report.caveats",
+    "bakeoff.store",
+)
+SERVING_NOT_YET = {"bakeoff.serving.userdata", "bakeoff.serving.emulator.disagg"}
+
+
+def overrides() -> list[dict]:
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    return cfg.get("overrides", [])
+
+
+def strict_patterns() -> list[str]:
+    return [m for o in overrides() if o.get("disallow_untyped_defs") for m in o["module"]]
+
+
+def covered(module: str, patterns: list[str]) -> bool:
+    """Whether mypy applies one of ``patterns`` to ``module`` (``a.*`` covers ``a`` and what is under it)."""
+    return any(module == p or (p.endswith(".*") and (module == p[:-2] or fnmatchcase(module, p))) for p in patterns)
+
+
+def test_every_strict_override_carries_every_strict_flag():
+    for o in overrides():
+        if o.get("disallow_untyped_defs"):
+            missing = [f for f in STRICT_FLAGS if o.get(f) is not True]
+            assert not missing, f"strict override for {o['module'][:3]}...: {missing} not set to true"
+
+
+def test_every_strict_module_exists():
+    modules = set(library_modules())
+    gone = [p for p in strict_patterns() if not any(covered(m, [p]) for m in modules)]
+    assert not gone, f"strict overrides name modules that do not exist (renamed? update pyproject.toml): {gone}"
+
+
+def test_the_typed_core_budget_and_serving_stay_strict():
+    patterns, modules = strict_patterns(), set(library_modules())
+    serving = sorted(m for m in modules if m.startswith("bakeoff.serving") and m not in SERVING_NOT_YET)
+    loose = [m for m in (*MUST_BE_STRICT, *serving) if not covered(m, patterns)]
+    assert not loose, f"modules that must be held to mypy strict are not (add them back to an override): {loose}"
+
+
+def test_the_coverage_reader_reads_patterns_as_mypy_does():
+    assert covered("bakeoff.plan", ["bakeoff.plan.*"]) and covered("bakeoff.plan.target", ["bakeoff.plan.*"])
+    assert not covered("bakeoff.planner", ["bakeoff.plan.*"]) and not covered("bakeoff.plan.target", ["bakeoff.plan"])
