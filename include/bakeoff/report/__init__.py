@@ -10,8 +10,12 @@ import logging
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.paths import StorePath, at, safe_name
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +28,7 @@ def _write_text(path: Path, text: str) -> Path:
 
 
 def build_report(
-    plan, run_dir: str | StorePath, out_dir: str | StorePath, failed_steps: list[str] | tuple[str, ...] = ()
+    plan: Plan, run_dir: str | StorePath, out_dir: str | StorePath, failed_steps: list[str] | tuple[str, ...] = ()
 ) -> dict[str, str]:
     """Write every report file for the run into out_dir (a local folder or the reports store); returns
     {kind: path}. ``failed_steps``: the run's failed steps as the orchestrator knows them, shown in the report.

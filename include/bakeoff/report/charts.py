@@ -9,8 +9,9 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,10 @@ from matplotlib.patches import Patch
 
 from bakeoff.report.data import ReportData
 
-RC = {
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+RC: dict[RcKeyType, object] = {
     "text.parse_math": False,
     "svg.fonttype": "path",
     "svg.hashsalt": "bakeoff",
@@ -35,7 +39,7 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 
 
 @contextmanager
-def _style():
+def _style() -> Iterator[None]:
     with rc_context(RC):
         yield
 

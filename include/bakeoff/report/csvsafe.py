@@ -35,4 +35,5 @@ def safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def to_csv(frame: pd.DataFrame) -> str:
-    return safe_frame(frame).to_csv(index=False)
+    text: str = safe_frame(frame).to_csv(index=False)  # no path given: pandas returns the text
+    return text

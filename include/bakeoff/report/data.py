@@ -60,11 +60,11 @@ class ReportData:
 
     @property
     def basis(self) -> str:
-        return self.tables.headline["basis"]
+        return str(self.tables.headline["basis"])
 
     @property
     def run_id(self) -> str:
-        return self.tables.headline["run_id"]
+        return str(self.tables.headline["run_id"])
 
     @property
     def workloads(self) -> list[str]:
@@ -181,7 +181,7 @@ class ReportData:
         return "; ".join(parts) + (" EMULATED" if parts and self.emulated else "") if parts else "–"
 
 
-def _support(plan, run_dir: store.StorePath) -> list[dict[str, Any]] | None:
+def _support(plan: Plan, run_dir: store.StorePath) -> list[dict[str, Any]] | None:
     """The software-support matrix, when the quality package provides one; a report never fails on it."""
     try:
         from bakeoff.quality.support import support_matrix  # noqa: PLC0415 - optional section, never fatal
@@ -194,7 +194,7 @@ def _support(plan, run_dir: store.StorePath) -> list[dict[str, Any]] | None:
         return [{"error": f"support matrix could not be built: {e}"}]
 
 
-def _claim_checks(plan, tables: cost.CostTables) -> tuple[list[claims.ClaimCheck], str | None]:
+def _claim_checks(plan: Plan, tables: cost.CostTables) -> tuple[list[claims.ClaimCheck], str | None]:
     """The plan's claims checked against the run; a claim that cannot be checked must not lose the report."""
     try:
         return claims.check_claims(plan, tables), None
@@ -203,7 +203,7 @@ def _claim_checks(plan, tables: cost.CostTables) -> tuple[list[claims.ClaimCheck
         return [], f"the claim check could not be made: {e}"
 
 
-def _per_target_json(plan, run_dir: store.StorePath, name: str) -> dict[str, dict[str, Any]]:
+def _per_target_json(plan: Plan, run_dir: store.StorePath, name: str) -> dict[str, dict[str, Any]]:
     out = {}
     for t in plan.targets:
         doc = store.read_json(run_dir / f"target={t.slug}" / name)
@@ -212,7 +212,7 @@ def _per_target_json(plan, run_dir: store.StorePath, name: str) -> dict[str, dic
     return out
 
 
-def _provenance(plan, run_dir: store.StorePath) -> dict[str, dict[str, Any]]:
+def _provenance(plan: Plan, run_dir: store.StorePath) -> dict[str, dict[str, Any]]:
     """What each target actually ran: provenance.json, else the endpoint's provenance, flattened."""
     out = {}
     for t in plan.targets:
@@ -241,7 +241,7 @@ def weights_line(w: dict[str, Any], usd: float | None = None) -> str:
     )
 
 
-def _weights(plan, run_dir: store.StorePath, evaluation: pd.DataFrame) -> dict[str, str]:
+def _weights(plan: Plan, run_dir: store.StorePath, evaluation: pd.DataFrame) -> dict[str, str]:
     """Per target deployed here: the weights line (a static endpoint's weights were not fetched by bakeoff)."""
     usd = dict(zip(evaluation["target"], evaluation["weights_usd"], strict=True)) if "weights_usd" in evaluation else {}
     out = {}
@@ -252,7 +252,7 @@ def _weights(plan, run_dir: store.StorePath, evaluation: pd.DataFrame) -> dict[s
     return out
 
 
-def _clients(plan, run_dir: store.StorePath, points: pd.DataFrame) -> dict[str, str]:
+def _clients(plan: Plan, run_dir: store.StorePath, points: pd.DataFrame) -> dict[str, str]:
     """Where each target's client ran and where its power figure came from, in words."""
     out = {}
     for t in plan.targets:
@@ -287,7 +287,7 @@ def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): doc}
 
 
-def _trend(plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd.DataFrame:
+def _trend(plan: Plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd.DataFrame:
     """Cost at the SLO per target across every stored run of this plan (this one included)."""
     rows = []
     root = run_dir.parent.parent
@@ -317,7 +317,7 @@ def _trend(plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd.DataF
 
 
 def gather(
-    plan,
+    plan: Plan,
     run_dir: str | store.StorePath,
     tables: cost.CostTables | None = None,
     failed_steps: list[str] | tuple[str, ...] = (),

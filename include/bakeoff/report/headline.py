@@ -10,13 +10,16 @@ excludes parity (``cost._add_verdict``); otherwise the sentence says there is no
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from bakeoff import store
 from bakeoff.store import StorePath
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
 
 
 def _r(x: Any, nd: int = 4) -> Any:
@@ -84,7 +87,13 @@ def _summary(ranking: list[dict[str, Any]], verdict: dict[str, Any], basis: str,
 
 
 def build_headline(
-    plan, run_id: str, basis: str, emulated: bool, tdf: pd.DataFrame, at_slo: pd.DataFrame, evaluation: pd.DataFrame
+    plan: Plan,
+    run_id: str,
+    basis: str,
+    emulated: bool,
+    tdf: pd.DataFrame,
+    at_slo: pd.DataFrame,
+    evaluation: pd.DataFrame,
 ) -> dict[str, Any]:
     """The cost step's headline document (cost.json): per workload the ranking and the verdict, the
     summary sentence of the first workload, who was left out, and what the evaluation cost."""
@@ -146,5 +155,5 @@ def headline_table(run_dir: str | StorePath) -> str:
     return "\n".join(lines)
 
 
-def _num(v) -> str:
+def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -19,6 +19,9 @@ from bakeoff import catalog, cost
 from bakeoff.plan.checkpoints import checkpoint_of
 from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
 
 STATUS_TEXT = {
     "passed": "passed",
@@ -36,7 +39,7 @@ _env = Environment(
 )
 
 
-def slo_text(plan) -> str:
+def slo_text(plan: Plan) -> str:
     parts = [
         f"{label} ≤ {v:g} ms"
         for label, v in (

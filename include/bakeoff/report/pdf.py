@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 from fpdf import FPDF, FontFace, XPos, YPos
@@ -19,6 +20,9 @@ from bakeoff import cost
 from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT, slo_text
+
+if TYPE_CHECKING:
+    from bakeoff.plan.workload import Sessions, Workload
 
 FONT_DIR = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 RED = (192, 0, 0)
@@ -147,9 +151,9 @@ def _sensitivity_rows(d: ReportData, wl: str) -> tuple[list[str], list[list[str]
     return head, rows
 
 
-def _sessions_how(w) -> str:
-    """A session workload in one sentence: its source, its load and what a point counts."""
-    b = w.sessions
+def _sessions_how(w: Workload, b: Sessions) -> str:
+    """A session workload (``b``: its sessions block) in one sentence: its source, its load and what a
+    point counts."""
     load = (
         f"closed loop at {', '.join(map(str, b.concurrent_sessions))} concurrent sessions"
         if b.concurrent_sessions
@@ -168,8 +172,8 @@ def _measured_how(d: ReportData) -> list[str]:
     plan = d.plan
     out = []
     for w in plan.workloads:
-        if w.kind == "sessions":
-            out.append(_sessions_how(w))
+        if w.sessions is not None:  # kind: sessions (the plan holds the block there and only there)
+            out.append(_sessions_how(w, w.sessions))
             continue
         lo_in, hi_in = w.length_bounds(w.input_len)
         lo_out, hi_out = w.length_bounds(w.output_len)
