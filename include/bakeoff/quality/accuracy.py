@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -22,10 +22,17 @@ from bakeoff.quality.lm_eval_backend import evaluate as lm_eval_evaluate
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.store import StorePath, at, write_json
 
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.settings import Accuracy
+    from bakeoff.plan.target import Target
+
 FILE = "accuracy.json"
 
 
-def run_gate(endpoint: Endpoint, api_key: str | None, target, plan, out_dir: str | StorePath) -> dict[str, Any]:
+def run_gate(
+    endpoint: Endpoint, api_key: str | None, target: Target, plan: Plan, out_dir: str | StorePath
+) -> dict[str, Any]:
     """Score target's endpoint on the plan's evaluation set; write and return out_dir/accuracy.json.
 
     The document holds no verdict (see ``judge``) and never the API key.
@@ -77,7 +84,9 @@ def _summarise(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def _ask_all(endpoint: Endpoint, api_key: str | None, items: list[evalset.Item], acc) -> list[dict[str, Any]]:
+async def _ask_all(
+    endpoint: Endpoint, api_key: str | None, items: list[evalset.Item], acc: Accuracy
+) -> list[dict[str, Any]]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=acc.concurrency, max_keepalive_connections=acc.concurrency)
     gate = asyncio.Semaphore(acc.concurrency)
@@ -140,7 +149,7 @@ async def _ask(client: httpx.AsyncClient, model: str, item: evalset.Item, max_to
 # --- verdicts over all targets -------------------------------------------------------------
 
 
-def reference(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
+def reference(plan: Plan, docs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """The reference score and output length the plan's rule yields for this run's documents."""
     acc = plan.quality.accuracy
     scored = {slug: d for slug, d in docs.items() if d}
@@ -162,7 +171,7 @@ def reference(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
     return ref
 
 
-def judge(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
+def judge(plan: Plan, docs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """Pass/fail per target: score >= ratio x reference, mean output tokens within the tolerance."""
     acc = plan.quality.accuracy
     ref = reference(plan, docs)
@@ -208,7 +217,7 @@ def judge(plan, docs: dict[str, dict | None]) -> dict[str, Any]:
     return {"reference": ref, "targets": verdicts}
 
 
-def agreement(docs: dict[str, dict | None]) -> dict[str, Any]:
+def agreement(docs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """Share of identical parsed answers for every pair of targets, over the items both answered."""
     answers = {slug: {it["id"]: it["answer"] for it in d["items"]} for slug, d in docs.items() if d}
     sets = {slug: (d.get("eval_set") or {}).get("fingerprint") for slug, d in docs.items() if d}

@@ -13,17 +13,23 @@ arrival"; when the client also records ``first_chunk_has_text`` it is checked di
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.expectations.row_conditions import Column
 
 from bakeoff.quality.gx import OK, make_suite
 
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
+
 USAGE = Column("tokens_source") == "usage"
 NO_EOS = Column("ignore_eos") == True  # noqa: E712
 
 
-def suite(plan, target, first_chunk_flag: bool = False) -> gx.ExpectationSuite:
+def suite(plan: Plan, target: Target, first_chunk_flag: bool = False) -> gx.ExpectationSuite:
     exps: list[gxe.Expectation] = [
         gxe.ExpectColumnValuesToNotBeNull(
             column="tokens_source",

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 NAME = "bakeoff-arith-v1"
 
@@ -37,7 +39,7 @@ TEMPLATES = [
 
 QUESTION_RE = re.compile(r"What is (-?\d+) ([+\-*]) (-?\d+)\?")
 _INT_RE = re.compile(r"-?\d+")
-_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+_OPS: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Item:
     def prompt(self) -> str:
         return f"{FEW_SHOT}Question: {self.question}\nAnswer:"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"prompt": self.prompt}
 
 

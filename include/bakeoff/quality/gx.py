@@ -74,7 +74,8 @@ class GxSession:
             "unexpected_index_column_names": [check.label],
             "partial_unexpected_count": 5,
         }
-        return batch.validate(check.suite, result_format=fmt).to_json_dict()
+        result: dict[str, Any] = batch.validate(check.suite, result_format=fmt).to_json_dict()
+        return result
 
 
 def _row(row: dict[str, Any], label: str) -> str:

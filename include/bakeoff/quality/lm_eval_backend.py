@@ -9,13 +9,17 @@ response is the answer compared across targets.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import tokens
 
+if TYPE_CHECKING:
+    from bakeoff.plan.settings import Accuracy
+    from bakeoff.serving.endpoint import Endpoint
 
-def evaluate(endpoint, api_key: str | None, acc) -> dict[str, Any]:
-    if getattr(endpoint, "tls_cert", None):  # its HTTP client cannot pin a node's own certificate
+
+def evaluate(endpoint: Endpoint, api_key: str | None, acc: Accuracy) -> dict[str, Any]:
+    if endpoint.tls_cert:  # its HTTP client cannot pin a node's own certificate
         raise RuntimeError(
             "quality.accuracy.backend: lm_eval cannot pin this node's TLS certificate, and the key is never sent "
             "unpinned; use backend: builtin for cloud nodes (lm_eval stays available for local and static targets)"
@@ -33,7 +37,7 @@ def evaluate(endpoint, api_key: str | None, acc) -> dict[str, Any]:
         """The run's key passed directly, not through OPENAI_API_KEY in the worker's environment."""
 
         @property
-        def api_key(self):
+        def api_key(self) -> str:
             return api_key or ""
 
     lm = _Keyed(

@@ -6,19 +6,23 @@ break-even prices while still showing its numbers apart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from bakeoff import store
 from bakeoff.store import StorePath
 
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+
 
 def _validation(run_dir: StorePath) -> dict[str, Any] | None:
-    return store.read_json(run_dir / "validation.json")
+    doc: dict[str, Any] | None = store.read_json(run_dir / "validation.json")  # validate_run's summary
+    return doc
 
 
-def target_status(plan, run_dir: StorePath, points: pd.DataFrame) -> dict[str, dict[str, Any]]:
+def target_status(plan: Plan, run_dir: StorePath, points: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per target slug: passed / not_validated / quarantined (validation failed) / no_results, with the
     reasons; ``ranked`` says whether its cost may enter the ranking."""
     val = _validation(run_dir)

@@ -10,6 +10,7 @@ so only validation does, at run time.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
@@ -19,6 +20,10 @@ from great_expectations.expectations.row_conditions import Column
 
 from bakeoff.quality import compliance
 from bakeoff.quality.gx import OK, Check, make_suite, why
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
 
 FINISH_REASONS = ["stop", "length"]  # what OpenAI-compatible servers end a completion with
 PERCENTILE_METRICS = ["ttft", "tpot", "e2e", "itl"]
@@ -75,7 +80,7 @@ def prepare_points(points: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def coverage_frame(plan, points: pd.DataFrame) -> pd.DataFrame:
+def coverage_frame(plan: Plan, points: pd.DataFrame) -> pd.DataFrame:
     """One row per planned (workload, point key): repeats planned vs distinct repeats stored. Trace
     replay and SLA search decide their points while running, so only their stored points count."""
     rows = []
@@ -113,7 +118,7 @@ def repeats_frame(points: pd.DataFrame) -> pd.DataFrame:
 # --- suites ---------------------------------------------------------------------------------
 
 
-def latency_bound_s(plan, target) -> float:
+def latency_bound_s(plan: Plan, target: Target) -> float:
     """Largest latency a stored request can honestly show: the client's timeout, rescaled when
     the emulator runs faster than real time, plus slack. Above it a value is garbage or inf."""
     timeout = max(w.request_timeout_s for w in plan.workloads)
@@ -121,7 +126,7 @@ def latency_bound_s(plan, target) -> float:
     return timeout * max(1.0, 1.0 / scale) * 1.1 + 1.0
 
 
-def request_suite(plan, target) -> gx.ExpectationSuite:
+def request_suite(plan: Plan, target: Target) -> gx.ExpectationSuite:
     q, bound = plan.quality, latency_bound_s(plan, target)
     tol = q.output_len_tolerance
     exps: list[gxe.Expectation] = []
@@ -190,7 +195,7 @@ def request_suite(plan, target) -> gx.ExpectationSuite:
     return make_suite(f"{target.slug}.requests", exps)
 
 
-def point_suite(plan, target) -> gx.ExpectationSuite:
+def point_suite(plan: Plan, target: Target) -> gx.ExpectationSuite:
     q = plan.quality
     exps: list[gxe.Expectation] = [
         gxe.ExpectColumnValuesToBeBetween(
@@ -253,7 +258,7 @@ def point_suite(plan, target) -> gx.ExpectationSuite:
     return make_suite(f"{target.slug}.points", exps)
 
 
-def coverage_suite(plan, target) -> gx.ExpectationSuite:
+def coverage_suite(plan: Plan, target: Target) -> gx.ExpectationSuite:
     return make_suite(
         f"{target.slug}.coverage",
         [
@@ -267,7 +272,7 @@ def coverage_suite(plan, target) -> gx.ExpectationSuite:
     )
 
 
-def repeats_suite(plan, target) -> gx.ExpectationSuite:
+def repeats_suite(plan: Plan, target: Target) -> gx.ExpectationSuite:
     return make_suite(
         f"{target.slug}.repeats",
         [
@@ -315,7 +320,7 @@ def _require(df: pd.DataFrame, needed: set[str], table: str) -> None:
         )
 
 
-def checks_for(plan, target, requests: pd.DataFrame, points: pd.DataFrame) -> list[Check]:
+def checks_for(plan: Plan, target: Target, requests: pd.DataFrame, points: pd.DataFrame) -> list[Check]:
     """Every suite for one target that has results, paired with the frame it validates."""
     if not requests.empty:
         _require(requests, REQUEST_COLUMNS, "requests")

@@ -8,14 +8,18 @@ a missing file means the step never got that far, which is itself the answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.quality import accuracy as accuracy_mod
 from bakeoff.quality import validate as validate_mod
 from bakeoff.store import StorePath, at, read_json
 
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
 
-def support_matrix(plan, run_dir: str | StorePath) -> list[dict[str, Any]]:
+
+def support_matrix(plan: Plan, run_dir: str | StorePath) -> list[dict[str, Any]]:
     """One row per target, sorted by (gpu, stack, model, quantization); JSON-able."""
     run_dir = at(run_dir)
     summary = validate_mod.load_summary(run_dir) or {}
@@ -33,7 +37,7 @@ def support_matrix(plan, run_dir: str | StorePath) -> list[dict[str, Any]]:
                 "stack": t.stack,
                 "model": t.model,
                 "quantization": t.quantization,
-                "checkpoint": getattr(t, "checkpoint_id", None),
+                "checkpoint": t.checkpoint_id,
                 "speculative": _speculative(t),
                 "kv_offload": _kv_offload(t),
                 "target": t.name,
@@ -54,9 +58,9 @@ def support_matrix(plan, run_dir: str | StorePath) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["gpu"], r["stack"], r["model"], r["quantization"], r["target"]))
 
 
-def _speculative(t) -> str | None:
+def _speculative(t: Target) -> str | None:
     """Method, draft tokens and acceptance mode in one cell, e.g. ``mtp k=3 pinned AL 2.99``."""
-    spec = getattr(t, "speculative", None)
+    spec = t.speculative
     if spec is None:
         return None
     mode = f"pinned AL {t.pinned_acceptance_length:g}" if spec.acceptance == "pinned" else "real"
@@ -64,12 +68,12 @@ def _speculative(t) -> str | None:
     return f"{spec.method} k={spec.num_speculative_tokens} {mode}{draft}"
 
 
-def _kv_offload(t) -> str | None:
-    kv = getattr(t, "kv_offload", None)
+def _kv_offload(t: Target) -> str | None:
+    kv = t.kv_offload
     return None if kv is None else f"{kv.backend} {kv.host_memory_gb:g} GB"
 
 
-def _accuracy_state(plan, doc: dict | None, verdict: dict | None) -> str:
+def _accuracy_state(plan: Plan, doc: dict[str, Any] | None, verdict: dict[str, Any] | None) -> str:
     if not plan.quality.accuracy.enabled:
         return "disabled"
     if not doc:

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from bakeoff.quality import accuracy
 from bakeoff.store import StorePath, at, load_points, load_requests, read_json, write_json
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
 
 FILE = "validation.json"
 RAW_DIR = "validation"
@@ -46,13 +50,13 @@ def raise_if_failed(summary: dict[str, Any]) -> None:
         raise ValidationFailed(summary)
 
 
-def _rows_for(df: pd.DataFrame, target) -> pd.DataFrame:
+def _rows_for(df: pd.DataFrame, target: Target) -> pd.DataFrame:
     if df.empty or "target" not in df.columns:
         return pd.DataFrame()
     return df[df["target"].isin([target.slug, target.name])].reset_index(drop=True)
 
 
-def validate_run(plan, run_dir: str | StorePath) -> dict[str, Any]:
+def validate_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:
     """Run every suite for every planned target; write validation.json and GX results; return the summary."""
     from bakeoff.quality import gx, suites  # noqa: PLC0415 - GX is slow to import; only validation needs it
 
@@ -131,4 +135,5 @@ def validate_run(plan, run_dir: str | StorePath) -> dict[str, Any]:
 
 def load_summary(run_dir: str | StorePath) -> dict[str, Any] | None:
     """The stored summary, or None when the run was never validated (reports use this)."""
-    return read_json(at(run_dir) / FILE)
+    summary: dict[str, Any] | None = read_json(at(run_dir) / FILE)  # the JSON validate_run wrote
+    return summary
