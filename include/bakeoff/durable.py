@@ -18,7 +18,7 @@ from typing import Any
 LOCAL_PROTOCOLS = ("", "file", "local")
 
 
-def fsync_path(path: str | os.PathLike, directory: bool = False) -> None:
+def fsync_path(path: str | os.PathLike[str], directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
@@ -26,7 +26,7 @@ def fsync_path(path: str | os.PathLike, directory: bool = False) -> None:
         os.close(fd)
 
 
-def replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+def replace(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
     """fsync ``tmp``, rename it onto ``path``, fsync the directory that holds the new name."""
     fsync_path(tmp)
     os.replace(tmp, path)

@@ -30,7 +30,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -39,6 +39,10 @@ from bakeoff import secrets, store
 from bakeoff.approval import approval_line
 from bakeoff.paths import StorePath, at, safe_name, state_root
 from bakeoff.providers.registry import PROVIDERS
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
 
 FORMAT = "bakeoff-evidence/1"
 MANIFEST, SIGNATURE = "MANIFEST.json", "MANIFEST.sig"
@@ -89,7 +93,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _price_sheet(plan, start: dict[str, Any]) -> dict[str, Any]:
+def _price_sheet(plan: Plan, start: dict[str, Any]) -> dict[str, Any]:
     rows = {}
     for t in plan.targets:
         try:
@@ -109,7 +113,7 @@ def _clean(doc: Any) -> Any:
     return doc
 
 
-def _provenance(plan, run_dir: StorePath, view: dict[str, Any]) -> dict[str, Any]:
+def _provenance(plan: Plan, run_dir: StorePath, view: dict[str, Any]) -> dict[str, Any]:
     """Per target what ran where, from the records its steps wrote (what was asked, what the node said)."""
     out = {}
     for t in plan.targets:
@@ -141,7 +145,7 @@ def _provenance(plan, run_dir: StorePath, view: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def _engine_args(target, deploy: dict[str, Any]) -> dict[str, Any]:
+def _engine_args(target: Target, deploy: dict[str, Any]) -> dict[str, Any]:
     """The engine command the node was given; for an emulated node, the one a real node would get."""
     if deploy.get("engine_args"):
         return {"engine_args": deploy["engine_args"], "engine_args_source": "as deployed"}
@@ -174,7 +178,7 @@ def _check_no_secret(name: str, data: bytes, known: list[bytes]) -> None:
 
 
 def build(
-    plan,
+    plan: Plan,
     run_dir: str | StorePath,
     report_paths: dict[str, str],
     dest_dir: str | StorePath,
@@ -227,7 +231,9 @@ def bundle_name(plan_name: str, run_id: str) -> str:
     return f"bakeoff-{safe_name(plan_name)}-{safe_name(run_id)}-evidence.zip"
 
 
-def _shows(plan, run_dir: StorePath, view: dict[str, Any], members: dict[str, bytes], failed: Any) -> dict[str, Any]:
+def _shows(
+    plan: Plan, run_dir: StorePath, view: dict[str, Any], members: dict[str, bytes], failed: Any
+) -> dict[str, Any]:
     """The claims the signed manifest makes about the run, for verify to print."""
     head = store.read_json(run_dir / "cost.json") or {}
     validation = store.read_json(run_dir / "validation.json") or {}
@@ -282,7 +288,7 @@ def _hash_member(z: zipfile.ZipFile, name: str) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def verify(path: str | os.PathLike, public_key: str | None = None) -> Verdict:
+def verify(path: str | os.PathLike[str], public_key: str | None = None) -> Verdict:
     """Check every file of a bundle against its manifest and the manifest's signature. The key trusted
     is ``public_key`` (hex), else this installation's; with neither, the manifest's own key is used and
     the verdict says the signer is unverified."""

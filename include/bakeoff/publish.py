@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import durable
 from bakeoff.paths import StorePath, at, fresh, reports_root, safe_name
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
 
 ASSET_PREFIX = "bakeoff://reports/"
 MANIFEST = "manifest.json"
@@ -84,7 +87,7 @@ def write_indexes(root: str | StorePath, plan_name: str) -> dict[str, StorePath]
     return out
 
 
-def _manifest(plan, run_dir: StorePath, files: dict[str, str], failed_steps: list[str]) -> dict[str, Any]:
+def _manifest(plan: Plan, run_dir: StorePath, files: dict[str, str], failed_steps: list[str]) -> dict[str, Any]:
     from bakeoff import store  # noqa: PLC0415 - the results store loads pandas; the UI imports this module
     from bakeoff.dashboard.summary import summarize  # noqa: PLC0415 - so does the cost step's summary
 
@@ -106,7 +109,11 @@ def _manifest(plan, run_dir: StorePath, files: dict[str, str], failed_steps: lis
 
 
 def publish(
-    plan, run_dir: str | StorePath, report_paths: dict[str, str], *, failed_steps: list[str] | tuple[str, ...] = ()
+    plan: Plan,
+    run_dir: str | StorePath,
+    report_paths: dict[str, str],
+    *,
+    failed_steps: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """List the run's report files under reports_root()/<plan>/<run>/ (copying any built elsewhere),
     write its manifest and refresh the indexes. ``failed_steps``: this run's failed steps (the DAG

@@ -16,9 +16,13 @@ import os
 import re
 import secrets as _secrets
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bakeoff import durable
 from bakeoff.paths import state_root
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
 
 MIN_SECRET_BYTES = 32  # HMAC-SHA256 keys shorter than its output weaken every derived key
 _MAKE_ONE = "python -c 'import secrets; print(secrets.token_hex(32))'"
@@ -105,7 +109,7 @@ SECRET_CONN_PREFIXES = ("huggingface_", "registry_")  # password = a serving sec
 SECRET_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "REGISTRY_")  # env names such a secret may be given on the node
 CONN_ID_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}"
 
-ConnectionFn = Callable[[str], dict]
+ConnectionFn = Callable[[str], dict[str, str]]
 
 
 class MissingSecret(LookupError):
@@ -119,7 +123,7 @@ def env_var(conn_id: str, field: str) -> str:
     return f"BAKEOFF_CONN_{re.sub(r'[^A-Z0-9]', '_', conn_id.upper())}_{field.upper()}"
 
 
-def env_connection(conn_id: str) -> dict:
+def env_connection(conn_id: str) -> dict[str, str]:
     """The connection's host and password from the environment (the CLI's resolver)."""
     return {f: os.environ.get(env_var(conn_id, f), "") for f in ("host", "password")}
 
@@ -137,7 +141,7 @@ def allowed_connection(conn_id: str, prefixes: tuple[str, ...]) -> bool:
     return bool(re.fullmatch(CONN_ID_RE, conn_id)) and conn_id.startswith(prefixes)
 
 
-def connection(conn_id: str, prefixes: tuple[str, ...]) -> dict:
+def connection(conn_id: str, prefixes: tuple[str, ...]) -> dict[str, str]:
     """host and password of a connection a plan named; refuses any id outside ``prefixes`` (checked
     again here, not only when the plan is validated)."""
     if not allowed_connection(conn_id, prefixes):
@@ -148,12 +152,12 @@ def connection(conn_id: str, prefixes: tuple[str, ...]) -> dict:
     return dict(_resolve_connection(conn_id) or {})
 
 
-def serving_secrets(target) -> dict[str, str]:
+def serving_secrets(target: Target) -> dict[str, str]:
     """The target's serving secrets (env name -> value) from the connections its plan names, resolved
     when a step needs them (provision hands them to the provider, deploy to the node agent); never
     stored, logged or returned by a step."""
     out: dict[str, str] = {}
-    for env, conn_id in (getattr(target, "secrets", None) or {}).items():
+    for env, conn_id in target.secrets.items():
         value = connection(conn_id, SECRET_CONN_PREFIXES).get("password") or ""
         if not value:
             raise MissingSecret(

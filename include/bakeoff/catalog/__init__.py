@@ -221,7 +221,8 @@ class StackSpec(_Frozen):
 
 def _load(name: str) -> dict[str, Any]:
     text = resources.files(__package__).joinpath(name).read_text()
-    return yaml.safe_load(text)
+    doc: dict[str, Any] = yaml.safe_load(text)  # the vendored YAML files, each a mapping at the top
+    return doc
 
 
 @lru_cache
@@ -262,12 +263,14 @@ def default_images() -> dict[str, DefaultImage]:
 @lru_cache
 def tco() -> dict[str, Any]:
     """TCO tiers: {'tiers': [...], 'usd_per_gpu_hour': {gpu: [..]}, 'source', 'as_of'}."""
-    return _load("instances.yaml")["tco"]
+    tiers: dict[str, Any] = _load("instances.yaml")["tco"]
+    return tiers
 
 
 @lru_cache
 def provider_apis() -> dict[str, dict[str, str]]:
-    return _load("instances.yaml")["apis"]
+    apis: dict[str, dict[str, str]] = _load("instances.yaml")["apis"]
+    return apis
 
 
 @lru_cache
