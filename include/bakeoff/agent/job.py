@@ -16,12 +16,17 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import budget, store
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, file_field, with_file_field
 from bakeoff.agent.remote import AgentClient, AgentError, look
 from bakeoff.plan import PlanError
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
+    from bakeoff.serving.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 MAX_INLINE_BYTES = MAX_JOB_BYTES
@@ -33,7 +38,7 @@ def job_id(run_id: str, slug: str) -> str:
     return f"{slug}-{hashlib.sha256(run_id.encode()).hexdigest()[:12]}"
 
 
-def build_job(plan, target, endpoint, run_id: str) -> dict[str, Any]:
+def build_job(plan: Plan, target: Target, endpoint: Endpoint, run_id: str) -> dict[str, Any]:
     workloads, files, fields = _inputs(plan)
     job = {
         "job_id": job_id(run_id, target.slug),
@@ -51,7 +56,7 @@ def build_job(plan, target, endpoint, run_id: str) -> dict[str, Any]:
     return job
 
 
-def _inputs(plan) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
+def _inputs(plan: Plan) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
     """The workloads with their files inlined: (workloads, files by job name, plan field by job name)."""
     workloads, files, fields = [], {}, {}
     for i, w in enumerate(plan.workloads):
@@ -86,7 +91,7 @@ def _check_size(job: dict[str, Any], fields: dict[str, str], target_name: str) -
     )
 
 
-def preflight(plan) -> None:
+def preflight(plan: Plan) -> None:
     """Before anything is launched: refuse a plan whose co-located job the node agent would refuse
     (workload files too large once inlined), naming the workload field and the limit."""
     colocated = [t for t in plan.targets if t.client_mode == "co-located"]
@@ -128,14 +133,14 @@ def _inline(value: str, field: str) -> str:
         raise ValueError(f"{field}: {path.name} is not UTF-8 text; save the file as UTF-8") from None
 
 
-def bench_timeout_s(plan, target) -> float:
+def bench_timeout_s(plan: Plan, target: Target) -> float:
     """How long a co-located benchmark may run: the budget's estimate of its hours with the budget's
     margin, at least MIN_BENCH_TIMEOUT_S, capped by max_instance_hours (the node powers off then)."""
     estimate = budget.bench_hours(plan, target) * (1 + budget.MARGIN) * 3600
     return min(max(estimate, MIN_BENCH_TIMEOUT_S), plan.max_instance_hours * 3600)
 
 
-def _agent(target, endpoint, key: str | None) -> AgentClient:
+def _agent(target: Target, endpoint: Endpoint, key: str | None) -> AgentClient:
     if not endpoint.agent_url:
         raise AgentError(
             f"{target.name}: client_mode co-located, but no node agent was started (the node could not "
@@ -144,7 +149,7 @@ def _agent(target, endpoint, key: str | None) -> AgentClient:
     return AgentClient(endpoint.agent_url, key, tls_cert=endpoint.tls_cert)
 
 
-def submit(plan, target, endpoint, run_id: str, key: str | None) -> dict[str, Any]:
+def submit(plan: Plan, target: Target, endpoint: Endpoint, run_id: str, key: str | None) -> dict[str, Any]:
     """Start the plan's workloads on the node (a repeated submit joins the job already running):
     ``{"job_id", "bundle"}``. Waits only for the agent to answer, which it does by the time the
     server serves (the bundle installs while the serving image pulls)."""
@@ -162,8 +167,8 @@ def submit(plan, target, endpoint, run_id: str, key: str | None) -> dict[str, An
 
 
 def check(
-    target,
-    endpoint,
+    target: Target,
+    endpoint: Endpoint,
     key: str | None,
     submitted: dict[str, Any],
     tdir: str | store.StorePath,
