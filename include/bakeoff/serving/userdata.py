@@ -35,10 +35,13 @@ import json
 import re
 import shlex
 import time
+from collections.abc import Mapping
 from importlib.metadata import version
+from typing import Any
 
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
+from bakeoff.providers.base import LaunchSpec
 from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import engines, front, hub_fetch, power
 from bakeoff.serving.tls import check_cert
@@ -566,19 +569,27 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
     return script
 
 
-def render_for(target, spec: dict) -> str:
+def render_for(target, spec: LaunchSpec | Mapping[str, Any]) -> str:
     """The boot script a provider's create() sends: the pipeline's spec carries the key, the expiry,
     the kill-switch delay from the budget estimate and the staged client bundle."""
-    shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
+    launch = LaunchSpec.of(spec)
+    if not launch.api_key:
+        raise ValueError(f"targets.{target.name}: a cloud launch needs its serving key (LaunchSpec.api_key)")
+    if launch.shutdown_after_s:
+        shutdown_after = launch.shutdown_after_s
+    elif launch.expires_at is not None:
+        shutdown_after = max(60.0, float(launch.expires_at) - time.time())
+    else:
+        raise ValueError(f"targets.{target.name}: a cloud launch needs its expiry (LaunchSpec.expires_at)")
     return render(
         target,
-        api_key=spec["api_key"],
+        api_key=launch.api_key,
         shutdown_after_s=shutdown_after,
         ingress_cidr=target.provider_options.ingress_cidr,
-        agent=spec.get("agent"),
-        expires_at=spec.get("expires_at"),
-        tls=spec.get("tls"),
-        secret_names=sorted(spec.get("secrets") or {}),
+        agent=dict(launch.agent) if launch.agent else None,
+        expires_at=launch.expires_at,
+        tls=dict(launch.tls) if launch.tls else None,
+        secret_names=sorted(launch.secrets),
     )
 
 
