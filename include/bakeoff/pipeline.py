@@ -225,7 +225,8 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     )
     asked = time.time()
     inst = provider.create(target, rid, tags=tags, spec=spec)
-    # attempts, refusals by reason and the region that took it (where the provider says), and how long
+    # the lifecycle's record (providers/base.Provisioning: attempts, refusals, placements tried, where it
+    # launched) and how long the whole create took; node_ready and serving_ready add their times
     provisioning = {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
     if node_cert:  # every later call pins it: the base_url and agent_url become https
         inst.details["tls_cert"] = node_cert
@@ -280,7 +281,21 @@ def node_ready(
         if ready.host and ready.details.get("agent_port"):  # the provider resolved where it is reached
             ready.details["agent_url"] = f"{'https' if cert else 'http'}://{ready.host}:{ready.details['agent_port']}"
     store.write_json(store.target_dir(plan.name, rid, slug) / "instance.json", ready.to_dict())
+    _provisioning_time(run_dir, slug, "running_s")
     return ready.to_dict()
+
+
+def _provisioning_time(run_dir: str, slug: str, key: str) -> None:
+    """Seconds from the node's launch to now, into the provision record's ``provisioning`` under ``key``
+    (``running_s``: running with an address; ``serving_ready_s``: serving the model), once per launch."""
+    doc = store.read_record(run_dir, facts.Provision.STEP, slug)
+    if not doc:
+        return
+    prov = facts.parse(facts.Provision, doc, f"target={slug}/steps/provision.json")
+    if key in prov.provisioning or prov.launched_at is None:
+        return
+    seconds = round(max(0.0, time.time() - prov.launched_at), 1)
+    _target_step(run_dir, slug, prov.model_copy(update={"provisioning": {**prov.provisioning, key: seconds}}))
 
 
 def _recheck_budget(run_dir: str, plan: Plan, target: Target) -> tuple[facts.Launch, ...]:
@@ -386,6 +401,7 @@ def serving_ready(
         return None
     # emulated: e.g. a sandbox cloud node backed by the emulator (the run view marks the whole run)
     _target_step(run_dir, slug, facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated))
+    _provisioning_time(run_dir, slug, "serving_ready_s")
     return endpoint.to_dict()
 
 
