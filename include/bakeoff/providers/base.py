@@ -133,7 +133,7 @@ class Provider(abc.ABC):
     name: str
     poll_s: float | None = None  # how often wait_ready looks (None: a fiftieth of its timeout, 0.05 s to 5 s)
 
-    def include(self, targets: list) -> None:
+    def include(self, targets: list[Any]) -> None:
         """Widen what ``list_tagged`` searches to where these plan targets launch (no-op for most clouds)."""
         return None
 
