@@ -153,3 +153,13 @@ def test_times_to_running_and_serving_ready_go_into_the_provision_record_once(da
     assert first["attempts"] == 1 and 29 <= first["running_s"] <= first["serving_ready_s"] < 120
     pipeline._provisioning_time(rdir, "a", "running_s")  # a later look does not move it
     assert store.read_record(rdir, "provision", "a")["provisioning"]["running_s"] == first["running_s"]
+
+
+def test_an_undo_that_fails_does_not_hide_why_the_create_failed():
+    class Stuck(TinyCloud):
+        def abandon(self, target: Any, run_id: str, context: Any) -> None:
+            raise ProviderError("tiny: network busy")
+
+    cloud, t, rid = Stuck(full={"r1"}), _target(["r1"]), new_run_id()
+    with pytest.raises(CapacityError, match="r1 \\(OutOfStock"):
+        cloud.create(t, rid, **launch_args(rid, t))

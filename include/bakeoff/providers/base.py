@@ -276,8 +276,8 @@ class CloudProvider(Provider):
     previous try made it), ``prepare`` (the network the node is launched behind; returns what launch
     needs), ``placements`` (where to try, in order), ``launch`` (one API launch: the Instance, or
     ``Refused`` for capacity or quota, or ProviderError), ``secured`` (after a node exists, new or
-    reused), ``abandon`` (undo ``prepare`` when no node came of it) and ``capacity_advice`` (what a
-    person can change when every placement refused).
+    reused), ``abandon`` (undo ``prepare`` when no node came of it), and ``capacity_scope`` /
+    ``capacity_advice`` (where it looked, and what a person can change, when every placement refused).
     """
 
     tag_codec: Any  # tags.Pairs or tags.Labels: how this cloud spells the tags
@@ -330,9 +330,9 @@ class CloudProvider(Provider):
                 inst.details["provisioning"] = record.to_dict()
                 return inst
         except BaseException:
-            self.abandon(target, run_id, context)
+            self._undo(target, run_id, context)
             raise
-        self.abandon(target, run_id, context)
+        self._undo(target, run_id, context)
         tried = ", ".join(
             f"{r['where']} ({r['code']}: {r['message']})" if r["message"] else f"{r['where']} ({r['code']})"
             for r in record.refused
@@ -341,6 +341,14 @@ class CloudProvider(Provider):
             f"{self.name}: no capacity for {target.instance_type}{self.capacity_scope(context)}; "
             f"tried {tried or 'no placement'}. {self.capacity_advice(target)}"
         )
+
+    def _undo(self, target: Any, run_id: str, context: Any) -> None:
+        """``abandon``, never hiding why the create failed: its own error is logged (the sweep and the
+        reaper remove what it left)."""
+        try:
+            self.abandon(target, run_id, context)
+        except Exception as e:  # noqa: BLE001 - the create's own failure is what the caller must see
+            log.warning("%s: could not undo the network of %s (run %s): %s", self.name, target.slug, run_id, e)
 
     # hooks -----------------------------------------------------------------------------------------
     @abc.abstractmethod
