@@ -1,5 +1,6 @@
 """Print the library's shape at a git revision: module sizes, untyped or ``Any`` parameters, ``getattr``
-reads with a literal field name, and the line count of each cloud provider's ``create``.
+reads with a literal field name, the line count of each cloud provider's ``create`` (one, in
+``providers/base.py``, since the lifecycle template) and of the lifecycle hooks each cloud writes.
 
 ``python scripts/code_measures.py [REV ...]`` (default: the work tree's HEAD), one column per revision;
 it reads files with ``git show`` so no checkout is needed. Figures for a closing note's before/after table.
@@ -23,7 +24,9 @@ MODULES = (
     "providers/registry.py",
     "serving/deploy.py",
 )
-CLOUDS = ("providers/aws.py", "providers/oci.py", "providers/rest.py", "providers/digitalocean.py")
+CLOUDS = ("providers/base.py", "providers/aws.py", "providers/oci.py", "providers/rest.py", "providers/digitalocean.py")
+# what a cloud writes for the one lifecycle (providers/base.CloudProvider.create calls these)
+HOOKS = ("require", "find_existing", "prepare", "placements", "launch", "secured", "abandon", "capacity_advice")
 
 
 def _git(*args: str) -> str:
@@ -78,6 +81,8 @@ def measures(src: dict[str, str]) -> dict[str, int | str]:
     out["lines metrics.summarize"] = funcs.get("bench/metrics.py", {}).get("summarize", "-")
     for c in CLOUDS:
         out[f"create lines {c}"] = funcs.get(c, {}).get("create", "-")
+    for c in CLOUDS[1:]:
+        out[f"lifecycle hook lines {c}"] = sum(funcs.get(c, {}).get(h, 0) for h in HOOKS) or "-"
     return out
 
 

@@ -89,7 +89,8 @@ class Provision(Fact):
     launched_at: Epoch | None = None
     client_bundle: str | None = None
     tries: tuple[Launch, ...] = ()
-    # how the create went: attempts, refusals by reason (capacity, quota), the region that took it, create_s
+    # how the create went (providers/base.Provisioning: attempts, refusals by reason, placements and
+    # offers tried, where it launched), create_s, and the seconds to running and to serving-ready
     provisioning: dict[str, Any] = {}
 
     def recorded_launches(self) -> tuple[Launch, ...]:

@@ -128,7 +128,7 @@ def check_static_endpoints(plan: Plan, allowed: bool) -> None:
     import httpx  # noqa: PLC0415 - httpx only for plans with a static endpoint
 
     for i, t in enumerate(plan.targets):
-        url = t.provider_options.base_url if PROVIDERS[t.provider].existing_endpoint else None
+        url = t.provider_options.get("base_url") if PROVIDERS[t.provider].existing_endpoint else None
         if not url:
             continue
         why = internal_host(httpx.URL(url).host or "")

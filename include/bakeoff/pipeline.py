@@ -20,7 +20,7 @@ from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
-from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET
+from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, LaunchSpec
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint
@@ -213,19 +213,20 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     except secrets.MissingSecret as e:
         raise ProviderError(str(e)) from None
     agent = stage_client(target, expires - time.time(), credentials)
-    spec = {
-        "api_key": serving_key(target, rid),
-        "expires_at": expires,
-        "shutdown_after_s": kill_switch_s(plan, target),
-        "agent": agent,
-        "launch": len(earlier),
-    }
-    if serving_secrets:
-        spec["secrets"] = serving_secrets
-    node_cert = _node_tls(target, rid, spec)
+    tls, node_cert = _node_tls(target, rid, bool(serving_secrets), bool(agent))
+    spec = LaunchSpec(
+        api_key=serving_key(target, rid),
+        expires_at=expires,
+        shutdown_after_s=kill_switch_s(plan, target),
+        agent=agent,
+        launch=len(earlier),
+        secrets=serving_secrets or {},
+        tls=tls,
+    )
     asked = time.time()
     inst = provider.create(target, rid, tags=tags, spec=spec)
-    # attempts, refusals by reason and the region that took it (where the provider says), and how long
+    # the lifecycle's record (providers/base.Provisioning: attempts, refusals, placements tried, where it
+    # launched) and how long the whole create took; node_ready and serving_ready add their times
     provisioning = {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
     if node_cert:  # every later call pins it: the base_url and agent_url become https
         inst.details["tls_cert"] = node_cert
@@ -280,7 +281,21 @@ def node_ready(
         if ready.host and ready.details.get("agent_port"):  # the provider resolved where it is reached
             ready.details["agent_url"] = f"{'https' if cert else 'http'}://{ready.host}:{ready.details['agent_port']}"
     store.write_json(store.target_dir(plan.name, rid, slug) / "instance.json", ready.to_dict())
+    _provisioning_time(run_dir, slug, "running_s")
     return ready.to_dict()
+
+
+def _provisioning_time(run_dir: str, slug: str, key: str) -> None:
+    """Seconds from the node's launch to now, into the provision record's ``provisioning`` under ``key``
+    (``running_s``: running with an address; ``serving_ready_s``: serving the model), once per launch."""
+    doc = store.read_record(run_dir, facts.Provision.STEP, slug)
+    if not doc:
+        return
+    prov = facts.parse(facts.Provision, doc, f"target={slug}/steps/provision.json")
+    if key in prov.provisioning or prov.launched_at is None:
+        return
+    seconds = round(max(0.0, time.time() - prov.launched_at), 1)
+    _target_step(run_dir, slug, prov.model_copy(update={"provisioning": {**prov.provisioning, key: seconds}}))
 
 
 def _recheck_budget(run_dir: str, plan: Plan, target: Target) -> tuple[facts.Launch, ...]:
@@ -309,12 +324,14 @@ def _launch_expiry(run_dir: str, slug: str, launch: int, max_hours: float) -> fl
     return expires
 
 
-def _node_tls(target: Target, run_id: str, spec: dict[str, Any]) -> str | None:
-    """A cloud node's TLS identity: its private key goes into the spec (user-data only), its public
-    certificate is returned for instance.json so later steps pin it (serving/tls.py)."""
+def _node_tls(
+    target: Target, run_id: str, has_secrets: bool, has_agent: bool
+) -> tuple[dict[str, str] | None, str | None]:
+    """A cloud node's TLS identity: its private key goes into the launch spec (user-data only), its
+    public certificate is returned for instance.json so later steps pin it (serving/tls.py)."""
     if not PROVIDERS[target.provider].tls:
-        return None
-    if spec.get("secrets") and not spec.get("agent"):  # refused before any cloud call
+        return None, None
+    if has_secrets and not has_agent:  # refused before any cloud call
         raise ProviderError(
             f"targets.{target.name}.secrets: serving secrets reach the node only through its agent "
             "over TLS, and no client bundle could be staged; set the Airflow Variable "
@@ -323,8 +340,7 @@ def _node_tls(target: Target, run_id: str, spec: dict[str, Any]) -> str | None:
     from bakeoff.serving.tls import node_identity  # noqa: PLC0415 - only a node with its own certificate needs serving.tls
 
     ident = node_identity(run_id, target.slug)
-    spec["tls"] = {"cert": ident.cert_pem, "key": ident.key_pem}
-    return ident.cert_pem
+    return {"cert": ident.cert_pem, "key": ident.key_pem}, ident.cert_pem
 
 
 def stage_client(
@@ -385,6 +401,7 @@ def serving_ready(
         return None
     # emulated: e.g. a sandbox cloud node backed by the emulator (the run view marks the whole run)
     _target_step(run_dir, slug, facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated))
+    _provisioning_time(run_dir, slug, "serving_ready_s")
     return endpoint.to_dict()
 
 

@@ -157,7 +157,7 @@ def _aws(t: Any, i: int, p: Any) -> Iterator[Check]:
         return f"{type(e).__name__}: {e}"
 
     name, opts = t.name, t.provider_options
-    placements = p.placements(t)
+    placements = [(pl.region, pl.zone) for pl in p.placements(t)]
     home = p.default_region  # the connection's own region answers for the account
     try:
         who = p._client("sts", home).get_caller_identity()

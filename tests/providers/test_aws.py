@@ -84,9 +84,17 @@ def test_capacity_error_fails_over_to_the_next_placement(aws_creds, moto_server)
     moto_server.gate.denied = {"us-east-1a", "us-east-1b"}
     p = AwsProvider(aws_creds)
     t, rid = make_target("aws", regions=["us-east-1", "us-west-2"], zones=["us-east-1a", "us-east-1b"]), new_run_id()
-    assert p.placements(t) == [("us-east-1", "us-east-1a"), ("us-east-1", "us-east-1b"), ("us-west-2", None)]
+    assert [(pl.region, pl.zone) for pl in p.placements(t)] == [
+        ("us-east-1", "us-east-1a"),
+        ("us-east-1", "us-east-1b"),
+        ("us-west-2", None),
+    ]
     inst = p.create(t, rid, **launch_args(rid, t))
     assert inst.region == "us-west-2" and len(_live(aws_creds, rid, "us-west-2")) == 1 and not _live(aws_creds, rid)
+    prov = inst.details["provisioning"]  # the lifecycle's record: both zones refused, then the region took it
+    assert prov["attempts"] == 3 and prov["refusals"] == {"capacity": 2} and prov["placement"] == "us-west-2"
+    assert [r["where"] for r in prov["refused"]] == ["us-east-1a", "us-east-1b"]
+    assert prov["instance_types"] == [t.instance_type] and prov["launch_s"] is not None
     p.terminate(inst.id)
 
 

@@ -17,7 +17,7 @@ from bakeoff import reaper
 from bakeoff.providers import ProviderError
 from bakeoff.providers.base import PartialListing
 from bakeoff.providers.digitalocean import OUTBOUND_RULES, DigitalOceanProvider, firewall_name
-from bakeoff.providers.rest import encode_tags
+from bakeoff.providers.tags import LABELS
 from bakeoff.providers.vultr import VultrProvider
 from bakeoff_sandbox.spec_check import Spec, unknown_fields
 
@@ -114,7 +114,7 @@ def test_gpu_and_other_droplets_are_both_listed(rest_creds, fake_clouds):
     inst = p.create(t, rid, **launch_args(rid, t))
     assert t.instance_type.startswith("gpu-") and [i.id for i in p.list_tagged(rid)] == [inst.id]
     assert p.create(t, rid, **launch_args(rid, t)).id == inst.id  # the duplicate guard finds it
-    tags = encode_tags({"bakeoff:run_id": rid, "bakeoff:target": "cpu-side"})
+    tags = LABELS.encode({"bakeoff:run_id": rid, "bakeoff:target": "cpu-side"})
     body = {"name": "cpu-side", "region": "atl1", "size": "s-2vcpu-4gb", "image": "ubuntu-24-04-x64", "tags": tags}
     cpu = _call(fake_clouds, "POST", "/do/v2/droplets", json=body).json()["droplet"]
     assert {i.id for i in p.list_tagged(rid)} == {inst.id, str(cpu["id"])}

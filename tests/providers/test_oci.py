@@ -18,7 +18,7 @@ from cloud_helpers import launch_args, new_run_id
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import CapacityError, ProviderError, get_provider
 from bakeoff.providers.base import TAG_RUN
-from bakeoff.providers.oci import OciProvider, encode_tags, nsg_name, retry_token
+from bakeoff.providers.oci import TAGS, OciProvider, nsg_name, retry_token
 from bakeoff.serving import userdata
 from bakeoff_sandbox import oci as fake_oci
 from bakeoff_sandbox import throwaway_api_key
@@ -217,7 +217,7 @@ def test_terminate_and_cleanup_leave_no_instance_and_no_security_group(creds, fa
     time.sleep(0.35)
     [nsg] = _run_nsgs(fake, rid)
     other = new_run_id()  # a create killed after it made its group: an unused group of another run
-    orphan = p._ensure_nsg(t, other, fake_oci.COMPARTMENT, fake_oci.REGION, encode_tags({TAG_RUN: other}))
+    orphan = p._ensure_nsg(t, other, fake_oci.COMPARTMENT, fake_oci.REGION, TAGS.encode({TAG_RUN: other}))
     assert p.cleanup(mine) == [nsg["id"]]  # select picks only that run's groups
     assert _run_nsgs(fake, rid) == [] and p.list_tagged(rid) == [] and orphan in fake.nsgs
     assert p.cleanup(lambda tags: tags.get(TAG_RUN) == other) == [orphan] and orphan not in fake.nsgs

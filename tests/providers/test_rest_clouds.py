@@ -14,8 +14,10 @@ from cloud_helpers import launch_args, make_target, new_run_id
 
 from bakeoff.providers import CapacityError, ProviderError
 from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_name
-from bakeoff.providers.rest import decode_tags, encode_tags
+from bakeoff.providers.tags import LABELS
 from bakeoff.providers.vultr import VultrProvider
+
+encode_tags, decode_tags = LABELS.encode, LABELS.decode
 
 CLOUDS = [("vultr", VultrProvider), ("digitalocean", DigitalOceanProvider)]
 

@@ -21,7 +21,7 @@ from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers.base import PartialListing
 from bakeoff.providers.digitalocean import DigitalOceanProvider
 from bakeoff.providers.oci import OciProvider
-from bakeoff.providers.rest import encode_tags
+from bakeoff.providers.tags import LABELS
 from bakeoff.providers.vultr import VultrProvider
 from bakeoff.teardown import TeardownIncomplete
 from bakeoff_sandbox import oci as fake_oci
@@ -202,7 +202,7 @@ def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(res
             "region": "ewr",
             "plan": "p",
             "os_id": 1,
-            "tags": encode_tags({"bakeoff:run_id": rid, "bakeoff:target": "mi355x-vllm"}),
+            "tags": LABELS.encode({"bakeoff:run_id": rid, "bakeoff:target": "mi355x-vllm"}),
         },
     )["bare_metal"]["id"]
     # DigitalOcean (swept first) cannot be reached at all; Vultr's listing fails

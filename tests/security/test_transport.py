@@ -26,7 +26,7 @@ from bakeoff.bench.client import StreamingClient
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
 from bakeoff.serving import deploy as deploy_mod
-from bakeoff.serving import tls, userdata
+from bakeoff.serving import engines, tls, userdata
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.readiness import NotReady, wait_ready
 from tests.stub_host import docker_argv
@@ -348,7 +348,7 @@ def test_the_key_is_on_no_docker_argv_and_the_server_serves_tls(stack):
         assert "printf 'VLLM_API_KEY=%s\\n' \"$(cat /etc/bakeoff/api_key)\" > /etc/bakeoff/key.env" in s
         assert words[words.index("/etc/bakeoff/key.env") - 1] == "--env-file"
     else:
-        assert words[words.index("--config") + 1] == userdata.SGLANG_CONFIG
+        assert words[words.index("--config") + 1] == engines.SGLANG_CONFIG
     assert s.count(KEY) == 1  # once, into the root-only file
     # wherever the script reads the key back, only bash's printf builtin sees it (no process argv)
     readers = [x.strip() for x in s.splitlines() if "$(cat /etc/bakeoff/api_key)" in x]
@@ -405,10 +405,9 @@ def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
     """What the pipeline stores for later tasks: the public certificate, never the private key."""
     from bakeoff import pipeline
 
-    spec: dict = {}
-    cert = pipeline._node_tls(_target("aws"), "r-prov", spec)
+    pems, cert = pipeline._node_tls(_target("aws"), "r-prov", has_secrets=False, has_agent=False)
     assert cert == tls.node_identity("r-prov", _target("aws").slug).cert_pem
-    assert spec["tls"]["key"].startswith("-----BEGIN PRIVATE KEY-----")
+    assert pems is not None and pems["key"].startswith("-----BEGIN PRIVATE KEY-----")
     inst = Instance(
         provider="aws",
         id="i",
@@ -421,14 +420,13 @@ def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
     )
     assert inst.base_url == "https://203.0.113.7:8000" and "PRIVATE" not in json.dumps(inst.to_dict())
     local = _target("aws").model_copy(update={"provider": "local"})
-    assert pipeline._node_tls(local, "r", {}) is None  # loopback emulator: plain http (see local.py)
+    assert pipeline._node_tls(local, "r", False, False) == (None, None)  # loopback emulator: plain http (local.py)
 
 
 def test_provision_refuses_secrets_without_an_agent_before_any_cloud_call():
     from bakeoff import pipeline
     from bakeoff.providers import ProviderError
 
-    spec = {"secrets": {"HF_TOKEN": HF}, "agent": None}
     with pytest.raises(ProviderError, match=r"secrets: .*no client bundle") as err:
-        pipeline._node_tls(_target("aws"), "r", spec)
-    assert HF not in str(err.value) and "tls" not in spec
+        pipeline._node_tls(_target("aws"), "r", has_secrets=True, has_agent=False)
+    assert HF not in str(err.value)

@@ -169,9 +169,10 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
 
     seen = []
     real_create = AwsProvider.create
+    from bakeoff.providers.base import LaunchSpec
 
     def spy(self, target, run_id, *, tags, spec):
-        seen.append(dict(spec.get("secrets") or {}))
+        seen.append(dict(LaunchSpec.of(spec).secrets))
         return real_create(self, target, run_id, tags=tags, spec=spec)
 
     monkeypatch.setattr(AwsProvider, "create", spy)

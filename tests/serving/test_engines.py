@@ -237,7 +237,7 @@ def test_userdata_for_a_fronted_engine(t, tls_identity):
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     serve, front = run_lines(script)
     entry = serve[serve.index("--entrypoint") + 1]
-    assert entry == engines.ENTRYPOINTS[t.stack] and KEY not in " ".join(serve + front)
+    assert entry == engines.BOOT[t.stack].entrypoint and KEY not in " ".join(serve + front)
     assert flag(serve, "--host") == "127.0.0.1" and "--ssl-certfile" not in serve  # the engine: loopback only
     port = t.stack_spec.port
     tail = [str(port), str(port + 1), front_mod.KEY_FILE, userdata.TLS_CERT, userdata.TLS_KEY]
@@ -265,7 +265,7 @@ def test_userdata_for_vllm_and_sglang_keeps_tls_on_the_engine(tls_identity):
     assert flag(out, "--speculative-config") == flag(engines.command(t, 8000), "--speculative-config")
     assert json.loads(flag(out, "--kv-transfer-config"))["kv_connector"] == "OffloadingConnector"
     (serve,) = run_lines(render(mi355x("sglang", speculative=PINNED), tls_identity))
-    assert flag(serve, "--ssl-certfile") == userdata.TLS_CERT and flag(serve, "--config") == userdata.SGLANG_CONFIG
+    assert flag(serve, "--ssl-certfile") == userdata.TLS_CERT and flag(serve, "--config") == engines.SGLANG_CONFIG
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
@@ -372,3 +372,20 @@ def test_provenance_recognises_atom_and_tensorrt_llm():
 )
 def test_classify_reads_atom_and_tensorrt_llm_logs(log, kind):
     assert readiness.classify(f"loading weights\n{log}\nbakeoff: bakeoff-serve exited with code 1\n") == (kind, log)
+
+
+@pytest.mark.parametrize("stack", ["vllm", "sglang", "atom", "trtllm"])
+def test_the_boot_script_starts_each_engine_as_its_boot_entry_declares(stack, monkeypatch):
+    """docker run and the key lines come from the engine's ``engines.Boot``; a changed entry changes them."""
+    from dataclasses import replace
+
+    t = b200(stack) if stack == "trtllm" else mi355x(stack)
+    argv = userdata.docker_argv(t, 8000, tls=True)
+    b = engines.BOOT[stack]
+    assert argv[argv.index("--entrypoint") + 1] == b.entrypoint
+    assert ("--ssl-certfile" in argv) is (not b.fronted) and ("127.0.0.1" in argv) is b.fronted
+    for word in (*b.key_args, *b.tail_args):
+        assert word in argv
+    monkeypatch.setitem(engines.BOOT, stack, replace(b, entrypoint="/opt/other", key_line="# planted"))
+    argv = userdata.docker_argv(t, 8000)
+    assert argv[argv.index("--entrypoint") + 1] == "/opt/other" and userdata._key_files(t) == "# planted"

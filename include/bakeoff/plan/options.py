@@ -26,13 +26,81 @@ def _each(values: list[str], pattern: str, problem: str) -> list[str]:
 
 
 class ProviderOptions(Strict):
-    """Where and how a target's node is provisioned. Cloud-specific fields are ignored by other clouds.
+    """Where and how a target's node is provisioned: what every provider reads. Each provider's own
+    fields live on its subclass (``AwsOptions``, ``OciOptions``, ``RestOptions``, ``StaticOptions``),
+    chosen by the target's provider (``plan/target.py``), so a field set for the wrong cloud is
+    refused where the plan is read instead of ignored.
 
-    The same object answers ``.get(key, default)`` so code written against the earlier free-form
-    dict keeps working.
+    ``.get(key, default)`` answers for any field name, so a reader common to every provider can ask
+    for a field its target's provider may not have.
     """
 
     regions: list[str] = Field([], description="ordered: capacity errors fail over to the next")
+    client_mode: Literal["remote", "co-located"] | None = Field(
+        None,
+        description="where the benchmark client runs: co-located on the node (default on clouds) or remote "
+        "(the Airflow worker; default for local and static targets)",
+    )
+    ready_timeout_s: float = Field(1800, gt=0, le=86_400, description="node boot deadline")
+    deploy_timeout_s: float | None = Field(
+        None, gt=0, le=86_400, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)"
+    )
+    inject_fault: str | None = Field(None, description="rehearsal only: fail on purpose at this stage")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_env(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key_env" in data:
+            raise ValueError(
+                "api_key_env is no longer accepted: a plan must not name the worker's environment "
+                "variables. Create an Airflow connection static_endpoint_<name> (host: the endpoint's "
+                "URL, password: its key) and set provider_options.endpoint_connection to its id"
+            )
+        return data
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, v: list[str]) -> list[str]:
+        return _names(v)
+
+    @field_validator("inject_fault")
+    @classmethod
+    def _fault(cls, v: str | None) -> str | None:
+        if v is not None and v not in faults.STAGES:
+            raise ValueError(f"unknown fault stage {v!r}; use one of {', '.join(faults.STAGES)}")
+        return v
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = getattr(self, key, None)
+        return default if v is None else v
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+def _names(v: list[str]) -> list[str]:
+    return _each(v, r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", "is not a valid region/zone/id; use letters, digits, - and _")
+
+
+class CloudOptions(ProviderOptions):
+    """What every cloud node takes: who may reach it."""
+
+    ingress_cidr: str | None = Field(None, description="only this CIDR reaches the serving port")
+
+    @field_validator("ingress_cidr")
+    @classmethod
+    def _cidr(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            return str(ipaddress.ip_network(v, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"{v!r} is not a CIDR; write e.g. 203.0.113.7/32 (the address Airflow reaches the node from)"
+            ) from None
+
+
+class AwsOptions(CloudOptions):
     zones: list[str] = Field([], description="AWS availability zones, ordered; tried within their region")
     subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]{8,17}$")
     security_group_ids: list[str] = []
@@ -44,8 +112,25 @@ class ProviderOptions(Strict):
         None, pattern=r"^cr-[0-9a-f]{8,17}$", description="EC2 Capacity Block / ODCR id"
     )
     key_name: str | None = Field(None, pattern=_NAME_RE, description="EC2 key pair for SSH (optional)")
-    ssh_key_ids: list[str] = Field([], description="Vultr / DigitalOcean SSH key ids (optional)")
-    os_image: str | int | None = Field(None, description="Vultr os_id / image_id or DigitalOcean image slug")
+    root_volume_gb: int = Field(1000, ge=50, le=16000)
+
+    @field_validator("zones", "security_group_ids")
+    @classmethod
+    def _ids(cls, v: list[str]) -> list[str]:
+        return _names(v)
+
+    @model_validator(mode="after")
+    def _one_vpc(self) -> AwsOptions:
+        if (self.subnet_id or self.security_group_ids) and len(self.regions) > 1:
+            raise ValueError(
+                "subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)"
+            )
+        if self.ami and self.ssm_parameter:
+            raise ValueError("give either ami or ssm_parameter, not both")
+        return self
+
+
+class OciOptions(CloudOptions):
     compartment_id: str | None = Field(
         None,
         pattern=_OCID_RE.format(kind="(?:compartment|tenancy)"),
@@ -61,17 +146,35 @@ class ProviderOptions(Strict):
         description="OCI image (default: the newest platform GPU image for the shape)",
     )
     root_volume_gb: int = Field(1000, ge=50, le=16000)
-    ingress_cidr: str | None = Field(None, description="only this CIDR reaches the serving port")
-    client_mode: Literal["remote", "co-located"] | None = Field(
-        None,
-        description="where the benchmark client runs: co-located on the node (default on clouds) or remote "
-        "(the Airflow worker; default for local and static targets)",
-    )
-    ready_timeout_s: float = Field(1800, gt=0, le=86_400, description="node boot deadline")
-    deploy_timeout_s: float | None = Field(
-        None, gt=0, le=86_400, description="serving-stack ready deadline (default: 60 s local, 3600 s cloud)"
-    )
-    inject_fault: str | None = Field(None, description="rehearsal only: fail on purpose at this stage")
+
+    @field_validator("availability_domains")
+    @classmethod
+    def _ads(cls, v: list[str]) -> list[str]:
+        return _each(
+            v, r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", "is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1"
+        )
+
+
+class RestOptions(CloudOptions):
+    """Vultr and DigitalOcean."""
+
+    ssh_key_ids: list[str] = Field([], description="Vultr / DigitalOcean SSH key ids (optional)")
+    os_image: str | int | None = Field(None, description="Vultr os_id / image_id or DigitalOcean image slug")
+
+    @field_validator("ssh_key_ids")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        return _names(v)
+
+    @field_validator("os_image")
+    @classmethod
+    def _os_image(cls, v: str | int | None) -> str | int | None:
+        if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", v):
+            raise ValueError(f"{v!r} is not an image id or slug")
+        return v
+
+
+class StaticOptions(ProviderOptions):
     base_url: str | None = Field(
         None,
         pattern=r"^https?://[A-Za-z0-9.\[\]:-]+(?::[0-9]{1,5})?/?$",
@@ -82,17 +185,6 @@ class ProviderOptions(Strict):
         description="static: the Airflow connection (static_endpoint_*) whose host is the endpoint's URL and "
         "whose password is its key; the plan never holds either",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_key_env(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "api_key_env" in data:
-            raise ValueError(
-                "api_key_env is no longer accepted: a plan must not name the worker's environment "
-                "variables. Create an Airflow connection static_endpoint_<name> (host: the endpoint's "
-                "URL, password: its key) and set provider_options.endpoint_connection to its id"
-            )
-        return data
 
     @field_validator("endpoint_connection")
     @classmethod
@@ -105,67 +197,14 @@ class ProviderOptions(Strict):
             )
         return v
 
-    @field_validator("regions", "zones", "security_group_ids", "ssh_key_ids")
-    @classmethod
-    def _names(cls, v: list[str]) -> list[str]:
-        return _each(
-            v, r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", "is not a valid region/zone/id; use letters, digits, - and _"
-        )
-
-    @field_validator("availability_domains")
-    @classmethod
-    def _ads(cls, v: list[str]) -> list[str]:
-        return _each(
-            v, r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", "is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1"
-        )
-
-    @field_validator("os_image")
-    @classmethod
-    def _os_image(cls, v: str | int | None) -> str | int | None:
-        if isinstance(v, str) and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", v):
-            raise ValueError(f"{v!r} is not an image id or slug")
-        return v
-
-    @field_validator("ingress_cidr")
-    @classmethod
-    def _cidr(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            return str(ipaddress.ip_network(v, strict=False))
-        except ValueError:
-            raise ValueError(
-                f"{v!r} is not a CIDR; write e.g. 203.0.113.7/32 (the address Airflow reaches the node from)"
-            ) from None
-
-    @field_validator("inject_fault")
-    @classmethod
-    def _fault(cls, v: str | None) -> str | None:
-        if v is not None and v not in faults.STAGES:
-            raise ValueError(f"unknown fault stage {v!r}; use one of {', '.join(faults.STAGES)}")
-        return v
-
     @model_validator(mode="after")
-    def _one_vpc(self) -> ProviderOptions:
-        if (self.subnet_id or self.security_group_ids) and len(self.regions) > 1:
-            raise ValueError(
-                "subnet_id / security_group_ids pin one VPC: list a single region (fail over with zones instead)"
-            )
-        if self.ami and self.ssm_parameter:
-            raise ValueError("give either ami or ssm_parameter, not both")
+    def _one_endpoint(self) -> StaticOptions:
         if self.base_url and self.endpoint_connection:
             raise ValueError(
                 "give either base_url (an endpoint without a key) or endpoint_connection (the "
                 "connection's host is the URL), not both: a plan may not send a connection's key elsewhere"
             )
         return self
-
-    def get(self, key: str, default: Any = None) -> Any:
-        v = getattr(self, key, None)
-        return default if v is None else v
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
 
 
 class EmulatorSettings(Strict):

@@ -5,12 +5,22 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from bakeoff import catalog
 from bakeoff.plan import recipes
 from bakeoff.plan.fields import HF_REPO_RE, Strict
-from bakeoff.plan.options import DescribedGpu, EmulatorSettings, Hardware, PriceOverride, ProviderOptions
+from bakeoff.plan.options import (
+    AwsOptions,
+    DescribedGpu,
+    EmulatorSettings,
+    Hardware,
+    OciOptions,
+    PriceOverride,
+    ProviderOptions,
+    RestOptions,
+    StaticOptions,
+)
 from bakeoff.plan.precision import Quantization
 from bakeoff.plan.serving_options import KvOffload, Speculative, WeightsOptions
 from bakeoff.providers.registry import PROVIDERS, PROVISIONING
@@ -19,6 +29,16 @@ from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, allowed_c
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
 FP4_HINT = "write nvfp4 (NVIDIA Blackwell FP4) or mxfp4 (OCP MX FP4, MI355X and Blackwell)"
 CLOUD_PROVIDERS = PROVISIONING  # nodes bakeoff provisions (and can ship its client to)
+# provider_options as a union discriminated by the target's provider: each provider's fields are
+# checked on its own class, and a field of another provider's is refused naming whose it is
+OPTIONS: dict[str, type[ProviderOptions]] = {
+    "local": ProviderOptions,
+    "static": StaticOptions,
+    "aws": AwsOptions,
+    "oci": OciOptions,
+    "vultr": RestOptions,
+    "digitalocean": RestOptions,
+}
 
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]. Anything else (spaces,
 # quotes, ';', '|', newlines) is refused here, and every value is shell-quoted again in user-data.
@@ -120,9 +140,39 @@ class Target(Strict):
         "Airflow connection (huggingface_*, registry_*) whose password is the value",
     )
     emulator: EmulatorSettings = EmulatorSettings()
-    provider_options: ProviderOptions = ProviderOptions()
+    # the class of the target's provider (OPTIONS); serialized as that class, with its own fields
+    provider_options: SerializeAsAny[ProviderOptions] = ProviderOptions()
     price: PriceOverride | None = None
     notes: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_of_the_provider(cls, data: Any) -> Any:
+        """provider_options read as the target's provider's own class (``OPTIONS``)."""
+        if not isinstance(data, dict) or data.get("provider") not in OPTIONS:
+            return data  # an unknown provider: the provider field's own check names the choices
+        provider, raw = data["provider"], data.get("provider_options")
+        kind = OPTIONS[provider]
+        if type(raw) is kind:
+            return data
+        doc = raw.model_dump(exclude_unset=True) if isinstance(raw, ProviderOptions) else ({} if raw is None else raw)
+        if not isinstance(doc, dict):
+            return data  # not a mapping: the field's own check says so
+        takes = f"{provider} targets take: {', '.join(sorted(kind.model_fields))}"
+        for key in doc:
+            owners = sorted(p for p, c in OPTIONS.items() if key in c.model_fields and key not in kind.model_fields)
+            if owners:
+                raise ValueError(
+                    f"provider_options.{key}: an option of {'/'.join(owners)} targets, not of {provider} ones; "
+                    f"remove it or change the provider ({takes})"
+                )
+        try:
+            return {**data, "provider_options": kind.model_validate(doc)}
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            fix = f"; not an option of any provider ({takes})" if err["type"] == "extra_forbidden" else ""
+            raise ValueError(f"provider_options{'.' + where if where else ''}: {err['msg']}{fix}") from None
 
     @field_validator("name")
     @classmethod
@@ -254,7 +304,7 @@ class Target(Strict):
                 "so use client_mode: remote"
             )
         opts = self.provider_options
-        if self.provider == "static" and not (opts.base_url or opts.endpoint_connection):
+        if isinstance(opts, StaticOptions) and not (opts.base_url or opts.endpoint_connection):
             raise ValueError(
                 "provider_options.endpoint_connection: a static target needs its endpoint: name the "
                 "connection static_endpoint_<name> that holds its URL and key (or give base_url for an "

@@ -23,19 +23,19 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bakeoff import catalog
+from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import (
-    TAG_EXPIRES,
-    TAG_RUN,
-    TAG_TARGET,
-    CapacityError,
+    CloudProvider,
     Instance,
+    LaunchSpec,
     PartialListing,
-    Provider,
+    Placement,
     ProviderError,
+    Refused,
     reachable,
 )
-from bakeoff.providers.rest import TAG_PORT, resolve_address
-from bakeoff.serving import userdata
+from bakeoff.providers.rest import resolve_address
+from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ CAPACITY_CODES = {
     "Unsupported",
     "InsufficientCapacityOnHost",
 }
+QUOTA_CODES = {"InstanceLimitExceeded", "VcpuLimitExceeded"}  # the account's limit, not the cloud's stock
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 # Deep Learning Base AMI (Ubuntu 22.04, NVIDIA driver + Docker + NVIDIA container toolkit)
 DEFAULT_SSM_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
@@ -71,8 +72,9 @@ def split_id(instance_id: str) -> tuple[str, str]:
     return region, iid
 
 
-class AwsProvider(Provider):
+class AwsProvider(CloudProvider):
     name = "aws"
+    tag_codec = node_tags.EC2
 
     def __init__(self, credentials: dict[str, Any] | None = None, **options: Any):
         creds = dict(credentials or {})
@@ -116,17 +118,17 @@ class AwsProvider(Provider):
         return self._clients[key]
 
     # placement ------------------------------------------------------------------
-    def placements(self, target) -> list[tuple[str, str | None]]:
-        """(region, zone or None) in the order the plan gives: zones within their region first."""
+    def placements(self, target, context: Any = None) -> list[Placement]:
+        """Regions (each with its zones, or none) in the order the plan gives: zones within their region first."""
         opts = target.provider_options
         regions = list(opts.regions) or list(target.instance.regions[:1]) or [self.default_region]
         for z in opts.zones:
             if z[:-1] not in regions:
                 regions.append(z[:-1])
-        out: list[tuple[str, str | None]] = []
+        out: list[Placement] = []
         for r in regions:
             zones = [z for z in opts.zones if z[:-1] == r]
-            out += [(r, z) for z in zones] or [(r, None)]
+            out += [Placement(r, z) for z in zones] or [Placement(r)]
         return out
 
     def _ami(self, target, region: str) -> str:
@@ -180,47 +182,52 @@ class AwsProvider(Provider):
         )
         return [sg]
 
-    # Provider interface -----------------------------------------------------------
-    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+    # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------
+    def require(self, target) -> None:
         opts = target.provider_options
         if not opts.ingress_cidr and not opts.security_group_ids:
             raise ProviderError(
                 f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark client "
                 "reaches the node from (e.g. 203.0.113.7/32), or give security_group_ids"
             )
+
+    def find_existing(self, target, run_id: str) -> Instance | None:
         try:
             mine = self.list_tagged(run_id)
         except PartialListing as e:  # only a region this target may launch in matters for the reuse check
-            if {r for r, _ in self.placements(target)} & set(e.errors):
+            if {p.region for p in self.placements(target)} & set(e.errors):
                 raise
             mine = e.found
-        for inst in mine:
-            if inst.target == target.slug:
-                log.info("aws: %s already has instance %s for run %s; reusing it", target.slug, inst.id, run_id)
-                return inst
-        script = userdata.render_for(target, spec)
-        tags = {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
-        tried: list[str] = []
-        for region, zone in self.placements(target):
-            where = zone or region
-            try:
-                return self._launch(target, run_id, tags, script, region, zone, int(spec.get("launch", 0)))
-            except ClientError as e:
-                code, msg = e.response["Error"]["Code"], e.response["Error"].get("Message", "")
-                if code == "IdempotentParameterMismatch":
-                    return self._token_owner(target, run_id, where)
-                if code not in CAPACITY_CODES:
-                    raise ProviderError(
-                        f"aws: RunInstances {target.instance_type} in {where} failed: {code}: {msg}"
-                    ) from None
-                log.warning(
-                    "aws: no capacity for %s in %s (%s); trying the next placement", target.instance_type, where, code
-                )
-                tried.append(f"{where} ({code})")
-        raise CapacityError(
-            f"aws: no capacity for {target.instance_type}; tried {', '.join(tried)}. Add zones/regions to "
-            f"targets.{target.name}.provider_options, raise the vCPU quota, or reserve a Capacity Block "
-            "(provider_options.capacity_reservation_id)"
+        return next((i for i in mine if i.target == target.slug), None)
+
+    def launch(
+        self,
+        target,
+        run_id: str,
+        place: Placement,
+        script: str,
+        tags: dict[str, str],
+        spec: LaunchSpec,
+        context: Any,
+    ) -> Instance:
+        try:
+            return self._launch(
+                target, run_id, self.tag_codec.encode(tags), script, place.region, place.zone, spec.launch
+            )
+        except ClientError as e:
+            code, msg = e.response["Error"]["Code"], e.response["Error"].get("Message", "")
+            if code == "IdempotentParameterMismatch":
+                return self._token_owner(target, run_id, place.where)
+            if code in CAPACITY_CODES:
+                raise Refused("quota" if code in QUOTA_CODES else "capacity", code) from None
+            raise ProviderError(
+                f"aws: RunInstances {target.instance_type} in {place.where} failed: {code}: {msg}"
+            ) from None
+
+    def capacity_advice(self, target) -> str:
+        return (
+            f"Add zones/regions to targets.{target.name}.provider_options, raise the vCPU quota, or reserve a "
+            "Capacity Block (provider_options.capacity_reservation_id)"
         )
 
     def _token_owner(self, target, run_id: str, where: str, looks: int = 5, pause_s: float = 2.0) -> Instance:
@@ -275,11 +282,7 @@ class AwsProvider(Provider):
             kw["CapacityReservationSpecification"] = {
                 "CapacityReservationTarget": {"CapacityReservationId": opts.capacity_reservation_id}
             }
-        raw = ec2.run_instances(**kw)["Instances"][0]
-        log.info(
-            "aws: launched %s (%s) in %s for %s", raw["InstanceId"], target.instance_type, zone or region, target.slug
-        )
-        return self._to_instance(raw, region)
+        return self._to_instance(ec2.run_instances(**kw)["Instances"][0], region)
 
     @staticmethod
     def _root_device(ec2, ami: str) -> str:
@@ -300,7 +303,7 @@ class AwsProvider(Provider):
             "shutting-down": "terminated",
             "terminated": "terminated",
         }.get(raw["State"]["Name"], "failed")
-        port = _stack_port(tags)
+        port = node_tags.port_of(tags)
         host, agent_port = raw.get("PublicIpAddress") or raw.get("PrivateIpAddress"), None
         if state == "running":
             host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, host, port)
@@ -316,7 +319,7 @@ class AwsProvider(Provider):
             instance_type=raw.get("InstanceType", ""),
             region=region,
             launched_at=launched.timestamp() if launched else None,
-            expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None,
+            expires_at=node_tags.expiry_of(tags),
             tags=tags,
             details={
                 "zone": (raw.get("Placement") or {}).get("AvailabilityZone"),
@@ -416,11 +419,6 @@ class AwsProvider(Provider):
 
 def _tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
     return [{"Key": k, "Value": str(v)} for k, v in tags.items()]
-
-
-def _stack_port(tags: dict[str, str]) -> int | None:
-    port = tags.get(TAG_PORT)
-    return int(port) if port and port.isdigit() else None
 
 
 def _error_text(e: Exception) -> str:

@@ -1,24 +1,37 @@
-"""The provider interface every cloud (and the local emulator) implements.
+"""The provider interface every cloud (and the local emulator) implements, and the one lifecycle clouds share.
 
 Lifecycle: create -> check_ready (until it returns the node) -> describe -> terminate, plus
 list_tagged to find leftovers by run tag even when the task that created them is gone. Every method
 is safe to retry. check_ready is one look, so a sensor can free its worker between looks;
 wait_ready loops over it for callers without a scheduler (the CLI).
+
+``CloudProvider.create`` is the create of every cloud, written once (the copies had drifted): check
+the target's options, reuse the run's node if a previous try made it, render the boot script, tag,
+bootstrap the network, launch on each placement in order moving on at a capacity or quota refusal,
+record how it went (``Provisioning``), and undo the network bootstrap when no node came of it. A
+cloud supplies only its calls (the hooks below). A caller that builds something bigger from nodes
+(several per target) calls this per-instance create with its own target and tags; nothing else.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
 
-TAG_RUN = "bakeoff:run_id"
-TAG_TARGET = "bakeoff:target"
-TAG_EXPIRES = "bakeoff:expires_at"
-TAG_PLAN = "bakeoff:plan"
-TAG_INSTALLATION = "bakeoff:installation"  # secrets.installation_id(): whose reaper may judge the node by its run
+# the interface's names for the tags every node carries (tags.py builds and encodes them)
+from bakeoff.providers.tags import TAG_EXPIRES as TAG_EXPIRES
+from bakeoff.providers.tags import TAG_INSTALLATION as TAG_INSTALLATION
+from bakeoff.providers.tags import TAG_PLAN as TAG_PLAN
+from bakeoff.providers.tags import TAG_PORT as TAG_PORT
+from bakeoff.providers.tags import TAG_RUN as TAG_RUN
+from bakeoff.providers.tags import TAG_TARGET as TAG_TARGET
+from bakeoff.providers.tags import node_tags
+
+log = logging.getLogger(__name__)
 
 
 class ProviderError(RuntimeError):
@@ -27,6 +40,18 @@ class ProviderError(RuntimeError):
 
 class CapacityError(ProviderError):
     """No capacity for the instance type where it was asked for."""
+
+
+RefusalReason = Literal["capacity", "quota"]
+
+
+class Refused(CapacityError):
+    """One placement refused the launch for capacity (the cloud is out of stock) or quota (an account
+    limit): the lifecycle records it and tries the next placement; ``code`` is the cloud's own word."""
+
+    def __init__(self, reason: RefusalReason, code: str, message: str = ""):
+        super().__init__(f"{code}: {message}" if message else code)
+        self.reason, self.code, self.detail = reason, code, message
 
 
 class PartialListing(ProviderError):
@@ -108,13 +133,19 @@ class Provider(abc.ABC):
     name: str
     poll_s: float | None = None  # how often wait_ready looks (None: a fiftieth of its timeout, 0.05 s to 5 s)
 
-    def include(self, targets: list) -> None:
+    def include(self, targets: list[Any]) -> None:
         """Widen what ``list_tagged`` searches to where these plan targets launch (no-op for most clouds)."""
         return None
 
     @abc.abstractmethod
-    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
-        """Start (or find, if a previous try already started) the instance for target in run_id."""
+    def create(
+        self, target: Any, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
+    ) -> Instance:
+        """Start (or find, if a previous try already started) the one instance for target in run_id.
+
+        ``tags`` are the caller's (plan, expiry, installation; tags.node_tags adds run, target and port);
+        ``spec`` what the node boots with (a mapping is read as a LaunchSpec). Idempotent per run and
+        target slug: a caller placing several nodes for one plan target gives each its own slug."""
 
     @abc.abstractmethod
     def check_ready(self, instance: Instance) -> Instance | None:
@@ -146,3 +177,220 @@ class Provider(abc.ABC):
     def list_tagged(self, run_id: str | None = None) -> list[Instance]:
         """Live instances carrying bakeoff tags (all runs when run_id is None). A region that cannot be
         listed does not stop the others: the call then raises PartialListing with what it found."""
+
+
+# --- one launch, typed ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What one launch of a target boots with, beyond the target itself: the serving key, the expiry
+    its tags carry, the kill-switch delay, the staged client bundle, the node's TLS identity and the
+    names of the serving secrets its agent will receive. It holds secrets, so its repr hides them and
+    it is never stored (instance.json and the records hold none of it). ``launch`` counts the target's
+    earlier launches in the run (clouds' idempotency tokens include it). ``mode`` and ``scripted``
+    configure the local emulator only."""
+
+    api_key: str | None = field(default=None, repr=False)
+    expires_at: float | None = None
+    shutdown_after_s: float | None = None
+    agent: Mapping[str, Any] | None = None  # the staged client bundle: url, sha256, requirements
+    launch: int = 0
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    tls: Mapping[str, str] | None = field(default=None, repr=False)  # the node's {cert, key} PEMs
+    mode: str = "roofline"
+    scripted: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, spec: LaunchSpec | Mapping[str, Any] | None) -> LaunchSpec:
+        """A spec given as a mapping (a test, a caller at a JSON edge) as the typed one; an unknown key is refused."""
+        if isinstance(spec, LaunchSpec):
+            return spec
+        doc = dict(spec or {})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(doc) - set(known))
+        if unknown:
+            raise ProviderError(f"launch spec: unknown field(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one launch is tried: a region, and a zone (EC2) or availability domain (OCI) within it."""
+
+    region: str
+    zone: str | None = None
+    instance_type: str = ""
+
+    @property
+    def where(self) -> str:
+        return self.zone or self.region
+
+
+@dataclass
+class Provisioning:
+    """How a create went, for the provision record and the report: every placement tried, in order,
+    with the refusals by reason (capacity, quota) and the cloud's words, where it launched, and the
+    seconds the launch call took to be answered (``pipeline.provision`` adds the whole create's)."""
+
+    attempts: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)
+    refused: list[dict[str, str]] = field(default_factory=list)  # {where, instance_type, reason, code, message}
+    instance_types: list[str] = field(default_factory=list)  # the offers tried, in order, once each
+    region: str | None = None
+    placement: str | None = None
+    instance_type: str | None = None
+    launch_s: float | None = None
+    reused: bool = False
+
+    def tried(self, place: Placement) -> None:
+        self.attempts += 1
+        if place.instance_type and place.instance_type not in self.instance_types:
+            self.instance_types.append(place.instance_type)
+
+    def refuse(self, place: Placement, e: Refused) -> None:
+        self.refusals[e.reason] = self.refusals.get(e.reason, 0) + 1
+        self.refused.append(
+            {
+                "where": place.where,
+                "instance_type": place.instance_type,
+                "reason": e.reason,
+                "code": e.code,
+                "message": e.detail[:200],
+            }
+        )
+
+    def took(self, place: Placement, seconds: float) -> None:
+        self.region, self.placement, self.instance_type = place.region, place.where, place.instance_type
+        self.launch_s = round(seconds, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CloudProvider(Provider):
+    """The create every cloud shares (see the module docstring); a cloud implements the hooks.
+
+    Hooks, in the order create calls them: ``require`` (the plan's options; ProviderError naming the
+    field and the fix, before any call), ``find_existing`` (the run's node for the target, if a
+    previous try made it), ``prepare`` (the network the node is launched behind; returns what launch
+    needs), ``placements`` (where to try, in order), ``launch`` (one API launch: the Instance, or
+    ``Refused`` for capacity or quota, or ProviderError), ``secured`` (after a node exists, new or
+    reused), ``abandon`` (undo ``prepare`` when no node came of it), and ``capacity_scope`` /
+    ``capacity_advice`` (where it looked, and what a person can change, when every placement refused).
+    """
+
+    tag_codec: Any  # tags.Pairs or tags.Labels: how this cloud spells the tags
+
+    def create(
+        self, target: Any, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
+    ) -> Instance:
+        from bakeoff.serving import userdata  # noqa: PLC0415 - serving imports this module (LaunchSpec): no cycle
+
+        launch = LaunchSpec.of(spec)
+        self.require(target)
+        existing = self.find_existing(target, run_id)
+        if existing is not None:
+            log.info("%s: %s already has node %s for run %s; reusing it", self.name, target.slug, existing.id, run_id)
+            self.secured(target, run_id, existing)
+            existing.details["provisioning"] = Provisioning(reused=True).to_dict()
+            return existing
+        script = userdata.render_for(target, launch)
+        labels = node_tags(tags, run_id, target.slug, target.stack_spec.port)
+        record = Provisioning()
+        context = self.prepare(target, run_id, labels)
+        try:
+            for planned in self.placements(target, context):
+                place = planned if planned.instance_type else replace(planned, instance_type=target.instance_type)
+                record.tried(place)
+                started = time.monotonic()
+                try:
+                    inst = self.launch(target, run_id, place, script, labels, launch, context)
+                except Refused as e:
+                    record.refuse(place, e)
+                    log.warning(
+                        "%s: %s refused %s (%s: %s); trying the next placement",
+                        self.name,
+                        place.where,
+                        place.instance_type,
+                        e.reason,
+                        e.code,
+                    )
+                    continue
+                record.took(place, time.monotonic() - started)
+                log.info(
+                    "%s: launched %s (%s) in %s for %s",
+                    self.name,
+                    inst.id,
+                    place.instance_type,
+                    place.where,
+                    target.slug,
+                )
+                self.secured(target, run_id, inst)
+                inst.details["provisioning"] = record.to_dict()
+                return inst
+        except BaseException:
+            self._undo(target, run_id, context)
+            raise
+        self._undo(target, run_id, context)
+        tried = ", ".join(
+            f"{r['where']} ({r['code']}: {r['message']})" if r["message"] else f"{r['where']} ({r['code']})"
+            for r in record.refused
+        )
+        raise CapacityError(
+            f"{self.name}: no capacity for {target.instance_type}{self.capacity_scope(context)}; "
+            f"tried {tried or 'no placement'}. {self.capacity_advice(target)}"
+        )
+
+    def _undo(self, target: Any, run_id: str, context: Any) -> None:
+        """``abandon``, never hiding why the create failed: its own error is logged (the sweep and the
+        reaper remove what it left)."""
+        try:
+            self.abandon(target, run_id, context)
+        except Exception as e:  # noqa: BLE001 - the create's own failure is what the caller must see
+            log.warning("%s: could not undo the network of %s (run %s): %s", self.name, target.slug, run_id, e)
+
+    # hooks -----------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def require(self, target: Any) -> None:
+        """Refuse a target whose options cannot launch here, naming the field and the fix."""
+
+    def find_existing(self, target: Any, run_id: str) -> Instance | None:
+        """The run's live node for the target (a retried task, a create whose answer was lost)."""
+        return next((i for i in self.list_tagged(run_id) if i.target == target.slug), None)
+
+    def prepare(self, target: Any, run_id: str, tags: dict[str, str]) -> Any:
+        """Make what the node is launched behind (a security group, a firewall); none by default."""
+        return None
+
+    @abc.abstractmethod
+    def placements(self, target: Any, context: Any) -> Iterator[Placement] | list[Placement]:
+        """Where to try the launch, in the plan's order."""
+
+    @abc.abstractmethod
+    def launch(
+        self,
+        target: Any,
+        run_id: str,
+        place: Placement,
+        script: str,
+        tags: dict[str, str],
+        spec: LaunchSpec,
+        context: Any,
+    ) -> Instance:
+        """One launch at ``place``: the node, or Refused (capacity or quota: the next placement is tried)."""
+
+    def secured(self, target: Any, run_id: str, inst: Instance) -> None:
+        """After a node exists (made now or found): re-check what guards it; nothing by default."""
+        return None
+
+    def abandon(self, target: Any, run_id: str, context: Any) -> None:
+        """Undo ``prepare`` when no node came of the create; nothing by default."""
+        return None
+
+    def capacity_scope(self, context: Any) -> str:
+        """Words after the instance type in the no-capacity error (OCI: `` in <region>``)."""
+        return ""
+
+    def capacity_advice(self, target: Any) -> str:
+        return f"Add placements to targets.{target.name}.provider_options or try later"

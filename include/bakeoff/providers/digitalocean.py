@@ -24,8 +24,9 @@ from typing import Any
 import httpx
 
 from bakeoff.agent import AGENT_PORT
-from bakeoff.providers.base import TAG_RUN, TAG_TARGET, Instance, ProviderError
-from bakeoff.providers.rest import TAG_PREFIX, RestProvider, _epoch, api_error, decode_tags, run_tag
+from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.rest import RestProvider, _epoch, api_error
+from bakeoff.providers.tags import LABELS, PREFIX, TAG_RUN, TAG_TARGET
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +48,19 @@ OUTBOUND_RULES = [
 
 def firewall_name(run_id: str, slug: str) -> str:
     """``<run tag>.<slug>``: firewall names allow letters, digits, '.' and '-', and the run tag finds it later."""
-    return f"{run_tag(run_id)}.{slug}"
+    return f"{LABELS.run(run_id)}.{slug}"
 
 
 def firewall_owner(name: str) -> tuple[str, str] | None:
     """(run_id, target slug) of a bakeoff firewall's name; None for any other firewall."""
     tag, sep, slug = name.partition(".")
-    run_id = decode_tags([tag]).get(TAG_RUN)
+    run_id = LABELS.decode([tag]).get(TAG_RUN)
     return (run_id, slug) if sep and run_id and slug else None
 
 
 def firewall_tag(run_id: str, slug: str) -> str:
     """The droplet tag a run+target's firewall applies to; hashed, as tags are capped at 255 characters."""
-    return f"{TAG_PREFIX}-fw-{hashlib.sha256(f'{run_id}|{slug}'.encode()).hexdigest()[:24]}"
+    return f"{PREFIX}-fw-{hashlib.sha256(f'{run_id}|{slug}'.encode()).hexdigest()[:24]}"
 
 
 def inbound_rules(target) -> list[dict[str, Any]]:
@@ -104,7 +105,7 @@ class DigitalOceanProvider(RestProvider):
     def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
         run = next((t for t in tags if t.startswith("bakeoff-run-")), "")
         name = f"bakeoff-{target.slug}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
-        owner = decode_tags(tags)
+        owner = LABELS.decode(tags)
         return {
             "name": name[:255],
             "region": region,
@@ -128,21 +129,18 @@ class DigitalOceanProvider(RestProvider):
         region = raw.get("region")
         return state, ip, region.get("slug", "") if isinstance(region, dict) else (region or "")
 
-    # lifecycle with the cloud firewall ----------------------------------------------------
-    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
-        """Firewall first, then the droplet behind it, then the firewall checked again (a reaper pass
-        may have removed an old empty one in between); a create that leaves no droplet takes its
-        firewall with it."""
-        if not target.provider_options.ingress_cidr:  # the shared create says what to set
-            return super().create(target, run_id, tags=tags, spec=spec)
+    # the lifecycle's hooks with the cloud firewall ------------------------------------------------
+    # Firewall first (prepare), then the droplet behind it, then the firewall checked again (secured: a
+    # reaper pass may have removed an old empty one in between); a create that leaves no droplet takes
+    # its firewall with it (abandon).
+    def prepare(self, target, run_id: str, tags: dict[str, str]) -> Any:
+        return self.ensure_firewall(target, run_id)
+
+    def secured(self, target, run_id: str, inst: Instance) -> None:
         self.ensure_firewall(target, run_id)
-        try:
-            inst = super().create(target, run_id, tags=tags, spec=spec)
-        except Exception:  # a cloud refusal, or user-data that would not render (ValueError): no droplet
-            self._drop_unused_firewall(run_id, target.slug)
-            raise
-        self.ensure_firewall(target, run_id)
-        return inst
+
+    def abandon(self, target, run_id: str, context: Any) -> None:
+        self._drop_unused_firewall(run_id, target.slug)
 
     def terminate(self, instance_id: str) -> bool:
         """Delete the droplet, then its firewall unless another live droplet of the target stands behind it."""
@@ -234,7 +232,7 @@ class DigitalOceanProvider(RestProvider):
             r = self.api.request("GET", f"{self.collection}/{instance_id}")
         except ProviderError:
             return None
-        tags = decode_tags(r.json()[self.one_key].get("tags")) if r.status_code == 200 else {}
+        tags = LABELS.decode(r.json()[self.one_key].get("tags")) if r.status_code == 200 else {}
         return (tags[TAG_RUN], tags[TAG_TARGET]) if TAG_RUN in tags and TAG_TARGET in tags else None
 
     def _drop_unused_firewall(self, run_id: str, slug: str, gone: str | None = None) -> list[str]:

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import httpx
 import psutil
 
 from bakeoff import durable, paths
-from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, Provider, ProviderError
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, LaunchSpec, Provider, ProviderError
 
 EMULATOR_MODULE = "bakeoff.serving.emulator"
 API_KEY_ENV = "BAKEOFF_API_KEY"
@@ -134,18 +135,16 @@ class LocalProvider(Provider):
         )
 
     # Provider interface --------------------------------------------------------
-    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+    def create(self, target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]) -> Instance:
         iid = instance_id(run_id, target.slug)
         with self._lock(iid):
             rec = self._read(iid)
             if rec and rec.get("state") != "terminated" and self._alive(rec):
                 return self._instance(rec)
-            return self._instance(self._launch(iid, target, run_id, tags, spec))
+            return self._instance(self._launch(iid, target, run_id, dict(tags), LaunchSpec.of(spec)))
 
-    def _launch(self, iid: str, target, run_id: str, tags: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:
-        mode = spec.get("mode", "roofline")
-        api_key = spec.get("api_key")
-        expires_at = spec.get("expires_at")
+    def _launch(self, iid: str, target, run_id: str, tags: dict[str, str], spec: LaunchSpec) -> dict[str, Any]:
+        mode, api_key, expires_at = spec.mode, spec.api_key, spec.expires_at
         workdir = _root() / iid
         workdir.mkdir(parents=True, exist_ok=True)
         config_path, port_file, log_path = workdir / "config.json", workdir / "port", workdir / "emulator.log"
@@ -157,8 +156,8 @@ class LocalProvider(Provider):
             "api_key_env": API_KEY_ENV if api_key else None,
             "expires_at": expires_at,
         }
-        if "scripted" in spec:
-            config["scripted"] = spec["scripted"]
+        if spec.scripted is not None:
+            config["scripted"] = dict(spec.scripted)
         _write_json(config_path, config)
         env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
         if api_key:

@@ -34,19 +34,19 @@ from typing import Any
 import oci
 from oci.exceptions import ServiceError
 
+from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import (
-    TAG_EXPIRES,
-    TAG_RUN,
-    TAG_TARGET,
-    CapacityError,
+    CloudProvider,
     Instance,
+    LaunchSpec,
     PartialListing,
-    Provider,
+    Placement,
     ProviderError,
+    Refused,
     reachable,
 )
-from bakeoff.providers.rest import TAG_PORT, resolve_address
-from bakeoff.serving import userdata
+from bakeoff.providers.rest import resolve_address
+from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
 log = logging.getLogger(__name__)
 
@@ -72,20 +72,8 @@ STATES = {
     "TERMINATED": "terminated",
 }
 GONE = ("TERMINATING", "TERMINATED")
-TAG_PREFIX = "bakeoff"
-
-
-# freeform tags ------------------------------------------------------------------------------
-def encode_tags(tags: dict[str, str]) -> dict[str, str]:
-    """``bakeoff:run_id`` -> ``bakeoff_run_id`` (freeform tag keys: no ':' or '.'); values up to 256 chars."""
-    return {k.replace(":", "_").replace(".", "_"): str(v)[:256] for k, v in tags.items()}
-
-
-def decode_tags(tags: dict[str, str] | None) -> dict[str, str]:
-    return {
-        (f"{TAG_PREFIX}:{k[len(TAG_PREFIX) + 1 :]}" if k.startswith(f"{TAG_PREFIX}_") else k): v
-        for k, v in (tags or {}).items()
-    }
+# freeform tag keys cannot hold ':' or '.' (``bakeoff:run_id`` is stored as ``bakeoff_run_id``); values up to 256
+TAGS = node_tags.OCI_FREEFORM
 
 
 def retry_token(run_id: str, target_slug: str, placement: str, launch: int = 0) -> str:
@@ -143,8 +131,9 @@ def _config(creds: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-class OciProvider(Provider):
+class OciProvider(CloudProvider):
     name = "oci"
+    tag_codec = TAGS
 
     def __init__(self, credentials: dict[str, Any] | None = None, **options: Any):
         creds = dict(credentials or {})
@@ -215,7 +204,7 @@ class OciProvider(Provider):
         return self._clients[key]
 
     # placement ------------------------------------------------------------------------------
-    def _require(self, target) -> None:
+    def require(self, target) -> None:
         opts, where = target.provider_options, f"targets.{target.name}.provider_options"
         if not opts.ingress_cidr:
             raise ProviderError(
@@ -328,43 +317,71 @@ class OciProvider(Provider):
             )
         return nsg.id
 
-    # Provider interface -----------------------------------------------------------------------
-    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
-        self._require(target)
-        opts = target.provider_options
-        region, compartment = self.region_for(target), opts.compartment_id or self.default_compartment
+    # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------
+    # One region (the subnet's) per target; the placements are its availability domains. prepare finds
+    # the image and makes the network security group; abandon drops the group once no VNIC is in it.
+    def _where(self, target) -> tuple[str, str]:
+        """(region, compartment) the target launches in; the compartment joins what list_tagged scans."""
+        compartment = target.provider_options.compartment_id or self.default_compartment
         if compartment not in self._compartments:
             self._compartments.append(compartment)
-        existing = next((i for i in self._list(run_id, [region], [compartment]) if i.target == target.slug), None)
-        if existing:
-            log.info("oci: %s already has instance %s for run %s; reusing it", target.slug, existing.id, run_id)
-            return existing
-        script = userdata.render_for(target, spec)
-        tags = encode_tags({**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)})
+        return self.region_for(target), compartment
+
+    def find_existing(self, target, run_id: str) -> Instance | None:
+        region, compartment = self._where(target)
+        return next((i for i in self._list(run_id, [region], [compartment]) if i.target == target.slug), None)
+
+    def prepare(self, target, run_id: str, tags: dict[str, str]) -> dict[str, str]:
+        region, compartment = self._where(target)
         image = self._image(target, compartment, region)
-        nsg = self._ensure_nsg(target, run_id, compartment, region, tags)
-        tried: list[str] = []
-        for ad in self.availability_domains(target, region):
-            try:
-                return self._launch(
-                    target, run_id, ad, region, compartment, image, nsg, script, tags, int(spec.get("launch", 0))
-                )
-            except ServiceError as e:
-                if not is_capacity(e):
-                    raise ProviderError(
-                        f"oci: LaunchInstance {target.instance_type} in {ad} failed: {e.status} {e.code}: {e.message}"
-                    ) from None
-                log.warning(
-                    "oci: no capacity for %s in %s (%s); trying the next availability domain",
-                    target.instance_type,
-                    ad,
-                    e.code,
-                )
-                tried.append(f"{ad} ({e.code}: {e.message})")
-        self._drop_nsg(run_id, target.slug, compartment, region)
-        raise CapacityError(
-            f"oci: no capacity for {target.instance_type} in {region}; "
-            f"tried {', '.join(tried) or 'no availability domain'}. "
+        nsg = self._ensure_nsg(target, run_id, compartment, region, self.tag_codec.encode(tags))
+        return {"region": region, "compartment": compartment, "image": image, "nsg": nsg}
+
+    def placements(self, target, context: dict[str, str]) -> list[Placement]:
+        region = context["region"]
+        return [Placement(region, ad) for ad in self.availability_domains(target, region)]
+
+    def launch(
+        self,
+        target,
+        run_id: str,
+        place: Placement,
+        script: str,
+        tags: dict[str, str],
+        spec: LaunchSpec,
+        context: dict[str, str],
+    ) -> Instance:
+        ad = place.where
+        try:
+            return self._launch(
+                target,
+                run_id,
+                ad,
+                context["region"],
+                context["compartment"],
+                context["image"],
+                context["nsg"],
+                script,
+                self.tag_codec.encode(tags),
+                spec.launch,
+            )
+        except ServiceError as e:
+            if not is_capacity(e):
+                raise ProviderError(
+                    f"oci: LaunchInstance {target.instance_type} in {ad} failed: {e.status} {e.code}: {e.message}"
+                ) from None
+            quota = e.code == "LimitExceeded" or "limit" in (e.message or "").lower()
+            raise Refused("quota" if quota else "capacity", str(e.code), str(e.message or "")) from None
+
+    def abandon(self, target, run_id: str, context: dict[str, str] | None) -> None:
+        if context:
+            self._drop_nsg(run_id, target.slug, context["compartment"], context["region"])
+
+    def capacity_scope(self, context: dict[str, str] | None) -> str:
+        return f" in {context['region']}" if context else ""
+
+    def capacity_advice(self, target) -> str:
+        return (
             f"Add availability_domains to targets.{target.name}.provider_options, ask Oracle for a service limit "
             "increase or a capacity reservation, or try later"
         )
@@ -415,7 +432,6 @@ class OciProvider(Provider):
                         f"oci: LaunchInstance in {ad} kept failing ({type(e).__name__}); try again later"
                     ) from None
             time.sleep(self.backoff_s * 2**attempt)
-        log.info("oci: launched %s (%s) in %s for %s", raw.id, target.instance_type, ad, target.slug)
         return self._to_instance(raw)
 
     def _public_ip(self, raw) -> str | None:
@@ -429,9 +445,9 @@ class OciProvider(Provider):
         return None
 
     def _to_instance(self, raw) -> Instance:
-        tags = decode_tags(raw.freeform_tags)
+        tags = TAGS.decode(raw.freeform_tags)
         state = STATES.get(raw.lifecycle_state, "failed")  # a state this code does not know may bill: delete it
-        port = int(tags[TAG_PORT]) if tags.get(TAG_PORT, "").isdigit() else None
+        port = node_tags.port_of(tags)
         host = agent_port = None
         if state == "running":
             host, port, agent_port = resolve_address(
@@ -448,7 +464,7 @@ class OciProvider(Provider):
             instance_type=raw.shape or "",
             region=region_of(raw.id, self.default_region),
             launched_at=raw.time_created.timestamp() if raw.time_created else None,
-            expires_at=float(tags[TAG_EXPIRES]) if tags.get(TAG_EXPIRES, "").isdigit() else None,
+            expires_at=node_tags.expiry_of(tags),
             tags=tags,
             details={
                 "oci_state": raw.lifecycle_state,
@@ -491,7 +507,7 @@ class OciProvider(Provider):
                 return False
             raise
         log.info("oci: terminated %s", instance_id)
-        tags = decode_tags(raw.freeform_tags)
+        tags = TAGS.decode(raw.freeform_tags)
         if tags.get(TAG_RUN) and tags.get(TAG_TARGET):
             self._drop_nsg(tags[TAG_RUN], tags[TAG_TARGET], raw.compartment_id, region)
         return True
@@ -501,7 +517,7 @@ class OciProvider(Provider):
         for region in dict.fromkeys(regions):
             for comp in dict.fromkeys(compartments):
                 for raw in self._pages(self._client("compute", region).list_instances, comp):
-                    tags = decode_tags(raw.freeform_tags)
+                    tags = TAGS.decode(raw.freeform_tags)
                     if raw.lifecycle_state in GONE or TAG_RUN not in tags or (run_id and tags[TAG_RUN] != run_id):
                         continue
                     if raw.id not in out:
@@ -566,7 +582,7 @@ class OciProvider(Provider):
                     if hit.identifier in found or hit.lifecycle_state in GONE:
                         continue
                     raw = self._get(hit.identifier)  # the index may be stale: the instance's own state decides
-                    tags = decode_tags(raw.freeform_tags) if raw is not None else {}
+                    tags = TAGS.decode(raw.freeform_tags) if raw is not None else {}
                     if (
                         raw is None
                         or raw.lifecycle_state in GONE
@@ -634,7 +650,7 @@ class OciProvider(Provider):
         for region in self.regions:
             for comp in dict.fromkeys(self._compartments):
                 for nsg in self._nsgs(region, comp):
-                    tags = decode_tags(nsg.freeform_tags)
+                    tags = TAGS.decode(nsg.freeform_tags)
                     if TAG_RUN in tags and select(tags) and self._delete_if_empty(region, nsg):
                         deleted.append(nsg.id)
         return deleted
@@ -643,7 +659,7 @@ class OciProvider(Provider):
 def search_query(run_id: str | None) -> str:
     """A structured Resource Search query for instances with the run's freeform tag. A run id that cannot
     sit safely in a quoted literal is matched by key only and filtered here (no query injection)."""
-    key = encode_tags({TAG_RUN: ""}).popitem()[0]
+    key = TAGS.encode({TAG_RUN: ""}).popitem()[0]
     if run_id and len(run_id) <= 256 and all(c.isprintable() and c not in "'\\" for c in run_id):
         return f"query instance resources where (freeformTags.key = '{key}' && freeformTags.value = '{run_id}')"
     return f"query instance resources where freeformTags.key = '{key}'"

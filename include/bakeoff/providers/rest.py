@@ -12,7 +12,6 @@ request may have made (by tag or name), so a retry never starts a second node.
 
 from __future__ import annotations
 
-import base64
 import logging
 import random
 import re
@@ -24,21 +23,21 @@ from typing import Any, TypeVar
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
 
+from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import (
-    TAG_EXPIRES,
-    TAG_INSTALLATION,
-    TAG_PLAN,
-    TAG_RUN,
-    TAG_TARGET,
-    CapacityError,
+    CloudProvider,
     Instance,
+    LaunchSpec,
     PartialListing,
-    Provider,
+    Placement,
     ProviderError,
+    RefusalReason,
+    Refused,
     reachable,
 )
 from bakeoff.providers.credentials import TOKEN_ENV
 from bakeoff.providers.registry import provider_info
+from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
 log = logging.getLogger(__name__)
 
@@ -47,56 +46,6 @@ MAX_DELAY_S = 30.0
 # how long 429s are retried (DigitalOcean's per-minute window clears within 60 s; an hourly one may not)
 RATE_LIMIT_WAIT_S = 600.0
 T = TypeVar("T")
-TAG_PORT = "bakeoff:port"  # serving port, so list_tagged can say where a node serves
-TAG_PREFIX = "bakeoff"
-# tag key -> short name; values are base32 so any run id fits the clouds' tag alphabets
-_SHORT = {
-    TAG_RUN: "run",
-    TAG_TARGET: "target",
-    TAG_PLAN: "plan",
-    TAG_EXPIRES: "expires",
-    TAG_PORT: "port",
-    TAG_INSTALLATION: "inst",
-}
-_LONG = {v: k for k, v in _SHORT.items()}
-
-
-def _b32(s: str) -> str:
-    return base64.b32encode(s.encode()).decode().rstrip("=").lower()
-
-
-def _unb32(s: str) -> str:
-    s = s.upper()
-    return base64.b32decode(s + "=" * (-len(s) % 8)).decode()
-
-
-def encode_tags(tags: dict[str, str]) -> list[str]:
-    """``{"bakeoff:run_id": "manual__2026-...+00:00"}`` -> ``["bakeoff", "bakeoff-run-<b32>"]``.
-
-    DigitalOcean allows only letters, digits, ``:``, ``-`` and ``_`` in tags; Vultr is laxer. One
-    encoding for both keeps list-by-tag and the reaper identical across clouds.
-    """
-    out = [TAG_PREFIX]
-    for k, v in tags.items():
-        if k in _SHORT:
-            out.append(f"{TAG_PREFIX}-{_SHORT[k]}-{_b32(str(v))}")
-    return out
-
-
-def decode_tags(tags: list[str] | None) -> dict[str, str]:
-    out = {}
-    for t in tags or []:
-        parts = t.split("-", 2)
-        if len(parts) == 3 and parts[0] == TAG_PREFIX and parts[1] in _LONG:
-            try:
-                out[_LONG[parts[1]]] = _unb32(parts[2])
-            except ValueError:
-                continue
-    return out
-
-
-def run_tag(run_id: str) -> str:
-    return f"{TAG_PREFIX}-run-{_b32(run_id)}"
 
 
 class RestClient:
@@ -322,7 +271,7 @@ def resolve_address(
     return d.get("host"), d.get("port"), d.get("agent_port")
 
 
-def refusal_reason(message: str) -> str:
+def refusal_reason(message: str) -> RefusalReason:
     """A create refusal's kind for the provisioning record: an account limit, or the cloud out of stock."""
     return "quota" if re.search(r"limit|quota", message, re.I) else "capacity"
 
@@ -330,7 +279,7 @@ def refusal_reason(message: str) -> str:
 CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold out|limit", re.I)
 
 
-class RestProvider(Provider):
+class RestProvider(CloudProvider):
     """The create/poll/list/delete cycle both REST clouds share; subclasses say how their API spells it.
 
     Idempotency without client tokens: create first lists the run's nodes by tag and returns the
@@ -344,6 +293,7 @@ class RestProvider(Provider):
     many_key: str  # e.g. "bare_metals"
     tag_param: str  # list filter query parameter
     page_size = 100
+    tag_codec = node_tags.LABELS
 
     def __init__(
         self,
@@ -380,10 +330,10 @@ class RestProvider(Provider):
 
     # shared cycle -------------------------------------------------------------------
     def _to_instance(self, raw: dict[str, Any]) -> Instance:
-        tags = decode_tags(raw.get("tags"))
+        tags = self.tag_codec.decode(raw.get("tags"))
         state, ip, region = self.parse(raw)
         iid = str(raw["id"])
-        port = int(tags[TAG_PORT]) if tags.get(TAG_PORT, "").isdigit() else None
+        port = node_tags.port_of(tags)
         host, agent_port = ip, None
         if state == "running":
             host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, ip, port)
@@ -399,57 +349,54 @@ class RestProvider(Provider):
             instance_type=str(raw.get("plan") or raw.get("size_slug") or ""),
             region=region,
             launched_at=_epoch(created),
-            expires_at=float(tags[TAG_EXPIRES]) if TAG_EXPIRES in tags else None,
+            expires_at=node_tags.expiry_of(tags),
             tags=tags,
             details={"status": raw.get("status"), "agent_port": agent_port},
         )
 
-    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
-        from bakeoff.serving import userdata  # noqa: PLC0415 - keeps provider import light
-
-        opts = target.provider_options
-        if not opts.ingress_cidr:
+    # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------
+    def require(self, target) -> None:
+        if not target.provider_options.ingress_cidr:
             raise ProviderError(
                 f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark "
                 f"client reaches the node from (e.g. 203.0.113.7/32); {self.name} nodes are "
                 "firewalled on the host to that CIDR only"
             )
-        existing = self._find(run_id, target.slug)
-        if existing:
-            log.info("%s: %s already has node %s for run %s; reusing it", self.name, target.slug, existing.id, run_id)
-            return existing
-        script = userdata.render_for(target, spec)
-        all_tags = encode_tags(
-            {**tags, TAG_RUN: run_id, TAG_TARGET: target.slug, TAG_PORT: str(target.stack_spec.port)}
+
+    def find_existing(self, target, run_id: str) -> Instance | None:
+        return self._find(run_id, target.slug)
+
+    def placements(self, target, context: Any) -> list[Placement]:
+        return [Placement(r) for r in list(target.provider_options.regions) or self.default_regions(target)]
+
+    def launch(
+        self,
+        target,
+        run_id: str,
+        place: Placement,
+        script: str,
+        tags: dict[str, str],
+        spec: LaunchSpec,
+        context: Any,
+    ) -> Instance:
+        """One POST, never re-sent blindly (a lost answer is looked for by tag before a retry)."""
+        answer = self.api.create(
+            self.collection,
+            self.create_body(target, place.region, self.tag_codec.encode(tags), script),
+            find=lambda: self._find(run_id, target.slug),  # lost answer: did it create anyway?
+            what=f"create {place.instance_type} in {place.region} (POST {self.collection})",
         )
-        tried: list[str] = []
-        refusals: dict[str, int] = {}
-        for n, region in enumerate(list(opts.regions) or self.default_regions(target), start=1):
-            body = self.create_body(target, region, all_tags, script)
-            answer = self.api.create(
-                self.collection,
-                body,
-                find=lambda: self._find(run_id, target.slug),  # lost answer: did it create anyway?
-                what=f"create {target.instance_type} in {region} (POST {self.collection})",
-            )
-            if isinstance(answer, Instance) or answer.status_code in (200, 201, 202):
-                inst = answer if isinstance(answer, Instance) else self._to_instance(answer.json()[self.one_key])
-                inst.details["provisioning"] = {"attempts": n, "refusals": refusals, "region": region}
-                log.info(
-                    "%s: created %s (%s) in %s for %s", self.name, inst.id, target.instance_type, region, target.slug
-                )
-                return inst
-            err = api_error(self.name, "POST", self.collection, answer)
-            if answer.status_code in (400, 403, 412, 422) and CAPACITY_RE.search(str(err)):
-                reason = refusal_reason(str(err))
-                refusals[reason] = refusals.get(reason, 0) + 1
-                tried.append(f"{region} ({str(err).split(': ', 2)[-1][:80]})")
-                continue
-            raise err
-        raise CapacityError(
-            f"{self.name}: no capacity for {target.instance_type}; tried {', '.join(tried)}. "
-            f"Add regions to targets.{target.name}.provider_options.regions or try later"
-        )
+        if isinstance(answer, Instance):
+            return answer
+        if answer.status_code in (200, 201, 202):
+            return self._to_instance(answer.json()[self.one_key])
+        err = api_error(self.name, "POST", self.collection, answer)
+        if answer.status_code in (400, 403, 412, 422) and CAPACITY_RE.search(str(err)):
+            raise Refused(refusal_reason(str(err)), str(answer.status_code), str(err).split(": ", 2)[-1][:80])
+        raise err
+
+    def capacity_advice(self, target) -> str:
+        return f"Add regions to targets.{target.name}.provider_options.regions or try later"
 
     def _find(self, run_id: str, slug: str) -> Instance | None:
         return next((i for i in self.list_tagged(run_id) if i.target == slug), None)
@@ -487,7 +434,7 @@ class RestProvider(Provider):
         """The run's nodes (or every bakeoff node), from every query of ``listings``, filtered by tag
         here as well (a query may return more). A query that fails makes the listing partial
         (PartialListing): what the others found is acted on, and the caller does not report success."""
-        tag = run_tag(run_id) if run_id else TAG_PREFIX
+        tag = node_tags.Labels.run(run_id) if run_id else node_tags.PREFIX
         out: dict[str, Instance] = {}
         errors: dict[str, str] = {}
         queries = self.listings(tag)

@@ -14,12 +14,13 @@ the server says about itself (serving/deploy.py), never an image or engine argum
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
 from bakeoff import secrets
-from bakeoff.providers.base import Instance, Provider, ProviderError
+from bakeoff.providers.base import Instance, LaunchSpec, Provider, ProviderError
 
 
 class StaticProvider(Provider):
@@ -28,7 +29,7 @@ class StaticProvider(Provider):
     def __init__(self, credentials: dict[str, Any] | None = None, **options: Any):
         self.credentials = credentials or {}
 
-    def create(self, target, run_id: str, *, tags: dict[str, str], spec: dict[str, Any]) -> Instance:
+    def create(self, target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]) -> Instance:
         url = httpx.URL(static_base_url(target))
         port = url.port or (443 if url.scheme == "https" else 80)
         return Instance(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -24,11 +25,44 @@ if TYPE_CHECKING:
     from bakeoff.plan.serving_options import KvOffload, Speculative
     from bakeoff.plan.target import Target
 
-ENGINES = ("vllm", "sglang", "atom", "trtllm")  # the stacks a cloud node can run
-# engines with no API-key check or TLS of their own: they listen on loopback behind the node's front (front.py)
-FRONTED = frozenset({"atom", "trtllm"})
-ENTRYPOINTS = {"vllm": "vllm", "sglang": "python3", "atom": "python3", "trtllm": "mpirun"}
 TRTLLM_OPTIONS = "/etc/bakeoff/trtllm-options.yaml"  # on the node, and at the same path in the container
+KEY_FILE = "/etc/bakeoff/api_key"  # the serving key on the node, root-only (user-data writes it)
+VLLM_KEY_ENV = "/etc/bakeoff/key.env"
+SGLANG_CONFIG = "/etc/bakeoff/sglang.yaml"
+
+
+@dataclass(frozen=True)
+class Boot:
+    """How the node's boot script starts one engine and hands it the serving key, declared once per
+    engine so the boot script never compares engine names (printf is a builtin: no argv shows the key).
+
+    fronted: no API-key check or TLS of its own, so it listens on loopback behind the node's front
+    (front.py), which reads the key file itself."""
+
+    entrypoint: str
+    fronted: bool = False
+    key_line: str = "# the engine checks no key: the front reads /etc/bakeoff/api_key itself"
+    key_args: tuple[str, ...] = ()  # docker run arguments that give it the file key_line writes
+    tail_args: tuple[str, ...] = ()  # after its command: where it reads its key from
+
+
+BOOT: dict[str, Boot] = {
+    "vllm": Boot(
+        "vllm",
+        key_line=f"printf 'VLLM_API_KEY=%s\\n' \"$(cat {KEY_FILE})\" > {VLLM_KEY_ENV}",
+        key_args=("--env-file", VLLM_KEY_ENV),
+    ),
+    "sglang": Boot(
+        "python3",
+        key_line=f'printf \'api-key: "%s"\\n\' "$(cat {KEY_FILE})" > {SGLANG_CONFIG}',
+        key_args=("-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"),
+        tail_args=("--config", SGLANG_CONFIG),
+    ),
+    "atom": Boot("python3", fronted=True),
+    "trtllm": Boot("mpirun", fronted=True),
+}
+ENGINES = tuple(BOOT)  # the stacks a cloud node can run
+FRONTED = frozenset(n for n, b in BOOT.items() if b.fronted)
 
 # plan quantization -> engine flags; None = the checkpoint says (pre-quantized weights carry their format)
 _QUANT: dict[str, dict[str, list[str] | None]] = {
@@ -81,6 +115,11 @@ def _engine(target: Target) -> str:
             target, "stack", f"{target.stack} cannot be deployed on a cloud node; use one of: {', '.join(ENGINES)}"
         )
     return target.stack
+
+
+def boot(target: Target) -> Boot:
+    """The boot facts of the target's engine (refused, naming the field, for a stack no node runs)."""
+    return BOOT[_engine(target)]
 
 
 def _model(target: Target) -> str:

@@ -35,10 +35,13 @@ import json
 import re
 import shlex
 import time
+from collections.abc import Mapping
 from importlib.metadata import version
+from typing import Any
 
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
+from bakeoff.providers.base import LaunchSpec
 from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import engines, front, hub_fetch, power
 from bakeoff.serving.tls import check_cert
@@ -56,7 +59,6 @@ TLS_DIR = "/etc/bakeoff/tls"
 TLS_CERT, TLS_KEY = f"{TLS_DIR}/node.crt", f"{TLS_DIR}/node.key"
 SECRETS_ENV = "/etc/bakeoff/secrets/serve.env"
 SECRETS_WAIT_S = 1800  # the worker pushes them once the agent answers (deploy.push_secrets)
-SGLANG_CONFIG = "/etc/bakeoff/sglang.yaml"
 WEIGHTS_JSON = f"{LOG_DIR}/weights.json"  # the weights step's facts (source, bytes, timings, failure)
 WEIGHTS_MARK = "bakeoff-weights: "  # the same facts as one console line, which deploy reads back
 # what the engine container sees: the node's HF hub cache, read-only, and no hub access (loads only what was verified)
@@ -81,7 +83,7 @@ def image_for(target) -> str:
 
 def engine_port(target, port: int) -> int:
     """Where the engine listens: the serving port, or the next one on loopback behind the node's front."""
-    return port + 1 if target.stack in engines.FRONTED else port
+    return port + 1 if engines.boot(target).fronted else port
 
 
 def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
@@ -91,17 +93,13 @@ def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
     with ``tls`` the server (or the front) serves the node's certificate. It never gets the serving
     secrets (the plan chose its image): it reads the verified weights offline. The engine's extra files
     are mounted read-only at their own paths."""
-    stack = target.stack
-    fronted = stack in engines.FRONTED
-    key = {"vllm": ["--env-file", "/etc/bakeoff/key.env"], "sglang": ["-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"]}
-    tls_here = tls and not fronted
+    engine = engines.boot(target)
+    tls_here = tls and not engine.fronted
     mounts = ["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls_here else []
     for path in engines.extra_files(target):
         mounts += ["-v", f"{path}:{path}:ro"]
-    tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls_here else []) + (
-        ["--config", SGLANG_CONFIG] if stack == "sglang" else []
-    )
-    host = "127.0.0.1" if fronted else "0.0.0.0"
+    tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls_here else []) + list(engine.tail_args)
+    host = "127.0.0.1" if engine.fronted else "0.0.0.0"
     return [
         "docker",
         "run",
@@ -115,11 +113,11 @@ def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
         *catalog.docker_flags(target.gpu.vendor),
         "--env-file",
         "/etc/bakeoff/serve.env",
-        *key.get(stack, []),
+        *engine.key_args,
         *mounts,
         *weights_mounts(target),
         "--entrypoint",
-        engines.ENTRYPOINTS[stack],
+        engine.entrypoint,
         image_for(target),
         *engines.command(target, engine_port(target, port), host),
         *tail,
@@ -128,7 +126,7 @@ def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
 
 def _front(target, port: int, tls: bool) -> str:
     """The front for an engine with no TLS or key check of its own (front.py); nothing for the others."""
-    if target.stack not in engines.FRONTED:
+    if not engines.boot(target).fronted:
         return ""
     words = front.argv(
         catalog.agent_image(),
@@ -155,12 +153,8 @@ def _extra_files(target) -> str:
 
 
 def _key_files(target) -> str:
-    """Shell lines writing the key where the engine reads it (printf is a builtin: no argv shows it)."""
-    if target.stack == "vllm":
-        return "printf 'VLLM_API_KEY=%s\\n' \"$(cat /etc/bakeoff/api_key)\" > /etc/bakeoff/key.env"
-    if target.stack in engines.FRONTED:
-        return "# the engine checks no key: the front reads /etc/bakeoff/api_key itself"
-    return f'printf \'api-key: "%s"\\n\' "$(cat /etc/bakeoff/api_key)" > {SGLANG_CONFIG}'
+    """Shell lines writing the key where the engine reads it (its ``engines.Boot``)."""
+    return engines.boot(target).key_line
 
 
 def _tls_files(tls: dict | None) -> str:
@@ -566,19 +560,27 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
     return script
 
 
-def render_for(target, spec: dict) -> str:
+def render_for(target, spec: LaunchSpec | Mapping[str, Any]) -> str:
     """The boot script a provider's create() sends: the pipeline's spec carries the key, the expiry,
     the kill-switch delay from the budget estimate and the staged client bundle."""
-    shutdown_after = spec.get("shutdown_after_s") or max(60.0, float(spec["expires_at"]) - time.time())
+    launch = LaunchSpec.of(spec)
+    if not launch.api_key:
+        raise ValueError(f"targets.{target.name}: a cloud launch needs its serving key (LaunchSpec.api_key)")
+    if launch.shutdown_after_s:
+        shutdown_after = launch.shutdown_after_s
+    elif launch.expires_at is not None:
+        shutdown_after = max(60.0, float(launch.expires_at) - time.time())
+    else:
+        raise ValueError(f"targets.{target.name}: a cloud launch needs its expiry (LaunchSpec.expires_at)")
     return render(
         target,
-        api_key=spec["api_key"],
+        api_key=launch.api_key,
         shutdown_after_s=shutdown_after,
         ingress_cidr=target.provider_options.ingress_cidr,
-        agent=spec.get("agent"),
-        expires_at=spec.get("expires_at"),
-        tls=spec.get("tls"),
-        secret_names=sorted(spec.get("secrets") or {}),
+        agent=dict(launch.agent) if launch.agent else None,
+        expires_at=launch.expires_at,
+        tls=dict(launch.tls) if launch.tls else None,
+        secret_names=sorted(launch.secrets),
     )
 
 
