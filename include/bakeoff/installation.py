@@ -54,7 +54,7 @@ def trusted_images(value: Any = None) -> frozenset[str]:
         if not DIGEST_PINNED.match(image):
             raise PlanError(
                 f"{TRUSTED_IMAGES_VARIABLE}: {image[:120]!r} is not pinned by digest; write it as "
-                "name:tag@sha256:<64 hex> (docker buildx imagetools inspect name:tag prints the digest)"
+                "name:tag@sha256:<64 hex> (python -m bakeoff images pin name:tag prints it)"
             )
     return frozenset(images)
 
@@ -77,7 +77,8 @@ def check_secret_images(plan: Plan, trusted: frozenset[str]) -> None:
         raise PlanError(
             f"targets[{i}].image: {why}; the target asks for secrets ({', '.join(sorted(t.secrets))}). Pin the "
             f"image by digest and have the installation add it to the Airflow Variable {TRUSTED_IMAGES_VARIABLE} "
-            f"(or {TRUSTED_IMAGES_ENV}), or drop the secrets"
+            f"(or {TRUSTED_IMAGES_ENV}): python -m bakeoff images pin {image.split('@')[0]} prints both, "
+            "or drop the secrets"
         )
 
 
