@@ -1,4 +1,5 @@
-"""Generate (or check) the node agent's hash-pinned requirements file.
+"""Generate (or check) the node's hash-pinned requirements files: the agent's, and the OCI SDK's
+that the OCI self-delete kill switch installs (``bakeoff/serving/requirements-oci-sdk.txt``).
 
 The node installs the agent's third-party packages with ``pip install --require-hashes``, so a
 compromised index or mirror cannot swap a wheel. The file pins the whole dependency closure of the
@@ -26,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from bakeoff.agent import bundle
+from bakeoff.serving import oci_sdk
 
 # glibc 2.36 (Debian bookworm): pip on the node tries these platform tags in this order
 PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(36, 16, -1)] + [
@@ -36,8 +38,8 @@ PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(36, 16, -1)] + [
 ]
 
 
-def generate(out: Path) -> str:
-    pins = bundle.closure_pins()
+def generate(out: Path, pins: tuple[str, ...] | None = None, header: str = bundle.HASHES_HEADER) -> str:
+    pins = bundle.closure_pins() if pins is None else pins
     with tempfile.TemporaryDirectory() as d:
         pip = [sys.executable, "-m", "pip"] if importlib.util.find_spec("pip") else [shutil.which("pip") or "pip"]
         argv = [
@@ -64,7 +66,7 @@ def generate(out: Path) -> str:
             argv += ["--platform", p]
         subprocess.run(argv + list(pins), check=True)
         wheels = {_name(w.name): w for w in Path(d).glob("*.whl")}
-        lines = [bundle.HASHES_HEADER]
+        lines = [header]
         for pin in pins:
             name = pin.split("==")[0]
             wheel = wheels[bundle.normalize(name)]
@@ -83,12 +85,14 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="compare the committed file with this worker's pins")
     args = ap.parse_args()
     if args.check:
-        problems = bundle.hashes_mismatch()
+        problems = bundle.hashes_mismatch() + oci_sdk.mismatch()
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0
     generate(bundle.HASHES_FILE)
     print(f"wrote {bundle.HASHES_FILE}")
+    generate(oci_sdk.HASHES_FILE, oci_sdk.pins(), oci_sdk.HEADER)
+    print(f"wrote {oci_sdk.HASHES_FILE}")
     return 0
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The production topology (see docker-compose.yml) as native processes on one machine, run the way
-# it scales out: PostgreSQL (metadata DB + Celery results), Redis (Celery broker), Airflow's
+# it scales out: PostgreSQL (metadata DB), Redis (Celery broker and results), Airflow's
 # scheduler, dag-processor, api-server and triggerer, and two Celery workers with their own
-# hostnames, one task at a time each, that share NO data folder: each has its own BAKEOFF_DATA,
+# hostnames, one task at a time each, that share NO data folder (each has its own BAKEOFF_DATA) and
+# hold no database password (as in docker-compose.yml: tasks reach Airflow through the api-server),
 # and results and reports live in S3 (a bucket in the sandbox's moto server, through the aws
 # connection bakeoff_s3). The plan (distributed-three-sandbox) has three EC2 targets on the sandbox
 # clouds (started here as their own process), each benchmarked co-located for about 80 s, so the
@@ -151,8 +152,9 @@ while read -r var; do unset "$var"; done < <(compgen -e | grep -E '^(AIRFLOW_|AI
 export AIRFLOW_HOME="$WORK/airflow"
 export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow"
-export AIRFLOW__CELERY__RESULT_BACKEND="db+postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow"
 export AIRFLOW__CELERY__BROKER_URL="redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/0"
+# Celery's task results in Redis, not the database: the workers get no database connection string.
+export AIRFLOW__CELERY__RESULT_BACKEND="redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/1"
 export AIRFLOW__CORE__FERNET_KEY_CMD="cat $SECRETS/fernet_key"
 export AIRFLOW__API__SECRET_KEY_CMD="cat $SECRETS/api_secret_key"
 export AIRFLOW__API_AUTH__JWT_SECRET_CMD="cat $SECRETS/jwt_secret"
@@ -230,8 +232,9 @@ for w in "${WORKERS[@]}"; do
   # so parallel targets land on different workers, and a third target only progresses while the
   # others wait in sensors that gave their slot back.
   # celery_warm loads the library in the worker before tasks fork from it, so a poke holds its slot
-  # for its check rather than for imports.
-  start "$w" env BAKEOFF_DATA="$WORK/data/$w" PYTHONPATH="$ROOT/scripts" \
+  # for its check rather than for imports. No database connection string (env -u): the run proves
+  # that workers need none.
+  start "$w" env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN BAKEOFF_DATA="$WORK/data/$w" PYTHONPATH="$ROOT/scripts" \
     AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=celery_warm.CELERY_CONFIG \
     unshare --uts sh -c 'hostname "$0" && exec "$@"' "$w" \
     airflow celery worker --concurrency 1 --without-mingle --without-gossip --skip-serve-logs

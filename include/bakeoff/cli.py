@@ -287,6 +287,32 @@ def _installation_id(args) -> int:
     return 0
 
 
+def _images(args) -> int:
+    """Resolve tags to digests and print the trusted-images Variable's value (a JSON list)."""
+    import httpx  # noqa: PLC0415 - httpx and the registry only for this command
+
+    from bakeoff import images, installation  # noqa: PLC0415
+
+    wanted = list(args.images) + (images.recipe_images() if args.recipes else [])
+    wanted += images.plan_images(args.plan) if args.plan else []
+    if not wanted:
+        print("error: images pin needs images, --recipes or --plan PLAN", file=sys.stderr)
+        return 2
+    try:
+        pinned = images.pin_all(wanted, frozenset(args.plain_http or ()))
+    except (images.ImageError, httpx.HTTPError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    value = sorted(set(pinned) | (installation.trusted_images() if args.merge else frozenset()))
+    print(json.dumps(value, indent=1))
+    print(
+        f"set it: airflow variables set {installation.TRUSTED_IMAGES_VARIABLE} '{json.dumps(value)}' "
+        f"(or {installation.TRUSTED_IMAGES_ENV}); a plan then names these images with image:",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bakeoff", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -325,6 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_verify)
     p = sub.add_parser("installation-id", help="print the id this installation tags its nodes with")
     p.set_defaults(func=_installation_id)
+    p = sub.add_parser("images", help="resolve image tags to digests for the trusted-images Variable")
+    p.add_argument("action", choices=["pin"])
+    p.add_argument("images", nargs="*", help="[registry/]name[:tag]")
+    p.add_argument("--recipes", action="store_true", help="every image the vendored recipes name")
+    p.add_argument("--plan", help="the images a plan's targets would run")
+    p.add_argument("--plain-http", action="append", metavar="HOST:PORT", help="a registry without TLS (local)")
+    p.add_argument("--merge", action="store_true", help="keep the images already in $BAKEOFF_TRUSTED_IMAGES")
+    p.set_defaults(func=_images)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)

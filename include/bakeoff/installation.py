@@ -8,7 +8,6 @@ the CLI and tests. Both checks run at ``start_run``, before a run is recorded or
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -55,7 +54,7 @@ def trusted_images(value: Any = None) -> frozenset[str]:
         if not DIGEST_PINNED.match(image):
             raise PlanError(
                 f"{TRUSTED_IMAGES_VARIABLE}: {image[:120]!r} is not pinned by digest; write it as "
-                "name:tag@sha256:<64 hex> (docker buildx imagetools inspect name:tag prints the digest)"
+                "name:tag@sha256:<64 hex> (python -m bakeoff images pin name:tag prints it)"
             )
     return frozenset(images)
 
@@ -78,7 +77,8 @@ def check_secret_images(plan: Plan, trusted: frozenset[str]) -> None:
         raise PlanError(
             f"targets[{i}].image: {why}; the target asks for secrets ({', '.join(sorted(t.secrets))}). Pin the "
             f"image by digest and have the installation add it to the Airflow Variable {TRUSTED_IMAGES_VARIABLE} "
-            f"(or {TRUSTED_IMAGES_ENV}), or drop the secrets"
+            f"(or {TRUSTED_IMAGES_ENV}): python -m bakeoff images pin {image.split('@')[0]} prints both, "
+            "or drop the secrets"
         )
 
 
@@ -99,24 +99,30 @@ def private_endpoints_allowed(value: Any = None) -> bool:
     )
 
 
-def _internal(addr: str) -> bool:
-    ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
-
-
 def internal_host(host: str) -> str | None:
     """Why ``host`` is internal (the address it resolves to), or None for a public one."""
+    from bakeoff.serving import egress  # noqa: PLC0415 - httpx only for plans with a static endpoint
+
     name = host.strip("[]").rstrip(".").lower()
     if name in _METADATA_HOSTS or name.endswith(".internal") or name == "localhost" or name.endswith(".localhost"):
         return f"{host} is an internal name"
     try:
-        addrs = {str(a[4][0]) for a in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
+        addrs = {str(a[4][0]) for a in egress.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
     except (socket.gaierror, UnicodeError):
         return f"{host} does not resolve"
-    bad = sorted(a for a in addrs if _internal(a))
+    bad = sorted(a for a in addrs if egress.internal_address(a))
     return f"{host} resolves to {bad[0]}, an internal address" if bad else None
+
+
+def guarded_hosts(plan: Plan, allowed: bool) -> list[str]:
+    """The plan-chosen static base_url hosts that every connection checks again (serving/egress.py):
+    none when the installation allows private endpoints."""
+    if allowed:
+        return []
+    import httpx  # noqa: PLC0415 - httpx only for plans with a static endpoint
+
+    urls = [t.provider_options.get("base_url") for t in plan.targets if PROVIDERS[t.provider].existing_endpoint]
+    return sorted({httpx.URL(u).host for u in urls if u} - {""})
 
 
 def check_static_endpoints(plan: Plan, allowed: bool) -> None:

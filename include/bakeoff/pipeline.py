@@ -40,6 +40,9 @@ def provider_for(name: str, credentials: CredentialsFn = credentials_from_env, *
 # --- run-level steps ----------------------------------------------------------------------------
 
 
+EGRESS_FILE = "egress.json"  # the plan-chosen hosts every connection checks again (start_run writes it)
+
+
 def start_run(
     plan_ref: str,
     run_id: str,
@@ -96,6 +99,9 @@ def start_run(
             "records are never taken over; trigger a new run"
         ) from None
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
+    guarded = installation.guarded_hosts(plan, installation.private_endpoints_allowed(allow_private_endpoints))
+    if guarded:  # checked again at every connection (DNS rebinding): serving/egress.py
+        store.write_json(rdir / EGRESS_FILE, {"guarded_hosts": guarded})
     return {
         "approval_required": need["required"],
         "run_dir": str(rdir),
@@ -106,6 +112,12 @@ def start_run(
 
 
 def run_plan(run_dir: str | store.StorePath) -> Plan:
+    """The run's plan; the hosts start_run recorded are guarded at connect time from here on."""
+    hosts = (store.read_json(store.at(run_dir) / EGRESS_FILE) or {}).get("guarded_hosts")
+    if hosts:
+        from bakeoff.serving import egress  # noqa: PLC0415 - httpx only for a run with a guarded static endpoint
+
+        egress.guard(hosts)
     return plan_from_dict(store.read_json(store.at(run_dir) / "plan.json"), source="plan.json")
 
 

@@ -103,9 +103,9 @@ def test_the_services_of_airflows_celery_layout_are_all_there(compose):
     assert {"postgres", "redis", "minio", "minio-init", *AIRFLOW_SERVICES} <= services
     common = compose["x-airflow-common"]["environment"]
     assert common["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
-    assert common["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://airflow:")
+    assert compose["x-metadata-db"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://airflow:")
     assert common["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://:")
-    assert common["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql")
+    assert common["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("redis://:")
     assert compose["services"]["airflow-worker"]["command"] == "celery worker"
 
 

@@ -109,10 +109,11 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def closure_pins() -> tuple[str, ...]:
-    """AGENT_REQUIREMENTS and everything they require on the node, pinned to this worker's versions."""
+def closure_pins(roots: tuple[str, ...] = AGENT_REQUIREMENTS) -> tuple[str, ...]:
+    """``roots`` (the agent's requirements by default) and everything they require on the node,
+    pinned to this worker's versions."""
     seen: dict[str, str] = {}
-    todo = list(AGENT_REQUIREMENTS)
+    todo = list(roots)
     while todo:
         name = todo.pop()
         if normalize(name) in seen:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from bakeoff import store
+from bakeoff.serving import egress
 from bakeoff.serving.power import parse_samples
 from bakeoff.serving.tls import client_context
 
@@ -49,13 +50,11 @@ class AgentClient:
         tls_cert: str | None = None,
     ):
         self.url = url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=self.url,
-            timeout=timeout_s,
-            transport=transport,
-            verify=client_context(self.url, tls_cert),
-            headers={"Authorization": f"Bearer {key}"} if key else {},
-        )
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        opts: dict[str, Any] = {"base_url": self.url, "timeout": timeout_s, "headers": headers}
+        verify = client_context(self.url, tls_cert)
+        # a test's transport as given; otherwise the shared one (serving/egress.py)
+        self._http = httpx.Client(transport=transport, **opts) if transport else egress.client(verify=verify, **opts)
 
     def close(self) -> None:
         self._http.close()

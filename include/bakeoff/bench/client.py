@@ -31,6 +31,7 @@ import httptools
 
 from bakeoff.bench.sse import StreamError, StreamState
 from bakeoff.bench.tasks import TaskSet, task_failure
+from bakeoff.serving import egress
 from bakeoff.serving.tls import client_context
 
 _now = time.perf_counter
@@ -303,15 +304,15 @@ class StreamingClient:
     async def _open(self) -> _Conn:
         loop = asyncio.get_running_loop()
         conn: _Conn
+        if self._addr is None:  # resolved once (a lookup per connection runs on a thread pool) and checked
+            # when the host is a guarded plan-chosen one: every connection goes to that address (egress.py)
+            self._addr = await loop.run_in_executor(None, egress.checked_address, self.host, self.port)
+        family, addr = self._addr
         if self.ssl is not None:
             _, conn = await loop.create_connection(
-                _ProtocolConn, self.host, self.port, ssl=self.ssl, server_hostname=self.host
+                _ProtocolConn, addr[0], addr[1], ssl=self.ssl, server_hostname=self.host
             )
         else:
-            if self._addr is None:  # resolved once: a lookup per connection runs on a thread pool
-                info = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-                self._addr = (info[0][0], info[0][4])
-            family, addr = self._addr
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
                 sock.setblocking(False)

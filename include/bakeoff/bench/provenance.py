@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from bakeoff import catalog
+from bakeoff.serving import egress
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def snapshot_provenance(
     verify = True if isinstance(endpoint, str) else endpoint.verify()  # a node's pinned certificate
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     snap: dict[str, Any] = {"base_url": base, "taken_at": time.time()}
-    with httpx.Client(base_url=base.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify) as c:
+    with egress.client(base_url=base.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify) as c:
         snap["version"] = _get(c, "/version")
         snap["models"] = _get(c, "/v1/models")
         if include_metrics:

@@ -24,6 +24,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bakeoff.bench.records import SERVER_METRICS_COLUMNS
+from bakeoff.serving import egress
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def scrape(endpoint: Any, api_key: str | None, *, timeout_s: float = 5.0) -> dic
     if base.endswith("/v1"):
         base = base[:-3]
     try:
-        with httpx.Client(base_url=base, headers=headers, timeout=timeout_s, verify=verify) as c:
+        with egress.client(base_url=base, headers=headers, timeout=timeout_s, verify=verify) as c:
             r = c.get("/metrics")
     except httpx.HTTPError as e:
         log.info("server metrics unavailable at %s: %s", base, type(e).__name__)

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from bakeoff import tokens
+from bakeoff.serving import egress
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class TokenCounter:
     def http(self) -> httpx.Client:
         if self._client is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.Client(
+            self._client = egress.client(
                 base_url=self.base_url, headers=headers, timeout=self.timeout_s, verify=self.verify
             )
         return self._client

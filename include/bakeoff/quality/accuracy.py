@@ -19,6 +19,7 @@ import httpx
 from bakeoff import tokens
 from bakeoff.quality import evalset
 from bakeoff.quality.lm_eval_backend import evaluate as lm_eval_evaluate
+from bakeoff.serving import egress
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.store import StorePath, at, write_json
 
@@ -90,7 +91,7 @@ async def _ask_all(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=acc.concurrency, max_keepalive_connections=acc.concurrency)
     gate = asyncio.Semaphore(acc.concurrency)
-    async with httpx.AsyncClient(
+    async with egress.async_client(
         base_url=endpoint.base_url,
         headers=headers,
         limits=limits,

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from bakeoff.serving import egress
+
 FAILURES = (
     "image_pull",
     "weights_download",
@@ -139,7 +141,7 @@ def probe(base_url: str, api_key: str | None, model: str | None = None, tls_cert
 
     verify = client_context(base_url, tls_cert)
     try:
-        with httpx.Client(base_url=base_url, headers=_headers(api_key), timeout=5.0, verify=verify) as client:
+        with egress.client(base_url=base_url, headers=_headers(api_key), timeout=5.0, verify=verify) as client:
             health = client.get("/health")
             if health.status_code != 200:
                 return Probe(None, f"/health answered {health.status_code}")
@@ -150,6 +152,8 @@ def probe(base_url: str, api_key: str | None, model: str | None = None, tls_cert
             if ids:
                 raise ModelNotServed(base_url, str(model), [str(i) for i in ids])
             return Probe(None, f"/v1/models answered {models.status_code}")
+    except egress.EgressRefused as e:
+        return Probe(None, str(e))
     except (httpx.HTTPError, ValueError) as e:
         return Probe(
             None,

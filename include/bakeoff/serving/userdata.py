@@ -36,14 +36,13 @@ import re
 import shlex
 import time
 from collections.abc import Mapping
-from importlib.metadata import version
 from typing import Any
 
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.base import LaunchSpec
 from bakeoff.providers.registry import PROVIDERS
-from bakeoff.serving import engines, front, hub_fetch, power
+from bakeoff.serving import engines, front, hub_fetch, oci_sdk, power
 from bakeoff.serving.tls import check_cert
 
 CONTAINER = "bakeoff-serve"
@@ -374,8 +373,7 @@ def kill_switch_section(provider: str, minutes: int) -> str:
             f'shutdown -h +{minutes} "bakeoff kill switch" || (sleep {minutes * 60} && poweroff) &'
         )
     img = shlex.quote(catalog.agent_image())
-    sdk = f"oci=={version('oci')}"  # the SDK version this installation is pinned to
-    install_sdk = f"pip install --quiet --no-cache-dir --only-binary=:all: --target /ks {sdk}"
+    install_sdk = oci_sdk.install_argv("/ks")  # hash-pinned closure, this worker's versions
     terminate = (
         "import oci,sys; s=oci.auth.signers.InstancePrincipalsSecurityTokenSigner(); "
         "oci.core.ComputeClient({'region': s.region}, signer=s).terminate_instance(sys.argv[1])"
@@ -385,7 +383,8 @@ def kill_switch_section(provider: str, minutes: int) -> str:
 # 1. kill switch: after the run's budgeted time the node deletes itself (a stopped OCI node still bills),
 #    authenticated as an instance principal; power-off follows as a fallback, even if Airflow is gone
 mkdir -p /opt/bakeoff/ks
-(docker run --rm -v /opt/bakeoff/ks:/ks {img} {install_sdk} >/dev/null 2>&1 || \\
+({oci_sdk.wait_on_node()} && \\
+   docker run --rm -v /opt/bakeoff/ks:/ks -v $f:$f:ro {img} {install_sdk} >/dev/null 2>&1 || \\
    echo "bakeoff: kill switch: oci SDK install failed; power-off only") &
 (sleep {minutes * 60}
  iid=$(curl -sf -H 'Authorization: Bearer Oracle' http://169.254.169.254/opc/v2/instance/id)
