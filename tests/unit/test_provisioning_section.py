@@ -132,3 +132,18 @@ def test_the_trend_page_shows_the_stockout_table():
     assert any(c["id"] == "trend-stockouts" for c in page["charts"])
     html = render("trend", page)
     assert "<h2>Stockouts</h2>" in html and "vbm-mi355x" in html
+
+
+def test_the_clouds_refusal_text_never_reaches_the_report_or_the_dashboard(data_root):
+    plan = load_plan(PLAN)
+    rdir = store.run_dir(plan.name, "r4")
+    _run(rdir, plan)
+    slug = next(t.slug for t in plan.targets if t.provider == "vultr")
+    planted = "<script>alert(1)</script> echoed api_key=sk-planted"
+    refused = facts.ProvisionRefused(at=9999.0, offers=("vbm in ewr",), error=planted)
+    store.record(rdir, refused.STEP, refused.to_json(), slug=slug)
+    got = rows(plan, store.run_facts(rdir), now=10000.0)
+    d = ReportData.__new__(ReportData)
+    d.provisioning = got
+    shown = "\n".join(markdown._provisioning(d)) + repr([summary(r) for r in got])
+    assert "refused everywhere (capacity)" in shown and "sk-planted" not in shown and "<script>" not in shown
