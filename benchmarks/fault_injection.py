@@ -71,6 +71,10 @@ REAPER_INTERVAL_S = 300  # the independent reaper's interval (the compose servic
 STORM_S = 8.0  # how long every API request is answered 429 in the storm rows
 REST_CLOUDS = ("vultr", "digitalocean")  # the fakes that rate-limit (EC2 is moto, OCI its own fake)
 SECTIONS = ("stages", "airflow-dies", "storm", "reprovision")
+# how long an Airflow-dies row waits for the worker's node: a fresh process imports the library and the
+# cloud SDKs (OCI's alone is seconds), then provisions; on a loaded 2-core machine the OCI worker took
+# 163 s, beyond the first 120 s wait, and the row showed 0 nodes with no reason given
+NODE_WAIT_S = 600
 OCI_ELSEWHERE = "oci (2nd compartment + region)"
 
 
@@ -136,7 +140,7 @@ def sigkill_provision(sb: Sandbox, run_dir: str, slug: str, provider: str, befor
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + NODE_WAIT_S  # as in the Airflow-dies rows: a fresh process is slow to start
     while len(sb.live()[provider]) <= before and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
@@ -190,13 +194,23 @@ def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: 
     }
 
 
-def _airflow_process(sb: Sandbox, code: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        env={**os.environ, **sb.env()},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _airflow_process(sb: Sandbox, code: str, log: Path | None = None) -> subprocess.Popen:
+    """A stand-in for an Airflow process; its output goes to ``log`` (read back when no node appeared)."""
+    out = log.open("wb") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **sb.env()}, stdout=out, stderr=out)
+    finally:
+        if log:
+            out.close()
+
+
+def _why_no_node(worker: subprocess.Popen, waited_s: float, log: Path) -> str:
+    """Why the worker made no node: it exited (with the last line it printed), or it was still
+    starting when the wait ran out (the import of the library and the cloud SDKs, on a loaded machine)."""
+    tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+    if worker.returncode is not None:
+        return f"worker exited {worker.returncode} before creating a node: {(tail or ['no output'])[0][:160]}"
+    return f"no node within {waited_s:.0f} s (worker still starting: raise NODE_WAIT_S on a loaded machine)"
 
 
 def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = False) -> dict:
@@ -209,21 +223,26 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     run = pipeline.start_run(str(path), f"faults__{provider}__airflow-dies__{time.time_ns()}")
     before = set(sb.live()[cloud])
     setup = "from bakeoff import pipeline, reaper"  # credentials: the sandbox's, from its env
+    log = workdir / f"worker-{cloud}-{'elsewhere' if elsewhere else 'home'}.log"
     worker = _airflow_process(
         sb,
         f"{setup}; import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
         f"from fault_injection import run_dag_like; run_dag_like({run['run_dir']!r}, {slug!r}); "
         f"pipeline.sweep({run['run_dir']!r})",
+        log,
     )
     scheduler = _airflow_process(
         sb,
         f"{setup}; import time\nwhile True:\n    time.sleep(3600); reaper.reap()",
     )
-    deadline = time.monotonic() + 600  # a loaded machine may take minutes to start the worker and create
+    waited = time.monotonic()
+    deadline = waited + NODE_WAIT_S
     while not set(sb.live()[cloud]) - before and time.monotonic() < deadline and worker.poll() is None:
         time.sleep(0.05)
+    waited = time.monotonic() - waited
     for proc in (scheduler, worker):
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     killed_at = sb.clock.now()
     nodes = sorted(set(sb.live()[cloud]) - before)
@@ -247,6 +266,8 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     bound = horizon + (0 if cloud in ("aws", "oci") else REAPER_INTERVAL_S / 60)
     return {
         "provider": OCI_ELSEWHERE if elsewhere else provider,
+        "why": "" if nodes else _why_no_node(worker, waited, log),
+        "to_node_s": waited,
         "nodes": len(nodes),
         "horizon": horizon,
         "billed": billed,
@@ -381,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         d = dies[-1]
         print(
             f"  Airflow dies             {d['provider']:<13} billed {d['billed']:.1f} node-min after the kill, "
-            f"left {d['left']}",
+            f"left {d['left']}{'; ' + d['why'] if d['why'] else ''}",
             file=sys.stderr,
             flush=True,
         )
@@ -413,10 +434,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{REAPER_INTERVAL_S // 60} min; sandbox clock run to the node's expiry)\n"
         )
         print(
-            "| cloud | nodes | kill switch | kill-switch horizon (min) | billed node-min after Airflow dies | "
-            "billed past the horizon | goal: billed at most | nodes left at the end | goal met |"
+            "| cloud | nodes | s to the node | kill switch | kill-switch horizon (min) | billed node-min after "
+            "Airflow dies | billed past the horizon | goal: billed at most | nodes left at the end | goal met |"
         )
-        print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
         switch = {
             "aws": "power-off = terminate",
             "oci": "self-delete (instance principal)",
@@ -425,8 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         for d in dies:
             cloud = "oci" if d["provider"].startswith("oci") else d["provider"]
+            if not d["nodes"]:  # not measured: say why instead of a row of zeros
+                cells = [d["provider"], 0, f"{d['to_node_s']:.0f}", d["why"], "–", "–", "–", "–", d["left"], False]
+                print("| " + " | ".join(str(c) for c in cells) + " |")
+                continue
             print(
-                f"| {d['provider']} | {d['nodes']} | {switch[cloud]} | {d['horizon']:.1f} | "
+                f"| {d['provider']} | {d['nodes']} | {d['to_node_s']:.0f} | {switch[cloud]} | {d['horizon']:.1f} | "
                 f"{d['billed']:.1f} | {d['past']:.1f} | {d['bound']:.1f} | {d['left']} | {d['ok']} |"
             )
         ok_dies = all(d["ok"] for d in dies)

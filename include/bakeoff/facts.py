@@ -92,6 +92,7 @@ class Provision(Fact):
     # how the create went (providers/base.Provisioning: attempts, refusals by reason, placements and
     # offers tried, where it launched), create_s, and the seconds to running and to serving-ready
     provisioning: dict[str, Any] = {}
+    requested_at: Epoch | None = None  # when this launch's create was asked: time to running counts from it
 
     def recorded_launches(self) -> tuple[Launch, ...]:
         """The launches as recorded (a record without ``tries`` names its one launch)."""
@@ -102,6 +103,28 @@ class Provision(Fact):
         return (Launch(instance_id=self.instance_id, launched_at=self.launched_at),)
 
 
+class ProvisionRefused(Fact):
+    """provision, when every region / AD / offer it asked refused for capacity or quota: no node, so
+    no provision record; what was asked is kept for the report's provisioning section and the
+    stockout trend (a stockout is a procurement fact in itself)."""
+
+    STEP: ClassVar[str] = "provision_refused"
+    at: Epoch
+    requested_at: Epoch | None = None
+    reason: Literal["capacity", "quota"] = "capacity"
+    offers: tuple[str, ...] = ()  # "<instance type> in <region or AD>", as the plan lists them
+    error: str = ""  # the cloud's refusal in its words (truncated)
+    provisioning: dict[str, Any] = {}  # what the provider recorded of its attempts, when it says
+
+
+class NodeReady(Fact):
+    """node_ready: when the node was first seen running with an address (time to running)."""
+
+    STEP: ClassVar[str] = "node_ready"
+    instance_id: str | None = None
+    running_at: Epoch
+
+
 class Deploy(Fact):
     """serving_ready: the server answers with the right model (emulated: backed by the emulator)."""
 
@@ -109,6 +132,7 @@ class Deploy(Fact):
     ready: bool = False
     base_url: str | None = None
     emulated: bool = False
+    ready_at: Epoch | None = None  # when it first served the model (time to serving-ready)
 
 
 class Accuracy(Fact):
@@ -167,7 +191,7 @@ class Start(Fact):
     approval_needed: dict[str, Any] = {}  # bakeoff.approval.requirement: whether a person must approve
 
 
-TARGET_STEPS: tuple[type[Fact], ...] = (Provision, Deploy, Accuracy, Benchmark, Terminate)
+TARGET_STEPS: tuple[type[Fact], ...] = (Provision, Deploy, Accuracy, Benchmark, Terminate, ProvisionRefused, NodeReady)
 
 
 class TargetFacts(BaseModel):
@@ -181,6 +205,8 @@ class TargetFacts(BaseModel):
     accuracy: Accuracy | None = None
     benchmark: Benchmark | None = None
     terminate: Terminate | None = None
+    provision_refused: ProvisionRefused | None = None
+    node_ready: NodeReady | None = None
 
     def launches(self) -> tuple[Launch, ...]:
         """Every launch, oldest first, each ended at its own ``ended_at``, else at the termination

@@ -20,7 +20,15 @@ from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
-from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, LaunchSpec
+from bakeoff.providers.base import (
+    TAG_EXPIRES,
+    TAG_INSTALLATION,
+    TAG_PLAN,
+    TAG_RUN,
+    TAG_TARGET,
+    CapacityError,
+    LaunchSpec,
+)
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint
@@ -236,7 +244,11 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         tls=tls,
     )
     asked = time.time()
-    inst = provider.create(target, rid, tags=tags, spec=spec)
+    try:
+        inst = provider.create(target, rid, tags=tags, spec=spec)
+    except CapacityError as e:  # no node: what was asked is all the report and the stockout trend get
+        _record_refusal(run_dir, target, asked, e)
+        raise
     # the lifecycle's record (providers/base.Provisioning: attempts, refusals, placements tried, where it
     # launched) and how long the whole create took; node_ready and serving_ready add their times
     provisioning = {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
@@ -260,6 +272,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
             client_bundle=agent["sha256"] if agent else None,
             tries=tries,
             provisioning=provisioning,
+            requested_at=asked,
         ),
     )
     faults.maybe_fail("after_create", target)
@@ -293,6 +306,9 @@ def node_ready(
         if ready.host and ready.details.get("agent_port"):  # the provider resolved where it is reached
             ready.details["agent_url"] = f"{'https' if cert else 'http'}://{ready.host}:{ready.details['agent_port']}"
     store.write_json(store.target_dir(plan.name, rid, slug) / "instance.json", ready.to_dict())
+    seen = store.read_record(run_dir, facts.NodeReady.STEP, slug)
+    if not seen or seen.get("instance_id") != ready.id:  # the first look that found it running counts
+        _target_step(run_dir, slug, facts.NodeReady(instance_id=ready.id, running_at=time.time()))
     _provisioning_time(run_dir, slug, "running_s")
     return ready.to_dict()
 
@@ -308,6 +324,24 @@ def _provisioning_time(run_dir: str, slug: str, key: str) -> None:
         return
     seconds = round(max(0.0, time.time() - prov.launched_at), 1)
     _target_step(run_dir, slug, prov.model_copy(update={"provisioning": {**prov.provisioning, key: seconds}}))
+
+
+def _record_refusal(run_dir: str, target: Target, asked: float, e: CapacityError) -> None:
+    """Every region / AD the target lists refused it: a ``provision_refused`` record (no secret: the
+    cloud's refusal text and the offers the plan names)."""
+    from bakeoff.providers.rest import refusal_reason  # noqa: PLC0415 - the one reading of capacity vs quota
+
+    opts = target.provider_options
+    places = list(getattr(opts, "availability_domains", None) or opts.regions or target.instance.regions)
+    fact = facts.ProvisionRefused(
+        at=time.time(),
+        requested_at=asked,
+        reason="quota" if refusal_reason(str(e)) == "quota" else "capacity",
+        offers=tuple(f"{target.instance_type} in {p}" for p in places) or (str(target.instance_type),),
+        error=str(e)[:400],
+        provisioning=dict(getattr(e, "provisioning", None) or {}),
+    )
+    _target_step(run_dir, target.slug, fact)
 
 
 def _recheck_budget(run_dir: str, plan: Plan, target: Target) -> tuple[facts.Launch, ...]:
@@ -412,7 +446,11 @@ def serving_ready(
     if endpoint is None:
         return None
     # emulated: e.g. a sandbox cloud node backed by the emulator (the run view marks the whole run)
-    _target_step(run_dir, slug, facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated))
+    _target_step(
+        run_dir,
+        slug,
+        facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated, ready_at=time.time()),
+    )
     _provisioning_time(run_dir, slug, "serving_ready_s")
     return endpoint.to_dict()
 

@@ -143,3 +143,29 @@ def test_a_vultr_node_expires_at_its_kill_switch_not_at_max_instance_hours(sandb
     assert inst["id"] in [r["id"] for r in early["kept"]]
     out = reaper.reap(now=expires + 1, provider_names=["vultr"], credentials_fn=sandbox.credentials)
     assert inst["id"] in [r["id"] for r in out["terminated"]] and not out["errors"]
+
+
+def test_a_create_refused_in_every_region_leaves_a_record_the_report_reads(sandbox, data_root, tmp_path):
+    """No node, so no provision record: the refusal is recorded (where it asked, why), for the report's
+    provisioning section and the dashboard's stockout trend."""
+    from bakeoff.providers.base import CapacityError
+    from bakeoff.report.provisioning import rows
+
+    path = one_target_plan(tmp_path, "vultr")
+    plan = load_plan(path)
+    regions = list(plan.targets[0].provider_options.regions)
+    sandbox.deny_capacity("vultr", regions)
+    try:
+        with sandbox.exported():
+            run = pipeline.start_run(path, "manual__stockout_vultr")
+            with pytest.raises(CapacityError):
+                pipeline.provision(run["run_dir"], run["targets"][0])
+    finally:
+        sandbox.deny_capacity("vultr", [])
+    refused = store.read_record(run["run_dir"], "provision_refused", run["targets"][0])
+    assert refused["reason"] == "capacity" and refused["offers"] == [
+        f"{plan.targets[0].instance_type} in {r}" for r in regions
+    ]
+    assert store.read_record(run["run_dir"], "provision", run["targets"][0]) is None
+    (row,) = rows(plan, store.run_facts(run["run_dir"]), time.time())
+    assert row.outcome == "refused everywhere (capacity)" and row.refusals == {"capacity": len(regions)}

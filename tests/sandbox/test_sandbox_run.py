@@ -80,6 +80,14 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
         # power sampled on the node while each point ran (the emulator's sampler: EMULATED)
         assert (points["power_w_per_gpu"] > 0).all() and (points["joules_per_output_token"] > 0).all()
         assert points["emulated"].all()
+    # the report's provisioning section: each node's time to running and to serving, from the step records
+    from bakeoff.report.provisioning import rows
+
+    prov = rows(pipeline.run_plan(run["run_dir"]), store.run_facts(run["run_dir"]), time.time())
+    assert {r.slug for r in prov} == set(run["targets"])
+    for r in prov:
+        assert r.outcome.startswith("running") and r.billed_hours and not r.still_billing
+        assert r.to_running_s is not None and r.to_serving_s is not None and 0 < r.to_running_s <= r.to_serving_s
     # every step recorded the worker time it held
     held = pipeline.held_seconds(run["run_dir"])
     assert set(held) == set(run["targets"]) and all(s > 0 for s in held.values())

@@ -48,14 +48,34 @@ def _plan(provider: str, instance_type: str, **options):
     return raw
 
 
-def test_plan_check_names_the_unverified_field(capsys, tmp_path):
+def test_plan_check_names_the_unverified_field(capsys, tmp_path, monkeypatch):
     raw = _plan("digitalocean", "gpu-mi355x8-2304gb-spot", regions=["atl1"])
     raw["targets"][0]["price"] = {"usd_per_hour": 20.0}  # the catalog has none for it
     (tmp_path / "do.yaml").write_text(yaml.safe_dump(raw))
     assert main(["plan", "check", str(tmp_path / "do.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "warning: targets[0].instance_type: digitalocean name 'gpu-mi355x8-2304gb-spot' is unverified" in out
+    assert "is unverified" not in out  # the size now has a dated source
     assert "provider_options.os_image" not in out  # gpu-amd-base has a dated source
+    # every instance type has a source today: a row that loses its source is warned about again
+    rows = dict(catalog.instance_types())
+    row = rows["gpu-mi355x8-2304gb-spot"]
+    rows[row.type] = row.model_copy(update={"name_ref": catalog.NameRef()})
+    monkeypatch.setattr(catalog, "instance_types", lambda: rows)
+    assert main(["plan", "check", str(tmp_path / "do.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: targets[0].instance_type: digitalocean name 'gpu-mi355x8-2304gb-spot' is unverified" in out
+
+
+def test_the_names_confirmed_from_sources_say_where(monkeypatch):
+    """The OCI shapes from Oracle's own repository, the Vultr MI300X plan and the DigitalOcean MI355X
+    size from dated third-party catalogs; the Vultr os_id and the DLAMI parameter stay unverified."""
+    rows = catalog.instance_types()
+    for shape in ("BM.GPU.MI355X.8", "BM.GPU.MI300X.8", "BM.GPU.B200.8", "BM.GPU.B300.8", "BM.GPU.GB200.4"):
+        assert "oracle-quickstart/oci-hpc-oke" in rows[shape].name_ref.source and rows[shape].name_ref.verified
+    assert "gpuhunt" in rows["vbm-256c-2048gb-8-mi300x-gpu"].name_ref.source
+    assert "Slugs.ts at 9b59a8ad" in rows["gpu-mi355x8-2304gb-spot"].name_ref.source
+    images = catalog.default_images()
+    assert not images["vultr"].name_ref.verified and not images["aws"].name_ref.verified
 
 
 def test_a_verified_slug_and_a_plan_chosen_image_give_no_warning():

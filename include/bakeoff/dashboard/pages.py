@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.approval import approval_line
+from bakeoff.dashboard.stockouts import stockout_trend
 from bakeoff.paths import StorePath, at, fresh, reports_root
 from bakeoff.publish import list_published
 
@@ -295,7 +296,11 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             "events": events_set,
         },
     ]
+    stockouts = stockout_trend(mine)
+    if stockouts["chart"]:
+        charts.append(stockouts["chart"])
     return {
+        "stockouts": stockouts["rows"],
         "filters": {"plan": plan, "workload": workload, "target": target, "last": last},
         "options": {"plan": plans, "workload": workloads, "target": names, "last": list(TREND_LAST)},
         "stored": stored,

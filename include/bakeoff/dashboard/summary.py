@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from typing import Any
 
 from bakeoff import cost, store
 from bakeoff.plan.checkpoints import checkpoint_of
 from bakeoff.report.data import flatten
+from bakeoff.report.provisioning import summaries as provisioning_summaries
 
 VERSION = 1
 # provenance keys worth a configuration diff (image digests, drivers, engine version)
@@ -114,6 +116,7 @@ def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
     points = tables.points if tables is not None else None
     first_wl = next(iter(head.get("workloads") or {}), None)
     verdict = ((head.get("workloads") or {}).get(first_wl) or {}).get("verdict") or {}
+    provisioning = provisioning_summaries(plan, run_dir, time.time())
     targets = {}
     for t in plan.targets:
         tdir = run_dir / f"target={t.slug}"
@@ -142,6 +145,8 @@ def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
             # quota, a failed launch); None when neither can be told (a static endpoint, no record)
             "provisioned": True if "provision" in steps else (False if status == "no_results" else None),
             "workloads": workloads,
+            # offers, refusals, time to running / serving-ready (report.provisioning): the stockout trend's input
+            "provisioning": provisioning.get(t.slug),
         }
     return {
         "version": VERSION,

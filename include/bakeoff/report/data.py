@@ -8,6 +8,7 @@ import logging
 import math
 import numbers
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ import pandas as pd
 from bakeoff import claims, cost, store
 from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.caveats import caveat_lines
+from bakeoff.report.provisioning import ProvisioningRow
+from bakeoff.report.provisioning import rows as provisioning_rows
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -53,6 +56,7 @@ class ReportData:
     claim_checks: list[claims.ClaimCheck] = field(default_factory=list)  # the plan's claims against this run
     claims_error: str | None = None  # why the claim check could not be made (the report still renders)
     checkpoint_note: str | None = None  # targets serving different checkpoints of one model, in words
+    provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
 
     @property
     def emulated(self) -> bool:
@@ -343,8 +347,18 @@ def gather(
         checkpoint_note=checkpoint_note(plan.targets, plan.quality.accuracy),
     )
     d.claim_checks, d.claims_error = _claim_checks(plan, tables)
+    d.provisioning = _provisioning(plan, run_dir)
     d.caveats = caveat_lines(d)
     return d
+
+
+def _provisioning(plan: Plan, run_dir: store.StorePath) -> list[ProvisioningRow]:
+    """The provisioning section's rows; a record this version cannot read must not lose the report."""
+    try:
+        return provisioning_rows(plan, store.run_facts(run_dir), time.time())
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("provisioning section unavailable: %s", e)
+        return []
 
 
 def fmt(x: Any, nd: int = 4) -> str:

@@ -19,6 +19,7 @@ from bakeoff import catalog, cost
 from bakeoff.plan.checkpoints import checkpoint_of
 from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
+from bakeoff.report.provisioning import refusal_text
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -167,4 +168,5 @@ def render(d: ReportData) -> str:
         trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None],
         claims=[claimcheck.context(c) for c in d.claim_checks],
         checkpoint=checkpoint_of,
+        refusal_text=refusal_text,
     )

@@ -11,6 +11,7 @@ import re
 from bakeoff.report import claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT, slo_text
+from bakeoff.report.provisioning import refusal_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>])")
 
@@ -65,6 +66,7 @@ def render(d: ReportData) -> str:
         out += ["## Did not pass (not ranked)", ""]
         out += [f"- **{esc(r['name'])}** — {STATUS_TEXT[r['status']]}: {esc(r['failures'])}" for _, r in dnp.iterrows()]
         out.append("")
+    out += _provisioning(d)
     ev = h.get("evaluation_cost_usd")
     out += [
         f"Measured cost of this evaluation: {fmt(ev)} USD billed"
@@ -141,3 +143,24 @@ def _claim_check(d: ReportData) -> list[str]:
         ]
         out.append("")
     return out
+
+
+def _provisioning(d: ReportData) -> list[str]:
+    """Per cloud target: what was asked, what refused it, how long to a running node and to serving."""
+    if not d.provisioning:
+        return []
+    out = [
+        "## Provisioning",
+        "",
+        "| target | cloud | instance type | outcome | offers tried | attempts | refusals | to running s "
+        "| to serving-ready s | billed h |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in d.provisioning:
+        billed = fmt(r.billed_hours) + (" (still billing)" if r.still_billing else "")
+        out.append(
+            f"| {esc(r.name)} | {esc(r.provider)} | {esc(r.instance_type)} | {esc(r.outcome)} | "
+            f"{esc('; '.join(r.offers) or '–')} | {fmt(r.attempts)} | {esc(refusal_text(r.refusals))} | "
+            f"{fmt(r.to_running_s)} | {fmt(r.to_serving_s)} | {billed} |"
+        )
+    return [*out, ""]

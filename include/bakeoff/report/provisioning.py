@@ -1,0 +1,156 @@
+"""The report's Provisioning section: per target, how it got its node or why it got none.
+
+Read from the typed step records (``bakeoff.facts``): the provision record's ``provisioning`` (what
+the provider says of its create: ``attempts``, ``refusals`` by reason, the ``region`` that took it,
+``tried`` offers where it lists them; the pipeline adds ``create_s``), the ``provision_refused``
+record when every place refused, ``node_ready`` (time to running) and ``deploy.ready_at`` (time to
+serving-ready), both counted from the create request. The provisioning dict is read leniently (a
+key of the wrong type is ignored, not fatal): every cloud writes the same keys, but a record from
+another version must not lose the report. A stockout is a procurement fact, so refusals are also
+condensed for the dashboard's trend (``summary``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bakeoff.facts import RunFacts, TargetFacts
+
+
+@dataclass(frozen=True)
+class ProvisioningRow:
+    """One target's provisioning, as the report shows it."""
+
+    slug: str
+    name: str
+    provider: str
+    instance_type: str
+    outcome: str  # "running in <region>", "refused everywhere (capacity)", "not provisioned"
+    offers: tuple[str, ...] = ()  # offers / places asked, in order
+    attempts: int | None = None
+    refusals: dict[str, int] = field(default_factory=dict)
+    to_running_s: float | None = None
+    to_serving_s: float | None = None
+    billed_hours: float | None = None
+    still_billing: bool = False
+    region: str = ""
+
+
+def _int(x: Any) -> int | None:
+    return int(x) if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
+def _refusals(x: Any) -> dict[str, int]:
+    """``{reason: count}``, keeping only well-formed entries."""
+    if not isinstance(x, dict):
+        return {}
+    return {str(k): n for k, v in x.items() if (n := _int(v)) is not None and n > 0}
+
+
+def _strings(x: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in x if isinstance(v, (str, int, float))) if isinstance(x, (list, tuple)) else ()
+
+
+def _since(at: float | None, start: float | None) -> float | None:
+    return at - start if at is not None and start is not None and at >= start else None
+
+
+def target_row(t: TargetFacts, name: str, provider: str, instance_type: str, now: float) -> ProvisioningRow:
+    """A target's row from its records (a target with none: not provisioned)."""
+    prov, refused = t.provision, t.provision_refused
+    started_ok = prov is not None and prov.instance_id is not None
+    # a refusal newer than the last successful create is the target's latest outcome
+    refused_last = refused is not None and (
+        not started_ok or (prov is not None and (prov.requested_at or prov.launched_at or 0) < refused.at)
+    )
+    doc: dict[str, Any] = dict(prov.provisioning) if prov is not None else {}
+    if refused_last and refused is not None:
+        doc = dict(refused.provisioning)
+    refusals = _refusals(doc.get("refusals"))
+    attempts = _int(doc.get("attempts"))
+    offers = _strings(doc.get("tried") or doc.get("offers"))
+    billed = t.billed_hours(now) if t.launches() else None
+    if refused_last and refused is not None:
+        offers = offers or refused.offers
+        if not refusals:  # the provider did not count them: every place asked refused
+            refusals = {refused.reason: max(1, len(offers))}
+        return ProvisioningRow(
+            slug=t.slug,
+            name=name,
+            provider=provider,
+            instance_type=instance_type,
+            outcome=f"refused everywhere ({refused.reason})",
+            offers=offers,
+            attempts=attempts if attempts is not None else len(offers) or None,
+            refusals=refusals,
+            billed_hours=billed,
+            still_billing=t.running_since() is not None,
+        )
+    if prov is None or not started_ok:
+        return ProvisioningRow(t.slug, name, provider, instance_type, "not provisioned")
+    region = str(doc.get("region") or "")
+    start = prov.requested_at
+    ready = t.node_ready
+    running_at = ready.running_at if ready is not None and ready.instance_id == prov.instance_id else None
+    serving_at = t.deploy.ready_at if t.deploy is not None else None
+    return ProvisioningRow(
+        slug=t.slug,
+        name=name,
+        provider=provider,
+        instance_type=instance_type,
+        outcome=f"running in {region}" if region else "running",
+        offers=offers,
+        attempts=attempts,
+        refusals=refusals,
+        to_running_s=_since(running_at, start),
+        to_serving_s=_since(serving_at, start) if running_at is not None else None,
+        billed_hours=billed,
+        still_billing=t.running_since() is not None and t.last_ended_at() is None and t.terminate is None,
+        region=region,
+    )
+
+
+def rows(plan: Any, run: RunFacts, now: float) -> list[ProvisioningRow]:
+    """Every provisioned target of the plan (static endpoints and the emulator have no provisioning)."""
+    from bakeoff.providers.registry import PROVIDERS  # noqa: PLC0415 - it says which providers provision
+
+    out = []
+    for t in plan.targets:
+        info = PROVIDERS.get(t.provider)
+        if info is None or not info.provisions:
+            continue
+        out.append(target_row(run.target(t.slug), t.name, t.provider, str(t.instance_type or ""), now))
+    return out
+
+
+def refusal_text(refusals: dict[str, int]) -> str:
+    """'2 capacity, 1 quota', or 'none'."""
+    return ", ".join(f"{n} {k}" for k, n in sorted(refusals.items())) or "none"
+
+
+def summary(row: ProvisioningRow) -> dict[str, Any]:
+    """What the dashboard keeps of a row for its stockout trend (small, JSON)."""
+    return {
+        "provider": row.provider,
+        "instance_type": row.instance_type,
+        "region": row.region,
+        "outcome": row.outcome,
+        "attempts": row.attempts,
+        "refusals": dict(row.refusals),
+        "refused_everywhere": row.outcome.startswith("refused everywhere"),
+        "to_running_s": None if row.to_running_s is None else round(row.to_running_s, 1),
+        "to_serving_s": None if row.to_serving_s is None else round(row.to_serving_s, 1),
+    }
+
+
+def summaries(plan: Any, run_dir: Any, now: float) -> dict[str, dict[str, Any]]:
+    """Per provisioned target slug: ``summary`` of its row (the dashboard document's ``provisioning``);
+    empty when the run's records cannot be read (the dashboard must still list the run)."""
+    from bakeoff import store  # noqa: PLC0415 - the store only when a run is summarised
+
+    try:
+        run = store.run_facts(run_dir)
+    except Exception:  # noqa: BLE001 - a record another version wrote must not lose the run's summary
+        return {}
+    return {r.slug: summary(r) for r in rows(plan, run, now)}
