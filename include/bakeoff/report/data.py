@@ -347,8 +347,9 @@ def _caveats(d: ReportData) -> list[str]:
     scaled = [f"{x.name} ({x.emulator.time_scale:g})" for x in plan.targets if x.emulator.time_scale != 1]
     if scaled and d.emulated:
         out.append(
-            f"The emulator ran with its delays scaled (time_scale) for: {', '.join(scaled)}; its figures are that "
-            "much faster or slower than the emulated hardware, and compare only with targets at the same scale."
+            f"The emulator ran with its delays scaled (time_scale) for: {', '.join(scaled)}; the benchmark sent "
+            "its load and recorded its figures on the emulated hardware's own clock, so they are that hardware's "
+            "(the client's own timing error weighs 1/time_scale as much)."
         )
     pinned = [x.name for x in plan.targets if x.speculative and x.speculative.acceptance == "pinned"]
     if pinned:
