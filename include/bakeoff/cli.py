@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_verify)
     p = sub.add_parser("installation-id", help="print the id this installation tags its nodes with")
     p.set_defaults(func=_installation_id)
-    for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
+    for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli", "bakeoff.twin.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)
     try:

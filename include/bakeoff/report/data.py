@@ -50,6 +50,7 @@ class ReportData:
     claim_checks: list[claims.ClaimCheck] = field(default_factory=list)  # the plan's claims against this run
     claims_error: str | None = None  # why the claim check could not be made (the report still renders)
     checkpoint_note: str | None = None  # targets serving different checkpoints of one model, in words
+    twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
 
     @property
     def emulated(self) -> bool:
@@ -313,6 +314,19 @@ def _trend(plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd.DataF
     return df
 
 
+def _twin_checks(plan, tables: cost.CostTables) -> list[dict[str, Any]]:
+    """A measured run's points against the calibrated twin's prediction; none for an emulated run."""
+    if plan.emulated or tables.points.empty or bool(tables.headline.get("emulated")):
+        return []
+    try:
+        from bakeoff.twin.runs import check_run  # noqa: PLC0415 - numpy fit only for a measured run
+
+        return check_run(plan, tables.points)
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("predicted-vs-measured section skipped: %s", type(e).__name__)
+        return []
+
+
 def _caveats(d: ReportData) -> list[str]:
     plan, t = d.plan, d.tables.targets
     out = []
@@ -344,6 +358,10 @@ def _caveats(d: ReportData) -> list[str]:
             "The emulator ran on the calibrated twin's fitted efficiencies for: " + "; ".join(parts) + ". Its "
             "EMULATED figures are the twin's predictions, within that band of what the hardware should do."
         )
+    from bakeoff.twin.runs import out_of_band_caveat  # noqa: PLC0415 - the rule lives with the twin
+
+    if flag := out_of_band_caveat(d):
+        out.append(flag)
     scaled = [f"{x.name} ({x.emulator.time_scale:g})" for x in plan.targets if x.emulator.time_scale != 1]
     if scaled and d.emulated:
         out.append(
@@ -448,6 +466,7 @@ def gather(
         checkpoint_note=checkpoint_note(plan.targets, plan.quality.accuracy),
     )
     d.claim_checks, d.claims_error = _claim_checks(plan, tables)
+    d.twin_checks = _twin_checks(plan, tables)
     d.caveats = _caveats(d)
     return d
 
