@@ -115,7 +115,8 @@ PARAMS = {
         maximum=100_000,
         title="Budget cap (USD)",
         description="Spend cap for this run; at most the installation ceiling (Airflow Variable "
-        "bakeoff_budget_ceiling_usd, default 1000 USD).",
+        "bakeoff_budget_ceiling_usd, default 1000 USD). The plan's predicted spend and its band (the "
+        "calibrated twin): bakeoff plan check PLAN, or bakeoff predict PLAN.",
     ),
 }
 

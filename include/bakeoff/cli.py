@@ -291,7 +291,7 @@ def _images(args) -> int:
     """Resolve tags to digests and print the trusted-images Variable's value (a JSON list)."""
     import httpx  # noqa: PLC0415 - httpx and the registry only for this command
 
-    from bakeoff import images, installation  # noqa: PLC0415
+    from bakeoff import images, installation  # noqa: PLC0415 - the registry client only for this command
 
     wanted = list(args.images) + (images.recipe_images() if args.recipes else [])
     wanted += images.plan_images(args.plan) if args.plan else []
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plain-http", action="append", metavar="HOST:PORT", help="a registry without TLS (local)")
     p.add_argument("--merge", action="store_true", help="keep the images already in $BAKEOFF_TRUSTED_IMAGES")
     p.set_defaults(func=_images)
-    for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli"):
+    for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli", "bakeoff.twin.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)
     try:

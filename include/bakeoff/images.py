@@ -125,6 +125,6 @@ def recipe_images() -> list[str]:
 def plan_images(plan_ref: str) -> list[str]:
     """The image each of a plan's targets would run (its override, else its stack's)."""
     from bakeoff.plan import load_plan  # noqa: PLC0415 - a plan only for --plan
-    from bakeoff.serving.userdata import image_for  # noqa: PLC0415
+    from bakeoff.serving.userdata import image_for  # noqa: PLC0415 - the image a target runs, only for --plan
 
     return sorted({image_for(t) for t in load_plan(plan_ref).targets})

@@ -79,6 +79,17 @@ def prompts(error: float) -> Callable[[ReportData], ReportData]:
     return change
 
 
+OFF_BAND = {
+    "target": "mi355x-vllm",
+    "workload": "chat",
+    "concurrency": 4,
+    "measured_tps_per_gpu": 500.0,
+    "predicted_tps_per_gpu": 1000.0,
+    "error_pct": -50.0,
+    "in_band": False,
+}
+
+
 # name -> (the report where it fires, a fragment of its text, the report where it does not; None: always on)
 CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[ReportData], ReportData] | None]] = {
     "failed_steps": (
@@ -96,6 +107,12 @@ CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[Report
         lambda d: with_plan(d, each_target("emulator", {"efficiency": "twin"})),
         "The emulator ran on the calibrated twin's fitted efficiencies for: mi355x-vllm (",
         lambda d: with_plan(d, each_target("emulator", {"efficiency": "manual"})),
+    ),
+    "twin_out_of_band": (
+        lambda d: not_emulated(replace(d, twin_checks=[OFF_BAND, {**OFF_BAND, "in_band": True}])),
+        "Outside the calibrated twin's band: 1 of 2 measured points, on mi355x-vllm",
+        # every measured point inside the band: nothing to flag
+        lambda d: not_emulated(replace(d, twin_checks=[{**OFF_BAND, "in_band": True}])),
     ),
     "time_scaled": (
         lambda d: with_plan(d, each_target("emulator", {"time_scale": 0.05})),

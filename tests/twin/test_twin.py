@@ -160,3 +160,28 @@ def test_the_claim_check_plan_passes_the_default_ceiling_priced_by_the_twin():
     assert all(r["basis"].startswith("twin (") for r in est["targets"])
     old = sum(budget.pessimistic_hours(plan, t) * budget.guard_usd_per_hour(t) for t in plan.targets)
     assert old > budget.DEFAULT_CEILING_USD  # the pessimistic model alone would have refused it
+
+
+def test_ranking_counts_a_wrong_order_inside_the_band_as_tied_and_one_outside_as_wrong():
+    rows = [r for r in calibration.rows() if r.model == "llama-2-70b" and r.scenario == "Offline"]
+    a = max(rows, key=lambda r: r.per_gpu)
+    b = max((r for r in rows if r.gpu != a.gpu), key=lambda r: r.per_gpu)  # two GPUs, a published ahead
+    gap = math.log(a.per_gpu / b.per_gpu)
+    # predictions that swap the two: tied when the published gap is inside the band, wrong when outside
+    swapped = [score.Scored(a, b.per_gpu), score.Scored(b, a.per_gpu)]
+    (inside,) = score.ranking(swapped, band_log=gap * 1.01)
+    assert not inside["right"] and inside["right_where_separable"] and inside["tied_pairs"] == inside["wrong_pairs"]
+    (outside,) = score.ranking(swapped, band_log=gap * 0.99)
+    assert not outside["right"] and not outside["right_where_separable"] and not outside["tied_pairs"]
+    agree = score.agreement([inside, outside])
+    assert agree["right"] == 0 and agree["separable_cells"] == 1 and agree["right_where_separable"] == 0
+    (kept,) = score.ranking([score.Scored(a, a.per_gpu), score.Scored(b, b.per_gpu)], band_log=gap * 0.99)
+    assert kept["right"] and kept["right_where_separable"]
+
+
+def test_an_nvl72_rack_is_one_scale_up_domain_and_a_cluster_of_8_gpu_nodes_is_not():
+    rows = calibration.rows()
+    rack = next(r for r in rows if r.gpu == "gb300" and r.nodes == 18)
+    cluster = next(r for r in rows if r.gpu == "mi355x" and r.nodes > 1)
+    two_racks = next(r for r in rows if r.gpu == "gb200" and r.nodes == 72)
+    assert (rack.multinode, cluster.multinode, two_racks.multinode) == ("single", "multi", "multi")

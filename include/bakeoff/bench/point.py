@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.bench import workloads
+from bakeoff.bench import clock, workloads
 from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.loadgen import PointId, Sender, open_loop
 from bakeoff.bench.monitor import LoopMonitor
@@ -44,6 +44,11 @@ class Ctx:
     @property
     def gpus(self) -> int:
         return int(self.target.gpus_used)
+
+    @property
+    def time_scale(self) -> float:
+        """The emulator's delay factor (1 on real hardware): bench.clock keeps figures on its clock."""
+        return clock.time_scale(self.target, self.emulated)
 
     def __getstate__(self) -> dict:
         # worker processes build prompts (sizer) but never count tokens; the counter may hold a

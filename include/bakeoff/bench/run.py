@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from bakeoff import store
-from bakeoff.bench import server_metrics, sessions, sizing, workloads
+from bakeoff.bench import clock, server_metrics, sessions, sizing, workloads
 from bakeoff.bench.calibration import calibrate, calibration_line
 from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.loadgen import PointId, arrival_offsets
@@ -156,6 +156,7 @@ async def measure_point(
     specs=None,
 ) -> dict:
     """Measure one point (worker processes when the workload asks), save it, return its summary."""
+    offsets = clock.to_wall(offsets, ctx.time_scale)  # arrivals in the emulated hardware's seconds
     if ctx.workload.workers > 1:
         measure = measure_in_workers(ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs)
     else:
@@ -181,6 +182,7 @@ async def _measure_and_save(
     before = _prov(ctx)
     scraped = _scrape(ctx)
     recs, figures = await measure
+    clock.to_emulated(recs, ctx.time_scale)
     server = server_metrics.point_figures(scraped, _scrape(ctx))
     if extra is not None:
         server.update(extra())
@@ -222,6 +224,7 @@ async def measure_session_point(
     """Measure one session point in this process, save it with the server's figures beside the hit
     rate the trace predicts, return its summary."""
     w, cfg = ctx.workload, ctx.workload.sessions
+    scale = ctx.time_scale  # the sender scales arrivals and think times by it (emulated hardware's seconds)
     pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
     blocks = sessions.PromptBlocks(cfg.block_tokens, sizer=ctx.sizer, seed=point_seed(ctx.prompt_seed, key, repeat))
     sender = SessionSender(
@@ -234,6 +237,7 @@ async def measure_session_point(
         block_tokens=cfg.block_tokens,
         warmup=cfg.warmup_sessions,
         timeout_s=w.request_timeout_s,
+        time_scale=scale,
     )
     sent: list[TurnSent] = []
 
@@ -245,7 +249,7 @@ async def measure_session_point(
             warm=min((concurrency or w.max_concurrency or 16) * fan, 1024),
             concurrency=concurrency,
             offsets=offsets,
-            duration_s=cfg.duration_s,
+            duration_s=cfg.duration_s * scale if cfg.duration_s else cfg.duration_s,
         )
         sent.extend(played)
         return recs, figures

@@ -222,8 +222,8 @@ class EmulatorSettings(Strict):
         1.0,
         gt=0,
         le=1000,
-        description="multiply every emulated delay (shortens rehearsals and tests); figures are measured "
-        "at that speed, not rescaled, so a plan comparing emulated figures keeps one scale for all targets",
+        description="multiply every emulated delay (shortens rehearsals and tests); the benchmark sends load "
+        "and records figures on the emulated hardware's own clock, so figures are that hardware's at any scale",
     )
     accuracy_error_rate: float = Field(
         0.0, ge=0, le=1, description="share of accuracy-set answers made wrong on purpose"

@@ -115,6 +115,17 @@ def _twin_efficiencies(d: ReportData) -> str:
     )
 
 
+def _out_of_band(d: ReportData) -> str | None:
+    from bakeoff.twin.runs import out_of_band_caveat  # noqa: PLC0415 - the rule's reading lives with the twin
+
+    return out_of_band_caveat(d)
+
+
+@caveat("twin_out_of_band", when=lambda d: bool(d.twin_checks) and _out_of_band(d) is not None)
+def _twin_out_of_band(d: ReportData) -> str:
+    return _out_of_band(d) or ""
+
+
 def _time_scaled(d: ReportData) -> list[str]:
     return [f"{x.name} ({x.emulator.time_scale:g})" for x in d.plan.targets if x.emulator.time_scale != 1]
 
@@ -122,8 +133,9 @@ def _time_scaled(d: ReportData) -> list[str]:
 @caveat("time_scaled", when=lambda d: d.emulated and bool(_time_scaled(d)))
 def _time_scaled_text(d: ReportData) -> str:
     return (
-        f"The emulator ran with its delays scaled (time_scale) for: {', '.join(_time_scaled(d))}; its figures are "
-        "that much faster or slower than the emulated hardware, and compare only with targets at the same scale."
+        f"The emulator ran with its delays scaled (time_scale) for: {', '.join(_time_scaled(d))}; the benchmark "
+        "sent its load and recorded its figures on the emulated hardware's own clock, so they are that hardware's "
+        "(the client's own timing error weighs 1/time_scale as much)."
     )
 
 

@@ -57,6 +57,7 @@ class ReportData:
     claims_error: str | None = None  # why the claim check could not be made (the report still renders)
     checkpoint_note: str | None = None  # targets serving different checkpoints of one model, in words
     provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
+    twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
 
     @property
     def emulated(self) -> bool:
@@ -320,6 +321,19 @@ def _trend(plan: Plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd
     return df
 
 
+def _twin_checks(plan: Plan, tables: cost.CostTables) -> list[dict[str, Any]]:
+    """A measured run's points against the calibrated twin's prediction; none for an emulated run."""
+    if plan.emulated or tables.points.empty or bool(tables.headline.get("emulated")):
+        return []
+    try:
+        from bakeoff.twin.runs import check_run  # noqa: PLC0415 - numpy fit only for a measured run
+
+        return check_run(plan, tables.points)
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("predicted-vs-measured section skipped: %s", type(e).__name__)
+        return []
+
+
 def gather(
     plan: Plan,
     run_dir: str | store.StorePath,
@@ -348,6 +362,7 @@ def gather(
     )
     d.claim_checks, d.claims_error = _claim_checks(plan, tables)
     d.provisioning = _provisioning(plan, run_dir)
+    d.twin_checks = _twin_checks(plan, tables)
     d.caveats = caveat_lines(d)
     return d
 

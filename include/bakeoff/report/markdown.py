@@ -61,6 +61,7 @@ def render(d: ReportData) -> str:
         out.append("")
         out += _session_costs(d, wl)
     out += _claim_check(d)
+    out += _twin_check(d)
     dnp = d.did_not_pass()
     if not dnp.empty:
         out += ["## Did not pass (not ranked)", ""]
@@ -116,6 +117,25 @@ def _session_costs(d: ReportData, wl: str) -> list[str]:
         out.append(
             f"| {esc(r['name'])}{emu} | {fmt(r['sessions'])} | {fmt(r['usd_per_session'])} | "
             f"{fmt(r['usd_per_1k_turns'])} | {_pct(r['hit_rate'])} / {_pct(r['hit_rate_expected'])} |"
+        )
+    return [*out, ""]
+
+
+def _twin_check(d: ReportData) -> list[str]:
+    if not d.twin_checks:
+        return []
+    out = [
+        "## Predicted vs measured",
+        "",
+        "| target | workload | concurrency | measured tok/s/GPU | predicted (band) | error | in the band |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in d.twin_checks:
+        lo, hi = r["band"]
+        out.append(
+            f"| {esc(r['target'])} | {esc(r['workload'])} | {r['concurrency']} | {fmt(r['measured_tps_per_gpu'])} | "
+            f"{fmt(r['predicted_tps_per_gpu'])} ({fmt(lo)}–{fmt(hi)}) | {r['error_pct']:+.1f}% | "
+            f"{'yes' if r['in_band'] else 'no'} |"
         )
     return [*out, ""]
 

@@ -65,7 +65,9 @@ class Row:
 
     @property
     def multinode(self) -> str:
-        return "multi" if self.nodes > 1 else "single"
+        """Multi when the system spans more than one scale-up domain (NVLink / Infinity Fabric), so its
+        traffic (MoE all-to-all, TP/PP) crosses the network; an NVL72 rack of 18 trays is one domain."""
+        return "multi" if self.total_accelerators > catalog.gpus()[self.gpu].domain else "single"
 
 
 def engine_family(framework: str) -> str:

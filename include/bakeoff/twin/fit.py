@@ -41,6 +41,8 @@ TERMS: tuple[tuple[tuple[str, ...], float], ...] = (
     (("gpu", "engine", "precision"), 1.0),
     (("gpu", "model"), 2.0),
     (("gpu", "scenario"), 2.0),
+    (("model", "precision"), 1.0),  # a model's FP4 and FP8 kernels differ in maturity
+    (("vendor", "precision"), 1.0),  # MXFP4 on AMD and NVFP4 on NVIDIA reach different shares of their peak
 )
 FOLDS = 5
 BAND_Q, MARGIN_Q = 0.8, 0.9
@@ -76,7 +78,11 @@ def keys(r: Keyed) -> tuple[str, ...]:
 
 @lru_cache(maxsize=65536)
 def ideal_per_gpu(r: Keyed) -> float:
-    """The roofline's tokens/s per GPU for a row's configuration at its scenario's operating point."""
+    """The roofline's tokens/s per GPU for a row's configuration at its scenario's operating point (a run
+    row carries its own, twin.runs)."""
+    own = getattr(r, "roofline_tokens_s_per_gpu", None)
+    if own is not None:
+        return float(own)
     i, o = calibration.lengths(r.model)
     return operating.ideal(
         r.gpu, r.model, r.quantization, i, o, calibration.tpot_limit_s(r.model, r.scenario)
@@ -93,7 +99,7 @@ class Fit:
     coef: dict[str, float]
     band_log: float = 0.0
     margin_log: float = 0.0
-    trained_on: tuple[int, ...] = ()  # source row numbers of the training rows
+    trained_on: tuple[int | str, ...] = ()  # source row numbers (run rows: their provenance) of the training rows
     seen: dict[str, frozenset[str]] = field(default_factory=dict)  # attribute -> values seen in training
 
     def log_efficiency(self, r: Keyed) -> float:

@@ -88,9 +88,11 @@ def leave_each_gpu_out(rows: Sequence[Row]) -> list[Scored]:
 
 def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, Any]]:
     """Per model x scenario with two or more GPUs: each GPU's best published row (its best configuration),
-    ordered by published tokens/s per GPU and by the twin's prediction for that row; ``right`` when every
-    pair is in the same order. Pairs whose predictions are closer than the band are ``unresolved`` (the
-    twin cannot separate them); ``right_where_resolved`` ignores a wrong order inside the band."""
+    ordered by published tokens/s per GPU and by the twin's prediction for that row (``scored`` holds
+    predictions from fits that did not see the row: out-of-fold or leave-the-GPU-out, never the fit's own);
+    ``right`` when every pair is in the same order. A pair whose *published* gap is inside the band
+    (|log ratio| < ``band_log``) is ``tied``: the twin's error cannot separate those two GPUs, so
+    ``right_where_separable`` ignores a wrong order there."""
     best: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
     for s in scored:  # each GPU's best published row, and the prediction for that row
         key = (s.row.model, s.row.scenario)
@@ -102,7 +104,7 @@ def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, A
             continue
         pairs = list(itertools.combinations(sorted(gpus), 2))
         wrong = [(a, b) for a, b in pairs if (gpus[a][0] - gpus[b][0]) * (gpus[a][1] - gpus[b][1]) < 0]
-        unresolved = [(a, b) for a, b in pairs if abs(math.log(gpus[a][1] / gpus[b][1])) < band_log]
+        tied = [(a, b) for a, b in pairs if abs(math.log(gpus[a][0] / gpus[b][0])) < band_log]
         out.append(
             {
                 "model": model,
@@ -111,9 +113,25 @@ def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, A
                 "predicted": sorted(gpus, key=lambda g: -gpus[g][1]),
                 "pairs": len(pairs),
                 "wrong_pairs": wrong,
-                "unresolved_pairs": unresolved,
+                "tied_pairs": tied,
                 "right": not wrong,
-                "right_where_resolved": not set(wrong) - set(unresolved),
+                "right_where_separable": not set(wrong) - set(tied),
+                "separable": len(tied) < len(pairs),
             }
         )
     return out
+
+
+def agreement(rk: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Counts behind the ranking goal, strictly and excluding pairs the band cannot separate."""
+    separable = [r for r in rk if r["separable"]]
+    return {
+        "cells": len(rk),
+        "right": sum(r["right"] for r in rk),
+        "separable_cells": len(separable),
+        "right_where_separable": sum(r["right_where_separable"] for r in separable),
+        "pairs": sum(r["pairs"] for r in rk),
+        "wrong_pairs": sum(len(r["wrong_pairs"]) for r in rk),
+        "separable_pairs": sum(r["pairs"] - len(r["tied_pairs"]) for r in rk),
+        "wrong_separable_pairs": sum(len(set(r["wrong_pairs"]) - set(r["tied_pairs"])) for r in rk),
+    }

@@ -1,0 +1,76 @@
+"""``bakeoff twin add-run RUN --plan PLAN`` and ``bakeoff twin refit``: a measured run's points join a
+run-rows CSV with their provenance, and a refit on the published rows plus those prints the held-out
+error. The shipped calibration set is never rewritten: the CSV is the operator's to review and commit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_RUNS = "twin-runs.csv"
+
+
+def _add_run(args) -> int:
+    from bakeoff import store  # noqa: PLC0415 - the results store only for add-run
+    from bakeoff.plan import PlanError, load_plan  # noqa: PLC0415 - the plan only for add-run
+    from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
+
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as e:
+        print(f"plan: {e}", file=sys.stderr)
+        return 2
+    run_dir = store.at(args.run)
+    points = store.load_points(run_dir)
+    if points.empty:
+        print(f"run: no measured points under {args.run}; give a run folder (results/<plan>/<run id>)", file=sys.stderr)
+        return 2
+    try:
+        rows = runs.run_rows(plan, points, str(points["run_id"].iloc[0]))
+    except ValueError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    if not rows:
+        print("run: no concurrency point of a calibrated target to add", file=sys.stderr)
+        return 2
+    added = runs.write_rows(Path(args.into), rows)
+    print(f"added {added} run rows ({len(rows) - added} already there) to {args.into}; bakeoff twin refit next")
+    return 0
+
+
+def _refit(args) -> int:
+    from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
+
+    try:
+        extra = runs.read_rows(Path(args.runs))
+    except (OSError, ValueError) as e:
+        print(f"runs: {e}", file=sys.stderr)
+        return 2
+    r = runs.refit(extra)
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}%"
+
+    print(f"refit on {r['published_rows']} published rows + {r['run_rows']} run rows ({args.runs})")
+    print(f"  shipped twin on the run rows (never seen): median APE {pct(r['shipped_on_run_rows_median_ape'])}")
+    print(f"  random hold-out: median APE {pct(r['holdout_median_ape'])}")
+    print(
+        f"  out-of-fold: median APE {pct(r['out_of_fold_median_ape'])}, "
+        f"run rows {pct(r['out_of_fold_run_rows_median_ape'])}"
+    )
+    print(f"  band +-{r['band_pct']}% (shipped +-{r['shipped_band_pct']}%)")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("twin", help="teach the calibrated twin a measured run (add-run), then refit")
+    tsub = p.add_subparsers(dest="twin_command", required=True)
+    a = tsub.add_parser("add-run", help="a measured run's points as calibration rows, with their provenance")
+    a.add_argument("run", help="the run's results folder")
+    a.add_argument("--plan", required=True, help="the plan the run ran (name or file)")
+    a.add_argument("--into", default=DEFAULT_RUNS, help=f"the run-rows CSV to append to (default {DEFAULT_RUNS})")
+    a.set_defaults(func=_add_run)
+    r = tsub.add_parser("refit", help="fit on the published rows plus the run rows; print the held-out error")
+    r.add_argument("--runs", default=DEFAULT_RUNS, help=f"the run-rows CSV (default {DEFAULT_RUNS})")
+    r.set_defaults(func=_refit)

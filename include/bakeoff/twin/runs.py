@@ -1,0 +1,287 @@
+"""Learning from each run: a measured run's points against the twin's prediction, and as calibration rows.
+
+``check_run`` puts each concurrency point of a run (mean over its repeats) beside the twin's prediction
+for that target, workload and concurrency, with the band; a point outside the band means the hardware or
+the twin is off, and ``out_of_band_caveat`` says so in the report. ``run_rows`` turns a non-emulated
+run's points into calibration rows with their provenance (run, plan, target, workload, concurrency);
+``bakeoff twin add-run`` appends them to a CSV and ``bakeoff twin refit`` fits on the published rows plus
+those and prints the held-out error. A run row is keyed as the twin keys the target (the plan scenario,
+Server; the calibrated model it is read through, so a run teaches the terms its prediction used) and carries its own
+roofline figure: the one that makes the fit's efficiency the efficiency the run implies under the twin's
+timing model (measured TPOT = roofline step / efficiency + step overhead), so ``predict`` reproduces it.
+Only concurrency points of fixed-length workloads are compared (rates, traces and sessions have no single
+operating point). An emulated run is never a calibration row: it measures the emulator, not hardware.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bakeoff import catalog
+from bakeoff.twin import calibration, operating, score
+from bakeoff.twin import fit as twin_fit
+from bakeoff.twin.calibration import engine_family
+from bakeoff.twin.predict import _lengths, _point
+from bakeoff.twin.target import PLAN_SCENARIO, STEP_OVERHEAD_S, NoCalibration, TargetTwin, deployed, twin_for
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A measured run point as a calibration row (the fit keys it as it keys a published row)."""
+
+    run_id: str
+    plan: str
+    target: str
+    workload: str
+    concurrency: int
+    gpu: str
+    model: str  # the calibrated model the twin read the target through (its own, or the nearest of its kind)
+    served_model: str  # the target's model, as run
+    engine: str
+    quantization: str
+    tokens_s_per_gpu: float  # measured output tokens/s per GPU
+    step_s: float  # the roofline's step (efficiency 1) at this point: running sequences, their prompts' share
+    running: int  # sequences decoding at once (the concurrency, capped by KV capacity)
+    tp: int
+    acceptance_length: float = 1.0  # tokens a step emits per sequence (speculative decoding)
+    scenario: str = PLAN_SCENARIO
+    multinode: str = "single"
+
+    @property
+    def row(self) -> str:  # the provenance the fit records as trained_on
+        return f"{self.run_id}/{self.target}/{self.workload}/c{self.concurrency}"
+
+    @property
+    def per_gpu(self) -> float:
+        return self.tokens_s_per_gpu
+
+    @property
+    def vendor(self) -> str:
+        return catalog.gpus()[self.gpu].vendor
+
+    @property
+    def precision(self) -> str:
+        return "fp4" if self.quantization.endswith("fp4") else self.quantization
+
+    def tokens_at(self, efficiency: float) -> float:
+        """Tokens/s per GPU the twin's timing model gives this point at ``efficiency`` (TargetTwin.tpot_s)."""
+        return self.running * self.acceptance_length / (self.step_s / efficiency + STEP_OVERHEAD_S) / self.tp
+
+    @property
+    def efficiency(self) -> float:
+        """The efficiency the measurement implies: tokens_at(efficiency) == tokens_s_per_gpu."""
+        tpot = self.running * self.acceptance_length / (self.tokens_s_per_gpu * self.tp)
+        return self.step_s / max(tpot - STEP_OVERHEAD_S, 0.01 * tpot)
+
+    @property
+    def roofline_tokens_s_per_gpu(self) -> float:
+        """What the fit divides by: measured / it is the implied efficiency (fit.ideal_per_gpu)."""
+        return self.tokens_s_per_gpu / self.efficiency
+
+
+def _concurrency_points(plan, points: pd.DataFrame):
+    """(target, its twin, workload, concurrency, mean measured tok/s/GPU, mean TPOT s) per point."""
+    if points.empty:
+        return
+    by_slug = {t.slug: t for t in plan.targets}
+    fixed = {w.name: w for w in plan.workloads if w.kind != "sessions" and w.load == "concurrency"}
+    # a point without a load_mode (older runs) was a concurrency point
+    conc = points[points["load_mode"].fillna("concurrency") == "concurrency"] if "load_mode" in points else points
+    for (slug, wl, c), grp in conc.groupby(["target", "workload", "concurrency"]):
+        t, w = by_slug.get(str(slug)), fixed.get(str(wl))
+        if t is None or w is None:
+            continue
+        tw = twin_for(t)
+        tps = pd.to_numeric(grp["output_tps_per_gpu"], errors="coerce").mean()
+        tpot = pd.to_numeric(grp.get("tpot_ms_p50", pd.Series(dtype=float)), errors="coerce").mean() / 1000
+        if isinstance(tw, NoCalibration) or not (math.isfinite(tps) and tps > 0):
+            continue
+        yield t, tw, w, int(c), float(tps), float(tpot) if math.isfinite(tpot) else None
+
+
+def check_run(plan, points: pd.DataFrame) -> list[dict[str, Any]]:
+    """Predicted vs measured tokens/s per GPU per concurrency point, with the band and whether it held."""
+    out = []
+    for t, tw, w, c, tps, tpot in _concurrency_points(plan, points):
+        p = _point(tw, w, c, tw.band_log)
+        lo, hi = p["tokens_s_per_gpu_band"]
+        out.append(
+            {
+                "target": t.name,
+                "workload": w.name,
+                "concurrency": c,
+                "measured_tps_per_gpu": round(tps, 1),
+                "predicted_tps_per_gpu": p["tokens_s_per_gpu"],
+                "band": [lo, hi],
+                "band_pct": round(math.expm1(tw.band_log) * 100, 1),
+                "error_pct": round((tps / p["tokens_s_per_gpu"] - 1) * 100, 1),
+                "measured_tpot_ms": round(tpot * 1000, 2) if tpot else None,
+                "predicted_tpot_ms": p["tpot_ms"],
+                "in_band": lo <= tps <= hi,
+            }
+        )
+    return out
+
+
+def out_of_band_caveat(d: Any) -> str | None:
+    """The report's flag (a caveat rule on ReportData) for measured points outside the twin's band; None
+    when every point held or the run is emulated."""
+    checks = d.twin_checks
+    off = [c for c in checks if not c["in_band"]]
+    if d.emulated or not off:
+        return None
+    worst = max(off, key=lambda c: abs(c["error_pct"]))
+    names = sorted({c["target"] for c in off})
+    return (
+        f"Outside the calibrated twin's band: {len(off)} of {len(checks)} measured points, on "
+        f"{', '.join(names)} (worst: {worst['target']} {worst['workload']} c={worst['concurrency']}, measured "
+        f"{worst['measured_tps_per_gpu']:g} tok/s/GPU against a predicted {worst['predicted_tps_per_gpu']:g}, "
+        f"{worst['error_pct']:+g}%). Either that hardware or the twin is off; both are worth knowing before a "
+        "negotiation (bakeoff twin add-run then refit teaches the twin this run)."
+    )
+
+
+def _step_for(tw: TargetTwin, w, c: int) -> tuple[float, int]:
+    """The roofline's step at this point (as TargetTwin.tpot_s times it) and the sequences running."""
+    i, o, fresh = _lengths(w)
+    running = max(1, min(c, tw.max_concurrency(i, o)))
+    step = operating.step_s(
+        tw.roof,  # type: ignore[arg-type]
+        running,
+        i,
+        o,
+        fresh_len=fresh,
+        draft_tokens=tw.draft_tokens,
+        acceptance_length=tw.acceptance_length,
+    )
+    return step, running
+
+
+def run_rows(plan, points: pd.DataFrame, run_id: str) -> list[RunRow]:
+    """A measured run's concurrency points as calibration rows; an emulated run is refused."""
+    if not points.empty and "emulated" in points and points["emulated"].astype(bool).any():
+        raise ValueError("run: its points are EMULATED; only a run on real hardware can join the calibration set")
+    out = []
+    for t, tw, w, c, tps, _ in _concurrency_points(plan, points):
+        step, running = _step_for(tw, w, c)
+        out.append(
+            RunRow(
+                run_id=run_id,
+                plan=plan.name,
+                target=t.name,
+                workload=w.name,
+                concurrency=c,
+                gpu=tw.gpu,
+                model=tw.proxy_model,
+                served_model=t.model,
+                engine=engine_family(t.stack),
+                quantization=t.quantization,
+                tokens_s_per_gpu=round(tps, 3),
+                step_s=step,
+                running=running,
+                tp=tw.tp,
+                acceptance_length=tw.acceptance_length,
+            )
+        )
+    return out
+
+
+COLUMNS = [f.name for f in fields(RunRow)]
+NUMBERS: dict[str, type] = {
+    "concurrency": int,
+    "tokens_s_per_gpu": float,
+    "step_s": float,
+    "running": int,
+    "tp": int,
+    "acceptance_length": float,
+}
+
+
+def write_rows(path: Path, rows: Sequence[RunRow]) -> int:
+    """Append rows to a run-rows CSV (header on a new file); a row already there (same provenance) is skipped."""
+    have = {r.row for r in read_rows(path)} if path.exists() else set()
+    new = [r for r in rows if r.row not in have]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    if not path.exists():
+        w.writeheader()
+    for r in new:
+        w.writerow(asdict(r))
+    with path.open("a", newline="") as f:
+        f.write(buf.getvalue())
+    return len(new)
+
+
+def read_rows(path: Path) -> list[RunRow]:
+    """Run rows from a CSV written by write_rows; a bad value names its line and column."""
+    out = []
+    known = set(catalog.gpus())
+    with path.open(newline="") as f:
+        for n, r in enumerate(csv.DictReader(f), start=2):
+            try:
+                values: dict[str, Any] = {k: NUMBERS[k](r[k]) if k in NUMBERS else r[k] for k in COLUMNS}
+                row = RunRow(**values)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(
+                    f"{path.name} line {n}: not a run row ({e}); write it with bakeoff twin add-run"
+                ) from e
+            for name in ("tokens_s_per_gpu", "step_s", "running", "tp", "acceptance_length"):
+                v = getattr(row, name)
+                if not (math.isfinite(v) and v > 0):
+                    raise ValueError(f"{path.name} line {n}: {name} must be a positive number, got {v}")
+            if row.gpu not in known or row.model not in catalog.models() or row.served_model not in catalog.models():
+                raise ValueError(
+                    f"{path.name} line {n}: gpu/model not in the catalog ({row.gpu}, {row.model}, {row.served_model})"
+                )
+            out.append(row)
+    return out
+
+
+def _median_ape(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """Median |predicted - measured| / measured, in percent, over (predicted, measured) pairs."""
+    apes = sorted(abs(p - m) / m * 100 for p, m in pairs)
+    if not apes:
+        return None
+    mid = len(apes) // 2
+    return apes[mid] if len(apes) % 2 else (apes[mid - 1] + apes[mid]) / 2
+
+
+def _tokens(s: score.Scored) -> tuple[float, float]:
+    """(predicted, measured) tokens/s per GPU; a run row's fold prediction (ideal x efficiency) is read
+    through the twin's timing model (RunRow.tokens_at)."""
+    r: Any = s.row
+    if isinstance(r, RunRow):
+        return r.tokens_at(s.predicted / r.roofline_tokens_s_per_gpu), r.per_gpu
+    return s.predicted, r.per_gpu
+
+
+def refit(extra: Sequence[RunRow]) -> dict[str, Any]:
+    """Fit on the published rows plus ``extra`` run rows and score it on rows it never saw: the shipped
+    twin's error on the run rows (it never saw them), the random hold-out and out-of-fold errors of the
+    refitted set, and its new band."""
+    published = list(calibration.rows())
+    union: list[Any] = [*published, *extra]
+    shipped = deployed().fit
+    train, test = score.holdout_split(len(union))
+    _, held = score.held_out(union, train, test)
+    oof = score.out_of_fold(union)
+    runs_oof = [s for s in oof if isinstance(s.row, RunRow)]
+    new = twin_fit.fit(union)
+    return {
+        "published_rows": len(published),
+        "run_rows": len(extra),
+        "shipped_on_run_rows_median_ape": _median_ape([(r.tokens_at(shipped.efficiency(r)), r.per_gpu) for r in extra]),
+        "holdout_median_ape": _median_ape([_tokens(s) for s in held]),
+        "out_of_fold_median_ape": _median_ape([_tokens(s) for s in oof]),
+        "out_of_fold_run_rows_median_ape": _median_ape([_tokens(s) for s in runs_oof]),
+        "band_pct": round(math.expm1(new.band_log) * 100, 1),
+        "shipped_band_pct": round(math.expm1(shipped.band_log) * 100, 1),
+    }
