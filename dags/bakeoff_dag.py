@@ -56,6 +56,25 @@ def installed_plans() -> list[str]:
 
 PLANS = installed_plans()
 
+
+def plan_providers() -> tuple[str, ...]:
+    """The providers the installed plans name (registry order): the DAG gets a group for each and no
+    other, so the grid shows no group that no installed plan could run. Read at parse time like PLANS
+    (YAML only, no library import); a plan that does not parse adds nothing (start_run refuses it)."""
+    import yaml
+
+    folder = Path(os.environ.get("BAKEOFF_PLANS") or Path(__file__).resolve().parents[1] / "include" / "plans")
+    named: set[str] = set()
+    for name in PLANS:
+        try:
+            raw = yaml.safe_load((folder / f"{name}.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        targets = raw.get("targets") if isinstance(raw, dict) else None
+        named.update(str(t.get("provider")) for t in targets or [] if isinstance(t, dict))
+    return tuple(p for p in REGISTRY if p in named)
+
+
 PARAMS = {
     # A choice among the installed plans, never a path: start_run refuses anything else (also in
     # the Variable bakeoff_plan), since a path would run any YAML file on the worker. The form shows
@@ -82,14 +101,18 @@ PARAMS = {
     "ttft_p99_ms": Param(None, type=["null", "number"], minimum=1, maximum=600_000, title="SLO: p99 TTFT (ms)"),
     "tpot_p50_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p50 TPOT (ms)"),
     "tpot_p99_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p99 TPOT (ms)"),
+    # Contract prices as lines of the form, one target each ("mi355x-vllm = 40.0"), not a JSON editor:
+    # Airflow's form shows an array of strings as a text box with one item a line. The pattern is
+    # bakeoff.plan.PRICE_LINE (tests/dags checks they agree); start_run refuses a name not in the run,
+    # naming it, and a price out of the plan's bounds.
     "prices": Param(
         None,
-        type=["null", "object"],
+        type=["null", "array"],
+        items={"type": "string", "pattern": r"^\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)\s*$"},
         title="Contract prices",
-        additionalProperties={"type": "number", "exclusiveMinimum": 0, "maximum": 10_000},
-        description='Optional: USD per node-hour per target name, e.g. {"mi355x-vllm": 40.0}; blank uses the '
-        "catalog (or the Variable bakeoff_price_sheet). A name not in the run is refused, naming it. The budget "
-        "guard still prices each node at least at list.",
+        description="Optional: one line per target, <target name> = <USD per node-hour>, e.g. mi355x-vllm = 40.0; "
+        "blank uses the catalog (or the Variable bakeoff_price_sheet). A name not in the run is refused, naming "
+        "it. The budget guard still prices each node at least at list.",
     ),
     "utilisation": Param(
         None,
@@ -123,8 +146,8 @@ PARAMS = {
 DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.duration(seconds=20)}
 
 
-# Every provider a plan may name; each gets its own mapped group (and pool bakeoff_<provider>).
-PROVIDERS = tuple(REGISTRY)
+# Every provider an installed plan names; each gets its own mapped group (and pool bakeoff_<provider>).
+PROVIDERS = plan_providers()
 
 # Tasks return dicts without saying so in their annotation: "-> dict" makes Airflow push every key
 # as an XCom of its own as well.
@@ -249,7 +272,7 @@ def bakeoff():
         threshold = Variable.get("bakeoff_approval_threshold_usd", default=None)
         plan = _plan_ref(params)
         # What a plan may reach: images trusted with secrets, private static endpoints (unset: no).
-        return _pipeline().start_run(
+        run = _pipeline().start_run(
             plan,
             ctx["run_id"],
             _overrides(params),
@@ -261,6 +284,14 @@ def bakeoff():
             trusted_images=Variable.get("bakeoff_trusted_images", default=None),
             allow_private_endpoints=Variable.get("bakeoff_allow_private_endpoints", default=None),
         )
+        missing = sorted(set(run["providers"].values()) - set(PROVIDERS))
+        if missing:  # a plan installed since this DAG version was parsed: no group would run its targets
+            raise RuntimeError(
+                f"provider(s) {missing} of plan {run['plan']} have no group in this DAG version (groups are made "
+                "for the providers the installed plans name, when the DAG is parsed); wait for the DAG to be "
+                "parsed again (airflow dags reserialize), then trigger again"
+            )
+        return run
 
     @task(trigger_rule="none_failed")  # after approve_spend: approved, or skipped (no approval needed)
     def targets_of(run: dict, provider: str) -> list[dict]:

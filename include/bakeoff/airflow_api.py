@@ -92,7 +92,10 @@ def again_conf(start: dict | None) -> dict:
             "one, or without Airflow); trigger the plan from the DAG's form instead",
             409,
         )
-    return dict(conf)
+    conf = dict(conf)
+    if isinstance(conf.get("prices"), dict):  # stored before the form took prices as lines
+        conf["prices"] = [f"{name} = {usd}" for name, usd in conf["prices"].items()] or None
+    return conf
 
 
 def trigger_again(base_url: str, token: str, start: dict | None, dag_id: str = DAG_ID, timeout_s: float = 10.0) -> dict:

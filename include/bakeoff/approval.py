@@ -124,28 +124,56 @@ def _md(value: Any) -> str:
     return re.sub(r"([\\`*_\[\]<>|&!])", r"\\\1", str(value))
 
 
+def prediction_text(row: dict[str, Any]) -> str:
+    """Where a target's estimate comes from: the calibrated twin's prediction, or "no prediction" (the
+    pessimistic model, with the twin's reason) where the twin has no calibration for it."""
+    basis = str(row.get("basis") or "")
+    if basis.startswith("twin"):
+        return "predicted by the " + basis
+    reason = basis.removeprefix("pessimistic").strip(" ()") or "no twin estimate recorded"
+    return f"no prediction ({reason}); pessimistic model"
+
+
+def spend_band(budget: dict[str, Any]) -> tuple[float, float]:
+    """The billed spend's band: serving time at its prediction (each row's ``usd_low``) to the estimate
+    with its margin (``usd``); rows recorded before ``usd_low`` existed fall back to the guard's margin."""
+    high = billed_usd(budget)
+    margin = float(budget.get("margin") or 0)
+    low = sum(
+        float(r["usd_low"]) if r.get("usd_low") is not None else float(r.get("usd") or 0) / (1 + margin)
+        for r in budget.get("targets") or []
+        if r.get("spends")
+    )
+    return round(min(low, high), 2), high
+
+
 def request_text(run: dict[str, Any]) -> tuple[str, str]:
-    """The subject and body (Markdown) an approver is shown: the plan, each target and the spend band."""
+    """The subject and body (Markdown) an approver is shown: the plan, each target with the twin's
+    predicted spend and band (or "no prediction"), and the run's spend band."""
     budget, need = run.get("budget") or {}, run.get("approval_needed") or {}
     rows = budget.get("targets") or []
-    margin = float(budget.get("margin") or 0)
-    spend = billed_usd(budget)
-    low = round(spend / (1 + margin), 2) if margin else spend
+    low, spend = spend_band(budget)
+
+    def usd(r: dict[str, Any]) -> str:
+        if not r.get("spends"):
+            return "0 (not billed)"
+        return f"{r.get('usd')} (band {r.get('usd_low', '?')} to {r.get('usd')})"
+
     lines = [
         f"**Plan** {_md(run.get('plan'))}, run {_md(run.get('run_id'))}",
         f"**Why approval**: {_md(need.get('reason'))}",
         "",
-        "| target | provider | USD/h | hours | USD |",
-        "| --- | --- | --- | --- | --- |",
+        "| target | provider | USD/h | hours | USD (band) | estimate from |",
+        "| --- | --- | --- | --- | --- | --- |",
         *(
-            f"| {_md(r.get('target'))} | {r.get('provider')} | {r.get('usd_per_hour')} | {r.get('hours')} | "
-            f"{r.get('usd') if r.get('spends') else '0 (not billed)'} |"
+            f"| {_md(r.get('target'))} | {_md(r.get('provider'))} | {r.get('usd_per_hour')} | {r.get('hours')} | "
+            f"{usd(r)} | {_md(prediction_text(r))} |"
             for r in rows
         ),
         "",
-        f"**Estimated spend**: {spend:g} USD billed (band {low:g} to {spend:g} USD: the estimate without and "
-        f"with its {margin:.0%} margin); cap {budget.get('cap_usd')} USD. Each node's kill switch stops it at "
-        "its budgeted hours.",
+        f"**Estimated spend**: {spend:g} USD billed (band {low:g} to {spend:g} USD: serving time at the "
+        "twin's prediction, then with its margin; the pessimistic model's fixed margin where there is no "
+        f"prediction); cap {budget.get('cap_usd')} USD. Each node's kill switch stops it at its budgeted hours.",
         "Nothing is provisioned until this is approved; Reject, or no answer before the timeout, ends the run "
         "without spending.",
     ]

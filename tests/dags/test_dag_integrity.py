@@ -41,20 +41,51 @@ def test_schedules(dagbag):
     assert dagbag.dags["bakeoff_reaper"].schedule == "@hourly"
 
 
-PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean", "oci")
+ALL_PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean", "oci")
+
+
+def _named_by_installed_plans() -> tuple[str, ...]:
+    from bakeoff.plan import installed_plan_path, installed_plans, load_plan
+
+    named = {t.provider for n in installed_plans() for t in load_plan(installed_plan_path(n, "plan")).targets}
+    return tuple(p for p in ALL_PROVIDERS if p in named)
+
+
+PROVIDERS = _named_by_installed_plans()  # the groups the DAG has: what the installed plans can run
+
+
+def _groups(dag) -> list[str]:
+    return sorted(t.task_id.split(".")[0] for t in dag.tasks if t.task_id.endswith(".provision"))
 
 
 def test_one_group_per_provider_with_its_pool(dagbag):
-    """Every provider a plan may name has a group whose provisioning takes that provider's pool."""
+    """Every provider an installed plan names has a group whose provisioning takes that provider's pool,
+    and there is no other group (the grid shows nothing no installed plan runs)."""
     from bakeoff.plan.target import ProviderName
     from bakeoff.providers import PROVIDERS as REGISTRY
 
-    assert set(PROVIDERS) == set(typing.get_args(ProviderName)) == set(REGISTRY)
+    assert set(ALL_PROVIDERS) == set(typing.get_args(ProviderName)) == set(REGISTRY)
+    assert _groups(dagbag.dags["bakeoff"]) == sorted(PROVIDERS) and "digitalocean" not in PROVIDERS
     pools = json.loads((ROOT / "config" / "pools.json").read_text())
     t = {task.task_id: task for task in dagbag.dags["bakeoff"].tasks}
     for p in PROVIDERS:
         assert t[f"{p}.provision"].pool == f"bakeoff_{p}"
+    for p in ALL_PROVIDERS:
         assert f"bakeoff_{p}" in pools, "config/pools.json must define every provisioning pool"
+
+
+def test_the_groups_follow_the_installed_plans(tmp_path, monkeypatch):
+    """An installation whose plans name one provider gets that group only, and one *_targets task; a
+    plan that does not parse adds no group."""
+    import yaml
+
+    plan = yaml.safe_load((ROOT / "include" / "plans" / "local-demo.yaml").read_text())
+    (tmp_path / "only-local.yaml").write_text(yaml.safe_dump(plan))
+    (tmp_path / "broken.yaml").write_text("targets: [{provider: vultr\n")
+    monkeypatch.setenv("BAKEOFF_PLANS", str(tmp_path))
+    dag = DagBag(dag_folder=str(ROOT / "dags" / "bakeoff_dag.py")).dags["bakeoff"]
+    assert _groups(dag) == ["local"]
+    assert sorted(t.task_id for t in dag.tasks if t.task_id.endswith("_targets")) == ["local_targets"]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -165,7 +196,24 @@ def test_optional_params_are_not_marked_required_in_the_form(dagbag):
         assert isinstance(kind, list) and "null" in kind, f"param {key} would be marked required: type {kind}"
     for key in params:
         assert params.get_param(key).resolve(None) is None  # blank passes the Param's own validation
-    assert params.get_param("prices").resolve({"mi355x-vllm": 40.0}) == {"mi355x-vllm": 40.0}
+    assert params.get_param("prices").resolve(["mi355x-vllm = 40.0"]) == ["mi355x-vllm = 40.0"]
+
+
+def test_contract_prices_are_lines_of_the_form_checked_as_the_library_reads_them(dagbag):
+    """Contract prices are a text box (an array of strings: one line per target), not a JSON editor;
+    the form's pattern is the library's, so what the form lets through start_run reads."""
+    import copy
+
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    from bakeoff.plan import PRICE_LINE
+
+    param = copy.deepcopy(dagbag.dags["bakeoff"].params.get_param("prices"))
+    assert param.schema["type"] == ["null", "array"] and param.schema["items"]["type"] == "string"
+    assert param.schema["items"]["pattern"] == PRICE_LINE
+    for bad in (["mi355x-vllm 40"], ["mi355x-vllm = cheap"], ["mi355x-vllm = -1"], {"mi355x-vllm": 40.0}):
+        with pytest.raises(ParamValidationError):
+            copy.deepcopy(param).resolve(bad)
 
 
 def test_plan_param_lists_the_installed_plans(dagbag):

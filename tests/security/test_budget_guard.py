@@ -226,7 +226,9 @@ def test_trigger_form_bounds_match_the_plan_fields():
 
     params = _params()
     assert params["budget_usd"].schema["maximum"] == le(Plan, "budget_usd") == budget.MAX_BUDGET_USD
-    assert params["prices"].schema["additionalProperties"]["maximum"] == le(PriceOverride, "usd_per_hour")
+    top = le(PriceOverride, "usd_per_hour")  # the form's lines carry no bound: the plan's refuses it, naming it
+    with pytest.raises(PlanError, match="b200-vllm"):
+        apply_overrides(load_plan(PLAN), {"prices": [f"b200-vllm = {top * 10:g}"]})
     for name in ("ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
         assert params[name].schema["maximum"] == le(Slo, name)
 
@@ -235,9 +237,9 @@ def test_trigger_form_bounds_match_the_plan_fields():
     "name, value",
     [
         ("budget_usd", 1e9),
-        ("prices", {"b200-vllm": -1}),
-        ("prices", {"b200-vllm": "cheap"}),
-        ("prices", {"b200-vllm": 1e9}),
+        ("prices", ["b200-vllm = -1"]),
+        ("prices", ["b200-vllm = cheap"]),
+        ("prices", ["b200-vllm: 40 USD"]),
         ("ttft_p99_ms", 1e12),
     ],
 )

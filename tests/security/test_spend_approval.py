@@ -94,6 +94,24 @@ def test_the_request_shows_plan_targets_and_spend_to_the_role_only(asked):
         pipeline.provision(asked["run_dir"], start["budget"]["targets"][0]["target"])
 
 
+def test_the_request_shows_the_twins_predicted_spend_and_band_or_no_prediction(asked):
+    start = store.read_record(asked["run_dir"], store.START)
+    rows = start["budget"]["targets"]
+    body = asked["seen"]["body"]
+    for row in rows:  # each target: the estimate with its band, and where it comes from
+        assert f"{row['usd']} (band {row['usd_low']} to {row['usd']})" in body
+        assert "predicted by the twin (" in body
+    low = round(sum(r["usd_low"] for r in rows if r["spends"]), 2)
+    assert f"band {low:g} to {approval.billed_usd(start['budget']):g} USD" in body
+    uncalibrated = dict(rows[0], basis="pessimistic (no calibration rows for gpu h100)", usd_low=10.0, usd=20.0)
+    _, body = approval.request_text({"plan": "p", "budget": {"targets": [uncalibrated], "margin": 0.25}})
+    assert "no prediction (no calibration rows for gpu h100); pessimistic model" in body
+    assert "band 10 to 20 USD" in body
+    old_row = {k: v for k, v in uncalibrated.items() if k not in ("basis", "usd_low")}  # recorded before either
+    _, body = approval.request_text({"plan": "p", "budget": {"targets": [old_row], "margin": 0.25}})
+    assert "no prediction (no twin estimate recorded)" in body and "band 16 to 20 USD" in body
+
+
 def test_approve_records_who_and_lets_provisioning_start(asked):
     out = asked["op"].execute_complete({}, _answer("Approve", ALICE))
     assert out["chosen_options"] == ["Approve"]

@@ -87,7 +87,7 @@ def test_run_again_triggers_the_same_plan_with_the_same_conf(served, tmp_path, m
     from tests.conftest import ROOT
 
     monkeypatch.setenv("BAKEOFF_RESULTS", str(tmp_path / "results"))
-    conf = {"plan": "local-demo", "targets": ["mi355x-vllm"], "budget_usd": 50, "prices": {}}
+    conf = {"plan": "local-demo", "targets": ["mi355x-vllm"], "budget_usd": 50, "prices": ["mi355x-vllm = 40.0"]}
     run = pipeline.start_run(str(ROOT / "include" / "plans" / "local-demo.yaml"), "manual__first", conf=conf)
     api = _FakeAirflowApi()
     monkeypatch.setenv("BAKEOFF_AIRFLOW_API_URL", api.url)
@@ -101,6 +101,10 @@ def test_run_again_triggers_the_same_plan_with_the_same_conf(served, tmp_path, m
     (call,) = api.calls
     assert call["path"] == "/api/v2/dags/bakeoff/dagRuns" and call["auth"] == "Bearer user-token"
     assert call["body"]["conf"] == conf and call["body"]["logical_date"] is None
+    from bakeoff.airflow_api import again_conf  # a run stored when prices were a mapping: the form's lines now
+
+    old = again_conf({"conf": {**conf, "prices": {"mi355x-vllm": 40.0}}})
+    assert old["prices"] == ["mi355x-vllm = 40.0"] and again_conf({"conf": {**conf, "prices": {}}})["prices"] is None
     # a cross-site form cannot send the header; unknown or path-like runs are 404, never a path
     assert client.post(url, headers={"Authorization": "Bearer user-token"}).status_code == 403
     assert client.post("/api/runs/local-demo/run_id=nope/again", headers=headers).status_code == 404

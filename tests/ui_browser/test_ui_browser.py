@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 USER, PASSWORD = "admin", "ui-test-password"
+OUTSIDER = "outsider"  # an admin too, but not in the approving role (Variable bakeoff_approvers)
+SECRET_KEY = "b" * 64  # the installation secret: it signs evidence bundles (bakeoff.secrets)
+BUNDLE_PLAN, BUNDLE_RUN = "synthetic", "manual__2026-10-01T00:00:00+00:00"
 RUN_DIR = "manual__2026-11-01T00_00_00_00_00"
 REPORT_TEXT = "EMULATED demo report for the browser test"
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
@@ -36,7 +39,7 @@ pytestmark = [
         not (CHROMIUM and CHROMEDRIVER),
         reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
     ),
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(900),  # the first test waits for the module's api-server (minutes on a loaded machine)
 ]
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -145,30 +148,90 @@ def _dashboard_doc() -> dict:
     }
 
 
+def _publish_a_run_with_its_bundle(data: Path, build: Path) -> None:
+    """A run of its own plan costed, reported, bundled and published as the DAG's publish step leaves it
+    (older than the other run, so it is the Runs page's second row)."""
+    sys.path.insert(0, str(ROOT / "tests" / "report"))  # the synthetic-run builder the report tests share
+    import synthetic
+
+    from bakeoff import evidence
+    from bakeoff.cost import cost_run
+    from bakeoff.publish import publish
+    from bakeoff.report import build_report
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BAKEOFF_DATA", str(data))
+    mp.setenv("BAKEOFF_SECRET_KEY", SECRET_KEY)
+    mp.delenv("BAKEOFF_REPORTS", raising=False)
+    try:
+        plan = synthetic.make_plan(concurrency=(1, 4))
+        assert plan.name == BUNDLE_PLAN
+        rdir = synthetic.make_run(data / "results", plan, run_id=BUNDLE_RUN, started_at=1790812800)
+        cost_run(plan, rdir)
+        paths = build_report(plan, rdir, build)
+        publish(plan, rdir, {**paths, "evidence": str(evidence.build(plan, rdir, paths, build))})
+    finally:
+        mp.undo()
+
+
+APPROVAL_DAG, TIMEOUT_DAG = "bakeoff_approval_check", "bakeoff_approval_timeout"
+APPROVAL_CASES = ("approve", "reject", "outsider")
+
+
+def _start_approval_runners(env: dict, home: Path) -> dict[str, subprocess.Popen]:
+    """The approval DAGs run by Airflow's dag.test() against this api-server's database (see
+    approval_runner.py): the role is {admin}; the timeout DAG waits the shortest timeout the Variable
+    allows (0.01 h) with the scheduler's timeout sweep on."""
+    runner = str(Path(__file__).with_name("approval_runner.py"))
+    env = {**env, "AIRFLOW_VAR_BAKEOFF_APPROVERS": json.dumps([USER]), "PYTHONPATH": str(ROOT / "include")}
+    started = {}
+    for dag_id, args, extra in (
+        (APPROVAL_DAG, list(APPROVAL_CASES), {}),
+        (TIMEOUT_DAG, ["timeout", "--sweep"], {"AIRFLOW_VAR_BAKEOFF_APPROVAL_TIMEOUT_H": "0.01"}),
+    ):
+        out = open(home / f"{dag_id}.log", "w")
+        started[dag_id] = subprocess.Popen(
+            [sys.executable, runner, dag_id, *args],
+            env={**env, **extra},
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return started
+
+
 @pytest.fixture(scope="module")
-def api_server(tmp_path_factory):
-    """Base URL of an api-server with auth on, the repo's DAGs and plugins, and a published run."""
+def airflow_site(tmp_path_factory):
+    """An api-server with auth on, the repo's DAGs and plugins and two published runs (one with its
+    evidence bundle), and the approval DAG runs waiting for an answer: its URL, environment and home."""
     home = tmp_path_factory.mktemp("ui-browser")
     passwords = home / "passwords.json"
-    passwords.write_text(json.dumps({USER: PASSWORD}))
+    passwords.write_text(json.dumps({USER: PASSWORD, OUTSIDER: PASSWORD}))
+    dags = home / "dags"  # the repository's DAGs and the approval tests' own (tests/ui_browser/dags)
+    dags.mkdir()
+    for f in [*(ROOT / "dags").glob("*.py"), *(Path(__file__).parent / "dags").glob("*.py")]:
+        (dags / f.name).symlink_to(f)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
     env.update(
         {
             "AIRFLOW_HOME": str(home / "airflow"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__AUTH_MANAGER": SIMPLE_AUTH_MANAGER,
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin,{OUTSIDER}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__API__WORKERS": "1",
             "BAKEOFF_DATA": str(home / "data"),
+            "BAKEOFF_SECRET_KEY": SECRET_KEY,
         }
     )
     (home / "airflow").mkdir()
     _publish_one_run(home / "data" / "reports")
+    _publish_a_run_with_its_bundle(home / "data", home / "build")
     for cmd in (["db", "migrate"], ["dags", "reserialize"]):
         subprocess.run([AIRFLOW, *cmd], env=env, check=True, capture_output=True, timeout=240)
     log = open(home / "api-server.log", "w")
@@ -191,15 +254,29 @@ def api_server(tmp_path_factory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail("api-server did not start:\n" + (home / "api-server.log").read_text()[-3000:])
             time.sleep(1)
-        yield base
+        runners = _start_approval_runners(env, home)
+        yield {"base": base, "env": env, "home": home, "runners": runners}
     finally:
+        for p in [*locals().get("runners", {}).values(), proc]:
+            _stop(p)
+        log.close()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        log.close()
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def api_server(airflow_site) -> str:
+    return airflow_site["base"]
 
 
 @pytest.fixture(scope="module")
@@ -393,3 +470,147 @@ def test_dashboard_explore_page_filters(dashboard):
     )
     assert labels == ["b200 · vllm · fp8", "b200 · vllm · fp8 (Pareto)"]
     _no_csp_violations(dashboard)
+
+
+def _asked(airflow_site, api, dag_id: str, case: str, seconds: float = 600) -> dict:
+    """One approval case once its step waits for an answer: its run folder and Airflow DAG run id."""
+    log = airflow_site["home"] / f"{dag_id}.log"
+    deadline = time.monotonic() + seconds
+    while True:
+        lines = [ln for ln in log.read_text().splitlines() if ln.startswith('{"conf"')]
+        runs = api.get(f"/dags/{dag_id}/dagRuns").raise_for_status().json()["dag_runs"] if lines else []
+        if runs:
+            run_id = runs[0]["dag_run_id"]
+            ti = api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve_{case}")
+            if ti.status_code == 200 and ti.json()["state"] not in (None, "scheduled", "queued", "running"):
+                return {"run_dir": json.loads(lines[0])["conf"][case], "run_id": run_id, "dag_id": dag_id}
+        if airflow_site["runners"][dag_id].poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"approve_{case} never waited for an answer:\n" + log.read_text()[-3000:])
+        time.sleep(1)
+
+
+def _states(api, case: dict, name: str, until=lambda s: True, seconds: float = 30) -> dict[str, str]:
+    """The states of approve_<name> and provision_<name>, once ``until`` holds for them."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = {
+            t: api.get(f"/dags/{case['dag_id']}/dagRuns/{case['run_id']}/taskInstances/{t}_{name}").json()["state"]
+            for t in ("approve", "provision")
+        }
+        if until(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
+
+
+def _approval(case: dict) -> dict:
+    from bakeoff import approval, store
+
+    return store.read_record(case["run_dir"], approval.RECORD) or {}
+
+
+def _respond(browser, api_server, case: dict, name: str, option: str) -> None:
+    """Answer in Airflow's own Required Actions view of the task, as an approver would."""
+    browser.get(f"{api_server}/dags/{case['dag_id']}/runs/{case['run_id']}/tasks/approve_{name}/required_actions")
+    _wait(browser).until(
+        EC.visibility_of_element_located((By.XPATH, "//*[contains(., 'Approve') and contains(., 'USD for bake-off')]"))
+    )
+    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"[data-testid='hitl-option-{option}']"))).click()
+
+
+def _sign_in(browser, api_server, user: str) -> None:
+    browser.delete_all_cookies()
+    browser.get(api_server + "/")
+    _wait(browser).until(EC.url_contains("/auth/login"))
+    _wait(browser).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    _wait(browser).until(EC.url_to_be(api_server + "/"))
+
+
+def test_an_approver_approves_the_spend_in_required_actions(airflow_site, logged_in, api_server, api):
+    case = _asked(airflow_site, api, APPROVAL_DAG, "approve")
+    asked = _approval(case)
+    assert asked["decision"] == "pending" and asked["spend_usd"] > 100  # what the approver is shown
+    _respond(logged_in, api_server, case, "approve", "Approve")
+    assert _states(api, case, "approve", lambda s: s["provision"] == "success") == {
+        "approve": "success",
+        "provision": "success",  # provision's own check passes only once the run is approved
+    }
+    record = _approval(case)
+    assert record["decision"] == "approved" and record["by"]["id"] == USER
+    assert record["shown"] == asked["shown"] and "mi355x-vllm" in record["shown"]["body"]
+
+
+def test_a_rejected_spend_provisions_nothing(airflow_site, logged_in, api_server, api):
+    case = _asked(airflow_site, api, APPROVAL_DAG, "reject")
+    _respond(logged_in, api_server, case, "reject", "Reject")
+    assert _states(api, case, "reject", lambda s: s["provision"] not in (None, "scheduled", "queued", "running")) == {
+        "approve": "failed",
+        "provision": "upstream_failed",
+    }
+    record = _approval(case)
+    assert record["decision"] == "rejected" and record["by"]["id"] == USER
+
+
+def test_no_answer_before_the_timeout_rejects(airflow_site, logged_in, api_server, api):
+    case = _asked(airflow_site, api, TIMEOUT_DAG, "timeout")
+    got = _states(api, case, "timeout", lambda s: s["provision"] == "upstream_failed", seconds=90)
+    assert got == {"approve": "failed", "provision": "upstream_failed"}
+    assert _approval(case)["decision"] == "timed out"
+    logged_in.get(f"{api_server}/dags/{case['dag_id']}/runs/{case['run_id']}/tasks/approve_timeout")
+    _wait(logged_in).until(
+        EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='failed' or normalize-space()='Failed']"))
+    )
+
+
+def test_the_evidence_bundle_downloads_from_the_runs_page_and_verifies(
+    airflow_site, logged_in, api_server, tmp_path, monkeypatch, capsys
+):
+    import zipfile
+
+    from bakeoff import cli, evidence
+
+    browser = logged_in
+    browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    browser.get(f"{api_server}/bakeoff/runs?plan={BUNDLE_PLAN}")
+    link = (By.XPATH, "//table[@class='runs']//a[normalize-space()='evidence']")
+    _wait(browser).until(EC.element_to_be_clickable(link)).click()
+    deadline = time.monotonic() + 20
+    while not (got := list(tmp_path.glob("*.zip"))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert got and got[0].name == evidence.bundle_name(BUNDLE_PLAN, BUNDLE_RUN)
+    bundle = got[0]
+    monkeypatch.setenv("BAKEOFF_SECRET_KEY", SECRET_KEY)  # this installation's key: the signer is trusted
+    assert cli.main(["verify", str(bundle)]) == 0, capsys.readouterr().out  # `bakeoff verify BUNDLE`
+    # one byte of one stored file changed (the archive's own CRCs redone, as a forger would)
+    with zipfile.ZipFile(bundle) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    name = next(n for n in members if n.endswith("plan.json"))
+    data = bytearray(members[name])
+    data[data.index(b"synthetic")] = ord("S")
+    members[name] = bytes(data)
+    forged = tmp_path / "forged.zip"
+    with zipfile.ZipFile(forged, "w") as z:
+        for n, d in members.items():
+            z.writestr(n, d)
+    capsys.readouterr()
+    assert cli.main(["verify", str(forged)]) == 1
+    assert name in capsys.readouterr().out
+
+
+def test_an_answer_from_outside_the_approvers_is_refused(airflow_site, logged_in, api_server, api):
+    case = _asked(airflow_site, api, APPROVAL_DAG, "outsider")
+    try:
+        _sign_in(logged_in, api_server, OUTSIDER)  # an admin, but not in bakeoff_approvers
+        _respond(logged_in, api_server, case, "outsider", "Approve")
+        token = httpx.post(f"{api_server}/auth/token", json={"username": OUTSIDER, "password": PASSWORD}).json()
+        url = f"/dags/{case['dag_id']}/dagRuns/{case['run_id']}/taskInstances/approve_outsider/-1/hitlDetails"
+        r = api.patch(
+            url, json={"chosen_options": ["Approve"]}, headers={"Authorization": f"Bearer {token['access_token']}"}
+        )
+        assert r.status_code == 403 and "not a respondent" in r.text  # what the UI's click got too
+        time.sleep(2)  # had Airflow taken the answer, the step would have resumed by now
+        assert _states(api, case, "outsider") == {"approve": "awaiting_input", "provision": None}
+        assert _approval(case)["decision"] == "pending"
+    finally:
+        _sign_in(logged_in, api_server, USER)

@@ -209,10 +209,46 @@ def load_plan(ref: str | os.PathLike[str]) -> Plan:
     return plan_from_dict(raw, source=path.name)
 
 
+PRICE_LINE = r"^\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)\s*$"
+"""One line of the trigger form's contract prices: a target name, "=", USD per node-hour."""
+
+
+def price_entries(value: Any) -> dict[str, Any]:
+    """Contract prices as {target name: USD per node-hour}, from the trigger form's lines
+    ("mi355x-vllm = 40.0", one target a line; blank lines ignored) or a mapping (the API, older runs'
+    stored conf). A line that does not parse, or a target named twice, is refused naming it."""
+    if value in (None, "", [], {}):
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, str):
+        value = value.splitlines()
+    if not isinstance(value, list):
+        raise PlanError('prices: expected lines "<target name> = <USD per node-hour>", e.g. "mi355x-vllm = 40.0"')
+    out: dict[str, Any] = {}
+    for i, line in enumerate(value, 1):
+        if not isinstance(line, str):
+            raise PlanError(f'prices line {i}: {line!r} is not text; write it as "<target name> = <USD per node-hour>"')
+        if not line.strip():
+            continue
+        m = re.match(PRICE_LINE, line)
+        if not m:
+            raise PlanError(
+                f'prices line {i}: {line.strip()[:80]!r} is not "<target name> = <USD per node-hour>"; '
+                'write e.g. "mi355x-vllm = 40.0", one target a line'
+            )
+        name, price = m.group(1), m.group(2)
+        if name in out:
+            raise PlanError(f"prices.{name}: priced twice (lines of the form); keep one line for it")
+        out[name] = float(price)
+    return out
+
+
 def apply_overrides(plan: Plan, overrides: dict[str, Any] | None) -> Plan:
     """Merge trigger-form values: targets subset, SLO, per-target prices, budget.
 
-    overrides keys: targets (list of names; empty = all), slo (dict), prices ({target: usd_per_hour}),
+    overrides keys: targets (list of names; empty = all), slo (dict), prices ({target: usd_per_hour}, or
+    the trigger form's lines "<target> = <usd_per_hour>", see price_entries),
     budget_usd (number), utilisation (number).
     """
     if not overrides:
@@ -227,14 +263,20 @@ def apply_overrides(plan: Plan, overrides: dict[str, Any] | None) -> Plan:
         raw["targets"] = [t for t in raw["targets"] if t["name"] in wanted]
     slo = {k: v for k, v in (overrides.get("slo") or {}).items() if v not in (None, "")}
     raw["slo"].update(slo)
-    for name, price in (overrides.get("prices") or {}).items():
+    for name, price in price_entries(overrides.get("prices")).items():
         matches = [t for t in raw["targets"] if t["name"] == name]
         if not matches:
             raise PlanError(
                 f"prices.{name}: no such target in this run; use one of {[t['name'] for t in raw['targets']]}"
             )
+        usd = _number(f"prices.{name}", price, "USD per node-hour such as 40.0")
+        top = next(m.le for m in PriceOverride.model_fields["usd_per_hour"].metadata if getattr(m, "le", None))
+        if not 0 < usd <= top:
+            raise PlanError(
+                f"prices.{name}: {usd:g} USD per node-hour is out of range; give more than 0, at most {top:g}"
+            )
         matches[0]["price"] = {
-            "usd_per_hour": _number(f"prices.{name}", price, "USD per node-hour such as 40.0"),
+            "usd_per_hour": usd,
             "market": "contract",
             "source": "trigger-form override",
         }
