@@ -17,10 +17,15 @@ caller can print or store the timeline per node.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bakeoff import faults, teardown
@@ -40,15 +45,39 @@ def node_slug(target_slug: str, index: int) -> str:
 
 class NodeTarget:
     """One node of a cluster target as a provider sees it: the target, with its own name and slug (so
-    per-(run, target) idempotency keys, names and tags differ per node). Everything else is the target's."""
+    per-(run, target) idempotency keys, names and tags differ per node) and its role's parallelism
+    (one worker per node, its TP capped at the node's GPUs: a worker spanning trays is served by its
+    first one in the emulator). Everything else is the target's."""
 
     def __init__(self, target: Any, index: int, role: str):
         self._target, self.index, self.role = target, index, role
         self.name = f"{target.name} node {index} {role}"
         self.slug = node_slug(target.slug, index)
+        spec = getattr(target.cluster, role, None) if role in ("prefill", "decode") else None
+        gpus = target.instance.gpus
+        self.tensor_parallel = min(spec.gpus_per_worker, gpus) if spec else gpus
+        self.expert_parallel = self.tensor_parallel if spec and spec.ep > 1 else 1
+        self.data_parallel_attention = bool(spec and spec.dp_attention)
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self._target, item)
+
+    @property
+    def gpus_used(self) -> int:
+        return int(self.tensor_parallel)
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:
+        """The node as a single-node target (what the local emulator and a node's boot script serve)."""
+        out: dict[str, Any] = self._target.model_dump(**kw)
+        out.update(
+            name=self.name,
+            cluster=None,
+            tensor_parallel=self.tensor_parallel,
+            pipeline_parallel=1,
+            expert_parallel=self.expert_parallel,
+            data_parallel_attention=self.data_parallel_attention,
+        )
+        return out
 
 
 @dataclass
@@ -220,3 +249,127 @@ def release(
             n.released_s = now
     result.released = sorted({*result.released, *(i for i in known if i), *done, *more})
     return result.released
+
+
+# --- serving a cluster: KV path, the emulated router, readiness per role, provenance -------------
+
+
+def kv_seconds_per_token(target: Any) -> float:
+    """Seconds one prompt token's KV takes from a prefill worker to a decode worker: over NVLink inside
+    a rack, else over the GPUs' scale-out NICs (plan.multinode.SCALE_OUT_GBPS), each prefill GPU
+    sending its shard (as serving.emulator.disagg models it). Emulated time, before time_scale."""
+    from bakeoff.plan.multinode import SCALE_OUT_GBPS  # noqa: PLC0415 - the recipes' module, only to serve a cluster
+    from bakeoff.serving.emulator.roofline import Roofline  # noqa: PLC0415 - the roofline only to serve a cluster
+
+    cluster, gpu = target.cluster, target.gpu
+    node = NodeTarget(target, 0, "prefill")
+    link_gbps = gpu.scale_up_gbps if cluster.kv_path == "nvlink" else SCALE_OUT_GBPS.get(gpu.name, 50.0)
+    return float(Roofline.for_target(node).kv_bytes_per_token / (link_gbps * 1e9 * node.tensor_parallel))
+
+
+def role_urls(result: ClusterResult, role: str) -> list[str]:
+    return [Instance.from_dict(n.instance or {}).base_url for n in result.by_role(role)]
+
+
+@dataclass
+class Router:
+    """The emulated cluster's front: its base URL and the process serving it."""
+
+    base_url: str
+    pid: int
+    config: dict[str, Any]
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        import signal  # noqa: PLC0415 - only stopping a router needs signals
+
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        proc = _routers.pop(self.pid, None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                proc.wait(timeout=grace_s)
+
+
+_routers: dict[int, subprocess.Popen] = {}
+
+
+def start_router(
+    result: ClusterResult, target: Any, workdir: Path, *, expires_at: float | None = None, timeout_s: float = 30.0
+) -> Router:
+    """Start the router (serving.emulator.router) over the cluster's prefill and decode nodes on
+    loopback; it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox)."""
+    config = {
+        "prefill": role_urls(result, "prefill"),
+        "decode": role_urls(result, "decode"),
+        "kv_s_per_token": kv_seconds_per_token(target),
+        "time_scale": target.emulator.time_scale,
+        "expires_at": expires_at,
+    }
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg, port_file, log_path = workdir / "router.json", workdir / "router.port", workdir / "router.log"
+    cfg.write_text(json.dumps(config))
+    port_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "bakeoff.serving.emulator.router", "--config", str(cfg), "--port-file", str(port_file)]
+    with open(log_path, "ab") as log_fh:
+        proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    _routers[proc.pid] = proc
+    deadline = time.monotonic() + timeout_s
+    while not port_file.is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            Router("", proc.pid, config).stop()
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise ProviderError(f"cluster {target.name}: the router did not start; its log ends:\n{tail}")
+        time.sleep(0.05)
+    return Router(f"http://127.0.0.1:{int(port_file.read_text())}", proc.pid, config)
+
+
+def check_roles(result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 5.0) -> None:
+    """Every serving node answers /health and offers the target's model; ProviderError naming the
+    role and node that does not (the deploy failure a person acts on)."""
+    import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    for n in result.nodes:
+        if n.role not in ("prefill", "decode"):
+            continue
+        url = Instance.from_dict(n.instance or {}).base_url
+        try:
+            health = httpx.get(f"{url}/health", timeout=timeout_s)
+            models = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s)
+            ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
+        except (httpx.HTTPError, ValueError) as e:
+            raise ProviderError(f"cluster {target.name}: {n.role} node {n.index} is not serving: {e}") from None
+        if health.status_code != 200 or target.served_model_id not in ids:
+            raise ProviderError(
+                f"cluster {target.name}: {n.role} node {n.index} is not serving {target.served_model_id} "
+                f"(/health {health.status_code}, /v1/models {models.status_code}: {ids})"
+            )
+
+
+def provenance(result: ClusterResult, target: Any) -> list[dict[str, Any]]:
+    """Each node's role, image, engine args and parallelism, instance id, type and address."""
+    out = []
+    for n in result.nodes:
+        nt, inst = NodeTarget(target, n.index, n.role), n.instance or {}
+        out.append(
+            {
+                "node": n.index,
+                "role": n.role,
+                "instance_id": inst.get("id"),
+                "instance_type": inst.get("instance_type") or target.instance_type,
+                "region": inst.get("region"),
+                "host": inst.get("host"),
+                "image": target.image,
+                "engine_args": list(target.engine_args),
+                "tensor_parallel": nt.tensor_parallel,
+                "expert_parallel": nt.expert_parallel,
+                "data_parallel_attention": nt.data_parallel_attention,
+                "emulated": bool((inst.get("details") or {}).get("emulated")),
+            }
+        )
+    return out
