@@ -108,6 +108,7 @@ class ClusterResult:
     nodes: list[ClusterNode]
     deadline_s: float
     released: list[str] = field(default_factory=list)
+    started: float | None = None  # the clock's reading when provisioning began (timeline origin)
 
     def by_role(self, role: str) -> list[ClusterNode]:
         return [n for n in self.nodes if n.role == role]
@@ -119,6 +120,14 @@ class ClusterResult:
             "nodes": [n.to_dict() for n in self.nodes],
             "released": list(self.released),
         }
+
+    def timeline(self) -> list[str]:
+        """One line per node: seconds from the start to asked, created, ready, released ('-': never)."""
+        rows = [f"{'node':>4} {'role':8} {'asked s':>8} {'created s':>9} {'ready s':>8} {'released s':>10}  error"]
+        for n in self.nodes:
+            c = [("-" if v is None else f"{v:.2f}") for v in (n.asked_s, n.created_s, n.ready_s, n.released_s)]
+            rows.append(f"{n.index:>4} {n.role:8} {c[0]:>8} {c[1]:>9} {c[2]:>8} {c[3]:>10}  {n.error or ''}")
+        return rows
 
 
 class ClusterFailed(ProviderError):
@@ -151,7 +160,7 @@ def provision(
     roles = layout_for(cluster, target.instance.gpus)
     result = ClusterResult(target.slug, [], float(deadline_s if deadline_s is not None else cluster.deadline_s))
     result.nodes = [ClusterNode(i, role, node_slug(target.slug, i)) for i, role in enumerate(roles)]
-    t0 = clock()
+    t0 = result.started = clock()
     deadline = t0 + result.deadline_s
     last = len(result.nodes) - 1
     for node in result.nodes:
@@ -238,7 +247,7 @@ def release(
 ) -> list[str]:
     """Terminate every node of the cluster: the ids it knows first, then whatever the run's tag finds
     for the target's nodes (a create whose answer was lost). Failures go to ``errors``."""
-    start = clock() if t0 is None else t0
+    start = t0 if t0 is not None else result.started if result.started is not None else clock()
     known = [n.instance_id for n in result.nodes if n.instance_id]
     done = teardown.terminate_ids(provider, run_id, [i for i in known if i], errors)
     _, more, unlisted = teardown.terminate_tagged(provider, run_id, errors, slug=result.target, skip=set(known))
@@ -328,27 +337,54 @@ def start_router(
     return Router(f"http://127.0.0.1:{int(port_file.read_text())}", proc.pid, config)
 
 
-def check_roles(result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 5.0) -> None:
-    """Every serving node answers /health and offers the target's model; ProviderError naming the
-    role and node that does not (the deploy failure a person acts on)."""
+def stop_router(pid: int) -> bool:
+    """Stop a router this module started, by pid, only if that pid still runs the router (a recorded
+    pid may have been reused, or tampered with)."""
+    import psutil  # noqa: PLC0415 - only stopping a router by its recorded pid checks the process
+
+    try:
+        if "bakeoff.serving.emulator.router" not in psutil.Process(pid).cmdline():
+            return False
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    Router("", pid, {}).stop()
+    return True
+
+
+def check_roles(
+    result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 5.0, poll_s: float = 0.2
+) -> None:
+    """Wait until every serving node answers /health and offers the target's model; after ``timeout_s``
+    ProviderError naming the role and node that does not (the deploy failure a person acts on)."""
     import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    for n in result.nodes:
-        if n.role not in ("prefill", "decode"):
-            continue
-        url = Instance.from_dict(n.instance or {}).base_url
-        try:
-            health = httpx.get(f"{url}/health", timeout=timeout_s)
-            models = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s)
-            ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
-        except (httpx.HTTPError, ValueError) as e:
-            raise ProviderError(f"cluster {target.name}: {n.role} node {n.index} is not serving: {e}") from None
-        if health.status_code != 200 or target.served_model_id not in ids:
+    want = target.served_model_id
+    pending = [n for n in result.nodes if n.role in ("prefill", "decode")]
+    deadline = time.monotonic() + timeout_s
+    why: dict[int, str] = {}
+    while pending:
+        for n in list(pending):
+            url = Instance.from_dict(n.instance or {}).base_url
+            try:
+                health = httpx.get(f"{url}/health", timeout=min(5.0, timeout_s))
+                models = httpx.get(f"{url}/v1/models", headers=headers, timeout=min(5.0, timeout_s))
+                ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
+            except (httpx.HTTPError, ValueError) as e:
+                why[n.index] = f"{type(e).__name__}: {e}"
+                continue
+            if health.status_code == 200 and want in ids:
+                pending.remove(n)
+            else:
+                why[n.index] = f"/health {health.status_code}, /v1/models {models.status_code}: {ids}"
+        if pending and time.monotonic() >= deadline:
+            n = pending[0]
             raise ProviderError(
-                f"cluster {target.name}: {n.role} node {n.index} is not serving {target.served_model_id} "
-                f"(/health {health.status_code}, /v1/models {models.status_code}: {ids})"
+                f"cluster {target.name}: {n.role} node {n.index} is not serving {want} after {timeout_s:.0f}s "
+                f"({why.get(n.index)})"
             )
+        if pending:
+            time.sleep(poll_s)
 
 
 def provenance(result: ClusterResult, target: Any) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ class RouterConfig(BaseModel):
     prefill: list[str] = Field(min_length=1, description="prefill nodes' base URLs")
     decode: list[str] = Field(min_length=1, description="decode nodes' base URLs")
     kv_s_per_token: float = Field(0.0, ge=0, description="KV transfer seconds per prompt token (emulated time)")
-    time_scale: float = Field(1.0, gt=0)
+    time_scale: float = Field(1.0, gt=0, description="multiplies the KV wait, as the nodes multiply their delays")
     expires_at: float | None = Field(None, description="epoch seconds; the router exits by itself then")
 
 
@@ -93,7 +93,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if r.status != 200:  # the client sees the prefill node's own refusal (context too long, key)
             return web.Response(status=r.status, body=answer, content_type="application/json")
     prompt_tokens = int((json.loads(answer).get("usage") or {}).get("prompt_tokens") or 0)
-    await asyncio.sleep(prompt_tokens * cfg.kv_s_per_token / cfg.time_scale)
+    await asyncio.sleep(prompt_tokens * cfg.kv_s_per_token * cfg.time_scale)
     inflight: dict[str, int] = state["inflight"]
     decode = min(inflight, key=inflight.__getitem__)
     inflight[decode] += 1
