@@ -143,7 +143,7 @@ def _targets_frame(plan: Plan, status: dict[str, dict[str, Any]]) -> pd.DataFram
                 "gpu": t.gpu.name,
                 "node_gpus": it.gpus,
                 "gpus_used": t.gpus_used,
-                "replicas_per_node": it.gpus // t.gpus_used,
+                "replicas_per_node": it.gpus * t.nodes // t.gpus_used,  # a cluster: 1 (one serving unit)
                 "node_spec": node_spec(t),
                 "instance_type": it.type,
                 "provider": t.provider,
