@@ -7,28 +7,47 @@ catalog, each arm's footprint (GPUs, nodes, racks, where the KV moves) and the e
 of it (serving.emulator.disagg) beside one aggregated 8-GPU server of the same GPU at the same
 concurrencies: output tokens/s per GPU, tokens/s per user and TTFT. Every figure is EMULATED: a
 roofline with the emulator's default efficiencies, not a measurement; it shows the shape (where a
-disaggregated pool wins, where KV over the NICs costs), not the level. Cluster provisioning, role
-deployment and a client fleet are not built yet, so this prints no provisioning timeline.
+disaggregated pool wins, where KV over the NICs costs), not the level.
+
+    python benchmarks/rack_scale.py --provision
+
+Part (a), in the sandbox (moto EC2 with emulator-backed nodes, its clock and billing meter): a 4-node
+disaggregated B200 target and an NVL72-shaped GB200 target (6 trays of a gb200-nvl72 UltraServer)
+each provision through bakeoff.cluster (all or nothing, one deadline), serve through the emulated
+router (a short closed loop: TTFT, output tokens/s, the rack-scale cost), and tear down; then each
+again with its last node's create failing (inject_fault: node_create). Prints the provisioning
+timeline per node, nodes left on the cloud, and node-minutes billed after the deadline. A client
+fleet across workers is not built, so nothing here spans client processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import sys
+import time
+import uuid
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from bakeoff import catalog
-from bakeoff.plan import multinode
+from bakeoff import catalog, cluster, cost
+from bakeoff.plan import Target, multinode
+from bakeoff.providers.aws import AwsProvider
 from bakeoff.serving.emulator import disagg
+from bakeoff_sandbox import Sandbox
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="deepseek-r1")
     ap.add_argument("--precision", default=None)
+    ap.add_argument("--provision", action="store_true", help="part (a): provision, serve, tear down in the sandbox")
     args = ap.parse_args(argv)
+    if args.provision:
+        return provision_in_sandbox()
     chosen = [
         r
         for r in multinode.multinode_recipes().values()
@@ -52,6 +71,118 @@ def main(argv: list[str] | None = None) -> int:
                     f"{p.kv_transfer_s * 1e3:>6.2f} {p.bound}"
                 )
     return 0
+
+
+# --- part (a): provision, serve and tear down in the sandbox -------------------------------------
+
+KEY = "bk-" + "7" * 40
+ISL, OSL, CONCURRENCY, REQUESTS = 512, 64, 8, 32
+
+
+def _targets() -> list:
+    common = {"provider": "aws", "model": "llama-3.1-8b", "quantization": "fp8", "emulator": {"time_scale": 0.2}}
+    disagg = Target(
+        name="b200 4-node disagg",
+        instance_type="p6-b200.48xlarge",
+        cluster={"nodes": 4, "prefill": {"workers": 2, "tp": 8}, "decode": {"workers": 2, "tp": 8}, "deadline_s": 120},
+        provider_options={"regions": ["us-east-1"], "ingress_cidr": "127.0.0.1/32"},
+        **common,
+    )
+    # p6e-gb200 is sold only as UltraServer Capacity Blocks (no list price in the catalog): priced here at
+    # the catalog's TCO neocloud tier for GB200 (InferenceX-app constants.ts, 2026-04-30), per GPU-hour
+    nvl72 = Target(
+        name="gb200 nvl72-shaped",
+        instance_type="p6e-gb200.36xlarge",
+        cluster={
+            "rack": "gb200-nvl72",
+            "nodes": 6,
+            "prefill": {"workers": 2, "tp": 4},
+            "decode": {"workers": 2, "tp": 4},
+        },
+        provider_options={"regions": ["us-east-1"], "ingress_cidr": "127.0.0.1/32"},
+        price={
+            "usd_per_gpu_hour": 2.75,
+            "market": "capacity_block",
+            "source": "catalog TCO tier, neocloud, 2026-04-30",
+        },
+        **common,
+    )
+    return [disagg, nvl72]
+
+
+def _closed_loop(base_url: str, model: str) -> dict[str, float]:
+    """CONCURRENCY users, REQUESTS streamed completions through the router: mean TTFT, output tokens/s."""
+    body = {"model": model, "prompt": " ".join(["token"] * ISL), "max_tokens": OSL, "ignore_eos": True, "stream": True}
+    headers = {"Authorization": f"Bearer {KEY}"}
+
+    def one(_: int) -> tuple[float, int]:
+        t0 = time.monotonic()
+        ttft, chunks = None, 0
+        with httpx.stream("POST", f"{base_url}/v1/completions", json=body, headers=headers, timeout=120) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    ttft = ttft if ttft is not None else time.monotonic() - t0
+                    chunks += 1
+        return ttft or float("nan"), chunks
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(CONCURRENCY) as ex:
+        done = list(ex.map(one, range(REQUESTS)))
+    wall = time.monotonic() - t0
+    return {"ttft_s": sum(d[0] for d in done) / len(done), "output_tps": REQUESTS * OSL / wall, "wall_s": wall}
+
+
+def provision_in_sandbox() -> int:
+    failures = 0
+    with Sandbox(boot_s=0.2) as sb:
+        provider = AwsProvider(sb.credentials("aws"))
+        for target in _targets():
+            fp = f"{target.nodes} nodes x {target.instance.gpus} {target.gpu.name}, kv over {target.cluster.kv_path}"
+            print(f"\n== {target.name} ({fp}) EMULATED")
+            for fault in (None, "node_create"):
+                t = target.model_copy(
+                    update={"provider_options": target.provider_options.model_copy(update={"inject_fault": fault})}
+                )
+                rid = f"rack-scale-{uuid.uuid4().hex[:8]}"
+                tags = {"bakeoff:plan": "rack-scale", "bakeoff:expires_at": str(int(time.time() + 3600))}
+                spec = {"api_key": KEY, "expires_at": time.time() + 3600}
+                started = sb.clock.now()
+                try:
+                    res = cluster.provision(provider, t, rid, tags=tags, spec=spec)
+                except cluster.ClusterFailed as e:
+                    res = e.result
+                    print(f"-- create fault on the last node: {str(e)[:160]}")
+                else:
+                    print("-- all nodes")
+                    cluster.check_roles(res, t, KEY, timeout_s=120)
+                    router = cluster.start_router(res, t, sb.workdir / rid, expires_at=time.time() + 900)
+                    try:
+                        point = _closed_loop(router.base_url, t.served_model_id)
+                    finally:
+                        router.stop()
+                    rs = cost.rack_scale(t, point["output_tps"])
+                    print(
+                        f"  served: conc {CONCURRENCY}, {REQUESTS} x ({ISL} in, {OSL} out): "
+                        f"TTFT {point['ttft_s']:.3f} s, "
+                        f"{point['output_tps']:.0f} out tok/s ({rs['output_tps_per_gpu']:.1f}/GPU, "
+                        f"{rs['output_tps_per_rack']:.0f}/rack of 72 GPUs), time_scale {t.emulator.time_scale}"
+                    )
+                    print(
+                        f"  cost: {rs['usd_per_gpu_hour']:.2f} USD/GPU-h, {rs['usd_per_target_hour']:.2f} USD/h "
+                        f"for the target, {rs['usd_per_rack_hour']:.2f} USD/rack-h, "
+                        f"{rs['usd_per_m_output']:.2f} USD/M out tokens "
+                        f"[{rs['price_source']}]"
+                    )
+                    cluster.release(provider, rid, res, {})
+                print("\n".join("  " + row for row in res.timeline()))
+                deadline = started + res.deadline_s
+                sb.clock.advance(res.deadline_s + 60)  # past the deadline, on the sandbox clock
+                left = provider.list_tagged(rid)
+                after = sb.meter.billed_minutes("aws", deadline)
+                print(f"  nodes left: {len(left)}; node-minutes billed after the deadline: {after:.2f}")
+                failures += bool(left) or after > 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -111,7 +111,8 @@ def guard_usd_per_hour(target: Target) -> float:
     listed = target.instance.usd_per_hour
     if listed is None:
         listed = reference_usd_per_hour(target.instance)
-    return max(x for x in (listed, target.usd_per_hour) if x is not None)
+    # a cluster target bills every one of its nodes
+    return max(x for x in (listed, target.usd_per_hour) if x is not None) * getattr(target, "nodes", 1)
 
 
 def resolve_ceiling(value: Any = None) -> float:

@@ -50,6 +50,14 @@ def _plan_check(args) -> int:
             f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"
         )
         print(f"  weights {t.checkpoint_id}" + (f", recipe {t.recipe}" if t.recipe else ""))
+        if t.cluster:
+            c = t.cluster
+            shape = f"{c.rack} rack, " if c.rack else ""
+            print(
+                f"  cluster: {shape}{t.nodes} nodes ({t.gpus_used} GPUs, each node billed), prefill "
+                f"{c.prefill.workers}x tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} "
+                f"ep{c.decode.ep}, KV over {c.kv_path}, all nodes up within {c.deadline_s:.0f}s or all released"
+            )
         if t.speculative:
             s = t.speculative
             pinned = f" pinned AL {t.pinned_acceptance_length:g}" if s.acceptance == "pinned" else " real acceptance"

@@ -93,6 +93,35 @@ def break_even_usd_per_gpu_hour(usd_per_gpu_hour: float, own_cost: float, rival_
     return usd_per_gpu_hour * rival_cost / own_cost
 
 
+RACK_GPUS = 72  # one NVL72 rack; an 8-GPU-node cluster is compared per 72 GPUs, the same silicon count
+
+
+def rack_scale(target: Target, output_tps: float) -> dict[str, float | int | str]:
+    """A target's price and throughput at rack scale: USD per GPU-hour, per node-hour, per target-hour
+    (every node billed) and per rack-hour (an NVL72 rack's trays, or 72 GPUs of 8-GPU nodes); output
+    tokens/s per GPU and per rack; USD per million output tokens. ``output_tps``: the target's
+    measured (or emulated) output tokens/s at the SLO."""
+    it = target.instance
+    node_gpus, nodes = it.gpus, target.nodes
+    gpus = nodes * node_gpus
+    usd_gpu_h = target.usd_per_hour / node_gpus
+    per_gpu = output_tps / gpus if gpus else float("nan")
+    return {
+        "target": target.name,
+        "nodes": nodes,
+        "gpus": gpus,
+        "rack": (target.cluster.rack if target.cluster else None) or f"{RACK_GPUS} GPUs of {node_gpus}-GPU nodes",
+        "usd_per_gpu_hour": usd_gpu_h,
+        "usd_per_node_hour": target.usd_per_hour,
+        "usd_per_target_hour": target.usd_per_hour * nodes,
+        "usd_per_rack_hour": usd_gpu_h * RACK_GPUS,
+        "output_tps_per_gpu": per_gpu,
+        "output_tps_per_rack": per_gpu * RACK_GPUS,
+        "usd_per_m_output": float(per_m_tokens(usd_gpu_h, per_gpu)),
+        "price_source": target.price_source,
+    }
+
+
 def node_spec(target: Target) -> str:
     it, g = target.instance, target.gpu
     if target.instance_type is None:  # a static endpoint described in the plan: only what it says
@@ -114,7 +143,7 @@ def _targets_frame(plan: Plan, status: dict[str, dict[str, Any]]) -> pd.DataFram
                 "gpu": t.gpu.name,
                 "node_gpus": it.gpus,
                 "gpus_used": t.gpus_used,
-                "replicas_per_node": it.gpus // t.gpus_used,
+                "replicas_per_node": it.gpus * t.nodes // t.gpus_used,  # a cluster: 1 (one serving unit)
                 "node_spec": node_spec(t),
                 "instance_type": it.type,
                 "provider": t.provider,

@@ -7,7 +7,17 @@ A target opts in with ``provider_options: {inject_fault: <stage>}``; the pipelin
 from __future__ import annotations
 
 # weights_incomplete is acted on by a sandbox node, not the pipeline: its boot's weights step finds a shard missing
-STAGES = ("launch", "after_create", "ready_timeout", "deploy", "benchmark", "report", "weights_incomplete")
+# node_create: the last node of a cluster target fails its create (bakeoff.cluster releases the others)
+STAGES = (
+    "launch",
+    "after_create",
+    "ready_timeout",
+    "deploy",
+    "benchmark",
+    "report",
+    "weights_incomplete",
+    "node_create",
+)
 
 
 class InjectedFault(RuntimeError):

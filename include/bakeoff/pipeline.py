@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from bakeoff import approval, facts, faults, secrets, store
+from bakeoff import approval, facts, faults, paths, secrets, store
 from bakeoff.agent import job
 from bakeoff.claims import check_plan_claims
 from bakeoff.paths import reports_root, safe_name
@@ -243,6 +243,8 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         secrets=serving_secrets or {},
         tls=tls,
     )
+    if target.cluster is not None:
+        return _provision_cluster(run_dir, plan, target, rid, provider, tags, spec, earlier)
     asked = time.time()
     try:
         inst = provider.create(target, rid, tags=tags, spec=spec)
@@ -280,6 +282,79 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     return inst.to_dict()
 
 
+def _provision_cluster(
+    run_dir: str,
+    plan: Plan,
+    target: Target,
+    rid: str,
+    provider: Provider,
+    tags: dict[str, str],
+    spec: LaunchSpec,
+    earlier: tuple[facts.Launch, ...],
+) -> dict[str, Any]:
+    """A target spanning nodes: every node up within ``cluster.deadline_s`` or every node released
+    (bakeoff.cluster), then the emulated router in front; what later steps reach is the router. Each
+    node is a launch of the target (so teardown knows every id); cluster.json holds the timeline and
+    each node's role, image, args and instance. Emulated clusters only: a cloud cluster needs the
+    recipe's orchestrator on its nodes, which bakeoff does not render yet."""
+    from bakeoff import cluster  # noqa: PLC0415 - only a cluster target needs the cluster layer
+
+    if not PROVIDERS[target.provider].emulated:
+        raise ProviderError(
+            f"targets.{target.name}.cluster: bakeoff provisions a {target.provider} cluster all or nothing "
+            "(benchmarks/rack_scale.py rehearses it in the sandbox) but does not yet start the recipe's "
+            "orchestrator on cloud nodes, so a run serves a cluster target on the local provider only"
+        )
+    res = cluster.provision(provider, target, rid, tags=tags, spec=spec)
+    tdir = store.target_dir(plan.name, rid, target.slug)
+    try:
+        router = cluster.start_router(
+            res,
+            target,
+            paths.state_root() / "routers" / safe_name(f"{rid}-{target.slug}"),
+            expires_at=float(spec.expires_at or 0),
+        )
+    except ProviderError:
+        cluster.release(provider, rid, res, {})
+        raise
+    store.write_json(
+        tdir / "cluster.json",
+        {**res.to_dict(), "router": router.config, "nodes_provenance": cluster.provenance(res, target)},
+    )
+    first = res.nodes[0].instance or {}
+    host, port = router.base_url.rsplit("//", 1)[1].rsplit(":", 1)
+    front = Instance(
+        provider=target.provider,
+        id=str(first.get("id")),
+        target=target.slug,
+        run_id=rid,
+        state="running",
+        host=host,
+        port=int(port),
+        instance_type=target.instance_type or "",
+        region=first.get("region"),
+        launched_at=first.get("launched_at"),
+        expires_at=float(spec.expires_at or 0),
+        details={"emulated": True, "cluster": [n.instance_id for n in res.nodes], "router_pid": router.pid},
+    )
+    store.write_json(tdir / "instance.json", front.to_dict())
+    launches = tuple(
+        facts.Launch(instance_id=n.instance_id, launched_at=(n.instance or {}).get("launched_at") or time.time())
+        for n in res.nodes
+    )
+    _target_step(
+        run_dir,
+        target.slug,
+        facts.Provision(
+            instance_id=front.id,
+            launched_at=front.launched_at or time.time(),
+            tries=(*earlier, *launches),
+            provisioning={"nodes": len(res.nodes), "ready_s": max(n.ready_s or 0.0 for n in res.nodes)},
+        ),
+    )
+    return front.to_dict()
+
+
 @holds_slot("node_ready")
 def node_ready(
     run_dir: str, slug: str, instance: dict[str, Any], since: float, credentials: CredentialsFn = credentials_from_env
@@ -289,6 +364,8 @@ def node_ready(
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
     inst = Instance.from_dict(instance)
+    if target.cluster is not None:  # provision waited for every node and started the router
+        return inst.to_dict()
     timeout_s = float(target.provider_options.get("ready_timeout_s", 1800))
     ready = provider_for(target.provider, credentials).check_ready(inst)
     if ready is None:
@@ -556,6 +633,10 @@ def terminate(
         )
     )
     failed: dict[str, str] = {}
+    if target.cluster is not None and instance and (instance.get("details") or {}).get("router_pid"):
+        from bakeoff.cluster import stop_router  # noqa: PLC0415 - only a cluster target has a router
+
+        stop_router(int(instance["details"]["router_pid"]))
     done = teardown.terminate_ids(provider, rid, known, failed)
     found, more, unlisted = teardown.terminate_tagged(provider, rid, failed, slug=target.slug, skip=set(known))
     for where, why in unlisted.items():
@@ -573,6 +654,19 @@ def terminate(
     if failed:
         raise teardown.TeardownIncomplete(f"terminate {slug}", failed)
     return {"target": slug, "terminated": [*done, *more]}
+
+
+def _stop_routers(plan: Plan, rid: str, targets: list[Target]) -> None:
+    """The emulated router of each cluster target (its pid in instance.json, checked before a signal)."""
+    for t in targets:
+        if t.cluster is None:
+            continue
+        inst = store.read_json(store.target_dir(plan.name, rid, t.slug) / "instance.json", {}) or {}
+        pid = (inst.get("details") or {}).get("router_pid") if isinstance(inst, dict) else None
+        if isinstance(pid, int):
+            from bakeoff.cluster import stop_router  # noqa: PLC0415 - only a cluster target has a router
+
+            stop_router(pid)
 
 
 def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
@@ -594,6 +688,7 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
             errors[name] = f"{type(e).__name__}: {e}"
             continue
         known = list(dict.fromkeys(i for t in targets for i in teardown.recorded_ids(run_dir, plan.name, rid, t.slug)))
+        _stop_routers(plan, rid, targets)
         killed[name] += teardown.terminate_ids(provider, rid, known, errors)
         _, more, unlisted = teardown.terminate_tagged(provider, rid, errors, skip=set(known))
         killed[name] += more

@@ -18,6 +18,15 @@ from bakeoff.providers.base import Provider, ProviderError, list_best_effort
 
 log = logging.getLogger(__name__)
 
+# A cluster target's nodes carry the target tag ``<slug>--n<i>`` (bakeoff.cluster): a target's slug
+# never holds "--", so one target's teardown finds all its nodes and no other target's.
+NODE_SEP = "--"
+
+
+def of_target(tagged: str, slug: str) -> bool:
+    """The instance tagged ``tagged`` is the target's own node, or one node of its cluster."""
+    return tagged == slug or tagged.startswith(slug + NODE_SEP)
+
 
 class TeardownIncomplete(ProviderError):
     """Some node could not be terminated or some place could not be searched; the rest was done."""
@@ -73,7 +82,7 @@ def terminate_tagged(
     Returns (ids found, ids terminated, where the listing could not look); failed terminations go to ``errors``."""
     found, where = list_best_effort(provider, run_id)
     unlisted = {(w if w == provider.name else f"{provider.name}:{w}"): why for w, why in where.items()}
-    ids = [i.id for i in found if (slug is None or i.target == slug) and i.id not in skip]
+    ids = [i.id for i in found if (slug is None or of_target(i.target, slug)) and i.id not in skip]
     done = []
     for iid in ids:
         try:

@@ -21,10 +21,11 @@ from bakeoff.providers.base import (
     ProviderError,
     Refused,
 )
+from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.tags import TAG_PORT, TAG_RUN, TAG_TARGET
 
 
-class TinyCloud(CloudProvider):
+class TinyCloud(UserDataBoot, CloudProvider):
     """Refuses the regions in ``full`` (capacity) and ``capped`` (quota); remembers every call."""
 
     name = "tiny"

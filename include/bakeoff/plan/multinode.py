@@ -3,9 +3,10 @@
 The data is a dated snapshot (``bakeoff/recipes/inferencex-multinode.yaml``, written by
 scripts/vendor_recipes.py beside the single-node file). Each recipe names an orchestrator (Dynamo, llm-d,
 SGLang PD, ATOM's mesh), the engine its workers run, the router and the KV transfer engine; each arm of
-its search space gives the prefill and decode roles as published. bakeoff does not deploy these yet: a
-target naming one is refused with that reason (plan.recipes), and the emulator's paper model of the
-shape (serving.emulator.disagg) gives its expected curve, EMULATED.
+its search space gives the prefill and decode roles as published. A target cannot name one as its
+template yet (plan.recipes refuses it, pointing to ``cluster:``, plan.cluster, where a target gives the
+same roles itself); the emulator's paper model of the shape (serving.emulator.disagg) gives its
+expected curve, EMULATED.
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ def not_deployable_message(name: str, field: str = "recipe") -> str:
     r = multinode_recipes()[name]
     return (
         f"{field}: {name!r} is a multi-node disaggregated recipe ({r.orchestrator} with {r.engine} on {r.gpu}, "
-        f"prefill and decode on separate workers); bakeoff deploys single-node targets only, so it cannot be a "
-        f"target yet. Its emulated shape: python -m bakeoff recipes show {name}"
+        f"prefill and decode on separate workers); a recipe cannot be a target's template yet, but a target may "
+        f"give the same roles itself: instance_type of its GPU, cluster: {{nodes: N (or rack: gb200-nvl72), "
+        f"prefill: {{workers, tp, ep}}, decode: {{...}}}}. Its arms and emulated shape: "
+        f"python -m bakeoff recipes show {name}"
     )

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from bakeoff import catalog
+from bakeoff.plan import cluster as clusters
 from bakeoff.plan import recipes
 from bakeoff.plan.fields import HF_REPO_RE, Strict
 from bakeoff.plan.options import (
@@ -142,6 +143,9 @@ class Target(Strict):
     emulator: EmulatorSettings = EmulatorSettings()
     # the class of the target's provider (OPTIONS); serialized as that class, with its own fields
     provider_options: SerializeAsAny[ProviderOptions] = ProviderOptions()
+    cluster: clusters.Cluster | None = Field(
+        None, description="several nodes (or a rack shape) with prefill and decode roles; default one node"
+    )
     price: PriceOverride | None = None
     notes: str = ""
 
@@ -287,7 +291,7 @@ class Target(Strict):
     def _fits(self) -> Target:
         self._static_only()
         it = self.instance
-        if self.gpus_used > it.gpus:
+        if self.cluster is None and self.gpus_used > it.gpus:
             raise ValueError(
                 f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; "
                 "lower tensor_parallel"
@@ -330,6 +334,16 @@ class Target(Strict):
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "
                 "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_fits(self) -> Target:
+        """A multi-node target: the cloud must place nodes together (and sell its rack), the roles must fit."""
+        c = self.cluster
+        if c is not None:
+            if self.instance_type is None:
+                raise ValueError("cluster: a target spanning nodes needs a catalog instance_type for its nodes")
+            clusters.check(c, self.provider, self.instance.type, self.instance.gpus, self.instance.gpu)
         return self
 
     @model_validator(mode="after")
@@ -468,8 +482,14 @@ class Target(Strict):
         return self.provider_options.client_mode or PROVIDERS[self.provider].client_mode
 
     @property
+    def nodes(self) -> int:
+        """Nodes the target takes (1 unless it is a cluster)."""
+        return self.cluster.node_count if self.cluster else 1
+
+    @property
     def usd_per_hour(self) -> float:
-        """Node price in force for this run: the per-run override, else the catalog."""
+        """Node price in force for this run: the per-run override, else the catalog (a cluster pays it
+        on each of its ``nodes``)."""
         p = self.price
         if p and p.usd_per_hour:
             return p.usd_per_hour
@@ -526,7 +546,10 @@ class Target(Strict):
 
     @property
     def gpus_used(self) -> int:
-        """GPUs serving the model (TP x PP): the divisor of every per-GPU figure."""
+        """GPUs serving the model (TP x PP; a cluster: every GPU of its nodes, as each is billed): the
+        divisor of every per-GPU figure."""
+        if self.cluster is not None:
+            return self.nodes * self.instance.gpus
         return self.tensor_parallel * self.pipeline_parallel
 
     @property

@@ -34,6 +34,7 @@ from bakeoff.providers.base import (
     Refused,
     reachable,
 )
+from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.rest import resolve_address
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
@@ -72,7 +73,7 @@ def split_id(instance_id: str) -> tuple[str, str]:
     return region, iid
 
 
-class AwsProvider(CloudProvider):
+class AwsProvider(UserDataBoot, CloudProvider):
     name = "aws"
     tag_codec = node_tags.EC2
 

@@ -282,11 +282,13 @@ class CloudProvider(Provider):
 
     tag_codec: Any  # tags.Pairs or tags.Labels: how this cloud spells the tags
 
+    @abc.abstractmethod
+    def boot_script(self, target: Any, launch: LaunchSpec) -> str:
+        """The node's user data for this launch (providers/boot.py renders it with serving.userdata)."""
+
     def create(
         self, target: Any, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
     ) -> Instance:
-        from bakeoff.serving import userdata  # noqa: PLC0415 - serving imports this module (LaunchSpec): no cycle
-
         launch = LaunchSpec.of(spec)
         self.require(target)
         existing = self.find_existing(target, run_id)
@@ -295,7 +297,7 @@ class CloudProvider(Provider):
             self.secured(target, run_id, existing)
             existing.details["provisioning"] = Provisioning(reused=True).to_dict()
             return existing
-        script = userdata.render_for(target, launch)
+        script = self.boot_script(target, launch)
         labels = node_tags(tags, run_id, target.slug, target.stack_spec.port)
         record = Provisioning()
         context = self.prepare(target, run_id, labels)

@@ -45,6 +45,7 @@ from bakeoff.providers.base import (
     Refused,
     reachable,
 )
+from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.rest import resolve_address
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
@@ -131,7 +132,7 @@ def _config(creds: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-class OciProvider(CloudProvider):
+class OciProvider(UserDataBoot, CloudProvider):
     name = "oci"
     tag_codec = TAGS
 

@@ -35,6 +35,7 @@ from bakeoff.providers.base import (
     Refused,
     reachable,
 )
+from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.credentials import TOKEN_ENV
 from bakeoff.providers.registry import provider_info
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
@@ -279,7 +280,7 @@ def refusal_reason(message: str) -> RefusalReason:
 CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold out|limit", re.I)
 
 
-class RestProvider(CloudProvider):
+class RestProvider(UserDataBoot, CloudProvider):
     """The create/poll/list/delete cycle both REST clouds share; subclasses say how their API spells it.
 
     Idempotency without client tokens: create first lists the run's nodes by tag and returns the

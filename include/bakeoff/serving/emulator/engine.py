@@ -59,6 +59,7 @@ class Sequence:
     done: bool = False
     blocks: list[int] = field(default_factory=list)  # prefix-cache keys of the prompt's full blocks
     held: int = 0  # leading blocks of `blocks` this sequence holds in the cache
+    kv_in: int = 0  # prompt tokens whose KV arrived from a prefill node (disaggregated decode): not prefilled here
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -216,6 +217,13 @@ class RooflineEngine:
             self.reserved += need
             if self.cache:
                 self._reuse(seq, self.cache)
+            if seq.kv_in > seq.prefilled:  # its KV was transferred in: only the last prompt token runs here
+                arrived = min(seq.kv_in, seq.prompt_tokens - 1) - seq.prefilled
+                seq.prefilled, seq.kv, self.kv_tokens = (
+                    seq.prefilled + arrived,
+                    seq.kv + arrived,
+                    self.kv_tokens + arrived,
+                )
             take = self._prefill(seq, budget)
             chunk, budget = chunk + take, budget - take
         if self.cache:  # unused cached blocks get what running sequences do not reserve

@@ -40,6 +40,7 @@ log = logging.getLogger("bakeoff.emulator")
 
 CONFIG = web.AppKey("config", EmulatorConfig)
 ENGINE = web.AppKey("engine", RooflineEngine)
+KV_IN_HEADER = "X-Bakeoff-KV-Transferred"  # the router's decode hop: prompt tokens whose KV arrived
 CHAT_DEFAULT_MAX_TOKENS = 256  # vLLM's default is "the rest of the context"; bounded here
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's completions default
 
@@ -239,6 +240,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         error_rate=config.accuracy_error_rate,
     )
     seq = Sequence(prompt_tokens, len(reply.words), max_tokens, arrival=arrival)
+    if request.headers.get(KV_IN_HEADER, "").isdigit():  # disaggregated: prefill ran on a prefill node
+        seq.kv_in = min(int(request.headers[KV_IN_HEADER]), prompt_tokens)
     if engine.cache:
         seq.blocks = prefix_cache.block_keys(words, engine.cache.block_tokens)
     words = reply.words

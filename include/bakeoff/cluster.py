@@ -1,0 +1,417 @@
+"""All-or-nothing provisioning of a target that spans nodes, as a layer above the providers.
+
+A cluster target (plan.cluster) is N nodes of one instance type, each with a role (prefill, decode,
+or idle: a rack's unused tray). This module asks the target's provider for each node through its
+ordinary per-instance API (create, check_ready, terminate), under one deadline for the whole
+cluster: either every node is running and reachable by then, or every node that was asked for is
+released (a partial cluster never starts a benchmark, and never outlives the deadline) and
+ClusterFailed names the node and its role.
+
+Nodes are ordinary instances of the run: each carries the run's tags and its own target tag
+``<target slug>--n<i>`` (teardown.NODE_SEP), so the sweep (every instance tagged with the run), the
+reaper (each tagged instance by its run and expiry) and each node's kill switch (the same
+``expires_at`` and ``shutdown_after_s`` in every node's spec) treat them as one unit, and
+teardown.terminate_tagged(slug=<target>) finds all of a target's nodes. Every step is timed, so the
+caller can print or store the timeline per node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from bakeoff import faults, teardown
+from bakeoff.plan.cluster import layout_for
+from bakeoff.providers.base import TAG_TARGET, Instance, LaunchSpec, Provider, ProviderError
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
+
+log = logging.getLogger(__name__)
+
+TAG_ROLE = "bakeoff:role"  # prefill | decode | idle
+TAG_CLUSTER = "bakeoff:cluster"  # the target's slug, on each of its nodes
+
+
+def node_slug(target_slug: str, index: int) -> str:
+    """The target tag of one node: a slug never holds ``--`` (Target.slug collapses runs of dashes)."""
+    return f"{target_slug}{teardown.NODE_SEP}n{index}"
+
+
+class NodeTarget:
+    """One node of a cluster target as a provider sees it: the target, with its own name and slug (so
+    per-(run, target) idempotency keys, names and tags differ per node) and its role's parallelism
+    (one worker per node, its TP capped at the node's GPUs: a worker spanning trays is served by its
+    first one in the emulator). Everything else is the target's."""
+
+    def __init__(self, target: Any, index: int, role: str):
+        self._target, self.index, self.role = target, index, role
+        self.name = f"{target.name} node {index} {role}"
+        self.slug = node_slug(target.slug, index)
+        spec = getattr(target.cluster, role, None) if role in ("prefill", "decode") else None
+        gpus = target.instance.gpus
+        self.tensor_parallel = min(spec.gpus_per_worker, gpus) if spec else gpus
+        self.expert_parallel = self.tensor_parallel if spec and spec.ep > 1 else 1
+        self.data_parallel_attention = bool(spec and spec.dp_attention)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._target, item)
+
+    @property
+    def gpus_used(self) -> int:
+        return int(self.tensor_parallel)
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:
+        """The node as a single-node target (what the local emulator and a node's boot script serve)."""
+        out: dict[str, Any] = self._target.model_dump(**kw)
+        out.update(
+            name=self.name,
+            cluster=None,
+            tensor_parallel=self.tensor_parallel,
+            pipeline_parallel=1,
+            expert_parallel=self.expert_parallel,
+            data_parallel_attention=self.data_parallel_attention,
+        )
+        return out
+
+
+@dataclass
+class ClusterNode:
+    """One node and its timeline (seconds from the cluster's start; None: never reached)."""
+
+    index: int
+    role: str
+    slug: str
+    instance: dict[str, Any] | None = None
+    asked_s: float | None = None
+    created_s: float | None = None
+    ready_s: float | None = None
+    released_s: float | None = None
+    error: str | None = None
+
+    @property
+    def instance_id(self) -> str | None:
+        return (self.instance or {}).get("id")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ClusterResult:
+    target: str
+    nodes: list[ClusterNode]
+    deadline_s: float
+    released: list[str] = field(default_factory=list)
+    started: float | None = None  # the clock's reading when provisioning began (timeline origin)
+
+    def by_role(self, role: str) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.role == role]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "deadline_s": self.deadline_s,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "released": list(self.released),
+        }
+
+    def timeline(self) -> list[str]:
+        """One line per node: seconds from the start to asked, created, ready, released ('-': never)."""
+        rows = [f"{'node':>4} {'role':8} {'asked s':>8} {'created s':>9} {'ready s':>8} {'released s':>10}  error"]
+        for n in self.nodes:
+            c = [("-" if v is None else f"{v:.2f}") for v in (n.asked_s, n.created_s, n.ready_s, n.released_s)]
+            rows.append(f"{n.index:>4} {n.role:8} {c[0]:>8} {c[1]:>9} {c[2]:>8} {c[3]:>10}  {n.error or ''}")
+        return rows
+
+
+class ClusterFailed(ProviderError):
+    """Some node could not be created or was not ready in time; every node asked for was released."""
+
+    def __init__(self, message: str, result: ClusterResult, errors: dict[str, str]):
+        left = f"; could not release: {errors}" if errors else ""
+        super().__init__(f"{message}; released {len(result.released)} node(s) of {result.target}{left}")
+        self.result, self.errors = result, dict(errors)
+
+
+def provision(
+    provider: Provider,
+    target: Any,
+    run_id: str,
+    *,
+    tags: dict[str, str],
+    spec: LaunchSpec | Mapping[str, Any],
+    deadline_s: float | None = None,
+    poll_s: float = 0.05,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ClusterResult:
+    """Create every node of the cluster target, then look at each until all are ready; at the first
+    failure, or at the deadline (the plan's ``cluster.deadline_s`` unless given), release every node
+    and raise ClusterFailed naming the node and its role."""
+    cluster = target.cluster
+    if cluster is None:
+        raise ValueError(f"targets.{target.name}.cluster: not a cluster target")
+    roles = layout_for(cluster, target.instance.gpus)
+    result = ClusterResult(target.slug, [], float(deadline_s if deadline_s is not None else cluster.deadline_s))
+    result.nodes = [ClusterNode(i, role, node_slug(target.slug, i)) for i, role in enumerate(roles)]
+    t0 = result.started = clock()
+    deadline = t0 + result.deadline_s
+    last = len(result.nodes) - 1
+    for node in result.nodes:
+        if clock() >= deadline:
+            _fail(
+                provider, run_id, result, t0, clock, f"cluster {target.name}: deadline passed before node {node.index}"
+            )
+        node.asked_s = clock() - t0
+        nt = NodeTarget(target, node.index, node.role)
+        try:
+            if node.index == last:
+                faults.maybe_fail("node_create", target)
+            inst = provider.create(
+                nt,
+                run_id,
+                tags={**tags, TAG_TARGET: nt.slug, TAG_ROLE: node.role, TAG_CLUSTER: target.slug},
+                spec=LaunchSpec.of(spec),  # the node's role and index travel in its target and tags
+            )
+        except Exception as e:  # noqa: BLE001 - any failure releases the whole cluster
+            node.error = f"{type(e).__name__}: {e}"
+            _fail(
+                provider,
+                run_id,
+                result,
+                t0,
+                clock,
+                f"cluster {target.name}: node {node.index} ({node.role}) could not be created: {node.error}",
+            )
+        node.instance = inst.to_dict()
+        node.created_s = clock() - t0
+    pending = list(result.nodes)
+    while pending:
+        for node in list(pending):
+            try:
+                ready = provider.check_ready(Instance.from_dict(node.instance or {}))
+            except Exception as e:  # noqa: BLE001
+                node.error = f"{type(e).__name__}: {e}"
+                _fail(
+                    provider,
+                    run_id,
+                    result,
+                    t0,
+                    clock,
+                    f"cluster {target.name}: node {node.index} ({node.role}) ended before it was ready: {node.error}",
+                )
+            if ready is not None:
+                node.instance, node.ready_s = ready.to_dict(), clock() - t0
+                pending.remove(node)
+        if pending and clock() >= deadline:
+            late = ", ".join(f"node {n.index} ({n.role})" for n in pending)
+            for n in pending:
+                n.error = f"not ready after {result.deadline_s:.0f}s"
+            _fail(
+                provider,
+                run_id,
+                result,
+                t0,
+                clock,
+                f"cluster {target.name}: {late} not running with an address after the cluster deadline "
+                f"{result.deadline_s:.0f}s (targets.{target.name}.cluster.deadline_s)",
+            )
+        if pending:
+            sleep(min(poll_s, max(0.0, deadline - clock())))
+    return result
+
+
+def _fail(
+    provider: Provider, run_id: str, result: ClusterResult, t0: float, clock: Callable[[], float], why: str
+) -> None:
+    errors: dict[str, str] = {}
+    release(provider, run_id, result, errors, t0=t0, clock=clock)
+    log.error("%s", why)
+    raise ClusterFailed(why, result, errors)
+
+
+def release(
+    provider: Provider,
+    run_id: str,
+    result: ClusterResult,
+    errors: dict[str, str],
+    *,
+    t0: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """Terminate every node of the cluster: the ids it knows first, then whatever the run's tag finds
+    for the target's nodes (a create whose answer was lost). Failures go to ``errors``."""
+    start = t0 if t0 is not None else result.started if result.started is not None else clock()
+    known = [n.instance_id for n in result.nodes if n.instance_id]
+    done = teardown.terminate_ids(provider, run_id, [i for i in known if i], errors)
+    _, more, unlisted = teardown.terminate_tagged(provider, run_id, errors, slug=result.target, skip=set(known))
+    errors.update(unlisted)
+    now = clock() - start
+    for n in result.nodes:
+        if n.instance_id and f"{provider.name}:{n.instance_id}" not in errors:
+            n.released_s = now
+    result.released = sorted({*result.released, *(i for i in known if i), *done, *more})
+    return result.released
+
+
+# --- serving a cluster: KV path, the emulated router, readiness per role, provenance -------------
+
+
+def kv_seconds_per_token(target: Any) -> float:
+    """Seconds one prompt token's KV takes from a prefill worker to a decode worker: over NVLink inside
+    a rack, else over the GPUs' scale-out NICs (plan.multinode.SCALE_OUT_GBPS), each prefill GPU
+    sending its shard (as serving.emulator.disagg models it). Emulated time, before time_scale."""
+    from bakeoff.plan.multinode import SCALE_OUT_GBPS  # noqa: PLC0415 - the recipes' module, only to serve a cluster
+    from bakeoff.serving.emulator.roofline import Roofline  # noqa: PLC0415 - the roofline only to serve a cluster
+
+    cluster, gpu = target.cluster, target.gpu
+    node = NodeTarget(target, 0, "prefill")
+    link_gbps = gpu.scale_up_gbps if cluster.kv_path == "nvlink" else SCALE_OUT_GBPS.get(gpu.name, 50.0)
+    # a NodeTarget reads as its Target (every other attribute is the target's): the roofline sees one node
+    return float(
+        Roofline.for_target(cast("Target", node)).kv_bytes_per_token / (link_gbps * 1e9 * node.tensor_parallel)
+    )
+
+
+def role_urls(result: ClusterResult, role: str) -> list[str]:
+    return [Instance.from_dict(n.instance or {}).base_url for n in result.by_role(role)]
+
+
+@dataclass
+class Router:
+    """The emulated cluster's front: its base URL and the process serving it."""
+
+    base_url: str
+    pid: int
+    config: dict[str, Any]
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        import signal  # noqa: PLC0415 - only stopping a router needs signals
+
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        proc = _routers.pop(self.pid, None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                proc.wait(timeout=grace_s)
+
+
+_routers: dict[int, subprocess.Popen] = {}
+
+
+def start_router(
+    result: ClusterResult, target: Any, workdir: Path, *, expires_at: float | None = None, timeout_s: float = 30.0
+) -> Router:
+    """Start the router (serving.emulator.router) over the cluster's prefill and decode nodes on
+    loopback; it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox)."""
+    config = {
+        "prefill": role_urls(result, "prefill"),
+        "decode": role_urls(result, "decode"),
+        "kv_s_per_token": kv_seconds_per_token(target),
+        "time_scale": target.emulator.time_scale,
+        "expires_at": expires_at,
+    }
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg, port_file, log_path = workdir / "router.json", workdir / "router.port", workdir / "router.log"
+    cfg.write_text(json.dumps(config))
+    port_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "bakeoff.serving.emulator.router", "--config", str(cfg), "--port-file", str(port_file)]
+    with open(log_path, "ab") as log_fh:
+        proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    _routers[proc.pid] = proc
+    deadline = time.monotonic() + timeout_s
+    while not port_file.is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            Router("", proc.pid, config).stop()
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise ProviderError(f"cluster {target.name}: the router did not start; its log ends:\n{tail}")
+        time.sleep(0.05)
+    return Router(f"http://127.0.0.1:{int(port_file.read_text())}", proc.pid, config)
+
+
+def stop_router(pid: int) -> bool:
+    """Stop a router this module started, by pid, only if that pid still runs the router (a recorded
+    pid may have been reused, or tampered with)."""
+    import psutil  # noqa: PLC0415 - only stopping a router by its recorded pid checks the process
+
+    try:
+        if "bakeoff.serving.emulator.router" not in psutil.Process(pid).cmdline():
+            return False
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    Router("", pid, {}).stop()
+    return True
+
+
+def check_roles(
+    result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 5.0, poll_s: float = 0.2
+) -> None:
+    """Wait until every serving node answers /health and offers the target's model; after ``timeout_s``
+    ProviderError naming the role and node that does not (the deploy failure a person acts on)."""
+    import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    want = target.served_model_id
+    pending = [n for n in result.nodes if n.role in ("prefill", "decode")]
+    deadline = time.monotonic() + timeout_s
+    why: dict[int, str] = {}
+    while pending:
+        for n in list(pending):
+            url = Instance.from_dict(n.instance or {}).base_url
+            try:
+                health = httpx.get(f"{url}/health", timeout=min(5.0, timeout_s))
+                models = httpx.get(f"{url}/v1/models", headers=headers, timeout=min(5.0, timeout_s))
+                ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
+            except (httpx.HTTPError, ValueError) as e:
+                why[n.index] = f"{type(e).__name__}: {e}"
+                continue
+            if health.status_code == 200 and want in ids:
+                pending.remove(n)
+            else:
+                why[n.index] = f"/health {health.status_code}, /v1/models {models.status_code}: {ids}"
+        if pending and time.monotonic() >= deadline:
+            n = pending[0]
+            raise ProviderError(
+                f"cluster {target.name}: {n.role} node {n.index} is not serving {want} after {timeout_s:.0f}s "
+                f"({why.get(n.index)})"
+            )
+        if pending:
+            time.sleep(poll_s)
+
+
+def provenance(result: ClusterResult, target: Any) -> list[dict[str, Any]]:
+    """Each node's role, image, engine args and parallelism, instance id, type and address."""
+    out = []
+    for n in result.nodes:
+        nt, inst = NodeTarget(target, n.index, n.role), n.instance or {}
+        out.append(
+            {
+                "node": n.index,
+                "role": n.role,
+                "instance_id": inst.get("id"),
+                "instance_type": inst.get("instance_type") or target.instance_type,
+                "region": inst.get("region"),
+                "host": inst.get("host"),
+                "image": target.image,
+                "engine_args": list(target.engine_args),
+                "tensor_parallel": nt.tensor_parallel,
+                "expert_parallel": nt.expert_parallel,
+                "data_parallel_attention": nt.data_parallel_attention,
+                "emulated": bool((inst.get("details") or {}).get("emulated")),
+            }
+        )
+    return out
