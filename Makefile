@@ -39,8 +39,12 @@ demo: venv airflow-db
 	$(PY) -m bakeoff summary --plan '$(PLAN)'; \
 	if [ $$rc -ne 0 ]; then echo "the DAG run failed (exit $$rc): its failed tasks are in the log named above" >&2; fi; exit $$rc
 
-## test: the whole test suite (installs Python and Debian test dependencies first)
+## test: the whole test suite (installs Python and Debian test dependencies first). The project's
+## own modules are byte-compiled first, as the venv's are: the suite starts hundreds of Python
+## processes (airflow, emulators, the CLI), and with PYTHONDONTWRITEBYTECODE set each one would
+## otherwise compile every module it imports again.
 test: venv system-deps
+	$(PY) -m compileall -q include dags plugins > /dev/null
 	$(PY) -m pytest -q
 
 ## test-unit: the fast tests, without the e2e, browser, sandbox and distributed ones (markers set by
@@ -73,13 +77,15 @@ ui: venv airflow-db
 ## venv: the virtualenv, exactly the lock (sync removes what the lock does not list; every wheel's
 ## hash is checked), then bakeoff itself as an editable install. --python names the venv's interpreter:
 ## `python -m uv` (the fallback when uv is not on PATH) would otherwise install into the Python that
-## runs it, not into $(VENV), whatever VIRTUAL_ENV says.
+## runs it, not into $(VENV), whatever VIRTUAL_ENV says. --compile-bytecode writes every module's
+## .pyc at install time (pip does, uv does not by default): where PYTHONDONTWRITEBYTECODE is set no
+## process could cache one, and each would spend seconds compiling Airflow, GX and pandas again.
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	@$(MAKE) --no-print-directory ensure-uv
 	@test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
-	$(UV) pip sync --quiet --python $(PY) --require-hashes requirements.txt
-	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	$(UV) pip sync --quiet --compile-bytecode --python $(PY) --require-hashes requirements.txt
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps -e .
 	@touch $(STAMP)
 
 ensure-uv:

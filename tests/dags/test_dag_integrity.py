@@ -145,7 +145,7 @@ def test_waits_are_sensors_that_free_the_worker(dagbag, provider):
     for name, timeout_s in timeouts.items():
         sensor = t[f"{g}.{name}"]
         assert sensor.mode == "reschedule" and sensor.timeout == timeout_s and sensor.retries == 0
-        assert sensor.poke_interval == (30 if REGISTRY[g].provisions else 5)
+        assert sensor.poke_interval == (30 if REGISTRY[g].provisions else 2)
     chain = ["provision", "wait_node", "deploy", "wait_serving", "accuracy_gate", "benchmark", "wait_benchmark"]
     for before, after in itertools.pairwise(chain):
         assert f"{g}.{before}" in t[f"{g}.{after}"].upstream_task_ids, (before, after)
@@ -350,3 +350,17 @@ def test_unpausing_starts_no_run_until_the_schedule_is_enabled(dagbag):
     assert type(gate).__name__ == "_ShortCircuitDecoratedOperator" and gate.ignore_downstream_trigger_rules
     assert [r.task_id for r in dag.roots] == ["schedule_gate"]
     assert gate.get_flat_relative_ids(upstream=False) == {t.task_id for t in dag.tasks} - {"schedule_gate"}
+
+
+def test_the_cloud_sensors_poke_interval_comes_from_the_environment(dagbag, monkeypatch):
+    """30 s unless BAKEOFF_CLOUD_POKE_S says otherwise (rehearsals on fake clouds); nonsense is refused by name."""
+    dag_file = str(ROOT / "dags" / "bakeoff_dag.py")
+    (module,) = {m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == dag_file}
+    monkeypatch.delenv(module.CLOUD_POKE_ENV, raising=False)
+    assert module.cloud_poke_s() == 30
+    monkeypatch.setenv(module.CLOUD_POKE_ENV, "2")
+    assert module.cloud_poke_s() == 2
+    for bad in ("0", "soon", "nan", "3600"):
+        monkeypatch.setenv(module.CLOUD_POKE_ENV, bad)
+        with pytest.raises(ValueError, match="BAKEOFF_CLOUD_POKE_S"):
+            module.cloud_poke_s()

@@ -36,6 +36,8 @@ def airflow_env(tmp_path_factory) -> dict[str, str]:
             "BAKEOFF_PLANS": str(home / "plans"),  # the DAG runs installed plans only, by name
             # the e2e static endpoints are emulators on loopback: this installation allows that
             "BAKEOFF_ALLOW_PRIVATE_ENDPOINTS": "true",
+            # the sandbox's fake clouds answer at once: the cloud sensors check every 2 s, not every 30 s
+            "BAKEOFF_CLOUD_POKE_S": "2",
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -62,6 +64,9 @@ def small_plan(
     for w in raw["workloads"]:
         w.update(concurrency=[1, 4], requests_per_point=8, warmup_requests=2, output_len=32, input_len=256, repeats=1)
     for t in raw["targets"]:
+        # every emulated delay at 1/20 (one scale for both targets, as the sandbox plans run): the
+        # tests check the run's wiring and records, not the emulated figures
+        t.setdefault("emulator", {})["time_scale"] = 0.05
         if fault and t["name"] in fault:
             t.setdefault("provider_options", {})["inject_fault"] = fault[t["name"]]
         if emulator and t["name"] in emulator:

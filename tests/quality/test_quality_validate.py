@@ -274,3 +274,25 @@ def test_server_figures_out_of_range_are_caught(tmp_path):
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 1, plant)))
     assert "prefix_cache_hit_rate is a share in [0, 1]" in text
     assert "at least one token per verification step" in text
+
+
+def test_gx_sees_only_the_columns_its_suite_reads():
+    """GX filters rows with DataFrame.query over every column of the frame it gets: each check hands it
+    the columns its expectations and row conditions read, the row label, and nothing else."""
+    import great_expectations.expectations as gxe
+    import pandas as pd
+    from great_expectations.expectations.row_conditions import Column
+
+    from bakeoff.quality import gx
+
+    gx.GxSession()  # a suite needs an active context
+    frame = pd.DataFrame({"request": ["a", "b"], "ok": [True, False], "ttft": [0.1, -1.0], "e2e": [1, 2], "x": [0, 0]})
+    by_column = gx.make_suite(
+        "s",
+        [gxe.ExpectColumnValuesToBeBetween(column="ttft", min_value=0, row_condition=Column("ok") == True)],  # noqa: E712
+    )
+    check = gx.Check("c", frame, by_column, "request")
+    assert list(gx.narrowed(check).columns) == ["request", "ok", "ttft"]
+    assert gx.GxSession().validate(check)["success"]  # the failing row is not ok: filtered out as before
+    table_level = gx.make_suite("t", [gxe.ExpectTableRowCountToBeBetween(min_value=1)])
+    assert gx.narrowed(gx.Check("t", frame, table_level, "request")) is frame  # a table check sees it whole
