@@ -39,14 +39,11 @@ def test_a_plan_error_is_not_read_as_a_stockout(message, source, date):
     assert not CAPACITY_RE.search(message), f"{source} ({date})"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Vultr's portal said 'temporarily sold-out' (github.com/joedicastro/vps-comparison/issues/27, "
-    "2017-05-29); CAPACITY_RE has 'sold out' with a space; if the API uses the hyphen, the create fails "
-    "instead of failing over (providers/rest.py; this test passes once the pattern reads sold.out)",
-)
 def test_vultr_sold_out_with_a_hyphen():
+    # Vultr's portal said "temporarily sold-out" (github.com/joedicastro/vps-comparison/issues/27, 2017-05-29)
     assert CAPACITY_RE.search("Plan is temporarily sold-out")
+    assert CAPACITY_RE.search("Plan is temporarily sold out")
+    assert refusal_reason("Plan is temporarily sold-out") == "capacity"
 
 
 def test_oci_out_of_host_capacity_fails_over():
@@ -61,6 +58,7 @@ def test_ec2_capacity_and_quota_codes():
     # the EC2 API's error codes (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html, as
     # quoted by gardener/machine-controller-manager-provider-aws pkg/aws/errors/codes.go v0.20.1 and
     # aws/aws-parallelcluster-node pull 673, 2025-06-27); botocore's EC2 model carries no error shapes
-    for code in ("InsufficientInstanceCapacity", "InsufficientCapacity", "InstanceLimitExceeded", "VcpuLimitExceeded"):
+    codes = ("InsufficientInstanceCapacity", "InsufficientCapacity", "InstanceLimitExceeded", "VcpuLimitExceeded")
+    for code in (*codes, "UnfulfillableCapacity"):
         assert code in CAPACITY_CODES
     assert "InvalidParameterValue" not in CAPACITY_CODES and "UnauthorizedOperation" not in CAPACITY_CODES

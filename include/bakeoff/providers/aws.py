@@ -50,6 +50,7 @@ CAPACITY_CODES = {
     "ReservationCapacityExceeded",
     "Unsupported",
     "InsufficientCapacityOnHost",
+    "UnfulfillableCapacity",  # a Spot / EC2 Fleet request with no spare capacity for it
 }
 QUOTA_CODES = {"InstanceLimitExceeded", "VcpuLimitExceeded"}  # the account's limit, not the cloud's stock
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]

@@ -277,7 +277,8 @@ def refusal_reason(message: str) -> RefusalReason:
     return "quota" if re.search(r"limit|quota", message, re.I) else "capacity"
 
 
-CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold out|limit", re.I)
+# "sold out" with a space or a hyphen (Vultr's own wording was "temporarily sold-out")
+CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold[ -]?out|limit", re.I)
 
 
 class RestProvider(UserDataBoot, CloudProvider):
