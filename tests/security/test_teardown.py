@@ -111,6 +111,8 @@ def _plan(*specs: dict):
     for spec in specs:
         t = copy.deepcopy(base)
         opts = spec.pop("provider_options", {})
+        if spec.get("provider", t["provider"]) != t["provider"]:  # another cloud's options are not Vultr's
+            t["provider_options"] = {}
         t.update(spec)
         t["provider_options"].update(opts)
         targets.append(t)

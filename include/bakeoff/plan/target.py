@@ -176,7 +176,8 @@ class Target(Strict):
             err = e.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
             fix = f"; not an option of any provider ({takes})" if err["type"] == "extra_forbidden" else ""
-            raise ValueError(f"provider_options{'.' + where if where else ''}: {err['msg']}{fix}") from None
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise ValueError(f"provider_options{'.' + where if where else ''}: {msg}{fix}") from None
 
     @field_validator("name")
     @classmethod
