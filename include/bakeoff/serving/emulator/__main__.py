@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import ssl
 import sys
 import time
@@ -29,7 +28,7 @@ from bakeoff import durable
 from bakeoff.serving.emulator import scripted
 from bakeoff.serving.emulator.config import EmulatorConfig, EmulatorConfigError, load_config
 from bakeoff.serving.emulator.roofline import Roofline
-from bakeoff.serving.emulator.server import build_app
+from bakeoff.serving.emulator.server import build_app, until_stopped
 from bakeoff.serving.tls import server_context
 
 log = logging.getLogger("bakeoff.emulator")
@@ -64,13 +63,7 @@ async def serve(
         "on" if config.api_key() else "off",
         config.time_scale,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if config.expires_at is not None:
-        loop.call_later(max(0.0, config.expires_at - time.time()), stop.set)
-    await stop.wait()
+    await until_stopped(config.expires_at)
     log.info(
         "emulator on port %s stopping%s",
         bound,

@@ -21,9 +21,7 @@ import asyncio
 import itertools
 import json
 import logging
-import signal
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import durable
-from bakeoff.serving.emulator.server import KV_IN_HEADER
+from bakeoff.serving.emulator.server import KV_IN_HEADER, until_stopped
 
 log = logging.getLogger("bakeoff.emulator.router")
 
@@ -145,13 +143,7 @@ async def serve(config: RouterConfig, host: str, port: int, port_file: Path | No
     if port_file:
         durable.write_atomic(port_file, f"{bound}\n".encode())
     log.info("router on %s:%s: %d prefill, %d decode nodes", host, bound, len(config.prefill), len(config.decode))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if config.expires_at is not None:
-        loop.call_later(max(0.0, config.expires_at - time.time()), stop.set)
-    await stop.wait()
+    await until_stopped(config.expires_at)
     await runner.cleanup()
 
 

@@ -13,10 +13,12 @@ the acceptance model. Each prompt is split into words once, for its token count 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
 import logging
+import signal
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -43,6 +45,18 @@ ENGINE = web.AppKey("engine", RooflineEngine)
 KV_IN_HEADER = "X-Bakeoff-KV-Transferred"  # the router's decode hop: prompt tokens whose KV arrived
 CHAT_DEFAULT_MAX_TOKENS = 256  # vLLM's default is "the rest of the context"; bounded here
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's completions default
+
+
+async def until_stopped(expires_at: float | None) -> None:
+    """Wait for SIGTERM or SIGINT, or the node's expiry (the emulated twin of a cloud node's shutdown
+    timer): how the emulator and its disaggregated router both end."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if expires_at is not None:
+        loop.call_later(max(0.0, expires_at - time.time()), stop.set)
+    await stop.wait()
 
 
 class BadRequest(Exception):
