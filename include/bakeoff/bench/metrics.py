@@ -423,6 +423,9 @@ POINT_METRICS: tuple[Metric, ...] = (
         "a stall passed monitor.STALL_BOUND_MS",
         lambda p: bool(p.client.get("client_stalled", False)) and len(p.ok) > 0,
     ),
+    _from_client("client_fleet", "members", "client members that measured the point (bench.fleet; NaN for one)"),
+    _from_client("clock_offset_ms_max", "ms", "largest clock offset of a fleet member, corrected (bench.fleet)"),
+    _from_client("clock_rtt_ms_max", "ms", "largest round trip of a member's kept clock exchange: 2x its error bound"),
     one(
         "token_count_method",
         "label",

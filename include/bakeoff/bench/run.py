@@ -18,6 +18,7 @@ from bakeoff import store
 from bakeoff.bench import clock, server_metrics, sessions, sizing, workloads
 from bakeoff.bench.calibration import calibrate, calibration_line
 from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.fleet import measure_in_fleet
 from bakeoff.bench.loadgen import PointId, arrival_offsets
 from bakeoff.bench.metrics import summarize
 from bakeoff.bench.point import Ctx, client_for, measure_here, measure_sessions
@@ -155,9 +156,11 @@ async def measure_point(
     offsets=None,
     specs=None,
 ) -> dict:
-    """Measure one point (worker processes when the workload asks), save it, return its summary."""
+    """Measure one point (a client fleet or worker processes when the workload asks), save it, return its summary."""
     offsets = clock.to_wall(offsets, ctx.time_scale)  # arrivals in the emulated hardware's seconds
-    if ctx.workload.workers > 1:
+    if ctx.workload.client_fleet > 1:
+        measure = measure_in_fleet(ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs)
+    elif ctx.workload.workers > 1:
         measure = measure_in_workers(ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs)
     else:
         measure = measure_here(

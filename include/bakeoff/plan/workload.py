@@ -191,6 +191,7 @@ REQUEST_ONLY = (
     "rates",
     "trace_path",
     "sla",
+    "client_fleet",
 )
 
 
@@ -301,6 +302,13 @@ class Workload(Strict):
     sla: SlaSearch | None = None
     max_point_s: float | None = Field(None, gt=0, le=86_400, description="stop sending new requests after this long")
     workers: int = Field(1, ge=1, le=64, description="client processes sharing the load (when one core is not enough)")
+    client_fleet: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="client members sharing the load without a shared clock (bench.fleet: one schedule, "
+        "clock offsets measured and corrected); 1 = one client",
+    )
 
     @field_validator("concurrency")
     @classmethod
@@ -328,6 +336,16 @@ class Workload(Strict):
                     f"rate {r:g} requests/s is above the ceiling of {MAX_RATE:g}; list rates up to {MAX_RATE:g}"
                 )
         return v
+
+    @model_validator(mode="after")
+    def _one_spread(self) -> Workload:
+        """A fleet's members are single processes: workers inside a fleet are not built."""
+        if self.workers > 1 and self.client_fleet > 1:
+            raise ValueError(
+                f"client_fleet: {self.client_fleet} members with workers: {self.workers} each is not supported; "
+                "set one of them to 1 (a fleet of client_fleet single-process members, or workers on one host)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _kind(self) -> Workload:
