@@ -16,8 +16,8 @@ disaggregated B200 target and an NVL72-shaped GB200 target (6 trays of a gb200-n
 each provision through bakeoff.cluster (all or nothing, one deadline), serve through the emulated
 router (a short closed loop: TTFT, output tokens/s, the rack-scale cost), and tear down; then each
 again with its last node's create failing (inject_fault: node_create). Prints the provisioning
-timeline per node, nodes left on the cloud, and node-minutes billed after the deadline. A client
-fleet across workers is not built, so nothing here spans client processes.
+timeline per node, nodes left on the cloud, and node-minutes billed after the deadline. Part (b),
+the client fleet across processes, is benchmarks/client_fleet.py.
 """
 
 from __future__ import annotations

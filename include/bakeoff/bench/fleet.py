@@ -133,7 +133,10 @@ def _recv(conn: Connection, timeout_s: float | None, who: str) -> dict[str, Any]
         raise FleetError(f"{who}: channel closed") from e
     except OSError as e:  # over MESSAGE_MAX_BYTES, or the connection broke
         raise FleetError(f"{who}: {type(e).__name__}: {e}") from e
-    msg = json.loads(raw)
+    try:
+        msg = json.loads(raw)
+    except ValueError as e:  # never unpickled: the channel carries JSON only
+        raise FleetError(f"{who}: a message that is not JSON") from e
     if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
         raise FleetError(f"{who}: a message without an op")
     if msg["op"] == "error":
