@@ -1,6 +1,6 @@
 """A point's client over a fleet of member processes (bench.fleet), and the fleet a 1M tokens/s rack needs.
 
-    python benchmarks/client_fleet.py [--members 2] [--requests 2048] [--rate 1000] [--skew-ms 250]
+    python benchmarks/client_fleet.py [--members 2] [--requests 2048] [--rate 400] [--skew-ms 250]
 
 Ingest: closed loop C=64, 256 output tokens per request (one token per SSE chunk), against the
 scripted server with zero TTFT/ITL, through one fleet point of 1 and then ``--members`` member
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", type=int, default=2)
     ap.add_argument("--requests", type=int, default=2048, help="measured requests of each ingest point")
-    ap.add_argument("--rate", type=float, default=1000.0, help="open-loop requests/s")
+    ap.add_argument("--rate", type=float, default=400.0, help="open-loop requests/s")
     ap.add_argument("--skew-ms", type=float, default=250.0, help="member 1's injected clock skew")
     a = ap.parse_args(argv)
     print(f"EMULATED, loopback; {os.cpu_count()} CPUs on this machine, shared with the server and other work")

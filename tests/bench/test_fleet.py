@@ -104,13 +104,14 @@ def test_open_loop_fleet_sends_the_schedule_once_and_corrects_a_skewed_clock(ser
     by = {r.member: r for r in point.members}
     assert by[1].offset_s == pytest.approx(-SKEW_S, abs=0.005) and abs(by[0].offset_s) < 0.005
     assert point.figures["clock_offset_ms_max"] == pytest.approx(SKEW_S * 1e3, abs=5)
-    # corrected send times on the coordinator's clock are when the server saw the requests arrive ...
+    # corrected send times on the coordinator's clock are when the server saw the requests arrive
+    # (the tolerance is for a busy test machine: uncorrected, member 1's would be 5 s off) ...
     sent = np.sort([r.send_time for r in recs])
     arrived = np.sort(server.arrivals)
-    assert np.abs(sent - arrived).max() < 0.02, "a member's send times were not put on the one clock"
-    # ... and each went out at the shared start plus its scheduled offset, member 1's clock skew or not
-    due = point.start_time + np.asarray([r.scheduled_offset for r in recs])
-    assert np.abs(np.asarray([r.send_time for r in recs]) - due).max() < 0.03
+    assert np.abs(sent - arrived).max() < 0.1, "a member's send times were not put on the one clock"
+    # ... and every member's clock started at the one shared start, member 1's skew or not
+    started = np.asarray([r.send_time - r.start_offset for r in recs])
+    assert np.abs(started - point.start_time).max() < 0.01
     assert all(r.start_offset >= r.scheduled_offset for r in recs)
 
 

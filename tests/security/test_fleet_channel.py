@@ -26,6 +26,9 @@ class _Thread:
     def is_alive(self) -> bool:
         return self.t.is_alive()
 
+    def join(self, timeout: float | None = None) -> None:
+        self.t.join(timeout)
+
     def terminate(self) -> None:
         pass
 

@@ -65,7 +65,7 @@ def client_cores(plan) -> list[dict]:
             {
                 "index": i,
                 "workload": w.name,
-                "workers": w.workers,
+                "workers": max(w.workers, w.client_fleet),  # client processes, on one host or a fleet
                 "cores_needed": cores_needed(w),
                 "requests_s": load[0] if load else None,
                 "tokens_s": load[1] if load else None,
