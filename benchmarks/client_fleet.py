@@ -60,7 +60,7 @@ def _span(recs) -> float:
     return max(r.start_offset + r.elapsed for r in ok) - min(r.start_offset for r in ok) if ok else float("nan")
 
 
-def ingest(url: str, members: int, requests: int) -> tuple[float, float]:
+def ingest(url: str, members: int, requests: int, label: str = "") -> tuple[float, float]:
     """One closed-loop ingest point over ``members``; (merged tokens/s, mean tokens per member CPU-second)."""
     w = Workload(
         name="ingest",
@@ -78,7 +78,7 @@ def ingest(url: str, members: int, requests: int) -> tuple[float, float]:
     total = sum(r.output_tokens or 0 for r in point.records if r.ok and not r.warmup)
     span = _span(point.records)
     print(
-        f"\nIngest, {members} member(s): {total / span:,.0f} output tokens/s merged over {span:.2f} s, "
+        f"\nIngest{label}, {members} member(s): {total / span:,.0f} output tokens/s merged over {span:.2f} s, "
         f"client-bound: {point.figures['client_bound']}"
     )
     print("| member | slots | ok | output tokens/s | client CPU | tokens per client CPU-second |")
@@ -112,9 +112,9 @@ def open_loop(url: str, members: int, rate: float, skew_s: float) -> None:
     )
     print(
         "| member | injected skew (ms) | measured offset (ms) | clock round trip (ms) | send lag p50 / p99 (ms) "
-        "| corrected send - due p50 / p99 (ms) | client-bound |"
+        "| offset error (ms) | corrected send - due p50 / p99 (ms) | client-bound |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in point.members:
         mine = set(fleet.dealt(n, members, m.member, None))
         recs = [r for r in point.records if r.index in mine]
@@ -123,7 +123,7 @@ def open_loop(url: str, members: int, rate: float, skew_s: float) -> None:
         skew = works[m.member].clock_skew_s * 1e3
         print(
             f"| {m.member} | {skew:+.0f} | {m.offset_s * 1e3:+.3f} | {m.rtt_s * 1e3:.3f} | "
-            f"{lag['send_lag_ms_p50']:.3f} / {lag['send_lag_ms_p99']:.3f} | "
+            f"{lag['send_lag_ms_p50']:.3f} / {lag['send_lag_ms_p99']:.3f} | {m.offset_s * 1e3 + skew:+.3f} | "
             f"{np.percentile(due, 50):.3f} / {np.percentile(due, 99):.3f} | {m.figures['client_bound']} |"
         )
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     script = {"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": INGEST_OUT}
     with ScriptedServerProcess(script) as srv:
-        ingest(srv.url, 1, 256)  # warm the server
+        ingest(srv.url, 1, 256, " (warm-up)")
         one_tps, one_cpu = ingest(srv.url, 1, a.requests)
         fleet_tps, per_process = ingest(srv.url, a.members, a.requests)
     with ScriptedServerProcess({"ttft_ms": 5, "itl_ms": 1, "tokens_per_chunk": 1, "output_tokens": 16}) as srv:
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.members} members; 1 member alone: {one_cpu:,.0f}); {a.members} members / 1 = "
         f"{fleet_tps / one_tps:.2f}x wall throughput on this machine's cores.\n"
         f"On paper, a GB300 NVL72 serving gpt-oss-120b at {RACK_TOKENS_S:,.0f} tokens/s (MLPerf Inference v6.1 "
-        f"Server, CoreWeave, 2026) needs {RACK_TOKENS_S:,.0f} / ({per_process:,.0f} x {client_cores.HEADROOM:.0%} "
+        f"Server, CoreWeave; mlcommons/inference_results_v6.1, copied 2026-11-30)\nneeds {RACK_TOKENS_S:,.0f} / "
+        f"({per_process:,.0f} x {client_cores.HEADROOM:.0%} "
         f"headroom) = {need} member processes, one core each: {math.ceil(need / MEMBERS_PER_NODE)} client "
         f"node(s) of {MEMBERS_PER_NODE} member cores (the project's planning figure, "
         f"{client_cores.TOKENS_PER_CORE_S:,.0f} per core, gives "
