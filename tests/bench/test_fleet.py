@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from aiohttp import web
 from threaded_app import ThreadedApp
 
@@ -23,7 +24,7 @@ from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.bench.point import Ctx
 from bakeoff.bench.run import run_workload
-from bakeoff.plan import Slo, Workload
+from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict, plans_dir
 from bakeoff.serving.endpoint import Endpoint
 
 SKEW_S = 5.0
@@ -155,9 +156,20 @@ def test_a_workload_with_client_fleet_runs_through_the_benchmark_step(server, tm
     assert server.peak <= 3
 
 
-def test_client_fleet_beside_workers_is_refused_naming_the_field():
-    with pytest.raises(ValueError, match="client_fleet: 2 members with workers: 2"):
-        Workload(name="x", input_len=8, output_len=2, concurrency=[4], workers=2, client_fleet=2)
+def _plan_error(**workload) -> str:
+    raw = yaml.safe_load((plans_dir() / "local-demo.yaml").read_text())
+    raw["workloads"] = [{"name": "top", **workload}]
+    with pytest.raises(PlanError) as e:
+        plan_from_dict(raw, source="t.yaml")
+    return str(e.value)
+
+
+def test_a_fleet_the_benchmark_cannot_run_is_refused_naming_the_field():
+    msg = _plan_error(input_len=8, output_len=2, concurrency=[4], workers=2, client_fleet=2)
+    assert "workloads[0]" in msg and "client_fleet: 2 members with workers: 2" in msg and "set one of them to 1" in msg
+    sessions = {"concurrent_sessions": [4]}
+    assert "client_fleet: not used by kind sessions" in _plan_error(kind="sessions", sessions=sessions, client_fleet=2)
+    assert "client_fleet" in _plan_error(input_len=8, output_len=2, client_fleet=0)
 
 
 def test_a_member_that_fails_fails_the_point(tmp_path):
