@@ -1,7 +1,8 @@
 """Vendored serving recipes (InferenceX's single-node configs): named target templates a plan can start from.
 
 The data is a dated snapshot (``bakeoff/recipes/inferencex.yaml``, refreshed by scripts/vendor_recipes.py);
-a target names one with ``recipe:`` and overrides any field it wants.
+a target names one with ``recipe:`` and overrides any field it wants. A multi-node recipe
+(plan.multinode) is named the same way, with ``recipe_arm:`` for which of its prefill/decode shapes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import catalog
-from bakeoff.plan.multinode import multinode_recipes, not_deployable_message
+from bakeoff.plan.multinode import multinode_recipes
 
 RECIPES_FILE = "inferencex.yaml"
 
@@ -158,14 +159,11 @@ def recipes() -> dict[str, Recipe]:
 
 
 def unknown_recipe_message(name: str, field: str = "recipe") -> str:
-    if name in multinode_recipes():
-        return not_deployable_message(name, field)
-    known = recipes()
-    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
+    close = difflib.get_close_matches(name, [*recipes(), *multinode_recipes()], n=5, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     return (
-        f"{field}: no recipe named {name!r}; {hint}{len(known)} recipes are vendored "
-        "(list them with: python -m bakeoff recipes)"
+        f"{field}: no recipe named {name!r}; {hint}{len(recipes())} recipes are vendored, and "
+        f"{len(multinode_recipes())} multi-node ones (list them with: python -m bakeoff recipes [--multinode])"
     )
 
 
