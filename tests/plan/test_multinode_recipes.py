@@ -134,3 +134,14 @@ def test_cli_lists_multinode_recipes_and_shows_one_with_its_emulated_shape(capsy
     assert "EMULATED" in out and "1 rack(s), KV over NVLink" in out and "single-node" in out
     assert main(["recipes", "show", "dsr1-fp4-gb200-dynamo-trtt", "--multinode"]) == 2
     assert "did you mean dsr1-fp4-gb200-dynamo-trt" in capsys.readouterr().err
+
+
+def test_the_published_points_part_c_compares_name_recipe_arms_of_their_shape_with_source_and_dates():
+    doc = yaml.safe_load((ROOT / "benchmarks/data/inferencex_disagg_published.yaml").read_text())
+    src = doc["source"]
+    assert src["repo"] and len(src["commit"]) == 40 and src["published"] and src["measured"]
+    for shape in doc["shapes"]:
+        arm = multinode.multinode_recipe(shape["recipe"]).arms[shape["arm"]]
+        assert arm.gpus == shape["gpus"] and arm.speculative == "mtp", shape["recipe"]
+        concs = [p[0] for p in shape["points"]]
+        assert concs == sorted(concs) and all(p[1] > 0 and p[2] > 0 for p in shape["points"])
