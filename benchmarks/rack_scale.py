@@ -19,6 +19,14 @@ again with its last node's create failing (inject_fault: node_create). Prints th
 timeline per node, nodes left on the cloud, and node-minutes billed after the deadline. A client
 fleet across workers is not built, so nothing here spans client processes.
 
+    python benchmarks/rack_scale.py --recipes
+
+The issue's four recipe families as targets (``recipe:`` + ``recipe_arm:``, plan.multinode), each at its
+smallest arm, on the local provider (emulator processes, EMULATED): the GB200 and GB300 Dynamo SGLang
+recipes (NVL72 trays) and the MI355X SGLang PD and ATOM recipes (8-GPU nodes). Each renders, provisions
+all or nothing, serves a short closed loop through the router, is costed at rack scale, and is released;
+prints the rendered cluster, the timeline per node and nodes left.
+
     python benchmarks/rack_scale.py --published
 
 Part (c): the emulator's disaggregated curve (serving.emulator.disagg, EMULATED) for each recipe arm whose
@@ -57,11 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default=None)
     ap.add_argument("--provision", action="store_true", help="part (a): provision, serve, tear down in the sandbox")
     ap.add_argument("--published", action="store_true", help="part (c): the emulated curve against InferenceX's")
+    ap.add_argument("--recipes", action="store_true", help="the four recipe families as targets, on the local provider")
     args = ap.parse_args(argv)
     if args.provision:
         return provision_in_sandbox()
     if args.published:
         return against_published()
+    if args.recipes:
+        return recipes_on_local()
     chosen = [
         r
         for r in multinode.multinode_recipes().values()
@@ -196,6 +207,76 @@ def provision_in_sandbox() -> int:
                 after = sb.meter.billed_minutes("aws", deadline)
                 print(f"  nodes left: {len(left)}; node-minutes billed after the deadline: {after:.2f}")
                 failures += bool(left) or after > 0
+    return 1 if failures else 0
+
+
+# --- the recipe families as targets, on the local provider -----------------------------------
+
+RECIPE_ARMS = (
+    ("dsr1-fp8-gb200-dynamo-sglang", 0),
+    ("dsr1-fp8-gb300-dynamo-sglang", 0),
+    ("dsr1-fp4-mi355x-sglang-disagg", 0),
+    ("dsv4-fp4-mi355x-atom-disagg", 1),
+)
+
+
+def recipes_on_local() -> int:
+    import os  # noqa: PLC0415 - the local provider's state folder, for this run only
+    import tempfile  # noqa: PLC0415
+
+    from bakeoff.providers.local import LocalProvider  # noqa: PLC0415
+
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="rack-scale-recipes-") as tmp:
+        os.environ["BAKEOFF_LOCAL_STATE"] = str(Path(tmp) / "local")
+        provider = LocalProvider(grace_s=1.0)
+        for name, arm in RECIPE_ARMS:
+            t = Target(
+                name=f"{name} arm {arm}",
+                provider="local",
+                recipe=name,
+                recipe_arm=arm,
+                cluster={"deadline_s": 120},
+                emulator={"time_scale": 0.2},
+            )
+            c, prov = t.cluster, multinode.provenance(t.recipe, t.recipe_arm) or {}
+            shape = f"{c.rack} rack, " if c.rack else ""
+            print(
+                f"\n== {t.name} EMULATED: {prov.get('orchestrator')} + {t.stack}, router {prov.get('router')}; "
+                f"{shape}{t.nodes} x {t.instance_type} ({t.gpus_used} GPUs billed), prefill {c.prefill.workers}x "
+                f"tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} ep{c.decode.ep}, "
+                f"KV {c.kv_label}; {t.model} {t.quantization}"
+            )
+            rid = f"rack-recipes-{uuid.uuid4().hex[:8]}"
+            spec = {"api_key": KEY, "expires_at": time.time() + 900}
+            try:
+                res = cluster.provision(provider, t, rid, tags={"bakeoff:plan": "rack-scale"}, spec=spec)
+            except cluster.ClusterFailed as e:
+                print(f"  FAILED: {str(e)[:200]}")
+                failures += 1
+                continue
+            try:
+                cluster.check_roles(res, t, KEY, timeout_s=120)
+                router = cluster.start_router(res, t, Path(tmp) / rid, expires_at=time.time() + 900)
+                try:
+                    point = _closed_loop(router.base_url, t.served_model_id)
+                finally:
+                    router.stop()
+                rs = cost.rack_scale(t, point["output_tps"])
+                print(
+                    f"  served: conc {CONCURRENCY}, {REQUESTS} x ({ISL} in, {OSL} out): TTFT {point['ttft_s']:.3f} s, "
+                    f"{point['output_tps']:.0f} out tok/s ({rs['output_tps_per_gpu']:.1f}/GPU, "
+                    f"{rs['output_tps_per_rack']:.0f}/rack); {rs['usd_per_gpu_hour']:.2f} USD/GPU-h, "
+                    f"{rs['usd_per_rack_hour']:.2f} USD/rack-h, {rs['usd_per_m_output']:.2f} USD/M out "
+                    f"[{rs['price_source']}]; wall clock at time_scale {t.emulator.time_scale}, CPU-bound: the path, "
+                    "not the hardware's figures"
+                )
+            finally:
+                cluster.release(provider, rid, res, {})
+            print("\n".join("  " + row for row in res.timeline()))
+            left = provider.list_tagged(rid)
+            print(f"  nodes left: {len(left)}")
+            failures += bool(left)
     return 1 if failures else 0
 
 

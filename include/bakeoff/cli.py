@@ -63,7 +63,7 @@ def _plan_check(args) -> int:
             print(
                 f"  cluster: {shape}{t.nodes} nodes ({t.gpus_used} GPUs, each node billed), prefill "
                 f"{c.prefill.workers}x tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} "
-                f"ep{c.decode.ep}, KV over {c.kv_path}, all nodes up within {c.deadline_s:.0f}s or all released"
+                f"ep{c.decode.ep}, KV {c.kv_label}, all nodes up within {c.deadline_s:.0f}s or all released"
             )
         if t.speculative:
             s = t.speculative

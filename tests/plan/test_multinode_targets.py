@@ -44,8 +44,10 @@ def test_every_arm_of_the_rack_scale_and_mi355x_recipes_renders_into_a_cluster(n
         assert t.nodes == need and t.gpus_used == need * per_node >= arm.gpus
         if r.gpu in ("gb200", "gb300"):
             assert c.rack == f"{r.gpu}-nvl72" and per_node == 4 and c.kv_over_nvlink
+            assert c.kv_label == f"{r.kv_transfer} (in the NVLink domain)"
         else:
             assert c.rack is None and per_node == 8 and not c.kv_over_nvlink
+            assert c.kv_label == f"{r.kv_transfer} (over the NICs)"
         assert c.kv_path == r.kv_transfer
         prov = multinode.provenance(t.recipe, t.recipe_arm)
         assert prov["orchestrator"] == r.orchestrator and prov["router"] == r.router

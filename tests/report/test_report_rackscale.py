@@ -32,7 +32,7 @@ def test_a_cluster_gets_its_rack_figures_and_its_break_even_against_the_8_gpu_no
     at = report.tables.at_slo.set_index("target")
     mine, base = at.loc["b200-pair"], at.loc["mi355x-vllm"]
     assert (r.name, r.nodes, r.gpus, r.baseline) == ("b200-pair", 2, 16, "mi355x-vllm")
-    assert r.shape == "2 nodes of 8 GPUs, KV over nixl" and r.emulated
+    assert r.shape == "2 nodes of 8 GPUs, KV nixl (over the NICs)" and r.emulated
     # the B200 node's list price (OCI, 112 USD/h) per GPU, per 72-GPU rack and for both nodes
     assert (r.usd_per_gpu_hour, r.usd_per_rack_hour, r.usd_per_target_hour) == (14.0, 14.0 * 72, 224.0)
     assert r.output_tps_per_gpu == pytest.approx(mine["output_tps_per_gpu"])

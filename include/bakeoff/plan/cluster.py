@@ -98,6 +98,13 @@ class Cluster(Strict):
         return self.kv_transfer or ("nvlink" if self.rack else "nixl")
 
     @property
+    def kv_label(self) -> str:
+        """The KV transfer engine and the link it crosses, for people."""
+        if self.kv_path == "nvlink":
+            return "nvlink"
+        return f"{self.kv_path} ({'in the NVLink domain' if self.kv_over_nvlink else 'over the NICs'})"
+
+    @property
     def kv_over_nvlink(self) -> bool:
         """KV stays in the NVLink domain: inside a rack whatever engine moves it, or plain nvlink."""
         return self.rack is not None or self.kv_transfer == "nvlink"

@@ -34,7 +34,7 @@ class RackRow:
     workload: str
     slug: str
     name: str
-    shape: str  # "gb300-nvl72: 2 of 18 trays, KV over nvlink" / "2 nodes of 8 GPUs, KV over mori"
+    shape: str  # "gb300-nvl72: 2 of 18 trays, KV nixl (in the NVLink domain)"; else "2 nodes of 8 GPUs, KV ..."
     nodes: int
     gpus: int
     usd_per_gpu_hour: float
@@ -66,8 +66,8 @@ def _shape(t: Target) -> str:
         return "1 node"
     if c.rack:
         trays = racks()[c.rack]["trays"]
-        return f"{c.rack}: {t.nodes} of {trays} trays, KV over {c.kv_path}"
-    return f"{t.nodes} nodes of {t.instance.gpus} GPUs, KV over {c.kv_path}"
+        return f"{c.rack}: {t.nodes} of {trays} trays, KV {c.kv_label}"
+    return f"{t.nodes} nodes of {t.instance.gpus} GPUs, KV {c.kv_label}"
 
 
 def _baseline(plan: Plan, at: pd.DataFrame, basis: str) -> Any:
