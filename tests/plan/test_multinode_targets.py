@@ -75,6 +75,9 @@ def test_a_node_without_a_list_price_is_priced_at_the_tco_tier_and_the_plan_over
 def test_a_cloud_gets_its_rack_offer_and_a_cloud_without_the_rack_is_refused_naming_the_field():
     (t,) = _plan(recipe="dsr1-fp4-gb200-dynamo-trt", recipe_arm=0, provider="oci").targets
     assert t.instance_type == "BM.GPU.GB200.4" and t.cluster.rack == "gb200-nvl72"
+    # AWS sells the rack as p6e-gb200 UltraServer trays, with no list price: the TCO tier prices them
+    (t,) = _plan(recipe="dsr1-fp4-gb200-dynamo-trt", recipe_arm=0, provider="aws").targets
+    assert t.instance_type == "p6e-gb200.36xlarge" and t.price.market == "tco" and t.price.usd_per_gpu_hour == 2.75
     with pytest.raises(PlanError, match=r"cluster\.rack: aws does not offer gb300-nvl72 .*gb200-nvl72"):
         _plan(recipe="dsr1-fp4-gb300-dynamo-trt", recipe_arm=0, provider="aws")
     with pytest.raises(PlanError, match=r"cluster: vultr has no multi-node placement offer"):
@@ -100,3 +103,8 @@ def test_an_unknown_or_missing_arm_is_refused_listing_the_arms():
         _plan(recipe_arm=0, instance_type="BM.GPU.B200.8", model="deepseek-r1")
     with pytest.raises(PlanError, match=r"recipe: no recipe named 'dsr1-fp4-gb200-dynamo-trtt'; did you mean"):
         _plan(recipe="dsr1-fp4-gb200-dynamo-trtt", recipe_arm=0)
+
+
+def test_an_unknown_provider_is_named_as_such_not_as_a_missing_offer():
+    with pytest.raises(PlanError, match=r"targets\[0\]\.provider: Input should be 'local'"):
+        _plan(recipe="dsr1-fp4-gb200-dynamo-trt", recipe_arm=0, provider="nowhere")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bakeoff import catalog
 from bakeoff.plan.cluster import KV_TRANSFERS, ClusterRole, check_offer, offers, racks
 from bakeoff.plan.fields import HF_REPO_RE
+from bakeoff.providers.registry import PROVIDERS
 
 MULTINODE_FILE = "inferencex-multinode.yaml"
 
@@ -189,32 +191,40 @@ def rack_shape(gpu: str) -> str | None:
 
 
 def _node_type(r: MultinodeRecipe, provider: str, rack: str | None, node_gpus: int) -> str | None:
-    """The catalog instance type a recipe's nodes default to on this provider: the cloud's rack offer,
-    else its instance of the GPU with that many GPUs; the local provider (any catalog type) takes
-    OCI's, else any catalogued one."""
+    """The catalog instance type a recipe's nodes default to on a cloud: its rack offer, else its
+    instance of the GPU with that many GPUs (priced first)."""
     sold = ((offers().get(provider) or {}).get("racks") or {}).get(rack or "") or {}
     if sold.get("instance_type"):
         return str(sold["instance_type"])
-    fit = [it for it in catalog.instance_types().values() if it.gpu == r.gpu and it.gpus == node_gpus]
-    if provider != "local":
-        fit = [it for it in fit if it.provider == provider]
-    fit.sort(key=lambda it: (it.provider != "oci", it.usd_per_hour is None, it.type))
+    fit = [
+        it
+        for it in catalog.instance_types().values()
+        if it.gpu == r.gpu and it.gpus == node_gpus and it.provider == provider
+    ]
+    fit.sort(key=lambda it: (it.usd_per_hour is None, it.type))
     return fit[0].type if fit else None
 
 
 def cluster_template(
-    r: MultinodeRecipe, index: Any, provider: Any, instance_type: Any, own_cluster: Any
+    r: MultinodeRecipe,
+    index: Any,
+    provider: Any,
+    instance_type: Any,
+    own_cluster: Any,
+    catalog_node: Callable[[str, int], str | None],
 ) -> dict[str, Any]:
     """Target fields one arm of a multi-node recipe sets: engine, image, checkpoint, the node type and
     the ``cluster`` (nodes from the roles' GPUs and the node or tray size; a GB200/GB300 recipe on its
     NVL72 rack shape). The target's own fields win (``cluster`` key by key). A cloud without the rack
-    is refused here, naming cluster.rack; roles that do not fit are refused by plan.cluster.check."""
+    is refused here, naming cluster.rack; roles that do not fit are refused by plan.cluster.check.
+    The node type: the cloud's (``_node_type``); on a provider that provisions nothing (the emulator)
+    ``catalog_node(gpu, gpus)``, the node the single-node recipes default to (plan.recipes)."""
     arm = r.arms[pick_arm(r, index)]
     rack = rack_shape(r.gpu)
     own = own_cluster if isinstance(own_cluster, dict) else {}
     if rack is not None and "rack" in own:
         rack = own["rack"]
-    if isinstance(provider, str) and provider != "static" and (rack or provider != "local"):
+    if provider in PROVIDERS:  # an unknown provider: its own field says so
         check_offer(provider, rack if isinstance(rack, str) else None)
     out: dict[str, Any] = {
         "stack": r.engine,
@@ -225,9 +235,12 @@ def cluster_template(
     if re.fullmatch(HF_REPO_RE, r.checkpoint):
         out["checkpoint"] = r.checkpoint  # else (a local path in the recipe) the catalog's checkpoint
     it_name = instance_type if isinstance(instance_type, str) else None
-    if it_name is None and isinstance(provider, str):
+    if it_name is None and provider in PROVIDERS:
         node_gpus = TRAY_GPUS if rack else 8
-        it_name = _node_type(r, provider, rack if isinstance(rack, str) else None, node_gpus)
+        if PROVIDERS[provider].provisions:
+            it_name = _node_type(r, provider, rack if isinstance(rack, str) else None, node_gpus)
+        else:
+            it_name = catalog_node(r.gpu, node_gpus)
         if it_name is None:
             raise ValueError(
                 f"instance_type: the catalog has no {provider} node of {node_gpus} {r.gpu} GPUs for {r.name}; "

@@ -91,13 +91,8 @@ class Recipe(BaseModel):
         return self.kv_offload.backend if self.kv_offload else "-"
 
     def default_instance_type(self) -> str | None:
-        """The recipe's own, else the catalog's OCI bare-metal node for its GPU (the one cloud with all three)."""
-        if self.instance_type:
-            return self.instance_type
-        for it in catalog.instance_types().values():
-            if it.provider == "oci" and it.gpu == self.gpu and it.gpus == 8:
-                return it.type
-        return None
+        """The recipe's own, else the catalog's 8-GPU node for its GPU (``catalog_node``)."""
+        return self.instance_type or catalog_node(self.gpu, 8)
 
     def template(self) -> dict[str, Any]:
         """Target fields this recipe sets (a plan's own fields override them)."""
@@ -132,6 +127,14 @@ class Recipe(BaseModel):
         """InferenceX's KV host tier: node host DRAM x dram_utilization x tp/8 (its runners' formula)."""
         share = (self.kv_offload.dram_utilization if self.kv_offload else None) or 0.5
         return round(HOST_DRAM_GB.get(self.gpu, 2000.0) * share * self.tp / 8, 1)
+
+
+def catalog_node(gpu: str, gpus: int) -> str | None:
+    """The node a recipe's GPU defaults to where any catalog type will do (the emulator): OCI's
+    bare-metal node (the one cloud with all three GPU families), else a priced one, else any."""
+    fit = [it for it in catalog.instance_types().values() if it.gpu == gpu and it.gpus == gpus]
+    fit.sort(key=lambda it: (it.provider != "oci", it.usd_per_hour is None, it.type))
+    return fit[0].type if fit else None
 
 
 # Host DRAM of InferenceX's 8-GPU runners, GB: MI355X 2,861,022 MiB (its local-run README's worked example);

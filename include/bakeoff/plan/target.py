@@ -101,7 +101,12 @@ def _from_multinode_recipe(data: dict[str, Any], r: multinode.MultinodeRecipe) -
     """One arm of a multi-node recipe as the target's fields (its ``cluster`` merged key by key with
     the target's own); the target's other fields win as with any recipe."""
     template = multinode.cluster_template(
-        r, data.get("recipe_arm"), data.get("provider"), data.get("instance_type"), data.get("cluster")
+        r,
+        data.get("recipe_arm"),
+        data.get("provider"),
+        data.get("instance_type"),
+        data.get("cluster"),
+        recipes.catalog_node,
     )
     if template.get("price") is None or "price" in data:
         template.pop("price", None)
