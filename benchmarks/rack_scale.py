@@ -18,18 +18,37 @@ router (a short closed loop: TTFT, output tokens/s, the rack-scale cost), and te
 again with its last node's create failing (inject_fault: node_create). Prints the provisioning
 timeline per node, nodes left on the cloud, and node-minutes billed after the deadline. Part (b),
 the client fleet across processes, is benchmarks/client_fleet.py.
+
+    python benchmarks/rack_scale.py --recipes
+
+The issue's four recipe families as targets (``recipe:`` + ``recipe_arm:``, plan.multinode), each at its
+smallest arm, on the local provider (emulator processes, EMULATED): the GB200 and GB300 Dynamo SGLang
+recipes (NVL72 trays) and the MI355X SGLang PD and ATOM recipes (8-GPU nodes). Each renders, provisions
+all or nothing, serves a short closed loop through the router, is costed at rack scale, and is released;
+prints the rendered cluster, the timeline per node and nodes left.
+
+    python benchmarks/rack_scale.py --published
+
+Part (c): the emulator's disaggregated curve (serving.emulator.disagg, EMULATED) for each recipe arm whose
+InferenceX measurements are public (benchmarks/data/inferencex_disagg_published.yaml, with its source,
+commit and dates) at the published sequence lengths and concurrencies, beside the published points:
+total tokens/s per GPU and tokens/s per user, their ratios, and the shape (each curve normalised to its
+first point). The other rack-scale recipes (GB300 Dynamo, MI355X SGLang PD and ATOM) have no stored
+published points: listed as such, shape only.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import math
 import sys
 import time
 import uuid
 from pathlib import Path
 
 import httpx
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
@@ -45,9 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="deepseek-r1")
     ap.add_argument("--precision", default=None)
     ap.add_argument("--provision", action="store_true", help="part (a): provision, serve, tear down in the sandbox")
+    ap.add_argument("--published", action="store_true", help="part (c): the emulated curve against InferenceX's")
+    ap.add_argument("--recipes", action="store_true", help="the four recipe families as targets, on the local provider")
     args = ap.parse_args(argv)
     if args.provision:
         return provision_in_sandbox()
+    if args.published:
+        return against_published()
+    if args.recipes:
+        return recipes_on_local()
     chosen = [
         r
         for r in multinode.multinode_recipes().values()
@@ -183,6 +208,146 @@ def provision_in_sandbox() -> int:
                 print(f"  nodes left: {len(left)}; node-minutes billed after the deadline: {after:.2f}")
                 failures += bool(left) or after > 0
     return 1 if failures else 0
+
+
+# --- the issue's recipe families as targets, on the local provider -----------------------------------
+
+RECIPE_ARMS = (
+    ("dsr1-fp8-gb200-dynamo-sglang", 0),
+    ("dsr1-fp8-gb300-dynamo-sglang", 0),
+    ("dsr1-fp4-mi355x-sglang-disagg", 0),
+    ("dsv4-fp4-mi355x-atom-disagg", 1),
+)
+
+
+def recipes_on_local() -> int:
+    import os  # noqa: PLC0415 - the local provider's state folder, for this run only
+    import tempfile  # noqa: PLC0415
+
+    from bakeoff.providers.local import LocalProvider  # noqa: PLC0415
+
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="rack-scale-recipes-") as tmp:
+        os.environ["BAKEOFF_LOCAL_STATE"] = str(Path(tmp) / "local")
+        provider = LocalProvider(grace_s=1.0)
+        for name, arm in RECIPE_ARMS:
+            t = Target(
+                name=f"{name} arm {arm}",
+                provider="local",
+                recipe=name,
+                recipe_arm=arm,
+                cluster={"deadline_s": 120},
+                emulator={"time_scale": 0.2},
+            )
+            c, prov = t.cluster, multinode.provenance(t.recipe, t.recipe_arm) or {}
+            shape = f"{c.rack} rack, " if c.rack else ""
+            print(
+                f"\n== {t.name} EMULATED: {prov.get('orchestrator')} + {t.stack}, router {prov.get('router')}; "
+                f"{shape}{t.nodes} x {t.instance_type} ({t.gpus_used} GPUs billed), prefill {c.prefill.workers}x "
+                f"tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} ep{c.decode.ep}, "
+                f"KV {c.kv_label}; {t.model} {t.quantization}"
+            )
+            rid = f"rack-recipes-{uuid.uuid4().hex[:8]}"
+            spec = {"api_key": KEY, "expires_at": time.time() + 900}
+            try:
+                res = cluster.provision(provider, t, rid, tags={"bakeoff:plan": "rack-scale"}, spec=spec)
+            except cluster.ClusterFailed as e:
+                print(f"  FAILED: {str(e)[:200]}")
+                failures += 1
+                continue
+            try:
+                cluster.check_roles(res, t, KEY, timeout_s=120)
+                router = cluster.start_router(res, t, Path(tmp) / rid, expires_at=time.time() + 900)
+                try:
+                    point = _closed_loop(router.base_url, t.served_model_id)
+                finally:
+                    router.stop()
+                rs = cost.rack_scale(t, point["output_tps"])
+                print(
+                    f"  served: conc {CONCURRENCY}, {REQUESTS} x ({ISL} in, {OSL} out): TTFT {point['ttft_s']:.3f} s, "
+                    f"{point['output_tps']:.0f} out tok/s ({rs['output_tps_per_gpu']:.1f}/GPU, "
+                    f"{rs['output_tps_per_rack']:.0f}/rack); {rs['usd_per_gpu_hour']:.2f} USD/GPU-h, "
+                    f"{rs['usd_per_rack_hour']:.2f} USD/rack-h, {rs['usd_per_m_output']:.2f} USD/M out "
+                    f"[{rs['price_source']}]; wall clock at time_scale {t.emulator.time_scale}, CPU-bound: the path, "
+                    "not the hardware's figures"
+                )
+            finally:
+                cluster.release(provider, rid, res, {})
+            print("\n".join("  " + row for row in res.timeline()))
+            left = provider.list_tagged(rid)
+            print(f"  nodes left: {len(left)}")
+            failures += bool(left)
+    return 1 if failures else 0
+
+
+# --- part (c): the emulated disaggregated curve against InferenceX's published one ------------------
+
+PUBLISHED = Path(__file__).resolve().parent / "data" / "inferencex_disagg_published.yaml"
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log y on log x: how a curve grows with concurrency, whatever its level."""
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    den = sum((x - mx) ** 2 for x in lx)
+    return sum((x - mx) * (y - my) for x, y in zip(lx, ly, strict=True)) / den if den else float("nan")
+
+
+def against_published() -> int:
+    doc = yaml.safe_load(PUBLISHED.read_text())
+    src = doc["source"]
+    print(
+        f"EMULATED curves against published points: {src['repo']} {src['path']} at {src['commit'][:12]} "
+        f"(published {src['published']}, measured {src['measured']})"
+    )
+    compared = set()
+    for shape in doc["shapes"]:
+        r = multinode.multinode_recipe(shape["recipe"])
+        pts = shape["points"]
+        arm = r.arms[shape["arm"]].model_copy(
+            update={"isl": shape["isl"], "osl": shape["osl"], "concurrency": [int(p[0]) for p in pts]}
+        )
+        if arm.gpus != shape["gpus"]:
+            print(f"{r.name} arm {shape['arm']}: {arm.gpus} GPUs here, {shape['gpus']} published; not the same shape")
+            return 1
+        compared.add(r.name)
+        emu = disagg.disaggregated_curve(r, arm)
+        per_total = (arm.isl + arm.osl) / arm.osl
+        print(f"\n== {r.name} arm {shape['arm']}: {arm.label}; {arm.gpus} GPUs, isl {arm.isl} / osl {arm.osl}")
+        print(
+            f"{'conc':>5} {'pub tok/s/GPU':>13} {'emu':>8} {'emu/pub':>7} {'pub tok/s/user':>14} {'emu':>8} "
+            f"{'emu/pub':>7} {'pub norm':>8} {'emu norm':>8} bound"
+        )
+        pub_t, emu_t, pub_u, emu_u = [], [], [], []
+        for (c, p_tps, p_user), e in zip(pts, emu, strict=True):
+            e_tps = e.output_tps_per_gpu * per_total
+            pub_t.append(float(p_tps))
+            emu_t.append(e_tps)
+            pub_u.append(float(p_user))
+            emu_u.append(e.tps_per_user)
+            print(
+                f"{c:>5} {p_tps:>13,.1f} {e_tps:>8,.1f} {e_tps / p_tps:>7.2f} {p_user:>14,.1f} {e.tps_per_user:>8,.1f} "
+                f"{e.tps_per_user / p_user:>7.2f} {p_tps / pub_t[0]:>8.2f} {e_tps / emu_t[0]:>8.2f} {e.bound}"
+            )
+        concs = [float(p[0]) for p in pts]
+        print(
+            f"  shape: tok/s/GPU grows with concurrency as c^{_slope(concs, pub_t):.2f} published, "
+            f"c^{_slope(concs, emu_t):.2f} emulated; tok/s/user keeps {pub_u[-1] / pub_u[0]:.0%} published, "
+            f"{emu_u[-1] / emu_u[0]:.0%} emulated from c={pts[0][0]} to c={pts[-1][0]}; level emu/pub "
+            f"{min(e / p for e, p in zip(emu_t, pub_t, strict=True)):.2f}-"
+            f"{max(e / p for e, p in zip(emu_t, pub_t, strict=True)):.2f} (throughput)"
+        )
+    rack = [
+        n
+        for n, r in multinode.multinode_recipes().items()
+        if (r.gpu in ("gb200", "gb300") and r.orchestrator == "dynamo") or r.gpu == "mi355x"
+    ]
+    missing = sorted(set(rack) - compared)
+    print(
+        f"\nNo published points stored for {len(missing)} other rack-scale / MI355X recipes (shape only, "
+        f"python benchmarks/rack_scale.py): {', '.join(missing)}"
+    )
+    return 0
 
 
 if __name__ == "__main__":

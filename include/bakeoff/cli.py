@@ -49,14 +49,21 @@ def _plan_check(args) -> int:
             f"{t.name}: {t.provider} {hardware}, {t.stack}, "
             f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"
         )
-        print(f"  weights {t.checkpoint_id}" + (f", recipe {t.recipe}" if t.recipe else ""))
+        arm = f" arm {t.recipe_arm}" if t.recipe_arm is not None else ""
+        print(f"  weights {t.checkpoint_id}" + (f", recipe {t.recipe}{arm}" if t.recipe else ""))
+        mn = multinode.provenance(t.recipe, t.recipe_arm)
+        if mn:
+            print(
+                f"  recipe: {mn['orchestrator']} with {mn['engine']} workers, router {mn['router'] or '-'}, "
+                f"KV transfer {mn['kv_transfer'] or '-'} ({mn['source']} at {str(mn['commit'])[:12]}, {mn['date']})"
+            )
         if t.cluster:
             c = t.cluster
             shape = f"{c.rack} rack, " if c.rack else ""
             print(
                 f"  cluster: {shape}{t.nodes} nodes ({t.gpus_used} GPUs, each node billed), prefill "
                 f"{c.prefill.workers}x tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} "
-                f"ep{c.decode.ep}, KV over {c.kv_path}, all nodes up within {c.deadline_s:.0f}s or all released"
+                f"ep{c.decode.ep}, KV {c.kv_label}, all nodes up within {c.deadline_s:.0f}s or all released"
             )
         if t.speculative:
             s = t.speculative
@@ -230,7 +237,8 @@ def _multinode_recipes(args) -> int:
                         + (f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0]),))  # fmt: skip
         _table(rows)
         print(f"{len(rows) - 1} multi-node recipes from {src.get('repo')} at {str(src.get('commit'))[:12]} "
-              f"({src.get('date')}); bakeoff does not deploy them yet")  # fmt: skip
+              f"({src.get('date')}); a target names one with recipe: and recipe_arm: (emulated clusters run "
+              "on the local provider)")  # fmt: skip
         return 0
     try:
         r = multinode.multinode_recipe(args.name or "")
@@ -241,7 +249,7 @@ def _multinode_recipes(args) -> int:
     print(f"source: {src.get('repo')} {r.source_file} at {src.get('commit')} ({src.get('date')}), {src.get('licence')}")
     print(f"{r.orchestrator} with {r.engine} workers, router {r.router or '-'}, KV transfer {r.kv_transfer or '-'}")
     print(f"image {r.image}, checkpoint {r.checkpoint}, {r.precision}")
-    print("not deployable yet: bakeoff runs single-node targets; below, the emulator's paper model (EMULATED)")
+    print(f"a target: recipe: {r.name}, recipe_arm: <arm> (its cluster); below, the emulator's paper model (EMULATED)")
     if r.gpu not in catalog.gpus():
         print(f"no emulated shape: {r.gpu} is not in the hardware catalog (catalog/hardware.yaml)")
         return 0

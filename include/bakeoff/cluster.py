@@ -275,7 +275,7 @@ def kv_seconds_per_token(target: Any) -> float:
 
     cluster, gpu = target.cluster, target.gpu
     node = NodeTarget(target, 0, "prefill")
-    link_gbps = gpu.scale_up_gbps if cluster.kv_path == "nvlink" else SCALE_OUT_GBPS.get(gpu.name, 50.0)
+    link_gbps = gpu.scale_up_gbps if cluster.kv_over_nvlink else SCALE_OUT_GBPS.get(gpu.name, 50.0)
     # a NodeTarget reads as its Target (every other attribute is the target's): the roofline sees one node
     return float(
         Roofline.for_target(cast("Target", node)).kv_bytes_per_token / (link_gbps * 1e9 * node.tensor_parallel)

@@ -17,7 +17,7 @@ from bakeoff import approval, facts, faults, paths, secrets, store
 from bakeoff.agent import job
 from bakeoff.claims import check_plan_claims
 from bakeoff.paths import reports_root, safe_name
-from bakeoff.plan import Plan, Target, apply_overrides, load_plan, plan_from_dict
+from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import (
@@ -319,7 +319,12 @@ def _provision_cluster(
         raise
     store.write_json(
         tdir / "cluster.json",
-        {**res.to_dict(), "router": router.config, "nodes_provenance": cluster.provenance(res, target)},
+        {
+            **res.to_dict(),
+            "router": router.config,
+            "nodes_provenance": cluster.provenance(res, target),
+            "recipe": multinode.provenance(target.recipe, target.recipe_arm),
+        },
     )
     first = res.nodes[0].instance or {}
     host, port = router.base_url.rsplit("//", 1)[1].rsplit(":", 1)

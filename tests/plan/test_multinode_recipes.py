@@ -1,5 +1,5 @@
-"""Multi-node, disaggregated recipes: the vendored snapshot, the footprint of each arm, the refusal as a
-target, and the emulator's paper model of the shape."""
+"""Multi-node, disaggregated recipes: the vendored snapshot, the footprint of each arm, and the
+emulator's paper model of the shape (as targets: tests/plan/test_multinode_targets.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 
 from bakeoff import catalog
 from bakeoff.cli import main
-from bakeoff.plan import PlanError, multinode, plan_from_dict
+from bakeoff.plan import multinode
 from bakeoff.plan.options import EmulatorSettings
 from bakeoff.serving.emulator import disagg
 from bakeoff.serving.emulator.roofline import Roofline
@@ -95,17 +95,6 @@ def test_the_vendored_file_is_what_the_converter_writes(tmp_path):
     assert yaml.safe_load((tmp_path / "out.yaml").read_text())["source"] == src
 
 
-def test_a_target_naming_a_multinode_recipe_is_refused_with_the_reason():
-    raw = {
-        "name": "rack-plan",
-        "budget_usd": 500,
-        "targets": [{"name": "t", "provider": "local", "recipe": "dsr1-fp4-gb200-dynamo-trt"}],
-        "workloads": [{"name": "w", "input_len": 1024, "output_len": 128, "concurrency": [4]}],
-    }
-    with pytest.raises(PlanError, match=r"recipe: 'dsr1-fp4-gb200-dynamo-trt' is a multi-node disaggregated recipe"):
-        plan_from_dict(raw)
-
-
 def test_the_disaggregated_model_is_the_roofline_redone_by_hand():
     r = multinode.multinode_recipe("dsr1-fp4-b200-dynamo-trt")
     arm = r.arms[0]
@@ -139,9 +128,20 @@ def test_kv_inside_an_nvl72_rack_moves_faster_than_over_the_nics_and_a_busy_pref
 def test_cli_lists_multinode_recipes_and_shows_one_with_its_emulated_shape(capsys):
     assert main(["recipes", "list", "--multinode"]) == 0
     out = capsys.readouterr().out
-    assert "dsr1-fp4-gb300-dynamo-trt" in out and "does not deploy them yet" in out
+    assert "dsr1-fp4-gb300-dynamo-trt" in out and "a target names one with recipe: and recipe_arm:" in out
     assert main(["recipes", "show", "dsr1-fp4-gb200-dynamo-trt"]) == 0
     out = capsys.readouterr().out
     assert "EMULATED" in out and "1 rack(s), KV over NVLink" in out and "single-node" in out
     assert main(["recipes", "show", "dsr1-fp4-gb200-dynamo-trtt", "--multinode"]) == 2
     assert "did you mean dsr1-fp4-gb200-dynamo-trt" in capsys.readouterr().err
+
+
+def test_the_published_points_part_c_compares_name_recipe_arms_of_their_shape_with_source_and_dates():
+    doc = yaml.safe_load((ROOT / "benchmarks/data/inferencex_disagg_published.yaml").read_text())
+    src = doc["source"]
+    assert src["repo"] and len(src["commit"]) == 40 and src["published"] and src["measured"]
+    for shape in doc["shapes"]:
+        arm = multinode.multinode_recipe(shape["recipe"]).arms[shape["arm"]]
+        assert arm.gpus == shape["gpus"] and arm.speculative == "mtp", shape["recipe"]
+        concs = [p[0] for p in shape["points"]]
+        assert concs == sorted(concs) and all(p[1] > 0 and p[2] > 0 for p in shape["points"])

@@ -17,6 +17,7 @@ from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report.caveats import CAVEATS, Caveat, caveat, caveat_lines
 from bakeoff.report.data import ReportData, gather
+from bakeoff.report.rackscale import RackRow
 
 NAMES = ("mi355x-vllm", "b200-vllm")
 
@@ -88,6 +89,29 @@ OFF_BAND = {
     "error_pct": -50.0,
     "in_band": False,
 }
+
+
+RACK = RackRow(
+    workload="chat",
+    slug="b200-pair",
+    name="b200-pair",
+    shape="2 nodes of 8 GPUs, KV over nixl",
+    nodes=2,
+    gpus=16,
+    usd_per_gpu_hour=14.0,
+    usd_per_rack_hour=1008.0,
+    usd_per_target_hour=224.0,
+    output_tps_per_gpu=100.0,
+    output_tps_per_rack=7200.0,
+    usd_per_m=38.9,
+    baseline="",
+    baseline_usd_per_m=float("nan"),
+    break_even_usd_per_gpu_hour=float("nan"),
+    joules_per_output_token=21.7,
+    energy_source="estimated: all-in kW per GPU",
+    emulated=True,
+    price_source="oci",
+)
 
 
 # name -> (the report where it fires, a fragment of its text, the report where it does not; None: always on)
@@ -177,6 +201,11 @@ CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[Report
         lambda d: d,
     ),
     "break_even_and_tco": (lambda d: d, "Break-even prices hold throughput fixed", None),
+    "rack_scale": (
+        lambda d: replace(d, rack_scale=[RACK]),
+        "Rack scale, EMULATED: each node is one emulated worker",
+        lambda d: replace(d, rack_scale=[]),
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import Field, model_validator
@@ -22,7 +22,9 @@ from pydantic import Field, model_validator
 from bakeoff.plan.fields import Strict
 
 RackShape = Literal["gb200-nvl72", "gb300-nvl72"]
-KvTransfer = Literal["nixl", "mori", "nvlink"]
+# the KV transfer engines the vendored recipes name (nixl, MoRI, Mooncake, UCX) and plain NVLink
+KvTransfer = Literal["nixl", "mori", "mooncake", "ucx", "nvlink"]
+KV_TRANSFERS = frozenset(get_args(KvTransfer))
 
 
 @lru_cache
@@ -95,6 +97,18 @@ class Cluster(Strict):
     def kv_path(self) -> str:
         return self.kv_transfer or ("nvlink" if self.rack else "nixl")
 
+    @property
+    def kv_label(self) -> str:
+        """The KV transfer engine and the link it crosses, for people."""
+        if self.kv_path == "nvlink":
+            return "nvlink"
+        return f"{self.kv_path} ({'in the NVLink domain' if self.kv_over_nvlink else 'over the NICs'})"
+
+    @property
+    def kv_over_nvlink(self) -> bool:
+        """KV stays in the NVLink domain: inside a rack whatever engine moves it, or plain nvlink."""
+        return self.rack is not None or self.kv_transfer == "nvlink"
+
 
 def layout_for(cluster: Cluster, node_gpus: int) -> list[str]:
     """The role of each node: prefill nodes first, then decode, then idle (a rack's unused trays)."""
@@ -102,8 +116,8 @@ def layout_for(cluster: Cluster, node_gpus: int) -> list[str]:
     return ["prefill"] * p + ["decode"] * d + ["idle"] * max(0, cluster.node_count - p - d)
 
 
-def check(cluster: Cluster, provider: str, instance_type: str, node_gpus: int, gpu: str) -> None:
-    """What the cloud, the instance type and the roles allow; ValueError naming the field."""
+def check_offer(provider: str, rack: str | None) -> dict[str, Any]:
+    """The cloud's cluster offer; ValueError naming the field when it has none, or not this rack shape."""
     offer = offers().get(provider)
     if offer is None:
         with_offer = ", ".join(sorted(offers()))
@@ -111,6 +125,19 @@ def check(cluster: Cluster, provider: str, instance_type: str, node_gpus: int, g
             f"cluster: {provider} has no multi-node placement offer in the catalog (clusters.yaml); "
             f"a target spanning nodes runs on {with_offer}, or remove cluster for one node"
         )
+    sold = offer.get("racks") or {}
+    if rack is not None and not offer.get("any_rack") and rack not in sold:
+        listed = ", ".join(sorted(sold)) or "none"
+        raise ValueError(
+            f"cluster.rack: {provider} does not offer {rack} (its rack shapes in the catalog: {listed}); "
+            "pick one of those, another cloud, or give cluster.nodes for separate 8-GPU nodes"
+        )
+    return dict(offer)
+
+
+def check(cluster: Cluster, provider: str, instance_type: str, node_gpus: int, gpu: str) -> None:
+    """What the cloud, the instance type and the roles allow; ValueError naming the field."""
+    offer = check_offer(provider, cluster.rack)
     if cluster.node_count > int(offer.get("max_nodes", 1)):
         raise ValueError(
             f"cluster.nodes: {provider} places at most {offer['max_nodes']} nodes together "
@@ -119,12 +146,6 @@ def check(cluster: Cluster, provider: str, instance_type: str, node_gpus: int, g
     if cluster.rack is not None:
         rack = racks()[cluster.rack]
         sold = offer.get("racks") or {}
-        if not offer.get("any_rack") and cluster.rack not in sold:
-            listed = ", ".join(sorted(sold)) or "none"
-            raise ValueError(
-                f"cluster.rack: {provider} does not offer {cluster.rack} (its rack shapes in the catalog: {listed}); "
-                "pick one of those, another cloud, or give cluster.nodes for separate 8-GPU nodes"
-            )
         want = (sold.get(cluster.rack) or {}).get("instance_type")
         if want and instance_type != want:
             raise ValueError(

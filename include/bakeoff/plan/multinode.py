@@ -3,16 +3,20 @@
 The data is a dated snapshot (``bakeoff/recipes/inferencex-multinode.yaml``, written by
 scripts/vendor_recipes.py beside the single-node file). Each recipe names an orchestrator (Dynamo, llm-d,
 SGLang PD, ATOM's mesh), the engine its workers run, the router and the KV transfer engine; each arm of
-its search space gives the prefill and decode roles as published. A target cannot name one as its
-template yet (plan.recipes refuses it, pointing to ``cluster:``, plan.cluster, where a target gives the
-same roles itself); the emulator's paper model of the shape (serving.emulator.disagg) gives its
-expected curve, EMULATED.
+its search space gives the prefill and decode roles as published. A target names one as its template
+with ``recipe:`` and picks an arm with ``recipe_arm:`` (``cluster_template``): the arm becomes the
+target's ``cluster:`` (nodes of the recipe's GPU, the NVL72 rack shape for GB200/GB300, the roles'
+TP/EP/DP-attention, the KV transfer engine) and the recipe's engine, image and checkpoint its fields;
+``provenance`` records the orchestrator, router and source commit. The emulator's paper model of the
+shape (serving.emulator.disagg) gives its expected curve, EMULATED.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import re
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -21,6 +25,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import catalog
+from bakeoff.plan.cluster import KV_TRANSFERS, ClusterRole, check_offer, offers, racks
+from bakeoff.plan.fields import HF_REPO_RE
+from bakeoff.providers.registry import PROVIDERS
 
 MULTINODE_FILE = "inferencex-multinode.yaml"
 
@@ -154,13 +161,153 @@ def multinode_recipe(name: str) -> MultinodeRecipe:
     )
 
 
-def not_deployable_message(name: str, field: str = "recipe") -> str:
-    """Why a target cannot name a multi-node recipe, and where its expected shape can be seen."""
-    r = multinode_recipes()[name]
-    return (
-        f"{field}: {name!r} is a multi-node disaggregated recipe ({r.orchestrator} with {r.engine} on {r.gpu}, "
-        f"prefill and decode on separate workers); a recipe cannot be a target's template yet, but a target may "
-        f"give the same roles itself: instance_type of its GPU, cluster: {{nodes: N (or rack: gb200-nvl72), "
-        f"prefill: {{workers, tp, ep}}, decode: {{...}}}}. Its arms and emulated shape: "
-        f"python -m bakeoff recipes show {name}"
-    )
+def arm_choices(r: MultinodeRecipe) -> str:
+    """The arms a target may pick, one per line's worth: index, roles, GPUs and nodes."""
+    out = []
+    for i, arm in enumerate(r.arms):
+        fp = r.footprint(arm) if r.gpu in catalog.gpus() else None
+        where = f", {fp.gpus} GPUs on {fp.nodes} nodes" if fp else ""
+        out.append(f"{i} ({arm.label}{where})")
+    return "; ".join(out)
+
+
+def pick_arm(r: MultinodeRecipe, index: Any) -> int:
+    """The arm a target names (``recipe_arm``); one is required when the recipe has several."""
+    if index is None:
+        if len(r.arms) == 1:
+            return 0
+        raise ValueError(
+            f"recipe_arm: {r.name} has {len(r.arms)} arms (prefill/decode shapes); pick one by its number: "
+            f"{arm_choices(r)}"
+        )
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(r.arms):
+        raise ValueError(f"recipe_arm: {r.name} has no arm {str(index)[:20]!r}; its arms: {arm_choices(r)}")
+    return index
+
+
+def rack_shape(gpu: str) -> str | None:
+    """The NVL72 rack shape a rack-scale GPU's recipe runs on (catalog clusters.yaml), else None."""
+    return next((name for name, row in racks().items() if row.get("gpu") == gpu), None)
+
+
+def _node_type(r: MultinodeRecipe, provider: str, rack: str | None, node_gpus: int) -> str | None:
+    """The catalog instance type a recipe's nodes default to on a cloud: its rack offer, else its
+    instance of the GPU with that many GPUs (priced first)."""
+    sold = ((offers().get(provider) or {}).get("racks") or {}).get(rack or "") or {}
+    if sold.get("instance_type"):
+        return str(sold["instance_type"])
+    fit = [
+        it
+        for it in catalog.instance_types().values()
+        if it.gpu == r.gpu and it.gpus == node_gpus and it.provider == provider
+    ]
+    fit.sort(key=lambda it: (it.usd_per_hour is None, it.type))
+    return fit[0].type if fit else None
+
+
+def cluster_template(
+    r: MultinodeRecipe,
+    index: Any,
+    provider: Any,
+    instance_type: Any,
+    own_cluster: Any,
+    catalog_node: Callable[[str, int], str | None],
+) -> dict[str, Any]:
+    """Target fields one arm of a multi-node recipe sets: engine, image, checkpoint, the node type and
+    the ``cluster`` (nodes from the roles' GPUs and the node or tray size; a GB200/GB300 recipe on its
+    NVL72 rack shape). The target's own fields win (``cluster`` key by key). A cloud without the rack
+    is refused here, naming cluster.rack; roles that do not fit are refused by plan.cluster.check.
+    The node type: the cloud's (``_node_type``); on a provider that provisions nothing (the emulator)
+    ``catalog_node(gpu, gpus)``, the node the single-node recipes default to (plan.recipes)."""
+    arm = r.arms[pick_arm(r, index)]
+    rack = rack_shape(r.gpu)
+    own = own_cluster if isinstance(own_cluster, dict) else {}
+    if rack is not None and "rack" in own:
+        rack = own["rack"]
+    if provider in PROVIDERS:  # an unknown provider: its own field says so
+        check_offer(provider, rack if isinstance(rack, str) else None)
+    out: dict[str, Any] = {
+        "stack": r.engine,
+        "model": r.model,
+        "quantization": r.precision,
+        "image": r.image,
+    }
+    if re.fullmatch(HF_REPO_RE, r.checkpoint):
+        out["checkpoint"] = r.checkpoint  # else (a local path in the recipe) the catalog's checkpoint
+    it_name = instance_type if isinstance(instance_type, str) else None
+    if it_name is None and provider in PROVIDERS:
+        node_gpus = TRAY_GPUS if rack else 8
+        if PROVIDERS[provider].provisions:
+            it_name = _node_type(r, provider, rack if isinstance(rack, str) else None, node_gpus)
+        else:
+            it_name = catalog_node(r.gpu, node_gpus)
+        if it_name is None:
+            raise ValueError(
+                f"instance_type: the catalog has no {provider} node of {node_gpus} {r.gpu} GPUs for {r.name}; "
+                "name the target's instance_type, or pick a provider that sells the recipe's GPU"
+            )
+        out["instance_type"] = it_name
+    it = catalog.instance_types().get(it_name or "")
+    node_gpus = it.gpus if it else (TRAY_GPUS if rack else 8)
+    roles = {
+        name: {"workers": role.workers, "tp": role.tp, "ep": role.ep, "dp_attention": role.dp_attention}
+        for name, role in (("prefill", arm.prefill), ("decode", arm.decode))
+    }
+    cluster: dict[str, Any] = {
+        "nodes": sum(ClusterRole(**role).nodes_needed(node_gpus) for role in roles.values()),
+        **roles,
+    }
+    if rack:
+        cluster["rack"] = rack
+    if r.kv_transfer in KV_TRANSFERS:
+        cluster["kv_transfer"] = r.kv_transfer
+    out["cluster"] = {**cluster, **own}
+    if it is not None and it.usd_per_hour is None:
+        out["price"] = tco_price(r.gpu)
+    return out
+
+
+def tco_price(gpu: str) -> dict[str, Any] | None:
+    """A node without a catalog list price (GB200 UltraServer Capacity Blocks, an emulated GB300 tray):
+    the catalog's TCO neocloud tier for its GPU, with that table's source and date."""
+    t = catalog.tco()
+    row = (t.get("usd_per_gpu_hour") or {}).get(gpu)
+    if not row:
+        return None
+    tier = list(t.get("tiers") or []).index("neocloud") if "neocloud" in (t.get("tiers") or []) else 0
+    return {
+        "usd_per_gpu_hour": float(row[tier]),
+        "market": "tco",
+        "source": f"catalog TCO tier, neocloud ({t.get('source')}, {t.get('as_of')})",
+    }
+
+
+def provenance(recipe_name: str | None, arm_index: int | None) -> dict[str, Any] | None:
+    """What a cluster target's recipe says and where it is from: orchestrator, engine, router, KV
+    transfer, the arm's roles and per-role settings (the recipe file InferenceX cites), source commit."""
+    r = multinode_recipes().get(recipe_name or "")
+    if r is None:
+        return None
+    i = arm_index or 0
+    arm = r.arms[i]
+    src = source()
+    return {
+        "recipe": r.name,
+        "key": r.key,
+        "arm": i,
+        "arm_label": arm.label,
+        "orchestrator": r.orchestrator,
+        "framework": r.framework,
+        "engine": r.engine,
+        "router": r.router,
+        "kv_transfer": r.kv_transfer,
+        "image": r.image,
+        "isl": arm.isl,
+        "osl": arm.osl,
+        "concurrency": list(arm.concurrency),
+        "speculative": arm.speculative,
+        "settings": {"prefill": list(arm.prefill.settings), "decode": list(arm.decode.settings)},
+        "source": f"{src.get('repo')} {r.source_file}",
+        "commit": src.get("commit"),
+        "date": src.get("date"),
+    }

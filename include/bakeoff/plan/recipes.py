@@ -1,7 +1,8 @@
 """Vendored serving recipes (InferenceX's single-node configs): named target templates a plan can start from.
 
 The data is a dated snapshot (``bakeoff/recipes/inferencex.yaml``, refreshed by scripts/vendor_recipes.py);
-a target names one with ``recipe:`` and overrides any field it wants.
+a target names one with ``recipe:`` and overrides any field it wants. A multi-node recipe
+(plan.multinode) is named the same way, with ``recipe_arm:`` for which of its prefill/decode shapes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import catalog
-from bakeoff.plan.multinode import multinode_recipes, not_deployable_message
+from bakeoff.plan.multinode import multinode_recipes
 
 RECIPES_FILE = "inferencex.yaml"
 
@@ -90,13 +91,8 @@ class Recipe(BaseModel):
         return self.kv_offload.backend if self.kv_offload else "-"
 
     def default_instance_type(self) -> str | None:
-        """The recipe's own, else the catalog's OCI bare-metal node for its GPU (the one cloud with all three)."""
-        if self.instance_type:
-            return self.instance_type
-        for it in catalog.instance_types().values():
-            if it.provider == "oci" and it.gpu == self.gpu and it.gpus == 8:
-                return it.type
-        return None
+        """The recipe's own, else the catalog's 8-GPU node for its GPU (``catalog_node``)."""
+        return self.instance_type or catalog_node(self.gpu, 8)
 
     def template(self) -> dict[str, Any]:
         """Target fields this recipe sets (a plan's own fields override them)."""
@@ -133,6 +129,14 @@ class Recipe(BaseModel):
         return round(HOST_DRAM_GB.get(self.gpu, 2000.0) * share * self.tp / 8, 1)
 
 
+def catalog_node(gpu: str, gpus: int) -> str | None:
+    """The node a recipe's GPU defaults to where any catalog type will do (the emulator): OCI's
+    bare-metal node (the one cloud with all three GPU families), else a priced one, else any."""
+    fit = [it for it in catalog.instance_types().values() if it.gpu == gpu and it.gpus == gpus]
+    fit.sort(key=lambda it: (it.provider != "oci", it.usd_per_hour is None, it.type))
+    return fit[0].type if fit else None
+
+
 # Host DRAM of InferenceX's 8-GPU runners, GB: MI355X 2,861,022 MiB (its local-run README's worked example);
 # B200 2,063,920 MiB (the b200-nscale runner, per the GLM-5.2 B200 launch script); B300 assumed as B200.
 # Source: SemiAnalysisAI/InferenceX, read 2026-11.
@@ -158,14 +162,11 @@ def recipes() -> dict[str, Recipe]:
 
 
 def unknown_recipe_message(name: str, field: str = "recipe") -> str:
-    if name in multinode_recipes():
-        return not_deployable_message(name, field)
-    known = recipes()
-    close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
+    close = difflib.get_close_matches(name, [*recipes(), *multinode_recipes()], n=5, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     return (
-        f"{field}: no recipe named {name!r}; {hint}{len(known)} recipes are vendored "
-        "(list them with: python -m bakeoff recipes)"
+        f"{field}: no recipe named {name!r}; {hint}{len(recipes())} recipes are vendored, and "
+        f"{len(multinode_recipes())} multi-node ones (list them with: python -m bakeoff recipes [--multinode])"
     )
 
 

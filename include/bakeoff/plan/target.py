@@ -9,7 +9,7 @@ from pydantic import Field, SerializeAsAny, ValidationError, field_validator, mo
 
 from bakeoff import catalog
 from bakeoff.plan import cluster as clusters
-from bakeoff.plan import recipes
+from bakeoff.plan import multinode, recipes
 from bakeoff.plan.fields import HF_REPO_RE, Strict
 from bakeoff.plan.options import (
     AwsOptions,
@@ -97,6 +97,23 @@ def check_arg(v: str) -> str:
     return v
 
 
+def _from_multinode_recipe(data: dict[str, Any], r: multinode.MultinodeRecipe) -> dict[str, Any]:
+    """One arm of a multi-node recipe as the target's fields (its ``cluster`` merged key by key with
+    the target's own); the target's other fields win as with any recipe."""
+    template = multinode.cluster_template(
+        r,
+        data.get("recipe_arm"),
+        data.get("provider"),
+        data.get("instance_type"),
+        data.get("cluster"),
+        recipes.catalog_node,
+    )
+    if template.get("price") is None or "price" in data:
+        template.pop("price", None)
+    arm = multinode.pick_arm(r, data.get("recipe_arm"))
+    return {**template, **{k: v for k, v in data.items() if k != "cluster"}, "recipe_arm": arm}
+
+
 class Target(Strict):
     name: str = Field(min_length=1, max_length=80)
     provider: ProviderName
@@ -117,6 +134,9 @@ class Target(Strict):
     )
     recipe: str | None = Field(
         None, description="a vendored recipe (python -m bakeoff recipes): its fields first, this target's override"
+    )
+    recipe_arm: int | None = Field(
+        None, ge=0, description="a multi-node recipe's arm (python -m bakeoff recipes show <name>): its cluster"
     )
     stack: str = "vllm"
     model: str
@@ -193,9 +213,16 @@ class Target(Strict):
         if not isinstance(data, dict) or data.get("recipe") is None:
             return data
         name = data["recipe"]
+        if isinstance(name, str) and name in multinode.multinode_recipes():
+            return _from_multinode_recipe(data, multinode.multinode_recipes()[name])
         r = recipes.resolve(name) if isinstance(name, str) else None
         if r is None:
             raise ValueError(recipes.unknown_recipe_message(str(name)[:80]))
+        if data.get("recipe_arm") is not None:
+            raise ValueError(
+                f"recipe_arm: {r.name!r} is a single-node recipe (one configuration); remove recipe_arm, "
+                "which picks the prefill/decode shape of a multi-node recipe (python -m bakeoff recipes --multinode)"
+            )
         template = r.template()
         data = {**data, "recipe": r.name}
         provider = data.get("provider")
@@ -213,6 +240,12 @@ class Target(Strict):
             for field in ("image", "engine_args", "env", "instance_type"):
                 template.pop(field, None)
         return {**template, **data}
+
+    @model_validator(mode="after")
+    def _arm_needs_recipe(self) -> Target:
+        if self.recipe_arm is not None and self.recipe is None:
+            raise ValueError("recipe_arm: picks an arm of a multi-node recipe; name the recipe too (recipe: <name>)")
+        return self
 
     @field_validator("quantization", mode="before")
     @classmethod

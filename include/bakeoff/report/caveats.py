@@ -290,3 +290,24 @@ def _break_even_and_tco(d: ReportData) -> str:
         "Break-even prices hold throughput fixed and scale cost linearly with price; TCO columns reprice GPUs "
         f"at public TCO tiers ({tco['source']}, {tco['as_of']})."
     )
+
+
+# --- rack scale (report.rackscale) -----------------------------------------------------------------
+
+
+@caveat("rack_scale", when=lambda d: bool(d.rack_scale))
+def _rack_scale(d: ReportData) -> list[str]:
+    out = [
+        "Rack scale: a rack is 72 GPUs (an NVL72 rack; 8-GPU nodes counted per 72 GPUs, the same silicon); every "
+        "node of a multi-node target is billed, so its per-GPU throughput divides by all of them, idle trays "
+        "included; its break-even holds throughput fixed against the cheapest 8-GPU single node at the same SLO."
+    ]
+    if any(r.emulated for r in d.rack_scale):
+        out.append(
+            "Rack scale, EMULATED: each node is one emulated worker of its role's parallelism behind the emulator's "
+            "router, the KV transfer is modelled (NVLink in a rack, the NICs between nodes); wide-EP all-to-all, "
+            "several workers per node and the orchestrator's own scheduling are not."
+        )
+    if not any(r.baseline for r in d.rack_scale):
+        out.append("Rack scale: no 8-GPU single-node target of this run met the SLO, so no break-even is shown.")
+    return out

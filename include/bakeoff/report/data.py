@@ -20,6 +20,8 @@ from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.caveats import caveat_lines
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.provisioning import rows as provisioning_rows
+from bakeoff.report.rackscale import RackRow
+from bakeoff.report.rackscale import rows as rack_rows
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -58,6 +60,7 @@ class ReportData:
     checkpoint_note: str | None = None  # targets serving different checkpoints of one model, in words
     provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
     twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
+    rack_scale: list[RackRow] = field(default_factory=list)  # per cluster target and workload (report.rackscale)
 
     @property
     def emulated(self) -> bool:
@@ -363,6 +366,7 @@ def gather(
     d.claim_checks, d.claims_error = _claim_checks(plan, tables)
     d.provisioning = _provisioning(plan, run_dir)
     d.twin_checks = _twin_checks(plan, tables)
+    d.rack_scale = _rack_scale(plan, tables)
     d.caveats = caveat_lines(d)
     return d
 
@@ -373,6 +377,15 @@ def _provisioning(plan: Plan, run_dir: store.StorePath) -> list[ProvisioningRow]
         return provisioning_rows(plan, store.run_facts(run_dir), time.time())
     except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
         log.warning("provisioning section unavailable: %s", e)
+        return []
+
+
+def _rack_scale(plan: Plan, tables: cost.CostTables) -> list[RackRow]:
+    """The rack-scale section's rows; a table this version cannot read must not lose the report."""
+    try:
+        return rack_rows(plan, tables.at_slo, str(tables.headline["basis"]))
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("rack-scale section unavailable: %s", e)
         return []
 
 

@@ -68,6 +68,7 @@ def render(d: ReportData) -> str:
         out += [f"- **{esc(r['name'])}** — {STATUS_TEXT[r['status']]}: {esc(r['failures'])}" for _, r in dnp.iterrows()]
         out.append("")
     out += _provisioning(d)
+    out += _rack_scale(d)
     ev = h.get("evaluation_cost_usd")
     out += [
         f"Measured cost of this evaluation: {fmt(ev)} USD billed"
@@ -182,5 +183,31 @@ def _provisioning(d: ReportData) -> list[str]:
             f"| {esc(r.name)} | {esc(r.provider)} | {esc(r.instance_type)} | {esc(r.outcome)} | "
             f"{esc('; '.join(r.offers) or '–')} | {fmt(r.attempts)} | {esc(refusal_text(r.refusals))} | "
             f"{fmt(r.to_running_s)} | {fmt(r.to_serving_s)} | {billed} |"
+        )
+    return [*out, ""]
+
+
+def _rack_scale(d: ReportData) -> list[str]:
+    """Per cluster target: price per GPU- and rack-hour, throughput per GPU and per rack at the SLO,
+    break-even against the cheapest 8-GPU node, energy per output token (report.rackscale)."""
+    if not d.rack_scale:
+        return []
+    basis = d.basis
+    out = [
+        "## Rack scale",
+        "",
+        f"| workload | target | shape | GPUs billed | USD/GPU-h | USD/rack-h | USD/h target | out tok/s/GPU "
+        f"| out tok/s/rack | USD/M {basis} | vs 8-GPU node | break-even USD/GPU-h | J/out token |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in d.rack_scale:
+        emu = " **EMULATED**" if r.emulated else ""
+        vs = f"{esc(r.baseline)} {fmt(r.baseline_usd_per_m)}" if r.baseline else "no 8-GPU node at the SLO"
+        energy = f"{fmt(r.joules_per_output_token)} ({esc(r.energy_source)})" if r.energy_source else "–"
+        out.append(
+            f"| {esc(r.workload)} | {esc(r.name)}{emu} | {esc(r.shape)} | {fmt(r.gpus)} | {fmt(r.usd_per_gpu_hour)} | "
+            f"{fmt(r.usd_per_rack_hour)} | {fmt(r.usd_per_target_hour)} | {fmt(r.output_tps_per_gpu)} | "
+            f"{fmt(r.output_tps_per_rack)} | {fmt(r.usd_per_m)} | {vs} | {fmt(r.break_even_usd_per_gpu_hour)} | "
+            f"{energy} |"
         )
     return [*out, ""]
