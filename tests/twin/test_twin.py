@@ -173,6 +173,12 @@ def test_ranking_counts_a_wrong_order_inside_the_band_as_tied_and_one_outside_as
     assert not inside["right"] and inside["right_where_separable"] and inside["tied_pairs"] == inside["wrong_pairs"]
     (outside,) = score.ranking(swapped, band_log=gap * 0.99)
     assert not outside["right"] and not outside["right_where_separable"] and not outside["tied_pairs"]
+    (w,) = outside["wrong_detail"]  # the wrong pair with both gaps, read the same way round, and its rows
+    assert w["rows"] == tuple(a if g == a.gpu else b for g in w["pair"]) and not w["tied"]
+    assert (w["published_gap_pct"] > 0) != (w["predicted_gap_pct"] > 0)
+    assert score.configuration_rows(rows, a) == sum(
+        (r.gpu, r.engine, r.precision) == (a.gpu, a.engine, a.precision) for r in rows
+    )
     agree = score.agreement([inside, outside])
     assert agree["right"] == 0 and agree["separable_cells"] == 1 and agree["right_where_separable"] == 0
     (kept,) = score.ranking([score.Scored(a, a.per_gpu), score.Scored(b, b.per_gpu)], band_log=gap * 0.99)

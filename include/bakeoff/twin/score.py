@@ -94,10 +94,12 @@ def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, A
     (|log ratio| < ``band_log``) is ``tied``: the twin's error cannot separate those two GPUs, so
     ``right_where_separable`` ignores a wrong order there."""
     best: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
+    best_row: dict[tuple[str, str], dict[str, Row]] = defaultdict(dict)
     for s in scored:  # each GPU's best published row, and the prediction for that row
         key = (s.row.model, s.row.scenario)
         if s.row.per_gpu > best[key].get(s.row.gpu, (0.0, 0.0))[0]:
             best[key][s.row.gpu] = (s.row.per_gpu, s.predicted)
+            best_row[key][s.row.gpu] = s.row
     out = []
     for (model, scenario), gpus in sorted(best.items()):
         if len(gpus) < 2:
@@ -114,6 +116,17 @@ def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, A
                 "pairs": len(pairs),
                 "wrong_pairs": wrong,
                 "tied_pairs": tied,
+                # each wrong pair: published and predicted gap (first GPU over second, %), the two best rows
+                "wrong_detail": [
+                    {
+                        "pair": (a, b),
+                        "published_gap_pct": 100 * (gpus[a][0] / gpus[b][0] - 1),
+                        "predicted_gap_pct": 100 * (gpus[a][1] / gpus[b][1] - 1),
+                        "tied": (a, b) in tied,
+                        "rows": (best_row[(model, scenario)][a], best_row[(model, scenario)][b]),
+                    }
+                    for a, b in wrong
+                ],
                 "right": not wrong,
                 "right_where_separable": not set(wrong) - set(tied),
                 "separable": len(tied) < len(pairs),
@@ -135,3 +148,9 @@ def agreement(rk: Sequence[dict[str, Any]]) -> dict[str, int]:
         "separable_pairs": sum(r["pairs"] - len(r["tied_pairs"]) for r in rk),
         "wrong_separable_pairs": sum(len(set(r["wrong_pairs"]) - set(r["tied_pairs"])) for r in rk),
     }
+
+
+def configuration_rows(rows: Sequence[Row], r: Row) -> int:
+    """Rows in the set with ``r``'s configuration (GPU, model, engine, precision, any scenario or scale):
+    how much the fit can learn about it beyond the coarse terms when ``r`` is held out (this many less one)."""
+    return sum((x.gpu, x.model, x.engine, x.precision) == (r.gpu, r.model, r.engine, r.precision) for x in rows)
