@@ -58,10 +58,16 @@ class ReportData:
     checkpoint_note: str | None = None  # targets serving different checkpoints of one model, in words
     provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
     twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
+    emulator_bands: dict[str, float] = field(default_factory=dict)  # target -> twin band +-% (twin.emulate.band_pcts)
 
     @property
     def emulated(self) -> bool:
         return bool(self.tables.headline.get("emulated"))
+
+    def band_note(self, target: str) -> str:
+        """Beside a twin-timed target's EMULATED figures: the twin's expected error; empty otherwise."""
+        band = self.emulator_bands.get(target)
+        return "" if band is None else f"twin prediction ±{band:g}%"
 
     @property
     def basis(self) -> str:
@@ -334,6 +340,19 @@ def _twin_checks(plan: Plan, tables: cost.CostTables) -> list[dict[str, Any]]:
         return []
 
 
+def _emulator_bands(plan: Plan) -> dict[str, float]:
+    """The twin's band for each twin-timed emulated target; none when no target is (no numpy fit then)."""
+    if not any(t.emulated and t.emulator.efficiency == "twin" for t in plan.targets):
+        return {}
+    try:
+        from bakeoff.twin.emulate import band_pcts  # noqa: PLC0415 - numpy fit only for such a plan
+
+        return band_pcts(plan.targets)
+    except Exception as e:  # noqa: BLE001 - a broken optional figure must not lose the report
+        log.warning("twin band beside EMULATED figures skipped: %s", type(e).__name__)
+        return {}
+
+
 def gather(
     plan: Plan,
     run_dir: str | store.StorePath,
@@ -363,6 +382,7 @@ def gather(
     d.claim_checks, d.claims_error = _claim_checks(plan, tables)
     d.provisioning = _provisioning(plan, run_dir)
     d.twin_checks = _twin_checks(plan, tables)
+    d.emulator_bands = _emulator_bands(plan)
     d.caveats = caveat_lines(d)
     return d
 

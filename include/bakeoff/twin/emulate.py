@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from bakeoff.serving.emulator.roofline import Roofline
@@ -51,3 +52,15 @@ def efficiency_info(target) -> dict[str, Any]:
     if isinstance(tw, NoCalibration):
         return {"source": "manual", **manual, "no_calibration": tw.reason}
     return {"source": "manual", **manual}
+
+
+def band_pcts(targets: Iterable[Any]) -> dict[str, float]:
+    """Target name -> the twin's band (+-%) for each emulated target timed by the twin, which the report
+    prints beside its EMULATED figures (a manual or uncalibrated one has no band: it predicts nothing)."""
+    out = {}
+    for t in targets:
+        if t.emulated and t.emulator.efficiency == "twin":
+            e = efficiency_info(t)
+            if e["source"] == "twin":
+                out[t.name] = float(e["band_pct"])
+    return out
