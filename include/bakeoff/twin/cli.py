@@ -12,7 +12,7 @@ from pathlib import Path
 DEFAULT_RUNS = "twin-runs.csv"
 
 
-def _add_run(args) -> int:
+def _add_run(args: argparse.Namespace) -> int:
     from bakeoff import store  # noqa: PLC0415 - the results store only for add-run
     from bakeoff.plan import PlanError, load_plan  # noqa: PLC0415 - the plan only for add-run
     from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
@@ -40,7 +40,7 @@ def _add_run(args) -> int:
     return 0
 
 
-def _refit(args) -> int:
+def _refit(args: argparse.Namespace) -> int:
     from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
 
     try:
@@ -64,7 +64,7 @@ def _refit(args) -> int:
     return 0
 
 
-def _spend_index(args) -> int:
+def _spend_index(args: argparse.Namespace) -> int:
     from bakeoff.twin import spend_index  # noqa: PLC0415 - the twin's fit only for this command
 
     doc = spend_index.write() if args.write else spend_index.build()
@@ -74,7 +74,7 @@ def _spend_index(args) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("twin", help="teach the calibrated twin a measured run (add-run), then refit")
     tsub = p.add_subparsers(dest="twin_command", required=True)
     a = tsub.add_parser("add-run", help="a measured run's points as calibration rows, with their provenance")

@@ -17,13 +17,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bakeoff import catalog
+from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin import calibration, operating
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.calibration import Row, engine_family
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
 
 PLAN_SCENARIO = "Server"
 PREFILL_CHUNK = 8192  # tokens per prefill pass (the engines' default chunk)
@@ -126,7 +131,7 @@ class TargetTwin:
     gpu: str
     model: str
     proxy_model: str
-    roof: object  # bakeoff.serving.emulator.roofline.Roofline
+    roof: Roofline
     efficiency: float
     tp: int
     replicas: int
@@ -150,7 +155,7 @@ class TargetTwin:
         plus STEP_OVERHEAD_S, over the tokens a step emits (speculative decoding: the acceptance length)."""
         c = max(1, int(round(concurrency)))
         step = operating.step_s(
-            self.roof,  # type: ignore[arg-type]
+            self.roof,
             c,
             in_len,
             out_len,
@@ -162,7 +167,7 @@ class TargetTwin:
 
     def prefill_token_s(self) -> float:
         """Seconds per prompt token, a prompt prefilled alone in PREFILL_CHUNK-token passes."""
-        return self.roof.prefill_s(PREFILL_CHUNK) / PREFILL_CHUNK / self.efficiency  # type: ignore[attr-defined]
+        return self.roof.prefill_s(PREFILL_CHUNK) / PREFILL_CHUNK / self.efficiency
 
     def ttft_s(self, in_len: int) -> float:
         return in_len * self.prefill_token_s()
@@ -186,10 +191,10 @@ class TargetTwin:
         return math.expm1(self.margin_log)
 
     def max_concurrency(self, in_len: int, out_len: int) -> int:
-        return operating.max_batch(self.roof, in_len, out_len)  # type: ignore[arg-type]
+        return operating.max_batch(self.roof, in_len, out_len)
 
 
-def twin_for(target) -> TargetTwin | NoCalibration:
+def twin_for(target: Target) -> TargetTwin | NoCalibration:
     """The twin of a plan target, or NoCalibration saying why there is no basis."""
     d = deployed()
     gpu = target.gpu.name
