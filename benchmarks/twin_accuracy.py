@@ -30,7 +30,7 @@ from bakeoff import budget
 from bakeoff.plan import installed_plans, load_plan
 from bakeoff.twin import calibration, score
 from bakeoff.twin.predict import predict_plan
-from bakeoff.twin.target import deployed
+from bakeoff.twin.target import config_bands, deployed
 
 GOAL_HOLDOUT, GOAL_LOAO, GOAL_RANK = 15.0, 25.0, 90.0
 THIN_ROWS = 2  # a configuration published in this few rows is one the fit can hardly learn out of fold
@@ -145,7 +145,9 @@ def main() -> int:
     print(
         f"\ndeployed twin (all {len(rows)} rows): band +-{math.expm1(d.fit.band_log):.0%} (80% of out-of-fold errors), "
         f"margin {math.expm1(d.fit.margin_log):.0%} (90%); a model read through a neighbour: band "
-        f"+-{math.expm1(d.proxy_band_log):.0%}, margin {math.expm1(d.proxy_margin_log):.0%} (leave-one-model-out)"
+        f"+-{math.expm1(d.proxy_band_log):.0%}, margin {math.expm1(d.proxy_margin_log):.0%} (leave-one-model-out); "
+        f"a GPU x engine x precision no row ran: band +-{math.expm1(config_bands()[0]):.0%}, margin "
+        f"{math.expm1(config_bands()[1]):.0%} (leave-one-configuration-out)"
     )
     eff: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:

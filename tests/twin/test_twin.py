@@ -7,6 +7,7 @@ import dataclasses
 import math
 import time
 
+import numpy as np
 import pytest
 
 from bakeoff import catalog
@@ -191,3 +192,21 @@ def test_an_nvl72_rack_is_one_scale_up_domain_and_a_cluster_of_8_gpu_nodes_is_no
     cluster = next(r for r in rows if r.gpu == "mi355x" and r.nodes > 1)
     two_racks = next(r for r in rows if r.gpu == "gb200" and r.nodes == 72)
     assert (rack.multinode, cluster.multinode, two_racks.multinode) == ("single", "multi", "multi")
+
+
+def test_a_configuration_no_published_row_ran_gets_the_leave_one_configuration_out_band():
+    from bakeoff.twin.target import config_bands, config_errors, deployed
+
+    raw = load_plan("local-multinode").model_dump(mode="json")
+    vllm = next(x for x in raw["targets"] if x["name"] == "b200-single")  # B200 x DeepSeek-R1 FP4 on vLLM
+    raw["targets"] = [vllm, {**vllm, "name": "b200-trtllm", "stack": "trtllm"}]  # on TensorRT-LLM: published
+    unseen, seen = (twin_for(t) for t in plan_from_dict(raw).targets)
+    assert isinstance(unseen, TargetTwin) and isinstance(seen, TargetTwin)
+    d = deployed()
+    band, margin = config_bands()
+    assert seen.unseen_configuration is None and seen.band_log == d.fit.band_log
+    assert unseen.unseen_configuration == "b200:vllm:fp4" and "no published row ran b200 vllm fp4" in unseen.basis
+    assert unseen.band_log == max(d.fit.band_log, band) > d.fit.band_log and unseen.margin_log >= margin
+    # the band is measured: every row predicted by a fit that saw no row of its configuration
+    err = config_errors(calibration.rows())
+    assert len(err) == len(calibration.rows()) and band == pytest.approx(float(np.quantile(err, 0.8)))

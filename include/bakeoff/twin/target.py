@@ -112,6 +112,27 @@ def _proxy_errors(rows: Sequence[Row]) -> np.ndarray:
     return np.array(out)
 
 
+def config_errors(rows: Sequence[Row]) -> np.ndarray:
+    """|log error| of each row predicted by a fit that saw no row of its GPU x engine x precision."""
+    out = []
+    cfg = [twin_fit.configuration(r) for r in rows]
+    for c in sorted(set(cfg)):
+        train = [r for r, k in zip(rows, cfg, strict=True) if k != c]
+        if not train:
+            continue
+        f = twin_fit.fit(train, band=False)
+        out += [abs(math.log(f.predict(r) / r.per_gpu)) for r, k in zip(rows, cfg, strict=True) if k == c]
+    return np.array(out)
+
+
+@lru_cache
+def config_bands() -> tuple[float, float]:
+    """(band, margin) in log for a configuration no calibration row ran: leave-one-configuration-out.
+    Computed only when such a target is asked for (a dozen refits)."""
+    err = config_errors(calibration.rows())
+    return float(np.quantile(err, twin_fit.BAND_Q)), float(np.quantile(err, twin_fit.MARGIN_Q))
+
+
 @lru_cache
 def deployed() -> Deployed:
     rows = calibration.rows()
@@ -139,6 +160,7 @@ class TargetTwin:
     margin_log: float
     draft_tokens: int = 0  # speculative decoding: draft tokens per verification step (0: none)
     acceptance_length: float = 1.0  # tokens each verification step emits per sequence
+    unseen_configuration: str | None = None  # its GPU x engine x precision when no calibration row ran it
 
     @property
     def basis(self) -> str:
@@ -147,7 +169,13 @@ class TargetTwin:
             if self.proxy_model == self.model
             else f", {self.model} read as {self.proxy_model} (its nearest calibrated kind)"
         )
-        return f"{self.gpu} x {self.proxy_model} calibration rows{via}"
+        unseen = (
+            f"; no published row ran {self.unseen_configuration.replace(':', ' ')}: its band is at least the "
+            "error on GPU x engine x precision configurations left out of the fit"
+            if self.unseen_configuration
+            else ""
+        )
+        return f"{self.gpu} x {self.proxy_model} calibration rows{via}{unseen}"
 
     def tpot_s(self, concurrency: float, in_len: int, out_len: int, fresh_len: int | None = None) -> float:
         """Seconds per output token of each of ``concurrency`` decoding sequences (their prompts beside them,
@@ -212,6 +240,12 @@ def twin_for(target: Target) -> TargetTwin | NoCalibration:
     tp = target.tensor_parallel
     roof = operating.roofline(catalog.gpus()[gpu], target.model_spec, target.quantization, tp, kv)
     own = proxy == target.model
+    band, margin = (d.fit.band_log, d.fit.margin_log) if own else (d.proxy_band_log, d.proxy_margin_log)
+    config = twin_fit.configuration(q)
+    unseen = config not in d.fit.seen["configuration"]
+    if unseen:  # an engine or precision no published row ran on this GPU: the coarser terms stand in
+        config_band, config_margin = config_bands()
+        band, margin = max(band, config_band), max(margin, config_margin)
     spec = target.speculative
     al = None
     if spec is not None:
@@ -227,8 +261,9 @@ def twin_for(target: Target) -> TargetTwin | NoCalibration:
         efficiency=d.fit.efficiency(q),
         tp=tp,
         replicas=max(1, target.instance.gpus // (tp * target.pipeline_parallel)),
-        band_log=d.fit.band_log if own else max(d.fit.band_log, d.proxy_band_log),
-        margin_log=d.fit.margin_log if own else max(d.fit.margin_log, d.proxy_margin_log),
+        band_log=max(d.fit.band_log, band),
+        margin_log=max(d.fit.margin_log, margin),
         draft_tokens=spec.num_speculative_tokens if spec is not None and al else 0,
         acceptance_length=float(al) if spec is not None and al else 1.0,
+        unseen_configuration=config if unseen else None,
     )
