@@ -76,7 +76,7 @@ def _misranked(rk: list[dict], rows: list[calibration.Row]) -> None:
 
 
 def _ranking(title: str, scored: list[score.Scored], band: float, rows: list[calibration.Row]) -> tuple[float, float]:
-    rk = score.ranking(scored, band)
+    rk = score.ranking(scored, band, config_bands()[0])
     a = score.agreement(rk)
     print(f"\n{title}")
     for r in rk:
@@ -94,7 +94,11 @@ def _ranking(title: str, scored: list[score.Scored], band: float, rows: list[cal
         f"{a['pairs'] - a['wrong_pairs']}/{a['pairs']} GPU pairs in the right order\n"
         f"  excluding GPU pairs whose published gap is inside the band (+-{math.expm1(band):.0%}, tied): "
         f"{a['right_where_separable']}/{a['separable_cells']} model x scenario pairs right ({separable:.0f}%), "
-        f"{a['separable_pairs'] - a['wrong_separable_pairs']}/{a['separable_pairs']} GPU pairs in the right order"
+        f"{a['separable_pairs'] - a['wrong_separable_pairs']}/{a['separable_pairs']} GPU pairs in the right order\n"
+        f"  the twin's own claims (pairs whose predicted intervals do not overlap, as bakeoff predict reports; a row\n"
+        f"  whose fit saw no row of its configuration gets the leave-one-configuration-out band): "
+        f"{a['claimed_pairs'] - a['wrong_claimed_pairs']}/{a['claimed_pairs']} claimed pairs right, "
+        f"{a['cells_right_where_claimed']}/{a['cells']} model x scenario pairs with no wrong claim"
     )
     return strict, separable
 

@@ -184,6 +184,13 @@ def test_ranking_counts_a_wrong_order_inside_the_band_as_tied_and_one_outside_as
     assert agree["right"] == 0 and agree["separable_cells"] == 1 and agree["right_where_separable"] == 0
     (kept,) = score.ranking([score.Scored(a, a.per_gpu), score.Scored(b, b.per_gpu)], band_log=gap * 0.99)
     assert kept["right"] and kept["right_where_separable"]
+    # the twin's own claim: predicted intervals apart (gap beyond both bands) is a claim, and this one is wrong
+    (claim,) = score.ranking(swapped, band_log=gap * 0.4)
+    assert claim["claimed_pairs"] == claim["wrong_pairs"] and score.agreement([claim])["wrong_claimed_pairs"] == 1
+    # a row whose fit saw no row of its configuration gets the wider band: the twin claims nothing there
+    unseen = [score.Scored(a, b.per_gpu, seen_configuration=False), score.Scored(b, a.per_gpu)]
+    (humble,) = score.ranking(unseen, band_log=gap * 0.4, config_band_log=gap)
+    assert not humble["claimed_pairs"] and score.agreement([humble])["cells_right_where_claimed"] == 1
 
 
 def test_an_nvl72_rack_is_one_scale_up_domain_and_a_cluster_of_8_gpu_nodes_is_not():
