@@ -30,9 +30,10 @@ from bakeoff import budget
 from bakeoff.plan import installed_plans, load_plan
 from bakeoff.twin import calibration, score
 from bakeoff.twin.predict import predict_plan
-from bakeoff.twin.target import deployed
+from bakeoff.twin.target import config_bands, deployed
 
 GOAL_HOLDOUT, GOAL_LOAO, GOAL_RANK = 15.0, 25.0, 90.0
+THIN_ROWS = 2  # a configuration published in this few rows is one the fit can hardly learn out of fold
 
 
 def _table(title: str, rows: list[dict], key: str) -> None:
@@ -47,8 +48,35 @@ def _goal(label: str, value: float, goal: float, higher: bool = False) -> None:
     print(f"  {'PASS' if ok else 'MISS'} {label}: {value:.1f}% (goal {'>=' if higher else '<='} {goal:g}%)")
 
 
-def _ranking(title: str, scored: list[score.Scored], band: float) -> tuple[float, float]:
-    rk = score.ranking(scored, band)
+def _misranked(rk: list[dict], rows: list[calibration.Row]) -> None:
+    """Every pair in the wrong order that the band can separate: both gaps and what each best row rests on."""
+    print("  pairs in the wrong order outside the band (published gap, predicted gap; each GPU's best row:")
+    print("  its configuration and how many rows of that configuration the set holds, any scenario)")
+    n = thin = 0
+    for r in rk:
+        for w in r["wrong_detail"]:
+            if w["tied"]:
+                continue
+            a, b = w["rows"]
+            n += 1
+            thin += min(score.configuration_rows(rows, a), score.configuration_rows(rows, b)) <= THIN_ROWS
+            basis = "; ".join(
+                f"{x.gpu} {x.engine} {x.precision} {x.total_accelerators} GPUs {x.organization} "
+                f"({score.configuration_rows(rows, x)} rows)"
+                for x in (a, b)
+            )
+            print(
+                f"    {r['model']:<13} {r['scenario']:<11} {w['pair'][0]}/{w['pair'][1]}: published "
+                f"{w['published_gap_pct']:+.0f}%, predicted {w['predicted_gap_pct']:+.0f}%; {basis}"
+            )
+    print(
+        f"  {thin} of these {n} pairs rest on a configuration with at most {THIN_ROWS} rows in the whole set (the row"
+        "\n  itself and its other scenario): with it held out, the fit knows that configuration from one row at most"
+    )
+
+
+def _ranking(title: str, scored: list[score.Scored], band: float, rows: list[calibration.Row]) -> tuple[float, float]:
+    rk = score.ranking(scored, band, config_bands()[0])
     a = score.agreement(rk)
     print(f"\n{title}")
     for r in rk:
@@ -58,6 +86,7 @@ def _ranking(title: str, scored: list[score.Scored], band: float) -> tuple[float
             tied = set(r["tied_pairs"])
             wrong = ", ".join(f"{x}/{y}{' (tied)' if (x, y) in tied else ''}" for x, y in r["wrong_pairs"])
             print(f"  {'':<13} {'':<11} {'':<21} predicted {' > '.join(r['predicted'])}; wrong pairs {wrong}")
+    _misranked(rk, rows)
     strict = 100 * a["right"] / a["cells"]
     separable = 100 * a["right_where_separable"] / max(a["separable_cells"], 1)
     print(
@@ -65,7 +94,11 @@ def _ranking(title: str, scored: list[score.Scored], band: float) -> tuple[float
         f"{a['pairs'] - a['wrong_pairs']}/{a['pairs']} GPU pairs in the right order\n"
         f"  excluding GPU pairs whose published gap is inside the band (+-{math.expm1(band):.0%}, tied): "
         f"{a['right_where_separable']}/{a['separable_cells']} model x scenario pairs right ({separable:.0f}%), "
-        f"{a['separable_pairs'] - a['wrong_separable_pairs']}/{a['separable_pairs']} GPU pairs in the right order"
+        f"{a['separable_pairs'] - a['wrong_separable_pairs']}/{a['separable_pairs']} GPU pairs in the right order\n"
+        f"  the twin's own claims (pairs whose predicted intervals do not overlap, as bakeoff predict reports; a row\n"
+        f"  whose fit saw no row of its configuration gets the leave-one-configuration-out band): "
+        f"{a['claimed_pairs'] - a['wrong_claimed_pairs']}/{a['claimed_pairs']} claimed pairs right, "
+        f"{a['cells_right_where_claimed']}/{a['cells']} model x scenario pairs with no wrong claim"
     )
     return strict, separable
 
@@ -104,17 +137,21 @@ def main() -> int:
         "GPU ranking, out-of-fold predictions (5 fixed folds; each row predicted by a fit that did not see it)",
         score.out_of_fold(rows),
         d.fit.band_log,
+        rows,
     )
     _ranking(
         "GPU ranking, each GPU predicted by a fit that saw none of its rows",
         score.leave_each_gpu_out(rows),
         d.fit.band_log,
+        rows,
     )
 
     print(
         f"\ndeployed twin (all {len(rows)} rows): band +-{math.expm1(d.fit.band_log):.0%} (80% of out-of-fold errors), "
         f"margin {math.expm1(d.fit.margin_log):.0%} (90%); a model read through a neighbour: band "
-        f"+-{math.expm1(d.proxy_band_log):.0%}, margin {math.expm1(d.proxy_margin_log):.0%} (leave-one-model-out)"
+        f"+-{math.expm1(d.proxy_band_log):.0%}, margin {math.expm1(d.proxy_margin_log):.0%} (leave-one-model-out); "
+        f"a GPU x engine x precision no row ran: band +-{math.expm1(config_bands()[0]):.0%}, margin "
+        f"{math.expm1(config_bands()[1]):.0%} (leave-one-configuration-out)"
     )
     eff: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:

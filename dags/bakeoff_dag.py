@@ -38,6 +38,7 @@ from bakeoff_approval import TASK_ID as APPROVAL_TASK
 from bakeoff_approval import SpendApproval
 
 from bakeoff.providers.registry import PROVIDERS as REGISTRY  # cheap: no provider SDK is imported
+from bakeoff.twin.spend_index import labels as spend_labels  # cheap: one JSON file, no fit
 
 # publish emits Asset("bakeoff://reports/<plan>") through this alias, so downstream DAGs can
 # schedule on one plan's reports.
@@ -55,6 +56,11 @@ def installed_plans() -> list[str]:
 
 
 PLANS = installed_plans()
+# Each installed plan's predicted spend beside its name in the form, from the precomputed index (only
+# for plan files it was built from; bakeoff twin spend-index --write rebuilds it).
+PLAN_LABELS = spend_labels(
+    Path(os.environ.get("BAKEOFF_PLANS") or Path(__file__).resolve().parents[1] / "include" / "plans")
+)
 
 
 def plan_providers() -> tuple[str, ...]:
@@ -84,9 +90,13 @@ PARAMS = {
         type=["null", "string"],
         enum=[None, *PLANS],
         title="Plan",
-        values_display={"null": "(the scheduled plan: Variable bakeoff_plan)", **{p: p for p in PLANS}},
+        values_display={
+            "null": "(the scheduled plan: Variable bakeoff_plan)",
+            **{p: PLAN_LABELS.get(p, p) for p in PLANS},
+        },
         description="One of the installed plans (include/plans, or $BAKEOFF_PLANS). Blank: the Airflow "
-        "Variable bakeoff_plan, else local-demo.",
+        "Variable bakeoff_plan, else local-demo. Beside each shipped plan: its predicted spend (the calibrated "
+        "twin) and the guard's estimate with the margin for the twin's error.",
     ),
     # Optional fields carry "null" in their type: Airflow's form marks a field required (*) otherwise.
     "targets": Param(
@@ -138,8 +148,8 @@ PARAMS = {
         maximum=100_000,
         title="Budget cap (USD)",
         description="Spend cap for this run; at most the installation ceiling (Airflow Variable "
-        "bakeoff_budget_ceiling_usd, default 1000 USD). The plan's predicted spend and its band (the "
-        "calibrated twin): bakeoff plan check PLAN, or bakeoff predict PLAN.",
+        "bakeoff_budget_ceiling_usd, default 1000 USD). The plan list shows each shipped plan's predicted "
+        "spend and the estimate with the twin's margin; per target: bakeoff plan check PLAN, or bakeoff predict PLAN.",
     ),
 }
 

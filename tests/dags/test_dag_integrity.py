@@ -225,6 +225,18 @@ def test_plan_param_lists_the_installed_plans(dagbag):
     assert schema["enum"] == [None, *installed_plans()] and "local-demo" in schema["enum"]
 
 
+def test_plan_param_shows_each_shipped_plans_predicted_spend(dagbag):
+    """Beside a shipped plan's name: its predicted spend from the precomputed index (no fit at parse time)."""
+    from bakeoff.twin import spend_index
+
+    shown = dagbag.dags["bakeoff"].params.get_param("plan").schema["values_display"]
+    labels = spend_index.labels(spend_index.SHIPPED)
+    assert all(shown[p] == labels.get(p, p) for p in shown if p != "null")
+    assert (
+        shown["local-demo"].startswith("local-demo (predicted spend ") and "twin's error margin" in shown["local-demo"]
+    )
+
+
 def test_publish_updates_reports_asset(dagbag):
     """publish emits bakeoff://reports/<plan> through an alias, so downstream DAGs can react per plan."""
     publish = dagbag.dags["bakeoff"].get_task("publish")
@@ -241,6 +253,8 @@ def test_parse_is_light():
         "bakeoff.providers.base",
         "bakeoff.providers.registry",
         "bakeoff.providers.tags",
+        "bakeoff.twin",
+        "bakeoff.twin.spend_index",
     )
     code = (
         "import sys, runpy; runpy.run_path('dags/bakeoff_dag.py'); runpy.run_path('dags/bakeoff_reaper_dag.py');"

@@ -52,6 +52,8 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()
     html = Path(run["report"]["html"]).read_text()
     assert "EMULATED" in html and "mi355x-vllm" in html and "b200-vllm" in html
+    # the demo emulates on the calibrated twin: its band beside each ranked target's EMULATED stamp
+    assert html.count('class="muted twin-band">twin prediction ±') >= 2
     # the dashboard's document, in the published manifest: each target's two load levels and its node
     (manifest,) = (Path(airflow_env["BAKEOFF_DATA"]) / "reports" / "e2e-ok").glob("*/manifest.json")
     dash = json.loads(manifest.read_text())["dashboard"]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from bakeoff.plan import load_plan, plan_from_dict
+from bakeoff.report.data import gather
+from bakeoff.report.markdown import render as render_markdown
 from bakeoff.serving.emulator.config import config_from_dict
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.serving.emulator.server import version_info
 from bakeoff.twin import operating
-from bakeoff.twin.emulate import efficiency_info, emulator_roofline
+from bakeoff.twin.emulate import band_pcts, efficiency_info, emulator_roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S, TargetTwin, twin_for
+from tests.report import synthetic
 
 
 def _plan(efficiency: str, instance_type: str | None = None):
@@ -66,3 +69,20 @@ def test_the_operating_point_and_the_emulator_share_one_roofline():
     plain = operating.roofline(t.gpu, t.model_spec, t.quantization, t.tensor_parallel, "bf16")
     base = Roofline.for_target(t)
     assert plain.weights_read(64) == base.weights_read(64) and plain.kv_bytes_per_token == base.kv_bytes_per_token
+
+
+def test_a_twin_timed_emulated_report_shows_the_band_beside_its_emulated_figures(tmp_path):
+    raw = synthetic.plan_dict()
+    raw["targets"][0]["emulator"] = {"efficiency": "twin"}  # the other target keeps manual efficiencies
+    plan = plan_from_dict(raw)
+    twin_timed, manual = plan.targets
+    assert twin_timed.emulated and manual.emulated
+    bands = band_pcts(plan.targets)
+    tw = twin_for(twin_timed)
+    assert isinstance(tw, TargetTwin) and bands == {twin_timed.name: efficiency_info(twin_timed)["band_pct"]}
+    d = gather(plan, synthetic.make_run(tmp_path / "res", plan))
+    assert d.emulator_bands == bands
+    ranking = render_markdown(d).split("## Did not pass")[0]
+    twin_row = next(x for x in ranking.splitlines() if x.startswith("| ") and f" {twin_timed.name} **EMULATED**" in x)
+    manual_row = next(x for x in ranking.splitlines() if x.startswith("| ") and f" {manual.name} **EMULATED**" in x)
+    assert f"(twin prediction ±{bands[twin_timed.name]:g}%)" in twin_row and "twin prediction" not in manual_row

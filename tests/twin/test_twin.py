@@ -7,6 +7,7 @@ import dataclasses
 import math
 import time
 
+import numpy as np
 import pytest
 
 from bakeoff import catalog
@@ -173,10 +174,23 @@ def test_ranking_counts_a_wrong_order_inside_the_band_as_tied_and_one_outside_as
     assert not inside["right"] and inside["right_where_separable"] and inside["tied_pairs"] == inside["wrong_pairs"]
     (outside,) = score.ranking(swapped, band_log=gap * 0.99)
     assert not outside["right"] and not outside["right_where_separable"] and not outside["tied_pairs"]
+    (w,) = outside["wrong_detail"]  # the wrong pair with both gaps, read the same way round, and its rows
+    assert w["rows"] == tuple(a if g == a.gpu else b for g in w["pair"]) and not w["tied"]
+    assert (w["published_gap_pct"] > 0) != (w["predicted_gap_pct"] > 0)
+    assert score.configuration_rows(rows, a) == sum(
+        (r.gpu, r.engine, r.precision) == (a.gpu, a.engine, a.precision) for r in rows
+    )
     agree = score.agreement([inside, outside])
     assert agree["right"] == 0 and agree["separable_cells"] == 1 and agree["right_where_separable"] == 0
     (kept,) = score.ranking([score.Scored(a, a.per_gpu), score.Scored(b, b.per_gpu)], band_log=gap * 0.99)
     assert kept["right"] and kept["right_where_separable"]
+    # the twin's own claim: predicted intervals apart (gap beyond both bands) is a claim, and this one is wrong
+    (claim,) = score.ranking(swapped, band_log=gap * 0.4)
+    assert claim["claimed_pairs"] == claim["wrong_pairs"] and score.agreement([claim])["wrong_claimed_pairs"] == 1
+    # a row whose fit saw no row of its configuration gets the wider band: the twin claims nothing there
+    unseen = [score.Scored(a, b.per_gpu, seen_configuration=False), score.Scored(b, a.per_gpu)]
+    (humble,) = score.ranking(unseen, band_log=gap * 0.4, config_band_log=gap)
+    assert not humble["claimed_pairs"] and score.agreement([humble])["cells_right_where_claimed"] == 1
 
 
 def test_an_nvl72_rack_is_one_scale_up_domain_and_a_cluster_of_8_gpu_nodes_is_not():
@@ -185,3 +199,21 @@ def test_an_nvl72_rack_is_one_scale_up_domain_and_a_cluster_of_8_gpu_nodes_is_no
     cluster = next(r for r in rows if r.gpu == "mi355x" and r.nodes > 1)
     two_racks = next(r for r in rows if r.gpu == "gb200" and r.nodes == 72)
     assert (rack.multinode, cluster.multinode, two_racks.multinode) == ("single", "multi", "multi")
+
+
+def test_a_configuration_no_published_row_ran_gets_the_leave_one_configuration_out_band():
+    from bakeoff.twin.target import config_bands, config_errors, deployed
+
+    raw = load_plan("local-multinode").model_dump(mode="json")
+    vllm = next(x for x in raw["targets"] if x["name"] == "b200-single")  # B200 x DeepSeek-R1 FP4 on vLLM
+    raw["targets"] = [vllm, {**vllm, "name": "b200-trtllm", "stack": "trtllm"}]  # on TensorRT-LLM: published
+    unseen, seen = (twin_for(t) for t in plan_from_dict(raw).targets)
+    assert isinstance(unseen, TargetTwin) and isinstance(seen, TargetTwin)
+    d = deployed()
+    band, margin = config_bands()
+    assert seen.unseen_configuration is None and seen.band_log == d.fit.band_log
+    assert unseen.unseen_configuration == "b200:vllm:fp4" and "no published row ran b200 vllm fp4" in unseen.basis
+    assert unseen.band_log == max(d.fit.band_log, band) > d.fit.band_log and unseen.margin_log >= margin
+    # the band is measured: every row predicted by a fit that saw no row of its configuration
+    err = config_errors(calibration.rows())
+    assert len(err) == len(calibration.rows()) and band == pytest.approx(float(np.quantile(err, 0.8)))

@@ -61,10 +61,16 @@ class ReportData:
     provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
     twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
     rack_scale: list[RackRow] = field(default_factory=list)  # per cluster target and workload (report.rackscale)
+    emulator_bands: dict[str, float] = field(default_factory=dict)  # target -> twin band +-% (twin.emulate.band_pcts)
 
     @property
     def emulated(self) -> bool:
         return bool(self.tables.headline.get("emulated"))
+
+    def band_note(self, target: str) -> str:
+        """Beside a twin-timed target's EMULATED figures: the twin's expected error; empty otherwise."""
+        band = self.emulator_bands.get(target)
+        return "" if band is None else f"twin prediction ±{band:g}%"
 
     @property
     def basis(self) -> str:
@@ -337,6 +343,19 @@ def _twin_checks(plan: Plan, tables: cost.CostTables) -> list[dict[str, Any]]:
         return []
 
 
+def _emulator_bands(plan: Plan) -> dict[str, float]:
+    """The twin's band for each twin-timed emulated target; none when no target is (no numpy fit then)."""
+    if not any(t.emulated and t.emulator.efficiency == "twin" for t in plan.targets):
+        return {}
+    try:
+        from bakeoff.twin.emulate import band_pcts  # noqa: PLC0415 - numpy fit only for such a plan
+
+        return band_pcts(plan.targets)
+    except Exception as e:  # noqa: BLE001 - a broken optional figure must not lose the report
+        log.warning("twin band beside EMULATED figures skipped: %s", type(e).__name__)
+        return {}
+
+
 def gather(
     plan: Plan,
     run_dir: str | store.StorePath,
@@ -367,6 +386,7 @@ def gather(
     d.provisioning = _provisioning(plan, run_dir)
     d.twin_checks = _twin_checks(plan, tables)
     d.rack_scale = _rack_scale(plan, tables)
+    d.emulator_bands = _emulator_bands(plan)
     d.caveats = caveat_lines(d)
     return d
 

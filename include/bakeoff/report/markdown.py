@@ -20,6 +20,11 @@ def esc(s: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", str(s)).replace("\n", " ")
 
 
+def _band(d: ReportData, target: str) -> str:
+    note = d.band_note(target)
+    return f" ({note})" if note else ""
+
+
 def render(d: ReportData) -> str:
     h, plan, basis = d.tables.headline, d.plan, d.basis
     emu = " **EMULATED**" if d.emulated else ""
@@ -53,7 +58,7 @@ def render(d: ReportData) -> str:
             ci = f"{fmt(lo)}–{fmt(hi)}" if lo == lo and hi == hi else "–"
             vs = "cheapest" if r["vs_cheapest_pct"] == 0 else f"+{r['vs_cheapest_pct']:.1f}%"
             out.append(
-                f"| {fmt(r['rank'])} | {esc(r['name'])}{emu} | {esc(r['node_spec'])} | "
+                f"| {fmt(r['rank'])} | {esc(r['name'])}{emu}{_band(d, r['name'])} | {esc(r['node_spec'])} | "
                 f"{fmt(r[f'usd_per_m_{basis}'])} | {ci} | "
                 f"{fmt(r['usd_per_m_total'])} | c{fmt(r['concurrency'])} | {fmt(r['interactivity'])} | "
                 f"{fmt(r['usd_per_gpu_hour'])} | {vs} | {fmt(r['break_even_usd_per_gpu_hour'])} |"

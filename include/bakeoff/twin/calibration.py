@@ -86,7 +86,8 @@ def _text(name: str) -> str:
 @lru_cache
 def meta() -> dict[str, Any]:
     """calibration.yaml: source, selection, latency limits, dataset lengths."""
-    return yaml.safe_load(_text("calibration.yaml"))
+    doc: dict[str, Any] = yaml.safe_load(_text("calibration.yaml"))
+    return doc
 
 
 @lru_cache

@@ -1,6 +1,7 @@
 """``bakeoff twin add-run RUN --plan PLAN`` and ``bakeoff twin refit``: a measured run's points join a
 run-rows CSV with their provenance, and a refit on the published rows plus those prints the held-out
-error. The shipped calibration set is never rewritten: the CSV is the operator's to review and commit."""
+error. The shipped calibration set is never rewritten: the CSV is the operator's to review and commit.
+``bakeoff twin spend-index [--write]``: the installed plans' predicted spend the trigger form shows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 DEFAULT_RUNS = "twin-runs.csv"
 
 
-def _add_run(args) -> int:
+def _add_run(args: argparse.Namespace) -> int:
     from bakeoff import store  # noqa: PLC0415 - the results store only for add-run
     from bakeoff.plan import PlanError, load_plan  # noqa: PLC0415 - the plan only for add-run
     from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
@@ -39,7 +40,7 @@ def _add_run(args) -> int:
     return 0
 
 
-def _refit(args) -> int:
+def _refit(args: argparse.Namespace) -> int:
     from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
 
     try:
@@ -63,7 +64,17 @@ def _refit(args) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def _spend_index(args: argparse.Namespace) -> int:
+    from bakeoff.twin import spend_index  # noqa: PLC0415 - the twin's fit only for this command
+
+    doc = spend_index.write() if args.write else spend_index.build()
+    for name, e in doc["plans"].items():
+        print(spend_index.label(name, e))
+    print(f"written to {spend_index.INDEX.name} (the trigger form reads it)" if args.write else "not written (--write)")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("twin", help="teach the calibrated twin a measured run (add-run), then refit")
     tsub = p.add_subparsers(dest="twin_command", required=True)
     a = tsub.add_parser("add-run", help="a measured run's points as calibration rows, with their provenance")
@@ -74,3 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r = tsub.add_parser("refit", help="fit on the published rows plus the run rows; print the held-out error")
     r.add_argument("--runs", default=DEFAULT_RUNS, help=f"the run-rows CSV (default {DEFAULT_RUNS})")
     r.set_defaults(func=_refit)
+    s = tsub.add_parser(
+        "spend-index", help="the installed plans' predicted spend, as the trigger form shows it (--write: rebuild)"
+    )
+    s.add_argument("--write", action="store_true", help="rewrite the index the DAG's plan list reads")
+    s.set_defaults(func=_spend_index)

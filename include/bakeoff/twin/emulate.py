@@ -9,23 +9,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
+from bakeoff import catalog
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S, NoCalibration, TargetTwin, twin_for
 
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
 
-def _twin(target) -> TargetTwin | NoCalibration | None:
+
+def _twin(target: Target) -> TargetTwin | NoCalibration | None:
     return twin_for(target) if target.emulator.efficiency == "twin" else None
 
 
-def emulator_roofline(target) -> Roofline:
+def emulator_roofline(target: Target) -> Roofline:
     """The emulator's roofline for a target: the twin's efficiency where asked for and calibrated."""
     base = Roofline.for_target(target)
     tw = _twin(target)
     if not isinstance(tw, TargetTwin):
         return base
-    gpu, tp = target.gpu, target.tensor_parallel
+    gpu, tp = catalog.gpus()[tw.gpu], target.tensor_parallel  # a twin exists only for a catalog GPU
     from bakeoff.plan.precision import COMPUTE_DTYPE  # noqa: PLC0415 - as Roofline.for_target reads it
 
     return dataclasses.replace(
@@ -36,7 +41,7 @@ def emulator_roofline(target) -> Roofline:
     )
 
 
-def efficiency_info(target) -> dict[str, Any]:
+def efficiency_info(target: Target) -> dict[str, Any]:
     """What /version and the report say about the efficiency the emulator ran at."""
     tw = _twin(target)
     if isinstance(tw, TargetTwin):
@@ -51,3 +56,15 @@ def efficiency_info(target) -> dict[str, Any]:
     if isinstance(tw, NoCalibration):
         return {"source": "manual", **manual, "no_calibration": tw.reason}
     return {"source": "manual", **manual}
+
+
+def band_pcts(targets: Iterable[Target]) -> dict[str, float]:
+    """Target name -> the twin's band (+-%) for each emulated target timed by the twin, which the report
+    prints beside its EMULATED figures (a manual or uncalibrated one has no band: it predicts nothing)."""
+    out = {}
+    for t in targets:
+        if t.emulated and t.emulator.efficiency == "twin":
+            e = efficiency_info(t)
+            if e["source"] == "twin":
+                out[t.name] = float(e["band_pct"])
+    return out

@@ -89,6 +89,12 @@ def ideal_per_gpu(r: Keyed) -> float:
     ).tokens_s_per_gpu
 
 
+def configuration(r: Keyed) -> str:
+    """'b200:trtllm:fp4': the GPU x engine x precision a row or query runs (what the band widens for when
+    no calibration row ran it)."""
+    return f"{r.gpu}:{r.engine}:{r.precision}"
+
+
 def _penalties() -> dict[str, float]:
     return {":".join(names): lam for names, lam in TERMS}
 
@@ -169,6 +175,7 @@ def fit(train: Sequence[Any], band: bool = True) -> Fit:
     b0, coef = _solve(train)
     err = _errors(train) if band and len(train) >= 2 * FOLDS else np.array([])
     seen = {a: frozenset(str(getattr(r, a)) for r in train) for a in ("gpu", "model", "engine", "vendor")}
+    seen["configuration"] = frozenset(configuration(r) for r in train)
     return Fit(
         intercept=b0,
         coef=coef,

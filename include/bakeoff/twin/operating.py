@@ -39,7 +39,9 @@ def tp_group(gpu: catalog.Gpu, model: catalog.ModelSpec, quantization: str) -> i
     return tp
 
 
-def roofline(gpu: catalog.Gpu, model: catalog.ModelSpec, quantization: str, tp: int, kv_dtype: str = KV_DTYPE):
+def roofline(
+    gpu: catalog.Gpu, model: catalog.ModelSpec, quantization: str, tp: int, kv_dtype: str = KV_DTYPE
+) -> Roofline:
     """The emulator's Roofline at efficiency 1 (peak FLOPs, full HBM bandwidth) for this configuration."""
     bpp = QUANT_BYTES[quantization]
     kv_per_token = model.kv_bytes_per_token(KV_BYTES[kv_dtype])

@@ -13,22 +13,28 @@ pessimistic estimate.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import budget
 from bakeoff.twin import calibration
 from bakeoff.twin.target import NoCalibration, TargetTwin, twin_for
 
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.target import Target
+    from bakeoff.plan.workload import Workload
+
 MAX_LITTLE_ITER = 30
 
 
-def _lengths(w) -> tuple[int, int, int]:
+def _lengths(w: Workload) -> tuple[int, int, int]:
     """(input, output, input that needs prefill: the shared prefix is cached after the first request)."""
     new = int(round(w.input_len * (1 - getattr(w, "prefix_ratio", 0.0))))
     return w.input_len, w.output_len, max(1, new)
 
 
-def _point(tw: TargetTwin, w, c: float, band: float) -> dict[str, Any]:
+def _point(tw: TargetTwin, w: Workload, c: float, band: float) -> dict[str, Any]:
     i, o, fresh = _lengths(w)
     cap = tw.max_concurrency(i, o)
     running = max(1.0, min(c, cap))
@@ -46,7 +52,7 @@ def _point(tw: TargetTwin, w, c: float, band: float) -> dict[str, Any]:
     }
 
 
-def _rate_concurrency(tw: TargetTwin, w, rate: float) -> float:
+def _rate_concurrency(tw: TargetTwin, w: Workload, rate: float) -> float:
     """Little's law, iterated: requests in flight = rate x (TTFT + output x TPOT at that many in flight)."""
     i, o, fresh = _lengths(w)
     c = 1.0
@@ -61,7 +67,7 @@ def _rate_concurrency(tw: TargetTwin, w, rate: float) -> float:
     return c
 
 
-def _at_slo(tw: TargetTwin, w, slo, usd_per_hour: float, gpus: int, band: float) -> dict[str, Any]:
+def _at_slo(tw: TargetTwin, w: Workload, slo: Slo, usd_per_hour: float, gpus: int, band: float) -> dict[str, Any]:
     """The highest concurrency per replica whose predicted TPOT and TTFT meet the SLO, and its cost."""
     i, o, fresh = _lengths(w)
     tpot_limit = min((x for x in (slo.tpot_p99_ms, slo.tpot_p50_ms) if x), default=None)
@@ -97,7 +103,7 @@ def _at_slo(tw: TargetTwin, w, slo, usd_per_hour: float, gpus: int, band: float)
     }
 
 
-def _workload(tw: TargetTwin, w, plan, t) -> dict[str, Any]:
+def _workload(tw: TargetTwin, w: Workload, plan: Plan, t: Target) -> dict[str, Any]:
     out: dict[str, Any] = {"workload": w.name}
     if getattr(w, "kind", "requests") == "sessions" or w.load in ("trace", "sla"):
         out["points"] = []
@@ -132,7 +138,7 @@ def _rank(targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def predict_plan(plan) -> dict[str, Any]:
+def predict_plan(plan: Plan) -> dict[str, Any]:
     """The twin's prediction for every target of a validated plan (see the module docstring)."""
     est = {r["target"]: r for r in budget.estimate(plan)["targets"]}
     targets = []

@@ -18,10 +18,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -31,6 +31,11 @@ from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.calibration import engine_family
 from bakeoff.twin.predict import _lengths, _point
 from bakeoff.twin.target import PLAN_SCENARIO, STEP_OVERHEAD_S, NoCalibration, TargetTwin, deployed, twin_for
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.target import Target
+    from bakeoff.plan.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,9 @@ class RunRow:
         return self.tokens_s_per_gpu / self.efficiency
 
 
-def _concurrency_points(plan, points: pd.DataFrame):
+def _concurrency_points(
+    plan: Plan, points: pd.DataFrame
+) -> Iterator[tuple[Target, TargetTwin, Workload, int, float, float | None]]:
     """(target, its twin, workload, concurrency, mean measured tok/s/GPU, mean TPOT s) per point."""
     if points.empty:
         return
@@ -107,7 +114,7 @@ def _concurrency_points(plan, points: pd.DataFrame):
         yield t, tw, w, int(c), float(tps), float(tpot) if math.isfinite(tpot) else None
 
 
-def check_run(plan, points: pd.DataFrame) -> list[dict[str, Any]]:
+def check_run(plan: Plan, points: pd.DataFrame) -> list[dict[str, Any]]:
     """Predicted vs measured tokens/s per GPU per concurrency point, with the band and whether it held."""
     out = []
     for t, tw, w, c, tps, tpot in _concurrency_points(plan, points):
@@ -149,12 +156,12 @@ def out_of_band_caveat(d: Any) -> str | None:
     )
 
 
-def _step_for(tw: TargetTwin, w, c: int) -> tuple[float, int]:
+def _step_for(tw: TargetTwin, w: Workload, c: int) -> tuple[float, int]:
     """The roofline's step at this point (as TargetTwin.tpot_s times it) and the sequences running."""
     i, o, fresh = _lengths(w)
     running = max(1, min(c, tw.max_concurrency(i, o)))
     step = operating.step_s(
-        tw.roof,  # type: ignore[arg-type]
+        tw.roof,
         running,
         i,
         o,
@@ -165,7 +172,7 @@ def _step_for(tw: TargetTwin, w, c: int) -> tuple[float, int]:
     return step, running
 
 
-def run_rows(plan, points: pd.DataFrame, run_id: str) -> list[RunRow]:
+def run_rows(plan: Plan, points: pd.DataFrame, run_id: str) -> list[RunRow]:
     """A measured run's concurrency points as calibration rows; an emulated run is refused."""
     if not points.empty and "emulated" in points and points["emulated"].astype(bool).any():
         raise ValueError("run: its points are EMULATED; only a run on real hardware can join the calibration set")

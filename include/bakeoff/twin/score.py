@@ -41,6 +41,7 @@ def gpu_split(rows: Sequence[Row], gpu: str) -> tuple[list[int], list[int]]:
 class Scored:
     row: Row
     predicted: float  # tokens/s per GPU
+    seen_configuration: bool = True  # the fit that predicted it had a row of its GPU x engine x precision
 
     @property
     def ape(self) -> float:
@@ -49,7 +50,8 @@ class Scored:
 
 def held_out(rows: Sequence[Row], train: list[int], test: list[int]) -> tuple[twin_fit.Fit, list[Scored]]:
     f = twin_fit.fit([rows[i] for i in train], band=False)
-    return f, [Scored(rows[i], f.predict(rows[i])) for i in test]
+    seen = f.seen["configuration"]
+    return f, [Scored(rows[i], f.predict(rows[i]), twin_fit.configuration(rows[i]) in seen) for i in test]
 
 
 def table(scored: Sequence[Scored], by: str) -> list[dict[str, Any]]:
@@ -86,18 +88,24 @@ def leave_each_gpu_out(rows: Sequence[Row]) -> list[Scored]:
     return out
 
 
-def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, Any]]:
+def ranking(
+    scored: Sequence[Scored], band_log: float = 0.0, config_band_log: float | None = None
+) -> list[dict[str, Any]]:
     """Per model x scenario with two or more GPUs: each GPU's best published row (its best configuration),
     ordered by published tokens/s per GPU and by the twin's prediction for that row (``scored`` holds
     predictions from fits that did not see the row: out-of-fold or leave-the-GPU-out, never the fit's own);
     ``right`` when every pair is in the same order. A pair whose *published* gap is inside the band
     (|log ratio| < ``band_log``) is ``tied``: the twin's error cannot separate those two GPUs, so
-    ``right_where_separable`` ignores a wrong order there."""
+    ``right_where_separable`` ignores a wrong order there. ``claimed_pairs`` are the pairs the twin itself
+    orders, as ``bakeoff predict`` does: their predicted intervals (each row's band: ``band_log``, or
+    ``config_band_log`` where its fit had no row of its configuration) do not overlap."""
     best: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
+    best_row: dict[tuple[str, str], dict[str, Scored]] = defaultdict(dict)
     for s in scored:  # each GPU's best published row, and the prediction for that row
         key = (s.row.model, s.row.scenario)
         if s.row.per_gpu > best[key].get(s.row.gpu, (0.0, 0.0))[0]:
             best[key][s.row.gpu] = (s.row.per_gpu, s.predicted)
+            best_row[key][s.row.gpu] = s
     out = []
     for (model, scenario), gpus in sorted(best.items()):
         if len(gpus) < 2:
@@ -105,6 +113,12 @@ def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, A
         pairs = list(itertools.combinations(sorted(gpus), 2))
         wrong = [(a, b) for a, b in pairs if (gpus[a][0] - gpus[b][0]) * (gpus[a][1] - gpus[b][1]) < 0]
         tied = [(a, b) for a, b in pairs if abs(math.log(gpus[a][0] / gpus[b][0])) < band_log]
+        rows_of = best_row[(model, scenario)]
+        bands = {  # each best row's band, as predict gives it: wider where its fit had no row of its configuration
+            g: band_log if config_band_log is None or rows_of[g].seen_configuration else max(band_log, config_band_log)
+            for g in gpus
+        }
+        claimed = [(a, b) for a, b in pairs if abs(math.log(gpus[a][1] / gpus[b][1])) >= bands[a] + bands[b]]
         out.append(
             {
                 "model": model,
@@ -114,6 +128,18 @@ def ranking(scored: Sequence[Scored], band_log: float = 0.0) -> list[dict[str, A
                 "pairs": len(pairs),
                 "wrong_pairs": wrong,
                 "tied_pairs": tied,
+                "claimed_pairs": claimed,
+                # each wrong pair: published and predicted gap (first GPU over second, %), the two best rows
+                "wrong_detail": [
+                    {
+                        "pair": (a, b),
+                        "published_gap_pct": 100 * (gpus[a][0] / gpus[b][0] - 1),
+                        "predicted_gap_pct": 100 * (gpus[a][1] / gpus[b][1] - 1),
+                        "tied": (a, b) in tied,
+                        "rows": (rows_of[a].row, rows_of[b].row),
+                    }
+                    for a, b in wrong
+                ],
                 "right": not wrong,
                 "right_where_separable": not set(wrong) - set(tied),
                 "separable": len(tied) < len(pairs),
@@ -134,4 +160,14 @@ def agreement(rk: Sequence[dict[str, Any]]) -> dict[str, int]:
         "wrong_pairs": sum(len(r["wrong_pairs"]) for r in rk),
         "separable_pairs": sum(r["pairs"] - len(r["tied_pairs"]) for r in rk),
         "wrong_separable_pairs": sum(len(set(r["wrong_pairs"]) - set(r["tied_pairs"])) for r in rk),
+        # the twin's own claims: pairs whose predicted intervals do not overlap, and cells with a wrong one
+        "claimed_pairs": sum(len(r["claimed_pairs"]) for r in rk),
+        "wrong_claimed_pairs": sum(len(set(r["wrong_pairs"]) & set(r["claimed_pairs"])) for r in rk),
+        "cells_right_where_claimed": sum(not set(r["wrong_pairs"]) & set(r["claimed_pairs"]) for r in rk),
     }
+
+
+def configuration_rows(rows: Sequence[Row], r: Row) -> int:
+    """Rows in the set with ``r``'s configuration (GPU, model, engine, precision, any scenario or scale):
+    how much the fit can learn about it beyond the coarse terms when ``r`` is held out (this many less one)."""
+    return sum((x.gpu, x.model, x.engine, x.precision) == (r.gpu, r.model, r.engine, r.precision) for x in rows)

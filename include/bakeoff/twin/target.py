@@ -17,13 +17,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bakeoff import catalog
+from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin import calibration, operating
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.calibration import Row, engine_family
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
 
 PLAN_SCENARIO = "Server"
 PREFILL_CHUNK = 8192  # tokens per prefill pass (the engines' default chunk)
@@ -107,6 +112,27 @@ def _proxy_errors(rows: Sequence[Row]) -> np.ndarray:
     return np.array(out)
 
 
+def config_errors(rows: Sequence[Row]) -> np.ndarray:
+    """|log error| of each row predicted by a fit that saw no row of its GPU x engine x precision."""
+    out = []
+    cfg = [twin_fit.configuration(r) for r in rows]
+    for c in sorted(set(cfg)):
+        train = [r for r, k in zip(rows, cfg, strict=True) if k != c]
+        if not train:
+            continue
+        f = twin_fit.fit(train, band=False)
+        out += [abs(math.log(f.predict(r) / r.per_gpu)) for r, k in zip(rows, cfg, strict=True) if k == c]
+    return np.array(out)
+
+
+@lru_cache
+def config_bands() -> tuple[float, float]:
+    """(band, margin) in log for a configuration no calibration row ran: leave-one-configuration-out.
+    Computed only when such a target is asked for (a dozen refits)."""
+    err = config_errors(calibration.rows())
+    return float(np.quantile(err, twin_fit.BAND_Q)), float(np.quantile(err, twin_fit.MARGIN_Q))
+
+
 @lru_cache
 def deployed() -> Deployed:
     rows = calibration.rows()
@@ -126,7 +152,7 @@ class TargetTwin:
     gpu: str
     model: str
     proxy_model: str
-    roof: object  # bakeoff.serving.emulator.roofline.Roofline
+    roof: Roofline
     efficiency: float
     tp: int
     replicas: int
@@ -134,6 +160,7 @@ class TargetTwin:
     margin_log: float
     draft_tokens: int = 0  # speculative decoding: draft tokens per verification step (0: none)
     acceptance_length: float = 1.0  # tokens each verification step emits per sequence
+    unseen_configuration: str | None = None  # its GPU x engine x precision when no calibration row ran it
 
     @property
     def basis(self) -> str:
@@ -142,7 +169,13 @@ class TargetTwin:
             if self.proxy_model == self.model
             else f", {self.model} read as {self.proxy_model} (its nearest calibrated kind)"
         )
-        return f"{self.gpu} x {self.proxy_model} calibration rows{via}"
+        unseen = (
+            f"; no published row ran {self.unseen_configuration.replace(':', ' ')}: its band is at least the "
+            "error on GPU x engine x precision configurations left out of the fit"
+            if self.unseen_configuration
+            else ""
+        )
+        return f"{self.gpu} x {self.proxy_model} calibration rows{via}{unseen}"
 
     def tpot_s(self, concurrency: float, in_len: int, out_len: int, fresh_len: int | None = None) -> float:
         """Seconds per output token of each of ``concurrency`` decoding sequences (their prompts beside them,
@@ -150,7 +183,7 @@ class TargetTwin:
         plus STEP_OVERHEAD_S, over the tokens a step emits (speculative decoding: the acceptance length)."""
         c = max(1, int(round(concurrency)))
         step = operating.step_s(
-            self.roof,  # type: ignore[arg-type]
+            self.roof,
             c,
             in_len,
             out_len,
@@ -162,7 +195,7 @@ class TargetTwin:
 
     def prefill_token_s(self) -> float:
         """Seconds per prompt token, a prompt prefilled alone in PREFILL_CHUNK-token passes."""
-        return self.roof.prefill_s(PREFILL_CHUNK) / PREFILL_CHUNK / self.efficiency  # type: ignore[attr-defined]
+        return self.roof.prefill_s(PREFILL_CHUNK) / PREFILL_CHUNK / self.efficiency
 
     def ttft_s(self, in_len: int) -> float:
         return in_len * self.prefill_token_s()
@@ -186,10 +219,10 @@ class TargetTwin:
         return math.expm1(self.margin_log)
 
     def max_concurrency(self, in_len: int, out_len: int) -> int:
-        return operating.max_batch(self.roof, in_len, out_len)  # type: ignore[arg-type]
+        return operating.max_batch(self.roof, in_len, out_len)
 
 
-def twin_for(target) -> TargetTwin | NoCalibration:
+def twin_for(target: Target) -> TargetTwin | NoCalibration:
     """The twin of a plan target, or NoCalibration saying why there is no basis."""
     d = deployed()
     gpu = target.gpu.name
@@ -207,6 +240,12 @@ def twin_for(target) -> TargetTwin | NoCalibration:
     tp = target.tensor_parallel
     roof = operating.roofline(catalog.gpus()[gpu], target.model_spec, target.quantization, tp, kv)
     own = proxy == target.model
+    band, margin = (d.fit.band_log, d.fit.margin_log) if own else (d.proxy_band_log, d.proxy_margin_log)
+    config = twin_fit.configuration(q)
+    unseen = config not in d.fit.seen["configuration"]
+    if unseen:  # an engine or precision no published row ran on this GPU: the coarser terms stand in
+        config_band, config_margin = config_bands()
+        band, margin = max(band, config_band), max(margin, config_margin)
     spec = target.speculative
     al = None
     if spec is not None:
@@ -222,8 +261,9 @@ def twin_for(target) -> TargetTwin | NoCalibration:
         efficiency=d.fit.efficiency(q),
         tp=tp,
         replicas=max(1, target.instance.gpus // (tp * target.pipeline_parallel)),
-        band_log=d.fit.band_log if own else max(d.fit.band_log, d.proxy_band_log),
-        margin_log=d.fit.margin_log if own else max(d.fit.margin_log, d.proxy_margin_log),
+        band_log=max(d.fit.band_log, band),
+        margin_log=max(d.fit.margin_log, margin),
         draft_tokens=spec.num_speculative_tokens if spec is not None and al else 0,
         acceptance_length=float(al) if spec is not None and al else 1.0,
+        unseen_configuration=config if unseen else None,
     )
