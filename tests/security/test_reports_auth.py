@@ -76,10 +76,10 @@ def _publish_one_run(reports: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, airflow_db):
     base = tmp_path_factory.mktemp("reports-auth")
     _publish_one_run(base / "reports")
-    return migrated_home(base, base / "reports")
+    return migrated_home(base, base / "reports", airflow_db)
 
 
 @pytest.fixture(scope="module")
