@@ -8,9 +8,11 @@ each plan's index rebuilt by ``publish.write_indexes``. The pages read only what
 so this is the store a UI meets after N monthly runs. Local disk, and S3 through moto's server.
 
     python benchmarks/ui_pages.py [--runs 200 2000] [--s3-runs 200] [--repeat 5] [--no-s3] [--no-browser]
+        [--screenshots DIR]
 
 "first s" is a fresh process's first request (the index read and parsed); "median s" the later ones
 (an unchanged index is kept parsed); "browser s" navigation start to the load event, charts drawn.
+--screenshots DIR keeps each page as Chromium drew it (1400x1000), at the first local run count.
 """
 
 from __future__ import annotations
@@ -135,8 +137,9 @@ def time_server(root: str, repeat: int) -> dict[str, tuple[float, float, int]]:
     return out
 
 
-def time_browser(root: str) -> dict[str, float] | None:
-    """Per page: navigation start to the last chart drawn (or load end), in headless Chromium."""
+def time_browser(root: str, shots: Path | None = None) -> dict[str, float] | None:
+    """Per page: navigation start to the last chart drawn (or load end), in headless Chromium; with
+    ``shots``, each page's screenshot as <page>.png there."""
     chromium, driver_bin = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver_bin):
         return None
@@ -163,6 +166,10 @@ def time_browser(root: str) -> dict[str, float] | None:
             out[page] = driver.execute_script(
                 "const t = performance.getEntriesByType('navigation')[0]; return t.loadEventEnd / 1000;"
             )
+            if shots is not None:
+                shots.mkdir(parents=True, exist_ok=True)
+                time.sleep(1.5)  # after the timing: Chart.js animates its first draw for about a second
+                driver.save_screenshot(str(shots / f"{page}.png"))
     finally:
         driver.quit()
         server.should_exit = True
@@ -177,6 +184,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--screenshots", type=Path, help="folder for each page's screenshot (first local run count)")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ui-pages-"))
     moto = None
@@ -214,7 +222,8 @@ def main() -> None:
                 seed(root, templates, n)
                 seeded = time.perf_counter() - t0
                 server = time_server(root, args.repeat)
-                browser = None if args.no_browser or label != "local" else time_browser(root)
+                shots = args.screenshots if label == "local" and n == counts[0] else None
+                browser = None if args.no_browser or label != "local" else time_browser(root, shots)
                 for page, (first, med, size) in server.items():
                     b = f"{browser[page]:.3f}" if browser else "-"
                     print(f"{label:<10} {n:>5} {page:<8} {first:>8.3f} {med:>9.3f} {size / 1024:>8.0f} {b:>10}")

@@ -104,3 +104,12 @@ def s3_store(moto_server, moto_s3, data_root, monkeypatch) -> str:
     monkeypatch.setenv("BAKEOFF_RESULTS", f"s3://bakeoff_store_test@{bucket}/results")
     monkeypatch.setenv("BAKEOFF_REPORTS", f"s3://bakeoff_store_test@{bucket}/reports")
     return bucket
+
+
+@pytest.fixture(scope="session")
+def airflow_db(tmp_path_factory) -> Path:
+    """An Airflow metadata database migrated once per session (Airflow's and FAB's tables): tests copy
+    the file instead of each running `airflow db migrate`."""
+    from tests.airflow_db import migrate
+
+    return migrate(tmp_path_factory.mktemp("airflow-db"))

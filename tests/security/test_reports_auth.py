@@ -11,6 +11,7 @@ import base64
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jwt
@@ -76,14 +77,13 @@ def _publish_one_run(reports: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, airflow_db):
     base = tmp_path_factory.mktemp("reports-auth")
     _publish_one_run(base / "reports")
-    return migrated_home(base, base / "reports")
+    return migrated_home(base, base / "reports", airflow_db)
 
 
-@pytest.fixture(scope="module")
-def simple(env, tmp_path_factory):
+def _simple_spec() -> tuple[dict, list[str], list[tuple[str, dict]]]:
     """Simple auth manager (make ui): one viewer; every credential case on every page."""
     cases = [
         ("anonymous", {}),
@@ -94,14 +94,10 @@ def simple(env, tmp_path_factory):
         ("viewer", {"as": "viewer"}),
         ("viewer cookie", {"as": "viewer", "via": "cookie"}),
     ]
-    reqs = [{"path": p, **c} for p in ["/api/v2/dags", *PAGES] for _, c in cases]
-    answers = ask(env, SIMPLE, {"viewer": "viewer"}, reqs, tmp_path_factory.mktemp("simple"))
-    it = iter(answers)
-    return {(p, name): next(it) for p in ["/api/v2/dags", *PAGES] for name, _ in cases}
+    return {"viewer": "viewer"}, ["/api/v2/dags", *PAGES], cases
 
 
-@pytest.fixture(scope="module")
-def fab(env, tmp_path_factory):
+def _fab_spec() -> tuple[dict, list[str], list[tuple[str, dict]]]:
     """FAB auth manager (compose): a Viewer, and a user who may read another DAG's runs only."""
     users = {"viewer": "Viewer", "other": [["can_read", "DAG:bakeoff_reaper"], ["can_read", "DAG Runs"]]}
     paths = [
@@ -118,10 +114,41 @@ def fab(env, tmp_path_factory):
         ("anonymous", {}),
         ("forged other key", {"token": FORGED["other key"]}),
     ]
-    reqs = [{"path": p, **c} for p in paths for _, c in cases]
-    answers = ask(env, FAB, users, reqs, tmp_path_factory.mktemp("fab"))
-    it = iter(answers)
-    return {(p, name): next(it) for p in paths for name, _ in cases}
+    return users, paths, cases
+
+
+@pytest.fixture(scope="module")
+def asked(env, tmp_path_factory) -> dict[str, dict]:
+    """Both auth managers' answers, keyed (path, case), asked at once: each create_app process keeps one
+    core busy for a minute or more, and the serial suite leaves the other core idle meanwhile."""
+    specs = {SIMPLE: ("simple", _simple_spec()), FAB: ("fab", _fab_spec())}
+    with ThreadPoolExecutor(len(specs)) as pool:
+        futures = {
+            manager: pool.submit(
+                ask,
+                env,
+                manager,
+                users,
+                [{"path": p, **c} for p in paths for _, c in cases],
+                tmp_path_factory.mktemp(name),
+            )
+            for manager, (name, (users, paths, cases)) in specs.items()
+        }
+    answers = {}
+    for manager, (_, (_, paths, cases)) in specs.items():
+        it = iter(futures[manager].result())
+        answers[manager] = {(p, name): next(it) for p in paths for name, _ in cases}
+    return answers
+
+
+@pytest.fixture(scope="module")
+def simple(asked):
+    return asked[SIMPLE]
+
+
+@pytest.fixture(scope="module")
+def fab(asked):
+    return asked[FAB]
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -95,14 +95,14 @@ def test_unknown_or_escaping_paths_are_404(published, url):
     assert published["client"].get(url).status_code == 404
 
 
-def test_airflow_mounts_the_app_behind_its_own_auth(published, tmp_path):
+def test_airflow_mounts_the_app_behind_its_own_auth(published, tmp_path, airflow_db):
     """Airflow's create_app (in a fresh process, as the api-server builds it) mounts the app under
     its prefix, behind Airflow's auth: a viewer reads the run list, an anonymous caller gets 401."""
     import json
 
     from airflow_auth import SIMPLE, ask, migrated_home
 
-    env = migrated_home(tmp_path, Path(str(published["mod"]._root())))
+    env = migrated_home(tmp_path, Path(str(published["mod"]._root())), airflow_db)
     reqs = [{"path": "/bakeoff/api/runs", "as": "viewer"}, {"path": "/bakeoff/api/runs"}, {"path": "/api/v2/dags"}]
     viewer, anonymous, api = ask(env, SIMPLE, {"viewer": "viewer"}, reqs, tmp_path)
     assert viewer["status"] == 200

@@ -202,7 +202,7 @@ def _start_approval_runners(env: dict, home: Path) -> dict[str, subprocess.Popen
 
 
 @pytest.fixture(scope="module")
-def airflow_site(tmp_path_factory):
+def airflow_site(tmp_path_factory, airflow_db):
     """An api-server with auth on, the repo's DAGs and plugins and two published runs (one with its
     evidence bundle), and the approval DAG runs waiting for an answer: its URL, environment and home."""
     home = tmp_path_factory.mktemp("ui-browser")
@@ -232,8 +232,8 @@ def airflow_site(tmp_path_factory):
     (home / "airflow").mkdir()
     _publish_one_run(home / "data" / "reports")
     _publish_a_run_with_its_bundle(home / "data", home / "build")
-    for cmd in (["db", "migrate"], ["dags", "reserialize"]):
-        subprocess.run([AIRFLOW, *cmd], env=env, check=True, capture_output=True, timeout=240)
+    shutil.copyfile(airflow_db, home / "airflow.db")  # the session's migrated database (tests/conftest.py)
+    subprocess.run([AIRFLOW, "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=240)
     log = open(home / "api-server.log", "w")
     proc = subprocess.Popen(
         [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port)],
@@ -257,14 +257,15 @@ def airflow_site(tmp_path_factory):
         runners = _start_approval_runners(env, home)
         yield {"base": base, "env": env, "home": home, "runners": runners}
     finally:
-        for p in [*locals().get("runners", {}).values(), proc]:
-            _stop(p)
+        for p in locals().get("runners", {}).values():  # test harness on a throwaway database: nothing to save
+            _stop(p, signal.SIGKILL)
+        _stop(proc, signal.SIGTERM)
         log.close()
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, sig: signal.Signals) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, sig)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -552,17 +553,6 @@ def test_a_rejected_spend_provisions_nothing(airflow_site, logged_in, api_server
     assert record["decision"] == "rejected" and record["by"]["id"] == USER
 
 
-def test_no_answer_before_the_timeout_rejects(airflow_site, logged_in, api_server, api):
-    case = _asked(airflow_site, api, TIMEOUT_DAG, "timeout")
-    got = _states(api, case, "timeout", lambda s: s["provision"] == "upstream_failed", seconds=90)
-    assert got == {"approve": "failed", "provision": "upstream_failed"}
-    assert _approval(case)["decision"] == "timed out"
-    logged_in.get(f"{api_server}/dags/{case['dag_id']}/runs/{case['run_id']}/tasks/approve_timeout")
-    _wait(logged_in).until(
-        EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='failed' or normalize-space()='Failed']"))
-    )
-
-
 def test_the_evidence_bundle_downloads_from_the_runs_page_and_verifies(
     airflow_site, logged_in, api_server, tmp_path, monkeypatch, capsys
 ):
@@ -600,6 +590,7 @@ def test_the_evidence_bundle_downloads_from_the_runs_page_and_verifies(
 
 def test_an_answer_from_outside_the_approvers_is_refused(airflow_site, logged_in, api_server, api):
     case = _asked(airflow_site, api, APPROVAL_DAG, "outsider")
+    admin = logged_in.get_cookies()  # admin's session, put back afterwards (a second sign-in costs seconds)
     try:
         _sign_in(logged_in, api_server, OUTSIDER)  # an admin, but not in bakeoff_approvers
         _respond(logged_in, api_server, case, "outsider", "Approve")
@@ -613,4 +604,21 @@ def test_an_answer_from_outside_the_approvers_is_refused(airflow_site, logged_in
         assert _states(api, case, "outsider") == {"approve": "awaiting_input", "provision": None}
         assert _approval(case)["decision"] == "pending"
     finally:
-        _sign_in(logged_in, api_server, USER)
+        logged_in.delete_all_cookies()
+        for cookie in admin:
+            logged_in.add_cookie(cookie)
+        logged_in.get(api_server + "/")
+        _wait(logged_in).until(EC.url_to_be(api_server + "/"))  # signed in again: no login page
+
+
+def test_no_answer_before_the_timeout_rejects(airflow_site, logged_in, api_server, api):
+    """Last in the module, on purpose: its step has been waiting since the fixture started the runners,
+    so the 36 s timeout (the Variable's 0.01 h minimum) has mostly run out while the other tests ran."""
+    case = _asked(airflow_site, api, TIMEOUT_DAG, "timeout")
+    got = _states(api, case, "timeout", lambda s: s["provision"] == "upstream_failed", seconds=90)
+    assert got == {"approve": "failed", "provision": "upstream_failed"}
+    assert _approval(case)["decision"] == "timed out"
+    logged_in.get(f"{api_server}/dags/{case['dag_id']}/runs/{case['run_id']}/tasks/approve_timeout")
+    _wait(logged_in).until(
+        EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='failed' or normalize-space()='Failed']"))
+    )

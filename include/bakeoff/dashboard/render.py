@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from bakeoff.dashboard.pages import _fmt
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 PAGES = ("runs", "trend", "compare", "explore")
 # what /static/<name> may serve: a fixed list, never a path from the URL
@@ -26,7 +29,7 @@ DAG_ID = "bakeoff"
 
 
 @cache
-def _env():
+def _env() -> Environment:
     from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: PLC0415 - jinja2 only when a page renders
 
     env = Environment(
