@@ -50,6 +50,10 @@ def _plan_check(args) -> int:
             f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"
         )
         print(f"  weights {t.checkpoint_id}" + (f", recipe {t.recipe}" if t.recipe else ""))
+        if t.custom:
+            cs = t.custom
+            words = " ".join(cs.command)
+            print(f"  custom stack {cs.name}: {cs.image} {words}; health {cs.health_route}, port {cs.port}")
         if t.cluster:
             c = t.cluster
             shape = f"{c.rack} rack, " if c.rack else ""

@@ -10,14 +10,15 @@ import time
 
 import httpx
 import pytest
+import yaml
 
-from bakeoff import agent
+from bakeoff import agent, catalog
 from bakeoff.bench import server_metrics, tokenize
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.plan import custom_stack as cs
 from bakeoff.providers.local import LocalProvider
 from bakeoff.quality.support import support_matrix
-from bakeoff.serving import deploy, engines, readiness, userdata
+from bakeoff.serving import deploy, engines, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
 from bakeoff.store import write_json
 from tests.stub_host import docker_argv
@@ -65,10 +66,17 @@ def refused(provider: str = "vultr", **custom) -> str:
     return str(e.value)
 
 
-def test_a_custom_stack_without_a_health_route_is_refused_naming_the_field():
-    msg = refused(health_route=None)
-    assert "targets[0].custom: health_route: required" in msg and "e.g. /health" in msg
-    assert "custom.health_route" in refused(health_route="health") or "health_route" in refused(health_route="health")
+def test_plan_check_refuses_a_custom_stack_without_a_health_route_naming_the_field(tmp_path, capsys):
+    from bakeoff.cli import main
+
+    bad = _plan("vultr", custom={k: v for k, v in CLOUD.items() if k != "health_route"})
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    assert main(["plan", "check", str(tmp_path / "bad.yaml")]) == 2
+    assert "targets[0].custom: health_route: required" in capsys.readouterr().err
+    assert "targets[0].custom.health_route" in refused(health_route="health")  # not a route: named the same
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(_plan("vultr", custom=CLOUD)))
+    assert main(["plan", "check", str(tmp_path / "ok.yaml")]) == 0
+    assert f"custom stack inhouse: {DIGEST} /opt/serve --model {{model}}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -138,6 +146,25 @@ def test_a_custom_image_gets_secrets_only_when_the_installation_trusts_it():
     with pytest.raises(PlanError, match="not one of the images the installation trusts"):
         installation.check_secret_images(pinned, frozenset())
     installation.check_secret_images(pinned, frozenset({DIGEST}))  # trusted: allowed
+    # even trusted, the serving container never gets the token: only bakeoff's downloader in the agent image
+    ident = tls.node_identity("run-custom", "inhouse")
+    script = userdata.render(
+        pinned.targets[0],
+        api_key=KEY,
+        shutdown_after_s=3600,
+        ingress_cidr="203.0.113.7/32",
+        agent={"url": "https://bucket.example/client.zip", "sha256": "a" * 64, "requirements": []},
+        tls={"cert": ident.cert_pem, "key": ident.key_pem},
+        secret_names=["HF_TOKEN"],
+    )
+    assert len(script.encode()) < userdata.MAX_BYTES
+    serve = next(shlex.split(x) for x in script.splitlines() if x.startswith("docker run -d --name bakeoff-serve"))
+    assert userdata.SECRETS_ENV not in " ".join(serve) and "HF_TOKEN" not in " ".join(serve)
+    lines = script.splitlines()
+    uses = [i for i, x in enumerate(lines) if "docker run" in x and "$w_e" in x]  # $w_e: --env-file <secrets>
+    assert len(uses) == 1
+    run = lines[uses[0]] + lines[uses[0] + 1]  # the downloader's docker run, continued on the next line
+    assert DIGEST not in run and catalog.agent_image() in run
 
 
 def test_the_local_provider_runs_only_the_emulator_through_the_template():
@@ -213,3 +240,20 @@ def test_the_support_matrix_names_the_custom_stack_and_what_was_verified(tmp_pat
     assert bad["custom_verified"] == [] and bad["failure"] == "timeout"
     assert any(n.startswith("tokenize /v1/tokenize") for n in ok["custom_not_verified"])
     assert "metrics: no route declared, no server counters" in ok["custom_not_verified"]
+
+
+@pytest.mark.parametrize("route", ["//169.254.169.254/latest", "http://evil.example/h", "/../admin", "/a b", "health"])
+def test_a_route_is_a_path_on_the_stacks_own_server(route):
+    assert "targets[0].custom.health_route" in refused(health_route=route)
+
+
+def test_a_template_is_bounded_and_a_boot_script_over_the_limit_is_refused_before_launch():
+    words = ["/opt/serve", "--host", "{host}", "--port", "{port}"]
+    words += ["--opt=" + "x" * 100] * ((cs.MAX_TEMPLATE - 30) // 107)
+    assert "over 1024" in refused(command=[*words, "--more=" + "x" * 200])
+    t = target(custom={**CLOUD, "command": words})
+    script = userdata.render(t, api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32")
+    assert len(script.encode()) < userdata.MAX_BYTES  # the longest template fits a node without TLS or agent
+    big = target(custom={**CLOUD, "command": words}, env={f"OPT_{i}": "y" * 200 for i in range(40)})
+    with pytest.raises(ValueError, match=r"targets\.mi355x-vllm: the boot script is \d+ bytes, over"):
+        userdata.render(big, api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32")

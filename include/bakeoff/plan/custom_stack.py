@@ -33,6 +33,7 @@ PLACEHOLDERS = (
     "quantization",
     "kv_cache_dtype",
 )
+MAX_TEMPLATE = 1024  # characters: the boot script (16 KB on EC2) holds it beside everything else
 REQUIRED = ("host", "port")  # it must listen where the front expects it (loopback, the port bakeoff picks)
 _SLOT = re.compile(r"\{([^{}]*)\}")
 # an HTTP path: /segment/segment, no query, no dot-dot, no spaces
@@ -97,6 +98,11 @@ class CustomStack(Strict):
                     f"[{i}]: {word[:60]!r} uses {('{' + unknown[0] + '}') if unknown else 'a stray brace'}; "
                     f"a template may name only {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
                 )
+        if sum(len(w) + 1 for w in v) > MAX_TEMPLATE:
+            raise ValueError(
+                f"{sum(len(w) + 1 for w in v)} characters, over {MAX_TEMPLATE}: the node's boot script must fit "
+                "the clouds' 16 KB user-data; shorten it (a config file baked into the image can carry the rest)"
+            )
         program = v[0]
         if slots(program) or not _PROGRAM.match(program):
             raise ValueError(f"[0]: {program[:60]!r} must name the program to start (a name or an absolute path)")
@@ -113,6 +119,13 @@ class CustomStack(Strict):
                 "on {host}:{port} (loopback behind the node's front, which holds the TLS and the API key), "
                 'e.g. ["--host", "{host}", "--port", "{port}"]'
             )
+        return v
+
+    @field_validator("health_route", "readiness_route", "metrics_route", "tokenize_route")
+    @classmethod
+    def _plain_route(cls, v: str | None) -> str | None:
+        if v is not None and any(part in (".", "..") for part in v.split("/")):
+            raise ValueError(f"{v!r}: a route on the stack's own server, without . or .. segments (e.g. /health)")
         return v
 
     @field_validator("port")
