@@ -1,4 +1,5 @@
-"""Readiness: a server is ready when /health answers 200 and /v1/models lists the model.
+"""Readiness: a server is ready when /health answers 200 and /v1/models lists the model (a custom stack:
+the routes it declares, engines.routes).
 
 A server whose /v1/models lists other ids fails at once (``ModelNotServed``) with the ids it offers:
 vLLM and SGLang list models only once the engine is up, and the list never changes afterwards.
@@ -182,12 +183,15 @@ def wait_ready(
     poll_s: float = 0.25,
     model: str | None = None,
     tls_cert: str | None = None,
+    *,
+    health: str = "/health",
+    models_route: str = "/v1/models",
 ) -> dict[str, Any]:
     """Probe until ready (for callers without a scheduler); what the server says about itself.
     NotReady at the deadline, with the last thing seen."""
     deadline = time.monotonic() + timeout_s
     while True:
-        seen = probe(base_url, api_key, model, tls_cert)
+        seen = probe(base_url, api_key, model, tls_cert, health=health, models_route=models_route)
         if seen.ready is not None:
             return seen.ready
         if time.monotonic() >= deadline:
