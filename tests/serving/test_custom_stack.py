@@ -14,7 +14,7 @@ from bakeoff.bench import server_metrics, tokenize
 from bakeoff.plan import plan_from_dict
 from bakeoff.providers.local import LocalProvider
 from bakeoff.quality.support import support_matrix
-from bakeoff.serving import deploy, engines, readiness, userdata
+from bakeoff.serving import deploy, engines, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
 from bakeoff.store import write_json
 from tests.custom_stack_fixtures import CLOUD, DIGEST, KEY, plan_doc, refused, target
@@ -107,3 +107,29 @@ def test_the_support_matrix_names_the_custom_stack_and_what_was_verified(tmp_pat
     assert bad["custom_verified"] == [] and bad["failure"] == "timeout"
     assert any(n.startswith("tokenize /v1/tokenize") for n in ok["custom_not_verified"])
     assert "metrics: no route declared, no server counters" in ok["custom_not_verified"]
+
+
+def test_a_sandbox_node_booted_from_the_custom_boot_script_answers_on_the_declared_routes(tmp_path):
+    """The fake clouds' node boots from the same user-data a cloud gets (target line, key, certificate):
+    readiness over the pinned TLS channel asks the declared health route and finds the model."""
+    from bakeoff_sandbox.backing import Backing
+
+    t = target()
+    ident = tls.node_identity("run-custom", t.slug)
+    pem = {"cert": ident.cert_pem, "key": ident.key_pem}
+    script = userdata.render(t, api_key=KEY, shutdown_after_s=600, ingress_cidr="203.0.113.7/32", tls=pem)
+    backing = Backing(tmp_path)
+    try:
+        assert backing.boot("vultr", "node-1", script)
+        url = None
+        for _ in range(400):  # the emulator's start takes a few seconds on a busy machine
+            if (addr := backing.address("vultr", "node-1")) is not None:
+                url = f"https://{addr[0]}:{addr[1]}"
+                seen = readiness.probe(url, KEY, t.served_model_id, ident.cert_pem, health="/healthz")
+                if seen.ready is not None:
+                    break
+            time.sleep(0.05)
+        assert url is not None and seen.ready is not None, seen.last
+        assert readiness.probe(url, KEY, t.served_model_id, ident.cert_pem, health="/nope").last == "/nope answered 404"
+    finally:
+        backing.close()
