@@ -57,6 +57,10 @@ def _plan_check(args) -> int:
                 f"  recipe: {mn['orchestrator']} with {mn['engine']} workers, router {mn['router'] or '-'}, "
                 f"KV transfer {mn['kv_transfer'] or '-'} ({mn['source']} at {str(mn['commit'])[:12]}, {mn['date']})"
             )
+        if t.custom:
+            cs = t.custom
+            words = " ".join(cs.command)
+            print(f"  custom stack {cs.name}: {cs.image} {words}; health {cs.health_route}, port {cs.port}")
         if t.cluster:
             c = t.cluster
             shape = f"{c.rack} rack, " if c.rack else ""

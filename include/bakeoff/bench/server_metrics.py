@@ -76,13 +76,17 @@ def scrape(endpoint: Any, api_key: str | None, *, timeout_s: float = 5.0) -> dic
     /metrics or cannot be reached (the point is still measured)."""
     base = endpoint if isinstance(endpoint, str) else endpoint.base_url
     verify = True if isinstance(endpoint, str) else endpoint.verify()
+    declared = getattr(endpoint, "route", None)  # an Endpoint: a custom stack's declared route, or none
+    path = declared("metrics", "/metrics") if declared else "/metrics"
+    if path is None:  # a custom stack that declares no metrics route
+        return None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     base = base.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
     try:
         with egress.client(base_url=base, headers=headers, timeout=timeout_s, verify=verify) as c:
-            r = c.get("/metrics")
+            r = c.get(path)
     except httpx.HTTPError as e:
         log.info("server metrics unavailable at %s: %s", base, type(e).__name__)
         return None

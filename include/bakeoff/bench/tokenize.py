@@ -147,7 +147,10 @@ def discover(endpoint, api_key: str | None, *, chat: bool = False, timeout_s: fl
         timeout_s=timeout_s,
         verify=endpoint.verify() if hasattr(endpoint, "verify") else True,
     )
-    candidates: list[TokenCounter] = [EndpointCounter(path=p, **common) for p in TOKENIZE_PATHS]
+    # a custom stack's declared route, or none (None); "" for a built-in engine: both of theirs
+    declared = endpoint.route("tokenize", "") if hasattr(endpoint, "route") else ""
+    paths = TOKENIZE_PATHS if declared == "" else ((declared,) if declared else ())
+    candidates: list[TokenCounter] = [EndpointCounter(path=p, **common) for p in paths]
     candidates.append(ProbeCounter(**common))
     for c in candidates:
         try:

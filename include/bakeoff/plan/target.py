@@ -10,6 +10,7 @@ from pydantic import Field, SerializeAsAny, ValidationError, field_validator, mo
 from bakeoff import catalog
 from bakeoff.plan import cluster as clusters
 from bakeoff.plan import multinode, recipes
+from bakeoff.plan.custom_stack import CUSTOM_STACK, LOCAL_ARGS, LOCAL_IMAGE, LOCAL_PROGRAM, CustomStack
 from bakeoff.plan.fields import HF_REPO_RE, Strict
 from bakeoff.plan.options import (
     AwsOptions,
@@ -139,6 +140,7 @@ class Target(Strict):
         None, ge=0, description="a multi-node recipe's arm (python -m bakeoff recipes show <name>): its cluster"
     )
     stack: str = "vllm"
+    custom: CustomStack | None = Field(None, description="stack: custom: the buyer's own serving stack")
     model: str
     quantization: Quantization = "fp8"
     checkpoint: str | None = Field(
@@ -314,7 +316,7 @@ class Target(Strict):
     @field_validator("stack")
     @classmethod
     def _known_stack(cls, v: str) -> str:
-        return catalog.known_name("stack", v)
+        return v if v == CUSTOM_STACK else catalog.known_name("stack", v)
 
     @field_validator("model")
     @classmethod
@@ -367,6 +369,36 @@ class Target(Strict):
             raise ValueError(
                 f"instance type {it.type} has no catalog price ({it.note or 'none published'}); "
                 "set price.usd_per_hour (or price.usd_per_gpu_hour) on this target"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _custom_stack(self) -> Target:
+        """``stack: custom`` and a ``custom`` block go together; the local provider runs only the emulator."""
+        c, named = self.custom, self.stack == CUSTOM_STACK
+        if named != (c is not None):
+            raise ValueError(
+                "custom: required with stack: custom (image, command, port, health_route); give the block"
+                if named
+                else f"custom: only a target with stack: custom takes it (this one runs {self.stack}); "
+                "set stack: custom or remove the block"
+            )
+        if c is not None:
+            try:
+                check_image(c.image)
+            except ValueError as e:
+                raise ValueError(f"custom.image: {e}") from None
+        if c is not None and self.image is not None:
+            raise ValueError("image: a custom stack names its image in custom.image; remove the target's image")
+        if c is not None and PROVIDERS[self.provider].existing_endpoint:
+            raise ValueError(
+                "custom: bakeoff does not start a static endpoint's server; describe it with served_model instead"
+            )
+        if c is not None and self.emulated and not (c.runs_locally and not self.engine_args):
+            raise ValueError(
+                f"custom.image: the {self.provider} provider runs no container, only the project's emulator, with "
+                f"no other flag; set image: {LOCAL_IMAGE}, command: [python3, {', '.join(LOCAL_PROGRAM)}, "
+                f"{', '.join(LOCAL_ARGS)}] and no engine_args (a cloud target runs the image itself)"
             )
         return self
 
@@ -592,4 +624,17 @@ class Target(Strict):
 
     @property
     def stack_spec(self) -> catalog.StackSpec:
-        return catalog.stacks()[self.stack]
+        """The catalog's engine, or a custom stack's facts as the plan declares them (it renders no
+        speculative method or KV offload: those are refused for it)."""
+        c = self.custom
+        if c is None:
+            return catalog.stacks()[self.stack]
+        routes = [c.health_route, c.readiness_route, *([c.metrics_route] if c.metrics_route else [])]
+        return catalog.StackSpec(
+            name=f"{CUSTOM_STACK}: {c.name}",
+            port=c.port,
+            images={},
+            health=list(dict.fromkeys(routes)),
+            metrics_prefix=c.metrics_prefix,
+            source="declared in the plan (custom stack)",
+        )

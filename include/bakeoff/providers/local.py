@@ -34,6 +34,7 @@ import psutil
 
 from bakeoff import durable, paths
 from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, LaunchSpec, Provider, ProviderError
+from bakeoff.serving import engines
 
 EMULATOR_MODULE = "bakeoff.serving.emulator"
 API_KEY_ENV = "BAKEOFF_API_KEY"
@@ -162,19 +163,15 @@ class LocalProvider(Provider):
         env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
         if api_key:
             env[API_KEY_ENV] = api_key
-        cmd = [
-            self.python,
-            "-m",
-            EMULATOR_MODULE,
-            "--config",
-            str(config_path),
-            "--host",
-            HOST,
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-        ]
+        address = ["-m", EMULATOR_MODULE, "--host", HOST, "--port", "0"]
+        if target.custom is not None:  # a custom stack: its template, rendered as a cloud node renders it
+            address = engines.command(target, 0, HOST)
+            if address[:2] != ["-m", EMULATOR_MODULE] or len(address) != 6:
+                raise ProviderError(
+                    f"targets.{target.name}.custom.command: the local provider starts only the emulator with "
+                    "--host {host} --port {port}; a container image runs on a cloud target"
+                )
+        cmd = [self.python, *address, "--config", str(config_path), "--port-file", str(port_file)]
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 cmd,
@@ -201,6 +198,7 @@ class LocalProvider(Provider):
             "config": str(config_path),
             "log": str(log_path),
             "mode": mode,
+            "health_route": engines.routes(target).health,
             "tags": all_tags,
             "launched_at": time.time(),
             "expires_at": expires_at,
@@ -222,7 +220,7 @@ class LocalProvider(Provider):
         if not port:
             return None
         try:
-            if httpx.get(f"http://{HOST}:{port}/health", timeout=2.0).status_code != 200:
+            if httpx.get(f"http://{HOST}:{port}{rec.get('health_route') or '/health'}", timeout=2.0).status_code != 200:
                 return None
         except httpx.HTTPError:
             return None

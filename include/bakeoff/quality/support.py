@@ -3,7 +3,8 @@
 AMD and NVIDIA deployments most often stumble before the first token (image pull, kernel or
 quantization unsupported, out of memory), so the report shows how far each combination got:
 deployed, ready, accuracy gate, data validation. Read from what the run's steps left on disk;
-a missing file means the step never got that far, which is itself the answer.
+a missing file means the step never got that far, which is itself the answer. A custom stack shows as
+``custom: <name>`` with what its run verified of its declaration and what the matrix cannot say.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff.quality import accuracy as accuracy_mod
 from bakeoff.quality import validate as validate_mod
+from bakeoff.serving import engines
 from bakeoff.store import StorePath, at, read_json
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ def support_matrix(plan: Plan, run_dir: str | StorePath) -> list[dict[str, Any]]
         rows.append(
             {
                 "gpu": t.gpu.name,
-                "stack": t.stack,
+                "stack": engines.label(t),
                 "model": t.model,
                 "quantization": t.quantization,
                 "checkpoint": t.checkpoint_id,
@@ -53,9 +55,36 @@ def support_matrix(plan: Plan, run_dir: str | StorePath) -> list[dict[str, Any]]
                 "accuracy_score": acc_doc.get("score") if acc_doc else None,
                 "gx": "not validated" if verdict is None else ("pass" if not verdict.get("gx_failures") else "fail"),
                 "gx_failures": (verdict or {}).get("gx_failures", []),
+                **_custom_checks(t, ready, verdict),
             }
         )
     return sorted(rows, key=lambda r: (r["gpu"], r["stack"], r["model"], r["quantization"], r["target"]))
+
+
+def _custom_checks(t: Target, ready: bool, verdict: dict[str, Any] | None) -> dict[str, Any]:
+    """A custom stack's declaration against what the run showed: verified (the routes readiness asked,
+    the benchmark's OpenAI requests once validated) and not verified (what no step of the run checks)."""
+    c = t.custom
+    if c is None:
+        return {}
+    verified = [f"image {c.image}", f"command {' '.join(c.command)}"] if ready else []
+    if ready:
+        verified += [f"health {c.health_route} answered 200", f"readiness {c.readiness_route} listed the model"]
+    if verdict is not None and not verdict.get("gx_failures"):
+        verified.append("OpenAI completions: the benchmark's requests passed validation")
+    tokenize = (
+        f"tokenize {c.tokenize_route}: used when it answers a probe, else usage counts"
+        if c.tokenize_route
+        else "tokenize: none declared, prompts sized from usage counts"
+    )
+    metrics = (
+        f"metrics {c.metrics_route} (prefix {c.metrics_prefix or 'none'}): counters read only under vLLM's or "
+        "SGLang's names"
+        if c.metrics_route
+        else "metrics: no route declared, no server counters"
+    )
+    keyed = "API key and TLS: the node's front holds both, the stack's own are not used"
+    return {"custom_verified": verified, "custom_not_verified": [tokenize, metrics, keyed]}
 
 
 def _speculative(t: Target) -> str | None:

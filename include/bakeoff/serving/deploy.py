@@ -150,7 +150,15 @@ def check_serving(
     url = base_url(instance)
     tls_cert = (instance.details or {}).get("tls_cert")
     try:
-        seen = probe(url, api_key, model=served_model(target), tls_cert=tls_cert)
+        routes = engines.routes(target)
+        seen = probe(
+            url,
+            api_key,
+            model=served_model(target),
+            tls_cert=tls_cert,
+            health=routes.health,
+            models_route=routes.readiness,
+        )
     except ModelNotServed as e:
         detail = mask(str(e), api_key, *masked)
         _record_failure(out_dir, target, "model_not_served", detail, models_offered=e.offered)
@@ -280,13 +288,17 @@ def _stack_facts(target: Target) -> dict[str, Any]:
             "deployed_by": "not bakeoff (static endpoint)",
             "served_model": target.served_model_id,
         }
+    custom = engines.custom_facts(target)  # a custom stack's declaration: image, template, routes
     if target.provider in LOCAL_PROVIDERS or target.stack not in engines.ENGINES:
-        return {"stack": target.stack, "client_mode": target.client_mode}
+        local = {"engine_args": engines.command(target, 0, "127.0.0.1")} if custom else {}
+        return {"stack": target.stack, **custom, **local, "client_mode": target.client_mode}
     from bakeoff.serving import userdata  # noqa: PLC0415 - the boot script's renderer only for a cloud engine
 
     return {
         "stack": target.stack,
+        **custom,
         "image": userdata.image_for(target),
+        "entrypoint": engines.boot(target).entrypoint,
         "engine_args": engines.command(target, target.stack_spec.port),
         "env": engines.environment(target),
         "extra_files": engines.extra_files(target),

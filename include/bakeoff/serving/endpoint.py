@@ -30,6 +30,15 @@ class Endpoint:
     def from_dict(cls, d: dict[str, Any]) -> Endpoint:
         return cls(**d)
 
+    def route(self, kind: str, default: str) -> str | None:
+        """Where the server answers ``kind`` (``tokenize``, ``metrics``): ``default`` for a built-in engine,
+        a custom stack's declared route (in its provenance), None when it declares none."""
+        custom = self.provenance.get("custom")
+        if not isinstance(custom, dict):
+            return default
+        route = custom.get(f"{kind}_route")
+        return route if isinstance(route, str) else None
+
     def verify(self) -> ssl.SSLContext | bool:
         """What an httpx client passes as ``verify``: this node's pinned certificate, if it has one."""
         return client_context(self.base_url, self.tls_cert)

@@ -1,6 +1,7 @@
 """Engine renderers: what each serving engine needs to serve one target on a cloud node.
 
-One renderer per engine (vLLM, SGLang, ATOM, TensorRT-LLM), each giving
+One renderer per engine (vLLM, SGLang, ATOM, TensorRT-LLM, and a ``custom`` stack the plan declares:
+its argv template rendered word by word, plan/custom_stack.py), each giving
   - ``command(target, port)``: the arguments after the image (model, parallelism, quantization, KV
     dtype, speculative decoding, KV offload, then the catalog's per-GPU recipe, then the plan's own),
   - ``environment(target)``: the container's environment (catalog recipe, engine switches, the plan's env),
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from bakeoff.plan.custom_stack import CUSTOM_STACK, PLACEHOLDERS, fill
 
 if TYPE_CHECKING:
     from bakeoff.plan.serving_options import KvOffload, Speculative
@@ -61,8 +64,21 @@ BOOT: dict[str, Boot] = {
     "atom": Boot("python3", fronted=True),
     "trtllm": Boot("mpirun", fronted=True),
 }
-ENGINES = tuple(BOOT)  # the stacks a cloud node can run
-FRONTED = frozenset(n for n, b in BOOT.items() if b.fronted)
+# a custom stack's program comes from its template; bakeoff knows no key or TLS switch of it, so it is fronted
+ENGINES = (*BOOT, CUSTOM_STACK)  # the stacks a cloud node can run
+FRONTED = frozenset(n for n, b in BOOT.items() if b.fronted) | {CUSTOM_STACK}
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where readiness, token counting and the metrics scrape find a stack: the built-in engines' OpenAI
+    routes, or what a custom stack declares (None: it has none)."""
+
+    health: str = "/health"
+    readiness: str = "/v1/models"
+    tokenize: str | None = "/tokenize"
+    metrics: str | None = "/metrics"
+
 
 # plan quantization -> engine flags; None = the checkpoint says (pre-quantized weights carry their format)
 _QUANT: dict[str, dict[str, list[str] | None]] = {
@@ -118,8 +134,33 @@ def _engine(target: Target) -> str:
 
 
 def boot(target: Target) -> Boot:
-    """The boot facts of the target's engine (refused, naming the field, for a stack no node runs)."""
-    return BOOT[_engine(target)]
+    """The boot facts of the target's engine (refused, naming the field, for a stack no node runs); a
+    custom stack's program is its template's first word, behind the node's front."""
+    c = target.custom
+    if _engine(target) == CUSTOM_STACK and c is not None:
+        return Boot(c.command[0], fronted=True)
+    return BOOT[target.stack]
+
+
+def routes(target: Target) -> Routes:
+    """The routes readiness and the benchmark use for the target's stack."""
+    c = target.custom
+    if c is None:
+        return Routes()
+    return Routes(c.health_route, c.readiness_route, c.tokenize_route, c.metrics_route)
+
+
+def label(target: Target) -> str:
+    """How the report names the stack: the engine, or ``custom: <name>``."""
+    return target.stack_spec.name if target.custom is not None else target.stack
+
+
+def custom_facts(target: Target) -> dict[str, Any]:
+    """A custom stack's declaration for provenance and the support matrix (nothing for a built-in engine)."""
+    c = target.custom
+    if c is None:
+        return {}
+    return {"custom": c.model_dump(mode="json"), "stack_label": label(target)}
 
 
 def _model(target: Target) -> str:
@@ -321,11 +362,37 @@ def _trtllm(target: Target, port: int, host: str) -> list[str]:
     return [*own, "--extra_llm_api_options", TRTLLM_OPTIONS]
 
 
+def _custom(target: Target, port: int, host: str) -> list[str]:
+    """The template after its program, each placeholder replaced by its validated value in its own word
+    (never re-split, never read by a shell: the boot script quotes each word, docker execs the argv)."""
+    c = target.custom
+    if c is None:
+        raise _fail(target, "custom", "stack: custom needs its custom block")
+    values = {
+        "model": _model(target),
+        "served_model": target.served_model_id,
+        "host": host,
+        "port": str(port),
+        "tensor_parallel": str(target.tensor_parallel),
+        "pipeline_parallel": str(target.pipeline_parallel),
+        "expert_parallel": str(target.expert_parallel),
+        "gpus": str(_gpus(target)),
+        "quantization": target.quantization,
+        "kv_cache_dtype": target.kv_cache_dtype,
+    }
+    if set(values) != set(PLACEHOLDERS):  # one list of names: the schema's
+        raise AssertionError(
+            f"placeholders out of step with plan.custom_stack: {sorted(set(values) ^ set(PLACEHOLDERS))}"
+        )
+    return [fill(word, values) for word in c.command[1:]]
+
+
 _RENDER: dict[str, Callable[[Target, int, str], list[str]]] = {
     "vllm": _vllm,
     "sglang": _sglang,
     "atom": _atom,
     "trtllm": _trtllm,
+    CUSTOM_STACK: _custom,
 }
 
 

@@ -1,4 +1,5 @@
-"""Readiness: a server is ready when /health answers 200 and /v1/models lists the model.
+"""Readiness: a server is ready when /health answers 200 and /v1/models lists the model (a custom stack:
+the routes it declares, engines.routes).
 
 A server whose /v1/models lists other ids fails at once (``ModelNotServed``) with the ids it offers:
 vLLM and SGLang list models only once the engine is up, and the list never changes afterwards.
@@ -132,8 +133,17 @@ class Probe:
     last: str
 
 
-def probe(base_url: str, api_key: str | None, model: str | None = None, tls_cert: str | None = None) -> Probe:
-    """One look: /health, then /v1/models. ModelNotServed at once when it lists other models.
+def probe(
+    base_url: str,
+    api_key: str | None,
+    model: str | None = None,
+    tls_cert: str | None = None,
+    *,
+    health: str = "/health",
+    models_route: str = "/v1/models",
+) -> Probe:
+    """One look: /health, then /v1/models (a custom stack's declared routes: ``health``, ``models_route``).
+    ModelNotServed at once when it lists other models.
 
     With ``tls_cert`` (a cloud node's own certificate) only that server is spoken to: a server with
     any other certificate fails the handshake, so the key is never sent to it (``last`` says so)."""
@@ -142,16 +152,16 @@ def probe(base_url: str, api_key: str | None, model: str | None = None, tls_cert
     verify = client_context(base_url, tls_cert)
     try:
         with egress.client(base_url=base_url, headers=_headers(api_key), timeout=5.0, verify=verify) as client:
-            health = client.get("/health")
-            if health.status_code != 200:
-                return Probe(None, f"/health answered {health.status_code}")
-            models = client.get("/v1/models")
+            alive = client.get(health)
+            if alive.status_code != 200:
+                return Probe(None, f"{health} answered {alive.status_code}")
+            models = client.get(models_route)
             ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
             if ids and (model is None or model in ids):
                 return Probe({"models": models.json(), "version": _optional_json(client, "/version")}, "ready")
             if ids:
                 raise ModelNotServed(base_url, str(model), [str(i) for i in ids])
-            return Probe(None, f"/v1/models answered {models.status_code}")
+            return Probe(None, f"{models_route} answered {models.status_code}")
     except egress.EgressRefused as e:
         return Probe(None, str(e))
     except (httpx.HTTPError, ValueError) as e:
@@ -173,12 +183,15 @@ def wait_ready(
     poll_s: float = 0.25,
     model: str | None = None,
     tls_cert: str | None = None,
+    *,
+    health: str = "/health",
+    models_route: str = "/v1/models",
 ) -> dict[str, Any]:
     """Probe until ready (for callers without a scheduler); what the server says about itself.
     NotReady at the deadline, with the last thing seen."""
     deadline = time.monotonic() + timeout_s
     while True:
-        seen = probe(base_url, api_key, model, tls_cert)
+        seen = probe(base_url, api_key, model, tls_cert, health=health, models_route=models_route)
         if seen.ready is not None:
             return seen.ready
         if time.monotonic() >= deadline:

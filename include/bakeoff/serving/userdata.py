@@ -69,9 +69,10 @@ _PEM_KEY = re.compile(r"-----BEGIN PRIVATE KEY-----\n[A-Za-z0-9+/=\n]+-----END P
 
 
 def image_for(target) -> str:
-    """The plan's image override, else the stack's image for this GPU (``rocm_mi300x``) or platform."""
-    if target.image:
-        return target.image
+    """The plan's image override (a custom stack's own), else the stack's image for this GPU (``rocm_mi300x``)
+    or platform."""
+    if target.image or target.custom:
+        return target.image or target.custom.image
     images = target.stack_spec.images
     plat = target.gpu.platform
     image = images.get(f"{plat}_{target.gpu.name}") or images.get(plat)

@@ -22,7 +22,7 @@ import signal
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -37,6 +37,9 @@ from bakeoff.serving.emulator.config import EmulatorConfig
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.emulate import efficiency_info, emulator_roofline
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
 
 log = logging.getLogger("bakeoff.emulator")
 
@@ -102,7 +105,24 @@ def build_app(config: EmulatorConfig) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
+    _custom_routes(app, config.target)
     return app
+
+
+def _custom_routes(app: web.Application, target: Target) -> None:
+    """A custom stack's declared routes, served as well, so readiness and token counting are asked where the
+    plan says (a route the emulator already serves is left as it is)."""
+    c = target.custom
+    if c is None:
+        return
+    taken = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
+    declared = [("GET", c.health_route, health), ("GET", c.readiness_route, models)]
+    declared += [("POST", c.tokenize_route, tokenize)] if c.tokenize_route else []
+    declared += [("GET", c.metrics_route, metrics)] if c.metrics_route else []
+    for method, path, handler in declared:
+        if path not in taken:
+            app.router.add_route(method, path, handler)
+            taken.add(path)
 
 
 def _engine(config: EmulatorConfig) -> RooflineEngine:
