@@ -44,7 +44,10 @@ class ProviderError(RuntimeError):
 
 
 class CapacityError(ProviderError):
-    """No capacity for the instance type where it was asked for."""
+    """No capacity for the instance type where it was asked for; ``provisioning`` is the lifecycle's
+    record of the placements it tried (``Provisioning.to_dict``), empty where none was kept."""
+
+    provisioning: Mapping[str, Any] = {}
 
 
 RefusalReason = Literal["capacity", "quota"]
@@ -344,10 +347,12 @@ class CloudProvider(Provider, Generic[Context]):
             f"{r['where']} ({r['code']}: {r['message']})" if r["message"] else f"{r['where']} ({r['code']})"
             for r in record.refused
         )
-        raise CapacityError(
+        refused = CapacityError(
             f"{self.name}: no capacity for {target.instance_type}{self.capacity_scope(context)}; "
             f"tried {tried or 'no placement'}. {self.capacity_advice(target)}"
         )
+        refused.provisioning = record.to_dict()  # the refusal record keeps what was tried
+        raise refused
 
     def _undo(self, target: Target, run_id: str, context: Context) -> None:
         """``abandon``, never hiding why the create failed: its own error is logged (the sweep and the
