@@ -80,10 +80,15 @@ def measures(src: dict[str, str]) -> dict[str, int | str]:
         out[f"lines {m}"] = src[m].count("\n") if m in src else "-"
     out["lines metrics.summarize"] = funcs.get("bench/metrics.py", {}).get("summarize", "-")
     for c in CLOUDS:
-        out[f"create lines {c}"] = funcs.get(c, {}).get("create", "-")
+        out[f"create lines {c}"] = _cloud(funcs, c).get("create", "-")
     for c in CLOUDS[1:]:
-        out[f"lifecycle hook lines {c}"] = sum(funcs.get(c, {}).get(h, 0) for h in HOOKS) or "-"
+        out[f"lifecycle hook lines {c}"] = sum(_cloud(funcs, c).get(h, 0) for h in HOOKS) or "-"
     return out
+
+
+def _cloud(funcs: dict[str, dict[str, int]], module: str) -> dict[str, int]:
+    """A cloud's functions whether it is one module (``oci.py``) or a package (``oci/__init__.py`` joins the hooks)."""
+    return funcs.get(module) or funcs.get(module.removesuffix(".py") + "/__init__.py", {})
 
 
 def main(revs: list[str]) -> None:

@@ -177,7 +177,7 @@ def provision(
             if node.index == last:
                 faults.maybe_fail("node_create", target)
             inst = provider.create(
-                nt,
+                cast("Target", nt),  # a NodeTarget reads as its Target (see NodeTarget)
                 run_id,
                 tags={**tags, TAG_TARGET: nt.slug, TAG_ROLE: node.role, TAG_CLUSTER: target.slug},
                 spec=LaunchSpec.of(spec),  # the node's role and index travel in its target and tags

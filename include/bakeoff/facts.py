@@ -10,11 +10,26 @@ Dicts exist only at the edges: a record's JSON in the store, a step's XCom.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+log = logging.getLogger(__name__)
 
 
 def _epoch(v: Any) -> Any:
@@ -81,6 +96,85 @@ class LaunchIntent(Fact):
     expires_at: float
 
 
+Count = Annotated[int, Field(strict=True, ge=0)]  # a JSON integer, never a bool or a float
+Seconds = Annotated[float, Field(ge=0)]
+Timed = Literal["running_s", "serving_ready_s"]  # the times later steps add to a provision record
+
+
+class PlacementRefusal(BaseModel):
+    """One placement that refused the launch: where, which offer, capacity or quota, and the cloud's words."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    where: str = ""
+    instance_type: str = ""
+    reason: str = ""
+    code: str = ""
+    message: str = ""
+
+
+class ProvisioningRecord(BaseModel):
+    """How a create went (providers/base.Provisioning writes it; the pipeline adds ``create_s`` and the
+    later steps ``running_s`` / ``serving_ready_s``); a cluster's records its ``nodes`` and ``ready_s``.
+
+    It is read back from every version's files, so it is lenient where a step record is strict: a key
+    this version does not know is ignored, and a value of the wrong type is dropped (logged, naming
+    the key) rather than losing the run's report. It is stored with the keys it was given, no more
+    (the JSON older readers know)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    attempts: Count | None = None
+    refusals: dict[str, Count] = {}  # by reason: capacity, quota
+    refused: tuple[PlacementRefusal, ...] = ()
+    instance_types: tuple[str, ...] = ()  # the offers tried, in order, once each
+    tried: tuple[str, ...] = Field((), validation_alias=AliasChoices("tried", "offers"))  # places asked
+    region: str | None = None
+    placement: str | None = None
+    instance_type: str | None = None
+    reused: bool = False
+    launch_s: Seconds | None = None
+    create_s: Seconds | None = None
+    running_s: Seconds | None = None
+    serving_ready_s: Seconds | None = None
+    nodes: Count | None = None
+    ready_s: Seconds | None = None
+
+    @field_validator("refusals", mode="before")
+    @classmethod
+    def _counts(cls, v: Any) -> Any:
+        """Each reason's count read on its own: one malformed entry does not drop the others."""
+        if not isinstance(v, Mapping):
+            return v
+        return {k: n for k, n in v.items() if isinstance(n, int) and not isinstance(n, bool) and n >= 0}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _lenient(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as e:
+            if not isinstance(data, Mapping):
+                raise
+            bad = {str(err["loc"][0]) for err in e.errors() if err["loc"]}
+            log.warning("provisioning record: ignoring malformed %s", ", ".join(sorted(bad)))
+            return handler({k: v for k, v in data.items() if k not in bad})
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        doc: dict[str, Any] = handler(self)
+        return {k: v for k, v in doc.items() if k in self.model_fields_set}
+
+    def refusal_counts(self) -> dict[str, int]:
+        """``{reason: count}`` of the reasons that refused at least once."""
+        return {k: n for k, n in self.refusals.items() if n > 0}
+
+    def timed(self, key: Timed) -> bool:
+        """Whether a later step already recorded this time (each is recorded once per launch)."""
+        return key in self.model_fields_set
+
+    def with_time(self, key: Timed, seconds: float) -> ProvisioningRecord:
+        return self.model_validate({**self.model_dump(mode="json"), key: seconds})
+
+
 class Provision(Fact):
     """provision: the instance it started and every launch of the target in this run, oldest first."""
 
@@ -89,9 +183,9 @@ class Provision(Fact):
     launched_at: Epoch | None = None
     client_bundle: str | None = None
     tries: tuple[Launch, ...] = ()
-    # how the create went (providers/base.Provisioning: attempts, refusals by reason, placements and
-    # offers tried, where it launched), create_s, and the seconds to running and to serving-ready
-    provisioning: dict[str, Any] = {}
+    # how the create went (attempts, refusals by reason, placements and offers tried, where it launched),
+    # create_s, and the seconds to running and to serving-ready
+    provisioning: ProvisioningRecord = ProvisioningRecord()
     requested_at: Epoch | None = None  # when this launch's create was asked: time to running counts from it
 
     def recorded_launches(self) -> tuple[Launch, ...]:
@@ -114,7 +208,7 @@ class ProvisionRefused(Fact):
     reason: Literal["capacity", "quota"] = "capacity"
     offers: tuple[str, ...] = ()  # "<instance type> in <region or AD>", as the plan lists them
     error: str = ""  # the cloud's refusal in its words (truncated)
-    provisioning: dict[str, Any] = {}  # what the provider recorded of its attempts, when it says
+    provisioning: ProvisioningRecord = ProvisioningRecord()  # what the provider recorded of its attempts
 
 
 class NodeReady(Fact):

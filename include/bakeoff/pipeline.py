@@ -253,7 +253,9 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         raise
     # the lifecycle's record (providers/base.Provisioning: attempts, refusals, placements tried, where it
     # launched) and how long the whole create took; node_ready and serving_ready add their times
-    provisioning = {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
+    provisioning = facts.ProvisioningRecord.model_validate(
+        {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
+    )
     if node_cert:  # every later call pins it: the base_url and agent_url become https
         inst.details["tls_cert"] = node_cert
     if agent:  # node_ready gives it the agent's address
@@ -354,7 +356,9 @@ def _provision_cluster(
             instance_id=front.id,
             launched_at=front.launched_at or time.time(),
             tries=(*earlier, *launches),
-            provisioning={"nodes": len(res.nodes), "ready_s": max(n.ready_s or 0.0 for n in res.nodes)},
+            provisioning=facts.ProvisioningRecord(
+                nodes=len(res.nodes), ready_s=max(n.ready_s or 0.0 for n in res.nodes)
+            ),
         ),
     )
     return front.to_dict()
@@ -395,17 +399,17 @@ def node_ready(
     return ready.to_dict()
 
 
-def _provisioning_time(run_dir: str, slug: str, key: str) -> None:
+def _provisioning_time(run_dir: str, slug: str, key: facts.Timed) -> None:
     """Seconds from the node's launch to now, into the provision record's ``provisioning`` under ``key``
     (``running_s``: running with an address; ``serving_ready_s``: serving the model), once per launch."""
     doc = store.read_record(run_dir, facts.Provision.STEP, slug)
     if not doc:
         return
     prov = facts.parse(facts.Provision, doc, f"target={slug}/steps/provision.json")
-    if key in prov.provisioning or prov.launched_at is None:
+    if prov.provisioning.timed(key) or prov.launched_at is None:
         return
     seconds = round(max(0.0, time.time() - prov.launched_at), 1)
-    _target_step(run_dir, slug, prov.model_copy(update={"provisioning": {**prov.provisioning, key: seconds}}))
+    _target_step(run_dir, slug, prov.model_copy(update={"provisioning": prov.provisioning.with_time(key, seconds)}))
 
 
 def _record_refusal(run_dir: str, target: Target, asked: float, e: CapacityError) -> None:
@@ -421,7 +425,7 @@ def _record_refusal(run_dir: str, target: Target, asked: float, e: CapacityError
         reason="quota" if refusal_reason(str(e)) == "quota" else "capacity",
         offers=tuple(f"{target.instance_type} in {p}" for p in places) or (str(target.instance_type),),
         error=str(e)[:400],
-        provisioning=dict(getattr(e, "provisioning", None) or {}),
+        provisioning=facts.ProvisioningRecord.model_validate(e.provisioning),
     )
     _target_step(run_dir, target.slug, fact)
 

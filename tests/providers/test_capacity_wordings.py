@@ -11,7 +11,7 @@ import pytest
 from oci.exceptions import ServiceError
 
 from bakeoff.providers.aws import CAPACITY_CODES
-from bakeoff.providers.oci import is_capacity
+from bakeoff.providers.oci.instance import is_capacity
 from bakeoff.providers.rest import CAPACITY_RE, refusal_reason
 
 # (cloud answer, source, date): REST clouds answer 4xx with a message; CAPACITY_RE reads it

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cloud_helpers import launch_args, make_target, new_run_id
 
-from bakeoff import pipeline, store
+from bakeoff import facts, pipeline, store
 from bakeoff.providers.base import (
     CapacityError,
     CloudProvider,
@@ -114,6 +114,10 @@ def test_every_placement_refused_undoes_the_network_and_names_what_was_tried():
     assert "r1 (OutOfStock: no hosts left), r2 (OutOfStock: no hosts left)" in str(e.value)
     assert f"targets.{t.name}.provider_options" in str(e.value)
     assert cloud.calls[-1] == "abandon" and cloud.networks == set() and cloud.nodes == {}
+    # the refusal keeps the lifecycle's record: the pipeline's provision_refused record reads it typed
+    record = facts.ProvisioningRecord.model_validate(e.value.provisioning)
+    assert record.attempts == 2 and record.refusal_counts() == {"capacity": 2} and record.region is None
+    assert [r.where for r in record.refused] == ["r1", "r2"]
 
 
 def test_a_launch_error_also_undoes_the_network():
@@ -142,8 +146,6 @@ def test_a_launch_spec_with_an_unknown_field_is_refused_naming_it_and_hides_its_
 
 
 def test_times_to_running_and_serving_ready_go_into_the_provision_record_once(data_root):
-    from bakeoff import facts
-
     rdir = str(store.run_dir("demo", "r-times"))
     launched = time.time() - 30
     prov = facts.Provision(instance_id="i", launched_at=launched, provisioning={"attempts": 1})

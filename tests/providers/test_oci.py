@@ -18,7 +18,9 @@ from cloud_helpers import launch_args, new_run_id
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import CapacityError, ProviderError, get_provider
 from bakeoff.providers.base import TAG_RUN
-from bakeoff.providers.oci import TAGS, OciProvider, nsg_name, retry_token
+from bakeoff.providers.oci import OciProvider
+from bakeoff.providers.oci.api import TAGS, retry_token
+from bakeoff.providers.oci.network import nsg_name
 from bakeoff.serving import userdata
 from bakeoff_sandbox import oci as fake_oci
 from bakeoff_sandbox import throwaway_api_key

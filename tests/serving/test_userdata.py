@@ -118,7 +118,7 @@ def test_hostile_provider_options_are_rejected():
     ):
         raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
         raw["targets"][1]["provider_options"].update(opts)
-        with pytest.raises(PlanError, match=r"targets\[1\]: provider_options\.\w+: "):
+        with pytest.raises(PlanError, match=r"targets\[1\]\.provider_options\.\w+: "):
             plan_from_dict(raw)
 
 

@@ -166,7 +166,7 @@ def test_seed_claim_loads_with_source_and_configuration():
         ({"figure": {"metric": "output_tps_per_node", "value": 0}}, r"figure\.value: Input should be greater than 0"),
         (
             {"comparisons": [{"kind": "throughput", "value": 3}]},
-            r"comparisons\[0\]: gpu: a throughput comparison names the GPU",
+            r"comparisons\[0\]\.gpu: a throughput comparison names the GPU",
         ),
         ({"comparisons": [{"kind": "cost_ratio", "value": 0.5}]}, r"against: a cost_ratio comparison lists"),
         ({"surprise": 1}, r"surprise: unknown field; remove it"),

@@ -58,3 +58,41 @@ def test_an_iso_time_in_a_record_reads_as_epoch_seconds():
     assert launch.launched_at == 1793491200.0
     with pytest.raises(facts.RecordInvalid, match=r"x: provision.tries record field launched_at"):
         facts.parse(facts.Launch, {"launched_at": "soon"}, "x")
+
+
+# an old run's provision record, as an earlier version wrote it (the REST clouds' own dict, the
+# pipeline's create_s, the later steps' times), with a key this version does not know
+OLD_PROVISION = {
+    "instance_id": "i-9",
+    "launched_at": 100.0,
+    "tries": [],
+    "provisioning": {"attempts": 2, "refusals": {"capacity": 1}, "region": "ord", "create_s": 4.0, "gpu_s": 1},
+}
+
+
+def test_an_old_runs_provisioning_record_loads_typed_and_is_stored_with_its_own_keys(data_root):
+    rdir = store.run_dir("demo", "r-old")
+    store.record(rdir, "provision", OLD_PROVISION, slug="a")
+    prov = store.run_facts(rdir).target("a").provision
+    assert prov is not None and isinstance(prov.provisioning, facts.ProvisioningRecord)
+    rec = prov.provisioning
+    assert (rec.attempts, rec.refusal_counts(), rec.region, rec.create_s) == (2, {"capacity": 1}, "ord", 4.0)
+    assert not rec.timed("running_s")
+    timed = rec.with_time("running_s", 30.0)
+    assert timed.timed("running_s") and timed.running_s == 30.0
+    # stored again: the keys it was given (the unknown one dropped), nothing this version adds by default
+    assert prov.model_copy(update={"provisioning": timed}).to_json()["provisioning"] == {
+        "attempts": 2,
+        "refusals": {"capacity": 1},
+        "region": "ord",
+        "create_s": 4.0,
+        "running_s": 30.0,
+    }
+
+
+def test_a_malformed_provisioning_value_is_dropped_and_the_rest_kept():
+    rec = facts.ProvisioningRecord.model_validate(
+        {"attempts": True, "refusals": {"capacity": -1, "quota": 2}, "offers": ["b200 in r1"], "create_s": -3}
+    )
+    assert rec.attempts is None and rec.refusal_counts() == {"quota": 2} and rec.create_s is None
+    assert rec.tried == ("b200 in r1",)  # "offers" is read as the places asked

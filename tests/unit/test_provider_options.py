@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+from pydantic import BaseModel, ValidationError, model_validator
 
+from bakeoff.fielderrors import explain
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.plan.options import AwsOptions, OciOptions, ProviderOptions, RestOptions, StaticOptions
 from bakeoff.plan.target import OPTIONS
@@ -52,6 +54,30 @@ def test_a_field_no_provider_has_and_a_bad_value_name_the_field():
     raw["targets"][0]["provider_options"]["ami"] = "not-an-ami"
     with pytest.raises(PlanError, match=r"provider_options.ami: String should match pattern"):
         plan_from_dict(raw)
+
+
+def test_a_provider_option_error_reads_as_one_path_from_the_plan_root():
+    """The options are checked by the target's model-level validator, whose message leads with the
+    field: that path continues the target's own, so the line names one path a person can follow."""
+    raw = _raw("aws")
+    raw["targets"][0]["provider_options"]["ready_timeout_s"] = -5
+    with pytest.raises(PlanError) as e:
+        plan_from_dict(raw)
+    assert "  targets[0].provider_options.ready_timeout_s: Input should be greater than 0" in str(e.value)
+    assert "targets[0]: provider_options" not in str(e.value)
+
+
+def test_the_path_joining_leaves_a_message_that_names_no_field_alone():
+    class M(BaseModel):
+        x: int = 0
+
+        @model_validator(mode="after")
+        def _check(self) -> M:
+            raise ValueError("give either ami or ssm_parameter, not both")
+
+    with pytest.raises(ValidationError) as e:
+        M.model_validate({})
+    assert explain(e.value) == "  (top level): give either ami or ssm_parameter, not both"
 
 
 def test_a_static_target_without_options_still_needs_its_endpoint():

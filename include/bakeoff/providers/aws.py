@@ -16,7 +16,8 @@ import base64
 import hashlib
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 from botocore.config import Config
@@ -37,6 +38,10 @@ from bakeoff.providers.base import (
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.rest import resolve_address
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
+
+if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.options import AwsOptions
+    from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +79,9 @@ def split_id(instance_id: str) -> tuple[str, str]:
     return region, iid
 
 
-class AwsProvider(UserDataBoot, CloudProvider):
+class AwsProvider(UserDataBoot, CloudProvider[None]):
     name = "aws"
-    tag_codec = node_tags.EC2
+    tag_codec: node_tags.Pairs = node_tags.EC2
 
     def __init__(self, credentials: dict[str, Any] | None = None, **options: Any):
         creds = dict(credentials or {})
@@ -111,7 +116,7 @@ class AwsProvider(UserDataBoot, CloudProvider):
             self._regions = sorted(found | self._known_regions)
         return self._regions
 
-    def _client(self, service: str, region: str):
+    def _client(self, service: str, region: str) -> Any:
         key = (service, region)
         if key not in self._clients:
             self._clients[key] = self.session.client(
@@ -120,9 +125,9 @@ class AwsProvider(UserDataBoot, CloudProvider):
         return self._clients[key]
 
     # placement ------------------------------------------------------------------
-    def placements(self, target, context: Any = None) -> list[Placement]:
+    def placements(self, target: Target, context: None = None) -> list[Placement]:
         """Regions (each with its zones, or none) in the order the plan gives: zones within their region first."""
-        opts = target.provider_options
+        opts = _options(target)
         regions = list(opts.regions) or list(target.instance.regions[:1]) or [self.default_region]
         for z in opts.zones:
             if z[:-1] not in regions:
@@ -133,22 +138,22 @@ class AwsProvider(UserDataBoot, CloudProvider):
             out += [Placement(r, z) for z in zones] or [Placement(r)]
         return out
 
-    def _ami(self, target, region: str) -> str:
-        opts = target.provider_options
+    def _ami(self, target: Target, region: str) -> str:
+        opts = _options(target)
         if opts.ami:
             return opts.ami
         name = opts.ssm_parameter or DEFAULT_SSM_PARAMETER
         try:
-            return self._client("ssm", region).get_parameter(Name=name)["Parameter"]["Value"]
+            return str(self._client("ssm", region).get_parameter(Name=name)["Parameter"]["Value"])
         except ClientError as e:
             raise ProviderError(
                 f"aws: cannot read AMI parameter {name} in {region} "
                 f"({e.response['Error']['Code']}); set provider_options.ami or ssm_parameter"
             ) from None
 
-    def _security_groups(self, target, run_id: str, region: str, tags: dict[str, str]) -> list[str]:
+    def _security_groups(self, target: Target, run_id: str, region: str, tags: dict[str, str]) -> list[str]:
         """The plan's groups, else a per-run group that opens only the serving and agent ports to ingress_cidr."""
-        opts = target.provider_options
+        opts = _options(target)
         if opts.security_group_ids:
             return list(opts.security_group_ids)
         ec2 = self._client("ec2", region)
@@ -172,6 +177,10 @@ class AwsProvider(UserDataBoot, CloudProvider):
             TagSpecifications=[{"ResourceType": "security-group", "Tags": _tag_list(tags)}],
         )["GroupId"]
         cidr = opts.ingress_cidr
+        if cidr is None:  # require() refuses a target with neither; a caller that skipped it is told the same
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.ingress_cidr: set it, or give security_group_ids"
+            )
         ranges = {"Ipv6Ranges": [{"CidrIpv6": cidr}]} if ":" in cidr else {"IpRanges": [{"CidrIp": cidr}]}
         from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where a security group opens its port
 
@@ -185,15 +194,15 @@ class AwsProvider(UserDataBoot, CloudProvider):
         return [sg]
 
     # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------
-    def require(self, target) -> None:
-        opts = target.provider_options
+    def require(self, target: Target) -> None:
+        opts = _options(target)
         if not opts.ingress_cidr and not opts.security_group_ids:
             raise ProviderError(
                 f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark client "
                 "reaches the node from (e.g. 203.0.113.7/32), or give security_group_ids"
             )
 
-    def find_existing(self, target, run_id: str) -> Instance | None:
+    def find_existing(self, target: Target, run_id: str) -> Instance | None:
         try:
             mine = self.list_tagged(run_id)
         except PartialListing as e:  # only a region this target may launch in matters for the reuse check
@@ -204,13 +213,13 @@ class AwsProvider(UserDataBoot, CloudProvider):
 
     def launch(
         self,
-        target,
+        target: Target,
         run_id: str,
         place: Placement,
         script: str,
         tags: dict[str, str],
         spec: LaunchSpec,
-        context: Any,
+        context: None,
     ) -> Instance:
         try:
             return self._launch(
@@ -226,13 +235,13 @@ class AwsProvider(UserDataBoot, CloudProvider):
                 f"aws: RunInstances {target.instance_type} in {place.where} failed: {code}: {msg}"
             ) from None
 
-    def capacity_advice(self, target) -> str:
+    def capacity_advice(self, target: Target) -> str:
         return (
             f"Add zones/regions to targets.{target.name}.provider_options, raise the vCPU quota, or reserve a "
             "Capacity Block (provider_options.capacity_reservation_id)"
         )
 
-    def _token_owner(self, target, run_id: str, where: str, looks: int = 5, pause_s: float = 2.0) -> Instance:
+    def _token_owner(self, target: Target, run_id: str, where: str, looks: int = 5, pause_s: float = 2.0) -> Instance:
         """EC2 says this launch's token was used with other parameters (an earlier attempt of the same
         launch, before the AMI parameter or the staged client bundle's address changed): that attempt's
         node exists, so find it by tag; launching again would start a second one."""
@@ -250,9 +259,16 @@ class AwsProvider(UserDataBoot, CloudProvider):
         )
 
     def _launch(
-        self, target, run_id: str, tags: dict[str, str], script: str, region: str, zone: str | None, launch: int = 0
+        self,
+        target: Target,
+        run_id: str,
+        tags: dict[str, str],
+        script: str,
+        region: str,
+        zone: str | None,
+        launch: int = 0,
     ) -> Instance:
-        opts = target.provider_options
+        opts = _options(target)
         ec2 = self._client("ec2", region)
         ami = self._ami(target, region)
         kw: dict[str, Any] = dict(
@@ -287,12 +303,12 @@ class AwsProvider(UserDataBoot, CloudProvider):
         return self._to_instance(ec2.run_instances(**kw)["Instances"][0], region)
 
     @staticmethod
-    def _root_device(ec2, ami: str) -> str:
+    def _root_device(ec2: Any, ami: str) -> str:
         try:
             images = ec2.describe_images(ImageIds=[ami])["Images"]
         except ClientError:
             images = []
-        return (images[0].get("RootDeviceName") if images else None) or "/dev/sda1"
+        return str((images[0].get("RootDeviceName") if images else None) or "/dev/sda1")
 
     def _to_instance(self, raw: dict[str, Any], region: str) -> Instance:
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
@@ -397,9 +413,9 @@ class AwsProvider(UserDataBoot, CloudProvider):
         try:  # botocore already decodes it (its decode_console_output handler); older ones hand base64
             return base64.b64decode(out, validate=True).decode(errors="replace")
         except ValueError:
-            return out
+            return str(out)
 
-    def cleanup(self, select) -> list[str]:
+    def cleanup(self, select: Callable[[dict[str, str]], bool]) -> list[str]:
         """Delete the per-run security groups whose tags ``select`` picks (ended or expired runs); a group
         still attached to a shutting-down instance is left for the next pass."""
         deleted = []
@@ -417,6 +433,11 @@ class AwsProvider(UserDataBoot, CloudProvider):
                             "aws: security group %s not deleted yet (%s)", g["GroupId"], e.response["Error"]["Code"]
                         )
         return deleted
+
+
+def _options(target: Target) -> AwsOptions:
+    """An EC2 target's options: plan/target.py reads every aws target's provider_options as AwsOptions."""
+    return cast("AwsOptions", target.provider_options)
 
 
 def _tag_list(tags: dict[str, str]) -> list[dict[str, str]]:

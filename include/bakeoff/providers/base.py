@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 # the interface's names for the tags every node carries (tags.py builds and encodes them)
 from bakeoff.providers.tags import TAG_EXPIRES as TAG_EXPIRES
@@ -29,9 +29,14 @@ from bakeoff.providers.tags import TAG_PLAN as TAG_PLAN
 from bakeoff.providers.tags import TAG_PORT as TAG_PORT
 from bakeoff.providers.tags import TAG_RUN as TAG_RUN
 from bakeoff.providers.tags import TAG_TARGET as TAG_TARGET
-from bakeoff.providers.tags import node_tags
+from bakeoff.providers.tags import Labels, Pairs, node_tags
+
+if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
+# what a cloud's ``prepare`` makes and its other hooks receive (None for a cloud that prepares nothing)
+Context = TypeVar("Context")
 
 
 class ProviderError(RuntimeError):
@@ -39,7 +44,10 @@ class ProviderError(RuntimeError):
 
 
 class CapacityError(ProviderError):
-    """No capacity for the instance type where it was asked for."""
+    """No capacity for the instance type where it was asked for; ``provisioning`` is the lifecycle's
+    record of the placements it tried (``Provisioning.to_dict``), empty where none was kept."""
+
+    provisioning: Mapping[str, Any] = {}
 
 
 RefusalReason = Literal["capacity", "quota"]
@@ -106,7 +114,7 @@ def reachable(
     instance: Instance,
     *,
     ended: Callable[[Instance], bool],
-    status: Callable[[Instance], Any],
+    status: Callable[[Instance], object],
 ) -> Instance | None:
     """One look at a cloud node: running with an address, None while it boots, ProviderError once it ended."""
     cur = provider.describe(instance.id)
@@ -133,13 +141,13 @@ class Provider(abc.ABC):
     name: str
     poll_s: float | None = None  # how often wait_ready looks (None: a fiftieth of its timeout, 0.05 s to 5 s)
 
-    def include(self, targets: list[Any]) -> None:
+    def include(self, targets: list[Target]) -> None:
         """Widen what ``list_tagged`` searches to where these plan targets launch (no-op for most clouds)."""
         return None
 
     @abc.abstractmethod
     def create(
-        self, target: Any, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
+        self, target: Target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
     ) -> Instance:
         """Start (or find, if a previous try already started) the one instance for target in run_id.
 
@@ -268,7 +276,7 @@ class Provisioning:
         return asdict(self)
 
 
-class CloudProvider(Provider):
+class CloudProvider(Provider, Generic[Context]):
     """The create every cloud shares (see the module docstring); a cloud implements the hooks.
 
     Hooks, in the order create calls them: ``require`` (the plan's options; ProviderError naming the
@@ -280,14 +288,14 @@ class CloudProvider(Provider):
     ``capacity_advice`` (where it looked, and what a person can change, when every placement refused).
     """
 
-    tag_codec: Any  # tags.Pairs or tags.Labels: how this cloud spells the tags
+    tag_codec: Pairs | Labels  # how this cloud spells the tags
 
     @abc.abstractmethod
-    def boot_script(self, target: Any, launch: LaunchSpec) -> str:
+    def boot_script(self, target: Target, launch: LaunchSpec) -> str:
         """The node's user data for this launch (providers/boot.py renders it with serving.userdata)."""
 
     def create(
-        self, target: Any, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
+        self, target: Target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
     ) -> Instance:
         launch = LaunchSpec.of(spec)
         self.require(target)
@@ -303,7 +311,7 @@ class CloudProvider(Provider):
         context = self.prepare(target, run_id, labels)
         try:
             for planned in self.placements(target, context):
-                place = planned if planned.instance_type else replace(planned, instance_type=target.instance_type)
+                place = planned if planned.instance_type else replace(planned, instance_type=target.instance_type or "")
                 record.tried(place)
                 started = time.monotonic()
                 try:
@@ -339,12 +347,14 @@ class CloudProvider(Provider):
             f"{r['where']} ({r['code']}: {r['message']})" if r["message"] else f"{r['where']} ({r['code']})"
             for r in record.refused
         )
-        raise CapacityError(
+        refused = CapacityError(
             f"{self.name}: no capacity for {target.instance_type}{self.capacity_scope(context)}; "
             f"tried {tried or 'no placement'}. {self.capacity_advice(target)}"
         )
+        refused.provisioning = record.to_dict()  # the refusal record keeps what was tried
+        raise refused
 
-    def _undo(self, target: Any, run_id: str, context: Any) -> None:
+    def _undo(self, target: Target, run_id: str, context: Context) -> None:
         """``abandon``, never hiding why the create failed: its own error is logged (the sweep and the
         reaper remove what it left)."""
         try:
@@ -354,45 +364,46 @@ class CloudProvider(Provider):
 
     # hooks -----------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def require(self, target: Any) -> None:
+    def require(self, target: Target) -> None:
         """Refuse a target whose options cannot launch here, naming the field and the fix."""
 
-    def find_existing(self, target: Any, run_id: str) -> Instance | None:
+    def find_existing(self, target: Target, run_id: str) -> Instance | None:
         """The run's live node for the target (a retried task, a create whose answer was lost)."""
         return next((i for i in self.list_tagged(run_id) if i.target == target.slug), None)
 
-    def prepare(self, target: Any, run_id: str, tags: dict[str, str]) -> Any:
-        """Make what the node is launched behind (a security group, a firewall); none by default."""
-        return None
+    def prepare(self, target: Target, run_id: str, tags: dict[str, str]) -> Context:
+        """Make what the node is launched behind (a security group, a firewall); none by default (a
+        cloud that keeps this default is a ``CloudProvider[None]``)."""
+        return cast(Context, None)
 
     @abc.abstractmethod
-    def placements(self, target: Any, context: Any) -> Iterator[Placement] | list[Placement]:
+    def placements(self, target: Target, context: Context) -> Iterator[Placement] | list[Placement]:
         """Where to try the launch, in the plan's order."""
 
     @abc.abstractmethod
     def launch(
         self,
-        target: Any,
+        target: Target,
         run_id: str,
         place: Placement,
         script: str,
         tags: dict[str, str],
         spec: LaunchSpec,
-        context: Any,
+        context: Context,
     ) -> Instance:
         """One launch at ``place``: the node, or Refused (capacity or quota: the next placement is tried)."""
 
-    def secured(self, target: Any, run_id: str, inst: Instance) -> None:
+    def secured(self, target: Target, run_id: str, inst: Instance) -> None:
         """After a node exists (made now or found): re-check what guards it; nothing by default."""
         return None
 
-    def abandon(self, target: Any, run_id: str, context: Any) -> None:
+    def abandon(self, target: Target, run_id: str, context: Context) -> None:
         """Undo ``prepare`` when no node came of the create; nothing by default."""
         return None
 
-    def capacity_scope(self, context: Any) -> str:
+    def capacity_scope(self, context: Context) -> str:
         """Words after the instance type in the no-capacity error (OCI: `` in <region>``)."""
         return ""
 
-    def capacity_advice(self, target: Any) -> str:
+    def capacity_advice(self, target: Target) -> str:
         return f"Add placements to targets.{target.name}.provider_options or try later"

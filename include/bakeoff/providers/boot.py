@@ -7,14 +7,17 @@ here, so no module imports back into the one that imports it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bakeoff.providers.base import LaunchSpec
 from bakeoff.serving import userdata
+
+if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.target import Target
 
 
 class UserDataBoot:
     """Renders the target's boot script (user data) for one launch."""
 
-    def boot_script(self, target: Any, launch: LaunchSpec) -> str:
+    def boot_script(self, target: Target, launch: LaunchSpec) -> str:
         return userdata.render_for(target, launch)

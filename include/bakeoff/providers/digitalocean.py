@@ -19,14 +19,17 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.base import Instance, ProviderError
-from bakeoff.providers.rest import RestProvider, _epoch, api_error
+from bakeoff.providers.rest import RestProvider, _epoch, api_error, rest_options
 from bakeoff.providers.tags import LABELS, PREFIX, TAG_RUN, TAG_TARGET
+
+if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +66,9 @@ def firewall_tag(run_id: str, slug: str) -> str:
     return f"{PREFIX}-fw-{hashlib.sha256(f'{run_id}|{slug}'.encode()).hexdigest()[:24]}"
 
 
-def inbound_rules(target) -> list[dict[str, Any]]:
+def inbound_rules(target: Target) -> list[dict[str, Any]]:
     """TCP from ingress_cidr to the serving and agent ports, and to SSH only when keys are installed."""
-    opts = target.provider_options
+    opts = rest_options(target)
     ports = [target.stack_spec.port, AGENT_PORT] + ([22] if opts.ssh_key_ids else [])
     return [
         {"protocol": "tcp", "ports": str(p), "sources": {"addresses": [opts.ingress_cidr]}}
@@ -73,7 +76,7 @@ def inbound_rules(target) -> list[dict[str, Any]]:
     ]
 
 
-def firewall_error(method: str, path: str, r: httpx.Response, target=None) -> ProviderError:
+def firewall_error(method: str, path: str, r: httpx.Response, target: Target | None = None) -> ProviderError:
     """The API's answer plus what to change: the token's scopes, the plan's CIDR, or the account's limit."""
     err = api_error("digitalocean", method, path, r)
     if r.status_code in (401, 403):
@@ -94,7 +97,7 @@ class DigitalOceanProvider(RestProvider):
     name = "digitalocean"
     collection, one_key, many_key, tag_param = "droplets", "droplet", "droplets", "tag_name"
 
-    def default_regions(self, target) -> list[str]:
+    def default_regions(self, target: Target) -> list[str]:
         return list(target.instance.regions) or ["atl1", "nyc2", "tor1"]
 
     def listings(self, tag: str) -> dict[str, dict[str, Any]]:
@@ -102,18 +105,18 @@ class DigitalOceanProvider(RestProvider):
         ones, and ``tag_name`` cannot be combined with ``type``: both queries, the GPU one filtered by tag."""
         return {"droplets": {"tag_name": tag}, "GPU droplets": {"type": "gpus"}}
 
-    def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
+    def create_body(self, target: Target, region: str, tags: list[str], script: str) -> dict[str, Any]:
         run = next((t for t in tags if t.startswith("bakeoff-run-")), "")
         name = f"bakeoff-{target.slug}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
-        owner = LABELS.decode(tags)
+        owner, opts = LABELS.decode(tags), rest_options(target)
         return {
             "name": name[:255],
             "region": region,
             "size": target.instance_type,
-            "image": target.provider_options.os_image or DEFAULT_IMAGE,
+            "image": opts.os_image or DEFAULT_IMAGE,
             "user_data": script,
             "tags": [*tags, firewall_tag(owner[TAG_RUN], owner[TAG_TARGET])],  # behind its firewall from boot
-            "ssh_keys": list(target.provider_options.ssh_key_ids),
+            "ssh_keys": list(opts.ssh_key_ids),
             "ipv6": False,
             "monitoring": False,
             "backups": False,
@@ -132,14 +135,14 @@ class DigitalOceanProvider(RestProvider):
     # the lifecycle's hooks with the cloud firewall ------------------------------------------------
     # Firewall first (prepare), then the droplet behind it, then the firewall checked again (secured: a
     # reaper pass may have removed an old empty one in between); a create that leaves no droplet takes
-    # its firewall with it (abandon).
-    def prepare(self, target, run_id: str, tags: dict[str, str]) -> Any:
-        return self.ensure_firewall(target, run_id)
-
-    def secured(self, target, run_id: str, inst: Instance) -> None:
+    # its firewall with it (abandon). The launch itself needs nothing of it (the droplet's tag applies it).
+    def prepare(self, target: Target, run_id: str, tags: dict[str, str]) -> None:
         self.ensure_firewall(target, run_id)
 
-    def abandon(self, target, run_id: str, context: Any) -> None:
+    def secured(self, target: Target, run_id: str, inst: Instance) -> None:
+        self.ensure_firewall(target, run_id)
+
+    def abandon(self, target: Target, run_id: str, context: None) -> None:
         self._drop_unused_firewall(run_id, target.slug)
 
     def terminate(self, instance_id: str) -> bool:
@@ -184,7 +187,7 @@ class DigitalOceanProvider(RestProvider):
             if (owner := firewall_owner(fw.get("name", ""))) and (run_id is None or owner[0] == run_id)
         ]
 
-    def ensure_firewall(self, target, run_id: str) -> dict[str, Any]:
+    def ensure_firewall(self, target: Target, run_id: str) -> dict[str, Any]:
         """The run+target's firewall, made once: a retried task, or a create whose answer was lost, finds it
         by name instead of making a second one."""
         name, tag = firewall_name(run_id, target.slug), firewall_tag(run_id, target.slug)
@@ -206,9 +209,10 @@ class DigitalOceanProvider(RestProvider):
         if answer.status_code not in (200, 201, 202):
             raise firewall_error("POST", FIREWALLS, answer, target)
         log.info(
-            "digitalocean: cloud firewall %s for %s allows %s", name, target.slug, target.provider_options.ingress_cidr
+            "digitalocean: cloud firewall %s for %s allows %s", name, target.slug, rest_options(target).ingress_cidr
         )
-        return answer.json()["firewall"]
+        firewall: dict[str, Any] = answer.json()["firewall"]
+        return firewall
 
     def _ensure_tag(self, tag: str) -> None:
         """A firewall may only name existing tags; creating one that exists already is harmless."""

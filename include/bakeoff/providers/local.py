@@ -25,9 +25,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psutil
@@ -36,12 +36,15 @@ from bakeoff import durable, paths
 from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, LaunchSpec, Provider, ProviderError
 from bakeoff.serving import engines
 
+if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.target import Target
+
 EMULATOR_MODULE = "bakeoff.serving.emulator"
 API_KEY_ENV = "BAKEOFF_API_KEY"
 HOST = "127.0.0.1"
 LOCAL_STATE_ENV = "BAKEOFF_LOCAL_STATE"
 
-_children: dict[int, subprocess.Popen] = {}  # processes this interpreter started, reaped on terminate
+_children: dict[int, subprocess.Popen[bytes]] = {}  # processes this interpreter started, reaped on terminate
 
 
 def _root() -> Path:
@@ -69,7 +72,12 @@ class LocalProvider(Provider):
     poll_s = 0.05  # the emulator is up in well under a second
 
     def __init__(
-        self, credentials: dict | None = None, *, grace_s: float = 5.0, python: str | None = None, **options: Any
+        self,
+        credentials: dict[str, Any] | None = None,
+        *,
+        grace_s: float = 5.0,
+        python: str | None = None,
+        **options: Any,
     ):
         self.grace_s = grace_s
         self.python = python or sys.executable
@@ -81,14 +89,15 @@ class LocalProvider(Provider):
 
     def _read(self, iid: str) -> dict[str, Any] | None:
         try:
-            return json.loads(self._record_path(iid).read_text())
+            rec: dict[str, Any] = json.loads(self._record_path(iid).read_text())
+            return rec
         except FileNotFoundError:
             return None
         except json.JSONDecodeError:
             return None
 
     @contextlib.contextmanager
-    def _lock(self, iid: str):
+    def _lock(self, iid: str) -> Iterator[None]:
         _registry_dir().mkdir(parents=True, exist_ok=True)
         with open(_registry_dir() / f".{iid}.lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
@@ -108,7 +117,7 @@ class LocalProvider(Provider):
 
     def _port(self, rec: dict[str, Any]) -> int | None:
         if rec.get("port"):
-            return rec["port"]
+            return int(rec["port"])
         try:
             return int(Path(rec["port_file"]).read_text().strip())
         except (FileNotFoundError, ValueError):
@@ -136,7 +145,9 @@ class LocalProvider(Provider):
         )
 
     # Provider interface --------------------------------------------------------
-    def create(self, target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]) -> Instance:
+    def create(
+        self, target: Target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
+    ) -> Instance:
         iid = instance_id(run_id, target.slug)
         with self._lock(iid):
             rec = self._read(iid)
@@ -144,7 +155,7 @@ class LocalProvider(Provider):
                 return self._instance(rec)
             return self._instance(self._launch(iid, target, run_id, dict(tags), LaunchSpec.of(spec)))
 
-    def _launch(self, iid: str, target, run_id: str, tags: dict[str, str], spec: LaunchSpec) -> dict[str, Any]:
+    def _launch(self, iid: str, target: Target, run_id: str, tags: dict[str, str], spec: LaunchSpec) -> dict[str, Any]:
         mode, api_key, expires_at = spec.mode, spec.api_key, spec.expires_at
         workdir = _root() / iid
         workdir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
@@ -39,6 +39,10 @@ from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.credentials import TOKEN_ENV
 from bakeoff.providers.registry import provider_info
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
+
+if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.options import RestOptions
+    from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +155,7 @@ class RestClient:
         """Seconds before the next try: until the rate-limit window resets when the answer says so, else
         the server's Retry-After, else exponential backoff from ``backoff_s``; capped (a reset by what
         is left of ``rate_limit_wait_s``), with jitter so parallel tasks do not retry in step."""
-        delay = self.backoff_s * 2 ** (state.attempt_number - 1)
+        delay = self.backoff_s * 2.0 ** (state.attempt_number - 1)
         r = _answer(state)
         reset = rate_limit_reset(r) if r is not None else None
         if reset is not None:
@@ -240,7 +244,8 @@ def _what(state: RetryCallState) -> str:
 def _last_answer(state: RetryCallState) -> httpx.Response:
     """Retries ran out: the last answer goes to the caller, or the connection error is raised."""
     assert state.outcome is not None
-    return state.outcome.result()
+    answer: httpx.Response = state.outcome.result()
+    return answer
 
 
 def api_error(cloud: str, method: str, path: str, r: httpx.Response) -> ProviderError:
@@ -281,7 +286,7 @@ def refusal_reason(message: str) -> RefusalReason:
 CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold[ -]?out|limit", re.I)
 
 
-class RestProvider(UserDataBoot, CloudProvider):
+class RestProvider(UserDataBoot, CloudProvider[None]):
     """The create/poll/list/delete cycle both REST clouds share; subclasses say how their API spells it.
 
     Idempotency without client tokens: create first lists the run's nodes by tag and returns the
@@ -295,7 +300,7 @@ class RestProvider(UserDataBoot, CloudProvider):
     many_key: str  # e.g. "bare_metals"
     tag_param: str  # list filter query parameter
     page_size = 100
-    tag_codec = node_tags.LABELS
+    tag_codec: node_tags.Labels = node_tags.LABELS
 
     def __init__(
         self,
@@ -320,14 +325,14 @@ class RestProvider(UserDataBoot, CloudProvider):
         )
 
     # what subclasses provide ------------------------------------------------------
-    def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
+    def create_body(self, target: Target, region: str, tags: list[str], script: str) -> dict[str, Any]:
         raise NotImplementedError
 
     def parse(self, raw: dict[str, Any]) -> tuple[str, str | None, str]:
         """(state pending|running|terminated, public IPv4 or None, region) of one API object."""
         raise NotImplementedError
 
-    def default_regions(self, target) -> list[str]:
+    def default_regions(self, target: Target) -> list[str]:
         return list(target.instance.regions)
 
     # shared cycle -------------------------------------------------------------------
@@ -357,29 +362,29 @@ class RestProvider(UserDataBoot, CloudProvider):
         )
 
     # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------
-    def require(self, target) -> None:
-        if not target.provider_options.ingress_cidr:
+    def require(self, target: Target) -> None:
+        if not rest_options(target).ingress_cidr:
             raise ProviderError(
                 f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark "
                 f"client reaches the node from (e.g. 203.0.113.7/32); {self.name} nodes are "
                 "firewalled on the host to that CIDR only"
             )
 
-    def find_existing(self, target, run_id: str) -> Instance | None:
+    def find_existing(self, target: Target, run_id: str) -> Instance | None:
         return self._find(run_id, target.slug)
 
-    def placements(self, target, context: Any) -> list[Placement]:
-        return [Placement(r) for r in list(target.provider_options.regions) or self.default_regions(target)]
+    def placements(self, target: Target, context: None) -> list[Placement]:
+        return [Placement(r) for r in list(rest_options(target).regions) or self.default_regions(target)]
 
     def launch(
         self,
-        target,
+        target: Target,
         run_id: str,
         place: Placement,
         script: str,
         tags: dict[str, str],
         spec: LaunchSpec,
-        context: Any,
+        context: None,
     ) -> Instance:
         """One POST, never re-sent blindly (a lost answer is looked for by tag before a retry)."""
         answer = self.api.create(
@@ -397,7 +402,7 @@ class RestProvider(UserDataBoot, CloudProvider):
             raise Refused(refusal_reason(str(err)), str(answer.status_code), str(err).split(": ", 2)[-1][:80])
         raise err
 
-    def capacity_advice(self, target) -> str:
+    def capacity_advice(self, target: Target) -> str:
         return f"Add regions to targets.{target.name}.provider_options.regions or try later"
 
     def _find(self, run_id: str, slug: str) -> Instance | None:
@@ -457,6 +462,11 @@ class RestProvider(UserDataBoot, CloudProvider):
         if errors:
             raise PartialListing(self.name, list(out.values()), errors)
         return list(out.values())
+
+
+def rest_options(target: Target) -> RestOptions:
+    """A REST cloud target's options: plan/target.py reads vultr and digitalocean ones as RestOptions."""
+    return cast("RestOptions", target.provider_options)
 
 
 def _epoch(iso: str | None) -> float | None:

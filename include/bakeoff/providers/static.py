@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
 from bakeoff import secrets
 from bakeoff.providers.base import Instance, LaunchSpec, Provider, ProviderError
+
+if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.options import StaticOptions
+    from bakeoff.plan.target import Target
 
 
 class StaticProvider(Provider):
@@ -29,7 +33,9 @@ class StaticProvider(Provider):
     def __init__(self, credentials: dict[str, Any] | None = None, **options: Any):
         self.credentials = credentials or {}
 
-    def create(self, target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]) -> Instance:
+    def create(
+        self, target: Target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]
+    ) -> Instance:
         url = httpx.URL(static_base_url(target))
         port = url.port or (443 if url.scheme == "https" else 80)
         return Instance(
@@ -47,7 +53,7 @@ class StaticProvider(Provider):
             details={
                 "base_url": str(url).rstrip("/"),
                 "scheme": url.scheme,
-                "endpoint_connection": target.provider_options.endpoint_connection,
+                "endpoint_connection": _options(target).endpoint_connection,
             },
         )
 
@@ -64,17 +70,22 @@ class StaticProvider(Provider):
         return []
 
 
-def _connection(target) -> dict[str, Any]:
-    conn_id = target.provider_options.endpoint_connection
+def _options(target: Target) -> StaticOptions:
+    """A static target's options: plan/target.py reads every static target's provider_options as StaticOptions."""
+    return cast("StaticOptions", target.provider_options)
+
+
+def _connection(target: Target) -> dict[str, str]:
+    conn_id = _options(target).endpoint_connection or ""
     try:
         return secrets.connection(conn_id, (secrets.STATIC_CONN_PREFIX,))
     except secrets.MissingSecret as e:
         raise ProviderError(f"targets.{target.name}.provider_options.endpoint_connection: {e}") from None
 
 
-def static_base_url(target) -> str:
+def static_base_url(target: Target) -> str:
     """The endpoint's URL: the named connection's host, else the plan's base_url (keyless endpoints)."""
-    opts = target.provider_options
+    opts = _options(target)
     if opts.endpoint_connection:
         conn_id = opts.endpoint_connection
         host = (_connection(target).get("host") or "").strip()
@@ -100,8 +111,8 @@ def static_base_url(target) -> str:
     return opts.base_url.rstrip("/")
 
 
-def static_api_key(target) -> str | None:
+def static_api_key(target: Target) -> str | None:
     """The existing endpoint's key: the password of its connection (None: no connection or no password)."""
-    if not target.provider_options.endpoint_connection:
+    if not _options(target).endpoint_connection:
         return None
     return _connection(target).get("password") or None

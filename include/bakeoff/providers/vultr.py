@@ -14,9 +14,12 @@ registry, see ``pipeline.provision``), and the independent reaper deletes it whe
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bakeoff.providers.rest import RestProvider
+from bakeoff.providers.rest import RestProvider, rest_options
+
+if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.target import Target
 
 # Ubuntu 24.04 LTS x64; a plan should name a ROCm-ready image (provider_options.os_image) where Vultr offers one.
 DEFAULT_OS_ID = 2284
@@ -30,11 +33,12 @@ class VultrProvider(RestProvider):
     def listings(self, tag: str) -> dict[str, dict[str, Any]]:
         return {self.collection: {}}  # no filter parameter: every node, filtered by tag in list_tagged
 
-    def default_regions(self, target) -> list[str]:
+    def default_regions(self, target: Target) -> list[str]:
         return list(target.instance.regions) or ["ewr"]
 
-    def create_body(self, target, region: str, tags: list[str], script: str) -> dict[str, Any]:
-        os_image = target.provider_options.os_image
+    def create_body(self, target: Target, region: str, tags: list[str], script: str) -> dict[str, Any]:
+        opts = rest_options(target)
+        os_image = opts.os_image
         body: dict[str, Any] = {
             "region": region,
             "plan": target.instance_type,
@@ -44,7 +48,7 @@ class VultrProvider(RestProvider):
             "enable_ipv6": False,
             "activation_email": False,
             "user_data": base64.b64encode(script.encode()).decode(),
-            "sshkey_id": list(target.provider_options.ssh_key_ids),
+            "sshkey_id": list(opts.ssh_key_ids),
         }
         if isinstance(os_image, str):
             body["image_id"] = os_image

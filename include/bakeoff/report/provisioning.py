@@ -1,13 +1,12 @@
 """The report's Provisioning section: per target, how it got its node or why it got none.
 
-Read from the typed step records (``bakeoff.facts``): the provision record's ``provisioning`` (what
-the provider says of its create: ``attempts``, ``refusals`` by reason, the ``region`` that took it,
+Read from the typed step records (``bakeoff.facts``): the provision record's ``provisioning``
+(``facts.ProvisioningRecord``: ``attempts``, ``refusals`` by reason, the ``region`` that took it,
 ``tried`` offers where it lists them; the pipeline adds ``create_s``), the ``provision_refused``
 record when every place refused, ``node_ready`` (time to running) and ``deploy.ready_at`` (time to
-serving-ready), both counted from the create request. The provisioning dict is read leniently (a
-key of the wrong type is ignored, not fatal): every cloud writes the same keys, but a record from
-another version must not lose the report. A stockout is a procurement fact, so refusals are also
-condensed for the dashboard's trend (``summary``).
+serving-ready), both counted from the create request. The record reads another version's files
+leniently (a key of the wrong type is dropped, not fatal), so they never lose the report. A
+stockout is a procurement fact, so refusals are also condensed for the dashboard's trend (``summary``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bakeoff.facts import RunFacts, TargetFacts
+from bakeoff.facts import ProvisioningRecord, RunFacts, TargetFacts
 
 
 @dataclass(frozen=True)
@@ -37,21 +36,6 @@ class ProvisioningRow:
     region: str = ""
 
 
-def _int(x: Any) -> int | None:
-    return int(x) if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
-
-
-def _refusals(x: Any) -> dict[str, int]:
-    """``{reason: count}``, keeping only well-formed entries."""
-    if not isinstance(x, dict):
-        return {}
-    return {str(k): n for k, v in x.items() if (n := _int(v)) is not None and n > 0}
-
-
-def _strings(x: Any) -> tuple[str, ...]:
-    return tuple(str(v) for v in x if isinstance(v, (str, int, float))) if isinstance(x, (list, tuple)) else ()
-
-
 def _since(at: float | None, start: float | None) -> float | None:
     return at - start if at is not None and start is not None and at >= start else None
 
@@ -64,12 +48,10 @@ def target_row(t: TargetFacts, name: str, provider: str, instance_type: str, now
     refused_last = refused is not None and (
         not started_ok or (prov is not None and (prov.requested_at or prov.launched_at or 0) < refused.at)
     )
-    doc: dict[str, Any] = dict(prov.provisioning) if prov is not None else {}
+    record = prov.provisioning if prov is not None else ProvisioningRecord()
     if refused_last and refused is not None:
-        doc = dict(refused.provisioning)
-    refusals = _refusals(doc.get("refusals"))
-    attempts = _int(doc.get("attempts"))
-    offers = _strings(doc.get("tried") or doc.get("offers"))
+        record = refused.provisioning
+    refusals, attempts, offers = record.refusal_counts(), record.attempts, record.tried
     billed = t.billed_hours(now) if t.launches() else None
     if refused_last and refused is not None:
         offers = offers or refused.offers
@@ -89,7 +71,7 @@ def target_row(t: TargetFacts, name: str, provider: str, instance_type: str, now
         )
     if prov is None or not started_ok:
         return ProvisioningRow(t.slug, name, provider, instance_type, "not provisioned")
-    region = str(doc.get("region") or "")
+    region = record.region or ""
     start = prov.requested_at
     ready = t.node_ready
     running_at = ready.running_at if ready is not None and ready.instance_id == prov.instance_id else None
