@@ -9,7 +9,7 @@ import copy
 import pytest
 from cloud_helpers import launch_args, new_run_id
 
-from bakeoff import budget, catalog, cost, facts, offers, store
+from bakeoff import budget, catalog, cost, evidence, facts, offers, store
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import CapacityError
 from bakeoff.providers.aws import AwsProvider
@@ -124,6 +124,7 @@ def test_cost_and_the_provisioning_section_speak_of_the_type_that_ran(data_root)
     row = frame.iloc[0]
     assert row["instance_type"] == SECOND and row["node_usd_per_hour"] == SECOND_USD
     assert SECOND in row["node_spec"]
+    assert evidence._price_sheet(ran, {})["targets"][t.name]["usd_per_hour"] == SECOND_USD
     section = provisioning.rows(plan, store.run_facts(rdir), 10.0)[0]
     assert section.instance_type == SECOND and section.offers == (f"{FIRST} in us-east-1", f"{SECOND} in us-west-2")
 
