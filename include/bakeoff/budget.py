@@ -105,7 +105,11 @@ def guard_usd_per_hour(target: Target) -> float:
     never goes below list, since a wrong contract price must not let a run start that the cloud
     bills at list. An instance without a catalog price is listed at ``reference_usd_per_hour``.
     A static endpoint is priced at its contract price alone: bakeoff launches nothing there, so no
-    cloud bills it at list (and one described by ``hardware`` has no list price at all)."""
+    cloud bills it at list (and one described by ``hardware`` has no list price at all). A target with
+    several offers (``instance_types``) is budgeted at its dearest, whichever the cloud ends up giving."""
+    offers = getattr(target, "offers", None) or []
+    if len(offers) > 1:
+        return max(guard_usd_per_hour(target.ran_as(x)) for x in offers)
     if not PROVIDERS[target.provider].launches:
         return target.usd_per_hour
     listed = target.instance.usd_per_hour

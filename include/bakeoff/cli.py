@@ -44,7 +44,7 @@ def _plan_check(args) -> int:
     plan = load_plan(args.plan)
     check_plan_claims(plan)
     for t in plan.targets:
-        hardware = f"{t.instance_type or 'described hardware'} ({t.instance.gpus}x {t.gpu.name})"
+        hardware = f"{' or '.join(t.offers) or 'described hardware'} ({t.instance.gpus}x {t.gpu.name})"
         print(
             f"{t.name}: {t.provider} {hardware}, {t.stack}, "
             f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"

@@ -7,6 +7,12 @@ cluster: either every node is running and reachable by then, or every node that 
 released (a partial cluster never starts a benchmark, and never outlives the deadline) and
 ClusterFailed names the node and its role.
 
+Capacity fallback is per cluster, not per node: a cluster's nodes must stand together, so each
+node is pinned to one site at a time (an OCI availability domain, an EC2 zone or region, a region
+elsewhere: ``sites``, in the plan's order), and when a node's create is refused for capacity or
+quota the nodes made so far are released first, then the whole cluster is asked for again at the
+next site, under the same deadline. Any other failure fails the cluster as before.
+
 Nodes are ordinary instances of the run: each carries the run's tags and its own target tag
 ``<target slug>--n<i>`` (teardown.NODE_SEP), so the sweep (every instance tagged with the run), the
 reaper (each tagged instance by its run and expiry) and each node's kill switch (the same
@@ -30,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import faults, teardown
 from bakeoff.plan.cluster import layout_for
-from bakeoff.providers.base import TAG_TARGET, Instance, LaunchSpec, Provider, ProviderError
+from bakeoff.providers.base import TAG_TARGET, CapacityError, Instance, LaunchSpec, Provider, ProviderError
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
@@ -52,8 +58,10 @@ class NodeTarget:
     (one worker per node, its TP capped at the node's GPUs: a worker spanning trays is served by its
     first one in the emulator). Everything else is the target's."""
 
-    def __init__(self, target: Any, index: int, role: str):
+    def __init__(self, target: Any, index: int, role: str, options: Any = None):
         self._target, self.index, self.role = target, index, role
+        if options is not None:  # pinned to one site of the cluster's (``sites``)
+            self.provider_options = options
         self.name = f"{target.name} node {index} {role}"
         self.slug = node_slug(target.slug, index)
         spec = getattr(target.cluster, role, None) if role in ("prefill", "decode") else None
@@ -80,7 +88,34 @@ class NodeTarget:
             expert_parallel=self.expert_parallel,
             data_parallel_attention=self.data_parallel_attention,
         )
+        if "provider_options" in self.__dict__:
+            out["provider_options"] = self.provider_options.model_dump(**kw)
         return out
+
+
+def sites(target: Any) -> list[tuple[str, Any]]:
+    """Where the whole cluster may be asked for, in the plan's order: (label, the target's options
+    pinned there). One availability domain (OCI), one zone or a region without zones (EC2, as its
+    placements order them), or one region (elsewhere); a single ``("", None)`` when the plan lists at
+    most one place, so the provider decides as for any node."""
+    opts = target.provider_options
+    ads = list(getattr(opts, "availability_domains", None) or [])
+    if len(ads) > 1:
+        return [(ad, opts.model_copy(update={"availability_domains": [ad]})) for ad in ads]
+    if ads:
+        return [("", None)]
+    zones = list(getattr(opts, "zones", None) or [])
+    regions = list(opts.regions)
+    regions += [r for r in dict.fromkeys(z[:-1] for z in zones) if r not in regions]
+    out: list[tuple[str, Any]] = []
+    for r in regions:
+        inside = [z for z in zones if z[:-1] == r]
+        for where in inside or [r]:
+            update: dict[str, Any] = {"regions": [r]}
+            if zones:
+                update["zones"] = [where] if inside else []
+            out.append((where, opts.model_copy(update=update)))
+    return out if len(out) > 1 else [("", None)]
 
 
 @dataclass
@@ -112,6 +147,8 @@ class ClusterResult:
     deadline_s: float
     released: list[str] = field(default_factory=list)
     started: float | None = None  # the clock's reading when provisioning began (timeline origin)
+    # each site the whole cluster was asked for, in order: {where, outcome, error, released}
+    sites: list[dict[str, Any]] = field(default_factory=list)
 
     def by_role(self, role: str) -> list[ClusterNode]:
         return [n for n in self.nodes if n.role == role]
@@ -122,6 +159,7 @@ class ClusterResult:
             "deadline_s": self.deadline_s,
             "nodes": [n.to_dict() for n in self.nodes],
             "released": list(self.released),
+            "sites": [dict(x) for x in self.sites],
         }
 
     def timeline(self) -> list[str]:
@@ -134,12 +172,13 @@ class ClusterResult:
 
 
 class ClusterFailed(ProviderError):
-    """Some node could not be created or was not ready in time; every node asked for was released."""
+    """Some node could not be created or was not ready in time; every node asked for was released.
+    ``refused``: a node's create was refused for capacity or quota (the next site may have room)."""
 
-    def __init__(self, message: str, result: ClusterResult, errors: dict[str, str]):
+    def __init__(self, message: str, result: ClusterResult, errors: dict[str, str], refused: bool = False):
         left = f"; could not release: {errors}" if errors else ""
         super().__init__(f"{message}; released {len(result.released)} node(s) of {result.target}{left}")
-        self.result, self.errors = result, dict(errors)
+        self.result, self.errors, self.refused = result, dict(errors), refused
 
 
 def provision(
@@ -154,16 +193,49 @@ def provision(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ClusterResult:
-    """Create every node of the cluster target, then look at each until all are ready; at the first
-    failure, or at the deadline (the plan's ``cluster.deadline_s`` unless given), release every node
-    and raise ClusterFailed naming the node and its role."""
+    """Create every node of the cluster target at one site (``sites``), then look at each until all
+    are ready; at the first failure, or at the deadline (the plan's ``cluster.deadline_s`` unless
+    given), release every node and raise ClusterFailed naming the node and its role. A create refused
+    for capacity or quota moves the whole cluster to the next site once its nodes are released."""
     cluster = target.cluster
     if cluster is None:
         raise ValueError(f"targets.{target.name}.cluster: not a cluster target")
     roles = layout_for(cluster, target.instance.gpus)
-    result = ClusterResult(target.slug, [], float(deadline_s if deadline_s is not None else cluster.deadline_s))
-    result.nodes = [ClusterNode(i, role, node_slug(target.slug, i)) for i, role in enumerate(roles)]
-    t0 = result.started = clock()
+    limit = float(deadline_s if deadline_s is not None else cluster.deadline_s)
+    t0 = clock()
+    tried: list[dict[str, Any]] = []
+    places = sites(target)
+    for k, (where, options) in enumerate(places):
+        result = ClusterResult(target.slug, [], limit, started=t0, sites=tried)
+        result.nodes = [ClusterNode(i, role, node_slug(target.slug, i)) for i, role in enumerate(roles)]
+        try:
+            _provision_at(provider, target, run_id, tags, spec, result, options, poll_s, clock, sleep)
+        except ClusterFailed as e:
+            tried.append({"where": where, "outcome": "refused" if e.refused else "failed", "error": str(e)[:300]})
+            tried[-1]["released"] = list(result.released)
+            if not e.refused or k == len(places) - 1 or clock() >= t0 + limit:
+                raise
+            log.warning("cluster %s: refused at %s, nodes released; trying %s", target.name, where, places[k + 1][0])
+            continue
+        tried.append({"where": where, "outcome": "running", "error": "", "released": []})
+        return result
+    raise AssertionError("sites() names at least one site")  # pragma: no cover
+
+
+def _provision_at(
+    provider: Provider,
+    target: Any,
+    run_id: str,
+    tags: dict[str, str],
+    spec: LaunchSpec | Mapping[str, Any],
+    result: ClusterResult,
+    options: Any,
+    poll_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> None:
+    """Every node of ``result`` at one site (``options``: the target's, pinned there; None: as planned)."""
+    t0 = result.started if result.started is not None else clock()
     deadline = t0 + result.deadline_s
     last = len(result.nodes) - 1
     for node in result.nodes:
@@ -172,7 +244,7 @@ def provision(
                 provider, run_id, result, t0, clock, f"cluster {target.name}: deadline passed before node {node.index}"
             )
         node.asked_s = clock() - t0
-        nt = NodeTarget(target, node.index, node.role)
+        nt = NodeTarget(target, node.index, node.role, options)
         try:
             if node.index == last:
                 faults.maybe_fail("node_create", target)
@@ -191,6 +263,7 @@ def provision(
                 t0,
                 clock,
                 f"cluster {target.name}: node {node.index} ({node.role}) could not be created: {node.error}",
+                refused=isinstance(e, CapacityError),
             )
         node.instance = inst.to_dict()
         node.created_s = clock() - t0
@@ -227,16 +300,21 @@ def provision(
             )
         if pending:
             sleep(min(poll_s, max(0.0, deadline - clock())))
-    return result
 
 
 def _fail(
-    provider: Provider, run_id: str, result: ClusterResult, t0: float, clock: Callable[[], float], why: str
+    provider: Provider,
+    run_id: str,
+    result: ClusterResult,
+    t0: float,
+    clock: Callable[[], float],
+    why: str,
+    refused: bool = False,
 ) -> None:
     errors: dict[str, str] = {}
     release(provider, run_id, result, errors, t0=t0, clock=clock)
     log.error("%s", why)
-    raise ClusterFailed(why, result, errors)
+    raise ClusterFailed(why, result, errors, refused=refused and not errors)
 
 
 def release(

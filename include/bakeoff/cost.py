@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from bakeoff import catalog, store
+from bakeoff import catalog, offers, store
 from bakeoff.bench.stats import bootstrap_ci, difference_ci
 from bakeoff.budget import evaluation_cost
 from bakeoff.quality.status import target_status
@@ -420,8 +420,10 @@ def sensitivity(at_slo: pd.DataFrame, basis: str) -> pd.DataFrame:
 
 
 def compute(plan: Plan, run_dir: str | StorePath) -> CostTables:
-    """All cost tables for a stored run; pure (writes nothing)."""
+    """All cost tables for a stored run; pure (writes nothing). A target that fell back to another of
+    its offers is priced as the type that ran (``offers.as_ran``)."""
     run_dir = store.at(run_dir)
+    plan = offers.as_ran(plan, run_dir)
     points = store.load_points(run_dir)
     status = target_status(plan, run_dir, points)
     tdf = _targets_frame(plan, status)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from bakeoff import secrets, store
+from bakeoff import offers, secrets, store
 from bakeoff.approval import approval_line
 from bakeoff.paths import StorePath, at, safe_name, state_root
 from bakeoff.providers.registry import PROVIDERS
@@ -189,6 +189,7 @@ def build(
     """Write the run's evidence bundle into ``dest_dir`` and return its path.
     ``known_secrets``: values no file may hold (the run's serving keys); the installation secret is added."""
     run_dir = at(run_dir)
+    plan = offers.as_ran(plan, run_dir)  # the price in force is that of the type that ran
     view = store.run_view(run_dir)
     start = store.read_record(run_dir, store.START) or {}
     run_id = str(start.get("run_id") or run_dir.name)

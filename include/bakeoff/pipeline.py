@@ -357,7 +357,13 @@ def _provision_cluster(
             launched_at=front.launched_at or time.time(),
             tries=(*earlier, *launches),
             provisioning=facts.ProvisioningRecord(
-                nodes=len(res.nodes), ready_s=max(n.ready_s or 0.0 for n in res.nodes)
+                nodes=len(res.nodes),
+                ready_s=max(n.ready_s or 0.0 for n in res.nodes),
+                # each site the whole cluster was asked for (cluster.sites): the report's attempts
+                attempts=len(res.sites),
+                refusals={"capacity": n} if (n := sum(x["outcome"] == "refused" for x in res.sites)) else {},
+                tried=tuple(x["where"] for x in res.sites if x["where"]),
+                region=first.get("region"),
             ),
         ),
     )
@@ -423,7 +429,7 @@ def _record_refusal(run_dir: str, target: Target, asked: float, e: CapacityError
         at=time.time(),
         requested_at=asked,
         reason="quota" if refusal_reason(str(e)) == "quota" else "capacity",
-        offers=tuple(f"{target.instance_type} in {p}" for p in places) or (str(target.instance_type),),
+        offers=tuple(f"{it} in {p}" for it in target.offers for p in places) or tuple(target.offers),
         error=str(e)[:400],
         provisioning=facts.ProvisioningRecord.model_validate(e.provisioning),
     )

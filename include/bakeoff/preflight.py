@@ -52,11 +52,32 @@ def preflight(plan: Plan, credentials: Callable[[str], dict[str, Any]] = credent
             continue
         check = _CLOUDS[t.provider]
         try:
-            rows += list(check(t, i, get_provider(t.provider, credentials=credentials(t.provider))))
+            provider = get_provider(t.provider, credentials=credentials(t.provider))
+            rows += _offers(t, [list(check(o, i, provider)) for o in _each_offer(t)])
         except ProviderError as e:  # a connection that cannot even be built
             rows.append(Check(t.name, "credentials", FAIL, str(e), f"fix the {t.provider} connection"))
         rows.append(_price(t))
     return rows
+
+
+def _each_offer(t: Any) -> list[Any]:
+    """The target on each of its offers (``instance_types``), or the target itself."""
+    return [t.ran_as(x) for x in t.offers] if len(t.offers) > 1 else [t]
+
+
+def _offers(t: Any, per_offer: list[list[Check]]) -> list[Check]:
+    """Every offer's rows; a target with fallback offers is stopped only when no offer passes, so
+    an offer's FAIL reads as a warning while another offer passes every check."""
+    if len(per_offer) == 1:
+        return per_offer[0]
+    passing = [o for o, checks in zip(t.offers, per_offer, strict=True) if all(c.result != FAIL for c in checks)]
+    out = []
+    for offer, checks in zip(t.offers, per_offer, strict=True):
+        for c in checks:
+            if c.result == FAIL and passing:
+                c = Check(c.target, c.check, WARN, f"{c.detail} (fallback: {passing[0]} passes)", c.fix)
+            out.append(Check(f"{c.target} [{offer}]", c.check, c.result, c.detail, c.fix))
+    return out
 
 
 def blocking(rows: list[Check]) -> list[Check]:

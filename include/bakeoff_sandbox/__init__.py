@@ -249,7 +249,8 @@ class Sandbox:
         return self.moto.gate.requests + self.clouds.vultr.requests + self.clouds.do.requests + self.oci.requests
 
     def deny_capacity(self, provider: str, regions: list[str]) -> None:
-        """Refuse capacity in these regions/zones (aws), regions (vultr, digitalocean) or availability domains (oci)."""
+        """Refuse capacity in these regions/zones (aws), regions (vultr, digitalocean) or availability domains
+        (oci), or for these instance types / plans / sizes / shapes wherever they are asked for."""
         if provider == "aws":
             self.moto.gate.denied = set(regions)
         elif provider == "oci":

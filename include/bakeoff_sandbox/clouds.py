@@ -232,7 +232,7 @@ class Clouds(LoopbackServer):
         missing = [f for f in ("region", "plan") if not body.get(f)]
         if missing or not (body.get("os_id") or body.get("image_id") or body.get("app_id") or body.get("snapshot_id")):
             return _json({"error": f"Missing required fields: {missing or ['os_id']}", "status": 400}, 400)
-        if body["region"] in cloud.denied:
+        if body["region"] in cloud.denied or body["plan"] in cloud.denied:
             return _json(
                 {"error": "Plan is not available in the selected region (sandbox: out of stock)", "status": 400}, 400
             )
@@ -330,7 +330,7 @@ class Clouds(LoopbackServer):
         bad = [t for t in body.get("tags") or [] if not all(c.isalnum() or c in ":-_" for c in t)]
         if bad:
             return _json({"id": "unprocessable_entity", "message": f"invalid tag names {bad}"}, 422)
-        if body["region"] in cloud.denied:
+        if body["region"] in cloud.denied or body.get("size") in cloud.denied:
             return _json({"id": "unprocessable_entity", "message": "Size is not available in this region."}, 422)
         nid = next(cloud._ids)
         node = {

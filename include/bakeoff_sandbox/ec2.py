@@ -1,7 +1,8 @@
 """EC2, SSM and S3 as moto in server mode, so the provider's real boto3 calls cross a socket.
 
 A thin WSGI gate in front of moto adds what moto leaves out and the rehearsal needs:
-- capacity refusals (``InsufficientInstanceCapacity``) for chosen regions/zones,
+- capacity refusals (``InsufficientInstanceCapacity``) for chosen regions/zones or instance types
+  (``denied``), or once a region/zone has used up its ``stock`` of hosts,
 - ``ClientToken`` idempotency on RunInstances (moto ignores the token; EC2 honours it): a repeat with
   the same parameters gets the first answer, one with other parameters ``IdempotentParameterMismatch``,
 - the EC2 Service Quotas bakeoff reads (``GetServiceQuota``; moto has only VPC's), from ``quotas``,
@@ -64,7 +65,8 @@ class Ec2Gate:
     def __init__(self, app: Callable, backing: Backing | None, meter: Meter | None = None):
         self.app, self.backing = app, backing
         self.meter = meter or Meter(backing.clock if backing else Clock())
-        self.denied: set[str] = set()  # regions or zones refusing capacity
+        self.denied: set[str] = set()  # regions, zones or instance types refusing capacity
+        self.stock: dict[str, int] = {}  # region or zone -> launches it still has hosts for (then refused)
         self.fail_regions: set[str] = set()  # regions whose every call is refused (not enabled for the account)
         self.unauthorized: set[str] = set()  # EC2 actions the credentials' policy denies (UnauthorizedOperation)
         self.requests = 0  # API calls seen (the budget guard must make none)
@@ -126,7 +128,14 @@ class Ec2Gate:
 
     def _run_instances(self, environ, start_response, params: dict[str, str], region: str):
         zone = params.get("Placement.AvailabilityZone")
-        if region in self.denied or (zone and zone in self.denied):
+        where = zone if zone in self.stock else region
+        out_of_stock = self.stock.get(where, 1) <= 0
+        if (
+            out_of_stock
+            or region in self.denied
+            or (zone and zone in self.denied)
+            or params.get("InstanceType") in self.denied
+        ):
             status, body = _error(
                 "InsufficientInstanceCapacity",
                 f"We currently do not have sufficient {params.get('InstanceType')} capacity in "
@@ -156,6 +165,8 @@ class Ec2Gate:
 
             out = b"".join(self.app(environ, capture))
             if captured["status"].startswith("200"):
+                if where in self.stock:
+                    self.stock[where] -= 1
                 if token:
                     self._tokens[(region, token)] = (digest, captured["status"], captured["headers"], out)
                 script = (

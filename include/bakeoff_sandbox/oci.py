@@ -159,7 +159,7 @@ class FakeOci(LoopbackServer):
             _image(OLD_IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2025.01.01-0", now - 86400 * 90),
             _image(IMAGE, "Canonical-Ubuntu-22.04-Gen2-GPU-2026.01.01-0", now - 86400),
         ]
-        self.denied: set[str] = set()  # availability domains out of host capacity
+        self.denied: set[str] = set()  # availability domains (or shapes) out of host capacity
         self.fail_queue: list[int | str] = []  # injected answers: 503 (any request) or "POST:503"
         self.fail_regions: set[str] = set()  # regions whose every call answers 503 (an outage)
         self.page_size = 50  # the most items one list page holds
@@ -390,7 +390,7 @@ class FakeOci(LoopbackServer):
             raise OciError(400, "InvalidParameter", "metadata.user_data must be base64") from None
         if body["shape"] not in self.shapes:
             raise OciError(400, "InvalidParameter", f"Shape {body['shape']} is not valid for this tenancy.")
-        if ad in self.denied:
+        if ad in self.denied or body["shape"] in self.denied:
             raise OciError(500, "InternalError", "Out of host capacity.")
         limit = SHAPES.get(body["shape"], {}).get("limit")
         if limit and self._used(limit, ad) >= self.limits.get(limit, 0):

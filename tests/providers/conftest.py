@@ -17,7 +17,7 @@ def fake_clouds():
 
 @pytest.fixture
 def aws_creds(moto_server):
-    moto_server.gate.denied = set()
+    moto_server.gate.denied, moto_server.gate.stock = set(), {}
     yield {
         "aws_access_key_id": "testing",
         "aws_secret_access_key": "testing",
@@ -25,7 +25,7 @@ def aws_creds(moto_server):
         "endpoint_url": moto_server.url,
         "regions": ["us-east-1", "us-east-2", "us-west-2"],
     }
-    moto_server.gate.denied = set()
+    moto_server.gate.denied, moto_server.gate.stock = set(), {}
 
 
 @pytest.fixture

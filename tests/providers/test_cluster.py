@@ -75,7 +75,7 @@ def test_the_deadline_releases_a_cluster_still_booting(local):
     assert local.list_tagged(rid) == []
 
 
-def aws_cluster(fault: str | None = None) -> Target:
+def aws_cluster(fault: str | None = None, regions: tuple[str, ...] = ("us-east-1",)) -> Target:
     return Target(
         name="b200 disagg",
         provider="aws",
@@ -83,7 +83,7 @@ def aws_cluster(fault: str | None = None) -> Target:
         model="llama-3.1-8b",
         quantization="fp8",
         cluster={"nodes": 3, "prefill": {"tp": 8}, "decode": {"workers": 2, "tp": 8}},
-        provider_options={"regions": ["us-east-1"], "ingress_cidr": "127.0.0.1/32"}
+        provider_options={"regions": list(regions), "ingress_cidr": "127.0.0.1/32"}
         | ({"inject_fault": fault} if fault else {}),
     )
 
@@ -102,4 +102,35 @@ def test_sandbox_ec2_cluster_all_or_nothing(aws_creds):
     rid = new_run_id()
     with pytest.raises(cluster.ClusterFailed, match=r"node 2 \(decode\) could not be created"):
         cluster.provision(p, aws_cluster("node_create"), rid, **launch_args(rid, t), deadline_s=30)
+    assert p.list_tagged(rid) == []
+
+
+def test_a_node_refused_for_capacity_moves_the_whole_cluster_to_the_next_region(aws_creds, moto_server):
+    """us-east-1 has hosts for two of the three nodes: both are released before us-west-2 gets all three."""
+    moto_server.gate.stock = {"us-east-1": 2}
+    p, rid = AwsProvider(aws_creds), new_run_id()
+    t = aws_cluster(regions=("us-east-1", "us-west-2"))
+    assert [w for w, _ in cluster.sites(t)] == ["us-east-1", "us-west-2"]
+    res = cluster.provision(p, t, rid, **launch_args(rid, t), deadline_s=30)
+    try:
+        first, second = res.sites
+        assert first["where"] == "us-east-1" and first["outcome"] == "refused"
+        assert "InsufficientInstanceCapacity" in first["error"] and len(first["released"]) == 2
+        assert second == {"where": "us-west-2", "outcome": "running", "error": "", "released": []}
+        live = p.list_tagged(rid)
+        assert {i.region for i in live} == {"us-west-2"} and len(live) == 3  # nothing left in us-east-1
+        assert not set(first["released"]) & {i.id for i in live}
+        assert all(p.describe(i).state == "terminated" for i in first["released"])
+    finally:
+        cluster.release(p, rid, res, {})
+    assert p.list_tagged(rid) == []
+
+
+def test_a_cluster_refused_at_every_site_fails_with_nothing_left(aws_creds, moto_server):
+    moto_server.gate.stock = {"us-east-1": 1, "us-west-2": 2}
+    p, rid = AwsProvider(aws_creds), new_run_id()
+    t = aws_cluster(regions=("us-east-1", "us-west-2"))
+    with pytest.raises(cluster.ClusterFailed, match="InsufficientInstanceCapacity") as e:
+        cluster.provision(p, t, rid, **launch_args(rid, t), deadline_s=30)
+    assert e.value.refused and [s["outcome"] for s in e.value.result.sites] == ["refused", "refused"]
     assert p.list_tagged(rid) == []

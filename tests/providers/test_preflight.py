@@ -185,3 +185,29 @@ def test_the_dag_gate_goes_on_stops_or_refuses(sb):
     with pytest.raises(ValueError, match="params.preflight"):
         gate(PLANS[1], "maybe")
     assert sb.oci.live() == []
+
+
+def test_each_fallback_offer_is_checked_and_stops_the_run_only_when_none_passes(sb):
+    """moto's EC2 offerings, like EC2's, list p5e.48xlarge in no us-east-1 zone."""
+    plan, t = _variant(
+        PLANS[0],
+        "aws",
+        instance_type=None,
+        instance_types=["p5e.48xlarge", "p5en.48xlarge"],
+        price={"usd_per_hour": 63.3},
+        provider_options={"regions": ["us-east-1"]},
+    )
+    rows = _rows(plan, sb)
+    missing, there = rows[(f"{t} [p5e.48xlarge]", "offered")], rows[(f"{t} [p5en.48xlarge]", "offered")]
+    assert missing.result == WARN and "fallback: p5en.48xlarge passes" in missing.detail and there.result == OK
+    assert blocking(list(rows.values())) == []
+    plan, t = _variant(
+        PLANS[0],
+        "aws",
+        instance_type=None,
+        instance_types=["p5e.48xlarge", "p5en.48xlarge"],
+        price={"usd_per_hour": 63.3},
+        provider_options={"regions": ["xx-nowhere-1"]},
+    )
+    stops = blocking(preflight(plan, sb.credentials))  # no offer passes: every offer's FAIL stands
+    assert {r.target for r in stops if r.check == "offered"} == {f"{t} [p5e.48xlarge]", f"{t} [p5en.48xlarge]"}

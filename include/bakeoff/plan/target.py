@@ -122,6 +122,12 @@ class Target(Strict):
         None,
         description="catalog instance type (required except for a static target that describes its hardware instead)",
     )
+    instance_types: list[str] = Field(
+        [],
+        description="ordered offers when capacity or quota refuses: every placement of one is tried before "
+        "the next; the first is instance_type (which may then be left out), each the same GPU model and "
+        "count, sold by the target's provider; cost uses the price of the one that ran",
+    )
     hardware: Hardware | None = Field(
         None, description="static only: the endpoint's hardware, free-form, instead of a catalog instance_type"
     )
@@ -228,7 +234,9 @@ class Target(Strict):
         template = r.template()
         data = {**data, "recipe": r.name}
         provider = data.get("provider")
-        if "instance_type" not in data and provider in CLOUD_PROVIDERS:
+        if data.get("instance_types"):  # the target lists its own offers: the recipe's type is not one of them
+            template.pop("instance_type", None)
+        elif "instance_type" not in data and provider in CLOUD_PROVIDERS:
             # the recipe's GPU as this cloud sells it (8 GPUs first); none: the target must name one
             sold = sorted(
                 (it for it in catalog.instance_types().values() if it.provider == provider and it.gpu == r.gpu),
@@ -311,6 +319,31 @@ class Target(Strict):
         known = catalog.instance_types()
         if v is not None and v not in known:
             raise ValueError(f"unknown instance type {v!r}; use one of: {', '.join(sorted(known))}")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_offer(cls, data: Any) -> Any:
+        """``instance_types`` alone: its first offer is the target's instance_type."""
+        if isinstance(data, dict) and data.get("instance_type") is None:
+            offers = data.get("instance_types")
+            if isinstance(offers, list) and offers and isinstance(offers[0], str):
+                return {**data, "instance_type": offers[0]}
+        return data
+
+    @field_validator("instance_types")
+    @classmethod
+    def _known_offers(cls, v: list[str]) -> list[str]:
+        if not v:
+            return v
+        if len(v) < 2:
+            raise ValueError("one offer is instance_type: write instance_type: <type> (list two or more here)")
+        if len(set(v)) != len(v):
+            raise ValueError(f"{sorted(x for x in set(v) if v.count(x) > 1)} listed twice; list each offer once")
+        known = catalog.instance_types()
+        for x in v:
+            if x not in known:
+                raise ValueError(f"unknown instance type {x!r}; use one of: {', '.join(sorted(known))}")
         return v
 
     @field_validator("stack")
@@ -400,6 +433,38 @@ class Target(Strict):
                 f"no other flag; set image: {LOCAL_IMAGE}, command: [python3, {', '.join(LOCAL_PROGRAM)}, "
                 f"{', '.join(LOCAL_ARGS)}] and no engine_args (a cloud target runs the image itself)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _offers_fit(self) -> Target:
+        """Every offer is the same node on the same cloud (only its stock and price differ), so a fallback
+        never changes what is compared; and each can be priced (cost uses the one that ran)."""
+        if not self.instance_types:
+            return self
+        first = catalog.instance_types()[self.instance_types[0]]
+        if self.instance_type != first.type:
+            raise ValueError(
+                f"instance_types: the first offer is the target's instance_type; list {self.instance_type} "
+                "first or leave instance_type out"
+            )
+        if self.provider not in CLOUD_PROVIDERS or self.cluster is not None:
+            raise ValueError(
+                "instance_types: only a single-node target bakeoff provisions "
+                f"({', '.join(CLOUD_PROVIDERS)}) falls back over offers; name one instance_type"
+            )
+        for x in self.instance_types[1:]:
+            it = catalog.instance_types()[x]
+            if (it.provider, it.gpu, it.gpus) != (first.provider, first.gpu, first.gpus):
+                raise ValueError(
+                    f"instance_types: {x} is {it.gpus}x {it.gpu} on {it.provider}, not {first.gpus}x {first.gpu} on "
+                    f"{first.provider} like {first.type}; every offer must be the same GPU model and count on "
+                    "the same cloud (compare other hardware as its own target)"
+                )
+            if it.usd_per_hour is None and self.price is None:
+                raise ValueError(
+                    f"instance_types: {x} has no catalog price ({it.note or 'none published'}); set "
+                    "price.usd_per_hour on this target or drop the offer"
+                )
         return self
 
     @model_validator(mode="after")
@@ -575,6 +640,19 @@ class Target(Strict):
         it = self.instance
         dated = f"as of {it.as_of}" if it.as_of and it.as_of != "undated" else "undated"
         return f"{it.source}, {it.market}, {dated}"
+
+    @property
+    def offers(self) -> list[str]:
+        """The instance types the create may launch, in order (one unless ``instance_types`` lists more)."""
+        return list(self.instance_types) or ([self.instance_type] if self.instance_type else [])
+
+    def ran_as(self, instance_type: str) -> Target:
+        """This target on one of its offers: what a launch of that type is priced and described by."""
+        if instance_type not in self.offers:
+            raise ValueError(f"instance_type: {instance_type!r} is not an offer of {self.name} ({self.offers})")
+        if not self.instance_types:
+            return self
+        return self.model_copy(update={"instance_type": instance_type, "instance_types": []})
 
     # derived facts -------------------------------------------------------
     @property

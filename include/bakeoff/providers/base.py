@@ -7,10 +7,12 @@ wait_ready loops over it for callers without a scheduler (the CLI).
 
 ``CloudProvider.create`` is the create of every cloud, written once (the copies had drifted): check
 the target's options, reuse the run's node if a previous try made it, render the boot script, tag,
-bootstrap the network, launch on each placement in order moving on at a capacity or quota refusal,
-record how it went (``Provisioning``), and undo the network bootstrap when no node came of it. A
-cloud supplies only its calls (the hooks below). A caller that builds something bigger from nodes
-(several per target) calls this per-instance create with its own target and tags; nothing else.
+bootstrap the network, launch on each placement in order moving on at a capacity or quota refusal
+(and, for a target listing several offers, ``instance_types``, every placement of one offer before
+the next, each launched as the target on that offer: ``Target.ran_as``), record how it went
+(``Provisioning``), and undo the network bootstrap when no node came of it. A cloud supplies only
+its calls (the hooks below). A caller that builds something bigger from nodes (several per target)
+calls this per-instance create with its own target and tags; nothing else.
 """
 
 from __future__ import annotations
@@ -244,6 +246,7 @@ class Provisioning:
     attempts: int = 0
     refusals: dict[str, int] = field(default_factory=dict)
     refused: list[dict[str, str]] = field(default_factory=list)  # {where, instance_type, reason, code, message}
+    tried: list[str] = field(default_factory=list)  # every attempt, in order: "<instance type> in <where>"
     instance_types: list[str] = field(default_factory=list)  # the offers tried, in order, once each
     region: str | None = None
     placement: str | None = None
@@ -251,8 +254,9 @@ class Provisioning:
     launch_s: float | None = None
     reused: bool = False
 
-    def tried(self, place: Placement) -> None:
+    def attempt(self, place: Placement) -> None:
         self.attempts += 1
+        self.tried.append(f"{place.instance_type} in {place.where}" if place.instance_type else place.where)
         if place.instance_type and place.instance_type not in self.instance_types:
             self.instance_types.append(place.instance_type)
 
@@ -274,6 +278,11 @@ class Provisioning:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _offers(target: Target) -> list[str]:
+    """The instance types a target may launch as, in order (a caller's own target may not list any)."""
+    return list(getattr(target, "offers", None) or [])
 
 
 class CloudProvider(Provider, Generic[Context]):
@@ -310,12 +319,12 @@ class CloudProvider(Provider, Generic[Context]):
         record = Provisioning()
         context = self.prepare(target, run_id, labels)
         try:
-            for planned in self.placements(target, context):
-                place = planned if planned.instance_type else replace(planned, instance_type=target.instance_type or "")
-                record.tried(place)
+            for offer, planned in self._offer_placements(target, context):
+                place = planned if planned.instance_type else replace(planned, instance_type=offer.instance_type or "")
+                record.attempt(place)
                 started = time.monotonic()
                 try:
-                    inst = self.launch(target, run_id, place, script, labels, launch, context)
+                    inst = self.launch(offer, run_id, place, script, labels, launch, context)
                 except Refused as e:
                     record.refuse(place, e)
                     log.warning(
@@ -343,16 +352,27 @@ class CloudProvider(Provider, Generic[Context]):
             self._undo(target, run_id, context)
             raise
         self._undo(target, run_id, context)
+        several = len(_offers(target)) > 1
         tried = ", ".join(
-            f"{r['where']} ({r['code']}: {r['message']})" if r["message"] else f"{r['where']} ({r['code']})"
+            (f"{r['instance_type']} in " if several else "")
+            + (f"{r['where']} ({r['code']}: {r['message']})" if r["message"] else f"{r['where']} ({r['code']})")
             for r in record.refused
         )
-        refused = CapacityError(
-            f"{self.name}: no capacity for {target.instance_type}{self.capacity_scope(context)}; "
+        err = CapacityError(
+            f"{self.name}: no capacity for {' or '.join(_offers(target)) or target.instance_type}"
+            f"{self.capacity_scope(context)}; "
             f"tried {tried or 'no placement'}. {self.capacity_advice(target)}"
         )
-        refused.provisioning = record.to_dict()  # the refusal record keeps what was tried
-        raise refused
+        err.provisioning = record.to_dict()
+        raise err
+
+    def _offer_placements(self, target: Target, context: Context) -> Iterator[tuple[Target, Placement]]:
+        """(the target on an offer, a placement), offer by offer in the plan's order, each offer's
+        placements as ``placements`` gives them for it (its own catalog regions when the plan lists none)."""
+        offers = _offers(target)
+        for offer in [target.ran_as(x) for x in offers] if len(offers) > 1 else [target]:
+            for planned in self.placements(offer, context):
+                yield offer, planned
 
     def _undo(self, target: Target, run_id: str, context: Context) -> None:
         """``abandon``, never hiding why the create failed: its own error is logged (the sweep and the

@@ -37,8 +37,10 @@ def build_report(
     validation appears only in the 'did not pass' section. The files are built in a private local
     folder (the PDF and chart libraries write files), then each is stored whole.
     """
+    import pandas as pd  # noqa: PLC0415 - pandas only when a report is built
+
     from bakeoff import store  # noqa: PLC0415 - pandas (store) only when a report is built
-    from bakeoff.report import csvsafe, data, html, markdown, pdf  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
+    from bakeoff.report import csvsafe, data, html, markdown, pdf, provisioning  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
 
     t0 = time.perf_counter()
     run_dir, out_dir = at(run_dir), at(out_dir)
@@ -57,8 +59,12 @@ def build_report(
             ("sensitivity", d.tables.sensitivity),
             ("evaluation", d.tables.evaluation),
             ("targets", d.tables.targets),
+            # per cloud target: the type that ran, offers tried, refusals, times (none without a cloud target)
+            ("provisioning", pd.DataFrame(provisioning.table(d.provisioning)) if d.provisioning else None),
         ):
-            built[f"csv_{kind}"] = _write_text(local / f"{stem}-{kind.replace('_', '-')}.csv", csvsafe.to_csv(frame))
+            if frame is not None:
+                name = f"{stem}-{kind.replace('_', '-')}.csv"
+                built[f"csv_{kind}"] = _write_text(local / name, csvsafe.to_csv(frame))
         cost_parquet = store.read_bytes(run_dir / "cost.parquet")
         if cost_parquet is not None:
             built["parquet"] = local / f"{stem}-cost.parquet"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from bakeoff import claims, cost, store
+from bakeoff import claims, cost, offers, store
 from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.caveats import caveat_lines
 from bakeoff.report.provisioning import ProvisioningRow
@@ -363,6 +363,7 @@ def gather(
     failed_steps: list[str] | tuple[str, ...] = (),
 ) -> ReportData:
     run_dir = store.at(run_dir)
+    plan = offers.as_ran(plan, run_dir)  # a target that fell back is described and priced as the type that ran
     tables = tables or cost.load_tables(run_dir) or cost.compute(plan, run_dir)
     requests = store.load_requests(run_dir)
     d = ReportData(

@@ -20,6 +20,7 @@ from bakeoff import cost
 from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT, slo_text
+from bakeoff.report.provisioning import refusal_text
 
 if TYPE_CHECKING:
     from bakeoff.plan.workload import Sessions, Workload
@@ -227,6 +228,28 @@ def _claim_check(pdf: Brief, d: ReportData) -> None:
         pdf.para(" · ".join(claimcheck.reasons(ctx["rows"])), size=6.5)
 
 
+def _provisioning(pdf: Brief, d: ReportData) -> None:
+    """Per cloud target: the type that ran (a fallback is priced by it), the offers tried, refusals, times."""
+    if not d.provisioning:
+        return
+    pdf.h2("Provisioning")
+    pdf.grid(
+        ["target", "instance type", "outcome", "offers tried", "refusals", "to running / serving s"],
+        [
+            [
+                r.name,
+                r.instance_type,
+                r.outcome,
+                "; ".join(r.offers) or "–",
+                refusal_text(r.refusals),
+                f"{fmt(r.to_running_s)} / {fmt(r.to_serving_s)}",
+            ]
+            for r in d.provisioning
+        ],
+        (28, 30, 30, 48, 20, 26),
+    )
+
+
 def _build(d: ReportData, compact: bool) -> Brief:
     pdf = Brief(d)
     pdf.add_page()
@@ -300,6 +323,7 @@ def _build(d: ReportData, compact: bool) -> Brief:
     if not dnp.empty:
         pdf.h2("Did not pass — not ranked")
         pdf.bullets([f"{r['name']}: {STATUS_TEXT[r['status']]} — {r['failures']}" for _, r in dnp.iterrows()])
+    _provisioning(pdf, d)
     pdf.h2("What was measured and how")
     pdf.bullets(_measured_how(d))
     pdf.h2("Caveats")

@@ -1,12 +1,13 @@
 """The report's Provisioning section: per target, how it got its node or why it got none.
 
-Read from the typed step records (``bakeoff.facts``): the provision record's ``provisioning``
-(``facts.ProvisioningRecord``: ``attempts``, ``refusals`` by reason, the ``region`` that took it,
-``tried`` offers where it lists them; the pipeline adds ``create_s``), the ``provision_refused``
-record when every place refused, ``node_ready`` (time to running) and ``deploy.ready_at`` (time to
-serving-ready), both counted from the create request. The record reads another version's files
-leniently (a key of the wrong type is dropped, not fatal), so they never lose the report. A
-stockout is a procurement fact, so refusals are also condensed for the dashboard's trend (``summary``).
+Read from the typed step records (``bakeoff.facts``): the provision record's ``provisioning`` (what
+the provider says of its create: ``attempts``, ``refusals`` by reason, the ``region`` and
+``instance_type`` that took it, ``tried``: every attempt as "<type> in <where>"; the pipeline adds
+``create_s``), the ``provision_refused`` record when every place refused, ``node_ready`` (time to
+running) and ``deploy.ready_at`` (time to serving-ready), both counted from the create request. The
+record (``facts.ProvisioningRecord``) reads another version's files leniently (a key of the wrong
+type is dropped, not fatal), so they never lose the report. A stockout is a
+procurement fact, so refusals are also condensed for the dashboard's trend (``summary``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.facts import ProvisioningRecord, RunFacts, TargetFacts
+from bakeoff.offers import ran_type
 
 
 @dataclass(frozen=True)
@@ -102,13 +104,37 @@ def rows(plan: Any, run: RunFacts, now: float) -> list[ProvisioningRow]:
         info = PROVIDERS.get(t.provider)
         if info is None or not info.provisions:
             continue
-        out.append(target_row(run.target(t.slug), t.name, t.provider, str(t.instance_type or ""), now))
+        listed = " or ".join(t.offers) if len(t.offers) > 1 else str(t.instance_type or "")
+        ran = ran_type(run, t.slug) if len(t.offers) > 1 else None  # the offer that launched, if the plan lists it
+        shown = ran if ran is not None and ran in t.offers else listed
+        out.append(target_row(run.target(t.slug), t.name, t.provider, shown, now))
     return out
 
 
 def refusal_text(refusals: dict[str, int]) -> str:
     """'2 capacity, 1 quota', or 'none'."""
     return ", ".join(f"{n} {k}" for k, n in sorted(refusals.items())) or "none"
+
+
+def table(rows: list[ProvisioningRow]) -> list[dict[str, Any]]:
+    """The section as flat records, one per target (the report's provisioning CSV): what the Markdown,
+    HTML and PDF tables show, with the offers tried joined by '; ' and refusals as 'n reason'."""
+    return [
+        {
+            "target": r.name,
+            "cloud": r.provider,
+            "instance_type": r.instance_type,
+            "outcome": r.outcome,
+            "offers_tried": "; ".join(r.offers),
+            "attempts": r.attempts,
+            "refusals": refusal_text(r.refusals),
+            "to_running_s": r.to_running_s,
+            "to_serving_ready_s": r.to_serving_s,
+            "billed_hours": r.billed_hours,
+            "still_billing": r.still_billing,
+        }
+        for r in rows
+    ]
 
 
 def summary(row: ProvisioningRow) -> dict[str, Any]:
