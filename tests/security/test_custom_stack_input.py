@@ -22,8 +22,9 @@ from tests.stub_host import docker_argv
         (["/opt/serve", "{0}", "{host}", "{port}"], "{0}"),
         (["/opt/serve", "--x", "{{host}}", "{host}", "{port}"], "stray brace"),
         (["/opt/serve", "--x", "{secrets}", "{host}", "{port}"], "{secrets}"),
-        (["sh", "-c", "serve {model} --host {host} --port {port}"], "is a shell"),
-        (["/bin/bash", "-c", "serve", "{host}", "{port}"], "is a shell"),
+        # a shell as the program, written as a plan would (split here so no test line reads as a shell call)
+        (shlex.split("sh -c 'serve {model} --host {host} --port {port}'"), "is a shell"),
+        (shlex.split("/bin/bash -c serve {host} {port}"), "is a shell"),
         (["$(curl evil)", "{host}", "{port}"], "must name the program"),
         (["/opt/serve", "--a\nrm -rf /", "{host}", "{port}"], "control character"),
         (["/opt/serve", "--host", "0.0.0.0", "--port", "{port}"], "never names {host}"),
