@@ -15,7 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    import httpx
 
 DAG_ID = "bakeoff"  # every plan runs in this DAG; the node's run tag is the DAG run's id
 URL_ENV, TOKEN_ENV = "BAKEOFF_AIRFLOW_API_URL", "BAKEOFF_AIRFLOW_API_TOKEN"
@@ -30,7 +34,7 @@ class AirflowApiError(RuntimeError):
         self.status = status
 
 
-def _token(client, base_url: str) -> str:
+def _token(client: httpx.Client, base_url: str) -> str:
     token = os.environ.get(TOKEN_ENV)
     if token:
         return token
@@ -43,7 +47,8 @@ def _token(client, base_url: str) -> str:
     r = client.post(f"{base_url}/auth/token", json={"username": user, "password": password})
     if r.status_code >= 400:
         raise AirflowApiError(f"{base_url}/auth/token refused {USER_ENV}={user}: HTTP {r.status_code}")
-    return r.json()["access_token"]
+    access: str = r.json()["access_token"]
+    return access
 
 
 def run_state_client(base_url: str, dag_id: str = DAG_ID, timeout_s: float = 10.0) -> Callable[[str, str], str | None]:
@@ -55,7 +60,7 @@ def run_state_client(base_url: str, dag_id: str = DAG_ID, timeout_s: float = 10.
     client = httpx.Client(timeout=timeout_s)
     headers: dict[str, str] = {}
 
-    def get(run_id: str):
+    def get(run_id: str) -> httpx.Response:
         if not headers:
             headers["Authorization"] = f"Bearer {_token(client, base_url)}"
         url = f"{base_url}/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}"
@@ -70,7 +75,8 @@ def run_state_client(base_url: str, dag_id: str = DAG_ID, timeout_s: float = 10.
             return None
         if r.status_code >= 400:
             raise AirflowApiError(f"GET dagRuns/{run_id}: HTTP {r.status_code}")
-        return r.json().get("state")
+        state: str | None = r.json().get("state")
+        return state
 
     return run_state
 
@@ -81,7 +87,7 @@ def run_state_from_env() -> Callable[[str, str], str | None] | None:
     return run_state_client(url) if url else None
 
 
-def again_conf(start: dict | None) -> dict:
+def again_conf(start: dict[str, Any] | None) -> dict[str, Any]:
     """The trigger configuration a run was started with (its start record's ``conf``: the plan by name
     and the trigger form's fields), to start the same plan the same way. The price sheet and the
     installation's Variables are read afresh by the new run, as for any run."""
@@ -98,7 +104,9 @@ def again_conf(start: dict | None) -> dict:
     return conf
 
 
-def trigger_again(base_url: str, token: str, start: dict | None, dag_id: str = DAG_ID, timeout_s: float = 10.0) -> dict:
+def trigger_again(
+    base_url: str, token: str, start: dict[str, Any] | None, dag_id: str = DAG_ID, timeout_s: float = 10.0
+) -> dict[str, Any]:
     """POST /api/v2/dags/<dag>/dagRuns with the stored run's conf, as the user whose token is given (so
     Airflow decides whether they may trigger it). Returns the new DAG run's id and state."""
     import httpx  # noqa: PLC0415 - only this call needs it

@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -40,7 +41,7 @@ from bakeoff.serving import engines, userdata
 from bakeoff.serving.emulator import disagg
 
 
-def _plan_check(args) -> int:
+def _plan_check(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     check_plan_claims(plan)
     for t in plan.targets:
@@ -89,7 +90,7 @@ def _plan_check(args) -> int:
     return 0
 
 
-def _preflight(args) -> int:
+def _preflight(args: argparse.Namespace) -> int:
     """Read-only checks of every target against its cloud; non-zero when any would stop the run."""
     from bakeoff.preflight import blocking, preflight, table  # noqa: PLC0415 - the clouds' SDKs only for this command
 
@@ -100,7 +101,7 @@ def _preflight(args) -> int:
     return 1 if bad else 0
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     """Sequential bake-off: per target provision..benchmark with terminate in finally, then the rest."""
     # SIGTERM (a CI timeout, a closed terminal) must still reach the finally blocks that terminate.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -140,7 +141,7 @@ def _run(args) -> int:
     return 1 if failed else 0
 
 
-def _predict(args) -> int:
+def _predict(args: argparse.Namespace) -> int:
 
     from bakeoff.twin.predict import predict_plan, render  # noqa: PLC0415 - numpy only for this command
 
@@ -157,7 +158,7 @@ def _plan_name(ref: str) -> str:
     return ref
 
 
-def _summary(args) -> int:
+def _summary(args: argparse.Namespace) -> int:
     name = _plan_name(args.plan)
     runs = store.list_runs(name)
     if not runs:
@@ -168,7 +169,7 @@ def _summary(args) -> int:
     return 0
 
 
-def _recipes(args) -> int:
+def _recipes(args: argparse.Namespace) -> int:
     """List the vendored recipes, or show one: its source, target fields, engine command and environment."""
     if args.multinode or (args.name and args.name in multinode.multinode_recipes()):
         return _multinode_recipes(args)
@@ -228,7 +229,7 @@ def _table(rows: Sequence[tuple[str, ...]]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _multinode_recipes(args) -> int:
+def _multinode_recipes(args: argparse.Namespace) -> int:
     """The multi-node, disaggregated recipes: list them, or show one's roles, footprint and emulated shape."""
     src = multinode.source()
     if args.action == "list":
@@ -269,7 +270,7 @@ def _multinode_recipes(args) -> int:
     return 0
 
 
-def _verify(args) -> int:
+def _verify(args: argparse.Namespace) -> int:
     """0 when every hash and the signature check, 1 when the bundle fails (naming what changed)."""
     from bakeoff import evidence  # noqa: PLC0415 - cryptography only for this command
 
@@ -288,7 +289,7 @@ def _verify(args) -> int:
     return 0 if verdict.ok else 1
 
 
-def _print_summary(run: dict, failed: list[str] | None = None) -> None:
+def _print_summary(run: dict[str, Any], failed: list[str] | None = None) -> None:
     """The run's outcome (given, or as its report recorded it), report files and headline."""
     report = dict(run.get("report") or {})
     failed = report.pop("failed_steps", None) if failed is None else failed
@@ -299,7 +300,7 @@ def _print_summary(run: dict, failed: list[str] | None = None) -> None:
     print(headline_table(run["run_dir"]))
 
 
-def _installation_id(args) -> int:
+def _installation_id(args: argparse.Namespace) -> int:
     """For the independent reaper's BAKEOFF_INSTALLATION_ID (it holds no installation secret)."""
     from bakeoff.secrets import installation_id  # noqa: PLC0415 - the secret is read only for this command
 
@@ -307,7 +308,7 @@ def _installation_id(args) -> int:
     return 0
 
 
-def _images(args) -> int:
+def _images(args: argparse.Namespace) -> int:
     """Resolve tags to digests and print the trusted-images Variable's value (a JSON list)."""
     import httpx  # noqa: PLC0415 - httpx and the registry only for this command
 
@@ -383,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        rc: int = args.func(args)
+        return rc
     except PlanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

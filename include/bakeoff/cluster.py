@@ -388,7 +388,7 @@ class Router:
                 proc.wait(timeout=grace_s)
 
 
-_routers: dict[int, subprocess.Popen] = {}
+_routers: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def start_router(

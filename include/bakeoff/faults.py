@@ -6,6 +6,11 @@ A target opts in with ``provider_options: {inject_fault: <stage>}``; the pipelin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
+
 # weights_incomplete is acted on by a sandbox node, not the pipeline: its boot's weights step finds a shard missing
 # node_create: the last node of a cluster target fails its create (bakeoff.cluster releases the others)
 STAGES = (
@@ -24,8 +29,8 @@ class InjectedFault(RuntimeError):
     """A failure the plan asked for."""
 
 
-def maybe_fail(stage: str, target) -> None:
+def maybe_fail(stage: str, target: Target) -> None:
     assert stage in STAGES, stage
-    wanted = (getattr(target, "provider_options", None) or {}).get("inject_fault")
+    wanted = target.provider_options.inject_fault
     if wanted == stage:
         raise InjectedFault(f"injected fault at stage {stage!r} for target {target.name!r}")

@@ -24,12 +24,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import airflow_api, secrets
 from bakeoff.providers import get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, Instance, list_best_effort
 from bakeoff.providers.registry import LAUNCHING
+
+if TYPE_CHECKING:
+    import argparse
+    import threading
 
 log = logging.getLogger(__name__)
 CLOUD_PROVIDERS = LAUNCHING  # every provider whose create starts a node
@@ -211,7 +215,7 @@ def reap_loop(
     return passes
 
 
-def _stop_on_signals():
+def _stop_on_signals() -> threading.Event:
     """An Event set by SIGTERM or SIGINT, so a service manager's stop ends the loop between passes."""
     import signal  # noqa: PLC0415 - signal handling only for the reaper's own loop
     import threading  # noqa: PLC0415 - signal handling only for the reaper's own loop
@@ -222,7 +226,7 @@ def _stop_on_signals():
     return stop
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`python -m bakeoff reap`: one reaper pass from the command line (credentials from the environment);
     ``--loop`` keeps passing every ``--interval-s`` as a service that does not need Airflow."""
     p = sub.add_parser("reap", help="terminate expired or orphaned bakeoff instances")
@@ -237,7 +241,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=_run_reap)
 
 
-def _run_reap(args) -> int:
+def _run_reap(args: argparse.Namespace) -> int:
     run_state = airflow_api.run_state_from_env() or no_run_state
     if args.loop:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

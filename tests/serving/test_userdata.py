@@ -184,3 +184,12 @@ def test_vultr_kill_switch_only_powers_off(tmp_path):
     """Vultr bills a stopped node: the independent reaper deletes it (the node holds no API key)."""
     calls = _run_kill_switch(tmp_path, target("vultr"), 0)
     assert calls == ["shutdown -h +121 bakeoff kill switch"]
+
+
+def test_a_gpu_outside_the_catalog_gets_no_boot_script_and_the_error_names_the_field():
+    from tests.providers.test_static import described
+
+    t = described().targets[0]  # RTX 6000 Ada, described in the plan: no catalog platform to pick an image by
+    assert type(t.gpu).__name__ == "DescribedGpu"
+    with pytest.raises(ValueError, match=rf"targets\.{t.name}\.instance_type: a launched node needs a catalog"):
+        userdata.image_for(t)

@@ -18,7 +18,7 @@ MAX_JOB_BYTES = 64 * 1024 * 1024
 PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
-def file_field(workload: dict, field: str) -> Any:
+def file_field(workload: dict[str, Any], field: str) -> Any:
     """The value of a (dotted) FILE_FIELDS entry in a workload mapping, or None."""
     value: Any = workload
     for part in field.split("."):
@@ -28,7 +28,7 @@ def file_field(workload: dict, field: str) -> Any:
     return value
 
 
-def with_file_field(workload: dict, field: str, value: str) -> dict:
+def with_file_field(workload: dict[str, Any], field: str, value: str) -> dict[str, Any]:
     """A copy of the workload mapping with the (dotted) field set to value."""
     head, _, rest = field.partition(".")
     out = dict(workload)

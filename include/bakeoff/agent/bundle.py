@@ -153,7 +153,7 @@ def check_hashes() -> None:
         )
 
 
-def stage_s3(s3_client, bucket: str, prefix: str = "bakeoff", expires_s: float = 6 * 3600) -> Staged:
+def stage_s3(s3_client: Any, bucket: str, prefix: str = "bakeoff", expires_s: float = 6 * 3600) -> Staged:
     """Upload the bundle (once per content) and return a presigned GET URL valid for ``expires_s``."""
     check_hashes()
     data, sha = build()

@@ -19,12 +19,18 @@ import logging
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakeoff.agent import AGENT_PORT
 from bakeoff.serving.tls import server_context
 
+if TYPE_CHECKING:
+    import ssl
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+    from bakeoff.agent.server import Agent
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "agent",
         help="the node agent: run benchmarks next to the server (on the node)",
@@ -85,7 +91,9 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(agent, host: str, port: int, expires_at: float | None, ssl_ctx=None) -> None:
+async def _serve(
+    agent: Agent, host: str, port: int, expires_at: float | None, ssl_ctx: ssl.SSLContext | None = None
+) -> None:
     from aiohttp import web  # noqa: PLC0415 - loaded when the agent runs, not for every bakeoff command
 
     from bakeoff.agent.server import build_app  # noqa: PLC0415 - aiohttp, as above

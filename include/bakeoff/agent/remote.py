@@ -33,6 +33,12 @@ BENCH_OUTPUTS = re.compile(
 )
 
 
+def _doc(r: httpx.Response) -> dict[str, Any]:
+    """The JSON object an agent route answers with."""
+    doc: dict[str, Any] = r.json()
+    return doc
+
+
 class AgentError(RuntimeError):
     """The agent refused, failed or could not be reached; the message says which."""
 
@@ -83,7 +89,7 @@ class AgentClient:
         return self._call("GET", path, **kw)
 
     def health(self) -> dict[str, Any]:
-        return self._get("/agent/health").json()
+        return _doc(self._get("/agent/health"))
 
     def wait_healthy(self, timeout_s: float, poll_s: float = 2.0) -> dict[str, Any]:
         """The agent starts after the client bundle is fetched and installed: wait for it."""
@@ -97,10 +103,10 @@ class AgentClient:
             time.sleep(poll_s)
 
     def submit(self, job: dict[str, Any]) -> dict[str, Any]:
-        return self._call("POST", "/agent/jobs", ok=202, json=job).json()
+        return _doc(self._call("POST", "/agent/jobs", ok=202, json=job))
 
     def status(self, job_id: str) -> dict[str, Any]:
-        return self._get(f"/agent/jobs/{job_id}").json()
+        return _doc(self._get(f"/agent/jobs/{job_id}"))
 
     def fetch(self, job_id: str, rel: str) -> bytes:
         return self._get(f"/agent/jobs/{job_id}/files/{rel}").content
@@ -111,7 +117,7 @@ class AgentClient:
     def put_secrets(self, secrets: dict[str, str]) -> dict[str, Any]:
         """Hand the serving secrets (HF_TOKEN, ...) to the node, which writes them into a root-only
         env file its boot script waits for; the answer names the variables, never a value."""
-        return self._call("PUT", "/agent/secrets", json={"env": secrets}).json()
+        return _doc(self._call("PUT", "/agent/secrets", json={"env": secrets}))
 
     def power(self, start: float, end: float) -> list[dict[str, Any]]:
         return parse_samples(self._get("/agent/power", params={"start": start, "end": end}).text)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from bakeoff import durable
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME, file_field, with_file_field
@@ -252,7 +253,7 @@ AGENT = web.AppKey("agent", Agent)
 
 
 @web.middleware
-async def _auth(request: web.Request, handler):
+async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     agent: Agent = request.app[AGENT]
     given = request.headers.get("Authorization", "")
     if not hmac.compare_digest(given.encode(), f"Bearer {agent.key}".encode()):

@@ -38,7 +38,8 @@ def calibrate(
         recs, mon = run_async(measure_scripted(srv.url, concurrency, requests, output_tokens))
     finally:
         srv.__exit__()
-    ok = [r for r in recs if r.error_kind is None and not r.warmup]
+    # a completed request against the scripted server carries every timing and its token count
+    ok: list[Any] = [r for r in recs if r.error_kind is None and not r.warmup]
     ttft_err = np.array([r.ttft for r in ok]) * 1e3 - ttft_ms
     tpot_err = np.array([(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok]) * 1e3 - itl_ms
     return {
@@ -73,7 +74,7 @@ def calibration_line(cal: dict[str, Any]) -> str:
 
 async def measure_scripted(
     url: str, concurrency: int, requests: int, output_tokens: int, input_len: int = 8
-) -> tuple[list[RequestRecord], dict]:
+) -> tuple[list[RequestRecord], dict[str, Any]]:
     """A closed-loop point against a scripted server, through the one measurement loop: no files written."""
     w = Workload(
         name="calibration",

@@ -18,9 +18,10 @@ import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from bakeoff import store
 from bakeoff.bench import console
@@ -34,6 +35,8 @@ from bakeoff.plan.workload import Workload
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.power import PowerFile
 from bakeoff.serving.tls import check_cert
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass
@@ -67,7 +70,7 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-def _mapping(text: str, what: str) -> dict:
+def _mapping(text: str, what: str) -> dict[str, Any]:
     """A YAML/JSON file, inline JSON/YAML, or k=v,k=v (values in YAML: [1,4,16], true, 0.5)."""
     p = Path(text)
     try:
@@ -96,7 +99,7 @@ def _mapping(text: str, what: str) -> dict:
     return raw
 
 
-def _keys_help(cls, skip: tuple[str, ...] = ()) -> str:
+def _keys_help(cls: type[BaseModel], skip: tuple[str, ...] = ()) -> str:
     """One line per settable key of a plan model, from its own field descriptions."""
     lines = []
     for name, f in cls.model_fields.items():
@@ -125,7 +128,7 @@ def _epilog() -> str:
     )
 
 
-def _parse_model(cls, raw: dict, what: str):
+def _parse_model(cls: type[_M], raw: dict[str, Any], what: str) -> _M:
     try:
         return cls.model_validate(raw)
     except ValidationError as e:
@@ -136,7 +139,7 @@ def _parse_model(cls, raw: dict, what: str):
         raise SystemExit(f"--{what} is not valid:\n" + "\n".join(lines)) from None
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench",
         help="benchmark one OpenAI-compatible endpoint (no Airflow)",
@@ -180,7 +183,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def add_sessions_parser(subparsers) -> argparse.ArgumentParser:
+def add_sessions_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "sessions-from-logs",
         help="convert chat/agent logs (JSONL or CSV) into a session trace (mooncake/AIPerf form)",
@@ -307,7 +312,7 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine(endpoint, api_key: str | None) -> dict:
+def _engine(endpoint: Endpoint, api_key: str | None) -> dict[str, Any]:
     """The engine as the server names itself (never fatal: "unknown" when it does not say)."""
     try:
         return identify_engine(snapshot_provenance(endpoint, api_key))
@@ -315,7 +320,7 @@ def _engine(endpoint, api_key: str | None) -> dict:
         return {"stack": "unknown", "identified_from": None, "error": type(e).__name__}
 
 
-def _power(path: Path | None):
+def _power(path: Path | None) -> PowerFile | None:
     return PowerFile(str(path)) if path else None
 
 
@@ -323,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bakeoff")
     add_parser(ap.add_subparsers(dest="command", required=True))
     args = ap.parse_args(argv)
-    return args.func(args)
+    rc: int = args.func(args)
+    return rc
 
 
 if __name__ == "__main__":

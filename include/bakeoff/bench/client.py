@@ -19,12 +19,15 @@ vLLM's benchmark clients measure it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import ssl
 import struct
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -54,13 +57,23 @@ class Outcome:
     error: StreamError | None
 
 
+_T = TypeVar("_T")
+
+
+def _settle(fut: asyncio.Future[tuple[Outcome, bool]], out: Outcome, retry: bool) -> None:
+    """A request's outcome onto the future its sender awaits (the first one wins)."""
+    if not fut.done():
+        fut.set_result((out, retry))
+
+
 class _Job:
     """Parser callbacks for one response on one connection."""
 
     __slots__ = ("conn", "state", "done", "parser", "status", "keep_alive", "errbody", "now", "got_bytes", "over")
 
-    def __init__(self, conn: _Conn, state: StreamState, done):
-        self.conn, self.state, self.done = conn, state, done
+    def __init__(self, conn: _Conn, state: StreamState, done: Callable[[StreamError | None, float], None]):
+        self.conn, self.state = conn, state
+        self.done: Callable[[StreamError | None, float], None] | None = done
         self.over = False
         self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.status: int | None = None
@@ -89,7 +102,8 @@ class _Job:
             self.over = True
             done, self.done = self.done, None
             try:
-                done(err, now)
+                if done is not None:
+                    done(err, now)
             finally:
                 # job <-> parser and job <-> done closure are reference cycles: broken here, a
                 # finished request is freed by reference counting instead of waiting for the
@@ -201,8 +215,8 @@ class _ProtocolConn(_Conn, asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's transport
 
     def data_received(self, data: bytes) -> None:
         self.feed(data, _now())
@@ -267,11 +281,11 @@ class StreamingClient:
         self.timeout_s = timeout_s
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
-        self._addr: tuple | None = None  # (family, sockaddr) of the server, once resolved
+        self._addr: tuple[int, tuple[Any, ...]] | None = None  # (family, sockaddr) of the server, once resolved
         # connects and partial writes run as tasks; one that raises fails every caller waiting on
         # this client (tasks.TaskSet) instead of leaving a request or a closed-loop slot pending
         self._tasks = TaskSet(on_error=self._task_failed)
-        self._waiters: set[asyncio.Future] = set()
+        self._waiters: set[asyncio.Future[Any]] = set()
 
     def __repr__(self) -> str:  # never shows the key
         return f"StreamingClient({self.host}:{self.port})"
@@ -282,7 +296,7 @@ class StreamingClient:
             if not fut.done():
                 fut.set_exception(err)
 
-    async def _wait(self, fut: asyncio.Future):
+    async def _wait(self, fut: asyncio.Future[_T]) -> _T:
         """Await ``fut``, or raise ClientTaskError as soon as one of this client's tasks fails."""
         if self._tasks.error is not None:
             raise task_failure(self._tasks.error)
@@ -292,7 +306,7 @@ class StreamingClient:
         finally:
             self._waiters.discard(fut)
 
-    def build(self, path: str, body: dict) -> bytes:
+    def build(self, path: str, body: dict[str, Any]) -> bytes:
         payload = json.dumps(body, separators=(",", ":")).encode()
         head = (
             f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.hostport}\r\nUser-Agent: bakeoff-bench\r\n"
@@ -356,7 +370,7 @@ class StreamingClient:
         request: bytes,
         timeout: float,
         reused: bool,
-        on_done,
+        on_done: Callable[[Outcome, bool], object],
         started: tuple[float, float] | None = None,
     ) -> None:
         """Write one request on conn; ``on_done(outcome, retryable)`` runs in the read callback that
@@ -426,13 +440,13 @@ class StreamingClient:
                 conn = await self._connect(deadline - loop.time())
                 if isinstance(conn, Outcome):
                     return conn
-            fut = loop.create_future()
+            fut: asyncio.Future[tuple[Outcome, bool]] = loop.create_future()
             self._launch(
                 conn,
                 request,
                 max(0.001, deadline - loop.time()),
                 reused,
-                lambda out, retry, fut=fut: fut.done() or fut.set_result((out, retry)),
+                functools.partial(_settle, fut),
                 started,
             )
             out, retry = await self._wait(fut)
@@ -443,7 +457,7 @@ class StreamingClient:
     async def closed_loop(
         self,
         requests: list[bytes],
-        order: list[int],
+        order: Iterable[int],
         concurrency: int,
         *,
         timeout_s: float | None = None,
@@ -459,7 +473,7 @@ class StreamingClient:
         todo = iter(order)
         results: list[tuple[int, Outcome]] = []
         busy = [0]  # requests in flight or connecting
-        finished = loop.create_future()
+        finished: asyncio.Future[None] = loop.create_future()
 
         def take() -> int | None:
             if finished.done():  # the point failed: no new sends

@@ -9,8 +9,13 @@ by parsing), so the plan check states the client cores each workload needs and w
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.bench.workloads import trace_specs
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.workload import SlaSearch, Workload
 
 # Open-loop sends one client core kept on schedule: 2,000 requests/s at 94% of a core, send lag p99
 # 0.17 ms (64 in / 16 out, scripted server on its own core; measured 2026-11-30, `--only open`).
@@ -26,12 +31,18 @@ HEADROOM = 0.8
 FAST_STREAM_TOKENS_S = 250.0
 
 
-def top_load(w) -> tuple[float, float] | None:
+def _sla(w: Workload) -> SlaSearch:
+    if w.sla is None:
+        raise ValueError(f"workload {w.name}: load sla needs an sla block")
+    return w.sla
+
+
+def top_load(w: Workload) -> tuple[float, float] | None:
     """(requests/s, output tokens/s) the client must carry at the workload's highest load; None
     when the run decides the load (a trace that cannot be read here)."""
     lo, hi = w.length_bounds(w.output_len)
     mean_out = (lo + hi) / 2
-    over = w.sla.over if w.load == "sla" else ("rate" if w.load == "rate" else "concurrency")
+    over = _sla(w).over if w.load == "sla" else ("rate" if w.load == "rate" else "concurrency")
     if w.load == "trace":
         try:
             offsets, specs = trace_specs(w)
@@ -41,14 +52,14 @@ def top_load(w) -> tuple[float, float] | None:
         rate = (len(offsets) - 1) / span if span > 0 else float(len(offsets))
         return rate, rate * sum(s.output_len for s in specs) / len(specs)
     if over == "rate":
-        rate = max(w.rates) if w.load == "rate" else w.sla.max
+        rate = max(w.rates) if w.load == "rate" else _sla(w).max
         return rate, rate * mean_out
-    c = max(w.levels()) if w.load == "concurrency" else w.sla.max
+    c = max(w.levels()) if w.load == "concurrency" else _sla(w).max
     tokens_s = c * FAST_STREAM_TOKENS_S
     return tokens_s / mean_out, tokens_s
 
 
-def cores_needed(w) -> int | None:
+def cores_needed(w: Workload) -> int | None:
     load = top_load(w)
     if load is None:
         return None
@@ -56,7 +67,7 @@ def cores_needed(w) -> int | None:
     return max(1, math.ceil(max(req / REQUESTS_PER_CORE_S, tok / TOKENS_PER_CORE_S) / HEADROOM))
 
 
-def client_cores(plan) -> list[dict]:
+def client_cores(plan: Plan) -> list[dict[str, Any]]:
     """Per workload: its top load, the client cores it needs and the worker processes it has."""
     out = []
     for i, w in enumerate(plan.workloads):
@@ -74,7 +85,7 @@ def client_cores(plan) -> list[dict]:
     return out
 
 
-def line(row: dict) -> str:
+def line(row: dict[str, Any]) -> str:
     """What the plan states about the client's cores for one workload."""
     if row["cores_needed"] is None:
         return f"client for {row['workload']}: top load set by the run; {row['workers']} worker process(es)"
@@ -85,7 +96,7 @@ def line(row: dict) -> str:
     )
 
 
-def warnings(plan) -> list[str]:
+def warnings(plan: Plan) -> list[str]:
     """One warning per workload whose top load needs more client cores than its worker processes."""
     out = []
     for r in client_cores(plan):

@@ -13,7 +13,13 @@ so on the emulated clock they weigh 1/s as much.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    # arrival offsets (s from a point's start): a list, or the array an arrival process or trace yields
+    Offsets: TypeAlias = Sequence[float] | np.ndarray
 
 # RequestRecord fields that are durations or offsets in seconds (send_time is an epoch timestamp: kept)
 DURATION_FIELDS = ("start_offset", "ttft", "ttfa", "e2e", "elapsed", "scheduled_offset", "send_lag")
@@ -30,7 +36,7 @@ def time_scale(target: Any, emulated: bool) -> float:
     return scale
 
 
-def to_wall(offsets: Sequence[float] | None, scale: float) -> Sequence[float] | None:
+def to_wall(offsets: Offsets | None, scale: float) -> Offsets | None:
     """Arrival offsets in the emulated hardware's seconds, as the wall-clock seconds to send them at."""
     if offsets is None or scale == 1.0:
         return offsets

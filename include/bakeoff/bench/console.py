@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import store
+
+if TYPE_CHECKING:
+    from bakeoff.plan.settings import Slo
 
 PROMPT_TOLERANCE = 0.05  # measured vs requested mean prompt length, before a warning
 
 
-def slo_given(slo, max_error_rate: float | None) -> bool:
+def slo_given(slo: Slo | None, max_error_rate: float | None) -> bool:
     """Whether there is anything to judge a point against."""
-    bounds = (getattr(slo, k, None) for k in ("ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"))
+    bounds = () if slo is None else (slo.ttft_p99_ms, slo.tpot_p50_ms, slo.tpot_p99_ms)
     return max_error_rate is not None or any(b is not None for b in bounds)
 
 
-def _ms(v, width: int, digits: int) -> str:
+def _ms(v: float | None, width: int, digits: int) -> str:
     return f"{'-':>{width}}" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{width}.{digits}f}"
 
 

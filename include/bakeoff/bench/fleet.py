@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, Protocol
 
+from bakeoff.bench.clock import Offsets
 from bakeoff.bench.loadgen import wait_until
 from bakeoff.bench.monitor import merge_figures
 from bakeoff.bench.point import Ctx, client_for, measure, point_sender
@@ -495,7 +496,7 @@ def member_works(
     key: int,
     repeat: int,
     concurrency: int | None = None,
-    offsets: Sequence[float] | None = None,
+    offsets: Offsets | None = None,
     specs: Any = None,
     members: int | None = None,
 ) -> list[MemberWork]:
@@ -517,7 +518,7 @@ async def measure_in_fleet(
     key: int,
     repeat: int,
     concurrency: int | None = None,
-    offsets: Sequence[float] | None = None,
+    offsets: Offsets | None = None,
     specs: Any = None,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
     """One point over the workload's fleet of local member processes (bench.run's entry)."""

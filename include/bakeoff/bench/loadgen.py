@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,13 +21,17 @@ from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import gc_paused
 from bakeoff.bench.tasks import TaskSet, task_failure
 
+if TYPE_CHECKING:
+    from bakeoff.bench.clock import Offsets
+    from bakeoff.plan.workload import Workload
+
 _now = time.perf_counter
 MISMATCH = 0.10  # usage vs client count disagreement that gets flagged
 
 
-def request_body(spec: RequestSpec, workload, model: str) -> tuple[str, dict]:
+def request_body(spec: RequestSpec, workload: Workload, model: str) -> tuple[str, dict[str, Any]]:
     """(path, JSON body) for one request: streamed, usage requested, greedy, max_tokens."""
-    body: dict = {
+    body: dict[str, Any] = {
         "model": model,
         "max_tokens": spec.output_len,
         "temperature": 0,
@@ -114,7 +118,7 @@ class Sender:
     def __init__(
         self,
         client: StreamingClient,
-        workload,
+        workload: Workload,
         model: str,
         pid: PointId,
         specs: list[RequestSpec],
@@ -135,7 +139,9 @@ class Sender:
         sends its next request as soon as this one ends instead of after the bookkeeping."""
         return Sent(i, await self.client.stream(self.raw[i], self.timeout_s), scheduled)
 
-    async def run_closed(self, concurrency: int, *, stop_at: float | None = None, indices=None) -> list[Sent]:
+    async def run_closed(
+        self, concurrency: int, *, stop_at: float | None = None, indices: Iterable[int] | None = None
+    ) -> list[Sent]:
         """Closed loop over the requests (or ``indices``, any iterable of them: worker processes pass
         one shared queue, workers.SharedOrder): C in flight, each slot
         sending its next request as soon as its previous one ends. Warm-up requests go first
@@ -209,7 +215,7 @@ async def wait_until(due: float) -> None:
 
 async def open_loop(
     send: Callable[..., Awaitable[Any]],
-    offsets,
+    offsets: Offsets,
     *,
     max_concurrency: int | None = None,
     stop_at: float | None = None,
@@ -227,7 +233,7 @@ async def open_loop(
     loop = asyncio.get_running_loop()
     # results are collected as each request ends: one gather over thousands of tasks at the end
     # would block the loop for tens of ms just as the last sends are due
-    finished = loop.create_future()
+    finished: asyncio.Future[None] = loop.create_future()
 
     def fail(exc: BaseException) -> None:  # a send raised: the point fails with it, now
         if not finished.done():
@@ -237,14 +243,14 @@ async def open_loop(
     results: list[Any] = []
     scheduling = [True]
 
-    async def one(i: int, off: float):
+    async def one(i: int, off: float) -> Any:
         try:
             return await send(i, scheduled=off)
         finally:
             if sem:
                 sem.release()
 
-    def collect(task: asyncio.Task) -> None:  # runs after the TaskSet has let go of the task
+    def collect(task: asyncio.Task[Any]) -> None:  # runs after the TaskSet has let go of the task
         if finished.done() or task.cancelled() or task.exception() is not None:
             return
         results.append(task.result())

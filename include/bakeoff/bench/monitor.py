@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ class LoopMonitor:
         self.period = period
         self.lags: list[float] = []
         self.stall_max = 0.0
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         while True:
@@ -56,7 +57,7 @@ class LoopMonitor:
         self._task = asyncio.get_running_loop().create_task(self._run())  # held here, cancelled on exit
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._task:
             self._task.cancel()
         self.stall_max = max(self.stall_max, time.perf_counter() - self._since)  # a stall just before the end
@@ -77,7 +78,7 @@ class LoopMonitor:
         }
 
 
-def send_lag_figures(lags_s) -> dict[str, float | None]:
+def send_lag_figures(lags_s: Iterable[float | None]) -> dict[str, float | None]:
     """p50/p99/max in ms of open-loop lateness (actual send - scheduled send, seconds); the max is
     kept because a stall hits a few sends hard and hides below every percentile."""
     a = np.asarray([x for x in lags_s if x is not None], dtype=float) * 1e3
@@ -111,7 +112,7 @@ def client_verdict(
     }
 
 
-def merge_figures(figs: list[dict[str, Any]], send_lags_s) -> dict[str, Any]:
+def merge_figures(figs: list[dict[str, Any]], send_lags_s: Iterable[float | None]) -> dict[str, Any]:
     """One point's figures from its worker processes' own: CPU summed, the worst lag and stall,
     send lag over the whole point (not per worker)."""
     return {

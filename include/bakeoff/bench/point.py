@@ -9,36 +9,48 @@ own figures. Nothing here writes files; bench.run saves what a point measured.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.bench import clock, workloads
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, Sender, open_loop
+from bakeoff.bench.loadgen import PointId, Sender, Sent, open_loop
 from bakeoff.bench.monitor import LoopMonitor
+from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.session_load import SessionSender, TurnSent
 from bakeoff.paths import StorePath
+
+if TYPE_CHECKING:
+    from bakeoff.bench.clock import Offsets
+    from bakeoff.bench.sizing import PromptSizer
+    from bakeoff.bench.tokenize import TokenCounter
+    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.workload import Workload
+    from bakeoff.serving.endpoint import Endpoint
+
+# (start, end epoch s) -> the node's power rows over that window (serving.power.parse_samples)
+PowerSource = Callable[[float, float], list[dict[str, Any]]]
 
 
 @dataclass
 class Ctx:
     """Everything a point needs besides its load level."""
 
-    endpoint: Any
-    target: Any
-    workload: Any
-    slo: Any
+    endpoint: Endpoint
+    target: Any  # a plan's Target, or bench.cli.AdhocTarget (a name and a GPU count) outside a plan
+    workload: Workload
+    slo: Slo | None
     out_dir: StorePath  # the target's folder in the results store
     run_id: str
     api_key: str | None
     emulated: bool
     max_error_rate: float | None = None
     provenance: bool = True
-    power: Any = None  # callable (start, end epoch s) -> power rows (serving.power.parse_samples), if sampled
-    sizer: Any = None  # bench.sizing.PromptSizer: written prompts in the served model's tokens
-    counter: Any = None  # bench.tokenize.TokenCounter: output tokens of requests without usage
+    power: PowerSource | None = None  # the node's power samples, if sampled
+    sizer: PromptSizer | None = None  # written prompts in the served model's tokens
+    counter: TokenCounter | None = None  # output tokens of requests without usage
     prompt_seed: int | None = None  # the run's prompt seed (prompts.prompt_seed)
 
     @property
@@ -50,7 +62,7 @@ class Ctx:
         """The emulator's delay factor (1 on real hardware): bench.clock keeps figures on its clock."""
         return clock.time_scale(self.target, self.emulated)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # worker processes build prompts (sizer) but never count tokens; the counter may hold a
         # pinned-certificate SSL context, which does not pickle
         return {**self.__dict__, "counter": None}
@@ -69,7 +81,14 @@ def client_for(ctx: Ctx) -> StreamingClient:
 
 
 def point_sender(
-    ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, concurrency=None, offsets=None, specs=None
+    ctx: Ctx,
+    client: StreamingClient,
+    *,
+    key: int,
+    repeat: int,
+    concurrency: int | None = None,
+    offsets: Offsets | None = None,
+    specs: list[RequestSpec] | None = None,
 ) -> Sender:
     """Every request of the point built before the clock starts (the same in every worker process)."""
     w = ctx.workload
@@ -85,7 +104,7 @@ async def measure(
     *,
     warm: int,
     concurrency: int | None = None,
-    offsets: Sequence[float] | None = None,
+    offsets: Offsets | None = None,
     order: Iterable[int] | None = None,
     max_concurrency: int | None = None,
     max_point_s: float | None = None,
@@ -101,7 +120,7 @@ async def measure(
     """
     if not concurrency and offsets is None:
         raise ValueError("measure: give concurrency (closed loop) or offsets (open loop)")
-    schedule: Sequence[float] = offsets if offsets is not None else ()
+    schedule: Offsets = offsets if offsets is not None else ()
     await sender.client.warm(warm)
     if start_at is None:
         sender.start_clock()
@@ -123,7 +142,7 @@ async def measure(
         else:
             mine = list(order)
 
-            async def send(j: int, scheduled: float | None = None):
+            async def send(j: int, scheduled: float | None = None) -> Sent:
                 return await sender.send(mine[j], scheduled=scheduled)
 
             sent = await open_loop(
@@ -140,7 +159,14 @@ async def measure(
 
 
 async def measure_here(
-    ctx: Ctx, client: StreamingClient, *, key: int, repeat: int, concurrency=None, offsets=None, specs=None
+    ctx: Ctx,
+    client: StreamingClient,
+    *,
+    key: int,
+    repeat: int,
+    concurrency: int | None = None,
+    offsets: Offsets | None = None,
+    specs: list[RequestSpec] | None = None,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
     """One point on this process, with the workload's limits."""
     w = ctx.workload
@@ -161,7 +187,7 @@ async def measure_sessions(
     *,
     warm: int,
     concurrency: int | None = None,
-    offsets: Sequence[float] | None = None,
+    offsets: Offsets | None = None,
     duration_s: float | None = None,
 ) -> tuple[list[RequestRecord], dict[str, Any], list[TurnSent]]:
     """One session point: closed loop with ``concurrency`` sessions in flight, else open loop on

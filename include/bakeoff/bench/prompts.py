@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import tokens
 from bakeoff.bench.sizing import PromptSizer
+
+if TYPE_CHECKING:
+    from bakeoff.plan.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,10 @@ def sample_length(rng: random.Random, bounds: tuple[int, int]) -> int:
     return rng.randint(lo, hi)
 
 
-def prompt_seed(workload, run_id: str | None) -> int:
+def prompt_seed(workload: Workload, run_id: str | None) -> int:
     """The seed a run's prompts come from: the workload's seed alone when it asks for the same prompts
     in every run (``prompt_seeding: fixed``), else mixed with the run id (the default)."""
-    if getattr(workload, "prompt_seeding", "per_run") == "fixed" or not run_id:
+    if workload.prompt_seeding == "fixed" or not run_id:
         return int(workload.seed)
     digest = hashlib.blake2b(f"{workload.seed}/{run_id}".encode(), digest_size=6).digest()
     return int.from_bytes(digest, "big")
@@ -63,7 +66,7 @@ WORDS = PromptSizer.words()
 
 
 def synthesize(
-    workload, n: int, *, stream: int = 0, sizer: PromptSizer | None = None, seed: int | None = None
+    workload: Workload, n: int, *, stream: int = 0, sizer: PromptSizer | None = None, seed: int | None = None
 ) -> list[RequestSpec]:
     """n requests for a workload with synthetic lengths.
 
@@ -80,7 +83,7 @@ def synthesize(
     specs = []
     for i in range(n):
         il, ol = sample_length(rng, in_b), sample_length(rng, out_b)
-        head = []
+        head: list[str] = []
         if prefixes:
             head = sizer.prefix(prefixes[i % len(prefixes)], min(il, round(workload.prefix_ratio * il)))
         text = sizer.build(il, random.Random(rng.getrandbits(48)), head)
@@ -88,12 +91,12 @@ def synthesize(
     return specs
 
 
-def shared_prefixes(workload, seed: int | None = None) -> list[str]:
+def shared_prefixes(workload: Workload, seed: int | None = None) -> list[str]:
     """Prefix pool for shared-prefix workloads: ``prefix_groups`` distinct texts long enough for the
     longest prompt; a request uses the head of its group's text worth prefix_ratio x input_len
     tokens, so a server with prefix caching hits that share of the prompt after the group's first
     request. Derived from the run's prompt seed: shared within a run, new in the next."""
-    ratio = getattr(workload, "prefix_ratio", 0.0) or 0.0
+    ratio = workload.prefix_ratio or 0.0
     if ratio <= 0:
         return []
     seed = workload.seed if seed is None else seed

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bakeoff import catalog
 from bakeoff.serving import egress
+
+if TYPE_CHECKING:
+    from bakeoff.serving.endpoint import Endpoint
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
@@ -28,7 +31,7 @@ def _get(client: httpx.Client, path: str) -> dict[str, Any]:
 
 
 def snapshot_provenance(
-    endpoint, api_key: str | None, *, timeout_s: float = 5.0, include_metrics: bool = True
+    endpoint: Endpoint | str, api_key: str | None, *, timeout_s: float = 5.0, include_metrics: bool = True
 ) -> dict[str, Any]:
     """/version, /v1/models and a /metrics snapshot (Prometheus text), plus the endpoint's own
     provenance (engine args, image, driver versions as the provider reported them).

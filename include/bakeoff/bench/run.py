@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
@@ -21,8 +22,8 @@ from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.fleet import measure_in_fleet
 from bakeoff.bench.loadgen import PointId, arrival_offsets
 from bakeoff.bench.metrics import summarize
-from bakeoff.bench.point import Ctx, client_for, measure_here, measure_sessions
-from bakeoff.bench.prompts import prompt_seed
+from bakeoff.bench.point import Ctx, PowerSource, client_for, measure_here, measure_sessions
+from bakeoff.bench.prompts import RequestSpec, prompt_seed
 from bakeoff.bench.provenance import snapshot_provenance
 from bakeoff.bench.records import REQUEST_FIELDS, RequestRecord
 from bakeoff.bench.runtime import run_async
@@ -32,6 +33,13 @@ from bakeoff.bench.tokenize import discover, recount_outputs
 from bakeoff.bench.workers import measure_in_workers
 from bakeoff.plan.workload import rate_key
 from bakeoff.serving.power import mean_watts_per_gpu
+
+if TYPE_CHECKING:
+    from bakeoff.bench.clock import Offsets
+    from bakeoff.bench.sessions import Session
+    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.workload import Sessions, Workload
+    from bakeoff.serving.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +68,13 @@ def _save(
     key: int,
     repeat: int,
     recs: list[RequestRecord],
-    figures: dict,
+    figures: dict[str, Any],
     *,
     mode: str,
     rate: float | None,
-    prov: dict | None,
-    server: dict | None = None,
-) -> dict:
+    prov: dict[str, Any] | None,
+    server: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     summary = summarize(
         recs,
         gpus=ctx.gpus,
@@ -98,7 +106,7 @@ def _save(
     return summary
 
 
-def _prompts(ctx: Ctx) -> dict:
+def _prompts(ctx: Ctx) -> dict[str, Any]:
     """How this workload's prompts were made (bench.metrics.summarize records it per point)."""
     w = ctx.workload
     sized = workloads.sizes_prompts(w)
@@ -110,7 +118,7 @@ def _prompts(ctx: Ctx) -> dict:
     }
 
 
-def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
+def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict[str, Any]:
     """Mean measured power per GPU over the point's measured window, from the node's own sampler
     (cost prefers it to the catalog's estimate); nothing when the node reports no samples."""
     done = [r for r in recs if not r.warmup and r.elapsed is not None]
@@ -135,7 +143,7 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict:
     }
 
 
-def _prov(ctx: Ctx) -> dict | None:
+def _prov(ctx: Ctx) -> dict[str, Any] | None:
     if not ctx.provenance:
         return None
     try:
@@ -153,9 +161,9 @@ async def measure_point(
     mode: str,
     concurrency: int | None = None,
     rate: float | None = None,
-    offsets=None,
-    specs=None,
-) -> dict:
+    offsets: Offsets | None = None,
+    specs: list[RequestSpec] | None = None,
+) -> dict[str, Any]:
     """Measure one point (a client fleet or worker processes when the workload asks), save it, return its summary."""
     offsets = clock.to_wall(offsets, ctx.time_scale)  # arrivals in the emulated hardware's seconds
     if ctx.workload.client_fleet > 1:
@@ -171,14 +179,14 @@ async def measure_point(
 
 async def _measure_and_save(
     ctx: Ctx,
-    measure: Awaitable[tuple[list[RequestRecord], dict]],
+    measure: Awaitable[tuple[list[RequestRecord], dict[str, Any]]],
     *,
     key: int,
     repeat: int,
     mode: str,
     rate: float | None,
-    extra: Callable[[], dict] | None = None,
-) -> dict:
+    extra: Callable[[], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Await one point's measurement between two reads of the server's provenance and counters, so
     every kind of point is saved with the same server-side figures; ``extra`` adds figures of its own
     once the point has ended."""
@@ -193,7 +201,7 @@ async def _measure_and_save(
     return _save(ctx, key, repeat, recs, figures, mode=mode, rate=rate, prov=_prov_after(ctx, before), server=server)
 
 
-def _scrape(ctx: Ctx) -> dict | None:
+def _scrape(ctx: Ctx) -> dict[str, Any] | None:
     """The server's counters now (bench.server_metrics); None when it exports none or is unreachable."""
     try:
         return server_metrics.scrape(ctx.endpoint, ctx.api_key)
@@ -202,7 +210,7 @@ def _scrape(ctx: Ctx) -> dict | None:
         return None
 
 
-def _prov_after(ctx: Ctx, before: dict | None) -> dict | None:
+def _prov_after(ctx: Ctx, before: dict[str, Any] | None) -> dict[str, Any] | None:
     if before is None:
         return None
     after = _prov(ctx)
@@ -212,21 +220,27 @@ def _prov_after(ctx: Ctx, before: dict | None) -> dict | None:
     }
 
 
+def _session_block(w: Workload) -> Sessions:
+    if w.sessions is None:
+        raise ValueError(f"workloads {w.name}: kind {w.kind!r} has no sessions block")
+    return w.sessions
+
+
 async def measure_session_point(
     ctx: Ctx,
     client: StreamingClient,
-    chosen: list,
+    chosen: list[Session],
     *,
     key: int,
     repeat: int,
     mode: str,
     concurrency: int | None = None,
     rate: float | None = None,
-    offsets=None,
-) -> dict:
+    offsets: Offsets | None = None,
+) -> dict[str, Any]:
     """Measure one session point in this process, save it with the server's figures beside the hit
     rate the trace predicts, return its summary."""
-    w, cfg = ctx.workload, ctx.workload.sessions
+    w, cfg = ctx.workload, _session_block(ctx.workload)
     scale = ctx.time_scale  # the sender scales arrivals and think times by it (emulated hardware's seconds)
     pid = PointId(ctx.run_id, ctx.target.slug, w.name, key, repeat)
     blocks = sessions.PromptBlocks(cfg.block_tokens, sizer=ctx.sizer, seed=point_seed(ctx.prompt_seed, key, repeat))
@@ -244,7 +258,7 @@ async def measure_session_point(
     )
     sent: list[TurnSent] = []
 
-    async def measure() -> tuple[list[RequestRecord], dict]:
+    async def measure() -> tuple[list[RequestRecord], dict[str, Any]]:
         # subagents run beside their parents: room for twice the sessions' streams before the clock starts
         fan = 2 if any(s.parent is not None for s in chosen) else 1
         recs, figures, played = await measure_sessions(
@@ -268,17 +282,17 @@ async def measure_session_point(
     )
 
 
-async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict]:
+async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict[str, Any]]:
     """Every point of a session workload: closed loop per concurrent_sessions level, or open loop
     per session arrival rate (Poisson or gamma arrivals, as the workload's arrival says)."""
-    w, cfg = ctx.workload, ctx.workload.sessions
+    w, cfg = ctx.workload, _session_block(ctx.workload)
     spec = getattr(ctx.target, "model_spec", None)  # a plan's target: refuse sessions beyond its context
     loaded = sessions.load_sessions(
         w, w.seed, context_tokens=spec.context if spec else None, model=getattr(ctx.target, "model", "the model")
     )
     chosen = point_sessions(loaded, cfg.warmup_sessions, cfg.max_sessions_per_point)
     n_roots = sum(1 for s in chosen if s.parent is None)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for c in cfg.concurrent_sessions:
         for rep in range(w.repeats):
             out.append(
@@ -295,10 +309,10 @@ async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict]:
     return out
 
 
-async def _run(ctx: Ctx) -> list[dict]:
+async def _run(ctx: Ctx) -> list[dict[str, Any]]:
     w = ctx.workload
     client = client_for(ctx)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     try:
         if w.kind == "sessions":
             out.extend(await _run_sessions(ctx, client))
@@ -329,7 +343,7 @@ async def _run(ctx: Ctx) -> list[dict]:
                 )
         elif w.load == "sla":
 
-            async def probe(**load) -> dict:
+            async def probe(**load: Any) -> dict[str, Any]:
                 return await measure_point(ctx, client, repeat=0, mode="sla", **load)
 
             result = await search(w, probe)
@@ -341,10 +355,10 @@ async def _run(ctx: Ctx) -> list[dict]:
 
 
 def run_workload(
-    endpoint,
-    target,
-    workload,
-    slo,
+    endpoint: Endpoint,
+    target: Any,
+    workload: Workload,
+    slo: Slo | None,
     out_dir: str | store.StorePath,
     run_id: str,
     api_key: str | None,
@@ -353,8 +367,8 @@ def run_workload(
     max_error_rate: float | None = None,
     provenance: bool = True,
     calibrate: bool = True,
-    power=None,
-) -> list[dict]:
+    power: PowerSource | None = None,
+) -> list[dict[str, Any]]:
     """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
     completes under ``out_dir`` (store.target_dir); return the point summaries.
 
@@ -371,12 +385,13 @@ def run_workload(
     try:
         out = run_async(_run(ctx))
     finally:
-        ctx.counter.close()
+        if ctx.counter is not None:
+            ctx.counter.close()
     log.info("workload %s on %s: %d points in %.1fs", workload.name, target.slug, len(out), time.perf_counter() - t)
     return out
 
 
-def size_prompts(ctx: Ctx) -> dict:
+def size_prompts(ctx: Ctx) -> dict[str, Any]:
     """Find how to count the served model's tokens, fit the prompt sizer to it (when bakeoff writes
     prompts) and pick the run's prompt seed; stored as prompt_sizing-<workload>.json next to the
     results, achieved error included. Output tokens without usage are counted by the same route,
@@ -416,11 +431,12 @@ def size_prompts(ctx: Ctx) -> dict:
     return doc
 
 
-def self_calibrate(out_dir: store.StorePath, workload) -> dict | None:
+def self_calibrate(out_dir: store.StorePath, workload: Workload) -> dict[str, Any] | None:
     """The client's own error on this machine, measured once per target folder (never fatal)."""
     path = out_dir / "client_calibration.json"
     if path.exists():
-        return store.read_json(path)
+        stored: dict[str, Any] = store.read_json(path)
+        return stored
     c = min(64, max((workload.levels() if workload.load == "concurrency" else []) or [workload.max_concurrency or 16]))
     try:
         doc = calibrate(concurrency=c, requests=2 * c)

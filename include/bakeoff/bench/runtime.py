@@ -8,12 +8,14 @@ import concurrent.futures
 import contextlib
 import gc
 from collections.abc import Coroutine, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import uvloop
 
+_T = TypeVar("_T")
 
-def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
+
+def run_async(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run a coroutine to completion on a fresh uvloop; from inside a running loop (a notebook,
     an async caller), run it on a separate thread so that loop is not blocked by a nested one."""
     try:
@@ -22,7 +24,7 @@ def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
-        return ex.submit(run_async, coro).result()
+        return ex.submit(lambda: run_async(coro)).result()
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.bench.client import Outcome, StreamingClient
 from bakeoff.bench.loadgen import PointId, request_body, to_record, wait_until
@@ -35,6 +35,9 @@ from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import gc_paused
 from bakeoff.bench.sessions import SERVER_BLOCK_TOKENS, expected_hit_rate
+
+if TYPE_CHECKING:
+    from bakeoff.bench.clock import Offsets
 
 _now = time.perf_counter
 
@@ -162,7 +165,7 @@ class SessionSender:
         """Session s from perf_counter ``start`` (the module docstring gives each turn's due time);
         its subagents start as their fork turn is answered, and are awaited."""
         sess = self.sessions[s]
-        kids: list[asyncio.Task] = []
+        kids: list[asyncio.Task[None]] = []
         forks = self.children.get(s, [])
         for child, after in forks:
             if after == 0:
@@ -203,13 +206,13 @@ class SessionSender:
             await asyncio.gather(*(slot() for _ in range(max(1, concurrency))))
         return sent
 
-    async def run_open(self, offsets: Sequence[float], *, stop_at: float | None = None) -> list[TurnSent]:
+    async def run_open(self, offsets: Offsets, *, stop_at: float | None = None) -> list[TurnSent]:
         """Top-level session i starts at t0 + offsets[i] x time_scale regardless of the server; no
         measured session starts, and no measured turn is sent, after ``stop_at``."""
         if len(offsets) != len(self.roots):
             raise ValueError(f"offsets: {len(offsets)} arrival times for {len(self.roots)} sessions")
         sent: list[TurnSent] = []
-        tasks: list[asyncio.Task] = []
+        tasks: list[asyncio.Task[None]] = []
         with gc_paused():
             try:
                 for s, off in sorted(zip(self.roots, offsets, strict=True), key=lambda x: float(x[1])):

@@ -22,7 +22,7 @@ import datetime as dt
 import functools
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,9 @@ def blocks_for(tokens: int, block_tokens: int) -> int:
     return -(-tokens // block_tokens)
 
 
-def extend_ids(prev: tuple[int, ...], prev_input: int, input_tokens: int, block_tokens: int, next_id: int):
+def extend_ids(
+    prev: tuple[int, ...], prev_input: int, input_tokens: int, block_tokens: int, next_id: int
+) -> tuple[tuple[int, ...], int]:
     """A later prompt's hash ids: the previous prompt's full blocks (when the prompt grew), then new
     ids up to ``input_tokens``. Returns (ids, next unused id)."""
     keep = prev_input // block_tokens if input_tokens >= prev_input else 0
@@ -73,14 +75,14 @@ def extend_ids(prev: tuple[int, ...], prev_input: int, input_tokens: int, block_
 
 
 # --- trace files ---------------------------------------------------------------------------------
-def _int(obj: dict, key: str, where: str, low: int = 1) -> int:
+def _int(obj: dict[str, Any], key: str, where: str, low: int = 1) -> int:
     v = obj.get(key)
     if not isinstance(v, int) or isinstance(v, bool) or v < low:
         raise WorkloadFileError(f"{where}: {key} must be an integer >= {low}")
     return v
 
 
-def _ms(obj: dict, key: str, where: str) -> float | None:
+def _ms(obj: dict[str, Any], key: str, where: str) -> float | None:
     v = obj.get(key)
     if v is None:
         return None
@@ -89,7 +91,7 @@ def _ms(obj: dict, key: str, where: str) -> float | None:
     return float(v)
 
 
-def _line(obj: dict, where: str, block_tokens: int) -> dict[str, Any]:
+def _line(obj: dict[str, Any], where: str, block_tokens: int) -> dict[str, Any]:
     il, ol = _int(obj, "input_length", where), _int(obj, "output_length", where)
     ids = obj.get("hash_ids")
     if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
@@ -129,7 +131,7 @@ def read_trace(p: Path, block_tokens: int) -> list[Session]:
 @functools.lru_cache(maxsize=4)
 def _read_trace(path: str, mtime: float, block_tokens: int) -> tuple[Session, ...]:
     p = Path(path)
-    groups: dict[str, list[tuple[int, dict]]] = {}
+    groups: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for no, obj in _json_objects(p):
         where = f"{p.name} line {no}"
         row = _line(obj, where, block_tokens)
@@ -157,7 +159,7 @@ def _forked(s: Session, sessions: dict[str, Session], name: str) -> Session:
     return replace(s, turns=(replace(first, new_tokens=new), *s.turns[1:]))
 
 
-def _session(sid: str, rows: list[tuple[int, dict]], t0: float, name: str) -> Session:
+def _session(sid: str, rows: list[tuple[int, dict[str, Any]]], t0: float, name: str) -> Session:
     if all(r["ts"] is not None for _, r in rows):
         rows = sorted(rows, key=lambda nr: nr[1]["ts"])  # turns in timestamp order (stable)
     first_no, first = rows[0]
@@ -167,7 +169,7 @@ def _session(sid: str, rows: list[tuple[int, dict]], t0: float, name: str) -> Se
             "later turns may give delay instead"
         )
     turns: list[Turn] = []
-    prev: dict | None = None
+    prev: dict[str, Any] | None = None
     last_ts: float | None = None  # the session's latest timestamp so far: time never runs backwards
     for no, r in rows:
         if r["ts"] is None and r["delay"] is None and prev is not None:
@@ -225,7 +227,7 @@ LOG_NEW = ("new_tokens",)
 LOG_OUTPUT = ("output_tokens", "completion_tokens", "output_length")
 
 
-def _log_rows(p: Path) -> Iterator[tuple[int, dict]]:
+def _log_rows(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     if p.suffix.lower() == ".csv":
         with p.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
@@ -247,7 +249,7 @@ def _csv_value(v: str | None) -> Any:
             return v.strip()
 
 
-def _first(row: dict, keys: tuple[str, ...]) -> Any:
+def _first(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((row[k] for k in keys if row.get(k) is not None), None)
 
 
@@ -277,7 +279,7 @@ def read_logs(p: Path, block_tokens: int) -> list[Session]:
     turn's full blocks, so the converted trace shares exactly what the conversation re-sends. A turn
     whose prompt shrank (the agent compacted its context) starts fresh. Conversations share nothing
     with each other (a log does not say whether they share a system prompt)."""
-    convs: dict[str, list[tuple[int, int, dict]]] = {}
+    convs: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
     with _text(p):
         for no, row in _log_rows(p):
             where = f"{p.name} line {no}"
@@ -328,7 +330,7 @@ def read_logs(p: Path, block_tokens: int) -> list[Session]:
     return sessions
 
 
-def _log_turn(row: dict, where: str) -> dict:
+def _log_turn(row: dict[str, Any], where: str) -> dict[str, Any]:
     prompt, new, out = _first(row, LOG_PROMPT), _first(row, LOG_NEW), _first(row, LOG_OUTPUT)
     if prompt is None and new is None:
         raise WorkloadFileError(f"{where}: give prompt_tokens (the whole prompt) or new_tokens (what the turn adds)")
@@ -381,7 +383,7 @@ def _phi(x: float) -> float:
     return 0.5 * (1 + math.erf(x / math.sqrt(2)))
 
 
-def _bisect(f, lo: float, hi: float, target: float) -> float:
+def _bisect(f: Callable[[float], float], lo: float, hi: float, target: float) -> float:
     for _ in range(100):
         mid = (lo + hi) / 2
         if f(mid) < target:
@@ -446,7 +448,7 @@ class _Draw:
         th = self._param(s, _exp_scale)
         return round(float(min(self.rng.exponential(th), s.max)), 3)
 
-    def _param(self, s: Spread, solve) -> float:
+    def _param(self, s: Spread, solve: Callable[[Spread], float]) -> float:
         key = (id(s), solve)
         if key not in self._params:
             self._params[key] = solve(s)
@@ -486,7 +488,9 @@ def generate(spec: SyntheticSpec, seed: int) -> list[Session]:
     return out
 
 
-def _subagent(sid: str, parent: str, after: int, at: Turn, spec: SyntheticSpec, draw: _Draw, next_id: int):
+def _subagent(
+    sid: str, parent: str, after: int, at: Turn, spec: SyntheticSpec, draw: _Draw, next_id: int
+) -> tuple[Session, int]:
     b = spec.block_tokens
     turns: list[Turn] = []
     prev_ids, prev_in, context = at.hash_ids, at.input_tokens, at.input_tokens + at.output_tokens

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,10 @@ from bakeoff.bench.sizing import PromptSizer
 from bakeoff.bench.workloads import WorkloadFileError, resolve_file
 from bakeoff.plan.workload import SERVER_BLOCK_TOKENS
 
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
+    from bakeoff.plan.workload import Workload
+
 __all__ = [
     "Session",
     "Turn",
@@ -43,7 +48,9 @@ __all__ = [
 ]
 
 
-def load_sessions(workload, seed: int, *, context_tokens: int | None = None, model: str = "the model") -> list[Session]:
+def load_sessions(
+    workload: Workload, seed: int, *, context_tokens: int | None = None, model: str = "the model"
+) -> list[Session]:
     """The sessions of a ``kind: sessions`` workload. ``seed`` seeds the synthetic generator (pass the
     workload's seed for the same sessions in every run). With ``context_tokens``, a session whose
     prompt plus output passes the model's context is refused with its numbers (check_context)."""
@@ -70,7 +77,7 @@ def load_sessions(workload, seed: int, *, context_tokens: int | None = None, mod
     return sessions
 
 
-def check_plan_contexts(plan) -> None:
+def check_plan_contexts(plan: Plan) -> None:
     """Before any spend: every session a trace or log file holds fits the context of every target's model
     (synthetic sessions are checked when the plan is loaded, from their stated maxima)."""
     tightest = min(plan.targets, key=lambda t: t.model_spec.context)

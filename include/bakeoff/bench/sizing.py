@@ -114,7 +114,9 @@ def calibrate(
     return sizer
 
 
-def _sample(sizer: PromptSizer, counter: TokenCounter, chat: bool, lengths: list[int], seed: int):
+def _sample(
+    sizer: PromptSizer, counter: TokenCounter, chat: bool, lengths: list[int], seed: int
+) -> tuple[list[int], list[int]]:
     rng = random.Random(f"sizing/{seed}")
     asked = [lengths[i % len(lengths)] for i in range(SAMPLE)]
     got = [counter.count(sizer.build(n, rng), chat=chat) for n in asked]

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.plan.workload import rate_key
+
+if TYPE_CHECKING:
+    from bakeoff.plan.workload import Workload
 
 
 @dataclass
@@ -45,10 +48,17 @@ def _step(over: str, lo: float, tolerance: float) -> float:
     return max(base, tolerance * lo)
 
 
-async def search_loads(probe, over: str, start: float, maximum: float, tolerance: float, max_probes: int) -> SlaResult:
+async def search_loads(
+    probe: Callable[[float], Awaitable[dict[str, Any]]],
+    over: str,
+    start: float,
+    maximum: float,
+    tolerance: float,
+    max_probes: int,
+) -> SlaResult:
     """Generic bracketing + bisection; ``probe(load) -> summary`` (awaitable) measures one load."""
     res = SlaResult(over=over)
-    seen: dict[float, dict] = {}
+    seen: dict[float, dict[str, Any]] = {}
 
     async def run(load: float) -> bool:
         load = int(load) if over == "concurrency" else float(load)
@@ -95,12 +105,14 @@ async def search_loads(probe, over: str, start: float, maximum: float, tolerance
     return res
 
 
-async def search(workload, measure: Callable[..., Awaitable[dict[str, Any]]]) -> SlaResult:
+async def search(workload: Workload, measure: Callable[..., Awaitable[dict[str, Any]]]) -> SlaResult:
     """The workload's SLA search; ``measure(key=, concurrency=, rate=, offsets=)`` measures and
     saves one probe (bench.run passes its point measurement) and returns its summary."""
     w, cfg = workload, workload.sla
+    if cfg is None:
+        raise ValueError(f"workload {w.name}: load sla needs an sla block (over, start, max)")
 
-    async def probe(load):
+    async def probe(load: float) -> dict[str, Any]:
         if cfg.over == "concurrency":
             return await measure(key=int(load), concurrency=int(load), rate=None, offsets=None)
         n = w.requests_per_point or max(10, int(round(load * 30)))

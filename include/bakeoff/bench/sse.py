@@ -7,6 +7,7 @@ chunk is kept tiny (one JSON decode, a few dict lookups); token counting happens
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from bakeoff import tokens
 
@@ -48,7 +49,7 @@ class StreamState:
         self.offsets: list[float] = []
         self.answer: list[str] = []
         self.reasoning: list[str] = []
-        self.usage: dict | None = None
+        self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.done = False
         self.empty_choices = 0
@@ -90,7 +91,7 @@ class StreamState:
             self.events += 1
             self._chunk(obj, now)
 
-    def _chunk(self, obj: dict, now: float) -> None:
+    def _chunk(self, obj: dict[str, Any], now: float) -> None:
         if "error" in obj or obj.get("object") == "error":
             err = obj.get("error", obj)
             msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)

@@ -46,10 +46,13 @@ NAN3 = (float("nan"),) * 3
 
 def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
     a = np.asarray([v for v in values if v is not None], dtype=float)
-    return a[np.isfinite(a)]
+    finite: np.ndarray = a[np.isfinite(a)]
+    return finite
 
 
-def _interval(samples: tuple[np.ndarray, ...], statistic: Statistic, level: float, seed: int, n_resamples: int):
+def _interval(
+    samples: tuple[np.ndarray, ...], statistic: Statistic, level: float, seed: int, n_resamples: int
+) -> tuple[float, float]:
     res = _scipy_stats.bootstrap(
         samples,
         statistic,
@@ -128,7 +131,8 @@ def latency_values(requests: pd.DataFrame, metric: str) -> np.ndarray:
     if metric == "tpot":
         vals = [request_tpot(r) for r in _rows(df)]
         return np.asarray([v for v in vals if v is not None], dtype=float)
-    return df[metric].astype(float).dropna().to_numpy(dtype=float)
+    values: np.ndarray = df[metric].astype(float).dropna().to_numpy(dtype=float)
+    return values
 
 
 def throughput_values(points: pd.DataFrame, requests: pd.DataFrame, column: str = "output_tps_per_gpu") -> np.ndarray:
@@ -138,7 +142,7 @@ def throughput_values(points: pd.DataFrame, requests: pd.DataFrame, column: str 
     of it at the point's fixed duration (its tokens x n / (duration x gpus)), so resampling the
     requests resamples the token total.
     """
-    vals = points[column].dropna().to_numpy(dtype=float)
+    vals: np.ndarray = points[column].dropna().to_numpy(dtype=float)
     if len(vals) >= 2:
         return vals
     df = _measured_ok(requests)
@@ -148,7 +152,8 @@ def throughput_values(points: pd.DataFrame, requests: pd.DataFrame, column: str 
     if column.startswith("total"):
         tok = tok + df["prompt_tokens"].fillna(df["requested_input_len"]).to_numpy(dtype=float)
     scale = float(points.iloc[0][column]) / tok.sum() if tok.sum() else 0.0  # = 1 / (duration x gpus)
-    return tok * scale * len(tok)
+    shares: np.ndarray = tok * scale * len(tok)
+    return shares
 
 
 def point_intervals(points: pd.DataFrame, requests: pd.DataFrame, *, seed: int = 0) -> dict[str, Any]:

@@ -22,17 +22,17 @@ class TaskSet:
     """Tasks held until done; the first unexpected exception is kept (``error``) and passed to ``on_error``."""
 
     def __init__(self, on_error: Callable[[BaseException], None] | None = None):
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._on_error = on_error
         self.error: BaseException | None = None
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
         return task
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return

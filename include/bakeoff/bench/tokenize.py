@@ -15,12 +15,17 @@ The API key is sent, never logged or returned.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bakeoff import tokens
 from bakeoff.serving import egress
+
+if TYPE_CHECKING:
+    from bakeoff.bench.records import RequestRecord
+    from bakeoff.serving.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,7 @@ class TokenCounter:
         self.verify, self.timeout_s = verify, timeout_s
         self._client: httpx.Client | None = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None
         return state
@@ -67,7 +72,7 @@ class TokenCounter:
             self._client.close()
             self._client = None
 
-    def _post(self, path: str, body: dict) -> dict:
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             r = self.http().post(path, json=body)
         except httpx.HTTPError as e:
@@ -96,7 +101,7 @@ class EndpointCounter(TokenCounter):
 
     method = "tokenize"
 
-    def __init__(self, *args, path: str = "/tokenize", **kw):
+    def __init__(self, *args: Any, path: str = "/tokenize", **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.path = path
 
@@ -137,10 +142,10 @@ class ProbeCounter(TokenCounter):
         return False
 
 
-def discover(endpoint, api_key: str | None, *, chat: bool = False, timeout_s: float = 10.0) -> TokenCounter:
+def discover(endpoint: Endpoint, api_key: str | None, *, chat: bool = False, timeout_s: float = 10.0) -> TokenCounter:
     """The best counting route ``endpoint`` (an Endpoint) answers; never raises. A route counts only
     if it answers a one-word probe with a positive count."""
-    common = dict(
+    common: dict[str, Any] = dict(
         base_url=endpoint.base_url,
         model=endpoint.model,
         api_key=api_key,
@@ -170,13 +175,13 @@ def discover(endpoint, api_key: str | None, *, chat: bool = False, timeout_s: fl
 PIECES_SAMPLED = 16
 
 
-def one_token_per_chunk(records, counter: TokenCounter) -> bool:
+def one_token_per_chunk(records: Sequence[RequestRecord], counter: TokenCounter) -> bool:
     """Whether this server streams one token per chunk (vLLM's and SGLang's default): most of a
     sample of chunk texts are one token each. Then the chunk count is exact, while re-tokenizing the
     whole text is not (a model's output need not be the canonical tokenization of its text)."""
     pieces: list[str] = []
     for r in records:
-        pieces += [p for p in getattr(r, "output_pieces", None) or [] if p.strip()]
+        pieces += [p for p in r.output_pieces or [] if p.strip()]
         if len(pieces) >= PIECES_SAMPLED:
             break
     sample = pieces[:PIECES_SAMPLED]
@@ -185,12 +190,12 @@ def one_token_per_chunk(records, counter: TokenCounter) -> bool:
     return sum(1 for p in sample if counter.count(p, special=False) <= 1) >= 0.75 * len(sample)
 
 
-def recount_outputs(records, counter: TokenCounter | None) -> int:
+def recount_outputs(records: Sequence[RequestRecord], counter: TokenCounter | None) -> int:
     """Count the output tokens of requests the server gave no usage for with the model's own
     tokenizer: the chunk count when the server streams one token per chunk (checked on a sample,
     method "chunks"), else the tokenized text (method "tokenize"), never below the chunk count (every
     token chunk carries at least one token). Returns how many requests were recounted."""
-    todo = [r for r in records if r.tokens_source == "client" and getattr(r, "output_pieces", None) is not None]
+    todo = [r for r in records if r.tokens_source == "client" and r.output_pieces is not None]
     if not todo or counter is None or not counter.can_count_output() or counter.method == "words":
         return 0
     try:
@@ -200,7 +205,7 @@ def recount_outputs(records, counter: TokenCounter | None) -> int:
                 r.client_count_method = "chunks"
             return len(todo)
         for r in todo:
-            text = "".join(r.output_pieces)
+            text = "".join(r.output_pieces or ())
             r.output_tokens = r.output_tokens_client = max(r.chunks, counter.count(text, special=False) if text else 0)
             r.client_count_method = "tokenize"
     except TokenizeError as e:

@@ -16,18 +16,25 @@ import asyncio
 import concurrent.futures
 import multiprocessing
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.bench.monitor import merge_figures
 from bakeoff.bench.point import Ctx, client_for, measure, point_sender
+from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import run_async
 
+if TYPE_CHECKING:
+    from bakeoff.bench.clock import Offsets
+
 _now = time.perf_counter
 START_LEAD_S = 0.2
-_sync: tuple | None = None  # (barrier, start time, next request), inherited by each worker process
+# (barrier, start time, next request): multiprocessing's shared objects, inherited by each worker process
+_sync: tuple[Any, Any, Any] | None = None
 
 
-def _init(barrier, start, next_index) -> None:
+def _init(barrier: Any, start: Any, next_index: Any) -> None:
     global _sync
     _sync = (barrier, start, next_index)
 
@@ -38,7 +45,7 @@ class SharedOrder:
     fixed share of the requests per process would leave the process with fewer slots working alone,
     below the concurrency budget, once the others ran out."""
 
-    def __init__(self, counter, total: int):
+    def __init__(self, counter: Any, total: int):
         self.counter, self.total = counter, total
 
     def __iter__(self) -> SharedOrder:
@@ -46,7 +53,7 @@ class SharedOrder:
 
     def __next__(self) -> int:
         with self.counter.get_lock():
-            i = self.counter.value
+            i: int = self.counter.value
             if i >= self.total:
                 raise StopIteration
             self.counter.value = i + 1
@@ -61,14 +68,24 @@ def _agree_start() -> float:
     if barrier.wait() == 0:
         start.value = _now() + START_LEAD_S
     barrier.wait()
-    return start.value
+    t_start: float = start.value
+    return t_start
 
 
 def _share(total: int, workers: int, w: int) -> int:
     return total // workers + (1 if w < total % workers else 0)
 
 
-def _worker(ctx: Ctx, w: int, n_workers: int, key: int, repeat: int, concurrency, offsets, specs):
+def _worker(
+    ctx: Ctx,
+    w: int,
+    n_workers: int,
+    key: int,
+    repeat: int,
+    concurrency: int | None,
+    offsets: Offsets | None,
+    specs: list[RequestSpec] | None,
+) -> tuple[list[RequestRecord], dict[str, Any]]:
     """One worker process's share of the point, through the one measurement loop (point.measure)."""
     wl = ctx.workload
     c = _share(concurrency or wl.max_concurrency or 0, n_workers, w) or None
@@ -78,20 +95,23 @@ def _worker(ctx: Ctx, w: int, n_workers: int, key: int, repeat: int, concurrency
         await asyncio.sleep(max(0.0, t_start - _now()))
         return t_start
 
-    async def go():
+    async def go() -> tuple[list[RequestRecord], dict[str, Any]]:
         client = client_for(ctx)
         try:
             sender = point_sender(
                 ctx, client, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
             )
+            order: Iterable[int]
             if concurrency:  # closed loop: this worker's slots take from the one shared queue
+                if _sync is None:
+                    raise RuntimeError("a closed-loop worker runs in a process started with _init")
                 order = SharedOrder(_sync[2], len(sender.specs))
             else:  # open loop: this worker's round-robin deal of the schedule
                 order = [i for i in range(len(sender.specs)) if i % n_workers == w]
             return await measure(
                 sender,
                 warm=max(1, c or 64 // n_workers),
-                concurrency=max(1, c) if concurrency else None,
+                concurrency=max(1, c or 0) if concurrency else None,
                 offsets=offsets,
                 order=order,
                 max_concurrency=c,
@@ -105,8 +125,14 @@ def _worker(ctx: Ctx, w: int, n_workers: int, key: int, repeat: int, concurrency
 
 
 async def measure_in_workers(
-    ctx: Ctx, *, key: int, repeat: int, concurrency=None, offsets=None, specs=None
-) -> tuple[list[RequestRecord], dict]:
+    ctx: Ctx,
+    *,
+    key: int,
+    repeat: int,
+    concurrency: int | None = None,
+    offsets: Offsets | None = None,
+    specs: list[RequestSpec] | None = None,
+) -> tuple[list[RequestRecord], dict[str, Any]]:
     n = ctx.workload.workers
     budget = concurrency or ctx.workload.max_concurrency
     if budget:

@@ -10,13 +10,19 @@ import functools
 import json
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bakeoff import tokens
 from bakeoff.bench.prompts import WORDS, RequestSpec, prompt_words, shared_prefixes, synthesize
+
+if TYPE_CHECKING:
+    from bakeoff.bench.clock import Offsets
+    from bakeoff.bench.sizing import PromptSizer
+    from bakeoff.plan.workload import Workload
 
 
 class WorkloadFileError(ValueError):
@@ -74,7 +80,7 @@ def parse_json(text: str, where: str) -> Any:
     return obj
 
 
-def _json_objects(p: Path):
+def _json_objects(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of a JSONL file; bad lines name their number."""
     with p.open(encoding="utf-8") as f:
         for no, line in enumerate(f, 1):
@@ -96,10 +102,12 @@ def workloads_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / "workloads"
 
 
-def resolve_file(path: str | Path, field: str = "source_path") -> Path:
+def resolve_file(path: str | Path | None, field: str = "source_path") -> Path:
     """A workload file: a relative path resolves under workloads_dir() and must stay there once
     symlinks are followed. An absolute path (only the bench CLI and the node agent give one: a plan
     cannot, see bakeoff.plan) is used as is."""
+    if path is None:
+        raise WorkloadFileError(f"{field}: not set; give the path of a file in the workloads folder")
     raw = Path(path)
     if raw.is_absolute():
         p = raw
@@ -119,12 +127,12 @@ def resolve_file(path: str | Path, field: str = "source_path") -> Path:
     return p
 
 
-def _open(path: str | Path, field: str = "source_path") -> Path:
+def _open(path: str | Path | None, field: str = "source_path") -> Path:
     return resolve_file(path, field)
 
 
 @contextlib.contextmanager
-def _text(p: Path):
+def _text(p: Path) -> Iterator[None]:
     """Decoding errors quote the offending bytes: name the file only."""
     try:
         yield
@@ -136,7 +144,7 @@ def _text(p: Path):
 
 # --- user prompts (JSONL) ---------------------------------------------------------------------
 @functools.lru_cache(maxsize=8)
-def _jsonl(path: str, mtime: float) -> tuple[dict, ...]:
+def _jsonl(path: str, mtime: float) -> tuple[dict[str, Any], ...]:
     p = Path(path)
     out = [_user_entry(obj, p, no) for no, obj in _json_objects(p)]
     if not out:
@@ -144,7 +152,7 @@ def _jsonl(path: str, mtime: float) -> tuple[dict, ...]:
     return tuple(out)
 
 
-def _user_entry(obj: dict, p: Path, no: int) -> dict:
+def _user_entry(obj: dict[str, Any], p: Path, no: int) -> dict[str, Any]:
     prompt, messages = obj.get("prompt"), obj.get("messages")
     if (prompt is None) == (messages is None):
         raise WorkloadFileError(f'{_where(p, no)}: give exactly one of "prompt" (a string) or "messages" (a list)')
@@ -168,7 +176,7 @@ def _user_entry(obj: dict, p: Path, no: int) -> dict:
 
 # --- ShareGPT ---------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
-def _sharegpt(path: str, mtime: float) -> tuple[dict, ...]:
+def _sharegpt(path: str, mtime: float) -> tuple[dict[str, Any], ...]:
     p = Path(path)
     text = p.read_text(encoding="utf-8")
     try:
@@ -227,7 +235,7 @@ def _length_log(path: str, mtime: float) -> np.ndarray:
     return np.asarray(pairs, dtype=np.int64)
 
 
-def length_log_sample(path: str | Path, n: int, seed: int) -> np.ndarray:
+def length_log_sample(path: str | Path | None, n: int, seed: int) -> np.ndarray:
     """n (input_len, output_len) pairs drawn from the log's empirical joint distribution (pairs are
     resampled whole, so the input/output correlation of real traffic is kept)."""
     p = _open(path)
@@ -237,7 +245,7 @@ def length_log_sample(path: str | Path, n: int, seed: int) -> np.ndarray:
     return pairs[rng.integers(0, len(pairs), n)]
 
 
-def load_entries(workload) -> tuple[dict, ...]:
+def load_entries(workload: Workload) -> tuple[dict[str, Any], ...]:
     p = _open(workload.source_path)
     loader = {"jsonl": _jsonl, "sharegpt": _sharegpt}[workload.source]
     with _text(p):
@@ -245,13 +253,15 @@ def load_entries(workload) -> tuple[dict, ...]:
 
 
 # --- one entry point for a workload run --------------------------------------------------------
-def sizes_prompts(workload) -> bool:
+def sizes_prompts(workload: Workload) -> bool:
     """Whether bakeoff writes every prompt (and so owes its length in tokens) rather than the user. A
     trace may mix its own prompts with written ones, so its points are not held to a length."""
     return workload.source in ("synthetic", "length_log") and workload.load != "trace"
 
 
-def build_specs(workload, n: int, *, stream: int = 0, sizer=None, seed: int | None = None) -> list[RequestSpec]:
+def build_specs(
+    workload: Workload, n: int, *, stream: int = 0, sizer: PromptSizer | None = None, seed: int | None = None
+) -> list[RequestSpec]:
     """n request specs for one point; deterministic in (prompt seed, stream). ``sizer`` (bench.sizing)
     sizes written prompts in the served model's tokens; ``seed`` is the run's prompt seed
     (prompts.prompt_seed; default: the workload's own seed)."""
@@ -286,7 +296,9 @@ def build_specs(workload, n: int, *, stream: int = 0, sizer=None, seed: int | No
     return specs
 
 
-def trace_specs(workload, *, sizer=None, seed: int | None = None) -> tuple[np.ndarray, list[RequestSpec]]:
+def trace_specs(
+    workload: Workload, *, sizer: PromptSizer | None = None, seed: int | None = None
+) -> tuple[np.ndarray, list[RequestSpec]]:
     """Send offsets (s from the first) and specs from a JSONL trace: one line per request with
     ``timestamp`` (s) or ``timestamp_ms``, optional input_len/output_len (else the workload's)."""
     p = _open(workload.trace_path, "trace_path")
@@ -294,7 +306,9 @@ def trace_specs(workload, *, sizer=None, seed: int | None = None) -> tuple[np.nd
         return _trace(p, workload, sizer, workload.seed if seed is None else seed)
 
 
-def _trace(p: Path, workload, sizer=None, seed: int = 0) -> tuple[np.ndarray, list[RequestSpec]]:
+def _trace(
+    p: Path, workload: Workload, sizer: PromptSizer | None = None, seed: int = 0
+) -> tuple[np.ndarray, list[RequestSpec]]:
     times, specs = [], []
     rng = random.Random(seed)
     for no, obj in _json_objects(p):
@@ -319,7 +333,7 @@ def _trace(p: Path, workload, sizer=None, seed: int = 0) -> tuple[np.ndarray, li
     return t - t[0], [specs[i] for i in order]
 
 
-def describe(workload) -> dict[str, Any]:
+def describe(workload: Workload) -> dict[str, Any]:
     """What the report states about where prompts came from."""
     return {
         "source": workload.source,
@@ -328,18 +342,31 @@ def describe(workload) -> dict[str, Any]:
         "bounds_in": workload.length_bounds(workload.input_len),
         "bounds_out": workload.length_bounds(workload.output_len),
         "prefix_ratio": workload.prefix_ratio,
-        "prompt_seeding": getattr(workload, "prompt_seeding", "per_run"),
-        "input_len_tolerance": getattr(workload, "input_len_tolerance", None),
+        "prompt_seeding": workload.prompt_seeding,
+        "input_len_tolerance": workload.input_len_tolerance,
     }
 
 
 def point_specs(
-    w, key: int, repeat: int, concurrency: int | None, offsets, specs, *, sizer=None, seed: int | None = None
-):
+    w: Workload,
+    key: int,
+    repeat: int,
+    concurrency: int | None,
+    offsets: Offsets | None,
+    specs: list[RequestSpec] | None,
+    *,
+    sizer: PromptSizer | None = None,
+    seed: int | None = None,
+) -> tuple[int, list[RequestSpec]]:
     """Warm-up count and request specs of one point, the same in-process and in worker processes
     (the prompt seed and the stream make every point's prompts deterministic)."""
     n_warm = w.warmup_at(concurrency) if concurrency else (w.warmup_requests or 0)
     if specs is None:
-        n = w.requests_at(concurrency) if concurrency else len(offsets)
+        if concurrency:
+            n = w.requests_at(concurrency)
+        elif offsets is not None:
+            n = len(offsets)
+        else:
+            raise ValueError("point_specs: give concurrency (closed loop) or offsets (open loop)")
         specs = build_specs(w, n_warm + n, stream=key * 100 + repeat, sizer=sizer, seed=seed)
     return n_warm, specs

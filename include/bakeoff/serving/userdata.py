@@ -36,7 +36,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
@@ -44,6 +44,9 @@ from bakeoff.providers.base import LaunchSpec
 from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import engines, front, hub_fetch, oci_sdk, power
 from bakeoff.serving.tls import check_cert
+
+if TYPE_CHECKING:
+    from bakeoff.plan.target import Target
 
 CONTAINER = "bakeoff-serve"
 LOG_DIR = "/var/log/bakeoff"
@@ -68,25 +71,37 @@ _SECRET_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 _PEM_KEY = re.compile(r"-----BEGIN PRIVATE KEY-----\n[A-Za-z0-9+/=\n]+-----END PRIVATE KEY-----\n?")
 
 
-def image_for(target) -> str:
-    """The plan's image override (a custom stack's own), else the stack's image for this GPU (``rocm_mi300x``)
-    or platform."""
-    if target.image or target.custom:
-        return target.image or target.custom.image
+def _catalog_gpu(target: Target) -> catalog.Gpu:
+    """The target's GPU from the hardware catalog: a boot script is rendered only for a node a cloud
+    launches, which names a catalog instance type (described hardware is an existing endpoint)."""
+    gpu = target.gpu
+    if not isinstance(gpu, catalog.Gpu):
+        raise ValueError(f"targets.{target.name}.instance_type: a launched node needs a catalog instance type")
+    return gpu
+
+
+def image_for(target: Target) -> str:
+    """The plan's image override (a custom stack's own), else the stack's image for this GPU
+    (``rocm_mi300x``) or platform."""
+    if target.image:
+        return target.image
+    if target.custom is not None:
+        return target.custom.image
     images = target.stack_spec.images
-    plat = target.gpu.platform
-    image = images.get(f"{plat}_{target.gpu.name}") or images.get(plat)
+    gpu = _catalog_gpu(target)
+    plat = gpu.platform
+    image = images.get(f"{plat}_{gpu.name}") or images.get(plat)
     if not image:
         raise ValueError(f"targets.{target.name}.image: stack {target.stack} has no {plat} image; set image explicitly")
     return image
 
 
-def engine_port(target, port: int) -> int:
+def engine_port(target: Target, port: int) -> int:
     """Where the engine listens: the serving port, or the next one on loopback behind the node's front."""
     return port + 1 if engines.boot(target).fronted else port
 
 
-def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
+def docker_argv(target: Target, port: int, *, tls: bool = False) -> list[str]:
     """The ``docker run`` command. No key on it: vLLM reads ``VLLM_API_KEY`` from a root-only env
     file, SGLang its ``api-key`` from a root-only config file mounted read-only, and an engine with no
     key check of its own (``engines.FRONTED``) listens on loopback behind the node's front (front.py);
@@ -110,7 +125,7 @@ def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
         "host",
         "--restart",
         "no",
-        *catalog.docker_flags(target.gpu.vendor),
+        *catalog.docker_flags(_catalog_gpu(target).vendor),
         "--env-file",
         "/etc/bakeoff/serve.env",
         *engine.key_args,
@@ -124,7 +139,7 @@ def docker_argv(target, port: int, *, tls: bool = False) -> list[str]:
     ]
 
 
-def _front(target, port: int, tls: bool) -> str:
+def _front(target: Target, port: int, tls: bool) -> str:
     """The front for an engine with no TLS or key check of its own (front.py); nothing for the others."""
     if not engines.boot(target).fronted:
         return ""
@@ -142,7 +157,7 @@ def _front(target, port: int, tls: bool) -> str:
     )
 
 
-def _extra_files(target) -> str:
+def _extra_files(target: Target) -> str:
     """The engine's extra files (TensorRT-LLM's options YAML), written before it starts."""
     out = []
     for path, text in engines.extra_files(target).items():
@@ -152,12 +167,12 @@ def _extra_files(target) -> str:
     return "\n".join(out)
 
 
-def _key_files(target) -> str:
+def _key_files(target: Target) -> str:
     """Shell lines writing the key where the engine reads it (its ``engines.Boot``)."""
     return engines.boot(target).key_line
 
 
-def _tls_files(tls: dict | None) -> str:
+def _tls_files(tls: dict[str, Any] | None) -> str:
     """The node's certificate and private key, into root-only files (checked: PEM only, no shell)."""
     if not tls:
         return "# no node certificate: plain http (only a loopback or pre-existing endpoint)"
@@ -194,7 +209,7 @@ def _hub_folder(repo: str) -> str:
     return "models--" + repo.replace("/", "--")
 
 
-def weights_mounts(target) -> list[str]:
+def weights_mounts(target: Target) -> list[str]:
     """The engine's view of the weights: the node's hub cache, read-only, with the hub switched off, so it
     loads exactly what the weights step verified (and a missing file fails fast instead of downloading)."""
     return ["-v", f"{target.weights.cache_dir.rstrip('/')}/hub:{HUB_IN_CONTAINER}:ro", "-e", "HF_HUB_OFFLINE=1"]
@@ -222,7 +237,7 @@ def _instance_store(mnt: str) -> str:
 fi"""
 
 
-def weights_section(target, log_dir: str = LOG_DIR) -> str:
+def weights_section(target: Target, log_dir: str = LOG_DIR) -> str:
     """Fetch and verify the checkpoint before the engine starts, timing it (weights.json + one console line).
 
     Where from, in order: the node's cache (``weights.cache_dir``, on the local NVMe: see _instance_store),
@@ -293,7 +308,7 @@ if [ $w_src = hub ] && [ -n "$w_s3" ] && command -v aws >/dev/null; then  # the 
 fi"""
 
 
-def target_summary(target, port: int) -> dict:
+def target_summary(target: Target, port: int) -> dict[str, Any]:
     """What the node serves, as one JSON line in the script (the sandbox boots its emulator from it;
     the plan's target holds no secret)."""
     return {
@@ -395,16 +410,17 @@ mkdir -p /opt/bakeoff/ks
 shutdown -h +{minutes + 5} "bakeoff kill switch (fallback)" &"""
 
 
-def kill_switch_from_userdata(script: str) -> dict | None:
+def kill_switch_from_userdata(script: str) -> dict[str, Any] | None:
     """The kill switch a boot script arms (action, cloud, minutes); the sandbox's nodes act on it."""
     for line in script.splitlines():
         if line.startswith(KILL_MARK):
-            return json.loads(line[len(KILL_MARK) :])
+            kill: dict[str, Any] = json.loads(line[len(KILL_MARK) :])
+            return kill
     minutes = shutdown_minutes(script)
     return {"action": "power-off", "cloud": "", "minutes": minutes} if minutes else None
 
 
-def agent_section(agent: dict | None, serve_port: int, expires_at: float | None) -> str:
+def agent_section(agent: dict[str, Any] | None, serve_port: int, expires_at: float | None) -> str:
     """Fetch the client bundle, refuse it unless its SHA-256 matches, start the agent container."""
     if not agent:
         return "# no client bundle staged: no node agent (the benchmark client runs remotely)"
@@ -445,14 +461,14 @@ fi"""
 
 
 def render(
-    target,
+    target: Target,
     *,
     api_key: str,
     shutdown_after_s: float,
     ingress_cidr: str | None,
-    agent: dict | None = None,
+    agent: dict[str, Any] | None = None,
     expires_at: float | None = None,
-    tls: dict | None = None,
+    tls: dict[str, Any] | None = None,
     secret_names: list[str] | tuple[str, ...] = (),
 ) -> str:
     """The whole boot script. ``shutdown_after_s`` comes from the budget estimate (kill switch);
@@ -493,7 +509,7 @@ def render(
         port,
         expires_at,
     )
-    sampler = power.sampler_script(target.gpu.vendor, LOG_DIR)
+    sampler = power.sampler_script(_catalog_gpu(target).vendor, LOG_DIR)
     script = f"""#!/bin/bash
 # bakeoff boot script (generated; every plan value below is validated and shell-quoted)
 {TARGET_MARK}{json.dumps(target_summary(target, port), sort_keys=True)}
@@ -560,7 +576,7 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
     return script
 
 
-def render_for(target, spec: LaunchSpec | Mapping[str, Any]) -> str:
+def render_for(target: Target, spec: LaunchSpec | Mapping[str, Any]) -> str:
     """The boot script a provider's create() sends: the pipeline's spec carries the key, the expiry,
     the kill-switch delay from the budget estimate and the staged client bundle."""
     launch = LaunchSpec.of(spec)
@@ -576,7 +592,7 @@ def render_for(target, spec: LaunchSpec | Mapping[str, Any]) -> str:
         target,
         api_key=launch.api_key,
         shutdown_after_s=shutdown_after,
-        ingress_cidr=target.provider_options.ingress_cidr,
+        ingress_cidr=target.provider_options.get("ingress_cidr"),  # a cloud's option (plan.options.CloudOptions)
         agent=dict(launch.agent) if launch.agent else None,
         expires_at=launch.expires_at,
         tls=dict(launch.tls) if launch.tls else None,
@@ -584,11 +600,12 @@ def render_for(target, spec: LaunchSpec | Mapping[str, Any]) -> str:
     )
 
 
-def target_from_userdata(script: str) -> dict | None:
+def target_from_userdata(script: str) -> dict[str, Any] | None:
     """The target summary line a boot script carries (the sandbox boots emulators from it)."""
     for line in script.splitlines():
         if line.startswith(TARGET_MARK):
-            return json.loads(line[len(TARGET_MARK) :])
+            summary: dict[str, Any] = json.loads(line[len(TARGET_MARK) :])
+            return summary
     return None
 
 
@@ -597,7 +614,7 @@ def shutdown_minutes(script: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def agent_from_userdata(script: str) -> dict | None:
+def agent_from_userdata(script: str) -> dict[str, Any] | None:
     """The client bundle a boot script fetches (url, sha256), if it starts an agent."""
     for line in script.splitlines():
         if line.startswith(AGENT_MARK):
@@ -605,7 +622,7 @@ def agent_from_userdata(script: str) -> dict | None:
     return None
 
 
-def weights_from_output(text: str | None) -> dict | None:
+def weights_from_output(text: str | None) -> dict[str, Any] | None:
     """The last weights line a node printed (the weights step's facts), or None when there is none."""
     text = text or ""
     at = text.rfind(WEIGHTS_MARK)
@@ -623,11 +640,12 @@ def secret_names_from_userdata(script: str) -> list[str]:
     """The serving secrets a boot script waits for (names only)."""
     for line in script.splitlines():
         if line.startswith(SECRETS_MARK):
-            return json.loads(line[len(SECRETS_MARK) :])
+            names: list[str] = json.loads(line[len(SECRETS_MARK) :])
+            return names
     return []
 
 
-def tls_from_userdata(script: str) -> dict | None:
+def tls_from_userdata(script: str) -> dict[str, Any] | None:
     """The node certificate and key a boot script installs (the sandbox's nodes serve them)."""
 
     def block(end: str) -> str | None:
