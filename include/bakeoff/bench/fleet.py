@@ -42,14 +42,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Client, Connection, Listener
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from bakeoff.bench.clock import Offsets
 from bakeoff.bench.loadgen import wait_until
 from bakeoff.bench.monitor import merge_figures
 from bakeoff.bench.point import Ctx, client_for, measure, point_sender
 from bakeoff.bench.records import RequestRecord
 from bakeoff.bench.runtime import run_async
+
+if TYPE_CHECKING:
+    from bakeoff.bench.clock import Offsets
 
 log = logging.getLogger(__name__)
 
