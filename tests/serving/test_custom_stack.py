@@ -26,7 +26,7 @@ def test_plan_check_refuses_a_custom_stack_without_a_health_route_naming_the_fie
     bad = plan_doc("vultr", custom={k: v for k, v in CLOUD.items() if k != "health_route"})
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     assert main(["plan", "check", str(tmp_path / "bad.yaml")]) == 2
-    assert "targets[0].custom: health_route: required" in capsys.readouterr().err
+    assert "targets[0].custom.health_route: required" in capsys.readouterr().err
     assert "targets[0].custom.health_route" in refused(health_route="health")  # not a route: named the same
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(plan_doc("vultr", custom=CLOUD)))
     assert main(["plan", "check", str(tmp_path / "ok.yaml")]) == 0
