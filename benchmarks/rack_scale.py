@@ -293,6 +293,42 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(lx, ly, strict=True)) / den if den else float("nan")
 
 
+def _published_arm(shape: dict) -> tuple[multinode.MultinodeRecipe, multinode.Arm, int]:
+    """The recipe arm at the post's lengths and concurrencies, and the highest concurrency the snapshot's
+    arm itself runs (its engine config's decode batch holds only up to there)."""
+    r = multinode.multinode_recipe(shape["recipe"])
+    own = r.arms[shape["arm"]]
+    arm = own.model_copy(
+        update={"isl": shape["isl"], "osl": shape["osl"], "concurrency": [int(p[0]) for p in shape["points"]]}
+    )
+    return r, arm, max(own.concurrency)
+
+
+def _emulated(shape: dict, draft_overhead_s: float) -> list[disagg.ShapePoint]:
+    """One point per published concurrency. Beyond the snapshot arm's own concurrencies the post ran the
+    same roles with a larger decode batch (its file is not in the snapshot): those run uncapped."""
+    r, arm, own_max = _published_arm(shape)
+    out = []
+    for c in arm.concurrency:
+        one = arm.model_copy(update={"concurrency": [c]})
+        batch = None if c <= own_max else c
+        out += disagg.disaggregated_curve(r, one, batch=batch, draft_overhead_s=draft_overhead_s)
+    return out
+
+
+def _log_error(shape: dict, draft_overhead_s: float) -> float:
+    """RMS of log(emulated / published) over tokens/s/GPU and tokens/s/user at every point."""
+    per_total = (shape["isl"] + shape["osl"]) / shape["osl"]
+    errs = []
+    for (_, p_tps, p_user), e in zip(shape["points"], _emulated(shape, draft_overhead_s), strict=True):
+        errs += [math.log(e.output_tps_per_gpu * per_total / p_tps), math.log(e.tps_per_user / p_user)]
+    return math.sqrt(sum(x * x for x in errs) / len(errs))
+
+
+FIT_ON = "dsr1-fp4-gb200-dynamo-trt"  # the one arm DRAFT_PASS_OVERHEAD_S is fitted on; the others are held out
+FIT_GRID_S = [i * 0.00005 for i in range(101)]  # 0 to 5 ms per draft pass
+
+
 def against_published() -> int:
     doc = yaml.safe_load(PUBLISHED.read_text())
     src = doc["source"]
@@ -300,20 +336,35 @@ def against_published() -> int:
         f"EMULATED curves against published points: {src['repo']} {src['path']} at {src['commit'][:12]} "
         f"(published {src['published']}, measured {src['measured']})"
     )
+    (fit_shape,) = [s for s in doc["shapes"] if s["recipe"] == FIT_ON]
+    fitted = min(FIT_GRID_S, key=lambda x: _log_error(fit_shape, x))
+    print(
+        f"fit: draft-pass overhead on {FIT_ON} arm {fit_shape['arm']} only: {fitted * 1e3:.2f} ms "
+        f"(disagg.DRAFT_PASS_OVERHEAD_S = {disagg.DRAFT_PASS_OVERHEAD_S * 1e3:.2f} ms); RMS log error, "
+        "tok/s/GPU and tok/s/user together, at 0 ms (nothing fitted) -> at the constant:"
+    )
+    for shape in doc["shapes"]:
+        role = "fitted on" if shape["recipe"] == FIT_ON else "HELD OUT"
+        e0, e1 = _log_error(shape, 0.0), _log_error(shape, disagg.DRAFT_PASS_OVERHEAD_S)
+        print(
+            f"  {shape['recipe']} arm {shape['arm']} ({role}): {e0:.3f} -> {e1:.3f} "
+            f"(typical factor {math.exp(e0):.2f}x -> {math.exp(e1):.2f}x)"
+        )
     compared = set()
     for shape in doc["shapes"]:
-        r = multinode.multinode_recipe(shape["recipe"])
+        r, arm, own_max = _published_arm(shape)
         pts = shape["points"]
-        arm = r.arms[shape["arm"]].model_copy(
-            update={"isl": shape["isl"], "osl": shape["osl"], "concurrency": [int(p[0]) for p in pts]}
-        )
         if arm.gpus != shape["gpus"]:
             print(f"{r.name} arm {shape['arm']}: {arm.gpus} GPUs here, {shape['gpus']} published; not the same shape")
             return 1
         compared.add(r.name)
-        emu = disagg.disaggregated_curve(r, arm)
+        emu = _emulated(shape, disagg.DRAFT_PASS_OVERHEAD_S)
         per_total = (arm.isl + arm.osl) / arm.osl
-        print(f"\n== {r.name} arm {shape['arm']}: {arm.label}; {arm.gpus} GPUs, isl {arm.isl} / osl {arm.osl}")
+        role = "fitted on" if r.name == FIT_ON else "held out"
+        print(
+            f"\n== {r.name} arm {shape['arm']} ({role}): {arm.label}; {arm.gpus} GPUs, isl {arm.isl} / osl "
+            f"{arm.osl}; decode batch {disagg.decode_batch(arm)} per worker up to c={own_max}"
+        )
         print(
             f"{'conc':>5} {'pub tok/s/GPU':>13} {'emu':>8} {'emu/pub':>7} {'pub tok/s/user':>14} {'emu':>8} "
             f"{'emu/pub':>7} {'pub norm':>8} {'emu norm':>8} bound"
@@ -325,9 +376,10 @@ def against_published() -> int:
             emu_t.append(e_tps)
             pub_u.append(float(p_user))
             emu_u.append(e.tps_per_user)
+            mark = " (larger batch, uncapped)" if c > own_max else ""
             print(
                 f"{c:>5} {p_tps:>13,.1f} {e_tps:>8,.1f} {e_tps / p_tps:>7.2f} {p_user:>14,.1f} {e.tps_per_user:>8,.1f} "
-                f"{e.tps_per_user / p_user:>7.2f} {p_tps / pub_t[0]:>8.2f} {e_tps / emu_t[0]:>8.2f} {e.bound}"
+                f"{e.tps_per_user / p_user:>7.2f} {p_tps / pub_t[0]:>8.2f} {e_tps / emu_t[0]:>8.2f} {e.bound}{mark}"
             )
         concs = [float(p[0]) for p in pts]
         print(

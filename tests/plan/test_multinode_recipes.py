@@ -15,6 +15,7 @@ from bakeoff.plan import multinode
 from bakeoff.plan.options import EmulatorSettings
 from bakeoff.serving.emulator import disagg
 from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.target import STEP_OVERHEAD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +98,7 @@ def test_the_vendored_file_is_what_the_converter_writes(tmp_path):
 
 def test_the_disaggregated_model_is_the_roofline_redone_by_hand():
     r = multinode.multinode_recipe("dsr1-fp4-b200-dynamo-trt")
-    arm = r.arms[0]
+    arm = r.arms[0]  # 1 decode worker, dep8 with batch8 per rank (its config file's name), conc 90
     emu = EmulatorSettings()
     (point,) = disagg.disaggregated_curve(r, arm, emu)
     gpu, model = catalog.gpus()["b200"], catalog.models()[r.model]
@@ -106,12 +107,34 @@ def test_the_disaggregated_model_is_the_roofline_redone_by_hand():
     decode = Roofline.for_parts(gpu, model, r.precision, tp=8, gpus_used=8, max_num_seqs=emu.max_num_seqs, **parts)
     kv_s = arm.isl * prefill.kv_bytes_per_token / (multinode.SCALE_OUT_GBPS["b200"] * 1e9 * 4)  # over the NICs
     assert point.kv_transfer_s == pytest.approx(kv_s)
-    seqs, context = arm.concurrency[0], arm.isl + arm.osl // 2
-    al = catalog.golden_acceptance_length(r.model, disagg.MTP_DRAFT_TOKENS) or 1.0
-    speed = al / decode.verify_step_s(seqs, 3, seqs * context, seqs * decode.kv_read_tokens(context))
+    seqs, context = 8 * 8, arm.isl + arm.osl // 2  # 64 slots < 90 users: 26 wait
+    assert disagg.decode_batch(arm) == seqs and arm.concurrency == [90]
+    tokens = seqs * 4  # MTP: 1 + 3 draft tokens per sequence
+    hit = 256 * (1 - (1 - 8 / 256) ** tokens)  # distinct routed experts under uniform top-8 of 256
+    weights = (16.6e9 + (671e9 - 16.6e9) * hit / 256) * decode.bytes_per_param
+    memory_s = (weights + seqs * context * decode.kv_bytes_per_token) / decode.decode_bytes_per_s
+    drafts_s = 3 * (decode.draft_step_s(seqs) + disagg.DRAFT_PASS_OVERHEAD_S)
+    step = max(memory_s, 2 * 37e9 * tokens / decode.prefill_flops_per_s) + STEP_OVERHEAD_S + drafts_s
+    al = catalog.golden_acceptance_length("deepseek-v4-pro", 3)  # the DeepSeek family's MTP curve stands in
+    assert al and catalog.golden_acceptance_length(r.model, 3) is None
+    speed = al / step
     assert point.tps_per_user == pytest.approx(speed)
-    rate = min(seqs / (prefill.prefill_s(arm.isl) + kv_s + arm.osl / speed), 1 / prefill.prefill_s(arm.isl))
+    rate = min(seqs * speed / arm.osl, 1 / prefill.prefill_s(arm.isl))  # every slot busy
     assert point.output_tps_per_gpu == pytest.approx(rate * arm.osl / 12)
+    assert point.bound == "decode slots" and point.ttft_s == pytest.approx(90 / rate - arm.osl / speed)
+
+
+def test_users_are_dealt_over_decode_workers_and_the_batch_cap_queues_the_rest():
+    r = multinode.multinode_recipe("dsr1-fp4-gb200-dynamo-trt")
+    arm = r.arms[0].model_copy(update={"isl": 1024, "osl": 1024, "concurrency": [4, 6, 32, 48]})
+    one, six, full, over = disagg.disaggregated_curve(r, arm)
+    # 6 users on 4 workers: two hold 2 sequences, two hold 1, so the mean speed lies between
+    two = disagg.disaggregated_curve(r, arm.model_copy(update={"concurrency": [8]}))[0]
+    assert two.tps_per_user < six.tps_per_user < one.tps_per_user
+    # batch 8 per worker: 48 users run 32 at a time, at the speed of 32 and no more output
+    assert over.tps_per_user == pytest.approx(full.tps_per_user)
+    assert over.output_tps == pytest.approx(full.output_tps, rel=0.02) and over.bound == "decode slots"
+    assert over.ttft_s > full.ttft_s + 1
 
 
 def test_kv_inside_an_nvl72_rack_moves_faster_than_over_the_nics_and_a_busy_prefill_pool_shows_in_ttft():

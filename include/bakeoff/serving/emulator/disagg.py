@@ -8,27 +8,50 @@ from the catalog and the roofline (serving.emulator.roofline), so each number ca
 - the prompt's KV (isl x the model's KV bytes per token) moves to a decode worker over NVLink when both
   roles sit in one NVLink domain (an NVL72 rack), else over the GPUs' scale-out NICs
   (multinode.SCALE_OUT_GBPS), each prefill GPU sending its shard;
-- a decode worker holds C / D sequences at the middle of their output (isl + osl / 2 tokens of context)
-  and advances them one step at a time (``decode_step_s``); with MTP a step verifies 3 draft tokens and
-  yields the model's golden acceptance length (catalog.golden_al) or 1 where no curve is published;
-- closed loop: each user's cycle is TTFT + osl / its decode speed, so the request rate is C / cycle,
-  capped by the prefill pool; when the cap binds, the wait shows up as a longer TTFT.
+- a decode worker runs at most ``decode_batch(arm)`` sequences (the recipe's engine config, e.g.
+  ``..._batch8_...``: TRT-LLM's max batch size, per attention rank with DP attention); the C users are
+  dealt evenly over the D workers up to that cap and the rest wait for a slot, which shows as TTFT.
+  Each running sequence sits at the middle of its output (isl + osl / 2 tokens of context);
+- a decode step (``decode_step_s``) reads the weights the step's tokens route to: the dense part once,
+  and for a mixture of experts the expected number of distinct experts that T tokens' top-k picks hit
+  under uniform routing, E x (1 - (1 - k/E)^T) (not k x T: two tokens sharing an expert read it once),
+  plus the sequences' KV; every target pass pays the twin's fixed STEP_OVERHEAD_S (bakeoff.twin.target);
+- with MTP a step runs MTP_DRAFT_TOKENS draft passes (one decoder layer each, plus DRAFT_PASS_OVERHEAD_S
+  of launches per pass, the one fitted constant) and a verify pass over 1 + 3 tokens per sequence, and
+  yields the acceptance length (catalog.golden_acceptance_length; the DeepSeek family's MTP curve where
+  a DeepSeek model has none of its own: AL_STANDIN), 1 where no curve applies;
+- tokens/s/user is the running sequences' decode speed (InferenceX's interactivity, 1 / TPOT);
+- closed loop: each user's cycle is TTFT + osl / its decode speed, so the request rate is C / cycle
+  while every user has a slot, the slots' output rate when some wait, capped by the prefill pool;
+  when a cap binds, the wait shows up as a longer TTFT.
 
-Not modelled: the router's own time, expert-parallel all-to-all inside a worker (as in the roofline),
-prefill batching gains, and queueing variance. Every figure it gives is EMULATED.
+Not modelled: the router's own time, expert-parallel all-to-all and load imbalance inside a worker
+(as in the roofline), prefill batching gains, and queueing variance. Every figure it gives is EMULATED.
 """
 
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import dataclass
 
 from bakeoff import catalog
 from bakeoff.plan.multinode import SCALE_OUT_GBPS, Arm, MultinodeRecipe
 from bakeoff.plan.options import EmulatorSettings
 from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.target import STEP_OVERHEAD_S
 
 MTP_DRAFT_TOKENS = 3  # InferenceX's Dynamo MTP arms run mtp3 (their recipe files' names)
+# A DeepSeek model without its own golden MTP curve reads the family's: DeepSeek-V4-Pro's MTP head at k=3,
+# thinking on, 2.49 (catalog/golden_al.yaml: InferenceX golden_al_distribution/dsv4_mtp.yaml, 2026-08-21).
+# DeepSeek-R1 and V4 share the MTP module design of the DeepSeek-V3 report; no R1 curve is published.
+AL_STANDIN = {"deepseek-r1": "deepseek-v4-pro"}
+# Launch and sync time of each MTP draft pass (a small, latency-bound pass no roofline sees). Fitted
+# 2026-12-02 on ONE arm only, InferenceX's dsr1-fp4-gb200-dynamo-trt arm 0 published points at 1k/1k
+# (benchmarks/data/inferencex_disagg_published.yaml: InferenceX-app bf6892da, measured 2026-05-22),
+# least squares in log tokens/s/GPU and tokens/s/user; the B200 arm 3 is the held-out score
+# (`python benchmarks/rack_scale.py --published` prints the fit and both errors).
+DRAFT_PASS_OVERHEAD_S = 0.00115
+_BATCH_IN_CONFIG = re.compile(r"_batch(\d+)_")  # TRT-LLM recipe files: ctx1_gen4_tep8_batch8_eplb0_mtp3.yaml
 
 
 @dataclass(frozen=True)
@@ -43,7 +66,7 @@ class ShapePoint:
     tps_per_user: float
     ttft_s: float
     kv_transfer_s: float
-    bound: str  # "decode" or "prefill"
+    bound: str  # "decode", "prefill" or "decode slots" (users waiting for a decode batch slot)
 
 
 def _worker(recipe: MultinodeRecipe, gpus: int, emu: EmulatorSettings) -> Roofline:
@@ -60,17 +83,72 @@ def _worker(recipe: MultinodeRecipe, gpus: int, emu: EmulatorSettings) -> Roofli
     )
 
 
-def _decode_speed(rf: Roofline, model: str, seqs: int, context: int, speculative: str | None) -> float:
+def decode_batch(arm: Arm) -> int | None:
+    """Sequences one decode worker runs at once, from the recipe's engine config name (TRT-LLM's
+    max_batch_size is per attention rank: a DP-attention worker holds it on each GPU); None if not given."""
+    ranks = arm.decode.gpus_per_worker if arm.decode.dp_attention else 1
+    for s in arm.prefill.settings + arm.decode.settings:
+        if m := _BATCH_IN_CONFIG.search(s):
+            return int(m.group(1)) * ranks
+    return None
+
+
+def acceptance_length(model: str) -> float:
+    """Tokens an MTP verify step yields per sequence (1.0 where no curve applies: no credit)."""
+    for name in (model, AL_STANDIN.get(model)):
+        if name and (al := catalog.golden_acceptance_length(name, MTP_DRAFT_TOKENS)):
+            return al
+    return 1.0
+
+
+def weights_read(rf: Roofline, model: str, tokens: int) -> float:
+    """Bytes of weights one pass over ``tokens`` tokens reads: for a mixture of experts, the dense part
+    and the expected distinct routed experts under uniform top-k routing."""
+    spec = catalog.models()[model]
+    if spec.experts is None or spec.experts_per_token is None or rf.dense_params is None or tokens <= 0:
+        return rf.weights_read(tokens)
+    e, k = spec.experts, spec.experts_per_token
+    hit = e * (1 - (1 - k / e) ** tokens)
+    return (rf.dense_params + (rf.params - rf.dense_params) * hit / e) * rf.bytes_per_param
+
+
+def decode_step_s(
+    rf: Roofline, model: str, seqs: int, context: int, draft_tokens: int, draft_overhead_s: float
+) -> float:
+    """One decode step of ``seqs`` sequences (with ``draft_tokens`` MTP drafts each) at ``context`` tokens."""
+    tokens = seqs * (1 + draft_tokens)
+    kv = seqs * rf.kv_read_tokens(context) * rf.kv_bytes_per_token
+    memory_s = (weights_read(rf, model, tokens) + kv) / rf.decode_bytes_per_s
+    compute_s = 2 * rf.active_params * tokens / rf.prefill_flops_per_s
+    drafts_s = draft_tokens * (rf.draft_step_s(seqs) + draft_overhead_s)
+    return max(memory_s, compute_s) + STEP_OVERHEAD_S + drafts_s
+
+
+def _decode_speed(
+    rf: Roofline, model: str, seqs: int, context: int, speculative: str | None, draft_overhead_s: float
+) -> float:
     """Tokens per second one sequence gets when a decode worker holds ``seqs`` of them."""
-    kv_read = seqs * rf.kv_read_tokens(context)
     if speculative:
-        accepted = catalog.golden_acceptance_length(model, MTP_DRAFT_TOKENS) or 1.0
-        return accepted / rf.verify_step_s(seqs, MTP_DRAFT_TOKENS, seqs * context, kv_read)
-    return 1.0 / rf.decode_step_s(seqs, kv_read)
+        al = acceptance_length(model)
+        return al / decode_step_s(rf, model, seqs, context, MTP_DRAFT_TOKENS, draft_overhead_s)
+    return 1.0 / decode_step_s(rf, model, seqs, context, 0, 0.0)
 
 
-def disaggregated_curve(recipe: MultinodeRecipe, arm: Arm, emu: EmulatorSettings | None = None) -> list[ShapePoint]:
-    """The arm at each of its published concurrencies."""
+def _deal(users: int, workers: int) -> list[int]:
+    """Users per worker, dealt evenly (the router's fewest-in-flight choice in steady state)."""
+    return [users // workers + (1 if i < users % workers else 0) for i in range(workers)]
+
+
+def disaggregated_curve(
+    recipe: MultinodeRecipe,
+    arm: Arm,
+    emu: EmulatorSettings | None = None,
+    *,
+    batch: int | None = None,
+    draft_overhead_s: float = DRAFT_PASS_OVERHEAD_S,
+) -> list[ShapePoint]:
+    """The arm at each of its concurrencies; ``batch`` overrides the recipe's decode batch cap
+    (default: ``decode_batch(arm)``, else the emulator's max_num_seqs)."""
     emu = emu or EmulatorSettings()
     gpu = catalog.gpus()[recipe.gpu]
     prefill = _worker(recipe, arm.prefill.gpus_per_worker, emu)
@@ -80,18 +158,26 @@ def disaggregated_curve(recipe: MultinodeRecipe, arm: Arm, emu: EmulatorSettings
     kv_s = arm.isl * prefill.kv_bytes_per_token / (link_gbps * 1e9 * arm.prefill.gpus_per_worker)
     prefill_s = prefill.prefill_s(arm.isl)
     prefill_cap = arm.prefill.workers / prefill_s  # requests per second
+    cap = batch or decode_batch(arm) or emu.max_num_seqs
+    context = arm.isl + arm.osl // 2
     out = []
     for c in arm.concurrency:
-        seqs = max(1, math.ceil(c / arm.decode.workers))
-        speed = _decode_speed(decode, recipe.model, seqs, arm.isl + arm.osl // 2, arm.speculative)
+        running = min(c, cap * arm.decode.workers)
         ttft = prefill_s + kv_s
-        rate = c / (ttft + arm.osl / speed)
-        bound = "decode"
+        rate, speeds = 0.0, []
+        for seqs in _deal(running, arm.decode.workers):
+            if seqs:
+                speed = _decode_speed(decode, recipe.model, seqs, context, arm.speculative, draft_overhead_s)
+                speeds += [speed] * seqs
+                # every slot busy while users wait: the slots' own output rate; else each user's cycle
+                rate += seqs * speed / arm.osl if running < c else seqs / (ttft + arm.osl / speed)
+        user = sum(speeds) / len(speeds)
+        bound = "decode slots" if running < c else "decode"
         if rate > prefill_cap:
             rate, bound = prefill_cap, "prefill"
-            ttft = c / rate - arm.osl / speed
+        ttft = max(ttft, c / rate - arm.osl / user)
         tps = rate * arm.osl
-        out.append(ShapePoint("disaggregated", c, arm.gpus, tps, tps / arm.gpus, speed, ttft, kv_s, bound))
+        out.append(ShapePoint("disaggregated", c, arm.gpus, tps, tps / arm.gpus, user, ttft, kv_s, bound))
     return out
 
 
@@ -105,7 +191,7 @@ def single_node_curve(
     prefill_s = rf.prefill_s(arm.isl)
     out = []
     for c in arm.concurrency:
-        speed = _decode_speed(rf, recipe.model, c, arm.isl + arm.osl // 2, arm.speculative)
+        speed = _decode_speed(rf, recipe.model, c, arm.isl + arm.osl // 2, arm.speculative, DRAFT_PASS_OVERHEAD_S)
         round_s = arm.osl / speed + c * prefill_s  # one output of every user, plus every user's prefill
         tps = c * arm.osl / round_s
         user = arm.osl / round_s
