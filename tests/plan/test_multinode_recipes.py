@@ -137,6 +137,16 @@ def test_users_are_dealt_over_decode_workers_and_the_batch_cap_queues_the_rest()
     assert over.ttft_s > full.ttft_s + 1
 
 
+def test_batch_and_draft_tokens_come_from_the_recipe_config_name_and_nothing_is_capped_without_one():
+    trt = multinode.multinode_recipe("dsv4-fp4-gb300-dynamo-trt-mtp")
+    (mtp1,) = [a for a in trt.arms if "dep8_batch256_eplb384_mtp1" in " ".join(a.prefill.settings)]
+    assert disagg.mtp_draft_tokens(mtp1) == 1 and disagg.decode_batch(mtp1) == 256 * 8  # dep8: per rank
+    sg = multinode.multinode_recipe("dsr1-fp4-b200-dynamo-sglang")
+    big = max(sg.arms, key=lambda a: max(a.concurrency))
+    assert disagg.decode_batch(big) is None
+    assert all(p.bound != "decode slots" for p in disagg.disaggregated_curve(sg, big))
+
+
 def test_kv_inside_an_nvl72_rack_moves_faster_than_over_the_nics_and_a_busy_prefill_pool_shows_in_ttft():
     gb = multinode.multinode_recipe("dsr1-fp4-gb200-dynamo-trt")
     b2 = multinode.multinode_recipe("dsr1-fp4-b200-dynamo-trt")

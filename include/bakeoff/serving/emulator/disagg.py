@@ -9,17 +9,19 @@ from the catalog and the roofline (serving.emulator.roofline), so each number ca
   roles sit in one NVLink domain (an NVL72 rack), else over the GPUs' scale-out NICs
   (multinode.SCALE_OUT_GBPS), each prefill GPU sending its shard;
 - a decode worker runs at most ``decode_batch(arm)`` sequences (the recipe's engine config, e.g.
-  ``..._batch8_...``: TRT-LLM's max batch size, per attention rank with DP attention); the C users are
-  dealt evenly over the D workers up to that cap and the rest wait for a slot, which shows as TTFT.
-  Each running sequence sits at the middle of its output (isl + osl / 2 tokens of context);
+  ``..._batch8_...``: TRT-LLM's max batch size, per attention rank with DP attention; no cap where the
+  recipe names none); the C users are dealt evenly over the D workers up to that cap and the rest wait
+  for a slot, which shows as TTFT. Each running sequence sits at the middle of its output (isl + osl / 2
+  tokens of context);
 - a decode step (``decode_step_s``) reads the weights the step's tokens route to: the dense part once,
   and for a mixture of experts the expected number of distinct experts that T tokens' top-k picks hit
   under uniform routing, E x (1 - (1 - k/E)^T) (not k x T: two tokens sharing an expert read it once),
   plus the sequences' KV; every target pass pays the twin's fixed STEP_OVERHEAD_S (bakeoff.twin.target);
-- with MTP a step runs MTP_DRAFT_TOKENS draft passes (one decoder layer each, plus DRAFT_PASS_OVERHEAD_S
-  of launches per pass, the one fitted constant) and a verify pass over 1 + 3 tokens per sequence, and
-  yields the acceptance length (catalog.golden_acceptance_length; the DeepSeek family's MTP curve where
-  a DeepSeek model has none of its own: AL_STANDIN), 1 where no curve applies;
+- with MTP a step runs N draft passes (the recipe config name's ``mtpN``, else MTP_DRAFT_TOKENS), one
+  decoder layer each plus DRAFT_PASS_OVERHEAD_S of launches per pass (the one fitted constant), and a
+  verify pass over 1 + N tokens per sequence, and yields the acceptance length at N
+  (catalog.golden_acceptance_length; the DeepSeek family's MTP curve where a DeepSeek model has none
+  of its own: AL_STANDIN), 1 where no curve applies;
 - tokens/s/user is the running sequences' decode speed (InferenceX's interactivity, 1 / TPOT);
 - closed loop: each user's cycle is TTFT + osl / its decode speed, so the request rate is C / cycle
   while every user has a slot, the slots' output rate when some wait, capped by the prefill pool;
@@ -52,6 +54,7 @@ AL_STANDIN = {"deepseek-r1": "deepseek-v4-pro"}
 # (`python benchmarks/rack_scale.py --published` prints the fit and both errors).
 DRAFT_PASS_OVERHEAD_S = 0.00115
 _BATCH_IN_CONFIG = re.compile(r"_batch(\d+)_")  # TRT-LLM recipe files: ctx1_gen4_tep8_batch8_eplb0_mtp3.yaml
+_MTP_IN_CONFIG = re.compile(r"_mtp(\d+)(?:_\d+)?\.yaml")  # ..._mtp3.yaml, ..._mtp1_1229.yaml
 
 
 @dataclass(frozen=True)
@@ -93,10 +96,21 @@ def decode_batch(arm: Arm) -> int | None:
     return None
 
 
-def acceptance_length(model: str) -> float:
+def mtp_draft_tokens(arm: Arm) -> int:
+    """MTP draft tokens per step: the recipe's engine config name (``..._mtp1.yaml``), else MTP_DRAFT_TOKENS;
+    0 for an arm without speculative decoding."""
+    if not arm.speculative:
+        return 0
+    for s in arm.prefill.settings + arm.decode.settings:
+        if m := _MTP_IN_CONFIG.search(s):
+            return int(m.group(1))
+    return MTP_DRAFT_TOKENS
+
+
+def acceptance_length(model: str, draft_tokens: int = MTP_DRAFT_TOKENS) -> float:
     """Tokens an MTP verify step yields per sequence (1.0 where no curve applies: no credit)."""
     for name in (model, AL_STANDIN.get(model)):
-        if name and (al := catalog.golden_acceptance_length(name, MTP_DRAFT_TOKENS)):
+        if name and (al := catalog.golden_acceptance_length(name, draft_tokens)):
             return al
     return 1.0
 
@@ -125,12 +139,12 @@ def decode_step_s(
 
 
 def _decode_speed(
-    rf: Roofline, model: str, seqs: int, context: int, speculative: str | None, draft_overhead_s: float
+    rf: Roofline, model: str, seqs: int, context: int, draft_tokens: int, draft_overhead_s: float
 ) -> float:
     """Tokens per second one sequence gets when a decode worker holds ``seqs`` of them."""
-    if speculative:
-        al = acceptance_length(model)
-        return al / decode_step_s(rf, model, seqs, context, MTP_DRAFT_TOKENS, draft_overhead_s)
+    if draft_tokens:
+        al = acceptance_length(model, draft_tokens)
+        return al / decode_step_s(rf, model, seqs, context, draft_tokens, draft_overhead_s)
     return 1.0 / decode_step_s(rf, model, seqs, context, 0, 0.0)
 
 
@@ -148,7 +162,7 @@ def disaggregated_curve(
     draft_overhead_s: float = DRAFT_PASS_OVERHEAD_S,
 ) -> list[ShapePoint]:
     """The arm at each of its concurrencies; ``batch`` overrides the recipe's decode batch cap
-    (default: ``decode_batch(arm)``, else the emulator's max_num_seqs)."""
+    (default: ``decode_batch(arm)``; no cap where the recipe gives none)."""
     emu = emu or EmulatorSettings()
     gpu = catalog.gpus()[recipe.gpu]
     prefill = _worker(recipe, arm.prefill.gpus_per_worker, emu)
@@ -158,16 +172,17 @@ def disaggregated_curve(
     kv_s = arm.isl * prefill.kv_bytes_per_token / (link_gbps * 1e9 * arm.prefill.gpus_per_worker)
     prefill_s = prefill.prefill_s(arm.isl)
     prefill_cap = arm.prefill.workers / prefill_s  # requests per second
-    cap = batch or decode_batch(arm) or emu.max_num_seqs
+    cap = batch or decode_batch(arm)
+    draft_tokens = mtp_draft_tokens(arm)
     context = arm.isl + arm.osl // 2
     out = []
     for c in arm.concurrency:
-        running = min(c, cap * arm.decode.workers)
+        running = min(c, (cap or c) * arm.decode.workers)
         ttft = prefill_s + kv_s
         rate, speeds = 0.0, []
         for seqs in _deal(running, arm.decode.workers):
             if seqs:
-                speed = _decode_speed(decode, recipe.model, seqs, context, arm.speculative, draft_overhead_s)
+                speed = _decode_speed(decode, recipe.model, seqs, context, draft_tokens, draft_overhead_s)
                 speeds += [speed] * seqs
                 # every slot busy while users wait: the slots' own output rate; else each user's cycle
                 rate += seqs * speed / arm.osl if running < c else seqs / (ttft + arm.osl / speed)
@@ -191,7 +206,8 @@ def single_node_curve(
     prefill_s = rf.prefill_s(arm.isl)
     out = []
     for c in arm.concurrency:
-        speed = _decode_speed(rf, recipe.model, c, arm.isl + arm.osl // 2, arm.speculative, DRAFT_PASS_OVERHEAD_S)
+        context = arm.isl + arm.osl // 2
+        speed = _decode_speed(rf, recipe.model, c, context, mtp_draft_tokens(arm), DRAFT_PASS_OVERHEAD_S)
         round_s = arm.osl / speed + c * prefill_s  # one output of every user, plus every user's prefill
         tps = c * arm.osl / round_s
         user = arm.osl / round_s
