@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from bakeoff import store
-from tests.e2e.conftest import dag_run_state, run_dag, small_plan
+from tests.e2e.conftest import dag_run_state, live_emulators, run_dag, small_plan
 from tests.smtp_sink import SmtpSink
 
 pytestmark = pytest.mark.e2e
@@ -26,17 +27,7 @@ def _run_dir(env, plan_name: str) -> Path:
 
 def _live_emulators(env) -> list[str]:
     """Emulator processes started under this test's data root that are still alive."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "bakeoff.serving.emulator" in cmd and env["BAKEOFF_DATA"] in cmd:
-            out.append(cmd)
-    return out
+    return live_emulators(env["BAKEOFF_DATA"])
 
 
 def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
@@ -74,23 +65,39 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     assert out.returncode == 0 and "this installation's key" in out.stdout, out.stdout + out.stderr
 
 
-def test_failed_benchmark_fails_run_but_tears_down(airflow_env, tmp_path):
-    plan = small_plan(tmp_path, "e2e-bench-fail", fault={"b200-vllm": "benchmark"})
+@pytest.fixture(scope="module")
+def failed_run(airflow_env, tmp_path_factory):
+    """One DAG run failing two ways, read by two tests: b200-vllm's benchmark fails (its teardown must still
+    run, mi355x-vllm's results must be kept, the alert mailed), and a third target, mi355x-orphan, fails
+    provisioning right after its node was created (the all_done sweep must kill that orphan). One run
+    instead of two: each fault is on its own target, and each test checks its own target's records."""
+    plan = small_plan(tmp_path_factory.mktemp("failed"), "e2e-fail", fault={"b200-vllm": "benchmark"})
+    raw = yaml.safe_load(plan.read_text())
+    (mi355x,) = (t for t in raw["targets"] if t["name"] == "mi355x-vllm")
+    orphan = {**mi355x, "name": "mi355x-orphan", "provider_options": {"inject_fault": "after_create"}}
+    raw["targets"].append(orphan)
+    raw["budget_usd"] = raw["budget_usd"] * 2  # room for the third node's worst case
+    plan.write_text(yaml.safe_dump(raw))
     with SmtpSink() as sink:  # the DAG's failure notifier mails the alert address through the SMTP connection
         res = run_dag({**airflow_env, **sink.connection_env(), "BAKEOFF_ALERT_EMAIL": "oncall@example.com"}, plan)
+    rdir = _run_dir(airflow_env, "e2e-fail")
+    return res, sink.messages, rdir, store.run_view(rdir), _live_emulators(airflow_env)
+
+
+def test_failed_benchmark_fails_run_but_tears_down(airflow_env, failed_run):
+    res, messages, rdir, run, alive = failed_run
     assert res.returncode != 0
-    [(to, mail)] = sink.messages
+    [(to, mail)] = messages
     assert to == ["oncall@example.com"] and mail["Subject"].startswith("[bakeoff] bakeoff run ")
     assert mail["Subject"].endswith(" failed")
-    rdir = _run_dir(airflow_env, "e2e-bench-fail")
-    run = store.run_view(rdir)
     assert dag_run_state(airflow_env, run["run_id"]) == "failed"
     assert "terminate" in run["targets"]["b200-vllm"]  # the teardown ran
     # the report and the published manifest name the failed task, from the DAG run's task states
-    assert any(".benchmark" in step for step in run["report"]["failed_steps"])
+    assert any(".benchmark" in step for step in run["report"]["failed_steps"]), run["report"]["failed_steps"]
     assert "These steps of the run failed" in Path(run["report"]["html"]).read_text()
     assert list(rdir.glob("target=mi355x-vllm/points/*.parquet"))  # the other target's results are kept
-    assert not _live_emulators(airflow_env)
+    assert not list(rdir.glob("target=b200-vllm/points/*.parquet"))  # (and the failed one has none)
+    assert not alive
 
 
 def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
@@ -104,15 +111,16 @@ def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
     assert not _live_emulators(airflow_env)
 
 
-def test_provision_failing_after_create_is_swept(airflow_env, tmp_path):
-    plan = small_plan(tmp_path, "e2e-prov-fail", fault={"mi355x-vllm": "after_create"})
-    run_dag(airflow_env, plan)
-    rdir = _run_dir(airflow_env, "e2e-prov-fail")
-    run = store.run_view(rdir)
+def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
+    _, _, _, run, alive = failed_run
     assert dag_run_state(airflow_env, run["run_id"]) == "failed"
+    # the orphan is the plan's third target (map index 2): its provision task failed
+    assert any(".provision" in step and step.endswith("_2") for step in run["report"]["failed_steps"]), run["report"][
+        "failed_steps"
+    ]
     swept = run["sweep"]["terminated"]["local"]
-    assert len(swept) == 1  # the all_done sweep killed the orphan
-    assert not _live_emulators(airflow_env)
+    assert len(swept) == 1  # the all_done sweep killed the orphan, and only it
+    assert not alive
 
 
 @pytest.mark.parametrize("plan", ["mi355x-vs-b200-sandbox", "mi355x-vs-b200-oci-sandbox"])
