@@ -124,3 +124,36 @@ def rows(plan: Plan, at_slo: pd.DataFrame, basis: str) -> list[RackRow]:
                 )
             )
     return out
+
+
+def stamp(r: RackRow) -> str:
+    """What the row's figures are: EMULATED (the hardware emulator's) or measured."""
+    return "EMULATED" if r.emulated else "measured"
+
+
+def table(rows: list[RackRow]) -> list[dict[str, Any]]:
+    """The section as flat records, one per cluster target and workload (the report's rack-scale CSV):
+    the Markdown, HTML and PDF tables' figures unrounded, ``figures`` EMULATED or measured per row."""
+    return [
+        {
+            "workload": r.workload,
+            "target": r.name,
+            "figures": stamp(r),
+            "shape": r.shape,
+            "nodes": r.nodes,
+            "gpus_billed": r.gpus,
+            "usd_per_gpu_hour": r.usd_per_gpu_hour,
+            "usd_per_rack_hour": r.usd_per_rack_hour,
+            "usd_per_target_hour": r.usd_per_target_hour,
+            "price_source": r.price_source,
+            "output_tps_per_gpu": r.output_tps_per_gpu,
+            "output_tps_per_rack": r.output_tps_per_rack,
+            "usd_per_m_at_slo": r.usd_per_m,
+            "baseline_8gpu_node": r.baseline,
+            "baseline_usd_per_m": r.baseline_usd_per_m,
+            "break_even_usd_per_gpu_hour": r.break_even_usd_per_gpu_hour,
+            "joules_per_output_token": r.joules_per_output_token,
+            "energy_source": r.energy_source,
+        }
+        for r in rows
+    ]
