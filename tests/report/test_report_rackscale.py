@@ -129,3 +129,16 @@ def test_the_report_writes_a_rack_scale_csv_whose_figures_are_the_sections(repor
     planted = dataclasses.replace(r, name='=HYPERLINK("http://x")', emulated=False)
     again = pd.read_csv(io.StringIO(csvsafe.to_csv(pd.DataFrame(rackscale.table([planted])))))
     assert again["target"][0].startswith("'=HYPERLINK") and again["figures"][0] == "measured"
+
+
+def test_the_shape_says_whether_the_recipe_arms_mtp_is_served():
+    from bakeoff.report.rackscale import _shape
+
+    def target(**extra):
+        raw = synthetic.plan_dict(names=NAMES, concurrency=(1,))
+        raw["targets"][1] = {"name": "gb200", "provider": "local", "recipe": "dsr1-fp4-gb200-dynamo-trt", **extra}
+        return plan_from_dict(raw).targets[1]
+
+    assert _shape(target(recipe_arm=0)).endswith("(in the NVLink domain), MTP k=3")
+    assert _shape(target(recipe_arm=0, speculative=None)).endswith(", MTP in the recipe, not served")
+    assert "MTP" not in _shape(target(recipe_arm=5))  # an stp arm

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import cost
+from bakeoff.plan import multinode
 from bakeoff.plan.cluster import racks
 
 if TYPE_CHECKING:
@@ -60,14 +61,23 @@ def _num(row: Any, key: str) -> float:
     return v if math.isfinite(v) else math.nan
 
 
+def _speculative(t: Target) -> str:
+    """', MTP k=3' when the target serves speculative decoding; ', MTP in the recipe, not served' when its
+    recipe arm has it and the target turned it off (plan.multinode.arm_speculative)."""
+    if t.speculative is not None:
+        return f", {t.speculative.method.upper()} k={t.speculative.num_speculative_tokens}"
+    arm = (multinode.provenance(t.recipe, t.recipe_arm) or {}).get("speculative")
+    return f", {arm.upper()} in the recipe, not served" if arm else ""
+
+
 def _shape(t: Target) -> str:
     c = t.cluster
     if c is None:
         return "1 node"
     if c.rack:
         trays = racks()[c.rack]["trays"]
-        return f"{c.rack}: {t.nodes} of {trays} trays, KV {c.kv_label}"
-    return f"{t.nodes} nodes of {t.instance.gpus} GPUs, KV {c.kv_label}"
+        return f"{c.rack}: {t.nodes} of {trays} trays, KV {c.kv_label}{_speculative(t)}"
+    return f"{t.nodes} nodes of {t.instance.gpus} GPUs, KV {c.kv_label}{_speculative(t)}"
 
 
 def _baseline(plan: Plan, at: pd.DataFrame, basis: str) -> Any:
