@@ -46,9 +46,11 @@ def _plan_check(args: argparse.Namespace) -> int:
     check_plan_claims(plan)
     for t in plan.targets:
         hardware = f"{' or '.join(t.offers) or 'described hardware'} ({t.instance.gpus}x {t.gpu.name})"
+        c = t.cluster  # a cluster's parallelism is its roles' (the target's own TP is its first node's)
+        par = f"prefill {c.prefill.parallelism} | decode {c.decode.parallelism}" if c else f"TP{t.tensor_parallel}"
         print(
             f"{t.name}: {t.provider} {hardware}, {t.stack}, "
-            f"{t.model} {t.quantization} TP{t.tensor_parallel}, {t.usd_per_hour:.2f} USD/h [{t.price_source}]"
+            f"{t.model} {t.quantization} {par}, {t.usd_per_hour:.2f} USD/h{' per node' if c else ''} [{t.price_source}]"
         )
         arm = f" arm {t.recipe_arm}" if t.recipe_arm is not None else ""
         print(f"  weights {t.checkpoint_id}" + (f", recipe {t.recipe}{arm}" if t.recipe else ""))
@@ -62,18 +64,22 @@ def _plan_check(args: argparse.Namespace) -> int:
             cs = t.custom
             words = " ".join(cs.command)
             print(f"  custom stack {cs.name}: {cs.image} {words}; health {cs.health_route}, port {cs.port}")
-        if t.cluster:
-            c = t.cluster
+        if c:
             shape = f"{c.rack} rack, " if c.rack else ""
             print(
                 f"  cluster: {shape}{t.nodes} nodes ({t.gpus_used} GPUs, each node billed), prefill "
                 f"{c.prefill.workers}x tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} "
                 f"ep{c.decode.ep}, KV {c.kv_label}, all nodes up within {c.deadline_s:.0f}s or all released"
             )
+        arm_spec = (mn or {}).get("speculative")
         if t.speculative:
             s = t.speculative
             pinned = f" pinned AL {t.pinned_acceptance_length:g}" if s.acceptance == "pinned" else " real acceptance"
-            print(f"  speculative {s.method} k={s.num_speculative_tokens}{pinned}")
+            whence = f" (the recipe arm's {arm_spec}, the target's keys over it)" if arm_spec else ""
+            print(f"  speculative {s.method} k={s.num_speculative_tokens}{pinned}{whence}")
+        elif arm_spec:
+            off = "not served (the target says speculative: null)"
+            print(f"  speculative: {arm_spec.upper()} in the recipe arm, {off}")
         if t.kv_offload:
             print(f"  kv offload {t.kv_offload.backend} {t.kv_offload.host_memory_gb:g} GB host memory")
     est = estimate(plan)

@@ -108,3 +108,84 @@ def test_an_unknown_or_missing_arm_is_refused_listing_the_arms():
 def test_an_unknown_provider_is_named_as_such_not_as_a_missing_offer():
     with pytest.raises(PlanError, match=r"targets\[0\]\.provider: Input should be 'local'"):
         _plan(recipe="dsr1-fp4-gb200-dynamo-trt", recipe_arm=0, provider="nowhere")
+
+
+def _rendered(t):
+    """The target's speculative as the arm renders it: the keys it sets (real acceptance is the default)."""
+    return t.speculative.model_dump(exclude_defaults=True) | {
+        "num_speculative_tokens": t.speculative.num_speculative_tokens
+    }
+
+
+def _spec(t):
+    s = t.speculative
+    return None if s is None else (s.method, s.num_speculative_tokens, s.acceptance, s.acceptance_length)
+
+
+def test_an_mtp_arm_serves_mtp_with_the_draft_tokens_and_acceptance_its_settings_name():
+    cases = {
+        ("dsr1-fp4-gb200-dynamo-trt", 0): ("mtp", 3, "real", None),  # ..._mtp3.yaml
+        ("dsr1-fp4-gb200-dynamo-trt", 2): ("mtp", 1, "real", None),  # ..._mtp1.yaml
+        ("dsr1-fp4-gb200-dynamo-trt", 5): None,  # an stp arm (mtp0): no speculative decoding
+        ("dsr1-fp4-mi355x-sglang-disagg-8k1k-mtp", 7): ("mtp", 1, "real", None),  # DECODE_MTP_SIZE=1
+        ("dsv4-fp4-gb200-dynamo-vllm-mtp2", 0): ("mtp", 2, "pinned", 2.27),  # synthetic acceptance, mtp2
+        # no count named: 1.79 is deepseek-v4-pro's golden MTP length at 1 draft token
+        ("dsv4-fp4-b200-dynamo-vllm-mtp", 4): ("mtp", 1, "pinned", 1.79),
+    }
+    for (name, arm), want in cases.items():
+        (t,) = _plan(recipe=name, recipe_arm=arm).targets
+        assert _spec(t) == want, (name, arm)
+        rendered = multinode.provenance(name, arm)["speculative_rendered"]  # what cluster.json records
+        assert rendered == (None if want is None else _rendered(t))
+
+
+def test_the_targets_own_speculative_keys_win_and_null_serves_without():
+    pinned = "dsv4-fp4-gb200-dynamo-vllm-mtp2"
+    (t,) = _plan(recipe=pinned, recipe_arm=0, speculative={"acceptance_length": 2.0}).targets
+    assert _spec(t) == ("mtp", 2, "pinned", 2.0)
+    # a target that changes the draft count or the acceptance mode drops the arm's pinned length
+    (t,) = _plan(recipe=pinned, recipe_arm=0, speculative={"num_speculative_tokens": 4}).targets
+    assert _spec(t) == ("mtp", 4, "real", None)
+    (t,) = _plan(recipe="dsr1-fp4-gb200-dynamo-trt", recipe_arm=0, speculative=None).targets
+    assert t.speculative is None and multinode.provenance(t.recipe, t.recipe_arm)["speculative"] == "mtp"
+
+
+def test_the_emulated_decode_node_serves_the_arms_mtp():
+    from bakeoff.cluster import NodeTarget
+    from bakeoff.serving.emulator import server
+    from bakeoff.serving.emulator.config import EmulatorConfig
+
+    (t,) = _plan(recipe="dsr1-fp4-mi355x-sglang-disagg-8k1k-mtp", recipe_arm=7).targets
+    decode = t.nodes - 1  # prefill nodes first
+    node = NodeTarget(t, decode, "decode").model_dump(mode="json")
+    engine = server._engine(EmulatorConfig(mode="roofline", target=node))
+    assert engine.speculation is not None and engine.speculation.draft_tokens == 1
+    assert engine.stats.speculative  # the node exports vLLM's spec-decode counters
+    (off,) = _plan(recipe="dsr1-fp4-mi355x-sglang-disagg-8k1k-mtp", recipe_arm=7, speculative=None).targets
+    node = NodeTarget(off, decode, "decode").model_dump(mode="json")
+    assert server._engine(EmulatorConfig(mode="roofline", target=node)).speculation is None
+
+
+def test_plan_check_prints_each_roles_parallelism_and_the_arms_mtp(tmp_path, capsys):
+    import yaml
+
+    from bakeoff.cli import main
+
+    def check(**target):
+        raw = {
+            "name": "rack-plan",
+            "budget_usd": 5000,
+            "targets": [{"name": "t", "provider": "local", "recipe": "dsr1-fp4-gb200-dynamo-trt", **target}],
+            "workloads": [{"name": "w", "input_len": 1024, "output_len": 128, "concurrency": [4]}],
+        }
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(raw))
+        assert main(["plan", "check", str(tmp_path / "p.yaml")]) == 0
+        return capsys.readouterr().out
+
+    out = check(recipe_arm=0)
+    first = out.splitlines()[0]
+    assert "deepseek-r1 nvfp4 prefill TP4 EP4 DP-attn | decode TP8 EP8," in first and " TP1," not in first
+    assert "USD/h per node" in first
+    assert "  speculative mtp k=3 real acceptance (the recipe arm's mtp, the target's keys over it)" in out
+    out = check(recipe_arm=0, speculative=None)
+    assert "  speculative: MTP in the recipe arm, not served (the target says speculative: null)" in out

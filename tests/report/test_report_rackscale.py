@@ -1,18 +1,24 @@
 """The rack-scale section: a multi-node target's price per GPU- and rack-hour, throughput per GPU and per
-rack at the SLO, break-even against the run's 8-GPU node, energy per token, in Markdown and HTML."""
+rack at the SLO, break-even against the run's 8-GPU node, energy per token, in Markdown, HTML, the PDF
+brief and its own CSV, EMULATED stamped in each."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import io
 import math
+from typing import Any
 
+import pandas as pd
 import pytest
 import synthetic
 
 from bakeoff import cost
 from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
-from bakeoff.report import html, markdown
-from bakeoff.report.data import gather
+from bakeoff.report import build_report, csvsafe, html, markdown, pdf, rackscale
+from bakeoff.report.data import ReportData, gather
 
 NAMES = ("mi355x-vllm", "b200-pair")
 
@@ -24,7 +30,9 @@ def report(tmp_path_factory):
     plan = plan_from_dict(raw)
     rdir = synthetic.make_run(tmp_path_factory.mktemp("res"), plan)
     cost_run(plan, rdir)
-    return gather(plan, rdir)
+    d = gather(plan, rdir)
+    d.run_dir = rdir  # type: ignore[attr-defined]  # for the one test that builds the files
+    return d
 
 
 def test_a_cluster_gets_its_rack_figures_and_its_break_even_against_the_8_gpu_node(report):
@@ -69,3 +77,68 @@ def test_no_cluster_no_section_and_a_cluster_without_an_slo_point_has_no_figures
     (r,) = rows(report.plan, at, report.basis)
     assert math.isnan(r.output_tps_per_gpu) and math.isnan(r.break_even_usd_per_gpu_hour) and r.energy_source == ""
     assert r.usd_per_rack_hour == 14.0 * 72  # the price stands; nothing was served at the SLO
+
+
+class _Spy(pdf.Brief):
+    """The brief, keeping what its section helpers were asked to set (the PDF's text is glyph ids)."""
+
+    def __init__(self, d: ReportData):
+        super().__init__(d)
+        self.seen: list[Any] = []
+
+    def h2(self, text: str) -> None:
+        self.seen.append(text)
+
+    def grid(self, head: list[str], rows: list[list[str]], widths: tuple[float, ...] | None = None) -> None:
+        self.seen.append((head, rows))
+
+    def para(self, text: str, size: float = 8.5, bold: bool = False) -> None:
+        self.seen.append(text)
+
+
+def test_the_brief_has_the_rack_scale_table_stamped_emulated_where_the_target_is(report):
+    (r,) = report.rack_scale
+    brief = _Spy(report)
+    pdf._rack_scale(brief, report)
+    assert brief.seen[0] == "Rack scale"
+    head, (row,) = brief.seen[1]
+    assert head[:4] == ["workload", "target", "shape", "GPUs billed"] and len(row) == len(head)
+    assert row[:5] == ["chat-1k-128", "b200-pair [EMULATED]", r.shape, "16", "14 / 1,008"]
+    assert row[7].startswith("mi355x-vllm ") and row[9].endswith("estimated")
+    assert brief.seen[2].startswith("A rack is 72 GPUs")
+    real = copy.copy(report)
+    real.rack_scale = [dataclasses.replace(r, emulated=False)]
+    brief = _Spy(real)
+    pdf._rack_scale(brief, real)
+    assert brief.seen[1][1][0][1] == "b200-pair"  # a real target's row carries no stamp
+    real.rack_scale, brief.seen = [], []
+    pdf._rack_scale(brief, real)
+    assert brief.seen == []  # no cluster target: no section
+
+
+def test_the_report_writes_a_rack_scale_csv_whose_figures_are_the_sections(report, tmp_path):
+    (r,) = report.rack_scale
+    paths = build_report(report.plan, report.run_dir, tmp_path / "out")
+    back = pd.read_csv(paths["csv_rack_scale"])
+    assert list(back["target"]) == ["b200-pair"] and list(back["figures"]) == ["EMULATED"]
+    assert back["usd_per_rack_hour"][0] == 14.0 * 72 and back["gpus_billed"][0] == 16
+    assert back["output_tps_per_gpu"][0] == pytest.approx(r.output_tps_per_gpu)
+    assert back["break_even_usd_per_gpu_hour"][0] == pytest.approx(r.break_even_usd_per_gpu_hour)
+    assert back["baseline_8gpu_node"][0] == "mi355x-vllm"
+    # a name a spreadsheet would run is quoted; a measured row says so
+    planted = dataclasses.replace(r, name='=HYPERLINK("http://x")', emulated=False)
+    again = pd.read_csv(io.StringIO(csvsafe.to_csv(pd.DataFrame(rackscale.table([planted])))))
+    assert again["target"][0].startswith("'=HYPERLINK") and again["figures"][0] == "measured"
+
+
+def test_the_shape_says_whether_the_recipe_arms_mtp_is_served():
+    from bakeoff.report.rackscale import _shape
+
+    def target(**extra):
+        raw = synthetic.plan_dict(names=NAMES, concurrency=(1,))
+        raw["targets"][1] = {"name": "gb200", "provider": "local", "recipe": "dsr1-fp4-gb200-dynamo-trt", **extra}
+        return plan_from_dict(raw).targets[1]
+
+    assert _shape(target(recipe_arm=0)).endswith("(in the NVLink domain), MTP k=3")
+    assert _shape(target(recipe_arm=0, speculative=None)).endswith(", MTP in the recipe, not served")
+    assert "MTP" not in _shape(target(recipe_arm=5))  # an stp arm

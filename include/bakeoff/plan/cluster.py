@@ -59,6 +59,11 @@ class ClusterRole(Strict):
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
 
+    @property
+    def parallelism(self) -> str:
+        """'TP4 EP4 DP-attn': one worker's parallelism, as plan check prints a target's."""
+        return f"TP{self.tp} EP{self.ep}" + (" DP-attn" if self.dp_attention else "")
+
     def nodes_needed(self, node_gpus: int) -> int:
         """Nodes these workers take: small workers pack into a node, a large one spans whole nodes."""
         per = self.gpus_per_worker

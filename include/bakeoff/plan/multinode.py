@@ -39,6 +39,13 @@ TRAY_GPUS = 4
 # 800 Gb/s; MI355X platforms Pollara 400 Gb/s). Vendor datasheets as published by 2026-12; not checked
 # against a stored source here, so the model's transfer times carry them as assumptions.
 SCALE_OUT_GBPS = {"b200": 50.0, "gb200": 50.0, "b300": 100.0, "gb300": 100.0, "mi355x": 50.0}
+# An MTP arm's draft tokens and pinned acceptance, from the settings InferenceX passes its workers: the
+# recipe file's name ("..._mtp3.yaml", "8k1k_mtp2_throughput_1p1d.yaml"), DECODE_MTP_SIZE=3 (MoRI's
+# SGLang PD) and SYNTHETIC_ACCEPTANCE_LENGTH=2.49 (vLLM's synthetic acceptance). An arm that names no
+# count gets MTP_DEFAULT_DRAFT_TOKENS: 3, what most of the snapshot's MTP arms that name one run (mtp3).
+_DRAFTS_RE = re.compile(r"(?:MTP_SIZE=|mtp)(\d{1,2})(?!\d)")
+_AL_RE = re.compile(r"SYNTHETIC_ACCEPTANCE_LENGTH=(\d{1,2}(?:\.\d+)?)")
+MTP_DEFAULT_DRAFT_TOKENS = 3
 
 
 class Role(BaseModel):
@@ -185,6 +192,26 @@ def pick_arm(r: MultinodeRecipe, index: Any) -> int:
     return index
 
 
+def arm_speculative(model: str, arm: Arm) -> dict[str, Any] | None:
+    """The target's ``speculative`` an arm's MTP renders into (plan.serving_options.Speculative), or None
+    without speculative decoding: the draft tokens its settings name (decode's first); an arm that pins
+    acceptance (its synthetic acceptance length) pinned at that length, its draft tokens where it names
+    none those at which the model's golden curve has that length; else MTP_DEFAULT_DRAFT_TOKENS."""
+    if arm.speculative is None:
+        return None
+    settings = [*arm.decode.settings, *arm.prefill.settings]
+    drafts = next((int(m.group(1)) for s in settings if (m := _DRAFTS_RE.search(s))), None)
+    al = next((float(m.group(1)) for s in settings if (m := _AL_RE.search(s))), None)
+    if drafts is None and al is not None:
+        curve = {k: catalog.golden_acceptance_length(model, k, method=arm.speculative) for k in range(1, 17)}
+        drafts = next((k for k, v in curve.items() if v is not None and abs(v - al) < 0.005), None)
+    drafts = drafts or MTP_DEFAULT_DRAFT_TOKENS
+    out: dict[str, Any] = {"method": arm.speculative, "num_speculative_tokens": drafts}
+    if al is not None and 1 <= al <= drafts + 1:
+        out.update(acceptance="pinned", acceptance_length=al)
+    return out
+
+
 def rack_shape(gpu: str) -> str | None:
     """The NVL72 rack shape a rack-scale GPU's recipe runs on (catalog clusters.yaml), else None."""
     return next((name for name, row in racks().items() if row.get("gpu") == gpu), None)
@@ -262,6 +289,9 @@ def cluster_template(
     if r.kv_transfer in KV_TRANSFERS:
         cluster["kv_transfer"] = r.kv_transfer
     out["cluster"] = {**cluster, **own}
+    spec = arm_speculative(r.model, arm)
+    if spec is not None:
+        out["speculative"] = spec  # the target's own keys win (plan.target merges them)
     if it is not None and it.usd_per_hour is None:
         out["price"] = tco_price(r.gpu)
     return out
@@ -306,6 +336,7 @@ def provenance(recipe_name: str | None, arm_index: int | None) -> dict[str, Any]
         "osl": arm.osl,
         "concurrency": list(arm.concurrency),
         "speculative": arm.speculative,
+        "speculative_rendered": arm_speculative(r.model, arm),
         "settings": {"prefill": list(arm.prefill.settings), "decode": list(arm.decode.settings)},
         "source": f"{src.get('repo')} {r.source_file}",
         "commit": src.get("commit"),

@@ -99,8 +99,9 @@ def check_arg(v: str) -> str:
 
 
 def _from_multinode_recipe(data: dict[str, Any], r: multinode.MultinodeRecipe) -> dict[str, Any]:
-    """One arm of a multi-node recipe as the target's fields (its ``cluster`` merged key by key with
-    the target's own); the target's other fields win as with any recipe."""
+    """One arm of a multi-node recipe as the target's fields (its ``cluster`` and an MTP arm's
+    ``speculative`` merged key by key with the target's own; ``speculative: null`` serves without); the
+    target's other fields win as with any recipe."""
     template = multinode.cluster_template(
         r,
         data.get("recipe_arm"),
@@ -112,7 +113,14 @@ def _from_multinode_recipe(data: dict[str, Any], r: multinode.MultinodeRecipe) -
     if template.get("price") is None or "price" in data:
         template.pop("price", None)
     arm = multinode.pick_arm(r, data.get("recipe_arm"))
-    return {**template, **{k: v for k, v in data.items() if k != "cluster"}, "recipe_arm": arm}
+    own = {k: v for k, v in data.items() if k != "cluster"}
+    if isinstance(own.get("speculative"), dict) and isinstance(template.get("speculative"), dict):
+        mine, arms = own["speculative"], dict(template["speculative"])
+        if {"method", "num_speculative_tokens", "acceptance"} & set(mine):  # the arm's pinned length fits its own
+            arms.pop("acceptance", None)
+            arms.pop("acceptance_length", None)
+        own["speculative"] = {**arms, **mine}  # key by key, the target's win
+    return {**template, **own, "recipe_arm": arm}
 
 
 class Target(Strict):

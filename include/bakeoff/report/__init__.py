@@ -40,7 +40,7 @@ def build_report(
     import pandas as pd  # noqa: PLC0415 - pandas only when a report is built
 
     from bakeoff import store  # noqa: PLC0415 - pandas (store) only when a report is built
-    from bakeoff.report import csvsafe, data, html, markdown, pdf, provisioning  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
+    from bakeoff.report import csvsafe, data, html, markdown, pdf, provisioning, rackscale  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
 
     t0 = time.perf_counter()
     run_dir, out_dir = at(run_dir), at(out_dir)
@@ -61,6 +61,8 @@ def build_report(
             ("targets", d.tables.targets),
             # per cloud target: the type that ran, offers tried, refusals, times (none without a cloud target)
             ("provisioning", pd.DataFrame(provisioning.table(d.provisioning)) if d.provisioning else None),
+            # per cluster target and workload: rack-scale price, throughput, break-even, energy (none without one)
+            ("rack_scale", pd.DataFrame(rackscale.table(d.rack_scale)) if d.rack_scale else None),
         ):
             if frame is not None:
                 name = f"{stem}-{kind.replace('_', '-')}.csv"

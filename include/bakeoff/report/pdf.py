@@ -250,6 +250,54 @@ def _provisioning(pdf: Brief, d: ReportData) -> None:
     )
 
 
+def _rack_scale(pdf: Brief, d: ReportData) -> None:
+    """Per cluster target and workload (report.rackscale): price per GPU- and rack-hour, throughput per
+    GPU and per rack at the SLO, cost beside the cheapest 8-GPU node, break-even, energy; EMULATED per row."""
+    if not d.rack_scale:
+        return
+    pdf.h2("Rack scale")
+    rows = []
+    for r in d.rack_scale:
+        vs = f"{r.baseline} {fmt(r.baseline_usd_per_m)}" if r.baseline else "no 8-GPU node at the SLO"
+        energy = f"{fmt(r.joules_per_output_token)} {r.energy_source.split(':')[0]}" if r.energy_source else "–"
+        rows.append(
+            [
+                r.workload,
+                f"{r.name}{' [EMULATED]' if r.emulated else ''}",
+                r.shape,
+                fmt(r.gpus),
+                f"{fmt(r.usd_per_gpu_hour)} / {fmt(r.usd_per_rack_hour)}",
+                f"{fmt(r.output_tps_per_gpu)} / {fmt(r.output_tps_per_rack)}",
+                fmt(r.usd_per_m),
+                vs,
+                fmt(r.break_even_usd_per_gpu_hour),
+                energy,
+            ]
+        )
+    pdf.grid(
+        [
+            "workload",
+            "target",
+            "shape",
+            "GPUs billed",
+            "USD/GPU-h / rack-h",
+            "out tok/s GPU / rack",
+            f"USD/M {d.basis} at SLO",
+            "vs 8-GPU node",
+            "break-even USD/GPU-h",
+            "J/out token",
+        ],
+        rows,
+        (16, 26, 28, 10, 20, 20, 14, 20, 14, 14),
+    )
+    pdf.para(
+        "A rack is 72 GPUs (an NVL72 rack; 8-GPU nodes counted per 72 GPUs), every node of a target billed. "
+        "Break-even: the GPU-hour price below which the cluster costs less per million tokens than the 8-GPU node "
+        "at the same SLO. Rows marked [EMULATED] are the hardware emulator's figures.",
+        size=7,
+    )
+
+
 def _build(d: ReportData, compact: bool) -> Brief:
     pdf = Brief(d)
     pdf.add_page()
@@ -324,6 +372,7 @@ def _build(d: ReportData, compact: bool) -> Brief:
         pdf.h2("Did not pass — not ranked")
         pdf.bullets([f"{r['name']}: {STATUS_TEXT[r['status']]} — {r['failures']}" for _, r in dnp.iterrows()])
     _provisioning(pdf, d)
+    _rack_scale(pdf, d)
     pdf.h2("What was measured and how")
     pdf.bullets(_measured_how(d))
     pdf.h2("Caveats")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import cost
+from bakeoff.plan import multinode
 from bakeoff.plan.cluster import racks
 
 if TYPE_CHECKING:
@@ -60,14 +61,23 @@ def _num(row: Any, key: str) -> float:
     return v if math.isfinite(v) else math.nan
 
 
+def _speculative(t: Target) -> str:
+    """', MTP k=3' when the target serves speculative decoding; ', MTP in the recipe, not served' when its
+    recipe arm has it and the target turned it off (plan.multinode.arm_speculative)."""
+    if t.speculative is not None:
+        return f", {t.speculative.method.upper()} k={t.speculative.num_speculative_tokens}"
+    arm = (multinode.provenance(t.recipe, t.recipe_arm) or {}).get("speculative")
+    return f", {arm.upper()} in the recipe, not served" if arm else ""
+
+
 def _shape(t: Target) -> str:
     c = t.cluster
     if c is None:
         return "1 node"
     if c.rack:
         trays = racks()[c.rack]["trays"]
-        return f"{c.rack}: {t.nodes} of {trays} trays, KV {c.kv_label}"
-    return f"{t.nodes} nodes of {t.instance.gpus} GPUs, KV {c.kv_label}"
+        return f"{c.rack}: {t.nodes} of {trays} trays, KV {c.kv_label}{_speculative(t)}"
+    return f"{t.nodes} nodes of {t.instance.gpus} GPUs, KV {c.kv_label}{_speculative(t)}"
 
 
 def _baseline(plan: Plan, at: pd.DataFrame, basis: str) -> Any:
@@ -124,3 +134,36 @@ def rows(plan: Plan, at_slo: pd.DataFrame, basis: str) -> list[RackRow]:
                 )
             )
     return out
+
+
+def stamp(r: RackRow) -> str:
+    """What the row's figures are: EMULATED (the hardware emulator's) or measured."""
+    return "EMULATED" if r.emulated else "measured"
+
+
+def table(rows: list[RackRow]) -> list[dict[str, Any]]:
+    """The section as flat records, one per cluster target and workload (the report's rack-scale CSV):
+    the Markdown, HTML and PDF tables' figures unrounded, ``figures`` EMULATED or measured per row."""
+    return [
+        {
+            "workload": r.workload,
+            "target": r.name,
+            "figures": stamp(r),
+            "shape": r.shape,
+            "nodes": r.nodes,
+            "gpus_billed": r.gpus,
+            "usd_per_gpu_hour": r.usd_per_gpu_hour,
+            "usd_per_rack_hour": r.usd_per_rack_hour,
+            "usd_per_target_hour": r.usd_per_target_hour,
+            "price_source": r.price_source,
+            "output_tps_per_gpu": r.output_tps_per_gpu,
+            "output_tps_per_rack": r.output_tps_per_rack,
+            "usd_per_m_at_slo": r.usd_per_m,
+            "baseline_8gpu_node": r.baseline,
+            "baseline_usd_per_m": r.baseline_usd_per_m,
+            "break_even_usd_per_gpu_hour": r.break_even_usd_per_gpu_hour,
+            "joules_per_output_token": r.joules_per_output_token,
+            "energy_source": r.energy_source,
+        }
+        for r in rows
+    ]
