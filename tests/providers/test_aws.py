@@ -10,7 +10,8 @@ from botocore.exceptions import ClientError
 from cloud_helpers import launch_args, make_target, new_run_id
 
 from bakeoff.providers import CapacityError, ProviderError
-from bakeoff.providers.aws import AwsProvider, client_token
+from bakeoff.providers.aws import AwsProvider
+from bakeoff.providers.aws.api import client_token
 
 
 def _ec2(creds, region="us-east-1"):

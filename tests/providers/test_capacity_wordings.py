@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from oci.exceptions import ServiceError
 
-from bakeoff.providers.aws import CAPACITY_CODES
+from bakeoff.providers.aws.instance import CAPACITY_CODES
 from bakeoff.providers.oci.instance import is_capacity
 from bakeoff.providers.rest import CAPACITY_RE, refusal_reason
 

@@ -314,6 +314,24 @@ def test_a_re_provision_after_terminate_gets_a_new_node(creds, fake, monkeypatch
     p.terminate(second.id)
 
 
+def test_each_shape_in_an_availability_domain_launches_with_its_own_retry_token(creds, fake):
+    """Instance-type fallback asks the same domain for a second shape: another request, so another token
+    (reusing the refused first shape's would be answered as that request); a retry of one keeps its own."""
+    rid, slug = new_run_id(), make_target().slug
+    mi355x, b200 = (retry_token(rid, slug, AD1, 0, s) for s in ("BM.GPU.MI355X.8", "BM.GPU.B200.8"))
+    assert mi355x != b200 and len(mi355x) == len(b200) == 64
+    assert retry_token(rid, slug, AD1, 0, "BM.GPU.B200.8") == b200  # a retried launch: the same token
+    assert retry_token(rid, slug, AD1, 1, "BM.GPU.B200.8") != b200 != retry_token(rid, slug, AD2, 0, "BM.GPU.B200.8")
+    p, t = OciProvider(creds), make_target()
+    inst = p.create(t, rid, **launch_args(rid, t))
+    try:  # the launch sent its shape's token (the fake keeps the tokens of the creates it answered)
+        sent = {token for _, token in fake._tokens}
+        assert retry_token(rid, t.slug, AD1, 0, t.instance_type) in sent
+        assert retry_token(rid, t.slug, AD1) not in sent
+    finally:
+        p.terminate(inst.id)
+
+
 def test_a_service_limit_reached_is_a_capacity_refusal_naming_the_limit(creds, fake):
     """The fake holds the tenancy's service limits; a launch past one is OCI's 400 LimitExceeded."""
     p, t, rid = OciProvider(creds), make_target(), new_run_id()

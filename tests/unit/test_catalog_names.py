@@ -12,7 +12,8 @@ from bakeoff import catalog
 from bakeoff.cli import main
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.plan.names import unverified_names
-from bakeoff.providers import aws, digitalocean, vultr
+from bakeoff.providers import digitalocean, vultr
+from bakeoff.providers.aws.instance import DEFAULT_SSM_PARAMETER
 
 CLOUDS = ("aws", "oci", "vultr", "digitalocean")
 
@@ -34,7 +35,7 @@ def test_a_name_ref_without_a_date_is_refused():
 
 def test_the_catalog_defaults_are_the_ones_the_providers_launch():
     images = catalog.default_images()
-    assert images["aws"].value == aws.DEFAULT_SSM_PARAMETER
+    assert images["aws"].value == DEFAULT_SSM_PARAMETER
     assert images["digitalocean"].value == digitalocean.DEFAULT_IMAGE
     assert images["vultr"].value == vultr.DEFAULT_OS_ID
 

@@ -6,7 +6,7 @@ instance as an Instance), ``network`` (the node's network security group) and ``
 run's nodes anywhere in the tenancy). This module joins them into the lifecycle's hooks.
 
 Why each safeguard:
-- ``opc-retry-token`` derived from run, target, availability domain and launch count, plus a lookup by
+- ``opc-retry-token`` derived from run, target, availability domain, launch count and shape, plus a lookup by
   freeform tag before launching (tokens expire after a day), so a retried task never starts a second
   node and a re-provision after a terminated one gets a fresh node.
 - A shutdown timer in user-data: the node powers itself off even if Airflow is dead (a STOPPED

@@ -36,13 +36,16 @@ GONE = ("TERMINATING", "TERMINATED")
 TAGS = node_tags.OCI_FREEFORM
 
 
-def retry_token(run_id: str, target_slug: str, placement: str, launch: int = 0) -> str:
+def retry_token(run_id: str, target_slug: str, placement: str, launch: int = 0, shape: str = "") -> str:
     """OCI dedupes a create by this (at most 64 characters) for 24 hours. ``launch`` counts the target's
     earlier recorded launches, as EC2's ClientToken does: a re-provision after a terminated node gets a
     new node (not the terminated one handed back, nor a refusal), while a retry of one launch stays
-    idempotent (and must send the same body: OCI refuses a used token with a changed request)."""
+    idempotent (and must send the same body: OCI refuses a used token with a changed request). A
+    launch names its ``shape``: with instance-type fallback the next shape in the same availability
+    domain is another request, so it must not reuse the token of the shape refused before it."""
     seq = f"/{launch}" if launch else ""
-    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}{seq}".encode()).hexdigest()[:64]
+    of = f"#{shape}" if shape else ""
+    return hashlib.sha256(f"bakeoff/{run_id}/{target_slug}/{placement}{seq}{of}".encode()).hexdigest()[:64]
 
 
 def region_of(ocid: str, default: str) -> str:

@@ -1,7 +1,7 @@
 """OCI instances: where a target launches (its subnet's region, that region's availability
 domains), its image, one LaunchInstance with its retry token, and an instance as bakeoff's Instance.
 
-The ``opc-retry-token`` is derived from run, target, availability domain and launch count (api.py), so
+The ``opc-retry-token`` is derived from run, target, availability domain, launch count and shape (api.py), so
 a retried launch never starts a second node and a re-provision after a terminated one gets a fresh
 node. Capacity and limit refusals ("Out of host capacity", LimitExceeded) move the create to the next
 domain. Instance ids are plain OCIDs; the region comes from the OCID.
@@ -135,7 +135,7 @@ class Nodes(OciApi):
     ) -> Instance:
         """One LaunchInstance; a lost answer or a 5xx is retried with the same token and body (no second node)."""
         opts = options_of(target)
-        token = retry_token(run_id, target.slug, ad, launch)
+        token = retry_token(run_id, target.slug, ad, launch, target.instance_type or "")
         details = oci.core.models.LaunchInstanceDetails(
             availability_domain=ad,
             compartment_id=compartment,

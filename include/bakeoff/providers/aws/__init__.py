@@ -1,0 +1,138 @@
+"""AWS EC2: NVIDIA Blackwell / Hopper nodes (p6-b200, p6-b300, p5en, p5) with boto3.
+
+The provider is four parts, each a module: ``api`` (the session, one client per service and region,
+the account's regions, the client token and instance ids), ``network`` (the run+target's security
+group and its cleanup), ``instance`` (the AMI, one RunInstances, an EC2 instance as an Instance,
+describe, terminate, console log) and ``search`` (a run's nodes in every region). This module joins
+them into the lifecycle's hooks.
+
+Why each safeguard:
+- ``ClientToken`` derived from run, target and placement, plus a lookup by tag before launching,
+  so a retried task (or a lost response) never starts a second instance.
+- ``InstanceInitiatedShutdownBehavior=terminate`` and a ``shutdown`` timer in user-data: the
+  cloud-side kill switch that fires even if Airflow is dead.
+- Capacity errors fail over along the plan's ordered zones/regions; the final error names every
+  placement tried and why it was refused.
+Instance ids are ``<region>/<i-...>`` so describe/terminate need no region lookup.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from bakeoff.providers import tags as node_tags
+from bakeoff.providers.aws.api import options_of
+from bakeoff.providers.aws.instance import CAPACITY_CODES, QUOTA_CODES
+from bakeoff.providers.aws.search import Search
+from bakeoff.providers.base import (
+    CloudProvider,
+    Instance,
+    LaunchSpec,
+    PartialListing,
+    Placement,
+    ProviderError,
+    Refused,
+    reachable,
+)
+from bakeoff.providers.boot import UserDataBoot
+
+if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+    from bakeoff.plan.target import Target
+
+log = logging.getLogger(__name__)
+
+
+class AwsProvider(Search, UserDataBoot, CloudProvider[None]):
+    name = "aws"
+    tag_codec: node_tags.Pairs = node_tags.EC2
+
+    # placement ------------------------------------------------------------------
+    def placements(self, target: Target, context: None = None) -> list[Placement]:
+        """Regions (each with its zones, or none) in the order the plan gives: zones within their region first."""
+        opts = options_of(target)
+        regions = list(opts.regions) or list(target.instance.regions[:1]) or [self.default_region]
+        for z in opts.zones:
+            if z[:-1] not in regions:
+                regions.append(z[:-1])
+        out: list[Placement] = []
+        for r in regions:
+            zones = [z for z in opts.zones if z[:-1] == r]
+            out += [Placement(r, z) for z in zones] or [Placement(r)]
+        return out
+
+    # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------
+    def require(self, target: Target) -> None:
+        opts = options_of(target)
+        if not opts.ingress_cidr and not opts.security_group_ids:
+            raise ProviderError(
+                f"targets.{target.name}.provider_options.ingress_cidr: set the CIDR the benchmark client "
+                "reaches the node from (e.g. 203.0.113.7/32), or give security_group_ids"
+            )
+
+    def find_existing(self, target: Target, run_id: str) -> Instance | None:
+        try:
+            mine = self.list_tagged(run_id)
+        except PartialListing as e:  # only a region this target may launch in matters for the reuse check
+            if {p.region for p in self.placements(target)} & set(e.errors):
+                raise
+            mine = e.found
+        return next((i for i in mine if i.target == target.slug), None)
+
+    def launch(
+        self,
+        target: Target,
+        run_id: str,
+        place: Placement,
+        script: str,
+        tags: dict[str, str],
+        spec: LaunchSpec,
+        context: None,
+    ) -> Instance:
+        try:
+            return self._launch(
+                target, run_id, self.tag_codec.encode(tags), script, place.region, place.zone, spec.launch
+            )
+        except ClientError as e:
+            code, msg = e.response["Error"]["Code"], e.response["Error"].get("Message", "")
+            if code == "IdempotentParameterMismatch":
+                return self._token_owner(target, run_id, place.where)
+            if code in CAPACITY_CODES:
+                raise Refused("quota" if code in QUOTA_CODES else "capacity", code) from None
+            raise ProviderError(
+                f"aws: RunInstances {target.instance_type} in {place.where} failed: {code}: {msg}"
+            ) from None
+
+    def capacity_advice(self, target: Target) -> str:
+        return (
+            f"Add zones/regions to targets.{target.name}.provider_options, raise the vCPU quota, or reserve a "
+            "Capacity Block (provider_options.capacity_reservation_id)"
+        )
+
+    def _token_owner(self, target: Target, run_id: str, where: str, looks: int = 5, pause_s: float = 2.0) -> Instance:
+        """EC2 says this launch's token was used with other parameters (an earlier attempt of the same
+        launch, before the AMI parameter or the staged client bundle's address changed): that attempt's
+        node exists, so find it by tag; launching again would start a second one."""
+        for look in range(looks):
+            for inst in self.list_tagged(run_id):
+                if inst.target == target.slug:
+                    log.info("aws: %s: the launch token's node is %s; reusing it", target.slug, inst.id)
+                    return inst
+            if look < looks - 1:
+                time.sleep(pause_s)
+        raise ProviderError(
+            f"aws: RunInstances {target.instance_type} in {where}: the launch token of {target.name} was "
+            "used by an earlier attempt whose node is not listed yet (IdempotentParameterMismatch); "
+            "retry the provision task in a minute (a new launch would start a second node)"
+        )
+
+    def check_ready(self, instance: Instance) -> Instance | None:
+        return reachable(
+            self,
+            instance,
+            ended=lambda i: i.details.get("ec2_state") in ("shutting-down", "terminated", "stopping", "stopped"),
+            status=lambda i: i.details.get("ec2_state"),
+        )
