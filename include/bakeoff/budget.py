@@ -107,7 +107,7 @@ def guard_usd_per_hour(target: Target) -> float:
     A static endpoint is priced at its contract price alone: bakeoff launches nothing there, so no
     cloud bills it at list (and one described by ``hardware`` has no list price at all). A target with
     several offers (``instance_types``) is budgeted at its dearest, whichever the cloud ends up giving."""
-    offers = getattr(target, "offers", None) or []
+    offers = target.offers
     if len(offers) > 1:
         return max(guard_usd_per_hour(target.ran_as(x)) for x in offers)
     if not PROVIDERS[target.provider].launches:
@@ -116,7 +116,7 @@ def guard_usd_per_hour(target: Target) -> float:
     if listed is None:
         listed = reference_usd_per_hour(target.instance)
     # a cluster target bills every one of its nodes
-    return max(x for x in (listed, target.usd_per_hour) if x is not None) * getattr(target, "nodes", 1)
+    return max(x for x in (listed, target.usd_per_hour) if x is not None) * target.nodes
 
 
 def resolve_ceiling(value: Any = None) -> float:
