@@ -30,7 +30,7 @@ MAX_LITTLE_ITER = 30
 
 def _lengths(w: Workload) -> tuple[int, int, int]:
     """(input, output, input that needs prefill: the shared prefix is cached after the first request)."""
-    new = int(round(w.input_len * (1 - getattr(w, "prefix_ratio", 0.0))))
+    new = int(round(w.input_len * (1 - w.prefix_ratio)))
     return w.input_len, w.output_len, max(1, new)
 
 
@@ -105,7 +105,7 @@ def _at_slo(tw: TargetTwin, w: Workload, slo: Slo, usd_per_hour: float, gpus: in
 
 def _workload(tw: TargetTwin, w: Workload, plan: Plan, t: Target) -> dict[str, Any]:
     out: dict[str, Any] = {"workload": w.name}
-    if getattr(w, "kind", "requests") == "sessions" or w.load in ("trace", "sla"):
+    if w.kind == "sessions" or w.load in ("trace", "sla"):
         out["points"] = []
         out["note"] = f"{'sessions' if w.kind == 'sessions' else w.load} workload: priced as run time only"
         return out
