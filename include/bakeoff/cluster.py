@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -360,6 +361,12 @@ def kv_seconds_per_token(target: Any) -> float:
     )
 
 
+def node_cert(result: ClusterResult) -> str | None:
+    """The certificate the cluster's nodes serve with (one per target: serving.tls.node_identity), if any."""
+    certs = {((n.instance or {}).get("details") or {}).get("tls_cert") for n in result.nodes}
+    return next((c for c in certs if c), None)
+
+
 def role_urls(result: ClusterResult, role: str) -> list[str]:
     return [Instance.from_dict(n.instance or {}).base_url for n in result.by_role(role)]
 
@@ -395,13 +402,15 @@ def start_router(
     result: ClusterResult, target: Any, workdir: Path, *, expires_at: float | None = None, timeout_s: float = 30.0
 ) -> Router:
     """Start the router (serving.emulator.router) over the cluster's prefill and decode nodes on
-    loopback; it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox)."""
+    loopback; it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox);
+    nodes with a pinned certificate (``details["tls_cert"]``, one per target) are reached over it."""
     config = {
         "prefill": role_urls(result, "prefill"),
         "decode": role_urls(result, "decode"),
         "kv_s_per_token": kv_seconds_per_token(target),
         "time_scale": target.emulator.time_scale,
         "expires_at": expires_at,
+        "tls_cert": node_cert(result),
     }
     workdir.mkdir(parents=True, exist_ok=True)
     cfg, port_file, log_path = workdir / "router.json", workdir / "router.port", workdir / "router.log"
@@ -442,6 +451,10 @@ def check_roles(
     ProviderError naming the role and node that does not (the deploy failure a person acts on)."""
     import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
 
+    from bakeoff.serving.tls import pinned_context  # noqa: PLC0415 - only a cluster's readiness pins its nodes
+
+    cert = node_cert(result)
+    verify: ssl.SSLContext | bool = pinned_context(cert) if cert else True
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     want = target.served_model_id
     pending = [n for n in result.nodes if n.role in ("prefill", "decode")]
@@ -451,8 +464,8 @@ def check_roles(
         for n in list(pending):
             url = Instance.from_dict(n.instance or {}).base_url
             try:
-                health = httpx.get(f"{url}/health", timeout=min(5.0, timeout_s))
-                models = httpx.get(f"{url}/v1/models", headers=headers, timeout=min(5.0, timeout_s))
+                health = httpx.get(f"{url}/health", timeout=min(5.0, timeout_s), verify=verify)
+                models = httpx.get(f"{url}/v1/models", headers=headers, timeout=min(5.0, timeout_s), verify=verify)
                 ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
             except (httpx.HTTPError, ValueError) as e:
                 why[n.index] = f"{type(e).__name__}: {e}"
@@ -469,6 +482,34 @@ def check_roles(
             )
         if pending:
             time.sleep(poll_s)
+
+
+def check_emulated(result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 60.0) -> None:
+    """Every serving node serves the target's model and its /version says ``emulated`` (the emulator
+    says so): the emulated router may front it. ProviderError naming the node that is not, so a
+    provider that claims emulated nodes (``Provider.emulated_nodes``) on a real cloud is caught."""
+    import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
+
+    from bakeoff.serving.tls import pinned_context  # noqa: PLC0415 - only a cluster's readiness pins its nodes
+
+    check_roles(result, target, api_key, timeout_s=timeout_s)
+    cert = node_cert(result)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    for n in result.nodes:
+        if n.role not in ("prefill", "decode"):
+            continue
+        url = Instance.from_dict(n.instance or {}).base_url
+        try:
+            r = httpx.get(f"{url}/version", headers=headers, timeout=5.0, verify=pinned_context(cert) if cert else True)
+            emulated = r.status_code == 200 and r.json().get("emulated") is True
+        except (httpx.HTTPError, ValueError, AttributeError):
+            emulated = False
+        if not emulated:
+            raise ProviderError(
+                f"cluster {target.name}: {n.role} node {n.index} does not say it is emulated (/version); the "
+                "emulated router fronts emulator-backed nodes only, and a cloud cluster's roles are not started"
+            )
+        n.instance = {**(n.instance or {}), "details": {**((n.instance or {}).get("details") or {}), "emulated": True}}
 
 
 def provenance(result: ClusterResult, target: Any) -> list[dict[str, Any]]:

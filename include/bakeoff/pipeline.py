@@ -297,19 +297,26 @@ def _provision_cluster(
     """A target spanning nodes: every node up within ``cluster.deadline_s`` or every node released
     (bakeoff.cluster), then the emulated router in front; what later steps reach is the router. Each
     node is a launch of the target (so teardown knows every id); cluster.json holds the timeline and
-    each node's role, image, args and instance. Emulated clusters only: a cloud cluster needs the
-    recipe's orchestrator on its nodes, which bakeoff does not render yet."""
+    each node's role, image, args and instance. Emulator-backed nodes only (``Provider.emulated_nodes``:
+    the local provider, a sandbox cloud), each checked to say so before the router fronts it: a real
+    cloud cluster needs the recipe's orchestrator on its nodes, which bakeoff does not render yet."""
     from bakeoff import cluster  # noqa: PLC0415 - only a cluster target needs the cluster layer
 
-    if not PROVIDERS[target.provider].emulated:
+    if not provider.emulated_nodes:
         raise ProviderError(
             f"targets.{target.name}.cluster: bakeoff provisions a {target.provider} cluster all or nothing "
-            "(benchmarks/rack_scale.py rehearses it in the sandbox) but does not yet start the recipe's "
-            "orchestrator on cloud nodes, so a run serves a cluster target on the local provider only"
+            "but does not yet start the recipe's roles on real cloud nodes (prefill and decode workers with "
+            "their KV transfer engine, and the router), so a cluster target runs where every node is "
+            "emulator-backed: the local provider, or a sandbox cloud (python -m bakeoff_sandbox)"
         )
     res = cluster.provision(provider, target, rid, tags=tags, spec=spec)
     tdir = store.target_dir(plan.name, rid, target.slug)
     try:
+        if spec.tls:  # each node serves over the target's pinned certificate, as node_ready records it
+            for n in res.nodes:
+                (n.instance or {}).setdefault("details", {})["tls_cert"] = spec.tls["cert"]
+        if not PROVIDERS[target.provider].emulated:  # a cloud's nodes must show they run the emulator
+            cluster.check_emulated(res, target, spec.api_key, timeout_s=res.deadline_s)
         router = cluster.start_router(
             res,
             target,

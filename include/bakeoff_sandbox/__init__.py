@@ -100,6 +100,7 @@ class Sandbox:
                 "endpoint_url": self.moto.url,
                 "address_map_url": amap,
                 "regions": AWS_REGIONS,
+                "emulated_nodes": True,  # each node boots the emulator (Backing): cluster targets may run here
             },
             "vultr": {**rest, "base_url": f"{self.clouds.url}/vultr/v2"},
             "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
@@ -153,6 +154,7 @@ class Sandbox:
                     "endpoint_url": self.moto.url,
                     "bakeoff_address_map_url": amap,
                     "bakeoff_regions": AWS_REGIONS,
+                    "bakeoff_emulated_nodes": True,
                 },
             },
             "AIRFLOW_CONN_VULTR_DEFAULT": {

@@ -142,6 +142,9 @@ def list_best_effort(provider: Provider, run_id: str | None) -> tuple[list[Insta
 class Provider(abc.ABC):
     name: str
     poll_s: float | None = None  # how often wait_ready looks (None: a fiftieth of its timeout, 0.05 s to 5 s)
+    # every node it creates runs the hardware emulator from its boot script (the local provider; a sandbox
+    # cloud whose credentials say ``emulated_nodes``): what lets a cluster target run here (pipeline)
+    emulated_nodes: bool = False
 
     def include(self, targets: list[Target]) -> None:
         """Widen what ``list_tagged`` searches to where these plan targets launch (no-op for most clouds)."""

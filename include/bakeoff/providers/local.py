@@ -70,6 +70,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 class LocalProvider(Provider):
     name = "local"
     poll_s = 0.05  # the emulator is up in well under a second
+    emulated_nodes = True
 
     def __init__(
         self,

@@ -66,6 +66,7 @@ class AwsApi:
         creds = dict(credentials or {})
         self.endpoint_url = creds.pop("endpoint_url", None)
         self.address_map_url = creds.pop("address_map_url", None)
+        self.emulated_nodes: bool = bool(creds.pop("emulated_nodes", False))  # the sandbox's EC2 says so
         extra_regions = creds.pop("regions", None) or []
         session = creds.pop("session", None)
         self.session = session or boto3.Session(**{k: v for k, v in creds.items() if v})

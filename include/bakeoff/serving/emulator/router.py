@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import durable
 from bakeoff.serving.emulator.server import KV_IN_HEADER, until_stopped
+from bakeoff.serving.tls import pinned_context
 
 log = logging.getLogger("bakeoff.emulator.router")
 
@@ -42,6 +43,7 @@ class RouterConfig(BaseModel):
     kv_s_per_token: float = Field(0.0, ge=0, description="KV transfer seconds per prompt token (emulated time)")
     time_scale: float = Field(1.0, gt=0, description="multiplies the KV wait, as the nodes multiply their delays")
     expires_at: float | None = Field(None, description="epoch seconds; the router exits by itself then")
+    tls_cert: str | None = Field(None, description="the nodes' pinned certificate (PEM) when they serve https")
 
 
 CONFIG = web.AppKey("router_config", RouterConfig)
@@ -55,7 +57,12 @@ def build_app(config: RouterConfig) -> web.Application:
     app[STATE] = {"prefill": itertools.cycle(config.prefill), "inflight": dict.fromkeys(config.decode, 0)}
 
     async def _session(app: web.Application) -> AsyncIterator[None]:
-        app[SESSION] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        # nodes booted with a per-node certificate (a sandbox cloud) are reached over it, pinned
+        pinned = pinned_context(config.tls_cert) if config.tls_cert else None
+        app[SESSION] = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            connector=aiohttp.TCPConnector(ssl=pinned) if pinned else None,
+        )
         yield
         await app[SESSION].close()
 
