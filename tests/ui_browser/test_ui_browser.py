@@ -362,8 +362,11 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
         plan.send_keys("local-demo")
     else:  # a Param with an enum: a react-select combobox; type to filter, then pick the exact option
         plan.find_element(By.CSS_SELECTOR, "input[role=combobox]").send_keys("local-demo")
+        # the option reads as the DAG labels it (with the plan's predicted spend where the index has it)
+        shown = ((params["plan"].get("schema") or {}).get("values_display") or {}).get("local-demo", "local-demo")
         _wait(browser).until(
-            EC.element_to_be_clickable((By.XPATH, "//*[@role='option' and normalize-space()='local-demo']"))
+            EC.element_to_be_clickable((By.XPATH, f'//*[@role="option" and normalize-space()="{shown}"]')),
+            f"no option {shown!r} in the plan list",
         ).click()
     trigger = _wait(browser).until(
         EC.element_to_be_clickable(
