@@ -4,9 +4,9 @@ pipeline writes them (a first offer refused, the second launched)."""
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import pandas as pd
+from brief_spy import BriefSpy
 
 from bakeoff import facts, store
 from bakeoff.plan import load_plan
@@ -25,26 +25,12 @@ def _rows(rdir, plan, tried: list[str]) -> list[provisioning.ProvisioningRow]:
     return [r for r in provisioning.rows(plan, store.run_facts(rdir), now=2000.0) if r.provider == "aws"]
 
 
-class _Spy(pdf.Brief):
-    """The brief, keeping what its section helpers were asked to set (the PDF's text is glyph ids)."""
-
-    def __init__(self, d: ReportData):
-        super().__init__(d)
-        self.seen: list[Any] = []
-
-    def h2(self, text: str) -> None:
-        self.seen.append(text)
-
-    def grid(self, head: list[str], rows: list[list[str]], widths: tuple[float, ...] | None = None) -> None:
-        self.seen.append((head, rows))
-
-
 def test_the_brief_has_a_provisioning_table_with_each_attempt(data_root):
     plan = load_plan(PLAN)
     tried = ["p6-b200.48xlarge in us-east-1", "p6-b200.48xlarge in us-west-2"]
     d = ReportData.__new__(ReportData)
     d.plan, d.provisioning = plan, _rows(store.run_dir(plan.name, "r1"), plan, tried)
-    brief = _Spy(d)
+    brief = BriefSpy(d)
     pdf._provisioning(brief, d)
     assert brief.seen[0] == "Provisioning"
     head, rows = brief.seen[1]

@@ -8,17 +8,17 @@ import copy
 import dataclasses
 import io
 import math
-from typing import Any
 
 import pandas as pd
 import pytest
 import synthetic
+from brief_spy import BriefSpy
 
 from bakeoff import cost
 from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report import build_report, csvsafe, html, markdown, pdf, rackscale
-from bakeoff.report.data import ReportData, gather
+from bakeoff.report.data import gather
 
 NAMES = ("mi355x-vllm", "b200-pair")
 
@@ -79,26 +79,9 @@ def test_no_cluster_no_section_and_a_cluster_without_an_slo_point_has_no_figures
     assert r.usd_per_rack_hour == 14.0 * 72  # the price stands; nothing was served at the SLO
 
 
-class _Spy(pdf.Brief):
-    """The brief, keeping what its section helpers were asked to set (the PDF's text is glyph ids)."""
-
-    def __init__(self, d: ReportData):
-        super().__init__(d)
-        self.seen: list[Any] = []
-
-    def h2(self, text: str) -> None:
-        self.seen.append(text)
-
-    def grid(self, head: list[str], rows: list[list[str]], widths: tuple[float, ...] | None = None) -> None:
-        self.seen.append((head, rows))
-
-    def para(self, text: str, size: float = 8.5, bold: bool = False) -> None:
-        self.seen.append(text)
-
-
 def test_the_brief_has_the_rack_scale_table_stamped_emulated_where_the_target_is(report):
     (r,) = report.rack_scale
-    brief = _Spy(report)
+    brief = BriefSpy(report)
     pdf._rack_scale(brief, report)
     assert brief.seen[0] == "Rack scale"
     head, (row,) = brief.seen[1]
@@ -108,7 +91,7 @@ def test_the_brief_has_the_rack_scale_table_stamped_emulated_where_the_target_is
     assert brief.seen[2].startswith("A rack is 72 GPUs")
     real = copy.copy(report)
     real.rack_scale = [dataclasses.replace(r, emulated=False)]
-    brief = _Spy(real)
+    brief = BriefSpy(real)
     pdf._rack_scale(brief, real)
     assert brief.seen[1][1][0][1] == "b200-pair"  # a real target's row carries no stamp
     real.rack_scale, brief.seen = [], []

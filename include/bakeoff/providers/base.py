@@ -283,11 +283,6 @@ class Provisioning:
         return asdict(self)
 
 
-def _offers(target: Target) -> list[str]:
-    """The instance types a target may launch as, in order (a caller's own target may not list any)."""
-    return list(getattr(target, "offers", None) or [])
-
-
 class CloudProvider(Provider, Generic[Context]):
     """The create every cloud shares (see the module docstring); a cloud implements the hooks.
 
@@ -355,14 +350,14 @@ class CloudProvider(Provider, Generic[Context]):
             self._undo(target, run_id, context)
             raise
         self._undo(target, run_id, context)
-        several = len(_offers(target)) > 1
+        several = len(target.offers) > 1
         tried = ", ".join(
             (f"{r['instance_type']} in " if several else "")
             + (f"{r['where']} ({r['code']}: {r['message']})" if r["message"] else f"{r['where']} ({r['code']})")
             for r in record.refused
         )
         err = CapacityError(
-            f"{self.name}: no capacity for {' or '.join(_offers(target)) or target.instance_type}"
+            f"{self.name}: no capacity for {' or '.join(target.offers) or target.instance_type}"
             f"{self.capacity_scope(context)}; "
             f"tried {tried or 'no placement'}. {self.capacity_advice(target)}"
         )
@@ -372,7 +367,7 @@ class CloudProvider(Provider, Generic[Context]):
     def _offer_placements(self, target: Target, context: Context) -> Iterator[tuple[Target, Placement]]:
         """(the target on an offer, a placement), offer by offer in the plan's order, each offer's
         placements as ``placements`` gives them for it (its own catalog regions when the plan lists none)."""
-        offers = _offers(target)
+        offers = target.offers
         for offer in [target.ran_as(x) for x in offers] if len(offers) > 1 else [target]:
             for planned in self.placements(offer, context):
                 yield offer, planned

@@ -37,8 +37,8 @@ from bakeoff.providers.base import (
 )
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.credentials import TOKEN_ENV
+from bakeoff.providers.listing import listed_instance
 from bakeoff.providers.registry import provider_info
-from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
 if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.options import RestOptions
@@ -257,26 +257,6 @@ def api_error(cloud: str, method: str, path: str, r: httpx.Response) -> Provider
     return ProviderError(f"{cloud}: {method} {path} answered {r.status_code}: {str(msg)[:300]}")
 
 
-def resolve_address(
-    address_map_url: str | None, provider: str, instance_id: str, host: str | None, port: int | None
-) -> tuple[str | None, int | None, int | None]:
-    """Where the serving port and the node agent's port are reached from here: the node's IP and
-    ports, or, when a port-forwarding layer publishes addresses (the sandbox, an SSH/SSM tunnel),
-    what that layer says."""
-    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where the node's ports are resolved
-
-    if not address_map_url:
-        return host, port, AGENT_PORT
-    try:
-        r = httpx.get(f"{address_map_url.rstrip('/')}/{provider}/{instance_id}", timeout=5.0)
-    except httpx.HTTPError:
-        return None, None, None
-    if r.status_code != 200:
-        return None, None, None
-    d = r.json()
-    return d.get("host"), d.get("port"), d.get("agent_port")
-
-
 def refusal_reason(message: str) -> RefusalReason:
     """A create refusal's kind for the provisioning record: an account limit, or the cloud out of stock."""
     return "quota" if re.search(r"limit|quota", message, re.I) else "capacity"
@@ -339,26 +319,18 @@ class RestProvider(UserDataBoot, CloudProvider[None]):
     def _to_instance(self, raw: dict[str, Any]) -> Instance:
         tags = self.tag_codec.decode(raw.get("tags"))
         state, ip, region = self.parse(raw)
-        iid = str(raw["id"])
-        port = node_tags.port_of(tags)
-        host, agent_port = ip, None
-        if state == "running":
-            host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, ip, port)
         created = raw.get("date_created") or raw.get("created_at")
-        return Instance(
-            provider=self.name,
-            id=iid,
-            target=tags.get(TAG_TARGET, ""),
-            run_id=tags.get(TAG_RUN, ""),
-            state=state,
-            host=host,
-            port=port,
+        return listed_instance(
+            self.name,
+            str(raw["id"]),
+            tags,
+            state,
+            ip,
+            self.address_map_url,
             instance_type=str(raw.get("plan") or raw.get("size_slug") or ""),
             region=region,
             launched_at=_epoch(created),
-            expires_at=node_tags.expiry_of(tags),
-            tags=tags,
-            details={"status": raw.get("status"), "agent_port": agent_port},
+            details={"status": raw.get("status")},
         )
 
     # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------

@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from bakeoff.providers import tags as node_tags
 from bakeoff.providers.aws.api import client_token, options_of, split_id, tag_list
 from bakeoff.providers.aws.network import SecurityGroups
 from bakeoff.providers.base import Instance, ProviderError
-from bakeoff.providers.rest import resolve_address
-from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
+from bakeoff.providers.listing import listed_instance
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.target import Target
@@ -123,29 +121,18 @@ class Nodes(SecurityGroups):
             "shutting-down": "terminated",
             "terminated": "terminated",
         }.get(raw["State"]["Name"], "failed")
-        port = node_tags.port_of(tags)
-        host, agent_port = raw.get("PublicIpAddress") or raw.get("PrivateIpAddress"), None
-        if state == "running":
-            host, port, agent_port = resolve_address(self.address_map_url, self.name, iid, host, port)
         launched = raw.get("LaunchTime")
-        return Instance(
-            provider=self.name,
-            id=iid,
-            target=tags.get(TAG_TARGET, ""),
-            run_id=tags.get(TAG_RUN, ""),
-            state=state,
-            host=host,
-            port=port,
+        return listed_instance(
+            self.name,
+            iid,
+            tags,
+            state,
+            raw.get("PublicIpAddress") or raw.get("PrivateIpAddress"),
+            self.address_map_url,
             instance_type=raw.get("InstanceType", ""),
             region=region,
             launched_at=launched.timestamp() if launched else None,
-            expires_at=node_tags.expiry_of(tags),
-            tags=tags,
-            details={
-                "zone": (raw.get("Placement") or {}).get("AvailabilityZone"),
-                "ec2_state": raw["State"]["Name"],
-                "agent_port": agent_port,
-            },
+            details={"zone": (raw.get("Placement") or {}).get("AvailabilityZone"), "ec2_state": raw["State"]["Name"]},
         )
 
     def describe(self, instance_id: str) -> Instance | None:

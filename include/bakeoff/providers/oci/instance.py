@@ -18,11 +18,9 @@ from typing import TYPE_CHECKING, Any
 import oci
 from oci.exceptions import ServiceError
 
-from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.listing import listed_instance
 from bakeoff.providers.oci.api import TAGS, OciApi, options_of, region_of, retry_token
-from bakeoff.providers.rest import resolve_address
-from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.target import Target
@@ -182,30 +180,20 @@ class Nodes(OciApi):
     def _to_instance(self, raw: Any) -> Instance:
         tags = TAGS.decode(raw.freeform_tags)
         state = STATES.get(raw.lifecycle_state, "failed")  # a state this code does not know may bill: delete it
-        port = node_tags.port_of(tags)
-        host = agent_port = None
-        if state == "running":
-            host, port, agent_port = resolve_address(
-                self.address_map_url, self.name, raw.id, self._public_ip(raw), port
-            )
-        return Instance(
-            provider=self.name,
-            id=raw.id,
-            target=tags.get(TAG_TARGET, ""),
-            run_id=tags.get(TAG_RUN, ""),
-            state=state,
-            host=host,
-            port=port,
+        return listed_instance(
+            self.name,
+            raw.id,
+            tags,
+            state,
+            self._public_ip(raw) if state == "running" else None,
+            self.address_map_url,
             instance_type=raw.shape or "",
             region=region_of(raw.id, self.default_region),
             launched_at=raw.time_created.timestamp() if raw.time_created else None,
-            expires_at=node_tags.expiry_of(tags),
-            tags=tags,
             details={
                 "oci_state": raw.lifecycle_state,
                 "availability_domain": raw.availability_domain,
                 "compartment_id": raw.compartment_id,
-                "agent_port": agent_port,
             },
         )
 

@@ -1,0 +1,69 @@
+"""A listed cloud node as bakeoff's Instance: every cloud reads the same tags (target, run, serving port,
+expiry) and resolves the same addresses, so the record of a node is built one way whichever API
+listed it; each cloud passes only what its API spells differently (id, state, IP, type, region)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from bakeoff.providers import tags as node_tags
+from bakeoff.providers.base import Instance
+from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
+
+
+def resolve_address(
+    address_map_url: str | None, provider: str, instance_id: str, host: str | None, port: int | None
+) -> tuple[str | None, int | None, int | None]:
+    """Where the serving port and the node agent's port are reached from here: the node's IP and
+    ports, or, when a port-forwarding layer publishes addresses (the sandbox, an SSH/SSM tunnel),
+    what that layer says."""
+    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where the node's ports are resolved
+
+    if not address_map_url:
+        return host, port, AGENT_PORT
+    try:
+        r = httpx.get(f"{address_map_url.rstrip('/')}/{provider}/{instance_id}", timeout=5.0)
+    except httpx.HTTPError:
+        return None, None, None
+    if r.status_code != 200:
+        return None, None, None
+    d = r.json()
+    return d.get("host"), d.get("port"), d.get("agent_port")
+
+
+def listed_instance(
+    provider: str,
+    instance_id: str,
+    tags: dict[str, str],
+    state: str,
+    ip: str | None,
+    address_map_url: str | None,
+    *,
+    instance_type: str,
+    region: str | None,
+    launched_at: float | None,
+    details: dict[str, Any],
+) -> Instance:
+    """One listed node: the serving port from its tags, its addresses resolved only once it runs (a
+    pending node has no forwarded ports yet), and the agent's port beside the cloud's own details."""
+    port = node_tags.port_of(tags)
+    host, agent_port = ip, None
+    if state == "running":
+        host, port, agent_port = resolve_address(address_map_url, provider, instance_id, ip, port)
+    return Instance(
+        provider=provider,
+        id=instance_id,
+        target=tags.get(TAG_TARGET, ""),
+        run_id=tags.get(TAG_RUN, ""),
+        state=state,
+        host=host,
+        port=port,
+        instance_type=instance_type,
+        region=region,
+        launched_at=launched_at,
+        expires_at=node_tags.expiry_of(tags),
+        tags=tags,
+        details={**details, "agent_port": agent_port},
+    )
