@@ -33,9 +33,10 @@ from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.budget import BudgetExceeded, estimate
 from bakeoff.claims import check_plan_claims
 from bakeoff.fielderrors import explain
-from bakeoff.plan import PlanError, Target, load_plan, multinode, recipes
+from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes
 from bakeoff.plan.names import unverified_names
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.providers.registry import PROVIDERS
 from bakeoff.report.headline import headline_table
 from bakeoff.serving import engines, userdata
 from bakeoff.serving.emulator import disagg
@@ -82,6 +83,9 @@ def _plan_check(args: argparse.Namespace) -> int:
             print(f"  speculative: {arm_spec.upper()} in the recipe arm, {off}")
         if t.kv_offload:
             print(f"  kv offload {t.kv_offload.backend} {t.kv_offload.host_memory_gb:g} GB host memory")
+    oversize, tight = _boot_script_sizes(plan)
+    if oversize:
+        raise PlanError("; ".join(oversize))
     est = estimate(plan)
     print(
         f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap "
@@ -91,9 +95,34 @@ def _plan_check(args: argparse.Namespace) -> int:
         print(f"  {r['target']}: {r['usd_low']}-{r['usd']} USD, {r['hours']} h; serving time {r['basis']}")
     for row in client_cores(plan):
         print(line(row))
-    for w in [*warnings(plan), *unverified_names(plan)]:
+    for w in [*warnings(plan), *unverified_names(plan), *tight]:
         print(f"warning: {w}")
     return 0
+
+
+def _boot_script_sizes(plan: Plan) -> tuple[list[str], list[str]]:
+    """(refusals, warnings) for cloud targets whose boot script would exceed the user-data limit at
+    launch, sized with stand-ins as long as the launch's own key, certificate and secret names: over it
+    even with the short bundle URL of long-term keys is refused; over it only with the longer URL of
+    temporary credentials is a warning."""
+    limit = userdata.MAX_BYTES
+    fix = "shorten env, engine_args, the command template or the image name"
+    refusals, warned = [], []
+    for t in plan.targets:
+        if not PROVIDERS[t.provider].provisions:
+            continue
+        short = userdata.size_at_launch(t, userdata.URL_BYTES_LONG_TERM_KEYS)
+        long = userdata.size_at_launch(t, userdata.URL_BYTES_TEMPORARY_CREDENTIALS)
+        if short > limit:
+            over = f"over the clouds' {limit:,}-byte user-data limit"
+            refusals.append(f"targets.{t.name}: its boot script would be {short:,} bytes at launch, {over}; {fix}")
+        elif long > limit:
+            warned.append(
+                f"targets.{t.name}: its boot script fits the {limit:,}-byte user-data limit only while the client "
+                f"bundle's URL is signed with long-term keys ({short:,} bytes); with temporary credentials it would be "
+                f"{long:,} bytes and refused at launch; {fix}"
+            )
+    return refusals, warned
 
 
 def _preflight(args: argparse.Namespace) -> int:

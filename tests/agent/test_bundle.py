@@ -138,9 +138,16 @@ def test_a_hostile_bundle_url_stays_one_quoted_word():
     script = userdata.render(
         _target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=_agent(evil)
     )
-    line = next(ln for ln in script.splitlines() if ln.startswith("if curl"))
-    words = shlex.split(line.removesuffix("\\"))
-    assert evil in words
+    # the URL is set once, as one quoted word, and curl reads that variable
+    line = next(ln for ln in script.splitlines() if ln.startswith(f"{userdata.BUNDLE_URL_VAR}="))
+    assert shlex.split(line) == [f"{userdata.BUNDLE_URL_VAR}={evil}"]
+    shown = subprocess.run(
+        ["bash", "-c", f'{line}\nprintf %s "${userdata.BUNDLE_URL_VAR}"'], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout == evil
+    fetch = next(ln for ln in script.splitlines() if ln.startswith("if curl"))
+    assert shlex.split(fetch.removesuffix("\\"))[-1] == f"${userdata.BUNDLE_URL_VAR}" and evil not in fetch
+    assert script.count("evil.example") == 1
     with pytest.raises(ValueError, match="sha256"):
         userdata.render(
             _target(), api_key=KEY, shutdown_after_s=60, ingress_cidr=None, agent={**_agent(), "sha256": "abc; reboot"}

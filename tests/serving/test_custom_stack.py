@@ -133,3 +133,36 @@ def test_a_sandbox_node_booted_from_the_custom_boot_script_answers_on_the_declar
         assert readiness.probe(url, KEY, t.served_model_id, ident.cert_pem, health="/nope").last == "/nope answered 404"
     finally:
         backing.close()
+
+
+def _with_padding(words: int) -> dict:
+    """The cloud custom stack with ``words`` extra 60-character flags in its template."""
+    pad = [f"--opt{i:03d}=" + "v" * 50 for i in range(words)]
+    return {**CLOUD, "command": [*CLOUD["command"], *pad]}
+
+
+def test_plan_check_sizes_the_boot_script_as_a_launch_renders_it(tmp_path, capsys):
+    """Refused before any run when the script would be over the user-data limit even with the short bundle
+    URL of long-term keys; warned when only the longer URL of temporary credentials would push it over.
+    The size is the real renderer's, with stand-ins as long as the launch's own values."""
+    from bakeoff.cli import main
+
+    t = target(custom=_with_padding(0))
+    short = userdata.size_at_launch(t, userdata.URL_BYTES_LONG_TERM_KEYS)
+    ident = tls.stand_in_identity(t.slug)
+    agent = {"url": "https://b/" + "u" * 190, "sha256": "0" * 64, "requirements": []}
+    real = userdata.render(
+        t, api_key="bk-" + "1" * 40, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=agent,
+        expires_at=1_900_000_000, tls={"cert": ident.cert_pem, "key": ident.key_pem},
+    )  # fmt: skip
+    assert abs(short - len(real.encode())) < 1500  # the pinned requirements and the CIDR differ, not the shape
+    headroom = userdata.MAX_BYTES - short
+    per_word = 64  # 60 characters, shell-quoted, and a separating space
+    for words, rc, said in (
+        (headroom // per_word + 2, 2, "over the clouds' 16,384-byte user-data limit"),
+        ((headroom - 600) // per_word, 0, "only while the client bundle's URL is signed with long-term keys"),
+    ):
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(plan_doc("vultr", custom=_with_padding(words))))
+        assert main(["plan", "check", str(tmp_path / "p.yaml")]) == rc
+        out = capsys.readouterr()
+        assert f"targets.{t.name}: its boot script" in out.err + out.out and said in out.err + out.out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import os
 import re
 import ssl
 from dataclasses import dataclass
@@ -49,12 +50,21 @@ class NodeTLS:
 
 def node_identity(run_id: str, slug: str) -> NodeTLS:
     """The EC P-256 key and self-signed certificate of one run's target (deterministic, see above)."""
+    return _identity(secrets.derive(f"tls/{run_id}/{slug}"), slug)
+
+
+def stand_in_identity(slug: str) -> NodeTLS:
+    """A throwaway identity of the same shape and size as the target's: what ``plan check`` sizes a
+    boot script with, before any run (and so any derived key) exists."""
+    return _identity(os.urandom(32), slug)
+
+
+def _identity(seed: bytes, slug: str) -> NodeTLS:
     from cryptography import x509  # noqa: PLC0415 - worker-only dependency
     from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415 - worker-only dependency
     from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415 - worker-only dependency
     from cryptography.x509.oid import NameOID  # noqa: PLC0415 - worker-only dependency
 
-    seed = secrets.derive(f"tls/{run_id}/{slug}")
     scalar = int.from_bytes(hashlib.sha512(seed).digest(), "big") % (_P256_ORDER - 1) + 1
     key = ec.derive_private_key(scalar, ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"bakeoff-{slug}"[:64])])

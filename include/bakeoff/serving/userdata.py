@@ -53,6 +53,8 @@ LOG_DIR = "/var/log/bakeoff"
 TARGET_MARK = "# bakeoff-target: "  # one JSON line describing the target (no secrets)
 AGENT_MARK = "# bakeoff-agent: "  # one JSON line: where the client bundle is and its checksum
 AGENT_CONTAINER = "bakeoff-agent"
+# The bundle's presigned URL, set once in the script: with temporary credentials it runs to about 1.2 KB
+BUNDLE_URL_VAR = "BAKEOFF_BUNDLE_URL"
 MAX_BYTES = 16384  # EC2's user-data limit, the smallest of the clouds
 SHUTDOWN_RE = re.compile(r"^shutdown -h \+(\d+) ", re.M)
 KILL_MARK = "# bakeoff-kill-switch: "  # one JSON line: what the kill switch does on this cloud, and when
@@ -450,7 +452,8 @@ def agent_section(agent: dict[str, Any] | None, serve_port: int, expires_at: flo
     )
     return f"""{_firewall(AGENT_PORT, agent.get("ingress_cidr"))}
 mkdir -p /opt/bakeoff /var/lib/bakeoff
-if curl -fsSL --retry 5 -o /opt/bakeoff/client.zip {q(agent["url"])} \\
+{BUNDLE_URL_VAR}={q(agent["url"])}
+if curl -fsSL --retry 5 -o /opt/bakeoff/client.zip "${BUNDLE_URL_VAR}" \\
    && echo "{sha}  /opt/bakeoff/client.zip" | sha256sum -c --quiet -; then
   docker run -d --name {AGENT_CONTAINER} --network host --restart no \\
     -v /opt/bakeoff:/opt/bakeoff -v {LOG_DIR}:{LOG_DIR}:ro -v /etc/bakeoff/api_key:/etc/bakeoff/api_key:ro \\
@@ -470,11 +473,13 @@ def render(
     expires_at: float | None = None,
     tls: dict[str, Any] | None = None,
     secret_names: list[str] | tuple[str, ...] = (),
+    max_bytes: int | None = MAX_BYTES,
 ) -> str:
     """The whole boot script. ``shutdown_after_s`` comes from the budget estimate (kill switch);
     ``agent`` is the staged client bundle (url, sha256, requirements), if any; ``tls`` the node's
     certificate and key (``{"cert", "key"}`` PEM); ``secret_names`` the serving secrets the node
-    waits for (names only: the values reach it through the agent, never the user-data)."""
+    waits for (names only: the values reach it through the agent, never the user-data). A script
+    over ``max_bytes`` is refused (None only for size_at_launch, which measures it)."""
     if not re.fullmatch(r"[A-Za-z0-9_-]{16,128}", api_key):
         raise ValueError("api_key must be 16-128 letters, digits, - or _ (it is written into a root-only file)")
     names = sorted(secret_names)
@@ -503,7 +508,7 @@ def render(
     argv = " ".join(q(a) for a in docker_argv(target, port, tls=bool(tls)))
     image = q(image_for(target))
     fw = _firewall(port, ingress_cidr)
-    agent_mark = json.dumps({"sha256": agent["sha256"], "url": agent["url"]}, sort_keys=True) if agent else "{}"
+    agent_mark = json.dumps({"sha256": agent["sha256"]}) if agent else "{}"  # the URL is in the script once
     agent_sh = agent_section(
         {**agent, "ingress_cidr": ingress_cidr, "tls": bool(tls), "secrets": bool(names)} if agent else None,
         port,
@@ -568,10 +573,10 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
 # agent to hand back when a deployment fails
 (docker logs -f {CONTAINER} 2>&1 | sed -u -f /etc/bakeoff/mask.sed >> {LOG_DIR}/serve.log) &
 """
-    if len(script.encode()) > MAX_BYTES:
+    if max_bytes is not None and len(script.encode()) > max_bytes:
         raise ValueError(
             f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over the clouds' "
-            f"{MAX_BYTES}-byte user-data limit; shorten env, engine_args or the image name"
+            f"{max_bytes}-byte user-data limit; shorten env, engine_args or the image name"
         )
     return script
 
@@ -600,6 +605,38 @@ def render_for(target: Target, spec: LaunchSpec | Mapping[str, Any]) -> str:
     )
 
 
+# A presigned GET for the client bundle: about 200 bytes signed with long-term keys, about 1.2 KB with
+# temporary credentials, whose session token rides in the query (boto3 1.x, measured 2026-12-02).
+URL_BYTES_LONG_TERM_KEYS = 200
+URL_BYTES_TEMPORARY_CREDENTIALS = 1200
+
+
+def size_at_launch(target: Target, url_bytes: int) -> int:
+    """The target's boot script in bytes as a cloud launch would render it, with stand-ins as long as
+    the launch's own: the run's key, a node certificate and key, a client bundle behind a long
+    presigned URL of ``url_bytes``, and the target's secret names. ``plan check`` refuses a target over MAX_BYTES
+    before any run, instead of provision refusing it after the budget and approval steps."""
+    from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only the size check needs the bundle's pins
+    from bakeoff.serving.tls import stand_in_identity  # noqa: PLC0415 - worker-only dependency (cryptography)
+
+    ident = stand_in_identity(target.slug)
+    url = "https://" + "u" * (url_bytes - len("https://"))
+    agent = {"url": url, "sha256": "0" * 64, "requirements": list(requirements())}
+    return len(
+        render(
+            target,
+            api_key="bk-" + "0" * 40,  # secrets.api_key's length
+            shutdown_after_s=48 * 3600,
+            ingress_cidr=target.provider_options.get("ingress_cidr"),
+            agent=agent,
+            expires_at=time.time() + 48 * 3600,
+            tls={"cert": ident.cert_pem, "key": ident.key_pem},
+            secret_names=sorted(target.secrets or {}),
+            max_bytes=None,
+        ).encode()
+    )
+
+
 def target_from_userdata(script: str) -> dict[str, Any] | None:
     """The target summary line a boot script carries (the sandbox boots emulators from it)."""
     for line in script.splitlines():
@@ -616,10 +653,14 @@ def shutdown_minutes(script: str) -> int | None:
 
 def agent_from_userdata(script: str) -> dict[str, Any] | None:
     """The client bundle a boot script fetches (url, sha256), if it starts an agent."""
+    mark: dict[str, Any] = {}
+    url = None
     for line in script.splitlines():
         if line.startswith(AGENT_MARK):
-            return json.loads(line[len(AGENT_MARK) :]) or None
-    return None
+            mark = json.loads(line[len(AGENT_MARK) :]) or {}
+        elif line.startswith(f"{BUNDLE_URL_VAR}="):
+            url = shlex.split(line[len(BUNDLE_URL_VAR) + 1 :])[0]
+    return {**mark, "url": url} if mark and url else None
 
 
 def weights_from_output(text: str | None) -> dict[str, Any] | None:
