@@ -45,9 +45,11 @@ def test_https_stream_keeps_the_script(https_server):
     out = asyncio.run(one())
     assert out.error is None and out.status == 200
     assert out.state.usage["completion_tokens"] == 21 and out.state.usage["prompt_tokens"] == 3
-    assert 0.040 <= out.state.ttft <= 0.2  # 40 ms from the kernel's receive time
+    # The script is a floor the emulator may never beat; the ceilings only catch a script ignored
+    # wholesale, with room for a loaded 2-core machine's scheduling (seen at 0.2 s once under load 4).
+    assert 0.040 <= out.state.ttft <= 0.5  # 40 ms from the kernel's receive time
     # 11 chunks of up to 2 tokens, 2 x 4 ms apart: the last one 10 x 8 = 80 ms after the first
-    assert 0.075 <= out.t_end - out.t_send - out.state.ttft <= 0.4
+    assert 0.075 <= out.t_end - out.t_send - out.state.ttft <= 0.8
 
 
 def test_key_guards_v1_only_and_the_server_describes_itself(https_server):
