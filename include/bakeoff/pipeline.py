@@ -331,7 +331,7 @@ def _provision_cluster(
         {
             **res.to_dict(),
             "router": router.config,
-            "nodes_provenance": cluster.provenance(res, target),
+            "nodes_provenance": cluster.provenance(res.nodes, target),
             "recipe": multinode.provenance(target.recipe, target.recipe_arm),
         },
     )
@@ -533,7 +533,12 @@ def serving_ready(
     DeployFailed (deploy.json written) once waiting cannot help or after deploy_timeout."""
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
-    endpoint = serving.check_serving(
+    check = serving.check_serving
+    if target.cluster is not None:  # every role's node, then the router (serving.roles)
+        from bakeoff.serving.roles import check_cluster_serving  # noqa: PLC0415 - only a cluster target has roles
+
+        check = check_cluster_serving
+    endpoint = check(
         target,
         Instance.from_dict(instance),
         api_key=serving_key(target, rid),

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 import yaml
 
@@ -16,6 +17,7 @@ from bakeoff import pipeline, secrets
 from bakeoff.plan import load_plan
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.serving.deploy import DeployFailed
 from bakeoff_sandbox import Sandbox
 
 
@@ -25,12 +27,14 @@ def sandbox():
         yield sb
 
 
-def _cluster_plan(tmp_path: Path) -> tuple[str, str]:
+def _cluster_plan(tmp_path: Path, short: bool = False, deploy_timeout_s: float = 60) -> tuple[str, str]:
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     t = next(x for x in raw["targets"] if x["provider"] == "aws")
     t["cluster"] = {"nodes": 2, "prefill": {"tp": 8}, "decode": {"tp": 8}, "deadline_s": 60}
-    t["provider_options"]["client_mode"] = "remote"  # the router is on the worker
+    t["provider_options"].update(client_mode="remote", deploy_timeout_s=deploy_timeout_s)  # the router is here
     raw.update(name="sandbox-cluster", targets=[t])
+    if short:  # one load point of a few requests: the path, not the figures
+        raw["workloads"][0].update(concurrency=[2], requests_per_point=6, warmup_requests=1)
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(raw))
     return str(path), t["name"]
@@ -79,3 +83,71 @@ def test_a_cloud_without_emulated_nodes_is_refused_before_any_create(sandbox, da
         with pytest.raises(ProviderError, match=rf"targets\.{name}\.cluster: .*emulator-backed"):
             pipeline.provision(run["run_dir"], run["targets"][0], credentials=real_cloud)
         assert sandbox.live()["aws"] == []
+
+
+def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandbox, data_root, tmp_path):
+    """The whole path on the sandbox EC2: provision, readiness, deploy, serving readiness through the router
+    (every role), a short benchmark, teardown and sweep; then cost and report for the run."""
+    path, _ = _cluster_plan(tmp_path, short=True)
+    run_id = "manual__sandbox_cluster_whole"
+    with sandbox.exported():
+        run = pipeline.start_run(path, run_id)
+        rdir, slug = run["run_dir"], run["targets"][0]
+        began = sandbox.clock.now()
+        launched = pipeline.provision(rdir, slug)
+        try:
+            inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
+            assert pipeline.deploy(rdir, slug, inst) == {"target": slug, "secrets": []}
+            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
+            assert ep["emulated"] is True
+            gate = pipeline.accuracy_gate(rdir, slug, ep)  # the plan's gate, through the router
+            started = pipeline.benchmark(rdir, slug, ep)
+            measured = pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+        finally:
+            done = pipeline.terminate(rdir, slug, launched)
+            ended = sandbox.clock.now()
+        assert measured["points"] == 1 and measured["client_mode"] == "remote" and gate["n"] > 0
+        assert sorted(done["terminated"]) == sorted(launched["details"]["cluster"])
+        assert sandbox.live()["aws"] == [] and pipeline.sweep(rdir) == {"aws": []}
+        assert sandbox.backing.running() == []
+    tdir = Path(rdir) / f"target={slug}"
+    deployed = json.loads((tdir / "deploy.json").read_text())
+    assert deployed["ready"] is True
+    roles = deployed["roles"]  # each role's image, args and node, from the nodes that served
+    assert [r["role"] for r in roles] == ["prefill", "decode"]
+    assert [r["instance_id"] for r in roles] == launched["details"]["cluster"]
+    assert all(r["image"] == "vllm/vllm-openai:v0.25.0" and r["emulated"] for r in roles)
+    assert [r["engine_args"][r["engine_args"].index("--tensor-parallel-size") + 1] for r in roles] == ["8", "8"]
+    assert json.loads((tdir / "endpoint.json").read_text())["provenance"]["roles"] == roles
+    points = pd.read_parquet(tdir / "points")
+    assert len(points) == 1 and points["emulated"].all() and (points["output_tps_per_gpu"] > 0).all()
+    assert list(points["gpus"]) == [16] and list(points["completed"]) == [6]  # both nodes' GPUs count
+    # the cloud's meter: both nodes billed while they ran, nothing after teardown (an hour later)
+    sandbox.clock.advance(3600)
+    assert sandbox.billed_minutes("aws", began, ended) > 0 and sandbox.billed_minutes("aws", ended) == 0
+    pipeline.cost(rdir)
+    paths = pipeline.report(rdir)
+    md = Path(paths["markdown"]).read_text()
+    rack = md.split("Rack scale", 1)[1]
+    row = next(line for line in rack.splitlines() if line.startswith(f"| isl1k-osl1k | {slug}"))
+    assert f"{slug} **EMULATED**" in row and "| 2 nodes of 8 GPUs, KV " in row and "| 16 |" in row, row
+
+
+def test_a_role_that_stops_serving_fails_readiness_naming_it_and_nothing_is_left(sandbox, data_root, tmp_path):
+    """The decode node's engine dies after provision: the router alone would still answer, but readiness
+    looks at every role, and its failure names the role, the node and its instance."""
+    path, _ = _cluster_plan(tmp_path, short=True, deploy_timeout_s=3)
+    with sandbox.exported():
+        run = pipeline.start_run(path, "manual__sandbox_cluster_role_down")
+        rdir, slug = run["run_dir"], run["targets"][0]
+        launched = pipeline.provision(rdir, slug)
+        try:
+            decode = launched["details"]["cluster"][1]
+            sandbox.backing.stop_engine("aws", decode)
+            with pytest.raises(DeployFailed, match=rf"decode node 1 \({decode}\) did not become ready"):
+                pipeline.until_done(pipeline.serving_ready, rdir, slug, launched, poll_s=0.2)
+        finally:
+            pipeline.terminate(rdir, slug, launched)
+        assert sandbox.live()["aws"] == []
+    doc = json.loads(next(Path(rdir).glob(f"target={slug}/deploy.json")).read_text())
+    assert doc["ready"] is False and doc["role"] == "decode" and doc["node"] == 1
