@@ -533,11 +533,12 @@ def serving_ready(
     DeployFailed (deploy.json written) once waiting cannot help or after deploy_timeout."""
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
-    check = serving.check_serving
-    if target.cluster is not None:  # every role's node, then the router (serving.roles)
-        from bakeoff.serving.roles import check_cluster_serving  # noqa: PLC0415 - only a cluster target has roles
+    check: Callable[..., Endpoint | None] = serving.check_serving
+    if target.cluster is not None:  # every role's node, then the router (cluster_serving)
+        from bakeoff.cluster_serving import check_cluster_serving  # noqa: PLC0415 - only a cluster target has roles
 
-        check = check_cluster_serving
+        # the nodes' certificate derived again, not read from cluster.json: the run's key goes only to them
+        check = functools.partial(check_cluster_serving, node_cert=_node_tls(target, rid, False, True)[1])
     endpoint = check(
         target,
         Instance.from_dict(instance),

@@ -6,6 +6,7 @@ router fronts them over their pinned certificate; teardown knows every node. Wit
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,7 @@ from bakeoff.plan import load_plan
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving.deploy import DeployFailed
+from bakeoff.serving.tls import node_identity
 from bakeoff_sandbox import Sandbox
 
 
@@ -134,16 +136,26 @@ def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandb
 
 
 def test_a_role_that_stops_serving_fails_readiness_naming_it_and_nothing_is_left(sandbox, data_root, tmp_path):
-    """The decode node's engine dies after provision: the router alone would still answer, but readiness
-    looks at every role, and its failure names the role, the node and its instance."""
+    """The decode node's engine dies after provision: the router alone would say only that a node is down,
+    but readiness looks at every role, and its failure names the role, the node and its instance. A
+    cluster.json edited to pin another certificate gets no key sent."""
     path, _ = _cluster_plan(tmp_path, short=True, deploy_timeout_s=3)
     with sandbox.exported():
         run = pipeline.start_run(path, "manual__sandbox_cluster_role_down")
         rdir, slug = run["run_dir"], run["targets"][0]
         launched = pipeline.provision(rdir, slug)
         try:
+            # cluster.json edited to send readiness elsewhere: the nodes' certificate is derived again, not read
+            doc_path = next(Path(rdir).glob(f"target={slug}/cluster.json"))
+            kept = doc_path.read_text()
+            doc = json.loads(kept)
+            doc["nodes"][1]["instance"]["details"]["tls_cert"] = node_identity("another-run", slug).cert_pem
+            doc_path.write_text(json.dumps(doc))
+            with pytest.raises(DeployFailed, match=r"decode node 1: cluster.json records a certificate that is not"):
+                pipeline.serving_ready(rdir, slug, launched, since=time.time())
+            doc_path.write_text(kept)
             decode = launched["details"]["cluster"][1]
-            sandbox.backing.stop_engine("aws", decode)
+            assert sandbox.backing.stop_engine("aws", decode)
             with pytest.raises(DeployFailed, match=rf"decode node 1 \({decode}\) did not become ready"):
                 pipeline.until_done(pipeline.serving_ready, rdir, slug, launched, poll_s=0.2)
         finally:

@@ -23,12 +23,19 @@ if TYPE_CHECKING:
     from bakeoff.plan.target import Target
 
 
-def nodes_of(out_dir: str | store.StorePath) -> list[cluster.ClusterNode]:
-    """The cluster's nodes as provision recorded them (cluster.json beside deploy.json)."""
+def nodes_of(out_dir: str | store.StorePath, node_cert: str | None = None) -> list[cluster.ClusterNode]:
+    """The cluster's nodes as provision recorded them (cluster.json beside deploy.json). With ``node_cert``
+    each must be reached over TLS pinned to it: a cluster.json edited to name another host gets no key."""
     doc = store.read_json(store.at(out_dir) / "cluster.json", None)
     if not isinstance(doc, dict) or not doc.get("nodes"):
         raise deploy.DeployFailed("cluster.json names no nodes: provision did not finish", "crash", "no cluster.json")
-    return [cluster.ClusterNode(**{k: n.get(k) for k in ("index", "role", "slug", "instance")}) for n in doc["nodes"]]
+    nodes = [cluster.ClusterNode(**{k: n.get(k) for k in ("index", "role", "slug", "instance")}) for n in doc["nodes"]]
+    for n in nodes:
+        recorded = ((n.instance or {}).get("details") or {}).get("tls_cert")
+        if node_cert and recorded != node_cert:
+            why = f"{n.role} node {n.index}: cluster.json records a certificate that is not the target's"
+            raise deploy.DeployFailed(f"{why}; the run's key is not sent to it", "crash", why)
+    return nodes
 
 
 def check_cluster_serving(
@@ -40,12 +47,14 @@ def check_cluster_serving(
     waited_s: float,
     credentials: deploy.Credentials | None = None,
     masked: tuple[str, ...] = (),
+    node_cert: str | None = None,
 ) -> Endpoint | None:
     """One look at the cluster whose front (its router) is ``instance``: the router's endpoint once every
     role's node serves the model, None while one comes up. DeployFailed naming the role and node: at
     once when that node's output shows a certain failure, else for the first node still down after
-    ``deploy.deploy_timeout(target)``."""
-    nodes = nodes_of(out_dir)
+    ``deploy.deploy_timeout(target)``. ``node_cert``: the certificate the target's nodes serve with
+    (serving.tls.node_identity); a node recorded with another is refused before the run's key is sent."""
+    nodes = nodes_of(out_dir, node_cert)
     down = cluster.look_roles(nodes, target, api_key)
     timed_out = waited_s >= deploy.deploy_timeout(target)
     for n in (n for n in nodes if n.index in down):
