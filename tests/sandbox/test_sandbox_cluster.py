@@ -1,7 +1,7 @@
-"""A cluster target on the sandbox's EC2 through the pipeline's provision step: every node created
-by the AWS provider's own code boots the emulator from its user-data, shows it does, and the emulated
-router fronts them over their pinned certificate; teardown knows every node. Without the sandbox's
-``emulated_nodes`` fact the same target is refused before anything is created."""
+"""A cluster target on the sandbox's EC2 through every step of the pipeline: provision, readiness,
+deploy, readiness of every role, the accuracy gate, a benchmark, teardown, cost and report. A role that
+stops serving fails readiness naming it. Without the sandbox's ``emulated_nodes`` fact the same target
+is refused before anything is created."""
 
 from __future__ import annotations
 
@@ -29,47 +29,17 @@ def sandbox():
         yield sb
 
 
-def _cluster_plan(tmp_path: Path, short: bool = False, deploy_timeout_s: float = 60) -> tuple[str, str]:
+def _cluster_plan(tmp_path: Path, deploy_timeout_s: float = 60) -> tuple[str, str]:
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     t = next(x for x in raw["targets"] if x["provider"] == "aws")
     t["cluster"] = {"nodes": 2, "prefill": {"tp": 8}, "decode": {"tp": 8}, "deadline_s": 60}
     t["provider_options"].update(client_mode="remote", deploy_timeout_s=deploy_timeout_s)  # the router is here
     raw.update(name="sandbox-cluster", targets=[t])
-    if short:  # one load point of a few requests: the path, not the figures
-        raw["workloads"][0].update(concurrency=[2], requests_per_point=6, warmup_requests=1)
+    # one load point of a few requests: the path, not the figures
+    raw["workloads"][0].update(concurrency=[2], requests_per_point=6, warmup_requests=1)
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(raw))
     return str(path), t["name"]
-
-
-def test_a_sandbox_ec2_cluster_provisions_through_the_pipeline_and_leaves_nothing(sandbox, data_root, tmp_path):
-    path, _ = _cluster_plan(tmp_path)
-    with sandbox.exported():
-        run = pipeline.start_run(path, "manual__sandbox_cluster")
-        rdir, slug = run["run_dir"], run["targets"][0]
-        front = pipeline.provision(rdir, slug)
-        try:
-            nodes = front["details"]["cluster"]
-            assert len(nodes) == 2 and sorted(sandbox.live()["aws"]) == sorted(nodes)
-            tdir = next(Path(data_root).rglob(f"run_id=manual__sandbox_cluster*/target={slug}"))
-            doc = json.loads((tdir / "cluster.json").read_text())
-            assert [n["role"] for n in doc["nodes"]] == ["prefill", "decode"]
-            assert [p["instance_id"] for p in doc["nodes_provenance"]] == nodes
-            assert all(p["emulated"] for p in doc["nodes_provenance"])  # each node's /version said so
-            assert doc["router"]["prefill"][0].startswith("https://") and doc["router"]["tls_cert"]
-            # the router reaches both nodes over their pinned certificate
-            key = secrets.api_key("manual__sandbox_cluster", slug)
-            base = f"http://{front['host']}:{front['port']}"
-            auth = {"Authorization": f"Bearer {key}"}
-            assert httpx.get(f"{base}/health", timeout=10).status_code == 200
-            model = httpx.get(f"{base}/v1/models", headers=auth, timeout=10).json()["data"][0]["id"]
-            body = {"model": model, "prompt": "hello", "max_tokens": 4}
-            r = httpx.post(f"{base}/v1/completions", json=body, headers=auth, timeout=30)
-            assert r.status_code == 200, r.text
-        finally:
-            done = pipeline.terminate(rdir, slug, front)
-        assert sorted(done["terminated"]) == sorted(front["details"]["cluster"])
-        assert sandbox.live()["aws"] == [] and pipeline.sweep(rdir) == {"aws": []}
 
 
 def test_a_cloud_without_emulated_nodes_is_refused_before_any_create(sandbox, data_root, tmp_path):
@@ -87,17 +57,37 @@ def test_a_cloud_without_emulated_nodes_is_refused_before_any_create(sandbox, da
         assert sandbox.live()["aws"] == []
 
 
+def _served_model(base: str, auth: dict[str, str]) -> str:
+    return str(httpx.get(f"{base}/v1/models", headers=auth, timeout=10).json()["data"][0]["id"])
+
+
 def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandbox, data_root, tmp_path):
-    """The whole path on the sandbox EC2: provision, readiness, deploy, serving readiness through the router
-    (every role), a short benchmark, teardown and sweep; then cost and report for the run."""
-    path, _ = _cluster_plan(tmp_path, short=True)
+    """The whole path on the sandbox EC2: provision (every node created by the AWS provider's own code boots
+    the emulator and shows it does; the router fronts them over their pinned certificate), node readiness,
+    deploy, serving readiness of every role, the accuracy gate and a short benchmark through the router,
+    teardown and sweep (nothing left, nothing billed after); then cost and report for the run."""
+    path, _ = _cluster_plan(tmp_path)
     run_id = "manual__sandbox_cluster_whole"
     with sandbox.exported():
         run = pipeline.start_run(path, run_id)
         rdir, slug = run["run_dir"], run["targets"][0]
+        key = secrets.api_key(run_id, slug)
         began = sandbox.clock.now()
         launched = pipeline.provision(rdir, slug)
         try:
+            nodes = launched["details"]["cluster"]
+            assert len(nodes) == 2 and sorted(sandbox.live()["aws"]) == sorted(nodes)
+            doc = json.loads(next(Path(rdir).glob(f"target={slug}/cluster.json")).read_text())
+            assert [n["role"] for n in doc["nodes"]] == ["prefill", "decode"]
+            assert [p["instance_id"] for p in doc["nodes_provenance"]] == nodes
+            assert all(p["emulated"] for p in doc["nodes_provenance"])  # each node's /version said so
+            assert doc["router"]["prefill"][0].startswith("https://") and doc["router"]["tls_cert"]
+            # the router reaches both nodes over their pinned certificate, with the run's key
+            base, auth = f"http://{launched['host']}:{launched['port']}", {"Authorization": f"Bearer {key}"}
+            assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+            body = {"model": _served_model(base, auth), "prompt": "hello", "max_tokens": 4}
+            r = httpx.post(f"{base}/v1/completions", json=body, headers=auth, timeout=30)
+            assert r.status_code == 200, r.text
             inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
             assert pipeline.deploy(rdir, slug, inst) == {"target": slug, "secrets": []}
             ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
@@ -109,7 +99,7 @@ def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandb
             done = pipeline.terminate(rdir, slug, launched)
             ended = sandbox.clock.now()
         assert measured["points"] == 1 and measured["client_mode"] == "remote" and gate["n"] > 0
-        assert sorted(done["terminated"]) == sorted(launched["details"]["cluster"])
+        assert sorted(done["terminated"]) == sorted(nodes)  # the target's teardown knew every node
         assert sandbox.live()["aws"] == [] and pipeline.sweep(rdir) == {"aws": []}
         assert sandbox.backing.running() == []
     tdir = Path(rdir) / f"target={slug}"
@@ -139,7 +129,7 @@ def test_a_role_that_stops_serving_fails_readiness_naming_it_and_nothing_is_left
     """The decode node's engine dies after provision: the router alone would say only that a node is down,
     but readiness looks at every role, and its failure names the role, the node and its instance. A
     cluster.json edited to pin another certificate gets no key sent."""
-    path, _ = _cluster_plan(tmp_path, short=True, deploy_timeout_s=3)
+    path, _ = _cluster_plan(tmp_path, deploy_timeout_s=1)
     with sandbox.exported():
         run = pipeline.start_run(path, "manual__sandbox_cluster_role_down")
         rdir, slug = run["run_dir"], run["targets"][0]
