@@ -118,6 +118,8 @@ def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandb
     sandbox.clock.advance(3600)
     assert sandbox.billed_minutes("aws", began, ended) > 0 and sandbox.billed_minutes("aws", ended) == 0
     pipeline.cost(rdir)
+    costed = pd.read_parquet(Path(rdir) / "cost_targets.parquet").set_index("target")
+    assert costed.loc[slug, "gpus_used"] == 16  # every node's GPUs billed
     paths = pipeline.report(rdir)
     md = Path(paths["markdown"]).read_text()
     rack = md.split("Rack scale", 1)[1]
