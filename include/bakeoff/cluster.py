@@ -525,7 +525,8 @@ def check_emulated(result: ClusterResult, target: Any, api_key: str | None, time
 
 def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
     """Each node's role, the image and engine arguments it was asked to run (its role's parallelism;
-    serving.deploy.stack_facts), and the instance that ran them."""
+    serving.deploy.stack_facts; on the local provider, whose nodes are emulator processes, the plan's
+    image and extra arguments as declared), and the instance that ran them."""
     from bakeoff.serving.deploy import stack_facts  # noqa: PLC0415 - the stack's renderer only for provenance
 
     out = []
@@ -541,7 +542,7 @@ def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
                 "region": inst.get("region"),
                 "host": inst.get("host"),
                 "stack": stack.get("stack"),
-                "image": stack.get("image"),
+                "image": stack.get("image") or target.image,  # local: the plan's (or recipe's) image, not run
                 "engine_args": list(stack.get("engine_args") or target.engine_args),
                 "tensor_parallel": nt.tensor_parallel,
                 "expert_parallel": nt.expert_parallel,
