@@ -475,16 +475,28 @@ def look_roles(nodes: list[ClusterNode], target: Any, api_key: str | None, timeo
     return why
 
 
+Failed = Callable[[ClusterNode, str], "str | None"]  # (node, why it does not serve) -> a certain failure
+
+
 def check_roles(
-    result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 5.0, poll_s: float = 0.2
+    result: ClusterResult,
+    target: Any,
+    api_key: str | None,
+    timeout_s: float = 5.0,
+    poll_s: float = 0.2,
+    failed: Failed | None = None,
 ) -> None:
-    """Wait until every serving node answers /health and offers the target's model; after ``timeout_s``
-    ProviderError naming the role and node that does not (the deploy failure a person acts on)."""
+    """Wait until every serving node answers /health and offers the target's model; ProviderError naming
+    the role and node that does not after ``timeout_s``, or at once when ``failed`` reads a failure that
+    waiting cannot help from that node (its logs: cluster_serving.certain_failure)."""
     pending = [n for n in result.nodes if n.role in SERVING_ROLES]
     deadline = time.monotonic() + timeout_s
     while pending:
         why = look_roles(pending, target, api_key, timeout_s=min(5.0, timeout_s))
         pending = [n for n in pending if n.index in why]
+        for n in pending:
+            if failed is not None and (certain := failed(n, why[n.index])):
+                raise ProviderError(f"cluster {target.name}: {n.role} node {n.index} failed: {certain}")
         if pending and time.monotonic() >= deadline:
             n = pending[0]
             raise ProviderError(
@@ -495,7 +507,9 @@ def check_roles(
             time.sleep(poll_s)
 
 
-def check_emulated(result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 60.0) -> None:
+def check_emulated(
+    result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 60.0, failed: Failed | None = None
+) -> None:
     """Every serving node serves the target's model and its /version says ``emulated`` (the emulator
     says so): the emulated router may front it. ProviderError naming the node that is not, so a
     provider that claims emulated nodes (``Provider.emulated_nodes``) on a real cloud is caught."""
@@ -503,7 +517,7 @@ def check_emulated(result: ClusterResult, target: Any, api_key: str | None, time
 
     from bakeoff.serving.tls import pinned_context  # noqa: PLC0415 - only a cluster's readiness pins its nodes
 
-    check_roles(result, target, api_key, timeout_s=timeout_s)
+    check_roles(result, target, api_key, timeout_s=timeout_s, failed=failed)
     cert = node_cert(result.nodes)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     for n in result.nodes:

@@ -58,12 +58,11 @@ def check_cluster_serving(
     down = cluster.look_roles(nodes, target, api_key)
     timed_out = waited_s >= deploy.deploy_timeout(target)
     for n in (n for n in nodes if n.index in down):
-        inst = Instance.from_dict(n.instance or {})
-        failure, detail = classify(deploy.node_output(inst, api_key, credentials), down[n.index])
+        failure, detail = classify_node(n, down[n.index], api_key, credentials)
         if not timed_out and failure not in deploy.CERTAIN_FAILURES:
             continue
         detail = mask(detail, api_key, *masked)
-        where = f"{n.role} node {n.index} ({inst.id})"
+        where = f"{n.role} node {n.index} ({(n.instance or {}).get('id')})"
         store.write_json(
             store.at(out_dir) / "deploy.json",
             {"ready": False, "failure": failure, "detail": f"{where}: {detail}", "role": n.role, "node": n.index},
@@ -84,3 +83,22 @@ def check_cluster_serving(
     endpoint.provenance["roles"] = roles
     store.write_json(store.at(out_dir) / "endpoint.json", endpoint.to_dict())
     return endpoint
+
+
+def classify_node(
+    node: cluster.ClusterNode, why: str, api_key: str | None, credentials: deploy.Credentials | None
+) -> tuple[str, str]:
+    """How a node that does not serve failed, from its own logs (agent, console): readiness.classify."""
+    inst = Instance.from_dict(node.instance or {})
+    return classify(deploy.node_output(inst, api_key, credentials), why)
+
+
+def certain_failure(api_key: str | None, credentials: deploy.Credentials | None) -> cluster.Failed:
+    """For cluster.check_roles at provision: a node's failure that waiting cannot help (OOM, image pull,
+    weights, crash), in words with the key masked; None while it may still come up."""
+
+    def failed(node: cluster.ClusterNode, why: str) -> str | None:
+        failure, detail = classify_node(node, why, api_key, credentials)
+        return f"{failure}: {mask(detail, api_key)}" if failure in deploy.CERTAIN_FAILURES else None
+
+    return failed

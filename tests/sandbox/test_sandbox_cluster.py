@@ -155,3 +155,22 @@ def test_a_role_that_stops_serving_fails_readiness_naming_it_and_nothing_is_left
         assert sandbox.live()["aws"] == []
     doc = json.loads(next(Path(rdir).glob(f"target={slug}/deploy.json")).read_text())
     assert doc["ready"] is False and doc["role"] == "decode" and doc["node"] == 1
+
+
+def test_a_role_that_cannot_load_fails_provision_at_once_naming_it(sandbox, data_root, tmp_path):
+    """405B in BF16 on one GPU cannot load: the prefill node's own logs say so, and provision fails at once
+    naming that role and the failure (not at the cluster deadline), with every node released."""
+    raw = yaml.safe_load(Path(_cluster_plan(tmp_path)[0]).read_text())
+    t = raw["targets"][0]
+    t.update(model="llama-3.1-405b", quantization="bf16")
+    t["cluster"].update(prefill={"tp": 1}, deadline_s=600)
+    raw.update(max_instance_hours=4)  # 800 GB of weights: the budgeted hours pass the sandbox plan's 2 h
+    path = tmp_path / "oom.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with sandbox.exported():
+        run = pipeline.start_run(str(path), "manual__sandbox_cluster_oom")
+        t0 = time.monotonic()
+        with pytest.raises(ProviderError, match=r"prefill node 0 failed: oom: "):
+            pipeline.provision(run["run_dir"], run["targets"][0])
+        assert time.monotonic() - t0 < 120  # long before the 600 s deadline
+        assert sandbox.live()["aws"] == []
