@@ -12,12 +12,15 @@ disaggregated pool wins, where KV over the NICs costs), not the level.
     python benchmarks/rack_scale.py --provision
 
 Part (a), in the sandbox (moto EC2 with emulator-backed nodes, its clock and billing meter): a 4-node
-disaggregated B200 target and an NVL72-shaped GB200 target (6 trays of a gb200-nvl72 UltraServer)
-each provision through bakeoff.cluster (all or nothing, one deadline), serve through the emulated
-router (a short closed loop: TTFT, output tokens/s, the rack-scale cost), and tear down; then each
-again with its last node's create failing (inject_fault: node_create). Prints the provisioning
-timeline per node, nodes left on the cloud, and node-minutes billed after the deadline. Part (b),
-the client fleet across processes, is benchmarks/client_fleet.py.
+disaggregated B200 target and an NVL72-shaped GB200 target (6 trays of a gb200-nvl72 UltraServer, 2 of
+them idle) each run through the pipeline's own steps, as the DAG runs them: provision (all or nothing,
+one deadline, each node checked to run the emulator, the router in front), node readiness, deploy,
+serving readiness of every role, a short closed-loop benchmark through the router (client on this
+machine), terminate and sweep; then each again with its last node's create failing (inject_fault:
+node_create). Prints when each step finished, the provisioning timeline per node, the point's figures
+(EMULATED) with its rack-scale cost, each role's instance and image, nodes left on the cloud, and
+node-minutes billed while up and after teardown and the deadline. Part (b), the client fleet across
+processes, is benchmarks/client_fleet.py.
 
     python benchmarks/rack_scale.py --recipes
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import math
 import sys
 import time
@@ -48,13 +52,13 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from bakeoff import catalog, cluster, cost
 from bakeoff.plan import Target, multinode
-from bakeoff.providers.aws import AwsProvider
 from bakeoff.serving.emulator import disagg
 from bakeoff_sandbox import Sandbox
 
@@ -104,34 +108,45 @@ KEY = "bk-" + "7" * 40
 ISL, OSL, CONCURRENCY, REQUESTS = 512, 64, 8, 32
 
 
-def _targets() -> list:
-    common = {"provider": "aws", "model": "llama-3.1-8b", "quantization": "fp8", "emulator": {"time_scale": 0.2}}
-    disagg = Target(
-        name="b200 4-node disagg",
-        instance_type="p6-b200.48xlarge",
-        cluster={"nodes": 4, "prefill": {"workers": 2, "tp": 8}, "decode": {"workers": 2, "tp": 8}, "deadline_s": 120},
-        provider_options={"regions": ["us-east-1"], "ingress_cidr": "127.0.0.1/32"},
+def _targets() -> list[dict]:
+    """The two part (a) targets as plan entries (the pipeline reads a plan file)."""
+    common = {
+        "provider": "aws",
+        "model": "llama-3.1-8b",
+        "quantization": "fp8",
+        "emulator": {"time_scale": 0.2},
+        "provider_options": {"regions": ["us-east-1"], "ingress_cidr": "127.0.0.1/32", "client_mode": "remote"},
+    }
+    disagg = {
+        "name": "b200 4-node disagg",
+        "instance_type": "p6-b200.48xlarge",
+        "cluster": {
+            "nodes": 4,
+            "prefill": {"workers": 2, "tp": 8},
+            "decode": {"workers": 2, "tp": 8},
+            "deadline_s": 120,
+        },
         **common,
-    )
+    }
     # p6e-gb200 is sold only as UltraServer Capacity Blocks (no list price in the catalog): priced here at
     # the catalog's TCO neocloud tier for GB200 (InferenceX-app constants.ts, 2026-04-30), per GPU-hour
-    nvl72 = Target(
-        name="gb200 nvl72-shaped",
-        instance_type="p6e-gb200.36xlarge",
-        cluster={
+    nvl72 = {
+        "name": "gb200 nvl72-shaped",
+        "instance_type": "p6e-gb200.36xlarge",
+        "cluster": {
             "rack": "gb200-nvl72",
             "nodes": 6,
             "prefill": {"workers": 2, "tp": 4},
             "decode": {"workers": 2, "tp": 4},
+            "deadline_s": 120,
         },
-        provider_options={"regions": ["us-east-1"], "ingress_cidr": "127.0.0.1/32"},
-        price={
+        "price": {
             "usd_per_gpu_hour": 2.75,
             "market": "capacity_block",
             "source": "catalog TCO tier, neocloud, 2026-04-30",
         },
         **common,
-    )
+    }
     return [disagg, nvl72]
 
 
@@ -158,55 +173,122 @@ def _closed_loop(base_url: str, model: str) -> dict[str, float]:
     return {"ttft_s": sum(d[0] for d in done) / len(done), "output_tps": REQUESTS * OSL / wall, "wall_s": wall}
 
 
+def _plan_file(root: Path, target: dict, fault: str | None) -> Path:
+    """A one-target plan: the sandbox plan's budget and limits, one short closed-loop point, no gate."""
+    t = {**target, "provider_options": {**target["provider_options"], "inject_fault": fault}}
+    raw = {
+        "name": "rack-scale-sandbox",
+        "budget_usd": 1000,
+        "max_instance_hours": 1,
+        "targets": [t],
+        "workloads": [
+            {
+                "name": f"isl{ISL}-osl{OSL}",
+                "input_len": ISL,
+                "output_len": OSL,
+                "concurrency": [CONCURRENCY],
+                "requests_per_point": REQUESTS,
+                "warmup_requests": 2,
+            }
+        ],
+        "slo": {"ttft_p99_ms": 5000, "tpot_p99_ms": 500},
+        "quality": {"accuracy": {"enabled": False}},
+    }
+    path = root / f"plan-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, list[str]]:
+    """One target through the pipeline's steps, as the DAG runs them: provision (all or nothing), node
+    readiness, deploy, serving readiness of every role, a short benchmark through the router, terminate
+    and sweep. The cluster's timeline, the measured point (None when provisioning failed) and the
+    lines saying when each step finished (seconds from the provision call)."""
+    from bakeoff import pipeline  # noqa: PLC0415 - the pipeline's steps only for part (a)
+
+    run = pipeline.start_run(str(path), f"manual__rack_scale_{uuid.uuid4().hex[:8]}")
+    rdir, slug = run["run_dir"], run["targets"][0]
+    t0, steps, point = time.monotonic(), [], None
+    launched = None
+    try:
+        launched = pipeline.provision(rdir, slug)
+        steps.append(f"provisioned {time.monotonic() - t0:.2f}")
+        inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.2)
+        pipeline.deploy(rdir, slug, inst)
+        ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
+        steps.append(f"every role serving {time.monotonic() - t0:.2f}")
+        started = pipeline.benchmark(rdir, slug, ep)
+        pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+        steps.append(f"benchmarked {time.monotonic() - t0:.2f}")
+        tdir = Path(rdir) / f"target={slug}"
+        point = pd.read_parquet(tdir / "points").iloc[0].to_dict()
+        doc = json.loads((tdir / "cluster.json").read_text())
+        res = cluster.ClusterResult(slug, [cluster.ClusterNode(**n) for n in doc["nodes"]], doc["deadline_s"])
+        res.sites = doc["sites"]
+        point["roles"] = json.loads((tdir / "deploy.json").read_text())["roles"]
+    except cluster.ClusterFailed as e:
+        res = e.result
+        why = str(e).split("; released")[0]
+        steps.append(f"provision failed {time.monotonic() - t0:.2f} ({why}), released {len(res.released)} node(s)")
+    finally:
+        pipeline.terminate(rdir, slug, launched)
+        pipeline.sweep(rdir)
+        steps.append(f"terminated and swept {time.monotonic() - t0:.2f}")
+    point = {**point, "target": pipeline.run_plan(rdir).target(slug)} if point else None
+    return res, point, steps
+
+
 def provision_in_sandbox() -> int:
+    import os  # noqa: PLC0415 - the results folder, for this run only
+    import tempfile  # noqa: PLC0415
+
     failures = 0
-    with Sandbox(boot_s=0.2) as sb:
-        provider = AwsProvider(sb.credentials("aws"))
+    with tempfile.TemporaryDirectory(prefix="rack-scale-sandbox-") as tmp, Sandbox(boot_s=0.2) as sb, sb.exported():
+        os.environ["BAKEOFF_DATA"] = str(Path(tmp) / "data")
         for target in _targets():
-            fp = f"{target.nodes} nodes x {target.instance.gpus} {target.gpu.name}, kv over {target.cluster.kv_path}"
-            print(f"\n== {target.name} ({fp}) EMULATED")
+            c = target["cluster"]
+            shape = f"{c.get('rack') + ' rack, ' if c.get('rack') else ''}{c['nodes']} x {target['instance_type']}"
+            print(f"\n== {target['name']} ({shape}) EMULATED")
             for fault in (None, "node_create"):
-                t = target.model_copy(
-                    update={"provider_options": target.provider_options.model_copy(update={"inject_fault": fault})}
+                began = sb.clock.now()
+                res, point, steps = _serve_in_sandbox(_plan_file(Path(tmp), target, fault))
+                print(
+                    f"-- {'create fault on the last node' if fault else 'all nodes'}; steps (s from the provision "
+                    "call): " + "; ".join(steps)
                 )
-                rid = f"rack-scale-{uuid.uuid4().hex[:8]}"
-                tags = {"bakeoff:plan": "rack-scale", "bakeoff:expires_at": str(int(time.time() + 3600))}
-                spec = {"api_key": KEY, "expires_at": time.time() + 3600}
-                started = sb.clock.now()
-                try:
-                    res = cluster.provision(provider, t, rid, tags=tags, spec=spec)
-                except cluster.ClusterFailed as e:
-                    res = e.result
-                    print(f"-- create fault on the last node: {str(e)[:160]}")
-                else:
-                    print("-- all nodes")
-                    cluster.check_roles(res, t, KEY, timeout_s=120)
-                    router = cluster.start_router(res, t, sb.workdir / rid, expires_at=time.time() + 900)
-                    try:
-                        point = _closed_loop(router.base_url, t.served_model_id)
-                    finally:
-                        router.stop()
+                print("\n".join("  " + row for row in res.timeline()))
+                if point:
+                    t = point["target"]
                     rs = cost.rack_scale(t, point["output_tps"])
                     print(
-                        f"  served: conc {CONCURRENCY}, {REQUESTS} x ({ISL} in, {OSL} out): "
-                        f"TTFT {point['ttft_s']:.3f} s, "
-                        f"{point['output_tps']:.0f} out tok/s ({rs['output_tps_per_gpu']:.1f}/GPU, "
-                        f"{rs['output_tps_per_rack']:.0f}/rack of 72 GPUs), time_scale {t.emulator.time_scale}"
+                        f"  point (EMULATED, time_scale {t.emulator.time_scale}): conc {point['concurrency']}, "
+                        f"{point['completed']} x ({ISL} in, {OSL} out), {point['failed']} failed: TTFT p50 "
+                        f"{point['ttft_ms_p50']:.0f} ms p99 {point['ttft_ms_p99']:.0f} ms, TPOT p50 "
+                        f"{point['tpot_ms_p50']:.1f} ms; {point['output_tps']:.0f} out tok/s ({point['gpus']} GPUs: "
+                        f"{point['output_tps_per_gpu']:.1f}/GPU, {rs['output_tps_per_rack']:.0f}/rack of 72)"
                     )
                     print(
-                        f"  cost: {rs['usd_per_gpu_hour']:.2f} USD/GPU-h, {rs['usd_per_target_hour']:.2f} USD/h "
-                        f"for the target, {rs['usd_per_rack_hour']:.2f} USD/rack-h, "
-                        f"{rs['usd_per_m_output']:.2f} USD/M out tokens "
-                        f"[{rs['price_source']}]"
+                        f"  cost: {rs['usd_per_gpu_hour']:.2f} USD/GPU-h, {rs['usd_per_target_hour']:.2f} USD/h for "
+                        f"the target, {rs['usd_per_rack_hour']:.2f} USD/rack-h, {rs['usd_per_m_output']:.2f} USD/M "
+                        f"out tokens [{rs['price_source']}]"
                     )
-                    cluster.release(provider, rid, res, {})
-                print("\n".join("  " + row for row in res.timeline()))
-                deadline = started + res.deadline_s
+                    print(
+                        "  roles: "
+                        + "; ".join(
+                            f"{r['role']} {r['node']} {r['instance_id']} tp{r['tensor_parallel']} {r['image']}"
+                            for r in point["roles"]
+                        )
+                    )
+                ended = sb.clock.now()
                 sb.clock.advance(res.deadline_s + 60)  # past the deadline, on the sandbox clock
-                left = provider.list_tagged(rid)
-                after = sb.meter.billed_minutes("aws", deadline)
-                print(f"  nodes left: {len(left)}; node-minutes billed after the deadline: {after:.2f}")
-                failures += bool(left) or after > 0
+                left = sb.live()["aws"]
+                after = sb.billed_minutes("aws", max(ended, began + res.deadline_s))
+                billed = sb.billed_minutes("aws", began, ended)
+                print(
+                    f"  nodes left: {len(left)}; node-minutes billed while up: {billed:.2f}, after teardown and "
+                    f"the deadline: {after:.2f}"
+                )
+                failures += bool(left) or after > 0 or (fault is None and point is None)
     return 1 if failures else 0
 
 

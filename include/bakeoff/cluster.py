@@ -361,9 +361,9 @@ def kv_seconds_per_token(target: Any) -> float:
     )
 
 
-def node_cert(result: ClusterResult) -> str | None:
+def node_cert(nodes: list[ClusterNode]) -> str | None:
     """The certificate the cluster's nodes serve with (one per target: serving.tls.node_identity), if any."""
-    certs = {((n.instance or {}).get("details") or {}).get("tls_cert") for n in result.nodes}
+    certs = {((n.instance or {}).get("details") or {}).get("tls_cert") for n in nodes}
     return next((c for c in certs if c), None)
 
 
@@ -410,7 +410,7 @@ def start_router(
         "kv_s_per_token": kv_seconds_per_token(target),
         "time_scale": target.emulator.time_scale,
         "expires_at": expires_at,
-        "tls_cert": node_cert(result),
+        "tls_cert": node_cert(result.nodes),
     }
     workdir.mkdir(parents=True, exist_ok=True)
     cfg, port_file, log_path = workdir / "router.json", workdir / "router.port", workdir / "router.log"
@@ -444,47 +444,72 @@ def stop_router(pid: int) -> bool:
     return True
 
 
-def check_roles(
-    result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 5.0, poll_s: float = 0.2
-) -> None:
-    """Wait until every serving node answers /health and offers the target's model; after ``timeout_s``
-    ProviderError naming the role and node that does not (the deploy failure a person acts on)."""
+SERVING_ROLES = ("prefill", "decode")  # an idle node (a rack's unused tray) serves nothing
+
+
+def look_roles(nodes: list[ClusterNode], target: Any, api_key: str | None, timeout_s: float = 5.0) -> dict[int, str]:
+    """One look at every serving node (its /health and /v1/models, over the nodes' pinned certificate):
+    {node index: why it does not serve the target's model yet}; empty once every role serves."""
     import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
 
     from bakeoff.serving.tls import pinned_context  # noqa: PLC0415 - only a cluster's readiness pins its nodes
 
-    cert = node_cert(result)
+    cert = node_cert(nodes)
     verify: ssl.SSLContext | bool = pinned_context(cert) if cert else True
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     want = target.served_model_id
-    pending = [n for n in result.nodes if n.role in ("prefill", "decode")]
-    deadline = time.monotonic() + timeout_s
     why: dict[int, str] = {}
+    for n in nodes:
+        if n.role not in SERVING_ROLES:
+            continue
+        url = Instance.from_dict(n.instance or {}).base_url
+        try:
+            health = httpx.get(f"{url}/health", timeout=timeout_s, verify=verify)
+            models = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s, verify=verify)
+            ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
+        except (httpx.HTTPError, ValueError) as e:
+            why[n.index] = f"{type(e).__name__}: {e}"
+            continue
+        if health.status_code != 200 or want not in ids:
+            why[n.index] = f"/health {health.status_code}, /v1/models {models.status_code}: {ids}"
+    return why
+
+
+Failed = Callable[[ClusterNode, str], "str | None"]  # (node, why it does not serve) -> a certain failure
+
+
+def check_roles(
+    result: ClusterResult,
+    target: Any,
+    api_key: str | None,
+    timeout_s: float = 5.0,
+    poll_s: float = 0.2,
+    failed: Failed | None = None,
+) -> None:
+    """Wait until every serving node answers /health and offers the target's model; ProviderError naming
+    the role and node that does not after ``timeout_s``, or at once when ``failed`` reads a failure that
+    waiting cannot help from that node (its logs: cluster_serving.certain_failure)."""
+    pending = [n for n in result.nodes if n.role in SERVING_ROLES]
+    deadline = time.monotonic() + timeout_s
     while pending:
-        for n in list(pending):
-            url = Instance.from_dict(n.instance or {}).base_url
-            try:
-                health = httpx.get(f"{url}/health", timeout=min(5.0, timeout_s), verify=verify)
-                models = httpx.get(f"{url}/v1/models", headers=headers, timeout=min(5.0, timeout_s), verify=verify)
-                ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
-            except (httpx.HTTPError, ValueError) as e:
-                why[n.index] = f"{type(e).__name__}: {e}"
-                continue
-            if health.status_code == 200 and want in ids:
-                pending.remove(n)
-            else:
-                why[n.index] = f"/health {health.status_code}, /v1/models {models.status_code}: {ids}"
+        why = look_roles(pending, target, api_key, timeout_s=min(5.0, timeout_s))
+        pending = [n for n in pending if n.index in why]
+        for n in pending:
+            if failed is not None and (certain := failed(n, why[n.index])):
+                raise ProviderError(f"cluster {target.name}: {n.role} node {n.index} failed: {certain}")
         if pending and time.monotonic() >= deadline:
             n = pending[0]
             raise ProviderError(
-                f"cluster {target.name}: {n.role} node {n.index} is not serving {want} after {timeout_s:.0f}s "
-                f"({why.get(n.index)})"
+                f"cluster {target.name}: {n.role} node {n.index} is not serving {target.served_model_id} after "
+                f"{timeout_s:.0f}s ({why[n.index]})"
             )
         if pending:
             time.sleep(poll_s)
 
 
-def check_emulated(result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 60.0) -> None:
+def check_emulated(
+    result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 60.0, failed: Failed | None = None
+) -> None:
     """Every serving node serves the target's model and its /version says ``emulated`` (the emulator
     says so): the emulated router may front it. ProviderError naming the node that is not, so a
     provider that claims emulated nodes (``Provider.emulated_nodes``) on a real cloud is caught."""
@@ -492,8 +517,8 @@ def check_emulated(result: ClusterResult, target: Any, api_key: str | None, time
 
     from bakeoff.serving.tls import pinned_context  # noqa: PLC0415 - only a cluster's readiness pins its nodes
 
-    check_roles(result, target, api_key, timeout_s=timeout_s)
-    cert = node_cert(result)
+    check_roles(result, target, api_key, timeout_s=timeout_s, failed=failed)
+    cert = node_cert(result.nodes)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     for n in result.nodes:
         if n.role not in ("prefill", "decode"):
@@ -512,11 +537,16 @@ def check_emulated(result: ClusterResult, target: Any, api_key: str | None, time
         n.instance = {**(n.instance or {}), "details": {**((n.instance or {}).get("details") or {}), "emulated": True}}
 
 
-def provenance(result: ClusterResult, target: Any) -> list[dict[str, Any]]:
-    """Each node's role, image, engine args and parallelism, instance id, type and address."""
+def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
+    """Each node's role, the image and engine arguments it was asked to run (its role's parallelism;
+    serving.deploy.stack_facts; on the local provider, whose nodes are emulator processes, the plan's
+    image and extra arguments as declared), and the instance that ran them."""
+    from bakeoff.serving.deploy import stack_facts  # noqa: PLC0415 - the stack's renderer only for provenance
+
     out = []
-    for n in result.nodes:
+    for n in nodes:
         nt, inst = NodeTarget(target, n.index, n.role), n.instance or {}
+        stack = stack_facts(cast("Target", nt))  # a NodeTarget reads as its Target
         out.append(
             {
                 "node": n.index,
@@ -525,8 +555,9 @@ def provenance(result: ClusterResult, target: Any) -> list[dict[str, Any]]:
                 "instance_type": inst.get("instance_type") or target.instance_type,
                 "region": inst.get("region"),
                 "host": inst.get("host"),
-                "image": target.image,
-                "engine_args": list(target.engine_args),
+                "stack": stack.get("stack"),
+                "image": stack.get("image") or target.image,  # local: the plan's (or recipe's) image, not run
+                "engine_args": list(stack.get("engine_args") or target.engine_args),
                 "tensor_parallel": nt.tensor_parallel,
                 "expert_parallel": nt.expert_parallel,
                 "data_parallel_attention": nt.data_parallel_attention,

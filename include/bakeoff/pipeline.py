@@ -244,7 +244,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         tls=tls,
     )
     if target.cluster is not None:
-        return _provision_cluster(run_dir, plan, target, rid, provider, tags, spec, earlier)
+        return _provision_cluster(run_dir, plan, target, rid, provider, tags, spec, earlier, credentials)
     asked = time.time()
     try:
         inst = provider.create(target, rid, tags=tags, spec=spec)
@@ -293,6 +293,7 @@ def _provision_cluster(
     tags: dict[str, str],
     spec: LaunchSpec,
     earlier: tuple[facts.Launch, ...],
+    credentials: CredentialsFn,
 ) -> dict[str, Any]:
     """A target spanning nodes: every node up within ``cluster.deadline_s`` or every node released
     (bakeoff.cluster), then the emulated router in front; what later steps reach is the router. Each
@@ -316,7 +317,10 @@ def _provision_cluster(
             for n in res.nodes:
                 (n.instance or {}).setdefault("details", {})["tls_cert"] = spec.tls["cert"]
         if not PROVIDERS[target.provider].emulated:  # a cloud's nodes must show they run the emulator
-            cluster.check_emulated(res, target, spec.api_key, timeout_s=res.deadline_s)
+            from bakeoff.cluster_serving import certain_failure  # noqa: PLC0415 - only a cloud cluster's nodes
+
+            failed = certain_failure(spec.api_key, credentials)  # a role that cannot come up fails at once
+            cluster.check_emulated(res, target, spec.api_key, timeout_s=res.deadline_s, failed=failed)
         router = cluster.start_router(
             res,
             target,
@@ -331,7 +335,7 @@ def _provision_cluster(
         {
             **res.to_dict(),
             "router": router.config,
-            "nodes_provenance": cluster.provenance(res, target),
+            "nodes_provenance": cluster.provenance(res.nodes, target),
             "recipe": multinode.provenance(target.recipe, target.recipe_arm),
         },
     )
@@ -533,7 +537,13 @@ def serving_ready(
     DeployFailed (deploy.json written) once waiting cannot help or after deploy_timeout."""
     plan, rid = run_plan(run_dir), _run_id(run_dir)
     target = plan.target(slug)
-    endpoint = serving.check_serving(
+    check: Callable[..., Endpoint | None] = serving.check_serving
+    if target.cluster is not None:  # every role's node, then the router (cluster_serving)
+        from bakeoff.cluster_serving import check_cluster_serving  # noqa: PLC0415 - only a cluster target has roles
+
+        # the nodes' certificate derived again, not read from cluster.json: the run's key goes only to them
+        check = functools.partial(check_cluster_serving, node_cert=_node_tls(target, rid, False, True)[1])
+    endpoint = check(
         target,
         Instance.from_dict(instance),
         api_key=serving_key(target, rid),

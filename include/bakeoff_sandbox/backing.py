@@ -273,6 +273,16 @@ class Backing:
         for proc in procs:
             _stop(proc)
 
+    def stop_engine(self, provider: str, instance_id: str) -> bool:
+        """Kill a node's emulator and leave its node and agent up: a serving engine that died on a node
+        still running (for readiness tests). False when the node runs no engine."""
+        with self._lock:
+            procs = [p for p in self._procs.get((provider, instance_id), []) if EMULATOR_MODULE in p.args]
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+        return bool(procs)
+
     def running(self) -> list[tuple[str, str]]:
         with self._lock:
             return [k for k, ps in self._procs.items() if ps and ps[0].poll() is None]

@@ -25,6 +25,11 @@ def test_a_gb300_dynamo_recipe_target_runs_and_shows_at_rack_scale(multinode_run
         "sglang",
     )
     assert rec["commit"].startswith("843c6254") and rec["source"].endswith("configs/nvidia-master.yaml")
+    # the deploy step's readiness looked at both roles; each role's image (the recipe's) and parallelism
+    deployed = json.loads((multinode_run.rdir / "target=gb300-dynamo-sglang" / "deploy.json").read_text())
+    roles = [(r["role"], r["tensor_parallel"], r["emulated"]) for r in deployed["roles"]]
+    assert roles == [("prefill", 4, True), ("decode", 4, True)]
+    assert {r["image"] for r in deployed["roles"]} == {rec["image"]} and rec["image"]
     (md,) = (multinode_run.data / "reports").rglob("*.md")
     section = md.read_text()[md.read_text().index("## Rack scale") :]
     row = next(line for line in section.splitlines() if "gb300-dynamo-sglang" in line)

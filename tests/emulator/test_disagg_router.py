@@ -61,7 +61,7 @@ def test_a_request_prefills_on_one_node_and_decodes_on_the_other(served):
     assert prompt_tokens_counter(pre) >= 400  # the prompt was prefilled there
     assert prompt_tokens_counter(dec) <= 1  # its KV arrived: one token run on the decode node
     assert router.config["kv_s_per_token"] > 0  # KV over the NICs between two nodes
-    prov = cluster.provenance(res, t)
+    prov = cluster.provenance(res.nodes, t)
     assert [(x["role"], x["tensor_parallel"], x["emulated"]) for x in prov] == [
         ("prefill", 8, True),
         ("decode", 8, True),

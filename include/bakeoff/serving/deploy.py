@@ -180,7 +180,7 @@ def check_serving(
 def _record_failure(out_dir: str | store.StorePath, target: Target, failure: str, detail: str, **more: Any) -> None:
     store.write_json(
         store.at(out_dir) / "deploy.json",
-        {"ready": False, "failure": failure, "detail": detail, **more, **_stack_facts(target)},
+        {"ready": False, "failure": failure, "detail": detail, **more, **stack_facts(target)},
     )
 
 
@@ -196,7 +196,7 @@ def _describe(
     """The ready server as an endpoint, with its provenance; deploy.json and endpoint.json written.
     None while the node's agent, which hands back the node's facts, is not answering yet."""
     url = base_url(instance)
-    stack = _stack_facts(target)
+    stack = stack_facts(target)
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
     emulated = (
         target.provider in LOCAL_PROVIDERS
@@ -278,7 +278,7 @@ def weights_facts(
     }
 
 
-def _stack_facts(target: Target) -> dict[str, Any]:
+def stack_facts(target: Target) -> dict[str, Any]:
     """What was asked of the server (image, engine arguments; never the key), for provenance. A
     static endpoint's server was started by someone else: nothing is claimed about it here."""
     if PROVIDERS[target.provider].existing_endpoint:
