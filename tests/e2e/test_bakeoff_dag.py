@@ -129,7 +129,7 @@ def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
 
 
 def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
-    _, _, _, run, alive = failed_run
+    _, _, rdir, run, alive = failed_run
     assert dag_run_state(airflow_env, run["run_id"]) == "failed"
     # the orphan is the plan's third target (map index 2): its provision task failed
     assert any(".provision" in step and step.endswith("_2") for step in run["report"]["failed_steps"]), run["report"][
@@ -137,6 +137,11 @@ def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
     ]
     swept = run["sweep"]["terminated"]["local"]
     assert len(swept) == 1  # the all_done sweep killed the orphan, and only it
+    # each target gave its node back itself, before the sweep: the orphan when its provision failed for
+    # good, the others in terminate (the sweep releases only what is still held, after its record)
+    slots = _slots(rdir)
+    assert sorted(slots) == ["b200-vllm", "mi355x-orphan", "mi355x-vllm"]
+    assert all(s["claimed_at"] <= s["released_at"] <= run["sweep"]["at"] for s in slots.values()), slots
     assert not alive
 
 
