@@ -16,7 +16,7 @@ COPY --chown=airflow:0 pyproject.toml /opt/bakeoff/
 COPY --chown=airflow:0 include /opt/bakeoff/include
 RUN pip install --no-cache-dir --no-deps /opt/bakeoff
 
-# Init and settings-as-code: secret generation, connections/pools/variables loading.
+# Init and settings-as-code: secret generation, connections/variables loading.
 COPY --chown=airflow:0 scripts/init_secrets.sh scripts/load_settings.sh scripts/render_settings.py /opt/bakeoff/scripts/
 COPY --chown=airflow:0 config /opt/bakeoff/config
 

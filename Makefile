@@ -95,7 +95,6 @@ ensure-uv:
 airflow-db: venv
 	@mkdir -p $(AIRFLOW_HOME) $(BAKEOFF_DATA)
 	@$(VENV)/bin/airflow db migrate > $(BAKEOFF_DATA)/airflow-db-migrate.log 2>&1 || (cat $(BAKEOFF_DATA)/airflow-db-migrate.log; exit 1)
-	@$(VENV)/bin/airflow pools import config/pools.json >> $(BAKEOFF_DATA)/airflow-db-migrate.log 2>&1 || (cat $(BAKEOFF_DATA)/airflow-db-migrate.log; exit 1)
 
 # Debian packages the report tests drive: headless Chromium and poppler (pdftoppm/pdftotext).
 system-deps:

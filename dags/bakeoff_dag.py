@@ -2,11 +2,12 @@
 
 Thin wiring only: every task calls one step of bakeoff.pipeline. First a gate: a scheduled run
 starts only from the Variable bakeoff_schedule_from on (unpausing alone starts nothing); then the
-optional pre-flight (bakeoff.preflight: off, check first, or pre-flight only). Per target (mapped,
-one group per provider so provisioning takes a slot of the provider's pool):
-provision (setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark ->
-wait_benchmark -> terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is
-held while a node boots, a model loads or a co-located benchmark runs. Then, whatever
+optional pre-flight (bakeoff.preflight: off, check first, or pre-flight only). Per target (one
+group mapped over the run's targets, each map index labelled with its target): wait_slot (until the
+target's nodes fit its cloud's node limit, the Variable bakeoff_provider_node_limits) -> provision
+(setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark -> wait_benchmark ->
+terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is held while a slot
+is awaited, a node boots, a model loads or a co-located benchmark runs. Then, whatever
 happened: sweep everything tagged with the run, validate, cost, report, publish. A watcher fails
 the DAG run when any step failed (teardowns and all_done tasks would otherwise hide it). The run's
 state is Airflow's alone: report and publish read this DAG run's failed tasks, the reaper asks
@@ -37,7 +38,6 @@ from bakeoff_alerts import RunAlert, run_deadline
 from bakeoff_approval import TASK_ID as APPROVAL_TASK
 from bakeoff_approval import SpendApproval
 
-from bakeoff.providers.registry import PROVIDERS as REGISTRY  # cheap: no provider SDK is imported
 from bakeoff.twin.spend_index import labels as spend_labels  # cheap: one JSON file, no fit
 
 # publish emits Asset("bakeoff://reports/<plan>") through this alias, so downstream DAGs can
@@ -61,24 +61,6 @@ PLANS = installed_plans()
 PLAN_LABELS = spend_labels(
     Path(os.environ.get("BAKEOFF_PLANS") or Path(__file__).resolve().parents[1] / "include" / "plans")
 )
-
-
-def plan_providers() -> tuple[str, ...]:
-    """The providers the installed plans name (registry order): the DAG gets a group for each and no
-    other, so the grid shows no group that no installed plan could run. Read at parse time like PLANS
-    (YAML only, no library import); a plan that does not parse adds nothing (start_run refuses it)."""
-    import yaml
-
-    folder = Path(os.environ.get("BAKEOFF_PLANS") or Path(__file__).resolve().parents[1] / "include" / "plans")
-    named: set[str] = set()
-    for name in PLANS:
-        try:
-            raw = yaml.safe_load((folder / f"{name}.yaml").read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        targets = raw.get("targets") if isinstance(raw, dict) else None
-        named.update(str(t.get("provider")) for t in targets or [] if isinstance(t, dict))
-    return tuple(p for p in REGISTRY if p in named)
 
 
 PARAMS = {
@@ -156,22 +138,20 @@ PARAMS = {
 DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.duration(seconds=20)}
 
 
-# Every provider an installed plan names; each gets its own mapped group (and pool bakeoff_<provider>).
-PROVIDERS = plan_providers()
-
 # Tasks return dicts without saying so in their annotation: "-> dict" makes Airflow push every key
 # as an XCom of its own as well.
 # Mapped task instances are labelled with their target in the UI.
 LABEL = "{{ target_label }}"
 
-# Sensor pokes: a cloud node boots and loads weights for minutes, the emulator in about a second.
+# Sensor pokes: a cloud node boots and loads weights for minutes, the emulator in about a second. A
+# sensor has one poke interval for every target of the run (every target is a map index of one group).
 CLOUD_POKE_ENV = "BAKEOFF_CLOUD_POKE_S"
-LOCAL_POKE_S = 2
 
 
 def cloud_poke_s() -> float:
-    """Seconds between a cloud sensor's checks: 30, or $BAKEOFF_CLOUD_POKE_S where the clouds answer at
-    once (the sandbox's fake clouds set it), so a rehearsal does not wait half a minute per step."""
+    """Seconds between a sensor's checks: 30 (a cloud node), or $BAKEOFF_CLOUD_POKE_S where everything
+    answers at once (the sandbox's fake clouds, an installation that runs emulated or existing endpoints
+    only), so a rehearsal does not wait half a minute per step."""
     raw = os.environ.get(CLOUD_POKE_ENV, "").strip()
     if not raw:
         return 30.0
@@ -224,6 +204,11 @@ def _wait_began() -> float:
     ctx = get_current_context()
     first = ctx["ti"].get_first_reschedule_date(ctx)
     return first.timestamp() if first else pendulum.now("UTC").timestamp()
+
+
+def _looked(found: dict | None) -> PokeReturnValue:
+    """A sensor's poke from its check's answer: done with what it found, or None while waiting."""
+    return PokeReturnValue(is_done=found is not None, xcom_value=found)
 
 
 def _plan_ref(params: dict) -> Path:
@@ -301,7 +286,7 @@ def bakeoff():
         threshold = Variable.get("bakeoff_approval_threshold_usd", default=None)
         plan = _plan_ref(params)
         # What a plan may reach: images trusted with secrets, private static endpoints (unset: no).
-        run = _pipeline().start_run(
+        return _pipeline().start_run(
             plan,
             ctx["run_id"],
             _overrides(params),
@@ -312,88 +297,95 @@ def bakeoff():
             scheduled=ctx["dag_run"].run_type == "scheduled",
             trusted_images=Variable.get("bakeoff_trusted_images", default=None),
             allow_private_endpoints=Variable.get("bakeoff_allow_private_endpoints", default=None),
+            # Nodes a run may hold at once per cloud (bakeoff.node_slots); a target needing more is refused.
+            node_limits=Variable.get("bakeoff_provider_node_limits", default=None),
         )
-        missing = sorted(set(run["providers"].values()) - set(PROVIDERS))
-        if missing:  # a plan installed since this DAG version was parsed: no group would run its targets
-            raise RuntimeError(
-                f"provider(s) {missing} of plan {run['plan']} have no group in this DAG version (groups are made "
-                "for the providers the installed plans name, when the DAG is parsed); wait for the DAG to be "
-                "parsed again (airflow dags reserialize), then trigger again"
-            )
-        return run
 
     @task(trigger_rule="none_failed")  # after approve_spend: approved, or skipped (no approval needed)
-    def targets_of(run: dict, provider: str) -> list[dict]:
-        return [{"run_dir": run["run_dir"], "slug": s} for s, p in run["providers"].items() if p == provider]
+    def targets_of(run: dict) -> list[dict]:
+        return [{"run_dir": run["run_dir"], "slug": s} for s in run["targets"]]
 
-    def evaluate_on(provider: str):
-        """One mapped group per provider, so provisioning takes a slot of that provider's pool
-        (pools are sized to each account's GPU quota; a mapped task's pool cannot vary per target).
-        Each long wait is a sensor in reschedule mode: its worker slot is free between pokes."""
-        poke_s = CLOUD_POKE_S if REGISTRY[provider].provisions else LOCAL_POKE_S
+    def waits(timeout_s: float):
+        return task.sensor(
+            mode="reschedule", poke_interval=CLOUD_POKE_S, timeout=timeout_s, retries=0, map_index_template=LABEL
+        )
 
-        def waits(timeout_s: float):
-            return task.sensor(
-                mode="reschedule", poke_interval=poke_s, timeout=timeout_s, retries=0, map_index_template=LABEL
+    @task_group(group_id="target")
+    def evaluate(item: dict):
+        """One mapped group over the run's targets, each map index labelled with its target. Each long
+        wait is a sensor in reschedule mode: its worker slot is free between pokes. wait_slot holds the
+        target back until its nodes fit its cloud's node limit (bakeoff.node_slots); terminate gives
+        them back."""
+
+        @waits(NODE_TIMEOUT_S)
+        def wait_slot(item: dict) -> bool:
+            return _pipeline(item).node_slot(item["run_dir"], item["slug"])
+
+        @setup
+        @task(map_index_template=LABEL)
+        def provision(item: dict):
+            pipeline = _pipeline(item)
+            try:
+                return pipeline.provision(item["run_dir"], item["slug"], credentials=_credentials())
+            except BaseException:
+                ctx = get_current_context()
+                if ctx["ti"].try_number > ctx["task"].retries:  # no retry follows, and terminate will not run
+                    pipeline.release_node_slot(item["run_dir"], item["slug"])
+                raise
+
+        @waits(NODE_TIMEOUT_S)
+        def wait_node(item: dict, instance: dict) -> PokeReturnValue:
+            return _looked(
+                _pipeline(item).node_ready(
+                    item["run_dir"], item["slug"], instance, _wait_began(), credentials=_credentials()
+                )
             )
 
-        @task_group(group_id=provider)
-        def evaluate(item: dict):
-            @setup
-            @task(map_index_template=LABEL, pool=f"bakeoff_{provider}")
-            def provision(item: dict):
-                return _pipeline(item).provision(item["run_dir"], item["slug"], credentials=_credentials())
+        @task(retries=0, map_index_template=LABEL)
+        def deploy(item: dict, instance: dict):
+            return _pipeline(item).deploy(item["run_dir"], item["slug"], instance)
 
-            @waits(NODE_TIMEOUT_S)
-            def wait_node(item: dict, instance: dict) -> PokeReturnValue:
-                ready = _pipeline(item).node_ready(
+        @waits(SERVING_TIMEOUT_S)
+        def wait_serving(item: dict, instance: dict) -> PokeReturnValue:
+            return _looked(
+                _pipeline(item).serving_ready(
                     item["run_dir"], item["slug"], instance, _wait_began(), credentials=_credentials()
                 )
-                return PokeReturnValue(is_done=ready is not None, xcom_value=ready)
+            )
 
-            @task(retries=0, map_index_template=LABEL)
-            def deploy(item: dict, instance: dict):
-                return _pipeline(item).deploy(item["run_dir"], item["slug"], instance)
+        @task(retries=0, map_index_template=LABEL)
+        def accuracy_gate(item: dict, endpoint: dict):
+            return _pipeline(item).accuracy_gate(item["run_dir"], item["slug"], endpoint)
 
-            @waits(SERVING_TIMEOUT_S)
-            def wait_serving(item: dict, instance: dict) -> PokeReturnValue:
-                endpoint = _pipeline(item).serving_ready(
-                    item["run_dir"], item["slug"], instance, _wait_began(), credentials=_credentials()
-                )
-                return PokeReturnValue(is_done=endpoint is not None, xcom_value=endpoint)
+        @task(retries=0, map_index_template=LABEL)
+        def benchmark(item: dict, endpoint: dict, gate: dict):
+            return _pipeline(item).benchmark(item["run_dir"], item["slug"], endpoint)
 
-            @task(retries=0, map_index_template=LABEL)
-            def accuracy_gate(item: dict, endpoint: dict):
-                return _pipeline(item).accuracy_gate(item["run_dir"], item["slug"], endpoint)
+        @waits(BENCH_TIMEOUT_S)
+        def wait_benchmark(item: dict, endpoint: dict, started: dict) -> PokeReturnValue:
+            return _looked(
+                _pipeline(item).benchmark_done(item["run_dir"], item["slug"], endpoint, started, _wait_began())
+            )
 
-            @task(retries=0, map_index_template=LABEL)
-            def benchmark(item: dict, endpoint: dict, gate: dict):
-                return _pipeline(item).benchmark(item["run_dir"], item["slug"], endpoint)
+        @teardown
+        @task(map_index_template=LABEL)
+        def terminate(item: dict, instance: dict | None):
+            return _pipeline(item).terminate(item["run_dir"], item["slug"], instance, credentials=_credentials())
 
-            @waits(BENCH_TIMEOUT_S)
-            def wait_benchmark(item: dict, endpoint: dict, started: dict) -> PokeReturnValue:
-                done = _pipeline(item).benchmark_done(item["run_dir"], item["slug"], endpoint, started, _wait_began())
-                return PokeReturnValue(is_done=done is not None, xcom_value=done)
-
-            @teardown
-            @task(map_index_template=LABEL)
-            def terminate(item: dict, instance: dict | None):
-                return _pipeline(item).terminate(item["run_dir"], item["slug"], instance, credentials=_credentials())
-
-            inst = provision(item)
-            node = wait_node(item, inst)
-            pushed = deploy(item, node)
-            ep = wait_serving(item, node)
-            pushed >> ep
-            gate = accuracy_gate(item, ep)
-            started = benchmark(item, ep, gate)
-            measured = wait_benchmark(item, ep, started)
-            done = terminate(item, inst)
-            measured >> done
-            watched_in_group.extend([node, pushed, ep, gate, started, measured])
-            teardowns.append(done)
-
-        return evaluate
+        slot = wait_slot(item)
+        inst = provision(item)
+        slot >> inst
+        node = wait_node(item, inst)
+        pushed = deploy(item, node)
+        ep = wait_serving(item, node)
+        pushed >> ep
+        gate = accuracy_gate(item, ep)
+        started = benchmark(item, ep, gate)
+        measured = wait_benchmark(item, ep, started)
+        done = terminate(item, inst)
+        measured >> done
+        watched_in_group.extend([slot, node, pushed, ep, gate, started, measured])
+        teardowns.append(done)
 
     @task(trigger_rule="all_done")
     def sweep(run: dict):
@@ -432,11 +424,11 @@ def bakeoff():
         task_id=APPROVAL_TASK, run_dir="{{ ti.xcom_pull(task_ids='start_run')['run_dir'] }}", retries=0
     )
     run >> approved
-    listed = [targets_of.override(task_id=f"{p}_targets")(run, p) for p in PROVIDERS]
+    listed = targets_of(run)
     approved >> listed
-    groups = [evaluate_on(p).expand(item=items) for p, items in zip(PROVIDERS, listed, strict=True)]
+    group = evaluate.expand(item=listed)
     swept = sweep(run)
-    groups >> swept
+    group >> swept
     teardowns >> swept
     checked = validate(run)
     swept >> checked

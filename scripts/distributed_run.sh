@@ -216,10 +216,10 @@ log "results in $BAKEOFF_RESULTS, reports in $BAKEOFF_REPORTS"
 
 log "airflow db migrate"
 airflow db migrate >"$WORK/logs/db-migrate.log" 2>&1 || die "db migrate failed (see $WORK/logs/db-migrate.log)"
-# Pools, variables and placeholder connections, exactly as a deployment loads them.
+# Variables and placeholder connections, exactly as a deployment loads them.
 "$ROOT/scripts/load_settings.sh" >"$WORK/logs/load-settings.log" 2>&1 || die "load_settings failed"
-# The sandbox account has no GPU quota: three nodes may be provisioned at once.
-airflow pools set --include-deferred bakeoff_aws 3 "sandbox EC2: three nodes at once" >>"$WORK/logs/load-settings.log" 2>&1
+# The sandbox account has no GPU quota: a run may hold three EC2 nodes at once.
+airflow variables set bakeoff_provider_node_limits '{"aws": 3}' >>"$WORK/logs/load-settings.log" 2>&1
 
 log "starting scheduler, dag-processor, api-server (:$API_PORT), triggerer and ${#WORKERS[@]} Celery workers"
 start scheduler airflow scheduler

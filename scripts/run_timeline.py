@@ -38,7 +38,7 @@ def ts(value: str | float | None) -> float | None:
 
 
 def step_name(task_id: str) -> str:
-    """``aws.wait_benchmark`` -> ``wait_benchmark`` (the task group is the provider)."""
+    """``target.wait_benchmark`` -> ``wait_benchmark`` (the task group; the map index is the target)."""
     return task_id.rsplit(".", 1)[-1]
 
 

@@ -108,11 +108,18 @@ def overlapping_pairs(mapped: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def check(tis: list[dict], workers: list[str]) -> list[str]:
-    """Problems with the run's placement; empty when targets ran on every worker, in parallel."""
+    """Problems with the run's placement and its grid; empty when targets ran on every worker, in
+    parallel, as the map indexes of one task group, each labelled with its target."""
     mapped = [ti for ti in tis if ti["map_index"] >= 0 and ti["state"] == "success"]
     problems = []
     if not mapped:
         return ["no mapped task instance succeeded"]
+    groups = sorted({ti["task_id"].split(".", 1)[0] for ti in mapped})
+    if len(groups) != 1:
+        problems.append(f"the targets ran in {len(groups)} task groups ({', '.join(groups)}), not one")
+    labels = {ti["map_index"]: ti.get("rendered_map_index") for ti in mapped}
+    if any(not label or label == str(i) for i, label in labels.items()) or len(set(labels.values())) != len(labels):
+        problems.append(f"the map indexes are not each labelled with a target of their own: {labels}")
     used = {ti["hostname"] for ti in mapped}
     missing = [w for w in workers if w not in used]
     if missing:
@@ -134,7 +141,12 @@ def published_report(reports: str | Path, run_id: str) -> list:
 
 
 # the DAG's sensors and the library check each poke calls (bakeoff.pipeline records each call's worker time)
-SENSOR_CHECKS = {"node_ready": "wait_node", "serving_ready": "wait_serving", "benchmark_done": "wait_benchmark"}
+SENSOR_CHECKS = {
+    "node_slot": "wait_slot",
+    "node_ready": "wait_node",
+    "serving_ready": "wait_serving",
+    "benchmark_done": "wait_benchmark",
+}
 
 
 def poke_spans(results: str | Path, run_id: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
@@ -194,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     t0, t1 = ts(run.get("start_date")), ts(run.get("end_date"))
     ran = f"{t1 - t0:.1f} s from its start to its end, " if t0 and t1 else ""
     print(f"\nDAG run {state}: {ran}{wall:.1f} s from trigger to final state\n")
+    grid = sorted({(t["task_id"].split(".", 1)[0], t.get("rendered_map_index")) for t in tis if t["map_index"] >= 0})
+    print(f"  grid: task group / map index label: {', '.join(f'{g}[{label}]' for g, label in grid)}")
     for a_ti, b_ti in overlapping_pairs([t for t in tis if t["map_index"] >= 0])[:3]:
         print(
             f"  parallel: {a_ti['task_id']}[{a_ti.get('rendered_map_index')}] on {a_ti['hostname']}"

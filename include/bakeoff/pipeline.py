@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from bakeoff import approval, facts, faults, paths, secrets, store
+from bakeoff import approval, facts, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
 from bakeoff.claims import check_plan_claims
 from bakeoff.paths import reports_root, safe_name
@@ -62,6 +62,7 @@ def start_run(
     scheduled: bool = False,
     trusted_images: Any = None,
     allow_private_endpoints: Any = None,
+    node_limits: Any = None,
 ) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
     check its claims, the budget against the plan's cap and the installation ceiling (budget_ceiling_usd:
@@ -70,7 +71,9 @@ def start_run(
     installation.py), record the run. A run's folder holds one run: an existing start record is refused.
     ``conf``: the trigger's configuration as given (plan name and form fields), kept so the run can be
     started again as it was. ``approval_threshold_usd`` (the Variable's raw value) and ``scheduled``
-    decide whether a person must approve the spend before provisioning (bakeoff.approval)."""
+    decide whether a person must approve the spend before provisioning (bakeoff.approval).
+    ``node_limits``: the raw value of the Variable bakeoff_provider_node_limits (bakeoff.node_slots), the
+    nodes a run may hold at once per provider; a target that alone needs more is refused here."""
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
     check_plan_claims(plan)
     from bakeoff import budget, installation  # noqa: PLC0415 - budget imports the catalog math only when needed
@@ -84,6 +87,8 @@ def start_run(
     from bakeoff.bench.sessions import check_plan_contexts  # noqa: PLC0415 - numpy only for session workloads
 
     check_plan_contexts(plan)
+    limits = node_slots.parse_limits(node_limits)
+    node_slots.check_plan(plan, limits)
     need = approval.requirement(plan.name, estimate, approval_threshold_usd, scheduled)
     rdir = store.run_dir(plan.name, run_id)
     started = facts.Start(
@@ -107,6 +112,7 @@ def start_run(
             "records are never taken over; trigger a new run"
         ) from None
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
+    node_slots.record(rdir, limits)
     guarded = installation.guarded_hosts(plan, installation.private_endpoints_allowed(allow_private_endpoints))
     if guarded:  # checked again at every connection (DNS rebinding): serving/egress.py
         store.write_json(rdir / EGRESS_FILE, {"guarded_hosts": guarded})
@@ -208,6 +214,18 @@ def until_done(check: Callable[..., Any], *args: Any, poll_s: float = 0.5, **kwa
     while (out := check(*args, since=since, **kwargs)) is None:
         time.sleep(poll_s)
     return out
+
+
+@holds_slot("node_slot")
+def node_slot(run_dir: str, slug: str) -> bool:
+    """Claim the target's nodes under its provider's node limit (bakeoff.node_slots): True once held,
+    False while they do not fit yet. provision follows; terminate releases them."""
+    return node_slots.claim(run_dir, slug)
+
+
+def release_node_slot(run_dir: str, slug: str) -> bool:
+    """Give the target's nodes back to its provider's limit (a provision that failed for good)."""
+    return node_slots.release(run_dir, slug)
 
 
 @holds_slot("provision")
@@ -683,8 +701,9 @@ def terminate(
             terminated_at=None if failed else time.time(),
         ),
     )
-    if failed:
+    if failed:  # its nodes may still run: they still count against the limit (the sweep releases them)
         raise teardown.TeardownIncomplete(f"terminate {slug}", failed)
+    node_slots.release(run_dir, slug)
     return {"target": slug, "terminated": [*done, *more]}
 
 
@@ -740,6 +759,7 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
     from bakeoff.budget import record_measured_cost  # noqa: PLC0415 - each step loads only the modules it runs
 
     record_measured_cost(run_dir, plan)
+    node_slots.release_all(run_dir)  # every target is done: none of them waits for a node any more
     if errors:
         raise teardown.TeardownIncomplete("sweep", errors)
     return killed

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import itertools
-import json
 import subprocess
 import sys
 import time
-import typing
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
@@ -41,61 +39,48 @@ def test_schedules(dagbag):
     assert dagbag.dags["bakeoff_reaper"].schedule == "@hourly"
 
 
-ALL_PROVIDERS = ("local", "static", "aws", "vultr", "digitalocean", "oci")
+G = "target"  # the one mapped group: one map index per target of the run, whatever its provider
+STEPS = ("wait_slot", "provision", "wait_node", "deploy", "wait_serving", "accuracy_gate", "benchmark")
+STEPS += ("wait_benchmark", "terminate")
 
 
-def _named_by_installed_plans() -> tuple[str, ...]:
-    from bakeoff.plan import installed_plan_path, installed_plans, load_plan
-
-    named = {t.provider for n in installed_plans() for t in load_plan(installed_plan_path(n, "plan")).targets}
-    return tuple(p for p in ALL_PROVIDERS if p in named)
-
-
-PROVIDERS = _named_by_installed_plans()  # the groups the DAG has: what the installed plans can run
-
-
-def _groups(dag) -> list[str]:
-    return sorted(t.task_id.split(".")[0] for t in dag.tasks if t.task_id.endswith(".provision"))
-
-
-def test_one_group_per_provider_with_its_pool(dagbag):
-    """Every provider an installed plan names has a group whose provisioning takes that provider's pool,
-    and there is no other group (the grid shows nothing no installed plan runs)."""
-    from bakeoff.plan.target import ProviderName
-    from bakeoff.providers import PROVIDERS as REGISTRY
-
-    assert set(ALL_PROVIDERS) == set(typing.get_args(ProviderName)) == set(REGISTRY)
-    assert _groups(dagbag.dags["bakeoff"]) == sorted(PROVIDERS) and "digitalocean" not in PROVIDERS
-    pools = json.loads((ROOT / "config" / "pools.json").read_text())
-    t = {task.task_id: task for task in dagbag.dags["bakeoff"].tasks}
-    for p in PROVIDERS:
-        assert t[f"{p}.provision"].pool == f"bakeoff_{p}"
-    for p in ALL_PROVIDERS:
-        assert f"bakeoff_{p}" in pools, "config/pools.json must define every provisioning pool"
+def test_one_group_over_the_runs_targets_and_one_targets_task(dagbag):
+    """The grid shows what the plan runs: one group mapped over the run's targets (every provider's),
+    each map index labelled with its target, fed by one targets task; no Airflow pool bounds a cloud
+    (the library's node limit does: wait_slot)."""
+    dag = dagbag.dags["bakeoff"]
+    t = {task.task_id: task for task in dag.tasks}
+    assert sorted({tid.split(".", 1)[0] for tid in t if "." in tid}) == [G]
+    assert sorted(tid for tid in t if tid.startswith(f"{G}.")) == sorted(f"{G}.{s}" for s in STEPS)
+    assert [tid for tid in t if "targets" in tid] == ["targets_of"]
+    for step in STEPS:
+        task = t[f"{G}.{step}"]
+        assert task.map_index_template == "{{ target_label }}", step
+        assert task.pool == "default_pool", step
+    assert "targets_of" in t[f"{G}.wait_slot"].upstream_task_ids
+    assert not (ROOT / "config" / "pools.json").exists()
 
 
-def test_the_groups_follow_the_installed_plans(tmp_path, monkeypatch):
-    """An installation whose plans name one provider gets that group only, and one *_targets task; a
-    plan that does not parse adds no group."""
+def test_the_dag_shape_does_not_follow_the_installed_plans(dagbag, tmp_path, monkeypatch):
+    """An installation whose plans name one provider gets the same group: nothing per provider is
+    read at parse time, so a plan installed since the last parse runs without a reparse."""
     import yaml
 
     plan = yaml.safe_load((ROOT / "include" / "plans" / "local-demo.yaml").read_text())
     (tmp_path / "only-local.yaml").write_text(yaml.safe_dump(plan))
-    (tmp_path / "broken.yaml").write_text("targets: [{provider: vultr\n")
     monkeypatch.setenv("BAKEOFF_PLANS", str(tmp_path))
     dag = DagBag(dag_folder=str(ROOT / "dags" / "bakeoff_dag.py")).dags["bakeoff"]
-    assert _groups(dag) == ["local"]
-    assert sorted(t.task_id for t in dag.tasks if t.task_id.endswith("_targets")) == ["local_targets"]
+    assert sorted(dag.task_ids) == sorted(dagbag.dags["bakeoff"].task_ids)
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
+def test_setup_teardown_and_cleanup_wiring(dagbag):
     dag = dagbag.dags["bakeoff"]
     t = {task.task_id: task for task in dag.tasks}
-    g = provider
+    g = G
     assert t[f"{g}.provision"].is_setup
     assert t[f"{g}.terminate"].is_teardown
     assert f"{g}.provision" in t[f"{g}.terminate"].upstream_task_ids
+    assert not t[f"{g}.wait_slot"].is_setup and not t[f"{g}.wait_slot"].is_teardown
     # the sweep runs whatever happened, after every teardown
     assert t["sweep"].trigger_rule == TriggerRule.ALL_DONE
     assert f"{g}.terminate" in t["sweep"].upstream_task_ids
@@ -105,6 +90,7 @@ def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
     watcher = t["watcher"]
     assert watcher.trigger_rule == TriggerRule.ONE_FAILED
     assert {
+        f"{g}.wait_slot",
         f"{g}.wait_node",
         f"{g}.deploy",
         f"{g}.wait_serving",
@@ -124,20 +110,20 @@ def test_setup_teardown_and_cleanup_wiring(dagbag, provider):
     assert watcher.retries == 0 and "finish" not in t
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_waits_are_sensors_that_free_the_worker(dagbag, provider):
+def test_waits_are_sensors_that_free_the_worker(dagbag):
     """Each long wait is a reschedule-mode sensor after its action, so the worker slot is free between
-    pokes; Airflow's timeout is the plan fields' ceiling (the checks enforce each target's own)."""
+    pokes; Airflow's timeout is the plan fields' ceiling (the checks enforce each target's own). The
+    node-limit wait comes first, before provision."""
     from bakeoff.plan import Plan
     from bakeoff.plan.options import ProviderOptions
-    from bakeoff.providers import PROVIDERS as REGISTRY
 
     def ceiling(field) -> float:
         return next(m.le for m in field.metadata if hasattr(m, "le"))
 
     t = {task.task_id: task for task in dagbag.dags["bakeoff"].tasks}
-    g = provider
+    g = G
     timeouts = {
+        "wait_slot": ceiling(ProviderOptions.model_fields["ready_timeout_s"]),
         "wait_node": ceiling(ProviderOptions.model_fields["ready_timeout_s"]),
         "wait_serving": ceiling(ProviderOptions.model_fields["deploy_timeout_s"]),
         "wait_benchmark": ceiling(Plan.model_fields["max_instance_hours"]) * 3600,
@@ -145,10 +131,12 @@ def test_waits_are_sensors_that_free_the_worker(dagbag, provider):
     for name, timeout_s in timeouts.items():
         sensor = t[f"{g}.{name}"]
         assert sensor.mode == "reschedule" and sensor.timeout == timeout_s and sensor.retries == 0
-        assert sensor.poke_interval == (30 if REGISTRY[g].provisions else 2)
-    chain = ["provision", "wait_node", "deploy", "wait_serving", "accuracy_gate", "benchmark", "wait_benchmark"]
+        assert sensor.poke_interval == 30  # the test process has no BAKEOFF_CLOUD_POKE_S
+    chain = ["wait_slot", "provision", "wait_node", "deploy", "wait_serving", "accuracy_gate", "benchmark"]
+    chain += ["wait_benchmark"]
     for before, after in itertools.pairwise(chain):
         assert f"{g}.{before}" in t[f"{g}.{after}"].upstream_task_ids, (before, after)
+    assert t[f"{g}.wait_slot"].upstream_task_ids == {"targets_of"}
     assert f"{g}.wait_benchmark" in t[f"{g}.terminate"].upstream_task_ids
 
 
@@ -321,11 +309,10 @@ def test_nothing_is_provisioned_before_the_spend_approval(dagbag):
     gate = t["approve_spend"]
     assert isinstance(gate, ApprovalOperator) and gate.retries == 0 and gate.fail_on_reject
     assert gate.upstream_task_ids == {"start_run"}
-    for p in PROVIDERS:
-        listed = t[f"{p}_targets"]
-        assert "approve_spend" in listed.upstream_task_ids
-        assert listed.trigger_rule == TriggerRule.NONE_FAILED
-        assert f"{p}_targets" in t[f"{p}.provision"].upstream_task_ids
+    listed = t["targets_of"]
+    assert "approve_spend" in listed.upstream_task_ids
+    assert listed.trigger_rule == TriggerRule.NONE_FAILED
+    assert f"{G}.provision" in listed.get_flat_relative_ids(upstream=False)
     assert "approve_spend" in t["watcher"].upstream_task_ids
 
 

@@ -133,6 +133,17 @@ def test_run_check_passes_when_targets_ran_on_both_workers_at_once():
         ),
         ([_ti("benchmark", 0, "worker-a", 0, 10), _ti("benchmark", 1, "worker-b", 11, 25)], "overlapped"),
         ([_ti("benchmark", 0, "worker-a", 0, 10, "failed")], "no mapped task instance succeeded"),
+        (
+            [_ti("benchmark", 0, "worker-a", 0, 20), {**_ti("benchmark", 1, "worker-b", 5, 25), "task_id": "aws.x"}],
+            "ran in 2 task groups (aws, target), not one",
+        ),
+        (
+            [
+                _ti("benchmark", 0, "worker-a", 0, 20),
+                {**_ti("benchmark", 1, "worker-b", 5, 25), "rendered_map_index": "1"},
+            ],
+            "not each labelled",
+        ),
     ],
 )
 def test_run_check_reports_a_run_that_was_not_distributed(tis, problem):
@@ -156,7 +167,7 @@ T0 = 1_800_000_000.0  # the DAG run's start, epoch seconds
 def _step(task: str, idx: int, start: float, end: float, operator: str = "_PythonDecoratedOperator") -> dict:
     iso = lambda s: datetime.fromtimestamp(T0 + s, UTC).isoformat()  # noqa: E731
     return {
-        "task_id": f"aws.{task}",
+        "task_id": f"target.{task}",
         "map_index": idx,
         "rendered_map_index": f"t{idx}",
         "start_date": iso(start),

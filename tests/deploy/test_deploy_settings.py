@@ -22,7 +22,6 @@ CLOUD_CONNECTIONS = {
     "oci_default",
     "huggingface_default",
 }
-POOLS = {"bakeoff_aws", "bakeoff_vultr", "bakeoff_digitalocean", "bakeoff_local", "bakeoff_static", "bakeoff_oci"}
 SECRET_FIELDS = ("password", "login")
 
 
@@ -127,16 +126,14 @@ def test_the_default_plan_exists():
     assert (ROOT / "include" / "plans" / "local-demo.yaml").exists()
 
 
-def test_one_pool_per_provider_with_a_positive_quota():
-    pools = json.loads((CONFIG / "pools.json").read_text())
-    assert set(pools) == POOLS
-    for name, pool in pools.items():
-        assert isinstance(pool["slots"], int) and pool["slots"] >= 1, name
-        assert pool["description"]
+def test_the_shipped_node_limits_cover_every_cloud_and_pass_the_librarys_check(tmp_path):
+    """Per-cloud concurrency is one Variable the library enforces (bakeoff.node_slots), not Airflow pools."""
+    from airflow.secrets.local_filesystem import load_variables
 
+    from bakeoff.node_slots import VARIABLE, parse_limits
+    from bakeoff.providers.registry import PROVISIONING
 
-def test_every_provider_the_library_knows_has_a_pool():
-    from bakeoff.providers import PROVIDERS
-
-    pools = json.loads((CONFIG / "pools.json").read_text())
-    assert {f"bakeoff_{name}" for name in PROVIDERS} <= set(pools)
+    variables = load_variables(str(_render_file("variables.json", {}, tmp_path)))
+    raw = variables[VARIABLE]["value"]
+    assert parse_limits(raw) == parse_limits(json.dumps(raw)) == raw and set(raw) == set(PROVISIONING)
+    assert variables[VARIABLE]["description"] and not (CONFIG / "pools.json").exists()

@@ -46,13 +46,6 @@ def airflow_env(tmp_path_factory, airflow_db) -> dict[str, str]:
     (home / "airflow").mkdir()
     shutil.copytree(ROOT / "include" / "plans", home / "plans")
     shutil.copyfile(airflow_db, home / "airflow" / "airflow.db")  # the session's migrated database
-    subprocess.run(
-        [AIRFLOW, "pools", "import", str(ROOT / "config" / "pools.json")],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
     return env
 
 
@@ -102,6 +95,18 @@ def dag_run_state(env: dict[str, str], run_id: str) -> str:
             "SELECT state FROM dag_run WHERE dag_id = 'bakeoff' AND run_id = ?", (run_id,)
         ).fetchone()
     return state
+
+
+def mapped_task_instances(env: dict[str, str], run_id: str) -> list[tuple[str, int, str | None]]:
+    """(task id, map index, label) of a bakeoff run's mapped task instances, as Airflow recorded them:
+    the label is what the grid and the REST API's rendered_map_index show."""
+    db = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
+    with closing(sqlite3.connect(db)) as con:
+        return con.execute(
+            "SELECT task_id, map_index, rendered_map_index FROM task_instance "
+            "WHERE dag_id = 'bakeoff' AND run_id = ? AND map_index >= 0 ORDER BY task_id, map_index",
+            (run_id,),
+        ).fetchall()
 
 
 def live_emulators(marker: str) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from bakeoff import store
-from tests.e2e.conftest import dag_run_state, live_emulators, run_dag, small_plan
+from tests.e2e.conftest import dag_run_state, live_emulators, mapped_task_instances, run_dag, small_plan
 from tests.smtp_sink import SmtpSink
 
 pytestmark = pytest.mark.e2e
@@ -23,6 +23,11 @@ def _run_dir(env, plan_name: str) -> Path:
     """Each test uses its own plan name, so its plan has exactly one run."""
     (rdir,) = (Path(env["BAKEOFF_DATA"]) / "results" / plan_name).glob("run_id=*")
     return rdir
+
+
+def _slots(rdir: Path) -> dict[str, dict]:
+    """The run's node-limit records (bakeoff.node_slots), by target."""
+    return {f.stem: json.loads(f.read_text()) for f in rdir.glob("node_slots/*.json")}
 
 
 def _live_emulators(env) -> list[str]:
@@ -38,6 +43,18 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     run = store.run_view(rdir)  # the steps' records; the run's outcome is Airflow's
     assert dag_run_state(airflow_env, run["run_id"]) == "success" and run["report"]["failed_steps"] == []
     assert "status" not in run
+    # the grid shows what the plan runs: one group, a map index per target labelled with its name
+    tis = mapped_task_instances(airflow_env, run["run_id"])
+    assert {tid.split(".", 1)[0] for tid, _, _ in tis} == {"target"}
+    assert {(i, label) for _, i, label in tis} == {(0, "mi355x-vllm"), (1, "b200-vllm")}
+    assert {tid for tid, _, _ in tis} == {f"target.{s}" for s in ("wait_slot", "provision", "wait_node", "deploy")} | {
+        f"target.{s}" for s in ("wait_serving", "accuracy_gate", "benchmark", "wait_benchmark", "terminate")
+    }
+    # the local provider is unlimited: each target claimed and released its node
+    assert {s: rec["released_at"] is not None for s, rec in _slots(rdir).items()} == {
+        "mi355x-vllm": True,
+        "b200-vllm": True,
+    }
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert sorted(points["target"].unique()) == ["b200-vllm", "mi355x-vllm"]
     assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()
@@ -112,7 +129,7 @@ def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
 
 
 def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
-    _, _, _, run, alive = failed_run
+    _, _, rdir, run, alive = failed_run
     assert dag_run_state(airflow_env, run["run_id"]) == "failed"
     # the orphan is the plan's third target (map index 2): its provision task failed
     assert any(".provision" in step and step.endswith("_2") for step in run["report"]["failed_steps"]), run["report"][
@@ -120,6 +137,11 @@ def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
     ]
     swept = run["sweep"]["terminated"]["local"]
     assert len(swept) == 1  # the all_done sweep killed the orphan, and only it
+    # each target gave its node back itself, before the sweep: the orphan when its provision failed for
+    # good, the others in terminate (the sweep releases only what is still held, after its record)
+    slots = _slots(rdir)
+    assert sorted(slots) == ["b200-vllm", "mi355x-orphan", "mi355x-vllm"]
+    assert all(s["claimed_at"] <= s["released_at"] <= run["sweep"]["at"] for s in slots.values()), slots
     assert not alive
 
 

@@ -10,7 +10,6 @@ import pytest
 from bakeoff.plan import installed_plans, load_plan
 from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
 from bakeoff.providers.rest import RestProvider
-from tests.conftest import ROOT
 
 ENTRIES = list(PROVIDERS.values())
 
@@ -68,14 +67,16 @@ def test_every_list_is_derived_from_the_registry():
     assert bakeoff_connections.CONN_IDS == {n: p.conn_id for n, p in PROVIDERS.items() if p.conn_id}
 
 
-def test_the_dags_groups_are_the_registry_providers_the_plans_name():
-    from airflow.dag_processing.dagbag import DagBag
+def test_the_node_limits_apply_to_the_providers_bakeoff_provisions():
+    """One DAG group runs every provider's targets; what bounds a cloud is the library's node limit,
+    which a provider bakeoff provisions may have and no other (the emulator, existing endpoints)."""
+    from bakeoff.node_slots import NodeLimitError, parse_limits
 
-    dag = DagBag(dag_folder=str(ROOT / "dags" / "bakeoff_dag.py")).dags["bakeoff"]
-    groups = {tid.split(".", 1)[0] for tid in dag.task_ids if tid.endswith(".provision")}
-    # one group per provider that an installed plan names, and only those (the grid shows what can run)
-    named = {t.provider for f in (ROOT / "include" / "plans").glob("*.yaml") for t in load_plan(f.stem).targets}
-    assert groups == named and groups <= set(PROVIDERS)
+    clouds = {n for n, p in PROVIDERS.items() if p.provisions}
+    assert parse_limits({n: 2 for n in clouds}) == {n: 2 for n in clouds}
+    for name in set(PROVIDERS) - clouds:
+        with pytest.raises(NodeLimitError, match=f"key '{name}'"):
+            parse_limits({name: 2})
 
 
 def test_an_unknown_provider_names_the_known_ones():

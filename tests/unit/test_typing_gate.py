@@ -34,6 +34,7 @@ MUST_BE_STRICT = (
     "bakeoff.cli",
     "bakeoff.cost",
     "bakeoff.facts",
+    "bakeoff.node_slots",
     "bakeoff.pipeline",
     "bakeoff.plan",
     "bakeoff.reaper",
