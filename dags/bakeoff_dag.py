@@ -143,9 +143,10 @@ DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.durati
 # Mapped task instances are labelled with their target in the UI.
 LABEL = "{{ target_label }}"
 
-# Sensor pokes: a cloud node boots and loads weights for minutes, the emulator in about a second. A
-# sensor has one poke interval for every target of the run (every target is a map index of one group).
+# Sensor pokes: a cloud node boots and loads weights for minutes, the emulator in about a second. Every
+# target is a map index of one sensor, so each poke sets its own target's pace (_pipeline, poke_s).
 CLOUD_POKE_ENV = "BAKEOFF_CLOUD_POKE_S"
+LOCAL_POKE_S = 2
 
 
 def cloud_poke_s() -> float:
@@ -180,8 +181,13 @@ def _pipeline(item: dict | None = None):
     if item is not None:  # a per-target task: label it, and mask the run's serving keys in its log
         from bakeoff_connections import mask_run_keys
 
-        get_current_context()["target_label"] = item["slug"]
+        ctx = get_current_context()
+        ctx["target_label"] = item["slug"]
         mask_run_keys(item["run_dir"])
+        if item.get("poke_s") and hasattr(ctx["task"], "poke_interval"):
+            # a sensor's next check: one operator serves every map index, and the sensor reads its
+            # interval after this poke, so a local target checks every 2 s beside a cloud's 30 s
+            ctx["task"].poke_interval = float(item["poke_s"])
     return pipeline
 
 
@@ -303,7 +309,13 @@ def bakeoff():
 
     @task(trigger_rule="none_failed")  # after approve_spend: approved, or skipped (no approval needed)
     def targets_of(run: dict) -> list[dict]:
-        return [{"run_dir": run["run_dir"], "slug": s} for s in run["targets"]]
+        """One item per target, in plan order, with the pace its sensors check at (its cloud's or local)."""
+        from bakeoff.providers.registry import PROVIDERS as REGISTRY
+
+        def poke_s(slug: str) -> float:
+            return CLOUD_POKE_S if REGISTRY[run["providers"][slug]].provisions else LOCAL_POKE_S
+
+        return [{"run_dir": run["run_dir"], "slug": s, "poke_s": poke_s(s)} for s in run["targets"]]
 
     def waits(timeout_s: float):
         return task.sensor(

@@ -365,3 +365,17 @@ def test_the_cloud_sensors_poke_interval_comes_from_the_environment(dagbag, monk
         monkeypatch.setenv(module.CLOUD_POKE_ENV, bad)
         with pytest.raises(ValueError, match="BAKEOFF_CLOUD_POKE_S"):
             module.cloud_poke_s()
+
+
+def test_each_target_carries_its_own_sensor_pace(dagbag):
+    """One sensor serves every target, so each item says how often its target is checked: a cloud node
+    every 30 s (BAKEOFF_CLOUD_POKE_S), the local emulator every 2 s; the items keep the plan's order."""
+    targets_of = dagbag.dags["bakeoff"].get_task("targets_of")
+    run = {
+        "run_dir": "r",
+        "targets": ["b200-vllm", "mi355x-vllm", "h100-static"],
+        "providers": {"mi355x-vllm": "local", "b200-vllm": "aws", "h100-static": "static"},
+    }
+    items = targets_of.python_callable(run)
+    assert [(i["slug"], i["poke_s"]) for i in items] == [("b200-vllm", 30), ("mi355x-vllm", 2), ("h100-static", 2)]
+    assert {i["run_dir"] for i in items} == {"r"}
