@@ -385,6 +385,28 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
     assert runs[0]["conf"].get("plan") == "local-demo"
 
 
+def test_the_grid_shows_one_target_group_and_no_provider_groups(logged_in, api_server, api):
+    """The DAG's grid as a user meets it: one group of the run's targets (each target a map index, labelled
+    by name once the run expands it) and one targets task, whatever clouds the installed plans name."""
+    browser = logged_in
+    tasks = {t["task_id"] for t in api.get("/dags/bakeoff/tasks").raise_for_status().json()["tasks"]}
+    assert {"targets_of", "target.wait_slot", "target.provision", "target.terminate"} <= tasks
+    assert not [t for t in tasks if t.endswith("_targets") or t.split(".")[0] in ("aws", "local", "oci", "vultr")]
+    browser.get(api_server + "/dags/bakeoff")
+    group = _wait(browser).until(EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid='task-target']")))
+    assert group.text.startswith("target [")  # a mapped group: its map indexes in the brackets once expanded
+    rows = [e.get_attribute("data-task-id") for e in browser.find_elements(By.CSS_SELECTOR, "[data-task-id]")]
+    assert "targets_of" in rows and rows.count("target") == 1
+    assert not [r for r in rows if r.endswith("_targets") or r in ("aws", "local", "oci", "vultr")], rows
+    browser.find_element(By.CSS_SELECTOR, "[aria-label='Toggle group'][data-group-id='target']").click()
+    _wait(browser).until(EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-task-id='target.wait_slot']")))
+    inside = browser.find_elements(By.CSS_SELECTOR, "[data-task-id^='target.']")
+    steps = [e.get_attribute("data-task-id") for e in inside]
+    assert steps[:3] == ["target.wait_slot", "target.provision", "target.wait_node"], steps
+    if os.environ.get("BAKEOFF_SCREENSHOTS"):  # a person looking: the grid with the group open
+        browser.save_screenshot(str(Path(os.environ["BAKEOFF_SCREENSHOTS"]) / "grid.png"))
+
+
 def test_reports_page_is_reachable_from_the_navigation_and_serves_a_report(logged_in, api_server):
     browser = logged_in
     browser.get(api_server + "/")
