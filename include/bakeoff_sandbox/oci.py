@@ -72,6 +72,7 @@ SHAPES = {
     "BM.GPU.B300.8": {"gpus": 8, "limit": "gpu-b300-count"},
     "BM.GPU.H200.8": {"gpus": 8, "limit": "gpu-h200-count"},
     "BM.GPU.GB200.4": {"gpus": 4, "limit": "gpu-gb200-count"},
+    "BM.GPU.GB300.4": {"gpus": 4, "limit": "gpu-gb300-count"},
 }
 _KEY_ID = re.compile(r'keyId="(ocid1\.tenancy\.[^/"]+)/')  # an API signing key's keyId: tenancy/user/fingerprint
 _PRINCIPAL = re.compile(r'keyId="ST\$([^"]+)"')  # a request signed with an instance principal's security token
