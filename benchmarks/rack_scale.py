@@ -30,6 +30,15 @@ recipes (NVL72 trays) and the MI355X SGLang PD and ATOM recipes (8-GPU nodes). E
 all or nothing, serves a short closed loop through the router, is costed at rack scale, and is released;
 prints the rendered cluster, the timeline per node and nodes left.
 
+    python benchmarks/rack_scale.py --recipes --sandbox
+
+The same four recipe arms on the sandbox's clouds through the pipeline's steps (as ``--provision``): the
+GB200 Dynamo arm on EC2 (p6e-gb200 UltraServer trays), the GB300 Dynamo arm and both MI355X arms on OCI
+(BM.GPU.GB300.4 trays, BM.GPU.MI355X.8 nodes): the clouds whose catalogued cluster offers sell each GPU
+(catalog clusters.yaml). Each cloud's sandbox credentials claim emulated nodes and each node's /version
+says so. Prints the per-node timeline, the point (EMULATED), cost, each role's instance and image, nodes
+left and node-minutes billed after teardown.
+
     python benchmarks/rack_scale.py --published
 
 Part (c): the emulator's disaggregated curve (serving.emulator.disagg, EMULATED) for each recipe arm whose
@@ -70,13 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--provision", action="store_true", help="part (a): provision, serve, tear down in the sandbox")
     ap.add_argument("--published", action="store_true", help="part (c): the emulated curve against InferenceX's")
     ap.add_argument("--recipes", action="store_true", help="the four recipe families as targets, on the local provider")
+    ap.add_argument("--sandbox", action="store_true", help="with --recipes: on the sandbox's clouds, via the pipeline")
     args = ap.parse_args(argv)
+    if args.sandbox and not args.recipes:
+        ap.error("--sandbox: runs the recipe arms on the sandbox's clouds; give it with --recipes")
     if args.provision:
         return provision_in_sandbox()
     if args.published:
         return against_published()
     if args.recipes:
-        return recipes_on_local()
+        return recipes_in_sandbox() if args.sandbox else recipes_on_local()
     chosen = [
         r
         for r in multinode.multinode_recipes().values()
@@ -173,13 +185,14 @@ def _closed_loop(base_url: str, model: str) -> dict[str, float]:
     return {"ttft_s": sum(d[0] for d in done) / len(done), "output_tps": REQUESTS * OSL / wall, "wall_s": wall}
 
 
-def _plan_file(root: Path, target: dict, fault: str | None) -> Path:
-    """A one-target plan: the sandbox plan's budget and limits, one short closed-loop point, no gate."""
+def _plan_file(root: Path, target: dict, fault: str | None, max_hours: float = 1) -> Path:
+    """A one-target plan: the sandbox plan's budget and limits, one short closed-loop point, no gate
+    (``max_hours``: a 671B recipe's weights take longer than an hour to load by the budget's estimate)."""
     t = {**target, "provider_options": {**target["provider_options"], "inject_fault": fault}}
     raw = {
         "name": "rack-scale-sandbox",
         "budget_usd": 1000,
-        "max_instance_hours": 1,
+        "max_instance_hours": max_hours,
         "targets": [t],
         "workloads": [
             {
@@ -231,9 +244,12 @@ def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, l
         why = str(e).split("; released")[0]
         steps.append(f"provision failed {time.monotonic() - t0:.2f} ({why}), released {len(res.released)} node(s)")
     finally:
-        pipeline.terminate(rdir, slug, launched)
+        gone = set(pipeline.terminate(rdir, slug, launched).get("terminated") or [])
         pipeline.sweep(rdir)
         steps.append(f"terminated and swept {time.monotonic() - t0:.2f}")
+    for n in res.nodes:  # teardown's release, on the provision call's clock (a failed cluster set its own)
+        if n.released_s is None and n.instance_id in gone:
+            n.released_s = time.monotonic() - t0
     point = {**point, "target": pipeline.run_plan(rdir).target(slug)} if point else None
     return res, point, steps
 
@@ -256,40 +272,47 @@ def provision_in_sandbox() -> int:
                     f"-- {'create fault on the last node' if fault else 'all nodes'}; steps (s from the provision "
                     "call): " + "; ".join(steps)
                 )
-                print("\n".join("  " + row for row in res.timeline()))
-                if point:
-                    t = point["target"]
-                    rs = cost.rack_scale(t, point["output_tps"])
-                    print(
-                        f"  point (EMULATED, time_scale {t.emulator.time_scale}): conc {point['concurrency']}, "
-                        f"{point['completed']} x ({ISL} in, {OSL} out), {point['failed']} failed: TTFT p50 "
-                        f"{point['ttft_ms_p50']:.0f} ms p99 {point['ttft_ms_p99']:.0f} ms, TPOT p50 "
-                        f"{point['tpot_ms_p50']:.1f} ms; {point['output_tps']:.0f} out tok/s ({point['gpus']} GPUs: "
-                        f"{point['output_tps_per_gpu']:.1f}/GPU, {rs['output_tps_per_rack']:.0f}/rack of 72)"
-                    )
-                    print(
-                        f"  cost: {rs['usd_per_gpu_hour']:.2f} USD/GPU-h, {rs['usd_per_target_hour']:.2f} USD/h for "
-                        f"the target, {rs['usd_per_rack_hour']:.2f} USD/rack-h, {rs['usd_per_m_output']:.2f} USD/M "
-                        f"out tokens [{rs['price_source']}]"
-                    )
-                    print(
-                        "  roles: "
-                        + "; ".join(
-                            f"{r['role']} {r['node']} {r['instance_id']} tp{r['tensor_parallel']} {r['image']}"
-                            for r in point["roles"]
-                        )
-                    )
-                ended = sb.clock.now()
-                sb.clock.advance(res.deadline_s + 60)  # past the deadline, on the sandbox clock
-                left = sb.live()["aws"]
-                after = sb.billed_minutes("aws", max(ended, began + res.deadline_s))
-                billed = sb.billed_minutes("aws", began, ended)
-                print(
-                    f"  nodes left: {len(left)}; node-minutes billed while up: {billed:.2f}, after teardown and "
-                    f"the deadline: {after:.2f}"
-                )
-                failures += bool(left) or after > 0 or (fault is None and point is None)
+                failures += _print_outcome(sb, "aws", began, res, point) or (fault is None and point is None)
     return 1 if failures else 0
+
+
+def _print_outcome(sb: Sandbox, cloud: str, began: float, res: cluster.ClusterResult, point: dict | None) -> bool:
+    """The timeline per node, the point (EMULATED) with its rack-scale cost, each role's instance and image,
+    then nodes left on the cloud and node-minutes billed (sandbox meter) past the deadline. True when a
+    node was left or billed after teardown."""
+    print("\n".join("  " + row for row in res.timeline()))
+    if point:
+        t = point["target"]
+        rs = cost.rack_scale(t, point["output_tps"])
+        print(
+            f"  point (EMULATED, time_scale {t.emulator.time_scale}): conc {point['concurrency']}, "
+            f"{point['completed']} x ({ISL} in, {OSL} out), {point['failed']} failed: TTFT p50 "
+            f"{point['ttft_ms_p50']:.0f} ms p99 {point['ttft_ms_p99']:.0f} ms, TPOT p50 "
+            f"{point['tpot_ms_p50']:.1f} ms; {point['output_tps']:.0f} out tok/s ({point['gpus']} GPUs: "
+            f"{point['output_tps_per_gpu']:.1f}/GPU, {rs['output_tps_per_rack']:.0f}/rack of 72)"
+        )
+        print(
+            f"  cost: {rs['usd_per_gpu_hour']:.2f} USD/GPU-h, {rs['usd_per_target_hour']:.2f} USD/h for "
+            f"the target, {rs['usd_per_rack_hour']:.2f} USD/rack-h, {rs['usd_per_m_output']:.2f} USD/M "
+            f"out tokens [{rs['price_source']}]"
+        )
+        print(
+            "  roles: "
+            + "; ".join(
+                f"{r['role']} {r['node']} {r['instance_id']} {r['instance_type']} tp{r['tensor_parallel']} {r['image']}"
+                for r in point["roles"]
+            )
+        )
+    ended = sb.clock.now()
+    sb.clock.advance(res.deadline_s + 60)  # past the deadline, on the sandbox clock
+    left = sb.live()[cloud]
+    after = sb.billed_minutes(cloud, max(ended, began + res.deadline_s))
+    billed = sb.billed_minutes(cloud, began, ended)
+    print(
+        f"  nodes left: {len(left)}; node-minutes billed while up: {billed:.2f}, after teardown and "
+        f"the deadline: {after:.2f}"
+    )
+    return bool(left) or after > 0
 
 
 # --- the issue's recipe families as targets, on the local provider -----------------------------------
@@ -321,14 +344,7 @@ def recipes_on_local() -> int:
                 cluster={"deadline_s": 120},
                 emulator={"time_scale": 0.2},
             )
-            c, prov = t.cluster, multinode.provenance(t.recipe, t.recipe_arm) or {}
-            shape = f"{c.rack} rack, " if c.rack else ""
-            print(
-                f"\n== {t.name} EMULATED: {prov.get('orchestrator')} + {t.stack}, router {prov.get('router')}; "
-                f"{shape}{t.nodes} x {t.instance_type} ({t.gpus_used} GPUs billed), prefill {c.prefill.workers}x "
-                f"tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} ep{c.decode.ep}, "
-                f"KV {c.kv_label}; {t.model} {t.quantization}"
-            )
+            print(_recipe_header(t))
             rid = f"rack-recipes-{uuid.uuid4().hex[:8]}"
             spec = {"api_key": KEY, "expires_at": time.time() + 900}
             try:
@@ -359,6 +375,60 @@ def recipes_on_local() -> int:
             left = provider.list_tagged(rid)
             print(f"  nodes left: {len(left)}")
             failures += bool(left)
+    return 1 if failures else 0
+
+
+# The four arms on the sandbox clouds whose catalogued cluster offers sell their GPU (clusters.yaml):
+# EC2's gb200-nvl72 UltraServer trays; OCI's gb300-nvl72 trays and MI355X bare-metal nodes. Vultr sells
+# MI355X too, but the catalog has no multi-node placement offer there, so plan check refuses a cluster.
+SANDBOX_CLOUD = {"gb200": "aws", "gb300": "oci", "mi355x": "oci"}
+SANDBOX_OPTIONS = {
+    "aws": {"regions": ["us-east-1"]},
+    "oci": {
+        "regions": ["us-ashburn-1"],
+        "availability_domains": ["Uocm:US-ASHBURN-AD-1"],
+        "subnet_ocid": "ocid1.subnet.oc1.iad.aaaaaaaabakeoffsandboxsubnet00000000000000000000000000000000",
+        "ready_timeout_s": 120,
+        "deploy_timeout_s": 120,
+    },
+}
+
+
+def _recipe_header(t: Target) -> str:
+    """One line naming what a recipe arm rendered into: orchestrator, router, nodes, roles, KV path."""
+    c, prov = t.cluster, multinode.provenance(t.recipe, t.recipe_arm) or {}
+    shape = f"{c.rack} rack, " if c.rack else ""
+    return (
+        f"\n== {t.name} EMULATED: {prov.get('orchestrator')} + {t.stack}, router {prov.get('router')}; "
+        f"{shape}{t.nodes} x {t.instance_type} ({t.gpus_used} GPUs billed), prefill {c.prefill.workers}x "
+        f"tp{c.prefill.tp} ep{c.prefill.ep}, decode {c.decode.workers}x tp{c.decode.tp} ep{c.decode.ep}, "
+        f"KV {c.kv_label}; {t.model} {t.quantization}"
+    )
+
+
+def recipes_in_sandbox() -> int:
+    import os  # noqa: PLC0415 - the results folder, for this run only
+    import tempfile  # noqa: PLC0415
+
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="rack-scale-recipes-") as tmp, Sandbox(boot_s=0.2) as sb, sb.exported():
+        os.environ["BAKEOFF_DATA"] = str(Path(tmp) / "data")
+        for name, arm in RECIPE_ARMS:
+            cloud = SANDBOX_CLOUD[multinode.multinode_recipe(name).gpu]
+            entry = {
+                "name": f"{name} arm {arm}",
+                "provider": cloud,
+                "recipe": name,
+                "recipe_arm": arm,
+                "cluster": {"deadline_s": 120},
+                "emulator": {"time_scale": 0.2},
+                "provider_options": {**SANDBOX_OPTIONS[cloud], "ingress_cidr": "127.0.0.1/32", "client_mode": "remote"},
+            }
+            print(_recipe_header(Target(**entry)) + f" [sandbox {cloud}]")
+            began = sb.clock.now()
+            res, point, steps = _serve_in_sandbox(_plan_file(Path(tmp), entry, None, max_hours=2))
+            print("-- steps (s from the provision call): " + "; ".join(steps))
+            failures += _print_outcome(sb, cloud, began, res, point) or point is None
     return 1 if failures else 0
 
 

@@ -15,8 +15,8 @@ Connections (secrets stay in Airflow's connection store or the environment, neve
   its key). ``huggingface_<name>`` / ``registry_<name>``: serving secrets a target names under
   ``secrets`` (password: the token). A plan can name no other connection.
 Extra ``bakeoff_address_map_url`` (sandbox, or an SSH/SSM tunnel layer) says where serving ports
-are reached from the worker; ``bakeoff_emulated_nodes: true`` (the sandbox's EC2) says every node
-boots the emulator, which lets a cluster target run there (the pipeline checks each node says so).
+are reached from the worker; ``bakeoff_emulated_nodes: true`` (the sandbox's EC2 and OCI) says every
+node boots the emulator, which lets a cluster target run there (the pipeline checks each node says so).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _reach_extras(extra: dict[str, Any]) -> dict[str, Any]:
         out["address_map_url"] = extra["bakeoff_address_map_url"]
     if extra.get("bakeoff_regions"):
         out["regions"] = list(extra["bakeoff_regions"])
-    if extra.get("bakeoff_emulated_nodes") is True:  # the sandbox's EC2: every node boots the emulator
+    if extra.get("bakeoff_emulated_nodes") is True:  # the sandbox's EC2 and OCI: every node boots the emulator
         out["emulated_nodes"] = True
     return out
 

@@ -105,20 +105,20 @@ def _boot_script_sizes(plan: Plan) -> tuple[list[str], list[str]]:
     launch, sized with stand-ins as long as the launch's own key, certificate and secret names: over it
     even with the short bundle URL of long-term keys is refused; over it only with the longer URL of
     temporary credentials is a warning."""
-    limit = userdata.MAX_BYTES
     fix = "shorten env, engine_args, the command template or the image name"
     refusals, warned = [], []
     for t in plan.targets:
         if not PROVIDERS[t.provider].provisions:
             continue
+        limit, words = userdata.max_bytes_for(t.provider), userdata.limit_words(t.provider)
         short = userdata.size_at_launch(t, userdata.URL_BYTES_LONG_TERM_KEYS)
         long = userdata.size_at_launch(t, userdata.URL_BYTES_TEMPORARY_CREDENTIALS)
         if short > limit:
-            over = f"over the clouds' {limit:,}-byte user-data limit"
+            over = f"over {words}"
             refusals.append(f"targets.{t.name}: its boot script would be {short:,} bytes at launch, {over}; {fix}")
         elif long > limit:
             warned.append(
-                f"targets.{t.name}: its boot script fits the {limit:,}-byte user-data limit only while the client "
+                f"targets.{t.name}: its boot script fits {words} only while the client "
                 f"bundle's URL is signed with long-term keys ({short:,} bytes); with temporary credentials it would be "
                 f"{long:,} bytes and refused at launch; {fix}"
             )

@@ -115,6 +115,7 @@ class Sandbox:
                 "address_map_url": amap,
                 "poll_s": 0.1,
                 "backoff_s": 0.02,
+                "emulated_nodes": True,  # each node boots the emulator (Backing): cluster targets may run here
             },
             "client_bundle": {
                 **_AWS_CREDS,
@@ -181,6 +182,7 @@ class Sandbox:
                     "service_endpoint": self.oci.endpoint,
                     "bakeoff_address_map_url": amap,
                     "poll_s": 0.1,
+                    "bakeoff_emulated_nodes": True,
                 },
             },
         }

@@ -62,6 +62,9 @@ _REGION_PREFIX = re.compile(r"^/r/([a-z0-9-]+)(/.*)$")
 _SEARCH = re.compile(r"query\s+(\w+)\s+resources(?:\s+where\s+(.+))?", re.I | re.S)
 _SEARCH_TERM = re.compile(r"freeformTags\.(key|value)\s*=\s*'([^'\\]*)'", re.I)
 _FREEFORM_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")  # conservative: OCI refuses spaces and '.'; ':' is avoided too
+# "The combined size of the metadata and extendedMetadata objects can be a maximum of 32,000 bytes."
+# (LaunchInstanceDetails.metadata, oci SDK 2.189.0); counted here as keys plus values
+METADATA_MAX_BYTES = 32000
 RETRY_TOKEN_S = 24 * 3600  # "Retry tokens expire after 24 hours" (OCI API reference, opc-retry-token)
 # the GPU shapes the sandbox tenancy is offered, and its service limit for each (nodes per availability
 # domain); limit names follow OCI's "<shape family>-count" form but are the sandbox's own
@@ -72,6 +75,7 @@ SHAPES = {
     "BM.GPU.B300.8": {"gpus": 8, "limit": "gpu-b300-count"},
     "BM.GPU.H200.8": {"gpus": 8, "limit": "gpu-h200-count"},
     "BM.GPU.GB200.4": {"gpus": 4, "limit": "gpu-gb200-count"},
+    "BM.GPU.GB300.4": {"gpus": 4, "limit": "gpu-gb300-count"},
 }
 _KEY_ID = re.compile(r'keyId="(ocid1\.tenancy\.[^/"]+)/')  # an API signing key's keyId: tenancy/user/fingerprint
 _PRINCIPAL = re.compile(r'keyId="ST\$([^"]+)"')  # a request signed with an instance principal's security token
@@ -384,6 +388,9 @@ class FakeOci(LoopbackServer):
                 if self.nsgs.get(nsg_id, {}).get("vcnId") != subnet["vcnId"]:
                     raise OciError(400, "InvalidParameter", f"NSG {nsg_id} does not exist in the subnet's VCN")
         meta = dict(body.get("metadata") or {})
+        size = sum(len(k.encode()) + len(str(v).encode()) for k, v in meta.items())
+        if size > METADATA_MAX_BYTES:
+            raise OciError(400, "InvalidParameter", f"metadata is {size} bytes, over {METADATA_MAX_BYTES}")
         try:
             script = base64.b64decode(meta.get("user_data", ""), validate=True).decode(errors="replace")
         except (binascii.Error, ValueError):

@@ -78,6 +78,9 @@ def test_a_cloud_gets_its_rack_offer_and_a_cloud_without_the_rack_is_refused_nam
     # AWS sells the rack as p6e-gb200 UltraServer trays, with no list price: the TCO tier prices them
     (t,) = _plan(recipe="dsr1-fp4-gb200-dynamo-trt", recipe_arm=0, provider="aws").targets
     assert t.instance_type == "p6e-gb200.36xlarge" and t.price.market == "tco" and t.price.usd_per_gpu_hour == 2.75
+    # OCI sells GB300 NVL72 trays (BM.GPU.GB300.4, Oracle's oci-hpc-oke), no list price: the TCO tier again
+    (t,) = _plan(recipe="dsr1-fp4-gb300-dynamo-trt", recipe_arm=0, provider="oci").targets
+    assert t.instance_type == "BM.GPU.GB300.4" and t.cluster.rack == "gb300-nvl72" and t.price.market == "tco"
     with pytest.raises(PlanError, match=r"cluster\.rack: aws does not offer gb300-nvl72 .*gb200-nvl72"):
         _plan(recipe="dsr1-fp4-gb300-dynamo-trt", recipe_arm=0, provider="aws")
     with pytest.raises(PlanError, match=r"cluster: vultr has no multi-node placement offer"):

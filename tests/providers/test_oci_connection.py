@@ -53,3 +53,18 @@ def test_oci_connection_gives_sdk_config_and_masks_the_key(monkeypatch):
 def test_no_oci_connection_gives_no_credentials(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_OCI_DEFAULT", raising=False)
     assert bakeoff_connections.resolve("oci") == {}
+
+
+def test_the_emulated_nodes_extra_counts_only_as_the_literal_true(monkeypatch):
+    """The sandbox's oci_default says ``bakeoff_emulated_nodes: true``; a real account's never does, and a
+    string or 1 there claims nothing (a cluster target is then refused at provision, before any create)."""
+    pem, fingerprint = throwaway_api_key()
+    seen = {}
+    for claim in (True, "true", 1, None):
+        extra = {"tenancy": fake_oci.TENANCY, "fingerprint": fingerprint, "region": "us-ashburn-1"}
+        if claim is not None:
+            extra["bakeoff_emulated_nodes"] = claim
+        conn = {"conn_type": "generic", "login": fake_oci.USER, "password": pem, "extra": extra}
+        monkeypatch.setenv("AIRFLOW_CONN_OCI_DEFAULT", json.dumps(conn))
+        seen[repr(claim)] = OciProvider(bakeoff_connections.resolve("oci")).emulated_nodes
+    assert seen == {"True": True, "'true'": False, "1": False, "None": False}

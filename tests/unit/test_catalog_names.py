@@ -71,7 +71,15 @@ def test_the_names_confirmed_from_sources_say_where(monkeypatch):
     """The OCI shapes from Oracle's own repository, the Vultr MI300X plan and the DigitalOcean MI355X
     size from dated third-party catalogs; the Vultr os_id and the DLAMI parameter stay unverified."""
     rows = catalog.instance_types()
-    for shape in ("BM.GPU.MI355X.8", "BM.GPU.MI300X.8", "BM.GPU.B200.8", "BM.GPU.B300.8", "BM.GPU.GB200.4"):
+    oci_shapes = (
+        "BM.GPU.MI355X.8",
+        "BM.GPU.MI300X.8",
+        "BM.GPU.B200.8",
+        "BM.GPU.B300.8",
+        "BM.GPU.GB200.4",
+        "BM.GPU.GB300.4",
+    )
+    for shape in oci_shapes:
         assert "oracle-quickstart/oci-hpc-oke" in rows[shape].name_ref.source and rows[shape].name_ref.verified
     assert "gpuhunt" in rows["vbm-256c-2048gb-8-mi300x-gpu"].name_ref.source
     assert "Slugs.ts at 9b59a8ad" in rows["gpu-mi355x8-2304gb-spot"].name_ref.source

@@ -130,10 +130,11 @@ class Recipe(BaseModel):
 
 
 def catalog_node(gpu: str, gpus: int) -> str | None:
-    """The node a recipe's GPU defaults to where any catalog type will do (the emulator): OCI's
-    bare-metal node (the one cloud with all three GPU families), else a priced one, else any."""
+    """The node a recipe's GPU defaults to where any catalog type will do (the emulator): the emulator's
+    own row where the catalog has one (the GB300 tray), else OCI's bare-metal node (the one cloud with
+    all three GPU families), else a priced one, else any."""
     fit = [it for it in catalog.instance_types().values() if it.gpu == gpu and it.gpus == gpus]
-    fit.sort(key=lambda it: (it.provider != "oci", it.usd_per_hour is None, it.type))
+    fit.sort(key=lambda it: (it.provider != "local", it.provider != "oci", it.usd_per_hour is None, it.type))
     return fit[0].type if fit else None
 
 

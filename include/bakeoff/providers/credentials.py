@@ -25,6 +25,13 @@ OCI_ENV = {
 }
 
 
+def emulated_nodes(creds: dict[str, Any]) -> bool:
+    """Whether the credentials claim every node boots the hardware emulator (the sandbox's clouds do):
+    only the literal ``True`` counts, so a stray string or 1 in a real account's extra claims nothing.
+    The claim lets a cluster target run; each node must still say ``emulated`` (cluster.check_emulated)."""
+    return creds.get("emulated_nodes") is True
+
+
 def json_credentials(provider: str) -> dict[str, Any]:
     """This provider's entry of $BAKEOFF_CREDENTIALS (empty when unset or absent)."""
     raw = os.environ.get(CREDENTIALS_ENV)

@@ -56,6 +56,11 @@ AGENT_CONTAINER = "bakeoff-agent"
 # The bundle's presigned URL, set once in the script: with temporary credentials it runs to about 1.2 KB
 BUNDLE_URL_VAR = "BAKEOFF_BUNDLE_URL"
 MAX_BYTES = 16384  # EC2's user-data limit, the smallest of the clouds
+# OCI takes more: "The combined size of the metadata and extendedMetadata objects can be a maximum of 32,000
+# bytes" (LaunchInstanceDetails.metadata, oci SDK 2.189.0), and user_data rides there base64-encoded (4/3 the
+# bytes); 1,000 bytes are left for the keys. The ATOM DSV4 recipe's nodes with TLS and the agent need ~16.5 KB.
+MAX_BYTES_BY_CLOUD = {"oci": (32000 - 1000) * 3 // 4}
+
 SHUTDOWN_RE = re.compile(r"^shutdown -h \+(\d+) ", re.M)
 KILL_MARK = "# bakeoff-kill-switch: "  # one JSON line: what the kill switch does on this cloud, and when
 SECRETS_MARK = "# bakeoff-secrets: "  # one JSON line: the NAMES of the serving secrets the node waits for
@@ -463,6 +468,17 @@ else
 fi"""
 
 
+def max_bytes_for(provider: str) -> int:
+    """The boot script's limit on this cloud: EC2's 16 KB (the smallest) unless the cloud is known to take more."""
+    return MAX_BYTES_BY_CLOUD.get(provider, MAX_BYTES)
+
+
+def limit_words(provider: str) -> str:
+    """The limit as an error names it: the cloud's own where it differs, else the clouds' common one."""
+    who = f"{provider}'s" if provider in MAX_BYTES_BY_CLOUD else "the clouds'"
+    return f"{who} {max_bytes_for(provider):,}-byte user-data limit"
+
+
 def render(
     target: Target,
     *,
@@ -574,8 +590,9 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
 (docker logs -f {CONTAINER} 2>&1 | sed -u -f /etc/bakeoff/mask.sed >> {LOG_DIR}/serve.log) &
 """
     if max_bytes is not None and len(script.encode()) > max_bytes:
+        who = f"{target.provider}'s" if max_bytes != MAX_BYTES else "the clouds'"
         raise ValueError(
-            f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over the clouds' "
+            f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over {who} "
             f"{max_bytes}-byte user-data limit; shorten env, engine_args or the image name"
         )
     return script
@@ -602,6 +619,7 @@ def render_for(target: Target, spec: LaunchSpec | Mapping[str, Any]) -> str:
         expires_at=launch.expires_at,
         tls=dict(launch.tls) if launch.tls else None,
         secret_names=sorted(launch.secrets),
+        max_bytes=max_bytes_for(target.provider),
     )
 
 
@@ -614,8 +632,9 @@ URL_BYTES_TEMPORARY_CREDENTIALS = 1200
 def size_at_launch(target: Target, url_bytes: int) -> int:
     """The target's boot script in bytes as a cloud launch would render it, with stand-ins as long as
     the launch's own: the run's key, a node certificate and key, a client bundle behind a long
-    presigned URL of ``url_bytes``, and the target's secret names. ``plan check`` refuses a target over MAX_BYTES
-    before any run, instead of provision refusing it after the budget and approval steps."""
+    presigned URL of ``url_bytes``, and the target's secret names. ``plan check`` refuses a target over its
+    cloud's limit (``max_bytes_for``) before any run, instead of provision refusing it after the budget and
+    approval steps."""
     from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only the size check needs the bundle's pins
     from bakeoff.serving.tls import stand_in_identity  # noqa: PLC0415 - worker-only dependency (cryptography)
 

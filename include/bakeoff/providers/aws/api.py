@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from bakeoff import catalog
 from bakeoff.providers.base import ProviderError
+from bakeoff.providers.credentials import emulated_nodes
 
 if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.options import AwsOptions
@@ -66,7 +67,8 @@ class AwsApi:
         creds = dict(credentials or {})
         self.endpoint_url = creds.pop("endpoint_url", None)
         self.address_map_url = creds.pop("address_map_url", None)
-        self.emulated_nodes: bool = bool(creds.pop("emulated_nodes", False))  # the sandbox's EC2 says so
+        self.emulated_nodes = emulated_nodes(creds)  # the sandbox's EC2 says so
+        creds.pop("emulated_nodes", None)
         extra_regions = creds.pop("regions", None) or []
         session = creds.pop("session", None)
         self.session = session or boto3.Session(**{k: v for k, v in creds.items() if v})

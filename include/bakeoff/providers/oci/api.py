@@ -16,6 +16,7 @@ from oci.exceptions import ServiceError
 
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import ProviderError
+from bakeoff.providers.credentials import emulated_nodes
 
 if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.options import OciOptions
@@ -102,6 +103,7 @@ class OciApi:
         self.config = _config(creds)
         self.service_endpoint = creds.get("service_endpoint")
         self.address_map_url = creds.get("address_map_url")
+        self.emulated_nodes: bool = emulated_nodes(creds)  # the sandbox's OCI says so
         self.default_region = self.config["region"]
         self.default_compartment = creds.get("compartment_id") or self.config["tenancy"]
         self.poll_s = float(creds["poll_s"]) if creds.get("poll_s") else None

@@ -1,0 +1,67 @@
+"""The per-node check behind a cloud's ``emulated_nodes`` claim: a node that serves the model but whose
+/version does not say ``emulated: true`` (a real engine behind a claiming connection) is refused, naming
+its role and index, before the emulated router may front it. Real HTTP against stand-in nodes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from bakeoff import cluster
+from bakeoff.plan import Target
+from bakeoff.providers.base import Instance, ProviderError
+
+TARGET = Target(name="pd", provider="local", recipe="dsr1-fp4-mi355x-sglang-disagg", recipe_arm=0)
+
+
+def _node(version: dict) -> ThreadingHTTPServer:
+    """A node answering /health, /v1/models (the target's model) and /version with ``version``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = {
+                "/health": {},
+                "/v1/models": {"data": [{"id": TARGET.served_model_id}]},
+                "/version": version,
+            }.get(self.path)
+            raw = json.dumps(body).encode()
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def nodes() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
+    emulated, real = _node({"emulated": True}), _node({"version": "0.11.0"})  # a real engine says no such thing
+    yield emulated, real
+    for s in (emulated, real):
+        s.shutdown()
+
+
+def _result(*servers: ThreadingHTTPServer) -> cluster.ClusterResult:
+    out = []
+    for i, (role, s) in enumerate(zip(("prefill", "decode"), servers, strict=True)):
+        inst = Instance("oci", f"node-{i}", "pd", "r", "running", "127.0.0.1", s.server_address[1])
+        out.append(cluster.ClusterNode(i, role, f"pd--n{i}", instance=inst.to_dict()))
+    return cluster.ClusterResult("pd", out, 60.0)
+
+
+def test_a_node_whose_version_does_not_say_emulated_is_refused_naming_it(nodes):
+    emulated, real = nodes
+    with pytest.raises(ProviderError, match=r"decode node 1 does not say it is emulated \(/version\)"):
+        cluster.check_emulated(_result(emulated, real), TARGET, None, timeout_s=5)
+    ok = _result(emulated, emulated)
+    cluster.check_emulated(ok, TARGET, None, timeout_s=5)
+    assert all(n.instance and n.instance["details"]["emulated"] for n in ok.nodes)
