@@ -6,6 +6,7 @@ instead of hanging it; bad settings are refused naming the variable."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -108,6 +109,16 @@ def test_bad_fleet_settings_are_refused_naming_the_variable(env, error, tmp_path
     works = fleet.member_works(ctx, key=2, repeat=0, concurrency=2, members=2)
     with pytest.raises(fleet_celery.FleetConfigError, match=error):
         fleet_celery.run_celery_fleet(works)
+
+
+def test_the_advertised_address_is_the_bound_one_unless_set(monkeypatch):
+    monkeypatch.delenv("BAKEOFF_FLEET_ADVERTISE", raising=False)
+    monkeypatch.setenv("BAKEOFF_FLEET_BIND", "[::1]:4711")
+    assert fleet_celery.bind_address() == ("::1", 4711) and fleet_celery.advertise_host("::1") == "::1"
+    monkeypatch.setenv("BAKEOFF_FLEET_ADVERTISE", "@hostname")
+    assert fleet_celery.advertise_host("0.0.0.0") == socket.gethostname()
+    monkeypatch.setenv("BAKEOFF_FLEET_ADVERTISE", "bench-1.internal")
+    assert fleet_celery.advertise_host("0.0.0.0") == "bench-1.internal"
 
 
 def test_the_point_travels_as_json_and_comes_back_the_same(tmp_path, monkeypatch):

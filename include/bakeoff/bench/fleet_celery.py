@@ -30,6 +30,7 @@ import ipaddress
 import json
 import os
 import re
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -111,14 +112,18 @@ def bind_address() -> tuple[str, int]:
 
 
 def advertise_host(bound: str) -> str:
-    """The host members connect to: $BAKEOFF_FLEET_ADVERTISE, else the bound address itself."""
+    """The host members connect to: $BAKEOFF_FLEET_ADVERTISE, else the bound address itself.
+    ``@hostname`` is this host's own name (a container's on a compose network, where each scaled
+    worker has its own and one setting serves them all)."""
     raw = os.environ.get(ADVERTISE_ENV, "").strip()
+    if raw == "@hostname":
+        raw = socket.gethostname()
     if not raw:
         if ipaddress.ip_address(bound).is_unspecified:
             raise FleetConfigError(
                 f"{ADVERTISE_ENV}: the coordinator listens on every interface ({BIND_ENV}={bound}), so members "
                 f"need to be told where to reach it; set {ADVERTISE_ENV} to this host's name or address as the "
-                "client workers see it"
+                "client workers see it (@hostname: this host's own name)"
             )
         return bound
     try:
@@ -128,7 +133,8 @@ def advertise_host(bound: str) -> str:
     if not _HOST_RE.fullmatch(raw):
         raise FleetConfigError(
             f"{ADVERTISE_ENV}={raw[:80]!r}: expected a host name or IP address without scheme or port "
-            "(bench-1.internal, 10.0.0.5); the port is the one the coordinator bound"
+            "(bench-1.internal, 10.0.0.5, or @hostname for this host's own name); the port is the one the "
+            "coordinator bound"
         )
     return raw
 
