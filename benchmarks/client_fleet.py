@@ -1,6 +1,6 @@
 """A point's client over a fleet of member processes (bench.fleet), and the fleet a 1M tokens/s rack needs.
 
-    python benchmarks/client_fleet.py [--members 2] [--requests 2048] [--rate 400] [--skew-ms 250]
+    python benchmarks/client_fleet.py [--members 2] [--requests 2048] [--rate 400] [--skew-ms 250] [--celery]
 
 Ingest: closed loop C=64, 256 output tokens per request (one token per SSE chunk), against the
 scripted server with zero TTFT/ITL, through one fleet point of 1 and then ``--members`` member
@@ -15,6 +15,11 @@ each member's measured clock offset and round trip, and the corrected send times
 start plus the schedule (what the offset correction buys: uncorrected, member 1's would be off by
 the skew).
 
+``--celery``: the same open-loop and ingest points again with the members as Celery tasks
+(bench.fleet_celery) on ``--members`` client workers (one member slot each) on a redis-server
+started here on loopback: what the broker adds before the start (launch to shared start, against
+local processes'), and that the merged point is the same.
+
 EMULATED, loopback. Caveat: this machine has 2 CPU cores shared with other work and the server;
 the members and the server compete for them, so the per-process figure here is a floor.
 """
@@ -27,10 +32,12 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fleet_fixtures, for --celery
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from bakeoff.bench import client_cores, fleet
@@ -60,7 +67,21 @@ def _span(recs) -> float:
     return max(r.start_offset + r.elapsed for r in ok) - min(r.start_offset for r in ok) if ok else float("nan")
 
 
-def ingest(url: str, members: int, requests: int, label: str = "") -> tuple[float, float]:
+Runner = Callable[[list[fleet.MemberWork]], fleet.FleetPoint]
+
+
+def _timed(run: Runner, works: list[fleet.MemberWork]) -> fleet.FleetPoint:
+    """The point, with how long its members took from launch to the shared start."""
+    t = time.time()
+    point = run(works)
+    hosts = ", ".join(point.figures["client_hosts"])
+    print(f"\n(launch to shared start: {(point.start_time - t) * 1e3:,.0f} ms; members on {hosts})")
+    return point
+
+
+def ingest(
+    url: str, members: int, requests: int, label: str = "", run: Runner = fleet.run_fleet
+) -> tuple[float, float]:
     """One closed-loop ingest point over ``members``; (merged tokens/s, mean tokens per member CPU-second)."""
     w = Workload(
         name="ingest",
@@ -72,7 +93,7 @@ def ingest(url: str, members: int, requests: int, label: str = "") -> tuple[floa
         request_timeout_s=120,
     )
     works = fleet.member_works(_ctx(url, w), key=INGEST_C, repeat=0, concurrency=INGEST_C, members=members)
-    point = fleet.run_fleet(works)
+    point = _timed(run, works)
     deals = {m.member: set(fleet.dealt(len(point.records), members, m.member, INGEST_C)) for m in point.members}
     by_member = {m: [r for r in point.records if r.index in deal] for m, deal in deals.items()}
     total = sum(r.output_tokens or 0 for r in point.records if r.ok and not r.warmup)
@@ -94,7 +115,7 @@ def ingest(url: str, members: int, requests: int, label: str = "") -> tuple[floa
     return total / span, float(np.mean(per_cpu))
 
 
-def open_loop(url: str, members: int, rate: float, skew_s: float) -> None:
+def open_loop(url: str, members: int, rate: float, skew_s: float, run: Runner = fleet.run_fleet) -> None:
     """One open-loop point over ``members``, member 1's clock skewed: send lag and clock offsets."""
     n = int(rate * 2)
     w = Workload(name="open", input_len=8, output_len=16, load="rate", rates=[rate], requests_per_point=n)
@@ -102,7 +123,7 @@ def open_loop(url: str, members: int, rate: float, skew_s: float) -> None:
     works = fleet.member_works(_ctx(url, w), key=int(rate * 1000), repeat=0, offsets=offsets, members=members)
     if members > 1:
         works[1].clock_skew_s = skew_s
-    point = fleet.run_fleet(works)
+    point = _timed(run, works)
     f = point.figures
     print(
         f"\nOpen loop, {members} members, {rate:,.0f} requests/s x {n:,} (Poisson), member 1's clock "
@@ -128,12 +149,31 @@ def open_loop(url: str, members: int, rate: float, skew_s: float) -> None:
         )
 
 
+def celery_points(a: argparse.Namespace) -> None:
+    """The open-loop and ingest points with members on Celery client workers (loopback Redis)."""
+    from bakeoff.bench import fleet_celery  # noqa: PLC0415 - Celery only for --celery
+    from tests.fleet_fixtures import client_workers, redis_server  # noqa: PLC0415 - pytest only for --celery
+
+    names = [f"clients-{m}" for m in range(a.members)]
+    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as url:
+        os.environ.setdefault("BAKEOFF_SECRET_KEY", os.urandom(32).hex())  # both ends derive their keys from it
+        os.environ["BAKEOFF_FLEET_BROKER"] = url
+        with client_workers(url, names, Path(tmp), {}):
+            print(f"\n--- members on {a.members} Celery client workers (redis on loopback) ---")
+            with ScriptedServerProcess({"ttft_ms": 5, "itl_ms": 1, "tokens_per_chunk": 1, "output_tokens": 16}) as srv:
+                open_loop(srv.url, a.members, a.rate, a.skew_ms / 1e3, run=fleet_celery.run_celery_fleet)
+            script = {"ttft_ms": 0, "itl_ms": 0, "tokens_per_chunk": 1, "output_tokens": INGEST_OUT}
+            with ScriptedServerProcess(script) as srv:
+                ingest(srv.url, a.members, a.requests, " (Celery members)", run=fleet_celery.run_celery_fleet)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", type=int, default=2)
     ap.add_argument("--requests", type=int, default=2048, help="measured requests of each ingest point")
     ap.add_argument("--rate", type=float, default=400.0, help="open-loop requests/s")
     ap.add_argument("--skew-ms", type=float, default=250.0, help="member 1's injected clock skew")
+    ap.add_argument("--celery", action="store_true", help="again with members on Celery client workers")
     a = ap.parse_args(argv)
     print(f"EMULATED, loopback; {os.cpu_count()} CPUs on this machine, shared with the server and other work")
     t0 = time.perf_counter()
@@ -144,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet_tps, per_process = ingest(srv.url, a.members, a.requests)
     with ScriptedServerProcess({"ttft_ms": 5, "itl_ms": 1, "tokens_per_chunk": 1, "output_tokens": 16}) as srv:
         open_loop(srv.url, a.members, a.rate, a.skew_ms / 1e3)
+    if a.celery:
+        celery_points(a)
     planned = per_process * client_cores.HEADROOM
     need = math.ceil(RACK_TOKENS_S / planned)
     print(

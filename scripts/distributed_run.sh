@@ -6,13 +6,18 @@
 # hold no database password (as in docker-compose.yml: tasks reach Airflow through the api-server),
 # and results and reports live in S3 (a bucket in the sandbox's moto server, through the aws
 # connection bakeoff_s3). The plan (distributed-three-sandbox) has three EC2 targets on the sandbox
-# clouds (started here as their own process), each benchmarked co-located for about 80 s, so the
-# benchmarks can only all run at once if the waits free their worker slots.
+# clouds (started here as their own process), each benchmarked for about 80 s (two co-located, one
+# from an Airflow worker), so the benchmarks can only all run at once if the waits free their
+# worker slots.
+#
+# Two of bakeoff's own Celery client workers (bench/fleet_celery.py, their own hostnames, one member
+# slot each) serve the client fleet (client_fleet: 2) of the target benchmarked from the Airflow
+# worker: its members are sent through Redis database 2.
 #
 # It triggers `bakeoff` through the REST API, waits, and fails unless: the run succeeded, targets
-# ran on both workers, all three targets' benchmark windows overlap, the report is read back from
-# S3, and no worker's data folder holds a result. It prints the DAG run's wall time, each target's
-# step timeline, and the worker-slot seconds each target held against its wall and wait time.
+# ran on both workers, all three targets' benchmark windows overlap, the fleet's members ran on both
+# client workers, the report is read back from S3, and no worker's data folder holds a result.
+# It prints the DAG run's wall time, each target's step timeline, and the worker-slot seconds each target held against its wall and wait time.
 # The goal is that pokes hold at most 10 % of the waiting time: the table says PASS/FAIL against
 # it, but the script fails only above 25 %, so that a slow, shared CI machine does not turn a
 # correct run red (scripts/run_timeline.py).
@@ -42,6 +47,7 @@ VENV=${VENV:-$ROOT/.venv}
 PLAN=${PLAN:-distributed-three-sandbox}
 TIMEOUT=${TIMEOUT:-600}
 WORKERS=(worker-a worker-b)
+CLIENT_WORKERS=(clients-a clients-b)
 BUCKET=bakeoff-results
 T0=$(date +%s)
 
@@ -72,7 +78,7 @@ PG_BIN=$(pg_bindir)
 WORK=$(mktemp -d -t bakeoff-distributed.XXXXXX)
 chmod 755 "$WORK"
 # One data folder per process: each worker's, the sandbox's, and one for the other Airflow services.
-DATA_DIRS=(control sandbox "${WORKERS[@]}")
+DATA_DIRS=(control sandbox "${WORKERS[@]}" "${CLIENT_WORKERS[@]}")
 mkdir -p "$WORK/logs" "$WORK/sandbox" "$WORK/local-cloud"
 for d in "${DATA_DIRS[@]}"; do mkdir -p "$WORK/data/$d"; done
 PIDS=()
@@ -221,7 +227,10 @@ airflow db migrate >"$WORK/logs/db-migrate.log" 2>&1 || die "db migrate failed (
 # The sandbox account has no GPU quota: a run may hold three EC2 nodes at once.
 airflow variables set bakeoff_provider_node_limits '{"aws": 3}' >>"$WORK/logs/load-settings.log" 2>&1
 
-log "starting scheduler, dag-processor, api-server (:$API_PORT), triggerer and ${#WORKERS[@]} Celery workers"
+# A client fleet's members: Celery tasks on the client workers, through Redis database 2; the
+# coordinator (the benchmark step on an Airflow worker) listens on loopback, where they reach it.
+FLEET_BROKER="redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/2"
+log "starting scheduler, dag-processor, api-server (:$API_PORT), triggerer, ${#WORKERS[@]} Celery workers and ${#CLIENT_WORKERS[@]} client workers"
 start scheduler airflow scheduler
 start dag-processor airflow dag-processor
 start api-server airflow api-server --host 127.0.0.1 --port "$API_PORT"
@@ -235,9 +244,18 @@ for w in "${WORKERS[@]}"; do
   # for its check rather than for imports. No database connection string (env -u): the run proves
   # that workers need none.
   start "$w" env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN BAKEOFF_DATA="$WORK/data/$w" PYTHONPATH="$ROOT/scripts" \
-    AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=celery_warm.CELERY_CONFIG \
+    AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=celery_warm.CELERY_CONFIG BAKEOFF_FLEET_BROKER="$FLEET_BROKER" \
     unshare --uts sh -c 'hostname "$0" && exec "$@"' "$w" \
     airflow celery worker --concurrency 1 --without-mingle --without-gossip --skip-serve-logs
+done
+for w in "${CLIENT_WORKERS[@]}"; do
+  # bakeoff's own client workers: no Airflow setting at all, only the broker and the installation
+  # secret (exported above), from which each member derives its channel and serving keys.
+  start "$w" env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN -u AIRFLOW__CELERY__BROKER_URL -u AIRFLOW__CELERY__RESULT_BACKEND \
+    BAKEOFF_DATA="$WORK/data/$w" BAKEOFF_FLEET_BROKER="$FLEET_BROKER" \
+    unshare --uts sh -c 'hostname "$0" && exec "$@"' "$w" \
+    celery -A bakeoff.bench.fleet_celery worker -Q bakeoff-clients -n "$w@%h" --concurrency 1 \
+    --without-mingle --without-gossip
 done
 
 for i in $(seq 120); do
@@ -249,5 +267,6 @@ log "api-server is up; triggering $(basename "$AIRFLOW__CORE__DAGS_FOLDER")/bake
 
 python "$ROOT/scripts/trigger_and_verify.py" --base-url "http://127.0.0.1:$API_PORT" --user admin \
   --password-file "$SECRETS/passwords.json" --dag bakeoff --conf "{\"plan\": \"$PLAN\"}" \
-  --workers "$(IFS=,; echo "${WORKERS[*]}")" --results "$BAKEOFF_RESULTS" --reports "$BAKEOFF_REPORTS" \
-  --worker-data "$(IFS=,; for w in "${WORKERS[@]}"; do printf '%s,' "$WORK/data/$w"; done)" --timeout "$TIMEOUT"
+  --workers "$(IFS=,; echo "${WORKERS[*]}")" --client-workers "$(IFS=,; echo "${CLIENT_WORKERS[*]}")" \
+  --results "$BAKEOFF_RESULTS" --reports "$BAKEOFF_REPORTS" --timeout "$TIMEOUT" \
+  --worker-data "$(IFS=,; for w in "${WORKERS[@]}" "${CLIENT_WORKERS[@]}"; do printf '%s,' "$WORK/data/$w"; done)"

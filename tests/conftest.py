@@ -113,3 +113,36 @@ def airflow_db(tmp_path_factory) -> Path:
     from tests.airflow_db import migrate
 
     return migrate(tmp_path_factory.mktemp("airflow-db"))
+
+
+# --- a client fleet on real Celery client workers (tests/fleet_fixtures.py) -----------------------
+FLEET_SECRET = "fleet-test-installation-secret-" + "0" * 32  # the installation secret workers and tests share
+
+
+@pytest.fixture(scope="session")
+def fleet_broker(tmp_path_factory):
+    """A real redis-server on a free loopback port (skipped when none is installed)."""
+    from tests.fleet_fixtures import redis_server
+
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def fleet_workers(fleet_broker, tmp_path_factory):
+    """Two real Celery client workers (one member slot each) on ``fleet_broker``."""
+    from tests.fleet_fixtures import client_workers
+
+    env = {"BAKEOFF_SECRET_KEY": FLEET_SECRET}
+    with client_workers(fleet_broker, ["clients-a", "clients-b"], tmp_path_factory.mktemp("workers"), env) as w:
+        yield w
+
+
+@pytest.fixture
+def celery_fleet(fleet_workers, fleet_broker, monkeypatch):
+    """This process as a coordinator of a Celery fleet on the workers above (same installation secret)."""
+    monkeypatch.setenv("BAKEOFF_FLEET_BROKER", fleet_broker)
+    monkeypatch.setenv("BAKEOFF_SECRET_KEY", FLEET_SECRET)
+    for var in ("BAKEOFF_FLEET_BIND", "BAKEOFF_FLEET_ADVERTISE"):
+        monkeypatch.delenv(var, raising=False)
+    return fleet_workers

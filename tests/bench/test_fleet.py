@@ -7,17 +7,10 @@ arrived on its own (true) clock, so a member's corrected send times can be held 
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
-import time
-
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from aiohttp import web
-from threaded_app import ThreadedApp
 
 from bakeoff.bench import fleet
 from bakeoff.bench.cli import AdhocTarget
@@ -26,48 +19,9 @@ from bakeoff.bench.point import Ctx
 from bakeoff.bench.run import run_workload
 from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict, plans_dir
 from bakeoff.serving.endpoint import Endpoint
+from tests.fleet_fixtures import ArrivalServer
 
 SKEW_S = 5.0
-
-
-class ArrivalServer(ThreadedApp):
-    """Streams ``tokens`` tokens after ``delay_s``; logs each request's arrival (epoch s) and the
-    number in flight at every arrival."""
-
-    def __init__(self, delay_s: float = 0.02, tokens: int = 2):
-        super().__init__()
-        self.delay_s, self.tokens = delay_s, tokens
-        self.arrivals: list[float] = []
-        self.in_flight = 0
-        self.peak = 0
-        self.lock = threading.Lock()
-
-    def build(self) -> web.Application:
-        app = web.Application()
-        app.router.add_post("/v1/completions", self._handle)
-        return app
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        t = time.time()
-        with self.lock:
-            self.arrivals.append(t)
-            self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
-        try:
-            await request.read()
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            await asyncio.sleep(self.delay_s)
-            for i in range(self.tokens):
-                fin = "length" if i == self.tokens - 1 else None
-                chunk = {"object": "text_completion", "choices": [{"index": 0, "text": " x", "finish_reason": fin}]}
-                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            usage = {"prompt_tokens": 8, "completion_tokens": self.tokens, "total_tokens": 8 + self.tokens}
-            await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
-            return resp
-        finally:
-            with self.lock:
-                self.in_flight -= 1
 
 
 @pytest.fixture

@@ -16,13 +16,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(SCRIPTS))
-from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, timelines, verdict  # noqa: E402
+from run_timeline import FAIL_PCT, GOAL_PCT, Step, TargetTimeline, common_overlap, timelines, verdict  # noqa: E402
 from trigger_and_verify import (  # noqa: E402
     check,
+    fleet_hosts,
+    fleet_problems,
     overlapping_pairs,
     poke_spans,
     published_report,
     results_left_on,
+    waited,
 )
 
 
@@ -235,6 +238,30 @@ def test_results_in_a_workers_own_data_folder_are_found(tmp_path):
     leaked.parent.mkdir(parents=True)
     leaked.write_bytes(b"PAR1")
     assert results_left_on([tmp_path]) == [leaked]
+
+
+def test_only_a_target_that_waited_is_judged_on_the_share_its_waits_held():
+    remote = TargetTimeline("h100", [Step("wait_node", 0, 10, True, 9.5, 1), Step("benchmark", 10, 100, False, 90)])
+    colocated = TargetTimeline("b200", [Step("wait_benchmark", 10, 100, True, 6, 4)])
+    assert not waited(remote) and waited(colocated)
+
+
+def test_the_fleet_check_reads_where_the_members_ran_from_the_points(tmp_path):
+    import pandas as pd
+
+    from bakeoff.store import run_dir, target_dir, write_frame
+
+    rid = "manual__2026-11-30T14:00:00+00:00"
+    rdir = run_dir("three", rid, root=str(tmp_path))
+    for slug, hosts in [("h100", "clients-a@clients-a+clients-b@clients-b"), ("b200", "")]:
+        tdir = target_dir("three", rid, slug, root=str(tmp_path))
+        write_frame(tdir / "points" / "w-c2-r0.parquet", pd.DataFrame([{"client_hosts": hosts}]))
+    assert rdir.exists()
+    hosts = fleet_hosts(str(tmp_path), rid)
+    assert hosts == {"h100": {"clients-a@clients-a", "clients-b@clients-b"}}
+    assert fleet_problems(hosts, ["clients-a", "clients-b"]) == []
+    assert "clients-c" in fleet_problems(hosts, ["clients-a", "clients-c"])[0]
+    assert "no fleet points" in fleet_problems({}, ["clients-a"])[0]
 
 
 @pytest.mark.parametrize("script", ["distributed_run.sh", "load_settings.sh", "init_secrets.sh"])

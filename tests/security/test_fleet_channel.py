@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from multiprocessing.connection import Client
 
 import pytest
@@ -155,3 +156,19 @@ def test_the_coordinator_listens_on_loopback_unless_told_otherwise(tmp_path):
     with pytest.raises(fleet.FleetError, match="never connected"):
         fleet.run_fleet(_works(tmp_path), launch=launch)
     assert seen == ["127.0.0.1"]
+
+
+def test_a_member_that_goes_silent_fails_the_point_instead_of_hanging_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(fleet, "SILENT_S", 1.5)
+    gone = threading.Event()
+
+    def script(conn) -> None:  # a host that vanished: its connection stays open, nothing more comes
+        _until_start(conn)
+        _send(conn, {"op": "alive"})
+        gone.wait(30)
+
+    t = time.monotonic()
+    with pytest.raises(fleet.FleetError, match="member 0: silent for 2 s"):
+        fleet.run_fleet(_works(tmp_path), launch=_scripted(script))
+    gone.set()
+    assert time.monotonic() - t < 15

@@ -3,10 +3,10 @@
 ``workers`` (bench.workers) splits a point over processes of one host: one monotonic clock, shared
 memory for the barrier and the closed loop's queue. A rack that emits a million output tokens/s
 needs more client cores than one host gives the benchmark task, so a fleet's members may run
-anywhere a connection reaches (local processes here; a Celery task or a co-located client node
-runs ``member_main`` the same way). Each member talks to the coordinator over one authenticated
-channel (multiprocessing.connection: HMAC challenge on a key made per point, then JSON messages
-only, never pickle) and:
+anywhere a connection reaches (local processes here; bench.fleet_celery's Celery tasks on client
+workers; a co-located client node would run ``member_main`` the same way). Each member talks to the
+coordinator over one authenticated channel (multiprocessing.connection: HMAC challenge both ways on
+a key made per point, then JSON messages only, never pickle) and:
 
 1. builds the point's requests (deterministic: the same specs in every member) and warms its
    connections;
@@ -16,7 +16,9 @@ only, never pickle) and:
    round trip of SYNC_SAMPLES is kept, its error is at most half that round trip;
 3. starts at the one start time the coordinator deals (its own clock, offset applied) and sends its
    deal through the one measurement loop (point.measure);
-4. returns its records with send times on its own clock and its loop monitor's figures.
+4. says it is alive every HEARTBEAT_S while it measures (a member silent SILENT_S, its worker or
+   host gone without closing the channel, fails the point rather than hanging it);
+5. returns its records with send times on its own clock and its loop monitor's figures.
 
 The coordinator corrects each member's send times by its offset, merges the records into one point
 (the same RequestRecord schema; start offsets are from the one shared start) and marks the point
@@ -37,6 +39,7 @@ import json
 import logging
 import multiprocessing
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,8 +62,11 @@ _now = time.perf_counter
 SYNC_SAMPLES = 16  # clock exchanges per member; the one with the shortest round trip is kept
 START_LEAD_S = 0.5  # from the last member ready to the start: the start message must reach every member
 READY_TIMEOUT_S = 120.0  # a member starts, imports, builds its requests and warms its connections
+HEARTBEAT_S = 2.0  # a measuring member says it is alive this often
+SILENT_S = 30.0  # a member silent this long after the start is dead (its worker or host is gone)
 MESSAGE_MAX_BYTES = 16 << 20  # one channel message; records travel in batches well below it
 BATCH = 500  # records per message
+BROKER_ENV = "BAKEOFF_FLEET_BROKER"  # set: members are Celery tasks on client workers (bench.fleet_celery)
 _RECORD_FIELDS = {f.name for f in fields(RequestRecord) if f.init}
 
 
@@ -176,12 +182,14 @@ class MemberWork:
     stall_ms: float = 0.0
 
 
-def member_main(address: tuple[str, int], authkey: bytes, work: MemberWork) -> None:
-    """A member's whole life: connect, send its share of the point, report, disconnect."""
+def member_main(address: tuple[str, int], authkey: bytes, work: MemberWork, where: str | None = None) -> None:
+    """A member's whole life: connect, send its share of the point, report, disconnect. The channel
+    is authenticated both ways before anything is sent (Client answers the coordinator's challenge
+    and challenges it back). ``where``: the member's worker or host, in the coordinator's report."""
     conn = Client(address, authkey=authkey)
     try:
         try:
-            run_async(_member(conn, work))
+            run_async(_member(conn, work, where or socket.gethostname()))
         except Exception as e:
             _send(conn, {"op": "error", "member": work.member, "error": f"{type(e).__name__}: {e}"})
             raise
@@ -200,7 +208,18 @@ def _sync_clock(conn: Connection, clock: Callable[[], float], who: str) -> Clock
     return best_sample(samples)
 
 
-async def _member(conn: Connection, work: MemberWork) -> None:
+async def _heartbeat(conn: Connection, measuring: asyncio.Task[Any]) -> None:
+    """Tell the coordinator this member is alive while it measures; a channel that broke (the
+    coordinator gave up on the point) stops the measurement rather than sending on for nobody."""
+    try:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            _send(conn, {"op": "alive"})
+    except OSError:
+        measuring.cancel()
+
+
+async def _member(conn: Connection, work: MemberWork, where: str) -> None:
     ctx, who = work.ctx, f"member {work.member}"
     skew = work.clock_skew_s
 
@@ -223,7 +242,9 @@ async def _member(conn: Connection, work: MemberWork) -> None:
             specs=work.specs,
         )
         mine = dealt(len(sender.specs), work.members, work.member, concurrency)
-        _send(conn, {"op": "hello", "member": work.member, "requests": len(sender.specs), "dealt": len(mine)})
+        hello = {"op": "hello", "member": work.member, "requests": len(sender.specs), "dealt": len(mine)}
+        _send(conn, {**hello, "where": where[:200]})
+        heartbeat: list[asyncio.Task[None]] = []
 
         async def start_at() -> float:
             sample = await asyncio.to_thread(_sync_clock, conn, clock, who)
@@ -233,6 +254,9 @@ async def _member(conn: Connection, work: MemberWork) -> None:
             t0 = _now() + (float(start["at"]) - sample.offset_s - clock())
             await wait_until(t0)
             sync.update(sample=sample, wall_t0=clock() - (_now() - t0))
+            measuring = asyncio.current_task()
+            if measuring is not None:
+                heartbeat.append(asyncio.create_task(_heartbeat(conn, measuring)))
             if work.stall_ms > 0:
                 asyncio.get_running_loop().call_later(0.02, time.sleep, work.stall_ms / 1e3)
             return t0
@@ -248,6 +272,8 @@ async def _member(conn: Connection, work: MemberWork) -> None:
             start_at=start_at,
         )
     finally:
+        for h in heartbeat:
+            h.cancel()
         await client.close()
     for r in recs:  # send times on this member's wall clock, from its monotonic clock since the start
         r.send_time = sync["wall_t0"] + r.start_offset
@@ -302,6 +328,7 @@ class MemberReport:
     rtt_s: float
     figures: dict[str, Any]
     records: int = 0
+    where: str = ""  # the member's worker or host, as it named itself
 
 
 @dataclass
@@ -317,9 +344,16 @@ class _Coordinator:
         self.conns, self.hello, self.handles = conns, hello, handles
         self.ready: dict[int, dict[str, Any]] = {}
 
+    def where(self, m: int) -> str:
+        return str(self.hello[m].get("where") or "")[:200]
+
+    def name(self, m: int) -> str:
+        """How errors name member m: its index and where it runs."""
+        return f"member {m} on {self.where(m)}" if self.where(m) else f"member {m}"
+
     def _serve_until_ready(self, m: int, errors: list[BaseException]) -> None:
         """Answer member m's clock exchanges until it is ready (one thread per member)."""
-        conn, who = self.conns[m], f"member {m}"
+        conn, who = self.conns[m], self.name(m)
         try:
             while True:
                 msg = _recv(conn, READY_TIMEOUT_S, who)
@@ -351,16 +385,24 @@ class _Coordinator:
     def collect(
         self, m: int, deal: set[int], offset_s: float, timeout_s: float | None
     ) -> tuple[list[RequestRecord], dict[str, Any]]:
-        """Member m's records (send times moved onto the coordinator's clock) and figures."""
-        conn, who = self.conns[m], f"member {m}"
+        """Member m's records (send times moved onto the coordinator's clock) and figures. Without
+        ``timeout_s`` a member may take as long as it lives and speaks: one that ends, or that goes
+        SILENT_S without a heartbeat (its worker or host died without closing the channel), fails
+        the point."""
+        conn, who = self.conns[m], self.name(m)
         out: list[RequestRecord] = []
         seen: set[int] = set()
         while True:
             if timeout_s is None:
+                heard = _now()
                 while not conn.poll(1.0):
                     if not self.handles[m].is_alive():
                         raise FleetError(f"{who}: ended without reporting")
+                    if _now() - heard > SILENT_S:
+                        raise FleetError(f"{who}: silent for {SILENT_S:.0f} s: its worker or host is gone")
             msg = _recv(conn, timeout_s, who)
+            if msg["op"] == "alive":
+                continue
             if msg["op"] == "done":
                 figures = msg.get("figures")
                 if not isinstance(figures, dict):
@@ -395,15 +437,19 @@ def run_fleet(
     *,
     launch: Launcher = local_process,
     address: tuple[str, int] = ("127.0.0.1", 0),
+    advertise: str | None = None,
+    authkey: bytes | None = None,
     result_timeout_s: float | None = None,
 ) -> FleetPoint:
     """Start every member, deal them one start time, merge what they measured into one point.
 
-    Blocking (run it on a thread from async code). ``address``: where members reach the
-    coordinator (loopback for local processes; an address the client nodes reach for a fleet
-    across hosts). ``result_timeout_s``: how long after the start a member may take to report
-    (default: as long as its process lives)."""
-    authkey = secrets.token_bytes(32)
+    Blocking (run it on a thread from async code). ``address``: where the coordinator listens
+    (loopback for local processes; an interface the client workers reach for a fleet across
+    hosts); ``advertise``: the host members are told to connect to (default: the bound one).
+    ``authkey``: the channel's key (default: 32 random bytes for this point; a Celery fleet
+    derives it, bench.fleet_celery). ``result_timeout_s``: how long after the start a member may
+    take to report (default: as long as it lives and speaks)."""
+    authkey = authkey or secrets.token_bytes(32)
     handles: list[MemberHandle] = []
     conns: list[Connection] = []
     with Listener(address, authkey=authkey) as listener:
@@ -411,8 +457,9 @@ def run_fleet(
             addr = listener.address
             if not isinstance(addr, tuple):
                 raise FleetError(f"coordinator: expected a TCP address, got {addr!r}")
-            handles = [launch(w, (str(addr[0]), int(addr[1])), authkey) for w in works]
-            accepted = _accept(listener, len(works), handles)
+            reach = (advertise or str(addr[0]), int(addr[1]))
+            handles = [launch(w, reach, authkey) for w in works]
+            accepted = _accept(listener, len(works), handles, reach)
             conns = accepted
             ordered, hello = _by_member(accepted, len(works))
             coord = _Coordinator(ordered, hello, handles)
@@ -428,7 +475,8 @@ def run_fleet(
                 off = float(coord.ready[m]["offset_s"])
                 deal = set(dealt(total, w.members, m, w.concurrency))
                 mine, figs = coord.collect(m, deal, off, result_timeout_s)
-                reports.append(MemberReport(m, len(deal), off, float(coord.ready[m]["rtt_s"]), figs, len(mine)))
+                rtt = float(coord.ready[m]["rtt_s"])
+                reports.append(MemberReport(m, len(deal), off, rtt, figs, len(mine), coord.where(m)))
                 recs.extend(mine)
         finally:
             for c in conns:
@@ -441,8 +489,9 @@ def run_fleet(
     return FleetPoint(recs, fleet_figures(reports, recs), reports, start)
 
 
-def _accept(listener: Listener, n: int, handles: list[MemberHandle]) -> list[Connection]:
-    """n authenticated connections; a member that dies first fails the point instead of hanging it."""
+def _accept(listener: Listener, n: int, handles: list[MemberHandle], reach: tuple[str, int]) -> list[Connection]:
+    """n authenticated connections; a member that dies first fails the point instead of hanging it,
+    and the members already connected are hung up on, so they end now rather than at their timeout."""
     out: list[Connection] = []
     errors: list[BaseException] = []
 
@@ -456,14 +505,23 @@ def _accept(listener: Listener, n: int, handles: list[MemberHandle]) -> list[Con
     t = threading.Thread(target=take, daemon=True)
     t.start()
     deadline = _now() + READY_TIMEOUT_S
-    while t.is_alive():
-        t.join(0.2)
+    try:
+        while t.is_alive():
+            t.join(0.2)
+            if errors:
+                break
+            if t.is_alive() and (_now() > deadline or any(not h.is_alive() for h in handles)):
+                why = "; ".join(str(getattr(h, "failure", lambda: "")()) for h in handles if not h.is_alive())
+                raise FleetError(
+                    f"coordinator: {n - len(out)} member(s) never connected to {reach[0]}:{reach[1]}"
+                    + (f" ({why[:500]})" if why.strip("; ") else "")
+                )
         if errors:
             raise FleetError(f"coordinator: a member's connection failed: {type(errors[0]).__name__}")
-        if t.is_alive() and (_now() > deadline or any(not h.is_alive() for h in handles)):
-            raise FleetError(f"coordinator: {n - len(out)} member(s) never connected")
-    if errors:
-        raise FleetError(f"coordinator: a member's connection failed: {type(errors[0]).__name__}")
+    except FleetError:
+        for c in list(out):
+            c.close()
+        raise
     return out
 
 
@@ -486,6 +544,7 @@ def fleet_figures(reports: Sequence[MemberReport], recs: Sequence[RequestRecord]
     figs = merge_figures([r.figures for r in reports], [x.send_lag for x in recs])
     figs.update(
         client_fleet=len(reports),
+        client_hosts=sorted({r.where for r in reports if r.where}),
         clock_offset_ms_max=max(abs(r.offset_s) for r in reports) * 1e3,
         clock_rtt_ms_max=max(r.rtt_s for r in reports) * 1e3,
     )
@@ -522,14 +581,17 @@ async def measure_in_fleet(
     concurrency: int | None = None,
     offsets: Offsets | None = None,
     specs: Any = None,
+    run: Callable[[list[MemberWork]], FleetPoint] = run_fleet,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """One point over the workload's fleet of local member processes (bench.run's entry)."""
+    """One point over the workload's fleet (bench.run's entry): ``run`` starts the members (local
+    processes by default, bench.fleet_celery.run_celery_fleet for client workers) and merges them."""
     works = member_works(ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs)
-    point = await asyncio.to_thread(run_fleet, works)
+    point = await asyncio.to_thread(run, works)
     for r in point.members:
         log.info(
-            "fleet member %d: %d records, clock offset %+.3f ms (round trip %.3f ms)%s",
+            "fleet member %d on %s: %d records, clock offset %+.3f ms (round trip %.3f ms)%s",
             r.member,
+            r.where,
             r.records,
             r.offset_s * 1e3,
             r.rtt_s * 1e3,

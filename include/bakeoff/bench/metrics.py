@@ -427,6 +427,12 @@ POINT_METRICS: tuple[Metric, ...] = (
     _from_client("clock_offset_ms_max", "ms", "largest clock offset of a fleet member, corrected (bench.fleet)"),
     _from_client("clock_rtt_ms_max", "ms", "largest round trip of a member's kept clock exchange: 2x its error bound"),
     one(
+        "client_hosts",
+        "label",
+        "the workers or hosts a fleet's members ran on, joined by + (bench.fleet; empty for one)",
+        lambda p: "+".join(str(h) for h in p.client.get("client_hosts") or []),
+    ),
+    one(
         "token_count_method",
         "label",
         "usage, client-chunks, client-words, or several joined by +",

@@ -8,6 +8,7 @@ it has, so nothing measured is lost.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from bakeoff import store
 from bakeoff.bench import clock, server_metrics, sessions, sizing, workloads
 from bakeoff.bench.calibration import calibrate, calibration_line
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.fleet import measure_in_fleet
+from bakeoff.bench.fleet import BROKER_ENV, FleetPoint, MemberWork, measure_in_fleet, run_fleet
 from bakeoff.bench.loadgen import PointId, arrival_offsets
 from bakeoff.bench.metrics import summarize
 from bakeoff.bench.point import Ctx, PowerSource, client_for, measure_here, measure_sessions
@@ -167,7 +168,9 @@ async def measure_point(
     """Measure one point (a client fleet or worker processes when the workload asks), save it, return its summary."""
     offsets = clock.to_wall(offsets, ctx.time_scale)  # arrivals in the emulated hardware's seconds
     if ctx.workload.client_fleet > 1:
-        measure = measure_in_fleet(ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs)
+        measure = measure_in_fleet(
+            ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs, run=_fleet_runner()
+        )
     elif ctx.workload.workers > 1:
         measure = measure_in_workers(ctx, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs)
     else:
@@ -175,6 +178,16 @@ async def measure_point(
             ctx, client, key=key, repeat=repeat, concurrency=concurrency, offsets=offsets, specs=specs
         )
     return await _measure_and_save(ctx, measure, key=key, repeat=repeat, mode=mode, rate=rate)
+
+
+def _fleet_runner() -> Callable[[list[MemberWork]], FleetPoint]:
+    """Local member processes, or Celery tasks on the client workers when $BAKEOFF_FLEET_BROKER is set
+    (imported only then: the node's co-located client has no Celery)."""
+    if not os.environ.get(BROKER_ENV, "").strip():
+        return run_fleet
+    from bakeoff.bench.fleet_celery import run_celery_fleet  # noqa: PLC0415 - Celery only where it is used
+
+    return run_celery_fleet
 
 
 async def _measure_and_save(
