@@ -143,12 +143,21 @@ def common_overlap(windows: Mapping[str, tuple[float, float] | None]) -> float:
     return max(0.0, min(end for _, end in spans) - max(start for start, _ in spans))
 
 
-def verdict(pct: float | None) -> str:
+def waited(timeline: TargetTimeline) -> bool:
+    """Whether a target waited at all: a sensor that had to look more than once. A sensor done at its
+    first look holds its whole span by construction, so its share says nothing about freed slots."""
+    return any(s.sensor and s.pokes > 1 for s in timeline.steps)
+
+
+def verdict(pct: float | None, judged: bool = True) -> str:
+    """The waits' share against the goal; only a share over FAIL_PCT fails the run."""
     if pct is None:
         return "n/a (no wait)"
+    if not judged:
+        return "not judged (no sensor looked twice)"
     if pct <= GOAL_PCT:
         return "PASS"
-    return "FAIL (over the goal)" if pct <= FAIL_PCT else "FAIL"
+    return f"over the goal (passes up to {FAIL_PCT:g} %)" if pct <= FAIL_PCT else "FAIL"
 
 
 def table(lines: list[TargetTimeline], t0: float) -> str:
@@ -171,6 +180,6 @@ def table(lines: list[TargetTimeline], t0: float) -> str:
         pct = t.waits_held_pct
         out.append(
             f"  {t.target:<16} {t.wall:7.1f} {t.wait:7.1f} {t.held:7.1f} {100 * t.held / t.wall:8.1f}% "
-            f"{t.held_in_waits:15.1f} {'-' if pct is None else f'{pct:9.1f}%':>10}  {verdict(pct)}"
+            f"{t.held_in_waits:15.1f} {'-' if pct is None else f'{pct:9.1f}%':>10}  {verdict(pct, waited(t))}"
         )
     return "\n".join(out)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from run_timeline import FAIL_PCT, GOAL_PCT, TargetTimeline, common_overlap, table, timelines, ts
+from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, table, timelines, ts, waited
 
 from bakeoff.paths import at, run_folder
 from bakeoff.pipeline import SLOTS
@@ -162,12 +162,6 @@ def poke_spans(results: str | Path, run_id: str) -> dict[tuple[str, str], list[t
             target = f.parent.parent.name.split("=", 1)[1]
             spans.setdefault((sensor, target), []).append((float(rec["started_at"]), float(rec["ended_at"])))
     return spans
-
-
-def waited(timeline: TargetTimeline) -> bool:
-    """Whether a target waited at all: a sensor that had to look more than once. A sensor done at its
-    first look holds its whole span by construction, so its share says nothing about freed slots."""
-    return any(s.sensor and s.pokes > 1 for s in timeline.steps)
 
 
 def fleet_hosts(results: str | Path, run_id: str) -> dict[str, set[str]]:
