@@ -395,12 +395,17 @@ def test_the_grid_shows_one_target_group_and_no_provider_groups(logged_in, api_s
     browser.get(api_server + "/dags/bakeoff")
     group = _wait(browser).until(EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid='task-target']")))
     assert group.text.startswith("target [")  # a mapped group: its map indexes in the brackets once expanded
-    rows = [e.get_attribute("data-task-id") for e in browser.find_elements(By.CSS_SELECTOR, "[data-task-id]")]
-    assert "targets_of" in rows and rows.count("target") == 1
+    # the task list's rows (the run columns' cells carry data-task-id too, with a data-run-id)
+    rows = [
+        e.get_attribute("data-task-id") for e in browser.find_elements(By.CSS_SELECTOR, "[data-node-id][data-task-id]")
+    ]
+    assert "targets_of" in rows and rows.count("target") == 1, rows
     assert not [r for r in rows if r.endswith("_targets") or r in ("aws", "local", "oci", "vultr")], rows
     browser.find_element(By.CSS_SELECTOR, "[aria-label='Toggle group'][data-group-id='target']").click()
-    _wait(browser).until(EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-task-id='target.wait_slot']")))
-    inside = browser.find_elements(By.CSS_SELECTOR, "[data-task-id^='target.']")
+    _wait(browser).until(
+        EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-node-id][data-task-id='target.wait_slot']"))
+    )
+    inside = browser.find_elements(By.CSS_SELECTOR, "[data-node-id][data-task-id^='target.']")
     steps = [e.get_attribute("data-task-id") for e in inside]
     assert steps[:3] == ["target.wait_slot", "target.provision", "target.wait_node"], steps
     if os.environ.get("BAKEOFF_SCREENSHOTS"):  # a person looking: the grid with the group open
