@@ -521,7 +521,7 @@ def check_emulated(
     cert = node_cert(result.nodes)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     for n in result.nodes:
-        if n.role not in ("prefill", "decode"):
+        if n.role not in SERVING_ROLES:
             continue
         url = Instance.from_dict(n.instance or {}).base_url
         try:

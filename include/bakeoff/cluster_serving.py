@@ -72,17 +72,16 @@ def check_cluster_serving(
         )
     if down:
         return None
-    endpoint = deploy.check_serving(
-        target, instance, api_key=api_key, out_dir=out_dir, waited_s=waited_s, credentials=credentials, masked=masked
+    return deploy.check_serving(
+        target,
+        instance,
+        api_key=api_key,
+        out_dir=out_dir,
+        waited_s=waited_s,
+        credentials=credentials,
+        masked=masked,
+        provenance={"roles": cluster.provenance(nodes, target)},
     )
-    if endpoint is None:
-        return None
-    roles = cluster.provenance(nodes, target)
-    path = store.at(out_dir) / "deploy.json"
-    store.write_json(path, {**(store.read_json(path, {}) or {}), "roles": roles})
-    endpoint.provenance["roles"] = roles
-    store.write_json(store.at(out_dir) / "endpoint.json", endpoint.to_dict())
-    return endpoint
 
 
 def classify_node(

@@ -141,12 +141,14 @@ def check_serving(
     waited_s: float,
     credentials: Credentials | None = None,
     masked: tuple[str, ...] = (),
+    provenance: dict[str, Any] | None = None,
 ) -> Endpoint | None:
     """One look at the server, ``waited_s`` after the wait began: the described endpoint once it
     serves the model, None while it comes up. DeployFailed (deploy.json written) at once when it
     serves other models or the node's output shows a certain failure, and after
     ``deploy_timeout(target)`` with the failure classified from that output. ``masked``: secret
-    values never to store; ``credentials``: the provider's, to read a node's console."""
+    values never to store; ``credentials``: the provider's, to read a node's console; ``provenance``:
+    more facts for deploy.json and the endpoint's provenance (a cluster's roles)."""
     url = base_url(instance)
     tls_cert = (instance.details or {}).get("tls_cert")
     try:
@@ -165,7 +167,15 @@ def check_serving(
         log.error("deploy: %s: %s", target.name, detail)
         raise DeployFailed(f"{target.name}: {detail}", "model_not_served", detail) from None
     if seen.ready is not None:
-        return _describe(target, instance, seen.ready, api_key=api_key, out_dir=out_dir, credentials=credentials)
+        return _describe(
+            target,
+            instance,
+            seen.ready,
+            api_key=api_key,
+            out_dir=out_dir,
+            credentials=credentials,
+            extra=provenance or {},
+        )
     timed_out = waited_s >= deploy_timeout(target)
     output = node_output(instance, api_key, credentials)
     failure, detail = classify(output, seen.last)
@@ -192,9 +202,11 @@ def _describe(
     api_key: str | None,
     out_dir: str | store.StorePath,
     credentials: Credentials | None,
+    extra: dict[str, Any],
 ) -> Endpoint | None:
-    """The ready server as an endpoint, with its provenance; deploy.json and endpoint.json written.
-    None while the node's agent, which hands back the node's facts, is not answering yet."""
+    """The ready server as an endpoint, with its provenance (and ``extra`` facts); deploy.json and
+    endpoint.json written. None while the node's agent, which hands back the node's facts, is not
+    answering yet."""
     url = base_url(instance)
     stack = stack_facts(target)
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
@@ -225,13 +237,22 @@ def _describe(
         model=served_model(target),
         stack=target.stack,
         emulated=emulated,
-        provenance={**info, **stack, "network": network, "node": node},
+        provenance={**info, **stack, "network": network, "node": node, **extra},
         agent_url=(instance.details or {}).get("agent_url"),
         tls_cert=(instance.details or {}).get("tls_cert"),
     )
     store.write_json(
         store.at(out_dir) / "deploy.json",
-        {"ready": True, "failure": None, "detail": "", **stack, "network": network, "node": node, "weights": weights},
+        {
+            "ready": True,
+            "failure": None,
+            "detail": "",
+            **stack,
+            "network": network,
+            "node": node,
+            "weights": weights,
+            **extra,
+        },
     )
     store.write_json(store.at(out_dir) / "endpoint.json", endpoint.to_dict())
     return endpoint
