@@ -11,21 +11,31 @@ Whatever the threshold, the first scheduled run of a plan that bills money waits
 unpausing the DAG never silently starts a paid monthly run. Only billed spend counts: emulated
 targets and existing endpoints cost nothing.
 
-The decision is made once at start_run and kept in the start record (``approval_needed``); the
-approval step (the DAG's HITL task) writes the ``approval`` record (who, when, what was shown), and
-provision refuses to start a node of a run that needs approval and has none, whatever the DAG's
-shape. Light imports only: the report and the DAG layer use this module.
+The decision is made once at admission (bakeoff.admission, from start_run) and kept in the start
+record (``approval_needed``, with the plan's content digest); the approval step (the DAG's HITL task)
+writes the ``approval`` record (who, when, what was shown), signed with a key derived from the
+installation secret for this purpose only and bound to the run and the plan's digest. provision
+refuses to start a node of a run that needs approval unless its record is ``approved``, its signature
+holds and the plan it approved is the plan the run holds: a record written by hand, copied from
+another run, or a plan changed after the answer gets nothing provisioned. A scheduled run counts as
+approved before only with a signed approval of the same plan content, so raising a plan's budget
+under the same name asks again. Light imports only: the report and the DAG layer use this module.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bakeoff import store
+from bakeoff import secrets, store
+
+if TYPE_CHECKING:
+    from bakeoff.plan import Plan
 
 THRESHOLD_VARIABLE = "bakeoff_approval_threshold_usd"
 APPROVERS_VARIABLE = "bakeoff_approvers"
@@ -64,13 +74,21 @@ def _number(raw: Any, name: str, low: float, high: float) -> float | None:
     return value
 
 
+def plan_digest(plan: Plan | dict[str, Any]) -> str:
+    """SHA-256 of the plan's content as the run holds it (plan.json: the plan with its price sheet and
+    overrides applied), keys sorted: what an approval is bound to."""
+    doc = plan if isinstance(plan, dict) else plan.model_dump(mode="json")
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def requirement(
-    plan_name: str, estimate: dict[str, Any], threshold_raw: Any = None, scheduled: bool = False
+    plan: Plan, estimate: dict[str, Any], threshold_raw: Any = None, scheduled: bool = False
 ) -> dict[str, Any]:
     """Whether this run needs a person's approval before spending, and why (kept in the start record)."""
     spend = billed_usd(estimate)
     threshold = _number(threshold_raw, THRESHOLD_VARIABLE, 0, 1e9)
-    out: dict[str, Any] = {"required": False, "spend_usd": spend, "threshold_usd": threshold}
+    digest = plan_digest(plan)
+    out: dict[str, Any] = {"required": False, "spend_usd": spend, "threshold_usd": threshold, "plan_sha256": digest}
     if spend <= 0:
         return out | {"reason": "nothing billed (emulated targets or existing endpoints)"}
     if threshold is not None and spend > threshold:
@@ -79,15 +97,20 @@ def requirement(
             "reason": f"estimated spend {spend:g} USD is above the threshold of {threshold:g} USD "
             f"({THRESHOLD_VARIABLE})",
         }
-    if scheduled and not _scheduled_run_approved_before(plan_name):
-        return out | {"required": True, "reason": f"first scheduled run of plan {plan_name} that bills money"}
+    if scheduled and not _scheduled_run_approved_before(plan.name, digest):
+        return out | {
+            "required": True,
+            "reason": f"first scheduled run of plan {plan.name} that bills money, as its content now reads",
+        }
     limit = f"at most the threshold of {threshold:g} USD" if threshold is not None else "no threshold set"
     return out | {"reason": f"estimated spend {spend:g} USD, {limit}"}
 
 
-def _scheduled_run_approved_before(plan_name: str) -> bool:
+def _scheduled_run_approved_before(plan_name: str, digest: str) -> bool:
+    """A scheduled run of the same plan content whose approval record is signed by this installation."""
     return any(
-        r.get("scheduled") and (r.get(RECORD) or {}).get("decision") == APPROVED for r in store.list_runs(plan_name)
+        r.get("scheduled") and _approved_why_not(r.get(RECORD) or {}, str(r.get("run_id")), digest) is None
+        for r in store.list_runs(plan_name)
     )
 
 
@@ -180,22 +203,60 @@ def request_text(run: dict[str, Any]) -> tuple[str, str]:
     return f"Approve {spend:g} USD for bake-off {run.get('plan')}?", "\n".join(lines)
 
 
+SIGNING_PURPOSE = "approval-record"  # the derived key's domain: it signs approval records only
+
+
+def _signature(run_id: str, digest: str, decision: str, by: Any) -> str:
+    """HMAC over what an answer means (this run, this plan content, this decision, this person)."""
+    body = json.dumps([run_id, digest, decision, by], sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(secrets.purpose_key(SIGNING_PURPOSE), body, hashlib.sha256).hexdigest()
+
+
 def record(run_dir: str | store.StorePath, decision: str, **facts: Any) -> None:
-    """The run's approval record: its latest state (pending, then the decision)."""
-    store.record(run_dir, RECORD, {"decision": decision, "recorded_at": time.time(), **facts})
+    """The run's approval record: its latest state (pending, then the decision), signed by the
+    installation and bound to the run and the digest of the plan it holds."""
+    start = store.read_record(run_dir, store.START) or {}
+    run_id = str(start.get("run_id"))
+    digest = plan_digest(store.read_json(store.at(run_dir) / "plan.json") or {})
+    signed = {"run_id": run_id, "plan_sha256": digest}
+    signed["signature"] = _signature(run_id, digest, decision, facts.get("by"))
+    store.record(run_dir, RECORD, {"decision": decision, "recorded_at": time.time(), **facts, **signed})
+
+
+def _approved_why_not(got: dict[str, Any], run_id: str, digest: str) -> str | None:
+    """None when ``got`` is this installation's signed approval of this run and plan content, else why not."""
+    if not got:
+        return "none"
+    if got.get("decision") != APPROVED:
+        return repr(got.get("decision"))
+    want = _signature(run_id, digest, APPROVED, got.get("by"))
+    if not hmac.compare_digest(str(got.get("signature") or ""), want):
+        if got.get("run_id") == run_id and got.get("plan_sha256") not in (None, digest):
+            return "an approval of other plan content (the plan changed after it was approved)"
+        return "an approval record this installation did not sign (written by hand, or for another run)"
+    return None
 
 
 def ensure_approved(run_dir: str | store.StorePath) -> None:
-    """Refuse to provision for a run that needs approval and has none (called before any cloud call)."""
-    need = (store.read_record(run_dir, store.START) or {}).get("approval_needed") or {}
+    """Refuse to provision for a run that needs approval and has no signed approval of the plan it
+    holds now (called before any cloud call)."""
+    start = store.read_record(run_dir, store.START) or {}
+    need = start.get("approval_needed") or {}
     if not need.get("required"):
         return
-    got = store.read_record(run_dir, RECORD) or {}
-    if got.get("decision") != APPROVED:
+    digest = plan_digest(store.read_json(store.at(run_dir) / "plan.json") or {})
+    admitted = need.get("plan_sha256")
+    if admitted and admitted != digest:
+        raise ApprovalError(
+            "approval: the run's plan.json is not the plan admitted at its start (its content digest changed); "
+            "nothing is provisioned. Start a new run of the plan as it should run"
+        )
+    why = _approved_why_not(store.read_record(run_dir, RECORD) or {}, str(start.get("run_id")), digest)
+    if why is not None:
         raise ApprovalError(
             f"approval: this run needs a person's approval before spending ({need.get('reason')}) and has "
-            f"{'none' if not got else repr(got.get('decision'))}; nothing is provisioned. Approve its "
-            "approve_spend task in Airflow (Required actions), or start it again"
+            f"{why}; nothing is provisioned. Approve its approve_spend task in Airflow (Required actions), "
+            "or start it again"
         )
 
 

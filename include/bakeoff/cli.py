@@ -28,15 +28,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bakeoff import catalog, pipeline, store
+from bakeoff import admission, catalog, pipeline, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
-from bakeoff.budget import BudgetExceeded, estimate
-from bakeoff.claims import check_plan_claims
 from bakeoff.fielderrors import explain
-from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes
+from bakeoff.plan import Target, load_plan, multinode, recipes
 from bakeoff.plan.names import unverified_names
 from bakeoff.providers.credentials import credentials_from_env
-from bakeoff.providers.registry import PROVIDERS
 from bakeoff.report.headline import headline_table
 from bakeoff.serving import engines, userdata
 from bakeoff.serving.emulator import disagg
@@ -44,7 +41,6 @@ from bakeoff.serving.emulator import disagg
 
 def _plan_check(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
-    check_plan_claims(plan)
     for t in plan.targets:
         hardware = f"{' or '.join(t.offers) or 'described hardware'} ({t.instance.gpus}x {t.gpu.name})"
         c = t.cluster  # a cluster's parallelism is its roles' (the target's own TP is its first node's)
@@ -83,46 +79,24 @@ def _plan_check(args: argparse.Namespace) -> int:
             print(f"  speculative: {arm_spec.upper()} in the recipe arm, {off}")
         if t.kv_offload:
             print(f"  kv offload {t.kv_offload.backend} {t.kv_offload.host_memory_gb:g} GB host memory")
-    oversize, tight = _boot_script_sizes(plan)
-    if oversize:
-        raise PlanError("; ".join(oversize))
-    est = estimate(plan)
+    admitted = admission.admit(plan)  # what run and the DAG's start_run would refuse, refused the same
+    est = admitted.estimate
     print(
-        f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap "
-        f"(predicted {est['estimate_low_usd']} USD; the rest is the margin for the twin's error)"
+        f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap, installation ceiling "
+        f"{est['ceiling_usd']:g} USD (predicted {est['estimate_low_usd']} USD; the rest is the margin for the "
+        "twin's error)"
     )
     for r in est["targets"]:
         print(f"  {r['target']}: {r['usd_low']}-{r['usd']} USD, {r['hours']} h; serving time {r['basis']}")
+    if admitted.node_limits:
+        print("node limits: " + ", ".join(f"{k} {v}" for k, v in sorted(admitted.node_limits.items())))
+    need = admitted.approval_needed
+    print(f"approval: {'needed before spend' if need['required'] else 'not needed'} ({need['reason']})")
     for row in client_cores(plan):
         print(line(row))
-    for w in [*warnings(plan), *unverified_names(plan), *tight]:
+    for w in [*warnings(plan), *unverified_names(plan), *admitted.warnings]:
         print(f"warning: {w}")
     return 0
-
-
-def _boot_script_sizes(plan: Plan) -> tuple[list[str], list[str]]:
-    """(refusals, warnings) for cloud targets whose boot script would exceed the user-data limit at
-    launch, sized with stand-ins as long as the launch's own key, certificate and secret names: over it
-    even with the short bundle URL of long-term keys is refused; over it only with the longer URL of
-    temporary credentials is a warning."""
-    fix = "shorten env, engine_args, the command template or the image name"
-    refusals, warned = [], []
-    for t in plan.targets:
-        if not PROVIDERS[t.provider].provisions:
-            continue
-        limit, words = userdata.max_bytes_for(t.provider), userdata.limit_words(t.provider)
-        short = userdata.size_at_launch(t, userdata.URL_BYTES_LONG_TERM_KEYS)
-        long = userdata.size_at_launch(t, userdata.URL_BYTES_TEMPORARY_CREDENTIALS)
-        if short > limit:
-            over = f"over {words}"
-            refusals.append(f"targets.{t.name}: its boot script would be {short:,} bytes at launch, {over}; {fix}")
-        elif long > limit:
-            warned.append(
-                f"targets.{t.name}: its boot script fits {words} only while the client "
-                f"bundle's URL is signed with long-term keys ({short:,} bytes); with temporary credentials it would be "
-                f"{long:,} bytes and refused at launch; {fix}"
-            )
-    return refusals, warned
 
 
 def _preflight(args: argparse.Namespace) -> int:
@@ -143,9 +117,20 @@ def _run(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
     creds = credentials_from_env
     run = pipeline.start_run(args.plan, run_id, {"targets": args.targets or []})
+    if run["approval_required"]:  # the DAG holds such a run at approve_spend; here nobody can be asked
+        need = (store.read_record(run["run_dir"], store.START) or {}).get("approval_needed") or {}
+        print(
+            f"error: approval: this run needs a person's approval before spending ({need.get('reason')}); "
+            "bakeoff run cannot ask for it, so nothing is provisioned. Trigger the plan in Airflow, where "
+            "approve_spend asks the approvers (Variable bakeoff_approvers)",
+            file=sys.stderr,
+        )
+        return 2
     failed = []
     for slug in run["targets"]:
         inst = None
+        while not pipeline.node_slot(run["run_dir"], slug):  # the installation's node limit, as wait_slot
+            time.sleep(args.slot_poll_s)
         try:
             rdir = run["run_dir"]
             inst = pipeline.provision(rdir, slug, credentials=creds)
@@ -180,8 +165,13 @@ def _predict(args: argparse.Namespace) -> int:
 
     from bakeoff.twin.predict import predict_plan, render  # noqa: PLC0415 - numpy only for this command
 
-    doc = predict_plan(load_plan(args.plan))
+    plan = load_plan(args.plan)
+    doc = predict_plan(plan)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
+    try:  # a prediction of a plan run would refuse says so, with run's message
+        admission.admit(plan)
+    except admission.REFUSALS as e:
+        print(f"warning: bakeoff run and the DAG would refuse this plan on this installation: {e}", file=sys.stderr)
     return 0
 
 
@@ -385,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", default="local-demo")
     p.add_argument("--targets", nargs="*")
     p.add_argument("--run-id")
+    p.add_argument("--slot-poll-s", type=float, default=5.0, help="how often a target looks for a free node slot")
     p.set_defaults(func=_run)
     p = sub.add_parser("summary", help="print the latest run's report paths and headline")
     p.add_argument("--plan", default="local-demo")
@@ -421,9 +412,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc: int = args.func(args)
         return rc
-    except PlanError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except BudgetExceeded as e:
+    except admission.REFUSALS as e:  # PlanError, BudgetExceeded, a node limit, a workload file...
         print(f"error: {e}", file=sys.stderr)
         return 2

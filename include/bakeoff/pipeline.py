@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from bakeoff import approval, facts, faults, node_slots, paths, secrets, store
+from bakeoff import admission, approval, facts, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
-from bakeoff.claims import check_plan_claims
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
@@ -65,31 +64,22 @@ def start_run(
     node_limits: Any = None,
 ) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
-    check its claims, the budget against the plan's cap and the installation ceiling (budget_ceiling_usd:
-    the Airflow Variable's raw value, None = the default) and what the installation lets a plan reach
-    (trusted_images, allow_private_endpoints: the Variables' raw values, None = the environment's, see
-    installation.py), record the run. A run's folder holds one run: an existing start record is refused.
-    ``conf``: the trigger's configuration as given (plan name and form fields), kept so the run can be
-    started again as it was. ``approval_threshold_usd`` (the Variable's raw value) and ``scheduled``
-    decide whether a person must approve the spend before provisioning (bakeoff.approval).
-    ``node_limits``: the raw value of the Variable bakeoff_provider_node_limits (bakeoff.node_slots), the
-    nodes a run may hold at once per provider; a target that alone needs more is refused here."""
+    admit it (bakeoff.admission: claims, budget cap and the installation ceiling, images trusted with
+    secrets, private endpoints, workload files, node limits, whether a person must approve the spend;
+    the settings are the Airflow Variables' raw values, None = the environment's) and record the run.
+    A run's folder holds one run: an existing start record is refused. ``conf``: the trigger's
+    configuration as given (plan name and form fields), kept so the run can be started again as it was.
+    ``scheduled``: a scheduled run (the first of a paid plan's content waits for approval)."""
     plan = apply_overrides(apply_price_sheet(load_plan(plan_ref), price_sheet), overrides)
-    check_plan_claims(plan)
-    from bakeoff import budget, installation  # noqa: PLC0415 - budget imports the catalog math only when needed
-
-    estimate = budget.check(plan, ceiling_usd=budget_ceiling_usd)
-    installation.check_secret_images(plan, installation.trusted_images(trusted_images))
-    installation.check_static_endpoints(plan, installation.private_endpoints_allowed(allow_private_endpoints))
-    from bakeoff.agent.job import preflight  # noqa: PLC0415 - a co-located job the node would refuse stops here
-
-    preflight(plan)
-    from bakeoff.bench.sessions import check_plan_contexts  # noqa: PLC0415 - numpy only for session workloads
-
-    check_plan_contexts(plan)
-    limits = node_slots.parse_limits(node_limits)
-    node_slots.check_plan(plan, limits)
-    need = approval.requirement(plan.name, estimate, approval_threshold_usd, scheduled)
+    settings = admission.Settings(
+        budget_ceiling_usd=budget_ceiling_usd,
+        trusted_images=trusted_images,
+        allow_private_endpoints=allow_private_endpoints,
+        node_limits=node_limits,
+        approval_threshold_usd=approval_threshold_usd,
+    )
+    admitted = admission.admit(plan, settings, scheduled=scheduled)
+    estimate, need = admitted.estimate, admitted.approval_needed
     rdir = store.run_dir(plan.name, run_id)
     started = facts.Start(
         plan=plan.name,
@@ -112,8 +102,8 @@ def start_run(
             "records are never taken over; trigger a new run"
         ) from None
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
-    node_slots.record(rdir, limits)
-    guarded = installation.guarded_hosts(plan, installation.private_endpoints_allowed(allow_private_endpoints))
+    node_slots.record(rdir, admitted.node_limits)
+    guarded = admitted.guarded_hosts
     if guarded:  # checked again at every connection (DNS rebinding): serving/egress.py
         store.write_json(rdir / EGRESS_FILE, {"guarded_hosts": guarded})
     return {

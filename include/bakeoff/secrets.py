@@ -81,6 +81,15 @@ def derive(label: str) -> bytes:
     return hmac.new(_installation_secret(), f"derive/{label}".encode(), hashlib.sha256).digest()
 
 
+def purpose_key(purpose: str) -> bytes:
+    """A key for one purpose (signing approval records, ...), domain-separated from every other use of
+    the installation secret: its message has no ``/``, which every api_key and derive message has, so no
+    run id or target name a trigger chooses can make a serving key equal to it."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,63}", purpose):
+        raise ValueError(f"purpose {purpose!r}: lower-case letters, digits and - only")
+    return hmac.new(_installation_secret(), f"bakeoff-purpose\x00{purpose}".encode(), hashlib.sha256).digest()
+
+
 INSTALLATION_ID_ENV = "BAKEOFF_INSTALLATION_ID"
 
 

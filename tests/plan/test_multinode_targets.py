@@ -177,7 +177,7 @@ def test_plan_check_prints_each_roles_parallelism_and_the_arms_mtp(tmp_path, cap
     def check(**target):
         raw = {
             "name": "rack-plan",
-            "budget_usd": 5000,
+            "budget_usd": 1000,  # the installation's default ceiling: plan check refuses more, as run does
             "targets": [{"name": "t", "provider": "local", "recipe": "dsr1-fp4-gb200-dynamo-trt", **target}],
             "workloads": [{"name": "w", "input_len": 1024, "output_len": 128, "concurrency": [4]}],
         }
