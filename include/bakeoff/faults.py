@@ -29,6 +29,18 @@ class InjectedFault(RuntimeError):
     """A failure the plan asked for."""
 
 
+def check_rehearsal(target: Target, real_cloud: bool) -> None:
+    """Refuse a planned failure on a cloud whose nodes are real (no sandbox's ``emulated_nodes``): a
+    fault after the create leaves a real, billed node for the teardown to find; rehearse on the local
+    provider or a sandbox cloud. Called before the create."""
+    wanted = target.provider_options.inject_fault
+    if wanted and real_cloud:
+        raise InjectedFault(
+            f"targets.{target.name}.provider_options.inject_fault: {wanted!r} is for rehearsals on the local "
+            f"provider or a sandbox cloud, and {target.provider} here launches real, billed nodes; remove it"
+        )
+
+
 def maybe_fail(stage: str, target: Target) -> None:
     assert stage in STAGES, stage
     wanted = target.provider_options.inject_fault

@@ -214,7 +214,17 @@ def node_slot(run_dir: str, slug: str) -> bool:
 
 
 def release_node_slot(run_dir: str, slug: str) -> bool:
-    """Give the target's nodes back to its provider's limit (a provision that failed for good)."""
+    """Give the target's nodes back to its provider's limit after a provision that failed for good, only
+    when it created no node: a create that succeeded before the failure leaves a node that still counts
+    until terminate or the sweep has it gone (they release it then)."""
+    from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
+
+    start = store.read_record(run_dir, store.START) or {}
+    ended = store.read_record(run_dir, "terminate", slug) or {}
+    gone = bool(ended.get("terminated_at")) and not ended.get("errors")
+    if not gone and teardown.recorded_ids(run_dir, str(start.get("plan")), str(start.get("run_id")), slug):
+        log.warning("provision of %s failed after its create: its node slot is kept until the node is gone", slug)
+        return False
     return node_slots.release(run_dir, slug)
 
 
@@ -236,6 +246,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     tags[TAG_INSTALLATION] = secrets.installation_id()
 
     provider = provider_for(target.provider, credentials)
+    faults.check_rehearsal(target, PROVIDERS[target.provider].provisions and not provider.emulated_nodes)
     try:  # resolved here only (before the client bundle is uploaded), handed to the provider, never stored
         serving_secrets = secrets.serving_secrets(target) if target.secrets else None
     except secrets.MissingSecret as e:

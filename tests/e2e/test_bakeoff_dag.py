@@ -137,10 +137,12 @@ def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
     ]
     swept = run["sweep"]["terminated"]["local"]
     assert len(swept) == 1  # the all_done sweep killed the orphan, and only it
-    # each target gave its node back itself, before the sweep: the orphan when its provision failed for
-    # good, the others in terminate (the sweep releases only what is still held, after its record)
+    # the others gave their node back in terminate, before the sweep; the orphan's provision failed
+    # after its create, so its slot is kept while its node lives and the sweep releases it once gone
     slots = _slots(rdir)
     assert sorted(slots) == ["b200-vllm", "mi355x-orphan", "mi355x-vllm"]
+    orphan = slots.pop("mi355x-orphan")
+    assert orphan["claimed_at"] <= run["sweep"]["at"] <= orphan["released_at"], orphan
     assert all(s["claimed_at"] <= s["released_at"] <= run["sweep"]["at"] for s in slots.values()), slots
     assert not alive
 
