@@ -1,7 +1,10 @@
 """Per-run serving API keys, derived rather than stored, so no key ever travels through XCom.
 
-key = HMAC-SHA256(installation secret, run_id/target). The installation secret comes from
-$BAKEOFF_SECRET_KEY, else a 0600 file created once under the data root.
+Every key is HMAC-SHA256(installation secret, "<domain>/<message>") with one domain per kind of
+key (``serving-key`` for a run's API keys, ``derive`` for keys and identities derived for one
+purpose, ``fleet`` for a client fleet's message and channel keys): no domain name contains "/", so
+no message of one kind can equal a message of another, whatever a run id or label holds. The
+installation secret comes from $BAKEOFF_SECRET_KEY, else a 0600 file created once under the data root.
 
 Secrets a plan may refer to (an existing endpoint's key, a serving token such as HF_TOKEN) are
 named by connection id, restricted to a few prefixes, and resolved only when needed: from Airflow
@@ -69,16 +72,31 @@ def holds_installation_secret(data: bytes) -> bool:
     return _installation_secret() in data
 
 
+_DOMAINS = ("serving-key", "derive", "fleet")
+
+
+def _keyed(domain: str, message: str) -> bytes:
+    """HMAC-SHA256 of ``message`` in ``domain`` (one of _DOMAINS) under the installation secret."""
+    if domain not in _DOMAINS:
+        raise ValueError(f"unknown key domain {domain!r}")
+    return hmac.new(_installation_secret(), f"{domain}/{message}".encode(), hashlib.sha256).digest()
+
+
 def api_key(run_id: str, target_slug: str) -> str:
     """The bearer token the target's server is started with and the client sends."""
-    mac = hmac.new(_installation_secret(), f"{run_id}/{target_slug}".encode(), hashlib.sha256)
-    return "bk-" + mac.hexdigest()[:40]
+    return "bk-" + _keyed("serving-key", f"{run_id}/{target_slug}").hex()[:40]
 
 
 def derive(label: str) -> bytes:
     """32 bytes derived from the installation secret for one purpose (e.g. a node's TLS key), so
     nothing derived has to be stored or passed between tasks."""
-    return hmac.new(_installation_secret(), f"derive/{label}".encode(), hashlib.sha256).digest()
+    return _keyed("derive", label)
+
+
+def fleet_key(label: str) -> bytes:
+    """32 bytes for a client fleet (the broker message's MAC, a member's channel key): their own
+    domain, so no serving key or derived key is ever one of them."""
+    return _keyed("fleet", label)
 
 
 def purpose_key(purpose: str) -> bytes:

@@ -129,8 +129,9 @@ def test_the_point_travels_as_json_and_comes_back_the_same(tmp_path, monkeypatch
     ctx.prompt_seed = 7
     (work,) = fleet.member_works(ctx, key=4, repeat=1, offsets=[0.0, 0.1, 0.2, 0.3], members=1)
     point = fleet_celery.point_doc(work)
-    back, address, key = fleet_celery.work_from(fleet_celery.message(point, work, ("127.0.0.1", 4711)))
+    msg = fleet_celery.message(point, work, ("127.0.0.1", 4711))
+    back, address, key, guarded = fleet_celery.work_from(msg)
     assert back.ctx.workload == w and back.ctx.endpoint == ep and back.ctx.target.gpus_used == 8
     assert back.ctx.api_key == ctx.api_key and back.ctx.prompt_seed == 7 and back.offsets == work.offsets
     assert (back.key, back.repeat, back.member, back.members) == (4, 1, 0, 1) and address == ("127.0.0.1", 4711)
-    assert key == fleet_celery.channel_key(point) and len(key) == 32
+    assert key == fleet_celery.channel_key(msg["body"]) and len(key) == 32 and guarded == []

@@ -63,9 +63,9 @@ def test_a_broker_reader_sees_neither_the_serving_key_nor_the_channel_key(
     assert len(point.records) == 12 and server.refused == 0, "the members did not derive the serving key"
     messages, _ = published
     assert len(messages) == 2 and "bakeoff-clients" in seen_by_reader, "the tap did not see the messages"
-    assert messages[0]["point"]["nonce"] in seen_by_reader
+    assert messages[0]["body"]["point"]["nonce"] in seen_by_reader
     assert "application/json" in seen_by_reader and "pickle" not in seen_by_reader
-    channel_key = fleet_celery.channel_key(messages[0]["point"])
+    channel_key = fleet_celery.channel_key(messages[0]["body"])
     logs = "".join(p.read_text() for p in celery_fleet.logs.values())
     for secret in (api_key, channel_key.hex(), base64.b64encode(channel_key).decode(), FLEET_SECRET):
         assert secret not in seen_by_reader, "a key crossed the broker"
@@ -77,13 +77,13 @@ def test_a_message_altered_in_the_broker_cannot_join_the_point(celery_fleet, pub
     seen, edits = published
 
     def aim_member_1_elsewhere(msg: dict) -> None:  # e.g. to collect the serving key the member derives
-        if msg["member"] == 1:
-            msg["point"]["endpoint"]["base_url"] = decoy.url
+        if msg["body"]["member"] == 1:
+            msg["body"]["point"]["endpoint"]["base_url"] = decoy.url
 
     edits.append(aim_member_1_elsewhere)
     api_key = secrets.api_key(RUN, "t")
     with ArrivalServer(api_key=api_key) as server, ArrivalServer() as decoy:
-        with pytest.raises(fleet.FleetError, match="connection failed: AuthenticationError"):
+        with pytest.raises(fleet.FleetError, match="MAC does not match"):
             fleet_celery.run_celery_fleet(_works(server, tmp_path, api_key))
         assert decoy.arrivals == [] and decoy.refused == 0, "an altered member sent requests before authenticating"
         assert server.arrivals == [], "the point started without all its members authenticated"
@@ -101,10 +101,10 @@ def test_a_replayed_message_cannot_join_a_later_point(celery_fleet, published, t
         assert len(first.records) == 12
         sent = len(server.arrivals)
         # the next point listens where the first did: the replayed message reaches a live coordinator
-        port = seen[0]["address"][1]
+        port = seen[0]["body"]["address"][1]
         monkeypatch.setenv("BAKEOFF_FLEET_BIND", f"127.0.0.1:{port}")
         old = copy.deepcopy(seen[1])
-        edits.append(lambda msg: (msg.clear(), msg.update(copy.deepcopy(old))) if msg["member"] == 1 else None)
+        edits.append(lambda msg: (msg.clear(), msg.update(copy.deepcopy(old))) if msg["body"]["member"] == 1 else None)
         with pytest.raises(fleet.FleetError, match="connection failed: AuthenticationError"):
             fleet_celery.run_celery_fleet(_works(server, tmp_path, None))
         assert len(server.arrivals) == sent, "a replayed member sent requests"

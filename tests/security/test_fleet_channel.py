@@ -6,7 +6,6 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from multiprocessing.connection import Client
 
 import pytest
 
@@ -42,14 +41,16 @@ def _works(tmp_path, members: int = 1):
 
 
 def _scripted(script):
-    """A launcher whose member connects with the point's key and speaks ``script(conn)``."""
+    """A launcher whose member connects with its key and speaks ``script(conn)``."""
 
-    def launch(work, address, authkey):
+    def launch(work, address):
+        key = b"k" * 31 + bytes([work.member])
+
         def run() -> None:
-            with Client(address, authkey=authkey) as conn:
+            with fleet.connect(address, key) as conn:
                 script(conn)
 
-        return _Thread(run)
+        return _Thread(run), key
 
     return launch
 
@@ -80,14 +81,14 @@ def _row(index: int, **extra):
 
 
 def test_a_connection_without_the_points_key_is_refused_before_any_message(tmp_path):
-    def launch(work, address, authkey):
+    def launch(work, address):
         def run() -> None:
             try:
-                Client(address, authkey=b"a guessed key")
+                fleet.connect(address, b"a guessed key")
             except Exception:  # noqa: BLE001 - the impostor's side of the refusal
                 pass
 
-        return _Thread(run)
+        return _Thread(run), b"the member's own key"
 
     with pytest.raises(fleet.FleetError, match="connection failed: AuthenticationError"):
         fleet.run_fleet(_works(tmp_path), launch=launch)
@@ -149,9 +150,9 @@ def test_a_member_naming_itself_out_of_range_is_refused(tmp_path):
 def test_the_coordinator_listens_on_loopback_unless_told_otherwise(tmp_path):
     seen = []
 
-    def launch(work, address, authkey):
+    def launch(work, address):
         seen.append(address[0])
-        return _Thread(lambda: None)
+        return _Thread(lambda: None), b"k"
 
     with pytest.raises(fleet.FleetError, match="never connected"):
         fleet.run_fleet(_works(tmp_path), launch=launch)

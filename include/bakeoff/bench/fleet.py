@@ -5,8 +5,10 @@ memory for the barrier and the closed loop's queue. A rack that emits a million 
 needs more client cores than one host gives the benchmark task, so a fleet's members may run
 anywhere a connection reaches (local processes here; bench.fleet_celery's Celery tasks on client
 workers; a co-located client node would run ``member_main`` the same way). Each member talks to the
-coordinator over one authenticated channel (multiprocessing.connection: HMAC challenge both ways on
-a key made per point, then JSON messages only, never pickle) and:
+coordinator over one authenticated channel (multiprocessing.connection, then JSON messages only,
+never pickle): each member has its own key, and both ends prove it before anything is read, each
+direction under its own sub-key, so a member's proof cannot stand for another member or be
+reflected back as the coordinator's (``connect``, ``_authenticate``). Then each member:
 
 1. builds the point's requests (deterministic: the same specs in every member) and warms its
    connections;
@@ -35,15 +37,20 @@ finished first leaves its slots idle (about one request's duration).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
+import math
 import multiprocessing
+import os
 import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -66,6 +73,8 @@ HEARTBEAT_S = 2.0  # a measuring member says it is alive this often
 SILENT_S = 30.0  # a member silent this long after the start is dead (its worker or host is gone)
 MESSAGE_MAX_BYTES = 16 << 20  # one channel message; records travel in batches well below it
 BATCH = 500  # records per message
+AUTH_TIMEOUT_S = 10.0  # a connection that does not prove its key by then is refused
+_CHALLENGE = 32  # bytes of a challenge and of a proof (HMAC-SHA256)
 BROKER_ENV = "BAKEOFF_FLEET_BROKER"  # set: members are Celery tasks on client workers (bench.fleet_celery)
 _RECORD_FIELDS = {f.name for f in fields(RequestRecord) if f.init}
 
@@ -146,6 +155,8 @@ def _recv(conn: Connection, timeout_s: float | None, who: str) -> dict[str, Any]
         msg = json.loads(raw)
     except ValueError as e:  # never unpickled: the channel carries JSON only
         raise FleetError(f"{who}: a message that is not JSON") from e
+    except RecursionError as e:  # nested deeper than the parser's stack: refused, not a crash
+        raise FleetError(f"{who}: a message nested too deep") from e
     if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
         raise FleetError(f"{who}: a message without an op")
     if msg["op"] == "error":
@@ -158,6 +169,64 @@ def _expect(msg: dict[str, Any], op: str, who: str) -> dict[str, Any]:
     if msg["op"] != op:
         raise FleetError(f"{who}: expected {op!r}, got {str(msg['op'])[:40]!r}")
     return msg
+
+
+def _seconds(msg: dict[str, Any], name: str, who: str) -> float:
+    """A clock field of a message as a finite number: a NaN or infinite time would poison every
+    corrected send time of the point."""
+    value = msg.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FleetError(f"{who}: {name} must be a finite number of seconds, got {str(value)[:40]!r}")
+    return float(value)
+
+
+# --- authentication: a key per member, proved both ways, one sub-key per direction -----------------
+
+
+def _proof(key: bytes, direction: bytes, challenge: bytes) -> bytes:
+    return hmac.new(key, direction + b"\0" + challenge, hashlib.sha256).digest()
+
+
+_UP, _DOWN = b"member->coordinator", b"coordinator->member"
+
+
+def connect(address: tuple[str, int], key: bytes) -> Connection:
+    """A member's channel to the coordinator: prove ``key`` to it, then have it prove the same key
+    back (under the other direction's sub-key) before anything else is sent or read."""
+    conn = Client(address)
+    try:
+        if not conn.poll(AUTH_TIMEOUT_S):
+            raise AuthenticationError("the coordinator sent no challenge")
+        challenge = conn.recv_bytes(_CHALLENGE)
+        mine = os.urandom(_CHALLENGE)
+        conn.send_bytes(_proof(key, _UP, challenge) + mine)
+        if not conn.poll(AUTH_TIMEOUT_S):
+            raise AuthenticationError("the coordinator did not prove the key")
+        if not hmac.compare_digest(conn.recv_bytes(_CHALLENGE), _proof(key, _DOWN, mine)):
+            raise AuthenticationError("the coordinator does not hold this member's key")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _authenticate(conn: Connection, keys: dict[int, bytes]) -> int:
+    """Which member of ``keys`` (those not yet connected) this connection proves to be; raises
+    AuthenticationError before reading more than one proof (64 bytes) from anyone else."""
+    challenge = os.urandom(_CHALLENGE)
+    conn.send_bytes(challenge)
+    if not conn.poll(AUTH_TIMEOUT_S):
+        raise AuthenticationError("no answer to the challenge")
+    try:
+        answer = conn.recv_bytes(2 * _CHALLENGE)
+    except OSError as e:
+        raise AuthenticationError(f"a malformed answer ({e})") from e
+    proof, theirs = answer[:_CHALLENGE], answer[_CHALLENGE:]
+    for m, key in keys.items():
+        if hmac.compare_digest(proof, _proof(key, _UP, challenge)):
+            conn.send_bytes(_proof(key, _DOWN, theirs))
+            return m
+    raise AuthenticationError("no member's key (or its member is already connected)")
 
 
 # --- a member ------------------------------------------------------------------------------------
@@ -184,9 +253,9 @@ class MemberWork:
 
 def member_main(address: tuple[str, int], authkey: bytes, work: MemberWork, where: str | None = None) -> None:
     """A member's whole life: connect, send its share of the point, report, disconnect. The channel
-    is authenticated both ways before anything is sent (Client answers the coordinator's challenge
-    and challenges it back). ``where``: the member's worker or host, in the coordinator's report."""
-    conn = Client(address, authkey=authkey)
+    is authenticated both ways before anything is sent (``connect``). ``where``: the member's worker
+    or host, in the coordinator's report."""
+    conn = connect(address, authkey)
     try:
         try:
             run_async(_member(conn, work, where or socket.gethostname()))
@@ -204,7 +273,7 @@ def _sync_clock(conn: Connection, clock: Callable[[], float], who: str) -> Clock
         _send(conn, {"op": "time"})
         reply = _expect(_recv(conn, READY_TIMEOUT_S, who), "time", who)
         t4 = clock()
-        samples.append(clock_sample(t1, float(reply["t2"]), float(reply["t3"]), t4))
+        samples.append(clock_sample(t1, _seconds(reply, "t2", who), _seconds(reply, "t3", who), t4))
     return best_sample(samples)
 
 
@@ -251,7 +320,7 @@ async def _member(conn: Connection, work: MemberWork, where: str) -> None:
             _send(conn, {"op": "ready", "offset_s": sample.offset_s, "rtt_s": sample.rtt_s})
             start = _expect(await asyncio.to_thread(_recv, conn, None, who), "start", who)
             # the coordinator's start time on this member's clock, then on its monotonic clock
-            t0 = _now() + (float(start["at"]) - sample.offset_s - clock())
+            t0 = _now() + (_seconds(start, "at", who) - sample.offset_s - clock())
             await wait_until(t0)
             sync.update(sample=sample, wall_t0=clock() - (_now() - t0))
             measuring = asyncio.current_task()
@@ -296,8 +365,9 @@ class MemberHandle(Protocol):
     def terminate(self) -> None: ...
 
 
-# start(work, address, authkey) -> handle: how members are started (local processes, Celery tasks)
-Launcher = Callable[[MemberWork, tuple[str, int], bytes], MemberHandle]
+# start(work, address) -> (handle, key): how members are started (local processes, Celery tasks)
+# and the key each will prove (one per member)
+Launcher = Callable[[MemberWork, tuple[str, int]], tuple[MemberHandle, bytes]]
 
 
 def _processes() -> multiprocessing.context.ForkServerContext:
@@ -309,13 +379,15 @@ def _processes() -> multiprocessing.context.ForkServerContext:
     return ctx
 
 
-def local_process(work: MemberWork, address: tuple[str, int], authkey: bytes) -> MemberHandle:
-    """A member in a fresh local process, forked from the fork server (nothing inherited but its arguments)."""
+def local_process(work: MemberWork, address: tuple[str, int]) -> tuple[MemberHandle, bytes]:
+    """A member in a fresh local process, forked from the fork server (nothing inherited but its
+    arguments), with 32 random bytes as its key."""
+    key = secrets.token_bytes(32)
     p = _processes().Process(
-        target=member_main, args=(address, authkey, work), name=f"fleet-member-{work.member}", daemon=True
+        target=member_main, args=(address, key, work), name=f"fleet-member-{work.member}", daemon=True
     )
     p.start()
-    return p
+    return p, key
 
 
 @dataclass
@@ -359,7 +431,7 @@ class _Coordinator:
                 msg = _recv(conn, READY_TIMEOUT_S, who)
                 t2 = time.time()
                 if msg["op"] == "ready":
-                    self.ready[m] = msg
+                    self.ready[m] = {k: _seconds(msg, k, who) for k in ("offset_s", "rtt_s")}
                     return
                 _expect(msg, "time", who)
                 _send(conn, {"op": "time", "t2": t2, "t3": time.time()})
@@ -438,7 +510,6 @@ def run_fleet(
     launch: Launcher = local_process,
     address: tuple[str, int] = ("127.0.0.1", 0),
     advertise: str | None = None,
-    authkey: bytes | None = None,
     result_timeout_s: float | None = None,
 ) -> FleetPoint:
     """Start every member, deal them one start time, merge what they measured into one point.
@@ -446,21 +517,23 @@ def run_fleet(
     Blocking (run it on a thread from async code). ``address``: where the coordinator listens
     (loopback for local processes; an interface the client workers reach for a fleet across
     hosts); ``advertise``: the host members are told to connect to (default: the bound one).
-    ``authkey``: the channel's key (default: 32 random bytes for this point; a Celery fleet
-    derives it, bench.fleet_celery). ``result_timeout_s``: how long after the start a member may
-    take to report (default: as long as it lives and speaks)."""
-    authkey = authkey or secrets.token_bytes(32)
+    ``launch`` starts a member and names the key it will prove (random for a local process; a
+    Celery fleet derives it from the signed message, bench.fleet_celery). ``result_timeout_s``:
+    how long after the start a member may take to report (default: as long as it lives and speaks)."""
     handles: list[MemberHandle] = []
     conns: list[Connection] = []
-    with Listener(address, authkey=authkey) as listener:
+    with Listener(address) as listener:  # no authkey: each connection proves its member's key (_accept)
         try:
             addr = listener.address
             if not isinstance(addr, tuple):
                 raise FleetError(f"coordinator: expected a TCP address, got {addr!r}")
             reach = (advertise or str(addr[0]), int(addr[1]))
-            handles = [launch(w, reach, authkey) for w in works]
-            accepted = _accept(listener, len(works), handles, reach)
-            conns = accepted
+            keys: dict[int, bytes] = {}
+            for w in works:
+                handle, keys[w.member] = launch(w, reach)
+                handles.append(handle)
+            accepted = _accept(listener, keys, handles, reach)
+            conns = list(accepted.values())
             ordered, hello = _by_member(accepted, len(works))
             coord = _Coordinator(ordered, hello, handles)
             coord.prepare()
@@ -472,10 +545,10 @@ def run_fleet(
             reports: list[MemberReport] = []
             for w in works:
                 m = w.member
-                off = float(coord.ready[m]["offset_s"])
+                off = coord.ready[m]["offset_s"]
                 deal = set(dealt(total, w.members, m, w.concurrency))
                 mine, figs = coord.collect(m, deal, off, result_timeout_s)
-                rtt = float(coord.ready[m]["rtt_s"])
+                rtt = coord.ready[m]["rtt_s"]
                 reports.append(MemberReport(m, len(deal), off, rtt, figs, len(mine), coord.where(m)))
                 recs.extend(mine)
         finally:
@@ -489,16 +562,26 @@ def run_fleet(
     return FleetPoint(recs, fleet_figures(reports, recs), reports, start)
 
 
-def _accept(listener: Listener, n: int, handles: list[MemberHandle], reach: tuple[str, int]) -> list[Connection]:
-    """n authenticated connections; a member that dies first fails the point instead of hanging it,
-    and the members already connected are hung up on, so they end now rather than at their timeout."""
-    out: list[Connection] = []
+def _accept(
+    listener: Listener, keys: dict[int, bytes], handles: list[MemberHandle], reach: tuple[str, int]
+) -> dict[int, Connection]:
+    """One authenticated connection per member of ``keys``, each key accepted once; a member that
+    dies first fails the point instead of hanging it, and the members already connected are hung up
+    on, so they end now rather than at their timeout."""
+    n = len(keys)
+    out: dict[int, Connection] = {}
     errors: list[BaseException] = []
 
     def take() -> None:
         try:
             while len(out) < n:
-                out.append(listener.accept())
+                conn = listener.accept()
+                try:
+                    m = _authenticate(conn, {m: k for m, k in keys.items() if m not in out})
+                except BaseException:
+                    conn.close()
+                    raise
+                out[m] = conn
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors.append(e)
 
@@ -519,23 +602,21 @@ def _accept(listener: Listener, n: int, handles: list[MemberHandle], reach: tupl
         if errors:
             raise FleetError(f"coordinator: a member's connection failed: {type(errors[0]).__name__}")
     except FleetError:
-        for c in list(out):
+        for c in list(out.values()):
             c.close()
         raise
     return out
 
 
-def _by_member(conns: list[Connection], n: int) -> tuple[list[Connection], dict[int, dict[str, Any]]]:
-    """Connections in member order with each member's hello: its first message names it."""
-    pending: dict[int, Connection] = {}
+def _by_member(conns: dict[int, Connection], n: int) -> tuple[list[Connection], dict[int, dict[str, Any]]]:
+    """Connections in member order with each member's hello, which must name the member its key proved."""
     hello: dict[int, dict[str, Any]] = {}
-    for c in conns:
-        msg = _expect(_recv(c, READY_TIMEOUT_S, "a member"), "hello", "a member")
-        m = msg.get("member")
-        if not isinstance(m, int) or not 0 <= m < n or m in pending:
-            raise FleetError(f"a member named itself {m!r}: expected each of 0..{n - 1} once")
-        pending[m], hello[m] = c, msg
-    return [pending[m] for m in range(n)], hello
+    for m, c in conns.items():
+        msg = _expect(_recv(c, READY_TIMEOUT_S, f"member {m}"), "hello", f"member {m}")
+        if msg.get("member") != m:
+            raise FleetError(f"a member named itself {msg.get('member')!r}: its key is member {m}'s")
+        hello[m] = msg
+    return [conns[m] for m in range(n)], hello
 
 
 def fleet_figures(reports: Sequence[MemberReport], recs: Sequence[RequestRecord]) -> dict[str, Any]:

@@ -6,14 +6,19 @@ Airflow's Celery workers run Airflow's workloads only, so the members run on wor
 already runs ($BAKEOFF_FLEET_BROKER; unset, members stay local processes). One task,
 ``bakeoff.fleet_member``, runs ``fleet.member_main`` for one member.
 
-Nothing secret travels through the broker, whose readers are more than the benchmark's: a message
-is JSON (the only serializer this app accepts) holding the point (endpoint URL, workload, deal,
-a random nonce) and never a key. Every bakeoff process holds the installation secret, so both ends
-derive what they need from it: the channel's key from the digest of the point's message (so a
-message altered in transit -- another endpoint, another run -- derives another key and its member
-cannot authenticate to the coordinator; one replayed later finds no coordinator with its key), and
-the serving key from the run and target (secrets.api_key, as the plan's targets get theirs). A
-target whose key is its own (an existing endpoint's connection) cannot have a Celery fleet.
+Nothing secret travels through the broker, whose readers are more than the benchmark's, and
+everything a member acts on is authenticated, because its writers are more too. A message is JSON
+(the only serializer this app accepts): a body holding the point (endpoint URL, workload, deal, a
+random nonce made per point), which member, where to connect, the fault injection, the hosts the
+DNS-rebinding guard checks (serving.egress) and when it expires, and an HMAC of that whole body
+under the installation's fleet key. Every bakeoff process holds the installation secret, so both
+ends derive what they need from it: the member checks the MAC and the expiry before it acts on
+anything, and its channel key is derived from the digest of its own body (so each member of each
+point has its own key, which the coordinator accepts once: a message altered, replayed or aimed at
+another member's slot cannot authenticate, and a coordinator that does not hold the key cannot
+answer the member's challenge); the serving key comes from the run and target (secrets.api_key, as
+the plan's targets get theirs). A target whose key is its own (an existing endpoint's connection)
+cannot have a Celery fleet.
 
 The coordinator listens on $BAKEOFF_FLEET_BIND (default 127.0.0.1, a free port) and tells members
 to connect to $BAKEOFF_FLEET_ADVERTISE (default: the bound address).
@@ -26,6 +31,7 @@ import dataclasses
 import errno
 import functools
 import hashlib
+import hmac
 import ipaddress
 import json
 import os
@@ -58,13 +64,15 @@ from bakeoff.bench.point import Ctx
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.sizing import PromptSizer
 from bakeoff.plan.workload import Workload
+from bakeoff.serving import egress
 from bakeoff.serving.endpoint import Endpoint
 
 BIND_ENV = "BAKEOFF_FLEET_BIND"
 ADVERTISE_ENV = "BAKEOFF_FLEET_ADVERTISE"
 QUEUE = "bakeoff-clients"
 TASK = "bakeoff.fleet_member"
-VERSION = 1
+VERSION = 2
+MAX_MESSAGE_DEPTH = 32  # a body nested deeper is refused before it is hashed or read
 WORKER_COMMAND = f"celery -A bakeoff.bench.fleet_celery worker -Q {QUEUE}"
 _HOST_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 
@@ -187,32 +195,94 @@ def point_doc(work: MemberWork) -> dict[str, Any]:
     }
 
 
-def channel_key(point: dict[str, Any]) -> bytes:
-    """The point's channel key: derived from the installation secret and the digest of the message."""
-    digest = hashlib.sha256(json.dumps(point, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return secrets.derive(f"fleet-channel/{digest}")
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _mac(body: dict[str, Any]) -> str:
+    return hmac.new(secrets.fleet_key("message"), _canonical(body), hashlib.sha256).hexdigest()
+
+
+def channel_key(body: dict[str, Any]) -> bytes:
+    """A member's channel key: derived from the installation secret and the digest of its whole
+    message body (point and nonce, member, address, fault, guarded hosts), so no two members and
+    no two points share one."""
+    return secrets.fleet_key(f"channel/{hashlib.sha256(_canonical(body)).hexdigest()}")
 
 
 def message(point: dict[str, Any], work: MemberWork, address: tuple[str, int]) -> dict[str, Any]:
-    """One member's task argument: the shared point, which member, where to connect, fault injection."""
-    return {
+    """One member's task argument: its body (the shared point, which member, where to connect, fault
+    injection, the guarded hosts, the expiry) and the body's MAC."""
+    body = {
         "v": VERSION,
         "point": point,
         "member": work.member,
         "address": [address[0], address[1]],
         "fault": {"clock_skew_s": work.clock_skew_s, "stall_ms": work.stall_ms},
+        "guarded": egress.guarded_hosts(),
+        "expires_at": time.time() + READY_TIMEOUT_S,
     }
+    return {"body": body, "mac": _mac(body)}
 
 
-def work_from(msg: dict[str, Any]) -> tuple[MemberWork, tuple[str, int], bytes]:
-    """The member's work, where to connect and the channel key, from a task's message; the serving
-    key re-derived here, never received."""
-    if not isinstance(msg, dict) or msg.get("v") != VERSION:
+def _depth(value: Any, limit: int) -> int:
+    """How deep ``value`` nests, counted without recursion and given up past ``limit``."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return d
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def authentic_body(msg: Any) -> dict[str, Any]:
+    """The message's body once its MAC, version and expiry hold; a FleetError naming what does not,
+    before anything of it is acted on."""
+    if not isinstance(msg, dict) or not isinstance(msg.get("body"), dict) or not isinstance(msg.get("mac"), str):
+        raise FleetError(
+            "fleet member: a message without a signed body (client workers and Airflow workers run "
+            "different bakeoff releases, or the broker holds a forged message; deploy the same release)"
+        )
+    body = msg["body"]
+    if _depth(body, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
+        raise FleetError(f"fleet member: a message nested deeper than {MAX_MESSAGE_DEPTH}: refused unread")
+    try:
+        expected = _mac(body)
+    except ValueError as e:  # NaN, infinity: never in a message this app writes
+        raise FleetError(f"fleet member: a message with a value JSON cannot carry ({e})") from e
+    if not hmac.compare_digest(expected, msg["mac"]):
+        raise FleetError(
+            "fleet member: the message's MAC does not match its body (altered in the broker, or signed "
+            "with another installation's secret): refused before any connection or request"
+        )
+    if body.get("v") != VERSION:
         raise FleetError(
             f"fleet member: a message of another version than {VERSION} (client workers and Airflow "
             "workers run different bakeoff releases: deploy the same one)"
         )
-    p = msg["point"]
+    expires = body.get("expires_at")
+    if not isinstance(expires, (int, float)) or time.time() > expires:
+        raise FleetError("fleet member: the message has expired (a point's members start within its ready time)")
+    return dict(body)
+
+
+def work_from(msg: Any) -> tuple[MemberWork, tuple[str, int], bytes, list[str]]:
+    """The member's work, where to connect, its channel key and the guarded hosts, from a task's
+    message once it is authentic; the serving key re-derived here, never received."""
+    body = authentic_body(msg)
+    try:
+        return _work(body)
+    except (KeyError, TypeError, ValueError) as e:  # signed by this installation, yet not this release's shape
+        raise FleetError(f"fleet member: a message of another shape ({type(e).__name__}: {str(e)[:200]})") from e
+
+
+def _work(body: dict[str, Any]) -> tuple[MemberWork, tuple[str, int], bytes, list[str]]:
+    p = body["point"]
     target = _Target(str(p["target"]["slug"]), int(p["target"]["gpus_used"]))
     api_key = secrets.api_key(str(p["run_id"]), target.slug) if p["auth"] == "derived" else None
     ctx = Ctx(
@@ -229,21 +299,22 @@ def work_from(msg: dict[str, Any]) -> tuple[MemberWork, tuple[str, int], bytes]:
         prompt_seed=p["prompt_seed"],
     )
     specs = [RequestSpec(**s) for s in p["specs"]] if p["specs"] is not None else None
-    fault = msg.get("fault") or {}
+    fault = body["fault"]
     work = MemberWork(
         ctx,
         int(p["key"]),
         int(p["repeat"]),
-        int(msg["member"]),
+        int(body["member"]),
         int(p["members"]),
         p["concurrency"],
         p["offsets"],
         specs,
-        float(fault.get("clock_skew_s", 0.0)),
-        float(fault.get("stall_ms", 0.0)),
+        float(fault["clock_skew_s"]),
+        float(fault["stall_ms"]),
     )
-    host, port = msg["address"]
-    return work, (str(host), int(port)), channel_key(p)
+    host, port = body["address"]
+    guarded = [str(h) for h in body["guarded"]]
+    return work, (str(host), int(port)), channel_key(body), guarded
 
 
 # --- the Celery app ------------------------------------------------------------------------------
@@ -277,8 +348,9 @@ def make_app(broker_url: str | None) -> Any:
 def _fleet_member(task: Any, msg: dict[str, Any]) -> dict[str, Any]:
     """The task: run one member; its result names the member and the worker, nothing else."""
     where = str(task.request.hostname or "")
-    work, address, key = work_from(msg)
-    member_main(address, key, work, where=where)
+    work, address, key, guarded = work_from(msg)
+    with egress.guarding(guarded):  # the coordinator's rebinding guard, for this member's requests
+        member_main(address, key, work, where=where)
     return {"member": work.member, "worker": where}
 
 
@@ -342,14 +414,15 @@ def run_celery_fleet(works: list[MemberWork]) -> FleetPoint:
 
     handles: list[CeleryMember] = []
 
-    def launch(work: MemberWork, address: tuple[str, int], _authkey: bytes) -> MemberHandle:
-        # _authkey is the derived channel key: each member derives it again, it is never sent
-        result = client.send_task(TASK, args=[message(point, work, address)], queue=QUEUE, expires=READY_TIMEOUT_S)
+    def launch(work: MemberWork, address: tuple[str, int]) -> tuple[MemberHandle, bytes]:
+        # the member derives its channel key from the body again: the key is never sent
+        msg = message(point, work, address)
+        result = client.send_task(TASK, args=[msg], queue=QUEUE, expires=READY_TIMEOUT_S)
         handles.append(CeleryMember(result))
-        return handles[-1]
+        return handles[-1], channel_key(msg["body"])
 
     try:
-        return run_fleet(works, launch=launch, address=bind, advertise=advertise, authkey=channel_key(point))
+        return run_fleet(works, launch=launch, address=bind, advertise=advertise)
     except FleetError as e:
         if "never connected" not in str(e):
             raise

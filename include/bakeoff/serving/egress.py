@@ -19,9 +19,11 @@ endpoint connections) connect as before, through the same transport.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -52,6 +54,26 @@ def guard(hosts: list[str] | tuple[str, ...] | set[str]) -> None:
     """Check these hosts at every connection from now on (in this process and the ones it starts)."""
     have = set(filter(None, os.environ.get(GUARD_ENV, "").split(",")))
     os.environ[GUARD_ENV] = ",".join(sorted(have | {_norm(h) for h in hosts if h}))
+
+
+def guarded_hosts() -> list[str]:
+    """The hosts this process guards (a client fleet's message carries them to its members)."""
+    return sorted(filter(None, os.environ.get(GUARD_ENV, "").split(",")))
+
+
+@contextlib.contextmanager
+def guarding(hosts: list[str]) -> Iterator[None]:
+    """Guard ``hosts`` too while the block runs (a long-lived client worker, one point's member at a
+    time), then only what was guarded before."""
+    before = os.environ.get(GUARD_ENV)
+    guard(hosts)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(GUARD_ENV, None)
+        else:
+            os.environ[GUARD_ENV] = before
 
 
 def guarded(host: str) -> bool:
