@@ -209,7 +209,13 @@ def run_again(plan: str, run: str, request: Request) -> dict:
         raise HTTPException(404, f"no such run: {run} of plan {plan}")
     auth = request.headers.get("authorization", "")
     token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else request.cookies.get("_token", "")
-    base = os.environ.get(URL_ENV) or f"{request.url.scheme}://{request.url.netloc}"
+    base = os.environ.get(URL_ENV, "").strip()  # configuration only: never the request's Host header
+    if not base:
+        raise HTTPException(
+            503,
+            f"run again is not configured: set {URL_ENV} on the api-server to Airflow's own API URL "
+            "(http://localhost:8080 in compose)",
+        )
     try:
         new = trigger_again(base, token, start)
     except AirflowApiError as e:
