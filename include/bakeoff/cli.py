@@ -296,7 +296,8 @@ def _multinode_recipes(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    """0 when every hash and the signature check, 1 when the bundle fails (naming what changed)."""
+    """0 when every hash and the signature check under a trusted key, 1 when the bundle fails (naming
+    what changed), 3 when it is intact but its signer is no key trusted here."""
     from bakeoff import evidence  # noqa: PLC0415 - cryptography only for this command
 
     if args.show_key:
@@ -311,7 +312,7 @@ def _verify(args: argparse.Namespace) -> int:
         return 2
     verdict = evidence.verify(args.bundle, public_key=args.public_key)
     print(evidence.describe(verdict))
-    return 0 if verdict.ok else 1
+    return 0 if verdict.ok else 3 if verdict.signer_unknown else 1
 
 
 def _print_summary(run: dict[str, Any], failed: list[str] | None = None) -> None:

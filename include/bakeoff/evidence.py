@@ -14,9 +14,13 @@ there is no second key to store; its public half goes in the manifest and is pri
 ``python -m bakeoff verify --show-key`` for whoever must check bundles elsewhere.
 
 A bundle is untrusted input when verified: members are read by name from the archive (never
-extracted), names that are absolute, hold ``..`` or repeat are refused, and every byte is hashed
-against the signed manifest. Building refuses any file holding a known secret (the installation
-secret, a serving key of the run, a private key block).
+extracted), names that are absolute, hold ``..`` or repeat are refused, the archive must hold
+nothing but its listed entries laid end to end (what a streaming extractor reads from the local
+headers is what the central directory lists), the manifest's shape is checked before anything large
+is read, no member is inflated unless the signature holds under a trusted key, and every byte is
+hashed against the signed manifest. Without a trusted key (``--public-key`` or this installation's)
+the outcome is "signature valid, signer unknown", never "verified". Building refuses any file
+holding a known secret (the installation secret, a serving key of the run, a private key block).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import io
 import json
 import os
 import re
+import struct
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -51,6 +56,8 @@ RESULTS, REPORTS = "results", "report"  # folders inside the bundle
 _KEY_LABEL = "evidence-signing/v1"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same files give the same bytes
 _MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+_MAX_MANIFEST_DEPTH = 16  # the manifest nests 4 deep; anything deeper is not one
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 _SECRETISH = re.compile(r"key|secret|passw|authoriz|credential|(^|[._])token$", re.I)
 
@@ -261,18 +268,25 @@ def _shows(
 
 @dataclass
 class Verdict:
-    """What verify found: ``errors`` empty means every hash and the signature check."""
+    """What verify found: ``errors`` empty means every hash and the signature check; ``ok`` also
+    needs the signer to be a key the reader trusts (``signer_known``)."""
 
     path: str
     errors: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     key_trust: str = ""
+    signer_known: bool = False
     checked_files: int = 0
     checked_bytes: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.errors and self.signer_known
+
+    @property
+    def signer_unknown(self) -> bool:
+        """Intact and signed as it says, by a key nobody here vouches for: not verified."""
+        return not self.errors and not self.signer_known
 
 
 def _safe_member(name: str) -> bool:
@@ -280,19 +294,102 @@ def _safe_member(name: str) -> bool:
     return bool(name) and not p.is_absolute() and ".." not in p.parts and "\\" not in name and not name.endswith("/")
 
 
-def _hash_member(z: zipfile.ZipFile, name: str) -> tuple[str, int]:
+def _hash_member(z: zipfile.ZipFile, name: str, limit: int) -> tuple[str, int]:
+    """SHA-256 and size of a member, reading at most ``limit`` + 1 bytes (the size the manifest signed)."""
     h, size = hashlib.sha256(), 0
     with z.open(name) as f:
-        while chunk := f.read(1 << 20):
+        while size <= limit and (chunk := f.read(min(1 << 20, limit + 1 - size))):
             h.update(chunk)
             size += len(chunk)
     return h.hexdigest(), size
 
 
+def _raw_name(info: zipfile.ZipInfo) -> bytes:
+    return info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+
+
+def _layout_errors(path: str | os.PathLike[str], z: zipfile.ZipFile) -> list[str]:
+    """Bytes a streaming extractor would see that the central directory does not list: data before
+    the first entry or between entries, a local header naming another file, a trailing comment.
+    A bundle is written as its listed entries end to end, then the directory, then its end record."""
+    with open(path, "rb") as f:
+        pos = 0
+        for info in sorted(z.infolist(), key=lambda i: i.header_offset):
+            if info.header_offset != pos:
+                return [f"bytes {pos}..{info.header_offset} of the archive belong to no listed entry"]
+            f.seek(pos)
+            head = f.read(30)
+            if len(head) < 30 or head[:4] != b"PK\x03\x04":
+                return [f"{info.filename}: no local header where the directory says it starts"]
+            name_len, extra_len = struct.unpack("<HH", head[26:30])
+            if f.read(name_len) != _raw_name(info):
+                return [
+                    f"{info.filename}: its local header names another file (a streaming extractor would write that)"
+                ]
+            if info.flag_bits & 0x08:
+                return [f"{info.filename}: a data descriptor, which bundles never have"]
+            pos += 30 + name_len + extra_len + info.compress_size
+        directory = sum(46 + len(_raw_name(i)) + len(i.extra) + len(i.comment) for i in z.infolist())
+        start_dir = int(getattr(z, "start_dir", -1))
+        end = os.fstat(f.fileno()).st_size - start_dir - directory
+    if start_dir != pos:
+        return [f"bytes {pos}..{start_dir} of the archive belong to no listed entry"]
+    if z.comment or end not in (22, 22 + 56 + 20):  # the end record, with zip64's record and locator
+        return ["the archive has bytes after its directory that no listed entry holds"]
+    return []
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests (iteratively), given up past _MAX_MANIFEST_DEPTH."""
+    stack, deepest = [(value, 1)], 0
+    while stack and deepest <= _MAX_MANIFEST_DEPTH:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def _manifest(body: bytes) -> dict[str, Any]:
+    """The manifest, its shape checked: ``files`` maps names to a SHA-256 and a byte count,
+    ``public_key`` is 64 hex digits, ``shows`` an object. Raises BundleError naming the field."""
+    try:
+        doc = json.loads(body)
+    except RecursionError:
+        raise BundleError("nested too deep to be a manifest") from None
+    except ValueError as e:
+        raise BundleError(f"not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise BundleError("not a JSON object")
+    if _depth(doc) > _MAX_MANIFEST_DEPTH:
+        raise BundleError(f"nested deeper than {_MAX_MANIFEST_DEPTH} levels")
+    if not isinstance(doc.get("public_key"), str) or not _HEX64.fullmatch(doc["public_key"].lower()):
+        raise BundleError("public_key: expected 64 hex digits (an Ed25519 public key)")
+    if not isinstance(doc.get("shows", {}), dict):
+        raise BundleError("shows: expected an object")
+    files = doc.get("files")
+    if not isinstance(files, dict):
+        raise BundleError("files: expected an object of file name -> {sha256, bytes}")
+    for name, entry in files.items():
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("sha256"), str)
+            or not _HEX64.fullmatch(entry["sha256"])
+            or isinstance(entry.get("bytes"), bool)
+            or not isinstance(entry.get("bytes"), int)
+            or entry["bytes"] < 0
+        ):
+            raise BundleError(f"files[{name[:80]!r}]: expected {{sha256: 64 hex digits, bytes: a count}}")
+    return doc
+
+
 def verify(path: str | os.PathLike[str], public_key: str | None = None) -> Verdict:
-    """Check every file of a bundle against its manifest and the manifest's signature. The key trusted
-    is ``public_key`` (hex), else this installation's; with neither, the manifest's own key is used and
-    the verdict says the signer is unverified."""
+    """Check a bundle's layout, its manifest's signature and every file against the manifest. The
+    key trusted is ``public_key`` (hex), else this installation's; with neither, an intact bundle
+    is ``signer_unknown``, not ``ok``. Nothing is inflated but the manifest and the signature until
+    the signature holds under a trusted key."""
     v = Verdict(str(path))
     try:
         z = zipfile.ZipFile(path)
@@ -305,21 +402,25 @@ def verify(path: str | os.PathLike[str], public_key: str | None = None) -> Verdi
         if bad:
             v.errors.append(f"refused member names (absolute, '..', repeated or folders): {', '.join(bad)}")
             return v
+        v.errors += _layout_errors(path, z)
+        if v.errors:
+            return v
         if MANIFEST not in names or SIGNATURE not in names:
             v.errors.append(f"no {MANIFEST} or {SIGNATURE}: not an evidence bundle")
             return v
         try:
-            if z.getinfo(MANIFEST).file_size > _MAX_MANIFEST_BYTES:
-                raise BundleError(f"{MANIFEST} is larger than {_MAX_MANIFEST_BYTES} bytes")
+            if z.getinfo(MANIFEST).file_size > _MAX_MANIFEST_BYTES or z.getinfo(SIGNATURE).file_size > 1024:
+                raise BundleError(f"larger than a manifest ({_MAX_MANIFEST_BYTES} bytes) or a signature (1 KiB)")
             body = z.read(MANIFEST)
             sig = bytes.fromhex(z.read(SIGNATURE).decode("ascii").strip())
-            v.manifest = json.loads(body)
-            files = v.manifest["files"]
-            signer = str(v.manifest["public_key"])
-        except (zipfile.BadZipFile, ValueError, KeyError, TypeError, BundleError) as e:
-            v.errors.append(f"{MANIFEST}: unreadable ({type(e).__name__}: {e})")
+            v.manifest = _manifest(body)
+        except (zipfile.BadZipFile, ValueError, BundleError) as e:
+            v.errors.append(f"{MANIFEST}: unreadable or malformed ({e}); not an evidence bundle bakeoff wrote")
+            v.manifest = {}
             return v
+        files, signer = v.manifest["files"], v.manifest["public_key"]
         trusted = public_key or installation_public_key()
+        v.signer_known = bool(trusted)
         if trusted and trusted.lower() != signer.lower():
             v.errors.append(
                 f"{MANIFEST}: signed by key {_kid(signer)}, not the trusted key {_kid(trusted)}; "
@@ -328,12 +429,14 @@ def verify(path: str | os.PathLike[str], public_key: str | None = None) -> Verdi
         v.key_trust = (
             ("the given key" if public_key else "this installation's key")
             if trusted
-            else "the bundle's own key (UNVERIFIED signer: pass --public-key)"
+            else "no trusted key (SIGNER UNKNOWN: pass --public-key with the key the signer gave you)"
         )
         try:
             Ed25519PublicKey.from_public_bytes(bytes.fromhex(signer)).verify(sig, body)
         except (InvalidSignature, ValueError):
             v.errors.append(f"{MANIFEST}: the signature does not match its bytes (the manifest was changed)")
+        if v.errors:
+            return v  # nothing more is read from a bundle whose manifest no trusted key vouches for
         listed = set(files)
         present = set(names) - {MANIFEST, SIGNATURE}
         for name in sorted(present - listed):
@@ -341,12 +444,16 @@ def verify(path: str | os.PathLike[str], public_key: str | None = None) -> Verdi
         for name in sorted(listed - present):
             v.errors.append(f"{name}: listed in the manifest but missing from the bundle")
         for name in sorted(present & listed):
+            expected = files[name]
+            if z.getinfo(name).file_size != expected["bytes"]:
+                v.errors.append(f"{name}: changed (its size in the archive differs from the signed manifest)")
+                continue
             try:
-                digest, size = _hash_member(z, name)
+                digest, size = _hash_member(z, name, expected["bytes"])
             except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:  # a CRC or deflate error: damaged bytes
                 v.errors.append(f"{name}: changed (its bytes in the archive are damaged: {e})")
                 continue
-            if digest != (files[name] or {}).get("sha256"):
+            if digest != expected["sha256"] or size != expected["bytes"]:
                 v.errors.append(f"{name}: changed (SHA-256 {digest[:16]}… differs from the signed manifest)")
             v.checked_files += 1
             v.checked_bytes += size
@@ -363,8 +470,14 @@ def _kid(public_hex: str) -> str:
 def describe(v: Verdict) -> str:
     """The verdict in words: what failed, or what the bundle proves."""
     m, shows = v.manifest, dict(v.manifest.get("shows") or {})
-    if not v.ok:
+    if v.errors:
         return "\n".join([f"{v.path}: FAILED verification", *(f"  {e}" for e in v.errors)])
+    if v.signer_unknown:
+        return (
+            f"{v.path}: NOT VERIFIED: intact and signed by Ed25519 key {_kid(m['public_key'])}, but that key is "
+            "not one you trust (anyone can re-sign a bundle with a key of their own); pass --public-key with "
+            "the key the installation gave you (python -m bakeoff verify --show-key on its machine)"
+        )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(shows.get("started_at") or 0)))
     lines = [
         f"{v.path}: verified",
