@@ -10,6 +10,7 @@ import pytest
 from bakeoff import agent, catalog
 from bakeoff.plan import PlanError, plan_from_dict
 from bakeoff.plan import custom_stack as cs
+from bakeoff.serving import front as front_mod
 from bakeoff.serving import tls, userdata
 from tests.custom_stack_fixtures import CLOUD, DIGEST, KEY, plan_doc, refused, target
 from tests.stub_host import docker_argv
@@ -27,7 +28,8 @@ from tests.stub_host import docker_argv
         (shlex.split("/bin/bash -c serve {host} {port}"), "is a shell"),
         (["$(curl evil)", "{host}", "{port}"], "must name the program"),
         (["/opt/serve", "--a\nrm -rf /", "{host}", "{port}"], "control character"),
-        (["/opt/serve", "--host", "0.0.0.0", "--port", "{port}"], "never names {host}"),
+        (["/opt/serve", "--host", "0.0.0.0", "--port", "{port}"], "sets where the stack listens"),
+        (["/opt/serve", "--model", "{model}"], "never names {host}"),
     ],
 )
 def test_a_template_that_could_become_code_is_refused_naming_the_item(command, says):
@@ -93,7 +95,7 @@ def test_the_local_provider_runs_only_the_emulator_through_the_template():
             "{port}",
             "--host",
             "{host}",
-            "--port-file",
+            "--config",
             "/etc/x",
         ],
     )
@@ -118,3 +120,54 @@ def test_a_template_is_bounded_and_a_boot_script_over_the_limit_is_refused_befor
     big = target(custom={**CLOUD, "command": words}, env={f"OPT_{i}": "y" * 200 for i in range(40)})
     with pytest.raises(ValueError, match=r"targets\.mi355x-vllm: the boot script is \d+ bytes, over"):
         userdata.render(big, api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32")
+
+
+# --- third pass: listening flags in any spelling, shells and inline code behind wrappers ------------
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (
+            ["/opt/serve", "--host", "0.0.0.0", "--port", "9000", "--label={host}-{port}"],
+            "sets where the stack listens",
+        ),
+        (["/opt/serve", "--host={host}", "--port={port}", "--port=9000"], "'--port=9000' sets where"),
+        (["/opt/serve", "--host", "{host}", "--port", "{port}", "--label={host}-{port}"], "outside a listening flag"),
+        (["/opt/serve", "--bind-address", "0.0.0.0", "--host", "{host}", "--port", "{port}"], "sets where"),
+        (["/opt/serve", "--HTTP_PORT", "9000", "--host", "{host}", "--port", "{port}"], "sets where"),
+        (["/opt/serve", "--host", "{host}", "--port", "{port}", "--x", "0.0.0.0:9000"], "literal address"),
+        (["/opt/serve", "--host", "{host}", "--port", "{port}", "--x", "[::]"], "literal address"),
+        (["nice", "sh", "-c", "serve", "--host", "{host}", "--port", "{port}"], "'sh' is a shell"),
+        (["timeout", "0", "bash", "-c", "x", "--host", "{host}", "--port", "{port}"], "'bash' is a shell"),
+        (["nohup", "/usr/bin/env", "X=1", "serve", "--host", "{host}", "--port", "{port}"], "is a shell"),
+        (["python3", "-c", "import os", "--host", "{host}", "--port", "{port}"], "'-c' hands python3 code"),
+        (["python3", "-u", "-Bc", "x", "--host", "{host}", "--port", "{port}"], "'-Bc' hands python3 code"),
+        (["stdbuf", "-oL", "perl", "-e", "x", "--host", "{host}", "--port", "{port}"], "'-e' hands perl code"),
+        (["nice", "node", "--eval=x", "--host", "{host}", "--port", "{port}"], "hands node code"),
+    ],
+)
+def test_listening_flags_and_code_behind_wrappers_are_refused(command, says):
+    msg = refused(command=command)
+    assert "targets[0].custom.command" in msg and says in msg, msg
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python3", "-u", "-m", "vllm.entrypoints.openai.api_server", "--host", "{host}", "--port", "{port}"],
+        ["/opt/serve", "--bind", "{host}:{port}", "--max-num-seqs", "256", "--model", "{model}"],
+        ["/opt/serve", "--listen-address={host}", "--http-port={port}", "--tp={tensor_parallel}"],
+    ],
+)
+def test_an_ordinary_template_still_passes(command):
+    assert target(custom={**CLOUD, "command": command}).custom.command == command
+
+
+def test_the_front_holds_the_serving_port_before_the_stack_starts():
+    t = target(custom={**CLOUD, "command": ["/opt/serve", "--host", "{host}", "--port", "{port}"]})
+    lines = userdata.render(t, api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32").splitlines()
+    front_at = next(i for i, x in enumerate(lines) if "docker run" in x and front_mod.CONTAINER in x)
+    waits = next(i for i, x in enumerate(lines) if "/dev/tcp/127.0.0.1/" in x)
+    serve_at = next(i for i, x in enumerate(lines) if x.startswith("docker run -d --name bakeoff-serve"))
+    assert front_at < waits < serve_at, "the serving container starts before the front holds the port"

@@ -47,7 +47,8 @@ def test_the_boot_script_runs_the_custom_image_behind_the_front():
     script = userdata.render(t, api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32")
     assert len(script.encode()) < userdata.MAX_BYTES
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-    serve, front = [shlex.split(x) for x in script.splitlines() if x.startswith("docker run -d --name bakeoff-")]
+    front, serve = [shlex.split(x) for x in script.splitlines() if x.startswith("docker run -d --name bakeoff-")]
+    assert front[4] == front_mod.CONTAINER  # the front first: it holds the serving port before the stack starts
     assert serve[serve.index("--entrypoint") + 1] == "/opt/serve" and DIGEST in serve
     after = serve[serve.index(DIGEST) + 1 :]
     assert after[after.index("--host") + 1] == "127.0.0.1" and after[after.index("--port") + 1] == "9001"

@@ -236,7 +236,7 @@ def test_userdata_for_a_fronted_engine(t, tls_identity):
     script = render(t, tls_identity)
     assert len(script.encode()) < userdata.MAX_BYTES
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-    serve, front = run_lines(script)
+    front, serve = run_lines(script)  # the front first: it holds the serving port before the engine starts
     entry = serve[serve.index("--entrypoint") + 1]
     assert entry == engines.BOOT[t.stack].entrypoint and KEY not in " ".join(serve + front)
     assert flag(serve, "--host") == "127.0.0.1" and "--ssl-certfile" not in serve  # the engine: loopback only

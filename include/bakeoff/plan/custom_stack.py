@@ -5,7 +5,12 @@ placeholder is replaced by a validated plan value, never re-split), the boot scr
 again, and no shell ever reads it, so a value cannot become code. Only the placeholders the other
 engines are rendered from (``PLACEHOLDERS``) may appear; anything else in braces is refused naming the
 item. The stack has no API-key or TLS switch bakeoff knows, so it listens on ``{host}``:``{port}``,
-which is loopback behind the node's front (serving/front.py): the template must say both.
+which is loopback behind the node's front (serving/front.py): the template must say both, and only
+as a listening flag's whole value (any flag whose name speaks of a host, port, bind, listen or
+address takes ``{host}``, ``{port}`` or ``{host}:{port}`` and nothing else; no word is a literal
+address). No word anywhere in it may start a shell or hand an interpreter inline code, whatever
+wrapper (``nice``, ``timeout``, ``env`` ...) comes first: a rule over every word, not over the
+program alone.
 
 The benchmark speaks OpenAI's API to it (``/v1/completions``, ``/v1/chat/completions``); readiness
 asks ``health_route`` for 200 and then ``readiness_route`` for an OpenAI model list naming the model.
@@ -40,8 +45,23 @@ _SLOT = re.compile(r"\{([^{}]*)\}")
 ROUTE_RE = r"^/(?:[A-Za-z0-9_.~-]+(?:/[A-Za-z0-9_.~-]+)*)?$"
 # the program a template starts (the container's entrypoint): a name or an absolute path, nothing to expand
 _PROGRAM = re.compile(r"^[A-Za-z0-9_.+-]+$|^/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*$")
-# a shell as the entrypoint would read a value as code again: the template is argv, run without one
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "ksh", "csh", "tcsh", "fish", "busybox", "env", "eval"})
+# a shell anywhere in the argv (the program, or behind a wrapper such as nice, timeout, env) would read
+# a value as code again: the template is argv, run without one
+SHELLS = frozenset(
+    {"sh", "bash", "dash", "zsh", "ash", "ksh", "csh", "tcsh", "fish", "busybox", "env", "eval", "exec", "xargs"}
+)
+# a program that runs code given on its command line: refused with such a flag before its script or -m
+_INTERPRETER = re.compile(
+    r"^(python|pypy|perl|ruby|node|nodejs|php|lua|luajit|julia|rscript|tclsh|deno|bun|pwsh|awk|gawk|mawk|nawk)"
+    r"[0-9.]*$",
+    re.I,
+)
+_CODE_FLAG = re.compile(r"^-[A-Za-z]*[ceprE][A-Za-z]*$|^--(eval|command|exec|execute|print|code)(=.*)?$")
+# a flag that sets where the server listens, in any spelling: --host, --port=, --bind-address, -listen_addr
+_LISTEN_FLAG = re.compile(r"^-{1,2}[a-z0-9-]*(host|port|bind|listen|addr)[a-z0-9-]*$")
+_LISTEN_VALUES = ("{host}", "{port}", "{host}:{port}")
+# a literal address or host:port: 0.0.0.0, [::], ::, 10.0.0.1:9000, :9000
+_ADDRESS = re.compile(r"^\[?[0-9A-Fa-f:.]*[:.][0-9A-Fa-f:.]*\]?(:[0-9]+)?$|^:[0-9]+$")
 # ports on a node that are taken: the node agent's (agent.AGENT_PORT, checked by a test)
 RESERVED_PORTS = {8089: "the node agent's"}
 # the local provider's stand-in for an image: the project's own emulator, the only program it runs
@@ -58,6 +78,51 @@ def slots(word: str) -> list[str]:
 def fill(word: str, values: dict[str, str]) -> str:
     """One template word with its placeholders replaced in a single pass (a value is never read again)."""
     return _SLOT.sub(lambda m: values[m.group(1)], word)
+
+
+def _no_code(words: list[str]) -> None:
+    """No word starts a shell, and no interpreter gets inline code, wherever in the argv it stands."""
+    for i, word in enumerate(words):
+        base = word.rsplit("/", 1)[-1]
+        if base in SHELLS:
+            raise ValueError(
+                f"[{i}]: {word!r} is a shell, which would read the rendered values as code again; start the "
+                "server's own program (the template is run as argv, without a shell or a wrapper starting one)"
+            )
+        if not _INTERPRETER.match(base):
+            continue
+        for j in range(i + 1, len(words)):
+            flag = words[j]
+            if not flag.startswith("-") or flag == "-m":
+                break
+            if _CODE_FLAG.match(flag):
+                raise ValueError(
+                    f"[{j}]: {flag!r} hands {base} code on its command line; start a module or script the "
+                    "image holds (e.g. python3 -m <module>)"
+                )
+
+
+def _listens_only_on_its_slots(words: list[str]) -> None:
+    """Every listening flag takes {host}, {port} or {host}:{port} as its whole value, those slots appear
+    nowhere else, and no word is a literal address: the stack can listen only where the front expects."""
+    fix = 'give it {host} or {port} as its whole value (e.g. ["--host", "{host}", "--port", "{port}"])'
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        is_flag = name.startswith("-") and bool(_LISTEN_FLAG.match(name.lower().replace("_", "-")))
+        if is_flag and eq and value not in _LISTEN_VALUES:
+            raise ValueError(f"[{i}]: {word[:60]!r} sets where the stack listens; {fix}")
+        if is_flag and not eq and (i + 1 >= len(words) or words[i + 1] not in _LISTEN_VALUES):
+            raise ValueError(f"[{i}]: {word!r} sets where the stack listens; {fix}")
+        if {"host", "port"} & set(slots(word)):
+            whole = word in _LISTEN_VALUES and (
+                i > 0 and bool(_LISTEN_FLAG.match(words[i - 1].lower().replace("_", "-")))
+            )
+            if not (whole or (is_flag and eq)):
+                raise ValueError(
+                    f"[{i}]: {word[:60]!r} uses {{host}} or {{port}} outside a listening flag's value; {fix}"
+                )
+        if _ADDRESS.match(value if eq else word) and not slots(word):
+            raise ValueError(f"[{i}]: {word[:60]!r} is a literal address; the stack listens on {{host}}:{{port}} only")
 
 
 class CustomStack(Strict):
@@ -106,11 +171,8 @@ class CustomStack(Strict):
         program = v[0]
         if slots(program) or not _PROGRAM.match(program):
             raise ValueError(f"[0]: {program[:60]!r} must name the program to start (a name or an absolute path)")
-        if program.rsplit("/", 1)[-1] in SHELLS:
-            raise ValueError(
-                f"[0]: {program!r} is a shell, which would read the rendered values as code again; start the "
-                "server's own program (the template is run as argv, without a shell)"
-            )
+        _no_code(v)
+        _listens_only_on_its_slots(v)
         named = {s for word in v for s in slots(word)}
         missing = [p for p in REQUIRED if p not in named]
         if missing:

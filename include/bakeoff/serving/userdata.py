@@ -158,9 +158,13 @@ def _front(target: Target, port: int, tls: bool) -> str:
         TLS_DIR if tls else None,
     )
     return (
-        "# the front: TLS and the API-key check on the serving port, the engine on loopback\n"
+        "# the front: TLS and the API-key check on the serving port, the engine on loopback; it holds the\n"
+        "# serving port before the engine starts, so the engine's image can never take it\n"
         f"cat > {front.SCRIPT} <<'BAKEOFF_FRONT'\n{front.program()}\nBAKEOFF_FRONT\n"
         + " ".join(shlex.quote(w) for w in words)
+        + f"\nfor _ in $(seq 120); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 1; done"
+        + f"\n(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null"
+        + f' || {{ echo "bakeoff: the front did not take port {port}"; exit 1; }}'
     )
 
 
@@ -580,8 +584,8 @@ fi
 echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDigests 0}}}}' {image} 2>/dev/null)"
 {_secrets_wait(names)}
 {weights_section(target)}
-{argv}
 {_front(target, port, bool(tls))}
+{argv}
 {WEIGHTS_DONE}
 (code=$(docker wait {CONTAINER}); echo "bakeoff: {CONTAINER} exited with code $code";
  docker logs --tail 200 {CONTAINER} 2>&1 | sed -f /etc/bakeoff/mask.sed -e 's/^/bakeoff-log: /') &
