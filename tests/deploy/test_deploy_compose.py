@@ -155,6 +155,8 @@ def _secret_mounts(service: dict) -> dict[str, str]:
     """secret name -> volume entry, for each volume the service mounts under SECRETS_DIR ("all": the whole dir)."""
     out = {}
     for v in service.get("volumes", []):
+        if isinstance(v, dict):  # long syntax: a subpath of a data volume (bakeoff-clients' installation secret)
+            v = f"{v['source']}:{v['target']}" + (":ro" if v.get("read_only") else "")
         target = v.split(":")[1].rstrip("/") + "/"
         if target.startswith(SECRETS_DIR):
             out[target.removeprefix(SECRETS_DIR).split("/")[0] or "all"] = v
@@ -225,7 +227,11 @@ def test_init_writes_each_secret_into_the_volume_its_services_mount(compose):
     for secret, variable in files.items():
         assert env[variable].startswith(f"{SECRETS_DIR}{secret}/"), variable
         volume = mounts[secret].split(":")[0]
-        users = {n for n, s in compose["services"].items() if volume in {v.split(":")[0] for v in s.get("volumes", [])}}
+        users = {
+            n
+            for n, s in compose["services"].items()
+            if volume in {v["source"] if isinstance(v, dict) else v.split(":")[0] for v in s.get("volumes", [])}
+        }
         assert users == {n for n, needs in SECRET_NEEDS.items() if secret in needs}, (secret, users)
 
 
@@ -333,6 +339,8 @@ def _mount_point_faults(compose: dict, dockerfile: str) -> list[str]:
         if service.get("build") != ".":
             continue
         for mount in service.get("volumes", []):
+            if isinstance(mount, dict):  # long syntax, read-only subpath: nothing is written through it
+                continue
             volume, target = mount.split(":")[:2]
             if volume not in compose["volumes"] or target in BASE_IMAGE_DIRS:
                 continue  # a bind mount, or a directory the base image gives airflow

@@ -125,3 +125,21 @@ def test_production_docs_say_how_two_installations_share_an_account():
     section = text[text.index("## Two installations in one cloud account") :]
     assert "BAKEOFF_INSTALLATION_ID" in section and "installation-id" in section
     assert json.dumps(TAG_INSTALLATION)[1:-1] in section
+
+
+@pytest.mark.parametrize(
+    ("run_id", "target", "derived"),
+    [
+        ("derive", "installation-id", "installation-id"),
+        ("derive/tls/r1", "t", "tls/r1/t"),  # a node's TLS private key seed
+        ("derive", "evidence-signing/v1", "evidence-signing/v1"),  # the bundle signing key
+    ],
+)
+def test_a_serving_key_never_reveals_a_derived_or_fleet_key(monkeypatch, run_id, target, derived):
+    """Each kind of key has its own HMAC domain: a run id and target chosen to spell a derived key's
+    label get a serving key unrelated to it (it used to be its first 160 bits)."""
+    monkeypatch.setenv("BAKEOFF_SECRET_KEY", "d" * 64)
+    served = secrets.api_key(run_id, target).removeprefix("bk-")
+    for key in (secrets.derive(derived), secrets.fleet_key(derived), secrets.fleet_key(f"{run_id}/{target}")):
+        assert not key.hex().startswith(served[:16])
+    assert secrets.derive(derived) != secrets.fleet_key(derived)

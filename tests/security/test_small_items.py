@@ -469,3 +469,16 @@ def test_secret_looking_env_names_outside_the_list_are_refused(name):
         plan_from_dict(raw)
     raw["targets"][0]["env"] = {"VLLM_MAX_NUM_BATCHED_TOKENS": "8192", "TOKENIZERS_PARALLELISM": "false"}
     assert plan_from_dict(raw)
+
+
+@pytest.mark.parametrize(
+    "name", ["HUGGINGFACE_HUB_TOK", "HF_TOK", "GH_PAT", "AWS_SESSION", "HUB_SECR", "X_JWT", "DB_CRED", "MY_SESS2"]
+)
+def test_abbreviated_secret_env_names_are_refused_by_rule(name):
+    raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
+    raw["targets"][0]["env"] = {name: "value"}
+    with pytest.raises(PlanError, match=rf"env\.{name} looks like a secret"):
+        plan_from_dict(raw)
+    tuning = {"VLLM_MAX_NUM_BATCHED_TOKENS": "8192", "TOKENIZERS_PARALLELISM": "false", "NCCL_TIMEOUT_SEC": "60"}
+    raw["targets"][0]["env"] = {**tuning, "OMP_NUM_THREADS": "8", "PATH_PREFIX": "/opt"}
+    assert plan_from_dict(raw)

@@ -87,3 +87,22 @@ def test_the_native_distributed_run_gives_its_workers_no_database():
     assert backend and backend.group(1).startswith("redis://")
     starts = [line for line in script.splitlines() if re.match(r'\s*start "\$w"', line)]
     assert starts and all("env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN " in line for line in starts)
+
+
+def test_client_workers_get_the_installation_secret_read_only_and_no_runs_records():
+    """A fleet member needs the installation secret (state/secret.key) and nothing else of the data
+    volume: not every run's records, and nothing it could write."""
+    clients = COMPOSE["services"]["bakeoff-clients"]
+    data = [
+        v for v in clients["volumes"] if (v["source"] if isinstance(v, dict) else v.split(":")[0]) == "bakeoff-data"
+    ]
+    assert data == [
+        {
+            "type": "volume",
+            "source": "bakeoff-data",
+            "target": "/opt/bakeoff-data/state",
+            "read_only": True,
+            "volume": {"subpath": "state"},
+        }
+    ], data
+    assert clients["environment"]["BAKEOFF_DATA"] == "/opt/bakeoff-data"  # so state/secret.key is where it mounts

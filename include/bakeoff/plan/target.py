@@ -54,6 +54,23 @@ _IMAGE_RE = re.compile(
 _SECRET_NAME = re.compile(
     r"TOKEN(?!S|IZ)|SECRET|PASSW|CREDENTIAL|APIKEY|(API|ACCESS|PRIVATE|AUTH)_?KEY|(^|_)(PASS|PWD|AUTH|KEY|COOKIE)(_|$)"
 )
+# ... and any word of the name (split at _ and digits) that abbreviates a secret word (HF_TOK, AWS_SESS,
+# HUB_SECR: at least 3 letters and more than half of the word) or is a secret's acronym (GH_PAT, X_JWT)
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSPHRASE", "SESSION", "CREDENTIAL", "COOKIE", "PRIVATE", "BEARER")
+_SECRET_ACRONYMS = frozenset({"PAT", "JWT", "PWD", "PW", "SIG", "KEY", "AUTH", "PASS", "CRED", "CREDS", "OTP"})
+
+
+def secret_looking(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret (checked by rule, not by a list of names)."""
+    upper = name.upper()
+    if _SECRET_NAME.search(upper):
+        return True
+    for word in filter(None, re.split(r"[_0-9]+", upper)):
+        if word in _SECRET_ACRONYMS:
+            return True
+        if len(word) >= 3 and any(s.startswith(word) and 2 * len(word) > len(s) for s in _SECRET_WORDS):
+            return True
+    return False
 
 
 # engine flags that decide who reaches the server and how (address, port, TLS, key, a config file that could
@@ -296,7 +313,7 @@ class Target(Strict):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
                 raise ValueError(f"environment variable name {k!r} is not a valid name; use letters, digits and _")
             check_arg(val)
-            if _SECRET_NAME.search(k.upper()):
+            if secret_looking(k):
                 raise ValueError(
                     f"env.{k} looks like a secret, and env values are stored in plan.json, deploy.json "
                     f"and reports; name a connection instead: secrets: {{{k}: huggingface_default}}"
