@@ -24,6 +24,23 @@ from aiohttp import web
 from tests.bench.threaded_app import ThreadedApp
 
 
+class ThreadMember:
+    """A member handle for a scripted member running on a thread."""
+
+    def __init__(self, fn) -> None:
+        self.t = threading.Thread(target=fn, daemon=True)
+        self.t.start()
+
+    def is_alive(self) -> bool:
+        return self.t.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.t.join(timeout)
+
+    def terminate(self) -> None:
+        pass
+
+
 class ArrivalServer(ThreadedApp):
     """Streams ``tokens`` tokens after ``delay_s``; logs each request's arrival (epoch s) and the
     number in flight at every arrival. With ``api_key``, a request without that bearer key gets 401."""

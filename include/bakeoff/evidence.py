@@ -339,19 +339,6 @@ def _layout_errors(path: str | os.PathLike[str], z: zipfile.ZipFile) -> list[str
     return []
 
 
-def _depth(value: Any) -> int:
-    """How deep ``value`` nests (iteratively), given up past _MAX_MANIFEST_DEPTH."""
-    stack, deepest = [(value, 1)], 0
-    while stack and deepest <= _MAX_MANIFEST_DEPTH:
-        v, d = stack.pop()
-        deepest = max(deepest, d)
-        if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
-    return deepest
-
-
 def _manifest(body: bytes) -> dict[str, Any]:
     """The manifest, its shape checked: ``files`` maps names to a SHA-256 and a byte count,
     ``public_key`` is 64 hex digits, ``shows`` an object. Raises BundleError naming the field."""
@@ -363,7 +350,7 @@ def _manifest(body: bytes) -> dict[str, Any]:
         raise BundleError(f"not JSON ({e})") from None
     if not isinstance(doc, dict):
         raise BundleError("not a JSON object")
-    if _depth(doc) > _MAX_MANIFEST_DEPTH:
+    if store.json_depth(doc, _MAX_MANIFEST_DEPTH) > _MAX_MANIFEST_DEPTH:
         raise BundleError(f"nested deeper than {_MAX_MANIFEST_DEPTH} levels")
     if not isinstance(doc.get("public_key"), str) or not _HEX64.fullmatch(doc["public_key"].lower()):
         raise BundleError("public_key: expected 64 hex digits (an Ed25519 public key)")

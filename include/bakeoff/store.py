@@ -42,6 +42,22 @@ STEPS = "steps"
 START = "start"
 
 
+def json_depth(value: Any, limit: int) -> int:
+    """How deep a parsed JSON document nests, counted without recursion (an untrusted document may
+    nest deeper than Python's stack) and given up just past ``limit``."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return d
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
 def run_dir(plan_name: str, run_id: str, root: str | StorePath | None = None) -> StorePath:
     return at(root or results_root()) / safe_name(plan_name) / f"run_id={run_folder(run_id)}"
 

@@ -14,23 +14,7 @@ from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.point import Ctx
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving.endpoint import Endpoint
-
-
-class _Thread:
-    """A member handle for a scripted member running on a thread."""
-
-    def __init__(self, fn) -> None:
-        self.t = threading.Thread(target=fn, daemon=True)
-        self.t.start()
-
-    def is_alive(self) -> bool:
-        return self.t.is_alive()
-
-    def join(self, timeout: float | None = None) -> None:
-        self.t.join(timeout)
-
-    def terminate(self) -> None:
-        pass
+from tests.fleet_fixtures import ThreadMember
 
 
 def _works(tmp_path, members: int = 1):
@@ -50,7 +34,7 @@ def _scripted(script):
             with fleet.connect(address, key) as conn:
                 script(conn)
 
-        return _Thread(run), key
+        return ThreadMember(run), key
 
     return launch
 
@@ -88,7 +72,7 @@ def test_a_connection_without_the_points_key_is_refused_before_any_message(tmp_p
             except Exception:  # noqa: BLE001 - the impostor's side of the refusal
                 pass
 
-        return _Thread(run), b"the member's own key"
+        return ThreadMember(run), b"the member's own key"
 
     with pytest.raises(fleet.FleetError, match="connection failed: AuthenticationError"):
         fleet.run_fleet(_works(tmp_path), launch=launch)
@@ -152,7 +136,7 @@ def test_the_coordinator_listens_on_loopback_unless_told_otherwise(tmp_path):
 
     def launch(work, address):
         seen.append(address[0])
-        return _Thread(lambda: None), b"k"
+        return ThreadMember(lambda: None), b"k"
 
     with pytest.raises(fleet.FleetError, match="never connected"):
         fleet.run_fleet(_works(tmp_path), launch=launch)

@@ -28,7 +28,7 @@ from bakeoff.plan import Slo, Workload
 from bakeoff.serving import egress
 from bakeoff.serving.endpoint import Endpoint
 from tests.conftest import FLEET_SECRET
-from tests.fleet_fixtures import ArrivalServer
+from tests.fleet_fixtures import ArrivalServer, ThreadMember
 
 RUN = "r-messages"
 _WORKER = (
@@ -177,29 +177,13 @@ def test_each_member_proves_its_own_key_once(tmp_path):
             except Exception:  # noqa: BLE001 - the copy's side of the refusal
                 pass
 
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
-        return _Alive(t), key0 if work.member == 0 else b"1" * 32
+        return ThreadMember(run), key0 if work.member == 0 else b"1" * 32
 
     try:
         with pytest.raises(fleet.FleetError, match="connection failed: AuthenticationError"):
             fleet.run_fleet(_works("http://127.0.0.1:9/", tmp_path, None), launch=launch)
     finally:
         done.set()
-
-
-class _Alive:
-    def __init__(self, t: threading.Thread) -> None:
-        self.t = t
-
-    def is_alive(self) -> bool:
-        return self.t.is_alive()
-
-    def join(self, timeout: float | None = None) -> None:
-        self.t.join(timeout)
-
-    def terminate(self) -> None:
-        pass
 
 
 def test_a_listener_without_the_key_cannot_reflect_a_members_proof_back_to_it():
@@ -272,9 +256,7 @@ def test_a_non_finite_ready_offset_fails_the_point(tmp_path):
                 fleet._send(conn, {"op": "ready", "offset_s": float("nan"), "rtt_s": 0.001})
                 conn.poll(5)
 
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
-        return _Alive(t), key
+        return ThreadMember(run), key
 
     works = fleet.member_works(_works("http://127.0.0.1:9/", tmp_path, None)[0].ctx, key=2, repeat=0, members=1)
     with pytest.raises(fleet.FleetError, match="offset_s must be a finite number"):

@@ -49,7 +49,7 @@ from celery.result import AsyncResult
 from celery.states import FAILURE, READY_STATES
 from kombu.exceptions import OperationalError
 
-from bakeoff import secrets
+from bakeoff import secrets, store
 from bakeoff.bench.fleet import (
     BROKER_ENV,
     READY_TIMEOUT_S,
@@ -225,21 +225,6 @@ def message(point: dict[str, Any], work: MemberWork, address: tuple[str, int]) -
     return {"body": body, "mac": _mac(body)}
 
 
-def _depth(value: Any, limit: int) -> int:
-    """How deep ``value`` nests, counted without recursion and given up past ``limit``."""
-    stack, deepest = [(value, 1)], 0
-    while stack:
-        v, d = stack.pop()
-        if d > limit:
-            return d
-        deepest = max(deepest, d)
-        if isinstance(v, dict):
-            stack.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, list):
-            stack.extend((x, d + 1) for x in v)
-    return deepest
-
-
 def authentic_body(msg: Any) -> dict[str, Any]:
     """The message's body once its MAC, version and expiry hold; a FleetError naming what does not,
     before anything of it is acted on."""
@@ -249,7 +234,7 @@ def authentic_body(msg: Any) -> dict[str, Any]:
             "different bakeoff releases, or the broker holds a forged message; deploy the same release)"
         )
     body = msg["body"]
-    if _depth(body, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
+    if store.json_depth(body, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
         raise FleetError(f"fleet member: a message nested deeper than {MAX_MESSAGE_DEPTH}: refused unread")
     try:
         expected = _mac(body)
