@@ -3,17 +3,21 @@
     .venv/bin/python benchmarks/twin_accuracy.py
 
 Fits the twin (bakeoff.twin: the emulator's roofline x efficiencies fitted on MLPerf Inference v6.1 rows)
-and prints:
-- a fixed random hold-out (20% of the rows): median and worst absolute percentage error per GPU, model
-  and scenario;
-- leave-one-accelerator-out (MI355X, B300, GB300: fit without any row of the GPU, predict its rows), per
-  model and scenario;
-- GPU-ranking agreement per model x scenario, from out-of-fold predictions (5 fixed folds) and, stricter,
-  from fits that saw no row of the ranked GPU;
+on the calibration set with identical setups merged (GPU, GPU count, model, precision, scenario, engine:
+an OEM's resubmission of one system is one setup), and prints:
+- each honest hold-out (bakeoff.twin.holdout): leave-one-setup-out, leave-one-submitter-out,
+  leave-one-accelerator-out (per accelerator), leave-one-model-out, and round-to-round where the data
+  holds two rounds: median and worst absolute percentage error;
+- the band of each kind of extrapolation (same setup, same GPU new model, new GPU, new model kind), derived
+  from those held-out errors, and its COVERAGE: the share of held-out rows inside their printed band, per
+  scheme and kind, and again with each scheme's band derived from the other schemes only;
+- GPU-ranking agreement per model x scenario from leave-one-setup-out predictions, with the pairs the twin
+  claims to separate (predicted intervals, each at its kind's band, that do not overlap);
 - the fitted efficiency per GPU x engine x precision (share of the roofline, mean over its rows);
 - per installed plan: the old pessimistic estimate against the twin-priced one, and how long predict takes.
-Goals (issue 25): median APE <= 15% on the random hold-out, <= 25% leave-one-accelerator-out, the right GPU
-ranking for >= 90% of model x scenario pairs. Misses are printed as MISS with the figure.
+Goals (issue 34): leave-one-setup-out median APE <= 20%, leave-one-accelerator-out <= 25% per accelerator,
+the right winner in >= 90% of the model x scenario pairs the twin claims to separate and no wrong claim,
+band coverage within +-10 points of its nominal level per kind. Misses are printed as MISS with the figure.
 """
 
 from __future__ import annotations
@@ -24,15 +28,18 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from bakeoff import budget
 from bakeoff.plan import installed_plans, load_plan
-from bakeoff.twin import calibration, score
+from bakeoff.twin import calibration, holdout, score
+from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.predict import predict_plan
-from bakeoff.twin.target import config_bands, deployed
+from bakeoff.twin.target import deployed
 
-GOAL_HOLDOUT, GOAL_LOAO, GOAL_RANK = 15.0, 25.0, 90.0
+GOAL_SETUP, GOAL_LOAO, GOAL_RANK, GOAL_COVERAGE_PTS = 20.0, 25.0, 90.0, 10.0
 THIN_ROWS = 2  # a configuration published in this few rows is one the fit can hardly learn out of fold
 
 
@@ -75,8 +82,8 @@ def _misranked(rk: list[dict], rows: list[calibration.Row]) -> None:
     )
 
 
-def _ranking(title: str, scored: list[score.Scored], band: float, rows: list[calibration.Row]) -> tuple[float, float]:
-    rk = score.ranking(scored, band, config_bands()[0])
+def _ranking(title: str, scored: list[score.Scored], band: float, rows: list[calibration.Row]) -> dict[str, int]:
+    rk = score.ranking(scored, band)
     a = score.agreement(rk)
     print(f"\n{title}")
     for r in rk:
@@ -95,64 +102,114 @@ def _ranking(title: str, scored: list[score.Scored], band: float, rows: list[cal
         f"  excluding GPU pairs whose published gap is inside the band (+-{math.expm1(band):.0%}, tied): "
         f"{a['right_where_separable']}/{a['separable_cells']} model x scenario pairs right ({separable:.0f}%), "
         f"{a['separable_pairs'] - a['wrong_separable_pairs']}/{a['separable_pairs']} GPU pairs in the right order\n"
-        f"  the twin's own claims (pairs whose predicted intervals do not overlap, as bakeoff predict reports; a row\n"
-        f"  whose fit saw no row of its configuration gets the leave-one-configuration-out band): "
+        f"  the twin's own claims (pairs whose predicted intervals do not overlap, as bakeoff predict reports; each\n"
+        f"  row at the band of its kind of extrapolation): "
         f"{a['claimed_pairs'] - a['wrong_claimed_pairs']}/{a['claimed_pairs']} claimed pairs right, "
         f"{a['cells_right_where_claimed']}/{a['cells']} model x scenario pairs with no wrong claim"
     )
-    return strict, separable
+    return a
+
+
+def _summary(scored: list[holdout.HeldOut]) -> str:
+    apes = [h.ape for h in scored]
+    return f"{len(apes):>4} rows, median APE {np.median(apes):5.1f}%, max {max(apes):6.1f}%"
+
+
+def _coverage_table(title: str, cov: dict[str, dict[str, tuple[int, int]]]) -> list[tuple[str, str, float]]:
+    print(f"\n{title}")
+    print(f"  {'scheme':<27} " + " ".join(f"{k:>21}" for k in holdout.KINDS))
+    out = []
+    for scheme, by in cov.items():
+        cells = []
+        for k in holdout.KINDS:
+            if k not in by or not by[k][1]:
+                cells.append("-")
+                continue
+            inside, n = by[k]
+            out.append((scheme, k, 100 * inside / n))
+            cells.append(f"{inside}/{n} {100 * inside / n:3.0f}%")
+        print(f"  {scheme:<27} " + " ".join(f"{c:>21}" for c in cells))
+    return out
 
 
 def main() -> int:
     t0 = time.perf_counter()
-    rows = list(calibration.rows())
-    print(f"calibration set: {len(rows)} rows, {calibration.source_line()}")
-
-    train, test = score.holdout_split(len(rows))
-    _, held = score.held_out(rows, train, test)
-    s = score.summary(held)
+    raw = list(calibration.rows())
+    rows = list(holdout.setups())
+    print(f"calibration set: {len(raw)} rows, {calibration.source_line()}")
     print(
-        f"\nrandom hold-out ({len(test)} of {len(rows)} rows, seed {score.HOLDOUT_SEED}): median APE "
-        f"{s['median_ape']:.1f}%, max {s['max_ape']:.1f}%"
+        f"identical setups merged (GPU, GPU count, model, precision, scenario, engine): {len(rows)} setups; "
+        "every split below holds out whole setups"
     )
-    for by in ("gpu", "model", "scenario"):
-        _table(f"random hold-out by {by}", score.table(held, by), by)
 
-    loao: dict[str, dict] = {}
-    for gpu in score.LOAO_GPUS:
-        _, sc = score.held_out(rows, *score.gpu_split(rows, gpu))
-        loao[gpu] = score.summary(sc)
+    start = time.perf_counter()
+    scored = list(holdout.all_held_out())
+    held_s = time.perf_counter() - start
+    by_scheme = {s: [h for h in scored if h.scheme == s] for s in holdout.SCHEMES}
+    print("\nheld-out error (each row predicted by a fit that saw nothing of its group)")
+    for s, hs in by_scheme.items():
+        print(f"  {s:<27} {_summary(hs)}")
+    print(f"  {holdout.ROUND_SCHEME:<27} not scored: the calibration set holds one round (MLPerf Inference v6.1)")
+    loao = {
+        g: [h for h in by_scheme["leave-one-accelerator-out"] if h.group == g] for g in sorted({r.gpu for r in rows})
+    }
+    print("\nleave-one-accelerator-out, per accelerator")
+    for g, hs in loao.items():
+        print(f"  {g:<27} {_summary(hs)}")
+    subs = [h for h in by_scheme["leave-one-submitter-out"]]
+    print("\nleave-one-submitter-out, per submitter")
+    for g in sorted({h.group for h in subs}):
+        print(f"  {g:<27} {_summary([h for h in subs if h.group == g])}")
+    lomo = by_scheme["leave-one-model-out"]
+    print(
+        "\nleave-one-model-out, per model (read through its nearest calibrated kind; a model with none: no calibration)"
+    )
+    for g in sorted({r.model for r in rows}):
+        hs = [h for h in lomo if h.group == g]
+        print(f"  {g:<27} {_summary(hs) if hs else 'no calibrated model of its kind: refused, not scored'}")
+
+    bands = holdout.bands()
+    print(f"\nband per kind ({twin_fit.BAND_Q:.0%} of |log error| of the held-out rows of that kind, every scheme):")
+    for k in holdout.KINDS:
+        b = bands.get(k)
         print(
-            f"\nleave {gpu} out ({loao[gpu]['rows']} rows): median APE {loao[gpu]['median_ape']:.1f}%, "
-            f"max {loao[gpu]['max_ape']:.1f}%"
+            f"  {k:<21} "
+            + (
+                f"+-{b.band_pct:5.1f}%, margin {math.expm1(b.margin_log):.0%} ({b.rows} rows)"
+                if b
+                else "no rows: no calibration"
+            )
         )
-        for by in ("model", "scenario"):
-            _table(f"leave {gpu} out, by {by}", score.table(sc, by), by)
+    cov = _coverage_table(
+        f"COVERAGE: held-out rows inside their printed band (nominal {twin_fit.BAND_Q:.0%}), per scheme and kind",
+        {s: holdout.coverage(hs, bands) for s, hs in by_scheme.items()},
+    )
+    cross = _coverage_table(
+        "COVERAGE with each scheme's band derived from the other schemes only (a band on hold-outs it was not "
+        "measured on)",
+        holdout.cross_coverage(scored),
+    )
+    pooled = holdout.coverage(scored, bands)
+    print("  pooled, every scheme: " + ", ".join(f"{k} {a}/{n} {100 * a / n:.0f}%" for k, (a, n) in pooled.items()))
 
     deployed.cache_clear()
     start = time.perf_counter()
     d = deployed()
     fit_s = time.perf_counter() - start
-    oof = _ranking(
-        "GPU ranking, out-of-fold predictions (5 fixed folds; each row predicted by a fit that did not see it)",
-        score.out_of_fold(rows),
-        d.fit.band_log,
+    same = bands[holdout.SAME_SETUP].band_log
+    loso = [score.Scored(h.row, h.predicted, band_log=bands[h.kind].band_log) for h in by_scheme["leave-one-setup-out"]]
+    rank = _ranking(
+        "GPU ranking, leave-one-setup-out predictions (each GPU's best setup predicted by a fit without it)",
+        loso,
+        same,
         rows,
     )
-    _ranking(
-        "GPU ranking, each GPU predicted by a fit that saw none of its rows",
-        score.leave_each_gpu_out(rows),
-        d.fit.band_log,
-        rows,
-    )
+    loao_scored = [
+        score.Scored(h.row, h.predicted, band_log=bands[h.kind].band_log)
+        for h in by_scheme["leave-one-accelerator-out"]
+    ]
+    _ranking("GPU ranking, each GPU predicted by a fit that saw none of its rows", loao_scored, same, rows)
 
-    print(
-        f"\ndeployed twin (all {len(rows)} rows): band +-{math.expm1(d.fit.band_log):.0%} (80% of out-of-fold errors), "
-        f"margin {math.expm1(d.fit.margin_log):.0%} (90%); a model read through a neighbour: band "
-        f"+-{math.expm1(d.proxy_band_log):.0%}, margin {math.expm1(d.proxy_margin_log):.0%} (leave-one-model-out); "
-        f"a GPU x engine x precision no row ran: band +-{math.expm1(config_bands()[0]):.0%}, margin "
-        f"{math.expm1(config_bands()[1]):.0%} (leave-one-configuration-out)"
-    )
     eff: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         eff[(r.gpu, r.engine, r.precision)][r.scenario].append(d.fit.efficiency(r))
@@ -166,7 +223,7 @@ def main() -> int:
         "   speculatively, which the published rows do not state; the per-scenario terms absorb it)"
     )
 
-    print(f"\nthe twin is fitted once per process: {fit_s:.2f} s (fit, 5-fold band, leave-one-model-out band)")
+    print(f"\nthe twin is fitted once per process: {fit_s:.2f} s (fit on the merged setups, every hold-out's band)")
     print("\ninstalled plans: old estimate (pessimistic) vs twin-priced estimate (predicted, with margin)")
     print(f"  {'plan':<32} {'old USD':>9} {'predicted':>10} {'with margin':>12} {'cap':>7} {'predict s':>10}")
     for name in installed_plans():
@@ -182,11 +239,31 @@ def main() -> int:
         )
 
     print("\ngoals")
-    _goal("random hold-out median APE", s["median_ape"], GOAL_HOLDOUT)
-    for gpu, v in loao.items():
-        _goal(f"leave {gpu} out median APE", v["median_ape"], GOAL_LOAO)
-    _goal("model x scenario pairs ranked right (out-of-fold, strictly)", oof[0], GOAL_RANK, higher=True)
-    _goal("... excluding GPU pairs the band cannot separate", oof[1], GOAL_RANK, higher=True)
+    _goal(
+        "leave-one-setup-out median APE",
+        float(np.median([h.ape for h in by_scheme["leave-one-setup-out"]])),
+        GOAL_SETUP,
+    )
+    for gpu, hs in loao.items():
+        _goal(f"leave {gpu} out median APE", float(np.median([h.ape for h in hs])), GOAL_LOAO)
+    claimed = 100 * (rank["claimed_pairs"] - rank["wrong_claimed_pairs"]) / max(rank["claimed_pairs"], 1)
+    _goal(
+        f"claimed GPU pairs right (leave-one-setup-out, {rank['claimed_pairs']} claimed)",
+        claimed,
+        GOAL_RANK,
+        higher=True,
+    )
+    print(
+        f"  {'PASS' if not rank['wrong_claimed_pairs'] else 'MISS'} wrong claims: "
+        f"{rank['wrong_claimed_pairs']} (goal 0)"
+    )
+    nominal = 100 * twin_fit.BAND_Q
+    for label, table in (("coverage", cov), ("coverage, band from the other schemes", cross)):
+        for scheme, kind, pct in table:
+            ok = abs(pct - nominal) <= GOAL_COVERAGE_PTS
+            goal = f"goal {nominal:.0f} +-{GOAL_COVERAGE_PTS:g} points"
+            print(f"  {'PASS' if ok else 'MISS'} {label} {scheme} / {kind}: {pct:.0f}% ({goal})")
+    print(f"\nheld-out fits: {held_s:.1f} s")
     print(f"\nwhole benchmark: {time.perf_counter() - t0:.1f} s")
     return 0
 

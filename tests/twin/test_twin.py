@@ -13,7 +13,7 @@ import pytest
 from bakeoff import catalog
 from bakeoff.cli import main
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
-from bakeoff.twin import calibration, operating, score
+from bakeoff.twin import calibration, holdout, operating, score
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.predict import predict_plan
 from bakeoff.twin.target import NoCalibration, TargetTwin, near_model, twin_for
@@ -201,19 +201,19 @@ def test_an_nvl72_rack_is_one_scale_up_domain_and_a_cluster_of_8_gpu_nodes_is_no
     assert (rack.multinode, cluster.multinode, two_racks.multinode) == ("single", "multi", "multi")
 
 
-def test_a_configuration_no_published_row_ran_gets_the_leave_one_configuration_out_band():
-    from bakeoff.twin.target import config_bands, config_errors, deployed
+def test_a_configuration_no_published_row_ran_gets_the_new_gpu_band_measured_on_hold_outs():
+    from bakeoff.twin.target import deployed
 
     raw = load_plan("local-multinode").model_dump(mode="json")
     vllm = next(x for x in raw["targets"] if x["name"] == "b200-single")  # B200 x DeepSeek-R1 FP4 on vLLM
     raw["targets"] = [vllm, {**vllm, "name": "b200-trtllm", "stack": "trtllm"}]  # on TensorRT-LLM: published
     unseen, seen = (twin_for(t) for t in plan_from_dict(raw).targets)
     assert isinstance(unseen, TargetTwin) and isinstance(seen, TargetTwin)
-    d = deployed()
-    band, margin = config_bands()
-    assert seen.unseen_configuration is None and seen.band_log == d.fit.band_log
-    assert unseen.unseen_configuration == "b200:vllm:fp4" and "no published row ran b200 vllm fp4" in unseen.basis
-    assert unseen.band_log == max(d.fit.band_log, band) > d.fit.band_log and unseen.margin_log >= margin
-    # the band is measured: every row predicted by a fit that saw no row of its configuration
-    err = config_errors(calibration.rows())
-    assert len(err) == len(calibration.rows()) and band == pytest.approx(float(np.quantile(err, 0.8)))
+    bands = deployed().bands
+    assert seen.band_kind == holdout.SAME_SETUP and seen.band_log == bands[holdout.SAME_SETUP].band_log
+    assert unseen.band_kind == holdout.NEW_GPU and "band: new GPU" in unseen.basis
+    assert unseen.band_log == bands[holdout.NEW_GPU].band_log > seen.band_log
+    # the band is measured: the 80th percentile of every held-out row of that kind
+    err = [h.log_error for h in holdout.all_held_out() if h.kind == holdout.NEW_GPU]
+    assert len(err) == bands[holdout.NEW_GPU].rows > 0
+    assert unseen.band_log == pytest.approx(float(np.quantile(err, 0.8)))

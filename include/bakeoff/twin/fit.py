@@ -176,6 +176,7 @@ def fit(train: Sequence[Any], band: bool = True) -> Fit:
     err = _errors(train) if band and len(train) >= 2 * FOLDS else np.array([])
     seen = {a: frozenset(str(getattr(r, a)) for r in train) for a in ("gpu", "model", "engine", "vendor")}
     seen["configuration"] = frozenset(configuration(r) for r in train)
+    seen["setup"] = frozenset(f"{configuration(r)}:{r.model}" for r in train)
     return Fit(
         intercept=b0,
         coef=coef,

@@ -42,6 +42,7 @@ class Scored:
     row: Row
     predicted: float  # tokens/s per GPU
     seen_configuration: bool = True  # the fit that predicted it had a row of its GPU x engine x precision
+    band_log: float | None = None  # the band its prediction is printed with (its kind's), where known
 
     @property
     def ape(self) -> float:
@@ -114,8 +115,13 @@ def ranking(
         wrong = [(a, b) for a, b in pairs if (gpus[a][0] - gpus[b][0]) * (gpus[a][1] - gpus[b][1]) < 0]
         tied = [(a, b) for a, b in pairs if abs(math.log(gpus[a][0] / gpus[b][0])) < band_log]
         rows_of = best_row[(model, scenario)]
-        bands = {  # each best row's band, as predict gives it: wider where its fit had no row of its configuration
-            g: band_log if config_band_log is None or rows_of[g].seen_configuration else max(band_log, config_band_log)
+        bands = {  # each best row's band, as predict gives it: its kind's, else wider where its fit had no row of
+            # its configuration
+            g: own
+            if (own := rows_of[g].band_log) is not None
+            else band_log
+            if config_band_log is None or rows_of[g].seen_configuration
+            else max(band_log, config_band_log)
             for g in gpus
         }
         claimed = [(a, b) for a, b in pairs if abs(math.log(gpus[a][1] / gpus[b][1])) >= bands[a] + bands[b]]

@@ -3,7 +3,8 @@ efficiency fitted on every calibration row, with the error band measured on rows
 
 A target gets a prediction only where the calibration set gives it a basis: its GPU has published
 rows, and its model has rows or a near neighbour (same MoE-ness and attention kind; the nearest in
-active parameters stands in, and the band widens to the leave-one-model-out error). Anything else is
+active parameters stands in). Its band is the one measured on hold-outs for its kind of extrapolation
+(twin.holdout: same setup, same GPU new model, new GPU, new model kind). Anything else is
 ``NoCalibration`` with the reason, never a silent number. Plan points are read at the Server
 scenario's efficiency (a loaded server under a latency limit, the nearest MLPerf scenario to a plan's
 sweep). Speculative decoding is credited at the golden (or pinned) acceptance length; with no curve for
@@ -14,18 +15,16 @@ case); ``predict`` credits a workload's shared prefix.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from bakeoff import catalog
 from bakeoff.serving.emulator.roofline import Roofline
-from bakeoff.twin import calibration, operating
 from bakeoff.twin import fit as twin_fit
-from bakeoff.twin.calibration import Row, engine_family
+from bakeoff.twin import holdout, operating
+from bakeoff.twin.calibration import engine_family
+from bakeoff.twin.holdout import near_model
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
@@ -66,82 +65,18 @@ class NoCalibration:
     reason: str
 
 
-def near_model(model: str, seen: Sequence[str]) -> str | None:
-    """The calibrated model standing in for ``model``: itself if calibrated, else the nearest (in active
-    parameters) of the same MoE-ness and attention kind (latent or not); None for a hybrid (linear
-    attention) model or when nothing alike was calibrated."""
-    if model in seen:
-        return model
-    specs = catalog.models()
-    m = specs[model]
-    if m.attention == "hybrid":
-        return None
-
-    def kind(s: catalog.ModelSpec) -> tuple[bool, bool]:
-        return (s.experts is not None, s.kv_lora_rank is not None)
-
-    alike = [s for s in seen if kind(specs[s]) == kind(m)]
-    if not alike:
-        return None
-    return min(alike, key=lambda s: abs(math.log(specs[s].active_params_b / m.active_params_b)))
-
-
 @dataclass(frozen=True)
 class Deployed:
-    """The twin as installed: fitted on every calibration row, with its measured bands."""
+    """The twin as installed: fitted on every calibration setup (identical setups merged), with the band of
+    each kind of extrapolation measured on hold-outs (twin.holdout)."""
 
     fit: twin_fit.Fit
-    proxy_band_log: float  # leave-one-model-out, the stand-in model's terms used
-    proxy_margin_log: float
-
-
-def _proxy_errors(rows: Sequence[Row]) -> np.ndarray:
-    out = []
-    models = sorted({r.model for r in rows})
-    for m in models:
-        train = [r for r in rows if r.model != m]
-        proxy = near_model(m, sorted({r.model for r in train}))
-        if proxy is None:
-            continue
-        f = twin_fit.fit(train, band=False)
-        for r in rows:
-            if r.model == m:
-                q = Query(r.gpu, proxy, r.scenario, r.engine, r.quantization, r.multinode)
-                # the proxy's efficiency applied to this model's own roofline
-                out.append(abs(math.log(twin_fit.ideal_per_gpu(r) * f.efficiency(q) / r.per_gpu)))
-    return np.array(out)
-
-
-def config_errors(rows: Sequence[Row]) -> np.ndarray:
-    """|log error| of each row predicted by a fit that saw no row of its GPU x engine x precision."""
-    out = []
-    cfg = [twin_fit.configuration(r) for r in rows]
-    for c in sorted(set(cfg)):
-        train = [r for r, k in zip(rows, cfg, strict=True) if k != c]
-        if not train:
-            continue
-        f = twin_fit.fit(train, band=False)
-        out += [abs(math.log(f.predict(r) / r.per_gpu)) for r, k in zip(rows, cfg, strict=True) if k == c]
-    return np.array(out)
-
-
-@lru_cache
-def config_bands() -> tuple[float, float]:
-    """(band, margin) in log for a configuration no calibration row ran: leave-one-configuration-out.
-    Computed only when such a target is asked for (a dozen refits)."""
-    err = config_errors(calibration.rows())
-    return float(np.quantile(err, twin_fit.BAND_Q)), float(np.quantile(err, twin_fit.MARGIN_Q))
+    bands: dict[str, holdout.Band]
 
 
 @lru_cache
 def deployed() -> Deployed:
-    rows = calibration.rows()
-    err = _proxy_errors(rows)
-    return Deployed(
-        fit=twin_fit.fit(rows),
-        proxy_band_log=float(np.quantile(err, twin_fit.BAND_Q)),
-        proxy_margin_log=float(np.quantile(err, twin_fit.MARGIN_Q)),
-    )
+    return Deployed(fit=twin_fit.fit(holdout.setups()), bands=holdout.bands())
 
 
 @dataclass(frozen=True)
@@ -160,7 +95,7 @@ class TargetTwin:
     margin_log: float
     draft_tokens: int = 0  # speculative decoding: draft tokens per verification step (0: none)
     acceptance_length: float = 1.0  # tokens each verification step emits per sequence
-    unseen_configuration: str | None = None  # its GPU x engine x precision when no calibration row ran it
+    band_kind: str = holdout.SAME_SETUP  # the extrapolation its band was measured on (twin.holdout.KINDS)
 
     @property
     def basis(self) -> str:
@@ -169,13 +104,10 @@ class TargetTwin:
             if self.proxy_model == self.model
             else f", {self.model} read as {self.proxy_model} (its nearest calibrated kind)"
         )
-        unseen = (
-            f"; no published row ran {self.unseen_configuration.replace(':', ' ')}: its band is at least the "
-            "error on GPU x engine x precision configurations left out of the fit"
-            if self.unseen_configuration
-            else ""
+        return (
+            f"{self.gpu} x {self.proxy_model} calibration rows{via}; band: {self.band_kind} "
+            f"({twin_fit.BAND_Q:.0%} of held-out errors of that kind)"
         )
-        return f"{self.gpu} x {self.proxy_model} calibration rows{via}{unseen}"
 
     def tpot_s(self, concurrency: float, in_len: int, out_len: int, fresh_len: int | None = None) -> float:
         """Seconds per output token of each of ``concurrency`` decoding sequences (their prompts beside them,
@@ -236,16 +168,13 @@ def twin_for(target: Target) -> TargetTwin | NoCalibration:
             f"({catalog.models()[target.model].attention} attention): the twin has no calibration for it",
         )
     q = Query(gpu, proxy, PLAN_SCENARIO, engine_family(target.stack), target.quantization)
+    kind = holdout.kind_of(gpu, target.model, q.engine, q.precision, d.fit.seen)
+    band = d.bands.get(kind)
+    if band is None:
+        return NoCalibration(target.name, f"no held-out error for a {kind} prediction: the twin has no band for it")
     kv = "bf16" if target.kv_cache_dtype == "auto" else target.kv_cache_dtype
     tp = target.tensor_parallel
     roof = operating.roofline(catalog.gpus()[gpu], target.model_spec, target.quantization, tp, kv)
-    own = proxy == target.model
-    band, margin = (d.fit.band_log, d.fit.margin_log) if own else (d.proxy_band_log, d.proxy_margin_log)
-    config = twin_fit.configuration(q)
-    unseen = config not in d.fit.seen["configuration"]
-    if unseen:  # an engine or precision no published row ran on this GPU: the coarser terms stand in
-        config_band, config_margin = config_bands()
-        band, margin = max(band, config_band), max(margin, config_margin)
     spec = target.speculative
     al = None
     if spec is not None:
@@ -261,9 +190,9 @@ def twin_for(target: Target) -> TargetTwin | NoCalibration:
         efficiency=d.fit.efficiency(q),
         tp=tp,
         replicas=max(1, target.instance.gpus // (tp * target.pipeline_parallel)),
-        band_log=max(d.fit.band_log, band),
-        margin_log=max(d.fit.margin_log, margin),
+        band_log=band.band_log,
+        margin_log=band.margin_log,
         draft_tokens=spec.num_speculative_tokens if spec is not None and al else 0,
         acceptance_length=float(al) if spec is not None and al else 1.0,
-        unseen_configuration=config if unseen else None,
+        band_kind=kind,
     )
