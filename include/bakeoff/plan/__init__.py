@@ -15,6 +15,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from bakeoff.fielderrors import explain
+from bakeoff.plan import fits
 from bakeoff.plan.checkpoints import check_accuracy_reference
 from bakeoff.plan.fields import Strict
 from bakeoff.plan.options import EmulatorSettings, PriceOverride
@@ -101,10 +102,29 @@ class Plan(Strict):
                 ctx = t.model_spec.context
                 if need > ctx:
                     raise ValueError(
-                        f"workloads[{i}].input_len: input_len + output_len may reach {need} tokens (with range_ratio "
-                        f"{w.range_ratio} and length_interval {w.length_interval}), beyond the {ctx}-token context of "
-                        f"{t.model} (target {t.name}); lower input_len or output_len"
+                        f"workloads[{i}].input_len: does not fit: input_len + output_len may reach {need} tokens "
+                        f"(with range_ratio {w.range_ratio} and length_interval {w.length_interval}), beyond the "
+                        f"{ctx}-token context of {t.model} (target {t.name}); lower input_len or output_len"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _fits_memory(self) -> Plan:
+        """Every single-node target holds its weights plus the KV cache of each workload's longest request
+        (plan.fits.memory: the emulator's arithmetic; a cluster's roles are sized by their recipe)."""
+        for i, w in enumerate(self.workloads):
+            if w.sessions is not None:
+                if w.sessions.source != "synthetic" or w.sessions.fit_from:
+                    continue
+                need = w.sessions.peak_context()[0]
+            else:
+                need = w.length_bounds(w.input_len)[1] + w.length_bounds(w.output_len)[1]
+            for k, t in enumerate(self.targets):
+                if t.cluster is not None:
+                    continue
+                why = fits.memory(t.gpu, t.model_spec, t.quantization, t.kv_cache_dtype, t.gpus_used, need)
+                if why:
+                    raise ValueError(f"targets[{k}].tensor_parallel: {why} (target {t.name}, workloads[{i}] {w.name})")
         return self
 
     def target(self, name: str) -> Target:

@@ -9,7 +9,7 @@ from pydantic import Field, SerializeAsAny, ValidationError, field_validator, mo
 
 from bakeoff import catalog
 from bakeoff.plan import cluster as clusters
-from bakeoff.plan import multinode, recipes
+from bakeoff.plan import fits, multinode, recipes
 from bakeoff.plan.custom_stack import CUSTOM_STACK, LOCAL_ARGS, LOCAL_IMAGE, LOCAL_PROGRAM, CustomStack
 from bakeoff.plan.fields import HF_REPO_RE, Strict
 from bakeoff.plan.options import (
@@ -390,6 +390,10 @@ class Target(Strict):
                 f"tensor_parallel x pipeline_parallel = {self.gpus_used} exceeds the {it.gpus} GPUs of {it.type}; "
                 "lower tensor_parallel"
             )
+        if self.cluster is None and (
+            why := fits.tensor_parallel(self.model_spec, self.tensor_parallel, self.gpus_used, it.gpus, it.type)
+        ):
+            raise ValueError(f"tensor_parallel: {why}")
         if self.provider in CLOUD_PROVIDERS and it.provider != self.provider:
             raise ValueError(
                 f"instance type {it.type} is sold by {it.provider}, not {self.provider}; "

@@ -41,13 +41,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bakeoff.catalog import Gpu
+from bakeoff.plan import fits
+from bakeoff.plan.fits import GPU_MEMORY_UTILIZATION
 from bakeoff.plan.precision import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
 
 if TYPE_CHECKING:
     from bakeoff.catalog import ModelSpec
     from bakeoff.plan.target import Target
 
-GPU_MEMORY_UTILIZATION = 0.9
 MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's default for its OpenAI server
 
 
@@ -121,17 +122,13 @@ class Roofline:
         """One server (a TP group of ``tp`` GPUs, holding its weights on ``gpus_used``) from catalog
         figures: a target's, or one worker role of a multi-node recipe."""
         bytes_per_param = QUANT_BYTES[quantization]
-        hbm_per_gpu = gpu.usable_gib * 2**30 if gpu.usable_gib else gpu.hbm_gb * 1e9
         weights = model.params_b * 1e9 * bytes_per_param
-        usable = hbm_per_gpu * gpus_used * GPU_MEMORY_UTILIZATION
+        usable = fits.gpu_bytes(gpu) * gpus_used * GPU_MEMORY_UTILIZATION
         kv_free = usable - weights
         kv_per_token = model.kv_bytes_per_token(KV_BYTES[kv_cache_dtype])
-        if kv_free <= 0:
-            raise ValueError(
-                f"{name or model.name}: {model.name} in {quantization} needs {weights / 1e9:.0f} GB of weights but "
-                f"{gpus_used} x {gpu.name} hold {usable / 1e9:.0f} GB "
-                "usable; raise tensor_parallel or use a smaller quantization"
-            )
+        # the plan's own arithmetic: weights and one token of KV (a request's length is the plan's check)
+        if why := fits.memory(gpu, model, quantization, kv_cache_dtype, gpus_used, 1):
+            raise ValueError(f"{name or model.name}: {why}")
         peak = gpu.peak_tflops(COMPUTE_DTYPE[quantization]) * 1e12
         return cls(
             params=model.params_b * 1e9,
