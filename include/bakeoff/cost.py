@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from bakeoff import catalog, offers, store
+from bakeoff import at_slo, catalog, offers, store
 from bakeoff.bench.stats import bootstrap_ci, difference_ci
 from bakeoff.budget import evaluation_cost
 from bakeoff.quality.status import target_status
@@ -258,13 +258,14 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
             ok = lv[lv["meets_slo"]] if not lv.empty else lv
             row["levels_measured"] = int(len(lv))
             row["levels_meeting_slo"] = int(len(ok))
-            if ok.empty:
+            # a session workload is ranked by what a session costs; a request workload by its tokens
+            sessions = not ok.empty and ok["usd_per_session_mean"].notna().any()
+            key = "usd_per_session_mean" if sessions else f"usd_per_m_{basis}_mean"
+            best = at_slo.cheapest(ok.to_dict("records"), key)  # the one definition predict uses too
+            if best is None:
                 row["slo_met"] = False
                 rows.append(row)
                 continue
-            # a session workload is ranked by what a session costs; a request workload by its tokens
-            key = "usd_per_session_mean" if ok["usd_per_session_mean"].notna().any() else f"usd_per_m_{basis}_mean"
-            best = ok.sort_values([key, "concurrency"], ascending=[True, False]).iloc[0]
             reps = costs[
                 (costs["target"] == slug) & (costs["workload"] == wl) & (costs["concurrency"] == best["concurrency"])
             ]

@@ -13,9 +13,10 @@ pessimistic estimate.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bakeoff import budget
+from bakeoff import at_slo, budget
 from bakeoff.twin import calibration
 from bakeoff.twin.target import NoCalibration, TargetTwin, twin_for
 
@@ -34,22 +35,60 @@ def _lengths(w: Workload) -> tuple[int, int, int]:
     return w.input_len, w.output_len, max(1, new)
 
 
-def _point(tw: TargetTwin, w: Workload, c: float, band: float) -> dict[str, Any]:
+def _point(
+    tw: TargetTwin, w: Workload, c: float, band: float, price: Price | None = None, slo: Slo | None = None
+) -> dict[str, Any]:
+    """One predicted load level: output tokens/s per GPU with its band at an interactivity (output tokens/s
+    per user); with ``price``, its cost per million tokens of the plan's basis and band, and with ``slo``
+    whether it meets the SLO (at_slo.cheapest then chooses among these as the cost step does among measured
+    points)."""
     i, o, fresh = _lengths(w)
     cap = tw.max_concurrency(i, o)
     running = max(1.0, min(c, cap))
     tpot = tw.tpot_s(running, i, o, fresh)
     per_gpu = running / tpot / tw.tp
-    return {
+    ttft_ms = (tw.ttft_s(fresh) + tpot) * 1000
+    out: dict[str, Any] = {
         "concurrency": round(c, 2),
         "running": int(round(running)),
         "tpot_ms": round(tpot * 1000, 2),
-        "ttft_ms": round((tw.ttft_s(fresh) + tpot) * 1000, 1),
+        "ttft_ms": round(ttft_ms, 1),
         "interactivity": round(1 / tpot, 1),
         "tokens_s_per_gpu": round(per_gpu, 1),
         "tokens_s_per_gpu_band": [round(per_gpu * math.exp(-band), 1), round(per_gpu * math.exp(band), 1)],
         "kv_bound": c > cap,
     }
+    if price is not None:
+        usd = price.usd_per_m(per_gpu * tw.tp * tw.replicas, (i + o) / o)
+        out |= {
+            "usd_per_m": round(usd, 4),
+            "usd_per_m_band": [round(usd * math.exp(-band), 4), round(usd * math.exp(band), 4)],
+        }
+    if slo is not None:
+        out["meets_slo"] = not out["kv_bound"] and _meets(slo, tpot * 1000, ttft_ms)
+    return out
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a target's node costs, and the plan's ranking basis: per million output tokens, or input+output."""
+
+    usd_per_hour: float
+    basis: str  # "output" or "total" (plan.pricing.rank_by)
+
+    def usd_per_m(self, output_tokens_s_per_node: float, total_per_output: float) -> float:
+        tokens = output_tokens_s_per_node * (total_per_output if self.basis == "total" else 1.0)
+        return self.usd_per_hour / (tokens * 3600) * 1e6
+
+
+def _tpot_limit(slo: Slo) -> float | None:
+    return min((x for x in (slo.tpot_p99_ms, slo.tpot_p50_ms) if x), default=None)
+
+
+def _meets(slo: Slo, tpot_ms: float, ttft_ms: float) -> bool:
+    """The predicted typical TPOT and TTFT against the SLO's limits (the twin predicts no tail)."""
+    limit = _tpot_limit(slo)
+    return (limit is None or tpot_ms <= limit) and (not slo.ttft_p99_ms or ttft_ms <= slo.ttft_p99_ms)
 
 
 def _rate_concurrency(tw: TargetTwin, w: Workload, rate: float) -> float:
@@ -67,40 +106,47 @@ def _rate_concurrency(tw: TargetTwin, w: Workload, rate: float) -> float:
     return c
 
 
-def _at_slo(tw: TargetTwin, w: Workload, slo: Slo, usd_per_hour: float, gpus: int, band: float) -> dict[str, Any]:
-    """The highest concurrency per replica whose predicted TPOT and TTFT meet the SLO, and its cost."""
+def _at_slo(tw: TargetTwin, w: Workload, slo: Slo, price: Price, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Cost at the SLO as the report computes it (at_slo.cheapest over the plan's load levels), and, where a
+    higher concurrency per replica would still meet the SLO, that figure marked as extrapolated beyond them."""
     i, o, fresh = _lengths(w)
-    tpot_limit = min((x for x in (slo.tpot_p99_ms, slo.tpot_p50_ms) if x), default=None)
-    ttft = (tw.ttft_s(fresh) + tw.tpot_s(1, i, o, fresh)) * 1000
-    if slo.ttft_p99_ms and ttft > slo.ttft_p99_ms:
-        return {"meets": False, "reason": f"TTFT {ttft:.0f} ms alone exceeds the SLO's {slo.ttft_p99_ms:g} ms"}
-    lo, hi = 1, tw.max_concurrency(i, o)
-    if tpot_limit and tw.tpot_s(1, i, o) * 1000 > tpot_limit:
-        return {
-            "meets": False,
-            "reason": f"TPOT {tw.tpot_s(1, i, o) * 1000:.1f} ms at concurrency 1 exceeds {tpot_limit:g} ms",
-        }
-    if tpot_limit:
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if tw.tpot_s(mid, i, o, fresh) * 1000 <= tpot_limit:
-                lo = mid
-            else:
-                hi = mid - 1
-    else:
-        lo = hi
-    per_gpu = lo / tw.tpot_s(lo, i, o, fresh) / tw.tp
-    node_tokens_s = per_gpu * tw.tp * tw.replicas
-    usd_per_mtok = usd_per_hour / (node_tokens_s * 3600) * 1e6
-    return {
+    best = at_slo.cheapest(points, "usd_per_m")
+    doc: dict[str, Any] = {"levels": [p["concurrency"] for p in points], "basis": price.basis}
+    if best is None:
+        ttft = (tw.ttft_s(fresh) + tw.tpot_s(1, i, o, fresh)) * 1000
+        tpot1 = tw.tpot_s(1, i, o, fresh) * 1000
+        limit = _tpot_limit(slo)
+        why = (
+            f"TTFT {ttft:.0f} ms alone exceeds the SLO's {slo.ttft_p99_ms:g} ms"
+            if slo.ttft_p99_ms and ttft > slo.ttft_p99_ms
+            else f"TPOT {tpot1:.1f} ms at concurrency 1 exceeds {limit:g} ms"
+            if limit and tpot1 > limit
+            else "no load level the plan asks for meets it"
+        )
+        return doc | {"meets": False, "reason": why}
+    doc |= {
         "meets": True,
-        "concurrency": lo,
-        "tpot_ms": round(tw.tpot_s(lo, i, o, fresh) * 1000, 2),
-        "tokens_s_per_gpu": round(per_gpu, 1),
-        "usd_per_mtok": round(usd_per_mtok, 4),
-        "usd_per_mtok_band": [round(usd_per_mtok * math.exp(-band), 4), round(usd_per_mtok * math.exp(band), 4)],
-        "gpus": gpus,
+        "concurrency": best["concurrency"],
+        "tpot_ms": best["tpot_ms"],
+        "interactivity": best["interactivity"],
+        "tokens_s_per_gpu": best["tokens_s_per_gpu"],
+        "usd_per_mtok": best["usd_per_m"],
+        "usd_per_mtok_band": best["usd_per_m_band"],
     }
+    limit = _tpot_limit(slo)
+    lo, hi = 1, tw.max_concurrency(i, o)
+    while limit and lo < hi:  # the highest concurrency whose predicted TPOT meets the SLO
+        mid = (lo + hi + 1) // 2
+        if tw.tpot_s(mid, i, o, fresh) * 1000 <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    top = lo if limit else hi
+    if top > max(doc["levels"]):
+        p = _point(tw, w, top, tw.band_log, price, slo)
+        if p["meets_slo"] and p["usd_per_m"] < best["usd_per_m"]:
+            doc["extrapolated"] = {k: p[k] for k in ("concurrency", "tokens_s_per_gpu", "usd_per_m", "usd_per_m_band")}
+    return doc
 
 
 def _workload(tw: TargetTwin, w: Workload, plan: Plan, t: Target) -> dict[str, Any]:
@@ -109,11 +155,14 @@ def _workload(tw: TargetTwin, w: Workload, plan: Plan, t: Target) -> dict[str, A
         out["points"] = []
         out["note"] = f"{'sessions' if w.kind == 'sessions' else w.load} workload: priced as run time only"
         return out
+    price = Price(t.usd_per_hour, plan.pricing.rank_by)
     if w.load == "rate":
-        out["points"] = [{"rate": r, **_point(tw, w, _rate_concurrency(tw, w, r), tw.band_log)} for r in w.rates]
+        out["points"] = [
+            {"rate": r, **_point(tw, w, _rate_concurrency(tw, w, r), tw.band_log, price, plan.slo)} for r in w.rates
+        ]
     else:
-        out["points"] = [_point(tw, w, c, tw.band_log) for c in w.levels()]
-    out["at_slo"] = _at_slo(tw, w, plan.slo, t.usd_per_hour, t.instance.gpus, tw.band_log)
+        out["points"] = [_point(tw, w, c, tw.band_log, price, plan.slo) for c in w.levels()]
+    out["at_slo"] = _at_slo(tw, w, plan.slo, price, out["points"])
     return out
 
 
@@ -164,10 +213,17 @@ def predict_plan(plan: Plan) -> dict[str, Any]:
                 "replicas": tw.replicas,
                 "efficiency": round(tw.efficiency, 3),
                 "band_pct": round(math.expm1(tw.band_log) * 100, 1),
+                "band_kind": tw.band_kind,
                 "workloads": [_workload(tw, w, plan, t) for w in plan.workloads],
             }
         targets.append(doc)
-    return {"plan": plan.name, "source": calibration.source_line(), "targets": targets, "ranking": _rank(targets)}
+    return {
+        "plan": plan.name,
+        "source": calibration.source_line(),
+        "basis": "input+output" if plan.pricing.rank_by == "total" else "output",
+        "targets": targets,
+        "ranking": _rank(targets),
+    }
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -181,7 +237,7 @@ def render(doc: dict[str, Any]) -> str:
             continue
         lines += [
             f"{head} TP{t['tp']} x{t['replicas']}: efficiency {t['efficiency']} of the roofline, "
-            f"band +-{t['band_pct']}%",
+            f"band +-{t['band_pct']}% ({t['band_kind']}, measured on hold-outs)",
             f"  basis: {t['basis']}",
             f"  {spend}",
         ]
@@ -195,19 +251,34 @@ def render(doc: dict[str, Any]) -> str:
                 )
                 lo, hi = p["tokens_s_per_gpu_band"]
                 lines.append(
-                    f"    {load}: {p['tokens_s_per_gpu']:g} tok/s/GPU ({lo:g}-{hi:g}) "
-                    f"at {p['interactivity']:g} tok/s/user, TPOT {p['tpot_ms']:g} ms, TTFT {p['ttft_ms']:g} ms"
+                    f"    {load}: {p['tokens_s_per_gpu']:g} output tok/s per GPU ({lo:g}-{hi:g}) "
+                    f"at {p['interactivity']:g} output tok/s per user, TPOT {p['tpot_ms']:g} ms, "
+                    f"TTFT {p['ttft_ms']:g} ms"
+                    + (f", {p['usd_per_m']:g} USD per M {doc['basis']} tokens" if "usd_per_m" in p else "")
+                    + ("" if "meets_slo" not in p else ", meets the SLO" if p["meets_slo"] else ", misses the SLO")
                     + (" (KV-bound: requests wait)" if p["kv_bound"] else "")
                 )
             s = w.get("at_slo")
-            if s and s["meets"]:
+            if not s:
+                continue
+            levels = ", ".join(f"{c:g}" for c in s["levels"])
+            if s["meets"]:
                 lo, hi = s["usd_per_mtok_band"]
                 lines.append(
-                    f"    at the SLO: c={s['concurrency']} per replica, {s['tokens_s_per_gpu']:g} tok/s/GPU, "
-                    f"{s['usd_per_mtok']:g} USD/M tokens ({lo:g}-{hi:g})"
+                    f"    at the SLO (the cheapest of the plan's levels {levels} that meets it, as the report picks): "
+                    f"c={s['concurrency']:g}, {s['tokens_s_per_gpu']:g} output tok/s per GPU at {s['interactivity']:g} "
+                    f"tok/s per user, {s['usd_per_mtok']:g} USD per M {doc['basis']} tokens ({lo:g}-{hi:g})"
                 )
-            elif s:
-                lines.append(f"    at the SLO: not met ({s['reason']})")
+            else:
+                lines.append(f"    at the SLO: not met at the plan's levels {levels} ({s['reason']})")
+            if x := s.get("extrapolated"):
+                lo, hi = x["usd_per_m_band"]
+                lines.append(
+                    f"    EXTRAPOLATED beyond the plan's levels (this plan does not measure it): "
+                    f"c={x['concurrency']:g} per replica would still meet the SLO at {x['tokens_s_per_gpu']:g} "
+                    "output tok/s per GPU, "
+                    f"{x['usd_per_m']:g} USD per M {doc['basis']} tokens ({lo:g}-{hi:g})"
+                )
     for r in doc["ranking"]:
         unsure = ", ".join(f"{a} ~ {b}" for a, b in r["unresolved_pairs"]) or "none"
         lines.append(f"ranking {r['workload']} (cost at the SLO): {' < '.join(r['order'])}; within the band: {unsure}")
