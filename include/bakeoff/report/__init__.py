@@ -63,6 +63,8 @@ def build_report(
             ("provisioning", pd.DataFrame(provisioning.table(d.provisioning)) if d.provisioning else None),
             # per cluster target and workload: rack-scale price, throughput, break-even, energy (none without one)
             ("rack_scale", pd.DataFrame(rackscale.table(d.rack_scale)) if d.rack_scale else None),
+            # per target and load level: the twin's prediction and band beside the measurement (none without one)
+            ("predicted_vs_measured", pd.DataFrame(d.predicted_vs_measured) if d.twin_checks else None),
         ):
             if frame is not None:
                 name = f"{stem}-{kind.replace('_', '-')}.csv"

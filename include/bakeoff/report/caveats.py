@@ -109,9 +109,17 @@ def _twin_efficiencies(d: ReportData) -> str:
             if e["source"] == "twin"
             else f"{x.name} (no calibration, so its manual efficiencies: {e.get('no_calibration', '')})"
         )
+    from bakeoff.twin.runs import band_count  # noqa: PLC0415 - numpy only for such a plan
+
+    inside, n = band_count(d.twin_checks, {x.name for x in _twin_timed(d)})
+    held = (
+        f"Of their EMULATED points, {inside} of {n} fall inside the twin's band (Predicted vs measured)"
+        if n
+        else "None of their points could be set beside the twin's prediction"
+    )
     return (
-        "The emulator ran on the calibrated twin's fitted efficiencies for: " + "; ".join(parts) + ". Its "
-        "EMULATED figures are the twin's predictions, within that band of what the hardware should do."
+        "The emulator ran on the calibrated twin's fitted efficiencies for: " + "; ".join(parts) + f". {held}; "
+        "the band is the twin's error against published results, not a measurement of this hardware."
     )
 
 

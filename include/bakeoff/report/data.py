@@ -67,6 +67,43 @@ class ReportData:
     def emulated(self) -> bool:
         return bool(self.tables.headline.get("emulated"))
 
+    @property
+    def summary(self) -> str:
+        """The headline sentence; where EMULATED figures are the twin's, it also carries the twin's band on each
+        ranked cost (the repeats' interval alone would hide the twin's own error) and says whether they overlap."""
+        h = self.tables.headline
+        text = str(h.get("summary", ""))
+        ranking = next(iter((h.get("workloads") or {}).values()), {}).get("ranking", [])
+        banded = [
+            (r["target"], float(r["usd_per_m"]), math.log1p(self.emulator_bands[r["target"]] / 100))
+            for r in ranking
+            if r["target"] in self.emulator_bands and r.get("usd_per_m")
+        ]
+        if not banded:
+            return text
+        parts = ", ".join(f"{t} {c:.4g} ({c * math.exp(-b):.4g}–{c * math.exp(b):.4g})" for t, c, b in banded)
+        apart = len(banded) > 1 and banded[0][1] * math.exp(banded[0][2]) < banded[1][1] * math.exp(-banded[1][2])
+        verdict = (
+            (
+                "; the two cheapest bands do not overlap"
+                if apart
+                else "; the bands overlap: the twin cannot separate them"
+            )
+            if len(banded) > 1
+            else ""
+        )
+        return (
+            f"{text}. These EMULATED figures are the twin's predictions, so each cost also carries the twin's band, "
+            f"USD/M {self.basis} tokens: {parts}{verdict}"
+        )
+
+    @property
+    def predicted_vs_measured(self) -> list[dict[str, Any]]:
+        """The predicted-vs-measured rows as the CSV writes them."""
+        from bakeoff.twin.runs import table  # noqa: PLC0415 - the twin's numpy fit only where the report has rows
+
+        return table(self.twin_checks)
+
     def band_note(self, target: str) -> str:
         """Beside a twin-timed target's EMULATED figures: the twin's expected error; empty otherwise."""
         band = self.emulator_bands.get(target)
@@ -331,8 +368,9 @@ def _trend(plan: Plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd
 
 
 def _twin_checks(plan: Plan, tables: cost.CostTables) -> list[dict[str, Any]]:
-    """A measured run's points against the calibrated twin's prediction; none for an emulated run."""
-    if plan.emulated or tables.points.empty or bool(tables.headline.get("emulated")):
+    """Every run's points against the calibrated twin's prediction (an emulated point marked EMULATED: it
+    measures the emulator, so it says whether the emulator and the twin agree)."""
+    if tables.points.empty:
         return []
     try:
         from bakeoff.twin.runs import check_run  # noqa: PLC0415 - numpy fit only for a measured run

@@ -34,7 +34,7 @@ def render(d: ReportData) -> str:
     out += [
         f"# Bake-off {esc(plan.name)} — run `{d.run_id}`",
         "",
-        f"**{esc(h['summary'])}**",
+        f"**{esc(d.summary)}**",
         "",
         *([f"**Different checkpoints.** {esc(d.checkpoint_note)}", ""] if d.checkpoint_note else []),
         f"Cost at the SLO ({esc(slo_text(plan))}), USD per million {basis} tokens, utilisation "
@@ -133,13 +133,15 @@ def _twin_check(d: ReportData) -> list[str]:
     out = [
         "## Predicted vs measured",
         "",
-        "| target | workload | concurrency | measured tok/s/GPU | predicted (band) | error | in the band |",
-        "|---|---|---|---|---|---|---|",
+        "| target | workload | concurrency | figures | measured output tok/s per GPU | predicted (band) | error | "
+        "in the band |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in d.twin_checks:
         lo, hi = r["band"]
         out.append(
-            f"| {esc(r['target'])} | {esc(r['workload'])} | {r['concurrency']} | {fmt(r['measured_tps_per_gpu'])} | "
+            f"| {esc(r['target'])} | {esc(r['workload'])} | {r['concurrency']} | {r.get('figures', 'measured')} | "
+            f"{fmt(r['measured_tps_per_gpu'])} | "
             f"{fmt(r['predicted_tps_per_gpu'])} ({fmt(lo)}–{fmt(hi)}) | {r['error_pct']:+.1f}% | "
             f"{'yes' if r['in_band'] else 'no'} |"
         )

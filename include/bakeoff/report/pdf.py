@@ -309,7 +309,7 @@ def _build(d: ReportData, compact: bool) -> Brief:
         size=8,
     )
     pdf.ln(1)
-    pdf.para(d.tables.headline["summary"], size=10, bold=True)
+    pdf.para(d.summary, size=10, bold=True)
     if d.checkpoint_note:
         pdf.para(f"Different checkpoints: {d.checkpoint_note}", size=7.5)
     widths = (26, 38, 19, 30, 30, 17, 22)

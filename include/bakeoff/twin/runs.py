@@ -115,8 +115,14 @@ def _concurrency_points(
 
 
 def check_run(plan: Plan, points: pd.DataFrame) -> list[dict[str, Any]]:
-    """Predicted vs measured tokens/s per GPU per concurrency point, with the band and whether it held."""
+    """Predicted vs measured output tokens/s per GPU per target and concurrency point, with the band and whether
+    it held; ``figures`` says whether the measurement is the hardware's or the emulator's (EMULATED)."""
     out = []
+    emulated = (
+        {str(k): bool(v) for k, v in points.groupby("target")["emulated"].agg(lambda s: s.astype(bool).any()).items()}
+        if not points.empty and "emulated" in points
+        else {}
+    )
     for t, tw, w, c, tps, tpot in _concurrency_points(plan, points):
         p = _point(tw, w, c, tw.band_log)
         lo, hi = p["tokens_s_per_gpu_band"]
@@ -133,15 +139,46 @@ def check_run(plan: Plan, points: pd.DataFrame) -> list[dict[str, Any]]:
                 "measured_tpot_ms": round(tpot * 1000, 2) if tpot else None,
                 "predicted_tpot_ms": p["tpot_ms"],
                 "in_band": lo <= tps <= hi,
+                "band_kind": tw.band_kind,
+                "figures": "EMULATED" if emulated.get(t.slug) else "measured",
             }
         )
     return out
 
 
+def band_count(checks: list[dict[str, Any]], targets: set[str]) -> tuple[int, int]:
+    """(points inside the twin's band, points compared) of the predicted-vs-measured rows of ``targets``."""
+    rows = [c for c in checks if c["target"] in targets]
+    return sum(bool(c["in_band"]) for c in rows), len(rows)
+
+
+def table(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The predicted-vs-measured rows as the report's CSV writes them (one column per figure, units named)."""
+    return [
+        {
+            "target": c["target"],
+            "workload": c["workload"],
+            "concurrency": c["concurrency"],
+            "figures": c.get("figures", "measured"),
+            "measured_output_tok_s_per_gpu": c["measured_tps_per_gpu"],
+            "predicted_output_tok_s_per_gpu": c["predicted_tps_per_gpu"],
+            "band_low": c["band"][0],
+            "band_high": c["band"][1],
+            "band_pct": c["band_pct"],
+            "band_kind": c.get("band_kind", ""),
+            "error_pct": c["error_pct"],
+            "measured_tpot_ms": c["measured_tpot_ms"],
+            "predicted_tpot_ms": c["predicted_tpot_ms"],
+            "inside_band": c["in_band"],
+        }
+        for c in checks
+    ]
+
+
 def out_of_band_caveat(d: Any) -> str | None:
     """The report's flag (a caveat rule on ReportData) for measured points outside the twin's band; None
     when every point held or the run is emulated."""
-    checks = d.twin_checks
+    checks = [c for c in d.twin_checks if c.get("figures") != "EMULATED"]
     off = [c for c in checks if not c["in_band"]]
     if d.emulated or not off:
         return None
