@@ -137,3 +137,35 @@ def test_add_run_cli_appends_a_measured_runs_points_and_refuses_an_emulated_one(
     assert main(["twin", "add-run", str(emu), "--plan", str(plan_file), "--into", str(into)]) == 2
     assert "EMULATED" in capsys.readouterr().err
     assert len(runs.read_rows(into)) == 6  # nothing of the emulated run was written
+
+
+def test_an_emulated_twin_timed_report_computes_its_band_caveat_from_the_table_and_writes_the_csv(tmp_path):
+    from bakeoff.report import build_report
+
+    raw = synthetic.plan_dict(repeats=2)
+    for t in raw["targets"]:
+        t["emulator"] = {"efficiency": "twin"}
+    plan = plan_from_dict(raw)
+    # mi355x at the twin's own figure; b200 at 10 ms per token at c=1, far from what the twin predicts
+    tw = twin_for(plan.targets[0])
+    w = plan.workloads[0]
+    rdir = synthetic.make_run(
+        tmp_path / "res", plan, emulated=True, speed={"mi355x-vllm": tw.tpot_s(1, w.input_len, w.output_len) * 1000}
+    )
+    d = gather(plan, rdir)
+    rows = d.twin_checks
+    assert rows and {r["figures"] for r in rows} == {"EMULATED"}
+    inside = sum(r["in_band"] for r in rows)
+    assert 0 < inside < len(rows)  # some rows in, some out: the count below can be told from a constant
+    (caveat,) = [c for c in d.caveats if "fitted efficiencies" in c]
+    assert f"{inside} of {len(rows)} fall inside the twin's band" in caveat and "within that band" not in caveat
+    assert not any("Outside the calibrated twin's band" in c for c in d.caveats)  # that flag is for hardware
+    # the headline carries the twin's band on each ranked cost
+    assert "EMULATED figures are the twin's predictions" in d.summary and "band" in d.summary
+    paths = build_report(plan, rdir, tmp_path / "out")
+    csv = pd.read_csv(paths["csv_predicted_vs_measured"])
+    assert paths["csv_predicted_vs_measured"].endswith("-predicted-vs-measured.csv")
+    assert len(csv) == len(rows) and int(csv["inside_band"].sum()) == inside
+    assert set(csv["figures"]) == {"EMULATED"} and (csv["band_low"] <= csv["predicted_output_tok_s_per_gpu"]).all()
+    md = render_markdown(d)
+    assert "| figures | measured output tok/s per GPU |" in md

@@ -73,7 +73,8 @@ class ReportData:
         ranked cost (the repeats' interval alone would hide the twin's own error) and says whether they overlap."""
         h = self.tables.headline
         text = str(h.get("summary", ""))
-        ranking = next(iter((h.get("workloads") or {}).values()), {}).get("ranking", [])
+        first: dict[str, Any] = next(iter((h.get("workloads") or {}).values()), {})
+        ranking: list[dict[str, Any]] = first.get("ranking", [])
         banded = [
             (r["target"], float(r["usd_per_m"]), math.log1p(self.emulator_bands[r["target"]] / 100))
             for r in ranking
