@@ -233,3 +233,26 @@ def test_a_gpu_the_catalog_does_not_know_is_refused_by_name():
     t = described().targets[0]
     with pytest.raises(ValueError, match=r"targets\.[\w-]+\.hardware: .*RTX 6000 Ada is not one; give the target"):
         Roofline.for_target(t)
+
+
+def test_moe_weights_read_are_the_expected_distinct_experts_and_the_twin_reads_them_the_same_way():
+    from bakeoff import catalog
+    from bakeoff.twin import operating
+
+    gpu, model = catalog.gpus()["b200"], catalog.models()["deepseek-r1"]
+    emu = Roofline.for_parts(
+        gpu, model, "nvfp4", tp=8, gpus_used=8, prefill_efficiency=1.0, decode_efficiency=1.0, max_num_seqs=256
+    )
+    e, k = model.experts, model.experts_per_token
+    assert e and k and emu.dense_params is not None
+    routed = emu.params - emu.dense_params
+    for tokens in (1, 8, 64, 1024):
+        hit = 1 - (1 - k / e) ** tokens  # two tokens sharing an expert read it once
+        assert emu.weights_read(tokens) == pytest.approx((emu.dense_params + routed * hit) * emu.bytes_per_param)
+    # fewer bytes than k x T experts once tokens share experts, never more than every weight
+    linear = emu.dense_params + min(routed, (emu.active_params - emu.dense_params) * 8)
+    assert emu.weights_read(8) < linear * emu.bytes_per_param
+    assert emu.weights_read(100_000) <= emu.params * emu.bytes_per_param
+    # the twin's roofline is the emulator's: the same weights for the same tokens
+    twin = operating.roofline(gpu, model, "nvfp4", 8)
+    assert [twin.weights_read(t) for t in (1, 8, 64)] == [emu.weights_read(t) for t in (1, 8, 64)]

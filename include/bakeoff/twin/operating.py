@@ -60,6 +60,8 @@ def roofline(
         dense_params=model.dense_params_b * 1e9 if model.dense_params_b is not None else None,
         layers=model.layers,
         index_topk=model.index_topk,
+        experts=model.experts,
+        experts_per_token=model.experts_per_token,
     )
 
 

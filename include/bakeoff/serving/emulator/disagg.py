@@ -15,7 +15,7 @@ from the catalog and the roofline (serving.emulator.roofline), so each number ca
   tokens of context);
 - a decode step (``decode_step_s``) reads the weights the step's tokens route to: the dense part once,
   and for a mixture of experts the expected number of distinct experts that T tokens' top-k picks hit
-  under uniform routing, E x (1 - (1 - k/E)^T) (not k x T: two tokens sharing an expert read it once),
+  under uniform routing, E x (1 - (1 - k/E)^T) (Roofline.weights_read, the one the twin and the emulator use),
   plus the sequences' KV; every target pass pays the twin's fixed STEP_OVERHEAD_S (bakeoff.twin.target);
 - with MTP a step runs N draft passes (the recipe config name's ``mtpN``, else MTP_DRAFT_TOKENS), one
   decoder layer each plus DRAFT_PASS_OVERHEAD_S of launches per pass (the one fitted constant), and a
@@ -115,24 +115,13 @@ def acceptance_length(model: str, draft_tokens: int = MTP_DRAFT_TOKENS) -> float
     return 1.0
 
 
-def weights_read(rf: Roofline, model: str, tokens: int) -> float:
-    """Bytes of weights one pass over ``tokens`` tokens reads: for a mixture of experts, the dense part
-    and the expected distinct routed experts under uniform top-k routing."""
-    spec = catalog.models()[model]
-    if spec.experts is None or spec.experts_per_token is None or rf.dense_params is None or tokens <= 0:
-        return rf.weights_read(tokens)
-    e, k = spec.experts, spec.experts_per_token
-    hit = e * (1 - (1 - k / e) ** tokens)
-    return (rf.dense_params + (rf.params - rf.dense_params) * hit / e) * rf.bytes_per_param
-
-
 def decode_step_s(
     rf: Roofline, model: str, seqs: int, context: int, draft_tokens: int, draft_overhead_s: float
 ) -> float:
     """One decode step of ``seqs`` sequences (with ``draft_tokens`` MTP drafts each) at ``context`` tokens."""
     tokens = seqs * (1 + draft_tokens)
     kv = seqs * rf.kv_read_tokens(context) * rf.kv_bytes_per_token
-    memory_s = (weights_read(rf, model, tokens) + kv) / rf.decode_bytes_per_s
+    memory_s = (rf.weights_read(tokens) + kv) / rf.decode_bytes_per_s
     compute_s = 2 * rf.active_params * tokens / rf.prefill_flops_per_s
     drafts_s = draft_tokens * (rf.draft_step_s(seqs) + draft_overhead_s)
     return max(memory_s, compute_s) + STEP_OVERHEAD_S + drafts_s

@@ -11,8 +11,11 @@ Kept free of I/O and clocks so every number the emulator produces can be checked
   their block scales, NVFP4 0.5625, MXFP4 0.53125); FP4 compute runs at the chip's FP4 peak;
 - mixture-of-experts models read only the experts the step's tokens route to. Where the model
   names its always-active part (dense_params_b: attention, dense layers, shared experts), that part
-  is read once per step and only the routed experts scale with tokens:
-  dense + min(routed total, routed active x tokens); otherwise min(total, active x tokens);
+  is read once per step and only the routed experts scale with tokens: with the model's expert count E
+  and top-k, the expected distinct experts T tokens hit under uniform routing, dense + routed total x
+  (1 - (1 - k/E)^T) (two tokens sharing an expert read it once); without them dense + min(routed total,
+  routed active x tokens); otherwise min(total, active x tokens). The twin, the single-node emulator and
+  the disaggregated paper model (disagg.py) all read weights through this one method;
 - the KV a token leaves comes from ModelSpec.kv_bytes_per_token (GQA heads, an MLA latent, only the
   full-attention layers of a hybrid). A sparse-attention model (DSA, MSA) reads index_topk cached
   tokens per decoding sequence, not its whole context: the engine passes kv_read_tokens, the sum of
@@ -78,6 +81,8 @@ class Roofline:
     layers: int = 1  # decoder layers; a draft step costs one of them
     index_topk: int | None = None  # sparse attention: cached tokens one decode step reads per sequence
     step_overhead_s: float = 0.0  # fixed time of every target-model pass (launches, all-reduce; the twin sets it)
+    experts: int | None = None  # routed experts per MoE layer (None: dense, or not known)
+    experts_per_token: int | None = None  # top-k: routed experts each token picks
 
     @classmethod
     def for_target(cls, target: Target) -> Roofline:
@@ -144,6 +149,8 @@ class Roofline:
             dense_params=model.dense_params_b * 1e9 if model.dense_params_b is not None else None,
             layers=model.layers,
             index_topk=model.index_topk,
+            experts=model.experts,
+            experts_per_token=model.experts_per_token,
         )
 
     def weights_read(self, tokens: int) -> float:
@@ -152,7 +159,12 @@ class Roofline:
             return 0.0
         if self.dense_params is None:
             return min(self.params, self.active_params * tokens) * self.bytes_per_param
-        routed = min(self.params - self.dense_params, (self.active_params - self.dense_params) * tokens)
+        routed_params = self.params - self.dense_params
+        if self.experts and self.experts_per_token:  # expected distinct experts T tokens' top-k picks hit
+            e, k = self.experts, self.experts_per_token
+            routed = routed_params * (1 - (1 - k / e) ** tokens)
+        else:
+            routed = min(routed_params, (self.active_params - self.dense_params) * tokens)
         return (self.dense_params + routed) * self.bytes_per_param
 
     def kv_read_tokens(self, context_tokens: int) -> int:
