@@ -25,6 +25,15 @@ def _plan(efficiency: str, instance_type: str | None = None):
     return plan_from_dict(raw)
 
 
+def _step(roof: Roofline, tw: TargetTwin, c: int, prefill: int) -> float:
+    """One emulator step of c sequences at 1k in / 256 out (mid-output context) with ``prefill`` prompt tokens."""
+    ctx = 1024 + 128
+    kv_read = c * roof.kv_read_tokens(ctx)
+    if tw.draft_tokens:
+        return roof.verify_step_s(c, tw.draft_tokens, c * ctx, kv_read, prefill_tokens=prefill)
+    return roof.step_s(prefill, c, c * ctx, kv_read)
+
+
 def test_a_twin_timed_emulator_steps_as_the_twin_predicts():
     for t in _plan("twin").targets:
         tw = twin_for(t)
@@ -33,14 +42,12 @@ def test_a_twin_timed_emulator_steps_as_the_twin_predicts():
         assert roof.step_overhead_s == STEP_OVERHEAD_S
         assert roof.decode_bytes_per_s == pytest.approx(t.gpu.hbm_tbps * 1e12 * t.tensor_parallel * tw.efficiency)
         for c in (1, 8, 64):
-            # one decode step of c sequences at 1k in / 256 out: the emulator's time is the twin's TPOT x AL
-            prefill = round(c * tw.acceptance_length * 1024 / 256)
-            ctx = 1024 + 128
-            kv_read = c * roof.kv_read_tokens(ctx)
-            if tw.draft_tokens:
-                emulated = roof.verify_step_s(c, tw.draft_tokens, c * ctx, kv_read, prefill_tokens=prefill)
-            else:
-                emulated = roof.step_s(prefill, c, c * ctx, kv_read)
+            # c sequences at 1k in / 256 out as the emulator schedules them: decode steps, and a step that also
+            # prefills one whole prompt each time another sequence starts ((c - 1) x AL / 256 such per step);
+            # the emulator's mean step is the twin's TPOT x AL
+            prompts = (c - 1) * tw.acceptance_length / 256
+            decode, mixed = _step(roof, tw, c, 0), _step(roof, tw, c, round(1024 * max(prompts, 1)))
+            emulated = mixed if prompts >= 1 else decode + prompts * (mixed - decode)
             assert emulated == pytest.approx(tw.tpot_s(c, 1024, 256) * tw.acceptance_length, rel=1e-9)
         info = efficiency_info(t)
         assert info["source"] == "twin" and info["band_pct"] > 0 and info["basis"] == tw.basis

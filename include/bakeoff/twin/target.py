@@ -110,11 +110,12 @@ class TargetTwin:
         )
 
     def tpot_s(self, concurrency: float, in_len: int, out_len: int, fresh_len: int | None = None) -> float:
-        """Seconds per output token of each of ``concurrency`` decoding sequences (their prompts beside them,
-        ``fresh_len`` tokens of each not in the prefix cache): the roofline's step at the fitted efficiency,
+        """Seconds per output token of each of ``concurrency`` decoding sequences (the others' prompts prefilled
+        beside them, ``fresh_len`` tokens of each not in the prefix cache: operating.point_step_s, the emulator's
+        schedule): the roofline's step at the fitted efficiency,
         plus STEP_OVERHEAD_S, over the tokens a step emits (speculative decoding: the acceptance length)."""
         c = max(1, int(round(concurrency)))
-        step = operating.step_s(
+        step = operating.point_step_s(
             self.roof,
             c,
             in_len,
