@@ -79,46 +79,34 @@ def step_s(
     ``fresh_len`` of each prompt needs prefill (the rest is a cached prefix; default all of it), and a step
     emits acceptance_length tokens per sequence. With ``draft_tokens`` the step is a speculative one
     (Roofline.verify_step_s: draft steps, then one target pass over every draft token)."""
-    ctx = in_len + out_len // 2
     fresh = in_len if fresh_len is None else fresh_len
-    prefill = round(batch * acceptance_length * fresh / max(out_len, 1))
+    return _step_with(
+        roof, batch, in_len, out_len, round(batch * acceptance_length * fresh / max(out_len, 1)), draft_tokens
+    )
+
+
+def _step_with(roof: Roofline, batch: int, in_len: int, out_len: int, prefill: int, draft_tokens: int) -> float:
+    """One step of ``batch`` sequences at mid-output context with ``prefill`` prompt tokens beside them."""
+    ctx = in_len + out_len // 2
     kv, kv_read = batch * ctx, batch * roof.kv_read_tokens(ctx)
     if draft_tokens:
         return roof.verify_step_s(batch, draft_tokens, kv, kv_read, prefill_tokens=prefill)
     return roof.step_s(prefill, batch, kv, kv_read)
 
 
-def point_step_s(
-    roof: Roofline,
-    batch: int,
-    in_len: int,
-    out_len: int,
-    *,
-    fresh_len: int | None = None,
-    draft_tokens: int = 0,
-    acceptance_length: float = 1.0,
-) -> float:
+def point_step_s(roof: Roofline, batch: int, in_len: int, out_len: int, fresh: int, draft: int, al: float) -> float:
     """The mean step a sequence sees at a plan's load level of ``batch`` sequences in a closed loop, as the
     emulator schedules it: decode steps, and each time another sequence starts, one step that also prefills
-    its whole fresh prompt. A sequence's own prefill is its TTFT, so its TPOT sees the other batch - 1
-    prompts once per output. At MLPerf's large batches this is ``step_s``'s steady prefill share; at a plan's
-    small ones it does not spread one prompt's expert reads over every step."""
-    fresh = in_len if fresh_len is None else fresh_len
-    decode = step_s(
-        roof, batch, in_len, out_len, fresh_len=0, draft_tokens=draft_tokens, acceptance_length=acceptance_length
-    )
+    its whole ``fresh`` prompt tokens (``draft`` speculative tokens a step, ``al`` tokens emitted). A
+    sequence's own prefill is its TTFT, so its TPOT sees the other batch - 1 prompts once per output. At
+    MLPerf's large batches this is ``step_s``'s steady prefill share; at a plan's small ones it does not
+    spread one prompt's expert reads over every step."""
+    decode = _step_with(roof, batch, in_len, out_len, 0, draft)
     if batch <= 1 or fresh <= 0:
         return decode
-    ctx = in_len + out_len // 2
-    kv, kv_read = batch * ctx, batch * roof.kv_read_tokens(ctx)
-    prompts = (batch - 1) * acceptance_length / max(out_len, 1)  # others' prompts starting per step
+    prompts = (batch - 1) * al / max(out_len, 1)  # others' prompts starting per step
     # under one prompt a step: some steps carry one whole prompt; above, every step carries that many prompts
-    tokens = round(fresh * max(prompts, 1.0))
-    mixed = (
-        roof.verify_step_s(batch, draft_tokens, kv, kv_read, prefill_tokens=tokens)
-        if draft_tokens
-        else roof.step_s(tokens, batch, kv, kv_read)
-    )
+    mixed = _step_with(roof, batch, in_len, out_len, round(fresh * max(prompts, 1.0)), draft)
     return mixed if prompts >= 1 else decode + prompts * (mixed - decode)
 
 

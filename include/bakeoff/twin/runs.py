@@ -197,15 +197,7 @@ def _step_for(tw: TargetTwin, w: Workload, c: int) -> tuple[float, int]:
     """The roofline's step at this point (as TargetTwin.tpot_s times it) and the sequences running."""
     i, o, fresh = _lengths(w)
     running = max(1, min(c, tw.max_concurrency(i, o)))
-    step = operating.point_step_s(
-        tw.roof,
-        running,
-        i,
-        o,
-        fresh_len=fresh,
-        draft_tokens=tw.draft_tokens,
-        acceptance_length=tw.acceptance_length,
-    )
+    step = operating.point_step_s(tw.roof, running, i, o, fresh, tw.draft_tokens, tw.acceptance_length)
     return step, running
 
 

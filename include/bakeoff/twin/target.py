@@ -115,15 +115,8 @@ class TargetTwin:
         schedule): the roofline's step at the fitted efficiency,
         plus STEP_OVERHEAD_S, over the tokens a step emits (speculative decoding: the acceptance length)."""
         c = max(1, int(round(concurrency)))
-        step = operating.point_step_s(
-            self.roof,
-            c,
-            in_len,
-            out_len,
-            fresh_len=fresh_len,
-            draft_tokens=self.draft_tokens,
-            acceptance_length=self.acceptance_length,
-        )
+        fresh = in_len if fresh_len is None else fresh_len
+        step = operating.point_step_s(self.roof, c, in_len, out_len, fresh, self.draft_tokens, self.acceptance_length)
         return (step / self.efficiency + STEP_OVERHEAD_S) / self.acceptance_length
 
     def prefill_token_s(self) -> float:
