@@ -40,6 +40,7 @@ from bakeoff.twin.predict import predict_plan
 from bakeoff.twin.target import deployed
 
 GOAL_SETUP, GOAL_LOAO, GOAL_RANK, GOAL_COVERAGE_PTS = 20.0, 25.0, 90.0, 10.0
+MIN_COVERAGE_ROWS = 10  # a coverage share over fewer held-out rows says little either way
 THIN_ROWS = 2  # a configuration published in this few rows is one the fit can hardly learn out of fold
 
 
@@ -115,7 +116,7 @@ def _summary(scored: list[holdout.HeldOut]) -> str:
     return f"{len(apes):>4} rows, median APE {np.median(apes):5.1f}%, max {max(apes):6.1f}%"
 
 
-def _coverage_table(title: str, cov: dict[str, dict[str, tuple[int, int]]]) -> list[tuple[str, str, float]]:
+def _coverage_table(title: str, cov: dict[str, dict[str, tuple[int, int]]]) -> list[tuple[str, str, float, int]]:
     print(f"\n{title}")
     print(f"  {'scheme':<27} " + " ".join(f"{k:>21}" for k in holdout.KINDS))
     out = []
@@ -126,7 +127,7 @@ def _coverage_table(title: str, cov: dict[str, dict[str, tuple[int, int]]]) -> l
                 cells.append("-")
                 continue
             inside, n = by[k]
-            out.append((scheme, k, 100 * inside / n))
+            out.append((scheme, k, 100 * inside / n, n))
             cells.append(f"{inside}/{n} {100 * inside / n:3.0f}%")
         print(f"  {scheme:<27} " + " ".join(f"{c:>21}" for c in cells))
     return out
@@ -259,7 +260,10 @@ def main() -> int:
     )
     nominal = 100 * twin_fit.BAND_Q
     for label, table in (("coverage", cov), ("coverage, band from the other schemes", cross)):
-        for scheme, kind, pct in table:
+        for scheme, kind, pct, n in table:
+            if n < MIN_COVERAGE_ROWS:
+                print(f"  ---- {label} {scheme} / {kind}: {n} rows, too few to judge (under {MIN_COVERAGE_ROWS})")
+                continue
             ok = abs(pct - nominal) <= GOAL_COVERAGE_PTS
             goal = f"goal {nominal:.0f} +-{GOAL_COVERAGE_PTS:g} points"
             print(f"  {'PASS' if ok else 'MISS'} {label} {scheme} / {kind}: {pct:.0f}% ({goal})")

@@ -35,12 +35,11 @@ TERMS: tuple[tuple[tuple[str, ...], float], ...] = (
     (("engine",), 1.0),
     (("precision",), 1.0),
     (("multinode",), 1.0),
-    (("vendor", "scenario"), 1.0),
     (("vendor", "model"), 1.0),
     (("gpu",), 1.0),
     (("gpu", "engine", "precision"), 1.0),
     (("gpu", "model"), 2.0),
-    (("gpu", "scenario"), 2.0),
+    (("gpu", "scenario"), 2.0),  # no (vendor, scenario): it lent GB200/GB300's Interactive (~5x) to other GPUs
     (("model", "precision"), 1.0),  # a model's FP4 and FP8 kernels differ in maturity
     (("vendor", "precision"), 1.0),  # MXFP4 on AMD and NVFP4 on NVIDIA reach different shares of their peak
 )
@@ -177,6 +176,7 @@ def fit(train: Sequence[Any], band: bool = True) -> Fit:
     seen = {a: frozenset(str(getattr(r, a)) for r in train) for a in ("gpu", "model", "engine", "vendor")}
     seen["configuration"] = frozenset(configuration(r) for r in train)
     seen["setup"] = frozenset(f"{configuration(r)}:{r.model}" for r in train)
+    seen["gpu_scenario"] = frozenset(f"{r.gpu}:{r.scenario}" for r in train)
     return Fit(
         intercept=b0,
         coef=coef,

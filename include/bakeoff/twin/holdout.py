@@ -38,7 +38,7 @@ from bakeoff.twin.calibration import Row
 # band kinds, narrowest first: what the fit had seen of the predicted configuration
 SAME_SETUP = "same setup"  # its GPU x engine x precision ran this model (another scenario or GPU count)
 NEW_MODEL = "same GPU, new model"  # its GPU x engine x precision ran, this model only elsewhere
-NEW_GPU = "new GPU"  # no row ran its GPU x engine x precision: the coarser terms stand in
+NEW_GPU = "new GPU"  # no row ran its GPU x engine x precision, or its GPU in this scenario: coarser terms stand in
 NEW_KIND = "new model kind"  # no row of the model: read through its nearest calibrated kind
 KINDS = (SAME_SETUP, NEW_MODEL, NEW_GPU, NEW_KIND)
 
@@ -90,12 +90,12 @@ def near_model(model: str, seen: Sequence[str]) -> str | None:
     return min(alike, key=lambda s: abs(math.log(specs[s].active_params_b / m.active_params_b)))
 
 
-def kind_of(gpu: str, model: str, engine: str, precision: str, seen: dict[str, frozenset[str]]) -> str:
+def kind_of(gpu: str, model: str, engine: str, precision: str, scenario: str, seen: dict[str, frozenset[str]]) -> str:
     """The band kind of a prediction, from what its fit saw (``Fit.seen``)."""
     if model not in seen["model"]:
         return NEW_KIND
     config = f"{gpu}:{engine}:{precision}"
-    if config not in seen["configuration"]:
+    if config not in seen["configuration"] or f"{gpu}:{scenario}" not in seen["gpu_scenario"]:
         return NEW_GPU
     return SAME_SETUP if f"{config}:{model}" in seen["setup"] else NEW_MODEL
 
@@ -151,7 +151,9 @@ def held_out(rows: Sequence[Row], scheme: str) -> list[HeldOut]:
                     continue  # no basis: the twin says "no calibration", so there is no error to score
                 query = dataclasses.replace(r, model=proxy)
             predicted = twin_fit.ideal_per_gpu(r) * f.efficiency(query)
-            out.append(HeldOut(scheme, group, r, predicted, kind_of(r.gpu, r.model, r.engine, r.precision, f.seen)))
+            out.append(
+                HeldOut(scheme, group, r, predicted, kind_of(r.gpu, r.model, r.engine, r.precision, r.scenario, f.seen))
+            )
     return out
 
 

@@ -162,7 +162,7 @@ def twin_for(target: Target) -> TargetTwin | NoCalibration:
             f"({catalog.models()[target.model].attention} attention): the twin has no calibration for it",
         )
     q = Query(gpu, proxy, PLAN_SCENARIO, engine_family(target.stack), target.quantization)
-    kind = holdout.kind_of(gpu, target.model, q.engine, q.precision, d.fit.seen)
+    kind = holdout.kind_of(gpu, target.model, q.engine, q.precision, q.scenario, d.fit.seen)
     band = d.bands.get(kind)
     if band is None:
         return NoCalibration(target.name, f"no held-out error for a {kind} prediction: the twin has no band for it")
