@@ -508,31 +508,27 @@ def check_roles(
 
 
 def check_emulated(
-    result: ClusterResult, target: Any, api_key: str | None, timeout_s: float = 60.0, failed: Failed | None = None
+    provider: Provider,
+    result: ClusterResult,
+    target: Any,
+    api_key: str | None,
+    timeout_s: float = 60.0,
+    failed: Failed | None = None,
 ) -> None:
-    """Every serving node serves the target's model and its /version says ``emulated`` (the emulator
-    says so): the emulated router may front it. ProviderError naming the node that is not, so a
-    provider that claims emulated nodes (``Provider.emulated_nodes``) on a real cloud is caught."""
-    import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
-
-    from bakeoff.serving.tls import pinned_context  # noqa: PLC0415 - only a cluster's readiness pins its nodes
-
+    """Every serving node serves the target's model and is one the provider's own record says it
+    launched emulator-backed (``Provider.launched_emulated``, by instance id): the emulated router may
+    front it. The node's own answers (/version) prove nothing, since a custom image says what it likes.
+    ProviderError naming the node that is not, so a connection that claims emulated nodes
+    (``Provider.emulated_nodes``) on a real cloud is caught."""
     check_roles(result, target, api_key, timeout_s=timeout_s, failed=failed)
-    cert = node_cert(result.nodes)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     for n in result.nodes:
         if n.role not in SERVING_ROLES:
             continue
-        url = Instance.from_dict(n.instance or {}).base_url
-        try:
-            r = httpx.get(f"{url}/version", headers=headers, timeout=5.0, verify=pinned_context(cert) if cert else True)
-            emulated = r.status_code == 200 and r.json().get("emulated") is True
-        except (httpx.HTTPError, ValueError, AttributeError):
-            emulated = False
-        if not emulated:
+        if not provider.launched_emulated(str((n.instance or {}).get("id") or "")):
             raise ProviderError(
-                f"cluster {target.name}: {n.role} node {n.index} does not say it is emulated (/version); the "
-                "emulated router fronts emulator-backed nodes only, and a cloud cluster's roles are not started"
+                f"cluster {target.name}: {n.role} node {n.index} is not one {provider.name} launched emulator-backed "
+                "(its own record, by instance id); the emulated router fronts emulator-backed nodes only, and a "
+                "cloud cluster's roles are not started"
             )
         n.instance = {**(n.instance or {}), "details": {**((n.instance or {}).get("details") or {}), "emulated": True}}
 

@@ -251,7 +251,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         serving_secrets = secrets.serving_secrets(target) if target.secrets else None
     except secrets.MissingSecret as e:
         raise ProviderError(str(e)) from None
-    agent = stage_client(target, expires - time.time(), credentials)
+    agent = stage_client(target, bundle_url_s(target, expires), credentials)
     tls, node_cert = _node_tls(target, rid, bool(serving_secrets), bool(agent))
     spec = LaunchSpec(
         api_key=serving_key(target, rid),
@@ -339,7 +339,7 @@ def _provision_cluster(
             from bakeoff.cluster_serving import certain_failure  # noqa: PLC0415 - only a cloud cluster's nodes
 
             failed = certain_failure(spec.api_key, credentials)  # a role that cannot come up fails at once
-            cluster.check_emulated(res, target, spec.api_key, timeout_s=res.deadline_s, failed=failed)
+            cluster.check_emulated(provider, res, target, spec.api_key, timeout_s=res.deadline_s, failed=failed)
         router = cluster.start_router(
             res,
             target,
@@ -509,6 +509,18 @@ def _node_tls(
 
     ident = node_identity(run_id, target.slug)
     return {"cert": ident.cert_pem, "key": ident.key_pem}, ident.cert_pem
+
+
+# How long the bundle's URL stays good beyond the node's boot deadline: the create and its placement
+# retries come first. The node fetches it once, at boot; the URL rides in user-data, which outlives boot.
+CREATE_ALLOWANCE_S = 900.0
+
+
+def bundle_url_s(target: Target, expires: float) -> float:
+    """The bundle URL's lifetime: until the node's boot deadline (``ready_timeout_s``) after its create,
+    never past the node's own expiry; after boot, a URL read from user-data opens nothing."""
+    boot_s = float(target.provider_options.get("ready_timeout_s", 1800)) + CREATE_ALLOWANCE_S
+    return min(expires - time.time(), boot_s)
 
 
 def stage_client(

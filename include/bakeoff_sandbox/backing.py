@@ -230,6 +230,12 @@ class Backing:
             port = self._ports.get((provider, instance_id))
         return ("127.0.0.1", port) if port else None
 
+    def emulated(self, provider: str, instance_id: str) -> bool:
+        """Whether this sandbox booted the emulator for the node (its own record, by instance id: what the
+        providers ask through the address map, never the node's /version)."""
+        with self._lock:
+            return (provider, instance_id) in self._ports
+
     def agent_port(self, provider: str, instance_id: str) -> int | None:
         with self._lock:
             return self._agent_ports.get((provider, instance_id))

@@ -466,7 +466,14 @@ class Clouds(LoopbackServer):
         addr = self.backing.address(provider, nid) if self.backing else None
         if addr is None:
             return _json({"error": "not serving yet"}, 404)
-        return _json({"host": addr[0], "port": addr[1], "agent_port": self.backing.agent_port(provider, nid)})
+        return _json(
+            {
+                "host": addr[0],
+                "port": addr[1],
+                "agent_port": self.backing.agent_port(provider, nid),
+                "emulated": self.backing.emulated(provider, nid),  # the sandbox's record, not the node's answer
+            }
+        )
 
     def control(self, req: Request) -> Response:
         """For rehearsals in other processes: {"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503],

@@ -28,7 +28,7 @@ from tests.stub_host import StubHost
 KEY = "k" * 32
 
 
-def test_the_bundle_is_reproducible_and_holds_the_whole_package():
+def test_the_bundle_is_reproducible_and_holds_what_the_node_runs():
     data, sha = bundle.build()
     again, sha2 = bundle.build()
     assert sha == sha2 == hashlib.sha256(data).hexdigest() and data == again

@@ -1,6 +1,8 @@
-"""The per-node check behind a cloud's ``emulated_nodes`` claim: a node that serves the model but whose
-/version does not say ``emulated: true`` (a real engine behind a claiming connection) is refused, naming
-its role and index, before the emulated router may front it. Real HTTP against stand-in nodes."""
+"""The per-node check behind a cloud's ``emulated_nodes`` claim: a node that serves the model but that the
+provider has no record of launching emulator-backed (a real engine behind a claiming connection, whatever
+its /version says) is refused, naming its role and index, before the emulated router may front it. Real
+HTTP against stand-in nodes; the local provider (whose nodes it starts itself) and a claiming AWS
+connection with no sandbox registry to ask."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import pytest
 
 from bakeoff import cluster
 from bakeoff.plan import Target
+from bakeoff.providers.aws import AwsProvider
 from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.local import LocalProvider
 
 TARGET = Target(name="pd", provider="local", recipe="dsr1-fp4-mi355x-sglang-disagg", recipe_arm=0)
 
@@ -58,10 +62,11 @@ def _result(*servers: ThreadingHTTPServer) -> cluster.ClusterResult:
     return cluster.ClusterResult("pd", out, 60.0)
 
 
-def test_a_node_whose_version_does_not_say_emulated_is_refused_naming_it(nodes):
+def test_a_node_the_provider_did_not_launch_emulated_is_refused_naming_it(nodes):
     emulated, real = nodes
-    with pytest.raises(ProviderError, match=r"decode node 1 does not say it is emulated \(/version\)"):
-        cluster.check_emulated(_result(emulated, real), TARGET, None, timeout_s=5)
-    ok = _result(emulated, emulated)
-    cluster.check_emulated(ok, TARGET, None, timeout_s=5)
+    claiming = AwsProvider({"aws_access_key_id": "t", "aws_secret_access_key": "t", "emulated_nodes": True})
+    with pytest.raises(ProviderError, match=r"prefill node 0 is not one aws launched emulator-backed"):
+        cluster.check_emulated(claiming, _result(emulated, emulated), TARGET, None, timeout_s=5)
+    ok = _result(emulated, real)  # the local provider started every node itself: its record, not /version
+    cluster.check_emulated(LocalProvider(), ok, TARGET, None, timeout_s=5)
     assert all(n.instance and n.instance["details"]["emulated"] for n in ok.nodes)

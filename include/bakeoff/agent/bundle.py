@@ -1,5 +1,10 @@
 """The client bundle: this package as one zip, shipped to the serving node through an object store.
 
+It holds only what the node runs (``NODE_DATA`` and the package's Python modules): the node's
+user-data carries the URL, and every process on the node, and whoever may read the cloud's instance
+attributes, can fetch it, so nothing else the package folder holds (the twin's predicted spend, a run
+record left beside the code) goes with it.
+
 Why a zip of the package rather than a wheel: it is built from the code this worker runs (whatever
 way it was installed), needs no build tool on the worker, and the node only unzips it onto
 PYTHONPATH. It is built reproducibly (sorted entries, fixed timestamps), so its SHA-256 names it:
@@ -44,6 +49,18 @@ def _agent_extra() -> tuple[str, ...]:
 # What the agent and the benchmark client import (a test walks the real imports to keep this whole).
 AGENT_REQUIREMENTS = _agent_extra()
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
+# The files besides Python modules that the boot script and the agent read on the node (paths inside
+# the package): the hash-pinned requirements the boot script installs, the OCI self-delete's SDK pins,
+# and the catalogs the benchmark client's provenance reads. Nothing else leaves with the bundle.
+NODE_DATA = (
+    "agent/requirements-node.txt",
+    "serving/requirements-oci-sdk.txt",
+    "catalog/clusters.yaml",
+    "catalog/hardware.yaml",
+    "catalog/instances.yaml",
+    "catalog/models.yaml",
+    "catalog/serving.yaml",
+)
 # The whole closure, hash-pinned for the node's platform (scripts/agent_requirements.py writes it).
 HASHES_FILE = Path(__file__).with_name("requirements-node.txt")
 HASHES_IN_BUNDLE = "bakeoff/agent/requirements-node.txt"
@@ -83,14 +100,20 @@ def package_root() -> Path:
     return Path(bakeoff.__file__).parent
 
 
+def on_node(rel: str) -> bool:
+    """Whether a path inside the package goes to the node: a Python module, or one of ``NODE_DATA``."""
+    return rel.endswith(".py") or rel in NODE_DATA
+
+
 def build() -> tuple[bytes, str]:
-    """(zip bytes, sha256): every file of the package but caches, deterministic byte for byte."""
+    """(zip bytes, sha256): the package's Python modules and ``NODE_DATA``, deterministic byte for byte."""
     root = package_root()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for p in sorted(root.rglob("*")):
             rel = p.relative_to(root.parent)
-            if p.is_dir() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".pyo"):
+            inside = p.relative_to(root).as_posix()
+            if not p.is_file() or p.is_symlink() or "__pycache__" in rel.parts or not on_node(inside):
                 continue
             info = zipfile.ZipInfo(rel.as_posix(), _FIXED_TIME)
             info.external_attr = 0o644 << 16

@@ -146,6 +146,11 @@ class Provider(abc.ABC):
     # cloud whose credentials say ``emulated_nodes``): what lets a cluster target run here (pipeline)
     emulated_nodes: bool = False
 
+    def launched_emulated(self, instance_id: str) -> bool:
+        """Whether this provider's own record says it launched ``instance_id`` emulator-backed: never the
+        node's word (a custom image answers whatever it likes on /version). No record: False."""
+        return False
+
     def include(self, targets: list[Target]) -> None:
         """Widen what ``list_tagged`` searches to where these plan targets launch (no-op for most clouds)."""
         return None

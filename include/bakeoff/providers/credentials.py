@@ -28,7 +28,8 @@ OCI_ENV = {
 def emulated_nodes(creds: dict[str, Any]) -> bool:
     """Whether the credentials claim every node boots the hardware emulator (the sandbox's clouds do):
     only the literal ``True`` counts, so a stray string or 1 in a real account's extra claims nothing.
-    The claim lets a cluster target run; each node must still say ``emulated`` (cluster.check_emulated)."""
+    The claim lets a cluster target run; each node must still be one the launching layer records as
+    emulator-backed (Provider.launched_emulated, cluster.check_emulated), never one that only says so itself."""
     return creds.get("emulated_nodes") is True
 
 

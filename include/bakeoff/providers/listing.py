@@ -33,6 +33,19 @@ def resolve_address(
     return d.get("host"), d.get("port"), d.get("agent_port")
 
 
+def launched_emulated(address_map_url: str | None, provider: str, instance_id: str) -> bool:
+    """Whether the layer that launched the node (the sandbox's registry, behind its address map) records
+    ``instance_id`` as emulator-backed: asked by instance id, on the worker's side, so nothing the node
+    runs can answer for it. No address map, no answer, or anything but a literal ``true``: False."""
+    if not address_map_url:
+        return False
+    try:
+        r = httpx.get(f"{address_map_url.rstrip('/')}/{provider}/{instance_id}", timeout=5.0)
+        return r.status_code == 200 and r.json().get("emulated") is True
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
 def listed_instance(
     provider: str,
     instance_id: str,

@@ -72,6 +72,10 @@ class LocalProvider(Provider):
     poll_s = 0.05  # the emulator is up in well under a second
     emulated_nodes = True
 
+    def launched_emulated(self, instance_id: str) -> bool:
+        """Every local node is an emulator process this provider started itself."""
+        return True
+
     def __init__(
         self,
         credentials: dict[str, Any] | None = None,

@@ -15,6 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from bakeoff import catalog
+from bakeoff.providers import listing
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import emulated_nodes
 
@@ -97,6 +98,11 @@ class AwsApi:
                 found = set()
             self._regions = sorted(found | self._known_regions)
         return self._regions
+
+    def launched_emulated(self, instance_id: str) -> bool:
+        """The sandbox's own record of the node, asked by instance id (providers.listing): a connection
+        that claims emulated nodes still has each node proved by the layer that launched it."""
+        return self.emulated_nodes and listing.launched_emulated(self.address_map_url, self.name, instance_id)
 
     def _client(self, service: str, region: str) -> Any:
         key = (service, region)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import oci
 from oci.exceptions import ServiceError
 
+from bakeoff.providers import listing
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import emulated_nodes
@@ -145,6 +146,11 @@ class OciApi:
             service_error_retry_config={429: []},
         ).get_retry_strategy()
         self._clients: dict[tuple[str, str], Any] = {}
+
+    def launched_emulated(self, instance_id: str) -> bool:
+        """The sandbox's own record of the node, asked by instance id (providers.listing): a connection
+        that claims emulated nodes still has each node proved by the layer that launched it."""
+        return self.emulated_nodes and listing.launched_emulated(self.address_map_url, self.name, instance_id)
 
     def _client(self, kind: str, region: str) -> Any:
         key = (kind, region)
