@@ -62,11 +62,9 @@ def forger() -> Iterator[ThreadingHTTPServer]:
 
 def _result(server: ThreadingHTTPServer) -> cluster.ClusterResult:
     port = server.server_address[1]
+    inst = [Instance("aws", f"us-east-1:i-{i}", "pd", "r", "running", "127.0.0.1", port).to_dict() for i in (0, 1)]
     nodes = [
-        cluster.ClusterNode(
-            i, role, f"pd--n{i}", instance=Instance("aws", f"us-east-1:i-{i}", "pd", "r", "running", "127.0.0.1", port).to_dict()
-        )
-        for i, role in enumerate(("prefill", "decode"))
+        cluster.ClusterNode(i, role, f"pd--n{i}", instance=inst[i]) for i, role in enumerate(("prefill", "decode"))
     ]
     return cluster.ClusterResult("pd", nodes, 60.0)
 
