@@ -5,45 +5,17 @@ its address map, a real AWS provider whose connection claims emulated nodes, sta
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from bakeoff import cluster
-from bakeoff.plan import Target
 from bakeoff.providers.aws import AwsProvider
 from bakeoff.providers.base import Instance, ProviderError
 from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.clouds import Clouds
-
-TARGET = Target(name="pd", provider="local", recipe="dsr1-fp4-mi355x-sglang-disagg", recipe_arm=0)
-
-
-def _forger() -> ThreadingHTTPServer:
-    """A node whose image serves the model and answers /version exactly as the emulator does."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = {
-                "/health": {},
-                "/v1/models": {"data": [{"id": TARGET.served_model_id}]},
-                "/version": {"emulated": True, "version": "emulator"},
-            }.get(self.path)
-            raw = json.dumps(body).encode()
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+from tests.emulator.test_cluster_check_emulated import TARGET, _node
 
 
 @pytest.fixture
@@ -55,7 +27,7 @@ def registry(tmp_path) -> Iterator[Clouds]:
 
 @pytest.fixture
 def forger() -> Iterator[ThreadingHTTPServer]:
-    s = _forger()
+    s = _node({"emulated": True, "version": "emulator"})  # exactly what the emulator answers
     yield s
     s.shutdown()
 
