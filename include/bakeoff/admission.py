@@ -93,6 +93,9 @@ def admit(plan: Plan, settings: Settings | None = None, scheduled: bool = False)
     files and the settings; records nothing."""
     s = settings or Settings()
     check_plan_claims(plan)
+    from bakeoff.bench.workloads import check_files  # noqa: PLC0415 - numpy only once a plan is admitted
+
+    check_files(plan.workloads)  # before the estimate reads them: a missing file is one line naming it
     oversize, tight = boot_script_sizes(plan)
     if oversize:
         raise PlanError("; ".join(oversize))

@@ -1,17 +1,4 @@
-"""`python -m bakeoff ...`: the library without Airflow.
-
-plan check   validate a plan file and print what it resolves to
-preflight    ask each target's cloud, with reads and dry runs only, whether its launch would work
-run          a whole bake-off in this process (same steps as the DAG, teardown guaranteed)
-summary      the latest run's report path and headline table
-bench        benchmark one endpoint by hand
-sessions-from-logs   convert a chat/agent log into a session trace (also python -m bakeoff.bench)
-reap         terminate expired or orphaned bakeoff instances
-agent        the node agent (started on a serving node by its boot script)
-recipes      the vendored InferenceX recipes: list them, or show one and the engine command it renders to
-predict      what each target should do and cost, from the calibrated twin, before anything is rented
-verify       check an evidence bundle's hashes and signature, and print what it proves
-"""
+"""`bakeoff ...` (or `python -m bakeoff ...`): the library without Airflow; `bakeoff --help` lists the commands."""
 
 from __future__ import annotations
 
@@ -30,17 +17,31 @@ from pydantic import ValidationError
 
 from bakeoff import admission, catalog, pipeline, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
+from bakeoff.bench.workloads import WorkloadFileError, check_files
+from bakeoff.catalog import cli as catalog_cli
 from bakeoff.fielderrors import explain
-from bakeoff.plan import Target, load_plan, multinode, recipes
+from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
 from bakeoff.plan.names import unverified_names
+from bakeoff.plan.prices import market_mismatches
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.report.headline import headline_table
 from bakeoff.serving import engines, userdata
 from bakeoff.serving.emulator import disagg
 
 
+def _load(ref: str) -> Plan:
+    """A plan whose workload files exist: a missing one is an error line here, not a traceback from the
+    first estimate or step that reads it."""
+    plan = load_plan(ref)
+    try:
+        check_files(plan.workloads)
+    except WorkloadFileError as e:
+        raise PlanError(f"{resolve_plan_path(ref).name}: {e}") from None
+    return plan
+
+
 def _plan_check(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
+    plan = _load(args.plan)
     for t in plan.targets:
         hardware = f"{' or '.join(t.offers) or 'described hardware'} ({t.instance.gpus}x {t.gpu.name})"
         c = t.cluster  # a cluster's parallelism is its roles' (the target's own TP is its first node's)
@@ -94,7 +95,7 @@ def _plan_check(args: argparse.Namespace) -> int:
     print(f"approval: {'needed before spend' if need['required'] else 'not needed'} ({need['reason']})")
     for row in client_cores(plan):
         print(line(row))
-    for w in [*warnings(plan), *unverified_names(plan), *admitted.warnings]:
+    for w in [*warnings(plan), *unverified_names(plan), *market_mismatches(plan), *admitted.warnings]:
         print(f"warning: {w}")
     return 0
 
@@ -103,7 +104,7 @@ def _preflight(args: argparse.Namespace) -> int:
     """Read-only checks of every target against its cloud; non-zero when any would stop the run."""
     from bakeoff.preflight import blocking, preflight, table  # noqa: PLC0415 - the clouds' SDKs only for this command
 
-    rows = preflight(load_plan(args.plan), credentials_from_env)
+    rows = preflight(_load(args.plan), credentials_from_env)
     print(table(rows))
     bad = blocking(rows)
     print(f"preflight: {len(bad)} check(s) would stop the run" if bad else "preflight: nothing would stop the run")
@@ -165,7 +166,7 @@ def _predict(args: argparse.Namespace) -> int:
 
     from bakeoff.twin.predict import predict_plan, render  # noqa: PLC0415 - numpy only for this command
 
-    plan = load_plan(args.plan)
+    plan = _load(args.plan)
     doc = predict_plan(plan)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
     try:  # a prediction of a plan run would refuse says so, with run's message
@@ -206,9 +207,7 @@ def _recipes(args: argparse.Namespace) -> int:
                 (each.name, each.model, each.gpu, each.engine, each.precision)
                 + (each.spec_label, each.kv_offload_label, str(each.tp), "floating" if each.floating else "pinned")
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        _table(rows)
         print(f"{len(rows) - 1} recipes from {src.get('repo')} at {str(src.get('commit'))[:12]} ({src.get('date')})")
         return 0
     if not args.name:
@@ -249,9 +248,7 @@ def _recipes(args: argparse.Namespace) -> int:
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    print(catalog_cli.table(rows))
 
 
 def _multinode_recipes(args: argparse.Namespace) -> int:
@@ -360,38 +357,62 @@ def _images(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_plan_argument(p: argparse.ArgumentParser, default: str | None = None, what: str = "the plan") -> None:
+    """The one way every command takes a plan: positional (``plan check PLAN``) or ``--plan PLAN``, both
+    accepted everywhere so that earlier spellings keep working; a name under the plans folder or a file."""
+    shown = f" (default {default})" if default else ""
+    p.add_argument("plan", nargs="?", help=f"{what}: an installed plan's name or a YAML file{shown}")
+    p.add_argument("--plan", dest="plan_option", metavar="PLAN", help="the same, as an option")
+    p.set_defaults(plan_default=default)
+
+
+def _settle_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fold --plan into the positional plan: one of the two, or the command's default."""
+    if not hasattr(args, "plan_option"):
+        return
+    given, option = args.plan, args.plan_option
+    if given and option and given != option:
+        parser.error(f"the plan is given twice ({given!r} and --plan {option!r}); give it once")
+    args.plan = given or option or args.plan_default
+    if not args.plan:
+        parser.error(f"{args.command}: give a plan (a name such as local-demo, or a YAML file)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and its arguments, each with its help (tests/unit/test_cli.py holds them to it)."""
     parser = argparse.ArgumentParser(
-        prog="python -m bakeoff", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="bakeoff",
+        description="bakeoff: head-to-head evaluations of AI inference hardware, as cost per token at your SLO. "
+        "The library without Airflow (also python -m bakeoff).",
+        epilog="bakeoff COMMAND --help shows a command's arguments.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="check a plan file")
-    p.add_argument("action", choices=["check"])
-    p.add_argument("plan")
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+    p = sub.add_parser("plan", help="check a plan file and print what it resolves to and would spend")
+    p.add_argument("action", choices=["check"], help="check: validate the plan and print each target's facts")
+    add_plan_argument(p, what="the plan to check")
     p.set_defaults(func=_plan_check)
     p = sub.add_parser("preflight", help="check with reads only that every target could launch (spends nothing)")
-    p.add_argument("plan")
+    add_plan_argument(p, what="the plan whose targets to check")
     p.set_defaults(func=_preflight)
-    p = sub.add_parser("run", help="run a whole bake-off without Airflow")
-    p.add_argument("--plan", default="local-demo")
-    p.add_argument("--targets", nargs="*")
-    p.add_argument("--run-id")
-    p.add_argument("--slot-poll-s", type=float, default=5.0, help="how often a target looks for a free node slot")
-    p.set_defaults(func=_run)
-    p = sub.add_parser("summary", help="print the latest run's report paths and headline")
-    p.add_argument("--plan", default="local-demo")
-    p.set_defaults(func=_summary)
-    p = sub.add_parser("recipes", help="list the vendored InferenceX recipes, or show one")
-    p.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--multinode", action="store_true", help="the multi-node, disaggregated recipes")
-    p.set_defaults(func=_recipes)
-    p = sub.add_parser(
-        "predict", help="predict each target's throughput, cost at the SLO and spend (the calibrated twin)"
-    )
-    p.add_argument("plan")
+    p = sub.add_parser("predict", help="predict each target's throughput, cost at the SLO and spend (calibrated twin)")
+    add_plan_argument(p, what="the plan to predict")
     p.add_argument("--json", action="store_true", help="the whole prediction as JSON")
     p.set_defaults(func=_predict)
+    p = sub.add_parser("run", help="run a whole bake-off in this process, without Airflow (teardown guaranteed)")
+    add_plan_argument(p, default="local-demo", what="the plan to run")
+    p.add_argument("--targets", nargs="*", metavar="NAME", help="run only these targets of the plan (default: all)")
+    p.add_argument("--run-id", help="the run's id (default: cli__<UTC time>_<random>)")
+    p.add_argument("--slot-poll-s", type=float, default=5.0, help="how often a target looks for a free node slot")
+    p.set_defaults(func=_run)
+    p = sub.add_parser("summary", help="print the latest run's outcome, report files and headline")
+    add_plan_argument(p, default="local-demo", what="the plan whose latest run to show")
+    p.set_defaults(func=_summary)
+    catalog_cli.add_parser(sub)
+    p = sub.add_parser("recipes", help="list the vendored InferenceX recipes, or show one and its engine command")
+    p.add_argument("action", nargs="?", choices=["list", "show"], default="list", help="list (default) or show one")
+    p.add_argument("name", nargs="?", help="the recipe to show (names from recipes list)")
+    p.add_argument("--multinode", action="store_true", help="the multi-node, disaggregated recipes")
+    p.set_defaults(func=_recipes)
     p = sub.add_parser("verify", help="check an evidence bundle's hashes and signature; print what it proves")
     p.add_argument("bundle", nargs="?", help="the bundle (.zip) to check")
     p.add_argument("--public-key", help="the signer's Ed25519 public key (hex); default: this installation's")
@@ -400,16 +421,22 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("installation-id", help="print the id this installation tags its nodes with")
     p.set_defaults(func=_installation_id)
     p = sub.add_parser("images", help="resolve image tags to digests for the trusted-images Variable")
-    p.add_argument("action", choices=["pin"])
+    p.add_argument("action", choices=["pin"], help="pin: resolve each image's tag to its digest")
     p.add_argument("images", nargs="*", help="[registry/]name[:tag]")
     p.add_argument("--recipes", action="store_true", help="every image the vendored recipes name")
-    p.add_argument("--plan", help="the images a plan's targets would run")
+    p.add_argument("--plan", help="the images a plan's targets would run (a name or a YAML file)")
     p.add_argument("--plain-http", action="append", metavar="HOST:PORT", help="a registry without TLS (local)")
     p.add_argument("--merge", action="store_true", help="keep the images already in $BAKEOFF_TRUSTED_IMAGES")
     p.set_defaults(func=_images)
     for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli", "bakeoff.twin.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    _settle_plan(parser, args)
     try:
         rc: int = args.func(args)
         return rc

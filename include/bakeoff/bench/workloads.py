@@ -127,6 +127,23 @@ def resolve_file(path: str | Path | None, field: str = "source_path") -> Path:
     return p
 
 
+def check_files(workloads: list[Workload]) -> None:
+    """Every file the plan's workloads name exists in the workloads folder: checked before anything is
+    predicted, estimated or started, so a missing file is one line naming the workload, not a traceback
+    from deep in the first step that reads it."""
+    for i, w in enumerate(workloads):
+        named = [("source_path", w.source_path), ("trace_path", w.trace_path)]
+        if w.sessions is not None:
+            named += [("sessions.path", w.sessions.path), ("sessions.fit_from", w.sessions.fit_from)]
+        for field, value in named:
+            if value is None:
+                continue
+            try:
+                resolve_file(value, field)
+            except WorkloadFileError as e:
+                raise WorkloadFileError(f"workloads[{i}].{e}") from None
+
+
 def _open(path: str | Path | None, field: str = "source_path") -> Path:
     return resolve_file(path, field)
 

@@ -205,7 +205,7 @@ def plan_from_dict(raw: dict[str, Any], source: str = "plan") -> Plan:
     try:
         return Plan.model_validate(raw)
     except ValidationError as e:
-        raise PlanError(f"{source} is not a valid plan:\n{explain(e, root='(plan)')}") from None
+        raise PlanError(f"{source} is not a valid plan:\n{explain(e, root='(plan)', model=Plan)}") from None
 
 
 def resolve_plan_path(ref: str | os.PathLike[str]) -> Path:
@@ -225,8 +225,17 @@ def load_plan(ref: str | os.PathLike[str]) -> Plan:
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise PlanError(f"{path.name}: not valid YAML: {e}") from None
+        raise PlanError(f"{path.name}: not valid YAML: {yaml_problem(e)}") from None
     return plan_from_dict(raw, source=path.name)
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's error without its "<unicode string>" stand-in for the file: the line and column (1-based)
+    and what the parser expected, for a message that already names the file."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
+    return where + (what or str(e).split("\n", 1)[0])
 
 
 PRICE_LINE = r"^\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)\s*$"

@@ -60,3 +60,22 @@ def apply_price_sheet(plan: Plan, sheet: dict[str, Any] | None) -> Plan:
         if entry and not t.get("price"):
             t["price"] = entry
     return plan_from_dict(raw, source=f"{plan.name} with price sheet")
+
+
+def market_mismatches(plan: Plan) -> list[str]:
+    """One warning per target priced from a catalog offer of another market than the plan's
+    (``pricing.market``): a spot price in an on-demand plan makes that target look cheaper than it would
+    be to rent. A price the plan or a sheet sets is the buyer's own and is not second-guessed."""
+    out = []
+    for i, t in enumerate(plan.targets):
+        if t.price is not None or t.instance_type is None:
+            continue
+        it = t.instance
+        if it.usd_per_hour is not None and it.market != plan.pricing.market:
+            out.append(
+                f"targets[{i}] ({t.name}): priced from a {it.market} offer ({it.type}: {it.source}, as of {it.as_of}) "
+                "while "
+                f"pricing.market is {plan.pricing.market}; set price: {{usd_per_hour: <{plan.pricing.market} "
+                f"price>, market: {plan.pricing.market}}} on the target, or pricing.market: {it.market}"
+            )
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bakeoff import catalog
 from bakeoff.plan import cluster as clusters
@@ -138,6 +138,21 @@ def _from_multinode_recipe(data: dict[str, Any], r: multinode.MultinodeRecipe) -
             arms.pop("acceptance_length", None)
         own["speculative"] = {**arms, **mine}  # key by key, the target's win
     return {**template, **own, "recipe_arm": arm}
+
+
+def cloud_types(provider: Any) -> list[str]:
+    """The instance types the catalog lists on one cloud, sorted."""
+    return sorted(it.type for it in catalog.instance_types().values() if it.provider == provider)
+
+
+def unknown_instance_message(value: str, provider: Any) -> str:
+    """An unknown instance type, with the types the target's own cloud sells (every catalog type for the
+    local emulator and a static endpoint, which take any: the type only describes the hardware)."""
+    shown = value[:80]
+    if provider in CLOUD_PROVIDERS:
+        own = cloud_types(provider)
+        return f"unknown instance type {shown!r} on {provider}; use one of: {', '.join(own) or '(none listed)'}"
+    return f"unknown instance type {shown!r}; use one of: {', '.join(sorted(catalog.instance_types()))}"
 
 
 class Target(Strict):
@@ -340,10 +355,9 @@ class Target(Strict):
 
     @field_validator("instance_type")
     @classmethod
-    def _known_instance(cls, v: str | None) -> str | None:
-        known = catalog.instance_types()
-        if v is not None and v not in known:
-            raise ValueError(f"unknown instance type {v!r}; use one of: {', '.join(sorted(known))}")
+    def _known_instance(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and v not in catalog.instance_types():
+            raise ValueError(unknown_instance_message(v, info.data.get("provider")))
         return v
 
     @model_validator(mode="before")
@@ -358,17 +372,16 @@ class Target(Strict):
 
     @field_validator("instance_types")
     @classmethod
-    def _known_offers(cls, v: list[str]) -> list[str]:
+    def _known_offers(cls, v: list[str], info: ValidationInfo) -> list[str]:
         if not v:
             return v
         if len(v) < 2:
             raise ValueError("one offer is instance_type: write instance_type: <type> (list two or more here)")
         if len(set(v)) != len(v):
             raise ValueError(f"{sorted(x for x in set(v) if v.count(x) > 1)} listed twice; list each offer once")
-        known = catalog.instance_types()
         for x in v:
-            if x not in known:
-                raise ValueError(f"unknown instance type {x!r}; use one of: {', '.join(sorted(known))}")
+            if x not in catalog.instance_types():
+                raise ValueError(unknown_instance_message(x, info.data.get("provider")))
         return v
 
     @field_validator("stack")
@@ -396,8 +409,8 @@ class Target(Strict):
             raise ValueError(f"tensor_parallel: {why}")
         if self.provider in CLOUD_PROVIDERS and it.provider != self.provider:
             raise ValueError(
-                f"instance type {it.type} is sold by {it.provider}, not {self.provider}; "
-                f"pick a {self.provider} instance type or change provider"
+                f"instance_type: {it.type} is sold by {it.provider}, not {self.provider}; pick one of "
+                f"{self.provider}'s ({', '.join(cloud_types(self.provider)) or 'none listed'}) or change provider"
             )
         if self.provider_options.client_mode == "co-located" and self.provider not in CLOUD_PROVIDERS:
             raise ValueError(

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 FONT_DIR = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 RED = (192, 0, 0)
 log = logging.getLogger(__name__)
+# fpdf's font subsetting logs every table it keeps at INFO (~75 lines a brief, in the CLI's output and the
+# report task's log alike): none of it is the run's news.
+logging.getLogger("fontTools").setLevel(logging.WARNING)
 MAX_PAGES = 2
 
 
