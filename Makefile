@@ -34,7 +34,9 @@ export PYTHONUNBUFFERED := 1
 demo: venv airflow-db
 	@start=$$(date +%s); plan='$(PLAN)'; \
 	if [ -f "$$plan" ]; then export BAKEOFF_PLANS="$$(cd "$$(dirname "$$plan")" && pwd)"; plan="$$(basename "$$plan" .yaml)"; fi; \
-	$(VENV)/bin/airflow dags test bakeoff --conf "{\"plan\": \"$$plan\"}" > $(BAKEOFF_DATA)/demo-dag-test.log 2>&1; rc=$$?; \
+	echo "running the bakeoff DAG on plan $$plan: one line per step and per benchmark point (log: $(BAKEOFF_DATA)/demo-dag-test.log)"; \
+	$(VENV)/bin/airflow dags test bakeoff --conf "{\"plan\": \"$$plan\"}" > $(BAKEOFF_DATA)/demo-dag-test.log 2>&1 & pid=$$!; \
+	$(PY) scripts/demo_progress.py $(BAKEOFF_DATA)/demo-dag-test.log $$pid; wait $$pid; rc=$$?; \
 	echo "DAG run finished in $$(( $$(date +%s) - start )) s (log: $(BAKEOFF_DATA)/demo-dag-test.log)"; \
 	$(PY) -m bakeoff summary --plan '$(PLAN)'; \
 	if [ $$rc -ne 0 ]; then echo "the DAG run failed (exit $$rc): its failed tasks are in the log named above" >&2; fi; exit $$rc
@@ -84,9 +86,11 @@ venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
 	@$(MAKE) --no-print-directory ensure-uv
 	@test -x $(PY) || $(UV) venv --quiet --python $(PYTHON) $(VENV)
+	@echo "installing the $$(grep -c '^[A-Za-z0-9].*==' requirements.txt) locked packages into $(VENV) (the first time: a few minutes)"
 	$(UV) pip sync --quiet --compile-bytecode --python $(PY) --require-hashes requirements.txt
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) --no-deps -e .
 	@touch $(STAMP)
+	@echo "installed"
 
 ensure-uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || \
@@ -94,6 +98,7 @@ ensure-uv:
 
 airflow-db: venv
 	@mkdir -p $(AIRFLOW_HOME) $(BAKEOFF_DATA)
+	@echo "preparing Airflow's database ($(AIRFLOW_HOME)/airflow.db)"
 	@$(VENV)/bin/airflow db migrate > $(BAKEOFF_DATA)/airflow-db-migrate.log 2>&1 || (cat $(BAKEOFF_DATA)/airflow-db-migrate.log; exit 1)
 
 # Debian packages the report tests drive: headless Chromium and poppler (pdftoppm/pdftotext).

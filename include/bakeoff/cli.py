@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
     creds = credentials_from_env
+    progress = Progress()
     run = pipeline.start_run(args.plan, run_id, {"targets": args.targets or []})
     if run["approval_required"]:  # the DAG holds such a run at approve_spend; here nobody can be asked
         need = (store.read_record(run["run_dir"], store.START) or {}).get("approval_needed") or {}
@@ -127,31 +128,43 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    progress(f"run {run_id} of plan {args.plan}: {len(run['targets'])} target(s)")
     failed = []
-    for slug in run["targets"]:
+    for i, slug in enumerate(run["targets"], 1):
         inst = None
-        while not pipeline.node_slot(run["run_dir"], slug):  # the installation's node limit, as wait_slot
-            time.sleep(args.slot_poll_s)
+        say = progress.of(f"target {i}/{len(run['targets'])} {slug}")
+        if not pipeline.node_slot(run["run_dir"], slug):  # the installation's node limit, as wait_slot
+            say("waiting for a node slot (the installation's node limit)")
+            while not pipeline.node_slot(run["run_dir"], slug):
+                time.sleep(args.slot_poll_s)
         try:
             rdir = run["run_dir"]
+            say("provision")
             inst = pipeline.provision(rdir, slug, credentials=creds)
             ready = pipeline.until_done(pipeline.node_ready, rdir, slug, inst, credentials=creds)
+            say("deploy")
             pipeline.deploy(rdir, slug, ready)
             ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, ready, credentials=creds)
+            say("accuracy gate")
             pipeline.accuracy_gate(rdir, slug, ep)
+            say("benchmark (one line per point)")
             pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, pipeline.benchmark(rdir, slug, ep))
         except Exception as e:  # noqa: BLE001 - one target failing must not stop the others
             failed.append(slug)
             print(f"target {slug} failed: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
+            say("terminate")
             pipeline.terminate(run["run_dir"], slug, inst, credentials=creds)
+    progress("sweep")
     pipeline.sweep(run["run_dir"], credentials=creds)
     for name, step in (("validate", pipeline.validate), ("cost", pipeline.cost)):
+        progress(name)
         try:
             step(run["run_dir"])
         except Exception as e:  # noqa: BLE001 - a failed step is reported; the report still runs
             failed.append(name)
             print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+    progress("report and evidence bundle")
     try:  # this process is the run's orchestrator: it knows which steps failed
         paths = pipeline.report(run["run_dir"], failed_steps=failed)
         print(f"evidence bundle: {pipeline.bundle(run['run_dir'], paths, failed_steps=failed)}")
@@ -160,6 +173,19 @@ def _run(args: argparse.Namespace) -> int:
         print(f"step report failed: {type(e).__name__}: {e}", file=sys.stderr)
     _print_summary({**store.run_view(run["run_dir"]), "run_dir": run["run_dir"]}, failed)
     return 1 if failed else 0
+
+
+class Progress:
+    """Step lines on stdout with the seconds since the run began, so a long run is never silent."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        print(f"[{time.monotonic() - self.start:5.0f} s] {what}", flush=True)
+
+    def of(self, prefix: str) -> Callable[[str], None]:
+        return lambda what: self(f"{prefix}: {what}")
 
 
 def _predict(args: argparse.Namespace) -> int:

@@ -9,3 +9,9 @@
 - ``support.support_matrix``: GPU x stack x model x quantization -> deployed / ready / passed.
 Submodules are imported explicitly; this package imports nothing heavy.
 """
+
+import logging
+
+# GX logs at INFO, on import, each of its functions it skips documenting (~200 lines a run, in the CLI's
+# output and the validate task's log alike): none of it is the run's news. Set before any submodule imports GX.
+logging.getLogger("great_expectations").setLevel(logging.WARNING)

@@ -283,9 +283,14 @@ def weights_line(w: dict[str, Any], usd: float | None = None) -> str:
     size = f"{w['bytes'] / 1e9:,.1f} GB" if w.get("bytes") is not None else "size not reported"
     failure = w.get("failure")
     failed = f"; FAILED: {failure}" + (f" (missing {', '.join(w['missing'])})" if w.get("missing") else "")
+    source = str(w.get("source") or "unknown")
+    fetched = (
+        "none downloaded (the emulator serves without weights)"
+        if source.startswith("none")
+        else f"from {source}, {size}, download {fmt(w.get('download_s'))} s"
+    )
     return (
-        f"Weights: {w.get('checkpoint') or '–'} from {w.get('source') or 'unknown'}, {size}, "
-        f"download {fmt(w.get('download_s'))} s, load {fmt(w.get('load_s'))} s "
+        f"Weights: {w.get('checkpoint') or '–'} {fetched}, load {fmt(w.get('load_s'))} s "
         "(excluded from benchmark time, included in evaluation cost"
         + (f": {fmt(usd)} USD" if usd is not None and math.isfinite(usd) else "")
         + ")"

@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from bakeoff import catalog, cost
 from bakeoff.plan.checkpoints import checkpoint_of
-from bakeoff.report import charts, claimcheck
+from bakeoff.report import charts, claimcheck, labels
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.provisioning import refusal_text
 
@@ -30,9 +30,6 @@ STATUS_TEXT = {
     "quarantined": "did not pass validation",
     "no_results": "failed: no results",
 }
-
-# what a reader needs from accuracy.json (the rest is bookkeeping)
-ACCURACY_FIELDS = ("task", "backend", "score", "threshold", "passed", "n", "correct", "errors", "mean_output_tokens")
 
 _env = Environment(
     loader=PackageLoader("bakeoff.report", "templates"),
@@ -164,7 +161,9 @@ def render(d: ReportData) -> str:
         support_cols=_support_columns(d.support),
         cell=_cell,
         gpus=sorted({t.gpu.name: t.gpu for t in d.plan.targets}.values(), key=lambda g: g.name),
-        accuracy={slug: {k: doc[k] for k in ACCURACY_FIELDS if k in doc} for slug, doc in d.accuracy.items()},
+        accuracy={slug: labels.accuracy_sentence(doc) for slug, doc in d.accuracy.items()},
+        label=labels.label,
+        pv=labels.provenance_value,
         trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None],
         claims=[claimcheck.context(c) for c in d.claim_checks],
         checkpoint=checkpoint_of,
