@@ -10,6 +10,7 @@ import re
 import boto3
 import pytest
 
+from bakeoff import catalog
 from bakeoff.cli import main
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.preflight import FAIL, OK, WARN, blocking, preflight
@@ -162,8 +163,14 @@ def test_each_vultr_and_digitalocean_check_can_fail(sb):
     assert sb.clouds.vultr.live() == [] and sb.clouds.do.live() == []
 
 
-def test_an_undated_price_is_a_warning_not_a_stop(sb):
-    rows = preflight(load_plan(PLANS[1]), sb.credentials)
+def test_an_undated_price_is_a_warning_not_a_stop(sb, monkeypatch):
+    plan = load_plan(PLANS[1])
+    dated = [r for r in preflight(plan, sb.credentials) if r.check == "price"]
+    assert dated and all("undated" not in r.detail for r in dated)  # the catalog dates its prices
+    for t in plan.targets:  # a price whose snapshot has no date
+        it = catalog.instance_types()[t.instance_type]
+        monkeypatch.setitem(catalog.instance_types(), it.type, it.model_copy(update={"as_of": "undated"}))
+    rows = preflight(plan, sb.credentials)
     price = [r for r in rows if r.check == "price"]
     assert price and all(r.result == WARN and "undated" in r.detail for r in price)
     assert not blocking(rows)

@@ -4,7 +4,11 @@ accuracy verdict as a sentence; provenance records as text, not a Python dict; e
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from bakeoff.report.data import weights_line
 from bakeoff.report.labels import accuracy_sentence, label, provenance_value
@@ -44,3 +48,32 @@ def test_the_html_labels_its_columns_and_units(built):
     tco = html[html.index("public TCO tiers") :]
     tco = tco[: tco.index("</table>")]
     assert "@" not in tco and "USD/GPU-h" in tco and "3-year rental" in tco
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="Debian package 'poppler-utils' is not installed")
+def test_the_brief_says_slo_and_leaves_no_stub_page(built):
+    pdf = built["paths"]["pdf"]
+    pages = subprocess.run(["pdftotext", "-layout", pdf, "-"], capture_output=True, text=True, check=True).stdout
+    pages = pages.rstrip("\f").split("\f")
+    assert 1 <= len(pages) <= 2 and "SLA" not in "".join(pages) and "Cheapest at the SLO" in pages[0]
+    if len(pages) == 2:  # a second page holds more than the header, the footer and a few lines
+        assert len([x for x in pages[1].splitlines() if x.strip()]) > 12
+
+
+def test_a_stub_last_page_is_not_a_fit():
+    from bakeoff.report.pdf import STUB_PAGE, _fits
+
+    class Laid:
+        h = 297.0
+
+        def __init__(self, pages: int, y: float):
+            self.pages, self.y = pages, y
+
+        def page_no(self) -> int:
+            return self.pages
+
+        def get_y(self) -> float:
+            return self.y
+
+    assert _fits(Laid(1, 40)) and _fits(Laid(2, 297 * STUB_PAGE + 1))
+    assert not _fits(Laid(2, 40)) and not _fits(Laid(3, 200))

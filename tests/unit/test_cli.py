@@ -84,3 +84,9 @@ def test_catalog_instances_of_one_cloud(capsys):
     rows = capsys.readouterr().out.splitlines()[1:-1]
     assert rows and all(r.startswith("oci ") for r in rows)
     assert "BM.GPU.MI355X.8" in "\n".join(rows)
+
+
+def test_every_catalog_price_carries_its_snapshots_date():
+    priced = [it for it in catalog.instance_types().values() if it.usd_per_hour is not None]
+    undated = [it.type for it in priced if not re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", it.as_of)]
+    assert priced and undated == []

@@ -1,6 +1,6 @@
 """The negotiation brief: one to two A4 pages a procurement team takes to the table.
 
-Which target is cheapest at the buyer's SLA and by how much, the break-even prices, the sensitivity
+Which target is cheapest at the buyer's SLO and by how much, the break-even prices, the sensitivity
 table, what was measured and how, and the caveats. Emulated figures are stamped EMULATED in the
 header of every page. Text is set in DejaVu Sans (shipped with matplotlib), so any Unicode name in
 a plan prints.
@@ -196,11 +196,10 @@ def _measured_how(d: ReportData) -> list[str]:
         "USD/M tokens = USD per GPU-hour / (tokens/s per GPU × 3600 / 1e6), "
         "tokens/s per GPU over the GPUs serving the model (TP × PP)."
     )
-    for _, r in d.tables.targets.iterrows():
-        dated = f", as of {r['price_as_of']}" if r["price_as_of"] else ""
+    for _, r in d.tables.targets.iterrows():  # the price source names its market and date
         out.append(
-            f"Price of {r['name']}: {fmt(r['node_usd_per_hour'])} USD/node-h = {fmt(r['usd_per_gpu_hour'])} USD/GPU-h, "
-            f"{r['market']}; {r['price_source']}{dated}."
+            f"Price of {r['name']}: {fmt(r['node_usd_per_hour'])} USD/node-h = {fmt(r['usd_per_gpu_hour'])} USD/GPU-h "
+            f"({r['price_source']})."
         )
     out += [f"{t.name}: {d.weights[t.slug]}." for t in plan.targets if t.slug in d.weights]
     h = d.tables.headline
@@ -301,13 +300,13 @@ def _rack_scale(pdf: Brief, d: ReportData) -> None:
     )
 
 
-def _build(d: ReportData, compact: bool) -> Brief:
+def _build(d: ReportData, chart_mm: float) -> Brief:
     pdf = Brief(d)
     pdf.add_page()
     pdf.set_font("dejavu", "B", 15)
     pdf.cell(0, 9, f"Negotiation brief: {d.plan.name}", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
     pdf.para(
-        f"SLA: {slo_text(d.plan)} · cost per million {d.basis} tokens · utilisation {d.plan.pricing.utilisation:.0%} · "
+        f"SLO: {slo_text(d.plan)} · cost per million {d.basis} tokens · utilisation {d.plan.pricing.utilisation:.0%} · "
         f"{d.plan.pricing.market} prices",
         size=8,
     )
@@ -317,7 +316,7 @@ def _build(d: ReportData, compact: bool) -> Brief:
         pdf.para(f"Different checkpoints: {d.checkpoint_note}", size=7.5)
     widths = (26, 38, 19, 30, 30, 17, 22)
     for wl in d.workloads:
-        pdf.h2(f"Cheapest at the SLA — {wl}")
+        pdf.h2(f"Cheapest at the SLO — {wl}")
         rows = _ranking_rows(d, wl)
         if rows:
             pdf.grid(
@@ -362,9 +361,9 @@ def _build(d: ReportData, compact: bool) -> Brief:
                 ],
                 (40, 28, 28, 30, 40),
             )
-        if len(rows) and len(d.workloads) == 1 and not compact:
+        if len(rows) and len(d.workloads) == 1 and chart_mm:
             png = charts.to_png(charts.cost_at_slo(d, wl, small=True), dpi=130)
-            pdf.image(io.BytesIO(png), w=110)
+            pdf.image(io.BytesIO(png), w=chart_mm)
         head, srows = _sensitivity_rows(d, wl)
         if srows:
             pdf.h2(f"Sensitivity of cost at the SLO (USD/M {d.basis} tokens) — {wl}")
@@ -383,11 +382,23 @@ def _build(d: ReportData, compact: bool) -> Brief:
     return pdf
 
 
+CHART_MM = (110.0, 75.0, 0.0)  # the chart's width, tried in turn until the brief fits without a stub page
+STUB_PAGE = 0.3  # a last page filled less than this is a stub: a smaller chart (or none) should fold it back
+
+
+def _fits(pdf: Brief) -> bool:
+    """At most MAX_PAGES, and no last page that holds only a few lines."""
+    stub = pdf.page_no() > 1 and pdf.get_y() < pdf.h * STUB_PAGE
+    return pdf.page_no() <= MAX_PAGES and not stub
+
+
 def render(d: ReportData, path: Path) -> Path:
-    """Write the brief; when the full layout runs past two pages, drop the chart and retry."""
-    pdf = _build(d, compact=False)
-    if pdf.page_no() > MAX_PAGES:
-        pdf = _build(d, compact=True)
+    """Write the brief; when the full layout runs past two pages or leaves a last page of a few lines,
+    shrink the chart, then drop it, keeping the first layout that fits."""
+    for chart_mm in CHART_MM:
+        pdf = _build(d, chart_mm)
+        if _fits(pdf):
+            break
     if pdf.page_no() > MAX_PAGES:
         log.warning(
             "negotiation brief runs to %d pages (aim: %d); the plan has many targets or workloads",
