@@ -77,3 +77,15 @@ def test_a_stub_last_page_is_not_a_fit():
 
     assert _fits(Laid(1, 40)) and _fits(Laid(2, 297 * STUB_PAGE + 1))
     assert not _fits(Laid(2, 40)) and not _fits(Laid(3, 200))
+
+
+def test_report_charts_colour_a_target_by_its_gpu_as_the_dashboard_does(built):
+    from types import SimpleNamespace
+
+    from bakeoff.report.charts import colours
+    from bakeoff.report.colours import GPU_COLOURS
+
+    plan = built["plan"]  # mi355x, b200 and an XSS-named h200 target
+    col = colours(SimpleNamespace(plan=plan))
+    assert [col[t.slug] for t in plan.targets] == [GPU_COLOURS[t.gpu.name] for t in plan.targets]
+    assert len(set(col.values())) == len(plan.targets)

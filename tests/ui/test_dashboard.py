@@ -259,3 +259,58 @@ def test_the_runs_page_links_the_evidence_bundle_publish_lists(tmp_path, monkeyp
     mod.app.dependency_overrides[mod.require_run_read] = lambda: None
     html = TestClient(mod.app).get("/runs").text
     assert re.search(r'<a href="[^"]*bundle\.zip">evidence</a>', html), html
+
+
+def test_compare_opens_on_the_two_latest_runs_of_one_plan_differences_first(dash):
+    keys = _keys(dash)  # newest first, all of one plan
+    r = dash["client"].get("/compare")
+    assert r.status_code == 200 and "shown against itself" not in r.text
+    chosen = re.findall(r'<option value="([^"]*)" selected>', r.text)
+    assert chosen[:1] == [keys[1]] and keys[0] in chosen  # A: the run before the newest; B: the newest
+    config = r.text[r.text.index("<h2>Configuration</h2>") :]
+    folded = config.index('<details class="same">')
+    assert config.rfind('class="differs"') < folded  # every differing row before the identical ones
+    assert 'class="differs"' not in config[folded:] and "identical field(s)</summary>" in config
+    cost_cells = re.findall(r'<td class="n"><b>([^<]*)</b></td>', r.text)
+    assert cost_cells and all(re.fullmatch(r"[\d,]+(\.\d{1,3})?", c) for c in cost_cells)
+
+
+def test_a_plan_with_one_run_says_it_is_compared_with_itself(dash):
+    keys = _keys(dash)
+    r = dash["client"].get("/compare", params={"a": keys[0], "b": keys[0]})
+    assert "shown against itself" in r.text
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(850000000000.0, "850,000,000,000"), (18.271003917392964, "18.27"), ("18.271003917392964", "18.27"),
+     ("v0.25.0", "v0.25.0"), (None, "–"), (8, "8"), (True, "yes")],
+)  # fmt: skip
+def test_compare_formats_numbers_for_people(value, shown):
+    assert pages.human(value) == shown
+
+
+def test_each_target_kind_has_one_colour_on_every_page_and_in_the_report(dash):
+    from bakeoff.report.colours import GPU_COLOURS
+
+    c = dash["client"]
+    want = GPU_COLOURS["mi355x"]
+    keys = _keys(dash)
+    for page, params, label in (
+        ("trend", {}, "mi355x-vllm"),
+        ("compare", {"a": keys[1], "b": keys[0]}, "A: mi355x-vllm"),
+        ("explore", {"gpu": "mi355x"}, "mi355x · vllm · fp8"),
+    ):
+        charts = _chart_data(c.get(f"/{page}", params=params).text)
+        colours = {d["colour"] for d in charts[0]["datasets"] if d["label"] == label}
+        assert colours == {want}, page
+
+
+def test_every_chart_of_an_emulated_run_is_marked_emulated(dash):
+    keys = _keys(dash)  # the synthetic runs are emulated
+    for page, params in (("trend", {}), ("compare", {"a": keys[1], "b": keys[0]}), ("explore", {})):
+        html = dash["client"].get(f"/{page}", params=params).text
+        charts = _chart_data(html)
+        assert charts and all(ch["emulated"] for ch in charts), page
+        assert html.count('<figure class="chart"><figcaption>') == len(charts)
+        assert len(re.findall(r"<figcaption>[^<]*<span class=\"emu\"[^>]*>EMULATED</span>", html)) == len(charts)

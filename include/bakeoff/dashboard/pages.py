@@ -21,6 +21,7 @@ from bakeoff.approval import approval_line
 from bakeoff.dashboard.stockouts import stockout_trend
 from bakeoff.paths import StorePath, at, fresh, reports_root
 from bakeoff.publish import list_published
+from bakeoff.report.colours import by_kind
 
 MONTH = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
 EXPLORE_FILTERS = ("model", "gpu", "engine", "precision", "speculative")
@@ -140,6 +141,26 @@ def _fmt(x: Any, nd: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
     return f"{x:.{nd}g}" if isinstance(x, (int, float)) else str(x)
+
+
+def human(x: Any) -> str:
+    """A value as a person reads it: 850000000000.0 -> '850,000,000,000', 18.271003917392964 -> '18.27', a
+    number in a string the same way, anything else as text."""
+    if isinstance(x, str):
+        try:
+            number = float(x)
+        except ValueError:
+            return x
+        return human(number) if re.fullmatch(r"-?\d+(\.\d+)?(e[+-]?\d+)?", x.strip(), re.I) else x
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if not isinstance(x, (int, float)):
+        return _fmt(x)
+    if not math.isfinite(x):
+        return "–"
+    if float(x).is_integer() or abs(x) >= 1e4:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
 
 
 def verdict_text(run: Run) -> str:
@@ -266,14 +287,18 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
                 out.append({"x": index[p["run"].key], "y": v})
         return out
 
+    gpu = {t["name"]: (t.get("config") or {}).get("gpu") for r in mine for t in r.targets.values()}
+    colour = by_kind((name, gpu.get(name)) for name in series)
     cost_sets, tps_sets = [], []
     for name in series:
+        c = colour[name]
         cost_sets += [
-            {"label": f"{name}", "data": line(name, "usd_per_m"), "line": True},
-            {"label": f"{name} 95% low", "data": line(name, "ci", 0), "line": True, "dashed": True, "group": name},
-            {"label": f"{name} 95% high", "data": line(name, "ci", 1), "line": True, "dashed": True, "group": name},
+            {"label": f"{name}", "data": line(name, "usd_per_m"), "line": True, "colour": c},
+            {"label": f"{name} 95% low", "data": line(name, "ci", 0), "line": True, "dashed": True, "colour": c},
+            {"label": f"{name} 95% high", "data": line(name, "ci", 1), "line": True, "dashed": True, "colour": c},
         ]
-        tps_sets.append({"label": name, "data": line(name, "tps_per_gpu"), "line": True})
+        tps_sets.append({"label": name, "data": line(name, "tps_per_gpu"), "line": True, "colour": c})
+    emulated = any(r.emulated for r in mine)
     events_set = [{"x": index[e["run"].key], "y": 0, "label": f"{e['target']}: {e['what']}"} for e in events]
     basis = next((r.dash.get("basis") for r in mine if r.dash.get("basis")), "total")
     charts = [
@@ -285,6 +310,7 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             "y": f"USD per M {basis} tokens at the SLO",
             "datasets": cost_sets,
             "events": events_set,
+            "emulated": emulated,
         },
         {
             "id": "trend-tps",
@@ -294,6 +320,7 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             "y": f"{basis} tokens/s per GPU at the SLO",
             "datasets": tps_sets,
             "events": events_set,
+            "emulated": emulated,
         },
     ]
     stockouts = stockout_trend(mine)
@@ -317,10 +344,9 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
 
 def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
     keys = [r.key for r in runs]
-    a_key = q.get("a") or (keys[1] if len(keys) > 1 else keys[0] if keys else None)
-    b_key = q.get("b") or (keys[0] if keys else None)
-    if a_key is None or b_key is None:
+    if not keys:
         return {"keys": keys, "sides": [], "diff": [], "charts": []}
+    a_key, b_key = default_pair(runs, q.get("a"), q.get("b"))
     sides: list[dict[str, Any]] = []
     for side, key in (("a", a_key), ("b", b_key)):
         run = run_by_key(runs, key, f"run {side}")
@@ -344,12 +370,20 @@ def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
         ca, cb = (ta or {}).get("config") or {}, (tb or {}).get("config") or {}
         for field in sorted(set(ca) | set(cb), key=lambda f: (f.startswith("provenance"), f)):
             va, vb = ca.get(field), cb.get(field)
-            diff.append({"target": label, "field": field, "a": _fmt(va, 6), "b": _fmt(vb, 6), "differs": va != vb})
+            diff.append({"target": label, "field": field, "a": human(va), "b": human(vb), "differs": va != vb})
+    diff.sort(key=lambda r: not r["differs"])  # what differs first; the identical rows fold away on the page
     charts: list[dict[str, Any]] = []
     workloads = sorted(
         {w for s in sides for t in s["targets"].values() for w in (t.get("workloads") or {})},
     )
     basis = a["run"].dash.get("basis") or "total"
+    drawn = [
+        (f"{s['side'].upper()}: {t['name']}", (t.get("config") or {}).get("gpu"))
+        for s in sides
+        for t in s["targets"].values()
+    ]
+    colour = by_kind(drawn)
+    emulated = any(s["run"].emulated for s in sides)
     for wl in workloads:
         datasets = []
         for s in sides:
@@ -360,7 +394,8 @@ def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
                     for p in front
                     if p.get("interactivity") is not None and p.get(f"{basis}_tps_per_gpu") is not None
                 ]
-                datasets.append({"label": f"{s['side'].upper()}: {t['name']}", "data": pts, "line": True})
+                name = f"{s['side'].upper()}: {t['name']}"
+                datasets.append({"label": name, "data": pts, "line": True, "colour": colour[name]})
         charts.append(
             {
                 "id": f"compare-{len(charts)}",
@@ -369,6 +404,7 @@ def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
                 "x": "interactivity (tokens/s per user)",
                 "y": f"{basis} tokens/s per GPU",
                 "datasets": datasets,
+                "emulated": emulated,
             }
         )
     costs = []
@@ -376,7 +412,28 @@ def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
         for t in s["targets"].values():
             for wl, w in (t.get("workloads") or {}).items():
                 costs.append({"side": s["side"].upper(), "target": t["name"], "workload": wl, "at": w})
-    return {"keys": keys, "sides": sides, "diff": diff, "charts": charts, "costs": costs, "basis": basis}
+    same = sum(1 for r in diff if not r["differs"])
+    return {
+        "keys": keys,
+        "sides": sides,
+        "diff": diff,
+        "identical": same,
+        "charts": charts,
+        "costs": costs,
+        "basis": basis,
+        "alone": a_key == b_key,
+    }
+
+
+def default_pair(runs: list[Run], a: str | None, b: str | None) -> tuple[str, str]:
+    """The runs Compare opens with: B the newest (or the one asked for), A the newest earlier run of
+    B's plan (or the one asked for); a plan with one run only is compared with itself, and the page says so."""
+    b_run = run_by_key(runs, b, "run b") if b else runs[0]
+    if a:
+        return a, b_run.key
+    plan = b_run.doc.get("plan")
+    earlier = [r for r in runs if r.doc.get("plan") == plan and r.key != b_run.key and r.started_at <= b_run.started_at]
+    return (earlier[0].key if earlier else b_run.key), b_run.key
 
 
 # --- Explore -------------------------------------------------------------------------------------
@@ -413,7 +470,11 @@ def explore_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             label = " · ".join(str(cfg.get(f, "")) for f in ("gpu", "engine", "precision")) + (
                 f" · spec {cfg['speculative']}" if cfg.get("speculative") not in (None, "none") else ""
             )
-            g = groups.setdefault(label, {"label": label, "points": [], "cost": [], "at_slo": []})
+            g = groups.setdefault(
+                label,
+                {"label": label, "gpu": cfg.get("gpu"), "points": [], "cost": [], "at_slo": [], "emulated": False},
+            )
+            g["emulated"] = g["emulated"] or bool(t.get("emulated", r.emulated))
             for wl, w in (t.get("workloads") or {}).items():
                 ratio = 1.0
                 if tco != IN_FORCE:
@@ -439,11 +500,16 @@ def explore_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
                     )
     datasets, cost_sets = [], []
     shown = stored = 0
-    for g in sorted(groups.values(), key=lambda g: g["label"]):
+    ordered = sorted(groups.values(), key=lambda g: g["label"])
+    colour = by_kind((g["label"], g["gpu"]) for g in ordered)
+    for g in ordered:
         # the frontier over every point; the scatter the newest EXPLORE_POINTS (runs come newest first)
-        datasets.append({"label": g["label"], "data": g["points"][:EXPLORE_POINTS], "line": False})
-        datasets.append({"label": f"{g['label']} (Pareto)", "data": _pareto(g["points"]), "line": True, "pareto": True})
-        cost_sets.append({"label": g["label"], "data": g["cost"][:EXPLORE_POINTS], "line": False})
+        c = colour[g["label"]]
+        datasets.append({"label": g["label"], "data": g["points"][:EXPLORE_POINTS], "line": False, "colour": c})
+        datasets.append(
+            {"label": f"{g['label']} (Pareto)", "data": _pareto(g["points"]), "line": True, "pareto": True, "colour": c}
+        )
+        cost_sets.append({"label": g["label"], "data": g["cost"][:EXPLORE_POINTS], "line": False, "colour": c})
         shown += min(len(g["points"]), EXPLORE_POINTS)
         stored += len(g["points"])
     table = []
@@ -458,6 +524,7 @@ def explore_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             "x": "interactivity (tokens/s per user)",
             "y": f"{tokens} tokens/s per GPU",
             "datasets": datasets,
+            "emulated": any(g["emulated"] for g in ordered),
         },
         {
             "id": "explore-cost",
@@ -465,6 +532,7 @@ def explore_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             "x": "interactivity (tokens/s per user)",
             "y": f"USD per M {tokens} tokens ({tco})",
             "datasets": cost_sets,
+            "emulated": any(g["emulated"] for g in ordered),
         },
     ]
     return {

@@ -12,7 +12,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from bakeoff.dashboard.pages import _fmt
+from bakeoff.dashboard.pages import _fmt, human
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -35,7 +35,7 @@ def _env() -> Environment:
     env = Environment(
         loader=PackageLoader("bakeoff.dashboard", "templates"), autoescape=select_autoescape(default=True)
     )
-    env.globals.update(f=_fmt, pages=PAGES, query=_query, airflow_run=airflow_run_url, pct=_pct)
+    env.globals.update(f=_fmt, human=human, pages=PAGES, query=_query, airflow_run=airflow_run_url, pct=_pct)
     env.filters["q"] = lambda s: quote(str(s), safe="")
     return env
 

@@ -20,6 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from bakeoff.report.colours import by_kind
 from bakeoff.report.data import ReportData
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ RC: dict[RcKeyType, object] = {
     "axes.grid": True,
     "grid.alpha": 0.3,
 }
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 
 
 @contextmanager
@@ -45,7 +45,8 @@ def _style() -> Iterator[None]:
 
 
 def colours(d: ReportData) -> dict[str, str]:
-    return {t.slug: PALETTE[i % len(PALETTE)] for i, t in enumerate(d.plan.targets)}
+    """Each target's colour: its GPU's, as on the dashboard (bakeoff.report.colours)."""
+    return by_kind((t.slug, t.gpu.name) for t in d.plan.targets)
 
 
 def _stamp(fig: Figure, emulated: bool) -> None:
@@ -389,8 +390,11 @@ def trend(d: ReportData, workload: str) -> Figure | None:
     with _style():
         fig = Figure(figsize=(6.4, 3.2))
         ax = fig.add_subplot()
-        for i, (name, g) in enumerate(t.groupby("target", sort=False)):
-            ax.plot(g["started"], g["usd_per_m"], marker="o", color=PALETTE[i % len(PALETTE)], label=str(name))
+        gpu = {t.name: t.gpu.name for t in d.plan.targets}  # a target no longer in the plan takes a spare colour
+        groups = list(t.groupby("target", sort=False))
+        col = by_kind((str(name), gpu.get(str(name))) for name, _ in groups)
+        for name, g in groups:
+            ax.plot(g["started"], g["usd_per_m"], marker="o", color=col[str(name)], label=str(name))
         ax.set_ylabel(f"USD per M {d.basis} tokens at SLO")
         ax.set_title(f"Cost at the SLO across runs of {d.plan.name} - {workload}")
         ax.legend(fontsize=7)

@@ -20,7 +20,7 @@
       return colour[name];
     }
     var datasets = spec.datasets.map(function (ds) {
-      var c = colourOf(ds.group || ds.label.replace(/ \(Pareto\)$/, ""));
+      var c = ds.colour || colourOf(ds.group || ds.label.replace(/ \(Pareto\)$/, ""));
       return {
         label: ds.label, data: ds.data, showLine: !!ds.line, borderColor: c, backgroundColor: c,
         borderDash: ds.dashed ? [5, 4] : [], borderWidth: ds.dashed ? 1 : 2,
@@ -36,14 +36,29 @@
           afterBuildTicks: function (axis) { axis.ticks = spec.labels.map(function (_, k) { return { value: k }; }); },
           ticks: { autoSkip: true, maxRotation: 45, callback: function (v) { return spec.labels[v] || ""; } } }
       : { type: "linear", title: { display: true, text: spec.x } };
+    // an emulated run's chart carries the same watermark as the report's charts
+    var watermark = { id: "emulated", afterDraw: function (chart) {
+      if (!spec.emulated) { return; }
+      var ctx = chart.ctx, area = chart.chartArea;
+      ctx.save();
+      ctx.translate((area.left + area.right) / 2, (area.top + area.bottom) / 2);
+      ctx.rotate(-0.35);
+      ctx.font = "bold 44px sans-serif";
+      ctx.fillStyle = "rgba(192, 0, 0, 0.14)";
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.fillText("EMULATED", 0, 0);
+      ctx.restore();
+    } };
     new Chart(canvas, {
       type: "scatter",
+      plugins: [watermark],
       data: { datasets: datasets },
       options: {
         responsive: true, maintainAspectRatio: false, parsing: true,
         scales: { x: x, y: { title: { display: true, text: spec.y }, beginAtZero: true } },
         plugins: {
-          legend: { position: "right", labels: { filter: function (item) { return !/95% (low|high)$/.test(item.text); } } },
+          legend: { position: "right", labels: { filter: function (item) { return !/(95% (low|high)| \(Pareto\))$/.test(item.text); } } },
           tooltip: { callbacks: { label: function (ctx) {
             var p = ctx.raw || {};
             var where = spec.kind === "category" ? (spec.labels[p.x] || "") : ("x " + Number(p.x).toPrecision(4));
