@@ -37,6 +37,7 @@ from airflow.sdk import (
 from bakeoff_alerts import RunAlert, run_deadline
 from bakeoff_approval import TASK_ID as APPROVAL_TASK
 from bakeoff_approval import SpendApproval
+from bakeoff_links import ReportLink
 
 from bakeoff.twin.spend_index import labels as spend_labels  # cheap: one JSON file, no fit
 
@@ -449,6 +450,7 @@ def bakeoff():
     paths = report(run)
     headline >> paths
     published = publish(run, paths)
+    published.operator.operator_extra_links = (ReportLink(),)  # the run's "Report" button (bakeoff_links)
     watched = [approved, *watched_in_group, swept, checked, headline, paths, published]
     watched >> watcher(run)
 

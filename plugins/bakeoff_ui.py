@@ -89,9 +89,11 @@ def _runs(plan: str | None = None) -> list[dict]:
 @app.get("/", response_class=HTMLResponse)
 def index() -> HTMLResponse:
     """Every published run, newest first, with links to its reports."""
+    from bakeoff.dashboard.render import PAGES  # noqa: PLC0415
     from bakeoff.publish import render_index  # noqa: PLC0415
 
-    return HTMLResponse(render_index("Bake-off reports", _runs(), link_base="reports/"), headers=HTML_HEADERS)
+    page = render_index("Bake-off reports", _runs(), link_base="reports/", tabs=PAGES)
+    return HTMLResponse(page, headers=HTML_HEADERS)
 
 
 @app.get("/api/runs")

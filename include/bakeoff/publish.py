@@ -55,13 +55,34 @@ def list_published(root: str | StorePath | None = None, plan_name: str | None = 
     return sorted(runs, key=lambda d: (d.get("started_at") or 0, d.get("published_at") or 0), reverse=True)
 
 
-def render_index(title: str, runs: list[dict[str, Any]], link_base: str = "", with_plan: bool = True) -> str:
-    """HTML list of runs; links are relative: link_base + [plan/] + run/ + file."""
+FILE_LABELS = {
+    "html": "report",
+    "pdf": "brief (PDF)",
+    "markdown": "Markdown",
+    "evidence": "evidence bundle",
+    "parquet": "cost table (Parquet)",
+}
+
+
+def file_label(kind: str) -> str:
+    """A published file's link text: 'csv_cost_at_slo' -> 'cost at slo (CSV)'."""
+    if kind in FILE_LABELS:
+        return FILE_LABELS[kind]
+    if kind.startswith("csv_"):
+        return f"{kind.removeprefix('csv_').replace('_', ' ')} (CSV)"
+    return kind.replace("_", " ")
+
+
+def render_index(
+    title: str, runs: list[dict[str, Any]], link_base: str = "", with_plan: bool = True, tabs: tuple[str, ...] = ()
+) -> str:
+    """HTML list of runs, every published file linked; links are relative: link_base + [plan/] + run/ + file.
+    ``tabs``: the dashboard's pages, linked above the list where the page is served beside them (the UI)."""
     from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: PLC0415 - jinja2 only when an index page is rendered
 
     env = Environment(loader=PackageLoader("bakeoff.report", "templates"), autoescape=select_autoescape(default=True))
     return env.get_template("index.html.j2").render(
-        title=title, runs=runs, link_base=link_base, with_plan=with_plan, when=_when
+        title=title, runs=runs, link_base=link_base, with_plan=with_plan, when=_when, label=file_label, tabs=tabs
     )
 
 

@@ -379,3 +379,12 @@ def test_each_target_carries_its_own_sensor_pace(dagbag):
     items = targets_of.python_callable(run)
     assert [(i["slug"], i["poke_s"]) for i in items] == [("b200-vllm", 30), ("mi355x-vllm", 2), ("h100-static", 2)]
     assert {i["run_dir"] for i in items} == {"r"}
+
+
+def test_the_dag_run_links_to_its_report_through_an_extra_link_on_publish(dagbag):
+    """Airflow's own mechanism: publish's "Report" extra link survives serialisation (what the UI reads)."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    scheduled = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["bakeoff"]))
+    assert scheduled.get_task("publish").extra_links == ["Report"]
+    assert all(not scheduled.get_task(t).extra_links for t in ("report", "cost", "start_run"))

@@ -1,6 +1,7 @@
 """The Airflow UI plugin: run list, report serving, escaping, and no path tricks."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,34 @@ def test_index_page_escapes_and_links(published):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # the target name in the headline, as text
     folder = run_folder("manual__2026-11-02T10:00:00+00:00")
     assert "EMULATED" in html and f'href="reports/synthetic/run_id%3D{folder}/' in html
+
+
+def test_the_reports_page_links_every_file_and_has_the_dashboards_tabs(published):
+    html = published["client"].get("/").text
+    runs = published["client"].get("/api/runs").json()
+    files = runs[0]["files"]
+    links = re.findall(r'<a href="reports/[^"]+/([^"/]+)">([^<]+)</a>', html)
+    assert {name for name, _ in links} == {u.rsplit("/", 1)[1] for u in files.values()}  # every file, linked
+    assert "files</span>" not in html and all("_" not in text for _, text in links)  # labels, not keys
+    assert "report" in dict((t, n) for n, t in links) and "brief (PDF)" in {t for _, t in links}
+    tabs = re.search(r'<nav class="tabs">(.*?)</nav>', html, re.S)
+    assert tabs and re.findall(r'href="([^"]+)"', tabs.group(1)) == ["runs", "trend", "compare", "explore", "./"]
+
+
+def test_the_evidence_bundle_is_listed_as_such(tmp_path):
+    from bakeoff.publish import render_index
+
+    run = {
+        "plan": "p",
+        "plan_dir": "p",
+        "run_id": "r",
+        "run_dir": "run_id=r.1",
+        "started_at": 0,
+        "files": {"evidence": "b.zip"},
+    }
+    html = render_index("reports", [run], link_base="reports/")
+    assert '<a href="reports/p/run_id%3Dr.1/b.zip">evidence bundle</a>' in html
+    assert '<nav class="tabs">' not in html  # the static index in the store has no dashboard beside it
 
 
 def test_serves_a_report(published):
