@@ -87,13 +87,35 @@ PARAMS = {
         type=["null", "array"],
         items={"type": "string"},
         title="Targets",
-        description='Optional: a subset of the plan\'s target names, e.g. ["mi355x-vllm"]; blank runs them all.',
+        description="Optional: the plan's targets to run, one name a line (e.g. mi355x-vllm). Blank: every "
+        "target of the plan.",
     ),
     # Contract prices can also come from the Airflow Variable bakeoff_price_sheet (JSON); these win.
     # Bounds match the plan's fields (bakeoff.plan), so the form refuses what the plan would.
-    "ttft_p99_ms": Param(None, type=["null", "number"], minimum=1, maximum=600_000, title="SLO: p99 TTFT (ms)"),
-    "tpot_p50_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p50 TPOT (ms)"),
-    "tpot_p99_ms": Param(None, type=["null", "number"], minimum=0.1, maximum=60_000, title="SLO: p99 TPOT (ms)"),
+    "ttft_p99_ms": Param(
+        None,
+        type=["null", "number"],
+        minimum=1,
+        maximum=600_000,
+        title="SLO: p99 TTFT (ms)",
+        description="Time to first token, 99th percentile, in milliseconds (1 to 600,000). Blank: the plan's value.",
+    ),
+    "tpot_p50_ms": Param(
+        None,
+        type=["null", "number"],
+        minimum=0.1,
+        maximum=60_000,
+        title="SLO: p50 TPOT (ms)",
+        description="Time per output token, median, in milliseconds (0.1 to 60,000). Blank: the plan's value.",
+    ),
+    "tpot_p99_ms": Param(
+        None,
+        type=["null", "number"],
+        minimum=0.1,
+        maximum=60_000,
+        title="SLO: p99 TPOT (ms)",
+        description="Time per output token, 99th percentile, in milliseconds (0.1 to 60,000). Blank: the plan's value.",
+    ),
     # Contract prices as lines of the form, one target each ("mi355x-vllm = 40.0"), not a JSON editor:
     # Airflow's form shows an array of strings as a text box with one item a line. The pattern is
     # bakeoff.plan.PRICE_LINE (tests/dags checks they agree); start_run refuses a name not in the run,
@@ -103,9 +125,9 @@ PARAMS = {
         type=["null", "array"],
         items={"type": "string", "pattern": r"^\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)\s*$"},
         title="Contract prices",
-        description="Optional: one line per target, <target name> = <USD per node-hour>, e.g. mi355x-vllm = 40.0; "
-        "blank uses the catalog (or the Variable bakeoff_price_sheet). A name not in the run is refused, naming "
-        "it. The budget guard still prices each node at least at list.",
+        description="Optional: one line per target, <target name> = <USD per node-hour>, e.g. mi355x-vllm = 40.0. "
+        "Blank: the plan's prices, else the catalog (or the Variable bakeoff_price_sheet). A name not in the "
+        "run is refused, naming it. The budget guard still prices each node at least at list.",
     ),
     "utilisation": Param(
         None,
@@ -113,7 +135,8 @@ PARAMS = {
         minimum=0.01,
         maximum=1,
         title="Utilisation",
-        description="Share of paid hours actually serving (cost is divided by it).",
+        description="Share of paid hours actually serving, from 0.01 to 1 (0.6 = 60%); cost per token is divided "
+        "by it. Blank: the plan's value.",
     ),
     "preflight": Param(
         "off",
@@ -130,9 +153,10 @@ PARAMS = {
         minimum=1,
         maximum=100_000,
         title="Budget cap (USD)",
-        description="Spend cap for this run; at most the installation ceiling (Airflow Variable "
-        "bakeoff_budget_ceiling_usd, default 1000 USD). The plan list shows each shipped plan's predicted "
-        "spend and the estimate with the twin's margin; per target: bakeoff plan check PLAN, or bakeoff predict PLAN.",
+        description="Spend cap for this run in USD (blank: the plan's value); at most the installation ceiling "
+        "(Airflow Variable bakeoff_budget_ceiling_usd, default 1000 USD). The plan list shows each shipped "
+        "plan's predicted spend and the estimate with the twin's margin; per target: bakeoff plan check PLAN, or "
+        "bakeoff predict PLAN.",
     ),
 }
 

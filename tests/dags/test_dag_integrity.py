@@ -221,8 +221,26 @@ def test_plan_param_shows_each_shipped_plans_predicted_spend(dagbag):
     labels = spend_index.labels(spend_index.SHIPPED)
     assert all(shown[p] == labels.get(p, p) for p in shown if p != "null")
     assert (
-        shown["local-demo"].startswith("local-demo (predicted spend ") and "twin's error margin" in shown["local-demo"]
+        shown["local-demo"].startswith("local-demo (predicted spend 0 USD: nothing billed")
+        and "twin's error margin" in shown["local-demo"]
     )
+    assert (
+        shown["mi355x-vs-b200"].startswith("mi355x-vs-b200 (predicted spend ")
+        and "nothing billed" not in shown["mi355x-vs-b200"]
+    )
+
+
+def test_every_optional_form_field_says_what_blank_means(dagbag):
+    """The trigger form's help matches its widget: a blank optional field says whose value it keeps."""
+    params = dagbag.dags["bakeoff"].params
+    for name in ("ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "utilisation", "budget_usd", "prices", "targets"):
+        text = params.get_param(name).description or ""
+        assert "Blank:" in text or "blank:" in text, name
+    for name in ("ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "utilisation", "budget_usd"):
+        assert "the plan's value" in params.get_param(name).description, name
+    targets = params.get_param("targets").description
+    assert "one name a line" in targets and "[" not in targets  # the widget is a text box, one item a line
+    assert "0.01 to 1" in params.get_param("utilisation").description
 
 
 def test_publish_updates_reports_asset(dagbag):

@@ -42,7 +42,10 @@ def test_a_label_is_shown_only_for_the_plan_file_the_index_was_built_from(tmp_pa
     labels = spend_index.labels(folder)
     e = json.loads(spend_index.INDEX.read_text())["plans"]["local-demo"]
     assert labels == {"local-demo": spend_index.label("local-demo", e)}  # the edited and the unknown plan: none
-    assert f"predicted spend {e['predicted_usd']:,.0f} USD" in labels["local-demo"]
+    assert labels["local-demo"].startswith("local-demo (predicted spend 0 USD: nothing billed")  # emulated
+    assert f"at list prices {e['predicted_usd']:,.0f} USD" in labels["local-demo"]
+    paid = json.loads(spend_index.INDEX.read_text())["plans"]["glm52-claim-check"]
+    assert paid["bills"] and f"predicted spend {paid['predicted_usd']:,.0f} USD" in spend_index.label("x", paid)
     for bad in ("not json", '{"plans": []}', '{"plans": {"local-demo": {"sha256": 1}}}'):
         index = tmp_path / "index.json"
         index.write_text(bad)

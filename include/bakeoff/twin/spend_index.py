@@ -34,6 +34,7 @@ def entry(plan_file: Path) -> dict[str, Any]:
         "predicted_usd": est["estimate_low_usd"],
         "with_margin_usd": est["estimate_usd"],
         "cap_usd": est["cap_usd"],
+        "bills": any(r.get("spends") for r in est["targets"]),  # False: every target emulated or an existing endpoint
     }
 
 
@@ -54,10 +55,12 @@ def write(folder: Path = SHIPPED, index: Path = INDEX) -> dict[str, Any]:
 
 
 def label(name: str, e: dict[str, Any]) -> str:
-    return (
-        f"{name} (predicted spend {e['predicted_usd']:,.0f} USD, {e['with_margin_usd']:,.0f} with the twin's "
-        f"error margin; cap {e['cap_usd']:,.0f})"
-    )
+    """The plan list's entry: what the run would spend; a plan that bills nothing says 0, with what its
+    hardware would cost at list prices beside it."""
+    at_list = f"{e['predicted_usd']:,.0f} USD, {e['with_margin_usd']:,.0f} with the twin's error margin"
+    if e.get("bills") is False:
+        return f"{name} (predicted spend 0 USD: nothing billed; at list prices {at_list})"
+    return f"{name} (predicted spend {at_list}; cap {e['cap_usd']:,.0f})"
 
 
 def labels(folder: Path, index: Path = INDEX) -> dict[str, str]:
