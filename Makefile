@@ -72,9 +72,10 @@ lock: ensure-uv
 		--constraints $(CONSTRAINTS) --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) \
 		--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade) --output-file requirements.txt
 
-## ui: the Airflow UI on http://localhost:8080 (airflow standalone prints the admin password)
+## ui: the Airflow UI on http://127.0.0.1:8080 (airflow standalone, sized for this machine's cores; the
+## admin password is printed once the UI answers, the log goes to $(BAKEOFF_DATA)/ui.log)
 ui: venv airflow-db
-	PATH="$(abspath $(VENV))/bin:$$PATH" airflow standalone
+	@PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/ui.sh
 
 ## venv: the virtualenv, exactly the lock (sync removes what the lock does not list; every wheel's
 ## hash is checked), then bakeoff itself as an editable install. --python names the venv's interpreter:

@@ -377,12 +377,9 @@ def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
         {w for s in sides for t in s["targets"].values() for w in (t.get("workloads") or {})},
     )
     basis = a["run"].dash.get("basis") or "total"
-    drawn = [
-        (f"{s['side'].upper()}: {t['name']}", (t.get("config") or {}).get("gpu"))
-        for s in sides
-        for t in s["targets"].values()
-    ]
-    colour = by_kind(drawn)
+    # one colour per target (its GPU's) on both sides; side A's curves dashed
+    gpu_of = {t["name"]: (t.get("config") or {}).get("gpu") for s in sides for t in s["targets"].values()}
+    colour = by_kind(gpu_of.items())
     emulated = any(s["run"].emulated for s in sides)
     for wl in workloads:
         datasets = []
@@ -395,7 +392,10 @@ def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
                     if p.get("interactivity") is not None and p.get(f"{basis}_tps_per_gpu") is not None
                 ]
                 name = f"{s['side'].upper()}: {t['name']}"
-                datasets.append({"label": name, "data": pts, "line": True, "colour": colour[name]})
+                dashed = s["side"] == "a" and len(sides) > 1
+                datasets.append(
+                    {"label": name, "data": pts, "line": True, "colour": colour[t["name"]], "dashed": dashed}
+                )
         charts.append(
             {
                 "id": f"compare-{len(charts)}",
