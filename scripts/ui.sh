@@ -17,9 +17,10 @@ export AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES="${AIRFLOW__DAG_PROCESSOR__PARS
 log="${BAKEOFF_DATA:?}/ui.log"
 url="http://${AIRFLOW__API__HOST}:${AIRFLOW__API__PORT}"
 echo "starting Airflow on ${url}: ${AIRFLOW__CORE__PARALLELISM} task slots, ${AIRFLOW__API__WORKERS} API worker(s) for ${cores} cores (log: ${log})"
-airflow standalone >"$log" 2>&1 &
+# its own process group, so that stopping this script (Ctrl-C, a TERM) stops every process it started
+setsid airflow standalone >"$log" 2>&1 &
 pid=$!
-trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null' INT TERM EXIT
+trap 'kill -TERM -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null' INT TERM EXIT
 
 for _ in $(seq 1 600); do
   if curl -sf -o /dev/null "${url}/api/v2/monitor/health"; then
