@@ -64,6 +64,18 @@ PLAN_LABELS = spend_labels(
 )
 
 
+def _slo_param(short: str, what: str, low: float, high: float) -> Param:
+    """One SLO box of the trigger form: its unit and range in the help, and what blank keeps."""
+    return Param(
+        None,
+        type=["null", "number"],
+        minimum=low,
+        maximum=high,
+        title=f"SLO: {short} (ms)",
+        description=f"{what}, in milliseconds ({low:,g} to {high:,g}). Blank: the plan's value.",
+    )
+
+
 PARAMS = {
     # A choice among the installed plans, never a path: start_run refuses anything else (also in
     # the Variable bakeoff_plan), since a path would run any YAML file on the worker. The form shows
@@ -92,30 +104,9 @@ PARAMS = {
     ),
     # Contract prices can also come from the Airflow Variable bakeoff_price_sheet (JSON); these win.
     # Bounds match the plan's fields (bakeoff.plan), so the form refuses what the plan would.
-    "ttft_p99_ms": Param(
-        None,
-        type=["null", "number"],
-        minimum=1,
-        maximum=600_000,
-        title="SLO: p99 TTFT (ms)",
-        description="Time to first token, 99th percentile, in milliseconds (1 to 600,000). Blank: the plan's value.",
-    ),
-    "tpot_p50_ms": Param(
-        None,
-        type=["null", "number"],
-        minimum=0.1,
-        maximum=60_000,
-        title="SLO: p50 TPOT (ms)",
-        description="Time per output token, median, in milliseconds (0.1 to 60,000). Blank: the plan's value.",
-    ),
-    "tpot_p99_ms": Param(
-        None,
-        type=["null", "number"],
-        minimum=0.1,
-        maximum=60_000,
-        title="SLO: p99 TPOT (ms)",
-        description="Time per output token, 99th percentile, in milliseconds (0.1 to 60,000). Blank: the plan's value.",
-    ),
+    "ttft_p99_ms": _slo_param("p99 TTFT", "Time to first token, 99th percentile", 1, 600_000),
+    "tpot_p50_ms": _slo_param("p50 TPOT", "Time per output token, median", 0.1, 60_000),
+    "tpot_p99_ms": _slo_param("p99 TPOT", "Time per output token, 99th percentile", 0.1, 60_000),
     # Contract prices as lines of the form, one target each ("mi355x-vllm = 40.0"), not a JSON editor:
     # Airflow's form shows an array of strings as a text box with one item a line. The pattern is
     # bakeoff.plan.PRICE_LINE (tests/dags checks they agree); start_run refuses a name not in the run,

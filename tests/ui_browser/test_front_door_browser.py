@@ -12,16 +12,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
+import signal
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.ui_browser.test_ui_browser import (
-    AIRFLOW,
     CHROMEDRIVER,
     CHROMIUM,
     CHROMIUM_FLAGS,
@@ -34,6 +32,7 @@ from tests.ui_browser.test_ui_browser import (
     _free_port,
     _stop,
     _wait,
+    start_api_server,
 )
 
 pytestmark = [
@@ -104,30 +103,11 @@ def site(tmp_path_factory, airflow_db):
     (home / "airflow").mkdir()
     _publish_two_runs(home / "data", home / "build")
     shutil.copyfile(airflow_db, home / "airflow.db")
-    subprocess.run([AIRFLOW, "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=240)
-    log = open(home / "api-server.log", "w")
-    proc = subprocess.Popen(
-        [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc, base, log = start_api_server(env, home, port, wait_s=180)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("api-server did not start:\n" + (home / "api-server.log").read_text()[-3000:])
-            time.sleep(1)
         yield base
     finally:
-        _stop(proc, __import__("signal").SIGTERM)
+        _stop(proc, signal.SIGTERM)
         log.close()
 
 

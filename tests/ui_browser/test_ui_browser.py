@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -233,6 +234,20 @@ def airflow_site(tmp_path_factory, airflow_db):
     _publish_one_run(home / "data" / "reports")
     _publish_a_run_with_its_bundle(home / "data", home / "build")
     shutil.copyfile(airflow_db, home / "airflow.db")  # the session's migrated database (tests/conftest.py)
+    proc, base, log = start_api_server(env, home, port)
+    try:
+        runners = _start_approval_runners(env, home)
+        yield {"base": base, "env": env, "home": home, "runners": runners}
+    finally:
+        for p in locals().get("runners", {}).values():  # test harness on a throwaway database: nothing to save
+            _stop(p, signal.SIGKILL)
+        _stop(proc, signal.SIGTERM)
+        log.close()
+
+
+def start_api_server(env: dict, home: Path, port: int, wait_s: float = 120) -> tuple[subprocess.Popen, str, IO[str]]:
+    """The DAGs serialised into the site's database, then an api-server on loopback once it answers:
+    (its process, its base URL, its log file)."""
     subprocess.run([AIRFLOW, "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=240)
     log = open(home / "api-server.log", "w")
     proc = subprocess.Popen(
@@ -243,24 +258,18 @@ def airflow_site(tmp_path_factory, airflow_db):
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("api-server did not start:\n" + (home / "api-server.log").read_text()[-3000:])
-            time.sleep(1)
-        runners = _start_approval_runners(env, home)
-        yield {"base": base, "env": env, "home": home, "runners": runners}
-    finally:
-        for p in locals().get("runners", {}).values():  # test harness on a throwaway database: nothing to save
-            _stop(p, signal.SIGKILL)
-        _stop(proc, signal.SIGTERM)
-        log.close()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if httpx.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
+                return proc, base, log
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc, signal.SIGTERM)
+            log.close()
+            pytest.fail("api-server did not start:\n" + (home / "api-server.log").read_text()[-3000:])
+        time.sleep(1)
 
 
 def _stop(proc: subprocess.Popen, sig: signal.Signals) -> None:
