@@ -93,6 +93,9 @@ def test_a_spot_priced_target_in_an_on_demand_plan_warns():
     assert market_mismatches(plan_from_dict(priced)) == []
 
 
-def test_plan_check_prints_the_market_warning(capsys):
-    assert main(["plan", "check", "mi355x-vs-b200"]) == 0
+def test_plan_check_prints_the_market_warning(demo_raw, tmp_path, capsys):
+    demo_raw["targets"][0]["instance_type"] = "vbm-256c-3072gb-8-mi355x-gpu"  # the emulator on a spot-priced MI355X
+    path = tmp_path / "spot.yaml"
+    path.write_text(yaml.safe_dump(demo_raw))
+    assert main(["plan", "check", str(path)]) == 0
     assert "warning: targets[0] (mi355x-vllm): priced from a spot offer" in capsys.readouterr().out
