@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import faults, teardown
 from bakeoff.plan.cluster import layout_for
+from bakeoff.providers.address import node_address, url_host
 from bakeoff.providers.base import TAG_TARGET, CapacityError, Instance, LaunchSpec, Provider, ProviderError
 
 if TYPE_CHECKING:
@@ -402,7 +403,8 @@ def start_router(
     result: ClusterResult, target: Any, workdir: Path, *, expires_at: float | None = None, timeout_s: float = 30.0
 ) -> Router:
     """Start the router (serving.emulator.router) over the cluster's prefill and decode nodes on
-    loopback; it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox);
+    this worker's node address (providers/address.py: loopback unless other workers must reach
+    it); it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox);
     nodes with a pinned certificate (``details["tls_cert"]``, one per target) are reached over it."""
     config = {
         "prefill": role_urls(result, "prefill"),
@@ -416,7 +418,9 @@ def start_router(
     cfg, port_file, log_path = workdir / "router.json", workdir / "router.port", workdir / "router.log"
     cfg.write_text(json.dumps(config))
     port_file.unlink(missing_ok=True)
+    host = node_address()
     cmd = [sys.executable, "-m", "bakeoff.serving.emulator.router", "--config", str(cfg), "--port-file", str(port_file)]
+    cmd += ["--host", host]
     with open(log_path, "ab") as log_fh:
         proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     _routers[proc.pid] = proc
@@ -427,7 +431,7 @@ def start_router(
             tail = log_path.read_text(errors="replace")[-2000:]
             raise ProviderError(f"cluster {target.name}: the router did not start; its log ends:\n{tail}")
         time.sleep(0.05)
-    return Router(f"http://127.0.0.1:{int(port_file.read_text())}", proc.pid, config)
+    return Router(f"http://{url_host(host)}:{int(port_file.read_text())}", proc.pid, config)
 
 
 def stop_router(pid: int) -> bool:
