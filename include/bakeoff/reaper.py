@@ -175,7 +175,8 @@ def with_credentials(
 ) -> list[str]:
     """The providers whose credentials are configured (every one that needs none), with one INFO line
     naming those skipped: a cloud this installation has no account on is not an error on every pass."""
-    keep, skipped = [], []
+    keep: list[str] = []
+    skipped: list[str] = []
     for name in provider_names:
         try:
             ok = configured(provider_info(name).credentials, credentials_fn(name))
@@ -201,8 +202,8 @@ def reap_loop(
 
     Clouds with no credentials configured are skipped, named once at start (``with_credentials``), so
     an ERROR line means a configured cloud could not be listed. A failed pass is logged and the next
-    one runs on time (a cloud that is down now may answer later). ``wait(seconds)`` returns True to stop (default: SIGTERM/SIGINT, checked while waiting);
-    returns the number of passes run.
+    one runs on time (a cloud that is down now may answer later). ``wait(seconds)`` returns True
+    to stop (default: SIGTERM/SIGINT, checked while waiting); returns the number of passes run.
     """
     if not 0 < interval_s < float("inf"):  # also refuses NaN
         raise ValueError("--interval-s: expected a number of seconds > 0, e.g. --interval-s 300")
