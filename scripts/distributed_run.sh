@@ -9,12 +9,12 @@
 # connection bakeoff_s3). The plan (distributed-sandbox-cluster) has two EC2 targets on the sandbox
 # clouds (started here as their own process) and a local disaggregated cluster (two emulator nodes
 # and a router on the provisioning worker's namespace address, which the other worker benchmarks
-# and tears down), each benchmarked for about 80 s (one co-located, two from an Airflow worker), so
-# the benchmarks can only all run at once if the waits free their worker slots.
+# and tears down), each benchmarked for about 60 s (the EC2 nodes co-located, the cluster from an
+# Airflow worker), so the benchmarks can only all run at once if the waits free their worker slots.
 #
 # Two of bakeoff's own Celery client workers (bench/fleet_celery.py, their own hostnames and network
-# namespaces, one member slot each) serve the client fleets (client_fleet: 2) of the targets
-# benchmarked from an Airflow worker: their members are sent through Redis database 2.
+# namespaces, one member slot each) serve the client fleet (client_fleet: 2) of the target
+# benchmarked from an Airflow worker: its members are sent through Redis database 2.
 #
 # Network: a bridge on this host with an address in a private /24 chosen here (one no route or
 # interface on the machine uses), and one namespace per worker and client worker, joined to it by a
