@@ -323,11 +323,12 @@ if [ "${PLANT_SURVIVOR:-0}" = 1 ]; then
   log "PLANT_SURVIVOR=1: starting a local node from ${WORKERS[0]}'s namespace that no teardown stops; the run must fail"
   in_ns "${WORKERS[0]}"
   env BAKEOFF_DATA="$WORK/data/${WORKERS[0]}" BAKEOFF_NODE_ADDRESS="${ADDR_OF[${WORKERS[0]}]}" "${IN_NS[@]}" \
-    python -c 'import time, sys
+    python -c 'import secrets, time
 from bakeoff.plan import load_plan
 from bakeoff.providers.local import LocalProvider
 p = LocalProvider()
-p.wait_ready(p.create(load_plan("local-demo").targets[0], "planted-survivor", tags={}, spec={"expires_at": time.time() + 900}), 60)' \
+spec = {"expires_at": time.time() + 900, "api_key": secrets.token_hex(20)}  # off loopback a node needs a key
+p.wait_ready(p.create(load_plan("local-demo").targets[0], "planted-survivor", tags={}, spec=spec), 60)' \
     >"$WORK/logs/planted.log" 2>&1 || die "could not plant the surviving node (see $WORK/logs/planted.log)"
 fi
 
