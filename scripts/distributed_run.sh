@@ -9,7 +9,7 @@
 # connection bakeoff_s3). The plan (distributed-sandbox-cluster) has two EC2 targets on the sandbox
 # clouds (started here as their own process) and a local disaggregated cluster (two emulator nodes
 # and a router on the provisioning worker's namespace address, which the other worker benchmarks
-# and tears down), each benchmarked for about 60 s (the EC2 nodes co-located, the cluster from an
+# and tears down), each benchmarked for about 80 s (the EC2 nodes co-located, the cluster from an
 # Airflow worker), so the benchmarks can only all run at once if the waits free their worker slots.
 #
 # Two of bakeoff's own Celery client workers (bench/fleet_celery.py, their own hostnames and network
