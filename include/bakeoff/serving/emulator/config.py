@@ -58,6 +58,14 @@ class Scripted(BaseModel):
 STOP_ROUTE = "/_bakeoff/stop"
 
 
+def opens_stop(key_env: str | None, authorization: bytes | None) -> bool | None:
+    """Whether this Authorization header opens the stop route; None when no key was given (no route)."""
+    key = os.environ.get(key_env) if key_env else None
+    if not key:
+        return None
+    return hmac.compare_digest(authorization or b"", f"Bearer {key}".encode())
+
+
 class EmulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -129,11 +137,7 @@ class EmulatorConfig(BaseModel):
         return os.environ.get(self.api_key_env) or None
 
     def opens_stop(self, authorization: bytes | None) -> bool | None:
-        """Whether this Authorization header opens the stop route; None when it has no key (no route)."""
-        key = os.environ.get(self.stop_key_env) if self.stop_key_env else None
-        if not key:
-            return None
-        return hmac.compare_digest(authorization or b"", f"Bearer {key}".encode())
+        return opens_stop(self.stop_key_env, authorization)
 
 
 def config_from_dict(raw: Any, source: str = "emulator config") -> EmulatorConfig:

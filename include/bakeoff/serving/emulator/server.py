@@ -34,7 +34,7 @@ from prometheus_client.metrics_core import Metric
 
 from bakeoff import tokens
 from bakeoff.serving.emulator import VERSION, power, prefix_cache, speculation, sse, textgen
-from bakeoff.serving.emulator.config import STOP_ROUTE, EmulatorConfig
+from bakeoff.serving.emulator.config import STOP_ROUTE, EmulatorConfig, opens_stop
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.emulate import efficiency_info, emulator_roofline
@@ -68,15 +68,22 @@ def stop_soon() -> None:
     asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
 
 
-async def stop(request: web.Request) -> web.Response:
-    """POST STOP_ROUTE with the stop key: the provider's teardown from a host that cannot signal this process."""
-    opens = request.app[CONFIG].opens_stop(request.headers.get("Authorization", "").encode())
-    if opens is None:
-        return _error("not found", 404, "NotFoundError")
-    if not opens:
-        return _error("Unauthorized: send the stop key as 'Authorization: Bearer <key>'", 401, "invalid_request_error")
-    stop_soon()
-    return web.json_response({"stopping": True}, status=202)
+def stop_handler(key_env: str | None) -> Handler:
+    """POST STOP_ROUTE with the stop key (from ``key_env``): teardown from a host that cannot signal
+    this process (the emulator's, and a cluster router's)."""
+
+    async def stop(request: web.Request) -> web.StreamResponse:
+        opens = opens_stop(key_env, request.headers.get("Authorization", "").encode())
+        if opens is None:
+            return _error("not found", 404, "NotFoundError")
+        if not opens:
+            return _error(
+                "Unauthorized: send the stop key as 'Authorization: Bearer <key>'", 401, "invalid_request_error"
+            )
+        stop_soon()
+        return web.json_response({"stopping": True}, status=202)
+
+    return stop
 
 
 class BadRequest(Exception):
@@ -122,7 +129,7 @@ def build_app(config: EmulatorConfig) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
-    app.router.add_post(STOP_ROUTE, stop)
+    app.router.add_post(STOP_ROUTE, stop_handler(config.stop_key_env))
     _custom_routes(app, config.target)
     return app
 
