@@ -2,21 +2,36 @@
 # The production topology (see docker-compose.yml) as native processes on one machine, run the way
 # it scales out: PostgreSQL (metadata DB), Redis (Celery broker and results), Airflow's
 # scheduler, dag-processor, api-server and triggerer, and two Celery workers with their own
-# hostnames, one task at a time each, that share NO data folder (each has its own BAKEOFF_DATA) and
-# hold no database password (as in docker-compose.yml: tasks reach Airflow through the api-server),
-# and results and reports live in S3 (a bucket in the sandbox's moto server, through the aws
-# connection bakeoff_s3). The plan (distributed-three-sandbox) has three EC2 targets on the sandbox
-# clouds (started here as their own process), each benchmarked for about 80 s (two co-located, one
-# from an Airflow worker), so the benchmarks can only all run at once if the waits free their
-# worker slots.
+# hostnames, one task at a time each, that share NO data folder (each has its own BAKEOFF_DATA), NO
+# loopback (each runs in its own network namespace, made here: see "Network" below) and hold no
+# database password (as in docker-compose.yml: tasks reach Airflow through the api-server), and
+# results and reports live in S3 (a bucket in the sandbox's moto server, through the aws
+# connection bakeoff_s3). The plan (distributed-sandbox-cluster) has two EC2 targets on the sandbox
+# clouds (started here as their own process) and a local disaggregated cluster (two emulator nodes
+# and a router on the provisioning worker's namespace address, which the other worker benchmarks
+# and tears down), each benchmarked for about 80 s (the EC2 nodes co-located, the cluster from an
+# Airflow worker), so the benchmarks can only all run at once if the waits free their worker slots.
 #
-# Two of bakeoff's own Celery client workers (bench/fleet_celery.py, their own hostnames, one member
-# slot each) serve the client fleet (client_fleet: 2) of the target benchmarked from the Airflow
-# worker: its members are sent through Redis database 2.
+# Two of bakeoff's own Celery client workers (bench/fleet_celery.py, their own hostnames and network
+# namespaces, one member slot each) serve the client fleet (client_fleet: 2) of the target
+# benchmarked from an Airflow worker: its members are sent through Redis database 2.
+#
+# Network: a bridge on this host with an address in a private /24 chosen here (one no route or
+# interface on the machine uses), and one namespace per worker and client worker, joined to it by a
+# veth pair. Nothing routes out of the namespaces: traffic goes only between them and the bridge's
+# host address, where Redis, the api-server and the sandbox's APIs and nodes listen (PostgreSQL
+# stays on loopback: no worker connects to it). Each worker's emulated nodes, cluster router and
+# fleet coordinator listen on its own namespace address (BAKEOFF_NODE_ADDRESS, BAKEOFF_FLEET_BIND),
+# as a compose worker's listen on its container address. The namespaces and the bridge are removed
+# on exit.
 #
 # It triggers `bakeoff` through the REST API, waits, and fails unless: the run succeeded, targets
 # ran on both workers, all three targets' benchmark windows overlap, the fleet's members ran on both
-# client workers, the report is read back from S3, and no worker's data folder holds a result.
+# client workers, the report is read back from S3, and no worker's data folder holds a result; then,
+# before anything is stopped, that no node outlived its teardown (scripts/surviving_nodes.py: no
+# emulator, router or node agent of the run still runs, no local node is left unterminated in the
+# registry). PLANT_SURVIVOR=1 starts a local node from a worker's namespace that no teardown will
+# stop, to see that check fail the run.
 # It prints the DAG run's wall time, each target's step timeline, and the worker-slot seconds each target held against its wall and wait time.
 # The goal is that pokes hold at most 10 % of the waiting time: the table says PASS/FAIL against
 # it, but the script fails only above 25 %, so that a slow, shared CI machine does not turn a
@@ -29,22 +44,24 @@
 #   BAKEOFF_SECRET_KEY  the installation secret per-run serving keys derive from, by environment
 #                       (as a secrets manager would pass it): a node provisioned on one worker is
 #                       deployed and benchmarked from the other
-#   BAKEOFF_LOCAL_STATE the local provider's registry of emulator nodes (the "cloud account" of
-#                       PLAN=local-demo; a real cloud keeps it off the workers); unused by the
-#                       sandbox plan, whose clouds are the sandbox process, reached over HTTP
+#   BAKEOFF_LOCAL_STATE the local provider's registry of emulator nodes (the "cloud account" of the
+#                       local cluster target; a real cloud keeps it off the workers): it records each
+#                       node's address and owning worker, and a node another worker started is
+#                       stopped through its key-opened stop route, then seen gone
 #
-# Needs: root (to install Debian's postgresql and redis-server when missing, to run PostgreSQL as
-# the postgres user, and to give each worker its own hostname with `unshare --uts`), and the
-# project's virtualenv with the sandbox extra. Services listen on 127.0.0.1 only, on free ports.
+# Needs: root (to install Debian's postgresql, redis-server and iproute2 when missing, to run
+# PostgreSQL as the postgres user, to make the network namespaces and to give each worker its own
+# hostname with `unshare --uts`), and the project's virtualenv with the sandbox extra. Services
+# listen on 127.0.0.1 and the bridge's private address only, on free ports.
 #
 # usage: scripts/distributed_run.sh
-# env:   PLAN (distributed-three-sandbox)  TIMEOUT seconds for parse + run (600)  VENV (.venv)
+# env:   PLAN (distributed-sandbox-cluster)  PLANT_SURVIVOR=1 (the run must then fail)  TIMEOUT seconds for parse + run (600)  VENV (.venv)
 #        DAGS_FOLDER (dags/)  KEEP_WORKDIR=1 keeps logs and data for inspection
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
-PLAN=${PLAN:-distributed-three-sandbox}
+PLAN=${PLAN:-distributed-sandbox-cluster}
 TIMEOUT=${TIMEOUT:-600}
 WORKERS=(worker-a worker-b)
 CLIENT_WORKERS=(clients-a clients-b)
@@ -54,21 +71,21 @@ T0=$(date +%s)
 log() { printf '[distributed_run %3ds] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 die() { log "ERROR: $*" >&2; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as postgres, unshare --uts)"
+[ "$(id -u)" = 0 ] || die "run as root (installs packages, runs PostgreSQL as postgres, ip netns, unshare --uts)"
 [ -x "$VENV/bin/airflow" ] || die "no Airflow in $VENV; run 'make venv' first"
 "$VENV/bin/python" -c 'import bakeoff_sandbox, moto' 2>/dev/null || die "no sandbox in $VENV; install the sandbox extra"
 
 # --- system packages -----------------------------------------------------------------------------
 pg_bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
-if [ -z "$(pg_bindir)" ] || ! command -v redis-server >/dev/null; then
-  log "installing postgresql and redis-server (apt)"
+if [ -z "$(pg_bindir)" ] || ! command -v redis-server >/dev/null || ! command -v ip >/dev/null; then
+  log "installing postgresql, redis-server and iproute2 (apt)"
   # Keep the packages' own services (default cluster on 5432, redis on 6379) from starting: this
   # script runs its own instances and must leave nothing running behind it.
   policy=/usr/sbin/policy-rc.d created_policy=0
   [ -e "$policy" ] || { printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created_policy=1; }
   trap '[ $created_policy = 0 ] || rm -f "$policy"' EXIT
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql redis-server iproute2 >/dev/null
   [ $created_policy = 0 ] || rm -f "$policy"
   trap - EXIT
 fi
@@ -82,6 +99,9 @@ DATA_DIRS=(control sandbox "${WORKERS[@]}" "${CLIENT_WORKERS[@]}")
 mkdir -p "$WORK/logs" "$WORK/sandbox" "$WORK/local-cloud"
 for d in "${DATA_DIRS[@]}"; do mkdir -p "$WORK/data/$d"; done
 PIDS=()
+NETNS=()
+NET_ID=$(printf '%04x' $(( $$ % 65536 )))
+BRIDGE=bkd$NET_ID
 
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 token() { "$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(32))'; }
@@ -115,6 +135,8 @@ cleanup() {
       [ $rc -ne 0 ] || rc=1
     fi
   done
+  for d in "${NETNS[@]}"; do ip netns del "$d"; done  # their veth pairs go with them
+  ip link del "$BRIDGE" 2>/dev/null
   [ -f "$WORK/pg/data/postmaster.pid" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg/data" -m fast -w stop >/dev/null
   rm -f "$WORK/sandbox.env"  # the sandbox's throwaway credentials
   if [ "${KEEP_WORKDIR:-0}" = 1 ] || [ $rc -ne 0 ]; then
@@ -135,8 +157,38 @@ start() {  # start NAME CMD...: run in its own session (so stop_all reaches all 
   PIDS+=($!)
 }
 
-# --- PostgreSQL and Redis on loopback --------------------------------------------------------------
-log "PostgreSQL on 127.0.0.1:$PG_PORT, Redis on 127.0.0.1:$REDIS_PORT"
+# --- Network: a bridge, and one namespace per worker ----------------------------------------------
+in_use() { ip -4 addr show | grep -qF " $1." || ip -4 route show | grep -qE "^$1\.|^10\.0\.0\.0/8|^default via $1\."; }
+SUBNET=
+for i in $(seq 40); do
+  s="10.$(( 200 + RANDOM % 50 )).$(( RANDOM % 250 ))"
+  in_use "$s" || { SUBNET=$s; break; }
+done
+[ -n "$SUBNET" ] || die "no free private /24 in 10.200-249.x.0 for the namespaces"
+HOST_IP=$SUBNET.1
+ip link add "$BRIDGE" type bridge
+ip addr add "$HOST_IP/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+declare -A NS_OF ADDR_OF
+n=0
+for w in "${WORKERS[@]}" "${CLIENT_WORKERS[@]}"; do
+  n=$((n + 1)); ns="$BRIDGE-$w"
+  ip netns add "$ns"; NETNS+=("$ns")
+  ip link add "${BRIDGE}h$n" type veth peer name "${BRIDGE}n$n"
+  ip link set "${BRIDGE}n$n" netns "$ns"
+  ip link set "${BRIDGE}h$n" master "$BRIDGE" up
+  ip -n "$ns" addr add "$SUBNET.$((10 + n))/24" dev "${BRIDGE}n$n"
+  ip -n "$ns" link set "${BRIDGE}n$n" up
+  ip -n "$ns" link set lo up
+  NS_OF[$w]=$ns; ADDR_OF[$w]=$SUBNET.$((10 + n))
+done
+log "network: bridge $BRIDGE at $HOST_IP/24; $(for w in "${!ADDR_OF[@]}"; do printf '%s %s  ' "$w" "${ADDR_OF[$w]}"; done)"
+# in_ns WORKER: IN_NS becomes the prefix that runs a command in the worker's namespace, under its
+# own hostname (an array, not a function, so that `env` can run it)
+in_ns() { IN_NS=(ip netns exec "${NS_OF[$1]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$1"); }
+
+# --- PostgreSQL on loopback, Redis on loopback and the bridge --------------------------------------
+log "PostgreSQL on 127.0.0.1:$PG_PORT, Redis on $HOST_IP:$REDIS_PORT"
 mkdir -p "$WORK/pg/run"
 printf '%s\n' "$PG_PASSWORD" > "$WORK/pg/pwfile"
 chown -R postgres: "$WORK/pg"
@@ -148,7 +200,7 @@ runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg/data" -l "$WORK/pg/postgres
 PGPASSWORD=$PG_PASSWORD "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U airflow airflow
 
 mkdir -p "$WORK/redis"
-start redis redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$WORK/redis" --save '' \
+start redis redis-server --bind 127.0.0.1 "$HOST_IP" --port "$REDIS_PORT" --dir "$WORK/redis" --save '' \
   --appendonly no --requirepass "$REDIS_PASSWORD"
 
 # --- Airflow configuration: the same settings as docker-compose.yml, by environment --------------
@@ -158,9 +210,9 @@ while read -r var; do unset "$var"; done < <(compgen -e | grep -E '^(AIRFLOW_|AI
 export AIRFLOW_HOME="$WORK/airflow"
 export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow"
-export AIRFLOW__CELERY__BROKER_URL="redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/0"
+export AIRFLOW__CELERY__BROKER_URL="redis://:$REDIS_PASSWORD@$HOST_IP:$REDIS_PORT/0"
 # Celery's task results in Redis, not the database: the workers get no database connection string.
-export AIRFLOW__CELERY__RESULT_BACKEND="redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/1"
+export AIRFLOW__CELERY__RESULT_BACKEND="redis://:$REDIS_PASSWORD@$HOST_IP:$REDIS_PORT/1"
 export AIRFLOW__CORE__FERNET_KEY_CMD="cat $SECRETS/fernet_key"
 export AIRFLOW__API__SECRET_KEY_CMD="cat $SECRETS/api_secret_key"
 export AIRFLOW__API_AUTH__JWT_SECRET_CMD="cat $SECRETS/jwt_secret"
@@ -171,7 +223,7 @@ export AIRFLOW__CORE__DAGS_FOLDER="${DAGS_FOLDER:-$ROOT/dags}"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=True
-export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$API_PORT/execution/"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://$HOST_IP:$API_PORT/execution/"
 export AIRFLOW__CORE__HOSTNAME_CALLABLE=socket.gethostname
 export AIRFLOW__API__WORKERS=1
 export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=False
@@ -187,7 +239,8 @@ export PYTHONUNBUFFERED=1
 # --- the sandbox clouds, and the results bucket in its moto S3 ----------------------------------
 log "starting the sandbox clouds"
 umask 077  # the sandbox's environment file holds its throwaway credentials
-setsid env BAKEOFF_DATA="$WORK/data/sandbox" TMPDIR="$WORK/sandbox" python -m bakeoff_sandbox \
+# Its APIs and nodes listen on the bridge's address, which every namespace reaches.
+setsid env BAKEOFF_DATA="$WORK/data/sandbox" BAKEOFF_NODE_ADDRESS="$HOST_IP" TMPDIR="$WORK/sandbox" python -m bakeoff_sandbox \
   >"$WORK/sandbox.env" 2>"$WORK/logs/sandbox.log" < /dev/null &
 PIDS+=($!)
 umask 022
@@ -228,14 +281,15 @@ airflow db migrate >"$WORK/logs/db-migrate.log" 2>&1 || die "db migrate failed (
 airflow variables set bakeoff_provider_node_limits '{"aws": 3}' >>"$WORK/logs/load-settings.log" 2>&1
 
 # A client fleet's members: Celery tasks on the client workers, through Redis database 2; the
-# coordinator (the benchmark step on an Airflow worker) listens on loopback, where they reach it.
-FLEET_BROKER="redis://:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/2"
+# coordinator (the benchmark step on an Airflow worker) listens on that worker's namespace address.
+FLEET_BROKER="redis://:$REDIS_PASSWORD@$HOST_IP:$REDIS_PORT/2"
 log "starting scheduler, dag-processor, api-server (:$API_PORT), triggerer, ${#WORKERS[@]} Celery workers and ${#CLIENT_WORKERS[@]} client workers"
 start scheduler airflow scheduler
 start dag-processor airflow dag-processor
-start api-server airflow api-server --host 127.0.0.1 --port "$API_PORT"
+start api-server airflow api-server --host "$HOST_IP" --port "$API_PORT"
 start triggerer airflow triggerer --skip-serve-logs
 for w in "${WORKERS[@]}"; do
+  in_ns "$w"
   # Each worker gets its own UTS namespace, i.e. its own hostname: the name recorded on the task
   # instances it runs, as on separate machines, and its own data folder. One task at a time each,
   # so parallel targets land on different workers, and a third target only progresses while the
@@ -245,28 +299,47 @@ for w in "${WORKERS[@]}"; do
   # that workers need none.
   start "$w" env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN BAKEOFF_DATA="$WORK/data/$w" PYTHONPATH="$ROOT/scripts" \
     AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=celery_warm.CELERY_CONFIG BAKEOFF_FLEET_BROKER="$FLEET_BROKER" \
-    unshare --uts sh -c 'hostname "$0" && exec "$@"' "$w" \
-    airflow celery worker --concurrency 1 --without-mingle --without-gossip --skip-serve-logs
+    BAKEOFF_NODE_ADDRESS="${ADDR_OF[$w]}" BAKEOFF_FLEET_BIND="${ADDR_OF[$w]}" \
+    "${IN_NS[@]}" airflow celery worker --concurrency 1 --without-mingle --without-gossip --skip-serve-logs
 done
 for w in "${CLIENT_WORKERS[@]}"; do
+  in_ns "$w"
   # bakeoff's own client workers: no Airflow setting at all, only the broker and the installation
   # secret (exported above), from which each member derives its channel and serving keys.
   start "$w" env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN -u AIRFLOW__CELERY__BROKER_URL -u AIRFLOW__CELERY__RESULT_BACKEND \
     BAKEOFF_DATA="$WORK/data/$w" BAKEOFF_FLEET_BROKER="$FLEET_BROKER" \
-    unshare --uts sh -c 'hostname "$0" && exec "$@"' "$w" \
-    celery -A bakeoff.bench.fleet_celery worker -Q bakeoff-clients -n "$w@%h" --concurrency 1 \
+    "${IN_NS[@]}" celery -A bakeoff.bench.fleet_celery worker -Q bakeoff-clients -n "$w@%h" --concurrency 1 \
     --without-mingle --without-gossip
 done
 
 for i in $(seq 120); do
-  curl -fsS "http://127.0.0.1:$API_PORT/api/v2/monitor/health" >/dev/null 2>&1 && break
+  curl -fsS "http://$HOST_IP:$API_PORT/api/v2/monitor/health" >/dev/null 2>&1 && break
   for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || die "a process exited early (see logs)"; done
   sleep 1
 done
 log "api-server is up; triggering $(basename "$AIRFLOW__CORE__DAGS_FOLDER")/bakeoff with plan $PLAN"
 
-python "$ROOT/scripts/trigger_and_verify.py" --base-url "http://127.0.0.1:$API_PORT" --user admin \
+if [ "${PLANT_SURVIVOR:-0}" = 1 ]; then
+  log "PLANT_SURVIVOR=1: starting a local node from ${WORKERS[0]}'s namespace that no teardown stops; the run must fail"
+  in_ns "${WORKERS[0]}"
+  env BAKEOFF_DATA="$WORK/data/${WORKERS[0]}" BAKEOFF_NODE_ADDRESS="${ADDR_OF[${WORKERS[0]}]}" "${IN_NS[@]}" \
+    python -c 'import secrets, time
+from bakeoff.plan import load_plan
+from bakeoff.providers.local import LocalProvider
+p = LocalProvider()
+spec = {"expires_at": time.time() + 900, "api_key": secrets.token_hex(20)}  # off loopback a node needs a key
+p.wait_ready(p.create(load_plan("local-demo").targets[0], "planted-survivor", tags={}, spec=spec), 60)' \
+    >"$WORK/logs/planted.log" 2>&1 || die "could not plant the surviving node (see $WORK/logs/planted.log)"
+fi
+
+python "$ROOT/scripts/trigger_and_verify.py" --base-url "http://$HOST_IP:$API_PORT" --user admin \
   --password-file "$SECRETS/passwords.json" --dag bakeoff --conf "{\"plan\": \"$PLAN\"}" \
   --workers "$(IFS=,; echo "${WORKERS[*]}")" --client-workers "$(IFS=,; echo "${CLIENT_WORKERS[*]}")" \
   --results "$BAKEOFF_RESULTS" --reports "$BAKEOFF_REPORTS" --timeout "$TIMEOUT" \
   --worker-data "$(IFS=,; for w in "${WORKERS[@]}" "${CLIENT_WORKERS[@]}"; do printf '%s,' "$WORK/data/$w"; done)"
+
+log "checking that no node outlived its teardown"
+# shellcheck disable=SC2046
+python "$ROOT/scripts/surviving_nodes.py" --local-state "$BAKEOFF_LOCAL_STATE" \
+  $(for d in sandbox "${WORKERS[@]}" "${CLIENT_WORKERS[@]}"; do printf -- '--data %s ' "$WORK/data/$d"; done) ||
+  die "a node outlived its teardown (named above)"

@@ -37,7 +37,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import faults, teardown
 from bakeoff.plan.cluster import layout_for
+from bakeoff.providers.address import node_address, url_host
 from bakeoff.providers.base import TAG_TARGET, CapacityError, Instance, LaunchSpec, Provider, ProviderError
+from bakeoff.providers.local import STOP_KEY_ENV, stop_key
+from bakeoff.serving.emulator.config import STOP_ROUTE
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
@@ -402,7 +405,8 @@ def start_router(
     result: ClusterResult, target: Any, workdir: Path, *, expires_at: float | None = None, timeout_s: float = 30.0
 ) -> Router:
     """Start the router (serving.emulator.router) over the cluster's prefill and decode nodes on
-    loopback; it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox);
+    this worker's node address (providers/address.py: loopback unless other workers must reach
+    it); it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox);
     nodes with a pinned certificate (``details["tls_cert"]``, one per target) are reached over it."""
     config = {
         "prefill": role_urls(result, "prefill"),
@@ -411,14 +415,20 @@ def start_router(
         "time_scale": target.emulator.time_scale,
         "expires_at": expires_at,
         "tls_cert": node_cert(result.nodes),
+        "stop_key_env": STOP_KEY_ENV,  # its key opens the stop route, for a worker that cannot signal it
     }
     workdir.mkdir(parents=True, exist_ok=True)
     cfg, port_file, log_path = workdir / "router.json", workdir / "router.port", workdir / "router.log"
     cfg.write_text(json.dumps(config))
     port_file.unlink(missing_ok=True)
+    host = node_address()
     cmd = [sys.executable, "-m", "bakeoff.serving.emulator.router", "--config", str(cfg), "--port-file", str(port_file)]
+    cmd += ["--host", host]
+    env = {**os.environ, STOP_KEY_ENV: stop_key(router_stop_id(workdir.name))}
     with open(log_path, "ab") as log_fh:
-        proc = subprocess.Popen(cmd, stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, close_fds=True
+        )
     _routers[proc.pid] = proc
     deadline = time.monotonic() + timeout_s
     while not port_file.is_file():
@@ -427,21 +437,57 @@ def start_router(
             tail = log_path.read_text(errors="replace")[-2000:]
             raise ProviderError(f"cluster {target.name}: the router did not start; its log ends:\n{tail}")
         time.sleep(0.05)
-    return Router(f"http://127.0.0.1:{int(port_file.read_text())}", proc.pid, config)
+    return Router(f"http://{url_host(host)}:{int(port_file.read_text())}", proc.pid, config)
 
 
-def stop_router(pid: int) -> bool:
-    """Stop a router this module started, by pid, only if that pid still runs the router (a recorded
-    pid may have been reused, or tampered with)."""
+def router_stop_id(folder: str) -> str:
+    """What the router's stop key is derived from: its folder's name (the run and target, made safe)."""
+    return f"router/{folder}"
+
+
+def stop_router(pid: int, folder: str, url: str | None = None) -> bool:
+    """Stop a cluster's router; True once it is seen gone. Where its recorded pid runs this router
+    (its command names its folder: a reused or tampered pid, or another target's router, is left
+    alone) it is signalled; else, from a worker that does not run it, its stop route at ``url`` is
+    asked and its port must then refuse. False when neither could be done (it exits at its expiry)."""
     import psutil  # noqa: PLC0415 - only stopping a router by its recorded pid checks the process
 
     try:
-        if "bakeoff.serving.emulator.router" not in psutil.Process(pid).cmdline():
-            return False
+        cmd = psutil.Process(pid).cmdline()
+        here = "bakeoff.serving.emulator.router" in cmd and any(f"/{folder}/" in a for a in cmd)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
+        here = False
+    if here:
+        Router("", pid, {}).stop()
+        return True
+    return bool(url) and _stop_remote_router(str(url), folder)
+
+
+def _stop_remote_router(url: str, folder: str, grace_s: float = 10.0) -> bool:
+    import httpx  # noqa: PLC0415 - only a router on another worker is stopped over the network
+
+    auth = {"Authorization": f"Bearer {stop_key(router_stop_id(folder))}"}
+    try:
+        answer = httpx.post(f"{url}{STOP_ROUTE}", headers=auth, timeout=5.0).status_code
+    except httpx.ConnectError:
+        return True  # nothing listens there: gone already
+    except httpx.HTTPError as e:
+        log.warning("router at %s: its stop route did not answer (%s)", url, type(e).__name__)
         return False
-    Router("", pid, {}).stop()
-    return True
+    if answer != 202:
+        log.warning("router at %s: its stop route answered %s, not 202; it exits at its expiry", url, answer)
+        return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/health", timeout=2.0)
+        except httpx.ConnectError:
+            return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    log.warning("router at %s still answers after its stop", url)
+    return False
 
 
 SERVING_ROLES = ("prefill", "decode")  # an idle node (a rack's unused tray) serves nothing

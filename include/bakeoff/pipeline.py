@@ -343,7 +343,7 @@ def _provision_cluster(
         router = cluster.start_router(
             res,
             target,
-            paths.state_root() / "routers" / safe_name(f"{rid}-{target.slug}"),
+            paths.state_root() / "routers" / _router_folder(rid, target.slug),
             expires_at=float(spec.expires_at or 0),
         )
     except ProviderError:
@@ -697,9 +697,7 @@ def terminate(
     )
     failed: dict[str, str] = {}
     if target.cluster is not None and instance and (instance.get("details") or {}).get("router_pid"):
-        from bakeoff.cluster import stop_router  # noqa: PLC0415 - only a cluster target has a router
-
-        stop_router(int(instance["details"]["router_pid"]))
+        _stop_router(rid, target.slug, instance)
     done = teardown.terminate_ids(provider, rid, known, failed)
     found, more, unlisted = teardown.terminate_tagged(provider, rid, failed, slug=target.slug, skip=set(known))
     for where, why in unlisted.items():
@@ -720,17 +718,30 @@ def terminate(
     return {"target": slug, "terminated": [*done, *more]}
 
 
+def _router_folder(rid: str, slug: str) -> str:
+    """The cluster router's folder under the state root; its name also derives the router's stop key."""
+    return safe_name(f"{rid}-{slug}")
+
+
+def _stop_router(rid: str, slug: str, instance: dict[str, Any]) -> None:
+    """Stop the target's emulated router: signalled where it runs, else through its stop route at the
+    recorded address (instance.json's host and port are the router's)."""
+    from bakeoff.cluster import stop_router  # noqa: PLC0415 - only a cluster target has a router
+
+    pid = (instance.get("details") or {}).get("router_pid")
+    url = Instance.from_dict(instance).base_url if instance.get("host") and instance.get("port") else None
+    if isinstance(pid, int) and not stop_router(pid, _router_folder(rid, slug), url):
+        log.warning("the router of %s could not be stopped from here; it exits at the run's expiry", slug)
+
+
 def _stop_routers(plan: Plan, rid: str, targets: list[Target]) -> None:
-    """The emulated router of each cluster target (its pid in instance.json, checked before a signal)."""
+    """The emulated router of each cluster target (its pid and address in instance.json)."""
     for t in targets:
         if t.cluster is None:
             continue
         inst = store.read_json(store.target_dir(plan.name, rid, t.slug) / "instance.json", {}) or {}
-        pid = (inst.get("details") or {}).get("router_pid") if isinstance(inst, dict) else None
-        if isinstance(pid, int):
-            from bakeoff.cluster import stop_router  # noqa: PLC0415 - only a cluster target has a router
-
-            stop_router(pid)
+        if isinstance(inst, dict):
+            _stop_router(rid, t.slug, inst)
 
 
 def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:

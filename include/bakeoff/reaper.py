@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from bakeoff import airflow_api, secrets
 from bakeoff.providers import get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, Instance, list_best_effort
-from bakeoff.providers.registry import LAUNCHING
+from bakeoff.providers.credentials import configured
+from bakeoff.providers.registry import LAUNCHING, provider_info
 
 if TYPE_CHECKING:
     import argparse
@@ -118,7 +119,7 @@ def reap(
     from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415 - the environment's credentials only when no resolver is passed
 
     now = time.time() if now is None else now
-    names = provider_names or CLOUD_PROVIDERS
+    names = CLOUD_PROVIDERS if provider_names is None else provider_names
     creds = credentials_fn or credentials_from_env
     run_state = cached(run_state)
     own = secrets.known_installation_id()
@@ -169,6 +170,24 @@ def reap(
     return out
 
 
+def with_credentials(
+    provider_names: list[str] | tuple[str, ...], credentials_fn: Callable[[str], dict[str, Any]]
+) -> list[str]:
+    """The providers whose credentials are configured (every one that needs none), with one INFO line
+    naming those skipped: a cloud this installation has no account on is not an error on every pass."""
+    keep: list[str] = []
+    skipped: list[str] = []
+    for name in provider_names:
+        try:
+            ok = configured(provider_info(name).credentials, credentials_fn(name))
+        except Exception:  # noqa: BLE001 - a resolver that fails is the pass's error to report, not a skip
+            ok = True
+        (keep if ok else skipped).append(name)
+    if skipped:
+        log.info("reaper: skipping %s: no credentials configured", ", ".join(skipped))
+    return keep
+
+
 def reap_loop(
     interval_s: float,
     provider_names: list[str] | tuple[str, ...] | None = None,
@@ -181,12 +200,17 @@ def reap_loop(
 ) -> int:
     """The reaper without Airflow: one pass, then one every ``interval_s``, until ``wait`` says stop.
 
-    A failed pass is logged and the next one runs on time (a cloud that is down now may answer
-    later). ``wait(seconds)`` returns True to stop (default: SIGTERM/SIGINT, checked while waiting);
-    returns the number of passes run.
+    Clouds with no credentials configured are skipped, named once at start (``with_credentials``), so
+    an ERROR line means a configured cloud could not be listed. A failed pass is logged and the next
+    one runs on time (a cloud that is down now may answer later). ``wait(seconds)`` returns True
+    to stop (default: SIGTERM/SIGINT, checked while waiting); returns the number of passes run.
     """
     if not 0 < interval_s < float("inf"):  # also refuses NaN
         raise ValueError("--interval-s: expected a number of seconds > 0, e.g. --interval-s 300")
+    from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415 - the environment's credentials only when no resolver is passed
+
+    credentials_fn = credentials_fn or credentials_from_env
+    provider_names = with_credentials(provider_names or CLOUD_PROVIDERS, credentials_fn)
     stop = None
     if wait is None:
         stop = _stop_on_signals()

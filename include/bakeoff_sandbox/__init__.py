@@ -4,7 +4,8 @@ bakeoff ships: it needs the ``sandbox`` extra (werkzeug, moto's server), and bak
 EC2/SSM/S3 are moto in server mode (the AWS provider's boto3 calls cross a socket); Vultr and
 DigitalOcean are local fake REST servers; Oracle Cloud is a fake of its Core API that the real oci
 SDK signs its requests to (with a throwaway key made at start). Every "instance" is backed by an
-emulator process booted from the user-data the provider sent. Nothing leaves 127.0.0.1 and every
+emulator process booted from the user-data the provider sent. Nothing leaves this host (its APIs and
+nodes listen on 127.0.0.1, or the private node address $BAKEOFF_NODE_ADDRESS names) and every
 figure is EMULATED.
 
 Time and money: ``clock`` is real time plus an offset that ``clock.advance(s)`` moves, firing each

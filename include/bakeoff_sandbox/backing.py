@@ -1,8 +1,9 @@
 """What stands behind a sandbox "instance": a hardware-emulator process booted from its user-data.
 
 The fake clouds hand the user-data the providers sent to ``boot``; it reads the target line and the
-API key the real boot script carries, and starts the emulator (EMULATED figures) on a free loopback
-port. It also arms the script's kill switch on the sandbox clock: when that falls due the node's
+API key the real boot script carries, and starts the emulator (EMULATED figures) on a free port of the
+node address (loopback unless $BAKEOFF_NODE_ADDRESS names a private one, as providers/address.py
+guards). It also arms the script's kill switch on the sandbox clock: when that falls due the node's
 processes stop and ``kill_switch_handler`` does to the fake cloud what the section does to the real
 one (EC2 power-off = terminate; OCI self-delete through its instance principal; Vultr and
 DigitalOcean power-off, still billed). So the sandbox exercises the same user-data, key and kill
@@ -46,6 +47,7 @@ import httpx
 
 from bakeoff import catalog
 from bakeoff.plan.precision import QUANT_BYTES
+from bakeoff.providers.address import node_address, url_host
 from bakeoff.serving import userdata
 from bakeoff_sandbox.billing import Clock
 
@@ -133,7 +135,7 @@ class Backing:
                             "--config",
                             str(cfg),
                             "--host",
-                            "127.0.0.1",
+                            node_address(),
                             "--port",
                             str(port),
                             *tls_args,
@@ -198,7 +200,7 @@ class Backing:
                     "bakeoff",
                     "agent",
                     "--serve-url",
-                    f"{'https' if tls_args else 'http'}://127.0.0.1:{serve_port}",
+                    f"{'https' if tls_args else 'http'}://{url_host(node_address())}:{serve_port}",
                     "--key-file",
                     str(key_file),
                     "--log-dir",
@@ -206,7 +208,7 @@ class Backing:
                     "--work-dir",
                     str(d / "work"),
                     "--host",
-                    "127.0.0.1",
+                    node_address(),
                     "--port",
                     str(agent_port),
                     "--bundle",
@@ -228,7 +230,7 @@ class Backing:
         """Where the node's serving port is, from boot on (whether or not the server came up)."""
         with self._lock:
             port = self._ports.get((provider, instance_id))
-        return ("127.0.0.1", port) if port else None
+        return (node_address(), port) if port else None
 
     def emulated(self, provider: str, instance_id: str) -> bool:
         """Whether this sandbox booted the emulator for the node (its own record, by instance id: what the
@@ -355,7 +357,7 @@ def _tls_files(d: Path, tls: dict | None) -> list[str]:
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((node_address(), 0))
         return s.getsockname()[1]
 
 

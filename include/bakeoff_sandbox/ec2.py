@@ -218,7 +218,7 @@ class Ec2Gate:
 
 
 class MotoServer(LoopbackServer):
-    """moto's backend app behind the gate, on 127.0.0.1 and a free port, in a daemon thread."""
+    """moto's backend app behind the gate, on the node address and a free port, in a daemon thread."""
 
     def __init__(self, backing: Backing | None = None, meter: Meter | None = None):
         self.gate = Ec2Gate(DomainDispatcherApplication(create_backend_app), backing, meter)

@@ -1,10 +1,13 @@
-"""The sandbox's fake APIs are WSGI apps served on 127.0.0.1, on a free port, in a daemon thread."""
+"""The sandbox's fake APIs are WSGI apps served on the node address (127.0.0.1 unless
+$BAKEOFF_NODE_ADDRESS names a private address of this host), on a free port, in a daemon thread."""
 
 from __future__ import annotations
 
 import threading
 
 from werkzeug.serving import WSGIRequestHandler, make_server
+
+from bakeoff.providers.address import node_address, url_host
 
 
 class QuietHandler(WSGIRequestHandler):
@@ -15,11 +18,12 @@ class QuietHandler(WSGIRequestHandler):
 
 
 class LoopbackServer:
-    """Serve ``app`` on loopback; ``url`` is known before start()."""
+    """Serve ``app`` on the node address (loopback by default); ``url`` is known before start()."""
 
     def _serve(self, app, name: str) -> None:
-        self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        host = node_address()
+        self._server = make_server(host, 0, app, threaded=True, request_handler=QuietHandler)
+        self.url = f"http://{url_host(host)}:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name=name)
 
     def start(self):

@@ -120,6 +120,30 @@ def test_the_worker_can_be_scaled(compose):
     assert "container_name" not in worker and "ports" not in worker and "hostname" not in worker
 
 
+def test_the_image_is_built_once_and_every_other_service_uses_it_by_tag(compose):
+    """`up --build` builds one image, not one per service (dangling copies, every service recreated);
+    the services that run it name the tag and never pull it (nothing to pull: it is built here)."""
+    services = compose["services"]
+    builders = [name for name, s in services.items() if "build" in s]
+    assert builders == ["airflow-init"]
+    tag = services["airflow-init"]["image"]
+    users = sorted(name for name, s in services.items() if s.get("image") == tag and name != "airflow-init")
+    assert set(AIRFLOW_SERVICES) - {"airflow-init"} <= set(users)
+    assert {"bakeoff-clients", "bakeoff-reaper"} <= set(users)
+    assert {name: services[name].get("pull_policy") for name in users} == dict.fromkeys(users, "never")
+
+
+def test_scaling_the_workers_is_documented_as_touching_only_the_workers():
+    """`--no-deps ... airflow-worker` leaves airflow-init (a one-shot) and the other services alone."""
+    assert "docker compose up -d --no-deps --scale airflow-worker=3 airflow-worker" in COMPOSE_TEXT
+    assert "up -d --scale airflow-worker" not in COMPOSE_TEXT
+
+
+def test_workers_serve_emulated_nodes_on_their_compose_address(compose):
+    env = compose["services"]["airflow-worker"]["environment"]
+    assert env["BAKEOFF_NODE_ADDRESS"] == "@hostname"
+
+
 def test_every_long_running_service_has_a_healthcheck(compose):
     for name, service in compose["services"].items():
         if name not in ONE_SHOT | NOTHING_TO_PROBE:
@@ -335,8 +359,9 @@ def _dockerfile_dirs(dockerfile: str) -> tuple[set[str], set[str]]:
 def _mount_point_faults(compose: dict, dockerfile: str) -> list[str]:
     made, owned = _dockerfile_dirs(dockerfile)
     faults = []
+    built = {s["image"] for s in compose["services"].values() if s.get("build") == "."}
     for name, service in compose["services"].items():
-        if service.get("build") != ".":
+        if service.get("image") not in built:  # only the services that run the image built here
             continue
         for mount in service.get("volumes", []):
             if isinstance(mount, dict):  # long syntax, read-only subpath: nothing is written through it

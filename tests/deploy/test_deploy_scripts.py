@@ -276,3 +276,26 @@ def test_the_fleet_check_reads_where_the_members_ran_from_the_points(tmp_path):
 @pytest.mark.parametrize("script", ["distributed_run.sh", "load_settings.sh", "init_secrets.sh"])
 def test_shell_scripts_parse(script):
     subprocess.run(["bash", "-n", str(SCRIPTS / script)], check=True)
+
+
+def test_a_node_that_outlived_its_teardown_fails_the_check_naming_it(tmp_path, monkeypatch):
+    """The check `make distributed` runs after the sweep: a real local node planted to survive is found,
+    by its registry record and its process, and once terminated the check passes."""
+    from bakeoff.plan import load_plan
+    from bakeoff.providers.local import LocalProvider
+
+    data, state = tmp_path / "worker-a", tmp_path / "local-cloud"
+    monkeypatch.setenv("BAKEOFF_DATA", str(data))  # the emulator inherits it, as a worker's nodes do
+    monkeypatch.setenv("BAKEOFF_LOCAL_STATE", str(state))
+    check = [sys.executable, str(SCRIPTS / "surviving_nodes.py"), "--local-state", str(state), "--data", str(data)]
+    provider = LocalProvider(grace_s=3.0)
+    node = provider.wait_ready(provider.create(load_plan("local-demo").targets[0], "planted", tags={}, spec={}), 30)
+    try:
+        out = subprocess.run(check, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1
+        assert f"local node {node.id} of run planted" in out.stderr
+        assert f"node process {node.details['pid']} still runs" in out.stderr
+    finally:
+        assert provider.terminate(node.id) is True
+    out = subprocess.run(check, capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout.strip()) == (0, "no node outlived its teardown"), out.stderr

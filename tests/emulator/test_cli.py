@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from emulator_fixtures import make_config
 from bakeoff.serving.emulator.__main__ import main
 
 
-def start(tmp_path, config: dict) -> tuple[subprocess.Popen, object]:
+def start(tmp_path, config: dict, env: dict | None = None) -> tuple[subprocess.Popen, object]:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(config))
     port_file = tmp_path / "port"
@@ -36,6 +37,7 @@ def start(tmp_path, config: dict) -> tuple[subprocess.Popen, object]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env={**os.environ, **(env or {})},
     )
     return proc, port_file
 
@@ -142,3 +144,25 @@ def test_loadcheck_prints_its_figures(capsys):
     )
     out = capsys.readouterr().out
     assert "requests=4" in out and "emulator CPU" in out and "vs script: TTFT error" in out
+
+
+@pytest.mark.parametrize("mode", ["roofline", "scripted"])
+def test_stop_route_opens_only_with_the_stop_key(tmp_path, procs, mode):
+    """The provider's teardown from another host: the stop key ends the process, anything else does not."""
+    config = make_config(mode=mode) | {"stop_key_env": "STOP_KEY"}
+    proc, port_file = start(tmp_path, config, env={"STOP_KEY": "s" * 40})
+    procs.append(proc)
+    url = f"http://127.0.0.1:{wait_port(proc, port_file)}/_bakeoff/stop"
+    assert httpx.post(url, timeout=5).status_code == 401
+    assert httpx.post(url, headers={"Authorization": "Bearer " + "t" * 40}, timeout=5).status_code == 401
+    assert proc.poll() is None
+    assert httpx.post(url, headers={"Authorization": "Bearer " + "s" * 40}, timeout=5).status_code == 202
+    assert proc.wait(timeout=15) == 0
+
+
+def test_no_stop_key_no_stop_route(tmp_path, procs):
+    proc, port_file = start(tmp_path, make_config() | {"stop_key_env": "STOP_KEY"}, env={"STOP_KEY": ""})
+    procs.append(proc)
+    port = wait_port(proc, port_file)
+    assert httpx.post(f"http://127.0.0.1:{port}/_bakeoff/stop", timeout=5).status_code == 404
+    assert proc.poll() is None

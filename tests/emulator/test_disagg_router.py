@@ -4,6 +4,7 @@ KV transfer time is in the TTFT."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -79,3 +80,28 @@ def test_a_dead_role_is_named(served):
         cluster.check_roles(res, t, KEY, timeout_s=1)
     health = httpx.get(f"{router.base_url}/health", timeout=10)
     assert health.status_code == 503 and "decode 0" in health.text
+
+
+def _listening(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=2)
+    except httpx.ConnectError:
+        return False
+    return True
+
+
+def test_a_worker_that_does_not_run_the_router_stops_it_through_its_stop_route(served, tmp_path):
+    _, _, _, router = served
+    assert _listening(router.base_url)
+    # another target's folder: its key does not open this router's route, and its pid is not signalled
+    assert cluster.stop_router(router.pid, "another-target", router.base_url) is False
+    assert _listening(router.base_url)
+    # a pid that is not this router (as on a worker where that number is some other process): the route
+    assert cluster.stop_router(os.getpid(), "router", router.base_url) is True
+    assert not _listening(router.base_url)
+
+
+def test_the_router_is_signalled_where_it_runs(served):
+    _, _, _, router = served
+    assert cluster.stop_router(router.pid, "router") is True
+    assert not _listening(router.base_url)

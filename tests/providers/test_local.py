@@ -213,3 +213,81 @@ def test_workers_with_their_own_data_share_the_local_clouds_registry(tmp_path, m
     finally:
         if not gone(inst.details["pid"]):
             os.killpg(inst.details["pid"], 9)
+
+
+def _owned_elsewhere(provider: LocalProvider, iid: str, owner: str = "worker-elsewhere") -> None:
+    """Rewrite the node's record as the host that started it would have: another host owns its process."""
+    path = provider._record_path(iid)
+    rec = json.loads(path.read_text())
+    rec["owner"] = owner
+    path.write_text(json.dumps(rec))
+
+
+def test_node_listens_on_the_node_address_and_records_it(provider, monkeypatch):
+    monkeypatch.setenv("BAKEOFF_NODE_ADDRESS", "127.0.0.2")
+    inst = provider.create(target(), "run-addr", tags={}, spec={"api_key": "k" * 20})
+    ready = provider.wait_ready(inst, 30)
+    assert ready.host == "127.0.0.2" and ready.base_url.startswith("http://127.0.0.2:")
+    assert json.loads(provider._record_path(inst.id).read_text())["host"] == "127.0.0.2"
+    with pytest.raises(httpx.ConnectError):  # not on 127.0.0.1: the address recorded is the one it serves on
+        httpx.get(f"http://127.0.0.1:{ready.port}/health", timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("0.0.0.0", "every interface"),
+        ("8.8.8.8", "public"),
+        ("169.254.169.254", "link-local"),
+        ("node-a", "not an IP address"),
+        ("10.255.255.254", "not an address of this host"),
+    ],
+)
+def test_node_address_is_guarded(provider, monkeypatch, value, why):
+    monkeypatch.setenv("BAKEOFF_NODE_ADDRESS", value)
+    with pytest.raises(ProviderError, match=why) as e:
+        provider.create(target(), "run-guard", tags={}, spec={"api_key": "k" * 20})
+    assert "BAKEOFF_NODE_ADDRESS" in str(e.value) and "unset it" in str(e.value)
+    assert provider.list_tagged() == []
+
+
+def test_terminate_from_another_host_uses_the_stop_route_and_sees_it_gone(provider):
+    inst = provider.wait_ready(provider.create(target(), "run-far", tags={}, spec={}), 30)
+    _owned_elsewhere(provider, inst.id)
+    assert provider.describe(inst.id).state == "running"  # seen over the network, not by a pid here
+    assert [i.id for i in provider.list_tagged("run-far")] == [inst.id]
+    assert provider.terminate(inst.id) is True  # its port refused: the absence seen from afar
+    deadline = time.monotonic() + 20
+    while not gone(inst.details["pid"]) and time.monotonic() < deadline:  # the process ends after its listener
+        time.sleep(0.05)
+    assert gone(inst.details["pid"])
+    assert provider.describe(inst.id).state == "terminated"
+    assert provider.terminate(inst.id) is False
+
+
+def test_terminate_fails_naming_a_node_it_cannot_stop(provider, monkeypatch):
+    inst = provider.wait_ready(provider.create(target(), "run-keyed", tags={}, spec={}), 30)
+    _owned_elsewhere(provider, inst.id)
+    with monkeypatch.context() as m, pytest.raises(ProviderError, match=f"{inst.id}.*answered 401"):
+        m.setenv("BAKEOFF_SECRET_KEY", "another-installation-" + "x" * 32)  # derives another stop key
+        provider.terminate(inst.id)
+    assert not gone(inst.details["pid"])
+    assert provider.describe(inst.id).state == "running"  # not recorded terminated
+    assert [i.id for i in provider.list_tagged()] == [inst.id]  # the reaper finds it again
+    # this installation's secret again: its key opens the route
+    assert provider.terminate(inst.id) is True
+
+
+def test_a_node_that_cannot_be_seen_is_never_reported_terminated(provider):
+    inst = provider.wait_ready(provider.create(target(), "run-unseen", tags={}, spec={}), 30)
+    _owned_elsewhere(provider, inst.id)
+    path = provider._record_path(inst.id)
+    rec = json.loads(path.read_text())
+    # As another host's record reads while its node starts (or after it died before listening): no port yet.
+    path.write_text(json.dumps(rec | {"port": None, "port_file": str(path.parent / "no-such-port")}))
+    assert provider.describe(inst.id).state == "unknown"
+    assert [i.id for i in provider.list_tagged()] == [inst.id]
+    with pytest.raises(ProviderError, match=f"{inst.id}.*cannot be seen"):
+        provider.terminate(inst.id)
+    path.write_text(json.dumps(rec))
+    assert provider.terminate(inst.id) is True

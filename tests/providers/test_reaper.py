@@ -73,3 +73,37 @@ def test_an_unreachable_cloud_does_not_stop_the_others(rest_creds, data_root):
         provider_names=["digitalocean", "vultr"], credentials_fn=lambda name: creds if name == "vultr" else bad
     )
     assert "digitalocean" in out["errors"] and node.id in {r["id"] for r in out["terminated"]}
+
+
+def _no_aws_chain(monkeypatch, tmp_path):
+    """boto3's own chain finds nothing: no keys in the environment, no profile files, no instance role."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_loop_skips_clouds_without_credentials_with_one_info_line(data_root, monkeypatch, tmp_path, caplog):
+    _no_aws_chain(monkeypatch, tmp_path)
+    caplog.set_level("INFO", logger="bakeoff.reaper")
+    names = ["local", "aws", "vultr", "digitalocean", "oci"]
+    passes = reaper.reap_loop(300, names, lambda name: {}, wait=lambda s: False, max_passes=2)
+    assert passes == 2
+    assert [r.levelname for r in caplog.records if r.levelname in ("WARNING", "ERROR")] == []
+    skips = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert skips == ["reaper: skipping aws, vultr, digitalocean, oci: no credentials configured"]
+    assert sum("0 errors" in r.getMessage() for r in caplog.records if "reaper loop: pass" in r.getMessage()) == 2
+
+
+def test_loop_logs_an_error_when_a_configured_cloud_cannot_be_listed(data_root, monkeypatch, tmp_path, caplog):
+    _no_aws_chain(monkeypatch, tmp_path)
+    caplog.set_level("INFO", logger="bakeoff.reaper")
+    bad = {"token": "t", "base_url": "http://127.0.0.1:9/v2", "backoff_s": 0.001}
+    creds = {"vultr": bad}
+    reaper.reap_loop(
+        300, ["vultr", "digitalocean"], lambda name: creds.get(name, {}), wait=lambda s: True, max_passes=1
+    )
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors and all("vultr" in e for e in errors)
+    assert any("skipping digitalocean" in r.getMessage() for r in caplog.records)

@@ -25,6 +25,24 @@ OCI_ENV = {
 }
 
 
+# The fields that make each form of credentials usable (registry.CredentialsForm); "none" needs none.
+_REQUIRED = {"aws-keys": ("aws_access_key_id",), "api-token": ("token",), "oci-api-key": ("key_content", "key_file")}
+
+
+def configured(form: str, creds: dict[str, Any]) -> bool:
+    """Whether these credentials are configured at all (not whether they work): what the reaper checks
+    before it lists a cloud, so an installation without that cloud is not an error on every pass.
+    AWS also counts boto3's own chain (profile, instance role), which the empty dict leaves to boto3."""
+    need = _REQUIRED.get(form)
+    if need is None or any(creds.get(k) for k in need):
+        return True
+    if form == "aws-keys":
+        import boto3  # noqa: PLC0415 - only the reaper's check of an AWS account with no keys given asks boto3
+
+        return boto3.Session().get_credentials() is not None
+    return False
+
+
 def emulated_nodes(creds: dict[str, Any]) -> bool:
     """Whether the credentials claim every node boots the hardware emulator (the sandbox's clouds do):
     only the literal ``True`` counts, so a stray string or 1 in a real account's extra claims nothing.

@@ -1,17 +1,24 @@
-"""The local provider: an "instance" is a hardware-emulator process on a free loopback port.
+"""The local provider: an "instance" is a hardware-emulator process on a free port of this worker.
 
 It behaves like a cloud provider where it matters for teardown: each instance is tagged with its
 run and target in a registry file that outlives the process that created it, so list_tagged finds
-leftovers after an Airflow task died; terminate kills the emulator's whole process group (it runs
-in its own session, so it also survives the task that started it until something terminates it);
-create is idempotent per (run, target), so a retried task never starts a second one. The emulator
-also exits by itself at expires_at, the local twin of a cloud instance's shutdown timer.
+leftovers after an Airflow task died; create is idempotent per (run, target), so a retried task
+never starts a second one. The emulator also exits by itself at expires_at, the local twin of a
+cloud instance's shutdown timer.
+
+Any worker sharing the registry ($BAKEOFF_LOCAL_STATE) reaches the node: it listens on this
+worker's node address (providers/address.py, $BAKEOFF_NODE_ADDRESS; 127.0.0.1 when unset), and the
+record names that address and the host that owns the process. terminate succeeds only when the
+node's absence is observed: on the owning host, its process group killed and its pid gone; from
+another host, the emulator's stop route (opened by a key derived from the installation secret for
+that node, never stored) asked, then its port refusing connections. A node it cannot see (its host
+unreachable) is a ProviderError naming it, never "terminated", so teardown fails and the reaper retries.
 
 Layout under $BAKEOFF_LOCAL_STATE (default state_root()/local/): instances/<id>.json (registry),
-<id>/config.json, <id>/emulator.log, <id>/port. The API key reaches the child only through its environment.
+<id>/config.json, <id>/emulator.log, <id>/port. The API and stop keys reach the child only through its environment.
 
-It serves plain http on 127.0.0.1 only: traffic never leaves the machine's loopback interface, so
-there is no network path for TLS to protect (cloud nodes get a pinned per-node certificate).
+It serves plain http: on loopback, or on a private address with the run's API key required
+(address.py's guard), so there is no public network path for TLS to protect.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import psutil
 
-from bakeoff import durable, paths
+from bakeoff import durable, paths, secrets
+from bakeoff.providers.address import is_loopback, node_address, url_host
 from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, LaunchSpec, Provider, ProviderError
 from bakeoff.serving import engines
 
@@ -41,7 +50,8 @@ if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan import
 
 EMULATOR_MODULE = "bakeoff.serving.emulator"
 API_KEY_ENV = "BAKEOFF_API_KEY"
-HOST = "127.0.0.1"
+STOP_KEY_ENV = "BAKEOFF_STOP_KEY"
+HOST = "127.0.0.1"  # where a record without a host (written before nodes had one) listens
 LOCAL_STATE_ENV = "BAKEOFF_LOCAL_STATE"
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # processes this interpreter started, reaped on terminate
@@ -61,6 +71,15 @@ def _registry_dir() -> Path:
 def instance_id(run_id: str, target_slug: str) -> str:
     """Stable per (run, target): the idempotency key of create()."""
     return "local-" + hashlib.sha256(f"{run_id}/{target_slug}".encode()).hexdigest()[:16]
+
+
+def stop_key(iid: str) -> str:
+    """The key that opens node ``iid``'s stop route: derived again by whichever worker terminates it."""
+    return secrets.derive(f"local-stop/{iid}").hex()
+
+
+def _owner() -> str:
+    return socket.gethostname()
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -109,8 +128,29 @@ class LocalProvider(Provider):
             yield
 
     @staticmethod
+    def _here(rec: dict[str, Any]) -> bool:
+        """The node's process runs on this host (a record without an owner predates owners: here)."""
+        return bool(rec.get("owner", _owner()) == _owner())
+
+    def _seen(self, rec: dict[str, Any]) -> bool | None:
+        """Whether the node runs: its process on the host that owns it, its port from any other
+        (refused: gone). None when it cannot be seen from here (the owner's address does not answer)."""
+        if self._here(rec):
+            return self._alive(rec)
+        port = self._port(rec)
+        if not port:
+            return None  # still starting on its host, or it died there before listening: not seen
+        try:
+            with socket.create_connection((rec.get("host") or HOST, port), timeout=3.0):
+                return True
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return None
+
+    @staticmethod
     def _alive(rec: dict[str, Any]) -> bool:
-        """The recorded pid still runs *our* emulator (not a recycled pid, not a zombie)."""
+        """The recorded pid still runs *our* emulator (not a recycled pid, not a zombie), on this host."""
         try:
             proc = psutil.Process(rec["pid"])
             if proc.status() == psutil.STATUS_ZOMBIE:
@@ -129,24 +169,24 @@ class LocalProvider(Provider):
             return None
 
     def _instance(self, rec: dict[str, Any], state: str | None = None) -> Instance:
-        alive = self._alive(rec)
         port = self._port(rec)
         if state is None:
-            state = ("running" if port else "pending") if alive else "terminated"
+            seen = self._seen(rec)
+            state = "unknown" if seen is None else ("running" if port else "pending") if seen else "terminated"
         return Instance(
             provider=self.name,
             id=rec["id"],
             target=rec["target"],
             run_id=rec["run_id"],
             state=state,
-            host=HOST,
+            host=rec.get("host") or HOST,
             port=port,
             instance_type=rec.get("instance_type", ""),
             region="local",
             launched_at=rec.get("launched_at"),
             expires_at=rec.get("expires_at"),
             tags=dict(rec.get("tags", {})),
-            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode")} | {"emulated": True},
+            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode", "owner")} | {"emulated": True},
         )
 
     # Provider interface --------------------------------------------------------
@@ -156,12 +196,25 @@ class LocalProvider(Provider):
         iid = instance_id(run_id, target.slug)
         with self._lock(iid):
             rec = self._read(iid)
-            if rec and rec.get("state") != "terminated" and self._alive(rec):
+            seen = self._seen(rec) if rec and rec.get("state") != "terminated" else False
+            if seen is None:
+                assert rec is not None
+                raise ProviderError(
+                    f"local node {iid} (owned by {rec.get('owner')}, at {rec.get('host')}) cannot be seen from "
+                    f"{_owner()}: not starting a second one; retry once its host answers"
+                )
+            if rec and seen:
                 return self._instance(rec)
             return self._instance(self._launch(iid, target, run_id, dict(tags), LaunchSpec.of(spec)))
 
     def _launch(self, iid: str, target: Target, run_id: str, tags: dict[str, str], spec: LaunchSpec) -> dict[str, Any]:
         mode, api_key, expires_at = spec.mode, spec.api_key, spec.expires_at
+        host = node_address()
+        if not api_key and not is_loopback(host):
+            raise ProviderError(
+                f"targets.{target.name}: an emulated node on {host} (not loopback) must require the run's API key, "
+                "and this launch has none; unset BAKEOFF_NODE_ADDRESS to serve it on 127.0.0.1"
+            )
         workdir = _root() / iid
         workdir.mkdir(parents=True, exist_ok=True)
         config_path, port_file, log_path = workdir / "config.json", workdir / "port", workdir / "emulator.log"
@@ -172,16 +225,18 @@ class LocalProvider(Provider):
             "served_model": target.served_model_id,
             "api_key_env": API_KEY_ENV if api_key else None,
             "expires_at": expires_at,
+            "stop_key_env": STOP_KEY_ENV,
         }
         if spec.scripted is not None:
             config["scripted"] = dict(spec.scripted)
         _write_json(config_path, config)
-        env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in (API_KEY_ENV, STOP_KEY_ENV)}
+        env[STOP_KEY_ENV] = stop_key(iid)
         if api_key:
             env[API_KEY_ENV] = api_key
-        address = ["-m", EMULATOR_MODULE, "--host", HOST, "--port", "0"]
+        address = ["-m", EMULATOR_MODULE, "--host", host, "--port", "0"]
         if target.custom is not None:  # a custom stack: its template, rendered as a cloud node renders it
-            address = engines.command(target, 0, HOST)
+            address = engines.command(target, 0, host)
             if address[:2] != ["-m", EMULATOR_MODULE] or len(address) != 6:
                 raise ProviderError(
                     f"targets.{target.name}.custom.command: the local provider starts only the emulator with "
@@ -209,6 +264,8 @@ class LocalProvider(Provider):
             "instance_type": target.instance_type,
             "pid": proc.pid,
             "pgid": proc.pid,
+            "owner": _owner(),
+            "host": host,
             "port": None,
             "port_file": str(port_file),
             "config": str(config_path),
@@ -227,7 +284,7 @@ class LocalProvider(Provider):
         rec = self._read(instance.id)
         if rec is None:
             raise ProviderError(f"local instance {instance.id} is unknown; create it first")
-        if not self._alive(rec):
+        if self._here(rec) and not self._alive(rec):
             raise ProviderError(
                 f"emulator {instance.id} exited before it was ready; its log {rec['log']} ends:\n"
                 + _tail(Path(rec["log"]))
@@ -236,7 +293,13 @@ class LocalProvider(Provider):
         if not port:
             return None
         try:
-            if httpx.get(f"http://{HOST}:{port}{rec.get('health_route') or '/health'}", timeout=2.0).status_code != 200:
+            if (
+                httpx.get(
+                    f"http://{url_host(rec.get('host') or HOST)}:{port}{rec.get('health_route') or '/health'}",
+                    timeout=2.0,
+                ).status_code
+                != 200
+            ):
                 return None
         except httpx.HTTPError:
             return None
@@ -252,17 +315,47 @@ class LocalProvider(Provider):
         return self._instance(rec) if rec else None
 
     def terminate(self, instance_id: str) -> bool:
+        """Stop the node and observe it gone: True when this call stopped it, False when it was gone
+        already; a ProviderError naming it when its absence cannot be observed from here."""
         with self._lock(instance_id):
             rec = self._read(instance_id)
             if rec is None:
                 return False
-            killed = False
-            if self._alive(rec):
-                killed = self._kill_group(rec["pid"], rec["pgid"])
+            if self._here(rec):
+                killed = self._alive(rec) and self._kill_group(rec["pid"], rec["pgid"])
+                if self._alive(rec):
+                    raise ProviderError(f"local node {instance_id}: pid {rec['pid']} still runs after SIGKILL")
+            else:
+                killed = self._stop_remote(instance_id, rec)
             rec["state"] = "terminated"
             rec["terminated_at"] = time.time()
             _write_json(self._record_path(instance_id), rec)
             return killed
+
+    def _stop_remote(self, iid: str, rec: dict[str, Any]) -> bool:
+        """Ask the node's stop route (it runs on another host), then wait for its port to refuse."""
+        where = f"local node {iid} (owned by {rec.get('owner')}, at {rec.get('host')}:{self._port(rec)})"
+        seen = self._seen(rec)
+        if seen is False:
+            return False
+        if seen is None:
+            raise ProviderError(f"{where}: cannot be seen from {_owner()}, so it is not known to be gone; retry")
+        url = f"http://{url_host(rec.get('host') or HOST)}:{self._port(rec)}/_bakeoff/stop"
+        try:
+            r = httpx.post(url, headers={"Authorization": f"Bearer {stop_key(iid)}"}, timeout=5.0)
+        except httpx.HTTPError as e:
+            raise ProviderError(f"{where}: its stop route did not answer ({type(e).__name__}); retry") from None
+        if r.status_code != 202:
+            raise ProviderError(
+                f"{where}: its stop route answered {r.status_code}, not 202 (another installation's node, or the "
+                "installation secret differs between workers: give every worker the same BAKEOFF_SECRET_KEY)"
+            )
+        deadline = time.monotonic() + self.grace_s + 5.0
+        while (seen := self._seen(rec)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if seen is not False:
+            raise ProviderError(f"{where}: still {'listening' if seen else 'unseen'} after its stop; retry")
+        return True
 
     def _kill_group(self, pid: int, pgid: int) -> bool:
         try:
@@ -288,8 +381,9 @@ class LocalProvider(Provider):
                 continue
             if run_id is not None and rec.get("run_id") != run_id:
                 continue
-            if self._alive(rec):
-                out.append(self._instance(rec))
+            inst = self._instance(rec)
+            if inst.state != "terminated":  # one that cannot be seen is listed: only its teardown may say it is gone
+                out.append(inst)
         return out
 
 

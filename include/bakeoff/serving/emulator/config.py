@@ -16,6 +16,7 @@ of the environment variable that holds the API key. Example::
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 from pathlib import Path
@@ -52,6 +53,19 @@ class Scripted(BaseModel):
     precise: bool = Field(False, description="poll near due times (~1 ms timer slop); only on a core of its own")
 
 
+# The provider's teardown from another host (the local provider's nodes, reached over the network):
+# POST with 'Authorization: Bearer <stop key>' and the emulator exits as on SIGTERM; 404 without a key.
+STOP_ROUTE = "/_bakeoff/stop"
+
+
+def opens_stop(key_env: str | None, authorization: bytes | None) -> bool | None:
+    """Whether this Authorization header opens the stop route; None when no key was given (no route)."""
+    key = os.environ.get(key_env) if key_env else None
+    if not key:
+        return None
+    return hmac.compare_digest(authorization or b"", f"Bearer {key}".encode())
+
+
 class EmulatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -67,6 +81,11 @@ class EmulatorConfig(BaseModel):
         None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="environment variable holding the bearer key, or null for no auth",
+    )
+    stop_key_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description=f"environment variable holding the key that opens POST {STOP_ROUTE}, or null: no stop route",
     )
     scripted: Scripted = Scripted()
     expires_at: float | None = Field(None, description="epoch seconds; the emulator exits by itself after this")
@@ -116,6 +135,9 @@ class EmulatorConfig(BaseModel):
         if not self.api_key_env:
             return None
         return os.environ.get(self.api_key_env) or None
+
+    def opens_stop(self, authorization: bytes | None) -> bool | None:
+        return opens_stop(self.stop_key_env, authorization)
 
 
 def config_from_dict(raw: Any, source: str = "emulator config") -> EmulatorConfig:

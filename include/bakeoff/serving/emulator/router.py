@@ -30,7 +30,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import durable
-from bakeoff.serving.emulator.server import KV_IN_HEADER, until_stopped
+from bakeoff.serving.emulator.config import STOP_ROUTE
+from bakeoff.serving.emulator.server import KV_IN_HEADER, stop_handler, until_stopped
 from bakeoff.serving.tls import pinned_context
 
 log = logging.getLogger("bakeoff.emulator.router")
@@ -44,6 +45,9 @@ class RouterConfig(BaseModel):
     time_scale: float = Field(1.0, gt=0, description="multiplies the KV wait, as the nodes multiply their delays")
     expires_at: float | None = Field(None, description="epoch seconds; the router exits by itself then")
     tls_cert: str | None = Field(None, description="the nodes' pinned certificate (PEM) when they serve https")
+    stop_key_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description=f"environment variable whose key opens {STOP_ROUTE}"
+    )
 
 
 CONFIG = web.AppKey("router_config", RouterConfig)
@@ -70,6 +74,7 @@ def build_app(config: RouterConfig) -> web.Application:
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_get("/health", health)
+    app.router.add_post(STOP_ROUTE, stop_handler(config.stop_key_env))
     for path in ("/v1/models", "/version", "/metrics"):
         app.router.add_get(path, first_decode)
     return app

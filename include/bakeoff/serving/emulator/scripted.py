@@ -42,9 +42,9 @@ from typing import Any
 import httptools
 
 from bakeoff import tokens
-from bakeoff.serving.emulator.config import EmulatorConfig
+from bakeoff.serving.emulator.config import STOP_ROUTE, EmulatorConfig
 from bakeoff.serving.emulator.engine import Stats
-from bakeoff.serving.emulator.server import metrics_text, version_info
+from bakeoff.serving.emulator.server import metrics_text, stop_soon, version_info
 
 _now = time.perf_counter
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -396,7 +396,9 @@ class _ServerConn:
         self.body.append(body)
 
     def _reply(self, code: int, body: bytes, ctype: bytes = b"application/json", close: bool = False) -> None:
-        reason = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found"}.get(code, b"Error")
+        reason = {200: b"OK", 202: b"Accepted", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found"}.get(
+            code, b"Error"
+        )
         self.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
             % (code, reason, ctype, len(body), b"connection: close\r\n" if close else b"", body)
@@ -416,6 +418,8 @@ class _ServerConn:
             )
         if self.parser.get_method() == b"GET":
             return self._get(path)
+        if path == STOP_ROUTE:
+            return self._stop()
         if path == "/tokenize":
             return self._tokenize()
         kind = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}.get(path)
@@ -447,6 +451,17 @@ class _ServerConn:
         srv.stats.finished["length"] += 1
         delay = (s.ttft_ms + s.itl_ms * max(0, n - 1)) / 1e3
         srv.loop.call_later(delay, self._reply, 200, json.dumps(body).encode())
+
+    def _stop(self) -> None:
+        opens = self.srv.config.opens_stop(self.auth)
+        if opens is None:
+            return self._reply(404, b'{"error":"not found"}')
+        if not opens:
+            return self._reply(
+                401, b'{"error":{"message":"Unauthorized: send the stop key","type":"invalid_request_error"}}'
+            )
+        self._reply(202, b'{"stopping":true}')
+        stop_soon()
 
     def _get(self, path: str) -> None:
         srv = self.srv

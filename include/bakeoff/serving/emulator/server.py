@@ -18,6 +18,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import signal
 import time
 import zlib
@@ -33,7 +34,7 @@ from prometheus_client.metrics_core import Metric
 
 from bakeoff import tokens
 from bakeoff.serving.emulator import VERSION, power, prefix_cache, speculation, sse, textgen
-from bakeoff.serving.emulator.config import EmulatorConfig
+from bakeoff.serving.emulator.config import STOP_ROUTE, EmulatorConfig, opens_stop
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.emulate import efficiency_info, emulator_roofline
@@ -60,6 +61,29 @@ async def until_stopped(expires_at: float | None) -> None:
     if expires_at is not None:
         loop.call_later(max(0.0, expires_at - time.time()), stop.set)
     await stop.wait()
+
+
+def stop_soon() -> None:
+    """End this process as SIGTERM does (``until_stopped`` sees it), once the current reply is sent."""
+    asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+
+
+def stop_handler(key_env: str | None) -> Handler:
+    """POST STOP_ROUTE with the stop key (from ``key_env``): teardown from a host that cannot signal
+    this process (the emulator's, and a cluster router's)."""
+
+    async def stop(request: web.Request) -> web.StreamResponse:
+        opens = opens_stop(key_env, request.headers.get("Authorization", "").encode())
+        if opens is None:
+            return _error("not found", 404, "NotFoundError")
+        if not opens:
+            return _error(
+                "Unauthorized: send the stop key as 'Authorization: Bearer <key>'", 401, "invalid_request_error"
+            )
+        stop_soon()
+        return web.json_response({"stopping": True}, status=202)
+
+    return stop
 
 
 class BadRequest(Exception):
@@ -105,6 +129,7 @@ def build_app(config: EmulatorConfig) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
+    app.router.add_post(STOP_ROUTE, stop_handler(config.stop_key_env))
     _custom_routes(app, config.target)
     return app
 
