@@ -64,6 +64,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"hipErrorOutOfMemory|oom-kill|Killed process \d+|exited with code 137|"
             r"No available memory for the cache blocks|Not enough memory|insufficient memory|"
             r"needs \d+ GB of weights but|"
+            # the emulator in the plan's own words (plan.fits)
+            r"GB of weights.* over the \d+ GB the engine takes|"
             # TensorRT-LLM and ATOM (HIP) in their own words
             r"cudaErrorMemoryAllocation|Failed to allocate (device )?memory|"
             r"free_gpu_memory_fraction .*(too|negative)|hipErrorMemoryAllocation",
