@@ -112,8 +112,8 @@ def main() -> None:
                 proc.wait(10)
         recorded = target.model_spec.accuracy_floor.score
         print(
-            f"{name:<20} {doc['score']:6.3f}   {doc['correct']:>4}/{doc['n']:<4}  {doc['eval_set']['name']}  errors {doc['errors']}"
-            f"  recorded {recorded:.3f}"
+            f"{name:<20} {doc['score']:6.3f}   {doc['correct']:>4}/{doc['n']:<4}  {doc['eval_set']['name']}"
+            f"  errors {doc['errors']}  recorded {recorded:.3f}"
         )
 
 

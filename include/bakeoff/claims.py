@@ -150,6 +150,59 @@ class Comparison(_Strict):
         return self
 
 
+class Side(_Strict):
+    """One side of the comparison a cost claim rests on: what the claim says of it; None = not stated."""
+
+    gpu: GpuName
+    gpus: int | None = Field(None, ge=1, le=1024, description="GPUs per node")
+    engine: str | None = Field(None, description="serving engine: vllm, sglang, atom, trtllm")
+    precision: Quantization | None = None
+    workload: str | None = Field(None, description="the workload in the claim's words, e.g. '20k in / 1k out'")
+    value: float | None = Field(None, gt=0, description="throughput: the figure the claim gives this side")
+    price_source: str | None = Field(None, description="price: where the claim's price for this side is from")
+    price_as_of: str | None = Field(None, description="price: the date of that price")
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str | None) -> str | None:
+        return v if v is None else catalog.known_name("stack", v)
+
+
+class ThroughputBasis(_Strict):
+    """The throughput pair a cost claim divides: ``this`` (the claim's GPU) against ``other``."""
+
+    metric: Metric = "output_tps_per_node"
+    this: Side
+    other: Side
+
+    @model_validator(mode="after")
+    def _values(self) -> ThroughputBasis:
+        for name in ("this", "other"):
+            if getattr(self, name).value is None:
+                raise ValueError(f"{name}.value: a throughput side gives its figure, such as 2626")
+        return self
+
+
+class PriceBasis(_Strict):
+    """The price pair a cost claim divides by: ``ratio`` is other's per-GPU price over this one's."""
+
+    this: Side
+    other: Side
+    ratio: float = Field(gt=0, le=1000, description="other's per-GPU price / this one's, as the claim used it")
+    text: str = ""
+
+
+class Basis(_Strict):
+    throughput: ThroughputBasis
+    price: PriceBasis
+
+
+class Published(_Strict):
+    address: str = Field(min_length=1, description="where the write-up is")
+    date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="its publication date (YYYY-MM-DD)")
+    found: str = Field("", description="how and when it was found")
+
+
 class Claim(_Strict):
     id: str = Field(pattern=CLAIM_ID_RE)
     who: str = Field(min_length=1, description="who made the claim")
@@ -161,11 +214,18 @@ class Claim(_Strict):
     figure: Figure
     also_reported: dict[str, float | str] = {}
     comparisons: list[Comparison] = []
+    published: Published | None = None
+    basis: Basis | None = Field(None, description="the throughput and price pairs a cost claim rests on")
 
     @model_validator(mode="after")
     def _gpu_stated(self) -> Claim:
         if self.configuration.gpu is None:
             raise ValueError("configuration.gpu: a claim names the GPU its figure is for, such as mi355x")
+        if self.basis and {self.basis.throughput.this.gpu, self.basis.price.this.gpu} != {self.configuration.gpu}:
+            raise ValueError(
+                f"basis: throughput.this.gpu and price.this.gpu are the claim's GPU ({self.configuration.gpu}); "
+                "put the rival under other"
+            )
         return self
 
 
@@ -562,9 +622,6 @@ def _emulated(tables: Any, slug: str) -> bool:
 
 def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any, emulated: bool) -> list[CostCheck]:
     """The claim's GPU's cost per token at the SLO over each rival GPU's, with the interval of the difference."""
-    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
-    from bakeoff.bench.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation
-
     cfg = claim.configuration
     basis = plan.pricing.rank_by
     col = f"usd_per_m_{basis}"
@@ -594,25 +651,28 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
             )
         if emulated:
             why.append("figures are EMULATED (the emulator's roofline model, not GPUs)")
-        a, b = _slo_row(tables, t.slug, wl.name), _slo_row(tables, r.slug, wl.name)
-        ratio = None
-        if a is None or b is None:
-            why.append(f"{(t if a is None else r).name} has no cost at the SLO")
-        elif not (a["ranked"] and b["ranked"]):
-            why.append(f"{(t if not a['ranked'] else r).name} did not pass validation")
-        else:
-            pts = tables.points
-            own_reps = pts[
-                (pts["target"] == t.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == a["concurrency"])
-            ]
-            riv_reps = pts[
-                (pts["target"] == r.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == b["concurrency"])
-            ]
-            base = float(b[col])
-            est = float(a[col]) / base
-            _, lo, hi = difference_ci(riv_reps[col].to_numpy(float), own_reps[col].to_numpy(float))
-            reps = int(min(own_reps["repeat"].nunique(), riv_reps["repeat"].nunique()))
-            ratio = Measure(est, 1 + lo / base, 1 + hi / base, reps, f"at the SLO, {wl.name}")
+        ratio, missing = _run_cost_ratio(t, r, wl, tables, col)
+        why += missing
         v, reason = verdict(comp.value, comp.tolerance, ratio, why)
         out.append(CostCheck(text, comp.value, comp.tolerance, t.name, r.name, ratio, v, reason))
     return out
+
+
+def _run_cost_ratio(t: Any, r: Any, wl: Any, tables: Any, col: str) -> tuple[Measure | None, list[str]]:
+    """t's cost per token at the SLO over r's, with the interval of the difference over repeats; or why not."""
+    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
+    from bakeoff.bench.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation
+
+    a, b = _slo_row(tables, t.slug, wl.name), _slo_row(tables, r.slug, wl.name)
+    if a is None or b is None:
+        return None, [f"{(t if a is None else r).name} has no cost at the SLO"]
+    if not (a["ranked"] and b["ranked"]):
+        return None, [f"{(t if not a['ranked'] else r).name} did not pass validation"]
+    pts = tables.points
+    own_reps = pts[(pts["target"] == t.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == a["concurrency"])]
+    riv_reps = pts[(pts["target"] == r.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == b["concurrency"])]
+    base = float(b[col])
+    est = float(a[col]) / base
+    _, lo, hi = difference_ci(riv_reps[col].to_numpy(float), own_reps[col].to_numpy(float))
+    reps = int(min(own_reps["repeat"].nunique(), riv_reps["repeat"].nunique()))
+    return Measure(est, 1 + lo / base, 1 + hi / base, reps, f"at the SLO, {wl.name}"), []
