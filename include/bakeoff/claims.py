@@ -458,7 +458,7 @@ def like_for_like_prices(tp: ThroughputBasis) -> list[PricePair]:
     this, other = tp.this.gpu, tp.other.gpu
     by_place: dict[tuple[str, str], dict[str, catalog.InstanceType]] = {}
     for it in catalog.instance_types().values():
-        if it.usd_per_hour and it.gpu in (this, other) and it.provider != "local":
+        if it.usd_per_hour and it.gpu in (this, other):
             by_place.setdefault((it.provider, it.market), {}).setdefault(it.gpu, it)
     out = []
     for (provider, market), rows in sorted(by_place.items()):
