@@ -775,7 +775,7 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
     ]
     out = []
     for r in rivals:
-        why = []
+        why: list[str] = []
         if differs:
             why.append(
                 "configuration differs in "
@@ -783,8 +783,8 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
             )
         if emulated:
             why.append("figures are EMULATED (the emulator's roofline model, not GPUs)")
-        ratio, missing = _run_cost_ratio(t, r, wl, tables, col)
-        why += missing
+        ratio, lacking = _run_cost_ratio(t, r, wl, tables, col)
+        why += lacking
         v, reason = verdict(comp.value, comp.tolerance, ratio, why)
         out.append(CostCheck(text, comp.value, comp.tolerance, t.name, r.name, ratio, v, reason))
     return out

@@ -148,15 +148,20 @@ def _queue(run: store.StorePath, provider: str) -> list[tuple[store.StorePath, s
     """(run folder, target slug, nodes) of every registered target of the provider, in claim order: by the
     run's start time (then its name), then the plan's order. A malformed entry is skipped, never trusted."""
     ledger = store.fresh(_ledger(run, provider))
-    entries = []
-    for f in sorted(ledger.glob("*.json"), key=str):
+    entries: list[tuple[float, str, store.StorePath, list[tuple[str, int]]]] = []
+    files: list[store.StorePath] = list(ledger.glob("*.json"))
+    for f in sorted(files, key=str):
         doc = store.read_json(f)
-        if not isinstance(doc, dict) or not str(doc.get("run", "")).startswith("run_id="):
+        try:
+            if not isinstance(doc, dict) or not str(doc["run"]).startswith("run_id="):
+                continue
+            folder = run.parent.parent / store.safe_name(str(doc["plan"])) / store.safe_name(str(doc["run"]))
+            targets = [(str(t["slug"]), int(t["nodes"])) for t in doc["targets"]]
+            entries.append((float(doc["started_at"]), str(f.name), folder, targets))
+        except (KeyError, TypeError, ValueError):
             continue
-        folder = run.parent.parent / store.safe_name(str(doc.get("plan"))) / store.safe_name(str(doc["run"]))
-        entries.append((float(doc.get("started_at") or 0), f.name, folder, doc.get("targets") or []))
     entries.sort(key=lambda e: (e[0], e[1]))
-    return [(folder, str(t["slug"]), int(t["nodes"])) for _, _, folder, targets in entries for t in targets]
+    return [(folder, slug, nodes) for _, _, folder, targets in entries for slug, nodes in targets]
 
 
 def _fits(run: store.StorePath, slug: str, provider: str, limit: int, *, count_holders: bool) -> bool:

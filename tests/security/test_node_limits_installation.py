@@ -73,6 +73,7 @@ def test_a_malformed_ledger_entry_is_skipped_not_trusted(tmp_path):
     ledger = tmp_path / node_slots.LEDGER / "aws"
     (ledger / "junk.json").write_text('{"plan": "../../etc", "run": "passwd", "targets": [{"slug": "x", "nodes": 9}]}')
     (ledger / "list.json").write_text("[1, 2]")
+    (ledger / "bad.json").write_text('{"plan": "p", "run": "run_id=x", "started_at": 1, "targets": [7]}')
     assert claim(run, "ec2-0")
 
 
