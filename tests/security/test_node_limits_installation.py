@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import time
 from pathlib import Path
 
 from bakeoff import node_slots, store
 from bakeoff.node_slots import claim, held, release
 from bakeoff.plan import load_plan, plan_from_dict
+from tests.unit.test_node_slots import _claimer  # claim, count the holders while holding, release
 
 LIMIT = {"aws": 1}
 
@@ -75,33 +75,6 @@ def test_a_malformed_ledger_entry_is_skipped_not_trusted(tmp_path):
     (ledger / "list.json").write_text("[1, 2]")
     (ledger / "bad.json").write_text('{"plan": "p", "run": "run_id=x", "started_at": 1, "targets": [7]}')
     assert claim(run, "ec2-0")
-
-
-def _claimer(rdir: str, slug: str, counter: str, hold_s: float, out) -> None:
-    """Claim (polling), count the cloud's holders across both runs while holding, release."""
-    path = Path(counter)
-
-    def bump(d: int) -> int:
-        import fcntl
-
-        with path.open("r+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            n = int(f.read() or 0) + d
-            f.seek(0)
-            f.truncate()
-            f.write(str(n))
-            return n
-
-    deadline = time.monotonic() + 60
-    while not claim(rdir, slug):
-        if time.monotonic() > deadline:
-            raise SystemExit(1)
-        time.sleep(0.005)
-    most = bump(1)
-    time.sleep(hold_s)
-    bump(-1)
-    release(rdir, slug)
-    out.put(most)
 
 
 def test_two_runs_claiming_at_once_in_separate_processes_stay_within_one_limit(tmp_path):
