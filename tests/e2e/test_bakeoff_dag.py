@@ -144,6 +144,10 @@ def test_accuracy_fault_on_every_target_fails_on_the_models_floor(airflow_env, t
         (failure,) = summary["targets"][slug]["accuracy"]["failures"]
         assert "below the floor for deepseek-v4-pro" in failure, failure
     assert "below the floor for deepseek-v4-pro" in res.stdout + res.stderr
+    # the report shows each target's score beside the score its model's floor requires (99% of 1.000)
+    assert summary["accuracy_floors"]["b200-vllm"]["need"] == 0.99
+    html = Path(run["report"]["html"]).read_text()
+    assert html.count("floor = 0.99") == 2, html[html.find("Accuracy:") :][:400]
     assert not _live_emulators(airflow_env)
 
 

@@ -34,6 +34,19 @@ STATUS_TEXT = {
 # what a reader needs from accuracy.json (the rest is bookkeeping)
 ACCURACY_FIELDS = ("task", "backend", "score", "threshold", "passed", "n", "correct", "errors", "mean_output_tokens")
 
+
+def _accuracy(d: ReportData) -> dict[str, dict[str, Any]]:
+    """Per target what a reader needs from accuracy.json, and the score its model's floor requires."""
+    floors = (d.validation or {}).get("accuracy_floors") or {}
+    out = {}
+    for slug, doc in d.accuracy.items():
+        row = {k: doc[k] for k in ACCURACY_FIELDS if k in doc}
+        if slug in floors:
+            row["floor"] = floors[slug]["need"]
+        out[slug] = row
+    return out
+
+
 _env = Environment(
     loader=PackageLoader("bakeoff.report", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -164,7 +177,7 @@ def render(d: ReportData) -> str:
         support_cols=_support_columns(d.support),
         cell=_cell,
         gpus=sorted({t.gpu.name: t.gpu for t in d.plan.targets}.values(), key=lambda g: g.name),
-        accuracy={slug: {k: doc[k] for k in ACCURACY_FIELDS if k in doc} for slug, doc in d.accuracy.items()},
+        accuracy=_accuracy(d),
         trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None],
         claims=[claimcheck.context(c) for c in d.claim_checks],
         checkpoint=checkpoint_of,
