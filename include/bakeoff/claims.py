@@ -150,6 +150,59 @@ class Comparison(_Strict):
         return self
 
 
+class Side(_Strict):
+    """One side of the comparison a cost claim rests on: what the claim says of it; None = not stated."""
+
+    gpu: GpuName
+    gpus: int | None = Field(None, ge=1, le=1024, description="GPUs per node")
+    engine: str | None = Field(None, description="serving engine: vllm, sglang, atom, trtllm")
+    precision: Quantization | None = None
+    workload: str | None = Field(None, description="the workload in the claim's words, e.g. '20k in / 1k out'")
+    value: float | None = Field(None, gt=0, description="throughput: the figure the claim gives this side")
+    price_source: str | None = Field(None, description="price: where the claim's price for this side is from")
+    price_as_of: str | None = Field(None, description="price: the date of that price")
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str | None) -> str | None:
+        return v if v is None else catalog.known_name("stack", v)
+
+
+class ThroughputBasis(_Strict):
+    """The throughput pair a cost claim divides: ``this`` (the claim's GPU) against ``other``."""
+
+    metric: Metric = "output_tps_per_node"
+    this: Side
+    other: Side
+
+    @model_validator(mode="after")
+    def _values(self) -> ThroughputBasis:
+        for name in ("this", "other"):
+            if getattr(self, name).value is None:
+                raise ValueError(f"{name}.value: a throughput side gives its figure, such as 2626")
+        return self
+
+
+class PriceBasis(_Strict):
+    """The price pair a cost claim divides by: ``ratio`` is other's per-GPU price over this one's."""
+
+    this: Side
+    other: Side
+    ratio: float = Field(gt=0, le=1000, description="other's per-GPU price / this one's, as the claim used it")
+    text: str = ""
+
+
+class Basis(_Strict):
+    throughput: ThroughputBasis
+    price: PriceBasis
+
+
+class Published(_Strict):
+    address: str = Field(min_length=1, description="where the write-up is")
+    date: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="its publication date (YYYY-MM-DD)")
+    found: str = Field("", description="how and when it was found")
+
+
 class Claim(_Strict):
     id: str = Field(pattern=CLAIM_ID_RE)
     who: str = Field(min_length=1, description="who made the claim")
@@ -161,11 +214,18 @@ class Claim(_Strict):
     figure: Figure
     also_reported: dict[str, float | str] = {}
     comparisons: list[Comparison] = []
+    published: Published | None = None
+    basis: Basis | None = Field(None, description="the throughput and price pairs a cost claim rests on")
 
     @model_validator(mode="after")
     def _gpu_stated(self) -> Claim:
         if self.configuration.gpu is None:
             raise ValueError("configuration.gpu: a claim names the GPU its figure is for, such as mi355x")
+        if self.basis and {self.basis.throughput.this.gpu, self.basis.price.this.gpu} != {self.configuration.gpu}:
+            raise ValueError(
+                f"basis: throughput.this.gpu and price.this.gpu are the claim's GPU ({self.configuration.gpu}); "
+                "put the rival under other"
+            )
         return self
 
 
@@ -292,6 +352,45 @@ class CostCheck:
     reason: str
 
 
+@dataclass(frozen=True)
+class PricePair:
+    """One like-for-like price pair from the catalog (same cloud and market, or one TCO tier), per GPU-hour."""
+
+    basis: str  # "oci on_demand list price", "TCO tier neocloud"
+    source: str
+    as_of: str
+    this_usd: float
+    other_usd: float
+    cost_ratio: float  # the claim's own throughputs at these prices: this side's cost per token / other's
+
+    @property
+    def price_ratio(self) -> float:
+        return self.other_usd / self.this_usd
+
+    @property
+    def dated(self) -> bool:
+        return bool(self.as_of) and self.as_of != "undated"
+
+
+@dataclass
+class BasisCheck:
+    """A cost claim's own arithmetic, the same throughputs at like-for-like prices, and what the run supports."""
+
+    basis: Basis
+    throughput_ratio: float  # this / other, in the claim's metric
+    price_ratio: float  # other's per-GPU price / this one's, as the claim used it
+    cost_ratio: float  # the claim's arithmetic: this side's cost per token / other's
+    like_for_like: list[PricePair]
+    run: Measure | None  # the run's cost ratio, this GPU's target over the throughput rival's, at the SLO
+    run_why: list[str]  # why the run's ratio cannot decide (EMULATED, missing, not validated)
+    supports: str
+
+    @property
+    def mixed(self) -> bool:
+        """The price pair's rival is not the throughput pair's (B300's price against B200's throughput)."""
+        return self.basis.price.other.gpu != self.basis.throughput.other.gpu
+
+
 @dataclass
 class ClaimCheck:
     claim: Claim
@@ -299,6 +398,7 @@ class ClaimCheck:
     emulated: bool
     figures: list[FigureCheck] = field(default_factory=list)
     costs: list[CostCheck] = field(default_factory=list)
+    basis: BasisCheck | None = None
 
 
 def check_claims(plan: Any, tables: Any) -> list[ClaimCheck]:
@@ -333,7 +433,100 @@ def check_claim(claim: Claim, plan: Any, tables: Any) -> ClaimCheck:
             out.figures.append(_figure_check(ccfg, comp.metric, comp.value, comp.tolerance, plan, cwl, tables))
         else:
             out.costs += _cost_checks(claim, comp, plan, wl, tables, emulated)
+    if claim.basis is not None:
+        out.basis = check_basis(claim, plan, wl, tables, emulated)
     return out
+
+
+# --- a cost claim's basis -----------------------------------------------------------------------
+
+
+def claimed_cost_ratio(tp: ThroughputBasis, price_ratio: float) -> float:
+    """This side's cost per token over the other's: (price x GPUs / throughput) for each side, divided.
+
+    A per-node figure is divided by the node's GPUs (each side's ``gpus``, equal when not stated); a
+    per-GPU figure already is per GPU. ``price_ratio`` is the other side's per-GPU price over this one's.
+    """
+    assert tp.this.value and tp.other.value  # ThroughputBasis requires both
+    gpus = (tp.this.gpus or 1) / (tp.other.gpus or 1) if tp.metric.endswith("_node") else 1.0
+    return gpus * (tp.other.value / tp.this.value) / price_ratio
+
+
+def like_for_like_prices(tp: ThroughputBasis) -> list[PricePair]:
+    """Every catalog price pair for the throughput pair's two GPUs on one footing: the same cloud and market
+    (list prices), and each tier of the dated TCO model. Undated pairs are listed and marked, never hidden."""
+    this, other = tp.this.gpu, tp.other.gpu
+    by_place: dict[tuple[str, str], dict[str, catalog.InstanceType]] = {}
+    for it in catalog.instance_types().values():
+        if it.usd_per_hour and it.gpu in (this, other):
+            by_place.setdefault((it.provider, it.market), {}).setdefault(it.gpu, it)
+    out = []
+    for (provider, market), rows in sorted(by_place.items()):
+        if this in rows and other in rows:
+            a, b = rows[this], rows[other]
+            pa, pb = float(a.usd_per_hour or 0) / a.gpus, float(b.usd_per_hour or 0) / b.gpus
+            dates = {a.as_of or "undated", b.as_of or "undated"}
+            as_of = "undated" if "undated" in dates else " and ".join(sorted(dates))
+            source = a.source if a.source == b.source else f"{a.source}; {b.source}"
+            out.append(
+                PricePair(f"{provider} {market} list price", source, as_of, pa, pb, claimed_cost_ratio(tp, pb / pa))
+            )
+    tco = catalog.tco()
+    per_gpu = tco.get("usd_per_gpu_hour") or {}
+    if this in per_gpu and other in per_gpu:
+        for i, tier in enumerate(tco.get("tiers") or []):
+            pa, pb = float(per_gpu[this][i]), float(per_gpu[other][i])
+            out.append(
+                PricePair(
+                    f"TCO tier {tier}", str(tco["source"]), str(tco["as_of"]), pa, pb, claimed_cost_ratio(tp, pb / pa)
+                )
+            )
+    return out
+
+
+def check_basis(claim: Claim, plan: Any, wl: Any, tables: Any, emulated: bool) -> BasisCheck:
+    """The claim's own arithmetic first, then its throughputs at like-for-like prices, then the run's ratio."""
+    assert claim.basis is not None
+    tp, price = claim.basis.throughput, claim.basis.price
+    assert tp.this.value and tp.other.value
+    pairs = like_for_like_prices(tp)
+    own = claimed_cost_ratio(tp, price.ratio)
+    run, why = None, []
+    cfg = claim.configuration
+    t = _best_target(cfg, [x for x in plan.targets if x.gpu.name == tp.this.gpu])
+    r = _best_target(cfg.model_copy(update={"gpu": tp.other.gpu}), plan.targets)
+    if t is None or r is None or wl is None:
+        missing = tp.this.gpu if t is None else tp.other.gpu
+        why.append(f"the run has no {missing.upper()} target" if wl is not None else "the plan has no workload")
+    else:
+        run, why = _run_cost_ratio(t, r, _capacity_workload(cfg, plan.workloads, wl), tables, _cost_column(plan))
+        if emulated:
+            why.append("figures are EMULATED (the emulator's roofline model, not GPUs)")
+    return BasisCheck(
+        claim.basis, tp.this.value / tp.other.value, price.ratio, own, pairs, run, why, _supports(own, pairs, run, why)
+    )
+
+
+def _cost_column(plan: Any) -> str:
+    return f"usd_per_m_{plan.pricing.rank_by}"
+
+
+def _supports(own: float, pairs: list[PricePair], run: Measure | None, why: list[str]) -> str:
+    """Which of the claim's arithmetic and the like-for-like recomputation the run's cost ratio supports."""
+    dated = [p for p in pairs if p.dated]
+    candidates = [("the claim's arithmetic", own)] + [(f"like-for-like ({p.basis})", p.cost_ratio) for p in dated]
+    if run is None:
+        return "The run cannot say which: " + "; ".join(why or ["it has no cost ratio at the SLO"])
+    nearest = min(candidates, key=lambda c: abs(math.log(c[1] / run.value)))[0]
+    ci = f" (95% CI {run.low:.2f}–{run.high:.2f})" if run.has_interval else " (no interval: one repeat)"
+    measured = f"the run's {'EMULATED ' if any('EMULATED' in w for w in why) else ''}ratio {run.value:.2f}×{ci}"
+    if why or not run.has_interval:
+        reasons = "; ".join(why) if why else "no interval"
+        return f"Not comparable ({reasons}); {measured} lies nearest {nearest}"
+    inside = [name for name, v in candidates if run.low <= v <= run.high]
+    if inside:
+        return f"The run supports {' and '.join(inside)}: {measured} includes it"
+    return f"The run supports neither: {measured} includes no candidate; it lies nearest {nearest}"
 
 
 def verdict(claimed: float, tolerance: float, m: Measure | None, why_not: list[str]) -> tuple[str, str]:
@@ -562,12 +755,8 @@ def _emulated(tables: Any, slug: str) -> bool:
 
 def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any, emulated: bool) -> list[CostCheck]:
     """The claim's GPU's cost per token at the SLO over each rival GPU's, with the interval of the difference."""
-    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
-    from bakeoff.bench.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation
-
     cfg = claim.configuration
-    basis = plan.pricing.rank_by
-    col = f"usd_per_m_{basis}"
+    col = _cost_column(plan)
     own = [t for t in plan.targets if t.gpu.name == cfg.gpu]
     rivals = [t for t in plan.targets if t.gpu.name in comp.against]
     text = comp.text or f"cost ratio {cfg.gpu} / {', '.join(comp.against)}"
@@ -586,7 +775,7 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
     ]
     out = []
     for r in rivals:
-        why = []
+        why: list[str] = []
         if differs:
             why.append(
                 "configuration differs in "
@@ -594,25 +783,28 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
             )
         if emulated:
             why.append("figures are EMULATED (the emulator's roofline model, not GPUs)")
-        a, b = _slo_row(tables, t.slug, wl.name), _slo_row(tables, r.slug, wl.name)
-        ratio = None
-        if a is None or b is None:
-            why.append(f"{(t if a is None else r).name} has no cost at the SLO")
-        elif not (a["ranked"] and b["ranked"]):
-            why.append(f"{(t if not a['ranked'] else r).name} did not pass validation")
-        else:
-            pts = tables.points
-            own_reps = pts[
-                (pts["target"] == t.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == a["concurrency"])
-            ]
-            riv_reps = pts[
-                (pts["target"] == r.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == b["concurrency"])
-            ]
-            base = float(b[col])
-            est = float(a[col]) / base
-            _, lo, hi = difference_ci(riv_reps[col].to_numpy(float), own_reps[col].to_numpy(float))
-            reps = int(min(own_reps["repeat"].nunique(), riv_reps["repeat"].nunique()))
-            ratio = Measure(est, 1 + lo / base, 1 + hi / base, reps, f"at the SLO, {wl.name}")
+        ratio, lacking = _run_cost_ratio(t, r, wl, tables, col)
+        why += lacking
         v, reason = verdict(comp.value, comp.tolerance, ratio, why)
         out.append(CostCheck(text, comp.value, comp.tolerance, t.name, r.name, ratio, v, reason))
     return out
+
+
+def _run_cost_ratio(t: Any, r: Any, wl: Any, tables: Any, col: str) -> tuple[Measure | None, list[str]]:
+    """t's cost per token at the SLO over r's, with the interval of the difference over repeats; or why not."""
+    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
+    from bakeoff.bench.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation
+
+    a, b = _slo_row(tables, t.slug, wl.name), _slo_row(tables, r.slug, wl.name)
+    if a is None or b is None:
+        return None, [f"{(t if a is None else r).name} has no cost at the SLO"]
+    if not (a["ranked"] and b["ranked"]):
+        return None, [f"{(t if not a['ranked'] else r).name} did not pass validation"]
+    pts = tables.points
+    own_reps = pts[(pts["target"] == t.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == a["concurrency"])]
+    riv_reps = pts[(pts["target"] == r.slug) & (pts["workload"] == wl.name) & (pts["concurrency"] == b["concurrency"])]
+    base = float(b[col])
+    est = float(a[col]) / base
+    _, lo, hi = difference_ci(riv_reps[col].to_numpy(float), own_reps[col].to_numpy(float))
+    reps = int(min(own_reps["repeat"].nunique(), riv_reps["repeat"].nunique()))
+    return Measure(est, 1 + lo / base, 1 + hi / base, reps, f"at the SLO, {wl.name}"), []

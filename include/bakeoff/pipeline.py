@@ -103,6 +103,7 @@ def start_run(
         ) from None
     store.write_json(rdir / "plan.json", plan.model_dump(mode="json"))
     node_slots.record(rdir, admitted.node_limits)
+    node_slots.register(rdir, plan, started.started_at)  # the installation's order of claims: by start time
     guarded = admitted.guarded_hosts
     if guarded:  # checked again at every connection (DNS rebinding): serving/egress.py
         store.write_json(rdir / EGRESS_FILE, {"guarded_hosts": guarded})
@@ -783,10 +784,29 @@ def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> di
     from bakeoff.budget import record_measured_cost  # noqa: PLC0415 - each step loads only the modules it runs
 
     record_measured_cost(run_dir, plan)
-    node_slots.release_all(run_dir)  # every target is done: none of them waits for a node any more
+    # every target is done: release each one's nodes, except where a node may still run (its termination
+    # failed, or its cloud could not be searched): those keep their slot until a later sweep sees them gone
+    node_slots.release_all(run_dir, keep=_maybe_running(run_dir, plan, rid, errors))
     if errors:
         raise teardown.TeardownIncomplete("sweep", errors)
     return killed
+
+
+def _maybe_running(run_dir: str, plan: Plan, rid: str, errors: dict[str, str]) -> set[str]:
+    """Targets whose nodes the sweep could not see gone. An error names a provider ("vultr") or a place or
+    node in it ("vultr:<id>"): a recorded node id keeps its own target's slot; anything else (the cloud, a
+    region not searched, a tagged node no record names) keeps the slot of every target on that provider."""
+    from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
+
+    owner = {i: t.slug for t in plan.targets for i in teardown.recorded_ids(run_dir, plan.name, rid, t.slug)}
+    keep: set[str] = set()
+    for where in errors:
+        provider, _, what = where.partition(":")
+        if what in owner:
+            keep.add(owner[what])
+        else:
+            keep |= {t.slug for t in plan.targets if t.provider == provider}
+    return keep
 
 
 def validate(run_dir: str) -> dict[str, Any]:

@@ -128,6 +128,29 @@ def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
     assert not _live_emulators(airflow_env)
 
 
+def test_accuracy_fault_on_every_target_fails_on_the_models_floor(airflow_env, tmp_path):
+    """Both demo targets answer half the items wrong: each equals the best, so only the model's floor
+    (models.yaml accuracy_floor) can fail them, and the DAG run must fail naming it."""
+    half_wrong = {"accuracy_error_rate": 0.5}
+    plan = small_plan(tmp_path, "e2e-floor", emulator={"mi355x-vllm": half_wrong, "b200-vllm": half_wrong})
+    res = run_dag(airflow_env, plan)
+    assert res.returncode != 0, res.stdout[-4000:] + res.stderr[-4000:]
+    rdir = _run_dir(airflow_env, "e2e-floor")
+    run = store.run_view(rdir)
+    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
+    assert any(step.endswith("validate") for step in run["report"]["failed_steps"]), run["report"]["failed_steps"]
+    summary = json.loads((rdir / "validation.json").read_text())
+    for slug in ("mi355x-vllm", "b200-vllm"):
+        (failure,) = summary["targets"][slug]["accuracy"]["failures"]
+        assert "below the floor for deepseek-v4-pro" in failure, failure
+    assert "below the floor for deepseek-v4-pro" in res.stdout + res.stderr
+    # the report shows each target's score beside the score its model's floor requires (99% of 1.000)
+    assert summary["accuracy_floors"]["b200-vllm"]["need"] == 0.99
+    html = Path(run["report"]["html"]).read_text()
+    assert html.count("floor = 0.99") == 2, html[html.find("Accuracy:") :][:400]
+    assert not _live_emulators(airflow_env)
+
+
 def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
     _, _, rdir, run, alive = failed_run
     assert dag_run_state(airflow_env, run["run_id"]) == "failed"

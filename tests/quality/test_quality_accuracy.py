@@ -176,3 +176,46 @@ def test_bad_reference_setting_names_the_field(bad):
 
     with pytest.raises(PlanError, match=r"quality\.accuracy\.reference: got .*use 'best'"):
         make_plan(accuracy={"reference": bad})
+
+
+def _scored(score: float, n: int = 200) -> dict:
+    """A builtin-set document as run_gate writes it (the floor applies only to the set it was measured on)."""
+    return _doc(score, n=n) | {"eval_set": {"name": evalset.NAME, "fingerprint": "x"}}
+
+
+def test_floor_fails_every_target_when_all_are_broken_the_same_way():
+    """Both targets at 0.5: 'best' alone passes them (each equals the best); the model's floor does not."""
+    plan = make_plan()
+    docs = {"mi355x-vllm": _scored(0.5), "b200-vllm": _scored(0.5)}
+    v = accuracy.judge(plan, docs)
+    assert [v["targets"][s]["passed"] for s in docs] == [False, False]
+    for s in docs:
+        (failure,) = v["targets"][s]["failures"]  # the relative rule passes: only the floor speaks
+        # llama-3.1-70b's floor is 1.000 (models.yaml); 99% of it is 0.990 (plan default min_score_ratio)
+        assert "below the floor for llama-3.1-70b" in failure and "99% of 1.000" in failure and "= 0.990" in failure
+        assert "0.500 (100/200)" in failure
+    assert v["floors"]["b200-vllm"]["need"] == pytest.approx(0.99)
+
+
+def test_floor_sits_under_the_relative_rule_not_in_place_of_it():
+    plan = make_plan(accuracy={"min_score_ratio": 0.9})
+    # 0.95 clears the floor (0.9 x 1.0 = 0.90) and 90% of the best (0.9 x 1.0); 0.85 fails both, each named
+    v = accuracy.judge(plan, {"mi355x-vllm": _scored(1.0), "b200-vllm": _scored(0.85)})
+    assert v["targets"]["mi355x-vllm"]["passed"]
+    floor_msg, best_msg = v["targets"]["b200-vllm"]["failures"]
+    assert "floor" in floor_msg and "= 0.900" in floor_msg
+    assert "target mi355x-vllm" in best_msg and "floor" not in best_msg
+    v = accuracy.judge(plan, {"mi355x-vllm": _scored(1.0), "b200-vllm": _scored(0.95)})
+    assert v["targets"]["b200-vllm"]["passed"]
+
+
+def test_floor_applies_only_to_the_set_it_was_measured_on():
+    # an lm-eval run scores on another scale: no floor, the relative rule only
+    plan = make_plan(accuracy={"backend": "lm_eval"})
+    assert accuracy.floors(plan) == {}
+    v = accuracy.judge(plan, {"mi355x-vllm": _scored(0.5), "b200-vllm": _scored(0.5)})
+    assert v["targets"]["mi355x-vllm"]["passed"] and v["floors"] == {}
+    # a document from another set is not held to this set's floor
+    other = _doc(0.5) | {"eval_set": {"name": "another-set", "fingerprint": "y"}}
+    v = accuracy.judge(make_plan(), {"mi355x-vllm": other, "b200-vllm": other})
+    assert v["targets"]["mi355x-vllm"]["passed"]

@@ -34,7 +34,14 @@ def test_html_claim_check_section(claim_report):
     html = Path(claim_report["paths"]["html"]).read_text()
     sec = html[html.index('id="claim-check"') : html.index('id="charts"')]
     assert '<a href="#claim-check">Claim check</a>' in html
-    assert "wafer.ai, undated; recorded 2026-11" in sec and "2,626 tokens/s per node" in sec
+    assert "wafer.ai, 2026-07-03" in sec and "2,626 tokens/s per node" in sec
+    # the cost claim's own basis first, then the like-for-like recomputation, then what the run supports
+    basis = sec[sec.index('class="claim-basis"') :].replace("&#39;", "'").replace("&#34;", '"')
+    assert "The claim's numbers give 0.82× throughput against B200" in basis
+    assert "2.75× price ratio against B300" in basis and "= 0.44× the rival's cost per token" in basis
+    assert "At like-for-like prices (same cloud and market, dated) the same throughputs give 0.88–0.99×" in basis
+    assert "Not comparable (" in basis and "EMULATED" in basis
+    assert 'Published: wafer.ai blog, post "glm52-amd", 2026-07-03' in sec.replace("&#34;", '"')
     assert "MI355X node (8 GPUs): output tokens/s per node" in sec and "B200 node (8 GPUs)" in sec
     assert "cost ratio mi355x-sglang / b200-sglang at the SLO" in sec
     assert sec.count(">not comparable<") == 3 and ">reproduced<" not in sec
@@ -57,7 +64,9 @@ def test_checkpoint_note_in_html_and_provenance(claim_report):
 def test_markdown_claim_check(claim_report):
     md = Path(claim_report["paths"]["markdown"]).read_text()
     sec = md[md.index("## Claim check") :]
-    assert "wafer.ai, undated; recorded 2026-11" in sec and "**EMULATED**" in sec.splitlines()[2]
+    assert "wafer.ai, 2026-07-03" in sec and "**EMULATED**" in sec.splitlines()[2]
+    assert "**What the cost claim rests on.** The claim's numbers give 0.82× throughput against B200" in sec
+    assert "the same throughputs give 0.88–0.99× B200's cost per token, not 0.44×" in sec
     assert sec.count("**not comparable**") == 3
     assert "**Different checkpoints.** These targets serve different checkpoints of glm-5.2" in md
 
@@ -69,6 +78,7 @@ def test_pdf_brief_claim_check(claim_report):
     flat = " ".join(text.split())
     assert "Claim check — EMULATED" in flat and "wafer.ai" in flat and "not comparable" in flat
     assert "Different checkpoints:" in flat
+    assert "0.82× throughput against B200" in flat and "like-for-like" in flat
     info = subprocess.run(["pdfinfo", pdf], capture_output=True, text=True, check=True, timeout=60).stdout
     assert int(next(x.split()[-1] for x in info.splitlines() if x.startswith("Pages:"))) <= 2
 

@@ -224,6 +224,32 @@ def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(res
     assert store.read_record(rdir, "sweep")["errors"] == []
 
 
+def test_the_sweep_keeps_the_slot_of_a_node_whose_termination_failed(rest, clouds, resolver, data_root):
+    """A node the sweep could not terminate still runs and bills: its target keeps its node slot (the
+    installation's limit still counts it) while the target whose node is gone releases; a later sweep that
+    sees the node gone releases it."""
+    from bakeoff import node_slots
+
+    plan = _plan(VULTR, {"name": "mi355x-two"})
+    rdir, rid = _run(plan)
+    node_slots.record(rdir, {"vultr": 2})
+    vultr = VultrProvider(rest("vultr"))
+    stuck, fine = (_launch(vultr, plan, slug, rid) for slug in ("mi355x-vllm", "mi355x-two"))
+    _record(rdir, "mi355x-vllm", stuck)
+    _record(rdir, "mi355x-two", fine)
+    assert node_slots.claim(rdir, "mi355x-vllm") and node_slots.claim(rdir, "mi355x-two")
+    resolver.use(rest)
+    clouds.vultr.fail_queue.extend([f"DELETE /vultr/v2/bare-metals/{stuck.id}:503"] * 20)
+    with pytest.raises(TeardownIncomplete, match=stuck.id):
+        pipeline.sweep(str(rdir), credentials=resolver)
+    assert stuck.id in clouds.vultr.live() and fine.id not in clouds.vultr.live()
+    assert node_slots._state(rdir, "mi355x-vllm")["released_at"] is None  # still counted: the node runs
+    assert node_slots._state(rdir, "mi355x-two")["released_at"]
+    clouds.vultr.fail_queue.clear()
+    pipeline.sweep(str(rdir), credentials=resolver)
+    assert stuck.id not in clouds.vultr.live() and node_slots.held(rdir) == {}
+
+
 def test_a_tampered_record_cannot_aim_the_sweep_at_another_runs_node(rest, clouds, resolver, data_root):
     plan = _plan(VULTR)
     rdir, rid = _run(plan)

@@ -197,6 +197,7 @@ def _spec(**kw) -> dict:
         "active_params_b": 10,
         "layers": 4,
         "context": 4096,
+        "accuracy_floor": {"score": 1.0, "eval_set": "bakeoff-arith-v1", "n": 200, "source": "test", "as_of": "today"},
     } | kw
 
 
@@ -222,3 +223,14 @@ def test_inconsistent_entry_is_refused_naming_model_and_field(fields, field):
 def test_misspelt_field_is_refused():
     with pytest.raises(ValidationError, match="index_top_k"):
         ModelSpec(**_spec(kv_heads=8, head_dim=128, index_top_k=2048))
+
+
+def test_every_model_carries_a_dated_accuracy_floor_and_a_missing_one_is_named():
+    for name, m in models().items():
+        f = m.accuracy_floor
+        assert 0 < f.score <= 1 and f.eval_set == "bakeoff-arith-v1" and f.source and f.as_of, name
+    raw = models()["llama-3.1-8b"].model_dump(exclude={"accuracy_floor"})
+    with pytest.raises(ValidationError, match="accuracy_floor"):
+        ModelSpec(**raw)
+    with pytest.raises(ValidationError, match="accuracy_floor.score"):
+        ModelSpec(**raw, accuracy_floor={"score": 1.5, "eval_set": "x", "n": 1, "source": "s", "as_of": "d"})

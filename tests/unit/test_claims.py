@@ -137,7 +137,8 @@ def tables(
 
 def test_seed_claim_loads_with_source_and_configuration():
     c = claims.load_claim(SEED)
-    assert c.who == "wafer.ai" and "2,626" in c.claim and c.when.startswith("undated; recorded 2026-11")
+    assert c.who == "wafer.ai" and "2,626" in c.claim and c.when == "2026-07-03"
+    assert c.published.date == "2026-07-03" and "glm52-amd" in c.published.address
     assert c.figure.value == 2626 and c.figure.metric == "output_tps_per_node" and "output" in c.figure.reading
     cfg = c.configuration
     assert (cfg.model, cfg.quantization, cfg.stack, cfg.gpu, cfg.gpus) == ("glm-5.2", "mxfp4", "sglang", "mi355x", 8)
@@ -170,6 +171,8 @@ def test_seed_claim_loads_with_source_and_configuration():
         ),
         ({"comparisons": [{"kind": "cost_ratio", "value": 0.5}]}, r"against: a cost_ratio comparison lists"),
         ({"surprise": 1}, r"surprise: unknown field; remove it"),
+        ({"published": {"address": "x", "date": "July 2026"}}, r"published\.date: .*pattern"),
+        ({"basis": {"throughput": {}, "price": {}}}, r"basis\.throughput\.this: required field is missing"),
     ],
 )
 def test_bad_claim_files_name_the_field_and_the_fix(tmp_path, monkeypatch, change, message):
@@ -375,3 +378,103 @@ def test_at_the_slo_reads_the_closed_loop_sweep_of_the_same_lengths():
     assert main.at_slo.value == pytest.approx(9000.0) and main.at_slo.load == "concurrency 16, sweep"
     (k,) = check.costs
     assert k.ratio.value == pytest.approx(68.8 / 112 * 7000 / 9000, rel=1e-3) and k.ratio.load == "at the SLO, sweep"
+
+
+# --- a cost claim's basis -----------------------------------------------------------------------
+
+
+def _seed_raw() -> dict:
+    return yaml.safe_load((claims.claims_dir() / f"{SEED}.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "path,value,message",
+    [
+        (("throughput", "other", "value"), None, r"basis\.throughput\.other\.value: a throughput side gives"),
+        (("price", "ratio"), 0, r"basis\.price\.ratio: Input should be greater than 0"),
+        (("price", "other", "gpu"), "b999", r"basis\.price\.other\.gpu: 'b999' is not a catalog GPU"),
+        (("throughput", "this", "precision"), "fp4", r"basis\.throughput\.this\.precision: 'fp4' is not a precision"),
+        (("throughput", "this", "gpu"), "b200", r"basis: throughput\.this\.gpu and price\.this\.gpu are the claim"),
+        (("price", "when"), "2026", r"basis\.price\.when: unknown field"),
+    ],
+)
+def test_a_malformed_basis_names_the_field(tmp_path, monkeypatch, path, value, message):
+    raw = _seed_raw()
+    node = raw["basis"]
+    for key in path[:-1]:
+        node = node[key]
+    if value is None:
+        node.pop(path[-1])
+    else:
+        node[path[-1]] = value
+    monkeypatch.setenv("BAKEOFF_CLAIMS", str(tmp_path))
+    (tmp_path / f"{SEED}.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(claims.ClaimError, match=message):
+        claims.load_claim(SEED)
+
+
+def test_the_claims_own_arithmetic_by_hand():
+    """2,626 / 3,192 = 0.8227 against B200; 2.75x price against B300; 0.8227^-1 / 2.75 = 1.2155 / 2.75 = 0.4420."""
+    b = claims.load_claim(SEED).basis
+    tp = b.throughput
+    assert tp.this.value / tp.other.value == pytest.approx(0.8227, abs=1e-4)
+    assert claims.claimed_cost_ratio(tp, b.price.ratio) == pytest.approx(0.4420, abs=1e-4)
+    assert (tp.other.gpu, b.price.other.gpu) == ("b200", "b300")  # the two halves name different rivals
+    # a per-node figure on nodes of different size is divided by each node's GPUs; a per-GPU one is not
+    small = tp.model_copy(update={"other": tp.other.model_copy(update={"gpus": 4})})
+    assert claims.claimed_cost_ratio(small, 2.75) == pytest.approx(2 * 0.4420, abs=1e-4)
+    per_gpu = small.model_copy(update={"metric": "output_tps_per_gpu"})
+    assert claims.claimed_cost_ratio(per_gpu, 2.75) == pytest.approx(0.4420, abs=1e-4)
+
+
+def test_like_for_like_prices_from_the_catalog_by_hand():
+    """The same throughputs at one footing's prices. TCO tiers (dated 2026-04-30), USD/GPU-h MI355X vs B200:
+    hyperscaler 1.48 vs 1.95 (1.3176x -> 1.2155 / 1.3176 = 0.9225), neocloud 1.90 vs 2.34 (1.2316x -> 0.9869),
+    3yr rental 2.10 vs 2.90 (1.3810x -> 0.8802). OCI on-demand 68.8/8 = 8.60 vs 112/8 = 14.00 (1.6279x ->
+    0.7467) is undated, so it is listed and marked, not used."""
+    pairs = {p.basis: p for p in claims.like_for_like_prices(claims.load_claim(SEED).basis.throughput)}
+    assert pairs["TCO tier hyperscaler"].cost_ratio == pytest.approx(0.9225, abs=1e-4)
+    assert pairs["TCO tier neocloud"].cost_ratio == pytest.approx(0.9869, abs=1e-4)
+    assert pairs["TCO tier 3yr_rental"].cost_ratio == pytest.approx(0.8802, abs=1e-4)
+    oci = pairs["oci on_demand list price"]
+    assert (oci.this_usd, oci.other_usd) == (8.6, 14.0) and oci.cost_ratio == pytest.approx(0.7467, abs=1e-4)
+    assert not oci.dated and all(p.dated for k, p in pairs.items() if k.startswith("TCO"))
+    # only one footing per pair: no row mixes two clouds or two markets
+    assert all(p.basis.count(" ") <= 3 for p in pairs.values())
+
+
+def test_the_run_supports_the_like_for_like_figure_or_the_claims():
+    plan = plan_from_dict(plan_dict())
+    # at the plan's OCI prices, MI355X at 2,000 vs B200 at 3,000 tok/s: 68.8/112 x 3000/2000 = 0.9214
+    like = tables(plan, {"mi355x-sglang": [1995.0, 2000.0, 2005.0], "b200-sglang": [2995.0, 3000.0, 3005.0]})
+    b = claims.check_claim(claims.load_claim(SEED), plan, like).basis
+    assert b.cost_ratio == pytest.approx(0.4420, abs=1e-4) and b.mixed
+    assert b.run.value == pytest.approx(68.8 / 112 * 3000 / 2000, rel=1e-3)
+    assert b.supports.startswith("The run supports like-for-like (TCO tier hyperscaler)"), b.supports
+    # MI355X at 4,170: 0.6143 x 3000 / 4170 = 0.4420, the claim's own figure
+    claimed = tables(plan, {"mi355x-sglang": [4165.0, 4170.0, 4175.0], "b200-sglang": [2995.0, 3000.0, 3005.0]})
+    b = claims.check_claim(claims.load_claim(SEED), plan, claimed).basis
+    assert b.supports.startswith("The run supports the claim's arithmetic"), b.supports
+    emulated = tables(plan, {"mi355x-sglang": [4170.0] * 3, "b200-sglang": [3000.0] * 3}, emulated=True)
+    b = claims.check_claim(claims.load_claim(SEED), plan, emulated).basis
+    assert b.supports.startswith("Not comparable (figures are EMULATED") and "EMULATED ratio 0.44" in b.supports
+    alone = plan_from_dict(plan_dict(b200=False))
+    b = claims.check_claim(claims.load_claim(SEED), alone, tables(alone, {"mi355x-sglang": [4170.0] * 3})).basis
+    assert b.run is None and "the run has no B200 target" in b.supports
+
+
+def test_the_report_states_the_basis_and_the_recomputation():
+    from bakeoff.report import claimcheck
+
+    plan = plan_from_dict(plan_dict())
+    check = claims.check_claim(
+        claims.load_claim(SEED), plan, tables(plan, {"mi355x-sglang": [2000.0] * 3, "b200-sglang": [3000.0] * 3})
+    )
+    ctx = claimcheck.context(check)
+    own = ctx["basis"]["own"]
+    assert "0.82× throughput against B200" in own and "2.75× price ratio against B300" in own and "= 0.44×" in own
+    assert "about different GPUs" in own
+    assert ctx["basis"]["recomputed"].startswith("At like-for-like prices (same cloud and market, dated)")
+    assert "0.88–0.99×" in ctx["basis"]["recomputed"]
+    assert any("not used, undated" in line for line in ctx["basis"]["like_for_like"])
+    assert any("price from a source not stated, undated" in line for line in ctx["basis"]["sides"])

@@ -52,7 +52,7 @@ def test_claims_are_granted_up_to_the_limit_in_the_plans_order(tmp_path):
 def test_a_cluster_takes_one_slot_per_node_and_a_later_target_waits_for_it(tmp_path):
     raw = _raw_plan(3)
     raw["targets"] = [raw["targets"][3], raw["targets"][0]]  # the cluster first, then one node
-    rdir = tmp_path / "run"
+    rdir = tmp_path / "plan" / "run_id=r1"
     store.write_json(rdir / "plan.json", raw)
     node_slots.record(rdir, {"aws": 3})
     assert not claim(rdir, raw["targets"][1]["name"])  # the cluster is earlier and has not released
@@ -147,7 +147,7 @@ def test_concurrent_claimers_in_separate_processes_never_exceed_the_limit(tmp_pa
     raw = _raw_plan()
     one = raw["targets"][0]
     raw["targets"] = [{**json.loads(json.dumps(one)), "name": f"ec2-{i}"} for i in range(8)]
-    rdir = tmp_path / "run"
+    rdir = tmp_path / "plan" / "run_id=r1"
     store.write_json(rdir / "plan.json", raw)
     node_slots.record(rdir, {"aws": 3})
     counter = tmp_path / "holders"

@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The weight formats bakeoff runs, the one list: a plan's quantization (plan.precision), a claim's, a
 # model's checkpoints and an engine's precisions are all checked against it.
@@ -104,6 +104,23 @@ class DefaultImage(_Frozen):
     note: str = ""
 
 
+class AccuracyFloor(_Frozen):
+    """The score a correct deployment of a model gets on bakeoff's built-in evaluation set.
+
+    The accuracy gate fails a target below ``min_score_ratio`` of it whatever the other targets scored, so a
+    run whose every target is broken the same way cannot pass by comparing them only with each other.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    score: float = Field(gt=0, le=1)
+    eval_set: str
+    n: int = Field(gt=0)
+    seed: int = 0
+    source: str = Field(min_length=1)
+    as_of: str = Field(min_length=1)
+
+
 class ModelSpec(_Frozen):
     """One model's architecture, as far as memory and roofline arithmetic need it.
 
@@ -138,6 +155,7 @@ class ModelSpec(_Frozen):
     speculative: dict[str, str] = {}
     # the model's repo ships Python the engine must run (auto_map); off unless set here after reading that code
     trust_remote_code: bool = False
+    accuracy_floor: AccuracyFloor
     source: str = ""
     as_of: str = ""
 

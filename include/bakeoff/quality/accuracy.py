@@ -172,10 +172,48 @@ def reference(plan: Plan, docs: dict[str, dict[str, Any] | None]) -> dict[str, A
     return ref
 
 
+def floors(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per target slug: the catalog's floor for its model, the score the gate needs from it, and where it is from.
+
+    Only the built-in set has a recorded floor (an lm-eval task scores on another scale), so a run on
+    ``backend: lm_eval`` gets none and is judged relative to its targets only.
+    """
+    acc = plan.quality.accuracy
+    if acc.backend != "builtin":
+        return {}
+    out = {}
+    for t in plan.targets:
+        f = t.model_spec.accuracy_floor
+        out[t.slug] = {
+            "model": t.model,
+            "score": f.score,
+            "need": acc.min_score_ratio * f.score,
+            "eval_set": f.eval_set,
+            "source": f.source,
+            "as_of": f.as_of,
+        }
+    return out
+
+
+def _below_floor(doc: dict[str, Any], floor: dict[str, Any] | None, ratio: float) -> list[str]:
+    """The floor's failure, if the target scored below it on the set the floor was measured on."""
+    if not floor or (doc.get("eval_set") or {}).get("name") != floor["eval_set"]:
+        return []
+    if doc["score"] >= floor["need"] - 1e-12:
+        return []
+    return [
+        f"accuracy: score {doc['score']:.3f} ({doc['correct']}/{doc['n']}) is below the floor for {floor['model']}: "
+        f"{ratio:.0%} of {floor['score']:.3f}, the score a correct deployment gets on {floor['eval_set']} "
+        f"(models.yaml accuracy_floor, {floor['as_of']}) = {floor['need']:.3f}, whatever the other targets scored"
+    ]
+
+
 def judge(plan: Plan, docs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
-    """Pass/fail per target: score >= ratio x reference, mean output tokens within the tolerance."""
+    """Pass/fail per target: score >= ratio x the model's catalog floor and >= ratio x reference, mean output
+    tokens within the tolerance. The floor fails a run whose targets are all broken the same way."""
     acc = plan.quality.accuracy
     ref = reference(plan, docs)
+    floor = floors(plan)
     verdicts = {}
     for slug, doc in docs.items():
         if not doc:
@@ -186,7 +224,7 @@ def judge(plan: Plan, docs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
                 "failures": ["accuracy: the gate did not run for this target (no accuracy.json)"],
             }
             continue
-        failures = []
+        failures = _below_floor(doc, floor.get(slug), acc.min_score_ratio)
         need = acc.min_score_ratio * (ref["score"] or 0.0)
         if not ref["score"]:
             failures.append(
@@ -215,7 +253,7 @@ def judge(plan: Plan, docs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
             "mean_output_tokens": mean,
             "failures": failures,
         }
-    return {"reference": ref, "targets": verdicts}
+    return {"reference": ref, "floors": floor, "targets": verdicts}
 
 
 def agreement(docs: dict[str, dict[str, Any] | None]) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def validate_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:
     requests, points = load_requests(run_dir), load_points(run_dir)
     docs = {t.slug: read_json(run_dir / f"target={t.slug}" / accuracy.FILE) for t in plan.targets}
     acc_enabled = plan.quality.accuracy.enabled
-    verdicts = accuracy.judge(plan, docs) if acc_enabled else {"reference": None, "targets": {}}
+    verdicts = accuracy.judge(plan, docs) if acc_enabled else {"reference": None, "floors": {}, "targets": {}}
     gx_session = gx.GxSession()
 
     targets: dict[str, Any] = {}
@@ -126,6 +126,7 @@ def validate_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:
         # the monitor's verdict over every stored point: the share a reader must discount
         "pacing": _pacing_total(targets),
         "accuracy_reference": verdicts["reference"],
+        "accuracy_floors": verdicts["floors"],
         "agreement": accuracy.agreement(docs),
         "summary_file": FILE,
     }

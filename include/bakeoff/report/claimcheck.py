@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.claims import ClaimCheck, CostCheck, FigureCheck, Measure
+from bakeoff.claims import BasisCheck, ClaimCheck, CostCheck, FigureCheck, Measure, Side
 from bakeoff.report.data import fmt
 
 
@@ -92,6 +92,54 @@ def summary(c: ClaimCheck) -> str:
     return "; ".join(parts) + stamp
 
 
+def side_text(s: Side, price: bool = False) -> str:
+    """'MI355X x8, sglang, mxfp4, 20k in / 1k out' (+ the price's source and date); unstated fields say so."""
+    parts = [f"{s.gpu.upper()}" + (f" x{s.gpus}" if s.gpus else " (GPUs not stated)")]
+    if not price:
+        parts += [s.engine or "engine not stated", s.precision or "precision not stated"]
+        parts.append(s.workload or "workload not stated")
+    else:
+        parts += [f"price from {s.price_source or 'a source not stated'}, {s.price_as_of or 'undated'}"]
+    return ", ".join(parts)
+
+
+def basis_lines(b: BasisCheck) -> dict[str, Any]:
+    """The claim's own arithmetic, its sides, the like-for-like recomputation and what the run supports."""
+    tp, price = b.basis.throughput, b.basis.price
+    assert tp.this.value and tp.other.value
+    own = (
+        f"The claim's numbers give {b.throughput_ratio:.2f}× throughput against {tp.other.gpu.upper()} "
+        f"({fmt(tp.this.value)} vs {fmt(tp.other.value)} {tp.metric.replace('_', ' ')}) and a {b.price_ratio:.2f}× "
+        f"price ratio against {price.other.gpu.upper()}: cost per token {b.throughput_ratio:.2f}⁻¹ / "
+        f"{b.price_ratio:.2f} = {b.cost_ratio:.2f}× the rival's cost per token."
+    )
+    if b.mixed:
+        own += (
+            f" The throughput is compared with {tp.other.gpu.upper()} and the price with "
+            f"{price.other.gpu.upper()}: the two halves of the arithmetic are about different GPUs."
+        )
+    sides = [
+        f"throughput, this side: {side_text(tp.this)}",
+        f"throughput, other side: {side_text(tp.other)}",
+        f"price, this side: {side_text(price.this, price=True)}",
+        f"price, other side: {side_text(price.other, price=True)}",
+    ]
+    like = [
+        f"{p.basis} ({p.source}, {p.as_of}{'' if p.dated else ': not used, undated'}): {tp.this.gpu.upper()} "
+        f"{p.this_usd:.2f} vs {tp.other.gpu.upper()} {p.other_usd:.2f} USD/GPU-h, price ratio {p.price_ratio:.2f}× "
+        f"→ cost ratio {p.cost_ratio:.2f}×"
+        for p in b.like_for_like
+    ]
+    dated = [p.cost_ratio for p in b.like_for_like if p.dated]
+    recomputed = (
+        f"At like-for-like prices (same cloud and market, dated) the same throughputs give "
+        f"{min(dated):.2f}–{max(dated):.2f}× {tp.other.gpu.upper()}'s cost per token, not {b.cost_ratio:.2f}×."
+        if dated
+        else f"The catalog has no dated like-for-like price pair for {tp.this.gpu.upper()} and {tp.other.gpu.upper()}."
+    )
+    return {"own": own, "sides": sides, "recomputed": recomputed, "like_for_like": like, "supports": b.supports + "."}
+
+
 def context(c: ClaimCheck) -> dict[str, Any]:
     """What every format shows about one claim."""
     cl = c.claim
@@ -104,4 +152,6 @@ def context(c: ClaimCheck) -> dict[str, Any]:
         "workload": c.workload or "–",
         "emulated": c.emulated,
         "rows": rows(c),
+        "basis": basis_lines(c.basis) if c.basis else None,
+        "published": f"{cl.published.address}, {cl.published.date}" if cl.published else None,
     }

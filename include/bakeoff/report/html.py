@@ -28,6 +28,18 @@ STATUS_TEXT = {
     "no_results": "failed: no results",
 }
 
+def _accuracy(d: ReportData) -> dict[str, str]:
+    """Per target the accuracy verdict in words, with the score its model's floor requires."""
+    floors = (d.validation or {}).get("accuracy_floors") or {}
+    out = {}
+    for slug, doc in d.accuracy.items():
+        text = labels.accuracy_sentence(doc)
+        if slug in floors:
+            text += f"; floor = {float(floors[slug]['need']):.2f}"
+        out[slug] = text
+    return out
+
+
 _env = Environment(
     loader=PackageLoader("bakeoff.report", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -146,7 +158,7 @@ def render(d: ReportData) -> str:
         support_cols=_support_columns(d.support),
         cell=_cell,
         gpus=sorted({t.gpu.name: t.gpu for t in d.plan.targets}.values(), key=lambda g: g.name),
-        accuracy={slug: labels.accuracy_sentence(doc) for slug, doc in d.accuracy.items()},
+        accuracy=_accuracy(d),
         label=labels.label,
         pv=labels.provenance_value,
         trend_svgs=[_safe_svg(charts.to_svg(f)) for f in trends if f is not None],

@@ -180,6 +180,13 @@ def _claim_check(d: ReportData) -> list[str]:
             for r in ctx["rows"]
         ]
         out.append("")
+        if ctx["published"]:
+            out += [f"Published: {esc(ctx['published'])}.", ""]
+        if b := ctx["basis"]:
+            out += [f"**What the cost claim rests on.** {esc(b['own'])}", ""]
+            out += [f"- {esc(line)}" for line in b["sides"]] + ["", esc(b["recomputed"]), ""]
+            out += [f"- {esc(line)}" for line in b["like_for_like"]] + [""]
+            out += [f"{esc(b['supports'])}{' **EMULATED**' if c.emulated else ''}", ""]
     return out
 
 

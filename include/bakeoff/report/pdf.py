@@ -228,6 +228,9 @@ def _claim_check(pdf: Brief, d: ReportData) -> None:
             (42, 20, 48, 48, 24),
         )
         pdf.para(" · ".join(claimcheck.reasons(ctx["rows"])), size=6.5)
+        if b := ctx["basis"]:
+            pdf.para(f"What the cost claim rests on. {b['own']}", size=6.5)
+            pdf.para(f"{b['recomputed']} {b['supports']}{' (EMULATED)' if c.emulated else ''}", size=6.5)
 
 
 def _provisioning(pdf: Brief, d: ReportData) -> None:
