@@ -28,6 +28,7 @@ STATUS_TEXT = {
     "no_results": "failed: no results",
 }
 
+
 def _accuracy(d: ReportData) -> dict[str, str]:
     """Per target the accuracy verdict in words, with the score its model's floor requires."""
     floors = (d.validation or {}).get("accuracy_floors") or {}
