@@ -78,7 +78,7 @@ def test_quarantined_target_only_in_did_not_pass(built):
 def test_provenance_and_prices_with_dates(built):
     html = Path(built["paths"]["html"]).read_text()
     prov = _section(html, "provenance", "caveats")
-    assert "skypilot-catalog oci vms.csv" in prov and "BM.GPU.MI355X.8" in prov
+    assert "skypilot-catalog catalogs/v8/oci/vms.csv" in prov and "BM.GPU.MI355X.8" in prov
     assert "InferenceX-app gpu-specs.ts" in prov and "2026-04-30" in prov  # GPU spec source and date
 
 

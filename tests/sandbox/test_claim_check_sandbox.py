@@ -61,7 +61,7 @@ def test_claim_check_plan_runs_end_to_end(sandbox, data_root, monkeypatch):
     # the claim plan's report states the claim's own basis and the like-for-like recomputation
     basis = sec[sec.index('class="claim-basis"') :].replace("&#39;", "'")
     assert "0.82× throughput against B200" in basis and "2.75× price ratio against B300" in basis
-    assert "= 0.44× the rival's cost per token" in basis and "give 0.88–0.99× B200's cost per token" in basis
+    assert "= 0.44× the rival's cost per token" in basis and "give 0.75–0.99× B200's cost per token" in basis
     assert "Not comparable (figures are EMULATED" in basis and "EMULATED ratio" in basis
     # the node agent answers before readiness is declared, so each node's weights facts come back with it
     assert html.count("from hub (EMULATED)") == 3 and "no weights line from the node" not in html

@@ -431,14 +431,14 @@ def test_like_for_like_prices_from_the_catalog_by_hand():
     """The same throughputs at one footing's prices. TCO tiers (dated 2026-04-30), USD/GPU-h MI355X vs B200:
     hyperscaler 1.48 vs 1.95 (1.3176x -> 1.2155 / 1.3176 = 0.9225), neocloud 1.90 vs 2.34 (1.2316x -> 0.9869),
     3yr rental 2.10 vs 2.90 (1.3810x -> 0.8802). OCI on-demand 68.8/8 = 8.60 vs 112/8 = 14.00 (1.6279x ->
-    0.7467) is undated, so it is listed and marked, not used."""
+    0.7467) is dated by the catalog snapshot it was read from, so it is used too."""
     pairs = {p.basis: p for p in claims.like_for_like_prices(claims.load_claim(SEED).basis.throughput)}
     assert pairs["TCO tier hyperscaler"].cost_ratio == pytest.approx(0.9225, abs=1e-4)
     assert pairs["TCO tier neocloud"].cost_ratio == pytest.approx(0.9869, abs=1e-4)
     assert pairs["TCO tier 3yr_rental"].cost_ratio == pytest.approx(0.8802, abs=1e-4)
     oci = pairs["oci on_demand list price"]
     assert (oci.this_usd, oci.other_usd) == (8.6, 14.0) and oci.cost_ratio == pytest.approx(0.7467, abs=1e-4)
-    assert not oci.dated and all(p.dated for k, p in pairs.items() if k.startswith("TCO"))
+    assert oci.dated and all(p.dated for p in pairs.values())
     # only one footing per pair: no row mixes two clouds or two markets
     assert all(p.basis.count(" ") <= 3 for p in pairs.values())
 
@@ -475,6 +475,6 @@ def test_the_report_states_the_basis_and_the_recomputation():
     assert "0.82× throughput against B200" in own and "2.75× price ratio against B300" in own and "= 0.44×" in own
     assert "about different GPUs" in own
     assert ctx["basis"]["recomputed"].startswith("At like-for-like prices (same cloud and market, dated)")
-    assert "0.88–0.99×" in ctx["basis"]["recomputed"]
-    assert any("not used, undated" in line for line in ctx["basis"]["like_for_like"])
+    assert "0.75–0.99×" in ctx["basis"]["recomputed"]
+    assert not any("not used, undated" in line for line in ctx["basis"]["like_for_like"])  # every footing is dated
     assert any("price from a source not stated, undated" in line for line in ctx["basis"]["sides"])

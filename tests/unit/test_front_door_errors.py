@@ -37,11 +37,11 @@ def _check(tmp_path, raw: dict | str, capsys) -> tuple[int, str]:
 
 
 def test_an_unknown_field_lists_the_keys_its_place_accepts(demo_raw):
-    demo_raw["slo"]["ttft_p95_ms"] = 300
+    demo_raw["slo"]["ttft_p97_ms"] = 300
     demo_raw["targets"][1]["emulator"]["time_scal"] = 1
     msg = _error(demo_raw)
-    slo = next(line for line in msg.splitlines() if "slo.ttft_p95_ms" in line)
-    assert "unknown field" in slo and "ttft_p99_ms" in slo and "tpot_p99_ms" in slo
+    slo = next(line for line in msg.splitlines() if "ttft_p97_ms" in line)
+    assert "unknown" in slo and "ttft_p95_ms" in slo and "tpot_p99_ms" in slo
     emu = next(line for line in msg.splitlines() if "targets[1].emulator.time_scal" in line)
     assert "valid keys here:" in emu and "time_scale" in emu and "ttft_p99_ms" not in emu
 
