@@ -30,7 +30,7 @@ from bakeoff.bench.session_sources import fit, read_logs, write_trace
 from bakeoff.bench.sessions import expected_hit_rate
 from bakeoff.bench.workloads import WorkloadFileError
 from bakeoff.paths import results_root, safe_name
-from bakeoff.plan.settings import Slo
+from bakeoff.plan.slo import Slo
 from bakeoff.plan.workload import Workload
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.power import PowerFile

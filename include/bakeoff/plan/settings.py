@@ -1,4 +1,4 @@
-"""Plan-wide settings: latency SLOs, quality thresholds, pricing assumptions.
+"""Plan-wide settings: quality thresholds, pricing assumptions (the SLO is plan/slo.py).
 
 Every number has a finite upper bound (plans reject inf and nan: see Strict), because each one
 feeds either the budget estimate or a loop a trigger could otherwise make endless."""
@@ -13,13 +13,6 @@ from bakeoff.plan.fields import Strict
 
 # The most any plan or trigger may budget (the Plan field and the trigger-form Param say the same).
 MAX_BUDGET_USD = 100_000.0
-
-
-class Slo(Strict):
-    ttft_p99_ms: float | None = Field(None, gt=0, le=600_000)
-    tpot_p50_ms: float | None = Field(None, gt=0, le=60_000)
-    tpot_p99_ms: float | None = Field(None, gt=0, le=60_000)
-    interactivity_stat: Literal["p50", "mean"] = "p50"
 
 
 class Accuracy(Strict):

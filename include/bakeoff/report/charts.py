@@ -139,7 +139,7 @@ def throughput_vs_interactivity(d: ReportData, workload: str) -> Figure:
 
 def slo_interactivity(d: ReportData) -> float | None:
     """Interactivity implied by the plan's TPOT SLO (1000 / TPOT ms), for the SLO marker."""
-    tpot = d.plan.slo.tpot_p50_ms or d.plan.slo.tpot_p99_ms
+    tpot = d.plan.slo.tightest("tpot") or d.plan.slo.request_bounds().get("tpot")
     return 1000 / tpot if tpot else None
 
 

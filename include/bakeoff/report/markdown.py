@@ -10,7 +10,7 @@ import re
 
 from bakeoff.report import claimcheck
 from bakeoff.report.data import ReportData, fmt
-from bakeoff.report.html import STATUS_TEXT, slo_text
+from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>])")
@@ -37,7 +37,7 @@ def render(d: ReportData) -> str:
         f"**{esc(d.summary)}**",
         "",
         *([f"**Different checkpoints.** {esc(d.checkpoint_note)}", ""] if d.checkpoint_note else []),
-        f"Cost at the SLO ({esc(slo_text(plan))}), USD per million {basis} tokens, utilisation "
+        f"Cost at the SLO ({esc(plan.slo.in_words())}), USD per million {basis} tokens, utilisation "
         f"{plan.pricing.utilisation:.0%}.",
         "",
     ]

@@ -19,7 +19,7 @@ from fpdf import FPDF, FontFace, XPos, YPos
 from bakeoff import cost
 from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
-from bakeoff.report.html import STATUS_TEXT, slo_text
+from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
 
 if TYPE_CHECKING:
@@ -304,7 +304,8 @@ def _build(d: ReportData, compact: bool) -> Brief:
     pdf.set_font("dejavu", "B", 15)
     pdf.cell(0, 9, f"Negotiation brief: {d.plan.name}", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
     pdf.para(
-        f"SLA: {slo_text(d.plan)} · cost per million {d.basis} tokens · utilisation {d.plan.pricing.utilisation:.0%} · "
+        f"SLA: {d.plan.slo.in_words()} · cost per million {d.basis} tokens · "
+        f"utilisation {d.plan.pricing.utilisation:.0%} · "
         f"{d.plan.pricing.market} prices",
         size=8,
     )
