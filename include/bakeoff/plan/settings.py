@@ -57,6 +57,11 @@ class Quality(Strict):
     output_len_tolerance: float = Field(0.10, ge=0, le=1)
     min_completed_per_point: int = Field(1, ge=1, le=1_000_000)
     max_cv: float = Field(0.15, gt=0, le=10, description="largest coefficient of variation between repeats")
+    client_bound: Literal["warn", "fail"] = Field(
+        "warn",
+        description="a point the client, not the server, set the pace for (the loop monitor's verdict): warn "
+        "lists it in validation and keeps the target ranked on its server-paced points; fail fails the target",
+    )
     accuracy: Accuracy = Accuracy()
 
 

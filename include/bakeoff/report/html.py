@@ -136,6 +136,7 @@ def render(d: ReportData) -> str:
         pct=_pct,
         share=_share,
         trow=trow,
+        names={t.slug: t.name for t in d.plan.targets},
         status_text=STATUS_TEXT,
         slo_text=d.plan.slo.in_words(),
         charts={wl: chart_set(d, wl) for wl in d.workloads},

@@ -128,7 +128,7 @@ def _ranking_rows(d: ReportData, wl: str) -> list[list[str]]:
                 name,
                 r["node_spec"],
                 fmt(r["usd_per_gpu_hour"]),
-                f"{fmt(r[f'usd_per_m_{b}'])}{ci}",
+                f"{fmt(r[f'usd_per_m_{b}'])}{ci}" + (f" — {d.lower_bound_note(r)}" if r.get("lower_bound") else ""),
                 f"c{fmt(r['concurrency'])}, {fmt(r['interactivity'])} tok/s/user",
                 vs,
                 be,
@@ -339,6 +339,8 @@ def _build(d: ReportData, compact: bool) -> Brief:
             )
         else:
             pdf.para("No target has a cost at the SLO for this workload.")
+        for text in d.pacing_lines(wl):
+            pdf.para(text, size=8, bold=True)
         missed = d.unranked_passed(wl)
         if not missed.empty:
             pdf.para(f"Met the SLO at no measured load: {', '.join(map(str, missed['name']))}.", size=8)
