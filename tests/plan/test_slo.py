@@ -2,6 +2,7 @@
 of a point, goodput over request records, and the SLA in the buyer's words."""
 
 import math
+import re
 
 import pytest
 
@@ -127,3 +128,19 @@ def test_points_carry_every_percentile_a_bound_can_name():
         ]
         is False
     )
+
+
+@pytest.mark.parametrize(
+    "slo, field",
+    [
+        ({"ttft_p95_ms": float("inf")}, "slo.ttft_p95_ms"),
+        ({"e2e_p99_ms": float("nan")}, "slo.e2e_p99_ms"),
+        ({"itl_p50_ms": 0}, "slo.itl_p50_ms"),
+        ({"tpot_p90_ms": 1e9}, "slo.tpot_p90_ms"),
+        ({"__class__": 1}, "slo: unknown key __class__"),
+        ("fast", "slo"),
+    ],
+)
+def test_hostile_slo_values_are_refused_naming_the_field(slo, field):
+    with pytest.raises(PlanError, match=re.escape(field)):
+        _plan(slo)

@@ -108,6 +108,16 @@ def test_unordered_percentiles_are_caught(tmp_path):
     assert "tpot percentiles ordered: p90 <= p99" in text and "column_A=tpot_ms_p99" in text
 
 
+def test_a_p95_out_of_order_is_caught(tmp_path):
+    def plant(req):
+        point = summarise(req)
+        point["e2e_ms_p95"] = point["e2e_ms_p99"] + 5  # p95 is an SLO's bound now: held in order too
+        return req, point
+
+    text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 1, plant)))
+    assert "e2e percentiles ordered: p95 <= p99" in text and "column_B=e2e_ms_p95" in text
+
+
 def test_inconsistent_repeats_fail_cv(tmp_path):
     def plant(req):
         point = summarise(req)
