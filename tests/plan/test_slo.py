@@ -7,9 +7,9 @@ import re
 import pytest
 
 from bakeoff.bench.metrics import summarize
-from bakeoff.bench.records import RequestRecord
 from bakeoff.plan import PlanError, Slo, load_plan, plan_from_dict, plans_dir
 from bakeoff.plan.slo import METRICS, PERCENTILES, RequestTimes
+from tests.bench.test_metrics import rec
 
 
 def _plan(slo):
@@ -79,26 +79,11 @@ def test_without_per_request_a_request_is_held_to_each_metrics_highest_percentil
 
 
 def _rec(i, ttft, e2e, out=5, error=None):
-    return RequestRecord(
-        run_id="r",
-        target="t",
-        workload="w",
-        concurrency=4,
-        repeat=0,
-        index=i,
-        warmup=False,
-        send_time=1000.0 + i,
-        start_offset=float(i),
-        requested_input_len=10,
-        requested_output_len=out,
-        ttft=None if error else ttft,
-        e2e=None if error else e2e,
-        elapsed=e2e,
-        chunk_offsets=None if error else [ttft + (e2e - ttft) * k / (out - 1) for k in range(out)],
-        output_tokens=None if error else out,
-        prompt_tokens=10,
-        error_kind=error,
-    )
+    """A request of out tokens streamed evenly from TTFT to E2E (seconds), or a failed one."""
+    if error:
+        return rec(i, float(i), elapsed=e2e, error_kind=error)
+    chunks = [ttft + (e2e - ttft) * k / (out - 1) for k in range(out)]
+    return rec(i, float(i), ttft=ttft, e2e=e2e, elapsed=e2e, chunk_offsets=chunks, output_tokens=out, prompt_tokens=10)
 
 
 def test_a_point_meets_a_per_request_slo_when_the_share_reaches_min_share():
