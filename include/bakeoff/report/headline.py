@@ -99,7 +99,7 @@ def _lower_bounds(part: pd.DataFrame, basis: str) -> list[dict[str, Any]]:
         out.append(
             {
                 "target": r["name"],
-                "concurrency": _r(r["client_bound_concurrency"]),
+                "concurrency": int(r["client_bound_concurrency"]),  # set wherever lower_bound is
                 "usd_per_m": _r(r[col]),
                 "only": r["paced_by"] == "client",
             }
