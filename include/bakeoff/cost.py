@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from bakeoff import at_slo, catalog, offers, store
+from bakeoff.bench.client_cores import sizing_check
 from bakeoff.bench.stats import bootstrap_ci, difference_ci
 from bakeoff.budget import evaluation_cost
 from bakeoff.quality.status import target_status
@@ -218,12 +219,23 @@ def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float)
 # --- at the SLO ---------------------------------------------------------------------------------
 
 
+def _all(s: pd.Series) -> bool:
+    return bool(s.fillna(False).astype(bool).all())
+
+
+def _any(s: pd.Series) -> bool:
+    return bool(s.fillna(False).astype(bool).any())
+
+
 def _levels(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (target, workload, concurrency): means over repeats; a level meets the SLO only
-    when every repeat does."""
+    when every repeat does, and is client-bound when any repeat (any fleet member of it) was."""
+    if "client_bound" not in df:  # points stored before the monitor's verdict was a column
+        df = df.assign(client_bound=False)
     g = df.groupby(["target", "workload", "concurrency"], sort=True)
     out = g.agg(
-        meets_slo=("meets_slo", lambda s: bool(s.fillna(False).astype(bool).all())),
+        meets_slo=("meets_slo", _all),
+        client_bound=("client_bound", _any),
         repeats=("repeat", "nunique"),
         interactivity=("interactivity", "mean"),
         output_tps_per_gpu=("output_tps_per_gpu", "mean"),
@@ -237,7 +249,13 @@ def _levels(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.DataFrame:
-    """Per (target, workload): the cheapest load level meeting every SLO, its CI, and break-even."""
+    """Per (target, workload): the cheapest load level meeting every SLO, its CI, and break-even.
+
+    Only levels the server set the pace for are the hardware's figure (``paced_by`` "server") and
+    ranked. When the cheapest level meeting the SLO was client-bound (``lower_bound``), the figure
+    understates the hardware: the row names that level (``client_bound_concurrency``, its cost in
+    ``client_bound_usd_per_m``). When no server-paced level met the SLO, the row's figure is the
+    client-bound level's (``paced_by`` "client"), shown as a lower bound and never ranked."""
     rows = []
     t = targets.set_index("target")
     levels = _levels(costs) if not costs.empty else pd.DataFrame()
@@ -258,14 +276,25 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
             ok = lv[lv["meets_slo"]] if not lv.empty else lv
             row["levels_measured"] = int(len(lv))
             row["levels_meeting_slo"] = int(len(ok))
+            row["levels_client_bound"] = int(lv["client_bound"].sum()) if not lv.empty else 0
+            row["paced_by"], row["lower_bound"] = "", False
             # a session workload is ranked by what a session costs; a request workload by its tokens
             sessions = not ok.empty and ok["usd_per_session_mean"].notna().any()
             key = "usd_per_session_mean" if sessions else f"usd_per_m_{basis}_mean"
-            best = at_slo.cheapest(ok.to_dict("records"), key)  # the one definition predict uses too
-            if best is None:
+            records = ok.to_dict("records")
+            cheapest = at_slo.cheapest(records, key)  # the one definition predict uses too
+            if cheapest is None:
                 row["slo_met"] = False
                 rows.append(row)
                 continue
+            # only levels the server set the pace for are the hardware's figure
+            best = at_slo.cheapest([r for r in records if not r["client_bound"]], key) or cheapest
+            row.update(
+                paced_by="client" if best["client_bound"] else "server", lower_bound=bool(cheapest["client_bound"])
+            )
+            if cheapest["client_bound"]:
+                row["client_bound_concurrency"] = int(cheapest["concurrency"])
+                row[f"client_bound_usd_per_m_{basis}"] = float(cheapest[f"usd_per_m_{basis}_mean"])
             reps = costs[
                 (costs["target"] == slug) & (costs["workload"] == wl) & (costs["concurrency"] == best["concurrency"])
             ]
@@ -323,7 +352,8 @@ def _add_break_even(df: pd.DataFrame, basis: str) -> pd.DataFrame:
     df["break_even_usd_per_gpu_hour"] = np.nan
     for idx in df.groupby("workload").groups.values():
         part = df.loc[idx]
-        ranked = part[part["ranked"] & part[col].notna()].sort_values(col)
+        # a figure the client set the pace for is a lower bound for the hardware, never ranked
+        ranked = part[part["ranked"] & part[col].notna() & (part["paced_by"] == "server")].sort_values(col)
         if ranked.empty:
             continue
         cheapest = ranked[col].iloc[0]
@@ -437,7 +467,9 @@ def compute(plan: Plan, run_dir: str | StorePath) -> CostTables:
         str(points["run_id"].iloc[0]) if not points.empty else run_dir.name
     )
     emulated = bool(plan.emulated or (not points.empty and points["emulated"].astype(bool).any()))
-    return CostTables(costs, at, sens, ev, tdf, build_headline(plan, run_id, basis, emulated, tdf, at, ev))
+    headline = build_headline(plan, run_id, basis, emulated, tdf, at, ev)
+    headline["client_sizing"] = sizing_check(plan, points)  # plan check's client sizing vs the monitor's verdicts
+    return CostTables(costs, at, sens, ev, tdf, headline)
 
 
 def cost_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from bakeoff.bench.cli import _mapping
 from bakeoff.bench.metrics import summarize
 from bakeoff.bench.provenance import identify_engine
 from bakeoff.bench.records import RequestRecord
+from bakeoff.plan import Slo
 from bakeoff.serving.emulator import scripted
 
 KEY = "sekrit-key"
@@ -159,3 +160,12 @@ def test_calibration_server_runs_off_the_clients_core(monkeypatch):
     assert cal["server_cpu"] in seen["server"] and cal["client_cpus"] == sorted(client)
     line = calibration.calibration_line(cal)
     assert f"on CPU {cal['server_cpu']}" in line and "C=2" in line and "not a measurement of the endpoint" in line
+
+
+def test_an_slo_mapping_longer_than_a_file_name_is_read_as_the_mapping():
+    """The co-located job passes the plan's whole SLO inline (every bound a key): longer than a file name
+    may be, it must be parsed, not looked up on disk."""
+    slo = Slo(ttft_p95_ms=2000, per_request={"ttft_ms": 2000, "tpot_ms": 50, "min_share": 0.95})
+    text = json.dumps(slo.model_dump(mode="json"))
+    assert len(text) > 255
+    assert Slo(**_mapping(text, "slo")) == slo

@@ -1,15 +1,16 @@
 """Arrival processes (fixed seeds, checked statistically), SLA search, bootstrap and verdicts."""
 
 import asyncio
-import time
+import importlib.util
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from bakeoff.bench.loadgen import arrival_offsets, open_loop
+from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.bench.sla import search_loads
 from bakeoff.bench.stats import STATS, bootstrap_ci, compare_targets, difference_ci, point_intervals, verdict
+from tests.conftest import ROOT
 
 
 def _ks_exponential(gaps, rate):
@@ -42,28 +43,35 @@ def test_arrivals_reproducible_and_validated():
         arrival_offsets(5, 1, "uniform")
 
 
+def _pacing():
+    """benchmarks/open_loop_pacing.py: the scenario, and the absolute send-lag figures this test does not assert."""
+    spec = importlib.util.spec_from_file_location("open_loop_pacing", ROOT / "benchmarks" / "open_loop_pacing.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_open_loop_sends_on_schedule():
-    sent, inflight, peak = {}, [0], [0]
-
-    async def send(i, scheduled=None):
-        sent[i] = time.perf_counter()
-        inflight[0] += 1
-        peak[0] = max(peak[0], inflight[0])
-        await asyncio.sleep(0.03)
-        inflight[0] -= 1
-        return type("R", (), {"index": i})()
-
-    offs = arrival_offsets(40, 100.0, seed=1)
-
-    async def go():
-        t0 = time.perf_counter()
-        await open_loop(send, offs, t0=t0)
-        return t0
-
-    t0 = asyncio.run(go())
-    lag = np.array([sent[i] - t0 - offs[i] for i in range(40)])
-    assert lag.min() >= -1e-4 and np.percentile(lag, 90) < 0.01
-    assert peak[0] >= 2  # open loop: arrivals do not wait for responses
+    """Every request sent once, in schedule order, never early, without waiting for responses; and its
+    lag held to a no-op calibrated on this machine, so a loaded machine slows both alike: the median
+    send at most one mean arrival gap (10 ms) later than with sends that return at once (a loop that
+    waited for its responses, or drifted, falls hundreds of ms behind). Load spikes are not the
+    schedule's fault, so the comparison gets three tries; the structure must hold on every one. The
+    absolute figure (p90 under 10 ms) is the benchmark's to print."""
+    pacing = _pacing()
+    gap_s = 1 / 100.0
+    for _ in range(3):
+        noop, held = pacing.trial(0.0), pacing.trial(0.03)
+        for t in (noop, held):
+            assert len(t.lag_s) == 40 and t.order == list(range(40))
+            assert t.lag_s.min() >= -1e-4  # never before its time
+        assert held.peak_in_flight >= 2  # open loop: arrivals do not wait for responses
+        if np.median(held.lag_s) <= np.median(noop.lag_s) + gap_s:
+            return
+    pytest.fail(
+        f"median send lag {np.median(held.lag_s) * 1e3:.1f} ms with responses in flight vs "
+        f"{np.median(noop.lag_s) * 1e3:.1f} ms for no-op sends, three times"
+    )
 
 
 def test_sla_search_on_a_synthetic_knee():

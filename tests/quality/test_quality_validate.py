@@ -39,9 +39,11 @@ def test_clean_run_passes_and_writes_summary_and_gx_results(tmp_path):
     stored = json.loads((tmp_path / "validation.json").read_text())
     assert stored["passed"] and set(stored["targets"]) == {"mi355x-vllm", "b200-vllm"}
     for t in stored["targets"].values():
-        assert set(t["suites"]) == {"requests", "compliance", "points", "coverage", "repeats"}
+        assert set(t["suites"]) == {"requests", "compliance", "points", "pacing", "coverage", "repeats"}
+        assert t["pacing"]["client_bound"] == 0 and t["pacing"]["points"] > 0 and not t["warnings"]
         raw = json.loads((tmp_path / t["suites"]["requests"]["result_file"]).read_text())
         assert raw["success"] and len(raw["results"]) == t["suites"]["requests"]["expectations"] > 5
+    assert stored["pacing"]["client_bound_share"] == 0.0
     raise_if_failed(s)  # does not raise
 
 
@@ -104,6 +106,16 @@ def test_unordered_percentiles_are_caught(tmp_path):
 
     text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 1, plant)))
     assert "tpot percentiles ordered: p90 <= p99" in text and "column_A=tpot_ms_p99" in text
+
+
+def test_a_p95_out_of_order_is_caught(tmp_path):
+    def plant(req):
+        point = summarise(req)
+        point["e2e_ms_p95"] = point["e2e_ms_p99"] + 5  # p95 is an SLO's bound now: held in order too
+        return req, point
+
+    text = failures(run_with(tmp_path, mutate=only("mi355x-vllm", 1, 1, plant)))
+    assert "e2e percentiles ordered: p95 <= p99" in text and "column_B=e2e_ms_p95" in text
 
 
 def test_inconsistent_repeats_fail_cv(tmp_path):
@@ -296,3 +308,34 @@ def test_gx_sees_only_the_columns_its_suite_reads():
     assert gx.GxSession().validate(check)["success"]  # the failing row is not ok: filtered out as before
     table_level = gx.make_suite("t", [gxe.ExpectTableRowCountToBeBetween(min_value=1)])
     assert gx.narrowed(gx.Check("t", frame, table_level, "request")) is frame  # a table check sees it whole
+
+
+def _client_bound_at(slug, c, r):
+    def plant(req):
+        point = summarise(req)
+        point["client_bound"] = True  # the loop monitor's verdict for this repeat
+        return req, point
+
+    return only(slug, c, r, plant)
+
+
+def test_client_bound_points_warn_by_default_and_the_share_is_reported(tmp_path):
+    s = run_with(tmp_path, mutate=_client_bound_at("mi355x-vllm", 2, 1))
+    assert s["passed"], s  # quality.client_bound: warn
+    t = s["targets"]["mi355x-vllm"]
+    assert not t["failures"] and len(t["warnings"]) == 1
+    assert "[pacing] the server, not the client, set the pace" in t["warnings"][0]
+    assert "point=w c=2 r=1" in t["warnings"][0] and "client_fleet" in t["warnings"][0]
+    n = t["pacing"]["points"]
+    assert t["pacing"]["client_bound"] == 1 and s["pacing"]["client_bound"] == 1
+    assert s["pacing"]["client_bound_share"] == pytest.approx(
+        1 / (n + s["targets"]["b200-vllm"]["pacing"]["points"]), abs=1e-4
+    )
+    assert s["thresholds"]["client_bound"] == "warn"
+
+
+def test_client_bound_points_fail_the_target_when_the_plan_says_fail(tmp_path):
+    plan = make_plan(client_bound="fail", **NO_GATE)
+    s = run_with(tmp_path, plan=plan, mutate=_client_bound_at("mi355x-vllm", 2, 1))
+    assert not s["passed"] and s["targets"]["b200-vllm"]["passed"]
+    assert "[pacing]" in failures(s) and "quality.client_bound: fail" in failures(s)

@@ -190,6 +190,11 @@ CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[Report
         "off the requested length by more than 2% for b200-vllm, mi355x-vllm",
         prompts(0.01),
     ),
+    "client_sizing": (
+        lambda d: replace(d, tables=replace(d.tables, headline={**d.tables.headline, "client_sizing": ["chat: x"]})),
+        "Client sizing: chat: x.",
+        lambda d: replace(d, tables=replace(d.tables, headline={**d.tables.headline, "client_sizing": []})),
+    ),
     "validation_missing": (
         lambda d: replace(d, validation=None),
         "Validation did not run for this run",

@@ -219,7 +219,7 @@ def _params():
 def test_trigger_form_bounds_match_the_plan_fields():
     from bakeoff.plan import Plan
     from bakeoff.plan.options import PriceOverride
-    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.slo import Slo
 
     def le(model, field):
         return next(m.le for m in model.model_fields[field].metadata if getattr(m, "le", None) is not None)

@@ -30,7 +30,7 @@ from bakeoff.bench.session_sources import fit, read_logs, write_trace
 from bakeoff.bench.sessions import expected_hit_rate
 from bakeoff.bench.workloads import WorkloadFileError
 from bakeoff.paths import results_root, safe_name
-from bakeoff.plan.settings import Slo
+from bakeoff.plan.slo import Slo
 from bakeoff.plan.workload import Workload
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.power import PowerFile
@@ -73,10 +73,11 @@ def _split_top(text: str) -> list[str]:
 def _mapping(text: str, what: str) -> dict[str, Any]:
     """A YAML/JSON file, inline JSON/YAML, or k=v,k=v (values in YAML: [1,4,16], true, 0.5)."""
     p = Path(text)
+    inline = text.lstrip().startswith("{")  # a mapping, never a file name (it may be longer than one may be)
     try:
-        if p.is_file():
+        if not inline and p.is_file():
             raw = yaml.safe_load(p.read_text())
-        elif "=" in text and not text.lstrip().startswith("{"):
+        elif "=" in text and not inline:
             raw = {}
             for part in _split_top(text):
                 k, eq, v = part.partition("=")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from bakeoff.bench.workloads import trace_specs
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from bakeoff.plan import Plan
     from bakeoff.plan.workload import SlaSearch, Workload
 
@@ -109,5 +111,47 @@ def warnings(plan: Plan) -> list[str]:
                 f"{REQUESTS_PER_CORE_S:,.0f} requests/s or ~{TOKENS_PER_CORE_S:,.0f} tokens/s at "
                 f"{HEADROOM:.0%} busy); set workers: {n} and run the benchmark task where {n} cores are "
                 "free, or the client, not the server, may set the pace"
+            )
+    return out
+
+
+def sizing_check(plan: Plan, points: pd.DataFrame) -> list[str]:
+    """Per workload with points: the plan check's client sizing against what the loop monitor saw,
+    saying which of the two was wrong when they disagree (nothing when they agree the client kept up)."""
+    if points.empty or "client_bound" not in points:
+        return []
+    out = []
+    for r in client_cores(plan):
+        pts = points[points["workload"] == r["workload"]]
+        if pts.empty:
+            continue
+        bound = pts[pts["client_bound"].astype("boolean").fillna(False).astype(bool)]
+        need, have = r["cores_needed"], r["workers"]
+        seen = f"{len(bound)} of {len(pts)} points"
+        levels = ", ".join(f"c={c}" for c in sorted(bound["concurrency"].unique()))
+        if need is None:
+            if len(bound):
+                out.append(
+                    f"{r['workload']}: the client set the pace at {seen} ({levels}); plan check could not size "
+                    f"this load ahead of the run; give it more client processes (workers or client_fleet)"
+                )
+        elif need <= have and len(bound):
+            out.append(
+                f"{r['workload']}: plan check sized the client at {need} core(s) for its top load and "
+                f"{have} process(es) were configured, yet the client set the pace at {seen} ({levels}): the "
+                "sizing was wrong for this client machine (slower or busier than the per-core figures it "
+                "assumes, or sharing its cores with the server); measure with more client processes "
+                "(workers or client_fleet) or a bigger client machine"
+            )
+        elif need > have and len(bound):
+            out.append(
+                f"{r['workload']}: as plan check warned ({need} client core(s) needed, {have} process(es) "
+                f"configured), the client set the pace at {seen} ({levels}); set workers: {need} or client_fleet"
+            )
+        elif need > have:
+            out.append(
+                f"{r['workload']}: plan check asked for {need} client core(s) and {have} process(es) were "
+                f"configured, yet the server set the pace at all {len(pts)} points: the sizing was pessimistic "
+                "for this run (its closed-loop streams ran slower than it assumes)"
             )
     return out

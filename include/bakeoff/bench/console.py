@@ -14,15 +14,14 @@ from typing import TYPE_CHECKING, Any
 from bakeoff import store
 
 if TYPE_CHECKING:
-    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.slo import Slo
 
 PROMPT_TOLERANCE = 0.05  # measured vs requested mean prompt length, before a warning
 
 
 def slo_given(slo: Slo | None, max_error_rate: float | None) -> bool:
     """Whether there is anything to judge a point against."""
-    bounds = () if slo is None else (slo.ttft_p99_ms, slo.tpot_p50_ms, slo.tpot_p99_ms)
-    return max_error_rate is not None or any(b is not None for b in bounds)
+    return max_error_rate is not None or (slo is not None and slo.is_set())
 
 
 def _ms(v: float | None, width: int, digits: int) -> str:
@@ -41,6 +40,7 @@ def point_line(s: dict[str, Any], *, judged: bool, emulated: bool) -> str:
     return (
         head + f"TTFT p99 {_ms(s['ttft_ms_p99'], 8, 1)} ms  TPOT p50 {_ms(s['tpot_ms_p50'], 7, 2)} ms  "
         f"{s['output_tps_per_gpu']:9.1f} out tok/s/GPU  {verdict}"
+        f"{f' (goodput {share})' if judged and (share := _share(s.get('good_fraction'))) else ''}"
         f"{'  CLIENT-BOUND' if s['client_bound'] else ''}"
         f"{f'  {watts:6.0f} W/GPU' if watts is not None and watts == watts else ''}"
         f"{server_figures(s)}"

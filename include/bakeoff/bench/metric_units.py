@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.slo import Slo
 
 SUMMARIZE = "bench.metrics.summarize"
 

@@ -15,10 +15,11 @@
   send lag + TTFT, the latency a user arriving on schedule saw (coordinated omission made visible).
 - Interactivity: 1000 / TPOT (p50 by default; Slo.interactivity_stat), tokens/s per user.
 - Goodput: requests meeting every per-request SLO per second; good_fraction = good / (succeeded +
-  failed). A request's TTFT is held to ttft_p99_ms and its TPOT to tpot_p99_ms (tpot_p50_ms when no
-  p99 bound is set). meets_slo holds when the point's statistics meet every SLO that is set (and the
-  error rate is within max_error_rate when given).
-Statistics are mean, p50, p90, p99 (linear interpolation, as numpy and vLLM compute them).
+  failed). The per-request bounds are the plan's slo.per_request, else each of TTFT, TPOT and E2E's
+  highest-percentile bound (plan/slo.py). meets_slo holds when the point's statistics meet every
+  percentile bound set, good_fraction reaches per_request.min_share when one is set, and the error
+  rate is within max_error_rate when given.
+Statistics are mean, p50, p90, p95, p99 (linear interpolation, as numpy and vLLM compute them).
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ import pandas as pd
 
 from bakeoff.bench.metric_units import Column, Metric, Point, columns_of, filled, one
 from bakeoff.bench.records import POINT_KEY, SERVER_METRICS_COLUMNS, SESSION_COLUMNS, RequestRecord
+from bakeoff.plan.slo import PERCENTILES, RequestTimes
 
 if TYPE_CHECKING:
-    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.slo import Slo
 
 NAN = float("nan")
+# The statistics every per-request figure is summarised by; PERCENTILES are those an SLO may bound.
+STATS = ("mean", *PERCENTILES)
 
 # What summarize reads: records, row dicts, or a per-request DataFrame read back from Parquet.
 Records: TypeAlias = Iterable[RequestRecord | Mapping[str, Any]] | pd.DataFrame
@@ -64,17 +68,14 @@ def _num(v: Any) -> float | None:
 
 
 def stats_ms(values: Iterable[float | None], prefix: str) -> dict[str, float]:
-    """mean/p50/p90/p99 in milliseconds of values given in seconds, missing ones skipped (NaN when empty)."""
+    """mean/p50/p90/p95/p99 in milliseconds of values given in seconds, missing ones skipped (NaN when empty)."""
     a = np.asarray([v for v in values if v is not None], dtype=float) * 1e3
     if a.size == 0:
-        return {f"{prefix}_mean": NAN, f"{prefix}_p50": NAN, f"{prefix}_p90": NAN, f"{prefix}_p99": NAN}
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {
-        f"{prefix}_mean": float(a.mean()),
-        f"{prefix}_p50": float(p50),
-        f"{prefix}_p90": float(p90),
-        f"{prefix}_p99": float(p99),
-    }
+        return {f"{prefix}_{s}": NAN for s in STATS}
+    out = {f"{prefix}_mean": float(a.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(a, [float(p[1:]) for p in PERCENTILES]), strict=True):
+        out[f"{prefix}_{p}"] = float(v)
+    return out
 
 
 def request_tpot(row: dict[str, Any]) -> float | None:
@@ -165,17 +166,21 @@ def _input_tokens(row: dict[str, Any]) -> int:
     return int(measured if measured is not None else row.get("requested_input_len") or 0)
 
 
+def request_times(row: dict[str, Any]) -> RequestTimes:
+    """A request record's figures in ms, as the SLO judges a request (plan.slo.RequestTimes)."""
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else v * 1e3
+
+    ok = not row.get("error_kind")
+    return RequestTimes(ok, ms(_num(row.get("ttft"))), ms(request_tpot(row)), ms(_num(row.get("e2e"))))
+
+
 def request_is_good(row: dict[str, Any], slo: Slo | None) -> bool:
-    if row.get("error_kind"):
-        return False
-    ttft = _num(row.get("ttft"))
-    if slo is not None and slo.ttft_p99_ms is not None and (ttft is None or ttft * 1e3 > slo.ttft_p99_ms):
-        return False
-    limit = None if slo is None else (slo.tpot_p99_ms or slo.tpot_p50_ms)
-    tpot = request_tpot(row)
-    if limit is not None and tpot is not None and tpot * 1e3 > limit:
-        return False
-    return True
+    """A request meets every per-request bound of the SLO (any succeeded request without one)."""
+    if slo is None:
+        return not row.get("error_kind")
+    return slo.request_is_good(request_times(row))
 
 
 def point_meets_slo(summary: dict[str, Any], slo: Slo | None, max_error_rate: float | None = None) -> bool:
@@ -183,19 +188,7 @@ def point_meets_slo(summary: dict[str, Any], slo: Slo | None, max_error_rate: fl
         return False
     if max_error_rate is not None and summary["error_rate"] > max_error_rate:
         return False
-    if slo is None:
-        return True
-    for bound, col in (
-        (slo.ttft_p99_ms, "ttft_ms_p99"),
-        (slo.tpot_p50_ms, "tpot_ms_p50"),
-        (slo.tpot_p99_ms, "tpot_ms_p99"),
-    ):
-        if bound is None:
-            continue
-        v = _num(summary.get(col))
-        if v is None or v > bound:
-            return False
-    return True
+    return slo is None or slo.meets(summary)
 
 
 # Prompt-length bin edges (tokens) of the TTFT-by-context summaries: doubling from 1k to 1M.
@@ -282,11 +275,9 @@ def session_figures(measured: list[dict[str, Any]], slo: Slo | None, duration: f
 
 # --- the point's metrics, each declaring its columns (bench.metric_units) -----------------------
 
-STATS = ("mean", "p50", "p90", "p99")
-
 
 def _stats(prefix: str, of: str, values: Callable[[Point], Iterable[float | None]]) -> Metric:
-    """mean/p50/p90/p99 in ms of a per-request figure in seconds (stats_ms)."""
+    """mean/p50/p90/p95/p99 in ms of a per-request figure in seconds (stats_ms)."""
     cols = tuple(Column(f"{prefix}_{s}", "ms", f"{s} of {of}") for s in STATS)
     return Metric(cols, lambda p, _: stats_ms(values(p), prefix))
 

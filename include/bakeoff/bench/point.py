@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from bakeoff.bench.clock import Offsets
     from bakeoff.bench.sizing import PromptSizer
     from bakeoff.bench.tokenize import TokenCounter
-    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.slo import Slo
     from bakeoff.plan.workload import Workload
     from bakeoff.serving.endpoint import Endpoint
 

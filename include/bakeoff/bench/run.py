@@ -38,7 +38,7 @@ from bakeoff.serving.power import mean_watts_per_gpu
 if TYPE_CHECKING:
     from bakeoff.bench.clock import Offsets
     from bakeoff.bench.sessions import Session
-    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.slo import Slo
     from bakeoff.plan.workload import Sessions, Workload
     from bakeoff.serving.endpoint import Endpoint
 

@@ -387,7 +387,8 @@ def compare_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             for t in s["targets"].values():
                 front = ((t.get("workloads") or {}).get(wl) or {}).get("frontier") or []
                 pts = [
-                    {"x": p["interactivity"], "y": p[f"{basis}_tps_per_gpu"]}
+                    # hollow: the client, not the server, set the pace at this level
+                    {"x": p["interactivity"], "y": p[f"{basis}_tps_per_gpu"], "hollow": bool(p.get("client_bound"))}
                     for p in front
                     if p.get("interactivity") is not None and p.get(f"{basis}_tps_per_gpu") is not None
                 ]

@@ -80,6 +80,10 @@ def _frontier(points: Any, slug: str, workload: str) -> list[dict[str, Any]]:
                 "usd_per_m_output": _num(lv["usd_per_m_output"].mean()),
                 "usd_per_m_total": _num(lv["usd_per_m_total"].mean()),
                 "meets_slo": bool(lv["meets_slo"].fillna(False).astype(bool).all()),
+                # the client, not the server, set the pace at some repeat: not the hardware's figure
+                "client_bound": bool(lv["client_bound"].fillna(False).astype(bool).any())
+                if "client_bound" in lv
+                else False,
             }
         )
     return out
@@ -98,6 +102,10 @@ def _at_slo(row: dict[str, Any], basis: str, tiers: list[str]) -> dict[str, Any]
         "concurrency": _num(row.get("concurrency")),
         "repeats": _num(row.get("repeats")),
         "rank": _num(row.get("rank")),
+        # a figure the client set the pace for, or a cheaper client-bound level: a lower bound for the hardware
+        "paced_by": str(row.get("paced_by") or "server"),
+        "lower_bound": bool(row.get("lower_bound")),
+        "client_bound_concurrency": _num(row.get("client_bound_concurrency")),
         "tco": {tier: _num(row.get(f"{col}_tco_{tier}")) for tier in tiers},
     }
 
@@ -151,6 +159,7 @@ def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
     return {
         "version": VERSION,
         "basis": basis,
+        "slo": plan.slo.in_words(),
         "workload": first_wl,
         "verdict": {
             "cheaper": verdict.get("cheaper"),

@@ -20,7 +20,8 @@ from bakeoff.plan.checkpoints import check_accuracy_reference
 from bakeoff.plan.fields import Strict
 from bakeoff.plan.options import EmulatorSettings, PriceOverride
 from bakeoff.plan.serving_options import KvOffload, Speculative, WeightsOptions
-from bakeoff.plan.settings import MAX_BUDGET_USD, Pricing, Quality, Slo
+from bakeoff.plan.settings import MAX_BUDGET_USD, Pricing, Quality
+from bakeoff.plan.slo import Slo
 from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Sessions, Workload
 

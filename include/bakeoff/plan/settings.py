@@ -1,4 +1,4 @@
-"""Plan-wide settings: latency SLOs, quality thresholds, pricing assumptions.
+"""Plan-wide settings: quality thresholds, pricing assumptions (the SLO is plan/slo.py).
 
 Every number has a finite upper bound (plans reject inf and nan: see Strict), because each one
 feeds either the budget estimate or a loop a trigger could otherwise make endless."""
@@ -13,13 +13,6 @@ from bakeoff.plan.fields import Strict
 
 # The most any plan or trigger may budget (the Plan field and the trigger-form Param say the same).
 MAX_BUDGET_USD = 100_000.0
-
-
-class Slo(Strict):
-    ttft_p99_ms: float | None = Field(None, gt=0, le=600_000)
-    tpot_p50_ms: float | None = Field(None, gt=0, le=60_000)
-    tpot_p99_ms: float | None = Field(None, gt=0, le=60_000)
-    interactivity_stat: Literal["p50", "mean"] = "p50"
 
 
 class Accuracy(Strict):
@@ -64,6 +57,11 @@ class Quality(Strict):
     output_len_tolerance: float = Field(0.10, ge=0, le=1)
     min_completed_per_point: int = Field(1, ge=1, le=1_000_000)
     max_cv: float = Field(0.15, gt=0, le=10, description="largest coefficient of variation between repeats")
+    client_bound: Literal["warn", "fail"] = Field(
+        "warn",
+        description="a point the client, not the server, set the pace for (the loop monitor's verdict): warn "
+        "lists it in validation and keeps the target ranked on its server-paced points; fail fails the target",
+    )
     accuracy: Accuracy = Accuracy()
 
 

@@ -71,7 +71,8 @@ def validate_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:
     targets: dict[str, Any] = {}
     for t in plan.targets:
         req, pts = _rows_for(requests, t), _rows_for(points, t)
-        entry: dict[str, Any] = {"name": t.name, "suites": {}, "gx_failures": []}
+        entry: dict[str, Any] = {"name": t.name, "suites": {}, "gx_failures": [], "warnings": []}
+        entry["pacing"] = pacing(pts)
         for stale in (run_dir / RAW_DIR / t.slug).glob("*.json"):  # from an earlier try of this step
             stale.unlink()
         if req.empty and pts.empty:
@@ -96,7 +97,9 @@ def validate_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:
                     "rows": len(check.frame),
                     "result_file": rel,
                 }
-                entry["gx_failures"] += [gx.describe(check.name, r, check.label) for r in failed]
+                lines = [gx.describe(check.name, r, check.label) for r in failed]
+                warn_only = check.name == suites.PACING and plan.quality.client_bound == "warn"
+                entry["warnings" if warn_only else "gx_failures"] += lines
         acc = verdicts["targets"].get(t.slug)
         entry["accuracy"] = acc
         entry["failures"] = entry["gx_failures"] + (acc["failures"] if acc else [])
@@ -114,23 +117,43 @@ def validate_run(plan: Plan, run_dir: str | StorePath) -> dict[str, Any]:
             "output_len_tolerance": q.output_len_tolerance,
             "min_completed_per_point": q.min_completed_per_point,
             "max_cv": q.max_cv,
+            "client_bound": q.client_bound,
             "accuracy": q.accuracy.model_dump(
                 mode="json", include={"enabled", "reference", "min_score_ratio", "output_tokens_tolerance", "backend"}
             ),
         },
         "targets": targets,
+        # the monitor's verdict over every stored point: the share a reader must discount
+        "pacing": _pacing_total(targets),
         "accuracy_reference": verdicts["reference"],
         "agreement": accuracy.agreement(docs),
         "summary_file": FILE,
     }
     write_json(run_dir / FILE, summary)
+    pace = summary["pacing"]
     log.info(
-        "validation: %s (%d targets, %.1fs)",
+        "validation: %s (%d targets, %d of %d points client-bound, quality.client_bound %s, %.1fs)",
         "passed" if summary["passed"] else "FAILED",
         len(targets),
+        pace["client_bound"],
+        pace["points"],
+        q.client_bound,
         summary["duration_s"],
     )
     return summary
+
+
+def pacing(points: pd.DataFrame) -> dict[str, Any]:
+    """How many of a target's stored points the client set the pace for, and their share."""
+    n = len(points)
+    bound = int(points["client_bound"].astype("boolean").fillna(False).sum()) if n and "client_bound" in points else 0
+    return {"points": n, "client_bound": bound, "client_bound_share": round(bound / n, 4) if n else None}
+
+
+def _pacing_total(targets: dict[str, Any]) -> dict[str, Any]:
+    n = sum(t["pacing"]["points"] for t in targets.values())
+    bound = sum(t["pacing"]["client_bound"] for t in targets.values())
+    return {"points": n, "client_bound": bound, "client_bound_share": round(bound / n, 4) if n else None}
 
 
 def load_summary(run_dir: str | StorePath) -> dict[str, Any] | None:

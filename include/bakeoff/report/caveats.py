@@ -291,6 +291,12 @@ def _did_not_pass(d: ReportData) -> list[str]:
     return out
 
 
+@caveat("client_sizing", when=lambda d: bool(d.tables.headline.get("client_sizing")))
+def _client_sizing(d: ReportData) -> list[str]:
+    """Plan check's client sizing against the loop monitor's verdicts (bench.client_cores.sizing_check)."""
+    return [f"Client sizing: {line}." for line in d.tables.headline["client_sizing"]]
+
+
 @caveat("break_even_and_tco", when=lambda d: True)
 def _break_even_and_tco(d: ReportData) -> str:
     tco = catalog.tco()

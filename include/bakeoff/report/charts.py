@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -97,6 +97,8 @@ def _levels(d: ReportData, workload: str) -> pd.DataFrame:
     if p.empty:
         return p
     p = p[(p["workload"] == workload) & p["ranked"].astype(bool)]  # quarantined targets never share a chart
+    if "client_bound" not in p:
+        p = p.assign(client_bound=False)
     basis = d.basis
     return (
         p.groupby(["target", "concurrency"], sort=True)
@@ -105,9 +107,25 @@ def _levels(d: ReportData, workload: str) -> pd.DataFrame:
             tps=(f"{basis}_tps_per_gpu", "mean"),
             usd=(f"usd_per_m_{basis}", "mean"),
             meets=("meets_slo", lambda s: bool(s.fillna(False).astype(bool).all())),
+            client_bound=("client_bound", lambda s: bool(s.fillna(False).astype(bool).any())),
         )
         .reset_index()
     )
+
+
+def _points(ax: Any, g: pd.DataFrame, x: str, y: str, colour: str | None, **kw: Any) -> None:
+    """Levels as markers: filled where the server set the pace, hollow where the client did (not the
+    hardware's figure); ``kw`` sets the marker and size."""
+    paced = g[~g["client_bound"]]
+    bound = g[g["client_bound"]]
+    ax.scatter(paced[x], paced[y], color=colour, zorder=3, **kw)
+    ax.scatter(bound[x], bound[y], facecolors="white", edgecolors=colour, linewidths=1.2, zorder=3, **kw)
+
+
+def _hollow_note(ax: Any, lv: pd.DataFrame) -> None:
+    """Says what a hollow marker means, on a chart that has one."""
+    if not lv.empty and lv["client_bound"].any():
+        ax.text(0.01, 0.01, "hollow: client-bound (the client set the pace)", transform=ax.transAxes, fontsize=7)
 
 
 def _names(d: ReportData) -> dict[str, str]:
@@ -125,13 +143,14 @@ def throughput_vs_interactivity(d: ReportData, workload: str) -> Figure:
                 continue
             x, y = g["interactivity"].to_numpy(float), g["tps"].to_numpy(float)
             front = pareto_front(x, y)
-            ax.scatter(x, y, color=col.get(slug), s=18, alpha=0.6)
+            _points(ax, g, "interactivity", "tps", col.get(slug), s=18)
             ax.plot(x[front], y[front], color=col.get(slug), lw=1.8, label=f"{names.get(slug, slug)} (Pareto front)")
             for xi, yi, c in zip(x, y, g["concurrency"], strict=True):
                 ax.annotate(f"c{c}", (xi, yi), textcoords="offset points", xytext=(3, 3), fontsize=7, color="#555")
         ax.set_xlabel(f"interactivity (tokens/s per user, {d.plan.slo.interactivity_stat} TPOT)")
         ax.set_ylabel(f"{d.basis} tokens/s per GPU")
         ax.set_title(f"Throughput per GPU vs interactivity - {workload}")
+        _hollow_note(ax, lv)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="best")
         _stamp(fig, d.emulated)
@@ -140,7 +159,7 @@ def throughput_vs_interactivity(d: ReportData, workload: str) -> Figure:
 
 def slo_interactivity(d: ReportData) -> float | None:
     """Interactivity implied by the plan's TPOT SLO (1000 / TPOT ms), for the SLO marker."""
-    tpot = d.plan.slo.tpot_p50_ms or d.plan.slo.tpot_p99_ms
+    tpot = d.plan.slo.tightest("tpot") or d.plan.slo.request_bounds().get("tpot")
     return 1000 / tpot if tpot else None
 
 
@@ -155,17 +174,16 @@ def cost_vs_interactivity(d: ReportData, workload: str) -> Figure:
                 continue
             c = col.get(slug)
             ax.plot(g["interactivity"], g["usd"], color=c, lw=1.2, alpha=0.7, label=names.get(slug, slug))
-            met = g[g["meets"]]
-            miss = g[~g["meets"]]
-            ax.scatter(met["interactivity"], met["usd"], color=c, s=26, zorder=3)
-            ax.scatter(miss["interactivity"], miss["usd"], facecolors="white", edgecolors=c, s=26, zorder=3)
+            _points(ax, g[g["meets"]], "interactivity", "usd", c, s=26, marker="o")
+            _points(ax, g[~g["meets"]], "interactivity", "usd", c, s=26, marker="s")
         x_slo = slo_interactivity(d)
         if x_slo:
             ax.axvline(x_slo, color="#444", ls="--", lw=1)
             ax.text(x_slo, 0.98, " SLO (TPOT)", transform=ax.get_xaxis_transform(), fontsize=7, va="top")
         ax.set_xlabel("interactivity (tokens/s per user)")
         ax.set_ylabel(f"USD per M {d.basis} tokens")
-        ax.set_title(f"Cost vs interactivity - {workload} (filled: meets every SLO)")
+        ax.set_title(f"Cost vs interactivity - {workload} (circle: meets the SLO, square: misses)")
+        _hollow_note(ax, lv)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="best")
         _stamp(fig, d.emulated)

@@ -18,6 +18,7 @@ import pandas as pd
 from bakeoff import claims, cost, offers, store
 from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.caveats import caveat_lines
+from bakeoff.report.headline import CLIENT_FIX
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.provisioning import rows as provisioning_rows
 from bakeoff.report.rackscale import RackRow
@@ -173,7 +174,51 @@ class ReportData:
         at = self.tables.at_slo
         if at.empty:
             return at
-        return at[(at["workload"] == workload) & at["ranked"] & at["rank"].isna()]
+        return at[(at["workload"] == workload) & at["ranked"] & ~at["slo_met"].fillna(False).astype(bool)]
+
+    def client_paced(self, workload: str) -> pd.DataFrame:
+        """Targets that met the SLO only at levels the client set the pace for: their figure is a
+        lower bound for the hardware, shown apart and never ranked."""
+        at = self.tables.at_slo
+        if at.empty or "paced_by" not in at:
+            return at.iloc[0:0]
+        return at[(at["workload"] == workload) & at["ranked"] & (at["paced_by"] == "client")]
+
+    @staticmethod
+    def lower_bound_note(row: pd.Series) -> str:
+        """Beside a ranked figure whose cheapest level meeting the SLO was client-bound."""
+        return f"lower bound: client-bound at c{fmt(row['client_bound_concurrency'])}"
+
+    def pacing_lines(self, workload: str) -> list[str]:
+        """In words, for the Markdown and the brief: targets that met the SLO only client-bound, and
+        every client-bound point with the fix."""
+        out = []
+        emu = " EMULATED" if self.emulated else ""
+        for _, r in self.client_paced(workload).iterrows():
+            out.append(
+                f"Lower bound, not ranked: {r['name']} met the SLO only where the client set the pace: "
+                f"{fmt(r[f'usd_per_m_{self.basis}'])} USD/M {self.basis} tokens at c{fmt(r['concurrency'])}{emu}."
+            )
+        cb = self.client_bound_points(workload)
+        if not cb.empty:
+            names = {t.slug: t.name for t in self.plan.targets}
+            pts = ", ".join(
+                f"{names.get(p['target'], p['target'])} c{p['concurrency']} r{p['repeat']}" for _, p in cb.iterrows()
+            )
+            out.append(
+                f"Client-bound points (the client, not the server, set the pace; never used for cost at the SLO "
+                f"or the ranking): {pts}. Measure them with {CLIENT_FIX}."
+            )
+        return out
+
+    def client_bound_points(self, workload: str) -> pd.DataFrame:
+        """The workload's points the client, not the server, set the pace for (the loop monitor's
+        verdict, per repeat and fleet member): marked wherever shown, never the hardware's figure."""
+        p = self.tables.points
+        if p.empty or "client_bound" not in p:
+            return p.iloc[0:0]
+        part = p[(p["workload"] == workload) & p["client_bound"].fillna(False).astype(bool)]
+        return part.sort_values(["target", "concurrency", "repeat"])
 
     def did_not_pass(self) -> pd.DataFrame:
         t = self.tables.targets

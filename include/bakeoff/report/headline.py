@@ -86,6 +86,45 @@ def _summary(ranking: list[dict[str, Any]], verdict: dict[str, Any], basis: str,
     )
 
 
+# How a client-bound level is measured with the server setting the pace instead.
+CLIENT_FIX = "more client processes (the workload's workers or client_fleet) or a bigger client machine"
+
+
+def _lower_bounds(part: pd.DataFrame, basis: str) -> list[dict[str, Any]]:
+    """Targets whose cheapest level meeting the SLO was client-bound: that level and its cost, and
+    whether it is the target's only figure (no level the server set the pace for met the SLO)."""
+    col = f"client_bound_usd_per_m_{basis}"
+    out = []
+    for _, r in part[part["ranked"] & part["lower_bound"].fillna(False).astype(bool)].iterrows():
+        out.append(
+            {
+                "target": r["name"],
+                "concurrency": int(r["client_bound_concurrency"]),  # set wherever lower_bound is
+                "usd_per_m": _r(r[col]),
+                "only": r["paced_by"] == "client",
+            }
+        )
+    return out
+
+
+def _lower_bound_text(rows: list[dict[str, Any]], basis: str) -> str:
+    """The headline's clause for client-bound figures: a lower bound for the hardware, and the fix."""
+    parts = []
+    for b in rows:
+        figure = f"{b['usd_per_m']:.4g} USD/M {basis} tokens at c={b['concurrency']}"
+        if b["only"]:
+            parts.append(
+                f"{b['target']} met the SLO only where the client set the pace ({figure}): a lower bound for "
+                "the hardware, not its figure, and not ranked"
+            )
+        else:
+            parts.append(
+                f"{b['target']}'s cheapest level meeting the SLO was client-bound ({figure}), so its figure above "
+                "is a lower bound for the hardware"
+            )
+    return "; ".join(parts) + f"; measure it with {CLIENT_FIX}" if parts else ""
+
+
 def build_headline(
     plan: Plan,
     run_id: str,
@@ -105,6 +144,7 @@ def build_headline(
         missed = part[part["ranked"] & ~part["slo_met"].astype(bool)]["name"].tolist()
         workloads[wl] = {
             "ranking": ranking,
+            "client_bound": _lower_bounds(part, basis) if "lower_bound" in part else [],
             "misses_slo": missed,
             "cheapest": ranking[0]["target"] if ranking else None,
             "verdict": _verdict(ranking),
@@ -118,9 +158,11 @@ def build_headline(
         "run_id": run_id,
         "emulated": emulated,
         "basis": basis,
-        "summary": _summary(first["ranking"], first["verdict"], basis, stamp),
+        "summary": _summary(first["ranking"], first["verdict"], basis, stamp)
+        + (f" — {lb}" if (lb := _lower_bound_text(first.get("client_bound") or [], basis)) else ""),
         "utilisation": plan.pricing.utilisation,
         "slo": plan.slo.model_dump(exclude_none=True),
+        "slo_words": plan.slo.in_words(),
         "workloads": workloads,
         "quarantined": tdf[tdf["status"] == "quarantined"]["name"].tolist(),
         "no_results": tdf[tdf["status"] == "no_results"]["name"].tolist(),
@@ -146,6 +188,12 @@ def headline_table(run_dir: str | StorePath) -> str:
                 f"    {r['target']:<24} {_num(r.get('usd_per_m')):>9} {_num(r.get('concurrency')):>5} "
                 f"{_num(r.get('interactivity')):>10} {_num(r.get('usd_per_gpu_hour')):>9} "
                 f"{_num(r.get('break_even_usd_per_gpu_hour')):>10}"
+            )
+        for b in part.get("client_bound") or []:
+            lines.append(
+                f"    client-bound (a lower bound for the hardware): {b['target']} at c={_num(b.get('concurrency'))}, "
+                f"{_num(b.get('usd_per_m'))} USD/M"
+                + (" (its only level meeting the SLO; not ranked)" if b["only"] else "")
             )
         if part.get("misses_slo"):
             lines.append(f"    missed the SLO at every load: {', '.join(part['misses_slo'])}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -20,9 +20,6 @@ from bakeoff.plan.checkpoints import checkpoint_of
 from bakeoff.report import charts, claimcheck, labels
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.provisioning import refusal_text
-
-if TYPE_CHECKING:
-    from bakeoff.plan import Plan
 
 STATUS_TEXT = {
     "passed": "passed",
@@ -35,19 +32,6 @@ _env = Environment(
     loader=PackageLoader("bakeoff.report", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
 )
-
-
-def slo_text(plan: Plan) -> str:
-    parts = [
-        f"{label} ≤ {v:g} ms"
-        for label, v in (
-            ("p99 TTFT", plan.slo.ttft_p99_ms),
-            ("p50 TPOT", plan.slo.tpot_p50_ms),
-            ("p99 TPOT", plan.slo.tpot_p99_ms),
-        )
-        if v
-    ]
-    return ", ".join(parts) or "no SLO set (every load level qualifies)"
 
 
 def _started(ts: Any) -> str:
@@ -149,8 +133,9 @@ def render(d: ReportData) -> str:
         pct=_pct,
         share=_share,
         trow=trow,
+        names={t.slug: t.name for t in d.plan.targets},
         status_text=STATUS_TEXT,
-        slo_text=slo_text(d.plan),
+        slo_text=d.plan.slo.in_words(),
         charts={wl: chart_set(d, wl) for wl in d.workloads},
         sens={wl: sensitivity_grid(d, wl) for wl in d.workloads},
         price_factors=cost.PRICE_FACTORS,

@@ -10,7 +10,7 @@ import re
 
 from bakeoff.report import claimcheck
 from bakeoff.report.data import ReportData, fmt
-from bakeoff.report.html import STATUS_TEXT, slo_text
+from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>])")
@@ -37,7 +37,7 @@ def render(d: ReportData) -> str:
         f"**{esc(d.summary)}**",
         "",
         *([f"**Different checkpoints.** {esc(d.checkpoint_note)}", ""] if d.checkpoint_note else []),
-        f"Cost at the SLO ({esc(slo_text(plan))}), USD per million {basis} tokens, utilisation "
+        f"Cost at the SLO ({esc(plan.slo.in_words())}), USD per million {basis} tokens, utilisation "
         f"{plan.pricing.utilisation:.0%}.",
         "",
     ]
@@ -45,8 +45,9 @@ def render(d: ReportData) -> str:
         ranked = d.ranked(wl)
         out.append(f"## {esc(wl)}")
         out += [f"Prompt tokens asked / measured by the server: {esc(d.input_text(wl))}", ""]
+        pacing = _client_bound(d, wl)
         if ranked.empty:
-            out += ["No target has a cost at the SLO.", ""]
+            out += ["No target has a cost at the SLO.", "", *pacing]
             continue
         out += [
             f"| # | target | node | USD/M {basis} | 95% CI | USD/M total | load | tok/s/user "
@@ -57,13 +58,17 @@ def render(d: ReportData) -> str:
             lo, hi = r[f"usd_per_m_{basis}_ci_low"], r[f"usd_per_m_{basis}_ci_high"]
             ci = f"{fmt(lo)}–{fmt(hi)}" if lo == lo and hi == hi else "–"
             vs = "cheapest" if r["vs_cheapest_pct"] == 0 else f"+{r['vs_cheapest_pct']:.1f}%"
+            low = (
+                f" (lower bound: client-bound at c{fmt(r['client_bound_concurrency'])})" if r.get("lower_bound") else ""
+            )
             out.append(
                 f"| {fmt(r['rank'])} | {esc(r['name'])}{emu}{_band(d, r['name'])} | {esc(r['node_spec'])} | "
-                f"{fmt(r[f'usd_per_m_{basis}'])} | {ci} | "
+                f"{fmt(r[f'usd_per_m_{basis}'])}{low} | {ci} | "
                 f"{fmt(r['usd_per_m_total'])} | c{fmt(r['concurrency'])} | {fmt(r['interactivity'])} | "
                 f"{fmt(r['usd_per_gpu_hour'])} | {vs} | {fmt(r['break_even_usd_per_gpu_hour'])} |"
             )
         out.append("")
+        out += pacing
         out += _session_costs(d, wl)
     out += _claim_check(d)
     out += _twin_check(d)
@@ -100,6 +105,11 @@ def render(d: ReportData) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _client_bound(d: ReportData, wl: str) -> list[str]:
+    """Targets that met the SLO only client-bound, and every client-bound point, each a paragraph."""
+    return [line for text in d.pacing_lines(wl) for line in (f"**{esc(text)}**", "")]
 
 
 def _pct(x: float | None) -> str:

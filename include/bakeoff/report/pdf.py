@@ -19,7 +19,7 @@ from fpdf import FPDF, FontFace, XPos, YPos
 from bakeoff import cost
 from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
-from bakeoff.report.html import STATUS_TEXT, slo_text
+from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def _ranking_rows(d: ReportData, wl: str) -> list[list[str]]:
                 name,
                 r["node_spec"],
                 fmt(r["usd_per_gpu_hour"]),
-                f"{fmt(r[f'usd_per_m_{b}'])}{ci}",
+                f"{fmt(r[f'usd_per_m_{b}'])}{ci}" + (f" — {d.lower_bound_note(r)}" if r.get("lower_bound") else ""),
                 f"c{fmt(r['concurrency'])}, {fmt(r['interactivity'])} tok/s/user",
                 vs,
                 be,
@@ -306,7 +306,8 @@ def _build(d: ReportData, chart_mm: float) -> Brief:
     pdf.set_font("dejavu", "B", 15)
     pdf.cell(0, 9, f"Negotiation brief: {d.plan.name}", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
     pdf.para(
-        f"SLO: {slo_text(d.plan)} · cost per million {d.basis} tokens · utilisation {d.plan.pricing.utilisation:.0%} · "
+        f"SLA: {d.plan.slo.in_words()} · cost per million {d.basis} tokens · "
+        f"utilisation {d.plan.pricing.utilisation:.0%} · "
         f"{d.plan.pricing.market} prices",
         size=8,
     )
@@ -340,6 +341,8 @@ def _build(d: ReportData, chart_mm: float) -> Brief:
             )
         else:
             pdf.para("No target has a cost at the SLO for this workload.")
+        for text in d.pacing_lines(wl):
+            pdf.para(text, size=8, bold=True)
         missed = d.unranked_passed(wl)
         if not missed.empty:
             pdf.para(f"Met the SLO at no measured load: {', '.join(map(str, missed['name']))}.", size=8)

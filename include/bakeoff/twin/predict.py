@@ -22,7 +22,7 @@ from bakeoff.twin.target import NoCalibration, TargetTwin, twin_for
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
-    from bakeoff.plan.settings import Slo
+    from bakeoff.plan.slo import Slo
     from bakeoff.plan.target import Target
     from bakeoff.plan.workload import Workload
 
@@ -81,14 +81,20 @@ class Price:
         return self.usd_per_hour / (tokens * 3600) * 1e6
 
 
+def _limit(slo: Slo, metric: str) -> float | None:
+    """The twin predicts one figure per metric, so it is held to the tightest bound on it at any
+    percentile, else the per-request bound."""
+    return slo.tightest(metric) or slo.request_bounds().get(metric)
+
+
 def _tpot_limit(slo: Slo) -> float | None:
-    return min((x for x in (slo.tpot_p99_ms, slo.tpot_p50_ms) if x), default=None)
+    return _limit(slo, "tpot")
 
 
 def _meets(slo: Slo, tpot_ms: float, ttft_ms: float) -> bool:
     """The predicted typical TPOT and TTFT against the SLO's limits (the twin predicts no tail)."""
-    limit = _tpot_limit(slo)
-    return (limit is None or tpot_ms <= limit) and (not slo.ttft_p99_ms or ttft_ms <= slo.ttft_p99_ms)
+    limit, ttft_limit = _tpot_limit(slo), _limit(slo, "ttft")
+    return (limit is None or tpot_ms <= limit) and (not ttft_limit or ttft_ms <= ttft_limit)
 
 
 def _rate_concurrency(tw: TargetTwin, w: Workload, rate: float) -> float:
@@ -115,10 +121,10 @@ def _at_slo(tw: TargetTwin, w: Workload, slo: Slo, price: Price, points: list[di
     if best is None:
         ttft = (tw.ttft_s(fresh) + tw.tpot_s(1, i, o, fresh)) * 1000
         tpot1 = tw.tpot_s(1, i, o, fresh) * 1000
-        limit = _tpot_limit(slo)
+        limit, ttft_limit = _tpot_limit(slo), _limit(slo, "ttft")
         why = (
-            f"TTFT {ttft:.0f} ms alone exceeds the SLO's {slo.ttft_p99_ms:g} ms"
-            if slo.ttft_p99_ms and ttft > slo.ttft_p99_ms
+            f"TTFT {ttft:.0f} ms alone exceeds the SLO's {ttft_limit:g} ms"
+            if ttft_limit and ttft > ttft_limit
             else f"TPOT {tpot1:.1f} ms at concurrency 1 exceeds {limit:g} ms"
             if limit and tpot1 > limit
             else "no load level the plan asks for meets it"

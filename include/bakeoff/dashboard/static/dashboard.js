@@ -23,6 +23,8 @@
       var c = ds.colour || colourOf(ds.group || ds.label.replace(/ \(Pareto\)$/, ""));
       return {
         label: ds.label, data: ds.data, showLine: !!ds.line, borderColor: c, backgroundColor: c,
+        // a level the client set the pace for is drawn hollow: not the hardware's figure
+        pointBackgroundColor: ds.data.map(function (p) { return p && p.hollow ? "#fff" : c; }),
         borderDash: ds.dashed ? [5, 4] : [], borderWidth: ds.dashed ? 1 : 2,
         pointRadius: ds.dashed ? 0 : (ds.pareto ? 0 : 3), spanGaps: true, tension: 0
       };
