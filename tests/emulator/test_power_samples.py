@@ -1,4 +1,5 @@
-"""The emulator's power.csv: rows the node sampler's parser reads, idle before load, busier under load."""
+"""The emulator's power.csv: written through the emulated NVML/amdsmi by the node's own library sampler,
+idle before load, busier under load, its energy counter the integral of its power."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from emulator_fixtures import make_config, make_target, serve
 
 from bakeoff import catalog
-from bakeoff.serving import power
+from bakeoff.serving import energy, gpu_counters, power
 from bakeoff.serving.emulator import power as emu_power
 from bakeoff.serving.emulator.config import EmulatorConfigError, config_from_dict
 
@@ -55,6 +56,8 @@ def test_samples_idle_then_loaded(run, tmp_path):
         "gpus": 4,
         "tdp_w": TDP_W,
         "idle_w": IDLE_W,
+        "library": "amdsmi",
+        "figures": "EMULATED",
     }
     text = csv_path.read_text()
     rows = power.parse_samples(text)
@@ -70,9 +73,30 @@ def test_samples_idle_then_loaded(run, tmp_path):
     assert sum(during) / len(during) > IDLE_W + 0.5 * (TDP_W - IDLE_W)  # back-to-back steps: near TDP
     assert after and set(after) == {IDLE_W}
 
+    assert {r["source"] for r in rows} == {"amdsmi=EMULATED"}  # an MI355X target: AMD's library path
     joules = power.energy_joules(rows, start, end)
     assert 0 < joules <= 4 * TDP_W * (end - start)
     assert joules > 4 * IDLE_W * (end - start - 2 * INTERVAL_S)
+    # the counters cover the whole window, the trapezoids only between the samples inside it
+    figures = energy.point_energy(rows, start, end, 4)
+    assert figures["energy_method"] == energy.COUNTERS
+    assert joules < figures["energy_j"] <= 4 * TDP_W * (end - start)
+    assert not figures["throttled"] and figures["node_power"] == energy.NODE_MISSING
+
+
+def test_emulated_nvml_counter_is_the_integral_of_its_power():
+    """Busy half of every second: the counter gains (idle + (tdp - idle) / 2) J per second, by hand."""
+    clock = {"busy": 0.0}
+    gpus = emu_power.EmulatedGpus(lambda _t: clock["busy"], 1000.0, 2)
+    gpus.t0 -= 10.0  # ten seconds since start-up, five of them busy
+    clock["busy"] = 5.0
+    nvml = emu_power.EmulatedNvml(gpus)
+    mj = nvml.nvmlDeviceGetTotalEnergyConsumption(0)
+    assert mj == pytest.approx((150.0 * 10 + 850.0 * 5) * 1000, abs=5)  # 5750 J, within a few ms of idle
+    reading = gpu_counters.NvmlReader(nvml).read()
+    assert [r.gpu for r in reading] == [0, 1] and reading[0].energy_j == pytest.approx(5750.0, abs=0.1)
+    assert reading[0].watts == 1000.0  # five busy seconds since the last reading, moments ago: TDP
+    assert reading[1].watts == 150.0  # nothing busy since: idle
 
 
 def test_samples_appended_not_truncated(run, tmp_path):
@@ -88,6 +112,7 @@ def test_samples_appended_not_truncated(run, tmp_path):
     run(go())
     rows = power.parse_samples(csv_path.read_text())
     assert rows[0] == {"t": 1.0, "gpu": 0, "watts": 100.0}
+    assert {r["source"] for r in rows[1:]} == {"amdsmi=EMULATED"}  # the default target's GPU is AMD's
     assert len(rows) >= 1 + 8 * 2 and {r["gpu"] for r in rows[1:]} == set(range(8))
 
 

@@ -38,7 +38,7 @@ from aiohttp.typedefs import Handler
 
 from bakeoff import durable
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME, file_field, with_file_field
-from bakeoff.serving.power import PowerFile
+from bakeoff.serving.power import PowerFile, format_samples
 
 log = logging.getLogger(__name__)
 JOB_ID_RE = re.compile(PLAIN_NAME)  # job ids and file names: one path component, never '.' or '..'
@@ -213,8 +213,7 @@ class Agent:
         return self.masked("\n".join(parts))
 
     def power(self, start: float, end: float) -> str:
-        rows = PowerFile(str(self.log_dir / "power.csv"))(start, end)
-        return "".join(f"{r['t']:.3f},{r['gpu']},{r['watts']:.1f}\n" for r in rows)
+        return format_samples(PowerFile(str(self.log_dir / "power.csv"))(start, end))
 
 
 def plain_name(value: Any) -> bool:

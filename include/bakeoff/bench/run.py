@@ -33,7 +33,7 @@ from bakeoff.bench.sla import search
 from bakeoff.bench.tokenize import discover, recount_outputs
 from bakeoff.bench.workers import measure_in_workers
 from bakeoff.plan.workload import rate_key
-from bakeoff.serving.power import mean_watts_per_gpu
+from bakeoff.serving.energy import point_energy, power_trace
 
 if TYPE_CHECKING:
     from bakeoff.bench.clock import Offsets
@@ -87,7 +87,8 @@ def _save(
         client=figures,
         prompts=_prompts(ctx),
     )
-    summary.update(_point_power(ctx, recs), ttft_connection=ctx.workload.ttft_connection)
+    trace = ctx.out_dir / "power" / f"{ctx.workload.name}-c{key}-r{repeat}.json"
+    summary.update(_point_power(ctx, recs, trace), ttft_connection=ctx.workload.ttft_connection)
     summary.update(server or {})
     store.save_point(ctx.out_dir, ctx.workload.name, key, repeat, records_frame(recs), summary)
     if prov is not None:
@@ -119,9 +120,10 @@ def _prompts(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict[str, Any]:
-    """Mean measured power per GPU over the point's measured window, from the node's own sampler
-    (cost prefers it to the catalog's estimate); nothing when the node reports no samples."""
+def _point_power(ctx: Ctx, recs: list[RequestRecord], trace_to: store.StorePath | None = None) -> dict[str, Any]:
+    """The point's measured energy from the node's own samplers (serving.energy: counters where the
+    vendor's library ran, else power samples), with its 1 Hz power trace written to ``trace_to`` for
+    the chart; cost prefers it to the catalog's estimate. Nothing when the node reports no samples."""
     done = [r for r in recs if not r.warmup and r.elapsed is not None]
     if ctx.power is None or not done:
         return {}
@@ -132,16 +134,14 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - power must never cost a measurement
         log.warning("power samples unavailable for %s: %s", ctx.target.slug, type(e).__name__)
         return {}
-    watts = mean_watts_per_gpu(rows, start, end, ctx.gpus)
-    if watts is None:
+    figures = point_energy(rows, start, end, ctx.gpus)
+    if not figures:
         return {}
+    if trace_to is not None:
+        store.write_json(trace_to, {"start": start, "end": end, "trace": power_trace(rows, start, ctx.gpus)})
     out_tokens = sum(r.output_tokens or 0 for r in done if r.ok)
-    joules = watts * ctx.gpus * (end - start)
-    return {
-        "power_w_per_gpu": watts,
-        "energy_j": joules,
-        "joules_per_output_token": joules / out_tokens if out_tokens else None,
-    }
+    joules = figures["energy_j"]
+    return figures | {"joules_per_output_token": joules / out_tokens if out_tokens else None}
 
 
 def _prov(ctx: Ctx) -> dict[str, Any] | None:

@@ -87,14 +87,36 @@ def parse_amd_power(text: str) -> list[dict[str, Any]]:
 
 
 def parse_samples(text: str) -> list[dict[str, Any]]:
-    """The sampler's ``power.csv`` (epoch_s,gpu,watts) -> rows, skipping partial lines."""
+    """The samplers' ``power.csv`` -> rows, skipping partial lines: the CLI sampler's ``epoch_s,gpu,watts``,
+    and the library sampler's longer rows (``serving.gpu_counters``: energy counter in J, clock,
+    temperature, throttle reasons, source), whose fields a row carries only where they were read."""
     rows = []
     for rec in csv.reader(io.StringIO(text)):
         try:
-            rows.append({"t": float(rec[0]), "gpu": int(rec[1]), "watts": float(rec[2])})
+            row: dict[str, Any] = {"t": float(rec[0]), "gpu": int(rec[1]), "watts": float(rec[2]) if rec[2] else None}
+            if len(rec) >= 8:
+                row.update(energy_j=float(rec[3]) if rec[3] else None, throttle=rec[6], source=rec[7].strip())
         except (IndexError, ValueError):
             continue
+        if row["watts"] is not None or row.get("energy_j") is not None:
+            rows.append(row)
     return rows
+
+
+def format_samples(rows: list[dict[str, Any]]) -> str:
+    """Rows back as ``power.csv`` lines (the agent's /agent/power): the long form where a row has a counter
+    or a source, so the client side reads what the node's sampler wrote."""
+
+    def n(v: float | None, digits: int) -> str:
+        return "" if v is None else f"{v:.{digits}f}"
+
+    out = []
+    for r in rows:
+        line = f"{r['t']:.3f},{r['gpu']},{n(r['watts'], 2)}"
+        if "source" in r:
+            line += f",{n(r.get('energy_j'), 3)},,,{r.get('throttle', '')},{r['source']}"
+        out.append(line + "\n")
+    return "".join(out)
 
 
 def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> float:
@@ -102,7 +124,7 @@ def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> fl
     total = 0.0
     by_gpu: dict[int, list[tuple[float, float]]] = {}
     for s in samples:
-        if start <= s["t"] <= end:
+        if start <= s["t"] <= end and s["gpu"] >= 0 and s["watts"] is not None:
             by_gpu.setdefault(s["gpu"], []).append((s["t"], s["watts"]))
     for pts in by_gpu.values():
         pts.sort()
@@ -117,7 +139,7 @@ def mean_watts_per_gpu(
     ones a TP x PP server uses; a node's idle GPUs would only dilute the figure); None without samples."""
     by_gpu: dict[int, list[float]] = {}
     for s in samples:
-        if start - SLACK_S <= s["t"] <= end + SLACK_S and (gpus is None or s["gpu"] < gpus):
+        if start - SLACK_S <= s["t"] <= end + SLACK_S and 0 <= s["gpu"] < (gpus or 1 << 16) and s["watts"] is not None:
             by_gpu.setdefault(s["gpu"], []).append(s["watts"])
     if not by_gpu:
         return None
