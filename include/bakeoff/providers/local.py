@@ -8,7 +8,8 @@ create is idempotent per (run, target), so a retried task never starts a second 
 also exits by itself at expires_at, the local twin of a cloud instance's shutdown timer.
 
 Layout under $BAKEOFF_LOCAL_STATE (default state_root()/local/): instances/<id>.json (registry),
-<id>/config.json, <id>/emulator.log, <id>/port. The API key reaches the child only through its environment.
+<id>/config.json, <id>/emulator.log, <id>/port, <id>/power.csv (the emulated GPUs' counters). The API
+key reaches the child only through its environment.
 
 It serves plain http on 127.0.0.1 only: traffic never leaves the machine's loopback interface, so
 there is no network path for TLS to protect (cloud nodes get a pinned per-node certificate).
@@ -146,7 +147,7 @@ class LocalProvider(Provider):
             launched_at=rec.get("launched_at"),
             expires_at=rec.get("expires_at"),
             tags=dict(rec.get("tags", {})),
-            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode")} | {"emulated": True},
+            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode", "power_csv")} | {"emulated": True},
         )
 
     # Provider interface --------------------------------------------------------
@@ -173,6 +174,10 @@ class LocalProvider(Provider):
             "api_key_env": API_KEY_ENV if api_key else None,
             "expires_at": expires_at,
         }
+        if (
+            mode == "roofline"
+        ):  # EMULATED energy counters through the emulated NVML/amdsmi, as a node's agent reads them
+            config["power_csv"] = str(workdir / "power.csv")
         if spec.scripted is not None:
             config["scripted"] = dict(spec.scripted)
         _write_json(config_path, config)
@@ -214,6 +219,7 @@ class LocalProvider(Provider):
             "config": str(config_path),
             "log": str(log_path),
             "mode": mode,
+            "power_csv": config.get("power_csv"),
             "health_route": engines.routes(target).health,
             "tags": all_tags,
             "launched_at": time.time(),

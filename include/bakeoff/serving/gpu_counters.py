@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,10 +64,11 @@ class Reader(Protocol):
     def read(self) -> list[Reading]: ...
 
 
-def _try(f: Callable[[], Any]) -> Any:
-    """A library call that a GPU may not support (NVML raises NVMLError, amdsmi AmdSmiLibraryException)."""
+def _call(lib: Any, name: str, *args: Any) -> Any:
+    """``lib.name(*args)``, None where the GPU does not support it (NVML raises NVMLError, amdsmi
+    AmdSmiLibraryException) or the library's version has no such call."""
     try:
-        return f()
+        return getattr(lib, name)(*args)
     except Exception:  # noqa: BLE001 - an unsupported field is None, never a lost sample
         return None
 
@@ -78,22 +80,22 @@ class NvmlReader:
         self.nvml = nvml
         nvml.nvmlInit()
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        version = _try(nvml.nvmlSystemGetNVMLVersion) or "unknown"
+        version = _call(nvml, "nvmlSystemGetNVMLVersion") or "unknown"
         self.source = f"nvml={_text(version)}"
 
     def read(self) -> list[Reading]:
         nv, out = self.nvml, []
         for i, h in enumerate(self.handles):
-            mj = _try(lambda h=h: nv.nvmlDeviceGetTotalEnergyConsumption(h))
-            mw = _try(lambda h=h: nv.nvmlDeviceGetPowerUsage(h))
-            reasons = _try(lambda h=h: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)) or 0
+            mj = _call(nv, "nvmlDeviceGetTotalEnergyConsumption", h)
+            mw = _call(nv, "nvmlDeviceGetPowerUsage", h)
+            reasons = _call(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", h) or 0
             out.append(
                 Reading(
                     gpu=i,
                     watts=mw / 1000 if mw is not None else None,
                     energy_j=mj / 1000 if mj is not None else None,
-                    clock_mhz=_try(lambda h=h: nv.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM)),
-                    temp_c=_try(lambda h=h: nv.nvmlDeviceGetTemperature(h, NVML_TEMPERATURE_GPU)),
+                    clock_mhz=_call(nv, "nvmlDeviceGetClockInfo", h, NVML_CLOCK_SM),
+                    temp_c=_call(nv, "nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU),
                     throttle="+".join(name for bit, name in NVML_SLOWDOWNS.items() if int(reasons) & bit),
                 )
             )
@@ -107,34 +109,29 @@ class AmdsmiReader:
         self.amdsmi = amdsmi
         amdsmi.amdsmi_init()
         self.handles = list(amdsmi.amdsmi_get_processor_handles())
-        v = _try(amdsmi.amdsmi_get_lib_version) or {}
+        v = _call(amdsmi, "amdsmi_get_lib_version") or {}
         version = ".".join(str(v[k]) for k in ("year", "major", "minor", "release") if k in v) or "unknown"
         self.source = f"amdsmi={version}"
 
     def read(self) -> list[Reading]:
         a, out = self.amdsmi, []
         for i, h in enumerate(self.handles):
-            energy = _try(lambda h=h: a.amdsmi_get_energy_count(h)) or {}
+            energy = _call(a, "amdsmi_get_energy_count", h) or {}
             # ROCm 6.1+ names the accumulator energy_accumulator; earlier releases called it power
             ticks = energy.get("energy_accumulator", energy.get("power"))
-            res_uj = energy.get("counter_resolution")
-            info = _try(lambda h=h: a.amdsmi_get_power_info(h)) or {}
-            clock = _try(lambda h=h: a.amdsmi_get_clock_info(h, a.AmdSmiClkType.GFX)) or {}
+            res_uj = _number(energy.get("counter_resolution"))
+            info = _call(a, "amdsmi_get_power_info", h) or {}
+            clock = _call(a, "amdsmi_get_clock_info", h, a.AmdSmiClkType.GFX) or {}
+            hotspot = a.AmdSmiTemperatureType.HOTSPOT, a.AmdSmiTemperatureMetric.CURRENT
             out.append(
                 Reading(
                     gpu=i,
                     watts=_number(
                         info.get("socket_power", info.get("current_socket_power", info.get("average_socket_power")))
                     ),
-                    energy_j=float(ticks) * float(res_uj) / 1e6 if _number(ticks) is not None and res_uj else None,
+                    energy_j=_scaled(_number(ticks), res_uj),
                     clock_mhz=_number(clock.get("clk", clock.get("cur_clk"))),
-                    temp_c=_number(
-                        _try(
-                            lambda h=h: a.amdsmi_get_temp_metric(
-                                h, a.AmdSmiTemperatureType.HOTSPOT, a.AmdSmiTemperatureMetric.CURRENT
-                            )
-                        )
-                    ),
+                    temp_c=_number(_call(a, "amdsmi_get_temp_metric", h, *hotspot)),
                 )
             )
         return out
@@ -143,6 +140,11 @@ class AmdsmiReader:
 def _number(v: Any) -> float | None:
     """A library value as a float; amdsmi answers "N/A" where a field is unsupported."""
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _scaled(ticks: float | None, res_uj: float | None) -> float | None:
+    """amdsmi's accumulator in joules: ticks x resolution (µJ) / 1e6."""
+    return ticks * res_uj / 1e6 if ticks is not None and res_uj else None
 
 
 def _text(v: Any) -> str:
@@ -165,9 +167,12 @@ _DCMI = re.compile(r"Instantaneous power reading:\s*([0-9.]+)\s*Watts", re.IGNOR
 
 
 def parse_dcmi_power(text: str) -> float | None:
-    """``ipmitool dcmi power reading`` -> the node's instantaneous watts; None when it says none."""
+    """``ipmitool dcmi power reading`` -> the node's instantaneous watts; None when it gives none, or when
+    the BMC says its power measurement is deactivated (its figures are then not a reading)."""
     m = _DCMI.search(text)
-    return float(m.group(1)) if m else None
+    if m is None or re.search(r"Power reading state is:\s*deactivated", text, re.IGNORECASE):
+        return None
+    return float(m.group(1))
 
 
 def dcmi_reader() -> Callable[[], float | None] | None:
@@ -213,7 +218,7 @@ def open_reader(vendor: str) -> Reader | None:
     try:
         if vendor == "amd":
             sys.path.append("/opt/rocm/share/amd_smi")
-            import amdsmi  # noqa: PLC0415 - only on an AMD node, and only where ROCm installed it
+            import amdsmi  # type: ignore[import-not-found]  # noqa: PLC0415 - only on an AMD node, and only where ROCm installed it
 
             return AmdsmiReader(amdsmi)
         import pynvml  # type: ignore[import-not-found]  # noqa: PLC0415 - only on an NVIDIA node
@@ -221,6 +226,26 @@ def open_reader(vendor: str) -> Reader | None:
         return NvmlReader(pynvml)
     except Exception:  # noqa: BLE001 - no library (or no driver) means the CLI fallback, not a failed boot
         return None
+
+
+def start_thread(vendor: str, path: str | os.PathLike[str], interval_s: float = 1.0) -> str | None:
+    """Sample the vendor's library into ``path`` every ``interval_s`` on a daemon thread (the node agent's);
+    the library's source, or None where no library loads (the CLI sampler's rows are then the power path)."""
+    reader = open_reader(vendor)
+    if reader is None:
+        return None
+    sampler = CounterSampler(reader, path, dcmi_reader())
+
+    def loop() -> None:
+        while True:
+            try:
+                sampler.sample()
+            except Exception:  # noqa: BLE001 - one failed read is a missing sample, never a dead sampler
+                pass
+            time.sleep(interval_s)
+
+    threading.Thread(target=loop, name="gpu-counters", daemon=True).start()
+    return reader.source
 
 
 def main(argv: list[str] | None = None) -> int:

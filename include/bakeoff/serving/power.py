@@ -148,15 +148,21 @@ def mean_watts_per_gpu(
 
 @dataclass(frozen=True)
 class PowerFile:
-    """The sampler's power.csv, read where it is written (the co-located client on the node).
+    """The samplers' rows, read where they are written (the co-located client on the node): ``path`` (the
+    library sampler's counters) where it has rows in the window, else ``fallback`` (the CLI sampler's).
     Picklable, so benchmark worker processes can take it along."""
 
     path: str
+    fallback: str | None = None
 
     def __call__(self, start: float, end: float) -> list[dict[str, Any]]:
-        p = Path(self.path)
-        rows = parse_samples(p.read_text(errors="replace")) if p.is_file() else []
-        return [r for r in rows if start - SLACK_S <= r["t"] <= end + SLACK_S]
+        for name in (self.path, self.fallback):
+            p = Path(name) if name else None
+            rows = parse_samples(p.read_text(errors="replace")) if p is not None and p.is_file() else []
+            rows = [r for r in rows if start - SLACK_S <= r["t"] <= end + SLACK_S]
+            if rows:
+                return rows
+        return []
 
 
 def parse_nvidia_provenance(text: str) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class EmulatedGpus:
         self.busy, self.tdp_w, self.n = busy, tdp_w, n_gpus
         self.t0 = time.monotonic()
         self.busy0 = busy(self.t0)
-        self._last = (self.t0, self.busy0)
+        self._last: dict[int, tuple[float, float]] = {}
 
     def joules(self) -> float:
         """One GPU's energy since start-up."""
@@ -53,12 +53,12 @@ class EmulatedGpus:
         idle_w = IDLE_FRACTION * self.tdp_w
         return idle_w * (t - self.t0) + (self.tdp_w - idle_w) * (self.busy(t) - self.busy0)
 
-    def watts(self) -> float:
-        """One GPU's mean draw since the previous call (idle at the first)."""
+    def watts(self, gpu: int) -> float:
+        """GPU ``gpu``'s mean draw since its previous reading (since start-up at the first)."""
         t = time.monotonic()
-        t_prev, b_prev = self._last
+        t_prev, b_prev = self._last.get(gpu, (self.t0, self.busy0))
         b = self.busy(t)
-        self._last = (t, b)
+        self._last[gpu] = (t, b)
         return watts(self.tdp_w, (b - b_prev) / (t - t_prev) if t > t_prev else 0.0)
 
 
@@ -68,25 +68,25 @@ class EmulatedNvml:
     def __init__(self, gpus: EmulatedGpus) -> None:
         self.gpus = gpus
 
-    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
+    def nvmlInit(self) -> None:
         pass
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return self.gpus.n
 
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
         return i
 
-    def nvmlSystemGetNVMLVersion(self) -> str:  # noqa: N802
+    def nvmlSystemGetNVMLVersion(self) -> str:
         return VERSION
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802 - mJ
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # mJ
         return int(self.gpus.joules() * 1000)
 
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802 - mW
-        return int(self.gpus.watts() * 1000)
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # mW
+        return int(self.gpus.watts(h) * 1000)
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
         return 0  # the emulator never throttles
 
 
@@ -128,7 +128,7 @@ class EmulatedAmdsmi:
         return {"energy_accumulator": ticks, "counter_resolution": self.RESOLUTION_UJ, "timestamp": 0}
 
     def amdsmi_get_power_info(self, h: int) -> dict[str, Any]:
-        return {"socket_power": round(self.gpus.watts()), "average_socket_power": "N/A"}
+        return {"socket_power": round(self.gpus.watts(h)), "average_socket_power": "N/A"}
 
 
 def reader(vendor: str, gpus: EmulatedGpus) -> gpu_counters.Reader:
