@@ -45,6 +45,14 @@ def with_frame(d: ReportData, table: str, **columns) -> ReportData:
     return replace(d, tables=replace(d.tables, **{table: df}))
 
 
+def with_watts(d: ReportData, sources: list[str], throttled: list[bool] | None = None) -> ReportData:
+    """The report with its Per watt rows' energy kinds (and throttle flags) set, one per row in order."""
+    assert len(d.per_watt) == len(sources), "the synthetic run has one per-watt row per target"
+    flags = throttled or [False] * len(sources)
+    rows = [replace(r, energy_source=s, throttled=f) for r, s, f in zip(d.per_watt, sources, flags, strict=True)]
+    return replace(d, per_watt=rows)
+
+
 def each_target(key: str, value) -> Callable[[dict], None]:
     def change(raw: dict) -> None:
         for t in raw["targets"]:
@@ -182,8 +190,18 @@ CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[Report
     ),
     "estimated_energy": (
         lambda d: with_frame(d, "points", energy_source=["measured"] + ["estimated"] * (len(d.tables.points) - 1)),
-        "Energy is estimated from all-in kW per GPU at 0.1 USD/kWh",
-        lambda d: with_frame(d, "points", energy_source="measured"),
+        "Energy is estimated from the nameplate (all-in kW per GPU) at 0.1 USD/kWh",
+        lambda d: with_frame(d, "points", energy_source="measured, energy counters, GPU only"),
+    ),
+    "per_watt_mixed": (
+        lambda d: with_watts(d, ["measured, energy counters, GPU only", "estimated, nameplate"]),
+        "some targets' energy is measured (GPU only) and others' estimated from the nameplate",
+        lambda d: with_watts(d, ["estimated, nameplate", "estimated, nameplate"]),
+    ),
+    "throttled": (
+        lambda d: with_watts(d, ["estimated, nameplate"] * 2, throttled=[False, True]),
+        "during the points at the SLO of b200-vllm",
+        lambda d: with_watts(d, ["estimated, nameplate"] * 2),
     ),
     "prompt_length_off": (
         prompts(0.05),

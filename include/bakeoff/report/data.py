@@ -19,6 +19,8 @@ from bakeoff import claims, cost, offers, store
 from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.caveats import caveat_lines
 from bakeoff.report.headline import CLIENT_FIX
+from bakeoff.report.perwatt import WattRow
+from bakeoff.report.perwatt import rows as watt_rows
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.provisioning import rows as provisioning_rows
 from bakeoff.report.rackscale import RackRow
@@ -62,6 +64,7 @@ class ReportData:
     provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
     twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
     rack_scale: list[RackRow] = field(default_factory=list)  # per cluster target and workload (report.rackscale)
+    per_watt: list[WattRow] = field(default_factory=list)  # per target and workload at the SLO (report.perwatt)
     emulator_bands: dict[str, float] = field(default_factory=dict)  # target -> twin band +-% (twin.emulate.band_pcts)
 
     @property
@@ -476,6 +479,7 @@ def gather(
     d.provisioning = _provisioning(plan, run_dir)
     d.twin_checks = _twin_checks(plan, tables)
     d.rack_scale = _rack_scale(plan, tables)
+    d.per_watt = watt_rows(tables.at_slo, plan.pricing.usd_per_kwh)
     d.emulator_bands = _emulator_bands(plan)
     d.caveats = caveat_lines(d)
     return d

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from bakeoff.report import claimcheck
+from bakeoff.report import claimcheck, perwatt
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
@@ -79,6 +79,7 @@ def render(d: ReportData) -> str:
         out.append("")
     out += _provisioning(d)
     out += _rack_scale(d)
+    out += _per_watt(d)
     ev = h.get("evaluation_cost_usd")
     out += [
         f"Measured cost of this evaluation: {fmt(ev)} USD billed"
@@ -202,6 +203,18 @@ def _provisioning(d: ReportData) -> list[str]:
             f"{fmt(r.to_running_s)} | {fmt(r.to_serving_s)} | {billed} |"
         )
     return [*out, ""]
+
+
+def _per_watt(d: ReportData) -> list[str]:
+    """Per target and workload at the SLO: tokens per joule and per kW, cost with energy (report.perwatt)."""
+    if not d.per_watt:
+        return []
+    out = ["## Per watt", "", "| " + " | ".join(perwatt.HEAD) + " |", "|" + "---|" * len(perwatt.HEAD)]
+    for r in d.per_watt:
+        c = [esc(x) for x in perwatt.cells(r, fmt)]
+        c[1] += " **EMULATED**" if r.emulated else ""
+        out.append("| " + " | ".join(c) + " |")
+    return [*out, f"Energy priced at {fmt(d.plan.pricing.usd_per_kwh)} USD/kWh (the plan's).", ""]
 
 
 def _rack_scale(d: ReportData) -> list[str]:
