@@ -17,7 +17,7 @@ import matplotlib
 from fpdf import FPDF, FontFace, XPos, YPos
 
 from bakeoff import cost
-from bakeoff.report import charts, claimcheck, perwatt
+from bakeoff.report import charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
