@@ -77,10 +77,11 @@ def test_samples_idle_then_loaded(run, tmp_path):
     joules = power.energy_joules(rows, start, end)
     assert 0 < joules <= 4 * TDP_W * (end - start)
     assert joules > 4 * IDLE_W * (end - start - 2 * INTERVAL_S)
-    # the counters cover the whole window, the trapezoids only between the samples inside it
-    figures = energy.point_energy(rows, start, end, 4)
+    # the counters cover the whole window, the trapezoids only between the samples inside it; at time_scale
+    # 10 the counters count the emulated GPU's joules, a tenth of the wall clock's
+    figures = energy.point_energy(rows, start, end, 4, time_scale=10.0)
     assert figures["energy_method"] == energy.COUNTERS
-    assert joules < figures["energy_j"] <= 4 * TDP_W * (end - start)
+    assert joules < figures["energy_j"] * 10 <= 4 * TDP_W * (end - start)
     assert not figures["throttled"] and figures["node_power"] == energy.NODE_MISSING
 
 
@@ -99,6 +100,20 @@ def test_emulated_nvml_counter_is_the_integral_of_its_power():
     # half of the ten seconds busy, on every GPU alike
     assert [r.watts for r in first] == pytest.approx([575.0, 575.0], abs=0.5)
     assert [r.watts for r in second] == pytest.approx([150.0, 150.0], abs=0.5)  # nothing busy since: idle
+
+
+def test_a_time_scaled_emulator_counts_the_emulated_clocks_joules():
+    """time_scale 0.25: ten wall seconds are forty of the GPU's, idle at 150 W: 6000 J, not 1500 J."""
+    gpus = emu_power.EmulatedGpus(lambda _t: 0.0, 1000.0, 1, time_scale=0.25)
+    gpus.t0 -= 10.0
+    assert gpus.joules() == pytest.approx(6000.0, abs=1.0)
+    # the point's window is then the wall window / 0.25, and its power the GPU's own 150 W
+    rows = [
+        {"t": 0.0, "gpu": 0, "watts": 150.0, "energy_j": 0.0},
+        {"t": 10.0, "gpu": 0, "watts": 150.0, "energy_j": 6000.0},
+    ]
+    got = energy.point_energy(rows, 0.0, 10.0, 1, time_scale=0.25)
+    assert got["energy_j"] == pytest.approx(6000.0) and got["power_w_per_gpu"] == pytest.approx(150.0)
 
 
 def test_samples_appended_not_truncated(run, tmp_path):

@@ -127,14 +127,15 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord], trace_to: store.StorePath 
     done = [r for r in recs if not r.warmup and r.elapsed is not None]
     if ctx.power is None or not done:
         return {}
+    scale = ctx.time_scale  # records hold the emulated clock's durations
     start = min(r.send_time for r in done)
-    end = max(r.send_time + r.elapsed for r in done if r.elapsed is not None)
+    end = max(r.send_time + r.elapsed * scale for r in done if r.elapsed is not None)  # wall epoch seconds
     try:
         rows = ctx.power(start, end)
     except Exception as e:  # noqa: BLE001 - power must never cost a measurement
         log.warning("power samples unavailable for %s: %s", ctx.target.slug, type(e).__name__)
         return {}
-    figures = point_energy(rows, start, end, ctx.gpus)
+    figures = point_energy(rows, start, end, ctx.gpus, scale)
     if not figures:
         return {}
     if trace_to is not None:

@@ -39,10 +39,13 @@ def watts(tdp_w: float, busy: float) -> float:
 
 
 class EmulatedGpus:
-    """The group's energy and power from the engine's busy time (``busy(now)``: wall seconds in steps)."""
+    """The group's energy and power from the engine's busy time (``busy(now)``: wall seconds in steps). A
+    time-scaled emulator (``time_scale`` s: every delay runs s times as long) counts energy on the emulated
+    hardware's clock, as the benchmark keeps every duration (``bench.clock``): a wall second is 1/s of the
+    GPU's seconds, so the counter gains power x wall seconds / s; power, a ratio, is unscaled."""
 
-    def __init__(self, busy: Callable[[float], float], tdp_w: float, n_gpus: int) -> None:
-        self.busy, self.tdp_w, self.n = busy, tdp_w, n_gpus
+    def __init__(self, busy: Callable[[float], float], tdp_w: float, n_gpus: int, time_scale: float = 1.0) -> None:
+        self.busy, self.tdp_w, self.n, self.scale = busy, tdp_w, n_gpus, time_scale
         self.t0 = time.monotonic()
         self.busy0 = busy(self.t0)
         self._last: dict[int, tuple[float, float]] = {}
@@ -51,7 +54,7 @@ class EmulatedGpus:
         """One GPU's energy since start-up."""
         t = time.monotonic()
         idle_w = IDLE_FRACTION * self.tdp_w
-        return idle_w * (t - self.t0) + (self.tdp_w - idle_w) * (self.busy(t) - self.busy0)
+        return (idle_w * (t - self.t0) + (self.tdp_w - idle_w) * (self.busy(t) - self.busy0)) / self.scale
 
     def watts(self, gpu: int) -> float:
         """GPU ``gpu``'s mean draw since its previous reading (since start-up at the first)."""
@@ -150,15 +153,16 @@ class PowerSampler:
         n_gpus: int,
         interval_s: float = 1.0,
         vendor: str = "nvidia",
+        time_scale: float = 1.0,
     ) -> None:
-        self.engine, self.path, self.interval_s = engine, path, interval_s
+        self.engine, self.path, self.interval_s, self.time_scale = engine, path, interval_s, time_scale
         self.tdp_w, self.n_gpus, self.vendor = tdp_w, n_gpus, vendor
         self._sampler: gpu_counters.CounterSampler | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Open the file now, so a bad path fails the start-up rather than a background task."""
-        gpus = EmulatedGpus(self.engine.busy_seconds, self.tdp_w, self.n_gpus)
+        gpus = EmulatedGpus(self.engine.busy_seconds, self.tdp_w, self.n_gpus, self.time_scale)
         self._sampler = gpu_counters.CounterSampler(reader(self.vendor, gpus), self.path)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="power-sampler")
 

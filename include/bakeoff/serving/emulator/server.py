@@ -145,7 +145,13 @@ def _power_sampler(config: EmulatorConfig, engine: RooflineEngine) -> power.Powe
     if not config.power_csv or t is None:  # validation allows power_csv only with a roofline target
         return None
     return power.PowerSampler(
-        engine, config.power_csv, t.gpu.tdp_w, t.gpus_used, config.power_interval_s, vendor=t.gpu.vendor or "nvidia"
+        engine,
+        config.power_csv,
+        t.gpu.tdp_w,
+        t.gpus_used,
+        config.power_interval_s,
+        vendor=t.gpu.vendor or "nvidia",
+        time_scale=config.time_scale,
     )
 
 
