@@ -44,21 +44,28 @@ class EmulatedGpus:
     hardware's clock, as the benchmark keeps every duration (``bench.clock``): a wall second is 1/s of the
     GPU's seconds, so the counter gains power x wall seconds / s; power, a ratio, is unscaled."""
 
-    def __init__(self, busy: Callable[[float], float], tdp_w: float, n_gpus: int, time_scale: float = 1.0) -> None:
-        self.busy, self.tdp_w, self.n, self.scale = busy, tdp_w, n_gpus, time_scale
-        self.t0 = time.monotonic()
+    def __init__(
+        self,
+        busy: Callable[[float], float],
+        tdp_w: float,
+        n_gpus: int,
+        time_scale: float = 1.0,
+        now: Callable[[], float] = time.monotonic,  # the engine's clock (busy_seconds takes its readings)
+    ) -> None:
+        self.busy, self.tdp_w, self.n, self.scale, self.now = busy, tdp_w, n_gpus, time_scale, now
+        self.t0 = now()
         self.busy0 = busy(self.t0)
         self._last: dict[int, tuple[float, float]] = {}
 
     def joules(self) -> float:
         """One GPU's energy since start-up."""
-        t = time.monotonic()
+        t = self.now()
         idle_w = IDLE_FRACTION * self.tdp_w
         return (idle_w * (t - self.t0) + (self.tdp_w - idle_w) * (self.busy(t) - self.busy0)) / self.scale
 
     def watts(self, gpu: int) -> float:
         """GPU ``gpu``'s mean draw since its previous reading (since start-up at the first)."""
-        t = time.monotonic()
+        t = self.now()
         t_prev, b_prev = self._last.get(gpu, (self.t0, self.busy0))
         b = self.busy(t)
         self._last[gpu] = (t, b)
