@@ -356,7 +356,7 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
                 m, lo, hi = bootstrap_ci(reps[col].to_numpy(float), level=CI_LEVEL)
                 row[col], row[f"{col}_ci_low"], row[f"{col}_ci_high"] = m, lo, hi
             row["joules_per_output_token_at_slo"] = 1 / row["output_tokens_per_joule"]
-            row["energy_source"] = str(reps["energy_source"].iloc[0])
+            row["energy_source"] = " / ".join(sorted(reps["energy_source"].astype(str).unique()))  # repeats' kinds
             row["throttled"] = (
                 bool(reps["throttled"].fillna(False).astype(bool).any()) if "throttled" in reps else False
             )

@@ -40,7 +40,7 @@ def _counter_joules(rows: list[dict[str, Any]], start: float, end: float, gpus: 
 def point_energy(
     rows: list[dict[str, Any]], start: float, end: float, gpus: int, time_scale: float = 1.0
 ) -> dict[str, Any]:
-    """The point's energy columns from rows over [start - SLACK_S, end + SLACK_S] (wall epoch seconds);
+    """The point's energy columns from the rows fetched around [start, end] (wall epoch seconds);
     empty without rows. A time-scaled emulator's counters already count the emulated clock's joules
     (``serving.emulator.power``); its window, in the GPU's seconds, is the wall window / ``time_scale``."""
     window = (end - start) / time_scale

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 SLACK_S = 1.0  # samples are ~1 s apart: a point shorter than that still gets the samples around it
+# rows fetched around a point: two sampling intervals and a half, so a reading at or before its start and
+# one at or after its end are there for the counter difference even when a sample comes late
+FETCH_S = 2.5
 
 _NVIDIA_SAMPLER = r"""
 nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits -lms 1000 2>/dev/null \
@@ -159,7 +162,7 @@ class PowerFile:
         for name in (self.path, self.fallback):
             p = Path(name) if name else None
             rows = parse_samples(p.read_text(errors="replace")) if p is not None and p.is_file() else []
-            rows = [r for r in rows if start - SLACK_S <= r["t"] <= end + SLACK_S]
+            rows = [r for r in rows if start - FETCH_S <= r["t"] <= end + FETCH_S]
             if rows:
                 return rows
         return []
