@@ -63,7 +63,10 @@ def point_energy(
         "power_w_per_gpu": watts,
         "energy_j": joules,
         "energy_method": method,
-        "energy_library": next((r["source"] for r in used if r.get("source")), "cli"),
+        "energy_library": next(
+            (r["source"] for r in used if r.get("source")),
+            "unnamed" if any(r.get("energy_j") is not None for r in used) else "cli",
+        ),
         "energy_sample_s": median(np.diff(gpu0)) if len(gpu0) > 1 else None,
         "throttled": bool(reasons),
         "throttle_reasons": "+".join(reasons),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,14 +97,32 @@ def parse_samples(text: str) -> list[dict[str, Any]]:
     rows = []
     for rec in csv.reader(io.StringIO(text)):
         try:
-            row: dict[str, Any] = {"t": float(rec[0]), "gpu": int(rec[1]), "watts": float(rec[2]) if rec[2] else None}
+            row: dict[str, Any] = {"t": _finite(rec[0]), "gpu": int(rec[1]), "watts": _finite(rec[2]) if rec[2] else None}
             if len(rec) >= 8:
-                row.update(energy_j=float(rec[3]) if rec[3] else None, throttle=rec[6], source=rec[7].strip())
+                row.update(energy_j=_finite(rec[3]) if rec[3] else None, throttle=_label(rec[6]), source=_label(rec[7]))
         except (IndexError, ValueError):
             continue
         if row["watts"] is not None or row.get("energy_j") is not None:
             rows.append(row)
     return rows
+
+
+_LABEL = re.compile(r"[A-Za-z0-9_.=+-]{0,64}")
+
+
+def _finite(text: str) -> float:
+    """A number a node wrote; nan and inf are refused (a row of them is skipped), as is anything else."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"not a finite number: {text[:20]!r}")
+    return v
+
+
+def _label(text: str) -> str:
+    """A library=version source or throttle reasons as a node wrote them: short plain tokens only (they
+    reach the points table and its CSV); anything else is dropped to empty, the row's numbers kept."""
+    text = text.strip()
+    return text if _LABEL.fullmatch(text) else ""
 
 
 def format_samples(rows: list[dict[str, Any]]) -> str:
