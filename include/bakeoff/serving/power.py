@@ -97,7 +97,8 @@ def parse_samples(text: str) -> list[dict[str, Any]]:
     rows = []
     for rec in csv.reader(io.StringIO(text)):
         try:
-            row: dict[str, Any] = {"t": _finite(rec[0]), "gpu": int(rec[1]), "watts": _finite(rec[2]) if rec[2] else None}
+            watts = _finite(rec[2]) if rec[2] else None
+            row: dict[str, Any] = {"t": _finite(rec[0]), "gpu": int(rec[1]), "watts": watts}
             if len(rec) >= 8:
                 row.update(energy_j=_finite(rec[3]) if rec[3] else None, throttle=_label(rec[6]), source=_label(rec[7]))
         except (IndexError, ValueError):
