@@ -649,6 +649,8 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
             ep.emulated,
             max_error_rate=plan.quality.max_error_rate,
             power=power,
+            tiers=plan.slo_tiers,
+            capacity=plan.capacity,
         )
         points += len(summaries)
     _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="remote"))

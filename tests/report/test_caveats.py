@@ -17,6 +17,7 @@ from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report.caveats import CAVEATS, Caveat, caveat, caveat_lines
 from bakeoff.report.data import ReportData, gather
+from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.rackscale import RackRow
 
 NAMES = ("mi355x-vllm", "b200-vllm")
@@ -51,6 +52,15 @@ def with_watts(d: ReportData, sources: list[str], throttled: list[bool] | None =
     flags = throttled or [False] * len(sources)
     rows = [replace(r, energy_source=s, throttled=f) for r, s, f in zip(d.per_watt, sources, flags, strict=True)]
     return replace(d, per_watt=rows)
+
+
+def with_capacity(d: ReportData, stopped: bool) -> ReportData:
+    """One capacity row for the first target at tier standard (the section reads nothing else here)."""
+    nan = float("nan")
+    row = CapacityRow(
+        "chat", "standard", NAMES[0], "concurrency", 8.0, nan, 1.0, 1.0, 1.0, 1.0, nan, "", "", stopped, True
+    )
+    return replace(d, capacity=[row])
 
 
 def each_target(key: str, value) -> Callable[[dict], None]:
@@ -197,6 +207,16 @@ CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[Report
         lambda d: with_watts(d, ["measured, energy counters, GPU only", "estimated, nameplate"]),
         "some targets' energy is measured (GPU only) and others' estimated from the nameplate",
         lambda d: with_watts(d, ["estimated, nameplate", "estimated, nameplate"]),
+    ),
+    "capacity_stopped_short": (
+        lambda d: with_capacity(d, stopped=True),
+        "ran out of its budget of 12 points before pinning down mi355x-vllm (standard, chat)",
+        lambda d: with_capacity(d, stopped=False),
+    ),
+    "capacity_missing": (
+        lambda d: with_plan(d, lambda raw: raw.update(slo_tiers={"standard": {"ttft_p99_ms": 900}})),
+        "No capacity search was stored for b200-vllm, mi355x-vllm",
+        lambda d: d,
     ),
     "throttled": (
         lambda d: with_watts(d, ["estimated, nameplate"] * 2, throttled=[False, True]),

@@ -13,9 +13,13 @@ is the capacity's interval), every step, and the figures of the passing point th
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bakeoff.bench.metrics import request_times
 from bakeoff.bench.sla import search_loads
+
+if TYPE_CHECKING:
+    from bakeoff.plan.slo import Slo
 
 # summary, the point's request records -> whether the point meets one tier's SLO
 Judge = Callable[[Mapping[str, Any], list[dict[str, Any]]], bool]
@@ -73,3 +77,15 @@ async def search_tiers(
 def _load_of(seen: Mapping[float, dict[str, Any]], summary: dict[str, Any]) -> float:
     """Which load a memoized summary was measured at (the memo is keyed by load)."""
     return next(k for k, s in seen.items() if s is summary)
+
+
+def judge_of(slo: Slo) -> Judge:
+    """A tier's verdict on a point: its percentile bounds on the point's summary, and its own per-request
+    bounds on the point's records (the summary's goodput was counted against the plan's SLO, not the tier's)."""
+
+    def judge(summary: Mapping[str, Any], records: list[dict[str, Any]]) -> bool:
+        measured = [r for r in records if not r.get("warmup")]
+        share = slo.goodput_share(request_times(r) for r in measured)
+        return slo.meets({**summary, "good_fraction": share})
+
+    return judge

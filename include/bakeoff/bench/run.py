@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -19,6 +20,7 @@ import pyarrow as pa
 from bakeoff import store
 from bakeoff.bench import clock, server_metrics, sessions, sizing, workloads
 from bakeoff.bench.calibration import calibrate, calibration_line
+from bakeoff.bench.capacity import judge_of, search_tiers
 from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.fleet import BROKER_ENV, FleetPoint, MemberWork, measure_in_fleet, run_fleet
 from bakeoff.bench.loadgen import PointId, arrival_offsets
@@ -32,6 +34,7 @@ from bakeoff.bench.session_load import SessionSender, TurnSent, point_seed, poin
 from bakeoff.bench.sla import search
 from bakeoff.bench.tokenize import discover, recount_outputs
 from bakeoff.bench.workers import measure_in_workers
+from bakeoff.plan.capacity import CapacitySearch
 from bakeoff.plan.workload import rate_key
 from bakeoff.serving.energy import point_energy, power_trace
 
@@ -296,15 +299,21 @@ async def measure_session_point(
     )
 
 
-async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict[str, Any]]:
-    """Every point of a session workload: closed loop per concurrent_sessions level, or open loop
-    per session arrival rate (Poisson or gamma arrivals, as the workload's arrival says)."""
+def _loaded_sessions(ctx: Ctx) -> tuple[list[Session], int, int | None]:
+    """The workload's sessions and how many of them a point plays (point_sessions' arguments)."""
     w, cfg = ctx.workload, _session_block(ctx.workload)
     spec = getattr(ctx.target, "model_spec", None)  # a plan's target: refuse sessions beyond its context
     loaded = sessions.load_sessions(
         w, w.seed, context_tokens=spec.context if spec else None, model=getattr(ctx.target, "model", "the model")
     )
-    chosen = point_sessions(loaded, cfg.warmup_sessions, cfg.max_sessions_per_point)
+    return loaded, cfg.warmup_sessions, cfg.max_sessions_per_point
+
+
+async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict[str, Any]]:
+    """Every point of a session workload: closed loop per concurrent_sessions level, or open loop
+    per session arrival rate (Poisson or gamma arrivals, as the workload's arrival says)."""
+    w, cfg = ctx.workload, _session_block(ctx.workload)
+    chosen = point_sessions(*_loaded_sessions(ctx))
     n_roots = sum(1 for s in chosen if s.parent is None)
     out: list[dict[str, Any]] = []
     for c in cfg.concurrent_sessions:
@@ -323,7 +332,9 @@ async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict[str, Any
     return out
 
 
-async def _run(ctx: Ctx) -> list[dict[str, Any]]:
+async def _run(
+    ctx: Ctx, tiers: Mapping[str, Slo] | None = None, search_cfg: CapacitySearch | None = None
+) -> list[dict[str, Any]]:
     w = ctx.workload
     client = client_for(ctx)
     out: list[dict[str, Any]] = []
@@ -363,9 +374,37 @@ async def _run(ctx: Ctx) -> list[dict[str, Any]]:
             result = await search(w, probe)
             out.extend(result.summaries)
             store.write_json(ctx.out_dir / f"sla-{w.name}.json", result.to_dict())
+        if tiers:
+            await _capacity(ctx, client, tiers, search_cfg or CapacitySearch())
         return out
     finally:
         await client.close()
+
+
+async def _capacity(ctx: Ctx, client: StreamingClient, tiers: Mapping[str, Slo], cfg: CapacitySearch) -> None:
+    """The capacity at each SLO tier (bench.capacity): probes saved under ``capacity/``, out of the cost
+    tables' points, and the result as ``capacity-<workload>.json``."""
+    w = ctx.workload
+    cap = replace(ctx, out_dir=ctx.out_dir / "capacity")
+    chosen = point_sessions(*_loaded_sessions(ctx)) if w.kind == "sessions" else []
+
+    async def measure(load: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        if w.kind == "sessions":
+            s = await measure_session_point(cap, client, chosen, key=load, repeat=0, mode="sessions", concurrency=load)
+        else:
+            s = await measure_point(cap, client, key=load, repeat=0, mode="capacity", concurrency=load)
+        recs = store.read_frame(store.point_file(cap.out_dir, "requests", w.name, load, 0))
+        return s, recs.to_dict("records")
+
+    result = await search_tiers(
+        {name: judge_of(slo) for name, slo in tiers.items()},
+        measure,
+        over="sessions" if w.kind == "sessions" else "concurrency",
+        start=cfg.start,
+        maximum=cfg.max,
+        budget=cfg.points,
+    )
+    store.write_json(ctx.out_dir / f"capacity-{w.name}.json", result)
 
 
 def run_workload(
@@ -382,9 +421,12 @@ def run_workload(
     provenance: bool = True,
     calibrate: bool = True,
     power: PowerSource | None = None,
+    tiers: Mapping[str, Slo] | None = None,
+    capacity: CapacitySearch | None = None,
 ) -> list[dict[str, Any]]:
     """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
-    completes under ``out_dir`` (store.target_dir); return the point summaries.
+    completes under ``out_dir`` (store.target_dir); return the point summaries. With SLO ``tiers``, then
+    search each tier's capacity within ``capacity``'s budget of points (bench.capacity).
 
     First (once per target folder) the client measures itself against a local scripted server and
     stores its own TTFT/TPOT error as client_calibration.json next to the results.
@@ -397,7 +439,7 @@ def run_workload(
     size_prompts(ctx)
     t = time.perf_counter()
     try:
-        out = run_async(_run(ctx))
+        out = run_async(_run(ctx, tiers, capacity))
     finally:
         if ctx.counter is not None:
             ctx.counter.close()

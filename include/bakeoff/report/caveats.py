@@ -259,6 +259,28 @@ def _per_watt_mixed(d: ReportData) -> str:
     )
 
 
+@caveat("capacity_stopped_short", when=lambda d: any(r.stopped_short for r in d.capacity))
+def _capacity_short(d: ReportData) -> str:
+    short = sorted({f"{r.name} ({r.tier}, {r.workload})" for r in d.capacity if r.stopped_short})
+    return (
+        f"The capacity search ran out of its budget of {d.plan.capacity.points} points before pinning down "
+        f"{', '.join(short)}: those capacities are lower bounds; raise capacity.points for a closed bracket."
+    )
+
+
+@caveat("capacity_missing", when=lambda d: bool(d.plan.slo_tiers) and bool(_no_capacity(d)))
+def _capacity_missing(d: ReportData) -> str:
+    return (
+        f"No capacity search was stored for {', '.join(_no_capacity(d))}: a co-located client does not search SLO "
+        "tiers yet, and a target that never served has none."
+    )
+
+
+def _no_capacity(d: ReportData) -> list[str]:
+    have = {r.name for r in d.capacity}
+    return sorted(t.name for t in d.plan.targets if t.name not in have)
+
+
 @caveat("throttled", when=lambda d: any(r.throttled for r in d.per_watt))
 def _throttled(d: ReportData) -> str:
     names = sorted({r.name for r in d.per_watt if r.throttled})

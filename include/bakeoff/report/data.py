@@ -17,6 +17,8 @@ import pandas as pd
 
 from bakeoff import claims, cost, offers, store
 from bakeoff.plan.checkpoints import checkpoint_note
+from bakeoff.report.capacity import CapacityRow
+from bakeoff.report.capacity import rows as capacity_rows
 from bakeoff.report.caveats import caveat_lines
 from bakeoff.report.headline import CLIENT_FIX
 from bakeoff.report.perwatt import WattRow
@@ -65,6 +67,7 @@ class ReportData:
     twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
     rack_scale: list[RackRow] = field(default_factory=list)  # per cluster target and workload (report.rackscale)
     per_watt: list[WattRow] = field(default_factory=list)  # per target and workload at the SLO (report.perwatt)
+    capacity: list[CapacityRow] = field(default_factory=list)  # per workload, SLO tier and target (report.capacity)
     emulator_bands: dict[str, float] = field(default_factory=dict)  # target -> twin band +-% (twin.emulate.band_pcts)
 
     @property
@@ -480,6 +483,7 @@ def gather(
     d.twin_checks = _twin_checks(plan, tables)
     d.rack_scale = _rack_scale(plan, tables)
     d.per_watt = watt_rows(tables.at_slo, plan.pricing.usd_per_kwh)
+    d.capacity = _capacity(plan, run_dir, tables)
     d.emulator_bands = _emulator_bands(plan)
     d.caveats = caveat_lines(d)
     return d
@@ -491,6 +495,15 @@ def _provisioning(plan: Plan, run_dir: store.StorePath) -> list[ProvisioningRow]
         return provisioning_rows(plan, store.run_facts(run_dir), time.time())
     except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
         log.warning("provisioning section unavailable: %s", e)
+        return []
+
+
+def _capacity(plan: Plan, run_dir: store.StorePath, tables: cost.CostTables) -> list[CapacityRow]:
+    """The capacity section's rows; a search record this version cannot read must not lose the report."""
+    try:
+        return capacity_rows(plan, run_dir, tables.targets)
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("capacity section unavailable: %s", e)
         return []
 
 

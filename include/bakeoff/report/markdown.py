@@ -7,8 +7,9 @@ table or inject markup where the Markdown is rendered.
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from bakeoff.report import claimcheck, perwatt
+from bakeoff.report import capacity, claimcheck, perwatt
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
@@ -80,6 +81,7 @@ def render(d: ReportData) -> str:
     out += _provisioning(d)
     out += _rack_scale(d)
     out += _per_watt(d)
+    out += _capacity(d)
     ev = h.get("evaluation_cost_usd")
     out += [
         f"Measured cost of this evaluation: {fmt(ev)} USD billed"
@@ -203,6 +205,24 @@ def _provisioning(d: ReportData) -> list[str]:
             f"{fmt(r.to_running_s)} | {fmt(r.to_serving_s)} | {billed} |"
         )
     return [*out, ""]
+
+
+def _capacity(d: ReportData) -> list[str]:
+    """Per workload, SLO tier and target: capacity, per GPU, per kW, per USD/h, cost there (report.capacity)."""
+    if not d.capacity:
+        return []
+    out = ["## Capacity at SLO tiers", "", "| " + " | ".join(capacity.HEAD) + " |", "|" + "---|" * len(capacity.HEAD)]
+    for r in d.capacity:
+        c = [esc(x) for x in capacity.cells(r, fmt)]
+        c[2] += " **EMULATED**" if r.emulated else ""
+        out.append("| " + " | ".join(c) + " |")
+    tiers = "; ".join(f"{esc(n)}: {esc(_tier_words(t))}" for n, t in d.plan.slo_tiers.items())
+    return [*out, f"Tiers: {tiers}.", ""]
+
+
+def _tier_words(slo: Any) -> str:
+    words = getattr(slo, "in_words", None)
+    return str(words()) if callable(words) else str(slo.model_dump(exclude_defaults=True))
 
 
 def _per_watt(d: ReportData) -> list[str]:
