@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff import store
 from bakeoff.cost import ESTIMATED, per_m_tokens
+from bakeoff.report.numbers import finite
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,14 +45,6 @@ class CapacityRow:
     emulated: bool
 
 
-def _f(v: Any) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return x if math.isfinite(x) else math.nan
-
-
 def steps_text(steps: list[dict[str, Any]], over: str) -> str:
     """The search's probes in order: 'c1 ok, c2 ok, c4 miss, c3 ok' ('s' for sessions)."""
     unit = "s" if over == "sessions" else "c"
@@ -62,28 +55,28 @@ def row(workload: str, tier: str, target: Any, over: str, result: dict[str, Any]
     """One tier's result for one target, priced: ``price`` is the target's row of the cost step's targets
     table (usd_per_gpu_hour_effective, all_in_kw_per_gpu, gpus_used)."""
     fig = result.get("figures") or {}
-    gpus = _f(fig.get("gpus")) or _f(price.get("gpus_used"))
-    best = _f(result.get("best"))
-    duration = _f(fig.get("duration_s"))
+    gpus = finite(fig.get("gpus")) or finite(price.get("gpus_used"))
+    best = finite(result.get("best"))
+    duration = finite(fig.get("duration_s"))
     if over == "sessions":
         per_gpu = best / gpus if gpus else math.nan
     else:
-        per_gpu = _f(fig.get("completed")) / duration / gpus if duration and gpus else math.nan
-    measured_kw = _f(fig.get("power_w_per_gpu")) / 1000
-    kw = measured_kw if measured_kw > 0 else _f(price.get("all_in_kw_per_gpu"))
-    usd_gpu_h = _f(price.get("usd_per_gpu_hour_effective"))
-    sessions_h = _f(fig.get("sessions_per_hour"))
+        per_gpu = finite(fig.get("completed")) / duration / gpus if duration and gpus else math.nan
+    measured_kw = finite(fig.get("power_w_per_gpu")) / 1000
+    kw = measured_kw if measured_kw > 0 else finite(price.get("all_in_kw_per_gpu"))
+    usd_gpu_h = finite(price.get("usd_per_gpu_hour_effective"))
+    sessions_h = finite(fig.get("sessions_per_hour"))
     return CapacityRow(
         workload=workload,
         tier=tier,
         name=target.name,
         over=over,
         best=best,
-        first_failing=_f(result.get("first_failing")),
+        first_failing=finite(result.get("first_failing")),
         per_gpu=per_gpu,
         per_kw=per_gpu / kw if kw > 0 else math.nan,
         per_usd_hour=per_gpu / usd_gpu_h if usd_gpu_h > 0 else math.nan,
-        usd_per_m_output=float(per_m_tokens(usd_gpu_h, _f(fig.get("output_tps_per_gpu")))),
+        usd_per_m_output=float(per_m_tokens(usd_gpu_h, finite(fig.get("output_tps_per_gpu")))),
         usd_per_session=usd_gpu_h * gpus / sessions_h if sessions_h > 0 else math.nan,
         energy_source=str(fig.get("energy_method") or "measured") if measured_kw > 0 else ESTIMATED,
         steps=steps_text(result.get("steps") or [], over),

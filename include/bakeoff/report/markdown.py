@@ -211,13 +211,21 @@ def _capacity(d: ReportData) -> list[str]:
     """Per workload, SLO tier and target: capacity, per GPU, per kW, per USD/h, cost there (report.capacity)."""
     if not d.capacity:
         return []
-    out = ["## Capacity at SLO tiers", "", "| " + " | ".join(capacity.HEAD) + " |", "|" + "---|" * len(capacity.HEAD)]
-    for r in d.capacity:
-        c = [esc(x) for x in capacity.cells(r, fmt)]
-        c[2] += " **EMULATED**" if r.emulated else ""
-        out.append("| " + " | ".join(c) + " |")
+    rows = [(capacity.cells(r, fmt), r.emulated) for r in d.capacity]
     tiers = "; ".join(f"{esc(n)}: {esc(_tier_words(t))}" for n, t in d.plan.slo_tiers.items())
-    return [*out, f"Tiers: {tiers}.", ""]
+    return _section("Capacity at SLO tiers", capacity.HEAD, rows, 2, f"Tiers: {tiers}.")
+
+
+def _section(
+    title: str, head: tuple[str, ...], rows: list[tuple[list[str], bool]], name_col: int, note: str
+) -> list[str]:
+    """A section's table, its target column stamped EMULATED where the row is, and a closing line."""
+    out = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cells, emulated in rows:
+        c = [esc(x) for x in cells]
+        c[name_col] += " **EMULATED**" if emulated else ""
+        out.append("| " + " | ".join(c) + " |")
+    return [*out, note, ""]
 
 
 def _tier_words(slo: Any) -> str:
@@ -229,12 +237,10 @@ def _per_watt(d: ReportData) -> list[str]:
     """Per target and workload at the SLO: tokens per joule and per kW, cost with energy (report.perwatt)."""
     if not d.per_watt:
         return []
-    out = ["## Per watt", "", "| " + " | ".join(perwatt.HEAD) + " |", "|" + "---|" * len(perwatt.HEAD)]
-    for r in d.per_watt:
-        c = [esc(x) for x in perwatt.cells(r, fmt)]
-        c[1] += " **EMULATED**" if r.emulated else ""
-        out.append("| " + " | ".join(c) + " |")
-    return [*out, f"Energy priced at {fmt(d.plan.pricing.usd_per_kwh)} USD/kWh (the plan's).", ""]
+    rows = [(perwatt.cells(r, fmt), r.emulated) for r in d.per_watt]
+    return _section(
+        "Per watt", perwatt.HEAD, rows, 1, f"Energy priced at {fmt(d.plan.pricing.usd_per_kwh)} USD/kWh (the plan's)."
+    )
 
 
 def _rack_scale(d: ReportData) -> list[str]:

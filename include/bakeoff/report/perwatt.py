@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.cost import PER_WATT
+from bakeoff.report.numbers import field
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,16 +41,8 @@ class WattRow:
     emulated: bool
 
 
-def _num(row: Any, key: str) -> float:
-    try:
-        v = float(row[key])
-    except (KeyError, TypeError, ValueError):
-        return math.nan
-    return v
-
-
 def _interval(row: Any, col: str) -> Interval:
-    return (_num(row, col), _num(row, f"{col}_ci_low"), _num(row, f"{col}_ci_high"))
+    return (field(row, col), field(row, f"{col}_ci_low"), field(row, f"{col}_ci_high"))
 
 
 def rows(at_slo: pd.DataFrame, usd_per_kwh: float) -> list[WattRow]:
@@ -63,7 +56,7 @@ def rows(at_slo: pd.DataFrame, usd_per_kwh: float) -> list[WattRow]:
                 workload=str(r["workload"]),
                 name=str(r["name"]),
                 tokens_per_joule=_interval(r, "output_tokens_per_joule"),
-                joules_per_token=_num(r, "joules_per_output_token_at_slo"),
+                joules_per_token=field(r, "joules_per_output_token_at_slo"),
                 tps_per_kw_gpu=_interval(r, "output_tps_per_kw_gpu_measured"),
                 tps_per_kw_nameplate=_interval(r, "output_tps_per_kw_nameplate"),
                 usd_per_m_with_energy=_interval(r, "usd_per_m_output_with_energy"),
