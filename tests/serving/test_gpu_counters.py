@@ -200,8 +200,33 @@ def test_dcmi_recorded_outputs():
     assert gpu_counters.parse_dcmi_power("Error: DCMI command failed\n") is None
 
 
-def test_no_library_means_the_cli_sampler_stays(tmp_path):
-    """This machine has no NVIDIA library: main says so and exits 3, writing nothing."""
+def test_the_agents_thread_samples_the_library_where_it_loads(tmp_path, monkeypatch):
+    """`bakeoff agent --gpu-vendor nvidia` on a node whose pynvml imports: rows appear in counters.csv."""
+    import sys
+    import threading
+    import time
+
+    nvml = FakePynvml(mj=[[1_000, 2_000]], mw=[300_000, 310_000], reasons=[0, 0])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    stop = threading.Event()
+    path = tmp_path / "counters.csv"
+    try:
+        assert gpu_counters.start_thread("nvidia", path, interval_s=0.01, stop=stop) == "nvml=12.580.82.07"
+        for _ in range(500):  # until two samples of both GPUs are there (no wall-time figure is asserted)
+            if path.is_file() and len(power.parse_samples(path.read_text())) >= 4:
+                break
+            time.sleep(0.01)
+    finally:
+        stop.set()
+    rows = power.parse_samples(path.read_text())
+    assert len(rows) >= 4 and {r["gpu"] for r in rows} == {0, 1} and rows[0]["energy_j"] == 1.0
+
+
+def test_no_library_means_the_cli_sampler_stays(tmp_path, monkeypatch):
+    """A node without pynvml (None in sys.modules: its import fails): main says so and exits 3, writing nothing."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)
     assert gpu_counters.open_reader("nvidia") is None
     assert gpu_counters.main(["--vendor", "nvidia", "--csv", str(tmp_path / "p.csv")]) == 3
     assert not (tmp_path / "p.csv").exists()

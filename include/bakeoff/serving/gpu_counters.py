@@ -228,21 +228,26 @@ def open_reader(vendor: str) -> Reader | None:
         return None
 
 
-def start_thread(vendor: str, path: str | os.PathLike[str], interval_s: float = 1.0) -> str | None:
-    """Sample the vendor's library into ``path`` every ``interval_s`` on a daemon thread (the node agent's);
-    the library's source, or None where no library loads (the CLI sampler's rows are then the power path)."""
+def start_thread(
+    vendor: str, path: str | os.PathLike[str], interval_s: float = 1.0, stop: threading.Event | None = None
+) -> str | None:
+    """Sample the vendor's library into ``path`` every ``interval_s`` on a daemon thread (the node agent's)
+    until ``stop`` is set; the library's source, or None where no library loads (the CLI sampler's rows
+    are then the power path)."""
     reader = open_reader(vendor)
     if reader is None:
         return None
     sampler = CounterSampler(reader, path, dcmi_reader())
+    done = stop or threading.Event()
 
     def loop() -> None:
-        while True:
+        while not done.is_set():
             try:
                 sampler.sample()
             except Exception:  # noqa: BLE001 - one failed read is a missing sample, never a dead sampler
                 pass
-            time.sleep(interval_s)
+            done.wait(interval_s)
+        sampler.close()
 
     threading.Thread(target=loop, name="gpu-counters", daemon=True).start()
     return reader.source
