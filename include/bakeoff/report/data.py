@@ -375,13 +375,29 @@ def _clients(plan: Plan, run_dir: store.StorePath, points: pd.DataFrame) -> dict
         pts = points[points["target"] == t.slug] if "target" in points else points.iloc[0:0]
         measured = "power_w_per_gpu" in pts and pts["power_w_per_gpu"].notna().any()
         if measured:
-            power = " · power measured on the node"
+            power = " · " + _energy_provenance(pts[pts["power_w_per_gpu"].notna()])
         elif math.isfinite(t.gpu.all_in_kw):
             power = " · power estimated from the catalog"
         else:
             power = " · no power figure (GPU not in the catalog)"
         out[t.slug] = where + power
     return out
+
+
+def _energy_provenance(pts: pd.DataFrame) -> str:
+    """How a target's energy was measured, in words: method, library and version, sampling interval, node
+    power; points written before these columns existed say only that power was measured on the node."""
+
+    def seen(col: str) -> list[str]:
+        return sorted({str(v) for v in pts[col].dropna()}) if col in pts else []
+
+    methods, libs = seen("energy_method"), seen("energy_library")
+    if not methods:
+        return "power measured on the node"
+    spacing = pts["energy_sample_s"].dropna() if "energy_sample_s" in pts else pd.Series(dtype=float)
+    every = f", sampled every {spacing.median():.2g} s" if not spacing.empty else ""
+    node = "; ".join(seen("node_power")) or "node power not recorded"
+    return f"energy {' / '.join(methods)} ({', '.join(libs)}{every}); node power {node}"
 
 
 def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
