@@ -25,7 +25,7 @@ def _error(raw) -> str:
 def test_the_shipped_plan_names_three_tiers_in_the_slo_vocabulary():
     plan = load_plan("local-capacity")
     assert list(plan.slo_tiers) == ["interactive", "standard", "batch"]
-    assert plan.slo_tiers["interactive"].in_words() == "p95 TTFT ≤ 300 ms, p95 TPOT ≤ 25 ms"
+    assert plan.slo_tiers["interactive"].in_words() == "p95 TTFT ≤ 150 ms, p95 TPOT ≤ 8 ms"
     assert plan.slo_tiers["batch"].per_request is not None and plan.capacity.points == 7
 
 
@@ -34,7 +34,7 @@ def test_the_budget_guard_counts_the_capacity_points():
     without = plan_from_dict(_raw(slo_tiers={}))
     t = with_tiers.targets[0]
     assert budget.bench_hours(with_tiers, t) > budget.bench_hours(without, t)
-    fewer = plan_from_dict(_raw(capacity={"start": 1, "max": 64, "points": 2}))
+    fewer = plan_from_dict(_raw(capacity={"start": 1, "max": 32, "points": 2}))
     assert budget.bench_hours(fewer, t) < budget.bench_hours(with_tiers, t)
 
 

@@ -123,6 +123,9 @@ def _prompts(ctx: Ctx) -> dict[str, Any]:
     }
 
 
+SAMPLE_WAIT_S = 1.2  # one 1 Hz sampling interval and a margin: the sample after a point's end is there by then
+
+
 def _point_power(ctx: Ctx, recs: list[RequestRecord], trace_to: store.StorePath | None = None) -> dict[str, Any]:
     """The point's measured energy from the node's own samplers (serving.energy: counters where the
     vendor's library ran, else power samples), with its 1 Hz power trace written to ``trace_to`` for
@@ -135,6 +138,10 @@ def _point_power(ctx: Ctx, recs: list[RequestRecord], trace_to: store.StorePath 
     end = max(r.send_time + r.elapsed * scale for r in done if r.elapsed is not None)  # wall epoch seconds
     try:
         rows = ctx.power(start, end)
+        if rows and not any(r["t"] >= end for r in rows if r["gpu"] >= 0):
+            # the point ended between two 1 Hz samples: wait for the one after it, so the counters bracket it
+            time.sleep(max(0.0, end + SAMPLE_WAIT_S - time.time()))
+            rows = ctx.power(start, end)
     except Exception as e:  # noqa: BLE001 - power must never cost a measurement
         log.warning("power samples unavailable for %s: %s", ctx.target.slug, type(e).__name__)
         return {}

@@ -16,6 +16,8 @@ from bakeoff.plan.workload import MAX_CONCURRENCY
 
 TIER_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 MAX_TIERS = 6
+# the buyers' usual tiers, strictest first; a stored plan's keys come back sorted, so this is their order
+USUAL = ("interactive", "standard", "batch")
 
 
 class CapacitySearch(Strict):
@@ -41,3 +43,8 @@ def check_tiers(names: list[str]) -> None:
             raise ValueError(
                 f"slo_tiers.{n[:40]!r}: a tier name is a lowercase word (letters, digits, - or _), e.g. interactive"
             )
+
+
+def ordered(names: list[str]) -> list[str]:
+    """Tier names as the report lists them: the usual tiers strictest first, then any others by name."""
+    return [n for n in USUAL if n in names] + sorted(n for n in names if n not in USUAL)

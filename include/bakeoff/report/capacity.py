@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff import store
 from bakeoff.cost import ESTIMATED, per_m_tokens
+from bakeoff.plan.capacity import ordered
 from bakeoff.report.numbers import finite
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def rows(plan: Plan, run_dir: store.StorePath, targets: pd.DataFrame) -> list[Ca
         found = {
             t.slug: store.read_json(run_dir / f"target={t.slug}" / f"capacity-{w.name}.json") for t in plan.targets
         }
-        for tier in plan.slo_tiers or {}:
+        for tier in ordered(list(plan.slo_tiers)):
             for t in plan.targets:
                 doc = found[t.slug]
                 result = ((doc or {}).get("tiers") or {}).get(tier)

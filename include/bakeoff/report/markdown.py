@@ -7,8 +7,8 @@ table or inject markup where the Markdown is rendered.
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from bakeoff.plan.capacity import ordered
 from bakeoff.report import capacity, claimcheck, perwatt
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT
@@ -212,7 +212,7 @@ def _capacity(d: ReportData) -> list[str]:
     if not d.capacity:
         return []
     rows = [(capacity.cells(r, fmt), r.emulated) for r in d.capacity]
-    tiers = "; ".join(f"{esc(n)}: {esc(_tier_words(t))}" for n, t in d.plan.slo_tiers.items())
+    tiers = "; ".join(f"{esc(n)}: {esc(d.plan.slo_tiers[n].in_words())}" for n in ordered(list(d.plan.slo_tiers)))
     return _section("Capacity at SLO tiers", capacity.HEAD, rows, 2, f"Tiers: {tiers}.")
 
 
@@ -226,11 +226,6 @@ def _section(
         c[name_col] += " **EMULATED**" if emulated else ""
         out.append("| " + " | ".join(c) + " |")
     return [*out, note, ""]
-
-
-def _tier_words(slo: Any) -> str:
-    words = getattr(slo, "in_words", None)
-    return str(words()) if callable(words) else str(slo.model_dump(exclude_defaults=True))
 
 
 def _per_watt(d: ReportData) -> list[str]:
