@@ -34,7 +34,7 @@ from bakeoff.bench.session_load import SessionSender, TurnSent, point_seed, poin
 from bakeoff.bench.sla import search
 from bakeoff.bench.tokenize import discover, recount_outputs
 from bakeoff.bench.workers import measure_in_workers
-from bakeoff.plan.capacity import CapacitySearch
+from bakeoff.plan.capacity import CapacitySearch, ordered
 from bakeoff.plan.workload import rate_key
 from bakeoff.serving.energy import point_energy, power_trace
 
@@ -404,7 +404,7 @@ async def _capacity(ctx: Ctx, client: StreamingClient, tiers: Mapping[str, Slo],
         return s, recs.to_dict("records")
 
     result = await search_tiers(
-        {name: judge_of(slo) for name, slo in tiers.items()},
+        {name: judge_of(tiers[name]) for name in ordered(list(tiers))},  # strictest first
         measure,
         over="sessions" if w.kind == "sessions" else "concurrency",
         start=cfg.start,
