@@ -26,7 +26,7 @@ def test_the_shipped_plan_names_three_tiers_in_the_slo_vocabulary():
     plan = load_plan("local-capacity")
     assert list(plan.slo_tiers) == ["interactive", "standard", "batch"]
     assert plan.slo_tiers["interactive"].in_words() == "p95 TTFT ≤ 150 ms, p95 TPOT ≤ 8 ms"
-    assert plan.slo_tiers["batch"].per_request is not None and plan.capacity.points == 7
+    assert plan.slo_tiers["batch"].per_request is not None and plan.capacity.points == 9
 
 
 def test_the_budget_guard_counts_the_capacity_points():

@@ -75,10 +75,12 @@ def test_capacity_rows_by_hand(report):
     assert std.per_usd_hour == pytest.approx(5.0 / 8.6)
     assert std.usd_per_m_output == pytest.approx(8.6 / (250.0 * 3600 / 1e6))
     assert std.energy_source == "measured, energy counters, GPU only"
-    assert std.steps == "c1 ok, c2 ok, c4 miss, c3 ok" and capacity.capacity_text(std, str) == "≥ 3.0, < 4.0"
+    assert std.steps == "c1 ok, c2 ok, c4 miss, c3 ok" and capacity.capacity_text(std, str) == "≥ 3.0, < 4.0 requests"
     batch = rows["batch"]
     assert batch.energy_source == ESTIMATED and batch.per_kw == pytest.approx(5.0 / 2.65)  # nameplate all-in kW
-    assert capacity.capacity_text(batch, str) == "≥ 64.0 (met at the search's max) — stopped short (budget)"
+    text = capacity.capacity_text(batch, str)
+    assert text == "≥ 64.0 requests (met at the search's max) — stopped short (budget)"
+    assert rows["interactive"].energy_source == ""  # nothing met: no figure to name
 
 
 def test_capacity_in_every_format_and_its_csv(report):

@@ -79,11 +79,16 @@ def row(workload: str, tier: str, target: Any, over: str, result: dict[str, Any]
         per_usd_hour=per_gpu / usd_gpu_h if usd_gpu_h > 0 else math.nan,
         usd_per_m_output=float(per_m_tokens(usd_gpu_h, finite(fig.get("output_tps_per_gpu")))),
         usd_per_session=usd_gpu_h * gpus / sessions_h if sessions_h > 0 else math.nan,
-        energy_source=str(fig.get("energy_method") or "measured") if measured_kw > 0 else ESTIMATED,
+        energy_source=_kind(fig, measured_kw) if math.isfinite(best) else "",
         steps=steps_text(result.get("steps") or [], over),
         stopped_short=bool(result.get("stopped_short")),
         emulated=bool(fig.get("emulated")) or bool(getattr(target, "emulated", False)),
     )
+
+
+def _kind(fig: dict[str, Any], measured_kw: float) -> str:
+    """What the per-kW figure divides by: the passing point's measured GPU power (its method), else nameplate."""
+    return str(fig.get("energy_method") or "measured") if measured_kw > 0 else ESTIMATED
 
 
 def rows(plan: Plan, run_dir: store.StorePath, targets: pd.DataFrame) -> list[CapacityRow]:
@@ -104,10 +109,14 @@ def rows(plan: Plan, run_dir: store.StorePath, targets: pd.DataFrame) -> list[Ca
 
 
 def capacity_text(r: CapacityRow, fmt: Any) -> str:
-    """'≥ 12, < 13' (the bracket), '≥ 64 (met at the search's max)', 'none' (even the start missed)."""
+    """'≥ 12, < 13 requests' (the bracket), '≥ 64 sessions (met at the search's max)', 'none met', with
+    '— stopped short (budget)' where the budget ran out first."""
+    unit = "sessions" if r.over == "sessions" else "requests"
     if not math.isfinite(r.best):
         return "none met"
-    upper = f", < {fmt(r.first_failing)}" if math.isfinite(r.first_failing) else " (met at the search's max)"
+    upper = (
+        f", < {fmt(r.first_failing)} {unit}" if math.isfinite(r.first_failing) else f" {unit} (met at the search's max)"
+    )
     return f"≥ {fmt(r.best)}{upper}" + (" — stopped short (budget)" if r.stopped_short else "")
 
 
@@ -127,13 +136,12 @@ HEAD = (
 
 def cells(r: CapacityRow, fmt: Any) -> list[str]:
     """A row's cells as the Markdown and HTML tables show them (HEAD's order)."""
-    unit = " sessions" if r.over == "sessions" else " requests"
     money = fmt(r.usd_per_session) + " /session" if r.over == "sessions" else fmt(r.usd_per_m_output) + " /M out"
     return [
         r.workload,
         r.tier,
         r.name,
-        capacity_text(r, fmt) + unit,
+        capacity_text(r, fmt),
         fmt(r.per_gpu),
         fmt(r.per_kw),
         fmt(r.per_usd_hour),
