@@ -328,7 +328,7 @@ def _build(d: ReportData, chart_mm: float) -> Brief:
     pdf.set_font("dejavu", "B", 15)
     pdf.cell(0, 9, f"Negotiation brief: {d.plan.name}", new_x=XPos.LMARGIN, new_y=YPos.NEXT)
     pdf.para(
-        f"SLA: {d.plan.slo.in_words()} · cost per million {d.basis} tokens · "
+        f"SLO: {d.plan.slo.in_words()} · cost per million {d.basis} tokens · "
         f"utilisation {d.plan.pricing.utilisation:.0%} · "
         f"{d.plan.pricing.market} prices",
         size=8,
