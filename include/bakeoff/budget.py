@@ -300,9 +300,22 @@ def _workload_s(w: Workload, tm: Timing = PESSIMISTIC) -> float:
     return sum(_point_s(w, tm, concurrency=c) for c in w.levels())
 
 
+def _capacity_s(plan: Plan, w: Workload, tm: Timing = PESSIMISTIC) -> float:
+    """The capacity search at SLO tiers (bench.capacity): its whole budget of points may run, each no
+    longer than one at the search's highest load; nothing without tiers."""
+    if not plan.slo_tiers:
+        return 0.0
+    cap = plan.capacity
+    if w.sessions is not None:
+        top = w.sessions.model_copy(update={"concurrent_sessions": [cap.max], "session_rates": []})
+        return cap.points * _sessions_s(w, top, tm)
+    return cap.points * _point_s(w, tm, concurrency=cap.max)
+
+
 def bench_hours(plan: Plan, target: Target, tm: Timing = PESSIMISTIC) -> float:
-    """Planned benchmark time over every workload and repeat (pessimistic unless ``tm`` says otherwise)."""
-    return sum(_workload_s(w, tm) * w.repeats for w in plan.workloads) / 3600
+    """Planned benchmark time over every workload and repeat, and the capacity search's points
+    (pessimistic unless ``tm`` says otherwise)."""
+    return sum(_workload_s(w, tm) * w.repeats + _capacity_s(plan, w, tm) for w in plan.workloads) / 3600
 
 
 def gate_hours(plan: Plan, tm: Timing = PESSIMISTIC) -> float:

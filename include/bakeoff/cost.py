@@ -7,6 +7,10 @@ One definition of every cost figure, used by the DAG, the CLI and the reports al
   tokens per USD               = 1e6 / USD per M tokens
   tokens per MW                = tokens/s per GPU / all-in kW per GPU x 1000   (tokens/s per MW)
   energy USD per M tokens      = kW per GPU x USD per kWh / (tokens/s per GPU x 3600 / 1e6)
+  output tokens per joule      = output tokens/s per GPU / (kW per GPU x 1000)
+  tokens/s per kW (GPU)        = output tokens/s per GPU / measured kW per GPU       (measured points only)
+  tokens/s per kW (nameplate)  = output tokens/s per GPU / all-in kW per GPU (node nameplate share)
+  USD per M with energy        = USD per M output tokens + energy USD per M output tokens
   USD per session              = USD per GPU-hour (effective) x GPUs used / sessions completed per hour
   USD per 1,000 agent turns    = USD per GPU-hour (effective) x GPUs used / turns answered per hour x 1000
 
@@ -14,7 +18,9 @@ Throughput per GPU divides by the GPUs serving the model (TP x PP); the price pe
 node price by the node's GPUs, i.e. a TP4 replica on an 8-GPU node pays for the 4 GPUs it uses and
 the other 4 are assumed to serve another replica. Utilisation < 1 spreads idle paid hours over the
 tokens actually served. Cloud node prices already include power: the energy figures are for
-on-premises and TCO comparisons and are never added to the cloud cost.
+on-premises and TCO comparisons, and the cloud cost that ranks targets never includes them (the
+"with energy" figure is shown beside it, for a buyer who pays for power). kW per GPU is measured where
+the point measured it and estimated from the nameplate otherwise; ``energy_source`` says which, per row.
 
 A target that did not pass validation is quarantined (``quality.status``): its numbers are kept (and
 shown apart) but it never enters the ranking or the break-even prices. Intervals over repeats are
@@ -53,6 +59,15 @@ UTILISATIONS = (0.3, 0.5, 0.7, 0.85, 1.0)
 CI_LEVEL = 0.95
 # Optional point column: mean measured power per GPU (W) while the point ran, from providers that report it.
 POWER_COLUMN = "power_w_per_gpu"
+MEASURED = "measured"  # a point's power whose method it did not record (files written before energy_method)
+ESTIMATED = "estimated, nameplate"  # the catalog's all-in kW per GPU, never a reading
+# Per-watt figures at the SLO, each with a bootstrap interval over repeats (the report's Per watt section).
+PER_WATT = (
+    "output_tokens_per_joule",
+    "output_tps_per_kw_gpu_measured",
+    "output_tps_per_kw_nameplate",
+    "usd_per_m_output_with_energy",
+)
 
 
 @dataclass
@@ -205,14 +220,29 @@ def point_costs(points: pd.DataFrame, targets: pd.DataFrame, usd_per_kwh: float)
     for col, per, scale in (("usd_per_session", "sessions_per_hour", 1.0), ("usd_per_1k_turns", "turns_per_hour", 1e3)):
         rate = df[per].astype(float).where(lambda s: s > 0) if per in df else pd.Series(np.nan, index=df.index)
         df[col] = replica_usd_per_hour / rate * scale
+    return _per_watt(df, usd_per_kwh)
+
+
+def _per_watt(df: pd.DataFrame, usd_per_kwh: float) -> pd.DataFrame:
+    """The energy columns: measured GPU power where the point has it (its method, e.g. "measured, energy
+    counters, GPU only"), else the catalog's all-in kW per GPU ("estimated, nameplate"), named per row so
+    no figure passes for the other kind."""
     measured = df[POWER_COLUMN].astype(float) / 1000 if POWER_COLUMN in df else pd.Series(np.nan, index=df.index)
+    method = df["energy_method"].fillna(MEASURED) if "energy_method" in df else pd.Series(MEASURED, index=df.index)
     df["kw_per_gpu"] = measured.fillna(df["all_in_kw_per_gpu"])
-    df["energy_source"] = np.where(measured.notna(), "measured", "estimated: all-in kW per GPU")
+    df["energy_source"] = np.where(measured.notna(), method.astype(str), ESTIMATED)
     df["usd_per_kwh"] = usd_per_kwh
     df["energy_usd_per_gpu_hour"] = df["kw_per_gpu"] * usd_per_kwh
     tps_total = df["total_tps_per_gpu"].astype(float).where(lambda s: s > 0)
+    tps_out = df["output_tps_per_gpu"].astype(float).where(lambda s: s > 0)
     df["energy_usd_per_m_total"] = per_m_tokens(df["energy_usd_per_gpu_hour"], tps_total)
     df["energy_kwh_per_m_total"] = per_m_tokens(df["kw_per_gpu"], tps_total)
+    df["output_tokens_per_joule"] = tps_out / (df["kw_per_gpu"] * 1000)
+    df["joules_per_output_token_at_level"] = df["kw_per_gpu"] * 1000 / tps_out
+    df["output_tps_per_kw_gpu_measured"] = tps_out / measured
+    df["output_tps_per_kw_nameplate"] = tps_out / df["all_in_kw_per_gpu"].astype(float)
+    df["energy_usd_per_m_output"] = per_m_tokens(df["energy_usd_per_gpu_hour"], tps_out)
+    df["usd_per_m_output_with_energy"] = df["usd_per_m_output"] + df["energy_usd_per_m_output"]
     return df
 
 
@@ -322,7 +352,14 @@ def cost_at_slo(costs: pd.DataFrame, targets: pd.DataFrame, basis: str) -> pd.Da
                 "total_tps_per_node",
             ):
                 row[col] = float(reps[col].mean())
-            row["energy_source"] = str(reps["energy_source"].iloc[0])
+            for col in PER_WATT:
+                m, lo, hi = bootstrap_ci(reps[col].to_numpy(float), level=CI_LEVEL)
+                row[col], row[f"{col}_ci_low"], row[f"{col}_ci_high"] = m, lo, hi
+            row["joules_per_output_token_at_slo"] = 1 / row["output_tokens_per_joule"]
+            row["energy_source"] = " / ".join(sorted(reps["energy_source"].astype(str).unique()))  # repeats' kinds
+            row["throttled"] = (
+                bool(reps["throttled"].fillna(False).astype(bool).any()) if "throttled" in reps else False
+            )
             rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:

@@ -630,8 +630,13 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
     if target.client_mode == "co-located":
         return {"target": slug, "client_mode": "co-located", **job.submit(plan, target, ep, rid, key)}
     from bakeoff.agent.remote import AgentPower  # noqa: PLC0415 - each step loads only the modules it runs
+    from bakeoff.serving.power import PowerFile  # noqa: PLC0415 - each step loads only the modules it runs
 
-    power = AgentPower(ep.agent_url, key, ep.tls_cert) if ep.agent_url else None
+    power: AgentPower | PowerFile | None = None
+    if ep.agent_url:
+        power = AgentPower(ep.agent_url, key, ep.tls_cert)
+    elif ep.power_csv:  # a local emulator node: its emulated NVML/amdsmi rows are on this machine
+        power = PowerFile(ep.power_csv)
     points = 0
     for workload in plan.workloads:
         summaries = run_workload(
@@ -645,6 +650,8 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
             ep.emulated,
             max_error_rate=plan.quality.max_error_rate,
             power=power,
+            tiers=plan.slo_tiers,
+            capacity=plan.capacity,
         )
         points += len(summaries)
     _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="remote"))

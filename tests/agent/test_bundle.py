@@ -127,6 +127,8 @@ def test_the_boot_script_checks_the_bundle_and_firewalls_the_agent():
         "-r /opt/bakeoff/client/bakeoff/agent/requirements-node.txt"
     ) in script
     assert "--key-file /etc/bakeoff/api_key" in script and "--expires-at 1900000000" in script
+    # the agent reads the GPUs' energy counters through the target's vendor library (the CLI sampler stays)
+    assert f"--gpu-vendor {t.gpu.vendor}" in script and "power.csv" in script
     # the agent starts before the serving image is pulled, so a failed pull still has someone to tell
     assert script.index("bakeoff-agent") < script.index("docker pull")
     assert userdata.agent_from_userdata(script) == {"sha256": "a" * 64, "url": _agent()["url"]}

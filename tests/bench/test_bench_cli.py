@@ -169,3 +169,24 @@ def test_an_slo_mapping_longer_than_a_file_name_is_read_as_the_mapping():
     text = json.dumps(slo.model_dump(mode="json"))
     assert len(text) > 255
     assert Slo(**_mapping(text, "slo")) == slo
+
+
+def test_a_throttled_point_says_so_on_its_line_as_a_client_bound_one_does():
+    from bakeoff.bench.console import point_line
+
+    s = {
+        "load_mode": "concurrency",
+        "concurrency": 8,
+        "repeat": 0,
+        "completed": 10,
+        "failed": 0,
+        "meets_slo": True,
+        "ttft_ms_p99": 120.0,
+        "tpot_ms_p50": 20.0,
+        "output_tps_per_gpu": 300.0,
+        "client_bound": False,
+        "power_w_per_gpu": 700.0,
+    }
+    assert "THROTTLED" not in point_line(s, judged=True, emulated=False)
+    line = point_line(s | {"throttled": True, "throttle_reasons": "hw_thermal"}, judged=True, emulated=False)
+    assert "THROTTLED (hw_thermal)" in line and "700 W/GPU" in line

@@ -197,5 +197,7 @@ def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, 
         assert len(run["targets"][slug]["provision"]["client_bundle"]) == 64
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert (points["power_w_per_gpu"] > 0).all() and points["emulated"].all()
+    # the sandbox nodes' emulators serve an emulated NVML/amdsmi: energy through the library path
+    assert set(points["energy_library"]) <= {"nvml=EMULATED", "amdsmi=EMULATED"}
     html = Path(run["report"]["html"]).read_text()
-    assert "client co-located on the node" in html and "power measured on the node" in html
+    assert "client co-located on the node" in html and "energy measured, energy counters, GPU only" in html

@@ -1,4 +1,5 @@
-"""The emulator's power.csv: rows the node sampler's parser reads, idle before load, busier under load."""
+"""The emulator's power.csv: written through the emulated NVML/amdsmi by the node's own library sampler,
+idle before load, busier under load, its energy counter the integral of its power."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from emulator_fixtures import make_config, make_target, serve
 
 from bakeoff import catalog
-from bakeoff.serving import power
+from bakeoff.serving import energy, gpu_counters, power
 from bakeoff.serving.emulator import power as emu_power
 from bakeoff.serving.emulator.config import EmulatorConfigError, config_from_dict
 
@@ -55,6 +56,8 @@ def test_samples_idle_then_loaded(run, tmp_path):
         "gpus": 4,
         "tdp_w": TDP_W,
         "idle_w": IDLE_W,
+        "library": "amdsmi",
+        "figures": "EMULATED",
     }
     text = csv_path.read_text()
     rows = power.parse_samples(text)
@@ -70,37 +73,44 @@ def test_samples_idle_then_loaded(run, tmp_path):
     assert sum(during) / len(during) > IDLE_W + 0.5 * (TDP_W - IDLE_W)  # back-to-back steps: near TDP
     assert after and set(after) == {IDLE_W}
 
+    assert {r["source"] for r in rows} == {"amdsmi=EMULATED"}  # an MI355X target: AMD's library path
     joules = power.energy_joules(rows, start, end)
     assert 0 < joules <= 4 * TDP_W * (end - start)
     assert joules > 4 * IDLE_W * (end - start - 2 * INTERVAL_S)
+    # the counters cover the whole window, the trapezoids only between the samples inside it; at time_scale
+    # 10 the counters count the emulated GPU's joules, a tenth of the wall clock's
+    figures = energy.point_energy(rows, start, end, 4, time_scale=10.0)
+    assert figures["energy_method"] == energy.COUNTERS
+    assert joules < figures["energy_j"] * 10 <= 4 * TDP_W * (end - start)
+    assert not figures["throttled"] and figures["node_power"] == energy.NODE_MISSING
 
 
-def test_samples_appended_not_truncated(run, tmp_path):
-    """A restarted emulator appends to the same file, as the node's sampler does (>>)."""
-    csv_path = tmp_path / "power.csv"
-    csv_path.write_text("1.0,0,100.0\n")
-    config = make_config(power_csv=str(csv_path), power_interval_s=INTERVAL_S)
+def test_emulated_nvml_counter_is_the_integral_of_its_power():
+    """Ten seconds, five of them busy: the counter holds 150 x 10 + 850 x 5 = 5750 J, by hand."""
+    state = {"t": 100.0, "busy": 0.0}
+    gpus = emu_power.EmulatedGpus(lambda _t: state["busy"], 1000.0, 2, now=lambda: state["t"])
+    state.update(t=110.0, busy=5.0)
+    nvml = emu_power.EmulatedNvml(gpus)
+    assert nvml.nvmlDeviceGetTotalEnergyConsumption(0) == 5_750_000  # mJ
+    reader = gpu_counters.NvmlReader(nvml)
+    first = reader.read()
+    state["t"] = 112.0  # two idle seconds
+    second = reader.read()
+    assert [r.gpu for r in first] == [0, 1] and [r.energy_j for r in first] == [5750.0, 5750.0]
+    assert [r.watts for r in first] == [575.0, 575.0]  # half of the ten seconds busy, on every GPU alike
+    assert [r.watts for r in second] == [150.0, 150.0] and second[0].energy_j == 6050.0
 
-    async def go():
-        async with serve(config):
-            await asyncio.sleep(2.5 * INTERVAL_S)
 
-    run(go())
-    rows = power.parse_samples(csv_path.read_text())
-    assert rows[0] == {"t": 1.0, "gpu": 0, "watts": 100.0}
-    assert len(rows) >= 1 + 8 * 2 and {r["gpu"] for r in rows[1:]} == set(range(8))
-
-
-def test_no_power_csv_writes_nothing(run, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-
-    async def go():
-        async with serve(make_config()) as s:
-            resp = await s.post("/v1/completions", json={"prompt": "a b c", "max_tokens": 5})
-            assert resp.status == 200
-            await asyncio.sleep(0.2)
-            return await (await s.get("/version")).json()
-
-    version = run(go())
-    assert "power" not in version
-    assert list(tmp_path.iterdir()) == []
+def test_a_time_scaled_emulator_counts_the_emulated_clocks_joules():
+    """time_scale 0.25: ten wall seconds are forty of the GPU's, idle at 150 W: 6000 J, not 1500 J."""
+    state = {"t": 0.0}
+    gpus = emu_power.EmulatedGpus(lambda _t: 0.0, 1000.0, 1, time_scale=0.25, now=lambda: state["t"])
+    state["t"] = 10.0
+    assert gpus.joules() == pytest.approx(6000.0)
+    # the point's window is then the wall window / 0.25, and its power the GPU's own 150 W
+    rows = [
+        {"t": 0.0, "gpu": 0, "watts": 150.0, "energy_j": 0.0},
+        {"t": 10.0, "gpu": 0, "watts": 150.0, "energy_j": 6000.0},
+    ]
+    got = energy.point_energy(rows, 0.0, 10.0, 1, time_scale=0.25)
+    assert got["energy_j"] == pytest.approx(6000.0) and got["power_w_per_gpu"] == pytest.approx(150.0)

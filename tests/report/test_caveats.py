@@ -15,6 +15,7 @@ import synthetic
 
 from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
+from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.caveats import CAVEATS, Caveat, caveat, caveat_lines
 from bakeoff.report.data import ReportData, gather
 from bakeoff.report.rackscale import RackRow
@@ -43,6 +44,23 @@ def with_frame(d: ReportData, table: str, **columns) -> ReportData:
     for k, v in columns.items():
         df[k] = v
     return replace(d, tables=replace(d.tables, **{table: df}))
+
+
+def with_watts(d: ReportData, sources: list[str], throttled: list[bool] | None = None) -> ReportData:
+    """The report with its Per watt rows' energy kinds (and throttle flags) set, one per row in order."""
+    assert len(d.per_watt) == len(sources), "the synthetic run has one per-watt row per target"
+    flags = throttled or [False] * len(sources)
+    rows = [replace(r, energy_source=s, throttled=f) for r, s, f in zip(d.per_watt, sources, flags, strict=True)]
+    return replace(d, per_watt=rows)
+
+
+def with_capacity(d: ReportData, stopped: bool) -> ReportData:
+    """One capacity row for the first target at tier standard (the section reads nothing else here)."""
+    nan = float("nan")
+    row = CapacityRow(
+        "chat", "standard", NAMES[0], "concurrency", 8.0, nan, 1.0, 1.0, 1.0, 1.0, nan, "", "", stopped, True
+    )
+    return replace(d, capacity=[row])
 
 
 def each_target(key: str, value) -> Callable[[dict], None]:
@@ -182,8 +200,28 @@ CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[Report
     ),
     "estimated_energy": (
         lambda d: with_frame(d, "points", energy_source=["measured"] + ["estimated"] * (len(d.tables.points) - 1)),
-        "Energy is estimated from all-in kW per GPU at 0.1 USD/kWh",
-        lambda d: with_frame(d, "points", energy_source="measured"),
+        "Energy is estimated from the nameplate (all-in kW per GPU) at 0.1 USD/kWh",
+        lambda d: with_frame(d, "points", energy_source="measured, energy counters, GPU only"),
+    ),
+    "per_watt_mixed": (
+        lambda d: with_watts(d, ["measured, energy counters, GPU only", "estimated, nameplate"]),
+        "some targets' energy is measured (GPU only) and others' estimated from the nameplate",
+        lambda d: with_watts(d, ["estimated, nameplate", "estimated, nameplate"]),
+    ),
+    "capacity_stopped_short": (
+        lambda d: with_capacity(d, stopped=True),
+        "ran out of its budget of 12 points before pinning down mi355x-vllm (standard, chat)",
+        lambda d: with_capacity(d, stopped=False),
+    ),
+    "capacity_missing": (
+        lambda d: with_plan(d, lambda raw: raw.update(slo_tiers={"standard": {"ttft_p99_ms": 900}})),
+        "No capacity search was stored for b200-vllm, mi355x-vllm",
+        lambda d: d,
+    ),
+    "throttled": (
+        lambda d: with_watts(d, ["estimated, nameplate"] * 2, throttled=[False, True]),
+        "during the points at the SLO of b200-vllm",
+        lambda d: with_watts(d, ["estimated, nameplate"] * 2),
     ),
     "prompt_length_off": (
         prompts(0.05),

@@ -22,3 +22,23 @@ def test_each_target_says_where_its_client_ran_and_where_power_came_from(tmp_pat
     assert text[nv.slug] == (
         "client remote: network RTT p50 41.50 ms is inside every TTFT · power estimated from the catalog"
     )
+
+
+def test_a_measured_targets_line_names_its_energy_method_library_interval_and_node_power(tmp_path):
+    plan = load_plan("mi355x-vs-b200-sandbox")
+    amd = plan.targets[0]
+    points = pd.DataFrame(
+        {
+            "target": [amd.slug, amd.slug],
+            "power_w_per_gpu": [900.0, 910.0],
+            "energy_method": ["measured, energy counters, GPU only"] * 2,
+            "energy_library": ["amdsmi=25.3.0.0"] * 2,
+            "energy_sample_s": [1.0, 1.02],
+            "node_power": ["missing: the node exposes no power reading (IPMI DCMI)"] * 2,
+        }
+    )
+    text = _clients(plan, tmp_path, points)[amd.slug]
+    assert text.endswith(
+        "energy measured, energy counters, GPU only (amdsmi=25.3.0.0, sampled every 1 s); "
+        "node power missing: the node exposes no power reading (IPMI DCMI)"
+    )

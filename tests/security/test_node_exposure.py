@@ -77,6 +77,7 @@ def test_a_node_cannot_write_the_runs_control_records(tmp_path, caplog):
         "points/w-c4-r0.parquet": 4,
         "requests/w-c4-r0.parquet": 4,
         "provenance/w-c4-r0.json": 40,
+        "power/w-c4-r0.json": 40,
         "sla-w.json": 40,
         "prompt_sizing-w.json": 40,
         "client_calibration.json": 40,
@@ -91,12 +92,13 @@ def test_a_node_cannot_write_the_runs_control_records(tmp_path, caplog):
             "client_calibration.json",
             "points/w-c4-r0.parquet",
             "prompt_sizing-w.json",
+            "power/w-c4-r0.json",
             "provenance/w-c4-r0.json",
             "requests/w-c4-r0.parquet",
             "sla-w.json",
         ]
     )
-    assert n == 6
+    assert n == 7
     for refused in ("steps/provision.json", "instance.json", "deploy.json", "points/deeper/x.parquet"):
         assert f"{refused!r}, which is not a benchmark output" in caplog.text
 
@@ -158,3 +160,23 @@ def test_a_private_endpoint_named_by_the_installations_connection_is_not_refused
     raw = _static("http://unused")
     raw["targets"][0]["provider_options"] = {"endpoint_connection": "static_endpoint_pool"}
     installation.check_static_endpoints(plan_from_dict(raw), allowed=False)  # its host is the installation's
+
+
+def test_a_nodes_power_rows_carry_numbers_and_plain_labels_only():
+    """power.csv comes from the node: nan/inf are not energy, and a source or throttle field that is not a
+    short plain token (a CSV formula, markup, a 10 kB string) is dropped before it reaches the points table."""
+    from bakeoff.serving import energy, power
+
+    text = (
+        "10.0,0,500,1000,,,,nvml=12.580\n"
+        "10.5,0,nan,1100,,,,nvml=12.580\n"
+        "10.6,0,500,inf,,,,nvml=12.580\n"
+        '11.0,0,500,1500,,,"=HYPERLINK(""http://x"")",<script>alert(1)</script>\n'
+        "12.0,0," + "9" * 400 + ",2000,,,,nvml=12.580\n"
+        "12.0,0,500,2000,,,," + "a" * 10_000 + "\n"
+    )
+    rows = power.parse_samples(text)
+    assert [r["t"] for r in rows] == [10.0, 11.0, 12.0]  # nan, inf and an overflowing number skipped
+    assert rows[1]["throttle"] == "" and rows[1]["source"] == "" and rows[2]["source"] == ""
+    got = energy.point_energy(rows, 10.0, 12.0, 1)
+    assert got["energy_j"] == 1000.0 and got["energy_library"] == "nvml=12.580" and not got["throttled"]

@@ -352,3 +352,20 @@ def test_co_located_jobs_ship_only_files_from_the_workloads_folder(demo_raw, wor
     with pytest.raises(ValueError, match="outside the workloads folder") as e:
         build_job(plan, plan.targets[0], ep, "r1")
     assert "PRIVATE KEY" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"slo_tiers": {"<b>x</b>": {"ttft_p95_ms": 100}}}, "slo_tiers."),
+        ({"slo_tiers": {"=cmd|' /C calc'!A0": {"ttft_p95_ms": 100}}}, "a tier name is a lowercase word"),
+        ({"slo_tiers": {"batch": {"e2e_p95_ms": float("inf")}}}, "slo_tiers"),
+        ({"capacity": {"points": 10_000}}, "capacity.points"),
+        ({"capacity": {"max": 1_000_000}}, "capacity.max"),
+    ],
+)
+def test_slo_tiers_and_the_capacity_search_are_bounded_words_and_numbers(change, says):
+    raw = yaml.safe_load((plans_dir() / "local-capacity.yaml").read_text()) | change
+    with pytest.raises(PlanError) as e:
+        plan_from_dict(raw, source="bad.yaml")
+    assert says in str(e.value)

@@ -121,6 +121,20 @@ def test_trend_shows_the_stored_cost_at_the_slo_and_the_change(dash):
     assert "significant" in r.text
 
 
+def test_trend_charts_tokens_per_joule_and_names_the_energy_kind(dash):
+    """The per-watt series is the cost step's own output tokens per joule at the SLO, run by run, and the
+    table says the figure is estimated from the nameplate (the synthetic runs measured no power)."""
+    r = dash["client"].get("/trend", params={"target": "mi355x-vllm"})
+    expected = []
+    for rdir in dash["rdirs"]:
+        at = cost.load_tables(rdir).at_slo
+        expected.append(float(at[at["name"] == "mi355x-vllm"]["output_tokens_per_joule"].iloc[0]))
+    chart = next(c for c in _chart_data(r.text) if c["y"].startswith("output tokens per joule"))
+    assert [p["y"] for p in chart["datasets"][0]["data"]] == pytest.approx(expected, rel=1e-5)
+    assert chart["datasets"][1]["label"] == "mi355x-vllm 95% low" and chart["datasets"][1]["data"]
+    assert "estimated, nameplate" in r.text
+
+
 def test_compare_diffs_the_configuration_and_overlays_pareto_curves(dash):
     keys = _keys(dash)  # newest first
     r = dash["client"].get("/compare", params={"a": keys[1], "b": keys[0]})

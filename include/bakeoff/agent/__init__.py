@@ -9,6 +9,8 @@ port and authenticated with the run's per-target key.
 from typing import Any
 
 AGENT_PORT = 8089
+# the agent's GPU library sampler (serving.gpu_counters) writes here, in its work dir (its log dir is read-only)
+COUNTERS_CSV = "counters.csv"
 # workload fields naming a file (dotted: inside the workload's sessions block): a job carries its text
 FILE_FIELDS = ("source_path", "trace_path", "sessions.path", "sessions.fit_from")
 # One limit for both ends: the agent refuses a larger job body, and the worker refuses, before any

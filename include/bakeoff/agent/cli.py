@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakeoff.agent import AGENT_PORT
+from bakeoff.agent import AGENT_PORT, COUNTERS_CSV
 from bakeoff.serving.tls import server_context
 
 if TYPE_CHECKING:
@@ -52,6 +52,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=Path,
         default=None,
         help="accept PUT /agent/secrets and write them here (root-only env file)",
+    )
+    p.add_argument(
+        "--gpu-vendor",
+        choices=("nvidia", "amd"),
+        default=None,
+        help="read the GPUs' energy counters through this vendor's library (NVML, amdsmi) where it loads",
     )
     p.set_defaults(func=handle)
     return p
@@ -87,6 +93,11 @@ def handle(args: argparse.Namespace) -> int:
         secrets_file=args.secrets_file,
         serve_cert=pin,
     )
+    if args.gpu_vendor:
+        from bakeoff.serving import gpu_counters  # noqa: PLC0415 - only on a GPU node
+
+        source = gpu_counters.start_thread(args.gpu_vendor, args.work_dir / COUNTERS_CSV)
+        logging.info("energy counters: %s", source or "no vendor library; the CLI power sampler's rows are used")
     asyncio.run(_serve(agent, args.host, args.port, args.expires_at, ssl_ctx))
     return 0
 

@@ -28,7 +28,7 @@ NOT_MIRRORED = {"summary.json"}  # the node's console summary of its last worklo
 # else; the target's control records (steps/*, instance.json, deploy.json) feed re-provision, cost and teardown.
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._=-]{0,200}"
 BENCH_OUTPUTS = re.compile(
-    rf"(?:requests|points)/{_NAME}\.parquet|provenance/{_NAME}\.json"
+    rf"(?:requests|points)/{_NAME}\.parquet|(?:provenance|power)/{_NAME}\.json"
     rf"|(?:sla|prompt_sizing)-{_NAME}\.json|client_calibration\.json"
 )
 

@@ -37,8 +37,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from bakeoff import durable
-from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME, file_field, with_file_field
-from bakeoff.serving.power import PowerFile
+from bakeoff.agent import COUNTERS_CSV, FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME, file_field, with_file_field
+from bakeoff.serving.power import PowerFile, format_samples
 
 log = logging.getLogger(__name__)
 JOB_ID_RE = re.compile(PLAIN_NAME)  # job ids and file names: one path component, never '.' or '..'
@@ -136,7 +136,9 @@ class Agent:
             "--out",
             str(out),
             "--power-csv",
-            str(self.log_dir / "power.csv"),
+            self.power_file().path,
+            "--power-csv",
+            str(self.power_file().fallback),
         ]
         if job.get("max_error_rate") is not None:
             argv += ["--max-error-rate", str(float(job["max_error_rate"]))]
@@ -213,8 +215,11 @@ class Agent:
         return self.masked("\n".join(parts))
 
     def power(self, start: float, end: float) -> str:
-        rows = PowerFile(str(self.log_dir / "power.csv"))(start, end)
-        return "".join(f"{r['t']:.3f},{r['gpu']},{r['watts']:.1f}\n" for r in rows)
+        return format_samples(self.power_file()(start, end))
+
+    def power_file(self) -> PowerFile:
+        """The GPU library's counters (this agent's sampler) where it runs, else the boot script's CLI samples."""
+        return PowerFile(str(self.work_dir / COUNTERS_CSV), fallback=str(self.log_dir / "power.csv"))
 
 
 def plain_name(value: Any) -> bool:

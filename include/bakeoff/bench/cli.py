@@ -177,7 +177,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--power-csv",
         type=Path,
-        help="GPU power samples (epoch_s,gpu,watts) the node's sampler appends: adds measured power per point",
+        action="append",
+        help="GPU power rows the node's samplers append (serving.gpu_counters): adds measured energy per point; "
+        "give it twice for the library's counters first and the CLI sampler's rows as the fallback",
     )
     p.set_defaults(func=handle)
     add_sessions_parser(subparsers)
@@ -321,8 +323,11 @@ def _engine(endpoint: Endpoint, api_key: str | None) -> dict[str, Any]:
         return {"stack": "unknown", "identified_from": None, "error": type(e).__name__}
 
 
-def _power(path: Path | None) -> PowerFile | None:
-    return PowerFile(str(path)) if path else None
+def _power(paths: list[Path] | None) -> PowerFile | None:
+    """The first --power-csv read first, the second where the first has no rows in a point's window."""
+    if not paths:
+        return None
+    return PowerFile(str(paths[0]), fallback=str(paths[1]) if len(paths) > 1 else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,11 +37,12 @@ def point_line(s: dict[str, Any], *, judged: bool, emulated: bool) -> str:
         return head + f"ALL REQUESTS FAILED ({kinds or 'no detail'})" + (" EMULATED" if emulated else "")
     verdict = ("SLO met" if s["meets_slo"] else "SLO missed") if judged else "no SLO given"
     watts = s.get("power_w_per_gpu")
+    throttled = f"  THROTTLED ({s.get('throttle_reasons') or 'reason not given'})" if s.get("throttled") else ""
     return (
         head + f"TTFT p99 {_ms(s['ttft_ms_p99'], 8, 1)} ms  TPOT p50 {_ms(s['tpot_ms_p50'], 7, 2)} ms  "
         f"{s['output_tps_per_gpu']:9.1f} out tok/s/GPU  {verdict}"
         f"{f' (goodput {share})' if judged and (share := _share(s.get('good_fraction'))) else ''}"
-        f"{'  CLIENT-BOUND' if s['client_bound'] else ''}"
+        f"{'  CLIENT-BOUND' if s['client_bound'] else ''}{throttled}"
         f"{f'  {watts:6.0f} W/GPU' if watts is not None and watts == watts else ''}"
         f"{server_figures(s)}"
         f"{' EMULATED' if emulated else ''}"

@@ -473,9 +473,21 @@ POINT_METRICS: tuple[Metric, ...] = (
     filled(
         "bench.run",
         [
-            ("power_w_per_gpu", "W", "mean power per GPU over the measured window (the node's sampler)"),
-            ("energy_j", "J", "power_w_per_gpu x gpus x the measured window"),
+            ("power_w_per_gpu", "W", "energy_j / gpus / the measured window"),
+            (
+                "energy_j",
+                "J",
+                "per GPU, energy counter at the window's end - at its start (vendor library); "
+                "else mean sampled power x gpus x the window (serving.energy)",
+            ),
             ("joules_per_output_token", "J/token", "energy_j / output tokens of the succeeded requests"),
+            ("energy_method", "label", "measured, energy counters, GPU only; or measured, power samples, GPU only"),
+            ("energy_library", "label", "library=version that read the GPUs (nvml, amdsmi), or cli"),
+            ("energy_sample_s", "s", "median spacing of GPU 0's samples in the window"),
+            ("throttled", "bool", "a GPU reported a slowdown (power cap, thermal, power brake) in the window"),
+            ("throttle_reasons", "label", "the slowdown reasons seen, joined by +"),
+            ("node_power_w", "W", "mean node power over the window (IPMI DCMI), where the node exposes it"),
+            ("node_power", "label", "measured, IPMI DCMI; or missing"),
         ],
     ),
 )

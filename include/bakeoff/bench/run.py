@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -19,6 +20,7 @@ import pyarrow as pa
 from bakeoff import store
 from bakeoff.bench import clock, server_metrics, sessions, sizing, workloads
 from bakeoff.bench.calibration import calibrate, calibration_line
+from bakeoff.bench.capacity import judge_of, search_tiers
 from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.fleet import BROKER_ENV, FleetPoint, MemberWork, measure_in_fleet, run_fleet
 from bakeoff.bench.loadgen import PointId, arrival_offsets
@@ -32,8 +34,9 @@ from bakeoff.bench.session_load import SessionSender, TurnSent, point_seed, poin
 from bakeoff.bench.sla import search
 from bakeoff.bench.tokenize import discover, recount_outputs
 from bakeoff.bench.workers import measure_in_workers
+from bakeoff.plan.capacity import CapacitySearch, ordered
 from bakeoff.plan.workload import rate_key
-from bakeoff.serving.power import mean_watts_per_gpu
+from bakeoff.serving.energy import point_energy, power_trace
 
 if TYPE_CHECKING:
     from bakeoff.bench.clock import Offsets
@@ -87,7 +90,8 @@ def _save(
         client=figures,
         prompts=_prompts(ctx),
     )
-    summary.update(_point_power(ctx, recs), ttft_connection=ctx.workload.ttft_connection)
+    trace = ctx.out_dir / "power" / f"{ctx.workload.name}-c{key}-r{repeat}.json"
+    summary.update(_point_power(ctx, recs, trace), ttft_connection=ctx.workload.ttft_connection)
     summary.update(server or {})
     store.save_point(ctx.out_dir, ctx.workload.name, key, repeat, records_frame(recs), summary)
     if prov is not None:
@@ -119,29 +123,36 @@ def _prompts(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def _point_power(ctx: Ctx, recs: list[RequestRecord]) -> dict[str, Any]:
-    """Mean measured power per GPU over the point's measured window, from the node's own sampler
-    (cost prefers it to the catalog's estimate); nothing when the node reports no samples."""
+SAMPLE_WAIT_S = 1.2  # one 1 Hz sampling interval and a margin: the sample after a point's end is there by then
+
+
+def _point_power(ctx: Ctx, recs: list[RequestRecord], trace_to: store.StorePath | None = None) -> dict[str, Any]:
+    """The point's measured energy from the node's own samplers (serving.energy: counters where the
+    vendor's library ran, else power samples), with its 1 Hz power trace written to ``trace_to`` for
+    the chart; cost prefers it to the catalog's estimate. Nothing when the node reports no samples."""
     done = [r for r in recs if not r.warmup and r.elapsed is not None]
     if ctx.power is None or not done:
         return {}
+    scale = ctx.time_scale  # records hold the emulated clock's durations
     start = min(r.send_time for r in done)
-    end = max(r.send_time + r.elapsed for r in done if r.elapsed is not None)
+    end = max(r.send_time + r.elapsed * scale for r in done if r.elapsed is not None)  # wall epoch seconds
     try:
         rows = ctx.power(start, end)
+        if rows and not any(r["t"] >= end for r in rows if r["gpu"] >= 0):
+            # the point ended between two 1 Hz samples: wait for the one after it, so the counters bracket it
+            time.sleep(max(0.0, end + SAMPLE_WAIT_S - time.time()))
+            rows = ctx.power(start, end)
     except Exception as e:  # noqa: BLE001 - power must never cost a measurement
         log.warning("power samples unavailable for %s: %s", ctx.target.slug, type(e).__name__)
         return {}
-    watts = mean_watts_per_gpu(rows, start, end, ctx.gpus)
-    if watts is None:
+    figures = point_energy(rows, start, end, ctx.gpus, scale)
+    if not figures:
         return {}
+    if trace_to is not None:
+        store.write_json(trace_to, {"start": start, "end": end, "trace": power_trace(rows, start, ctx.gpus)})
     out_tokens = sum(r.output_tokens or 0 for r in done if r.ok)
-    joules = watts * ctx.gpus * (end - start)
-    return {
-        "power_w_per_gpu": watts,
-        "energy_j": joules,
-        "joules_per_output_token": joules / out_tokens if out_tokens else None,
-    }
+    joules = figures["energy_j"]
+    return figures | {"joules_per_output_token": joules / out_tokens if out_tokens else None}
 
 
 def _prov(ctx: Ctx) -> dict[str, Any] | None:
@@ -295,15 +306,21 @@ async def measure_session_point(
     )
 
 
-async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict[str, Any]]:
-    """Every point of a session workload: closed loop per concurrent_sessions level, or open loop
-    per session arrival rate (Poisson or gamma arrivals, as the workload's arrival says)."""
+def _loaded_sessions(ctx: Ctx) -> tuple[list[Session], int, int | None]:
+    """The workload's sessions and how many of them a point plays (point_sessions' arguments)."""
     w, cfg = ctx.workload, _session_block(ctx.workload)
     spec = getattr(ctx.target, "model_spec", None)  # a plan's target: refuse sessions beyond its context
     loaded = sessions.load_sessions(
         w, w.seed, context_tokens=spec.context if spec else None, model=getattr(ctx.target, "model", "the model")
     )
-    chosen = point_sessions(loaded, cfg.warmup_sessions, cfg.max_sessions_per_point)
+    return loaded, cfg.warmup_sessions, cfg.max_sessions_per_point
+
+
+async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict[str, Any]]:
+    """Every point of a session workload: closed loop per concurrent_sessions level, or open loop
+    per session arrival rate (Poisson or gamma arrivals, as the workload's arrival says)."""
+    w, cfg = ctx.workload, _session_block(ctx.workload)
+    chosen = point_sessions(*_loaded_sessions(ctx))
     n_roots = sum(1 for s in chosen if s.parent is None)
     out: list[dict[str, Any]] = []
     for c in cfg.concurrent_sessions:
@@ -322,7 +339,9 @@ async def _run_sessions(ctx: Ctx, client: StreamingClient) -> list[dict[str, Any
     return out
 
 
-async def _run(ctx: Ctx) -> list[dict[str, Any]]:
+async def _run(
+    ctx: Ctx, tiers: Mapping[str, Slo] | None = None, search_cfg: CapacitySearch | None = None
+) -> list[dict[str, Any]]:
     w = ctx.workload
     client = client_for(ctx)
     out: list[dict[str, Any]] = []
@@ -362,9 +381,37 @@ async def _run(ctx: Ctx) -> list[dict[str, Any]]:
             result = await search(w, probe)
             out.extend(result.summaries)
             store.write_json(ctx.out_dir / f"sla-{w.name}.json", result.to_dict())
+        if tiers:
+            await _capacity(ctx, client, tiers, search_cfg or CapacitySearch())
         return out
     finally:
         await client.close()
+
+
+async def _capacity(ctx: Ctx, client: StreamingClient, tiers: Mapping[str, Slo], cfg: CapacitySearch) -> None:
+    """The capacity at each SLO tier (bench.capacity): probes saved under ``capacity/``, out of the cost
+    tables' points, and the result as ``capacity-<workload>.json``."""
+    w = ctx.workload
+    cap = replace(ctx, out_dir=ctx.out_dir / "capacity")
+    chosen = point_sessions(*_loaded_sessions(ctx)) if w.kind == "sessions" else []
+
+    async def measure(load: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        if w.kind == "sessions":
+            s = await measure_session_point(cap, client, chosen, key=load, repeat=0, mode="sessions", concurrency=load)
+        else:
+            s = await measure_point(cap, client, key=load, repeat=0, mode="capacity", concurrency=load)
+        recs = store.read_frame(store.point_file(cap.out_dir, "requests", w.name, load, 0))
+        return s, recs.to_dict("records")
+
+    result = await search_tiers(
+        {name: judge_of(tiers[name]) for name in ordered(list(tiers))},  # strictest first
+        measure,
+        over="sessions" if w.kind == "sessions" else "concurrency",
+        start=cfg.start,
+        maximum=cfg.max,
+        budget=cfg.points,
+    )
+    store.write_json(ctx.out_dir / f"capacity-{w.name}.json", result)
 
 
 def run_workload(
@@ -381,9 +428,12 @@ def run_workload(
     provenance: bool = True,
     calibrate: bool = True,
     power: PowerSource | None = None,
+    tiers: Mapping[str, Slo] | None = None,
+    capacity: CapacitySearch | None = None,
 ) -> list[dict[str, Any]]:
     """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
-    completes under ``out_dir`` (store.target_dir); return the point summaries.
+    completes under ``out_dir`` (store.target_dir); return the point summaries. With SLO ``tiers``, then
+    search each tier's capacity within ``capacity``'s budget of points (bench.capacity).
 
     First (once per target folder) the client measures itself against a local scripted server and
     stores its own TTFT/TPOT error as client_calibration.json next to the results.
@@ -396,7 +446,7 @@ def run_workload(
     size_prompts(ctx)
     t = time.perf_counter()
     try:
-        out = run_async(_run(ctx))
+        out = run_async(_run(ctx, tiers, capacity))
     finally:
         if ctx.counter is not None:
             ctx.counter.close()

@@ -28,6 +28,7 @@ class SlaResult:
     probes: list[dict[str, Any]] = field(default_factory=list)
     summaries: list[dict[str, Any]] = field(default_factory=list)
     monotone: bool = True
+    stopped_short: bool = False  # the point budget ran out before the highest passing load was pinned down
 
     def to_dict(self) -> dict[str, Any]:
         s = self.best_summary or {}
@@ -40,6 +41,7 @@ class SlaResult:
             "best_interactivity": s.get("interactivity"),
             "probes": self.probes,
             "monotone": self.monotone,
+            "stopped_short": self.stopped_short,
         }
 
 
@@ -55,25 +57,36 @@ async def search_loads(
     maximum: float,
     tolerance: float,
     max_probes: int,
+    *,
+    seen: dict[float, dict[str, Any]] | None = None,
+    meets: Callable[[dict[str, Any]], bool] | None = None,
 ) -> SlaResult:
-    """Generic bracketing + bisection; ``probe(load) -> summary`` (awaitable) measures one load."""
+    """Generic bracketing + bisection; ``probe(load) -> summary`` (awaitable) measures one load.
+
+    ``seen`` (load -> summary) may be shared between searches of one endpoint: a load one search measured
+    is not measured again, and ``max_probes`` bounds the points measured by all of them together.
+    ``meets`` judges a summary (default: its ``meets_slo``, the plan's SLO), so each search may hold the
+    shared points to its own SLO. ``stopped_short`` says the budget ran out before the bracket closed."""
     res = SlaResult(over=over)
-    seen: dict[float, dict[str, Any]] = {}
+    seen = {} if seen is None else seen
+    judge = meets or (lambda s: bool(s["meets_slo"]))
 
     async def run(load: float) -> bool:
         load = int(load) if over == "concurrency" else float(load)
         if load not in seen:
-            s = await probe(load)
-            seen[load] = s
+            seen[load] = await probe(load)
+        s = seen[load]
+        if all(p["load"] != load for p in res.probes):
             res.summaries.append(s)
-            res.probes.append(
-                {"load": load, "meets_slo": bool(s["meets_slo"]), "output_tps_per_gpu": s.get("output_tps_per_gpu")}
-            )
-        return bool(seen[load]["meets_slo"])
+            res.probes.append({"load": load, "meets_slo": judge(s), "output_tps_per_gpu": s.get("output_tps_per_gpu")})
+        return judge(s)
+
+    def affordable(load: float) -> bool:  # a load already measured costs nothing
+        return len(seen) < max_probes or (int(load) if over == "concurrency" else float(load)) in seen
 
     lo = hi = None
     load = start
-    while len(seen) < max_probes:
+    while affordable(load):
         if await run(load):
             lo = load
             if load >= maximum:
@@ -84,13 +97,15 @@ async def search_loads(
             break
     if lo is None and hi is not None and over == "rate":  # even the start fails: bracket downwards
         load = hi / 2
-        while len(seen) < max_probes and load > 1e-3:
+        while affordable(load) and load > 1e-3:
             if await run(load):
                 lo = load
                 break
             hi, load = load, load / 2
-    while lo is not None and hi is not None and hi - lo > _step(over, lo, tolerance) and len(seen) < max_probes:
+    while lo is not None and hi is not None and hi - lo > _step(over, lo, tolerance):
         mid = (lo + hi) // 2 if over == "concurrency" else (lo + hi) / 2
+        if not affordable(mid):
+            break
         if await run(mid):
             lo = mid
         else:
@@ -99,9 +114,11 @@ async def search_loads(
         key = int(lo) if over == "concurrency" else float(lo)
         res.best, res.best_summary = key, seen[key]
     res.first_failing = hi
-    passing = sorted(k for k, s in seen.items() if s["meets_slo"])
-    failing = sorted(k for k, s in seen.items() if not s["meets_slo"])
+    passing = sorted(p["load"] for p in res.probes if p["meets_slo"])
+    failing = sorted(p["load"] for p in res.probes if not p["meets_slo"])
     res.monotone = not (passing and failing and min(failing) < max(passing))
+    closed = hi is not None and (lo is None or hi - lo <= _step(over, lo, tolerance))
+    res.stopped_short = not closed and not (lo is not None and lo >= maximum)
     return res
 
 

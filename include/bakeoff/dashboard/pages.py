@@ -289,7 +289,7 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
 
     gpu = {t["name"]: (t.get("config") or {}).get("gpu") for r in mine for t in r.targets.values()}
     colour = by_kind((name, gpu.get(name)) for name in series)
-    cost_sets, tps_sets = [], []
+    cost_sets, tps_sets, joule_sets = [], [], []
     for name in series:
         c = colour[name]
         cost_sets += [
@@ -298,6 +298,23 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             {"label": f"{name} 95% high", "data": line(name, "ci", 1), "line": True, "dashed": True, "colour": c},
         ]
         tps_sets.append({"label": name, "data": line(name, "tps_per_gpu"), "line": True, "colour": c})
+        joule_sets += [
+            {"label": f"{name}", "data": line(name, "tokens_per_joule"), "line": True, "colour": c},
+            {
+                "label": f"{name} 95% low",
+                "data": line(name, "tokens_per_joule_ci", 0),
+                "line": True,
+                "dashed": True,
+                "colour": c,
+            },
+            {
+                "label": f"{name} 95% high",
+                "data": line(name, "tokens_per_joule_ci", 1),
+                "line": True,
+                "dashed": True,
+                "colour": c,
+            },
+        ]
     emulated = any(r.emulated for r in mine)
     events_set = [{"x": index[e["run"].key], "y": 0, "label": f"{e['target']}: {e['what']}"} for e in events]
     basis = next((r.dash.get("basis") for r in mine if r.dash.get("basis")), "total")
@@ -323,6 +340,19 @@ def trend_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
             "emulated": emulated,
         },
     ]
+    if any(d["data"] for d in joule_sets):
+        charts.append(
+            {
+                "id": "trend-joule",
+                "kind": "category",
+                "labels": labels,
+                "x": "run (started, UTC)",
+                "y": "output tokens per joule at the SLO (measured or nameplate: see the table)",
+                "datasets": joule_sets,
+                "events": events_set,
+                "emulated": emulated,
+            }
+        )
     stockouts = stockout_trend(mine)
     if stockouts["chart"]:
         charts.append(stockouts["chart"])

@@ -107,6 +107,15 @@ def _at_slo(row: dict[str, Any], basis: str, tiers: list[str]) -> dict[str, Any]
         "lower_bound": bool(row.get("lower_bound")),
         "client_bound_concurrency": _num(row.get("client_bound_concurrency")),
         "tco": {tier: _num(row.get(f"{col}_tco_{tier}")) for tier in tiers},
+        # per watt (cost.PER_WATT): output tokens per joule with its interval, and what kind of energy figure
+        "tokens_per_joule": _num(row.get("output_tokens_per_joule")),
+        "tokens_per_joule_ci": [
+            _num(row.get("output_tokens_per_joule_ci_low")),
+            _num(row.get("output_tokens_per_joule_ci_high")),
+        ],
+        "tps_per_kw_gpu": _num(row.get("output_tps_per_kw_gpu_measured"), 3),
+        "tps_per_kw_nameplate": _num(row.get("output_tps_per_kw_nameplate"), 3),
+        "energy_source": str(row.get("energy_source") or ""),
     }
 
 

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from bakeoff.fielderrors import explain
 from bakeoff.plan import fits
+from bakeoff.plan.capacity import CapacitySearch, check_tiers
 from bakeoff.plan.checkpoints import check_accuracy_reference
 from bakeoff.plan.fields import Strict
 from bakeoff.plan.options import EmulatorSettings, PriceOverride
@@ -66,6 +67,18 @@ class Plan(Strict):
     )
     max_instance_hours: float = Field(3.0, gt=0, le=48, description="an instance older than this is reaped")
     claims: list[str] = Field([], max_length=16, description="published claims the report checks (include/claims)")
+    slo_tiers: dict[str, Slo] = Field(
+        {}, description="named SLO tiers (e.g. interactive, standard, batch): the capacity each target sustains in each"
+    )
+    capacity: CapacitySearch = CapacitySearch()
+
+    @model_validator(mode="after")
+    def _tiers(self) -> Plan:
+        check_tiers(list(self.slo_tiers))
+        for name, tier in self.slo_tiers.items():
+            if not tier.model_dump(exclude_defaults=True):
+                raise ValueError(f"slo_tiers.{name}: give the tier at least one bound, e.g. ttft_p95_ms: 500")
+        return self
 
     @model_validator(mode="after")
     def _checkpoints(self) -> Plan:

@@ -15,7 +15,8 @@ that node, never stored) asked, then its port refusing connections. A node it ca
 unreachable) is a ProviderError naming it, never "terminated", so teardown fails and the reaper retries.
 
 Layout under $BAKEOFF_LOCAL_STATE (default state_root()/local/): instances/<id>.json (registry),
-<id>/config.json, <id>/emulator.log, <id>/port. The API and stop keys reach the child only through its environment.
+<id>/config.json, <id>/emulator.log, <id>/port, <id>/power.csv (the emulated GPUs' counters). The API and
+stop keys reach the child only through its environment.
 
 It serves plain http: on loopback, or on a private address with the run's API key required
 (address.py's guard), so there is no public network path for TLS to protect.
@@ -186,7 +187,8 @@ class LocalProvider(Provider):
             launched_at=rec.get("launched_at"),
             expires_at=rec.get("expires_at"),
             tags=dict(rec.get("tags", {})),
-            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode", "owner")} | {"emulated": True},
+            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode", "owner", "power_csv")}
+            | {"emulated": True},
         )
 
     # Provider interface --------------------------------------------------------
@@ -227,6 +229,10 @@ class LocalProvider(Provider):
             "expires_at": expires_at,
             "stop_key_env": STOP_KEY_ENV,
         }
+        if (
+            mode == "roofline"
+        ):  # EMULATED energy counters through the emulated NVML/amdsmi, as a node's agent reads them
+            config["power_csv"] = str(workdir / "power.csv")
         if spec.scripted is not None:
             config["scripted"] = dict(spec.scripted)
         _write_json(config_path, config)
@@ -271,6 +277,7 @@ class LocalProvider(Provider):
             "config": str(config_path),
             "log": str(log_path),
             "mode": mode,
+            "power_csv": config.get("power_csv"),
             "health_route": engines.routes(target).health,
             "tags": all_tags,
             "launched_at": time.time(),

@@ -40,7 +40,7 @@ def build_report(
     import pandas as pd  # noqa: PLC0415 - pandas only when a report is built
 
     from bakeoff import store  # noqa: PLC0415 - pandas (store) only when a report is built
-    from bakeoff.report import csvsafe, data, html, markdown, pdf, provisioning, rackscale  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
+    from bakeoff.report import capacity, csvsafe, data, html, markdown, pdf, perwatt, provisioning, rackscale  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
 
     t0 = time.perf_counter()
     run_dir, out_dir = at(run_dir), at(out_dir)
@@ -65,6 +65,10 @@ def build_report(
             ("rack_scale", pd.DataFrame(rackscale.table(d.rack_scale)) if d.rack_scale else None),
             # per target and load level: the twin's prediction and band beside the measurement (none without one)
             ("predicted_vs_measured", pd.DataFrame(d.predicted_vs_measured) if d.twin_checks else None),
+            # per target and workload at the SLO: tokens per joule and per kW, cost with energy, their kind
+            ("per_watt", pd.DataFrame(perwatt.table(d.per_watt)) if d.per_watt else None),
+            # per workload, SLO tier and target: capacity, per GPU / kW / USD-hour, cost there, the search's steps
+            ("capacity", pd.DataFrame(capacity.table(d.capacity)) if d.capacity else None),
         ):
             if frame is not None:
                 name = f"{stem}-{kind.replace('_', '-')}.csv"

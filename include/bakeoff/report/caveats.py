@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from bakeoff import catalog
 from bakeoff.approval import approval_line
+from bakeoff.report import perwatt
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
@@ -238,14 +239,54 @@ def _single_repeat_text(d: ReportData) -> str:
 
 def _energy_estimated(d: ReportData) -> bool:
     p = d.tables.points
-    return not p.empty and bool((p["energy_source"] != "measured").any())
+    return not p.empty and bool((~p["energy_source"].astype(str).str.startswith("measured")).any())
 
 
 @caveat("estimated_energy", when=_energy_estimated)
 def _estimated_energy(d: ReportData) -> str:
     return (
-        f"Energy is estimated from all-in kW per GPU at {d.plan.pricing.usd_per_kwh} USD/kWh; cloud prices already "
-        "include power, so energy cost is shown for on-premises comparison and never added to them."
+        f"Energy is estimated from the nameplate (all-in kW per GPU) at {d.plan.pricing.usd_per_kwh} USD/kWh where "
+        "not measured; cloud prices include power, so energy cost is for on-premises comparison, never added to them."
+    )
+
+
+@caveat("per_watt_mixed", when=lambda d: bool(perwatt.mixed_workloads(d.per_watt)))
+def _per_watt_mixed(d: ReportData) -> str:
+    return (
+        f"Per watt, {', '.join(perwatt.mixed_workloads(d.per_watt))}: some targets' energy is measured (GPU only) "
+        "and others' estimated from the nameplate (node share); the two kinds are not comparable, so read them "
+        "side by side, not as one ranking."
+    )
+
+
+@caveat("capacity_stopped_short", when=lambda d: any(r.stopped_short for r in d.capacity))
+def _capacity_short(d: ReportData) -> str:
+    short = sorted({f"{r.name} ({r.tier}, {r.workload})" for r in d.capacity if r.stopped_short})
+    return (
+        f"The capacity search ran out of its budget of {d.plan.capacity.points} points before pinning down "
+        f"{', '.join(short)}: those capacities are lower bounds; raise capacity.points for a closed bracket."
+    )
+
+
+@caveat("capacity_missing", when=lambda d: bool(d.plan.slo_tiers) and bool(_no_capacity(d)))
+def _capacity_missing(d: ReportData) -> str:
+    return (
+        f"No capacity search was stored for {', '.join(_no_capacity(d))}: a co-located client does not search SLO "
+        "tiers yet, and a target that never served has none."
+    )
+
+
+def _no_capacity(d: ReportData) -> list[str]:
+    have = {r.name for r in d.capacity}
+    return sorted(t.name for t in d.plan.targets if t.name not in have)
+
+
+@caveat("throttled", when=lambda d: any(r.throttled for r in d.per_watt))
+def _throttled(d: ReportData) -> str:
+    names = sorted({r.name for r in d.per_watt if r.throttled})
+    return (
+        f"A GPU reported a slowdown (power cap, thermal or power brake) during the points at the SLO of "
+        f"{', '.join(names)}: their throughput and energy are those of a throttled GPU."
     )
 
 

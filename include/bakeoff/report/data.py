@@ -17,8 +17,12 @@ import pandas as pd
 
 from bakeoff import claims, cost, offers, store
 from bakeoff.plan.checkpoints import checkpoint_note
+from bakeoff.report.capacity import CapacityRow
+from bakeoff.report.capacity import rows as capacity_rows
 from bakeoff.report.caveats import caveat_lines
 from bakeoff.report.headline import CLIENT_FIX
+from bakeoff.report.perwatt import WattRow
+from bakeoff.report.perwatt import rows as watt_rows
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.provisioning import rows as provisioning_rows
 from bakeoff.report.rackscale import RackRow
@@ -62,6 +66,8 @@ class ReportData:
     provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
     twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
     rack_scale: list[RackRow] = field(default_factory=list)  # per cluster target and workload (report.rackscale)
+    per_watt: list[WattRow] = field(default_factory=list)  # per target and workload at the SLO (report.perwatt)
+    capacity: list[CapacityRow] = field(default_factory=list)  # per workload, SLO tier and target (report.capacity)
     emulator_bands: dict[str, float] = field(default_factory=dict)  # target -> twin band +-% (twin.emulate.band_pcts)
 
     @property
@@ -369,13 +375,29 @@ def _clients(plan: Plan, run_dir: store.StorePath, points: pd.DataFrame) -> dict
         pts = points[points["target"] == t.slug] if "target" in points else points.iloc[0:0]
         measured = "power_w_per_gpu" in pts and pts["power_w_per_gpu"].notna().any()
         if measured:
-            power = " · power measured on the node"
+            power = " · " + _energy_provenance(pts[pts["power_w_per_gpu"].notna()])
         elif math.isfinite(t.gpu.all_in_kw):
             power = " · power estimated from the catalog"
         else:
             power = " · no power figure (GPU not in the catalog)"
         out[t.slug] = where + power
     return out
+
+
+def _energy_provenance(pts: pd.DataFrame) -> str:
+    """How a target's energy was measured, in words: method, library and version, sampling interval, node
+    power; points written before these columns existed say only that power was measured on the node."""
+
+    def seen(col: str) -> list[str]:
+        return sorted({str(v) for v in pts[col].dropna()}) if col in pts else []
+
+    methods, libs = seen("energy_method"), seen("energy_library")
+    if not methods:
+        return "power measured on the node"
+    spacing = pts["energy_sample_s"].dropna() if "energy_sample_s" in pts else pd.Series(dtype=float)
+    every = f", sampled every {spacing.median():.2g} s" if not spacing.empty else ""
+    node = "; ".join(seen("node_power")) or "node power not recorded"
+    return f"energy {' / '.join(methods)} ({', '.join(libs)}{every}); node power {node}"
 
 
 def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
@@ -476,6 +498,8 @@ def gather(
     d.provisioning = _provisioning(plan, run_dir)
     d.twin_checks = _twin_checks(plan, tables)
     d.rack_scale = _rack_scale(plan, tables)
+    d.per_watt = watt_rows(tables.at_slo, plan.pricing.usd_per_kwh)
+    d.capacity = _capacity(plan, run_dir, tables)
     d.emulator_bands = _emulator_bands(plan)
     d.caveats = caveat_lines(d)
     return d
@@ -487,6 +511,15 @@ def _provisioning(plan: Plan, run_dir: store.StorePath) -> list[ProvisioningRow]
         return provisioning_rows(plan, store.run_facts(run_dir), time.time())
     except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
         log.warning("provisioning section unavailable: %s", e)
+        return []
+
+
+def _capacity(plan: Plan, run_dir: store.StorePath, tables: cost.CostTables) -> list[CapacityRow]:
+    """The capacity section's rows; a search record this version cannot read must not lose the report."""
+    try:
+        return capacity_rows(plan, run_dir, tables.targets)
+    except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
+        log.warning("capacity section unavailable: %s", e)
         return []
 
 

@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from bakeoff import catalog, cost
 from bakeoff.plan.checkpoints import checkpoint_of
-from bakeoff.report import charts, claimcheck, labels
+from bakeoff.report import capacity, charts, claimcheck, labels, perwatt
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.provisioning import refusal_text
 
@@ -166,4 +166,8 @@ def render(d: ReportData) -> str:
         claims=[claimcheck.context(c) for c in d.claim_checks],
         checkpoint=checkpoint_of,
         refusal_text=refusal_text,
+        watt_head=perwatt.HEAD,
+        watt_cells=lambda r: perwatt.cells(r, fmt),
+        capacity_head=capacity.HEAD,
+        capacity_cells=lambda r: capacity.cells(r, fmt),
     )

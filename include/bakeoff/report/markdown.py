@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from bakeoff.report import claimcheck
+from bakeoff.plan.capacity import ordered
+from bakeoff.report import capacity, claimcheck, perwatt
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
@@ -79,6 +80,8 @@ def render(d: ReportData) -> str:
         out.append("")
     out += _provisioning(d)
     out += _rack_scale(d)
+    out += _per_watt(d)
+    out += _capacity(d)
     ev = h.get("evaluation_cost_usd")
     out += [
         f"Measured cost of this evaluation: {fmt(ev)} USD billed"
@@ -209,6 +212,37 @@ def _provisioning(d: ReportData) -> list[str]:
             f"{fmt(r.to_running_s)} | {fmt(r.to_serving_s)} | {billed} |"
         )
     return [*out, ""]
+
+
+def _capacity(d: ReportData) -> list[str]:
+    """Per workload, SLO tier and target: capacity, per GPU, per kW, per USD/h, cost there (report.capacity)."""
+    if not d.capacity:
+        return []
+    rows = [(capacity.cells(r, fmt), r.emulated) for r in d.capacity]
+    tiers = "; ".join(f"{esc(n)}: {esc(d.plan.slo_tiers[n].in_words())}" for n in ordered(list(d.plan.slo_tiers)))
+    return _section("Capacity at SLO tiers", capacity.HEAD, rows, 2, f"Tiers: {tiers}.")
+
+
+def _section(
+    title: str, head: tuple[str, ...], rows: list[tuple[list[str], bool]], name_col: int, note: str
+) -> list[str]:
+    """A section's table, its target column stamped EMULATED where the row is, and a closing line."""
+    out = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cells, emulated in rows:
+        c = [esc(x) for x in cells]
+        c[name_col] += " **EMULATED**" if emulated else ""
+        out.append("| " + " | ".join(c) + " |")
+    return [*out, note, ""]
+
+
+def _per_watt(d: ReportData) -> list[str]:
+    """Per target and workload at the SLO: tokens per joule and per kW, cost with energy (report.perwatt)."""
+    if not d.per_watt:
+        return []
+    rows = [(perwatt.cells(r, fmt), r.emulated) for r in d.per_watt]
+    return _section(
+        "Per watt", perwatt.HEAD, rows, 1, f"Energy priced at {fmt(d.plan.pricing.usd_per_kwh)} USD/kWh (the plan's)."
+    )
 
 
 def _rack_scale(d: ReportData) -> list[str]:

@@ -255,6 +255,28 @@ def _provisioning(pdf: Brief, d: ReportData) -> None:
     )
 
 
+def _per_watt(pdf: Brief, d: ReportData) -> None:
+    """Per target and workload at the SLO (report.perwatt): tokens per joule and per kW, cost with energy."""
+    if not d.per_watt:
+        return
+    first = d.per_watt[0].workload  # the brief keeps to two pages: one workload, estimates only; the rest in the report
+    rows = [
+        [
+            f"{r.name}{' [EMULATED]' if r.emulated else ''}",
+            fmt(r.tokens_per_joule[0]),
+            fmt(r.tps_per_kw_gpu[0]),
+            fmt(r.tps_per_kw_nameplate[0]),
+            fmt(r.usd_per_m_with_energy[0]),
+            r.energy_source.split(",")[0] + (", throttled" if r.throttled else ""),
+        ]
+        for r in d.per_watt
+        if r.workload == first
+    ]
+    pdf.h2(f"Per watt — {first} (intervals and every workload: report and CSV)")
+    head = ["target", "out tok/J", "tok/s/kW GPU", "tok/s/kW nameplate", "USD/M out + energy", "energy"]
+    pdf.grid(head, rows, (40, 22, 24, 28, 28, 28))
+
+
 def _rack_scale(pdf: Brief, d: ReportData) -> None:
     """Per cluster target and workload (report.rackscale): price per GPU- and rack-hour, throughput per
     GPU and per rack at the SLO, cost beside the cheapest 8-GPU node, break-even, energy; EMULATED per row."""
@@ -264,7 +286,7 @@ def _rack_scale(pdf: Brief, d: ReportData) -> None:
     rows = []
     for r in d.rack_scale:
         vs = f"{r.baseline} {fmt(r.baseline_usd_per_m)}" if r.baseline else "no 8-GPU node at the SLO"
-        energy = f"{fmt(r.joules_per_output_token)} {r.energy_source.split(':')[0]}" if r.energy_source else "–"
+        energy = f"{fmt(r.joules_per_output_token)} {r.energy_source.split(',')[0]}" if r.energy_source else "–"
         rows.append(
             [
                 r.workload,
@@ -381,6 +403,7 @@ def _build(d: ReportData, chart_mm: float) -> Brief:
         pdf.bullets([f"{r['name']}: {STATUS_TEXT[r['status']]} — {r['failures']}" for _, r in dnp.iterrows()])
     _provisioning(pdf, d)
     _rack_scale(pdf, d)
+    _per_watt(pdf, d)
     pdf.h2("What was measured and how")
     pdf.bullets(_measured_how(d))
     pdf.h2("Caveats")

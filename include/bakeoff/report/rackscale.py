@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from bakeoff import cost
 from bakeoff.plan import multinode
 from bakeoff.plan.cluster import racks
+from bakeoff.report.numbers import field
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,14 +52,6 @@ class RackRow:
     energy_source: str
     emulated: bool
     price_source: str
-
-
-def _num(row: Any, key: str) -> float:
-    try:
-        v = float(row[key])
-    except (KeyError, TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
 
 
 def _speculative(t: Target) -> str:
@@ -104,12 +97,12 @@ def rows(plan: Plan, at_slo: pd.DataFrame, basis: str) -> list[RackRow]:
             mine = at[at["target"] == t.slug]
             r = mine.iloc[0] if not mine.empty else {}
             met = bool(r.get("slo_met", False)) if len(mine) else False
-            per_gpu = _num(r, "output_tps_per_gpu") if met else math.nan
+            per_gpu = field(r, "output_tps_per_gpu") if met else math.nan
             rs = cost.rack_scale(t, per_gpu * t.gpus_used if met else 0.0)
-            own = _num(r, col) if met else math.nan
-            base_cost = _num(base, col) if base is not None else math.nan
+            own = field(r, col) if met else math.nan
+            base_cost = field(base, col) if base is not None else math.nan
             be = cost.break_even_usd_per_gpu_hour(float(rs["usd_per_gpu_hour"]), own, base_cost)
-            kw = _num(r, "kw_per_gpu")
+            kw = field(r, "kw_per_gpu")
             out.append(
                 RackRow(
                     workload=str(wl),

@@ -240,6 +240,7 @@ def _describe(
         provenance={**info, **stack, "network": network, "node": node, **extra},
         agent_url=(instance.details or {}).get("agent_url"),
         tls_cert=(instance.details or {}).get("tls_cert"),
+        power_csv=(instance.details or {}).get("power_csv"),
     )
     store.write_json(
         store.at(out_dir) / "deploy.json",

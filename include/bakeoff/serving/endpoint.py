@@ -21,6 +21,7 @@ class Endpoint:
     api_key_env: str | None = None  # environment variable holding the key, if any
     agent_url: str | None = None  # the node agent (co-located client, logs, power), if one runs
     tls_cert: str | None = None  # the node's own certificate (PEM, public): https clients pin it
+    power_csv: str | None = None  # the node's power rows, readable here (a local emulator node; others: the agent)
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,12 +13,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SLACK_S = 1.0  # samples are ~1 s apart: a point shorter than that still gets the samples around it
+# rows fetched around a point: two sampling intervals and a half, so a reading at or before its start and
+# one at or after its end are there for the counter difference even when a sample comes late
+FETCH_S = 2.5
 
 _NVIDIA_SAMPLER = r"""
 nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits -lms 1000 2>/dev/null \
@@ -87,14 +91,55 @@ def parse_amd_power(text: str) -> list[dict[str, Any]]:
 
 
 def parse_samples(text: str) -> list[dict[str, Any]]:
-    """The sampler's ``power.csv`` (epoch_s,gpu,watts) -> rows, skipping partial lines."""
+    """The samplers' ``power.csv`` -> rows, skipping partial lines: the CLI sampler's ``epoch_s,gpu,watts``,
+    and the library sampler's longer rows (``serving.gpu_counters``: energy counter in J, clock,
+    temperature, throttle reasons, source), whose fields a row carries only where they were read."""
     rows = []
     for rec in csv.reader(io.StringIO(text)):
         try:
-            rows.append({"t": float(rec[0]), "gpu": int(rec[1]), "watts": float(rec[2])})
+            watts = _finite(rec[2]) if rec[2] else None
+            row: dict[str, Any] = {"t": _finite(rec[0]), "gpu": int(rec[1]), "watts": watts}
+            if len(rec) >= 8:
+                row.update(energy_j=_finite(rec[3]) if rec[3] else None, throttle=_label(rec[6]), source=_label(rec[7]))
         except (IndexError, ValueError):
             continue
+        if row["watts"] is not None or row.get("energy_j") is not None:
+            rows.append(row)
     return rows
+
+
+_LABEL = re.compile(r"[A-Za-z0-9_.=+-]{0,64}")
+
+
+def _finite(text: str) -> float:
+    """A number a node wrote; nan and inf are refused (a row of them is skipped), as is anything else."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"not a finite number: {text[:20]!r}")
+    return v
+
+
+def _label(text: str) -> str:
+    """A library=version source or throttle reasons as a node wrote them: short plain tokens only (they
+    reach the points table and its CSV); anything else is dropped to empty, the row's numbers kept."""
+    text = text.strip()
+    return text if _LABEL.fullmatch(text) else ""
+
+
+def format_samples(rows: list[dict[str, Any]]) -> str:
+    """Rows back as ``power.csv`` lines (the agent's /agent/power): the long form where a row has a counter
+    or a source, so the client side reads what the node's sampler wrote."""
+
+    def n(v: float | None, digits: int) -> str:
+        return "" if v is None else f"{v:.{digits}f}"
+
+    out = []
+    for r in rows:
+        line = f"{r['t']:.3f},{r['gpu']},{n(r['watts'], 2)}"
+        if "source" in r:
+            line += f",{n(r.get('energy_j'), 3)},,,{r.get('throttle', '')},{r['source']}"
+        out.append(line + "\n")
+    return "".join(out)
 
 
 def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> float:
@@ -102,7 +147,7 @@ def energy_joules(samples: list[dict[str, Any]], start: float, end: float) -> fl
     total = 0.0
     by_gpu: dict[int, list[tuple[float, float]]] = {}
     for s in samples:
-        if start <= s["t"] <= end:
+        if start <= s["t"] <= end and s["gpu"] >= 0 and s["watts"] is not None:
             by_gpu.setdefault(s["gpu"], []).append((s["t"], s["watts"]))
     for pts in by_gpu.values():
         pts.sort()
@@ -117,7 +162,7 @@ def mean_watts_per_gpu(
     ones a TP x PP server uses; a node's idle GPUs would only dilute the figure); None without samples."""
     by_gpu: dict[int, list[float]] = {}
     for s in samples:
-        if start - SLACK_S <= s["t"] <= end + SLACK_S and (gpus is None or s["gpu"] < gpus):
+        if start - SLACK_S <= s["t"] <= end + SLACK_S and 0 <= s["gpu"] < (gpus or 1 << 16) and s["watts"] is not None:
             by_gpu.setdefault(s["gpu"], []).append(s["watts"])
     if not by_gpu:
         return None
@@ -126,15 +171,21 @@ def mean_watts_per_gpu(
 
 @dataclass(frozen=True)
 class PowerFile:
-    """The sampler's power.csv, read where it is written (the co-located client on the node).
+    """The samplers' rows, read where they are written (the co-located client on the node): ``path`` (the
+    library sampler's counters) where it has rows in the window, else ``fallback`` (the CLI sampler's).
     Picklable, so benchmark worker processes can take it along."""
 
     path: str
+    fallback: str | None = None
 
     def __call__(self, start: float, end: float) -> list[dict[str, Any]]:
-        p = Path(self.path)
-        rows = parse_samples(p.read_text(errors="replace")) if p.is_file() else []
-        return [r for r in rows if start - SLACK_S <= r["t"] <= end + SLACK_S]
+        for name in (self.path, self.fallback):
+            p = Path(name) if name else None
+            rows = parse_samples(p.read_text(errors="replace")) if p is not None and p.is_file() else []
+            rows = [r for r in rows if start - FETCH_S <= r["t"] <= end + FETCH_S]
+            if rows:
+                return rows
+        return []
 
 
 def parse_nvidia_provenance(text: str) -> dict[str, Any]:

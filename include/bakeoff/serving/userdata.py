@@ -455,6 +455,7 @@ def agent_section(agent: dict[str, Any] | None, serve_port: int, expires_at: flo
         + (f" --expires-at {int(expires_at)}" if expires_at else "")
         + (f" --tls-cert {TLS_CERT} --tls-key {TLS_KEY}" if tls else "")
         + (f" --secrets-file {SECRETS_ENV}" if secrets else "")
+        + (f" --gpu-vendor {agent['vendor']}" if agent.get("vendor") in ("nvidia", "amd") else "")
     )
     mounts = (f" -v {TLS_DIR}:{TLS_DIR}:ro" if tls else "") + (
         f" -v {SECRETS_ENV.rsplit('/', 1)[0]}:{SECRETS_ENV.rsplit('/', 1)[0]}" if secrets else ""
@@ -528,13 +529,16 @@ def render(
     argv = " ".join(q(a) for a in docker_argv(target, port, tls=bool(tls)))
     image = q(image_for(target))
     fw = _firewall(port, ingress_cidr)
+    vendor = _catalog_gpu(target).vendor
     agent_mark = json.dumps({"sha256": agent["sha256"]}) if agent else "{}"  # the URL is in the script once
     agent_sh = agent_section(
-        {**agent, "ingress_cidr": ingress_cidr, "tls": bool(tls), "secrets": bool(names)} if agent else None,
+        {**agent, "ingress_cidr": ingress_cidr, "tls": bool(tls), "secrets": bool(names), "vendor": vendor}
+        if agent
+        else None,
         port,
         expires_at,
     )
-    sampler = power.sampler_script(_catalog_gpu(target).vendor, LOG_DIR)
+    sampler = power.sampler_script(vendor, LOG_DIR)
     script = f"""#!/bin/bash
 # bakeoff boot script (generated; every plan value below is validated and shell-quoted)
 {TARGET_MARK}{json.dumps(target_summary(target, port), sort_keys=True)}

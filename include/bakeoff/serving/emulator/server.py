@@ -169,7 +169,15 @@ def _power_sampler(config: EmulatorConfig, engine: RooflineEngine) -> power.Powe
     t = config.target
     if not config.power_csv or t is None:  # validation allows power_csv only with a roofline target
         return None
-    return power.PowerSampler(engine, config.power_csv, t.gpu.tdp_w, t.gpus_used, config.power_interval_s)
+    return power.PowerSampler(
+        engine,
+        config.power_csv,
+        t.gpu.tdp_w,
+        t.gpus_used,
+        config.power_interval_s,
+        vendor=t.gpu.vendor or "nvidia",
+        time_scale=config.time_scale,
+    )
 
 
 def _auth_middleware(api_key: str) -> Middleware:
@@ -413,6 +421,8 @@ def version_info(
             "gpus": t.gpus_used,
             "tdp_w": t.gpu.tdp_w,
             "idle_w": power.watts(t.gpu.tdp_w, 0.0),
+            "library": "amdsmi" if t.gpu.vendor == "amd" else "nvml",
+            "figures": "EMULATED",
         }
     return info
 
