@@ -12,11 +12,10 @@ pre-flight fail. Nothing here creates anything.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from werkzeug.wrappers import Request, Response
-
-TOKEN = "sandbox-token"
 
 
 def _default_offer() -> dict[str, Any]:
@@ -47,12 +46,14 @@ def _default_offer() -> dict[str, Any]:
 
 
 class RestCatalog:
-    """Answers the read-only pre-flight paths under ``/do/v2`` and ``/vultr/v2``; None for any other."""
+    """Answers the read-only pre-flight paths under ``/do/v2`` and ``/vultr/v2``. The fake clouds'
+    server routes here what ``serves`` claims, after the same authentication, faults and definition
+    checks as every other request, and checks the answer too."""
 
     def __init__(self) -> None:
         self.offer = _default_offer()
 
-    def answer(self, req: Request) -> Response | None:
+    def _handler(self, req: Request) -> Callable[[Request], Response] | None:
         if req.method != "GET":
             return None
         path = req.path.rstrip("/")
@@ -66,12 +67,15 @@ class RestCatalog:
         handler = routes.get(path)
         if handler is None and path.startswith("/do/v2/images/"):
             handler = lambda r: self._do_image(r, path.rsplit("/", 1)[1])  # noqa: E731
+        return handler
+
+    def serves(self, req: Request) -> bool:
+        return self._handler(req) is not None
+
+    def answer(self, req: Request) -> Response:
+        handler = self._handler(req)
         if handler is None:
-            return None
-        if req.headers.get("Authorization") != f"Bearer {TOKEN}":
-            if path.startswith("/do/"):
-                return _json({"id": "Unauthorized", "message": "Unable to authenticate you"}, 401)
-            return _json({"error": "Invalid API token.", "status": 401}, 401)
+            raise ValueError(f"{req.method} {req.path} is not a pre-flight read")
         return handler(req)
 
     # DigitalOcean --------------------------------------------------------------------------

@@ -411,6 +411,7 @@ def test_every_other_inbound_tcp_port_is_dropped_before_anything_listens(tmp_pat
 
 def test_a_digitalocean_firewall_is_removed_when_the_user_data_will_not_render(monkeypatch):
     from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_owner
+    from bakeoff.providers.tags import LABELS
     from bakeoff_sandbox.clouds import TOKEN, Clouds
     from tests.providers.cloud_helpers import launch_args, make_target, new_run_id
 
@@ -425,7 +426,9 @@ def test_a_digitalocean_firewall_is_removed_when_the_user_data_will_not_render(m
         monkeypatch.setattr(userdata, "render_for", unrenderable)
         with pytest.raises(ValueError, match="16384-byte limit"):
             DigitalOceanProvider(creds).create(t, rid, **launch_args(rid, t))
-        left = [fw for fw in server.do.firewalls.values() if (firewall_owner(fw["name"]) or ("",))[0] == rid]
+        left = [
+            fw for fw in server.do.firewalls.values() if (firewall_owner(fw["name"]) or ("",))[0] == LABELS.run(rid)
+        ]
         assert left == [] and not server.do.nodes
     finally:
         server.stop()
