@@ -24,6 +24,7 @@ from typing import Any
 from bakeoff.plan import Plan, apply_overrides, load_plan
 from bakeoff.plan.prices import apply_price_sheet
 from bakeoff.providers import PROVIDERS, ProviderError, get_provider
+from bakeoff.providers.base import Placement
 from bakeoff.providers.credentials import credentials_from_env
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,46 @@ def _date(text: str) -> dt.date | None:
     return None
 
 
+# What a cloud's launch does that its pre-flight cannot try with reads and dry runs (also in
+# docs/production.md): shown as the target's last row, so a person knows what a real launch may
+# still refuse.
+UNTRIED = {
+    "aws": [
+        "capacity at the moment of launch (a dry run checks permissions and parameters, not stock)",
+        "the boot script running on the image",
+    ],
+    "oci": [
+        "the launch itself (OCI has no dry run): its metadata and user-data, the tags and the network "
+        "security group made with it",
+        "capacity at the moment of launch (the capacity report is a snapshot)",
+        "the boot script running on the image",
+    ],
+    "vultr": [
+        "the create itself (Vultr has no dry run): its user-data and tags",
+        "the account's bare-metal allowance (no quota call) and stock at the moment of launch",
+        "the boot script running on the image",
+    ],
+    "digitalocean": [
+        "the create itself (DigitalOcean has no dry run): its user-data, tags and cloud firewall",
+        "GPU droplet access (granted per account, not readable) and stock at the moment of launch",
+        "the boot script running on the image",
+    ],
+}
+AWS_STAND_IN_GROUP = (
+    "the run's own security group (its CreateSecurityGroup was dry-run; the VPC's default group stood in "
+    "for it in RunInstances)"
+)
+# what the dry run's RunInstances carries, as the launch's (providers/aws/instance.py: _run_request)
+_AWS_SENT = {
+    "RunInstances": "tags, root volume, security groups, market options, user-data",
+    "CreateSecurityGroup": "the run's group in its VPC, tagged",
+}
+
+
+def _untried(t: Any, parts: list[str]) -> Check:
+    return Check(t.name, "not tried", NA, "; ".join(parts))
+
+
 # --- EC2 ------------------------------------------------------------------------------------------
 
 
@@ -177,7 +218,7 @@ def _aws(t: Any, i: int, p: Any) -> Iterator[Check]:
             return f"{e.response['Error']['Code']}: {e.response['Error'].get('Message', '')}"
         return f"{type(e).__name__}: {e}"
 
-    name, opts = t.name, t.provider_options
+    name = t.name
     placements = [(pl.region, pl.zone) for pl in p.placements(t)]
     home = p.default_region  # the connection's own region answers for the account
     try:
@@ -241,26 +282,26 @@ def _aws(t: Any, i: int, p: Any) -> Iterator[Check]:
         yield Check(name, "image", FAIL, f"{ami} not found in {region}", f"targets[{i}].provider_options.ami")
         return
     yield Check(name, "image", OK, f"{ami} ({images[0].get('Name', '')}) in {region}")
-    kw = {"ImageId": ami, "InstanceType": t.instance_type, "MinCount": 1, "MaxCount": 1, "DryRun": True}
-    if zone:
-        kw["Placement"] = {"AvailabilityZone": zone}
-    if opts.subnet_id:
-        kw["SubnetId"] = opts.subnet_id
     try:
-        p._client("ec2", region).run_instances(**kw)
-        yield Check(name, "dry run", FAIL, "RunInstances with DryRun=True answered without the DryRun refusal")
-    except ClientError as e:
-        code = e.response["Error"]["Code"]
+        tried = p.preflight_dry_run(t, Placement(region, zone))
+    except ProviderError as e:
+        yield Check(name, "dry run", FAIL, str(e), f"targets[{i}].provider_options")
+        return
+    for call, code, message in tried:
+        what = "dry run" if call == "RunInstances" else f"dry run {call}"
         if code == "DryRunOperation":
-            yield Check(name, "dry run", OK, f"RunInstances {t.instance_type} in {zone or region} would succeed")
+            yield Check(name, what, OK, f"{call} as the launch sends it ({_AWS_SENT[call]}) would succeed")
         else:
             yield Check(
                 name,
-                "dry run",
+                what,
                 FAIL,
-                err(e),
-                "grant ec2:RunInstances (and the tags, security group and subnet it names) to the connection",
+                f"{call}: {code}: {message}",
+                "grant ec2:RunInstances, ec2:CreateTags and ec2:CreateSecurityGroup (and the subnet, "
+                "capacity reservation and key pair the plan names) to the connection",
             )
+    stood_in = any(call == "CreateSecurityGroup" for call, _, _ in tried)
+    yield _untried(t, [*UNTRIED["aws"], *([AWS_STAND_IN_GROUP] if stood_in else [])])
 
 
 def _aws_quota(t: Any, p: Any, region: str, err: Callable[[Exception], str]) -> Check:
@@ -383,6 +424,7 @@ def _oci(t: Any, i: int, p: Any) -> Iterator[Check]:
     except Exception as e:  # noqa: BLE001 - ProviderError or the SDK's
         yield Check(name, "image", FAIL, err(e), f"targets[{i}].provider_options.image_ocid")
     yield Check(name, "dry run", NA, "OCI has no dry-run launch; the checks above stand for it")
+    yield _untried(t, UNTRIED["oci"])
 
 
 def _oci_limits(t: Any, p: Any, region: str, tenancy: str, ads: list[str], err: Callable[[Exception], str]) -> Check:
@@ -480,6 +522,7 @@ def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     else:
         yield Check(t.name, "image", FAIL, f"os_id {os_image} not offered", f"targets[{i}].provider_options.os_image")
     yield Check(t.name, "dry run", NA, "Vultr has no dry-run create")
+    yield _untried(t, UNTRIED["vultr"])
 
 
 def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
@@ -508,6 +551,7 @@ def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
     else:
         yield Check(t.name, "image", FAIL, f"image {image}: {r.status_code}", f"targets[{i}].provider_options.os_image")
     yield Check(t.name, "dry run", NA, "DigitalOcean has no dry-run create")
+    yield _untried(t, UNTRIED["digitalocean"])
 
 
 _CLOUDS: dict[str, Callable[[Any, int, Any], Iterator[Check]]] = {

@@ -69,6 +69,11 @@ def test_every_check_passes_on_the_sandbox_plans_and_nothing_is_launched(sb, cap
     checks = {(r.target.split("-")[0], r.check) for r in rows if r.result == OK}
     assert {("b200", c) for c in ("credentials", "offered", "quota", "image", "dry run")} <= checks
     assert {("mi355x", c) for c in ("credentials", "offered", "capacity", "limit", "image")} <= checks
+    # each target ends with what its cloud's pre-flight could not try, the EC2 one its stand-in group
+    untried = [r for r in rows if r.check == "not tried"]
+    assert len(untried) == len([r for r in rows if r.check == "credentials"])
+    assert all(r.result == "n/a" and "boot script" in r.detail for r in untried)
+    assert any("default group stood in" in r.detail for r in untried)
     # no billable resource exists anywhere afterwards
     assert _ec2_instances(sb) == before and sb.clouds.vultr.live() == [] and sb.clouds.do.live() == []
     assert sb.oci.live() == [] and sb.clouds.do.firewalls == {} and sb.oci.nsgs == {}

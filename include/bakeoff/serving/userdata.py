@@ -633,28 +633,40 @@ URL_BYTES_LONG_TERM_KEYS = 200
 URL_BYTES_TEMPORARY_CREDENTIALS = 1200
 
 
-def size_at_launch(target: Target, url_bytes: int) -> int:
-    """The target's boot script in bytes as a cloud launch would render it, with stand-ins as long as
-    the launch's own: the run's key, a node certificate and key, a client bundle behind a long
-    presigned URL of ``url_bytes``, and the target's secret names. ``plan check`` refuses a target over its
-    cloud's limit (``max_bytes_for``) before any run, instead of provision refusing it after the budget and
-    approval steps."""
-    from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only the size check needs the bundle's pins
+def stand_in_launch(target: Target, url_bytes: int = URL_BYTES_TEMPORARY_CREDENTIALS) -> LaunchSpec:
+    """A launch of ``target`` with stand-ins as long as a run's own: the run's key, a node certificate
+    and key, a client bundle behind a presigned URL of ``url_bytes``, the target's secret names and a
+    48-hour expiry. What ``plan check`` measures and the pre-flight's dry run sends; no secret in it."""
+    from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only a stand-in launch needs the bundle's pins
     from bakeoff.serving.tls import stand_in_identity  # noqa: PLC0415 - worker-only dependency (cryptography)
 
     ident = stand_in_identity(target.slug)
     url = "https://" + "u" * (url_bytes - len("https://"))
-    agent = {"url": url, "sha256": "0" * 64, "requirements": list(requirements())}
+    return LaunchSpec(
+        api_key="bk-" + "0" * 40,  # secrets.api_key's length
+        expires_at=time.time() + 48 * 3600,
+        shutdown_after_s=48 * 3600,
+        agent={"url": url, "sha256": "0" * 64, "requirements": list(requirements())},
+        secrets={name: "stand-in" for name in sorted(target.secrets or {})},
+        tls={"cert": ident.cert_pem, "key": ident.key_pem},
+    )
+
+
+def size_at_launch(target: Target, url_bytes: int) -> int:
+    """The target's boot script in bytes as a cloud launch would render it (``stand_in_launch``).
+    ``plan check`` refuses a target over its cloud's limit (``max_bytes_for``) before any run, instead
+    of provision refusing it after the budget and approval steps."""
+    launch = stand_in_launch(target, url_bytes)
     return len(
         render(
             target,
-            api_key="bk-" + "0" * 40,  # secrets.api_key's length
-            shutdown_after_s=48 * 3600,
+            api_key=launch.api_key or "",
+            shutdown_after_s=launch.shutdown_after_s or 0.0,
             ingress_cidr=target.provider_options.get("ingress_cidr"),
-            agent=agent,
-            expires_at=time.time() + 48 * 3600,
-            tls={"cert": ident.cert_pem, "key": ident.key_pem},
-            secret_names=sorted(target.secrets or {}),
+            agent=dict(launch.agent or {}),
+            expires_at=launch.expires_at,
+            tls=dict(launch.tls or {}),
+            secret_names=sorted(launch.secrets),
             max_bytes=None,
         ).encode()
     )
