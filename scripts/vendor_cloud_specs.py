@@ -66,6 +66,7 @@ OPERATIONS = {
         "/v2/sizes": ["get"],
         "/v2/regions": ["get"],
         "/v2/images/{image_id}": ["get"],
+        "/v2/account/keys/{ssh_key_identifier}": ["get"],
     },
     "vultr": {
         "/account": ["get"],
@@ -74,6 +75,7 @@ OPERATIONS = {
         "/plans-metal": ["get"],
         "/regions": ["get"],
         "/os": ["get"],
+        "/ssh-keys/{ssh-key-id}": ["get"],
     },
 }
 
@@ -96,10 +98,10 @@ def _vultr_plans_metal_key(spec: dict[str, Any]) -> str:
 
 def _vultr_plans_metal_disk(spec: dict[str, Any]) -> str:
     """A bare-metal plan's ``disk`` is a string in the schema; govultr's ``BareMetalPlan`` reads it as
-    ``Disk int`` (GB per disk)."""
+    ``Disk int`` (GB per disk), as the operation's own example gives it (240)."""
     schema = spec["paths"]["/plans-metal"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     schema["properties"]["plans_metal"]["items"]["properties"]["disk"]["type"] = "integer"
-    return "GET /plans-metal 200: plans_metal[].disk string -> integer (govultr)"
+    return "GET /plans-metal 200: plans_metal[].disk string -> integer (its own example, govultr)"
 
 
 ERRATA: dict[str, list[Callable[[dict[str, Any]], str]]] = {

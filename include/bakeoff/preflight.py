@@ -501,6 +501,34 @@ def _offered(
     )
 
 
+def _known_regions(t: Any, i: int, wanted: list[str], known: set[str]) -> Check:
+    """Are the target's regions ones the cloud lists (and, on DigitalOcean, open to new nodes)?"""
+    unknown = [r for r in wanted if r not in known]
+    if not unknown:
+        return Check(t.name, "region", OK, f"{', '.join(wanted)} listed")
+    fix = f"targets[{i}].provider_options.regions: use {', '.join(sorted(known)) or 'a listed region'}"
+    return Check(
+        t.name, "region", FAIL if len(unknown) == len(wanted) else WARN, f"{', '.join(unknown)} not listed", fix
+    )
+
+
+def _ssh_keys(t: Any, i: int, p: Any, path: str) -> Check:
+    """Each SSH key id the create would name, read back from the account."""
+    ids = list(t.provider_options.ssh_key_ids)
+    if not ids:
+        return Check(t.name, "ssh keys", OK, "none named (no SSH port opened)")
+    missing = [k for k in ids if p.api.request("GET", f"{path}/{k}").status_code != 200]
+    if missing:
+        return Check(
+            t.name,
+            "ssh keys",
+            FAIL,
+            f"{', '.join(missing)} not on the account",
+            f"targets[{i}].provider_options.ssh_key_ids",
+        )
+    return Check(t.name, "ssh keys", OK, f"{len(ids)} found")
+
+
 def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     from bakeoff.providers.vultr import DEFAULT_OS_ID  # noqa: PLC0415 - the provider module only for Vultr targets
 
@@ -508,9 +536,12 @@ def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     yield cred
     if cred.result == FAIL:
         return
+    regions = {x["id"]: x for x in p.api.pages("regions", "regions", {"per_page": 500})}
+    yield _known_regions(t, i, _regions(t, p), set(regions))
     plans = {x["id"]: x for x in p.api.pages("plans-metal", "plans_metal", {"per_page": 500})}
     plan = plans.get(t.instance_type)
     yield _offered(t, i, _regions(t, p), plan, "bare-metal plan", (plan or {}).get("locations"))
+    yield _ssh_keys(t, i, p, "ssh-keys")
     yield Check(t.name, "quota", NA, "Vultr's API has no quota call; a refusal comes at create")
     os_image = t.provider_options.os_image or DEFAULT_OS_ID
     if isinstance(os_image, str):
@@ -532,6 +563,8 @@ def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
     yield cred
     if cred.result == FAIL:
         return
+    regions = {x["slug"]: x for x in p.api.pages("regions", "regions", {"per_page": 200})}
+    yield _known_regions(t, i, _regions(t, p), {r for r, x in regions.items() if x.get("available")})
     sizes = {s["slug"]: s for s in p.api.pages("sizes", "sizes", {"per_page": 200})}
     size = sizes.get(t.instance_type)
     size = size if size and size.get("available", True) else None
@@ -550,6 +583,7 @@ def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
         yield Check(t.name, "image", OK, f"{image} ({(r.json().get('image') or {}).get('name', '')})")
     else:
         yield Check(t.name, "image", FAIL, f"image {image}: {r.status_code}", f"targets[{i}].provider_options.os_image")
+    yield _ssh_keys(t, i, p, "account/keys")
     yield Check(t.name, "dry run", NA, "DigitalOcean has no dry-run create")
     yield _untried(t, UNTRIED["digitalocean"])
 

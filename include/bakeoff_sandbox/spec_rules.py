@@ -165,9 +165,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "vultr_per_page_max_500",
         "vultr",
-        ("GET /bare-metals", "GET /plans-metal"),
+        ("GET /bare-metals", "GET /plans-metal", "GET /os", "GET /regions"),
         "Number of items requested per page. Default is 100 and Max is 500.",
-        "GET /bare-metals and GET /plans-metal parameters: per_page",
+        "parameters: per_page of GET /bare-metals, /plans-metal, /os and /regions",
         _vultr_per_page,
     ),
 )

@@ -168,6 +168,39 @@ def test_each_vultr_and_digitalocean_check_can_fail(sb):
     assert sb.clouds.vultr.live() == [] and sb.clouds.do.live() == []
 
 
+def test_rest_regions_and_ssh_keys_are_read_back_and_can_fail(sb):
+    offer = sb.clouds.catalog.offer
+    vultr_key, do_key = next(iter(offer["vultr_ssh_keys"])), next(iter(offer["do_ssh_keys"]))
+    plan, t = _variant(PLANS[0], "vultr", provider_options={"ssh_key_ids": [vultr_key]})
+    do_plan, d = _variant(
+        PLANS[0],
+        "vultr",
+        provider="digitalocean",
+        instance_type="gpu-mi300x8-1536gb",
+        provider_options={"regions": ["atl1"], "ssh_key_ids": [do_key]},
+    )
+    for p, name in ((plan, t), (do_plan, d)):
+        rows = _rows(p, sb)
+        assert rows[(name, "region")].result == OK and rows[(name, "ssh keys")].result == OK
+    plan, t = _variant(PLANS[0], "vultr", provider_options={"regions": ["xxx"], "ssh_key_ids": ["nokey"]})
+    rows = _rows(plan, sb)
+    assert rows[(t, "region")].result == FAIL and "use ewr, lax, ord" in rows[(t, "region")].fix
+    assert rows[(t, "ssh keys")].result == FAIL and "ssh_key_ids" in rows[(t, "ssh keys")].fix
+    do_plan, d = _variant(
+        PLANS[0],
+        "vultr",
+        provider="digitalocean",
+        instance_type="gpu-mi300x8-1536gb",
+        provider_options={"regions": ["atl1", "zz9"], "ssh_key_ids": ["999"]},
+    )
+    rows = _rows(do_plan, sb)
+    assert rows[(d, "region")].result == WARN and "zz9 not listed" in rows[(d, "region")].detail
+    assert rows[(d, "ssh keys")].result == FAIL and "999 not on the account" in rows[(d, "ssh keys")].detail
+    # every read answered as the vendored definitions say, and none refused
+    assert sb.clouds.vultr.answer_problems == [] and sb.clouds.do.answer_problems == []
+    assert sb.clouds.vultr.refused == [] and sb.clouds.do.refused == []
+
+
 def test_an_undated_price_is_a_warning_not_a_stop(sb, monkeypatch):
     plan = load_plan(PLANS[1])
     dated = [r for r in preflight(plan, sb.credentials) if r.check == "price"]
