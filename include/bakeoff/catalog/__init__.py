@@ -5,6 +5,7 @@ Every figure keeps the source and date it came from, so a report can say where a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -294,6 +295,14 @@ def provider_apis() -> dict[str, dict[str, str]]:
 @lru_cache
 def models() -> dict[str, ModelSpec]:
     return {name: ModelSpec(name=name, **m) for name, m in _load("models.yaml")["models"].items()}
+
+
+@lru_cache
+def engine_flags() -> dict[str, Any]:
+    """Flags each engine release's own parser accepts, and the release each shipped image is held to
+    (``engine_flags.json``, written by ``scripts/vendor_engine_flags.py``: ``make engine-flags``)."""
+    doc: dict[str, Any] = json.loads(resources.files(__package__).joinpath("engine_flags.json").read_text())
+    return doc
 
 
 @lru_cache
