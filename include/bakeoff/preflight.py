@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from bakeoff import catalog
 from bakeoff.plan import Plan, apply_overrides, load_plan
 from bakeoff.plan.prices import apply_price_sheet
 from bakeoff.providers import PROVIDERS, ProviderError, get_provider
@@ -203,6 +205,39 @@ _AWS_SENT = {
 }
 
 
+def _image_provides(t: Any, i: int, listed: str) -> Check:
+    """What the default node image is recorded to provide (catalog ``node_images``), held to the name
+    the cloud's listing gives the image: a GPU driver it is recorded without stops the boot (FAIL where
+    the record has a source, else a warning); the boot script checks every item on the node anyway."""
+    row = catalog.node_images().get(t.provider)
+    image = catalog.default_images().get(t.provider)
+    fields = [image.field] if image else []
+    fields += ["ami", "image_ocid"]
+    if row is None or any(t.provider_options.get(f) for f in fields):
+        return Check(t.name, "image provides", NA, "the plan's own image: the boot script checks it on the node")
+    if not re.search(row.listing, listed):
+        return Check(
+            t.name,
+            "image provides",
+            WARN,
+            f"the listing names it {listed!r}; what it provides was recorded for {row.image}",
+            "the boot script checks Docker and the GPU driver on the node",
+        )
+    vendor = catalog.gpus()[t.instance.gpu].vendor
+    lacks = row.lacks(vendor)
+    missing = [w for w, have in (("Docker", row.docker), ("the GPU driver", row.gpu_driver)) if have is None]
+    detail = f"{listed} ({row.ref.label()})"
+    fix = f"targets[{i}].provider_options.{row.instead}"
+    if lacks:
+        detail += f": has no {' and no '.join(lacks)}, so the boot would stop"
+        return Check(t.name, "image provides", FAIL if row.ref.verified else WARN, detail, fix)
+    if missing or not row.docker or not row.ref.verified:
+        notes = [f"may lack {', '.join(missing)}"] if missing else []
+        notes += ["Docker is installed at boot"] if row.docker is False else []
+        return Check(t.name, "image provides", WARN, f"{detail}: {'; '.join(notes) or 'unverified'}", fix)
+    return Check(t.name, "image provides", OK, detail)
+
+
 def _untried(t: Any, parts: list[str]) -> Check:
     return Check(t.name, "not tried", NA, "; ".join(parts))
 
@@ -282,6 +317,7 @@ def _aws(t: Any, i: int, p: Any) -> Iterator[Check]:
         yield Check(name, "image", FAIL, f"{ami} not found in {region}", f"targets[{i}].provider_options.ami")
         return
     yield Check(name, "image", OK, f"{ami} ({images[0].get('Name', '')}) in {region}")
+    yield _image_provides(t, i, str(images[0].get("Name", "")))
     try:
         tried = p.preflight_dry_run(t, Placement(region, zone))
     except ProviderError as e:
@@ -420,7 +456,9 @@ def _oci(t: Any, i: int, p: Any) -> Iterator[Check]:
             yield Check(name, "image", OK, f"{image.display_name}")
         else:
             p._image(t, compartment, region)
-            yield Check(name, "image", OK, f"a platform image lists {t.instance_type}")
+            platform = compute.get_image(p._image(t, compartment, region)).data
+            yield Check(name, "image", OK, f"{platform.display_name}, a platform image listing {t.instance_type}")
+            yield _image_provides(t, i, str(platform.display_name))
     except Exception as e:  # noqa: BLE001 - ProviderError or the SDK's
         yield Check(name, "image", FAIL, err(e), f"targets[{i}].provider_options.image_ocid")
     yield Check(name, "dry run", NA, "OCI has no dry-run launch; the checks above stand for it")
@@ -550,6 +588,7 @@ def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     oses = {o["id"]: o for o in p.api.pages("os", "os", {"per_page": 500})}
     if os_image in oses:
         yield Check(t.name, "image", OK, f"os_id {os_image} ({oses[os_image].get('name')})")
+        yield _image_provides(t, i, str(oses[os_image].get("name", "")))
     else:
         yield Check(t.name, "image", FAIL, f"os_id {os_image} not offered", f"targets[{i}].provider_options.os_image")
     yield Check(t.name, "dry run", NA, "Vultr has no dry-run create")
@@ -580,7 +619,9 @@ def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
     image = t.provider_options.os_image or DEFAULT_IMAGE
     r = p.api.request("GET", f"images/{image}")
     if r.status_code == 200:
-        yield Check(t.name, "image", OK, f"{image} ({(r.json().get('image') or {}).get('name', '')})")
+        listed = str((r.json().get("image") or {}).get("name", ""))
+        yield Check(t.name, "image", OK, f"{image} ({listed})")
+        yield _image_provides(t, i, listed)
     else:
         yield Check(t.name, "image", FAIL, f"image {image}: {r.status_code}", f"targets[{i}].provider_options.os_image")
     yield _ssh_keys(t, i, p, "account/keys")

@@ -146,7 +146,7 @@ def test_each_vultr_and_digitalocean_check_can_fail(sb):
         instance_type="gpu-mi300x8-1536gb",
         provider_options={"regions": ["atl1"]},
     )
-    assert {r.result for k, r in _rows(do_plan, sb).items() if k[1] != "price"} <= {OK, "n/a"}
+    assert {r.result for k, r in _rows(do_plan, sb).items() if k[1] not in ("price", "image provides")} <= {OK, "n/a"}
     try:
         offer["vultr_plans"].pop("vbm-256c-3072gb-8-mi355x-gpu")
         offer["vultr_os"].clear()
@@ -199,6 +199,30 @@ def test_rest_regions_and_ssh_keys_are_read_back_and_can_fail(sb):
     # every read answered as the vendored definitions say, and none refused
     assert sb.clouds.vultr.answer_problems == [] and sb.clouds.do.answer_problems == []
     assert sb.clouds.vultr.refused == [] and sb.clouds.do.refused == []
+
+
+def test_what_the_default_image_provides_is_held_to_the_clouds_listing(sb, monkeypatch):
+    from bakeoff import catalog
+
+    plan, t = _variant(PLANS[0], "vultr")
+    row = _rows(plan, sb)[(t, "image provides")]
+    assert row.result == WARN and row.detail.startswith("Ubuntu 24.04 LTS x64 (unverified)")
+    assert "has no GPU driver, so the boot would stop" in row.detail and "amdgpu and ROCm" in row.fix
+    own, o = _variant(PLANS[0], "vultr", provider_options={"os_image": 2284})
+    assert _rows(own, sb)[(o, "image provides")].result == "n/a"
+    sb.clouds.catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 26.04 LTS x64"
+    try:
+        row = _rows(plan, sb)[(t, "image provides")]
+    finally:
+        sb.clouds.catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 24.04 LTS x64"
+    assert row.result == WARN and "the listing names it 'Ubuntu 26.04 LTS x64'" in row.detail
+    # a record with a dated source that says the driver is missing stops the run before any spend
+    vultr = catalog.node_images()["vultr"]
+    dated = vultr.model_copy(update={"ref": catalog.NameRef(source="a page", as_of="2026-12-01")})
+    recorded = catalog.node_images()
+    monkeypatch.setattr(catalog, "node_images", lambda: {**recorded, "vultr": dated})
+    row = _rows(plan, sb)[(t, "image provides")]
+    assert row.result == FAIL and "the boot would stop" in row.detail
 
 
 def test_an_undated_price_is_a_warning_not_a_stop(sb, monkeypatch):

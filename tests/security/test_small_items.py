@@ -224,10 +224,14 @@ def _run_boot(script: str, tmp: Path, failing: str) -> tuple[int, str, list[str]
     for d in ("/var/log/bakeoff", "/etc/bakeoff", "/opt/bakeoff", "/var/lib/bakeoff", "/mnt/nvme"):
         script = script.replace(d, str(tmp / d.strip("/")))
     script = script.replace("/dev/console", str(tmp / "console"))
+    script = script.replace("/dev/kfd", str(tmp / "kfd"))  # the AMD driver's device: present
+    (tmp / "kfd").touch()
     host = StubHost(tmp)
     for fw in ("iptables", "ip6tables"):
         host.stub(fw, f'if [[ "{fw} $*" =~ $FAILING ]]; then echo "{fw}: rule failed" >&2; exit 1; fi')
-    for c in ("docker", "curl", "shutdown", "poweroff", "nvidia-smi", "rocm-smi", "amd-smi", "sleep"):
+    for c in ("docker", "curl", "shutdown", "poweroff", "nvidia-smi", "nvidia-container-runtime", "rocm-smi"):
+        host.stub(c)
+    for c in ("amd-smi", "sleep"):
         host.stub(c)
     # reads its input as the real one does: a stub that exits first makes `echo … | sha256sum -c -`
     # fail under pipefail (SIGPIPE) now and then, and the boot stops at the agent's checksum

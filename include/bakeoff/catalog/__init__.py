@@ -122,6 +122,27 @@ class AccuracyFloor(_Frozen):
     as_of: str = Field(min_length=1)
 
 
+class NodeImage(_Frozen):
+    """What a cloud's default node image provides that the boot script relies on (None: not known)."""
+
+    provider: str
+    image: str
+    gpu: Literal["nvidia", "amd"] | None = None
+    docker: bool | None = None
+    gpu_driver: bool | None = None
+    container_toolkit: bool | None = None
+    gpu_stack: str | None = None
+    listing: str = ""  # a regex over the name the cloud's image listing gives it
+    ref: NameRef = NameRef()
+    note: str = ""
+    instead: str = ""
+
+    def lacks(self, vendor: str) -> list[str]:
+        """What a boot on a ``vendor`` GPU cannot install and this image is recorded without."""
+        out = ["GPU driver"] if self.gpu_driver is False else []
+        return out + (["NVIDIA container toolkit"] if vendor == "nvidia" and self.container_toolkit is False else [])
+
+
 class ModelSpec(_Frozen):
     """One model's architecture, as far as memory and roofline arithmetic need it.
 
@@ -276,6 +297,16 @@ def default_images() -> dict[str, DefaultImage]:
     for row in _load("instances.yaml").get("images") or []:
         row = {**row, "name_ref": _name_ref(row.get("name_ref"))}
         out[row["provider"]] = DefaultImage(**row)
+    return out
+
+
+@lru_cache
+def node_images() -> dict[str, NodeImage]:
+    """Per provider, what its default node image provides (instances.yaml ``node_images``)."""
+    out = {}
+    for row in _load("instances.yaml").get("node_images") or []:
+        row = {**row, "ref": _name_ref(row.get("ref"))}
+        out[row["provider"]] = NodeImage(**row)
     return out
 
 

@@ -319,6 +319,45 @@ if [ $w_src = hub ] && [ -n "$w_s3" ] && command -v aws >/dev/null; then  # the 
 fi"""
 
 
+# the plan's fields that name a node image, in the order a provider reads them
+_IMAGE_FIELDS = ("ami", "ssm_parameter", "os_image", "image_ocid")
+
+
+def node_image(target: Target) -> tuple[str, str]:
+    """(the node image the launch boots, what to launch instead when it lacks what a boot cannot
+    install): the plan's own image field, else the cloud's default (catalog ``node_images``)."""
+    row = catalog.node_images().get(target.provider)
+    instead = row.instead if row else "an image with Docker and the GPU driver"
+    for field in _IMAGE_FIELDS:
+        value = target.provider_options.get(field)
+        if value:
+            return f"{field} {value}", instead
+    return (row.image if row else f"{target.provider}'s default image"), instead
+
+
+def image_checks_section(target: Target) -> str:
+    """Check what the node image provides before anything relies on it: Docker is installed from the
+    distribution where missing (its time recorded), a missing GPU driver or NVIDIA container toolkit
+    stops the boot with a console line naming the image and the one to use instead."""
+    label, instead = node_image(target)
+    q = shlex.quote
+    if _catalog_gpu(target).vendor == "nvidia":
+        gpu = (
+            'nvidia-smi -L >/dev/null||bk_no "NVIDIA GPU driver (nvidia-smi -L failed)"\n'
+            'command -v nvidia-container-runtime >/dev/null||bk_no "NVIDIA container toolkit"'
+        )
+    else:
+        gpu = '[ -e /dev/kfd ]||bk_no "AMD GPU driver (no /dev/kfd)"'
+    # compact: the whole script must fit the clouds' 16 KiB user-data limit
+    return f"""bk_i={q(label)} bk_u={q(instead)}
+bk_no(){{ echo "bakeoff: node image $bk_i has no $1; use $bk_u instead";exit 1;}}
+command -v docker >/dev/null||{{ t=$(date +%s);echo "bakeoff: node image $bk_i has no Docker; installing docker.io"
+apt-get -qy update&&apt-get -qy install docker.io&&systemctl enable --now docker
+command -v docker >/dev/null||bk_no "Docker (docker.io did not install)"
+echo "bakeoff-install: docker $(($(date +%s)-t))s";}}
+{gpu}"""
+
+
 def target_summary(target: Target, port: int) -> dict[str, Any]:
     """What the node serves, as one JSON line in the script (the sandbox boots its emulator from it;
     the plan's target holds no secret)."""
@@ -550,6 +589,9 @@ echo "bakeoff: boot $(date -u +%FT%TZ)"
 # 2. only the plan's CIDR reaches port {port}; every other inbound TCP port is closed
 {fw}
 {_default_deny()}
+
+# 2b. what the node image provides: installed where the distribution packages it, else the boot stops
+{image_checks_section(target)}
 
 # 3. the API key and the node's TLS key: root-only files, never echoed nor on a command line
 install -d -m 0700 /etc/bakeoff
