@@ -67,9 +67,9 @@ def test_an_image_with_docker_installs_nothing(tmp_path):
 @pytest.mark.parametrize(
     "provider,kw,lacks",
     [
-        ("vultr", {"docker": False, "apt": False}, "Docker (docker.io did not install)"),
-        ("vultr", {"docker": True, "driver": False}, "AMD GPU driver (no "),
-        ("aws", {"docker": True, "driver": False}, "NVIDIA GPU driver (nvidia-smi -L failed)"),
+        ("vultr", {"docker": False, "apt": False}, "Docker;"),
+        ("vultr", {"docker": True, "driver": False}, "AMD GPU driver;"),
+        ("aws", {"docker": True, "driver": False}, "NVIDIA GPU driver;"),
         ("aws", {"docker": True, "toolkit": False}, "NVIDIA container toolkit;"),
     ],
 )
@@ -77,7 +77,7 @@ def test_what_a_boot_cannot_install_stops_it_naming_the_image_and_the_one_to_use
     t = _target(provider)
     code, out, _ = _run(t, tmp_path, **kw)
     assert code == 1 and "checks-passed" not in out, out
-    (line,) = [x for x in out.splitlines() if x.startswith("bakeoff: node image") and " has no " + lacks[:12] in x]
+    (line,) = [x for x in out.splitlines() if x.startswith("bakeoff: node image") and f" has no {lacks} use " in x]
     row = catalog.node_images()[provider]
     assert row.image in line and f"use {row.instead} instead" in line and lacks in line
     assert classify(out)[0] == "node_image" and "node_image" in deploy.CERTAIN_FAILURES
@@ -91,8 +91,8 @@ def test_the_plans_own_image_is_the_one_named(tmp_path):
 
 def test_the_checks_run_after_the_firewall_and_before_anything_uses_docker():
     script = userdata.render(_target("vultr"), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32")
-    at = {k: script.index(k) for k in ("# 2. only the plan", "bk_no(){", "# 3. the API key", "docker pull")}
-    assert at["# 2. only the plan"] < at["bk_no(){"] < at["# 3. the API key"] < at["docker pull"]
+    at = {k: script.index(k) for k in ("# 2. only the plan", "bn(){", "# 3. the API key", "docker pull")}
+    assert at["# 2. only the plan"] < at["bn(){"] < at["# 3. the API key"] < at["docker pull"]
 
 
 def test_plan_check_warns_where_the_default_image_lacks_or_may_lack_what_the_boot_needs():

@@ -343,18 +343,17 @@ def image_checks_section(target: Target) -> str:
     q = shlex.quote
     if _catalog_gpu(target).vendor == "nvidia":
         gpu = (
-            'nvidia-smi -L >/dev/null||bk_no "NVIDIA GPU driver (nvidia-smi -L failed)"\n'
-            'command -v nvidia-container-runtime >/dev/null||bk_no "NVIDIA container toolkit"'
+            'nvidia-smi -L >/dev/null||bn "NVIDIA GPU driver"\n'
+            'command -v nvidia-container-runtime >/dev/null||bn "NVIDIA container toolkit"'
         )
     else:
-        gpu = '[ -e /dev/kfd ]||bk_no "AMD GPU driver (no /dev/kfd)"'
-    # compact: the whole script must fit the clouds' 16 KiB user-data limit
-    return f"""bk_i={q(label)} bk_u={q(instead)}
-bk_no(){{ echo "bakeoff: node image $bk_i has no $1; use $bk_u instead";exit 1;}}
-command -v docker >/dev/null||{{ t=$(date +%s);echo "bakeoff: node image $bk_i has no Docker; installing docker.io"
+        gpu = '[ -e /dev/kfd ]||bn "AMD GPU driver"'
+    # terse: the whole script must fit the clouds' 16 KiB user-data limit
+    return f"""bi={q(label)} bu={q(instead)} bm="bakeoff: node image $bi has no"
+bn(){{ echo "$bm $1; use $bu instead";exit 1;}}
+command -v docker >/dev/null||{{ bt=$SECONDS;echo "$bm Docker; installing docker.io"
 apt-get -qy update&&apt-get -qy install docker.io&&systemctl enable --now docker
-command -v docker >/dev/null||bk_no "Docker (docker.io did not install)"
-echo "bakeoff-install: docker $(($(date +%s)-t))s";}}
+command -v docker >/dev/null||bn Docker;echo "bakeoff-install: docker $((SECONDS-bt))s";}}
 {gpu}"""
 
 
@@ -590,7 +589,7 @@ echo "bakeoff: boot $(date -u +%FT%TZ)"
 {fw}
 {_default_deny()}
 
-# 2b. what the node image provides: installed where the distribution packages it, else the boot stops
+# 2b. what the node image lacks
 {image_checks_section(target)}
 
 # 3. the API key and the node's TLS key: root-only files, never echoed nor on a command line
