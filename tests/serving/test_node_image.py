@@ -111,3 +111,20 @@ def _plan_raw(provider: str, **options):
     t["provider_options"].update(options)
     raw["targets"] = [t]
     return raw
+
+
+def test_a_script_over_the_limit_drops_its_prose_comments_and_nothing_else():
+    """What lets the image checks fit the 16 KB limit: prose comments go, the marks readiness and the
+    sandbox read stay, and the heredocs (checksummed programs) are untouched."""
+    import re
+    import subprocess
+
+    full = userdata.render(_target("vultr"), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32")
+    compact = userdata.without_prose(full)
+    assert len(compact) < len(full) and "# 3. the API key" in full and "# 3. the API key" not in compact
+    assert [x for x in full.splitlines() if x.startswith("# bakeoff-")] == [
+        x for x in compact.splitlines() if x.startswith("# bakeoff-")
+    ]
+    heredocs = re.compile(r"<<'(\w+)'\n(.*?)\n\1\n", re.S)
+    assert heredocs.findall(full) == heredocs.findall(compact)
+    assert subprocess.run(["bash", "-n"], input=compact, text=True).returncode == 0

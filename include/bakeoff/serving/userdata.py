@@ -635,12 +635,32 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
 (docker logs -f {CONTAINER} 2>&1 | sed -u -f /etc/bakeoff/mask.sed >> {LOG_DIR}/serve.log) &
 """
     if max_bytes is not None and len(script.encode()) > max_bytes:
+        script = without_prose(script)
+    if max_bytes is not None and len(script.encode()) > max_bytes:
         who = f"{target.provider}'s" if max_bytes != MAX_BYTES else "the clouds'"
         raise ValueError(
             f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over {who} "
             f"{max_bytes}-byte user-data limit; shorten env, engine_args or the image name"
         )
     return script
+
+
+_HEREDOC = re.compile(r"<<'(\w+)'$")
+
+
+def without_prose(script: str) -> str:
+    """The script less its prose comment lines (outside heredocs, whose programs are checksummed; the
+    ``# bakeoff-`` marks stay): what a launch sends when the commented script is over the cloud's limit."""
+    out, end = [], None
+    for line in script.splitlines(keepends=True):
+        if end is None and line.lstrip().startswith("# ") and not line.startswith(("# bakeoff-", "# weights-")):
+            continue
+        out.append(line)
+        if end is None and (m := _HEREDOC.search(line.rstrip("\n"))):
+            end = m.group(1)
+        elif end is not None and line.rstrip("\n") == end:
+            end = None
+    return "".join(out)
 
 
 def render_for(target: Target, spec: LaunchSpec | Mapping[str, Any]) -> str:
@@ -698,19 +718,20 @@ def size_at_launch(target: Target, url_bytes: int) -> int:
     ``plan check`` refuses a target over its cloud's limit (``max_bytes_for``) before any run, instead
     of provision refusing it after the budget and approval steps."""
     launch = stand_in_launch(target, url_bytes)
-    return len(
-        render(
-            target,
-            api_key=launch.api_key or "",
-            shutdown_after_s=launch.shutdown_after_s or 0.0,
-            ingress_cidr=target.provider_options.get("ingress_cidr"),
-            agent=dict(launch.agent or {}),
-            expires_at=launch.expires_at,
-            tls=dict(launch.tls or {}),
-            secret_names=sorted(launch.secrets),
-            max_bytes=None,
-        ).encode()
+    script = render(
+        target,
+        api_key=launch.api_key or "",
+        shutdown_after_s=launch.shutdown_after_s or 0.0,
+        ingress_cidr=target.provider_options.get("ingress_cidr"),
+        agent=dict(launch.agent or {}),
+        expires_at=launch.expires_at,
+        tls=dict(launch.tls or {}),
+        secret_names=sorted(launch.secrets),
+        max_bytes=None,
     )
+    if len(script.encode()) > max_bytes_for(target.provider):  # as render sends it: its prose dropped
+        script = without_prose(script)
+    return len(script.encode())
 
 
 def target_from_userdata(script: str) -> dict[str, Any] | None:
