@@ -26,7 +26,7 @@ export AIRFLOW__CORE__DAGBAG_IMPORT_ERROR_TRACEBACK_DEPTH := 5
 export BAKEOFF_DATA ?= $(CURDIR)/var
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-unit lint typecheck lock ui venv ensure-uv system-deps airflow-db distributed clean cloud-specs
+.PHONY: demo test test-unit lint typecheck lock ui venv ensure-uv system-deps airflow-db distributed clean cloud-specs engine-flags
 
 ## demo: a whole bake-off on the local provider (emulated hardware), ending with a report; exits
 ## non-zero when the DAG run failed. PLAN is an installed plan's name or a plan file (its folder is
@@ -112,6 +112,12 @@ system-deps:
 ## checkouts of digitalocean/openapi and vultr/vultr-python-client: DO_SPEC=path VULTR_SPEC=path
 cloud-specs: venv
 	$(PY) scripts/vendor_cloud_specs.py $(if $(DO_SPEC),--digitalocean $(DO_SPEC)) $(if $(VULTR_SPEC),--vultr $(VULTR_SPEC))
+
+## engine-flags: re-vendor the flags each engine release's own parser accepts (catalog/engine_flags.json)
+## from the package index (vLLM, SGLang wheels, downloaded not installed) and a git directory of
+## ROCm/ATOM: ATOM_GIT=path [TRTLLM_DIR=dir holding tensorrt_llm/commands/serve.py TRTLLM_SOURCE=...]
+engine-flags: venv
+	$(PY) scripts/vendor_engine_flags.py --atom $(ATOM_GIT) $(if $(TRTLLM_DIR),--trtllm $(TRTLLM_DIR) --trtllm-source "$(TRTLLM_SOURCE)")
 
 distributed: venv
 	VENV="$(abspath $(VENV))" bash scripts/distributed_run.sh

@@ -66,6 +66,7 @@ OPERATIONS = {
         "/v2/sizes": ["get"],
         "/v2/regions": ["get"],
         "/v2/images/{image_id}": ["get"],
+        "/v2/account/keys/{ssh_key_identifier}": ["get"],
     },
     "vultr": {
         "/account": ["get"],
@@ -74,6 +75,7 @@ OPERATIONS = {
         "/plans-metal": ["get"],
         "/regions": ["get"],
         "/os": ["get"],
+        "/ssh-keys/{ssh-key-id}": ["get"],
     },
 }
 
@@ -86,7 +88,26 @@ def _vultr_create_key(spec: dict[str, Any]) -> str:
     return "POST /bare-metals 202: answer key baremetal -> bare_metal (its own example, GET, govultr)"
 
 
-ERRATA: dict[str, list[Callable[[dict[str, Any]], str]]] = {"digitalocean": [], "vultr": [_vultr_create_key]}
+def _vultr_plans_metal_key(spec: dict[str, Any]) -> str:
+    """The bare-metal plans listing's schema names its key ``plans``; the same operation's example and
+    govultr's ``bareMetalPlansBase`` (``json:"plans_metal"``) say ``plans_metal``, which the pre-flight reads."""
+    schema = spec["paths"]["/plans-metal"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    schema["properties"] = {("plans_metal" if k == "plans" else k): v for k, v in schema["properties"].items()}
+    return "GET /plans-metal 200: answer key plans -> plans_metal (its own example, govultr)"
+
+
+def _vultr_plans_metal_disk(spec: dict[str, Any]) -> str:
+    """A bare-metal plan's ``disk`` is a string in the schema; govultr's ``BareMetalPlan`` reads it as
+    ``Disk int`` (GB per disk), as the operation's own example gives it (240)."""
+    schema = spec["paths"]["/plans-metal"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    schema["properties"]["plans_metal"]["items"]["properties"]["disk"]["type"] = "integer"
+    return "GET /plans-metal 200: plans_metal[].disk string -> integer (its own example, govultr)"
+
+
+ERRATA: dict[str, list[Callable[[dict[str, Any]], str]]] = {
+    "digitalocean": [],
+    "vultr": [_vultr_create_key, _vultr_plans_metal_key, _vultr_plans_metal_disk],
+}
 
 
 class Source:

@@ -21,7 +21,7 @@ from bakeoff.bench.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
 from bakeoff.fielderrors import explain
 from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
-from bakeoff.plan.names import unverified_names
+from bakeoff.plan.names import image_gaps, unverified_names
 from bakeoff.plan.prices import market_mismatches
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.report.headline import headline_table
@@ -95,7 +95,13 @@ def _plan_check(args: argparse.Namespace) -> int:
     print(f"approval: {'needed before spend' if need['required'] else 'not needed'} ({need['reason']})")
     for row in client_cores(plan):
         print(line(row))
-    for w in [*warnings(plan), *unverified_names(plan), *market_mismatches(plan), *admitted.warnings]:
+    for w in [
+        *warnings(plan),
+        *unverified_names(plan),
+        *image_gaps(plan),
+        *market_mismatches(plan),
+        *admitted.warnings,
+    ]:
         print(f"warning: {w}")
     return 0
 

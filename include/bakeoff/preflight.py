@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from bakeoff import catalog
 from bakeoff.plan import Plan, apply_overrides, load_plan
 from bakeoff.plan.prices import apply_price_sheet
 from bakeoff.providers import PROVIDERS, ProviderError, get_provider
+from bakeoff.providers.base import Placement
 from bakeoff.providers.credentials import credentials_from_env
 
 log = logging.getLogger(__name__)
@@ -166,6 +169,79 @@ def _date(text: str) -> dt.date | None:
     return None
 
 
+# What a cloud's launch does that its pre-flight cannot try with reads and dry runs (also in
+# docs/production.md): shown as the target's last row, so a person knows what a real launch may
+# still refuse.
+UNTRIED = {
+    "aws": [
+        "capacity at the moment of launch (a dry run checks permissions and parameters, not stock)",
+        "the boot script running on the image",
+    ],
+    "oci": [
+        "the launch itself (OCI has no dry run): its metadata and user-data, the tags and the network "
+        "security group made with it",
+        "capacity at the moment of launch (the capacity report is a snapshot)",
+        "the boot script running on the image",
+    ],
+    "vultr": [
+        "the create itself (Vultr has no dry run): its user-data and tags",
+        "the account's bare-metal allowance (no quota call) and stock at the moment of launch",
+        "the boot script running on the image",
+    ],
+    "digitalocean": [
+        "the create itself (DigitalOcean has no dry run): its user-data, tags and cloud firewall",
+        "GPU droplet access (granted per account, not readable) and stock at the moment of launch",
+        "the boot script running on the image",
+    ],
+}
+AWS_STAND_IN_GROUP = (
+    "the run's own security group (its CreateSecurityGroup was dry-run; the VPC's default group stood in "
+    "for it in RunInstances)"
+)
+# what the dry run's RunInstances carries, as the launch's (providers/aws/instance.py: _run_request)
+_AWS_SENT = {
+    "RunInstances": "tags, root volume, security groups, market options, user-data",
+    "CreateSecurityGroup": "the run's group in its VPC, tagged",
+}
+
+
+def _image_provides(t: Any, i: int, listed: str) -> Check:
+    """What the default node image is recorded to provide (catalog ``node_images``), held to the name
+    the cloud's listing gives the image: a GPU driver it is recorded without stops the boot (FAIL where
+    the record has a source, else a warning); the boot script checks every item on the node anyway."""
+    row = catalog.node_images().get(t.provider)
+    image = catalog.default_images().get(t.provider)
+    fields = [image.field] if image else []
+    fields += ["ami", "image_ocid"]
+    if row is None or any(t.provider_options.get(f) for f in fields):
+        return Check(t.name, "image provides", NA, "the plan's own image: the boot script checks it on the node")
+    if not re.search(row.listing, listed):
+        return Check(
+            t.name,
+            "image provides",
+            WARN,
+            f"the listing names it {listed!r}; what it provides was recorded for {row.image}",
+            "the boot script checks Docker and the GPU driver on the node",
+        )
+    vendor = catalog.gpus()[t.instance.gpu].vendor
+    lacks = row.lacks(vendor)
+    missing = [w for w, have in (("Docker", row.docker), ("the GPU driver", row.gpu_driver)) if have is None]
+    detail = f"{listed} ({row.ref.label()})"
+    fix = f"targets[{i}].provider_options.{row.instead}"
+    if lacks:
+        detail += f": has no {' and no '.join(lacks)}, so the boot would stop"
+        return Check(t.name, "image provides", FAIL if row.ref.verified else WARN, detail, fix)
+    if missing or not row.docker or not row.ref.verified:
+        notes = [f"may lack {', '.join(missing)}"] if missing else []
+        notes += ["Docker is installed at boot"] if row.docker is False else []
+        return Check(t.name, "image provides", WARN, f"{detail}: {'; '.join(notes) or 'unverified'}", fix)
+    return Check(t.name, "image provides", OK, detail)
+
+
+def _untried(t: Any, parts: list[str]) -> Check:
+    return Check(t.name, "not tried", NA, "; ".join(parts))
+
+
 # --- EC2 ------------------------------------------------------------------------------------------
 
 
@@ -177,7 +253,7 @@ def _aws(t: Any, i: int, p: Any) -> Iterator[Check]:
             return f"{e.response['Error']['Code']}: {e.response['Error'].get('Message', '')}"
         return f"{type(e).__name__}: {e}"
 
-    name, opts = t.name, t.provider_options
+    name = t.name
     placements = [(pl.region, pl.zone) for pl in p.placements(t)]
     home = p.default_region  # the connection's own region answers for the account
     try:
@@ -241,26 +317,27 @@ def _aws(t: Any, i: int, p: Any) -> Iterator[Check]:
         yield Check(name, "image", FAIL, f"{ami} not found in {region}", f"targets[{i}].provider_options.ami")
         return
     yield Check(name, "image", OK, f"{ami} ({images[0].get('Name', '')}) in {region}")
-    kw = {"ImageId": ami, "InstanceType": t.instance_type, "MinCount": 1, "MaxCount": 1, "DryRun": True}
-    if zone:
-        kw["Placement"] = {"AvailabilityZone": zone}
-    if opts.subnet_id:
-        kw["SubnetId"] = opts.subnet_id
+    yield _image_provides(t, i, str(images[0].get("Name", "")))
     try:
-        p._client("ec2", region).run_instances(**kw)
-        yield Check(name, "dry run", FAIL, "RunInstances with DryRun=True answered without the DryRun refusal")
-    except ClientError as e:
-        code = e.response["Error"]["Code"]
+        tried = p.preflight_dry_run(t, Placement(region, zone))
+    except ProviderError as e:
+        yield Check(name, "dry run", FAIL, str(e), f"targets[{i}].provider_options")
+        return
+    for call, code, message in tried:
+        what = "dry run" if call == "RunInstances" else f"dry run {call}"
         if code == "DryRunOperation":
-            yield Check(name, "dry run", OK, f"RunInstances {t.instance_type} in {zone or region} would succeed")
+            yield Check(name, what, OK, f"{call} as the launch sends it ({_AWS_SENT[call]}) would succeed")
         else:
             yield Check(
                 name,
-                "dry run",
+                what,
                 FAIL,
-                err(e),
-                "grant ec2:RunInstances (and the tags, security group and subnet it names) to the connection",
+                f"{call}: {code}: {message}",
+                "grant ec2:RunInstances, ec2:CreateTags and ec2:CreateSecurityGroup (and the subnet, "
+                "capacity reservation and key pair the plan names) to the connection",
             )
+    stood_in = any(call == "CreateSecurityGroup" for call, _, _ in tried)
+    yield _untried(t, [*UNTRIED["aws"], *([AWS_STAND_IN_GROUP] if stood_in else [])])
 
 
 def _aws_quota(t: Any, p: Any, region: str, err: Callable[[Exception], str]) -> Check:
@@ -379,10 +456,13 @@ def _oci(t: Any, i: int, p: Any) -> Iterator[Check]:
             yield Check(name, "image", OK, f"{image.display_name}")
         else:
             p._image(t, compartment, region)
-            yield Check(name, "image", OK, f"a platform image lists {t.instance_type}")
+            platform = compute.get_image(p._image(t, compartment, region)).data
+            yield Check(name, "image", OK, f"{platform.display_name}, a platform image listing {t.instance_type}")
+            yield _image_provides(t, i, str(platform.display_name))
     except Exception as e:  # noqa: BLE001 - ProviderError or the SDK's
         yield Check(name, "image", FAIL, err(e), f"targets[{i}].provider_options.image_ocid")
     yield Check(name, "dry run", NA, "OCI has no dry-run launch; the checks above stand for it")
+    yield _untried(t, UNTRIED["oci"])
 
 
 def _oci_limits(t: Any, p: Any, region: str, tenancy: str, ads: list[str], err: Callable[[Exception], str]) -> Check:
@@ -459,6 +539,34 @@ def _offered(
     )
 
 
+def _known_regions(t: Any, i: int, wanted: list[str], known: set[str]) -> Check:
+    """Are the target's regions ones the cloud lists (and, on DigitalOcean, open to new nodes)?"""
+    unknown = [r for r in wanted if r not in known]
+    if not unknown:
+        return Check(t.name, "region", OK, f"{', '.join(wanted)} listed")
+    fix = f"targets[{i}].provider_options.regions: use {', '.join(sorted(known)) or 'a listed region'}"
+    return Check(
+        t.name, "region", FAIL if len(unknown) == len(wanted) else WARN, f"{', '.join(unknown)} not listed", fix
+    )
+
+
+def _ssh_keys(t: Any, i: int, p: Any, path: str) -> Check:
+    """Each SSH key id the create would name, read back from the account."""
+    ids = list(t.provider_options.ssh_key_ids)
+    if not ids:
+        return Check(t.name, "ssh keys", OK, "none named (no SSH port opened)")
+    missing = [k for k in ids if p.api.request("GET", f"{path}/{k}").status_code != 200]
+    if missing:
+        return Check(
+            t.name,
+            "ssh keys",
+            FAIL,
+            f"{', '.join(missing)} not on the account",
+            f"targets[{i}].provider_options.ssh_key_ids",
+        )
+    return Check(t.name, "ssh keys", OK, f"{len(ids)} found")
+
+
 def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     from bakeoff.providers.vultr import DEFAULT_OS_ID  # noqa: PLC0415 - the provider module only for Vultr targets
 
@@ -466,9 +574,12 @@ def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     yield cred
     if cred.result == FAIL:
         return
+    regions = {x["id"]: x for x in p.api.pages("regions", "regions", {"per_page": 500})}
+    yield _known_regions(t, i, _regions(t, p), set(regions))
     plans = {x["id"]: x for x in p.api.pages("plans-metal", "plans_metal", {"per_page": 500})}
     plan = plans.get(t.instance_type)
     yield _offered(t, i, _regions(t, p), plan, "bare-metal plan", (plan or {}).get("locations"))
+    yield _ssh_keys(t, i, p, "ssh-keys")
     yield Check(t.name, "quota", NA, "Vultr's API has no quota call; a refusal comes at create")
     os_image = t.provider_options.os_image or DEFAULT_OS_ID
     if isinstance(os_image, str):
@@ -477,9 +588,11 @@ def _vultr(t: Any, i: int, p: Any) -> Iterator[Check]:
     oses = {o["id"]: o for o in p.api.pages("os", "os", {"per_page": 500})}
     if os_image in oses:
         yield Check(t.name, "image", OK, f"os_id {os_image} ({oses[os_image].get('name')})")
+        yield _image_provides(t, i, str(oses[os_image].get("name", "")))
     else:
         yield Check(t.name, "image", FAIL, f"os_id {os_image} not offered", f"targets[{i}].provider_options.os_image")
     yield Check(t.name, "dry run", NA, "Vultr has no dry-run create")
+    yield _untried(t, UNTRIED["vultr"])
 
 
 def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
@@ -489,6 +602,8 @@ def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
     yield cred
     if cred.result == FAIL:
         return
+    regions = {x["slug"]: x for x in p.api.pages("regions", "regions", {"per_page": 200})}
+    yield _known_regions(t, i, _regions(t, p), {r for r, x in regions.items() if x.get("available")})
     sizes = {s["slug"]: s for s in p.api.pages("sizes", "sizes", {"per_page": 200})}
     size = sizes.get(t.instance_type)
     size = size if size and size.get("available", True) else None
@@ -504,10 +619,14 @@ def _digitalocean(t: Any, i: int, p: Any) -> Iterator[Check]:
     image = t.provider_options.os_image or DEFAULT_IMAGE
     r = p.api.request("GET", f"images/{image}")
     if r.status_code == 200:
-        yield Check(t.name, "image", OK, f"{image} ({(r.json().get('image') or {}).get('name', '')})")
+        listed = str((r.json().get("image") or {}).get("name", ""))
+        yield Check(t.name, "image", OK, f"{image} ({listed})")
+        yield _image_provides(t, i, listed)
     else:
         yield Check(t.name, "image", FAIL, f"image {image}: {r.status_code}", f"targets[{i}].provider_options.os_image")
+    yield _ssh_keys(t, i, p, "account/keys")
     yield Check(t.name, "dry run", NA, "DigitalOcean has no dry-run create")
+    yield _untried(t, UNTRIED["digitalocean"])
 
 
 _CLOUDS: dict[str, Callable[[Any, int, Any], Iterator[Check]]] = {

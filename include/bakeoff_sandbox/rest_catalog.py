@@ -1,22 +1,20 @@
 """The read-only calls a pre-flight makes on DigitalOcean and Vultr, answered in their published shapes.
 
-DigitalOcean: ``GET /v2/account`` (``{"account": {droplet_limit, status, ...}}``), ``GET /v2/sizes``
-(``{"sizes": [{slug, regions, available, price_hourly, gpu_info, ...}], "links", "meta"}``) and
-``GET /v2/images/{slug}`` (``{"image": {...}}``, 404 ``{"id": "not_found", "message"}``). Vultr:
-``GET /v2/account``, ``GET /v2/plans-metal`` (``{"plans_metal": [{id, locations, monthly_cost,
-...}], "meta"}``) and ``GET /v2/os`` (``{"os": [{id, name, arch, family}], "meta"}``). What each fake
-cloud offers lives here (``offer``), so a test can take a size, a region or an image away and see the
-pre-flight fail. Nothing here creates anything.
+DigitalOcean: ``GET /v2/account``, ``/v2/sizes``, ``/v2/regions``, ``/v2/images/{slug}`` and
+``/v2/account/keys/{id}``; Vultr: ``GET /v2/account``, ``/v2/plans-metal`` (``plans_metal``: the
+vendored definition's erratum), ``/v2/os``, ``/v2/regions`` and ``/v2/ssh-keys/{id}``; an unknown
+image or key is a 404 in the cloud's shape. What each fake cloud offers lives here (``offer``), so a
+test can take a size, a region, an image or a key away and see the pre-flight fail. Nothing here
+creates anything.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from werkzeug.wrappers import Request, Response
-
-TOKEN = "sandbox-token"
 
 
 def _default_offer() -> dict[str, Any]:
@@ -43,16 +41,23 @@ def _default_offer() -> dict[str, Any]:
             "vbm-256c-2048gb-8-mi300x-gpu": {"locations": ["ewr"], "monthly_cost": 21450},
         },
         "vultr_os": {2284: {"name": "Ubuntu 24.04 LTS x64", "arch": "x64", "family": "ubuntu"}},
+        "do_regions": {"atl1": "Atlanta 1", "nyc2": "New York 2", "tor1": "Toronto 1"},
+        "vultr_regions": {"ewr": ("New Jersey", "US"), "ord": ("Chicago", "US"), "lax": ("Los Angeles", "US")},
+        # SSH keys on the accounts, by id (a plan's ssh_key_ids must name one)
+        "do_ssh_keys": {"512189": "sandbox-key"},
+        "vultr_ssh_keys": {"3b8066a7-b438-455a-9688-44afc9a3597f": "sandbox-key"},
     }
 
 
 class RestCatalog:
-    """Answers the read-only pre-flight paths under ``/do/v2`` and ``/vultr/v2``; None for any other."""
+    """Answers the read-only pre-flight paths under ``/do/v2`` and ``/vultr/v2``. The fake clouds'
+    server routes here what ``serves`` claims, after the same authentication, faults and definition
+    checks as every other request, and checks the answer too."""
 
     def __init__(self) -> None:
         self.offer = _default_offer()
 
-    def answer(self, req: Request) -> Response | None:
+    def _handler(self, req: Request) -> Callable[[Request], Response] | None:
         if req.method != "GET":
             return None
         path = req.path.rstrip("/")
@@ -62,16 +67,28 @@ class RestCatalog:
             "/vultr/v2/account": self._vultr_account,
             "/vultr/v2/plans-metal": self._vultr_plans,
             "/vultr/v2/os": self._vultr_os,
+            "/do/v2/regions": self._do_regions,
+            "/vultr/v2/regions": self._vultr_regions,
         }
         handler = routes.get(path)
-        if handler is None and path.startswith("/do/v2/images/"):
-            handler = lambda r: self._do_image(r, path.rsplit("/", 1)[1])  # noqa: E731
+        last = path.rsplit("/", 1)[-1]
+        by_prefix = {
+            "/do/v2/images/": self._do_image,
+            "/do/v2/account/keys/": self._do_ssh_key,
+            "/vultr/v2/ssh-keys/": self._vultr_ssh_key,
+        }
+        for prefix, one in by_prefix.items():
+            if handler is None and path.startswith(prefix):
+                handler = lambda r, one=one: one(r, last)  # noqa: E731
+        return handler
+
+    def serves(self, req: Request) -> bool:
+        return self._handler(req) is not None
+
+    def answer(self, req: Request) -> Response:
+        handler = self._handler(req)
         if handler is None:
-            return None
-        if req.headers.get("Authorization") != f"Bearer {TOKEN}":
-            if path.startswith("/do/"):
-                return _json({"id": "Unauthorized", "message": "Unable to authenticate you"}, 401)
-            return _json({"error": "Invalid API token.", "status": 401}, 401)
+            raise ValueError(f"{req.method} {req.path} is not a pre-flight read")
         return handler(req)
 
     # DigitalOcean --------------------------------------------------------------------------
@@ -119,7 +136,9 @@ class RestCatalog:
                     **image,
                     "slug": slug,
                     "public": True,
-                    "regions": ["atl1", "nyc2"],
+                    # the definition's region enum for an image omits atl1 (a GPU region its own
+                    # /v2/regions lists): the fake names only regions the enum holds
+                    "regions": ["nyc2", "tor1"],
                     "created_at": "2026-10-01T00:00:00Z",
                     "type": "base",
                     "min_disk_size": 20,
@@ -130,6 +149,27 @@ class RestCatalog:
                 }
             }
         )
+
+    def _do_regions(self, req: Request) -> Response:
+        sizes = self.offer["do_sizes"]
+        regions = [
+            {
+                "slug": slug,
+                "name": name,
+                "available": True,
+                "features": ["backups", "ipv6", "metadata"],
+                "sizes": [s for s, x in sizes.items() if slug in x["regions"]],
+            }
+            for slug, name in self.offer["do_regions"].items()
+        ]
+        return _json({"regions": regions, "links": {}, "meta": {"total": len(regions)}})
+
+    def _do_ssh_key(self, req: Request, key_id: str) -> Response:
+        name = self.offer["do_ssh_keys"].get(key_id)
+        if name is None:
+            return _json({"id": "not_found", "message": "The resource you were accessing could not be found."}, 404)
+        key = {"id": int(key_id), "fingerprint": "3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa", "name": name}
+        return _json({"ssh_key": {**key, "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIsandbox sandbox"}})
 
     # Vultr -----------------------------------------------------------------------------------
     def _vultr_account(self, req: Request) -> Response:
@@ -164,11 +204,28 @@ class RestCatalog:
             }
             for pid, p in self.offer["vultr_plans"].items()
         ]
-        return _json({"plans_metal": plans, "meta": {"total": len(plans), "links": {"next": "", "prev": ""}}})
+        return _vultr_page("plans_metal", plans)
 
     def _vultr_os(self, req: Request) -> Response:
-        oses = [{"id": oid, **o} for oid, o in self.offer["vultr_os"].items()]
-        return _json({"os": oses, "meta": {"total": len(oses), "links": {"next": "", "prev": ""}}})
+        return _vultr_page("os", [{"id": oid, **o} for oid, o in self.offer["vultr_os"].items()])
+
+    def _vultr_regions(self, req: Request) -> Response:
+        regions = [
+            {"id": rid, "city": city, "country": country, "continent": "North America", "options": ["ddos_protection"]}
+            for rid, (city, country) in self.offer["vultr_regions"].items()
+        ]
+        return _vultr_page("regions", regions)
+
+    def _vultr_ssh_key(self, req: Request, key_id: str) -> Response:
+        name = self.offer["vultr_ssh_keys"].get(key_id)
+        if name is None:
+            return _json({"error": "SSH key not found.", "status": 404}, 404)
+        key = {"id": key_id, "date_created": "2026-10-10T01:56:20+00:00", "name": name}
+        return _json({"ssh_key": {**key, "ssh_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIsandbox sandbox"}})
+
+
+def _vultr_page(key: str, items: list[dict[str, Any]]) -> Response:
+    return _json({key: items, "meta": {"total": len(items), "links": {"next": "", "prev": ""}}})
 
 
 def _json(obj: Any, status: int = 200) -> Response:

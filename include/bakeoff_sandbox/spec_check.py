@@ -4,7 +4,9 @@ The definitions are vendored in ``specs/`` (see each ``<cloud>.SOURCE``; ``make 
 refreshes them). A request is held to its operation: the path and method must exist, every query
 parameter must be one the operation defines (a parameter the spec does not name is refused, as a
 strict API would), path and query values must fit their schemas (type, enum, minimum, maximum),
-and the JSON body must validate (required fields, types, enums, patterns, lengths). An answer the
+the JSON body must validate (required fields, types, enums, patterns, lengths, formats such as
+``date-time`` and ``ipv4``) and hold no field the definition does not define nor one it marks
+``readOnly``, and the rules the definition states only in prose (``spec_rules``) must hold. An answer the
 fake sends is held tighter still: it must validate against the schema of its status, carry the
 headers the spec declares, and hold no field the spec does not define, so a fake cannot invent a
 field (Vultr's ``power_status``) that the code under test would then rely on.
@@ -22,12 +24,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, FormatChecker
+
+from bakeoff_sandbox.spec_rules import rule_problems
 
 SPECS = Path(__file__).with_name("specs")
 # answers any operation may give though an operation lists none (Vultr's lists neither): a rate limit
 # and the server's own failures
 UNDOCUMENTED_OK = frozenset({429, 500, 502, 503, 504})
+# the status each cloud refuses an invalid request with, whether an operation lists it or not
+REFUSAL = {"digitalocean": 422, "vultr": 400}
+FORMATS = FormatChecker()  # date-time (RFC 3339), ipv4, ipv6, uuid, ...: a declared format is checked
 
 
 @dataclass
@@ -113,7 +120,9 @@ class Spec:
                     problems.append("a JSON body is required")
             elif schema is not None:
                 problems += _schema_problems(_validator(json.dumps(schema), True), body, "body")
-        return problems
+                problems += [f"body: field {p} is not in the definition" for p in unknown_fields(schema, body)]
+                problems += [f"body: field {p} is readOnly" for p in read_only_fields(schema, body)]
+        return problems + rule_problems(self.cloud, op.method, op.template, query, body)
 
     # answers --------------------------------------------------------------------------------
     def check_answer(self, method: str, path: str, status: int, headers: dict[str, str], body: Any) -> list[str]:
@@ -123,7 +132,7 @@ class Spec:
             return []  # a refused route: the request check already said why
         responses = op.spec.get("responses") or {}
         resp = responses.get(str(status)) or responses.get("default")
-        if resp is None and status in UNDOCUMENTED_OK:
+        if resp is None and (status in UNDOCUMENTED_OK or status == REFUSAL.get(self.cloud)):
             return []
         if resp is None:
             return [f"{op.method} {op.template}: status {status} is not a documented answer"]
@@ -145,7 +154,7 @@ class Spec:
 
 @cache
 def _validator(schema_json: str, request: bool) -> Draft202012Validator:
-    return Draft202012Validator(to_json_schema(json.loads(schema_json), request=request))
+    return Draft202012Validator(to_json_schema(json.loads(schema_json), request=request), format_checker=FORMATS)
 
 
 def _schema_problems(v: Draft202012Validator, instance: Any, what: str) -> list[str]:
@@ -169,7 +178,9 @@ def _param_problems(p: dict[str, Any] | None, name: str, values: list[str], wher
             except ValueError:
                 out.append(f"{where} parameter {name!r}: {raw!r} is not an integer")
                 continue
-        out += _schema_problems(Draft202012Validator(schema), value, f"{where} parameter {name!r}")
+        out += _schema_problems(
+            Draft202012Validator(schema, format_checker=FORMATS), value, f"{where} parameter {name!r}"
+        )
     return [o if o.startswith(where) else f"{where} parameter {name!r}: {o}" for o in out]
 
 
@@ -206,4 +217,23 @@ def unknown_fields(schema: Any, instance: Any, where: str = "") -> list[str]:
             out.append(f"{where}.{k}".lstrip("."))
         else:
             out += unknown_fields({"allOf": props[k]}, v, f"{where}.{k}")
+    return out
+
+
+def read_only_fields(schema: Any, instance: Any, where: str = "") -> list[str]:
+    """Dotted paths of fields in ``instance`` that a branch of ``schema`` marks ``readOnly`` (the
+    server sets them; a request that sends one is refused)."""
+    parts = _branches(schema)
+    if isinstance(instance, list):
+        items = [p["items"] for p in parts if "items" in p]
+        return [u for i, v in enumerate(instance) for u in read_only_fields({"allOf": items}, v, f"{where}[{i}]")]
+    if not isinstance(instance, dict):
+        return []
+    out = []
+    for k, v in instance.items():
+        subs = [p["properties"][k] for p in parts if k in (p.get("properties") or {})]
+        if any(b.get("readOnly") for s in subs for b in _branches(s)):
+            out.append(f"{where}.{k}".lstrip("."))
+        elif subs:
+            out += read_only_fields({"allOf": subs}, v, f"{where}.{k}")
     return out

@@ -16,6 +16,7 @@ from bakeoff import reaper
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers import CapacityError, ProviderError
 from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_name, firewall_owner, firewall_tag
+from bakeoff.providers.tags import LABELS
 from bakeoff_sandbox.clouds import TOKEN
 
 CIDR = "198.51.100.7/32"
@@ -33,7 +34,9 @@ def _provider(rest_creds) -> DigitalOceanProvider:
 
 def _run_firewalls(fake_clouds, run_id: str) -> list[dict]:
     """Ground truth: the fake's firewalls named for this run."""
-    return [fw for fw in fake_clouds.do.firewalls.values() if (firewall_owner(fw["name"]) or ("",))[0] == run_id]
+    return [
+        fw for fw in fake_clouds.do.firewalls.values() if (firewall_owner(fw["name"]) or ("",))[0] == LABELS.run(run_id)
+    ]
 
 
 def _intercept(provider, fake):
@@ -56,7 +59,7 @@ def test_firewall_names_fit_the_api_and_name_their_run():
     rid = "manual__2026-11-29T21:00:00.123456+00:00"
     name = firewall_name(rid, "mi300x-vllm")
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", name)  # DigitalOcean's firewall name alphabet
-    assert firewall_owner(name) == (rid, "mi300x-vllm")
+    assert firewall_owner(name) == (LABELS.run(rid), "mi300x-vllm")
     assert firewall_owner("web-prod") is None and firewall_owner("bakeoff-run-!!.x") is None
     assert re.fullmatch(r"[A-Za-z0-9:_-]{1,255}", firewall_tag(rid, "mi300x-vllm"))
     assert firewall_tag(rid, "a") != firewall_tag(rid, "b")

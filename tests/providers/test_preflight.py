@@ -69,6 +69,11 @@ def test_every_check_passes_on_the_sandbox_plans_and_nothing_is_launched(sb, cap
     checks = {(r.target.split("-")[0], r.check) for r in rows if r.result == OK}
     assert {("b200", c) for c in ("credentials", "offered", "quota", "image", "dry run")} <= checks
     assert {("mi355x", c) for c in ("credentials", "offered", "capacity", "limit", "image")} <= checks
+    # each target ends with what its cloud's pre-flight could not try, the EC2 one its stand-in group
+    untried = [r for r in rows if r.check == "not tried"]
+    assert len(untried) == len([r for r in rows if r.check == "credentials"])
+    assert all(r.result == "n/a" and "boot script" in r.detail for r in untried)
+    assert any("default group stood in" in r.detail for r in untried)
     # no billable resource exists anywhere afterwards
     assert _ec2_instances(sb) == before and sb.clouds.vultr.live() == [] and sb.clouds.do.live() == []
     assert sb.oci.live() == [] and sb.clouds.do.firewalls == {} and sb.oci.nsgs == {}
@@ -141,7 +146,7 @@ def test_each_vultr_and_digitalocean_check_can_fail(sb):
         instance_type="gpu-mi300x8-1536gb",
         provider_options={"regions": ["atl1"]},
     )
-    assert {r.result for k, r in _rows(do_plan, sb).items() if k[1] != "price"} <= {OK, "n/a"}
+    assert {r.result for k, r in _rows(do_plan, sb).items() if k[1] not in ("price", "image provides")} <= {OK, "n/a"}
     try:
         offer["vultr_plans"].pop("vbm-256c-3072gb-8-mi355x-gpu")
         offer["vultr_os"].clear()
@@ -161,6 +166,63 @@ def test_each_vultr_and_digitalocean_check_can_fail(sb):
     rows = {(r.target, r.check): r for r in preflight(do_plan, bad)}
     assert rows[(d, "credentials")].result == FAIL and "token" in rows[(d, "credentials")].fix
     assert sb.clouds.vultr.live() == [] and sb.clouds.do.live() == []
+
+
+def test_rest_regions_and_ssh_keys_are_read_back_and_can_fail(sb):
+    offer = sb.clouds.catalog.offer
+    vultr_key, do_key = next(iter(offer["vultr_ssh_keys"])), next(iter(offer["do_ssh_keys"]))
+    plan, t = _variant(PLANS[0], "vultr", provider_options={"ssh_key_ids": [vultr_key]})
+    do_plan, d = _variant(
+        PLANS[0],
+        "vultr",
+        provider="digitalocean",
+        instance_type="gpu-mi300x8-1536gb",
+        provider_options={"regions": ["atl1"], "ssh_key_ids": [do_key]},
+    )
+    for p, name in ((plan, t), (do_plan, d)):
+        rows = _rows(p, sb)
+        assert rows[(name, "region")].result == OK and rows[(name, "ssh keys")].result == OK
+    plan, t = _variant(PLANS[0], "vultr", provider_options={"regions": ["xxx"], "ssh_key_ids": ["nokey"]})
+    rows = _rows(plan, sb)
+    assert rows[(t, "region")].result == FAIL and "use ewr, lax, ord" in rows[(t, "region")].fix
+    assert rows[(t, "ssh keys")].result == FAIL and "ssh_key_ids" in rows[(t, "ssh keys")].fix
+    do_plan, d = _variant(
+        PLANS[0],
+        "vultr",
+        provider="digitalocean",
+        instance_type="gpu-mi300x8-1536gb",
+        provider_options={"regions": ["atl1", "zz9"], "ssh_key_ids": ["999"]},
+    )
+    rows = _rows(do_plan, sb)
+    assert rows[(d, "region")].result == WARN and "zz9 not listed" in rows[(d, "region")].detail
+    assert rows[(d, "ssh keys")].result == FAIL and "999 not on the account" in rows[(d, "ssh keys")].detail
+    # every read answered as the vendored definitions say, and none refused
+    assert sb.clouds.vultr.answer_problems == [] and sb.clouds.do.answer_problems == []
+    assert sb.clouds.vultr.refused == [] and sb.clouds.do.refused == []
+
+
+def test_what_the_default_image_provides_is_held_to_the_clouds_listing(sb, monkeypatch):
+    from bakeoff import catalog
+
+    plan, t = _variant(PLANS[0], "vultr")
+    row = _rows(plan, sb)[(t, "image provides")]
+    assert row.result == WARN and row.detail.startswith("Ubuntu 24.04 LTS x64 (unverified)")
+    assert "has no GPU driver, so the boot would stop" in row.detail and "amdgpu and ROCm" in row.fix
+    own, o = _variant(PLANS[0], "vultr", provider_options={"os_image": 2284})
+    assert _rows(own, sb)[(o, "image provides")].result == "n/a"
+    sb.clouds.catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 26.04 LTS x64"
+    try:
+        row = _rows(plan, sb)[(t, "image provides")]
+    finally:
+        sb.clouds.catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 24.04 LTS x64"
+    assert row.result == WARN and "the listing names it 'Ubuntu 26.04 LTS x64'" in row.detail
+    # a record with a dated source that says the driver is missing stops the run before any spend
+    vultr = catalog.node_images()["vultr"]
+    dated = vultr.model_copy(update={"ref": catalog.NameRef(source="a page", as_of="2026-12-01")})
+    recorded = catalog.node_images()
+    monkeypatch.setattr(catalog, "node_images", lambda: {**recorded, "vultr": dated})
+    row = _rows(plan, sb)[(t, "image provides")]
+    assert row.result == FAIL and "the boot would stop" in row.detail
 
 
 def test_an_undated_price_is_a_warning_not_a_stop(sb, monkeypatch):

@@ -224,10 +224,14 @@ def _run_boot(script: str, tmp: Path, failing: str) -> tuple[int, str, list[str]
     for d in ("/var/log/bakeoff", "/etc/bakeoff", "/opt/bakeoff", "/var/lib/bakeoff", "/mnt/nvme"):
         script = script.replace(d, str(tmp / d.strip("/")))
     script = script.replace("/dev/console", str(tmp / "console"))
+    script = script.replace("/dev/kfd", str(tmp / "kfd"))  # the AMD driver's device: present
+    (tmp / "kfd").touch()
     host = StubHost(tmp)
     for fw in ("iptables", "ip6tables"):
         host.stub(fw, f'if [[ "{fw} $*" =~ $FAILING ]]; then echo "{fw}: rule failed" >&2; exit 1; fi')
-    for c in ("docker", "curl", "shutdown", "poweroff", "nvidia-smi", "rocm-smi", "amd-smi", "sleep"):
+    for c in ("docker", "curl", "shutdown", "poweroff", "nvidia-smi", "nvidia-container-runtime", "rocm-smi"):
+        host.stub(c)
+    for c in ("amd-smi", "sleep"):
         host.stub(c)
     # reads its input as the real one does: a stub that exits first makes `echo … | sha256sum -c -`
     # fail under pipefail (SIGPIPE) now and then, and the boot stops at the agent's checksum
@@ -411,6 +415,7 @@ def test_every_other_inbound_tcp_port_is_dropped_before_anything_listens(tmp_pat
 
 def test_a_digitalocean_firewall_is_removed_when_the_user_data_will_not_render(monkeypatch):
     from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_owner
+    from bakeoff.providers.tags import LABELS
     from bakeoff_sandbox.clouds import TOKEN, Clouds
     from tests.providers.cloud_helpers import launch_args, make_target, new_run_id
 
@@ -425,7 +430,9 @@ def test_a_digitalocean_firewall_is_removed_when_the_user_data_will_not_render(m
         monkeypatch.setattr(userdata, "render_for", unrenderable)
         with pytest.raises(ValueError, match="16384-byte limit"):
             DigitalOceanProvider(creds).create(t, rid, **launch_args(rid, t))
-        left = [fw for fw in server.do.firewalls.values() if (firewall_owner(fw["name"]) or ("",))[0] == rid]
+        left = [
+            fw for fw in server.do.firewalls.values() if (firewall_owner(fw["name"]) or ("",))[0] == LABELS.run(rid)
+        ]
         assert left == [] and not server.do.nodes
     finally:
         server.stop()

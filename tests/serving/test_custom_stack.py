@@ -157,11 +157,20 @@ def test_plan_check_sizes_the_boot_script_as_a_launch_renders_it(tmp_path, capsy
         expires_at=1_900_000_000, tls={"cert": ident.cert_pem, "key": ident.key_pem},
     )  # fmt: skip
     assert abs(short - len(real.encode())) < 1500  # the pinned requirements and the CIDR differ, not the shape
-    headroom = userdata.MAX_BYTES - short
-    per_word = 64  # 60 characters, shell-quoted, and a separating space
+
+    def size(words: int, url_bytes: int) -> int:  # as a launch sends it: its prose dropped when over the limit
+        return userdata.size_at_launch(target(custom=_with_padding(words)), url_bytes)
+
+    cap, long_term, temporary = (
+        userdata.MAX_BYTES,
+        userdata.URL_BYTES_LONG_TERM_KEYS,
+        userdata.URL_BYTES_TEMPORARY_CREDENTIALS,
+    )
+    over = next(w for w in range(400) if size(w, long_term) > cap)
+    tight = next(w for w in range(400) if size(w, long_term) <= cap < size(w, temporary))
     for words, rc, said in (
-        (headroom // per_word + 2, 2, "over the clouds' 16,384-byte user-data limit"),
-        ((headroom - 600) // per_word, 0, "only while the client bundle's URL is signed with long-term keys"),
+        (over, 2, "over the clouds' 16,384-byte user-data limit"),
+        (tight, 0, "only while the client bundle's URL is signed with long-term keys"),
     ):
         (tmp_path / "p.yaml").write_text(yaml.safe_dump(plan_doc("vultr", custom=_with_padding(words))))
         assert main(["plan", "check", str(tmp_path / "p.yaml")]) == rc

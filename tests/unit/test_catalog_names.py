@@ -56,7 +56,8 @@ def test_plan_check_names_the_unverified_field(capsys, tmp_path, monkeypatch):
     assert main(["plan", "check", str(tmp_path / "do.yaml")]) == 0
     out = capsys.readouterr().out
     assert "is unverified" not in out  # the size now has a dated source
-    assert "provider_options.os_image" not in out  # gpu-amd-base has a dated source
+    assert "provider_options.os_image: unset, so the default" not in out  # gpu-amd-base has a dated source
+    assert "may lack Docker: the boot script checks on the node" in out  # what the image provides is not known
     # every instance type has a source today: a row that loses its source is warned about again
     rows = dict(catalog.instance_types())
     row = rows["gpu-mi355x8-2304gb-spot"]

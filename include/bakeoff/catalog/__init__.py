@@ -5,6 +5,7 @@ Every figure keeps the source and date it came from, so a report can say where a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -119,6 +120,27 @@ class AccuracyFloor(_Frozen):
     seed: int = 0
     source: str = Field(min_length=1)
     as_of: str = Field(min_length=1)
+
+
+class NodeImage(_Frozen):
+    """What a cloud's default node image provides that the boot script relies on (None: not known)."""
+
+    provider: str
+    image: str
+    gpu: Literal["nvidia", "amd"] | None = None
+    docker: bool | None = None
+    gpu_driver: bool | None = None
+    container_toolkit: bool | None = None
+    gpu_stack: str | None = None
+    listing: str = ""  # a regex over the name the cloud's image listing gives it
+    ref: NameRef = NameRef()
+    note: str = ""
+    instead: str = ""
+
+    def lacks(self, vendor: str) -> list[str]:
+        """What a boot on a ``vendor`` GPU cannot install and this image is recorded without."""
+        out = ["GPU driver"] if self.gpu_driver is False else []
+        return out + (["NVIDIA container toolkit"] if vendor == "nvidia" and self.container_toolkit is False else [])
 
 
 class ModelSpec(_Frozen):
@@ -279,6 +301,16 @@ def default_images() -> dict[str, DefaultImage]:
 
 
 @lru_cache
+def node_images() -> dict[str, NodeImage]:
+    """Per provider, what its default node image provides (instances.yaml ``node_images``)."""
+    out = {}
+    for row in _load("instances.yaml").get("node_images") or []:
+        row = {**row, "ref": _name_ref(row.get("ref"))}
+        out[row["provider"]] = NodeImage(**row)
+    return out
+
+
+@lru_cache
 def tco() -> dict[str, Any]:
     """TCO tiers: {'tiers': [...], 'usd_per_gpu_hour': {gpu: [..]}, 'source', 'as_of'}."""
     tiers: dict[str, Any] = _load("instances.yaml")["tco"]
@@ -294,6 +326,14 @@ def provider_apis() -> dict[str, dict[str, str]]:
 @lru_cache
 def models() -> dict[str, ModelSpec]:
     return {name: ModelSpec(name=name, **m) for name, m in _load("models.yaml")["models"].items()}
+
+
+@lru_cache
+def engine_flags() -> dict[str, Any]:
+    """Flags each engine release's own parser accepts, and the release each shipped image is held to
+    (``engine_flags.json``, written by ``scripts/vendor_engine_flags.py``: ``make engine-flags``)."""
+    doc: dict[str, Any] = json.loads(resources.files(__package__).joinpath("engine_flags.json").read_text())
+    return doc
 
 
 @lru_cache

@@ -38,3 +38,42 @@ def _plan_sets(target: Any, field: str) -> bool:
     if field == "ssm_parameter":  # an AMI given outright needs no parameter
         return bool(opts.get("ami") or opts.get("ssm_parameter"))
     return bool(opts.get(field))
+
+
+def image_gaps(plan: Any) -> list[str]:
+    """One warning per cloud target launched on its cloud's default image where that image is recorded
+    without, or not known to have, what the boot script needs (catalog ``node_images``): Docker is
+    installed at boot; a missing GPU driver or NVIDIA container toolkit stops the boot."""
+    out = []
+    for i, t in enumerate(plan.targets):
+        row = catalog.node_images().get(t.provider)
+        image = catalog.default_images().get(t.provider)
+        if row is None or t.instance is None or t.instance.provider != t.provider:
+            continue
+        if image is not None and _plan_sets(t, image.field) or t.provider_options.get("image_ocid"):
+            continue
+        vendor = catalog.gpus()[t.instance.gpu].vendor
+        lacks = row.lacks(vendor)
+        unknown = [
+            what
+            for what, have in (
+                ("Docker", row.docker),
+                ("the GPU driver", row.gpu_driver),
+                ("NVIDIA's container toolkit", row.container_toolkit if vendor == "nvidia" else True),
+            )
+            if have is None
+        ]
+        if not lacks and not unknown and row.docker:
+            continue
+        field = image.field if image is not None else "image_ocid"
+        parts = [f"its default image {row.image} ({row.ref.label()})"]
+        if lacks:
+            parts.append(f"has no {' and no '.join(lacks)}: the boot would stop")
+        if unknown:
+            parts.append(f"may lack {', '.join(unknown)}: the boot script checks on the node")
+        if row.docker is False:
+            parts.append("Docker is installed at boot from the distribution (minutes added)")
+        out.append(
+            f"targets[{i}].provider_options.{field}: {'; '.join(parts)}; to launch one that has them: {row.instead}"
+        )
+    return out

@@ -55,10 +55,10 @@ def firewall_name(run_id: str, slug: str) -> str:
 
 
 def firewall_owner(name: str) -> tuple[str, str] | None:
-    """(run_id, target slug) of a bakeoff firewall's name; None for any other firewall."""
+    """(run label, target slug) of a bakeoff firewall's name (``LABELS.run`` of its run); None for
+    any other firewall."""
     tag, sep, slug = name.partition(".")
-    run_id = LABELS.decode([tag]).get(TAG_RUN)
-    return (run_id, slug) if sep and run_id and slug else None
+    return (tag, slug) if sep and slug and LABELS.is_run(tag) else None
 
 
 def firewall_tag(run_id: str, slug: str) -> str:
@@ -106,9 +106,9 @@ class DigitalOceanProvider(RestProvider):
         return {"droplets": {"tag_name": tag}, "GPU droplets": {"type": "gpus"}}
 
     def create_body(self, target: Target, region: str, tags: list[str], script: str) -> dict[str, Any]:
-        run = next((t for t in tags if t.startswith("bakeoff-run-")), "")
-        name = f"bakeoff-{target.slug}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
         owner, opts = LABELS.decode(tags), rest_options(target)
+        run = LABELS.run(owner[TAG_RUN])
+        name = f"bakeoff-{target.slug}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
         return {
             "name": name[:255],
             "region": region,
@@ -162,14 +162,16 @@ class DigitalOceanProvider(RestProvider):
         when one query failed, and nothing is deleted; a firewall whose tag any live droplet carries,
         or that names a droplet directly, is kept."""
         nodes = self.list_tagged(None)
-        live = {(i.run_id, i.target) for i in nodes}
+        live = {(LABELS.run(i.run_id), i.target) for i in nodes}
         live_tags = {firewall_tag(i.run_id, i.target) for i in nodes}
         deleted = []
         for fw in self.firewalls():
-            run_id, slug = firewall_owner(fw["name"]) or ("", "")  # firewalls() lists only bakeoff's
-            if (run_id, slug) in live or fw.get("droplet_ids") or live_tags & set(fw.get("tags") or []):
+            run, slug = firewall_owner(fw["name"]) or ("", "")  # firewalls() lists only bakeoff's
+            if (run, slug) in live or fw.get("droplet_ids") or live_tags & set(fw.get("tags") or []):
                 continue
-            if (select and select({TAG_RUN: run_id, TAG_TARGET: slug})) or _stale(fw):
+            # a run id too long to spell in the name (its digest there) is unknown here: its age decides
+            run_id = LABELS.decode([run]).get(TAG_RUN, "")
+            if (select and run_id and select({TAG_RUN: run_id, TAG_TARGET: slug})) or _stale(fw):
                 if self._delete_firewall(fw["id"]):
                     deleted.append(fw["id"])
         return deleted
@@ -184,7 +186,7 @@ class DigitalOceanProvider(RestProvider):
         return [
             fw
             for fw in every
-            if (owner := firewall_owner(fw.get("name", ""))) and (run_id is None or owner[0] == run_id)
+            if (owner := firewall_owner(fw.get("name", ""))) and (run_id is None or owner[0] == LABELS.run(run_id))
         ]
 
     def ensure_firewall(self, target: Target, run_id: str) -> dict[str, Any]:

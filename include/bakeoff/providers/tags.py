@@ -11,6 +11,7 @@ that form so list-by-tag and the reaper read both clouds alike).
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -90,29 +91,79 @@ def _unb32(s: str) -> str:
     return base64.b32decode(s + "=" * (-len(s) % 8)).decode()
 
 
+# DigitalOcean's tag name: "There is a limit of 255 characters per tag." (Vultr states none; it shares the form)
+MAX_LABEL = 255
+_RUN_DIGEST = "runh"  # the run's filter label when the run id is too long to spell in one label
+
+
 @dataclass(frozen=True)
 class Labels:
     """Plain labels (DigitalOcean, Vultr): ``bakeoff`` plus ``bakeoff-<short key>-<base32 value>``
-    per tag, so any run id fits the strictest alphabet; keys bakeoff does not know are dropped."""
+    per tag, so any run id fits the strictest alphabet; keys bakeoff does not know are dropped.
+
+    A label is at most ``MAX_LABEL`` characters. A value too long for one (a run id past 151
+    characters; Airflow allows 250) is spelled over numbered labels ``bakeoff-<key><i>-<part>``,
+    and such a run is filtered by ``bakeoff-runh-<sha256 of the run id>`` instead."""
 
     def encode(self, tags: Mapping[str, str]) -> list[str]:
-        return [PREFIX, *(f"{PREFIX}-{_SHORT[k]}-{_b32(str(v))}" for k, v in tags.items() if k in _SHORT)]
+        out = [PREFIX]
+        for k, v in tags.items():
+            if k not in _SHORT:
+                continue
+            one = f"{PREFIX}-{_SHORT[k]}-{_b32(str(v))}"
+            if len(one) <= MAX_LABEL:
+                out.append(one)
+                continue
+            if k == TAG_RUN:
+                out.append(self.run(str(v)))
+            room = MAX_LABEL - len(f"{PREFIX}-{_SHORT[k]}00-")
+            enc = _b32(str(v))
+            out += [f"{PREFIX}-{_SHORT[k]}{i}-{enc[j : j + room]}" for i, j in enumerate(range(0, len(enc), room))]
+        return out
 
     def decode(self, raw: Iterable[str] | None) -> dict[str, str]:
-        out = {}
+        out: dict[str, str] = {}
+        parts_of: dict[str, dict[int, str]] = {}
         for t in raw or []:
             parts = t.split("-", 2)
-            if len(parts) == 3 and parts[0] == PREFIX and parts[1] in _LONG:
-                try:
-                    out[_LONG[parts[1]]] = _unb32(parts[2])
-                except ValueError:
-                    continue
+            if len(parts) != 3 or parts[0] != PREFIX:
+                continue
+            key, num = parts[1].rstrip("0123456789"), parts[1][len(parts[1].rstrip("0123456789")) :]
+            if key not in _LONG:
+                continue
+            if num:
+                parts_of.setdefault(key, {})[int(num)] = parts[2]
+                continue
+            try:
+                out[_LONG[key]] = _unb32(parts[2])
+            except ValueError:
+                continue
+        for key, chunks in parts_of.items():
+            if _LONG[key] in out or sorted(chunks) != list(range(len(chunks))):
+                continue
+            try:
+                out[_LONG[key]] = _unb32("".join(chunks[i] for i in range(len(chunks))))
+            except ValueError:
+                continue
         return out
 
     @staticmethod
     def run(run_id: str) -> str:
-        """The one label that marks every node of a run (what a listing filters by)."""
-        return f"{PREFIX}-run-{_b32(run_id)}"
+        """The one label that marks every node of a run (what a listing filters by), within MAX_LABEL."""
+        one = f"{PREFIX}-run-{_b32(run_id)}"
+        if len(one) <= MAX_LABEL:
+            return one
+        return f"{PREFIX}-{_RUN_DIGEST}-{hashlib.sha256(run_id.encode()).hexdigest()}"
+
+    def is_run(self, label: str) -> bool:
+        """Whether ``label`` is a run's filter label (``run``'s form, spelled or digested)."""
+        head, _, rest = label.partition("-")
+        kind, _, value = rest.partition("-")
+        if head != PREFIX or not value:
+            return False
+        if kind == _RUN_DIGEST:
+            return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+        return kind == "run" and TAG_RUN in self.decode([label])
 
 
 EC2 = Pairs()

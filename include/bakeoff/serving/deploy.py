@@ -9,7 +9,7 @@ once the server serves the model, None while it comes up, and ``DeployFailed`` o
 help (the model is not served, the node's output shows a failure, or the deadline passed).
 
 Every outcome is recorded in ``deploy.json`` -- ``{"ready", "failure", "detail", "weights"}`` with
-failure one of readiness.FAILURES (image_pull, weights_download, weights_incomplete, oom, ...) -- which
+failure one of readiness.FAILURES (node_image, image_pull, weights_download, weights_incomplete, oom, ...) -- which
 the software-support matrix reads. ``weights`` says where the checkpoint came from and how long it took:
 download (the boot script's weights step, read back from the node's console line) and load (engine
 container start to the first ready probe, so at most one poke late); both are excluded from
@@ -50,7 +50,7 @@ AGENT_GRACE_S = 120.0
 # Failures the node's output makes certain while the server comes up: waiting on cannot help. An
 # "unsupported" line alone is believed only at the deadline (engines log benign "not supported"
 # warnings while they start); a fatal one ends in a traceback, which is a crash.
-CERTAIN_FAILURES = ("image_pull", "weights_download", "weights_incomplete", "oom", "crash")
+CERTAIN_FAILURES = ("node_image", "image_pull", "weights_download", "weights_incomplete", "oom", "crash")
 Credentials = Callable[[str], dict[str, Any]]
 
 

@@ -47,6 +47,9 @@ class Boot:
     key_line: str = "# the engine checks no key: the front reads /etc/bakeoff/api_key itself"
     key_args: tuple[str, ...] = ()  # docker run arguments that give it the file key_line writes
     tail_args: tuple[str, ...] = ()  # after its command: where it reads its key from
+    # the argv word after which (and one positional: the model or module) the engine's own parser reads
+    # its flags, as engine_flags checks them
+    parser_word: str = "-m"
 
 
 BOOT: dict[str, Boot] = {
@@ -54,6 +57,7 @@ BOOT: dict[str, Boot] = {
         "vllm",
         key_line=f"printf 'VLLM_API_KEY=%s\\n' \"$(cat {KEY_FILE})\" > {VLLM_KEY_ENV}",
         key_args=("--env-file", VLLM_KEY_ENV),
+        parser_word="serve",
     ),
     "sglang": Boot(
         "python3",
@@ -62,7 +66,7 @@ BOOT: dict[str, Boot] = {
         tail_args=("--config", SGLANG_CONFIG),
     ),
     "atom": Boot("python3", fronted=True),
-    "trtllm": Boot("mpirun", fronted=True),
+    "trtllm": Boot("mpirun", fronted=True, parser_word="trtllm-serve"),
 }
 # a custom stack's program comes from its template; bakeoff knows no key or TLS switch of it, so it is fronted
 ENGINES = (*BOOT, CUSTOM_STACK)  # the stacks a cloud node can run

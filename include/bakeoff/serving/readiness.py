@@ -22,6 +22,7 @@ import httpx
 from bakeoff.serving import egress
 
 FAILURES = (
+    "node_image",
     "image_pull",
     "weights_download",
     "weights_incomplete",
@@ -34,6 +35,8 @@ FAILURES = (
 
 # Checked in order: the most specific cause first (an OOM also ends in a crash and a traceback).
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    # the boot script found the node image without what it cannot install (serving/userdata.py)
+    ("node_image", re.compile(r"bakeoff: node image .* has no ")),
     # the boot script's weights step names its own failure; an engine that finds files missing from the
     # offline cache (or is refused by the hub) says so in its own words
     (

@@ -319,6 +319,44 @@ if [ $w_src = hub ] && [ -n "$w_s3" ] && command -v aws >/dev/null; then  # the 
 fi"""
 
 
+# the plan's fields that name a node image, in the order a provider reads them
+_IMAGE_FIELDS = ("ami", "ssm_parameter", "os_image", "image_ocid")
+
+
+def node_image(target: Target) -> tuple[str, str]:
+    """(the node image the launch boots, what to launch instead when it lacks what a boot cannot
+    install): the plan's own image field, else the cloud's default (catalog ``node_images``)."""
+    row = catalog.node_images().get(target.provider)
+    instead = row.instead if row else "an image with Docker and the GPU driver"
+    for field in _IMAGE_FIELDS:
+        value = target.provider_options.get(field)
+        if value:
+            return f"{field} {value}", instead
+    return (row.image if row else f"{target.provider}'s default image"), instead
+
+
+def image_checks_section(target: Target) -> str:
+    """Check what the node image provides before anything relies on it: Docker is installed from the
+    distribution where missing (its time recorded), a missing GPU driver or NVIDIA container toolkit
+    stops the boot with a console line naming the image and the one to use instead."""
+    label, instead = node_image(target)
+    q = shlex.quote
+    if _catalog_gpu(target).vendor == "nvidia":
+        gpu = (
+            'nvidia-smi -L >/dev/null||bn "NVIDIA GPU driver"\n'
+            'command -v nvidia-container-runtime >/dev/null||bn "NVIDIA container toolkit"'
+        )
+    else:
+        gpu = '[ -e /dev/kfd ]||bn "AMD GPU driver"'
+    # terse: the whole script must fit the clouds' 16 KiB user-data limit
+    return f"""bi={q(label)} bu={q(instead)} bm="bakeoff: node image $bi has no"
+bn(){{ echo "$bm $1; use $bu instead";exit 1;}}
+command -v docker >/dev/null||{{ bt=$SECONDS;echo "$bm Docker; installing docker.io"
+apt-get -qy update&&apt-get -qy install docker.io&&systemctl enable --now docker
+command -v docker >/dev/null||bn Docker;echo "bakeoff-install: docker $((SECONDS-bt))s";}}
+{gpu}"""
+
+
 def target_summary(target: Target, port: int) -> dict[str, Any]:
     """What the node serves, as one JSON line in the script (the sandbox boots its emulator from it;
     the plan's target holds no secret)."""
@@ -555,6 +593,9 @@ echo "bakeoff: boot $(date -u +%FT%TZ)"
 {fw}
 {_default_deny()}
 
+# 2b. what the node image lacks
+{image_checks_section(target)}
+
 # 3. the API key and the node's TLS key: root-only files, never echoed nor on a command line
 install -d -m 0700 /etc/bakeoff
 umask 077
@@ -598,12 +639,32 @@ echo "bakeoff-image-digest: $(docker image inspect --format '{{{{index .RepoDige
 (docker logs -f {CONTAINER} 2>&1 | sed -u -f /etc/bakeoff/mask.sed >> {LOG_DIR}/serve.log) &
 """
     if max_bytes is not None and len(script.encode()) > max_bytes:
+        script = without_prose(script)
+    if max_bytes is not None and len(script.encode()) > max_bytes:
         who = f"{target.provider}'s" if max_bytes != MAX_BYTES else "the clouds'"
         raise ValueError(
             f"targets.{target.name}: the boot script is {len(script.encode())} bytes, over {who} "
             f"{max_bytes}-byte user-data limit; shorten env, engine_args or the image name"
         )
     return script
+
+
+_HEREDOC = re.compile(r"<<'(\w+)'$")
+
+
+def without_prose(script: str) -> str:
+    """The script less its prose comment lines (outside heredocs, whose programs are checksummed; the
+    ``# bakeoff-`` marks stay): what a launch sends when the commented script is over the cloud's limit."""
+    out, end = [], None
+    for line in script.splitlines(keepends=True):
+        if end is None and line.lstrip().startswith("# ") and not line.startswith(("# bakeoff-", "# weights-")):
+            continue
+        out.append(line)
+        if end is None and (m := _HEREDOC.search(line.rstrip("\n"))):
+            end = m.group(1)
+        elif end is not None and line.rstrip("\n") == end:
+            end = None
+    return "".join(out)
 
 
 def render_for(target: Target, spec: LaunchSpec | Mapping[str, Any]) -> str:
@@ -637,31 +698,44 @@ URL_BYTES_LONG_TERM_KEYS = 200
 URL_BYTES_TEMPORARY_CREDENTIALS = 1200
 
 
-def size_at_launch(target: Target, url_bytes: int) -> int:
-    """The target's boot script in bytes as a cloud launch would render it, with stand-ins as long as
-    the launch's own: the run's key, a node certificate and key, a client bundle behind a long
-    presigned URL of ``url_bytes``, and the target's secret names. ``plan check`` refuses a target over its
-    cloud's limit (``max_bytes_for``) before any run, instead of provision refusing it after the budget and
-    approval steps."""
-    from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only the size check needs the bundle's pins
+def stand_in_launch(target: Target, url_bytes: int = URL_BYTES_TEMPORARY_CREDENTIALS) -> LaunchSpec:
+    """A launch of ``target`` with stand-ins as long as a run's own: the run's key, a node certificate
+    and key, a client bundle behind a presigned URL of ``url_bytes``, the target's secret names and a
+    48-hour expiry. What ``plan check`` measures and the pre-flight's dry run sends; no secret in it."""
+    from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only a stand-in launch needs the bundle's pins
     from bakeoff.serving.tls import stand_in_identity  # noqa: PLC0415 - worker-only dependency (cryptography)
 
     ident = stand_in_identity(target.slug)
     url = "https://" + "u" * (url_bytes - len("https://"))
-    agent = {"url": url, "sha256": "0" * 64, "requirements": list(requirements())}
-    return len(
-        render(
-            target,
-            api_key="bk-" + "0" * 40,  # secrets.api_key's length
-            shutdown_after_s=48 * 3600,
-            ingress_cidr=target.provider_options.get("ingress_cidr"),
-            agent=agent,
-            expires_at=time.time() + 48 * 3600,
-            tls={"cert": ident.cert_pem, "key": ident.key_pem},
-            secret_names=sorted(target.secrets or {}),
-            max_bytes=None,
-        ).encode()
+    return LaunchSpec(
+        api_key="bk-" + "0" * 40,  # secrets.api_key's length
+        expires_at=time.time() + 48 * 3600,
+        shutdown_after_s=48 * 3600,
+        agent={"url": url, "sha256": "0" * 64, "requirements": list(requirements())},
+        secrets={name: "stand-in" for name in sorted(target.secrets or {})},
+        tls={"cert": ident.cert_pem, "key": ident.key_pem},
     )
+
+
+def size_at_launch(target: Target, url_bytes: int) -> int:
+    """The target's boot script in bytes as a cloud launch would render it (``stand_in_launch``).
+    ``plan check`` refuses a target over its cloud's limit (``max_bytes_for``) before any run, instead
+    of provision refusing it after the budget and approval steps."""
+    launch = stand_in_launch(target, url_bytes)
+    script = render(
+        target,
+        api_key=launch.api_key or "",
+        shutdown_after_s=launch.shutdown_after_s or 0.0,
+        ingress_cidr=target.provider_options.get("ingress_cidr"),
+        agent=dict(launch.agent or {}),
+        expires_at=launch.expires_at,
+        tls=dict(launch.tls or {}),
+        secret_names=sorted(launch.secrets),
+        max_bytes=None,
+    )
+    if len(script.encode()) > max_bytes_for(target.provider):  # as render sends it: its prose dropped
+        script = without_prose(script)
+    return len(script.encode())
 
 
 def target_from_userdata(script: str) -> dict[str, Any] | None:

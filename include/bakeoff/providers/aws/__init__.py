@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.aws.api import options_of
 from bakeoff.providers.aws.instance import CAPACITY_CODES, QUOTA_CODES
+from bakeoff.providers.aws.network import dry
 from bakeoff.providers.aws.search import Search
 from bakeoff.providers.base import (
     CloudProvider,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan import
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
+PREFLIGHT_RUN_ID = "manual__preflight"  # the dry run's stand-in run id (its tags and token take its place)
 
 
 class AwsProvider(Search, UserDataBoot, CloudProvider[None]):
@@ -105,6 +108,39 @@ class AwsProvider(Search, UserDataBoot, CloudProvider[None]):
             raise ProviderError(
                 f"aws: RunInstances {target.instance_type} in {place.where} failed: {code}: {msg}"
             ) from None
+
+    def dry_run(
+        self,
+        target: Target,
+        run_id: str,
+        *,
+        tags: Mapping[str, str],
+        spec: LaunchSpec | Mapping[str, Any],
+        place: Placement,
+    ) -> list[tuple[str, str, str]]:
+        """Send, with ``DryRun``, the requests a create at ``place`` would send (the same tags, block
+        devices, security groups, market options and user-data, from the same builder): (call, code,
+        message) per call, ``DryRunOperation`` meaning it would have succeeded. Nothing is made."""
+        launch = LaunchSpec.of(spec)
+        script = self.boot_script(target, launch)
+        labels = self.tag_codec.encode(node_tags.node_tags(tags, run_id, target.slug, target.stack_spec.port))
+        groups, tried = self._dry_run_groups(target, run_id, place.region, labels)
+        kw = self._run_request(target, run_id, labels, script, place.region, place.zone, launch.launch, groups)
+        return [*tried, ("RunInstances", *dry(self._client("ec2", place.region).run_instances, kw))]
+
+    def preflight_dry_run(self, target: Target, place: Placement) -> list[tuple[str, str, str]]:
+        """``dry_run`` with a run's stand-ins (``userdata.stand_in_launch``: a key, certificate, bundle URL
+        and expiry as long as a run's own; tags of a run's form): what the pre-flight sends."""
+        from bakeoff.serving.userdata import stand_in_launch  # noqa: PLC0415 - the renderer only for a dry run
+
+        launch = stand_in_launch(target)
+        expires = str(int(launch.expires_at or 0))
+        tags = {
+            node_tags.TAG_PLAN: "preflight",
+            node_tags.TAG_EXPIRES: expires,
+            node_tags.TAG_INSTALLATION: "bi-" + "0" * 24,  # secrets.installation_id()'s form, no secret read
+        }
+        return self.dry_run(target, PREFLIGHT_RUN_ID, tags=tags, spec=launch, place=place)
 
     def capacity_advice(self, target: Target) -> str:
         return (

@@ -68,6 +68,23 @@ class Nodes(SecurityGroups):
         zone: str | None,
         launch: int = 0,
     ) -> Instance:
+        groups = self._security_groups(target, run_id, region, tags)
+        kw = self._run_request(target, run_id, tags, script, region, zone, launch, groups)
+        return self._to_instance(self._client("ec2", region).run_instances(**kw)["Instances"][0], region)
+
+    def _run_request(
+        self,
+        target: Target,
+        run_id: str,
+        tags: dict[str, str],
+        script: str,
+        region: str,
+        zone: str | None,
+        launch: int,
+        security_groups: list[str],
+    ) -> dict[str, Any]:
+        """The one RunInstances request of a launch: the launch sends it, the pre-flight sends it with
+        ``DryRun`` (``dry_run_request``), so the dry run tries what the launch will ask for."""
         opts = options_of(target)
         ec2 = self._client("ec2", region)
         ami = self._ami(target, region)
@@ -92,7 +109,7 @@ class Nodes(SecurityGroups):
             kw["SubnetId"] = opts.subnet_id
         if zone:
             kw["Placement"] = {"AvailabilityZone": zone}
-        kw["SecurityGroupIds"] = self._security_groups(target, run_id, region, tags)
+        kw["SecurityGroupIds"] = security_groups
         if opts.key_name:
             kw["KeyName"] = opts.key_name
         if opts.capacity_reservation_id:
@@ -100,7 +117,7 @@ class Nodes(SecurityGroups):
             kw["CapacityReservationSpecification"] = {
                 "CapacityReservationTarget": {"CapacityReservationId": opts.capacity_reservation_id}
             }
-        return self._to_instance(ec2.run_instances(**kw)["Instances"][0], region)
+        return kw
 
     @staticmethod
     def _root_device(ec2: Any, ami: str) -> str:
