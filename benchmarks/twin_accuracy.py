@@ -8,7 +8,8 @@ an OEM's resubmission of one system is one setup), and prints:
 - each honest hold-out (bakeoff.twin.holdout): leave-one-setup-out, leave-one-submitter-out,
   leave-one-accelerator-out (per accelerator), leave-one-model-out, and round-to-round where the data
   holds two rounds: median and worst absolute percentage error;
-- the band of each kind of extrapolation (same setup, same GPU new model, new GPU, new model kind), derived
+- the band of each kind of extrapolation (same setup, same GPU new model, same GPU new configuration, new GPU,
+  new model kind), derived
   from those held-out errors, and its COVERAGE: the share of held-out rows inside their printed band, per
   scheme and kind, and again with each scheme's band derived from the other schemes only;
 - GPU-ranking agreement per model x scenario from leave-one-setup-out predictions, with the pairs the twin
@@ -106,7 +107,9 @@ def _ranking(title: str, scored: list[score.Scored], band: float, rows: list[cal
         f"  the twin's own claims (pairs whose predicted intervals do not overlap, as bakeoff predict reports; each\n"
         f"  row at the band of its kind of extrapolation): "
         f"{a['claimed_pairs'] - a['wrong_claimed_pairs']}/{a['claimed_pairs']} claimed pairs right, "
-        f"{a['cells_right_where_claimed']}/{a['cells']} model x scenario pairs with no wrong claim"
+        f"{a['cells_right_where_claimed']}/{a['cells']} model x scenario pairs with no wrong claim; "
+        f"{sum(len(r['no_basis_pairs']) for r in rk)} pairs apart but not claimed, a side the only row of its cell "
+        "(no basis to separate)"
     )
     return a
 
@@ -174,7 +177,7 @@ def main() -> int:
     for k in holdout.KINDS:
         b = bands.get(k)
         print(
-            f"  {k:<21} "
+            f"  {k:<27} "
             + (
                 f"+-{b.band_pct:5.1f}%, margin {math.expm1(b.margin_log):.0%} ({b.rows} rows)"
                 if b
@@ -188,8 +191,9 @@ def main() -> int:
     cross = _coverage_table(
         "COVERAGE with each scheme's band derived from the other schemes only (a band on hold-outs it was not "
         "measured on)",
-        holdout.cross_coverage(scored),
+        holdout.cross_coverage(scored, MIN_COVERAGE_ROWS),
     )
+    print(f"  (-: the other schemes hold out under {MIN_COVERAGE_ROWS} rows of that kind, no band of theirs to judge)")
     pooled = holdout.coverage(scored, bands)
     print("  pooled, every scheme: " + ", ".join(f"{k} {a}/{n} {100 * a / n:.0f}%" for k, (a, n) in pooled.items()))
 

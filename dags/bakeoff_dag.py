@@ -433,7 +433,12 @@ def bakeoff():
 
     @task(outlets=[REPORTS])
     def publish(run: dict, paths: dict):
-        published = _pipeline().publish(run["run_dir"], paths, failed_steps=_failed_steps())
+        published = _pipeline().publish(
+            run["run_dir"],
+            paths,
+            failed_steps=_failed_steps(),
+            refit_twin=Variable.get("bakeoff_twin_refit_after_publish", default=None),
+        )
         get_current_context()["outlet_events"][REPORTS].add(
             Asset(published["asset_uri"]), extra={"plan": run["plan"], **published}
         )

@@ -876,10 +876,26 @@ def bundle(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[
     return str(path)
 
 
-def publish(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+def publish(
+    run_dir: str,
+    paths: dict[str, str],
+    failed_steps: list[str] | tuple[str, ...] = (),
+    refit_twin: Any = None,
+) -> dict[str, Any]:
     """Build the evidence bundle, then list the run's reports and the bundle (kind ``evidence``) in the
-    index pages; the manifest states the outcome (failed_steps, as for report)."""
+    index pages; the manifest states the outcome (failed_steps, as for report). ``refit_twin``: the
+    installation's opt-in (Variable bakeoff_twin_refit_after_publish, else the environment) to refit the
+    twin on its real runs once the run is published (``bakeoff twin refit``)."""
     from bakeoff.publish import publish as publish_reports  # noqa: PLC0415 - each step loads only the modules it runs
+    from bakeoff.twin import runs as twin_runs  # noqa: PLC0415 - the twin's fit only when the installation asks
 
     files = {**paths, "evidence": bundle(run_dir, paths, failed_steps)}
-    return publish_reports(run_plan(run_dir), store.at(run_dir), files, failed_steps=list(failed_steps))
+    published = publish_reports(run_plan(run_dir), store.at(run_dir), files, failed_steps=list(failed_steps))
+    if twin_runs.refit_after_publish(refit_twin):
+        try:
+            r = twin_runs.refit_installation()
+            published["twin_refit"] = {"run_rows": r.get("run_rows", 0), "runs": len(r["runs"])}
+        except Exception as e:  # noqa: BLE001 - an optional refit never loses a published run
+            log.warning("twin refit after publish skipped: %s", e)
+            published["twin_refit"] = {"error": type(e).__name__}
+    return published

@@ -63,11 +63,14 @@ def test_the_kind_of_a_prediction_follows_what_its_fit_saw():
     }
     assert holdout.kind_of("b200", "llama-2-70b", "trtllm", "fp4", "Server", seen) == holdout.SAME_SETUP
     assert holdout.kind_of("b200", "deepseek-r1", "trtllm", "fp4", "Server", seen) == holdout.NEW_MODEL
-    assert holdout.kind_of("b200", "deepseek-r1", "vllm", "fp4", "Server", seen) == holdout.NEW_GPU
-    assert holdout.kind_of("mi355x", "llama-2-70b", "vllm", "fp8", "Server", seen) == holdout.NEW_GPU
+    # its GPU ran, but not on this engine x precision: coarser terms stand in beside the GPU's own
+    assert holdout.kind_of("b200", "deepseek-r1", "vllm", "fp4", "Server", seen) == holdout.NEW_CONFIG
+    assert holdout.kind_of("mi355x", "llama-2-70b", "vllm", "fp8", "Server", seen) == holdout.NEW_CONFIG
+    # a GPU the fit has no row of at all: a different extrapolation, measured apart
+    assert holdout.kind_of("gb300", "llama-2-70b", "trtllm", "fp4", "Server", seen) == holdout.NEW_GPU
     assert holdout.kind_of("b200", "glm-5.2", "trtllm", "fp4", "Server", seen) == holdout.NEW_KIND
     # a scenario the GPU never ran: its efficiency there is borrowed from other GPUs, so the wider band
-    assert holdout.kind_of("b200", "llama-2-70b", "trtllm", "fp4", "Interactive", seen) == holdout.NEW_GPU
+    assert holdout.kind_of("b200", "llama-2-70b", "trtllm", "fp4", "Interactive", seen) == holdout.NEW_CONFIG
 
 
 def test_bands_are_quantiles_of_their_kind_and_coverage_counts_rows_inside_them():
@@ -89,3 +92,13 @@ def test_bands_are_quantiles_of_their_kind_and_coverage_counts_rows_inside_them(
     cross = holdout.cross_coverage(scored)
     assert set(cross) == set(holdout.SCHEMES)
     assert holdout.NEW_KIND not in cross["leave-one-model-out"]  # no other scheme measures that kind
+
+    # a band the other schemes measured on too few rows is no band to judge a scheme against
+    def band_rows(scheme, kind):
+        return holdout.kind_bands(h for h in scored if h.scheme != scheme)[kind].rows
+
+    judged = holdout.cross_coverage(scored, min_band_rows=10)
+    for scheme, by in cross.items():
+        assert set(judged[scheme]) == {k for k in by if band_rows(scheme, k) >= 10}
+    assert holdout.NEW_CONFIG in cross["leave-one-submitter-out"]
+    assert holdout.NEW_CONFIG not in judged["leave-one-submitter-out"]  # one other held-out row: no band

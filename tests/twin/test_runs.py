@@ -105,7 +105,7 @@ def test_run_rows_round_trip_skip_duplicates_and_a_bad_line_is_named(tmp_path):
         runs.read_rows(path)
 
 
-def test_refit_moves_the_twin_toward_the_run_and_prints_the_held_out_error(tmp_path, capsys):
+def test_refit_moves_the_twin_toward_the_run_and_prints_the_held_out_error(tmp_path, capsys, data_root):
     plan = _plan()
     rows = runs.run_rows(plan, _points(plan, {"mi355x-vllm": 0.6, "b200-vllm": 0.6}), "r1")
     r = runs.refit(rows)

@@ -184,9 +184,18 @@ def test_ranking_counts_a_wrong_order_inside_the_band_as_tied_and_one_outside_as
     assert agree["right"] == 0 and agree["separable_cells"] == 1 and agree["right_where_separable"] == 0
     (kept,) = score.ranking([score.Scored(a, a.per_gpu), score.Scored(b, b.per_gpu)], band_log=gap * 0.99)
     assert kept["right"] and kept["right_where_separable"]
-    # the twin's own claim: predicted intervals apart (gap beyond both bands) is a claim, and this one is wrong
-    (claim,) = score.ranking(swapped, band_log=gap * 0.4)
+
+    # the twin's own claim: predicted intervals apart (gap beyond both bands) is a claim, and this one is wrong;
+    # each side has a second, slower row of its cell (GPU x engine x precision x scenario) behind it
+    def second(r):
+        return score.Scored(dataclasses.replace(r, tokens_s=r.tokens_s / 2), r.per_gpu / 2)
+
+    (claim,) = score.ranking([*swapped, second(a), second(b)], band_log=gap * 0.4)
     assert claim["claimed_pairs"] == claim["wrong_pairs"] and score.agreement([claim])["wrong_claimed_pairs"] == 1
+    # a side that is the only row of its cell has no basis to separate on: the twin declines the claim
+    (alone,) = score.ranking([*swapped, second(a)], band_log=gap * 0.4)
+    assert not alone["claimed_pairs"] and alone["no_basis_pairs"] == claim["wrong_pairs"]
+    assert score.cell_rows([a, b, second(a).row], *score.cell(a)) == 2
     # a row whose fit saw no row of its configuration gets the wider band: the twin claims nothing there
     unseen = [score.Scored(a, b.per_gpu, seen_configuration=False), score.Scored(b, a.per_gpu)]
     (humble,) = score.ranking(unseen, band_log=gap * 0.4, config_band_log=gap)
@@ -201,7 +210,7 @@ def test_an_nvl72_rack_is_one_scale_up_domain_and_a_cluster_of_8_gpu_nodes_is_no
     assert (rack.multinode, cluster.multinode, two_racks.multinode) == ("single", "multi", "multi")
 
 
-def test_a_configuration_no_published_row_ran_gets_the_new_gpu_band_measured_on_hold_outs():
+def test_a_configuration_no_published_row_ran_gets_the_new_configuration_band_measured_on_hold_outs():
     from bakeoff.twin.target import deployed
 
     raw = load_plan("local-multinode").model_dump(mode="json")
@@ -211,9 +220,23 @@ def test_a_configuration_no_published_row_ran_gets_the_new_gpu_band_measured_on_
     assert isinstance(unseen, TargetTwin) and isinstance(seen, TargetTwin)
     bands = deployed().bands
     assert seen.band_kind == holdout.SAME_SETUP and seen.band_log == bands[holdout.SAME_SETUP].band_log
-    assert unseen.band_kind == holdout.NEW_GPU and "band: new GPU" in unseen.basis
-    assert unseen.band_log == bands[holdout.NEW_GPU].band_log > seen.band_log
+    # its GPU ran (on TensorRT-LLM), vLLM on it never did: the band of a new configuration on a known GPU
+    assert unseen.band_kind == holdout.NEW_CONFIG and "band: same GPU, new configuration" in unseen.basis
+    assert unseen.band_log == bands[holdout.NEW_CONFIG].band_log > seen.band_log
     # the band is measured: the 80th percentile of every held-out row of that kind
-    err = [h.log_error for h in holdout.all_held_out() if h.kind == holdout.NEW_GPU]
-    assert len(err) == bands[holdout.NEW_GPU].rows > 0
+    err = [h.log_error for h in holdout.all_held_out() if h.kind == holdout.NEW_CONFIG]
+    assert len(err) == bands[holdout.NEW_CONFIG].rows > 0
     assert unseen.band_log == pytest.approx(float(np.quantile(err, 0.8)))
+
+
+def test_predict_declines_to_separate_a_pair_resting_on_the_only_published_row_of_its_kind():
+    from bakeoff.twin.predict import render
+
+    doc = predict_plan(load_plan("mi355x-vs-b200"))
+    cells = {t["target"]: t["cell_rows"] for t in doc["targets"]}
+    assert min(cells.values()) < 2  # vLLM FP8 at Server: one published row of its kind or none
+    for r in doc["ranking"]:
+        assert set(r["no_basis_pairs"]) <= set(r["unresolved_pairs"])  # never read as separated
+        for a, b in r["no_basis_pairs"]:
+            assert min(cells[a], cells[b]) < 2
+    assert any(r["no_basis_pairs"] for r in doc["ranking"]) and "no basis to separate" in render(doc)

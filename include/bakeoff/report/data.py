@@ -446,9 +446,10 @@ def _twin_checks(plan: Plan, tables: cost.CostTables) -> list[dict[str, Any]]:
     if tables.points.empty:
         return []
     try:
-        from bakeoff.twin.runs import check_run  # noqa: PLC0415 - numpy fit only for a measured run
+        from bakeoff.twin import runs  # noqa: PLC0415 - numpy fit only for a measured run
 
-        return check_run(plan, tables.points)
+        rows = runs.installation_rows()  # the installation's refit (bakeoff twin refit), if it has one
+        return runs.check_run(plan, tables.points, runs.installation_twin(rows) if rows else None)
     except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
         log.warning("predicted-vs-measured section skipped: %s", type(e).__name__)
         return []

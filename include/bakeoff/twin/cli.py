@@ -1,6 +1,8 @@
 """``bakeoff twin add-run RUN --plan PLAN`` and ``bakeoff twin refit``: a measured run's points join a
-run-rows CSV with their provenance, and a refit on the published rows plus those prints the held-out
-error. The shipped calibration set is never rewritten: the CSV is the operator's to review and commit.
+run-rows CSV with their provenance; a refit reads every run of a real target in the results store (plus
+that CSV), prints the held-out error and saves the installation's calibration beside the runs (the
+report's predicted-vs-measured table then shows the error before and after). The shipped calibration set
+is never rewritten.
 ``bakeoff twin spend-index [--write]``: the installed plans' predicted spend the trigger form shows."""
 
 from __future__ import annotations
@@ -43,17 +45,28 @@ def _add_run(args: argparse.Namespace) -> int:
 def _refit(args: argparse.Namespace) -> int:
     from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
 
-    try:
-        extra = runs.read_rows(Path(args.runs))
-    except (OSError, ValueError) as e:
-        print(f"runs: {e}", file=sys.stderr)
-        return 2
-    r = runs.refit(extra)
+    extra = []
+    if args.runs is not None or Path(DEFAULT_RUNS).exists():
+        path = Path(args.runs or DEFAULT_RUNS)
+        try:
+            extra = runs.read_rows(path)
+        except (OSError, ValueError) as e:
+            print(f"runs: {e}", file=sys.stderr)
+            return 2
+    r = runs.refit_installation(args.root, extra, save=not args.dry_run)
+    for line in r["skipped"]:
+        print(f"  not a calibration row: {line}")
+    if "run_rows" not in r:
+        print("refit: no measured point of a real target in the results store or a run-rows CSV; nothing refitted")
+        return 0
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}%"
 
-    print(f"refit on {r['published_rows']} published rows + {r['run_rows']} run rows ({args.runs})")
+    print(
+        f"refit on {r['published_rows']} published rows + {r['run_rows']} run rows "
+        f"({len(r['runs'])} runs{', ' + str(args.runs or DEFAULT_RUNS) if extra else ''})"
+    )
     print(f"  shipped twin on the run rows (never seen): median APE {pct(r['shipped_on_run_rows_median_ape'])}")
     print(f"  random hold-out: median APE {pct(r['holdout_median_ape'])}")
     print(
@@ -61,6 +74,12 @@ def _refit(args: argparse.Namespace) -> int:
         f"run rows {pct(r['out_of_fold_run_rows_median_ape'])}"
     )
     print(f"  band +-{r['band_pct']}% (shipped +-{r['shipped_band_pct']}%)")
+    print(
+        f"the installation's calibration saved to {r['saved']} (the shipped set untouched); the report's "
+        "predicted-vs-measured table shows the error before and after"
+        if "saved" in r
+        else "not saved (--dry-run)"
+    )
     return 0
 
 
@@ -82,8 +101,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     a.add_argument("--plan", required=True, help="the plan the run ran (name or file)")
     a.add_argument("--into", default=DEFAULT_RUNS, help=f"the run-rows CSV to append to (default {DEFAULT_RUNS})")
     a.set_defaults(func=_add_run)
-    r = tsub.add_parser("refit", help="fit on the published rows plus the run rows; print the held-out error")
-    r.add_argument("--runs", default=DEFAULT_RUNS, help=f"the run-rows CSV (default {DEFAULT_RUNS})")
+    r = tsub.add_parser(
+        "refit",
+        help="fit on the published rows plus this installation's real runs; save its calibration beside them",
+    )
+    r.add_argument("--runs", default=None, help=f"a run-rows CSV to add too (default {DEFAULT_RUNS} if present)")
+    r.add_argument("--root", default=None, help="the results store to read (default: the installation's)")
+    r.add_argument("--dry-run", action="store_true", help="print the refit's figures; save nothing")
     r.set_defaults(func=_refit)
     s = tsub.add_parser(
         "spend-index", help="the installed plans' predicted spend, as the trigger form shows it (--write: rebuild)"

@@ -38,9 +38,11 @@ from bakeoff.twin.calibration import Row
 # band kinds, narrowest first: what the fit had seen of the predicted configuration
 SAME_SETUP = "same setup"  # its GPU x engine x precision ran this model (another scenario or GPU count)
 NEW_MODEL = "same GPU, new model"  # its GPU x engine x precision ran, this model only elsewhere
-NEW_GPU = "new GPU"  # no row ran its GPU x engine x precision, or its GPU in this scenario: coarser terms stand in
+# its GPU ran, but no row ran its GPU x engine x precision, or its GPU in this scenario: coarser terms stand in
+NEW_CONFIG = "same GPU, new configuration"
+NEW_GPU = "new GPU"  # no row ran its GPU at all: only the vendor, engine, precision and scenario terms stand in
 NEW_KIND = "new model kind"  # no row of the model: read through its nearest calibrated kind
-KINDS = (SAME_SETUP, NEW_MODEL, NEW_GPU, NEW_KIND)
+KINDS = (SAME_SETUP, NEW_MODEL, NEW_CONFIG, NEW_GPU, NEW_KIND)
 
 SCHEMES = ("leave-one-setup-out", "leave-one-submitter-out", "leave-one-accelerator-out", "leave-one-model-out")
 ROUND_SCHEME = "round-to-round"
@@ -96,7 +98,11 @@ def kind_of(gpu: str, model: str, engine: str, precision: str, scenario: str, se
         return NEW_KIND
     config = f"{gpu}:{engine}:{precision}"
     if config not in seen["configuration"] or f"{gpu}:{scenario}" not in seen["gpu_scenario"]:
-        return NEW_GPU
+        # a GPU the fit has rows of (another engine, precision or scenario) keeps its own terms; one it never
+        # saw has none, a different extrapolation with its own errors (and one a plan target never gets:
+        # twin_for refuses a GPU with no published row)
+        ran = any(k.split(":", 1)[0] == gpu for k in (*seen["configuration"], *seen["gpu_scenario"]))
+        return NEW_CONFIG if ran else NEW_GPU
     return SAME_SETUP if f"{config}:{model}" in seen["setup"] else NEW_MODEL
 
 
@@ -206,11 +212,13 @@ def coverage(scored: Iterable[HeldOut], by_kind: dict[str, Band]) -> dict[str, t
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def cross_coverage(scored: Sequence[HeldOut]) -> dict[str, dict[str, tuple[int, int]]]:
+def cross_coverage(scored: Sequence[HeldOut], min_band_rows: int = 1) -> dict[str, dict[str, tuple[int, int]]]:
     """Per scheme and kind, coverage of bands derived from the *other* schemes' errors only: how the band
-    does on a kind of hold-out it was not measured on."""
+    does on a kind of hold-out it was not measured on. A band the other schemes give fewer than
+    ``min_band_rows`` held-out errors is no band to judge: that kind is left out for that scheme."""
     out = {}
     for s in sorted({h.scheme for h in scored}):
         mine = [h for h in scored if h.scheme == s]
-        out[s] = coverage(mine, kind_bands(h for h in scored if h.scheme != s))
+        others = {k: b for k, b in kind_bands(h for h in scored if h.scheme != s).items() if b.rows >= min_band_rows}
+        out[s] = coverage(mine, others)
     return out

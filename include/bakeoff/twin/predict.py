@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import at_slo, budget
-from bakeoff.twin import calibration
-from bakeoff.twin.target import NoCalibration, TargetTwin, twin_for
+from bakeoff.twin import calibration, holdout, score
+from bakeoff.twin.calibration import engine_family
+from bakeoff.twin.target import PLAN_SCENARIO, NoCalibration, TargetTwin, twin_for
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -180,16 +181,22 @@ def _rank(targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
             s = w.get("at_slo") or {}
             if s.get("meets"):
                 by_w.setdefault(w["workload"], []).append((t["target"], s))
+    alone = {t["target"] for t in targets if t.get("cell_rows", 2) < 2}
     out = []
     for name, rows in by_w.items():
         rows.sort(key=lambda x: x[1]["usd_per_mtok"])
-        unresolved = [
-            (a, b)
-            for k, (a, sa) in enumerate(rows)
-            for b, sb in rows[k + 1 :]
-            if sa["usd_per_mtok_band"][1] >= sb["usd_per_mtok_band"][0]
-        ]
-        out.append({"workload": name, "order": [r[0] for r in rows], "unresolved_pairs": unresolved})
+        pairs = [(a, sa, b, sb) for k, (a, sa) in enumerate(rows) for b, sb in rows[k + 1 :]]
+        within = [(a, b) for a, sa, b, sb in pairs if sa["usd_per_mtok_band"][1] >= sb["usd_per_mtok_band"][0]]
+        # apart, but a side rests on the only published row of its kind (or none): no basis to separate them
+        no_basis = [(a, b) for a, _, b, _ in pairs if (a, b) not in within and {a, b} & alone]
+        out.append(
+            {
+                "workload": name,
+                "order": [r[0] for r in rows],
+                "unresolved_pairs": [*within, *no_basis],
+                "no_basis_pairs": no_basis,
+            }
+        )
     return out
 
 
@@ -220,6 +227,14 @@ def predict_plan(plan: Plan) -> dict[str, Any]:
                 "efficiency": round(tw.efficiency, 3),
                 "band_pct": round(math.expm1(tw.band_log) * 100, 1),
                 "band_kind": tw.band_kind,
+                # published setups of its GPU x engine x precision at the scenario it is read at (score.cell)
+                "cell_rows": score.cell_rows(
+                    holdout.setups(),
+                    tw.gpu,
+                    engine_family(t.stack),
+                    "fp4" if t.quantization.endswith("fp4") else t.quantization,
+                    PLAN_SCENARIO,
+                ),
                 "workloads": [_workload(tw, w, plan, t) for w in plan.workloads],
             }
         targets.append(doc)
@@ -286,6 +301,12 @@ def render(doc: dict[str, Any]) -> str:
                     f"{x['usd_per_m']:g} USD per M {doc['basis']} tokens ({lo:g}-{hi:g})"
                 )
     for r in doc["ranking"]:
-        unsure = ", ".join(f"{a} ~ {b}" for a, b in r["unresolved_pairs"]) or "none"
-        lines.append(f"ranking {r['workload']} (cost at the SLO): {' < '.join(r['order'])}; within the band: {unsure}")
+        no_basis = set(r.get("no_basis_pairs", []))
+        unsure = ", ".join(f"{a} ~ {b}" for a, b in r["unresolved_pairs"] if (a, b) not in no_basis) or "none"
+        line = f"ranking {r['workload']} (cost at the SLO): {' < '.join(r['order'])}; within the band: {unsure}"
+        if no_basis:
+            line += "; no basis to separate (a side rests on the only published row of its kind): " + ", ".join(
+                f"{a} ~ {b}" for a, b in r["no_basis_pairs"]
+            )
+        lines.append(line)
     return "\n".join(lines)

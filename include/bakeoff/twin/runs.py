@@ -18,6 +18,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -25,12 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from bakeoff import catalog
-from bakeoff.twin import calibration, operating, score
+from bakeoff import catalog, store
+from bakeoff.twin import calibration, holdout, operating, score
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.calibration import engine_family
 from bakeoff.twin.predict import _lengths, _point
-from bakeoff.twin.target import PLAN_SCENARIO, STEP_OVERHEAD_S, NoCalibration, TargetTwin, deployed, twin_for
+from bakeoff.twin.target import (
+    PLAN_SCENARIO,
+    STEP_OVERHEAD_S,
+    Deployed,
+    NoCalibration,
+    TargetTwin,
+    deployed,
+    twin_for,
+)
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -114,9 +124,11 @@ def _concurrency_points(
         yield t, tw, w, int(c), float(tps), float(tpot) if math.isfinite(tpot) else None
 
 
-def check_run(plan: Plan, points: pd.DataFrame) -> list[dict[str, Any]]:
+def check_run(plan: Plan, points: pd.DataFrame, installed: Deployed | None = None) -> list[dict[str, Any]]:
     """Predicted vs measured output tokens/s per GPU per target and concurrency point, with the band and whether
-    it held; ``figures`` says whether the measurement is the hardware's or the emulator's (EMULATED)."""
+    it held; ``figures`` says whether the measurement is the hardware's or the emulator's (EMULATED).
+    ``installed``: the installation's refitted twin; each row then also carries its prediction and error
+    (``refit_*``), the error after the refit beside the shipped twin's."""
     out = []
     emulated = (
         {str(k): bool(v) for k, v in points.groupby("target")["emulated"].agg(lambda s: s.astype(bool).any()).items()}
@@ -141,9 +153,22 @@ def check_run(plan: Plan, points: pd.DataFrame) -> list[dict[str, Any]]:
                 "in_band": lo <= tps <= hi,
                 "band_kind": tw.band_kind,
                 "figures": "EMULATED" if emulated.get(t.slug) else "measured",
+                **_after_refit(t, w, c, tps, installed),
             }
         )
     return out
+
+
+def _after_refit(t: Target, w: Workload, c: int, tps: float, installed: Deployed | None) -> dict[str, Any]:
+    """The refitted twin's prediction of one point and its error; nothing without a refit."""
+    tw = twin_for(t, installed) if installed is not None else None
+    if not isinstance(tw, TargetTwin):
+        return {}
+    p = _point(tw, w, c, tw.band_log)
+    return {
+        "refit_predicted_tps_per_gpu": p["tokens_s_per_gpu"],
+        "refit_error_pct": round((tps / p["tokens_s_per_gpu"] - 1) * 100, 1),
+    }
 
 
 def band_count(checks: list[dict[str, Any]], targets: set[str]) -> tuple[int, int]:
@@ -170,6 +195,14 @@ def table(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "measured_tpot_ms": c["measured_tpot_ms"],
             "predicted_tpot_ms": c["predicted_tpot_ms"],
             "inside_band": c["in_band"],
+            **(
+                {
+                    "refit_predicted_output_tok_s_per_gpu": c["refit_predicted_tps_per_gpu"],
+                    "refit_error_pct": c["refit_error_pct"],
+                }
+                if "refit_error_pct" in c
+                else {}
+            ),
         }
         for c in checks
     ]
@@ -258,26 +291,38 @@ def write_rows(path: Path, rows: Sequence[RunRow]) -> int:
 
 def read_rows(path: Path) -> list[RunRow]:
     """Run rows from a CSV written by write_rows; a bad value names its line and column."""
+    return parse_rows(path.read_text(), path.name)
+
+
+def rows_text(rows: Sequence[RunRow]) -> str:
+    """Run rows as the CSV write_rows writes (header first)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    for r in rows:
+        w.writerow(asdict(r))
+    return buf.getvalue()
+
+
+def parse_rows(text: str, source: str) -> list[RunRow]:
+    """Run rows from CSV text (write_rows / rows_text); a bad value names ``source``, its line and column."""
     out = []
     known = set(catalog.gpus())
-    with path.open(newline="") as f:
-        for n, r in enumerate(csv.DictReader(f), start=2):
-            try:
-                values: dict[str, Any] = {k: NUMBERS[k](r[k]) if k in NUMBERS else r[k] for k in COLUMNS}
-                row = RunRow(**values)
-            except (KeyError, TypeError, ValueError) as e:
-                raise ValueError(
-                    f"{path.name} line {n}: not a run row ({e}); write it with bakeoff twin add-run"
-                ) from e
-            for name in ("tokens_s_per_gpu", "step_s", "running", "tp", "acceptance_length"):
-                v = getattr(row, name)
-                if not (math.isfinite(v) and v > 0):
-                    raise ValueError(f"{path.name} line {n}: {name} must be a positive number, got {v}")
-            if row.gpu not in known or row.model not in catalog.models() or row.served_model not in catalog.models():
-                raise ValueError(
-                    f"{path.name} line {n}: gpu/model not in the catalog ({row.gpu}, {row.model}, {row.served_model})"
-                )
-            out.append(row)
+    for n, r in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):
+        try:
+            values: dict[str, Any] = {k: NUMBERS[k](r[k]) if k in NUMBERS else r[k] for k in COLUMNS}
+            row = RunRow(**values)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{source} line {n}: not a run row ({e}); write it with bakeoff twin add-run") from e
+        for name in ("tokens_s_per_gpu", "step_s", "running", "tp", "acceptance_length"):
+            v = getattr(row, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{source} line {n}: {name} must be a positive number, got {v}")
+        if row.gpu not in known or row.model not in catalog.models() or row.served_model not in catalog.models():
+            raise ValueError(
+                f"{source} line {n}: gpu/model not in the catalog ({row.gpu}, {row.model}, {row.served_model})"
+            )
+        out.append(row)
     return out
 
 
@@ -321,3 +366,107 @@ def refit(extra: Sequence[RunRow]) -> dict[str, Any]:
         "band_pct": round(math.expm1(new.band_log) * 100, 1),
         "shipped_band_pct": round(math.expm1(shipped.band_log) * 100, 1),
     }
+
+
+# --- the installation's own calibration -------------------------------------------------------------------
+
+INSTALLATION_DIR = "_twin"  # under the results root, beside the runs: every worker reads the same one
+INSTALLATION_ROWS = "installation-calibration.csv"
+INSTALLATION_SUMMARY = "installation-calibration.json"
+REFIT_AFTER_PUBLISH_VARIABLE = "bakeoff_twin_refit_after_publish"
+REFIT_AFTER_PUBLISH_ENV = "BAKEOFF_TWIN_REFIT_AFTER_PUBLISH"
+
+
+def installation_path(name: str, root: str | store.StorePath | None = None) -> store.StorePath:
+    """Where the installation's calibration lives: the results store, never the shipped package data."""
+    return store.at(root or store.results_root()) / INSTALLATION_DIR / name
+
+
+def _real_points(plan: Plan, rdir: store.StorePath, points: pd.DataFrame) -> pd.DataFrame:
+    """The points of the run's real targets: never a point marked EMULATED, a target the plan serves with
+    the emulator or whose deploy says it was, or a target its validation quarantined."""
+    if points.empty:
+        return points
+    view = store.run_view(rdir)
+    validation = store.read_json(rdir / "validation.json") or {}
+    by_slug = {t.slug: t for t in plan.targets}
+    keep = set()
+    for slug in {str(s) for s in points["target"].unique()}:
+        t = by_slug.get(slug)
+        deploy = ((view.get("targets") or {}).get(slug) or {}).get("deploy") or {}
+        verdict = (validation.get("targets") or {}).get(slug) or {}
+        if t is None or t.emulated or deploy.get("emulated") or verdict.get("passed") is False:
+            continue
+        keep.add(slug)
+    real = points[points["target"].astype(str).isin(keep)]
+    if "emulated" in real:
+        real = real[~real["emulated"].fillna(True).astype(bool)]
+    return real
+
+
+def published_run_rows(root: str | store.StorePath | None = None) -> tuple[list[RunRow], list[str]]:
+    """Every run in the installation's results store as calibration rows, its real (non-emulated) targets'
+    concurrency points only; and a line per run that gave none, saying why."""
+    from bakeoff.plan import plan_from_dict  # noqa: PLC0415 - the run's plan as it ran (plan.json)
+
+    rows: list[RunRow] = []
+    skipped: list[str] = []
+    for view in store.list_runs(root=root):
+        rdir = store.at(view["run_dir"])
+        rid = str(view.get("run_id") or rdir.name)
+        try:
+            plan = plan_from_dict(store.read_json(rdir / "plan.json"), source="plan.json")
+        except Exception as e:  # noqa: BLE001 - one unreadable run must not stop the refit
+            skipped.append(f"{rid}: its plan.json does not load ({type(e).__name__})")
+            continue
+        real = _real_points(plan, rdir, store.load_points(rdir))
+        got = run_rows(plan, real, rid) if not real.empty else []
+        if not got:
+            skipped.append(f"{rid}: no measured concurrency point of a real, calibrated target (EMULATED or none)")
+        rows += got
+    return rows, skipped
+
+
+def save_installation(
+    rows: Sequence[RunRow], summary: dict[str, Any], root: str | store.StorePath | None = None
+) -> str:
+    """Write the installation's calibration (its run rows and the refit's figures) beside the runs."""
+    path = installation_path(INSTALLATION_ROWS, root)
+    store.write_bytes(path, rows_text(rows).encode())
+    store.write_json(installation_path(INSTALLATION_SUMMARY, root), {**summary, "rows": INSTALLATION_ROWS})
+    return str(path)
+
+
+def installation_rows(root: str | store.StorePath | None = None) -> list[RunRow]:
+    """The installation's saved run rows; none when it has never refitted."""
+    data = store.read_bytes(installation_path(INSTALLATION_ROWS, root))
+    return parse_rows(data.decode(), INSTALLATION_ROWS) if data else []
+
+
+def installation_twin(rows: Sequence[RunRow]) -> Deployed:
+    """The twin refitted on the merged published setups plus the installation's run rows (bands as shipped:
+    the held-out errors are the published rows')."""
+    shipped = deployed()
+    return Deployed(fit=twin_fit.fit([*holdout.setups(), *rows]), bands=shipped.bands)
+
+
+def refit_installation(
+    root: str | store.StorePath | None = None, extra: Sequence[RunRow] = (), save: bool = True
+) -> dict[str, Any]:
+    """``bakeoff twin refit``: the store's real runs (plus ``extra`` rows) as calibration rows, the refit's
+    held-out figures, and (``save``) the installation's calibration written beside the runs."""
+    found, skipped = published_run_rows(root)
+    rows = list({r.row: r for r in [*extra, *found]}.values())  # one row per provenance, the store's last
+    summary: dict[str, Any] = {"runs": sorted({r.run_id for r in rows}), "skipped": skipped, "refitted_at": time.time()}
+    if rows:
+        summary.update(refit(rows))
+    if rows and save:
+        summary["saved"] = save_installation(rows, summary, root)
+    return summary
+
+
+def refit_after_publish(value: Any = None) -> bool:
+    """Whether the installation refits after each publish (the Variable's raw value, else the environment;
+    default no)."""
+    raw = os.environ.get(REFIT_AFTER_PUBLISH_ENV) if value is None or str(value).strip() == "" else value
+    return str(raw).strip().lower() in ("1", "true", "yes") if raw is not None else False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +89,16 @@ def leave_each_gpu_out(rows: Sequence[Row]) -> list[Scored]:
     return out
 
 
+def cell(r: Row) -> tuple[str, str, str, str]:
+    """The finest term a row's efficiency has (GPU x engine x precision x scenario)."""
+    return (r.gpu, r.engine, r.precision, r.scenario)
+
+
+def cell_rows(rows: Sequence[Row], gpu: str, engine: str, precision: str, scenario: str) -> int:
+    """Rows of ``rows`` in one cell: under two, a prediction there has no basis to separate on."""
+    return sum(cell(r) == (gpu, engine, precision, scenario) for r in rows)
+
+
 def ranking(
     scored: Sequence[Scored], band_log: float = 0.0, config_band_log: float | None = None
 ) -> list[dict[str, Any]]:
@@ -99,7 +109,8 @@ def ranking(
     (|log ratio| < ``band_log``) is ``tied``: the twin's error cannot separate those two GPUs, so
     ``right_where_separable`` ignores a wrong order there. ``claimed_pairs`` are the pairs the twin itself
     orders, as ``bakeoff predict`` does: their predicted intervals (each row's band: ``band_log``, or
-    ``config_band_log`` where its fit had no row of its configuration) do not overlap."""
+    ``config_band_log`` where its fit had no row of its configuration) do not overlap, and neither side is the
+    only row of its cell (``cell``) among ``scored`` (``no_basis_pairs``: no basis to separate)."""
     best: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
     best_row: dict[tuple[str, str], dict[str, Scored]] = defaultdict(dict)
     for s in scored:  # each GPU's best published row, and the prediction for that row
@@ -107,6 +118,7 @@ def ranking(
         if s.row.per_gpu > best[key].get(s.row.gpu, (0.0, 0.0))[0]:
             best[key][s.row.gpu] = (s.row.per_gpu, s.predicted)
             best_row[key][s.row.gpu] = s
+    cells = Counter(cell(s.row) for s in scored)
     out = []
     for (model, scenario), gpus in sorted(best.items()):
         if len(gpus) < 2:
@@ -124,7 +136,11 @@ def ranking(
             else max(band_log, config_band_log)
             for g in gpus
         }
-        claimed = [(a, b) for a, b in pairs if abs(math.log(gpus[a][1] / gpus[b][1])) >= bands[a] + bands[b]]
+        # a side that is the only row of its cell (GPU x engine x precision x scenario) in the set has no
+        # basis to separate on: nothing else tells its own efficiency from an outlier, so the twin declines
+        alone = {g for g in gpus if cells[cell(rows_of[g].row)] < 2}
+        within = [(a, b) for a, b in pairs if abs(math.log(gpus[a][1] / gpus[b][1])) >= bands[a] + bands[b]]
+        claimed = [(a, b) for a, b in within if not {a, b} & alone]
         out.append(
             {
                 "model": model,
@@ -135,6 +151,7 @@ def ranking(
                 "wrong_pairs": wrong,
                 "tied_pairs": tied,
                 "claimed_pairs": claimed,
+                "no_basis_pairs": [(a, b) for a, b in within if {a, b} & alone],  # intervals apart, a side alone
                 # each wrong pair: published and predicted gap (first GPU over second, %), the two best rows
                 "wrong_detail": [
                     {

@@ -4,9 +4,9 @@ efficiency fitted on every calibration row, with the error band measured on rows
 A target gets a prediction only where the calibration set gives it a basis: its GPU has published
 rows, and its model has rows or a near neighbour (same MoE-ness and attention kind; the nearest in
 active parameters stands in). Its band is the one measured on hold-outs for its kind of extrapolation
-(twin.holdout: same setup, same GPU new model, new GPU, new model kind). Anything else is
-``NoCalibration`` with the reason, never a silent number. Plan points are read at the Server
-scenario's efficiency (a loaded server under a latency limit, the nearest MLPerf scenario to a plan's
+(twin.holdout: same setup, same GPU new model, same GPU new configuration, new GPU, new model kind).
+Anything else is ``NoCalibration`` with the reason, never a silent number. Plan points are read at the
+Server scenario's efficiency (a loaded server under a latency limit, the nearest MLPerf scenario to a plan's
 sweep). Speculative decoding is credited at the golden (or pinned) acceptance length; with no curve for
 the model and method it gets no credit. The budget prices prompts without prefix-cache credit (the worst
 case); ``predict`` credits a workload's shared prefix.
@@ -148,9 +148,10 @@ class TargetTwin:
         return operating.max_batch(self.roof, in_len, out_len)
 
 
-def twin_for(target: Target) -> TargetTwin | NoCalibration:
-    """The twin of a plan target, or NoCalibration saying why there is no basis."""
-    d = deployed()
+def twin_for(target: Target, installed: Deployed | None = None) -> TargetTwin | NoCalibration:
+    """The twin of a plan target, or NoCalibration saying why there is no basis; ``installed``: a refitted
+    twin (twin.runs.installation_twin) in place of the shipped one."""
+    d = installed or deployed()
     gpu = target.gpu.name
     if gpu not in catalog.gpus() or gpu not in d.fit.seen["gpu"]:
         return NoCalibration(target.name, f"no published MLPerf row on {gpu}: the twin has no calibration for it")
