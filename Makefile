@@ -50,9 +50,10 @@ test: venv system-deps
 	$(PY) -m pytest -q
 
 ## test-unit: the fast tests, without the e2e, browser, sandbox and distributed ones (markers set by
-## folder in tests/conftest.py)
+## folder in tests/conftest.py) and without the slow ones (marked slow: tests/ui, the FAB migration,
+## the reports' authentication against a live API server)
 test-unit: venv
-	$(PY) -m pytest -q -m "not e2e and not browser and not sandbox and not distributed"
+	$(PY) -m pytest -q -m "not e2e and not browser and not sandbox and not distributed and not slow"
 
 ## lint: ruff's rules and ruff format (pyproject.toml [tool.ruff]); typecheck: mypy on include/bakeoff
 ## (pyproject.toml [tool.mypy], strict on the modules it lists). CI runs both first.

@@ -1,17 +1,18 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.pipeline. First a gate: a scheduled run
-starts only from the Variable bakeoff_schedule_from on (unpausing alone starts nothing); then the
-optional pre-flight (bakeoff.preflight: off, check first, or pre-flight only). Per target (one
-group mapped over the run's targets, each map index labelled with its target): wait_slot (until the
-target's nodes fit its cloud's node limit, the Variable bakeoff_provider_node_limits) -> provision
-(setup) -> wait_node -> deploy -> wait_serving -> accuracy gate -> benchmark -> wait_benchmark ->
-terminate (teardown), each wait a sensor in reschedule mode, so no worker slot is held while a slot
-is awaited, a node boots, a model loads or a co-located benchmark runs. Then, whatever
-happened: sweep everything tagged with the run, validate, cost, report, publish. A watcher fails
-the DAG run when any step failed (teardowns and all_done tasks would otherwise hide it). The run's
-state is Airflow's alone: report and publish read this DAG run's failed tasks, the reaper asks
-whether the run is still going.
+Thin wiring only: every task calls one step of bakeoff.pipeline, and the per-target group and the
+steps after it are built from the sequence bakeoff.steps declares (bakeoff run follows the same
+one). First a gate: a scheduled run starts only from the Variable bakeoff_schedule_from on
+(unpausing alone starts nothing); then the optional pre-flight (bakeoff.preflight: off, check first,
+or pre-flight only). Per target (one group mapped over the run's targets, each map index labelled
+with its target): wait_slot (until the target's nodes fit its cloud's node limit, the Variable
+bakeoff_provider_node_limits) -> provision (setup) -> wait_node -> deploy -> wait_serving ->
+accuracy gate -> benchmark -> wait_benchmark -> terminate (teardown), each wait a sensor in
+reschedule mode, so no worker slot is held while a slot is awaited, a node boots, a model loads or a
+co-located benchmark runs. Then, whatever happened: sweep everything tagged with the run, validate,
+cost, report, publish. A watcher fails the DAG run when any step failed (teardowns and all_done
+tasks would otherwise hide it). The run's state is Airflow's alone: report and publish read this DAG
+run's failed tasks, the reaper asks whether the run is still going.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from bakeoff_approval import TASK_ID as APPROVAL_TASK
 from bakeoff_approval import SpendApproval
 from bakeoff_links import ReportLink
 
+from bakeoff.steps import AFTER, PER_TARGET, Step  # cheap: the declared steps, nothing imported
 from bakeoff.twin.spend_index import labels as spend_labels  # cheap: one JSON file, no fit
 
 # publish emits Asset("bakeoff://reports/<plan>") through this alias, so downstream DAGs can
@@ -182,12 +184,6 @@ def cloud_poke_s() -> float:
 
 
 CLOUD_POKE_S = cloud_poke_s()
-# A mapped sensor has one timeout for every target, so Airflow's is a backstop at the plan fields'
-# ceilings; each check enforces its own target's deadline (provider_options.ready_timeout_s, the
-# deploy timeout, the budget's estimate of the benchmark's hours capped by max_instance_hours).
-NODE_TIMEOUT_S = 86_400  # ready_timeout_s at most
-SERVING_TIMEOUT_S = 86_400  # deploy_timeout_s at most
-BENCH_TIMEOUT_S = 48 * 3600  # max_instance_hours at most
 
 
 def _pipeline(item: dict | None = None):
@@ -231,6 +227,63 @@ def _wait_began() -> float:
 def _looked(found: dict | None) -> PokeReturnValue:
     """A sensor's poke from its check's answer: done with what it found, or None while waiting."""
     return PokeReturnValue(is_done=found is not None, xcom_value=found)
+
+
+def _act(step: Step):
+    """A declared step's task body: one call of its bakeoff.pipeline function, on the target of the map
+    index (per target) or on the run, with the outputs of the steps it takes."""
+
+    def act(item: dict, *inputs):
+        per_target = step.per_target
+        pipeline = _pipeline(item if per_target else None)
+        kwargs: dict = {"credentials": _credentials()} if step.credentials else {}
+        if step.failed_steps:
+            kwargs["failed_steps"] = _failed_steps()
+        call = getattr(pipeline, step.call)
+        try:
+            return call(item["run_dir"], *([item["slug"]] if per_target else []), *inputs, **kwargs)
+        except BaseException:
+            if step.role == "setup" and _last_try():  # terminate will not run: the node slot goes back
+                pipeline.release_node_slot(item["run_dir"], item["slug"])
+            raise
+
+    act.__name__ = act.__qualname__ = step.name
+    return act
+
+
+def _last_try() -> bool:
+    """Whether no retry follows this try of the running task."""
+    ctx = get_current_context()
+    return ctx["ti"].try_number > ctx["task"].retries
+
+
+def _look(step: Step):
+    """A declared wait's sensor poke: a claim's answer as it is, a check's answer (None while waiting)
+    as a poke that is done once it found something, measured from when this wait began."""
+
+    def look(item: dict, *inputs):
+        call = getattr(_pipeline(item), step.call)
+        if step.wait == "claim":
+            return call(item["run_dir"], item["slug"])
+        kwargs: dict = {"credentials": _credentials()} if step.credentials else {}
+        return _looked(call(item["run_dir"], item["slug"], *inputs, _wait_began(), **kwargs))
+
+    look.__name__ = look.__qualname__ = step.name
+    return look
+
+
+def _publish(run: dict, paths: dict):
+    """publish: the evidence bundle and the index pages (bakeoff.pipeline.publish), then the plan's Asset."""
+    published = _pipeline().publish(
+        run["run_dir"],
+        paths,
+        failed_steps=_failed_steps(),
+        refit_twin=Variable.get("bakeoff_twin_refit_after_publish", default=None),
+    )
+    get_current_context()["outlet_events"][REPORTS].add(
+        Asset(published["asset_uri"]), extra={"plan": run["plan"], **published}
+    )
+    return published
 
 
 def _plan_ref(params: dict) -> Path:
@@ -333,116 +386,46 @@ def bakeoff():
 
         return [{"run_dir": run["run_dir"], "slug": s, "poke_s": poke_s(s)} for s in run["targets"]]
 
-    def waits(timeout_s: float):
-        return task.sensor(
-            mode="reschedule", poke_interval=CLOUD_POKE_S, timeout=timeout_s, retries=0, map_index_template=LABEL
-        )
+    def target_task(step: Step):
+        """The task of one declared per-target step (bakeoff.steps.PER_TARGET): a sensor in reschedule mode
+        for a wait, a setup or teardown task for the steps that start and end what costs money."""
+        opts: dict = {"task_id": step.name, "map_index_template": LABEL}
+        if step.retries is not None:
+            opts["retries"] = step.retries
+        if step.wait:
+            # one sensor for every map index: poke_interval is the cloud's until a poke sets its target's
+            return task.sensor(mode="reschedule", poke_interval=CLOUD_POKE_S, timeout=step.ceiling_s, **opts)(
+                _look(step)
+            )
+        made = task(**opts)(_act(step))
+        return setup(made) if step.role == "setup" else teardown(made) if step.role == "teardown" else made
 
     @task_group(group_id="target")
     def evaluate(item: dict):
-        """One mapped group over the run's targets, each map index labelled with its target. Each long
-        wait is a sensor in reschedule mode: its worker slot is free between pokes. wait_slot holds the
-        target back until its nodes fit its cloud's node limit (bakeoff.node_slots); terminate gives
-        them back."""
+        """One mapped group over the run's targets, each map index labelled with its target: the declared
+        per-target steps in their order. Each long wait is a sensor in reschedule mode: its worker slot is
+        free between pokes. wait_slot holds the target back until its nodes fit its cloud's node limit
+        (bakeoff.node_slots); terminate gives them back."""
+        out: dict = {}
+        previous = None
+        for step in PER_TARGET:
+            out[step.name] = made = target_task(step)(item, *(out[t] for t in step.takes))
+            if previous is not None:
+                previous >> made
+            previous = made
+            if step.role == "teardown":
+                teardowns.append(made)
+            elif step.role != "setup":
+                watched_in_group.append(made)
 
-        @waits(NODE_TIMEOUT_S)
-        def wait_slot(item: dict) -> bool:
-            return _pipeline(item).node_slot(item["run_dir"], item["slug"])
-
-        @setup
-        @task(map_index_template=LABEL)
-        def provision(item: dict):
-            pipeline = _pipeline(item)
-            try:
-                return pipeline.provision(item["run_dir"], item["slug"], credentials=_credentials())
-            except BaseException:
-                ctx = get_current_context()
-                if ctx["ti"].try_number > ctx["task"].retries:  # no retry follows, and terminate will not run
-                    pipeline.release_node_slot(item["run_dir"], item["slug"])
-                raise
-
-        @waits(NODE_TIMEOUT_S)
-        def wait_node(item: dict, instance: dict) -> PokeReturnValue:
-            return _looked(
-                _pipeline(item).node_ready(
-                    item["run_dir"], item["slug"], instance, _wait_began(), credentials=_credentials()
-                )
-            )
-
-        @task(retries=0, map_index_template=LABEL)
-        def deploy(item: dict, instance: dict):
-            return _pipeline(item).deploy(item["run_dir"], item["slug"], instance)
-
-        @waits(SERVING_TIMEOUT_S)
-        def wait_serving(item: dict, instance: dict) -> PokeReturnValue:
-            return _looked(
-                _pipeline(item).serving_ready(
-                    item["run_dir"], item["slug"], instance, _wait_began(), credentials=_credentials()
-                )
-            )
-
-        @task(retries=0, map_index_template=LABEL)
-        def accuracy_gate(item: dict, endpoint: dict):
-            return _pipeline(item).accuracy_gate(item["run_dir"], item["slug"], endpoint)
-
-        @task(retries=0, map_index_template=LABEL)
-        def benchmark(item: dict, endpoint: dict, gate: dict):
-            return _pipeline(item).benchmark(item["run_dir"], item["slug"], endpoint)
-
-        @waits(BENCH_TIMEOUT_S)
-        def wait_benchmark(item: dict, endpoint: dict, started: dict) -> PokeReturnValue:
-            return _looked(
-                _pipeline(item).benchmark_done(item["run_dir"], item["slug"], endpoint, started, _wait_began())
-            )
-
-        @teardown
-        @task(map_index_template=LABEL)
-        def terminate(item: dict, instance: dict | None):
-            return _pipeline(item).terminate(item["run_dir"], item["slug"], instance, credentials=_credentials())
-
-        slot = wait_slot(item)
-        inst = provision(item)
-        slot >> inst
-        node = wait_node(item, inst)
-        pushed = deploy(item, node)
-        ep = wait_serving(item, node)
-        pushed >> ep
-        gate = accuracy_gate(item, ep)
-        started = benchmark(item, ep, gate)
-        measured = wait_benchmark(item, ep, started)
-        done = terminate(item, inst)
-        measured >> done
-        watched_in_group.extend([slot, node, pushed, ep, gate, started, measured])
-        teardowns.append(done)
-
-    @task(trigger_rule="all_done")
-    def sweep(run: dict):
-        return _pipeline().sweep(run["run_dir"], credentials=_credentials())
-
-    @task(trigger_rule="all_done", retries=0)
-    def validate(run: dict):
-        return _pipeline().validate(run["run_dir"])
-
-    @task(trigger_rule="all_done")
-    def cost(run: dict):
-        return _pipeline().cost(run["run_dir"])
-
-    @task(trigger_rule="all_done")
-    def report(run: dict):
-        return _pipeline().report(run["run_dir"], failed_steps=_failed_steps())
-
-    @task(outlets=[REPORTS])
-    def publish(run: dict, paths: dict):
-        published = _pipeline().publish(
-            run["run_dir"],
-            paths,
-            failed_steps=_failed_steps(),
-            refit_twin=Variable.get("bakeoff_twin_refit_after_publish", default=None),
-        )
-        get_current_context()["outlet_events"][REPORTS].add(
-            Asset(published["asset_uri"]), extra={"plan": run["plan"], **published}
-        )
-        return published
+    def run_task(step: Step):
+        """The task of one declared step after the targets (bakeoff.steps.AFTER), with its trigger rule."""
+        opts: dict = {"task_id": step.name, "trigger_rule": step.trigger_rule}
+        if step.retries is not None:
+            opts["retries"] = step.retries
+        if step.name == "publish":  # emits the plan's report Asset: downstream DAGs schedule on it
+            return task(outlets=[REPORTS], **opts)(_publish)
+        return task(**opts)(_act(step))
 
     @task(trigger_rule="one_failed", retries=0)
     def watcher(run: dict) -> None:
@@ -460,18 +443,19 @@ def bakeoff():
     listed = targets_of(run)
     approved >> listed
     group = evaluate.expand(item=listed)
-    swept = sweep(run)
-    group >> swept
-    teardowns >> swept
-    checked = validate(run)
-    swept >> checked
-    headline = cost(run)
-    checked >> headline
-    paths = report(run)
-    headline >> paths
-    published = publish(run, paths)
-    published.operator.operator_extra_links = (ReportLink(),)  # the run's "Report" button (bakeoff_links)
-    watched = [approved, *watched_in_group, swept, checked, headline, paths, published]
+    out: dict = {}
+    previous = None
+    for step in AFTER:
+        out[step.name] = made = run_task(step)(run, *(out[t] for t in step.takes))
+        if previous is None:
+            group >> made
+            teardowns >> made
+        else:
+            previous >> made
+        previous = made
+    # the run's "Report" button (bakeoff_links)
+    out["publish"].operator.operator_extra_links = (ReportLink(),)
+    watched = [approved, *watched_in_group, *out.values()]
     watched >> watcher(run)
 
 

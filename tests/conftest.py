@@ -28,7 +28,13 @@ for p in (ROOT / "plugins",):
 
 # A folder's tests get its marker (declared in pyproject.toml) without repeating it, so `-m "not e2e"`
 # and `make test-unit` select by kind; an explicit marker on a test elsewhere works as well.
-FOLDER_MARKERS = {"e2e": "e2e", "ui_browser": "browser", "sandbox": "sandbox", "distributed": "distributed"}
+FOLDER_MARKERS = {
+    "e2e": "e2e",
+    "ui_browser": "browser",
+    "sandbox": "sandbox",
+    "distributed": "distributed",
+    "ui": "slow",  # a live Airflow API server per module
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker

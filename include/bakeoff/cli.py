@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bakeoff import admission, catalog, pipeline, store
+from bakeoff import admission, catalog, pipeline, steps, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.bench.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
@@ -118,15 +118,34 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Sequential bake-off: per target provision..benchmark with terminate in finally, then the rest."""
+    """Sequential bake-off: the declared steps (bakeoff.steps), per target with terminate in finally."""
     # SIGTERM (a CI timeout, a closed terminal) must still reach the finally blocks that terminate.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
-    creds = credentials_from_env
-    progress = Progress()
-    run = pipeline.start_run(args.plan, run_id, {"targets": args.targets or []})
-    if run["approval_required"]:  # the DAG holds such a run at approve_spend; here nobody can be asked
-        need = (store.read_record(run["run_dir"], store.START) or {}).get("approval_needed") or {}
+    return run_steps(args.plan, run_id, args.targets or [], Progress(), slot_poll_s=args.slot_poll_s)
+
+
+# What a step's progress line says, where its name alone would say less.
+_SAYS = {"benchmark": "benchmark (one line per point)"}
+
+
+def run_steps(
+    plan: str | Path,
+    run_id: str,
+    targets: list[str],
+    progress: Progress,
+    slot_poll_s: float = 5.0,
+    creds: pipeline.CredentialsFn = credentials_from_env,
+) -> int:
+    """Every step of bakeoff.steps.SEQUENCE in this process, in its order: the run's first steps, each
+    target's steps one target after the other (its teardown in finally), then the run's last steps
+    whatever happened; a progress line names each step as it starts. The exit status: 0, 1 when a step
+    failed, 2 when the run needs an approval nobody here can give."""
+    start, approve = steps.BEFORE
+    run = getattr(pipeline, start.call)(plan, run_id, {"targets": targets})
+    rdir = run["run_dir"]
+    need = getattr(pipeline, approve.call)(rdir)
+    if need:  # the DAG holds such a run at approve_spend; here nobody can be asked
         print(
             f"error: approval: this run needs a person's approval before spending ({need.get('reason')}); "
             "bakeoff run cannot ask for it, so nothing is provisioned. Trigger the plan in Airflow, where "
@@ -134,51 +153,76 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    progress(f"run {run_id} of plan {args.plan}: {len(run['targets'])} target(s)")
-    failed = []
+    progress(f"run {run_id} of plan {plan}: {len(run['targets'])} target(s)")
+    failed: list[str] = []
     for i, slug in enumerate(run["targets"], 1):
-        inst = None
-        say = progress.of(f"target {i}/{len(run['targets'])} {slug}")
-        if not pipeline.node_slot(run["run_dir"], slug):  # the installation's node limit, as wait_slot
-            say("waiting for a node slot (the installation's node limit)")
-            while not pipeline.node_slot(run["run_dir"], slug):
-                time.sleep(args.slot_poll_s)
-        try:
-            rdir = run["run_dir"]
-            say("provision")
-            inst = pipeline.provision(rdir, slug, credentials=creds)
-            ready = pipeline.until_done(pipeline.node_ready, rdir, slug, inst, credentials=creds)
-            say("deploy")
-            pipeline.deploy(rdir, slug, ready)
-            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, ready, credentials=creds)
-            say("accuracy gate")
-            pipeline.accuracy_gate(rdir, slug, ep)
-            say("benchmark (one line per point)")
-            pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, pipeline.benchmark(rdir, slug, ep))
-        except Exception as e:  # noqa: BLE001 - one target failing must not stop the others
+        if not _target_steps(rdir, slug, progress.of(f"target {i}/{len(run['targets'])} {slug}"), slot_poll_s, creds):
             failed.append(slug)
-            print(f"target {slug} failed: {type(e).__name__}: {e}", file=sys.stderr)
-        finally:
-            say("terminate")
-            pipeline.terminate(run["run_dir"], slug, inst, credentials=creds)
-    progress("sweep")
-    pipeline.sweep(run["run_dir"], credentials=creds)
-    for name, step in (("validate", pipeline.validate), ("cost", pipeline.cost)):
-        progress(name)
+    out: dict[str, Any] = {}
+    for step in steps.AFTER:
+        if step.trigger_rule == "all_success" and any(t not in out for t in step.takes):
+            continue  # what it takes failed: skipped, as the DAG's upstream_failed
+        progress(_SAYS.get(step.name, step.name))
         try:
-            step(run["run_dir"])
-        except Exception as e:  # noqa: BLE001 - a failed step is reported; the report still runs
-            failed.append(name)
-            print(f"step {name} failed: {type(e).__name__}: {e}", file=sys.stderr)
-    progress("report and evidence bundle")
-    try:  # this process is the run's orchestrator: it knows which steps failed
-        paths = pipeline.report(run["run_dir"], failed_steps=failed)
-        print(f"evidence bundle: {pipeline.bundle(run['run_dir'], paths, failed_steps=failed)}")
-    except Exception as e:  # noqa: BLE001 - the summary and exit status still come out
-        failed.append("report")
-        print(f"step report failed: {type(e).__name__}: {e}", file=sys.stderr)
-    _print_summary({**store.run_view(run["run_dir"]), "run_dir": run["run_dir"]}, failed)
+            kwargs: dict[str, Any] = {"credentials": creds} if step.credentials else {}
+            if step.failed_steps:  # this process is the run's orchestrator: it knows which steps failed
+                kwargs["failed_steps"] = list(failed)
+            out[step.name] = getattr(pipeline, step.call)(rdir, *(out[t] for t in step.takes), **kwargs)
+        except Exception as e:  # noqa: BLE001 - a failed step is reported; the later ones still run
+            failed.append(step.name)
+            print(f"step {step.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+    if "publish" in out:
+        print(f"evidence bundle: {out['publish']['files']['evidence']}")
+    _print_summary({**store.run_view(rdir), "run_dir": rdir}, failed)
     return 1 if failed else 0
+
+
+def _target_steps(
+    rdir: str, slug: str, say: Callable[[str], None], slot_poll_s: float, creds: pipeline.CredentialsFn
+) -> bool:
+    """One target's steps of bakeoff.steps.PER_TARGET: those before its setup step (the node slot), then
+    setup to its last step, then its teardown whatever happened. False when a step failed."""
+    out: dict[str, Any] = {}
+    setup = next(i for i, s in enumerate(steps.PER_TARGET) if s.role == "setup")
+    for step in steps.PER_TARGET[:setup]:
+        out[step.name] = _target_step(step, rdir, slug, out, say, slot_poll_s, creds)
+    try:
+        for step in steps.PER_TARGET[setup:]:
+            if step.role != "teardown":
+                out[step.name] = _target_step(step, rdir, slug, out, say, slot_poll_s, creds)
+    except Exception as e:  # noqa: BLE001 - one target failing must not stop the others
+        print(f"target {slug} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return False
+    finally:
+        for step in steps.PER_TARGET:
+            if step.role == "teardown":
+                out[step.name] = _target_step(step, rdir, slug, out, say, slot_poll_s, creds)
+    return True
+
+
+def _target_step(
+    step: steps.Step,
+    rdir: str,
+    slug: str,
+    out: dict[str, Any],
+    say: Callable[[str], None],
+    slot_poll_s: float,
+    creds: pipeline.CredentialsFn,
+) -> Any:
+    """One per-target step: an action called once, a claim asked until granted, a check until it answers."""
+    call = getattr(pipeline, step.call)
+    inputs = [out.get(t) for t in step.takes]  # a teardown gets None for what never came
+    kwargs: dict[str, Any] = {"credentials": creds} if step.credentials else {}
+    if step.wait == "claim":  # the installation's node limit, as the DAG's wait_slot
+        if not call(rdir, slug):
+            say("waiting for a node slot (the installation's node limit)")
+            while not call(rdir, slug):
+                time.sleep(slot_poll_s)
+        return True
+    if step.wait == "check":
+        return pipeline.until_done(call, rdir, slug, *inputs, **kwargs)
+    say(_SAYS.get(step.name, step.name.replace("_", " ")))
+    return call(rdir, slug, *inputs, **kwargs)
 
 
 class Progress:

@@ -116,6 +116,14 @@ def start_run(
     }
 
 
+def approval_needed(run_dir: str) -> dict[str, Any] | None:
+    """What the run needs a person's approval for before it spends (the start record's
+    ``approval_needed``), None when it needs none. The DAG's approve_spend asks the approvers
+    (plugins/bakeoff_approval.py); ``bakeoff run`` cannot ask anyone and stops there."""
+    need = (store.read_record(run_dir, store.START) or {}).get("approval_needed") or {}
+    return dict(need) if need.get("required") else None
+
+
 def run_plan(run_dir: str | store.StorePath) -> Plan:
     """The run's plan; the hosts start_run recorded are guarded at connect time from here on."""
     hosts = (store.read_json(store.at(run_dir) / EGRESS_FILE) or {}).get("guarded_hosts")

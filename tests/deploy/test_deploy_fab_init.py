@@ -23,7 +23,7 @@ BIN = Path(sys.executable).parent
 ADMIN_PASSWORD = "-init-test-admin-password"
 REAPER_PASSWORD = "-init-test-reaper-password"
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 def _init_service() -> dict:

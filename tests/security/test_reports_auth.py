@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ui"))
 from airflow_auth import FAB, SIMPLE, ask, migrated_home
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 RUN_DIR = "manual__2026-11-01T00_00_00_00_00"
 REPORT_TEXT = "confidential bake-off figures"
