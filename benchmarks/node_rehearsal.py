@@ -1,0 +1,715 @@
+"""Node rehearsal: the boot script a cloud launch sends, run under cloud-init on a real Debian with its own Docker.
+
+``make node-rehearsal`` (or ``python benchmarks/node_rehearsal.py --cloud vultr --engine vllm``) renders the
+user-data that ``serving/userdata.py`` sends for a real target of a shipped plan and boots it the way a cloud
+image does: a Debian bookworm root filesystem built here with debootstrap (systemd, cloud-init and docker.io
+from Debian's archive; Ubuntu's archive is not reachable from here, so the image is Debian's, not the clouds'
+Ubuntu) runs as a privileged container with systemd as PID 1, and cloud-init reads the user-data from a
+NoCloud seed (``/var/lib/cloud/seed/nocloud``: meta-data + user-data). The node's own dockerd pulls the
+engine image and runs the engine with the script's own ``docker run``.
+
+What is outside a node is stood in for locally, each a real server on a container network this run makes:
+
+- the image registry: Debian's ``docker-registry`` over TLS, answering as ``registry-1.docker.io`` (the node's
+  /etc/hosts maps the name to it) with a CA the node trusts; it holds a STAND-IN engine image built here from
+  a debootstrapped base: bakeoff's emulator behind the engine's real entrypoint name (``vllm``) and argv;
+- the GPU: STAND-IN device nodes (/dev/kfd, /dev/dri) and a STAND-IN ``amd-smi`` / ``nvidia-smi`` plus the
+  ``nvidia-container-runtime-hook`` that docker's ``--gpus`` calls, so the script's GPU flags are accepted;
+- the weights: the node's cache is pre-seeded with a STAND-IN checkpoint (tokenizer and one shard), so the
+  boot script's weights step verifies it and takes the cache path. The hub path and the node agent need the
+  digest-pinned agent image (catalog ``agent.image``), whose exact manifest cannot be served here, so the
+  rehearsed targets carry no client bundle and no serving secrets.
+
+The harness then checks from the host, across that network, what a real first run depends on, and prints one
+table (cloud x engine x step, seconds, pass/fail); it exits non-zero when any cell fails. A failing step's
+detail is the node's console classified as readiness classifies it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "include"))
+
+from bakeoff import plan as plan_mod  # noqa: E402
+from bakeoff.plan.target import Target  # noqa: E402
+from bakeoff.serving import engines, readiness, tls, userdata  # noqa: E402
+
+VAR = ROOT / "var" / "node-rehearsal"
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+# python3-cffi-backend by name: debootstrap does not resolve the virtual package python3-cryptography needs
+NODE_PACKAGES = "python3-cffi-backend,locales,systemd,systemd-sysv,dbus,cloud-init,docker.io,iptables,curl,ca-certificates,python3,iproute2,procps,kmod"
+NODE_IMAGE = "bakeoff-rehearsal/node:bookworm"
+ENGINE_BASE = "bakeoff-rehearsal/engine-base:bookworm"
+NETWORK = "bakeoff-rehearsal"
+SUBNET, GATEWAY, NODE_IP, OUTSIDER_IP = "10.213.77.0/24", "10.213.77.1", "10.213.77.10", "10.213.77.20"
+REGISTRY_NAMES = ("registry-1.docker.io",)  # docker.io's images are pulled from here
+# a shipped plan's target per (cloud, engine): what the rehearsal renders
+TARGETS: dict[tuple[str, str], tuple[str, str]] = {
+    ("vultr", "vllm"): ("mi355x-vs-b200", "mi355x-vllm"),
+    ("aws", "vllm"): ("mi355x-vs-b200", "b200-vllm"),
+}
+SCAN_PORTS = (22, 80, 443, 2375, 2376, 5000, 8000, 8001, 8080, 8443, 8888, 9000, 9100)
+STAND_INS = (
+    "GPU: stand-in device nodes /dev/kfd, /dev/dri/renderD128 (AMD) and nvidia-container-runtime-hook (NVIDIA)",
+    "GPU tools: stand-in amd-smi / nvidia-smi printing fixed values, marked STAND-IN",
+    "engine: stand-in image under the real name: bakeoff's emulator behind the real entrypoint and argv",
+    "registry: Debian's docker-registry over TLS answering as registry-1.docker.io (local CA)",
+    "weights: a stand-in checkpoint pre-seeded in the node's cache (hub path and node agent not rehearsed)",
+    "OS: Debian bookworm (debootstrap), not the clouds' Ubuntu images (Ubuntu's archive is unreachable here)",
+)
+
+
+@dataclass
+class Cell:
+    cloud: str
+    engine: str
+    step: str
+    seconds: float
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class Rehearsal:
+    cloud: str
+    engine: str
+    cells: list[Cell] = field(default_factory=list)
+
+    def step(self, name: str, fn: Callable[[], tuple[bool, str]]) -> bool:
+        t0 = time.monotonic()
+        try:
+            ok, detail = fn()
+        except Exception as e:  # noqa: BLE001 - a step's own failure is a failed cell, named
+            ok, detail = False, f"{type(e).__name__}: {e}"
+        self.cells.append(Cell(self.cloud, self.engine, name, time.monotonic() - t0, ok, detail))
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail[:300]}", flush=True)
+        return ok
+
+
+def sh(*argv: str, check: bool = True, timeout: float = 600, input_: bytes | None = None) -> str:
+    r = subprocess.run(argv, capture_output=True, timeout=timeout, input=input_, check=False)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])}...: exit {r.returncode}: {r.stderr.decode()[-600:]}")
+    return r.stdout.decode(errors="replace")
+
+
+def image_exists(name: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", name], capture_output=True, check=False).returncode == 0
+
+
+# ---------------------------------------------------------------- the OS: debootstrap, cached under var/
+
+
+def debootstrap(name: str, include: str) -> Path:
+    """A Debian root filesystem, built once and cached (var/node-rehearsal/<name>)."""
+    dest = VAR / name
+    if dest.is_dir():
+        return dest
+    tmp = VAR / f"{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"debootstrap {SUITE} {name} (once; cached under var/node-rehearsal)", flush=True)
+    sh("debootstrap", "--variant=minbase", f"--include={include}", SUITE, str(tmp), MIRROR, timeout=1800)
+    tmp.rename(dest)
+    return dest
+
+
+def docker_import(rootfs: Path, name: str) -> None:
+    if image_exists(name):
+        return
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    subprocess.run(["docker", "import", "-", name], stdin=tar.stdout, check=True, capture_output=True)
+    tar.wait()
+
+
+NODE_DOCKERFILE = """FROM {base}
+# cloud-init reads only the NoCloud seed, as a cloud image reads its own datasource; the container's
+# network is docker's (no renderer to configure it)
+RUN printf 'datasource_list: [NoCloud, None]\\nnetwork: {{config: disabled}}\\n' \\
+      > /etc/cloud/cloud.cfg.d/90-rehearsal.cfg \\
+ && systemctl mask getty@tty1.service console-getty.service >/dev/null 2>&1; \\
+    systemctl enable docker.service cloud-init-local.service cloud-init.service cloud-config.service \\
+      cloud-final.service >/dev/null 2>&1; true
+COPY ca.crt /usr/local/share/ca-certificates/bakeoff-rehearsal-ca.crt
+RUN update-ca-certificates >/dev/null
+COPY stand-ins/ /usr/local/bin/
+STOPSIGNAL SIGRTMIN+3
+CMD ["/sbin/init"]
+"""
+
+# the GPU tools the boot script calls, as stand-ins (a real node has the vendor's)
+AMD_SMI = """#!/bin/sh
+# STAND-IN amd-smi (bakeoff node rehearsal): fixed values, no GPU here
+case "$1" in
+  metric) echo '[{"gpu": 0, "power": {"socket_power": {"value": 0, "unit": "W"}}}]' ;;
+  version) echo '{"amd-smi": "STAND-IN", "rocm_version": "STAND-IN"}' ;;
+  *) echo '[{"gpu": 0, "asic": {"market_name": "STAND-IN (no GPU)"}, "driver": {"version": "STAND-IN"}}]' ;;
+esac
+"""
+NVIDIA_SMI = """#!/bin/sh
+# STAND-IN nvidia-smi (bakeoff node rehearsal): fixed values, no GPU here
+case "$*" in
+  *power.draw*) echo "0, 0.00" ;;
+  *name,driver*) echo "STAND-IN (no GPU), STAND-IN, STAND-IN" ;;
+  *) echo "| NVIDIA-SMI STAND-IN   Driver Version: STAND-IN   CUDA Version: 0.0 |" ;;
+esac
+"""
+# docker's --gpus adds this binary as an OCI prestart hook; the stand-in does nothing (no GPU to attach)
+NVIDIA_HOOK = "#!/bin/sh\n# STAND-IN nvidia-container-runtime-hook (bakeoff node rehearsal): no GPU to attach\nexit 0\n"
+
+
+def build_node_image(ca_crt: Path) -> str:
+    name = f"{NODE_IMAGE}-{_short_hash(ca_crt.read_bytes())}"
+    if image_exists(name):
+        return name
+    docker_import(debootstrap("rootfs", NODE_PACKAGES), NODE_IMAGE)
+    with tempfile.TemporaryDirectory() as d:
+        ctx = Path(d)
+        (ctx / "Dockerfile").write_text(NODE_DOCKERFILE.format(base=NODE_IMAGE))
+        shutil.copy(ca_crt, ctx / "ca.crt")
+        tools = ctx / "stand-ins"
+        tools.mkdir()
+        for n, text in (("amd-smi", AMD_SMI), ("nvidia-smi", NVIDIA_SMI), ("nvidia-container-runtime-hook", NVIDIA_HOOK)):
+            (tools / n).write_text(text)
+            (tools / n).chmod(0o755)
+        sh("docker", "build", "-q", "-t", name, str(ctx), timeout=900)
+    return name
+
+
+def _short_hash(b: bytes) -> str:
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.sha256(b).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------- stand-ins around the node
+
+
+def make_ca(d: Path) -> tuple[Path, Path, Path]:
+    """A CA and the registry's certificate for its real names (and the gateway IP, for the host's push)."""
+    ca_key, ca_crt = d / "ca.key", d / "ca.crt"
+    key, crt = d / "registry.key", d / "registry.crt"
+    if crt.exists():
+        return ca_crt, crt, key
+    d.mkdir(parents=True, exist_ok=True)
+    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "30",
+       "-subj", "/CN=bakeoff rehearsal CA", "-keyout", str(ca_key), "-out", str(ca_crt))
+    sh("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj",
+       f"/CN={REGISTRY_NAMES[0]}", "-keyout", str(key), "-out", str(d / "registry.csr"))
+    san = ",".join([*(f"DNS:{n}" for n in REGISTRY_NAMES), f"IP:{GATEWAY}"])
+    (d / "ext.cnf").write_text(f"subjectAltName={san}\n")
+    sh("openssl", "x509", "-req", "-in", str(d / "registry.csr"), "-CA", str(ca_crt), "-CAkey", str(ca_key),
+       "-CAcreateserial", "-days", "30", "-extfile", str(d / "ext.cnf"), "-out", str(crt))
+    return ca_crt, crt, key
+
+
+# runc, minus the capabilities this host's own bounding set lacks: docker's --privileged asks for every one
+# it knows, and runc refuses to start a container when one is missing (a host that is itself confined)
+RUNTIME = "bakeoff-rehearsal"
+RUNC_WRAPPER = """#!/usr/bin/python3
+import json, os, sys
+CAPS = ("CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE "
+        "NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT "
+        "SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE "
+        "AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ "
+        "PERFMON BPF CHECKPOINT_RESTORE").split()
+args = sys.argv[1:]
+if "create" in args or "run" in args:  # the container's spec
+    path = os.path.join(args[args.index("--bundle") + 1] if "--bundle" in args else ".", "config.json")
+elif "exec" in args and "--process" in args:  # a process docker exec starts in it
+    path = args[args.index("--process") + 1]
+else:
+    path = None
+if path:
+    conf = json.load(open(path))
+    bnd = int(open("/proc/self/status").read().split("CapBnd:")[1].split()[0], 16)
+    have = {"CAP_" + n for i, n in enumerate(CAPS) if bnd >> i & 1}
+    caps = (conf["process"] if "process" in conf else conf).get("capabilities") or {}
+    for k, v in caps.items():
+        caps[k] = [c for c in v if c in have]
+    json.dump(conf, open(path, "w"))
+os.execv("/usr/sbin/runc", ["runc", *args])
+"""
+
+
+def ensure_runtime() -> str | None:
+    """The runtime a privileged node needs on this host: None when runc grants --privileged as it is."""
+    bnd = int(Path("/proc/self/status").read_text().split("CapBnd:")[1].split()[0], 16)
+    if all(bnd >> i & 1 for i in range(41)):
+        return None
+    if RUNTIME in sh("docker", "info", "-f", "{{json .Runtimes}}"):
+        return RUNTIME
+    wrapper = VAR / "runc-wrapper"
+    wrapper.write_text(RUNC_WRAPPER)
+    wrapper.chmod(0o755)
+    conf_path = Path("/etc/docker/daemon.json")
+    conf = json.loads(conf_path.read_text()) if conf_path.exists() else {}
+    conf.setdefault("runtimes", {})[RUNTIME] = {"path": str(wrapper)}
+    conf_path.write_text(json.dumps(conf, indent=2))
+    os.kill(int(Path("/var/run/docker.pid").read_text()), signal.SIGHUP)  # the daemon reloads its runtimes
+    for _ in range(20):
+        if RUNTIME in sh("docker", "info", "-f", "{{json .Runtimes}}"):
+            return RUNTIME
+        time.sleep(0.5)
+    raise RuntimeError(f"dockerd did not take the {RUNTIME} runtime from {conf_path}")
+
+
+def ensure_network() -> None:
+    if subprocess.run(["docker", "network", "inspect", NETWORK], capture_output=True, check=False).returncode:
+        sh("docker", "network", "create", "--subnet", SUBNET, "--gateway", GATEWAY, NETWORK)
+
+
+def start_registry(d: Path, crt: Path, key: Path) -> subprocess.Popen[bytes]:
+    """Debian's docker-registry on the network's gateway, port 443, over TLS."""
+    (d / "storage").mkdir(parents=True, exist_ok=True)
+    cfg = d / "registry.yml"
+    cfg.write_text(
+        "version: 0.1\nlog: {level: warn}\n"
+        f"storage: {{filesystem: {{rootdirectory: {d / 'storage'}}}, delete: {{enabled: true}}}}\n"
+        f"http: {{addr: '{GATEWAY}:443', tls: {{certificate: {crt}, key: {key}}}}}\n"
+    )
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(cfg)], stdout=open(d / "registry.log", "ab"), stderr=subprocess.STDOUT
+    )
+    ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
+    for _ in range(60):
+        try:
+            c = http.client.HTTPSConnection(GATEWAY, 443, context=ctx, timeout=2)
+            c.request("GET", "/v2/")
+            if c.getresponse().status == 200:
+                return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError(f"the registry stand-in did not answer on {GATEWAY}:443 (see {d / 'registry.log'})")
+
+
+# the emulator's imports (python -m bakeoff.serving.emulator), copied from this venv into the stand-in image
+EMULATOR_MODULES = (
+    "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated_types", "attr", "attrs", "frozenlist", "httptools",
+    "idna", "multidict", "numpy", "numpy.libs", "prometheus_client", "propcache", "pydantic", "pydantic_core",
+    "typing_extensions.py", "typing_inspection", "yaml", "_yaml", "yarl",
+)
+VLLM_STAND_IN = '''#!/usr/bin/python3
+"""STAND-IN for vLLM's `vllm` entrypoint (bakeoff node rehearsal): reads `vllm serve` argv and runs bakeoff's
+emulator with the host, port and TLS files it names; the API key is vLLM's own env (VLLM_API_KEY)."""
+import argparse, os, sys
+ap = argparse.ArgumentParser(prog="vllm")
+sub = ap.add_subparsers(dest="cmd", required=True)
+s = sub.add_parser("serve")
+s.add_argument("model")
+s.add_argument("--host", default="0.0.0.0")
+s.add_argument("--port", type=int, default=8000)
+s.add_argument("--ssl-certfile")
+s.add_argument("--ssl-keyfile")
+a, rest = ap.parse_known_args()
+print("STAND-IN vllm (bakeoff emulator): serve", a.model, "engine flags:", " ".join(rest), flush=True)
+tls = ["--tls-cert", a.ssl_certfile, "--tls-key", a.ssl_keyfile] if a.ssl_certfile else []
+os.execv(sys.executable, [sys.executable, "-m", "bakeoff.serving.emulator", "--config", "/opt/stand-in/config.json",
+                          "--host", a.host, "--port", str(a.port), *tls])
+'''
+ENGINE_DOCKERFILE = """FROM {base}
+COPY site/ /opt/stand-in/site/
+COPY config.json /opt/stand-in/config.json
+COPY entrypoint /usr/local/bin/{entrypoint}
+ENV PYTHONPATH=/opt/stand-in/site
+LABEL org.bakeoff.stand-in="bakeoff's emulator behind {entrypoint}'s entrypoint (node rehearsal)"
+"""
+
+
+def build_engine_image(target: Target, summary: dict[str, Any]) -> str:
+    """The stand-in engine image, built locally under a local name (pushed under the real one)."""
+    entry = engines.boot(target).entrypoint
+    if entry != "vllm":
+        raise NotImplementedError(f"no stand-in for the {target.stack} entrypoint {entry!r} yet")
+    docker_import(debootstrap("engine-base", "python3"), ENGINE_BASE)
+    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    with tempfile.TemporaryDirectory() as d:
+        ctx = Path(d)
+        (ctx / "site").mkdir()
+        for m in EMULATOR_MODULES:
+            src = site / m
+            if src.is_dir():
+                shutil.copytree(src, ctx / "site" / m, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+            elif src.exists():
+                shutil.copy(src, ctx / "site" / m)
+        shutil.copytree(ROOT / "include" / "bakeoff", ctx / "site" / "bakeoff",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        cfg = {"mode": "roofline", "target": summary["target"], "api_key_env": "VLLM_API_KEY",
+               "expires_at": time.time() + 3600}
+        (ctx / "config.json").write_text(json.dumps(cfg))
+        (ctx / "entrypoint").write_text(VLLM_STAND_IN)
+        (ctx / "entrypoint").chmod(0o755)
+        (ctx / "Dockerfile").write_text(ENGINE_DOCKERFILE.format(base=ENGINE_BASE, entrypoint=entry))
+        local = f"bakeoff-rehearsal/engine-{target.slug}:latest"
+        sh("docker", "build", "-q", "-t", local, str(ctx), timeout=900)
+    return local
+
+
+def push_under_real_name(local: str, real: str, ca_crt: Path) -> str:
+    """Push the stand-in to the registry under the image's real repository and tag; its digest."""
+    repo_tag = real.split("/", 1)[1] if real.count("/") >= 2 else real  # docker.io/<repo>:<tag> -> <repo>:<tag>
+    certs = Path("/etc/docker/certs.d") / GATEWAY  # only this address: the host's docker.io is untouched
+    certs.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ca_crt, certs / "ca.crt")
+    push = f"{GATEWAY}/{repo_tag}"
+    sh("docker", "tag", local, push)
+    out = sh("docker", "push", push, timeout=900)
+    m = re.search(r"digest: (sha256:[0-9a-f]{64})", out)
+    if not m:
+        raise RuntimeError(f"no digest in the push output: {out[-300:]}")
+    return m.group(1)
+
+
+# ---------------------------------------------------------------- the node
+
+
+def render_user_data(target: Target, kill_after_s: float) -> tuple[str, str, tls.NodeTLS]:
+    ident = tls.stand_in_identity(target.slug)
+    api_key = "bk-" + os.urandom(20).hex()
+    script = userdata.render(
+        target,
+        api_key=api_key,
+        shutdown_after_s=kill_after_s,
+        ingress_cidr=f"{GATEWAY}/32",  # the plan says: your workers' address; here, the host on this network
+        tls={"cert": ident.cert_pem, "key": ident.key_pem},
+        max_bytes=userdata.max_bytes_for(target.provider),
+    )
+    return script, api_key, ident
+
+
+def seed_weights(target: Target, into: Path) -> None:
+    """A stand-in checkpoint in the node's cache, in the hub cache's layout, as a previous run left it."""
+    folder = into / "hub" / ("models--" + target.checkpoint_id.replace("/", "--"))
+    snap = folder / "snapshots" / "rehearsal"
+    snap.mkdir(parents=True, exist_ok=True)
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text("rehearsal")
+    (snap / "tokenizer.json").write_text('{"stand-in": true}')
+    (snap / "model.safetensors").write_bytes(b"\0" * 64)
+
+
+def node_name(cloud: str, engine: str) -> str:
+    return f"bakeoff-rehearsal-{cloud}-{engine}"
+
+
+def boot_node(r: Rehearsal, image: str, seed: Path, cache: Path, cache_dir: str, runtime: str | None) -> str:
+    name = node_name(r.cloud, r.engine)
+    subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, check=False)
+    argv = [
+        "docker", "run", "-d", "--name", name, "--hostname", f"{r.cloud}-node", "--privileged",
+        *(["--runtime", runtime] if runtime else []),
+        "--network", NETWORK, "--ip", NODE_IP, "--tmpfs", "/run", "--tmpfs", "/run/lock",
+        "-v", "/var/lib/docker",  # the node's own docker storage (a volume: overlay2 on the host's disk)
+        "-v", f"{seed}:/var/lib/cloud/seed/nocloud:ro",
+        "-v", f"{cache}:{cache_dir}",
+        *(a for n in REGISTRY_NAMES for a in ("--add-host", f"{n}:{GATEWAY}")),  # the node's /etc/hosts
+        image,
+    ]
+    sh(*argv)
+    # the AMD stand-in device nodes docker run's --device flags name (the privileged node sees the host's /dev)
+    sh("docker", "exec", name, "sh", "-c",
+       "[ -e /dev/kfd ] || mknod -m 666 /dev/kfd c 1 5; mkdir -p /dev/dri; "
+       "[ -e /dev/dri/renderD128 ] || mknod -m 666 /dev/dri/renderD128 c 1 5")
+    return name
+
+
+def node_sh(name: str, cmd: str, timeout: float = 120) -> str:
+    return sh("docker", "exec", name, "sh", "-c", cmd, check=False, timeout=timeout)
+
+
+def wait_cloud_init(name: str, budget_s: float) -> tuple[bool, str]:
+    deadline = time.monotonic() + budget_s
+    out = ""
+    while time.monotonic() < deadline:
+        out = node_sh(name, "cloud-init status --long 2>&1", timeout=30)
+        if re.search(r"status: (done|error|degraded)", out):
+            break
+        time.sleep(3)
+    ds = re.search(r"detail:\s*(.*)", out)
+    ok = "status: done" in out
+    return ok, f"{' '.join(out.split()[:2])}; {ds.group(1).strip() if ds else ''}"
+
+
+def boot_log(name: str) -> str:
+    return node_sh(name, "cat /var/log/bakeoff/boot.log 2>/dev/null")
+
+
+def classify(name: str) -> str:
+    kind, line = readiness.classify(boot_log(name) + node_sh(name, "tail -n 50 /var/log/bakeoff/serve.log"))
+    return f"readiness: {kind}: {line}"
+
+
+def check_sections(name: str) -> tuple[bool, str]:
+    log = boot_log(name)
+    want = {
+        "boot": r"^bakeoff: boot \d{4}-",
+        "provenance": r"^bakeoff-provenance: ",
+        "image digest": r"^bakeoff-image-digest: \S+@sha256:[0-9a-f]{64}",
+        "weights": r'^bakeoff-weights: \{.*"ok": true',
+    }
+    missing = [k for k, p in want.items() if not re.search(p, log, re.M)]
+    failed = re.findall(r"^bakeoff: .*(?:failed|stopping|never).*$", log, re.M)
+    if missing or failed:
+        return False, f"missing {missing} {failed[:2]}; {classify(name)}"
+    w = json.loads(re.search(r"^bakeoff-weights: (.*)$", log, re.M).group(1))  # type: ignore[union-attr]
+    return True, f"boot, provenance (STAND-IN tools), digest, weights from {w['source']} ({w['files']} files)"
+
+
+def check_image(name: str, real: str, digest: str) -> tuple[bool, str]:
+    log = boot_log(name)
+    m = re.search(r"^bakeoff-image-digest: (\S+)$", log, re.M)
+    got = m.group(1) if m else ""
+    repo = real.split(":")[0]
+    ok = got == f"{repo}@{digest}"
+    return ok, f"pulled {real} over TLS as {got or 'nothing'}" + ("" if ok else f" (pushed {digest})")
+
+
+def wait_serving(name: str, port: int, ident: tls.NodeTLS, api_key: str, budget_s: float) -> tuple[bool, str]:
+    deadline = time.monotonic() + budget_s
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            status, _ = request(port, ident, api_key, "GET", "/v1/models")
+            if status == 200:
+                return True, f"https://{NODE_IP}:{port}/v1/models answered 200"
+            last = f"HTTP {status}"
+        except OSError as e:
+            last = str(e)
+        time.sleep(2)
+    return False, f"{last}; {classify(name)}"
+
+
+def request(
+    port: int, ident: tls.NodeTLS | None, api_key: str | None, method: str, path: str, body: Any = None
+) -> tuple[int, bytes]:
+    ctx = tls.pinned_context(ident.cert_pem) if ident else ssl.create_default_context()
+    c = http.client.HTTPSConnection(NODE_IP, port, context=ctx, timeout=30)
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+    r = c.getresponse()
+    return r.status, r.read()
+
+
+def check_front(port: int, ident: tls.NodeTLS, api_key: str) -> tuple[bool, str]:
+    no_key, _ = request(port, ident, None, "GET", "/v1/models")
+    wrong, _ = request(port, ident, "bk-wrong-key-0000000000", "GET", "/v1/models")
+    try:
+        request(port, None, api_key, "GET", "/v1/models")  # the system's CAs: the node's cert is not among them
+        unpinned = "accepted"
+    except ssl.SSLError:
+        unpinned = "refused"
+    other = tls.stand_in_identity("someone-else")
+    try:
+        request(port, other, api_key, "GET", "/v1/models")
+        wrong_pin = "accepted"
+    except ssl.SSLError:
+        wrong_pin = "refused"
+    ok = no_key == 401 and wrong == 401 and unpinned == "refused" and wrong_pin == "refused"
+    return ok, f"no key {no_key}, wrong key {wrong}, system CAs {unpinned}, another pin {wrong_pin}"
+
+
+def check_point(port: int, ident: tls.NodeTLS, api_key: str, model: str) -> tuple[bool, str]:
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
+    status, data = request(port, ident, api_key, "POST", "/v1/chat/completions", body)
+    if status != 200:
+        return False, f"HTTP {status}: {data[:200]!r}"
+    usage = json.loads(data).get("usage") or {}
+    return bool(usage.get("completion_tokens")), f"chat completion through TLS+key: usage {usage}"
+
+
+def scan(ip: str, ports: tuple[int, ...]) -> list[int]:
+    open_ = []
+    for p in ports:
+        with socket.socket() as s:
+            s.settimeout(1.5)
+            if s.connect_ex((ip, p)) == 0:
+                open_.append(p)
+    return open_
+
+
+def check_firewall(name: str, port: int) -> tuple[bool, str]:
+    listening = node_sh(name, "ss -Hltn 2>/dev/null | awk '{print $4}'").split()
+    ports = tuple(sorted({*SCAN_PORTS, port, *(int(a.rsplit(':', 1)[1]) for a in listening if ':' in a)}))
+    from_host = scan(NODE_IP, ports)
+    # the same scan from another address on the network (not the plan's ingress CIDR)
+    probe = (
+        "import socket,sys\nfor p in sys.argv[1:]:\n s=socket.socket(); s.settimeout(1.5)\n"
+        f" print(p) if s.connect_ex(('{NODE_IP}', int(p)))==0 else None\n"
+    )
+    outsider = sh("docker", "run", "--rm", "--network", NETWORK, "--ip", OUTSIDER_IP, ENGINE_BASE,
+                  "python3", "-c", probe, *map(str, ports), check=False, timeout=300).split()
+    ok = from_host == [port] and outsider == []
+    return ok, (f"node listens on {len(ports)} ports scanned; open from the ingress CIDR {from_host}, "
+                f"from {OUTSIDER_IP} {outsider or 'none'}")
+
+
+def check_secrets(name: str, api_key: str, ident: tls.NodeTLS) -> tuple[bool, str]:
+    key_line = ident.key_pem.strip().splitlines()[1]
+    leaks = []
+    for what, secret in (("api key", api_key), ("TLS key", key_line)):
+        logs = node_sh(name, f"grep -rlF -- '{secret}' /var/log 2>/dev/null; journalctl --no-pager 2>/dev/null "
+                       f"| grep -cF -- '{secret}'", timeout=300).split()
+        leaks += [f"{what} in {f}" for f in logs if f not in ("0",)]
+        ps = node_sh(name, "ps -eo args")
+        if secret in ps:
+            leaks.append(f"{what} in the process list")
+        # on disk only in root-only files (the seed is the stand-in for the cloud's metadata service: skipped)
+        files = node_sh(name, f"grep -rlF -- '{secret}' /etc /opt /root /tmp /home /var/lib/cloud "
+                        "/var/lib/docker/containers 2>/dev/null | grep -v ^/var/lib/cloud/seed/", timeout=300).split()
+        for f in files:
+            mode = node_sh(name, f"stat -c '%a %U' {f}").split()
+            if not mode or mode[1] != "root" or int(mode[0], 8) & 0o077:
+                leaks.append(f"{what} in {f} mode {' '.join(mode)}")
+    return not leaks, "; ".join(leaks) or "api key and TLS key only in root-only files; none in logs or ps"
+
+
+def check_kill_switch(name: str, minutes: int, boot_epoch: float, budget_s: float) -> tuple[bool, str]:
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.State.FinishedAt}}", name, check=False).split()
+        if state and state[0] == "false":
+            fin = sh("docker", "inspect", "-f", "{{.State.FinishedAt}}", name).strip()
+            stopped = _epoch(fin)
+            after = stopped - boot_epoch
+            ok = minutes * 60 - 5 <= after <= minutes * 60 + 90
+            return ok, f"node stopped {after:.0f}s after the script started (kill switch: {minutes} min)"
+        time.sleep(3)
+    return False, f"the node still runs {budget_s:.0f}s later (kill switch: {minutes} min)"
+
+
+def _epoch(docker_time: str) -> float:
+    from datetime import datetime  # noqa: PLC0415
+
+    t = re.sub(r"(\.\d{6})\d*", r"\1", docker_time).replace("Z", "+00:00")
+    return datetime.fromisoformat(t).timestamp()
+
+
+# ---------------------------------------------------------------- one rehearsal
+
+
+def rehearse(
+    cloud: str, engine: str, kill_minutes: int, node_image: str, ca_crt: Path, runtime: str | None
+) -> Rehearsal:
+    r = Rehearsal(cloud, engine)
+    plan_name, target_name = TARGETS[(cloud, engine)]
+    plan = plan_mod.load_plan(plan_name)
+    target = next(t for t in plan.targets if t.name == target_name)
+    # no serving secrets: they need the node agent, whose digest-pinned image cannot be stood in here
+    target = target.model_copy(update={"secrets": {}})
+    print(f"{cloud} x {engine}: plan {plan_name}, target {target_name}", flush=True)
+    port = target.stack_spec.port
+    real = userdata.image_for(target)
+    work = VAR / "runs" / f"{cloud}-{engine}"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "seed").mkdir(parents=True)
+    state: dict[str, Any] = {}
+
+    def prepare() -> tuple[bool, str]:
+        script, key, ident = render_user_data(target, kill_minutes * 60 - 60)
+        state.update(script=script, key=key, ident=ident)
+        (work / "seed" / "user-data").write_text(script)
+        (work / "seed" / "meta-data").write_text(f"instance-id: rehearsal-{cloud}-{int(time.time())}\n"
+                                                  f"local-hostname: {cloud}-node\n")
+        local = build_engine_image(target, userdata.target_summary(target, port))
+        state["digest"] = push_under_real_name(local, real, ca_crt)
+        seed_weights(target, work / "cache")
+        return True, f"user-data {len(script.encode())} bytes; {real} pushed as {state['digest'][:19]}…"
+
+    if not r.step("render + stand-in image", prepare):
+        return r
+    node = ""
+
+    def boot() -> tuple[bool, str]:
+        nonlocal node
+        node = boot_node(r, node_image, work / "seed", work / "cache", target.weights.cache_dir.rstrip("/"), runtime)
+        ok, detail = wait_cloud_init(node, 420)
+        state["boot_epoch"] = _script_start(node)
+        return ok, f"cloud-init {detail}" + ("" if ok else f"; {classify(node)}")
+
+    booted = r.step("cloud-init ran the script", boot)
+    if node:
+        (work / "boot.log").write_text(boot_log(node))
+    if not booted and not boot_log(node):
+        return r
+    ident, key = state["ident"], state["key"]
+    r.step("sections logged", lambda: check_sections(node))
+    r.step("image pulled over TLS, digest", lambda: check_image(node, real, state["digest"]))
+    if r.step("serving (pinned TLS)", lambda: wait_serving(node, port, ident, key, 240)):
+        r.step("TLS pinned, key required", lambda: check_front(port, ident, key))
+        r.step("request through the front", lambda: check_point(port, ident, key, target.checkpoint_id))
+    r.step("firewall + default-deny", lambda: check_firewall(node, port))
+    r.step("no secret in logs/disk/ps", lambda: check_secrets(node, key, ident))
+    r.step("kill switch stops the node",
+           lambda: check_kill_switch(node, kill_minutes, state.get("boot_epoch") or time.time(), kill_minutes * 60 + 240))
+    return r
+
+
+def _script_start(node: str) -> float | None:
+    m = re.search(r"^bakeoff: boot (\S+)$", boot_log(node), re.M)
+    return _epoch(m.group(1)) if m else None
+
+
+def table(cells: list[Cell]) -> str:
+    rows = [("cloud", "engine", "step", "s", "result")]
+    rows += [(c.cloud, c.engine, c.step, f"{c.seconds:.1f}", "pass" if c.ok else "FAIL") for c in cells]
+    w = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(v.ljust(w[i]) for i, v in enumerate(r)) for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--cloud", action="append", help="vultr, aws (default: every one with a target here)")
+    ap.add_argument("--engine", default="vllm")
+    ap.add_argument("--kill-minutes", type=int, default=4, help="the kill switch's time (minutes after boot)")
+    ap.add_argument("--keep", action="store_true", help="leave the stopped node and the network for inspection")
+    a = ap.parse_args(argv)
+    clouds = a.cloud or sorted({c for c, e in TARGETS if e == a.engine})
+    t0 = time.monotonic()
+    certs = VAR / "pki"
+    ca_crt, crt, key = make_ca(certs)
+    node_image = build_node_image(ca_crt)
+    ensure_network()
+    runtime = ensure_runtime()
+    registry = start_registry(certs, crt, key)
+    cells: list[Cell] = []
+    try:
+        for cloud in clouds:
+            cells += rehearse(cloud, a.engine, a.kill_minutes, node_image, ca_crt, runtime).cells
+            if not a.keep:
+                subprocess.run(["docker", "rm", "-f", "-v", node_name(cloud, a.engine)], capture_output=True, check=False)
+    finally:
+        registry.terminate()
+        registry.wait()
+    print()
+    print(table(cells))
+    print("\nstand-ins (not the real thing):")
+    for s in STAND_INS:
+        print(f"  - {s}")
+    bad = [c for c in cells if not c.ok]
+    for c in bad:
+        print(f"FAIL {c.cloud} x {c.engine} / {c.step}: {c.detail}")
+    print(f"\n{len(cells) - len(bad)}/{len(cells)} cells pass in {time.monotonic() - t0:.0f}s")
+    return 1 if bad or not cells else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
