@@ -26,7 +26,7 @@ export AIRFLOW__CORE__DAGBAG_IMPORT_ERROR_TRACEBACK_DEPTH := 5
 export BAKEOFF_DATA ?= $(CURDIR)/var
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-unit lint typecheck lock ui venv ensure-uv system-deps airflow-db distributed clean cloud-specs engine-flags
+.PHONY: demo test test-unit lint typecheck lock ui venv ensure-uv system-deps airflow-db distributed clean cloud-specs engine-flags node-rehearsal
 
 ## demo: a whole bake-off on the local provider (emulated hardware), ending with a report; exits
 ## non-zero when the DAG run failed. PLAN is an installed plan's name or a plan file (its folder is
@@ -119,6 +119,14 @@ cloud-specs: venv
 ## ROCm/ATOM: ATOM_GIT=path [TRTLLM_DIR=dir holding tensorrt_llm/commands/serve.py TRTLLM_SOURCE=...]
 engine-flags: venv
 	$(PY) scripts/vendor_engine_flags.py --atom $(ATOM_GIT) $(if $(TRTLLM_DIR),--trtllm $(TRTLLM_DIR) --trtllm-source "$(TRTLLM_SOURCE)")
+
+## node-rehearsal: boot the cloud boot script under cloud-init on a debootstrapped Debian (systemd, its
+## own Docker) with local stand-ins around it (docs/production.md); root, ~5 minutes a node. CLOUD=vultr
+node-rehearsal: venv
+	@if ! command -v debootstrap >/dev/null || ! command -v docker-registry >/dev/null || ! command -v dockerd >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap docker.io docker-registry >/dev/null; fi
+	@docker info >/dev/null 2>&1 || { mkdir -p var; (dockerd >var/dockerd.log 2>&1 &); sleep 5; }
+	$(PY) benchmarks/node_rehearsal.py $(if $(CLOUD),--cloud $(CLOUD))
 
 distributed: venv
 	VENV="$(abspath $(VENV))" bash scripts/distributed_run.sh

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,17 +57,22 @@ VAR = ROOT / "var" / "node-rehearsal"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 # python3-cffi-backend by name: debootstrap does not resolve the virtual package python3-cryptography needs
-NODE_PACKAGES = "python3-cffi-backend,locales,systemd,systemd-sysv,dbus,cloud-init,docker.io,iptables,curl,ca-certificates,python3,iproute2,procps,kmod"
+NODE_PACKAGES = ",".join(
+    "python3-cffi-backend locales systemd systemd-sysv dbus cloud-init docker.io iptables curl ca-certificates "
+    "python3 iproute2 procps kmod".split()
+)
 NODE_IMAGE = "bakeoff-rehearsal/node:bookworm"
 ENGINE_BASE = "bakeoff-rehearsal/engine-base:bookworm"
 NETWORK = "bakeoff-rehearsal"
-SUBNET, GATEWAY, NODE_IP, OUTSIDER_IP = "10.213.77.0/24", "10.213.77.1", "10.213.77.10", "10.213.77.20"
+SUBNET, GATEWAY = "10.213.77.0/24", "10.213.77.1"
+NODE_IPS = {"vultr": "10.213.77.10", "aws": "10.213.77.11", "oci": "10.213.77.12", "digitalocean": "10.213.77.13"}
 REGISTRY_NAMES = ("registry-1.docker.io",)  # docker.io's images are pulled from here
 # a shipped plan's target per (cloud, engine): what the rehearsal renders
 TARGETS: dict[tuple[str, str], tuple[str, str]] = {
     ("vultr", "vllm"): ("mi355x-vs-b200", "mi355x-vllm"),
     ("aws", "vllm"): ("mi355x-vs-b200", "b200-vllm"),
-}
+    ("oci", "vllm"): ("mi355x-vs-b200-oci", "b200-vllm"),
+}  # no shipped plan has a DigitalOcean target
 SCAN_PORTS = (22, 80, 443, 2375, 2376, 5000, 8000, 8001, 8080, 8443, 8888, 9000, 9100)
 STAND_INS = (
     "GPU: stand-in device nodes /dev/kfd, /dev/dri/renderD128 (AMD) and nvidia-container-runtime-hook (NVIDIA)",
@@ -101,7 +107,7 @@ class Rehearsal:
         except Exception as e:  # noqa: BLE001 - a step's own failure is a failed cell, named
             ok, detail = False, f"{type(e).__name__}: {e}"
         self.cells.append(Cell(self.cloud, self.engine, name, time.monotonic() - t0, ok, detail))
-        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail[:300]}", flush=True)
+        print(f"  {self.cloud}/{self.engine} {'ok  ' if ok else 'FAIL'} {name}: {detail[:300]}", flush=True)
         return ok
 
 
@@ -148,6 +154,8 @@ RUN printf 'datasource_list: [NoCloud, None]\\nnetwork: {{config: disabled}}\\n'
  && systemctl mask getty@tty1.service console-getty.service >/dev/null 2>&1; \\
     systemctl enable docker.service cloud-init-local.service cloud-init.service cloud-config.service \\
       cloud-final.service >/dev/null 2>&1; true
+# the clouds' images ship their default locale generated (cloud-init's locale module sets it)
+RUN sed -i 's/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/' /etc/locale.gen && locale-gen >/dev/null
 COPY ca.crt /usr/local/share/ca-certificates/bakeoff-rehearsal-ca.crt
 RUN update-ca-certificates >/dev/null
 COPY stand-ins/ /usr/local/bin/
@@ -177,7 +185,8 @@ NVIDIA_HOOK = "#!/bin/sh\n# STAND-IN nvidia-container-runtime-hook (bakeoff node
 
 
 def build_node_image(ca_crt: Path) -> str:
-    name = f"{NODE_IMAGE}-{_short_hash(ca_crt.read_bytes())}"
+    recipe = ca_crt.read_bytes() + (NODE_DOCKERFILE + AMD_SMI + NVIDIA_SMI + NVIDIA_HOOK).encode()
+    name = f"{NODE_IMAGE}-{_short_hash(recipe)}"  # rebuilt when the CA or the recipe changes
     if image_exists(name):
         return name
     docker_import(debootstrap("rootfs", NODE_PACKAGES), NODE_IMAGE)
@@ -187,7 +196,11 @@ def build_node_image(ca_crt: Path) -> str:
         shutil.copy(ca_crt, ctx / "ca.crt")
         tools = ctx / "stand-ins"
         tools.mkdir()
-        for n, text in (("amd-smi", AMD_SMI), ("nvidia-smi", NVIDIA_SMI), ("nvidia-container-runtime-hook", NVIDIA_HOOK)):
+        for n, text in (
+            ("amd-smi", AMD_SMI),
+            ("nvidia-smi", NVIDIA_SMI),
+            ("nvidia-container-runtime-hook", NVIDIA_HOOK),
+        ):
             (tools / n).write_text(text)
             (tools / n).chmod(0o755)
         sh("docker", "build", "-q", "-t", name, str(ctx), timeout=900)
@@ -210,14 +223,59 @@ def make_ca(d: Path) -> tuple[Path, Path, Path]:
     if crt.exists():
         return ca_crt, crt, key
     d.mkdir(parents=True, exist_ok=True)
-    sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "30",
-       "-subj", "/CN=bakeoff rehearsal CA", "-keyout", str(ca_key), "-out", str(ca_crt))
-    sh("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj",
-       f"/CN={REGISTRY_NAMES[0]}", "-keyout", str(key), "-out", str(d / "registry.csr"))
+    sh(
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=bakeoff rehearsal CA",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_crt),
+    )
+    sh(
+        "openssl",
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-subj",
+        f"/CN={REGISTRY_NAMES[0]}",
+        "-keyout",
+        str(key),
+        "-out",
+        str(d / "registry.csr"),
+    )
     san = ",".join([*(f"DNS:{n}" for n in REGISTRY_NAMES), f"IP:{GATEWAY}"])
     (d / "ext.cnf").write_text(f"subjectAltName={san}\n")
-    sh("openssl", "x509", "-req", "-in", str(d / "registry.csr"), "-CA", str(ca_crt), "-CAkey", str(ca_key),
-       "-CAcreateserial", "-days", "30", "-extfile", str(d / "ext.cnf"), "-out", str(crt))
+    sh(
+        "openssl",
+        "x509",
+        "-req",
+        "-in",
+        str(d / "registry.csr"),
+        "-CA",
+        str(ca_crt),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        str(d / "ext.cnf"),
+        "-out",
+        str(crt),
+    )
     return ca_crt, crt, key
 
 
@@ -304,9 +362,27 @@ def start_registry(d: Path, crt: Path, key: Path) -> subprocess.Popen[bytes]:
 
 # the emulator's imports (python -m bakeoff.serving.emulator), copied from this venv into the stand-in image
 EMULATOR_MODULES = (
-    "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated_types", "attr", "attrs", "frozenlist", "httptools",
-    "idna", "multidict", "numpy", "numpy.libs", "prometheus_client", "propcache", "pydantic", "pydantic_core",
-    "typing_extensions.py", "typing_inspection", "yaml", "_yaml", "yarl",
+    "aiohappyeyeballs",
+    "aiohttp",
+    "aiosignal",
+    "annotated_types",
+    "attr",
+    "attrs",
+    "frozenlist",
+    "httptools",
+    "idna",
+    "multidict",
+    "numpy",
+    "numpy.libs",
+    "prometheus_client",
+    "propcache",
+    "pydantic",
+    "pydantic_core",
+    "typing_extensions.py",
+    "typing_inspection",
+    "yaml",
+    "_yaml",
+    "yarl",
 )
 VLLM_STAND_IN = '''#!/usr/bin/python3
 """STAND-IN for vLLM's `vllm` entrypoint (bakeoff node rehearsal): reads `vllm serve` argv and runs bakeoff's
@@ -351,15 +427,20 @@ def build_engine_image(target: Target, summary: dict[str, Any]) -> str:
                 shutil.copytree(src, ctx / "site" / m, ignore=shutil.ignore_patterns("tests", "__pycache__"))
             elif src.exists():
                 shutil.copy(src, ctx / "site" / m)
-        shutil.copytree(ROOT / "include" / "bakeoff", ctx / "site" / "bakeoff",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        cfg = {"mode": "roofline", "target": summary["target"], "api_key_env": "VLLM_API_KEY",
-               "expires_at": time.time() + 3600}
+        shutil.copytree(
+            ROOT / "include" / "bakeoff", ctx / "site" / "bakeoff", ignore=shutil.ignore_patterns("__pycache__")
+        )
+        cfg = {
+            "mode": "roofline",
+            "target": summary["target"],
+            "api_key_env": "VLLM_API_KEY",
+            "expires_at": time.time() + 3600,
+        }
         (ctx / "config.json").write_text(json.dumps(cfg))
         (ctx / "entrypoint").write_text(VLLM_STAND_IN)
         (ctx / "entrypoint").chmod(0o755)
         (ctx / "Dockerfile").write_text(ENGINE_DOCKERFILE.format(base=ENGINE_BASE, entrypoint=entry))
-        local = f"bakeoff-rehearsal/engine-{target.slug}:latest"
+        local = f"bakeoff-rehearsal/engine-{target.provider}-{target.slug}:latest"
         sh("docker", "build", "-q", "-t", local, str(ctx), timeout=900)
     return local
 
@@ -415,20 +496,43 @@ def boot_node(r: Rehearsal, image: str, seed: Path, cache: Path, cache_dir: str,
     name = node_name(r.cloud, r.engine)
     subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, check=False)
     argv = [
-        "docker", "run", "-d", "--name", name, "--hostname", f"{r.cloud}-node", "--privileged",
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--hostname",
+        f"{r.cloud}-node",
+        "--privileged",
         *(["--runtime", runtime] if runtime else []),
-        "--network", NETWORK, "--ip", NODE_IP, "--tmpfs", "/run", "--tmpfs", "/run/lock",
-        "-v", "/var/lib/docker",  # the node's own docker storage (a volume: overlay2 on the host's disk)
-        "-v", f"{seed}:/var/lib/cloud/seed/nocloud:ro",
-        "-v", f"{cache}:{cache_dir}",
+        "--network",
+        NETWORK,
+        "--ip",
+        NODE_IPS[r.cloud],
+        "--tmpfs",
+        "/run",
+        "--tmpfs",
+        "/run/lock",
+        "-v",
+        "/var/lib/docker",  # the node's own docker storage (a volume: overlay2 on the host's disk)
+        "-v",
+        f"{seed}:/var/lib/cloud/seed/nocloud:ro",
+        "-v",
+        f"{cache}:{cache_dir}",
         *(a for n in REGISTRY_NAMES for a in ("--add-host", f"{n}:{GATEWAY}")),  # the node's /etc/hosts
         image,
     ]
     sh(*argv)
     # the AMD stand-in device nodes docker run's --device flags name (the privileged node sees the host's /dev)
-    sh("docker", "exec", name, "sh", "-c",
-       "[ -e /dev/kfd ] || mknod -m 666 /dev/kfd c 1 5; mkdir -p /dev/dri; "
-       "[ -e /dev/dri/renderD128 ] || mknod -m 666 /dev/dri/renderD128 c 1 5")
+    sh(
+        "docker",
+        "exec",
+        name,
+        "sh",
+        "-c",
+        "[ -e /dev/kfd ] || mknod -m 666 /dev/kfd c 1 5; mkdir -p /dev/dri; "
+        "[ -e /dev/dri/renderD128 ] || mknod -m 666 /dev/dri/renderD128 c 1 5",
+    )
     return name
 
 
@@ -439,11 +543,11 @@ def node_sh(name: str, cmd: str, timeout: float = 120) -> str:
 def wait_cloud_init(name: str, budget_s: float) -> tuple[bool, str]:
     deadline = time.monotonic() + budget_s
     out = ""
-    while time.monotonic() < deadline:
-        out = node_sh(name, "cloud-init status --long 2>&1", timeout=30)
-        if re.search(r"status: (done|error|degraded)", out):
+    while time.monotonic() < deadline:  # every stage finished (status says "error" as soon as one failed)
+        if node_sh(name, "test -e /run/cloud-init/result.json && echo finished", timeout=30).strip() == "finished":
             break
         time.sleep(3)
+    out = node_sh(name, "cloud-init status --long 2>&1", timeout=30)
     ds = re.search(r"detail:\s*(.*)", out)
     ok = "status: done" in out
     return ok, f"{' '.join(out.split()[:2])}; {ds.group(1).strip() if ds else ''}"
@@ -483,14 +587,14 @@ def check_image(name: str, real: str, digest: str) -> tuple[bool, str]:
     return ok, f"pulled {real} over TLS as {got or 'nothing'}" + ("" if ok else f" (pushed {digest})")
 
 
-def wait_serving(name: str, port: int, ident: tls.NodeTLS, api_key: str, budget_s: float) -> tuple[bool, str]:
+def wait_serving(name: str, ip: str, port: int, ident: tls.NodeTLS, api_key: str, budget_s: float) -> tuple[bool, str]:
     deadline = time.monotonic() + budget_s
     last = ""
     while time.monotonic() < deadline:
         try:
-            status, _ = request(port, ident, api_key, "GET", "/v1/models")
+            status, _ = request(ip, port, ident, api_key, "GET", "/v1/models")
             if status == 200:
-                return True, f"https://{NODE_IP}:{port}/v1/models answered 200"
+                return True, f"https://{ip}:{port}/v1/models answered 200"
             last = f"HTTP {status}"
         except OSError as e:
             last = str(e)
@@ -499,27 +603,27 @@ def wait_serving(name: str, port: int, ident: tls.NodeTLS, api_key: str, budget_
 
 
 def request(
-    port: int, ident: tls.NodeTLS | None, api_key: str | None, method: str, path: str, body: Any = None
+    ip: str, port: int, ident: tls.NodeTLS | None, api_key: str | None, method: str, path: str, body: Any = None
 ) -> tuple[int, bytes]:
     ctx = tls.pinned_context(ident.cert_pem) if ident else ssl.create_default_context()
-    c = http.client.HTTPSConnection(NODE_IP, port, context=ctx, timeout=30)
+    c = http.client.HTTPSConnection(ip, port, context=ctx, timeout=30)
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
     c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
     r = c.getresponse()
     return r.status, r.read()
 
 
-def check_front(port: int, ident: tls.NodeTLS, api_key: str) -> tuple[bool, str]:
-    no_key, _ = request(port, ident, None, "GET", "/v1/models")
-    wrong, _ = request(port, ident, "bk-wrong-key-0000000000", "GET", "/v1/models")
+def check_front(ip: str, port: int, ident: tls.NodeTLS, api_key: str) -> tuple[bool, str]:
+    no_key, _ = request(ip, port, ident, None, "GET", "/v1/models")
+    wrong, _ = request(ip, port, ident, "bk-wrong-key-0000000000", "GET", "/v1/models")
     try:
-        request(port, None, api_key, "GET", "/v1/models")  # the system's CAs: the node's cert is not among them
+        request(ip, port, None, api_key, "GET", "/v1/models")  # the system's CAs: the node's cert is not among them
         unpinned = "accepted"
     except ssl.SSLError:
         unpinned = "refused"
     other = tls.stand_in_identity("someone-else")
     try:
-        request(port, other, api_key, "GET", "/v1/models")
+        request(ip, port, other, api_key, "GET", "/v1/models")
         wrong_pin = "accepted"
     except ssl.SSLError:
         wrong_pin = "refused"
@@ -527,9 +631,9 @@ def check_front(port: int, ident: tls.NodeTLS, api_key: str) -> tuple[bool, str]
     return ok, f"no key {no_key}, wrong key {wrong}, system CAs {unpinned}, another pin {wrong_pin}"
 
 
-def check_point(port: int, ident: tls.NodeTLS, api_key: str, model: str) -> tuple[bool, str]:
+def check_point(ip: str, port: int, ident: tls.NodeTLS, api_key: str, model: str) -> tuple[bool, str]:
     body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
-    status, data = request(port, ident, api_key, "POST", "/v1/chat/completions", body)
+    status, data = request(ip, port, ident, api_key, "POST", "/v1/chat/completions", body)
     if status != 200:
         return False, f"HTTP {status}: {data[:200]!r}"
     usage = json.loads(data).get("usage") or {}
@@ -546,35 +650,56 @@ def scan(ip: str, ports: tuple[int, ...]) -> list[int]:
     return open_
 
 
-def check_firewall(name: str, port: int) -> tuple[bool, str]:
+def check_firewall(name: str, ip: str, port: int) -> tuple[bool, str]:
     listening = node_sh(name, "ss -Hltn 2>/dev/null | awk '{print $4}'").split()
-    ports = tuple(sorted({*SCAN_PORTS, port, *(int(a.rsplit(':', 1)[1]) for a in listening if ':' in a)}))
-    from_host = scan(NODE_IP, ports)
+    ports = tuple(sorted({*SCAN_PORTS, port, *(int(a.rsplit(":", 1)[1]) for a in listening if ":" in a)}))
+    from_host = scan(ip, ports)
     # the same scan from another address on the network (not the plan's ingress CIDR)
     probe = (
         "import socket,sys\nfor p in sys.argv[1:]:\n s=socket.socket(); s.settimeout(1.5)\n"
-        f" print(p) if s.connect_ex(('{NODE_IP}', int(p)))==0 else None\n"
+        f" print(p) if s.connect_ex(('{ip}', int(p)))==0 else None\n"
     )
-    outsider = sh("docker", "run", "--rm", "--network", NETWORK, "--ip", OUTSIDER_IP, ENGINE_BASE,
-                  "python3", "-c", probe, *map(str, ports), check=False, timeout=300).split()
+    outsider = sh(
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        NETWORK,
+        ENGINE_BASE,
+        "python3",
+        "-c",
+        probe,
+        *map(str, ports),
+        check=False,
+        timeout=300,
+    ).split()
     ok = from_host == [port] and outsider == []
-    return ok, (f"node listens on {len(ports)} ports scanned; open from the ingress CIDR {from_host}, "
-                f"from {OUTSIDER_IP} {outsider or 'none'}")
+    return ok, (
+        f"node listens on {len(ports)} ports scanned; open from the ingress CIDR {from_host}, "
+        f"from another address {outsider or 'none'}"
+    )
 
 
 def check_secrets(name: str, api_key: str, ident: tls.NodeTLS) -> tuple[bool, str]:
     key_line = ident.key_pem.strip().splitlines()[1]
     leaks = []
     for what, secret in (("api key", api_key), ("TLS key", key_line)):
-        logs = node_sh(name, f"grep -rlF -- '{secret}' /var/log 2>/dev/null; journalctl --no-pager 2>/dev/null "
-                       f"| grep -cF -- '{secret}'", timeout=300).split()
+        logs = node_sh(
+            name,
+            f"grep -rlF -- '{secret}' /var/log 2>/dev/null; journalctl --no-pager 2>/dev/null | grep -cF -- '{secret}'",
+            timeout=300,
+        ).split()
         leaks += [f"{what} in {f}" for f in logs if f not in ("0",)]
         ps = node_sh(name, "ps -eo args")
         if secret in ps:
             leaks.append(f"{what} in the process list")
         # on disk only in root-only files (the seed is the stand-in for the cloud's metadata service: skipped)
-        files = node_sh(name, f"grep -rlF -- '{secret}' /etc /opt /root /tmp /home /var/lib/cloud "
-                        "/var/lib/docker/containers 2>/dev/null | grep -v ^/var/lib/cloud/seed/", timeout=300).split()
+        files = node_sh(
+            name,
+            f"grep -rlF -- '{secret}' /etc /opt /root /tmp /home /var/lib/cloud "
+            "/var/lib/docker/containers 2>/dev/null | grep -v ^/var/lib/cloud/seed/",
+            timeout=300,
+        ).split()
         for f in files:
             mode = node_sh(name, f"stat -c '%a %U' {f}").split()
             if not mode or mode[1] != "root" or int(mode[0], 8) & 0o077:
@@ -616,7 +741,7 @@ def rehearse(
     # no serving secrets: they need the node agent, whose digest-pinned image cannot be stood in here
     target = target.model_copy(update={"secrets": {}})
     print(f"{cloud} x {engine}: plan {plan_name}, target {target_name}", flush=True)
-    port = target.stack_spec.port
+    port, ip = target.stack_spec.port, NODE_IPS[cloud]
     real = userdata.image_for(target)
     work = VAR / "runs" / f"{cloud}-{engine}"
     shutil.rmtree(work, ignore_errors=True)
@@ -627,8 +752,9 @@ def rehearse(
         script, key, ident = render_user_data(target, kill_minutes * 60 - 60)
         state.update(script=script, key=key, ident=ident)
         (work / "seed" / "user-data").write_text(script)
-        (work / "seed" / "meta-data").write_text(f"instance-id: rehearsal-{cloud}-{int(time.time())}\n"
-                                                  f"local-hostname: {cloud}-node\n")
+        (work / "seed" / "meta-data").write_text(
+            f"instance-id: rehearsal-{cloud}-{int(time.time())}\nlocal-hostname: {cloud}-node\n"
+        )
         local = build_engine_image(target, userdata.target_summary(target, port))
         state["digest"] = push_under_real_name(local, real, ca_crt)
         seed_weights(target, work / "cache")
@@ -653,13 +779,15 @@ def rehearse(
     ident, key = state["ident"], state["key"]
     r.step("sections logged", lambda: check_sections(node))
     r.step("image pulled over TLS, digest", lambda: check_image(node, real, state["digest"]))
-    if r.step("serving (pinned TLS)", lambda: wait_serving(node, port, ident, key, 240)):
-        r.step("TLS pinned, key required", lambda: check_front(port, ident, key))
-        r.step("request through the front", lambda: check_point(port, ident, key, target.checkpoint_id))
-    r.step("firewall + default-deny", lambda: check_firewall(node, port))
+    if r.step("serving (pinned TLS)", lambda: wait_serving(node, ip, port, ident, key, 240)):
+        r.step("TLS pinned, key required", lambda: check_front(ip, port, ident, key))
+        r.step("request through the front", lambda: check_point(ip, port, ident, key, target.checkpoint_id))
+    r.step("firewall + default-deny", lambda: check_firewall(node, ip, port))
     r.step("no secret in logs/disk/ps", lambda: check_secrets(node, key, ident))
-    r.step("kill switch stops the node",
-           lambda: check_kill_switch(node, kill_minutes, state.get("boot_epoch") or time.time(), kill_minutes * 60 + 240))
+    r.step(
+        "kill switch stops the node",
+        lambda: check_kill_switch(node, kill_minutes, state.get("boot_epoch") or time.time(), kill_minutes * 60 + 240),
+    )
     return r
 
 
@@ -691,11 +819,16 @@ def main(argv: list[str] | None = None) -> int:
     runtime = ensure_runtime()
     registry = start_registry(certs, crt, key)
     cells: list[Cell] = []
-    try:
-        for cloud in clouds:
-            cells += rehearse(cloud, a.engine, a.kill_minutes, node_image, ca_crt, runtime).cells
-            if not a.keep:
-                subprocess.run(["docker", "rm", "-f", "-v", node_name(cloud, a.engine)], capture_output=True, check=False)
+    try:  # the nodes boot side by side (each its own address), as a run's targets do
+        with ThreadPoolExecutor(len(clouds)) as pool:
+            done = pool.map(lambda c: rehearse(c, a.engine, a.kill_minutes, node_image, ca_crt, runtime), clouds)
+            for r in done:
+                cells += r.cells
+        if not a.keep:
+            for cloud in clouds:
+                subprocess.run(
+                    ["docker", "rm", "-f", "-v", node_name(cloud, a.engine)], capture_output=True, check=False
+                )
     finally:
         registry.terminate()
         registry.wait()
