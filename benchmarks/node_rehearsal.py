@@ -39,6 +39,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -731,6 +732,10 @@ def _epoch(docker_time: str) -> float:
 # ---------------------------------------------------------------- one rehearsal
 
 
+_PUSH_LOCK = threading.Lock()
+_PUSHED: dict[str, str] = {}
+
+
 def rehearse(
     cloud: str, engine: str, kill_minutes: int, node_image: str, ca_crt: Path, runtime: str | None
 ) -> Rehearsal:
@@ -755,8 +760,11 @@ def rehearse(
         (work / "seed" / "meta-data").write_text(
             f"instance-id: rehearsal-{cloud}-{int(time.time())}\nlocal-hostname: {cloud}-node\n"
         )
-        local = build_engine_image(target, userdata.target_summary(target, port))
-        state["digest"] = push_under_real_name(local, real, ca_crt)
+        with _PUSH_LOCK:  # one stand-in per real image name: nodes of two clouds pull the same tag
+            if real not in _PUSHED:
+                local = build_engine_image(target, userdata.target_summary(target, port))
+                _PUSHED[real] = push_under_real_name(local, real, ca_crt)
+        state["digest"] = _PUSHED[real]
         seed_weights(target, work / "cache")
         return True, f"user-data {len(script.encode())} bytes; {real} pushed as {state['digest'][:19]}…"
 
