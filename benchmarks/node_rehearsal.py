@@ -717,9 +717,16 @@ def check_kill_switch(name: str, minutes: int, boot_epoch: float, budget_s: floa
             stopped = _epoch(fin)
             after = stopped - boot_epoch
             ok = minutes * 60 - 5 <= after <= minutes * 60 + 90
-            return ok, f"node stopped {after:.0f}s after the script started (kill switch: {minutes} min)"
+            said = re.findall(r"^bakeoff: kill switch: .*$", stopped_log(name), re.M)  # OCI: how it fell back
+            return ok, f"node stopped {after:.0f}s after the script started (kill switch: {minutes} min) {said[-1:]}"
         time.sleep(3)
     return False, f"the node still runs {budget_s:.0f}s later (kill switch: {minutes} min)"
+
+
+def stopped_log(name: str) -> str:
+    """The boot log of a node that is no longer running (docker cp reads a stopped container's disk)."""
+    tar = subprocess.run(["docker", "cp", f"{name}:/var/log/bakeoff/boot.log", "-"], capture_output=True, check=False)
+    return tar.stdout.decode(errors="replace")
 
 
 def _epoch(docker_time: str) -> float:
