@@ -575,8 +575,16 @@ def check_sections(name: str) -> tuple[bool, str]:
     failed = re.findall(r"^bakeoff: .*(?:failed|stopping|never).*$", log, re.M)
     if missing or failed:
         return False, f"missing {missing} {failed[:2]}; {classify(name)}"
+    # what the agent hands back: the engine's log (key masked) and the power sampler's rows
+    serve = node_sh(name, "grep -c . /var/log/bakeoff/serve.log 2>/dev/null").strip() or "0"
+    power = node_sh(name, "grep -c . /var/log/bakeoff/power.csv 2>/dev/null").strip() or "0"
+    if serve == "0" or power == "0":
+        return False, f"serve.log {serve} lines, power.csv {power} rows; {classify(name)}"
     w = json.loads(re.search(r"^bakeoff-weights: (.*)$", log, re.M).group(1))  # type: ignore[union-attr]
-    return True, f"boot, provenance (STAND-IN tools), digest, weights from {w['source']} ({w['files']} files)"
+    return True, (
+        f"boot, provenance (STAND-IN tools), digest, weights from {w['source']} ({w['files']} files), "
+        f"serve.log {serve} lines, power.csv {power} rows"
+    )
 
 
 def check_image(name: str, real: str, digest: str) -> tuple[bool, str]:
