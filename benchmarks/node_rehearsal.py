@@ -76,7 +76,8 @@ TARGETS: dict[tuple[str, str], tuple[str, str]] = {
 }  # no shipped plan has a DigitalOcean target
 SCAN_PORTS = (22, 80, 443, 2375, 2376, 5000, 8000, 8001, 8080, 8443, 8888, 9000, 9100)
 STAND_INS = (
-    "GPU: stand-in device nodes /dev/kfd, /dev/dri/renderD128 (AMD) and nvidia-container-runtime-hook (NVIDIA)",
+    "GPU: stand-in device nodes /dev/kfd, /dev/dri/renderD128 (AMD, made before cloud-init), "
+    "nvidia-container-runtime and its hook (NVIDIA; no GPU attached)",
     "GPU tools: stand-in amd-smi / nvidia-smi printing fixed values, marked STAND-IN",
     "engine: stand-in image under the real name: bakeoff's emulator behind the real entrypoint and argv",
     "registry: Debian's docker-registry over TLS answering as registry-1.docker.io (local CA)",
@@ -160,6 +161,8 @@ RUN sed -i 's/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/' /etc/locale.gen && local
 COPY ca.crt /usr/local/share/ca-certificates/bakeoff-rehearsal-ca.crt
 RUN update-ca-certificates >/dev/null
 COPY stand-ins/ /usr/local/bin/
+COPY stand-in-gpu-devices.service /etc/systemd/system/
+RUN systemctl enable stand-in-gpu-devices.service >/dev/null 2>&1
 STOPSIGNAL SIGRTMIN+3
 CMD ["/sbin/init"]
 """
@@ -183,10 +186,27 @@ esac
 """
 # docker's --gpus adds this binary as an OCI prestart hook; the stand-in does nothing (no GPU to attach)
 NVIDIA_HOOK = "#!/bin/sh\n# STAND-IN nvidia-container-runtime-hook (bakeoff node rehearsal): no GPU to attach\nexit 0\n"
+# the toolkit's runtime, which the boot script's image check looks for: a stand-in that is plain runc
+NVIDIA_RUNTIME = '#!/bin/sh\n# STAND-IN nvidia-container-runtime (bakeoff node rehearsal): plain runc\nexec runc "$@"\n'
+# the AMD driver's device nodes, made before cloud-init as a loaded driver has them (stand-ins: /dev/null's)
+AMD_DEVICES_UNIT = """[Unit]
+Description=STAND-IN AMD GPU device nodes (bakeoff node rehearsal; no GPU here)
+DefaultDependencies=no
+Before=cloud-init-local.service sysinit.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c '[ -e /dev/kfd ] || mknod -m 666 /dev/kfd c 1 3; mkdir -p /dev/dri; \\
+  [ -e /dev/dri/renderD128 ] || mknod -m 666 /dev/dri/renderD128 c 1 3'
+
+[Install]
+WantedBy=sysinit.target
+"""
 
 
 def build_node_image(ca_crt: Path) -> str:
-    recipe = ca_crt.read_bytes() + (NODE_DOCKERFILE + AMD_SMI + NVIDIA_SMI + NVIDIA_HOOK).encode()
+    recipe = ca_crt.read_bytes() + (NODE_DOCKERFILE + AMD_SMI + NVIDIA_SMI + NVIDIA_HOOK + NVIDIA_RUNTIME).encode()
+    recipe += AMD_DEVICES_UNIT.encode()
     name = f"{NODE_IMAGE}-{_short_hash(recipe)}"  # rebuilt when the CA or the recipe changes
     if image_exists(name):
         return name
@@ -197,10 +217,12 @@ def build_node_image(ca_crt: Path) -> str:
         shutil.copy(ca_crt, ctx / "ca.crt")
         tools = ctx / "stand-ins"
         tools.mkdir()
+        (ctx / "stand-in-gpu-devices.service").write_text(AMD_DEVICES_UNIT)
         for n, text in (
             ("amd-smi", AMD_SMI),
             ("nvidia-smi", NVIDIA_SMI),
             ("nvidia-container-runtime-hook", NVIDIA_HOOK),
+            ("nvidia-container-runtime", NVIDIA_RUNTIME),
         ):
             (tools / n).write_text(text)
             (tools / n).chmod(0o755)
@@ -524,16 +546,6 @@ def boot_node(r: Rehearsal, image: str, seed: Path, cache: Path, cache_dir: str,
         image,
     ]
     sh(*argv)
-    # the AMD stand-in device nodes docker run's --device flags name (the privileged node sees the host's /dev)
-    sh(
-        "docker",
-        "exec",
-        name,
-        "sh",
-        "-c",
-        "[ -e /dev/kfd ] || mknod -m 666 /dev/kfd c 1 5; mkdir -p /dev/dri; "
-        "[ -e /dev/dri/renderD128 ] || mknod -m 666 /dev/dri/renderD128 c 1 5",
-    )
     return name
 
 
