@@ -472,9 +472,9 @@ def kill_switch_from_userdata(script: str) -> dict[str, Any] | None:
 # What the agent's container needs to read the GPUs' energy counters through the vendor's library
 # (serving.gpu_counters), and no more. NVIDIA: the container toolkit's --gpus all with the driver's
 # utility capability only, which mounts libnvidia-ml (NVML) and nvidia-smi but no CUDA library.
-# AMD: the device nodes amdsmi opens and ROCm's install read-only, where ROCm ships the amdsmi Python
-# package matching the node's libamd_smi (/opt/rocm/share/amd_smi, which gpu_counters puts on the path)
-# rather than a PyPI copy that may not match it. Neither gets --ipc=host, --privileged or
+# AMD: the device nodes amdsmi opens and ROCm's install read-only: ROCm ships the amdsmi Python package
+# with its own copy of libamd_smi.so beside it (/opt/rocm/share/amd_smi, which gpu_counters puts on the
+# path), so the library matches the node's ROCm, where a PyPI amdsmi would still need the host's library. Neither gets --ipc=host, --privileged or
 # seccomp=unconfined, which the serving container has.
 AGENT_GPU_FLAGS: dict[str, tuple[str, ...]] = {
     "nvidia": ("--gpus", "all", "-e", "NVIDIA_DRIVER_CAPABILITIES=utility"),
@@ -485,8 +485,6 @@ AGENT_GPU_FLAGS: dict[str, tuple[str, ...]] = {
         "/dev/dri",
         "-v",
         "/opt/rocm:/opt/rocm:ro",
-        "-e",
-        "ROCM_PATH=/opt/rocm",
     ),
 }
 
