@@ -474,8 +474,8 @@ def kill_switch_from_userdata(script: str) -> dict[str, Any] | None:
 # utility capability only, which mounts libnvidia-ml (NVML) and nvidia-smi but no CUDA library.
 # AMD: the device nodes amdsmi opens and ROCm's install read-only: ROCm ships the amdsmi Python package
 # with its own copy of libamd_smi.so beside it (/opt/rocm/share/amd_smi, which gpu_counters puts on the
-# path), so the library matches the node's ROCm, where a PyPI amdsmi would still need the host's library. Neither gets --ipc=host, --privileged or
-# seccomp=unconfined, which the serving container has.
+# path), so the library matches the node's ROCm, where a PyPI amdsmi would still need the host's library.
+# Neither gets --ipc=host, --privileged or seccomp=unconfined, which the serving container has.
 AGENT_GPU_FLAGS: dict[str, tuple[str, ...]] = {
     "nvidia": ("--gpus", "all", "-e", "NVIDIA_DRIVER_CAPABILITIES=utility"),
     "amd": (
