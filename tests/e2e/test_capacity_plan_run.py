@@ -58,3 +58,13 @@ def test_local_capacity_plan_reports_capacity_per_tier_and_measured_energy(tmp_p
     (md,) = rdir.glob("*.md")
     text = md.read_text()
     assert "## Capacity at SLO tiers" in text and "## Per watt" in text and "**EMULATED**" in text
+
+    # the brief carries the capacity per tier and target, and stays within its pages
+    (brief,) = rdir.glob("*.pdf")
+    info = subprocess.run(["pdfinfo", str(brief)], capture_output=True, text=True, check=True, timeout=60).stdout
+    pages = int(next(line.split()[-1] for line in info.splitlines() if line.startswith("Pages:")))
+    assert pages <= 2
+    brief_text = subprocess.run(
+        ["pdftotext", str(brief), "-"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert "Capacity at SLO tiers" in brief_text and "interactive" in brief_text

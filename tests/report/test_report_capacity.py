@@ -3,15 +3,19 @@ hand from a stored search record, in Markdown, HTML and its own CSV, EMULATED st
 
 from __future__ import annotations
 
+import copy
 import math
+import shutil
+import subprocess
 
 import pytest
 import synthetic
+from brief_spy import BriefSpy
 
 from bakeoff import store
 from bakeoff.cost import ESTIMATED, cost_run
 from bakeoff.plan import plan_from_dict
-from bakeoff.report import build_report, capacity, html, markdown
+from bakeoff.report import build_report, capacity, html, markdown, pdf
 from bakeoff.report.data import gather
 
 TIERS = {"interactive": {"ttft_p99_ms": 200}, "standard": {"ttft_p99_ms": 1000}, "batch": {"ttft_p99_ms": 10000}}
@@ -103,3 +107,40 @@ def test_no_tiers_no_section(tmp_path):
     cost_run(plan, rdir)
     d = gather(plan, rdir)
     assert d.capacity == [] and "Capacity at SLO tiers" not in markdown.render(d)
+
+
+def test_the_brief_has_the_capacity_per_tier_and_target_with_the_cost_there(report):
+    _, _, d, _ = report
+    brief = BriefSpy(d)
+    pdf._capacity(brief, d)
+    assert brief.seen[0].startswith("Capacity at SLO tiers")
+    head, rows = brief.seen[1]
+    assert head == ["workload", "tier", "target", "in flight", "per GPU", "per kW", "per USD/h", "USD there"]
+    by_tier = {r[1]: r for r in rows}
+    assert list(by_tier) == ["interactive", "standard", "batch"] and all(len(r) == len(head) for r in rows)
+    # the same figures as the report's section, by hand above: 5 req/s per GPU, 6.25 per kW, 8.6 USD/GPU-h
+    std = by_tier["standard"]
+    assert std[:4] == [d.capacity[0].workload, "standard", "mi355x-vllm [EMULATED]", "≥ 3 (< 4)"]
+    assert std[4:7] == ["5", "6.25", "0.5814"] and std[7] == f"{8.6 / (250.0 * 3600 / 1e6):.4g} /M out"
+    assert by_tier["interactive"][3] == "none met" and by_tier["interactive"][7] == "–"
+    assert by_tier["batch"][3] == "≥ 64 (max) *"  # met at the search's max, and the budget ran out first
+    assert "measured GPU power" in brief.seen[2] and "a lower bound" in brief.seen[2]
+    d_none = copy.copy(d)
+    d_none.capacity = []
+    empty = BriefSpy(d_none)
+    pdf._capacity(empty, d_none)
+    assert empty.seen == []  # no tiers searched: no section
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="needs poppler (pdftotext, pdfinfo)")
+def test_a_capacity_table_too_long_for_the_brief_is_left_to_the_report(report, tmp_path):
+    _, _, d, _ = report
+    fits, long = copy.copy(d), copy.copy(d)
+    long.capacity = d.capacity * 40  # far more rows than two pages hold
+    for data, shown in ((fits, True), (long, False)):
+        out = pdf.render(data, tmp_path / f"{shown}.pdf")
+        info = subprocess.run(["pdfinfo", str(out)], capture_output=True, text=True, check=True, timeout=60).stdout
+        assert int(next(ln.split()[-1] for ln in info.splitlines() if ln.startswith("Pages:"))) <= pdf.MAX_PAGES
+        text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+        assert ("Capacity at SLO tiers (the search" in text) is shown
+        assert ("left out here to keep the brief to two pages" in text) is not shown

@@ -3,6 +3,8 @@ from their counters checked by hand, and the recorded-output fallbacks."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from enum import IntEnum
 from pathlib import Path
 
@@ -230,3 +232,13 @@ def test_no_library_means_the_cli_sampler_stays(tmp_path, monkeypatch):
     assert gpu_counters.open_reader("nvidia") is None
     assert gpu_counters.main(["--vendor", "nvidia", "--csv", str(tmp_path / "p.csv")]) == 3
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_the_readers_call_only_the_libraries_read_functions():
+    """The agent opens the GPUs for telemetry: every NVML or amdsmi call it makes is an init or a read."""
+
+    src = inspect.getsource(gpu_counters)
+    calls = set(re.findall(r"[\".](nvml[A-Z]\w+|amdsmi_\w+)[\"(]", src))
+    assert calls, "no library calls found"
+    writes = sorted(c for c in calls if not re.search(r"(^nvmlInit$|^amdsmi_init$|Get|_get_)", c))
+    assert not writes, f"not a read: {writes}"

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from bakeoff.serving import power
 
+FIXTURES = Path(__file__).parent / "fixtures"  # recorded outputs: fixtures/SOURCES.md
+# Constructed, not recorded: the boot sampler's noheader,nounits form with an unsupported reading
 NVIDIA_CSV = "0, 712.45\n1, 698.10\n2, [N/A]\n"
+# Constructed, not recorded: amd-smi's shapes across versions ({value, unit} and "N/A"; a string with a unit)
 AMD_NEW = json.dumps(
     [
         {"gpu": 0, "power": {"socket_power": {"value": 1180, "unit": "W"}, "power_management": "ENABLED"}},
@@ -35,6 +40,30 @@ AMD_STATIC = json.dumps(
 
 def test_nvidia_power_rows_skip_unavailable():
     assert power.parse_nvidia_power(NVIDIA_CSV) == [{"gpu": 0, "watts": 712.45}, {"gpu": 1, "watts": 698.10}]
+
+
+def test_nvidia_power_on_a_recorded_b200_run():
+    """nvidia-smi's CSV as a B200 run recorded it (header, units, eight GPUs, three samples); GPU 0's
+    watts are the figures the source states beside its file."""
+    rows = power.parse_nvidia_power((FIXTURES / "nvidia_smi_query_gpu_csv_b200.csv").read_text())
+    assert len(rows) == 24 and {r["gpu"] for r in rows} == set(range(8))
+    assert [r["watts"] for r in rows if r["gpu"] == 0] == [380.42, 336.61, 337.18]
+    assert rows[1] == {"gpu": 1, "watts": 392.58}
+
+
+def test_amd_power_on_amd_smis_recorded_output():
+    """`amd-smi metric -p --json` as AMD's changelog for ROCm 6.1.0 shows it: socket power 10 W."""
+    recorded = (FIXTURES / "amd_smi_metric_power_rocm6.1.json").read_text()
+    assert power.parse_amd_power(recorded) == [{"gpu": 0, "watts": 10.0}]
+    # the boot script's AMD sampler turns the same output into power.csv rows, and newer amd-smi's
+    # {"gpu_data": [...]} wrapper around the same list into the same rows
+    wrapped = json.dumps({"gpu_data": json.loads(recorded)})
+    for text in (recorded, wrapped):
+        out = subprocess.run(
+            [sys.executable, "-c", power.AMD_ROWS_PY, "1700000000.5"], input=text, text=True, capture_output=True
+        )
+        assert out.returncode == 0, out.stderr
+        assert power.parse_samples(out.stdout) == [{"t": 1700000000.5, "gpu": 0, "watts": 10.0}]
 
 
 def test_amd_power_both_json_shapes():

@@ -193,3 +193,47 @@ def test_a_gpu_outside_the_catalog_gets_no_boot_script_and_the_error_names_the_f
     assert type(t.gpu).__name__ == "DescribedGpu"
     with pytest.raises(ValueError, match=rf"targets\.{t.name}\.instance_type: a launched node needs a catalog"):
         userdata.image_for(t)
+
+
+def _agent_run_words(script: str) -> list[str]:
+    """The agent container's ``docker run`` words (the line and its continuation, up to the image)."""
+    lines = script.splitlines()
+    i = next(n for n, x in enumerate(lines) if x.strip().startswith(f"docker run -d --name {userdata.AGENT_CONTAINER}"))
+    text = "\n".join(lines[i : i + 3]).replace("\\\n", " ")
+    return shlex.split(text.split(" sh -c ", 1)[0])
+
+
+AGENT = {"url": "https://bucket.example/c.zip", "sha256": "a" * 64, "requirements": ["httpx==0.28.1"]}
+
+
+def test_the_agent_opens_the_nvidia_gpus_for_nvml_only():
+    script = userdata.render(
+        target("aws"), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=AGENT
+    )
+    words = _agent_run_words(script)
+    assert flag(words, "--gpus") == "all"
+    # the driver's utility capability: libnvidia-ml and nvidia-smi are mounted, no CUDA library is
+    assert flag(words, "-e") == "NVIDIA_DRIVER_CAPABILITIES=utility"
+    for wider in ("--ipc=host", "--privileged", "seccomp=unconfined", "/dev/kfd"):
+        assert wider not in words
+    assert "--gpu-vendor nvidia" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_the_agent_opens_the_amd_gpus_and_reads_rocm_read_only():
+    script = userdata.render(
+        target("vultr"), api_key=KEY, shutdown_after_s=3600, ingress_cidr="203.0.113.7/32", agent=AGENT
+    )
+    words = _agent_run_words(script)
+    devices = [words[i + 1] for i, w in enumerate(words) if w == "--device"]
+    assert devices == ["/dev/kfd", "/dev/dri"]
+    # ROCm's own amdsmi package (with the node's libamd_smi beside it) is read from the host's install, never written
+    assert words[words.index("/opt/rocm:/opt/rocm:ro") - 1] == "-v"
+    for wider in ("--ipc=host", "--privileged", "seccomp=unconfined", "--gpus"):
+        assert wider not in words
+    assert "--gpu-vendor amd" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_an_unknown_vendor_gets_no_device_flags():
+    assert userdata.agent_gpu_flags(None) == () and userdata.agent_gpu_flags("intel") == ()

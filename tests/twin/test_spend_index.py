@@ -21,8 +21,9 @@ def test_the_shipped_index_matches_the_budget_guards_estimate_for_every_plan_it_
         if (spend_index.SHIPPED / f"{name}.yaml").is_file()
         and e["sha256"] == spend_index.digest(spend_index.SHIPPED / f"{name}.yaml")
     }
-    # the demo and the claim check at least: a plan edited since shows no figure (and is rebuilt by the command)
-    assert {"local-demo", "glm52-claim-check"} <= set(current), f"stale: run {spend_index.COMMAND}"
+    # the demo, the claim check and the capacity plan at least: a plan edited since shows no figure (and is
+    # rebuilt by the command)
+    assert {"local-demo", "glm52-claim-check", "local-capacity"} <= set(current), f"stale: run {spend_index.COMMAND}"
     for name, e in current.items():
         est = budget.estimate(load_plan(str(spend_index.SHIPPED / f"{name}.yaml")))
         msg = f"{name}: the index is stale (the budget model or the twin changed); run {spend_index.COMMAND}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ import matplotlib
 from fpdf import FPDF, FontFace, XPos, YPos
 
 from bakeoff import cost
-from bakeoff.report import charts, claimcheck
+from bakeoff.report import capacity, charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
@@ -277,6 +278,48 @@ def _per_watt(pdf: Brief, d: ReportData) -> None:
     pdf.grid(head, rows, (40, 22, 24, 28, 28, 28))
 
 
+def _capacity_cell(r: capacity.CapacityRow) -> str:
+    """The search's bracket, short: '≥ 8 (< 9)', '≥ 32 (max)' where the search's max still met the tier,
+    'none met'; '*' where the budget of points ran out first (the report says it in words)."""
+    if not math.isfinite(r.best):
+        return "none met"
+    upper = f"(< {fmt(r.first_failing)})" if math.isfinite(r.first_failing) else "(max)"
+    return f"≥ {fmt(r.best)} {upper}" + (" *" if r.stopped_short else "")
+
+
+def _capacity(pdf: Brief, d: ReportData) -> None:
+    """Per SLO tier and target (report.capacity): the capacity the search found, per GPU, per kW and per
+    USD/hour, and the cost there, one line a row; the search's steps and the unrounded figures stay in the
+    report and its CSV."""
+    if not d.capacity:
+        return
+    rows = []
+    for r in d.capacity:
+        money = f"{fmt(r.usd_per_session)} /session" if r.over == "sessions" else f"{fmt(r.usd_per_m_output)} /M out"
+        rows.append(
+            [
+                r.workload,
+                r.tier,
+                f"{r.name}{' [EMULATED]' if r.emulated else ''}",
+                _capacity_cell(r),
+                fmt(r.per_gpu),
+                fmt(r.per_kw),
+                fmt(r.per_usd_hour),
+                money if math.isfinite(r.best) else "–",
+            ]
+        )
+    pdf.h2("Capacity at SLO tiers (the search's steps and intervals: report and CSV)")
+    head = ["workload", "tier", "target", "in flight", "per GPU", "per kW", "per USD/h", "USD there"]
+    pdf.grid(head, rows, (22, 19, 38, 26, 14, 14, 17, 32))
+    pdf.para(
+        "In flight: the most requests (request workloads) or concurrent agent sessions the target sustained within "
+        "the tier, below the first load that missed it. Per GPU: requests/s served there, or sessions; per kW on the "
+        "measured GPU power where the point measured it, else nameplate. * the search ran out of its budget of "
+        "points first: a lower bound. Rows marked [EMULATED] are the hardware emulator's figures.",
+        size=7,
+    )
+
+
 def _rack_scale(pdf: Brief, d: ReportData) -> None:
     """Per cluster target and workload (report.rackscale): price per GPU- and rack-hour, throughput per
     GPU and per rack at the SLO, cost beside the cheapest 8-GPU node, break-even, energy; EMULATED per row."""
@@ -325,7 +368,7 @@ def _rack_scale(pdf: Brief, d: ReportData) -> None:
     )
 
 
-def _build(d: ReportData, chart_mm: float) -> Brief:
+def _build(d: ReportData, chart_mm: float, with_capacity: bool = True) -> Brief:
     pdf = Brief(d)
     pdf.add_page()
     pdf.set_font("dejavu", "B", 15)
@@ -404,6 +447,10 @@ def _build(d: ReportData, chart_mm: float) -> Brief:
     _provisioning(pdf, d)
     _rack_scale(pdf, d)
     _per_watt(pdf, d)
+    if with_capacity:
+        _capacity(pdf, d)
+    elif d.capacity:
+        pdf.para("Capacity at SLO tiers: in the report and its CSV (left out here to keep the brief to two pages).")
     pdf.h2("What was measured and how")
     pdf.bullets(_measured_how(d))
     pdf.h2("Caveats")
@@ -423,11 +470,17 @@ def _fits(pdf: Brief) -> bool:
 
 def render(d: ReportData, path: Path) -> Path:
     """Write the brief; when the full layout runs past two pages or leaves a last page of a few lines,
-    shrink the chart, then drop it, keeping the first layout that fits."""
+    shrink the chart, then drop it, keeping the first layout that fits. Still past two pages: the capacity
+    table is left to the report (a short last page is no reason to leave it out)."""
     for chart_mm in CHART_MM:
         pdf = _build(d, chart_mm)
         if _fits(pdf):
             break
+    if d.capacity and pdf.page_no() > MAX_PAGES:
+        for chart_mm in CHART_MM:
+            pdf = _build(d, chart_mm, with_capacity=False)
+            if _fits(pdf):
+                break
     if pdf.page_no() > MAX_PAGES:
         log.warning(
             "negotiation brief runs to %d pages (aim: %d); the plan has many targets or workloads",

@@ -221,7 +221,7 @@ def open_reader(vendor: str) -> Reader | None:
             import amdsmi  # type: ignore[import-not-found]  # noqa: PLC0415 - only on an AMD node, and only where ROCm installed it
 
             return AmdsmiReader(amdsmi)
-        import pynvml  # type: ignore[import-not-found]  # noqa: PLC0415 - only on an NVIDIA node
+        import pynvml  # type: ignore[import-untyped]  # noqa: PLC0415 - only on an NVIDIA node
 
         return NvmlReader(pynvml)
     except Exception:  # noqa: BLE001 - no library (or no driver) means the CLI fallback, not a failed boot

@@ -33,15 +33,21 @@ nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits -lms 1000 
 sed 's/^/bakeoff-provenance: /' {dir}/provenance.txt
 """
 
+# ``amd-smi metric --power --json`` on stdin -> ``epoch_s,gpu,watts`` rows (the epoch is argv[1]): a list of
+# GPUs, or (newer amd-smi) the list under "gpu_data"; socket_power a {value, unit} object or a bare value.
+# No single quote: it travels inside one in the boot script.
+AMD_ROWS_PY = """import json,sys
+d=json.load(sys.stdin)
+d=d.get("gpu_data",[d]) if isinstance(d,dict) else d
+for g in d:
+    p=(g.get("power") or {}).get("socket_power")
+    v=p.get("value") if isinstance(p,dict) else p
+    print(sys.argv[1], g.get("gpu"), v, sep=",")"""
+
 _AMD_SAMPLER = r"""
 (while true; do
   now=$(date +%s.%N)
-  amd-smi metric --power --json 2>/dev/null | python3 -c 'import json,sys
-now=sys.argv[1]
-for g in json.load(sys.stdin):
-    p=(g.get("power") or {{}}).get("socket_power")
-    v=p.get("value") if isinstance(p,dict) else p
-    print(now, g.get("gpu"), v, sep=",")' "$now" >> {dir}/power.csv
+  amd-smi metric --power --json 2>/dev/null | python3 -c '{rows_py}' "$now" >> {dir}/power.csv
   sleep 1
 done) &
 {{ amd-smi version --json; amd-smi static --asic --vbios --driver --json; }} > {dir}/provenance.txt 2>&1
@@ -52,7 +58,7 @@ sed 's/^/bakeoff-provenance: /' {dir}/provenance.txt | head -c 8000
 def sampler_script(vendor: str, log_dir: str) -> str:
     """Shell lines for the boot script: start the power sampler, record provenance once."""
     tmpl = _AMD_SAMPLER if vendor == "amd" else _NVIDIA_SAMPLER
-    return tmpl.format(dir=log_dir).strip()
+    return tmpl.format(dir=log_dir, rows_py=AMD_ROWS_PY).strip()
 
 
 def _watts(v: Any) -> float | None:
@@ -66,14 +72,24 @@ def _watts(v: Any) -> float | None:
 
 
 def parse_nvidia_power(text: str) -> list[dict[str, Any]]:
-    """``nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits`` -> rows."""
+    """``nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits`` (the boot sampler's) -> rows.
+    Where the output keeps its header (``--format=csv``: ``timestamp, index, power.draw [W], ...``) the
+    columns are found by name and the values may carry their unit (``380.42 W``)."""
+    recs = list(csv.reader(io.StringIO(text)))
+    gpu_col, watts_col = 0, 1
+    names = [c.strip().split(" [", 1)[0] for c in recs[0]] if recs else []
+    if "index" in names:
+        power_col = next((i for i, n in enumerate(names) if n.startswith("power.draw")), None)
+        if power_col is None:
+            return []
+        gpu_col, watts_col, recs = names.index("index"), power_col, recs[1:]
     rows = []
-    for rec in csv.reader(io.StringIO(text)):
-        if len(rec) < 2:
+    for rec in recs:
+        if len(rec) <= max(gpu_col, watts_col):
             continue
-        w = _watts(rec[1])
-        if rec[0].strip().isdigit() and w is not None:
-            rows.append({"gpu": int(rec[0]), "watts": w})
+        w = _watts(rec[watts_col])
+        if rec[gpu_col].strip().isdigit() and w is not None:
+            rows.append({"gpu": int(rec[gpu_col]), "watts": w})
     return rows
 
 

@@ -469,6 +469,32 @@ def kill_switch_from_userdata(script: str) -> dict[str, Any] | None:
     return {"action": "power-off", "cloud": "", "minutes": minutes} if minutes else None
 
 
+# What the agent's container needs to read the GPUs' energy counters through the vendor's library
+# (serving.gpu_counters), and no more. NVIDIA: the container toolkit's --gpus all with the driver's
+# utility capability only, which mounts libnvidia-ml (NVML) and nvidia-smi but no CUDA library.
+# AMD: the device nodes amdsmi opens and ROCm's install read-only: ROCm ships the amdsmi Python package
+# with its own copy of libamd_smi.so beside it (/opt/rocm/share/amd_smi, which gpu_counters puts on the
+# path), so the library matches the node's ROCm, where a PyPI amdsmi would still need the host's library.
+# Neither gets --ipc=host, --privileged or seccomp=unconfined, which the serving container has.
+AGENT_GPU_FLAGS: dict[str, tuple[str, ...]] = {
+    "nvidia": ("--gpus", "all", "-e", "NVIDIA_DRIVER_CAPABILITIES=utility"),
+    "amd": (
+        "--device",
+        "/dev/kfd",
+        "--device",
+        "/dev/dri",
+        "-v",
+        "/opt/rocm:/opt/rocm:ro",
+    ),
+}
+
+
+def agent_gpu_flags(vendor: str | None) -> tuple[str, ...]:
+    """The ``docker run`` flags that let the agent open the node's GPUs for telemetry; none for a vendor
+    bakeoff has no library reader for (the CLI sampler on the host is then the power path)."""
+    return AGENT_GPU_FLAGS.get(vendor or "", ())
+
+
 def agent_section(agent: dict[str, Any] | None, serve_port: int, expires_at: float | None) -> str:
     """Fetch the client bundle, refuse it unless its SHA-256 matches, start the agent container."""
     if not agent:
@@ -498,6 +524,7 @@ def agent_section(agent: dict[str, Any] | None, serve_port: int, expires_at: flo
     mounts = (f" -v {TLS_DIR}:{TLS_DIR}:ro" if tls else "") + (
         f" -v {SECRETS_ENV.rsplit('/', 1)[0]}:{SECRETS_ENV.rsplit('/', 1)[0]}" if secrets else ""
     )
+    mounts += "".join(f" {q(w)}" for w in agent_gpu_flags(agent.get("vendor")))
     return f"""{_firewall(AGENT_PORT, agent.get("ingress_cidr"))}
 mkdir -p /opt/bakeoff /var/lib/bakeoff
 {BUNDLE_URL_VAR}={q(agent["url"])}
