@@ -22,8 +22,11 @@
 # host address, where Redis, the api-server and the sandbox's APIs and nodes listen (PostgreSQL
 # stays on loopback: no worker connects to it). Each worker's emulated nodes, cluster router and
 # fleet coordinator listen on its own namespace address (BAKEOFF_NODE_ADDRESS, BAKEOFF_FLEET_BIND),
-# as a compose worker's listen on its container address. The namespaces and the bridge are removed
-# on exit.
+# as a compose worker's listen on its container address. Where bridged frames pass through iptables
+# (br_netfilter loaded, as Docker leaves it, with a FORWARD policy of DROP), one rule accepts what
+# goes from the bridge to the bridge, or namespace-to-namespace connections vanish unanswered; before
+# anything starts, the first worker's namespace must connect to a port in the last client worker's.
+# The namespaces, the bridge and that rule are removed on exit.
 #
 # It triggers `bakeoff` through the REST API, waits, and fails unless: the run succeeded, targets
 # ran on both workers, all three targets' benchmark windows overlap, the fleet's members ran on both
@@ -100,6 +103,7 @@ mkdir -p "$WORK/logs" "$WORK/sandbox" "$WORK/local-cloud"
 for d in "${DATA_DIRS[@]}"; do mkdir -p "$WORK/data/$d"; done
 PIDS=()
 NETNS=()
+FORWARD_RULE=
 NET_ID=$(printf '%04x' $(( $$ % 65536 )))
 BRIDGE=bkd$NET_ID
 
@@ -136,6 +140,7 @@ cleanup() {
     fi
   done
   for d in "${NETNS[@]}"; do ip netns del "$d"; done  # their veth pairs go with them
+  [ -z "$FORWARD_RULE" ] || iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
   ip link del "$BRIDGE" 2>/dev/null
   [ -f "$WORK/pg/data/postmaster.pid" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg/data" -m fast -w stop >/dev/null
   rm -f "$WORK/sandbox.env"  # the sandbox's throwaway credentials
@@ -183,6 +188,30 @@ for w in "${WORKERS[@]}" "${CLIENT_WORKERS[@]}"; do
   NS_OF[$w]=$ns; ADDR_OF[$w]=$SUBNET.$((10 + n))
 done
 log "network: bridge $BRIDGE at $HOST_IP/24; $(for w in "${!ADDR_OF[@]}"; do printf '%s %s  ' "$w" "${ADDR_OF[$w]}"; done)"
+# Bridged frames go through iptables' FORWARD chain when br_netfilter says so; Docker's DROP policy
+# there would swallow every SYN from one namespace to another (the host's own address still answers).
+if [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null || echo 0)" = 1 ]; then
+  command -v iptables >/dev/null || die "bridged traffic passes through iptables here (net.bridge.bridge-nf-call-iptables=1) and there is no iptables to accept the namespaces' traffic on $BRIDGE"
+  iptables -I FORWARD 1 -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
+  FORWARD_RULE=1
+  log "network: bridged traffic passes through iptables here; FORWARD accepts $BRIDGE to $BRIDGE for this run"
+fi
+# One namespace connects to another before anything starts: a node, router or fleet coordinator on
+# one worker's address must answer the others, or the run would wait on connections that vanish.
+first=${WORKERS[0]}; last=${CLIENT_WORKERS[-1]}
+ip netns exec "${NS_OF[$last]}" "$VENV/bin/python" -c '
+import socket, sys
+s = socket.create_server((sys.argv[1], 0)); print(s.getsockname()[1], flush=True); s.settimeout(10); s.accept()
+' "${ADDR_OF[$last]}" >"$WORK/netcheck.port" 2>&1 &
+probe=$!
+for _ in $(seq 100); do [ -s "$WORK/netcheck.port" ] && break; sleep 0.05; done
+ip netns exec "${NS_OF[$first]}" "$VENV/bin/python" -c '
+import socket, sys
+socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()
+' "${ADDR_OF[$last]}" "$(head -n 1 "$WORK/netcheck.port")" 2>/dev/null \
+  || { kill "$probe" 2>/dev/null; die "network: $first (${ADDR_OF[$first]}) cannot connect to $last (${ADDR_OF[$last]}) over $BRIDGE: something on this host filters bridged traffic (iptables -S FORWARD; sysctl net.bridge)"; }
+wait "$probe" || die "network: the probe listener in $last's namespace failed: $(cat "$WORK/netcheck.port")"
+rm -f "$WORK/netcheck.port"
 # in_ns WORKER: IN_NS becomes the prefix that runs a command in the worker's namespace, under its
 # own hostname (an array, not a function, so that `env` can run it)
 in_ns() { IN_NS=(ip netns exec "${NS_OF[$1]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$1"); }

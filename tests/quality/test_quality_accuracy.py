@@ -219,3 +219,41 @@ def test_floor_applies_only_to_the_set_it_was_measured_on():
     other = _doc(0.5) | {"eval_set": {"name": "another-set", "fingerprint": "y"}}
     v = accuracy.judge(make_plan(), {"mi355x-vllm": other, "b200-vllm": other})
     assert v["targets"]["mi355x-vllm"]["passed"]
+
+
+def test_an_endpoint_that_never_answers_fails_the_gate_by_name_not_by_waiting(tmp_path):
+    """A router that accepts connections and never answers (or an address whose SYNs vanish) fails
+    the gate once a round of requests has timed out, naming it; not after every item's timeout in turn."""
+    import socket
+    import threading
+    import time
+
+    held: list[socket.socket] = []
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])  # accepted, never read, never answered
+            except TimeoutError:
+                continue
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    plan = make_plan(accuracy={"eval_size": 200, "concurrency": 8, "request_timeout_s": 0.5})
+    ep = Endpoint(
+        target="t", base_url=f"http://127.0.0.1:{srv.getsockname()[1]}", model="m", stack="vllm", emulated=True
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(accuracy.EndpointUnreachable, match=r"did not answer any of the first 8 requests"):
+            accuracy.run_gate(ep, KEY, plan.targets[0], plan, tmp_path)
+    finally:
+        stop.set()
+        acceptor.join()
+        for c in held:
+            c.close()
+        srv.close()
+    assert time.monotonic() - started < 5.0  # one round of 0.5 s timeouts, not 25

@@ -85,29 +85,61 @@ def _summarise(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+CONNECT_TIMEOUT_S = 10.0  # a connection not made by then will not be made: each request's own limit is for answers
+
+
+class EndpointUnreachable(RuntimeError):
+    """The gate's first requests all failed before any answer came: the endpoint does not answer from here."""
+
+
 async def _ask_all(
     endpoint: Endpoint, api_key: str | None, items: list[evalset.Item], acc: Accuracy
 ) -> list[dict[str, Any]]:
+    """Every item asked, ``acc.concurrency`` at a time, each request bounded by ``acc.request_timeout_s``
+    (its connection by CONNECT_TIMEOUT_S). Once a full round of requests has failed in transport
+    (refused, timed out, reset) with no answer before them, the rest are not sent: EndpointUnreachable
+    names the endpoint and the error, instead of every item waiting out its timeout in turn."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=acc.concurrency, max_keepalive_connections=acc.concurrency)
     gate = asyncio.Semaphore(acc.concurrency)
+    failed: list[str] = []  # transport errors while nothing has answered
+    answered = False
     async with egress.async_client(
         base_url=endpoint.base_url,
         headers=headers,
         limits=limits,
-        timeout=acc.request_timeout_s,
+        timeout=httpx.Timeout(acc.request_timeout_s, connect=min(CONNECT_TIMEOUT_S, acc.request_timeout_s)),
         verify=endpoint.verify(),
     ) as client:
 
         async def one(item: evalset.Item) -> dict[str, Any]:
+            nonlocal answered
             async with gate:
-                return await _ask(client, endpoint.model, item, acc.max_tokens)
+                if not answered and len(failed) >= acc.concurrency:
+                    raise EndpointUnreachable(
+                        f"accuracy gate: {endpoint.base_url} did not answer any of the first {len(failed)} "
+                        f"requests (last: {failed[-1]}); not sending the other {len(items) - len(failed)}"
+                    )
+                out, transport_failed = await _ask(client, endpoint.model, item, acc.max_tokens)
+            if transport_failed:
+                failed.append(str(out["error"]))
+            else:
+                answered = True
+            return out
 
-        return await asyncio.gather(*(one(it) for it in items))
+        try:
+            async with asyncio.TaskGroup() as tasks:  # the first EndpointUnreachable cancels the rest
+                asked = [tasks.create_task(one(it)) for it in items]
+        except* EndpointUnreachable as e:
+            raise e.exceptions[0] from None
+        return [t.result() for t in asked]
 
 
-async def _ask(client: httpx.AsyncClient, model: str, item: evalset.Item, max_tokens: int) -> dict[str, Any]:
-    """One greedy completion; a failed request is a wrong answer with its error recorded."""
+async def _ask(
+    client: httpx.AsyncClient, model: str, item: evalset.Item, max_tokens: int
+) -> tuple[dict[str, Any], bool]:
+    """One greedy completion; a failed request is a wrong answer with its error recorded. The flag:
+    it failed in transport (no answer at all came back)."""
     body = {
         "model": model,
         "prompt": item.prompt,
@@ -142,9 +174,12 @@ async def _ask(client: httpx.AsyncClient, model: str, item: evalset.Item, max_to
         out["correct"] = out["answer"] == item.answer
     except httpx.HTTPStatusError as e:
         out["error"] = f"HTTP {e.response.status_code}"
+    except httpx.TransportError as e:
+        out["error"] = f"{type(e).__name__}: {e}"[:200]
+        return out, True
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
         out["error"] = f"{type(e).__name__}: {e}"[:200]
-    return out
+    return out, False
 
 
 # --- verdicts over all targets -------------------------------------------------------------

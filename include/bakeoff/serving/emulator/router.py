@@ -50,6 +50,7 @@ class RouterConfig(BaseModel):
     )
 
 
+NODE_READ_TIMEOUT_S = 300.0  # the longest a node may be silent mid-answer (a workload's default request timeout)
 CONFIG = web.AppKey("router_config", RouterConfig)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 STATE = web.AppKey("state", dict)
@@ -64,7 +65,8 @@ def build_app(config: RouterConfig) -> web.Application:
         # nodes booted with a per-node certificate (a sandbox cloud) are reached over it, pinned
         pinned = pinned_context(config.tls_cert) if config.tls_cert else None
         app[SESSION] = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            # no total (a decode stream lasts as long as its output), but a node that stops sending is given up on
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=NODE_READ_TIMEOUT_S),
             connector=aiohttp.TCPConnector(ssl=pinned) if pinned else None,
         )
         yield
@@ -99,10 +101,15 @@ async def generate(request: web.Request) -> web.StreamResponse:
     prefill_body.update(max_tokens=1, min_tokens=0)
     prefill_body.pop("max_completion_tokens", None)
     node = next(state["prefill"])
-    async with session.post(f"{node}{request.path}", json=prefill_body, headers=headers) as r:
-        answer = await r.read()
-        if r.status != 200:  # the client sees the prefill node's own refusal (context too long, key)
-            return web.Response(status=r.status, body=answer, content_type="application/json")
+    try:
+        async with session.post(f"{node}{request.path}", json=prefill_body, headers=headers) as r:
+            answer = await r.read()
+            status = r.status
+    except (TimeoutError, aiohttp.ClientError) as e:  # named to the client, not a bare 500
+        msg = f"prefill node {node} did not answer: {type(e).__name__}"
+        return web.json_response({"error": {"message": msg, "code": 502}}, status=502)
+    if status != 200:  # the client sees the prefill node's own refusal (context too long, key)
+        return web.Response(status=status, body=answer, content_type="application/json")
     prompt_tokens = int((json.loads(answer).get("usage") or {}).get("prompt_tokens") or 0)
     await asyncio.sleep(prompt_tokens * cfg.kv_s_per_token * cfg.time_scale)
     inflight: dict[str, int] = state["inflight"]
