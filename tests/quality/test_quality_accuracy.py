@@ -226,7 +226,6 @@ def test_an_endpoint_that_never_answers_fails_the_gate_by_name_not_by_waiting(tm
     the gate once a round of requests has timed out, naming it; not after every item's timeout in turn."""
     import socket
     import threading
-    import time
 
     held: list[socket.socket] = []
     srv = socket.create_server(("127.0.0.1", 0))
