@@ -106,8 +106,11 @@ def test_static_target_describes_its_hardware_instead_of_a_catalog_instance():
     inst = get_provider("static").create(t, "r1", tags={}, spec={})
     assert inst.details["base_url"] == "http://10.0.0.5:8000"
     # a catalog GPU name brings the catalog's figures for that chip, and only those
-    h100 = described(hardware={"gpu": "H100", "gpus": 8}).targets[0]
-    assert h100.gpu.all_in_kw > 0 and cost.node_spec(h100).startswith("8x H100 80 GB")
+    b200 = described(hardware={"gpu": "B200", "gpus": 8}).targets[0]
+    assert b200.gpu.all_in_kw > 0 and cost.node_spec(b200).startswith("8x B200 180 GB")
+    # ... its memory among them: the model's weights do not fit 8 x H100, described or not
+    with pytest.raises(PlanError, match=r"does not fit: .* over the 576 GB the engine takes on 8 x h100"):
+        described(hardware={"gpu": "H100", "gpus": 8})
 
 
 @pytest.mark.parametrize(
