@@ -222,7 +222,7 @@ def test_trend_and_explore_mark_emulated_charts_and_keep_one_colour_per_gpu(brow
         browser.get(f"{site}/bakeoff/{page}")
         # Trend has a third chart (output tokens per joule), Explore two: every chart drawn, each marked
         charts = len(browser.find_elements(By.CSS_SELECTOR, "figure.chart"))
-        _wait(browser).until(lambda b: _charts_drawn(b) == charts)
+        _wait(browser).until(lambda b, n=charts: _charts_drawn(b) == n)
         captions = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "figure.chart figcaption")]
         assert charts >= 2 and len(captions) == charts and all("EMULATED" in c for c in captions), page
         assert _chart_colours(browser)[label] == GPU_COLOURS["mi355x"], page
