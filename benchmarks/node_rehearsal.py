@@ -140,9 +140,11 @@ def debootstrap(name: str, include: str) -> Path:
     return dest
 
 
-def docker_import(rootfs: Path, name: str) -> None:
+def docker_import(build: Callable[[], Path], name: str) -> None:
+    """The root filesystem as a base image; debootstrap runs only when the daemon lacks the image."""
     if image_exists(name):
         return
+    rootfs = build()
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
     subprocess.run(["docker", "import", "-", name], stdin=tar.stdout, check=True, capture_output=True)
     tar.wait()
@@ -210,7 +212,7 @@ def build_node_image(ca_crt: Path) -> str:
     name = f"{NODE_IMAGE}-{_short_hash(recipe)}"  # rebuilt when the CA or the recipe changes
     if image_exists(name):
         return name
-    docker_import(debootstrap("rootfs", NODE_PACKAGES), NODE_IMAGE)
+    docker_import(lambda: debootstrap("rootfs", NODE_PACKAGES), NODE_IMAGE)
     with tempfile.TemporaryDirectory() as d:
         ctx = Path(d)
         (ctx / "Dockerfile").write_text(NODE_DOCKERFILE.format(base=NODE_IMAGE))
@@ -331,23 +333,33 @@ os.execv("/usr/sbin/runc", ["runc", *args])
 """
 
 
+# the wrapper lives where the daemon's configuration outlives any checkout: registered from a checkout's var/,
+# it broke every later rehearsal once that checkout was cleaned or deleted (runc: "fork/exec ...: no such file")
+RUNTIME_PATH = Path("/usr/local/libexec/bakeoff-rehearsal/runc")
+
+
 def ensure_runtime() -> str | None:
-    """The runtime a privileged node needs on this host: None when runc grants --privileged as it is."""
+    """The runtime a privileged node needs on this host: None when runc grants --privileged as it is.
+    The wrapper is (re)written at a fixed host path and the daemon's registration is made to name it."""
     bnd = int(Path("/proc/self/status").read_text().split("CapBnd:")[1].split()[0], 16)
     if all(bnd >> i & 1 for i in range(41)):
         return None
-    if RUNTIME in sh("docker", "info", "-f", "{{json .Runtimes}}"):
+    RUNTIME_PATH.parent.mkdir(parents=True, exist_ok=True)
+    if not RUNTIME_PATH.exists() or RUNTIME_PATH.read_text() != RUNC_WRAPPER:
+        tmp = RUNTIME_PATH.with_suffix(".tmp")
+        tmp.write_text(RUNC_WRAPPER)
+        tmp.chmod(0o755)
+        tmp.rename(RUNTIME_PATH)  # atomic: a node starting now never execs half a file
+    want = {"path": str(RUNTIME_PATH)}
+    if json.loads(sh("docker", "info", "-f", "{{json .Runtimes}}")).get(RUNTIME, {}).get("path") == want["path"]:
         return RUNTIME
-    wrapper = VAR / "runc-wrapper"
-    wrapper.write_text(RUNC_WRAPPER)
-    wrapper.chmod(0o755)
     conf_path = Path("/etc/docker/daemon.json")
     conf = json.loads(conf_path.read_text()) if conf_path.exists() else {}
-    conf.setdefault("runtimes", {})[RUNTIME] = {"path": str(wrapper)}
+    conf.setdefault("runtimes", {})[RUNTIME] = want
     conf_path.write_text(json.dumps(conf, indent=2))
     os.kill(int(Path("/var/run/docker.pid").read_text()), signal.SIGHUP)  # the daemon reloads its runtimes
     for _ in range(20):
-        if RUNTIME in sh("docker", "info", "-f", "{{json .Runtimes}}"):
+        if json.loads(sh("docker", "info", "-f", "{{json .Runtimes}}")).get(RUNTIME, {}).get("path") == want["path"]:
             return RUNTIME
         time.sleep(0.5)
     raise RuntimeError(f"dockerd did not take the {RUNTIME} runtime from {conf_path}")
@@ -367,11 +379,19 @@ def start_registry(d: Path, crt: Path, key: Path) -> subprocess.Popen[bytes]:
         f"storage: {{filesystem: {{rootdirectory: {d / 'storage'}}}, delete: {{enabled: true}}}}\n"
         f"http: {{addr: '{GATEWAY}:443', tls: {{certificate: {crt}, key: {key}}}}}\n"
     )
+    held = _listener(GATEWAY, 443)
+    if held:  # a registry left by a killed run answers with another CA: say whose it is, do not guess
+        raise RuntimeError(f"{GATEWAY}:443 is already held by {held}; stop it and rerun")
     proc = subprocess.Popen(
-        ["docker-registry", "serve", str(cfg)], stdout=open(d / "registry.log", "ab"), stderr=subprocess.STDOUT
+        ["docker-registry", "serve", str(cfg)],
+        stdout=open(d / "registry.log", "ab"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent,  # a harness killed on a timeout takes its registry with it
     )
     ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
     for _ in range(60):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the registry stand-in exited {proc.returncode} (see {d / 'registry.log'})")
         try:
             c = http.client.HTTPSConnection(GATEWAY, 443, context=ctx, timeout=2)
             c.request("GET", "/v2/")
@@ -381,6 +401,18 @@ def start_registry(d: Path, crt: Path, key: Path) -> subprocess.Popen[bytes]:
             time.sleep(0.5)
     proc.terminate()
     raise RuntimeError(f"the registry stand-in did not answer on {GATEWAY}:443 (see {d / 'registry.log'})")
+
+
+def _listener(ip: str, port: int) -> str:
+    """The process listening on ip:port, as ss names it ('' when none)."""
+    out = sh("ss", "-Hltnp", "src", f"{ip}:{port}", check=False)
+    return out.split()[-1] if out.strip() else ""
+
+
+def _die_with_parent() -> None:
+    import ctypes  # noqa: PLC0415
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 # the emulator's imports (python -m bakeoff.serving.emulator), copied from this venv into the stand-in image
@@ -439,7 +471,7 @@ def build_engine_image(target: Target, summary: dict[str, Any]) -> str:
     entry = engines.boot(target).entrypoint
     if entry != "vllm":
         raise NotImplementedError(f"no stand-in for the {target.stack} entrypoint {entry!r} yet")
-    docker_import(debootstrap("engine-base", "python3"), ENGINE_BASE)
+    docker_import(lambda: debootstrap("engine-base", "python3"), ENGINE_BASE)
     site = Path(next(p for p in sys.path if p.endswith("site-packages")))
     with tempfile.TemporaryDirectory() as d:
         ctx = Path(d)
@@ -661,14 +693,16 @@ def check_point(ip: str, port: int, ident: tls.NodeTLS, api_key: str, model: str
     return bool(usage.get("completion_tokens")), f"chat completion through TLS+key: usage {usage}"
 
 
+def _open(ip: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.5)
+        return s.connect_ex((ip, port)) == 0
+
+
 def scan(ip: str, ports: tuple[int, ...]) -> list[int]:
-    open_ = []
-    for p in ports:
-        with socket.socket() as s:
-            s.settimeout(1.5)
-            if s.connect_ex((ip, p)) == 0:
-                open_.append(p)
-    return open_
+    """The ports that accept a connection; side by side (a dropped port costs its whole timeout)."""
+    with ThreadPoolExecutor(len(ports)) as pool:
+        return [p for p, ok in zip(ports, pool.map(lambda p: _open(ip, p), ports), strict=True) if ok]
 
 
 def check_firewall(name: str, ip: str, port: int) -> tuple[bool, str]:
@@ -677,8 +711,10 @@ def check_firewall(name: str, ip: str, port: int) -> tuple[bool, str]:
     from_host = scan(ip, ports)
     # the same scan from another address on the network (not the plan's ingress CIDR)
     probe = (
-        "import socket,sys\nfor p in sys.argv[1:]:\n s=socket.socket(); s.settimeout(1.5)\n"
+        "import socket,sys,threading\ndef t(p):\n s=socket.socket(); s.settimeout(1.5)\n"
         f" print(p) if s.connect_ex(('{ip}', int(p)))==0 else None\n"
+        "ts=[threading.Thread(target=t,args=(p,)) for p in sys.argv[1:]]\n"
+        "[x.start() for x in ts]\n[x.join() for x in ts]\n"
     )
     outsider = sh(
         "docker",
@@ -845,6 +881,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-minutes", type=int, default=4, help="the kill switch's time (minutes after boot)")
     ap.add_argument("--keep", action="store_true", help="leave the stopped node and the network for inspection")
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its registry
     clouds = a.cloud or sorted({c for c, e in TARGETS if e == a.engine})
     t0 = time.monotonic()
     certs = VAR / "pki"

@@ -24,10 +24,6 @@ def _docker_up() -> bool:
 
 def _prerequisites() -> str | None:
     """Why the rehearsal cannot run here, or None once its tools are installed and dockerd answers."""
-    if os.environ.get("BAKEOFF_NODE_REHEARSAL") != "1":
-        # ~5.5 minutes from a fresh clone, and it failed once in three fresh-clone runs with its cause not
-        # yet found: opt in until it is proven steady (make node-rehearsal runs the whole rehearsal)
-        return "set BAKEOFF_NODE_REHEARSAL=1 to boot a node here (slow; see make node-rehearsal)"
     if os.geteuid() != 0:
         return "the node rehearsal needs root (debootstrap, a privileged container, the host's dockerd)"
     missing = [pkg for tool, pkg in TOOLS.items() if not shutil.which(tool)]
