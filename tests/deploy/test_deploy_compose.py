@@ -263,13 +263,15 @@ def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compos
     """Its Airflow access is a Viewer user asking the REST API for run states: no Airflow secret,
     no database, no data volume."""
     from bakeoff import airflow_api
-    from bakeoff.providers.credentials import OCI_ENV, TOKEN_ENV
+    from bakeoff.providers.registry import PROVIDERS
 
     reaper = compose["services"]["bakeoff-reaper"]
     assert reaper["command"] == ["python", "-m", "bakeoff", "reap", "--loop", "--interval-s", "300"]
     assert reaper["restart"] == "unless-stopped" and "depends_on" not in reaper and "ports" not in reaper
     assert "/entrypoint" not in reaper["entrypoint"]  # Airflow's entrypoint waits for the database
-    cloud = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", *TOKEN_ENV.values(), *OCI_ENV.values()}
+    # each cloud's credentials as the registry names their variables (``env``), its API base left at its default
+    keys = {v for p in PROVIDERS.values() for field, v in p.env.items() if field != "base_url"}
+    cloud = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", *keys}
     api = {airflow_api.URL_ENV, airflow_api.USER_ENV, airflow_api.PASSWORD_FILE_ENV}
     assert set(reaper["environment"]) == cloud | api | {"PYTHONPATH", "BAKEOFF_INSTALLATION_ID"}
     assert reaper["volumes"] == [

@@ -94,3 +94,36 @@ def test_the_budget_takes_boot_hours_and_spending_from_the_registry():
     for provider, row in rows.items():
         assert row["boot_h"] == PROVIDERS[provider].boot_h and row["spends"] == PROVIDERS[provider].spends
         assert (row["load_h"] > 0) == PROVIDERS[provider].provisions
+
+
+CLOUDS = [p for p in ENTRIES if p.provisions]
+
+
+@pytest.mark.parametrize("info", CLOUDS, ids=lambda i: i.name)
+def test_a_cloud_carries_its_plug_in_pieces_beside_its_provider(info):
+    """Its pre-flight, fake, image fields and environment names are declared with it and resolve."""
+    import importlib.util
+
+    from bakeoff.plan.target import OPTIONS
+    from bakeoff.providers.preflight_checks import checks_of
+
+    assert callable(checks_of(info.name)), "its pre-flight's checks"
+    module, home = info.preflight.split(":")[0], info.cls.split(":")[0]
+    assert module == home or module.startswith(home + "."), "in its provider's module or package"
+    assert info.fake and importlib.util.find_spec(info.fake) is not None, "the sandbox module faking its API"
+    assert info.image_fields and set(info.image_fields) <= set(OPTIONS[info.name].model_fields)
+    assert info.user_data_max_bytes is None or info.user_data_max_bytes > 16384
+
+
+@pytest.mark.parametrize("info", [p for p in ENTRIES if not p.provisions], ids=lambda i: i.name)
+def test_what_launches_no_cloud_node_has_no_cloud_pieces(info):
+    assert info.preflight is None and info.fake is None and not info.image_fields and not info.env
+
+
+def test_a_cloud_with_a_vendored_api_definition_has_its_prose_rules_named():
+    from bakeoff_sandbox.spec_rules import RULES
+    from tests.conftest import ROOT
+
+    specs = {p.stem for p in (ROOT / "include" / "bakeoff_sandbox" / "specs").glob("*.json")}
+    assert specs <= {c.name for c in CLOUDS}
+    assert specs == {r.cloud for r in RULES}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bakeoff import catalog
+from bakeoff.providers.registry import PROVIDERS
 
 
 def unverified_names(plan: Any) -> list[str]:
@@ -24,7 +25,7 @@ def unverified_names(plan: Any) -> list[str]:
                 f"source in the catalog lists it); run `bakeoff preflight` against the account before spending"
             )
         image = catalog.default_images().get(t.provider)
-        if image is not None and not image.name_ref.verified and not _plan_sets(t, image.field):
+        if image is not None and not image.name_ref.verified and not _plan_sets(t):
             out.append(
                 f"targets[{i}].provider_options.{image.field}: unset, so the default {image.value!r} is used, "
                 f"and it is unverified; set {image.field} to one your account lists, or check it with "
@@ -33,11 +34,10 @@ def unverified_names(plan: Any) -> list[str]:
     return out
 
 
-def _plan_sets(target: Any, field: str) -> bool:
-    opts = target.provider_options
-    if field == "ssm_parameter":  # an AMI given outright needs no parameter
-        return bool(opts.get("ami") or opts.get("ssm_parameter"))
-    return bool(opts.get(field))
+def _plan_sets(target: Any) -> bool:
+    """The plan names the node image itself (any of its cloud's ``image_fields``: an AMI given outright
+    needs no parameter), so the catalog's records of the default image do not apply."""
+    return any(target.provider_options.get(f) for f in PROVIDERS[target.provider].image_fields)
 
 
 def image_gaps(plan: Any) -> list[str]:
@@ -50,7 +50,7 @@ def image_gaps(plan: Any) -> list[str]:
         image = catalog.default_images().get(t.provider)
         if row is None or t.instance is None or t.instance.provider != t.provider:
             continue
-        if image is not None and _plan_sets(t, image.field) or t.provider_options.get("image_ocid"):
+        if _plan_sets(t):
             continue
         vendor = catalog.gpus()[t.instance.gpu].vendor
         lacks = row.lacks(vendor)
@@ -65,7 +65,7 @@ def image_gaps(plan: Any) -> list[str]:
         ]
         if not lacks and not unknown and row.docker:
             continue
-        field = image.field if image is not None else "image_ocid"
+        field = image.field if image is not None else PROVIDERS[t.provider].image_fields[0]
         parts = [f"its default image {row.image} ({row.ref.label()})"]
         if lacks:
             parts.append(f"has no {' and no '.join(lacks)}: the boot would stop")

@@ -11,18 +11,9 @@ import json
 import os
 from typing import Any
 
+from bakeoff.providers.registry import PROVIDERS
+
 CREDENTIALS_ENV = "BAKEOFF_CREDENTIALS"
-TOKEN_ENV = {"vultr": "VULTR_API_KEY", "digitalocean": "DIGITALOCEAN_TOKEN"}
-BASE_URL_ENV = {"vultr": "VULTR_API_URL", "digitalocean": "DIGITALOCEAN_API_URL"}
-# OCI's API signing key, as the compose .env names it (the key itself is the PEM text)
-OCI_ENV = {
-    "user": "OCI_USER_OCID",
-    "tenancy": "OCI_TENANCY_OCID",
-    "fingerprint": "OCI_KEY_FINGERPRINT",
-    "region": "OCI_REGION",
-    "compartment_id": "OCI_COMPARTMENT_OCID",
-    "key_content": "OCI_PRIVATE_KEY",
-}
 
 
 # The fields that make each form of credentials usable (registry.CredentialsForm); "none" needs none.
@@ -58,14 +49,11 @@ def json_credentials(provider: str) -> dict[str, Any]:
 
 
 def credentials_from_env(provider: str) -> dict[str, Any]:
+    """Its $BAKEOFF_CREDENTIALS entry, else each field the registry names an environment variable for
+    (``env``) that is set; none for AWS, so boto3 uses its own chain (environment, profile, instance role)."""
     given = json_credentials(provider)
     if given:
         return given
-    if provider == "oci":
-        return {k: os.environ[v] for k, v in OCI_ENV.items() if os.environ.get(v)}
-    creds: dict[str, Any] = {}
-    if os.environ.get(TOKEN_ENV.get(provider, "")):
-        creds["token"] = os.environ[TOKEN_ENV[provider]]
-    if os.environ.get(BASE_URL_ENV.get(provider, "")):
-        creds["base_url"] = os.environ[BASE_URL_ENV[provider]]
-    return creds  # aws: empty, so boto3 uses its own chain (environment, profile, instance role)
+    info = PROVIDERS.get(provider)
+    env = info.env if info else {}
+    return {field: os.environ[name] for field, name in env.items() if os.environ.get(name)}

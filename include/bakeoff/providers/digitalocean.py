@@ -18,13 +18,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bakeoff.agent import AGENT_PORT
+from bakeoff.providers import rest_preflight
 from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.preflight_checks import FAIL, NA, OK, Check, image_provides, untried
 from bakeoff.providers.rest import RestProvider, _epoch, api_error, rest_options
 from bakeoff.providers.tags import LABELS, PREFIX, TAG_RUN, TAG_TARGET
 
@@ -260,3 +262,48 @@ class DigitalOceanProvider(RestProvider):
 def _stale(fw: dict[str, Any]) -> bool:
     created = _epoch(fw.get("created_at"))
     return created is not None and time.time() - created >= ORPHAN_GRACE_S
+
+
+# What its create does that the pre-flight cannot try (also in docs/production.md): the target's last row.
+UNTRIED = [
+    "the create itself (DigitalOcean has no dry run): its user-data, tags and cloud firewall",
+    "GPU droplet access (granted per account, not readable) and stock at the moment of launch",
+    "the boot script running on the image",
+]
+
+
+def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
+    """The pre-flight's checks of a target here (registry ``preflight``): reads only."""
+    cred = rest_preflight.credentials(t, p)
+    yield cred
+    if cred.result == FAIL:
+        return
+    regions = {x["slug"]: x for x in p.api.pages("regions", "regions", {"per_page": 200})}
+    yield rest_preflight.known_regions(
+        t, i, rest_preflight.regions(t, p), {r for r, x in regions.items() if x.get("available")}
+    )
+    sizes = {s["slug"]: s for s in p.api.pages("sizes", "sizes", {"per_page": 200})}
+    size = sizes.get(t.instance_type)
+    size = size if size and size.get("available", True) else None
+    yield rest_preflight.offered(
+        t, i, rest_preflight.regions(t, p), size, "available size", (size or {}).get("regions")
+    )
+    acct = (p.api.json("GET", "account") or {}).get("account") or {}
+    limit = acct.get("droplet_limit")
+    if limit is not None and int(limit) < 1:
+        yield Check(t.name, "quota", FAIL, f"droplet limit {limit}", "ask DigitalOcean to raise the droplet limit")
+    else:
+        yield Check(
+            t.name, "quota", OK, f"droplet limit {limit}; GPU droplet access is granted per account, not readable here"
+        )
+    image = t.provider_options.os_image or DEFAULT_IMAGE
+    r = p.api.request("GET", f"images/{image}")
+    if r.status_code == 200:
+        listed = str((r.json().get("image") or {}).get("name", ""))
+        yield Check(t.name, "image", OK, f"{image} ({listed})")
+        yield image_provides(t, i, listed)
+    else:
+        yield Check(t.name, "image", FAIL, f"image {image}: {r.status_code}", f"targets[{i}].provider_options.os_image")
+    yield rest_preflight.ssh_keys(t, i, p, "account/keys")
+    yield Check(t.name, "dry run", NA, "DigitalOcean has no dry-run create")
+    yield untried(t, UNTRIED)

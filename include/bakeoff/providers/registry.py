@@ -7,8 +7,8 @@ Cheap to import (the DAG reads it at parse time): the classes are imported only 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Literal
 
@@ -47,6 +47,19 @@ class ProviderInfo:
     # its API shows a powered-off node as such (so the reaper deletes it once its kill switch fired);
     # where it cannot (Vultr bare metal has no power field), the expiry tag is the kill-switch time
     halt_visible: bool = True
+    # Its plug-in pieces, beside its provider, so no module outside providers/ names the cloud:
+    # the pre-flight's checks of one target on one offer ("module:function", imported when asked)
+    preflight: str | None = None
+    # its boot script's byte limit where it takes more than the clouds' common one (serving.userdata.MAX_BYTES)
+    user_data_max_bytes: int | None = None
+    # credential field -> environment variable, for use without Airflow (providers.credentials)
+    env: Mapping[str, str] = field(default_factory=dict)
+    # the plan's provider options that name the node image, in the order its launch reads them: set,
+    # the catalog's records of its default image (``default_images``, ``node_images``) do not apply
+    image_fields: tuple[str, ...] = ()
+    # the sandbox module that fakes its API, where the rules its API definition states in prose are
+    # named checks (bakeoff_sandbox.spec_rules, by this name); None for what needs no fake
+    fake: str | None = None
 
     @property
     def provisions(self) -> bool:
@@ -83,6 +96,12 @@ def _cloud(
     kill_switch: KillSwitch = "power-off",
     credentials: CredentialsForm = "api-token",
     halt_visible: bool = True,
+    *,
+    preflight: str,
+    env: Mapping[str, str],
+    image_fields: tuple[str, ...],
+    fake: str,
+    user_data_max_bytes: int | None = None,
 ) -> ProviderInfo:
     return ProviderInfo(
         name=name,
@@ -99,6 +118,11 @@ def _cloud(
         kill_switch=kill_switch,
         credentials=credentials,
         halt_visible=halt_visible,
+        preflight=preflight,
+        user_data_max_bytes=user_data_max_bytes,
+        env=env,
+        image_fields=image_fields,
+        fake=fake,
     )
 
 
@@ -132,6 +156,10 @@ PROVIDERS: dict[str, ProviderInfo] = {
             console_output=True,
             kill_switch="terminate",
             credentials="aws-keys",
+            preflight="bakeoff.providers.aws.preflight:checks",
+            env={},  # boto3's own chain (environment, profile, instance role)
+            image_fields=("ami", "ssm_parameter"),
+            fake="bakeoff_sandbox.ec2",
         ),
         _cloud(
             "vultr",
@@ -141,6 +169,10 @@ PROVIDERS: dict[str, ProviderInfo] = {
             console_output=False,
             api_base="https://api.vultr.com/v2",
             halt_visible=False,  # the bare-metal object has no power field; a halted node reads "active"
+            preflight="bakeoff.providers.vultr:preflight",
+            env={"token": "VULTR_API_KEY", "base_url": "VULTR_API_URL"},
+            image_fields=("os_image",),
+            fake="bakeoff_sandbox.clouds",
         ),
         _cloud(
             "digitalocean",
@@ -149,6 +181,10 @@ PROVIDERS: dict[str, ProviderInfo] = {
             cleanup=True,
             console_output=False,
             api_base="https://api.digitalocean.com/v2",
+            preflight="bakeoff.providers.digitalocean:preflight",
+            env={"token": "DIGITALOCEAN_TOKEN", "base_url": "DIGITALOCEAN_API_URL"},
+            image_fields=("os_image",),
+            fake="bakeoff_sandbox.clouds",
         ),
         # an OCI node deletes itself through its instance principal
         _cloud(
@@ -159,6 +195,23 @@ PROVIDERS: dict[str, ProviderInfo] = {
             console_output=True,
             kill_switch="self-delete",
             credentials="oci-api-key",
+            preflight="bakeoff.providers.oci.preflight:checks",
+            # its API signing key, as the compose .env names it (the key itself is the PEM text)
+            env={
+                "user": "OCI_USER_OCID",
+                "tenancy": "OCI_TENANCY_OCID",
+                "fingerprint": "OCI_KEY_FINGERPRINT",
+                "region": "OCI_REGION",
+                "compartment_id": "OCI_COMPARTMENT_OCID",
+                "key_content": "OCI_PRIVATE_KEY",
+            },
+            image_fields=("image_ocid",),
+            fake="bakeoff_sandbox.oci",
+            # "The combined size of the metadata and extendedMetadata objects can be a maximum of 32,000
+            # bytes" (LaunchInstanceDetails.metadata, oci SDK 2.189.0), and user_data rides there base64-encoded
+            # (4/3 the bytes); 1,000 bytes are left for the keys. The ATOM DSV4 recipe's nodes with TLS and
+            # the agent need ~16.5 KB.
+            user_data_max_bytes=(32000 - 1000) * 3 // 4,
         ),
     )
 }

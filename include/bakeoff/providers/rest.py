@@ -36,7 +36,6 @@ from bakeoff.providers.base import (
     reachable,
 )
 from bakeoff.providers.boot import UserDataBoot
-from bakeoff.providers.credentials import TOKEN_ENV
 from bakeoff.providers.listing import listed_instance
 from bakeoff.providers.registry import provider_info
 
@@ -69,9 +68,10 @@ class RestClient:
         rate_limit_wait_s: float = RATE_LIMIT_WAIT_S,
     ):
         if not token:
+            info = provider_info(cloud)
             raise ProviderError(
-                f"{cloud}: no API token; add it as the password of the {provider_info(cloud).conn_id} Airflow "
-                f"connection (or, without Airflow, set {TOKEN_ENV.get(cloud, 'the API token variable')})"
+                f"{cloud}: no API token; add it as the password of the {info.conn_id} Airflow "
+                f"connection (or, without Airflow, set {info.env.get('token', 'the API token variable')})"
             )
         self.cloud, self.retries, self.backoff_s = cloud, retries, backoff_s
         self.rate_limit_wait_s = rate_limit_wait_s

@@ -14,8 +14,11 @@ registry, see ``pipeline.provision``), and the independent reaper deletes it whe
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from bakeoff.providers import rest_preflight
+from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, image_provides, untried
 from bakeoff.providers.rest import RestProvider, rest_options
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
@@ -62,3 +65,40 @@ class VultrProvider(RestProvider):
         # active is all the API says of a running or a halted node (no power field); suspended still bills
         state = {"pending": "pending", "active": "running"}.get(status or "", "failed")
         return state, ip, raw.get("region", "")
+
+
+# What its create does that the pre-flight cannot try (also in docs/production.md): the target's last row.
+UNTRIED = [
+    "the create itself (Vultr has no dry run): its user-data and tags",
+    "the account's bare-metal allowance (no quota call) and stock at the moment of launch",
+    "the boot script running on the image",
+]
+
+
+def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
+    """The pre-flight's checks of a target here (registry ``preflight``): reads only."""
+    cred = rest_preflight.credentials(t, p)
+    yield cred
+    if cred.result == FAIL:
+        return
+    regions = {x["id"]: x for x in p.api.pages("regions", "regions", {"per_page": 500})}
+    yield rest_preflight.known_regions(t, i, rest_preflight.regions(t, p), set(regions))
+    plans = {x["id"]: x for x in p.api.pages("plans-metal", "plans_metal", {"per_page": 500})}
+    plan = plans.get(t.instance_type)
+    yield rest_preflight.offered(
+        t, i, rest_preflight.regions(t, p), plan, "bare-metal plan", (plan or {}).get("locations")
+    )
+    yield rest_preflight.ssh_keys(t, i, p, "ssh-keys")
+    yield Check(t.name, "quota", NA, "Vultr's API has no quota call; a refusal comes at create")
+    os_image = t.provider_options.os_image or DEFAULT_OS_ID
+    if isinstance(os_image, str):
+        yield Check(t.name, "image", WARN, f"image_id {os_image}: not checked (Marketplace images have no read)")
+        return
+    oses = {o["id"]: o for o in p.api.pages("os", "os", {"per_page": 500})}
+    if os_image in oses:
+        yield Check(t.name, "image", OK, f"os_id {os_image} ({oses[os_image].get('name')})")
+        yield image_provides(t, i, str(oses[os_image].get("name", "")))
+    else:
+        yield Check(t.name, "image", FAIL, f"os_id {os_image} not offered", f"targets[{i}].provider_options.os_image")
+    yield Check(t.name, "dry run", NA, "Vultr has no dry-run create")
+    yield untried(t, UNTRIED)

@@ -55,11 +55,7 @@ AGENT_MARK = "# bakeoff-agent: "  # one JSON line: where the client bundle is an
 AGENT_CONTAINER = "bakeoff-agent"
 # The bundle's presigned URL, set once in the script: with temporary credentials it runs to about 1.2 KB
 BUNDLE_URL_VAR = "BAKEOFF_BUNDLE_URL"
-MAX_BYTES = 16384  # EC2's user-data limit, the smallest of the clouds
-# OCI takes more: "The combined size of the metadata and extendedMetadata objects can be a maximum of 32,000
-# bytes" (LaunchInstanceDetails.metadata, oci SDK 2.189.0), and user_data rides there base64-encoded (4/3 the
-# bytes); 1,000 bytes are left for the keys. The ATOM DSV4 recipe's nodes with TLS and the agent need ~16.5 KB.
-MAX_BYTES_BY_CLOUD = {"oci": (32000 - 1000) * 3 // 4}
+MAX_BYTES = 16384  # EC2's user-data limit, the smallest of the clouds (a cloud taking more says so in the registry)
 
 SHUTDOWN_RE = re.compile(r"^shutdown -h \+(\d+) ", re.M)
 KILL_MARK = "# bakeoff-kill-switch: "  # one JSON line: what the kill switch does on this cloud, and when
@@ -319,16 +315,12 @@ if [ $w_src = hub ] && [ -n "$w_s3" ] && command -v aws >/dev/null; then  # the 
 fi"""
 
 
-# the plan's fields that name a node image, in the order a provider reads them
-_IMAGE_FIELDS = ("ami", "ssm_parameter", "os_image", "image_ocid")
-
-
 def node_image(target: Target) -> tuple[str, str]:
     """(the node image the launch boots, what to launch instead when it lacks what a boot cannot
     install): the plan's own image field, else the cloud's default (catalog ``node_images``)."""
     row = catalog.node_images().get(target.provider)
     instead = row.instead if row else "an image with Docker and the GPU driver"
-    for field in _IMAGE_FIELDS:
+    for field in PROVIDERS[target.provider].image_fields:
         value = target.provider_options.get(field)
         if value:
             return f"{field} {value}", instead
@@ -538,14 +530,20 @@ else
 fi"""
 
 
+def _own_limit(provider: str) -> int | None:
+    info = PROVIDERS.get(provider)
+    return info.user_data_max_bytes if info else None
+
+
 def max_bytes_for(provider: str) -> int:
-    """The boot script's limit on this cloud: EC2's 16 KB (the smallest) unless the cloud is known to take more."""
-    return MAX_BYTES_BY_CLOUD.get(provider, MAX_BYTES)
+    """The boot script's limit on this cloud: EC2's 16 KB (the smallest) unless the cloud is known to take more
+    (the registry's ``user_data_max_bytes``)."""
+    return _own_limit(provider) or MAX_BYTES
 
 
 def limit_words(provider: str) -> str:
     """The limit as an error names it: the cloud's own where it differs, else the clouds' common one."""
-    who = f"{provider}'s" if provider in MAX_BYTES_BY_CLOUD else "the clouds'"
+    who = f"{provider}'s" if _own_limit(provider) else "the clouds'"
     return f"{who} {max_bytes_for(provider):,}-byte user-data limit"
 
 
