@@ -26,8 +26,9 @@ from bakeoff.bench.client import StreamingClient
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers import Instance
 from bakeoff.serving import deploy as deploy_mod
-from bakeoff.serving import engines, tls, userdata
+from bakeoff.serving import tls, userdata
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
+from bakeoff.serving.engines import sglang
 from bakeoff.serving.readiness import NotReady, wait_ready
 from tests.stub_host import docker_argv
 
@@ -348,7 +349,7 @@ def test_the_key_is_on_no_docker_argv_and_the_server_serves_tls(stack):
         assert "printf 'VLLM_API_KEY=%s\\n' \"$(cat /etc/bakeoff/api_key)\" > /etc/bakeoff/key.env" in s
         assert words[words.index("/etc/bakeoff/key.env") - 1] == "--env-file"
     else:
-        assert words[words.index("--config") + 1] == engines.SGLANG_CONFIG
+        assert words[words.index("--config") + 1] == sglang.SGLANG_CONFIG
     assert s.count(KEY) == 1  # once, into the root-only file
     # wherever the script reads the key back, only bash's printf builtin sees it (no process argv)
     readers = [x.strip() for x in s.splitlines() if "$(cat /etc/bakeoff/api_key)" in x]

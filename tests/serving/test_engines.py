@@ -22,6 +22,7 @@ from bakeoff.bench.provenance import identify_engine
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import engines, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
+from bakeoff.serving.engines import registry, sglang, trtllm
 from tests.stub_host import docker_argv
 
 KEY = "bk-" + "0123456789abcdef" * 2 + "01234567"
@@ -173,8 +174,8 @@ def test_atom_refuses_eagle3_and_hicache_at_plan_time():
 
 def options(t) -> dict:
     files = engines.extra_files(t)
-    assert list(files) == [engines.TRTLLM_OPTIONS]
-    return yaml.safe_load(files[engines.TRTLLM_OPTIONS])
+    assert list(files) == [trtllm.TRTLLM_OPTIONS]
+    return yaml.safe_load(files[trtllm.TRTLLM_OPTIONS])
 
 
 def test_trtllm_plain_command_and_options_file():
@@ -183,7 +184,7 @@ def test_trtllm_plain_command_and_options_file():
     assert w[:6] == ["-n", "1", "--oversubscribe", "--allow-run-as-root", "trtllm-serve", "nvidia/GLM-5.2-NVFP4"]
     assert flag(w, "--backend") == "pytorch" and "--trust_remote_code" not in w  # the catalog marks no model
     assert flag(w, "--tp_size") == "8" and flag(w, "--ep_size") == "1" and flag(w, "--pp_size") == "1"
-    assert flag(w, "--extra_llm_api_options") == engines.TRTLLM_OPTIONS
+    assert flag(w, "--extra_llm_api_options") == trtllm.TRTLLM_OPTIONS
     assert options(t) == {"kv_cache_config": {"dtype": "fp8"}, "enable_attention_dp": False, "print_iter_log": True}
     assert engines.extra_files(b200("vllm")) == {}
 
@@ -246,7 +247,7 @@ def test_userdata_for_a_fronted_engine(t, tls_identity):
     assert "/etc/bakeoff/api_key:/etc/bakeoff/api_key:ro" in front and catalog.agent_image() in front
     assert script.count(KEY) == 1  # only in the root-only key file's heredoc: the front reads it from there
     if t.stack == "trtllm":
-        path = engines.TRTLLM_OPTIONS
+        path = trtllm.TRTLLM_OPTIONS
         assert f"{path}:{path}:ro" in serve
         written = script.split(f"cat > {path} <<'BAKEOFF_FILE'\n", 1)[1].split("\nBAKEOFF_FILE\n", 1)[0]
         assert yaml.safe_load(written) == yaml.safe_load(engines.extra_files(t)[path])
@@ -266,7 +267,7 @@ def test_userdata_for_vllm_and_sglang_keeps_tls_on_the_engine(tls_identity):
     assert flag(out, "--speculative-config") == flag(engines.command(t, 8000), "--speculative-config")
     assert json.loads(flag(out, "--kv-transfer-config"))["kv_connector"] == "OffloadingConnector"
     (serve,) = run_lines(render(mi355x("sglang", speculative=PINNED), tls_identity))
-    assert flag(serve, "--ssl-certfile") == userdata.TLS_CERT and flag(serve, "--config") == engines.SGLANG_CONFIG
+    assert flag(serve, "--ssl-certfile") == userdata.TLS_CERT and flag(serve, "--config") == sglang.SGLANG_CONFIG
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
@@ -387,6 +388,7 @@ def test_the_boot_script_starts_each_engine_as_its_boot_entry_declares(stack, mo
     assert ("--ssl-certfile" in argv) is (not b.fronted) and ("127.0.0.1" in argv) is b.fronted
     for word in (*b.key_args, *b.tail_args):
         assert word in argv
-    monkeypatch.setitem(engines.BOOT, stack, replace(b, entrypoint="/opt/other", key_line="# planted"))
+    planted = replace(b, entrypoint="/opt/other", key_line="# planted")
+    monkeypatch.setitem(registry.REGISTERED, stack, replace(registry.REGISTERED[stack], boot=planted))
     argv = userdata.docker_argv(t, 8000)
     assert argv[argv.index("--entrypoint") + 1] == "/opt/other" and userdata._key_files(t) == "# planted"

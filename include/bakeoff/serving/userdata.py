@@ -107,7 +107,7 @@ def engine_port(target: Target, port: int) -> int:
 def docker_argv(target: Target, port: int, *, tls: bool = False) -> list[str]:
     """The ``docker run`` command. No key on it: vLLM reads ``VLLM_API_KEY`` from a root-only env
     file, SGLang its ``api-key`` from a root-only config file mounted read-only, and an engine with no
-    key check of its own (``engines.FRONTED``) listens on loopback behind the node's front (front.py);
+    key check of its own (``engines.boot(target).fronted``) listens on loopback behind the node's front (front.py);
     with ``tls`` the server (or the front) serves the node's certificate. It never gets the serving
     secrets (the plan chose its image): it reads the verified weights offline. The engine's extra files
     are mounted read-only at their own paths."""
