@@ -47,14 +47,14 @@ class SpendApproval(ApprovalOperator):
 
         from bakeoff import approval, store  # noqa: PLC0415
 
-        run = store.run_view(self.run_dir)
-        need = run.get("approval_needed") or {}
+        start = store.run_facts(self.run_dir).start
+        need = start.approval_needed
         if not need.get("required"):
             approval.record(self.run_dir, approval.NOT_REQUIRED, reason=need.get("reason"))
             raise AirflowSkipException(f"no approval needed: {need.get('reason')}")
         users = approval.approvers(Variable.get(approval.APPROVERS_VARIABLE, default=None))
         hours = approval.timeout_h(Variable.get(approval.TIMEOUT_VARIABLE, default=None))
-        self.subject, self.body = approval.request_text(run)
+        self.subject, self.body = approval.request_text(start)
         self.assigned_users = users
         self.response_timeout = timedelta(hours=hours)
         approval.record(
@@ -71,8 +71,8 @@ class SpendApproval(ApprovalOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from bakeoff import approval, store  # noqa: PLC0415
 
-        asked = store.read_record(self.run_dir, approval.RECORD) or {}
-        kept = {k: asked.get(k) for k in ("shown", "approvers", "spend_usd", "reason")}
+        asked = store.run_facts(self.run_dir).approval or approval.Approval(decision=approval.PENDING)
+        kept = asked.model_dump(mode="json", include={"shown", "approvers", "spend_usd", "reason"})
         if "error" in event:
             decision = approval.TIMED_OUT if event.get("error_type") == "timeout" else "failed"
             approval.record(self.run_dir, decision, at=time.time(), error=str(event.get("error")), **kept)
@@ -80,7 +80,7 @@ class SpendApproval(ApprovalOperator):
         by = dict(event.get("responded_by_user") or {})
         at = event.get("responded_at")
         when = at.timestamp() if hasattr(at, "timestamp") else time.time()
-        allowed = {str(u.get("id")) for u in asked.get("approvers") or []}
+        allowed = {str(u.get("id")) for u in asked.approvers or []}
         if str(by.get("id")) not in allowed:
             approval.record(self.run_dir, approval.REFUSED, by=by, at=when, **kept)
             raise NotAnApprover(

@@ -188,7 +188,7 @@ def mask_run_keys(run_dir: str) -> None:
 
     install_plan_connections()
     plan = pipeline.run_plan(run_dir)
-    rid = store.read_record(run_dir, store.START)["run_id"]
+    rid = store.run_facts(run_dir).run_id
     for t in plan.targets:
         try:
             key = pipeline.serving_key(t, rid)

@@ -206,8 +206,8 @@ def run_again(plan: str, run: str, request: Request) -> dict:
         raise HTTPException(403, f"run again needs the header {AGAIN_HEADER}: run-again (sent by the Runs page)")
     if any(safe_name(part) != part for part in (plan, run)) or not run.startswith("run_id="):
         raise HTTPException(404, "no such run")
-    start = store.read_record(at(results_root()) / plan / run, store.START)
-    if not start:
+    start = store.run_facts(at(results_root()) / plan / run).start
+    if not start.run_id:
         raise HTTPException(404, f"no such run: {run} of plan {plan}")
     auth = request.headers.get("authorization", "")
     token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else request.cookies.get("_token", "")
@@ -219,10 +219,10 @@ def run_again(plan: str, run: str, request: Request) -> dict:
             "(http://localhost:8080 in compose)",
         )
     try:
-        new = trigger_again(base, token, start)
+        new = trigger_again(base, token, start.to_json())
     except AirflowApiError as e:
         raise HTTPException(e.status if e.status in (400, 401, 403, 404, 409) else 502, str(e)) from None
-    return {**new, "again_of": start.get("run_id"), "url": f"/dags/{DAG_ID}/runs/{new['dag_run_id']}"}
+    return {**new, "again_of": start.run_id, "url": f"/dags/{DAG_ID}/runs/{new['dag_run_id']}"}
 
 
 class BakeoffUiPlugin(AirflowPlugin):

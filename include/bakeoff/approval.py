@@ -33,6 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import secrets, store
+from bakeoff.facts import Approval, Start
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -42,7 +43,7 @@ APPROVERS_VARIABLE = "bakeoff_approvers"
 TIMEOUT_VARIABLE = "bakeoff_approval_timeout_h"
 DEFAULT_TIMEOUT_H = 24.0
 MAX_TIMEOUT_H = 24 * 14
-RECORD = "approval"
+RECORD = Approval.STEP
 APPROVED, REJECTED, TIMED_OUT, REFUSED, PENDING, NOT_REQUIRED = (
     "approved",
     "rejected",
@@ -109,7 +110,7 @@ def requirement(
 def _scheduled_run_approved_before(plan_name: str, digest: str) -> bool:
     """A scheduled run of the same plan content whose approval record is signed by this installation."""
     return any(
-        r.get("scheduled") and _approved_why_not(r.get(RECORD) or {}, str(r.get("run_id")), digest) is None
+        r.start.scheduled and _approved_why_not(r.approval, str(r.start.run_id), digest) is None
         for r in store.list_runs(plan_name)
     )
 
@@ -170,10 +171,10 @@ def spend_band(budget: dict[str, Any]) -> tuple[float, float]:
     return round(min(low, high), 2), high
 
 
-def request_text(run: dict[str, Any]) -> tuple[str, str]:
+def request_text(run: Start) -> tuple[str, str]:
     """The subject and body (Markdown) an approver is shown: the plan, each target with the twin's
     predicted spend and band (or "no prediction"), and the run's spend band."""
-    budget, need = run.get("budget") or {}, run.get("approval_needed") or {}
+    budget, need = run.budget, run.approval_needed
     rows = budget.get("targets") or []
     low, spend = spend_band(budget)
 
@@ -183,7 +184,7 @@ def request_text(run: dict[str, Any]) -> tuple[str, str]:
         return f"{r.get('usd')} (band {r.get('usd_low', '?')} to {r.get('usd')})"
 
     lines = [
-        f"**Plan** {_md(run.get('plan'))}, run {_md(run.get('run_id'))}",
+        f"**Plan** {_md(run.plan)}, run {_md(run.run_id)}",
         f"**Why approval**: {_md(need.get('reason'))}",
         "",
         "| target | provider | USD/h | hours | USD (band) | estimate from |",
@@ -200,7 +201,7 @@ def request_text(run: dict[str, Any]) -> tuple[str, str]:
         "Nothing is provisioned until this is approved; Reject, or no answer before the timeout, ends the run "
         "without spending.",
     ]
-    return f"Approve {spend:g} USD for bake-off {run.get('plan')}?", "\n".join(lines)
+    return f"Approve {spend:g} USD for bake-off {run.plan}?", "\n".join(lines)
 
 
 SIGNING_PURPOSE = "approval-record"  # the derived key's domain: it signs approval records only
@@ -215,23 +216,22 @@ def _signature(run_id: str, digest: str, decision: str, by: Any) -> str:
 def record(run_dir: str | store.StorePath, decision: str, **facts: Any) -> None:
     """The run's approval record: its latest state (pending, then the decision), signed by the
     installation and bound to the run and the digest of the plan it holds."""
-    start = store.read_record(run_dir, store.START) or {}
-    run_id = str(start.get("run_id"))
+    run_id = str(store.run_facts(run_dir).start.run_id)
     digest = plan_digest(store.read_json(store.at(run_dir) / "plan.json") or {})
     signed = {"run_id": run_id, "plan_sha256": digest}
     signed["signature"] = _signature(run_id, digest, decision, facts.get("by"))
     store.record(run_dir, RECORD, {"decision": decision, "recorded_at": time.time(), **facts, **signed})
 
 
-def _approved_why_not(got: dict[str, Any], run_id: str, digest: str) -> str | None:
+def _approved_why_not(got: Approval | None, run_id: str, digest: str) -> str | None:
     """None when ``got`` is this installation's signed approval of this run and plan content, else why not."""
-    if not got:
+    if got is None:
         return "none"
-    if got.get("decision") != APPROVED:
-        return repr(got.get("decision"))
-    want = _signature(run_id, digest, APPROVED, got.get("by"))
-    if not hmac.compare_digest(str(got.get("signature") or ""), want):
-        if got.get("run_id") == run_id and got.get("plan_sha256") not in (None, digest):
+    if got.decision != APPROVED:
+        return repr(got.decision)
+    want = _signature(run_id, digest, APPROVED, got.by)
+    if not hmac.compare_digest(str(got.signature or ""), want):
+        if got.run_id == run_id and got.plan_sha256 not in (None, digest):
             return "an approval of other plan content (the plan changed after it was approved)"
         return "an approval record this installation did not sign (written by hand, or for another run)"
     return None
@@ -240,8 +240,8 @@ def _approved_why_not(got: dict[str, Any], run_id: str, digest: str) -> str | No
 def ensure_approved(run_dir: str | store.StorePath) -> None:
     """Refuse to provision for a run that needs approval and has no signed approval of the plan it
     holds now (called before any cloud call)."""
-    start = store.read_record(run_dir, store.START) or {}
-    need = start.get("approval_needed") or {}
+    run = store.run_facts(run_dir)
+    need = run.start.approval_needed
     if not need.get("required"):
         return
     digest = plan_digest(store.read_json(store.at(run_dir) / "plan.json") or {})
@@ -251,7 +251,7 @@ def ensure_approved(run_dir: str | store.StorePath) -> None:
             "approval: the run's plan.json is not the plan admitted at its start (its content digest changed); "
             "nothing is provisioned. Start a new run of the plan as it should run"
         )
-    why = _approved_why_not(store.read_record(run_dir, RECORD) or {}, str(start.get("run_id")), digest)
+    why = _approved_why_not(run.approval, str(run.start.run_id), digest)
     if why is not None:
         raise ApprovalError(
             f"approval: this run needs a person's approval before spending ({need.get('reason')}) and has "

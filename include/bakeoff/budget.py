@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pandas as pd
 
 from bakeoff import catalog, store
+from bakeoff.facts import EvaluationCost, RunFacts
 from bakeoff.plan.precision import QUANT_BYTES
 from bakeoff.plan.settings import MAX_BUDGET_USD
 from bakeoff.providers.registry import PROVIDERS
@@ -41,7 +42,6 @@ from bakeoff.providers.registry import PROVIDERS
 if TYPE_CHECKING:
     from bakeoff.bench.session_sources import Session
     from bakeoff.catalog import InstanceType
-    from bakeoff.facts import RunFacts
     from bakeoff.plan import Plan
     from bakeoff.plan.target import Target
     from bakeoff.plan.workload import Sessions, Workload
@@ -585,5 +585,6 @@ def record_measured_cost(run_dir: str | Path, plan: Plan) -> dict[str, Any]:
     spent = round(sum(r["usd"] or 0.0 for r in rows if r["spends"]), 2)
     doc = {"usd": spent, "targets": rows, "at": time.time()}
     store.write_json(rdir / "evaluation_cost.json", doc)
-    store.record(rdir, "evaluation_cost", {"usd": spent})
+    measured = EvaluationCost(usd=spent)
+    store.record(rdir, measured.STEP, measured.to_json())
     return doc

@@ -19,6 +19,7 @@ from bakeoff import admission, catalog, pipeline, steps, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.bench.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
+from bakeoff.facts import RunFacts
 from bakeoff.fielderrors import explain
 from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
 from bakeoff.plan.names import image_gaps, unverified_names
@@ -173,7 +174,7 @@ def run_steps(
             print(f"step {step.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
     if "publish" in out:
         print(f"evidence bundle: {out['publish']['files']['evidence']}")
-    _print_summary({**store.run_view(rdir), "run_dir": rdir}, failed)
+    _print_summary(store.run_facts(rdir), failed)
     return 1 if failed else 0
 
 
@@ -388,15 +389,15 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if verdict.ok else 3 if verdict.signer_unknown else 1
 
 
-def _print_summary(run: dict[str, Any], failed: list[str] | None = None) -> None:
+def _print_summary(run: RunFacts, failed: list[str] | None = None) -> None:
     """The run's outcome (given, or as its report recorded it), report files and headline."""
-    report = dict(run.get("report") or {})
-    failed = report.pop("failed_steps", None) if failed is None else failed
+    if failed is None and run.report is not None:
+        failed = list(run.report.failed_steps)
     outcome = "not reported" if failed is None else (f"failed ({', '.join(failed)})" if failed else "success")
-    print(f"run {run.get('run_id')} of plan {run.get('plan')}: {outcome}")
-    for kind, path in sorted(report.items()):
+    print(f"run {run.start.run_id} of plan {run.start.plan}: {outcome}")
+    for kind, path in sorted((run.report.files if run.report else {}).items()):
         print(f"  {kind}: {path}")
-    print(headline_table(run["run_dir"]))
+    print(headline_table(run.run_dir))
 
 
 def _installation_id(args: argparse.Namespace) -> int:

@@ -500,7 +500,7 @@ def compute(plan: Plan, run_dir: str | StorePath) -> CostTables:
     at = cost_at_slo(costs, tdf, basis)
     sens = sensitivity(at, basis)
     ev = evaluation_cost(plan, run_dir)
-    run_id = (store.read_record(run_dir, store.START) or {}).get("run_id") or (
+    run_id = store.run_facts(run_dir).start.run_id or (
         str(points["run_id"].iloc[0]) if not points.empty else run_dir.name
     )
     emulated = bool(plan.emulated or (not points.empty and points["emulated"].astype(bool).any()))

@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from bakeoff import offers, secrets, store
 from bakeoff.approval import approval_line
+from bakeoff.facts import RunFacts
 from bakeoff.paths import StorePath, at, safe_name, state_root
 from bakeoff.providers.registry import PROVIDERS
 
@@ -100,7 +101,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _price_sheet(plan: Plan, start: dict[str, Any]) -> dict[str, Any]:
+def _price_sheet(plan: Plan, sheet_sha256: str | None) -> dict[str, Any]:
     rows = {}
     for t in plan.targets:
         try:
@@ -108,7 +109,7 @@ def _price_sheet(plan: Plan, start: dict[str, Any]) -> dict[str, Any]:
         except ValueError:
             usd = None
         rows[t.name] = {"usd_per_hour": usd, "source": t.price_source, "contract": bool(t.price)}
-    return {"sheet_sha256": start.get("price_sheet_sha256"), "targets": rows}
+    return {"sheet_sha256": sheet_sha256, "targets": rows}
 
 
 def _clean(doc: Any) -> Any:
@@ -120,17 +121,17 @@ def _clean(doc: Any) -> Any:
     return doc
 
 
-def _provenance(plan: Plan, run_dir: StorePath, view: dict[str, Any]) -> dict[str, Any]:
+def _provenance(plan: Plan, run_dir: StorePath, run: RunFacts) -> dict[str, Any]:
     """Per target what ran where, from the records its steps wrote (what was asked, what the node said)."""
     out = {}
     for t in plan.targets:
         tdir = run_dir / f"target={safe_name(t.slug)}"
         inst = store.read_json(tdir / "instance.json") or {}
         deploy = store.read_json(tdir / "deploy.json") or {}
-        steps = (view.get("targets") or {}).get(t.slug) or {}
+        steps = run.target(t.slug)
         node = dict(deploy.get("node") or {})
-        ids = [tr.get("instance_id") for tr in (steps.get("provision") or {}).get("tries") or []]
-        ids += list((steps.get("terminate") or {}).get("instances") or [])
+        ids = [tr.instance_id for tr in steps.provision.tries] if steps.provision else []
+        ids += list(steps.terminate.instances) if steps.terminate else []
         out[t.name] = _clean(
             {
                 "provider": t.provider,
@@ -146,7 +147,7 @@ def _provenance(plan: Plan, run_dir: StorePath, view: dict[str, Any]) -> dict[st
                 "image_digest": node.pop("image_digest", None),
                 **_engine_args(t, deploy),
                 "driver": node,
-                "emulated": bool((steps.get("deploy") or {}).get("emulated", t.emulated)),
+                "emulated": steps.deploy.emulated if steps.deploy else bool(t.emulated),
             }
         )
     return out
@@ -197,9 +198,8 @@ def build(
     ``known_secrets``: values no file may hold (the run's serving keys); the installation secret is added."""
     run_dir = at(run_dir)
     plan = offers.as_ran(plan, run_dir)  # the price in force is that of the type that ran
-    view = store.run_view(run_dir)
-    start = store.read_record(run_dir, store.START) or {}
-    run_id = str(start.get("run_id") or run_dir.name)
+    run = store.run_facts(run_dir)
+    run_id = run.run_id
     known = [s.encode() for s in known_secrets if s]
     members: dict[str, bytes] = {}
     for f in _files_under(run_dir):
@@ -207,8 +207,8 @@ def build(
     for ref in sorted(report_paths.values()):
         src = at(ref)
         members[f"{REPORTS}/{src.name}"] = src.read_bytes()
-    members[PRICES] = json.dumps(_price_sheet(plan, start), indent=2, sort_keys=True).encode()
-    members[PROVENANCE] = json.dumps(_provenance(plan, run_dir, view), indent=2, sort_keys=True).encode()
+    members[PRICES] = json.dumps(_price_sheet(plan, run.start.price_sheet_sha256), indent=2, sort_keys=True).encode()
+    members[PROVENANCE] = json.dumps(_provenance(plan, run_dir, run), indent=2, sort_keys=True).encode()
     for name, data in members.items():
         _check_no_secret(name, data, known)
     key = signing_key()
@@ -220,7 +220,7 @@ def build(
         "created_at": time.time(),
         "public_key": public,
         "key_id": key_id(public),
-        "shows": _shows(plan, run_dir, view, members, failed_steps),
+        "shows": _shows(plan, run_dir, run, members, failed_steps),
         "files": {n: {"sha256": _sha256(d), "bytes": len(d)} for n, d in sorted(members.items())},
     }
     body = json.dumps(manifest, indent=2, sort_keys=True).encode()
@@ -239,25 +239,23 @@ def bundle_name(plan_name: str, run_id: str) -> str:
     return f"bakeoff-{safe_name(plan_name)}-{safe_name(run_id)}-evidence.zip"
 
 
-def _shows(
-    plan: Plan, run_dir: StorePath, view: dict[str, Any], members: dict[str, bytes], failed: Any
-) -> dict[str, Any]:
+def _shows(plan: Plan, run_dir: StorePath, run: RunFacts, members: dict[str, bytes], failed: Any) -> dict[str, Any]:
     """The claims the signed manifest makes about the run, for verify to print."""
     head = store.read_json(run_dir / "cost.json") or {}
     validation = store.read_json(run_dir / "validation.json") or {}
     return {
-        "started_at": view.get("started_at"),
-        "emulated": bool(head.get("emulated", view.get("emulated", plan.emulated))),
+        "started_at": run.start.started_at,
+        "emulated": bool(head.get("emulated", run.emulated or plan.emulated)),
         "status": "failed" if failed else "success",
         "failed_steps": list(failed),
         "headline": head.get("summary", ""),
         "validation_passed": validation.get("passed"),
         "targets": [t.name for t in plan.targets],
-        "estimate_usd": (view.get("budget") or {}).get("estimate_usd"),
+        "estimate_usd": run.start.budget.get("estimate_usd"),
         "measured_cost_usd": head.get("evaluation_cost_usd"),
-        "approval": view.get("approval"),
+        "approval": run.approval.as_shown() if run.approval else None,
         "prices_sha256": _sha256(members[PRICES]),
-        "buyer_sheet_sha256": (store.read_record(run_dir, store.START) or {}).get("price_sheet_sha256"),
+        "buyer_sheet_sha256": run.start.price_sheet_sha256,
         "requests_files": sum(1 for n in members if "/requests/" in n),
         "points_files": sum(1 for n in members if "/points/" in n),
     }

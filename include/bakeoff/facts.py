@@ -285,7 +285,80 @@ class Start(Fact):
     approval_needed: dict[str, Any] = {}  # bakeoff.approval.requirement: whether a person must approve
 
 
-TARGET_STEPS: tuple[type[Fact], ...] = (Provision, Deploy, Accuracy, Benchmark, Terminate, ProvisionRefused, NodeReady)
+class Validation(Fact):
+    """validate: whether every gate passed, and the targets that failed one (quarantined)."""
+
+    STEP: ClassVar[str] = "validation"
+    passed: bool | None = None
+    failed_targets: tuple[str, ...] = ()
+
+
+class Report(Fact):
+    """report: the report files by kind (html, md, pdf, csv, ...) and the steps the orchestrator saw fail.
+    Stored flat, as earlier versions wrote it: each kind a key beside ``failed_steps``."""
+
+    STEP: ClassVar[str] = "report"
+    files: dict[str, str] = {}
+    failed_steps: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or "files" in data:
+            return data
+        return {
+            "failed_steps": data.get("failed_steps") or (),
+            "files": {k: v for k, v in data.items() if k != "failed_steps"},
+        }
+
+    @model_serializer(mode="wrap")
+    def _stored_flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        doc: dict[str, Any] = handler(self)
+        return {**doc.pop("files"), **doc}
+
+
+class Approval(Fact):
+    """approve_spend: the run's approval record, its latest state (pending, then the decision), signed by
+    the installation over the run, the plan content's digest, the decision and who gave it."""
+
+    STEP: ClassVar[str] = "approval"
+    decision: str
+    recorded_at: Epoch | None = None
+    run_id: str | None = None
+    plan_sha256: str | None = None
+    signature: str | None = None
+    reason: str | None = None
+    shown: dict[str, str] | None = None
+    approvers: list[dict[str, str]] | None = None
+    spend_usd: float | None = None
+    timeout_h: float | None = None
+    by: dict[str, Any] | None = None
+    at: Epoch | None = None
+    error: str | None = None
+
+    def as_shown(self) -> dict[str, Any]:
+        """The record as the manifest and the dashboard keep it: the keys it was written with."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class EvaluationCost(Fact):
+    """sweep: the evaluation's measured spend (every launch's billed hours at its price)."""
+
+    STEP: ClassVar[str] = "evaluation_cost"
+    usd: float
+
+
+TARGET_STEPS: tuple[type[Fact], ...] = (
+    Provision,
+    Deploy,
+    Accuracy,
+    Benchmark,
+    Terminate,
+    ProvisionRefused,
+    NodeReady,
+    LaunchIntent,
+)
+RUN_STEPS: tuple[type[Fact], ...] = (Sweep, Validation, Report, Approval, EvaluationCost)
 
 
 class TargetFacts(BaseModel):
@@ -301,6 +374,7 @@ class TargetFacts(BaseModel):
     terminate: Terminate | None = None
     provision_refused: ProvisionRefused | None = None
     node_ready: NodeReady | None = None
+    launch: LaunchIntent | None = None
 
     def launches(self) -> tuple[Launch, ...]:
         """Every launch, oldest first, each ended at its own ``ended_at``, else at the termination
@@ -343,17 +417,28 @@ class TargetFacts(BaseModel):
 
 
 class RunFacts(BaseModel):
-    """The run as readers want it: its start record, each target's records, the sweep."""
+    """The run as readers want it: its folder, start record, each target's records and the run-level
+    steps' records (sweep, validation, report, approval, evaluation cost); the one reader of a run."""
 
     model_config = ConfigDict(frozen=True)
+    run_dir: str = ""
     start: Start = Start()
     targets: dict[str, TargetFacts] = {}
     sweep: Sweep | None = None
+    validation: Validation | None = None
+    report: Report | None = None
+    approval: Approval | None = None
+    evaluation_cost: EvaluationCost | None = None
 
     @property
     def emulated(self) -> bool:
         """Planned on the emulator, or a (sandbox) cloud node the emulator backed."""
         return self.start.emulated or any(t.deploy is not None and t.deploy.emulated for t in self.targets.values())
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (its folder's name when no start record says it)."""
+        return self.start.run_id or self.run_dir.rsplit("/", 1)[-1]
 
     def target(self, slug: str) -> TargetFacts:
         """A target's records; an empty view for a target with none yet."""
@@ -367,10 +452,13 @@ class RunFacts(BaseModel):
         where: str = "run",
     ) -> RunFacts:
         """From the raw records (step name -> facts), run-level and per target slug, as the store
-        reads them. Steps this view does not name (validation, report, ...) are left to their readers."""
+        reads them; each checked against its step's model."""
         start = parse(Start, run_steps.get(Start.STEP) or {}, f"{where}/steps/start.json")
-        sweep_doc = run_steps.get(Sweep.STEP)
-        sweep = parse(Sweep, sweep_doc, f"{where}/steps/sweep.json") if sweep_doc is not None else None
+        found_run: dict[str, Fact] = {}
+        for kind in RUN_STEPS:
+            doc = run_steps.get(kind.STEP)
+            if doc is not None:
+                found_run[kind.STEP] = parse(kind, doc, f"{where}/steps/{kind.STEP}.json")
         targets: dict[str, TargetFacts] = {}
         for slug in dict.fromkeys([*start.targets, *target_steps]):
             steps = target_steps.get(slug) or {}
@@ -383,4 +471,4 @@ class RunFacts(BaseModel):
             targets[slug] = TargetFacts.model_validate(
                 {"slug": slug, "name": planned.name if planned else None, **found}
             )
-        return cls(start=start, targets=targets, sweep=sweep)
+        return cls.model_validate({"run_dir": where, "start": start, "targets": targets, **found_run})

@@ -134,7 +134,7 @@ def register(run_dir: str | store.StorePath, plan: Plan, started_at: float | Non
     claim of a run started without it): its start time orders its claims among every run's."""
     run = store.at(run_dir)
     if started_at is None:
-        started_at = float((store.read_record(run, store.START) or {}).get("started_at") or time.time())
+        started_at = store.run_facts(run).start.started_at or time.time()
     for provider in dict.fromkeys(t.provider for t in plan.targets if PROVIDERS[t.provider].provisions):
         entry = _ledger(run, provider) / _entry_name(run)
         if store.read_json(entry) is not None:

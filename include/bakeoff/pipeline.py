@@ -96,7 +96,7 @@ def start_run(
     try:
         store.create_record(rdir, started.STEP, started.to_json())
     except FileExistsError:
-        first = (store.read_record(rdir, store.START) or {}).get("run_id")
+        first = store.run_facts(rdir).start.run_id
         raise FileExistsError(
             f"run_id {run_id!r}: {rdir} already holds a run ({first!r}); a run is started once and its "
             "records are never taken over; trigger a new run"
@@ -120,7 +120,7 @@ def approval_needed(run_dir: str) -> dict[str, Any] | None:
     """What the run needs a person's approval for before it spends (the start record's
     ``approval_needed``), None when it needs none. The DAG's approve_spend asks the approvers
     (plugins/bakeoff_approval.py); ``bakeoff run`` cannot ask anyone and stops there."""
-    need = (store.read_record(run_dir, store.START) or {}).get("approval_needed") or {}
+    need = store.run_facts(run_dir).start.approval_needed
     return dict(need) if need.get("required") else None
 
 
@@ -135,13 +135,13 @@ def run_plan(run_dir: str | store.StorePath) -> Plan:
 
 
 def _run_id(run_dir: str | store.StorePath) -> str:
-    start = store.read_record(run_dir, store.START)
-    if not start:
+    start = store.run_facts(run_dir).start
+    if not start.run_id:
         raise FileNotFoundError(
             f"{run_dir}: no start record ({store.STEPS}/{store.START}.json): start_run has not run for this run "
             "dir, or this worker's BAKEOFF_RESULTS points elsewhere than the worker that started it"
         )
-    return str(start["run_id"])
+    return start.run_id
 
 
 def serving_key(target: Target, run_id: str) -> str | None:
@@ -228,10 +228,10 @@ def release_node_slot(run_dir: str, slug: str) -> bool:
     until terminate or the sweep has it gone (they release it then)."""
     from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
-    start = store.read_record(run_dir, store.START) or {}
-    ended = store.read_record(run_dir, "terminate", slug) or {}
-    gone = bool(ended.get("terminated_at")) and not ended.get("errors")
-    if not gone and teardown.recorded_ids(run_dir, str(start.get("plan")), str(start.get("run_id")), slug):
+    run = store.run_facts(run_dir)
+    ended = run.target(slug).terminate
+    gone = ended is not None and bool(ended.terminated_at) and not ended.errors
+    if not gone and teardown.recorded_ids(run_dir, str(run.start.plan), str(run.start.run_id), slug):
         log.warning("provision of %s failed after its create: its node slot is kept until the node is gone", slug)
         return False
     return node_slots.release(run_dir, slug)
@@ -437,8 +437,8 @@ def node_ready(
         if ready.host and ready.details.get("agent_port"):  # the provider resolved where it is reached
             ready.details["agent_url"] = f"{'https' if cert else 'http'}://{ready.host}:{ready.details['agent_port']}"
     store.write_json(store.target_dir(plan.name, rid, slug) / "instance.json", ready.to_dict())
-    seen = store.read_record(run_dir, facts.NodeReady.STEP, slug)
-    if not seen or seen.get("instance_id") != ready.id:  # the first look that found it running counts
+    seen = store.run_facts(run_dir).target(slug).node_ready
+    if seen is None or seen.instance_id != ready.id:  # the first look that found it running counts
         _target_step(run_dir, slug, facts.NodeReady(instance_id=ready.id, running_at=time.time()))
     _provisioning_time(run_dir, slug, "running_s")
     return ready.to_dict()
@@ -447,11 +447,8 @@ def node_ready(
 def _provisioning_time(run_dir: str, slug: str, key: facts.Timed) -> None:
     """Seconds from the node's launch to now, into the provision record's ``provisioning`` under ``key``
     (``running_s``: running with an address; ``serving_ready_s``: serving the model), once per launch."""
-    doc = store.read_record(run_dir, facts.Provision.STEP, slug)
-    if not doc:
-        return
-    prov = facts.parse(facts.Provision, doc, f"target={slug}/steps/provision.json")
-    if prov.provisioning.timed(key) or prov.launched_at is None:
+    prov = store.run_facts(run_dir).target(slug).provision
+    if prov is None or prov.provisioning.timed(key) or prov.launched_at is None:
         return
     seconds = round(max(0.0, time.time() - prov.launched_at), 1)
     _target_step(run_dir, slug, prov.model_copy(update={"provisioning": prov.provisioning.with_time(key, seconds)}))
@@ -492,8 +489,7 @@ def _launch_expiry(run_dir: str, slug: str, launch: int, max_hours: float) -> fl
     """The expiry of this launch, fixed when its first attempt began: a retried provision (a lost
     create answer) sends the cloud the same tags and user-data with the same idempotency token, as
     EC2 and OCI require (a changed request under a used token is refused); a new launch gets its own."""
-    doc = store.read_record(run_dir, facts.LaunchIntent.STEP, slug)
-    intent = facts.parse(facts.LaunchIntent, doc, f"target={slug}/steps/launch.json") if doc else None
+    intent = store.run_facts(run_dir).target(slug).launch
     if intent is not None and intent.launch == launch:
         return intent.expires_at
     expires = float(int(time.time() + max_hours * 3600))
@@ -830,7 +826,8 @@ def validate(run_dir: str) -> dict[str, Any]:
 
     summary = validate_run(run_plan(run_dir), store.at(run_dir))
     failed = [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]
-    store.record(run_dir, "validation", {"passed": summary.get("passed"), "failed_targets": failed})
+    checked = facts.Validation(passed=summary.get("passed"), failed_targets=tuple(failed))
+    store.record(run_dir, checked.STEP, checked.to_json())
     raise_if_failed(summary)
     return {"passed": summary.get("passed"), "failed_targets": failed}
 
@@ -851,7 +848,8 @@ def report(run_dir: str, failed_steps: list[str] | tuple[str, ...] = ()) -> dict
         faults.maybe_fail("report", t)
     rdir = store.at(run_dir)
     paths = build_report(plan, rdir, report_dir(plan.name, rdir.name), failed_steps=list(failed_steps))
-    store.record(run_dir, "report", {**paths, "failed_steps": list(failed_steps)})
+    reported = facts.Report(files=paths, failed_steps=tuple(failed_steps))
+    store.record(run_dir, reported.STEP, reported.to_json())
     return paths
 
 

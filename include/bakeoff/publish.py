@@ -112,12 +112,12 @@ def _manifest(plan: Plan, run_dir: StorePath, files: dict[str, str], failed_step
     from bakeoff import store  # noqa: PLC0415 - the results store loads pandas; the UI imports this module
     from bakeoff.dashboard.summary import summarize  # noqa: PLC0415 - so does the cost step's summary
 
-    run = store.run_view(run_dir)
+    run = store.run_facts(run_dir)
     head = _read_json(run_dir / "cost.json") or {}
     return {
         "plan": plan.name,
-        "run_id": run.get("run_id") or run_dir.name,
-        "started_at": run.get("started_at"),
+        "run_id": run.run_id,
+        "started_at": run.start.started_at,
         # the DAG run's outcome so far, from its task states (publish runs before the run ends)
         "status": "failed" if failed_steps else "success",
         "failed_steps": list(failed_steps),

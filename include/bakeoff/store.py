@@ -10,7 +10,7 @@ Layout, partitioned by run and target (hive-style, so pandas/pyarrow read a whol
   <root>/<plan>/run_id=<run>/<name>.json / <name>.parquet   run-level outputs (validation, cost)
 Each point is its own file, so nothing measured is lost when a later point or step fails. Each step
 writes its own record once (a retry overwrites its own, nobody else's), so workers on several hosts
-share a run with no lock; ``run_view`` assembles the records for readers. Whether a run is still
+share a run with no lock; ``run_facts`` reads them back as one typed run (``facts.RunFacts``). Whether a run is still
 going is Airflow's to say (the DAG run's state), not the store's.
 
 Paths are ``airflow.sdk.ObjectStoragePath`` (``store.at`` makes one from the strings tasks pass);
@@ -196,43 +196,19 @@ def _records(folder: StorePath) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_view(rdir: str | StorePath) -> dict[str, Any]:
-    """The run as readers want it, assembled from its step records:
-    ``{plan, run_id, started_at, emulated, budget, targets: {slug: {step: facts}}, <run-level step>: facts}``.
-    Empty when the run was never started here."""
-    rdir = fresh(at(rdir))
-    steps = _records(rdir)
-    view: dict[str, Any] = dict(steps.pop(START, {}))
-    view.update(steps)
-    targets: dict[str, dict[str, Any]] = {s: dict(v) for s, v in (view.get("targets") or {}).items()}
-    for tdir in _glob(rdir, "target=*"):
-        slug = tdir.name.split("=", 1)[1]
-        targets.setdefault(slug, {}).update(_records(tdir))
-    if targets:
-        view["targets"] = targets
-    if any((t.get("deploy") or {}).get("emulated") for t in targets.values()):
-        view["emulated"] = True  # a sandbox cloud node backed by the emulator
-    return view
-
-
 def run_facts(rdir: str | StorePath) -> RunFacts:
-    """The run's step records as typed facts (``bakeoff.facts``), each checked as it is read: what
-    readers that compute from the records use (the budget re-check, the measured cost)."""
+    """The run's step records as typed facts (``bakeoff.facts``), each checked as it is read: the one
+    reader of a run (an empty ``RunFacts`` when it was never started here)."""
     rdir = fresh(at(rdir))
     targets = {tdir.name.split("=", 1)[1]: _records(tdir) for tdir in _glob(rdir, "target=*")}
     return RunFacts.from_records(_records(rdir), targets, where=str(rdir))
 
 
-def list_runs(plan_name: str | None = None, root: str | StorePath | None = None) -> list[dict[str, Any]]:
+def list_runs(plan_name: str | None = None, root: str | StorePath | None = None) -> list[RunFacts]:
     """Every stored run (newest first), from their start records: the history trends read."""
     base = fresh(at(root or results_root()))
     pattern = (
         f"{safe_name(plan_name)}/run_id=*/{STEPS}/{START}.json" if plan_name else f"*/run_id=*/{STEPS}/{START}.json"
     )
-    runs = []
-    for f in _glob(base, pattern):
-        rdir = f.parent.parent
-        doc = run_view(rdir)
-        doc["run_dir"] = str(rdir)
-        runs.append(doc)
-    return sorted(runs, key=lambda d: d.get("started_at") or 0, reverse=True)
+    runs = [run_facts(f.parent.parent) for f in _glob(base, pattern)]
+    return sorted(runs, key=lambda r: r.start.started_at or 0, reverse=True)

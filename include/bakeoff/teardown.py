@@ -42,10 +42,11 @@ class TeardownIncomplete(ProviderError):
 
 def recorded_ids(run_dir: str | store.StorePath, plan_name: str, run_id: str, slug: str) -> list[str]:
     """Every instance id the results store holds for this run and target."""
-    prov = store.read_record(run_dir, "provision", slug) or {}
-    ids: list[Any] = [prov.get("instance_id")]
-    ids += [t.get("instance_id") for t in prov.get("tries") or [] if isinstance(t, dict)]
-    ids += list((store.read_record(run_dir, "terminate", slug) or {}).get("instances") or [])
+    steps = store.run_facts(run_dir).target(slug)
+    ids: list[Any] = []
+    if steps.provision is not None:
+        ids += [steps.provision.instance_id, *(t.instance_id for t in steps.provision.tries)]
+    ids += list(steps.terminate.instances) if steps.terminate else []
     inst = store.read_json(store.target_dir(plan_name, run_id, slug) / "instance.json", {}) or {}
     ids.append(inst.get("id") if isinstance(inst, dict) else None)
     return [i for i in dict.fromkeys(ids) if isinstance(i, str) and i]

@@ -19,8 +19,8 @@ def test_local_agentic_runs_end_to_end_with_session_metrics(airflow_env):
     res = run_dag(airflow_env, "local-agentic", timeout=900)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     (rdir,) = (Path(airflow_env["BAKEOFF_DATA"]) / "results" / "local-agentic").glob("run_id=*")
-    run = store.run_view(rdir)
-    assert dag_run_state(airflow_env, run["run_id"]) == "success" and run["report"]["failed_steps"] == []
+    run = store.run_facts(rdir)
+    assert dag_run_state(airflow_env, run.run_id) == "success" and list(run.report.failed_steps) == []
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert sorted(points["target"].unique()) == ["b200-vllm", "mi355x-vllm"]
     assert sorted(points["concurrency"].unique()) == [2, 8] and points["emulated"].all()
@@ -32,7 +32,7 @@ def test_local_agentic_runs_end_to_end_with_session_metrics(airflow_env):
     turns = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/requests/*.parquet"))
     assert turns["session_id"].notna().all() and (turns["turn"] >= 0).all()
     assert (turns["uncached_tokens_expected"] <= turns["context_tokens"]).all()
-    html = Path(run["report"]["html"]).read_text()
+    html = Path(run.report.files["html"]).read_text()
     assert "EMULATED" in html and 'data-chart="ttft-context"' in html and 'data-chart="hit-rate"' in html
     assert "prefix hit server / trace" in html and "USD per session" in html
     costs = pd.read_parquet(rdir / "cost.parquet")

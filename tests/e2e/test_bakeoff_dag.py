@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff import store
+from bakeoff import facts, store
 from tests.e2e.conftest import dag_run_state, live_emulators, mapped_task_instances, run_dag, small_plan
 from tests.smtp_sink import SmtpSink
 
@@ -40,11 +40,11 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     res = run_dag(airflow_env, plan)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     rdir = _run_dir(airflow_env, "e2e-ok")
-    run = store.run_view(rdir)  # the steps' records; the run's outcome is Airflow's
-    assert dag_run_state(airflow_env, run["run_id"]) == "success" and run["report"]["failed_steps"] == []
-    assert "status" not in run
+    run = store.run_facts(rdir)  # the steps' records; the run's outcome is Airflow's
+    assert dag_run_state(airflow_env, run.run_id) == "success" and list(run.report.failed_steps) == []
+    assert not hasattr(run, "status")
     # the grid shows what the plan runs: one group, a map index per target labelled with its name
-    tis = mapped_task_instances(airflow_env, run["run_id"])
+    tis = mapped_task_instances(airflow_env, run.run_id)
     assert {tid.split(".", 1)[0] for tid, _, _ in tis} == {"target"}
     assert {(i, label) for _, i, label in tis} == {(0, "mi355x-vllm"), (1, "b200-vllm")}
     assert {tid for tid, _, _ in tis} == {f"target.{s}" for s in ("wait_slot", "provision", "wait_node", "deploy")} | {
@@ -58,7 +58,7 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert sorted(points["target"].unique()) == ["b200-vllm", "mi355x-vllm"]
     assert len(points) == 4 and points["emulated"].all() and (points["total_tps_per_gpu"] > 0).all()
-    html = Path(run["report"]["html"]).read_text()
+    html = Path(run.report.files["html"]).read_text()
     assert "EMULATED" in html and "mi355x-vllm" in html and "b200-vllm" in html
     # the demo emulates on the calibrated twin: its band beside each ranked target's EMULATED stamp
     assert html.count('class="muted twin-band">twin prediction ±') >= 2
@@ -71,7 +71,7 @@ def test_demo_plan_runs_end_to_end(airflow_env, tmp_path):
         assert [len(w["frontier"]) for w in t["workloads"].values()] == [2]
     assert not _live_emulators(airflow_env)
     # nothing billed: the approval step was skipped and says why; the conf is kept for "run again"
-    assert run["approval"]["decision"] == "not required" and run["conf"]["plan"] == "e2e-ok"
+    assert run.approval.decision == "not required" and run.start.conf["plan"] == "e2e-ok"
     # publish built the signed evidence bundle beside the reports, and it verifies with this installation's key
     (bundle,) = (Path(airflow_env["BAKEOFF_DATA"]) / "reports" / "e2e-ok").glob("run_id=*/*-evidence.zip")
     env = {k: v for k, v in os.environ.items() if k != "BAKEOFF_SECRET_KEY"}
@@ -98,7 +98,7 @@ def failed_run(airflow_env, tmp_path_factory):
     with SmtpSink() as sink:  # the DAG's failure notifier mails the alert address through the SMTP connection
         res = run_dag({**airflow_env, **sink.connection_env(), "BAKEOFF_ALERT_EMAIL": "oncall@example.com"}, plan)
     rdir = _run_dir(airflow_env, "e2e-fail")
-    return res, sink.messages, rdir, store.run_view(rdir), _live_emulators(airflow_env)
+    return res, sink.messages, rdir, store.run_facts(rdir), _live_emulators(airflow_env)
 
 
 def test_failed_benchmark_fails_run_but_tears_down(airflow_env, failed_run):
@@ -107,11 +107,11 @@ def test_failed_benchmark_fails_run_but_tears_down(airflow_env, failed_run):
     [(to, mail)] = messages
     assert to == ["oncall@example.com"] and mail["Subject"].startswith("[bakeoff] bakeoff run ")
     assert mail["Subject"].endswith(" failed")
-    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
-    assert "terminate" in run["targets"]["b200-vllm"]  # the teardown ran
+    assert dag_run_state(airflow_env, run.run_id) == "failed"
+    assert run.target("b200-vllm").terminate is not None  # the teardown ran
     # the report and the published manifest name the failed task, from the DAG run's task states
-    assert any(".benchmark" in step for step in run["report"]["failed_steps"]), run["report"]["failed_steps"]
-    assert "These steps of the run failed" in Path(run["report"]["html"]).read_text()
+    assert any(".benchmark" in step for step in list(run.report.failed_steps)), list(run.report.failed_steps)
+    assert "These steps of the run failed" in Path(run.report.files["html"]).read_text()
     assert list(rdir.glob("target=mi355x-vllm/points/*.parquet"))  # the other target's results are kept
     assert not list(rdir.glob("target=b200-vllm/points/*.parquet"))  # (and the failed one has none)
     assert not alive
@@ -123,8 +123,8 @@ def test_failing_accuracy_gate_fails_the_dag_run(airflow_env, tmp_path):
     plan = small_plan(tmp_path, "e2e-gate-fail", emulator={"b200-vllm": {"accuracy_error_rate": 0.5}})
     res = run_dag(airflow_env, plan)
     assert res.returncode != 0, res.stdout[-4000:] + res.stderr[-4000:]
-    run = store.run_view(_run_dir(airflow_env, "e2e-gate-fail"))
-    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
+    run = store.run_facts(_run_dir(airflow_env, "e2e-gate-fail"))
+    assert dag_run_state(airflow_env, run.run_id) == "failed"
     assert not _live_emulators(airflow_env)
 
 
@@ -136,9 +136,9 @@ def test_accuracy_fault_on_every_target_fails_on_the_models_floor(airflow_env, t
     res = run_dag(airflow_env, plan)
     assert res.returncode != 0, res.stdout[-4000:] + res.stderr[-4000:]
     rdir = _run_dir(airflow_env, "e2e-floor")
-    run = store.run_view(rdir)
-    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
-    assert any(step.endswith("validate") for step in run["report"]["failed_steps"]), run["report"]["failed_steps"]
+    run = store.run_facts(rdir)
+    assert dag_run_state(airflow_env, run.run_id) == "failed"
+    assert any(step.endswith("validate") for step in list(run.report.failed_steps)), list(run.report.failed_steps)
     summary = json.loads((rdir / "validation.json").read_text())
     for slug in ("mi355x-vllm", "b200-vllm"):
         (failure,) = summary["targets"][slug]["accuracy"]["failures"]
@@ -146,27 +146,27 @@ def test_accuracy_fault_on_every_target_fails_on_the_models_floor(airflow_env, t
     assert "below the floor for deepseek-v4-pro" in res.stdout + res.stderr
     # the report shows each target's score beside the score its model's floor requires (99% of 1.000)
     assert summary["accuracy_floors"]["b200-vllm"]["need"] == 0.99
-    html = Path(run["report"]["html"]).read_text()
+    html = Path(run.report.files["html"]).read_text()
     assert html.count("floor = 0.99") == 2, html[html.find("Accuracy:") :][:400]
     assert not _live_emulators(airflow_env)
 
 
 def test_provision_failing_after_create_is_swept(airflow_env, failed_run):
     _, _, rdir, run, alive = failed_run
-    assert dag_run_state(airflow_env, run["run_id"]) == "failed"
+    assert dag_run_state(airflow_env, run.run_id) == "failed"
     # the orphan is the plan's third target (map index 2): its provision task failed
-    assert any(".provision" in step and step.endswith("_2") for step in run["report"]["failed_steps"]), run["report"][
-        "failed_steps"
-    ]
-    swept = run["sweep"]["terminated"]["local"]
+    assert any(".provision" in step and step.endswith("_2") for step in list(run.report.failed_steps)), list(
+        run.report.failed_steps
+    )
+    swept = run.sweep.terminated["local"]
     assert len(swept) == 1  # the all_done sweep killed the orphan, and only it
     # the others gave their node back in terminate, before the sweep; the orphan's provision failed
     # after its create, so its slot is kept while its node lives and the sweep releases it once gone
     slots = _slots(rdir)
     assert sorted(slots) == ["b200-vllm", "mi355x-orphan", "mi355x-vllm"]
     orphan = slots.pop("mi355x-orphan")
-    assert orphan["claimed_at"] <= run["sweep"]["at"] <= orphan["released_at"], orphan
-    assert all(s["claimed_at"] <= s["released_at"] <= run["sweep"]["at"] for s in slots.values()), slots
+    assert orphan["claimed_at"] <= run.sweep.at <= orphan["released_at"], orphan
+    assert all(s["claimed_at"] <= s["released_at"] <= run.sweep.at for s in slots.values()), slots
     assert not alive
 
 
@@ -186,18 +186,18 @@ def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, 
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert signing_key_line not in res.stdout + res.stderr
     rdir = _run_dir(airflow_env, plan)
-    run = store.run_view(rdir)
+    run = store.run_facts(rdir)
     assert (
-        dag_run_state(airflow_env, run["run_id"]) == "success"
+        dag_run_state(airflow_env, run.run_id) == "success"
         and live == {"aws": [], "vultr": [], "digitalocean": [], "oci": []}
         and not firewalls_left
     )
     for slug in ("mi355x-vllm", "b200-vllm"):
-        assert run["targets"][slug]["benchmark"] == {"points": 2, "client_mode": "co-located"}
-        assert len(run["targets"][slug]["provision"]["client_bundle"]) == 64
+        assert run.target(slug).benchmark == facts.Benchmark(points=2, client_mode="co-located")
+        assert len(run.target(slug).provision.client_bundle) == 64
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert (points["power_w_per_gpu"] > 0).all() and points["emulated"].all()
     # the sandbox nodes' emulators serve an emulated NVML/amdsmi: energy through the library path
     assert set(points["energy_library"]) <= {"nvml=EMULATED", "amdsmi=EMULATED"}
-    html = Path(run["report"]["html"]).read_text()
+    html = Path(run.report.files["html"]).read_text()
     assert "client co-located on the node" in html and "energy measured, energy counters, GPU only" in html

@@ -76,12 +76,12 @@ def test_static_endpoint_with_served_model_and_described_hardware(airflow_env, t
     res = run_dag(airflow_env, plan)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     (rdir,) = (Path(airflow_env["BAKEOFF_DATA"]) / "results" / "e2e-static").glob("run_id=*")
-    run = store.run_view(rdir)
-    assert dag_run_state(airflow_env, run["run_id"]) == "success"
+    run = store.run_facts(rdir)
+    assert dag_run_state(airflow_env, run.run_id) == "success"
     deploy = json.loads((rdir / "target=lab-box" / "deploy.json").read_text())
     assert deploy["models_offered"] == ["my-llama"] and deploy["served_by"]["stack"] == "emulator"
     assert not {"image", "engine_args", "env"} & set(deploy)
     points = pd.concat(pd.read_parquet(p) for p in rdir.glob("target=*/points/*.parquet"))
     assert len(points) == 2 and (points["completed"] == 8).all() and (points["ttft_connection"] == "warm").all()
-    html = Path(run["report"]["html"]).read_text()
+    html = Path(run.report.files["html"]).read_text()
     assert "EMULATED" in html and "8x RTX 6000 Ada (described in the plan; lab rack 3)" in html

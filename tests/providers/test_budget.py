@@ -180,7 +180,7 @@ def test_record_measured_cost(data_root):
     doc = budget.record_measured_cost(rdir, plan)
     assert doc["usd"] == pytest.approx(0.5 * plan.targets[0].usd_per_hour, abs=0.01)
     assert json.loads((rdir / "evaluation_cost.json").read_text())["usd"] == doc["usd"]
-    assert store.run_view(rdir)["evaluation_cost"]["usd"] == doc["usd"]
+    assert store.run_facts(rdir).evaluation_cost.usd == doc["usd"]
 
 
 def test_weights_download_is_budgeted_from_the_checkpoint_size():

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 import synthetic
 
+from bakeoff import facts
 from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report.capacity import CapacityRow
@@ -140,9 +141,12 @@ CASES: dict[str, tuple[Callable[[ReportData], ReportData], str, Callable[[Report
         lambda d: replace(d, failed_steps=[]),
     ),
     "approval": (
-        lambda d: replace(d, run={**d.run, "approval": {"decision": "approved", "at": 1.78e9, "spend_usd": 12.5}}),
+        lambda d: replace(
+            d,
+            run=d.run.model_copy(update={"approval": facts.Approval(decision="approved", at=1.78e9, spend_usd=12.5)}),
+        ),
         "Spend approval: approved at 2026-05-28",
-        lambda d: replace(d, run={k: v for k, v in d.run.items() if k != "approval"}),
+        lambda d: replace(d, run=d.run.model_copy(update={"approval": None})),
     ),
     "emulated": (lambda d: d, "EMULATED: every figure comes from the hardware emulator", not_emulated),
     "twin_efficiencies": (

@@ -31,7 +31,7 @@ def test_report_and_publish_from_an_s3_results_store(s3_store, tmp_path):
     html = store.at(paths["html"]).read_text()
     assert "These steps of the run failed: sweep." in html
     assert store.at(paths["pdf"]).read_bytes().startswith(b"%PDF")
-    assert store.run_view(run_dir)["report"]["failed_steps"] == ["sweep"]
+    assert list(store.run_facts(run_dir).report.failed_steps) == ["sweep"]
 
     published = pipeline.publish(run_dir, paths, failed_steps=["sweep"])
     assert published["status"] == "failed" and published["location"] == str(pipeline.report_dir("synthetic", rdir.name))

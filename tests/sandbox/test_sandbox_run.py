@@ -69,12 +69,12 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
     deploy_doc = json.loads((rdir / "target=b200-vllm" / "deploy.json").read_text())
     assert deploy_doc["ready"] is True and deploy_doc["image"] == "vllm/vllm-openai:v0.25.0"
     # the client ran on each node (co-located, the clouds' default), from the bundle the node fetched
-    run_doc = store.run_view(run["run_dir"])
+    run_doc = store.run_facts(run["run_dir"])
     for slug in run["targets"]:
-        assert run_doc["targets"][slug]["benchmark"]["client_mode"] == "co-located"
+        assert run_doc.target(slug).benchmark.client_mode == "co-located"
         tdir = rdir / f"target={slug}"
         client = json.loads((tdir / "client.json").read_text())
-        assert client["bundle"] == run_doc["targets"][slug]["provision"]["client_bundle"]
+        assert client["bundle"] == run_doc.target(slug).provision.client_bundle
         assert len(client["bundle"]) == 64 and (tdir / "client_calibration.json").exists()
         points = pd.read_parquet(tdir / "points")
         # power sampled on the node while each point ran (the emulator's sampler: EMULATED)

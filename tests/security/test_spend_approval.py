@@ -20,7 +20,7 @@ from airflow.providers.standard.exceptions import HITLRejectException, HITLTimeo
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from bakeoff import approval, pipeline, store
+from bakeoff import approval, facts, pipeline, store
 from bakeoff.approval import ApprovalError
 from tests.conftest import ROOT
 
@@ -87,7 +87,7 @@ def test_the_request_shows_plan_targets_and_spend_to_the_role_only(asked):
     start = store.read_record(asked["run_dir"], store.START)
     for row in start["budget"]["targets"]:
         assert f"| {row['target']} |" in seen["body"]
-    _, body = approval.request_text({"plan": "<img src=x onerror=alert(1)>", "budget": {"targets": []}})
+    _, body = approval.request_text(facts.Start(plan="<img src=x onerror=alert(1)>", budget={"targets": []}))
     assert "<img" not in body.replace("\\<", "") and "\\<img src=x onerror=alert(1)\\>" in body
     assert rec["decision"] == approval.PENDING and rec["shown"]["body"] == seen["body"]
     with pytest.raises(ApprovalError, match="has 'pending'; nothing is provisioned"):
@@ -104,11 +104,11 @@ def test_the_request_shows_the_twins_predicted_spend_and_band_or_no_prediction(a
     low = round(sum(r["usd_low"] for r in rows if r["spends"]), 2)
     assert f"band {low:g} to {approval.billed_usd(start['budget']):g} USD" in body
     uncalibrated = dict(rows[0], basis="pessimistic (no calibration rows for gpu h100)", usd_low=10.0, usd=20.0)
-    _, body = approval.request_text({"plan": "p", "budget": {"targets": [uncalibrated], "margin": 0.25}})
+    _, body = approval.request_text(facts.Start(plan="p", budget={"targets": [uncalibrated], "margin": 0.25}))
     assert "no prediction (no calibration rows for gpu h100); pessimistic model" in body
     assert "band 10 to 20 USD" in body
     old_row = {k: v for k, v in uncalibrated.items() if k not in ("basis", "usd_low")}  # recorded before either
-    _, body = approval.request_text({"plan": "p", "budget": {"targets": [old_row], "margin": 0.25}})
+    _, body = approval.request_text(facts.Start(plan="p", budget={"targets": [old_row], "margin": 0.25}))
     assert "no prediction (no twin estimate recorded)" in body and "band 16 to 20 USD" in body
 
 

@@ -214,9 +214,9 @@ def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(res
         pipeline.sweep(str(rdir), credentials=resolver)
     assert "digitalocean" in str(err.value) and "vultr" in str(err.value)
     assert recorded.id not in clouds.vultr.live()  # by id, though no listing worked
-    doc = store.run_view(rdir)
-    assert doc["sweep"]["terminated"]["vultr"] == [recorded.id] and len(doc["sweep"]["errors"]) == 2
-    assert "evaluation_cost" in doc  # the cost was still recorded
+    doc = store.run_facts(rdir)
+    assert list(doc.sweep.terminated["vultr"]) == [recorded.id] and len(doc.sweep.errors) == 2
+    assert doc.evaluation_cost is not None  # the cost was still recorded
     # once the clouds answer again, the node whose create answer was lost is found by its tag
     resolver.use(lambda name: rest(name))
     killed = pipeline.sweep(str(rdir), credentials=resolver)

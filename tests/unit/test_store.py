@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bakeoff import store
+from bakeoff import facts, store
 from bakeoff.paths import run_folder
 
 
@@ -42,7 +42,7 @@ def test_failed_write_leaves_previous_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # no temp file left behind
 
 
-def test_each_step_writes_its_own_record_and_the_view_assembles_them(data_root):
+def test_each_step_writes_its_own_record_and_the_run_facts_assemble_them(data_root):
     rdir = store.run_dir("demo", "r1")
     store.record(
         rdir, store.START, {"plan": "demo", "run_id": "r1", "started_at": 1.0, "targets": {"a": {"name": "A"}}}
@@ -52,16 +52,16 @@ def test_each_step_writes_its_own_record_and_the_view_assembles_them(data_root):
     store.record(rdir, "deploy", {"ready": True, "emulated": True}, slug="b")
     store.record(rdir, "sweep", {"errors": []})
     store.record(store.run_dir("demo", "r2"), store.START, {"plan": "demo", "run_id": "r2", "started_at": 2.0})
-    view = store.run_view(str(rdir))  # what tasks pass around: the run dir as a string
-    assert view["targets"] == {
-        "a": {"name": "A", "provision": {"instance_id": "i-2", "launched_at": 6.0}},
-        "b": {"deploy": {"ready": True, "emulated": True}},
+    run = store.run_facts(str(rdir))  # what tasks pass around: the run dir as a string
+    assert {s: (t.name, t.provision, t.deploy) for s, t in run.targets.items()} == {
+        "a": ("A", facts.Provision(instance_id="i-2", launched_at=6.0), None),
+        "b": (None, None, facts.Deploy(ready=True, emulated=True)),
     }
-    assert view["sweep"] == {"errors": []} and view["emulated"] is True and "status" not in view
+    assert run.sweep == facts.Sweep(errors=()) and run.emulated is True and not hasattr(run, "status")
     assert store.read_record(rdir, "provision", "a") == {"instance_id": "i-2", "launched_at": 6.0}
     assert store.read_record(rdir, "terminate", "a") is None
     assert sorted(p.name for p in (rdir / "target=a" / "steps").iterdir()) == ["provision.json"]
-    assert [r["run_id"] for r in store.list_runs("demo")] == ["r2", "r1"]
+    assert [r.run_id for r in store.list_runs("demo")] == ["r2", "r1"]
     assert store.list_runs("other") == []
     assert not hasattr(store, "update_run")
 
@@ -75,10 +75,10 @@ def test_a_run_in_s3_through_an_airflow_connection(s3_store, moto_s3):
     tdir = store.target_dir("demo", "manual__2026-11-29T10:00:00+00:00", "a")
     store.save_point(tdir, "w", 4, 0, pd.DataFrame({"ttft": [0.2]}), {"target": "a", "concurrency": 4})
     again = store.at(str(rdir))  # as the next task, on another host, gets it
-    assert store.run_view(again)["targets"]["a"]["provision"] == {"instance_id": "i-9"}
+    assert store.run_facts(again).target("a").provision == facts.Provision(instance_id="i-9")
     assert store.load_points(again)["concurrency"].tolist() == [4]
     assert store.load_requests(again)["ttft"].tolist() == [0.2]
-    assert [r["run_id"] for r in store.list_runs("demo")] == ["r-s3"]
+    assert [r.run_id for r in store.list_runs("demo")] == ["r-s3"]
     s3 = moto_s3
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=s3_store)["Contents"]}
     base = f"results/demo/run_id={run_folder('manual__2026-11-29T10:00:00+00:00')}/"

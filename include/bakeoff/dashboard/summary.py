@@ -122,7 +122,7 @@ def _at_slo(row: dict[str, Any], basis: str, tiers: list[str]) -> dict[str, Any]
 def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
     """The dashboard's document for one stored run (empty targets when the cost step did not run)."""
     run_dir = store.at(run_dir)
-    run = store.run_view(run_dir)
+    run = store.run_facts(run_dir)
     tables = cost.load_tables(run_dir)
     head = (tables.headline if tables else None) or {}
     basis = head.get("basis") or plan.pricing.rank_by
@@ -137,7 +137,7 @@ def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
     targets = {}
     for t in plan.targets:
         tdir = run_dir / f"target={t.slug}"
-        steps = (run.get("targets") or {}).get(t.slug) or {}
+        steps = run.target(t.slug)
         val = (validation.get("targets") or {}).get(t.slug) or {}
         accuracy = store.read_json(tdir / "accuracy.json")
         acc_fail = [f for f in val.get("failures") or [] if str(f).startswith("accuracy")]
@@ -160,7 +160,7 @@ def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
             + (f" ({_num(accuracy.get('score'), 3)})" if isinstance(accuracy, dict) and "score" in accuracy else ""),
             # a node was had (its provision record), or none was and nothing was measured (stockout,
             # quota, a failed launch); None when neither can be told (a static endpoint, no record)
-            "provisioned": True if "provision" in steps else (False if status == "no_results" else None),
+            "provisioned": True if steps.provision is not None else (False if status == "no_results" else None),
             "workloads": workloads,
             # offers, refusals, time to running / serving-ready (report.provisioning): the stockout trend's input
             "provisioning": provisioning.get(t.slug),
@@ -178,7 +178,7 @@ def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
         "spend_usd": _num(head.get("evaluation_cost_usd"), 2),
         "spend_if_billed_usd": _num(head.get("evaluation_cost_if_billed_usd"), 2),
         "tco_tiers": tiers,
-        "approval": run.get("approval"),  # the approval step's record, when the run had one
+        "approval": run.approval.as_shown() if run.approval else None,  # the approval step's record, if any
         "targets": targets,
     }
 

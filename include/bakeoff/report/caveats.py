@@ -78,9 +78,9 @@ def _failed_steps(d: ReportData) -> str:
     )
 
 
-@caveat("approval", when=lambda d: bool(d.run.get("approval")))
+@caveat("approval", when=lambda d: d.run.approval is not None)
 def _approval(d: ReportData) -> str:
-    return f"Spend approval: {approval_line(d.run['approval'])}."
+    return f"Spend approval: {approval_line(d.run.approval.as_shown() if d.run.approval else None)}."
 
 
 # --- emulated figures -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from bakeoff import claims, cost, offers, store
+from bakeoff.facts import RunFacts
 from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.capacity import rows as capacity_rows
@@ -47,7 +48,7 @@ PROVENANCE_FIRST = (
 class ReportData:
     plan: Plan
     run_dir: store.StorePath
-    run: dict[str, Any]
+    run: RunFacts
     tables: cost.CostTables
     requests: pd.DataFrame
     validation: dict[str, Any] | None
@@ -416,7 +417,7 @@ def _trend(plan: Plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd
     rows = []
     root = run_dir.parent.parent
     for run in store.list_runs(plan.name, root=root):
-        rdir = store.at(run["run_dir"])
+        rdir = store.at(run.run_dir)
         h = headline if str(rdir) == str(run_dir) else store.read_json(rdir / "cost.json")
         if not h:
             continue
@@ -424,8 +425,8 @@ def _trend(plan: Plan, run_dir: store.StorePath, headline: dict[str, Any]) -> pd
             for r in w.get("ranking") or []:
                 rows.append(
                     {
-                        "run_id": run.get("run_id") or rdir.name,
-                        "started_at": run.get("started_at"),
+                        "run_id": run.run_id,
+                        "started_at": run.start.started_at,
                         "workload": wl,
                         "target": r["target"],
                         "usd_per_m": r.get("usd_per_m"),
@@ -481,7 +482,7 @@ def gather(
     d = ReportData(
         plan=plan,
         run_dir=run_dir,
-        run=store.run_view(run_dir),
+        run=store.run_facts(run_dir),
         tables=tables,
         requests=requests,
         validation=store.read_json(run_dir / "validation.json"),

@@ -140,7 +140,7 @@ def render(d: ReportData) -> str:
         d=d,
         plan=d.plan,
         h=d.tables.headline,
-        started=_started(d.run.get("started_at")),
+        started=_started(d.run.start.started_at),
         f=fmt,
         ci=_ci,
         pct=_pct,

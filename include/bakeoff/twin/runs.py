@@ -387,15 +387,15 @@ def _real_points(plan: Plan, rdir: store.StorePath, points: pd.DataFrame) -> pd.
     the emulator or whose deploy says it was, or a target its validation quarantined."""
     if points.empty:
         return points
-    view = store.run_view(rdir)
+    run = store.run_facts(rdir)
     validation = store.read_json(rdir / "validation.json") or {}
     by_slug = {t.slug: t for t in plan.targets}
     keep = set()
     for slug in {str(s) for s in points["target"].unique()}:
         t = by_slug.get(slug)
-        deploy = ((view.get("targets") or {}).get(slug) or {}).get("deploy") or {}
+        deploy = run.target(slug).deploy
         verdict = (validation.get("targets") or {}).get(slug) or {}
-        if t is None or t.emulated or deploy.get("emulated") or verdict.get("passed") is False:
+        if t is None or t.emulated or (deploy and deploy.emulated) or verdict.get("passed") is False:
             continue
         keep.add(slug)
     real = points[points["target"].astype(str).isin(keep)]
@@ -411,9 +411,9 @@ def published_run_rows(root: str | store.StorePath | None = None) -> tuple[list[
 
     rows: list[RunRow] = []
     skipped: list[str] = []
-    for view in store.list_runs(root=root):
-        rdir = store.at(view["run_dir"])
-        rid = str(view.get("run_id") or rdir.name)
+    for run in store.list_runs(root=root):
+        rdir = store.at(run.run_dir)
+        rid = run.run_id
         try:
             plan = plan_from_dict(store.read_json(rdir / "plan.json"), source="plan.json")
         except Exception as e:  # noqa: BLE001 - one unreadable run must not stop the refit
