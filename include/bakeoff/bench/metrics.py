@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import pandas as pd
 
-from bakeoff.bench.metric_units import Column, Metric, Point, columns_of, filled, one
-from bakeoff.bench.records import POINT_KEY, SERVER_METRICS_COLUMNS, SESSION_COLUMNS, RequestRecord
-from bakeoff.plan.slo import PERCENTILES, RequestTimes
+from bakeoff.bench import server_metrics
+from bakeoff.bench.metric_units import Column, Metric, Point, columns_of, derived, evaluation_order, filled, one
+from bakeoff.bench.records import POINT_KEY, RequestRecord
+from bakeoff.plan.slo import METRICS, PERCENTILES, RequestTimes
 
 if TYPE_CHECKING:
     from bakeoff.plan.slo import Slo
@@ -236,7 +237,7 @@ def session_figures(measured: list[dict[str, Any]], slo: Slo | None, duration: f
     completed and every turn met the per-request SLO (request_is_good)."""
     turns = [r for r in measured if r.get("session_id") is not None]
     if not turns:
-        return {k: (None if k.startswith("ttft_by") else NAN) for k in SESSION_COLUMNS}
+        return {k: (None if k.startswith("ttft_by") else NAN) for k in SESSIONS}
     by_root: dict[str, list[dict[str, Any]]] = {}
     for r in turns:
         by_root.setdefault(str(r.get("session_root") or r["session_id"]), []).append(r)
@@ -276,6 +277,10 @@ def session_figures(measured: list[dict[str, Any]], slo: Slo | None, duration: f
 # --- the point's metrics, each declaring its columns (bench.metric_units) -----------------------
 
 
+def _stat_columns(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}_{s}" for s in STATS)
+
+
 def _stats(prefix: str, of: str, values: Callable[[Point], Iterable[float | None]]) -> Metric:
     """mean/p50/p90/p95/p99 in ms of a per-request figure in seconds (stats_ms)."""
     cols = tuple(Column(f"{prefix}_{s}", "ms", f"{s} of {of}") for s in STATS)
@@ -286,10 +291,17 @@ def _from_client(name: str, unit: str, formula: str) -> Metric:
     return one(name, unit, formula, lambda p: float(p.client[name]) if p.client.get(name) is not None else NAN)
 
 
-def _interactivity(p: Point, so_far: Mapping[str, Any]) -> dict[str, float]:
+def _interactivity(p: Point, got: Mapping[str, Any]) -> float:
     stat = p.slo.interactivity_stat if p.slo is not None else "p50"
-    tpot = so_far[f"tpot_ms_{stat}"]
-    return {"interactivity": 1000.0 / tpot if tpot and not math.isnan(tpot) and tpot > 0 else NAN}
+    tpot = got[f"tpot_ms_{stat}"]
+    return 1000.0 / tpot if tpot and not math.isnan(tpot) and tpot > 0 else NAN
+
+
+def _per_gpu(rate: str) -> Metric:
+    """A throughput column per GPU serving the model."""
+    return derived(
+        f"{rate}_per_gpu", "tok/s/GPU", f"{rate} / gpus", (rate, "gpus"), lambda _, got: got[rate] / got["gpus"]
+    )
 
 
 def _good(p: Point) -> int:
@@ -313,14 +325,7 @@ OPEN_LOOP = (
     ("ttft_from_schedule_ms_p99", "ms", "p99 of the same"),
     ("e2e_from_schedule_ms_p99", "ms", "p99 of send lag + E2E"),
 )
-SERVER = {
-    "prefix_cache_hit_rate": ("ratio", "Δprefix cache hits / Δqueries over the point (server /metrics)"),
-    "host_prefix_cache_hit_rate": ("ratio", "the same for the host-memory (KV offload) tier"),
-    "prefix_cache_queried_tokens": ("tokens", "Δprefix cache queries over the point"),
-    "spec_acceptance_length": ("tokens/step", "1 + Δaccepted draft tokens / Δdrafts"),
-    "spec_acceptance_rate": ("ratio", "Δaccepted draft tokens / Δdraft tokens"),
-    "server_metrics_source": ("label", "vllm-counters, sglang-gauges or None"),
-}
+# The session columns (session_figures fills them): NaN / None for single-request points.
 SESSIONS = {
     "sessions_completed": ("count", "top-level sessions whose every turn (subagents' too) was sent and answered"),
     "sessions_cut": ("count", "top-level sessions with a turn never sent (the point's time ran out)"),
@@ -351,19 +356,17 @@ POINT_METRICS: tuple[Metric, ...] = (
     one(
         "total_tps", "tok/s", "(input + output tokens) / duration", lambda p: p.per_s(p.input_tokens + p.output_tokens)
     ),
-    one("output_tps_per_gpu", "tok/s/GPU", "output_tps / gpus", lambda p: p.per_s(p.output_tokens) / p.gpus),
-    one(
-        "total_tps_per_gpu",
-        "tok/s/GPU",
-        "total_tps / gpus",
-        lambda p: p.per_s(p.input_tokens + p.output_tokens) / p.gpus,
-    ),
+    _per_gpu("output_tps"),
+    _per_gpu("total_tps"),
     _stats("ttft_ms", "TTFT (send to first token chunk), succeeded requests", lambda p: (r.get("ttft") for r in p.ok)),
     _stats("tpot_ms", "TPOT ((E2E - TTFT) / (output tokens - 1)), outputs > 1 token", lambda p: p.tpots),
     _stats("itl_ms", "gaps between consecutive token chunks, pooled", lambda p: p.gaps),
     _stats("e2e_ms", "E2E (send to last byte), succeeded requests", lambda p: (r.get("e2e") for r in p.ok)),
-    Metric(
-        (Column("interactivity", "tok/s/user", "1000 / TPOT at Slo.interactivity_stat (p50 by default)"),),
+    derived(
+        "interactivity",
+        "tok/s/user",
+        "1000 / TPOT at Slo.interactivity_stat (p50 by default)",
+        _stat_columns("tpot_ms"),
         _interactivity,
     ),
     one("goodput_rps", "req/s", "requests meeting every per-request SLO / duration", lambda p: p.per_s(_good(p))),
@@ -373,9 +376,12 @@ POINT_METRICS: tuple[Metric, ...] = (
         "requests meeting every per-request SLO / measured",
         lambda p: _good(p) / len(p.measured) if p.measured else 0.0,
     ),
-    Metric(
-        (Column("meets_slo", "bool", "the point's statistics meet every SLO set, error rate within bound"),),
-        lambda p, so_far: {"meets_slo": point_meets_slo(dict(so_far), p.slo, p.max_error_rate)},
+    derived(
+        "meets_slo",
+        "bool",
+        "the point's statistics meet every SLO set, error rate within bound",
+        ("completed", "error_rate", "good_fraction", *(f"{m}_ms_{q}" for m in METRICS for q in PERCENTILES)),
+        lambda p, got: point_meets_slo(dict(got), p.slo, p.max_error_rate),
     ),
     one("load_mode", "label", "concurrency, rate or trace", lambda p: p.load_mode),
     one(
@@ -455,13 +461,13 @@ POINT_METRICS: tuple[Metric, ...] = (
         tuple(Column(*c) for c in OPEN_LOOP),
         lambda p, _: open_loop_figures([dict(r) for r in p.measured], [dict(r) for r in p.ok]),
     ),
-    filled("bench.server_metrics", [(n, *SERVER[n]) for n in SERVER_METRICS_COLUMNS]),
+    server_metrics.UNIT,
     filled(
         "bench.run",
         [("prefix_cache_hit_rate_expected", "ratio", "the trace's predicted hit rate (sessions.expected_hit_rate)")],
     ),
     Metric(
-        tuple(Column(n, *SESSIONS[n]) for n in SESSION_COLUMNS),
+        tuple(Column(n, *SESSIONS[n]) for n in SESSIONS),
         lambda p, _: session_figures([dict(r) for r in p.measured], p.slo, p.duration),
     ),
     one(
@@ -495,6 +501,9 @@ POINT_METRICS: tuple[Metric, ...] = (
 # The per-point table's columns, the contract every later step reads: the point's key, then every
 # declared unit's columns in order.
 POINT_COLUMNS: list[str] = [*POINT_KEY, *columns_of(POINT_METRICS)]
+# The order summarize computes the units in, each after the columns it requires (refused here, at
+# import, when a required column is computed by none or the requirements form a cycle).
+EVALUATION_ORDER: tuple[Metric, ...] = evaluation_order(POINT_METRICS)
 
 
 def summarize(
@@ -510,7 +519,8 @@ def summarize(
     prompts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One row of POINT_COLUMNS from one point's request records (warm-up rows are dropped here):
-    each of POINT_METRICS in order; columns another step fills are None.
+    each of POINT_METRICS in EVALUATION_ORDER, the row in POINT_COLUMNS order; columns another step
+    fills are None.
 
     ``client`` carries the loop monitor's figures (loop_lag_ms_p99, loop_stall_ms_max,
     client_cpu_pct, client_bound, client_stalled) when the point was measured under it; open-loop
@@ -550,7 +560,7 @@ def summarize(
         tpots=[t for t in (request_tpot(r) for r in ok) if t is not None],
         gaps=[g for r in ok for g in chunk_gaps(r.get("chunk_offsets"))],
     )
-    out: dict[str, Any] = {k: rows[0].get(k) for k in POINT_KEY}
-    for unit in POINT_METRICS:
-        out.update(unit.values(point, out))
-    return out
+    computed: dict[str, Any] = {}
+    for unit in EVALUATION_ORDER:
+        computed.update(unit.values(point, computed))
+    return {k: rows[0].get(k) for k in POINT_KEY} | {k: computed.get(k) for k in POINT_COLUMNS[len(POINT_KEY) :]}

@@ -75,29 +75,3 @@ class RequestRecord:
 
 # The per-request table's columns: every field of RequestRecord but the in-memory ones.
 REQUEST_FIELDS = tuple(f for f in fields(RequestRecord) if f.metadata.get("column", True))
-
-
-# Server-side figures (bench.server_metrics.point_figures fills them; bench.metrics declares their
-# units): /metrics counter deltas over the point, None when the server does not export them.
-SERVER_METRICS_COLUMNS = (
-    "prefix_cache_hit_rate",
-    "host_prefix_cache_hit_rate",
-    "prefix_cache_queried_tokens",
-    "spec_acceptance_length",
-    "spec_acceptance_rate",
-    "server_metrics_source",
-)
-
-# Session workloads (bench.metrics.session_figures fills them and declares their units): NaN / None
-# for single-request points.
-SESSION_COLUMNS = (
-    "sessions_completed",
-    "sessions_cut",
-    "session_goodput_sps",
-    "sessions_per_hour",
-    "turns_per_hour",
-    "turns_per_session_mean",
-    "ttft_ms_per_1k_uncached",
-    "ttft_by_context",  # JSON: [{lo, hi, n, p50_ms, p99_ms}] by prompt-length bin
-    "ttft_by_uncached",  # JSON: the same by expected uncached tokens
-)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bakeoff.bench.records import SERVER_METRICS_COLUMNS
+from bakeoff.bench.metric_units import filled
 from bakeoff.serving import egress
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,20 @@ SGLANG_HIT_RATE = "sglang:cache_hit_rate"
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 GAUGES = (SGLANG_HIT_RATE, SGLANG_ACCEPT_LENGTH)
 
-# per-point columns this module fills (declared with the rest in bench.metrics.POINT_METRICS)
-COLUMNS = SERVER_METRICS_COLUMNS
+# The per-point columns this module fills, declared here only (bench.metrics.POINT_METRICS lists
+# the unit with the rest): None when the server does not export what a column is computed from.
+UNIT = filled(
+    "bench.server_metrics",
+    [
+        ("prefix_cache_hit_rate", "ratio", "Δprefix cache hits / Δqueries over the point (server /metrics)"),
+        ("host_prefix_cache_hit_rate", "ratio", "the same for the host-memory (KV offload) tier"),
+        ("prefix_cache_queried_tokens", "tokens", "Δprefix cache queries over the point"),
+        ("spec_acceptance_length", "tokens/step", "1 + Δaccepted draft tokens / Δdrafts"),
+        ("spec_acceptance_rate", "ratio", "Δaccepted draft tokens / Δdraft tokens"),
+        ("server_metrics_source", "label", "vllm-counters, sglang-gauges or None"),
+    ],
+)
+COLUMNS = tuple(c.name for c in UNIT.columns)
 
 
 def parse(text: str) -> dict[str, float]:
