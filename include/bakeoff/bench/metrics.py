@@ -291,6 +291,15 @@ def _from_client(name: str, unit: str, formula: str) -> Metric:
     return one(name, unit, formula, lambda p: float(p.client[name]) if p.client.get(name) is not None else NAN)
 
 
+def _client_flag(name: str, formula: str) -> Metric:
+    """A loop monitor's verdict on the client, held only where a request succeeded."""
+    return one(name, "bool", formula, lambda p: bool(p.client.get(name, False)) and len(p.ok) > 0)
+
+
+def _from_prompts(name: str, unit: str, formula: str) -> Metric:
+    return one(name, unit, formula, lambda p: p.prompts.get(name))
+
+
 def _interactivity(p: Point, got: Mapping[str, Any]) -> float:
     stat = p.slo.interactivity_stat if p.slo is not None else "p50"
     tpot = got[f"tpot_ms_{stat}"]
@@ -408,18 +417,8 @@ POINT_METRICS: tuple[Metric, ...] = (
     _from_client("loop_lag_ms_p99", "ms", "p99 event-loop lag of the client (loop monitor)"),
     _from_client("client_cpu_pct", "%", "client process CPU over the point (loop monitor)"),
     _from_client("loop_stall_ms_max", "ms", "longest event-loop stall of the client (loop monitor)"),
-    one(
-        "client_bound",
-        "bool",
-        "the client, not the server, set the pace (loop monitor)",
-        lambda p: bool(p.client.get("client_bound", False)) and len(p.ok) > 0,
-    ),
-    one(
-        "client_stalled",
-        "bool",
-        "a stall passed monitor.STALL_BOUND_MS",
-        lambda p: bool(p.client.get("client_stalled", False)) and len(p.ok) > 0,
-    ),
+    _client_flag("client_bound", "the client, not the server, set the pace (loop monitor)"),
+    _client_flag("client_stalled", "a stall passed monitor.STALL_BOUND_MS"),
     _from_client("client_fleet", "members", "client members that measured the point (bench.fleet; NaN for one)"),
     _from_client("clock_offset_ms_max", "ms", "largest clock offset of a fleet member, corrected (bench.fleet)"),
     _from_client("clock_rtt_ms_max", "ms", "largest round trip of a member's kept clock exchange: 2x its error bound"),
@@ -444,19 +443,9 @@ POINT_METRICS: tuple[Metric, ...] = (
         ),
         lambda p, _: input_lengths([dict(r) for r in p.ok], sized=bool(p.prompts.get("sized", True))),
     ),
-    one(
-        "input_len_tolerance",
-        "ratio",
-        "the workload's bound on input_len_error",
-        lambda p: p.prompts.get("input_len_tolerance"),
-    ),
-    one("prompt_seed", "seed", "the seed the prompts came from", lambda p: p.prompts.get("prompt_seed")),
-    one(
-        "prompt_sizing",
-        "label",
-        "how prompts were sized in tokens (bench.sizing), or file",
-        lambda p: p.prompts.get("prompt_sizing"),
-    ),
+    _from_prompts("input_len_tolerance", "ratio", "the workload's bound on input_len_error"),
+    _from_prompts("prompt_seed", "seed", "the seed the prompts came from"),
+    _from_prompts("prompt_sizing", "label", "how prompts were sized in tokens (bench.sizing), or file"),
     Metric(
         tuple(Column(*c) for c in OPEN_LOOP),
         lambda p, _: open_loop_figures([dict(r) for r in p.measured], [dict(r) for r in p.ok]),
