@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 CONN_IDS = {name: p.conn_id for name, p in PROVIDERS.items() if p.conn_id}
 REST_DEFAULT_BASE = {name: p.api_base for name, p in PROVIDERS.items() if p.api_base}
+# S3 (the reports store, the client bundle) through the Amazon provider's own default connection
+S3_CONN_DEFAULT = "aws_default"
 
 
 def _connection(conn_id: str):
@@ -54,7 +56,7 @@ def _base_url(conn, provider: str) -> str:
     return host
 
 
-def aws_credentials(conn_id: str = CONN_IDS["aws"]) -> dict[str, Any]:
+def aws_credentials(conn_id: str) -> dict[str, Any]:
     """A boto3 session from the Amazon provider's hook (keys, assumed role, profile or instance role)."""
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook  # noqa: PLC0415
 
@@ -89,7 +91,7 @@ def rest_credentials(provider: str, conn_id: str | None = None) -> dict[str, Any
     return creds
 
 
-def oci_credentials(conn_id: str = CONN_IDS["oci"]) -> dict[str, Any]:
+def oci_credentials(conn_id: str) -> dict[str, Any]:
     """The OCI SDK's config fields from the connection: user OCID (login), signing key PEM (password),
     the rest in extra."""
     conn = _connection(conn_id)
@@ -237,7 +239,7 @@ def _s3_settings(bucket: str | None, conn_variable: str) -> dict[str, Any]:
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook  # noqa: PLC0415
     from airflow.sdk import Variable  # noqa: PLC0415
 
-    conn_id = Variable.get(conn_variable, default=CONN_IDS["aws"])  # e.g. MinIO for reports under compose
+    conn_id = Variable.get(conn_variable, default=S3_CONN_DEFAULT)  # e.g. MinIO for reports under compose
     return {
         "bucket": bucket,
         "prefix": Variable.get("bakeoff_s3_prefix", default="bakeoff"),

@@ -306,7 +306,7 @@ def _recipes(args: argparse.Namespace) -> int:
     for key, value in r.template().items():
         print(f"  {key}: {value}")
     try:
-        target = Target.model_validate({"name": r.name, "provider": "oci", "recipe": r.name})
+        target = Target.model_validate({"name": r.name, "provider": recipes.HOME_CLOUD, "recipe": r.name})
     except ValidationError as e:
         print(f"error: bakeoff refuses this recipe as a target:\n{explain(e, root='(target)')}", file=sys.stderr)
         return 2

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import re
 
-from bakeoff.providers.registry import PROVIDERS
 from tests.conftest import ROOT
 from tests.unit.test_import_layers import LIB, PACKAGE, _is_type_checking, import_graph, library_modules
 
@@ -111,64 +110,3 @@ def test_the_reason_check_tells_a_reason_from_a_bare_noqa():
         "import e\n"
     )
     assert unexplained_imports(src) == ["import a  # noqa: PLC0415"]
-
-
-# Where naming a provider is the point, each with its reason; everywhere else reads the registry's facts.
-NAMES_PROVIDERS = {
-    "include/bakeoff/providers": "the registry and each provider's own modules",
-    "include/bakeoff/plan/target.py": "a plan's provider options, checked per provider where they are declared",
-    "include/bakeoff/plan/recipes.py": "the vendored InferenceX recipes name OCI shapes",
-}
-
-
-def provider_branches(source: str, names: set[str]) -> list[str]:
-    """Comparisons of anything with a provider's name (``x.provider == "static"``, ``p in ("aws", ...)``)."""
-
-    def consts(node: ast.expr) -> set[str]:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return {node.value}
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return {c for e in node.elts for c in consts(e)}
-        return set()
-
-    out = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Compare):
-            named = consts(node.left).union(*(consts(c) for c in node.comparators)) & names
-            if named:
-                out.append(f"line {node.lineno}: {ast.unparse(node)}")
-    return out
-
-
-def test_no_module_branches_on_a_provider_name_outside_the_registry():
-    found = []
-    for folder in ("include/bakeoff", "plugins", "dags"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if any(rel == a or rel.startswith(a + "/") for a in NAMES_PROVIDERS):
-                continue
-            found += [f"{rel} {b}" for b in provider_branches(path.read_text(encoding="utf-8"), set(PROVIDERS))]
-    assert not found, (
-        "branches on a provider's name (read a fact of providers/registry.py instead, e.g. "
-        "PROVIDERS[name].existing_endpoint or .credentials):\n  " + "\n  ".join(found)
-    )
-    src = 'if target.provider == "static": pass\nif name in ("aws", "x"): pass\nif kind == "endpoint": pass\n'
-    assert provider_branches(src, set(PROVIDERS)) == [
-        "line 1: target.provider == 'static'",
-        "line 2: name in ('aws', 'x')",
-    ]
-
-
-def test_no_module_branches_on_an_engine_name_outside_the_engine_renderers():
-    """One module per engine: the boot script reads its ``Boot`` (entrypoint, key hand-over, front), so
-    only the engines package (serving/engines/) compares a stack with an engine's name."""
-    from bakeoff.serving.engines import BOOT
-
-    found = []
-    for folder in ("include/bakeoff", "plugins", "dags"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if not rel.startswith("include/bakeoff/serving/engines/"):
-                found += [f"{rel} {b}" for b in provider_branches(path.read_text(encoding="utf-8"), set(BOOT))]
-    assert not found, "branches on an engine's name (declare it in its engine module):\n  " + "\n  ".join(found)
-    assert provider_branches('if target.stack == "sglang": pass\n', set(BOOT)) == ["line 1: target.stack == 'sglang'"]

@@ -129,12 +129,17 @@ class Recipe(BaseModel):
         return round(HOST_DRAM_GB.get(self.gpu, 2000.0) * share * self.tp / 8, 1)
 
 
+# The one cloud with all three GPU families: where a recipe's GPU defaults (catalog_node) and the
+# cloud `bakeoff recipes show` renders a recipe for.
+HOME_CLOUD = "oci"
+
+
 def catalog_node(gpu: str, gpus: int) -> str | None:
     """The node a recipe's GPU defaults to where any catalog type will do (the emulator): the emulator's
     own row where the catalog has one (the GB300 tray), else OCI's bare-metal node (the one cloud with
     all three GPU families), else a priced one, else any."""
     fit = [it for it in catalog.instance_types().values() if it.gpu == gpu and it.gpus == gpus]
-    fit.sort(key=lambda it: (it.provider != "local", it.provider != "oci", it.usd_per_hour is None, it.type))
+    fit.sort(key=lambda it: (it.provider != "local", it.provider != HOME_CLOUD, it.usd_per_hour is None, it.type))
     return fit[0].type if fit else None
 
 
