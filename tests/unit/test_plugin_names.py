@@ -7,9 +7,10 @@ names; one word alone, such as the ``"local"`` storage protocol, is not one). Do
 messages and the catalog's YAML are data, not branches, and are not read. Each name set below comes from
 where its plug-ins are registered, and each allow-list entry says why that module may name them.
 
-To engines: the engine set is held to ``serving/engines.py`` plus the modules in ``ENGINE_PENDING``,
-each allowed only until its engine tables move into the per-engine modules; when they do, register
-the engine set's source in ``NAME_SETS`` and empty ``ENGINE_PENDING``.
+To engines: the engine set (``serving/engines/registry.REGISTERED``) is held to ``serving/engines/``
+plus the modules in ``ENGINE_PENDING``, each allowed only until its engine table (provenance's
+server words, the twin's framework families) moves into the per-engine modules; then drop its entry
+(``test_every_allowed_module_still_names_its_plug_ins`` says when one is no longer needed).
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ ENGINE_PLUG_INS = {
     "include/bakeoff/serving/engines": "one module per engine, registered in registry.py",
     "include/bakeoff/plan/workload.py": "length_interval's 'vllm' is vLLM's benchmark length rule, not the engine",
     "include/bakeoff/serving/emulator": "the emulator engine's own server (its 'emulator' is the plan's settings)",
-    "include/bakeoff/providers/registry.py": "'emulator' there is a provider kind (the local provider's), not the engine",
+    "include/bakeoff/providers/registry.py": "'emulator' is a provider kind there, not the engine",
     "include/bakeoff/serving/endpoint.py": "a custom stack's declared routes ride in its provenance under 'custom'",
 }
-# Allowed until the engines' tables move into per-engine modules (issue 37, the engine half of part 4).
+# Allowed until these engine tables move into the per-engine modules (the engine half of part 4).
 ENGINE_PENDING = {
     "include/bakeoff/bench/provenance.py": "which engine reports which version and build fields",
     "include/bakeoff/twin/calibration.py": "each engine's twin family",
@@ -125,7 +126,8 @@ def test_no_module_branches_on_a_plug_in_name_outside_its_plug_in(kind):
     found = [f"{rel} {b}" for rel, src in _outside(allowed) for b in name_branches(src, names())]
     assert not found, (
         f"branches on a {kind}'s name outside its plug-in (declare the fact beside the {kind} and read it, "
-        "e.g. the provider registry's PROVIDERS[name].preflight or serving/engines.BOOT):\n  " + "\n  ".join(found)
+        "e.g. the provider registry's PROVIDERS[name].preflight or serving/engines/registry.REGISTERED):\n  "
+        + "\n  ".join(found)
     )
 
 
