@@ -4,6 +4,7 @@ import pytest
 
 from bakeoff.bench import server_metrics as sm
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
+from bakeoff.serving.engines.vllm import COUNTERS as VLLM
 
 VLLM_BEFORE = """# HELP vllm:prefix_cache_queries_total Prefix cache queries, in tokens.
 # TYPE vllm:prefix_cache_queries_total counter
@@ -28,7 +29,7 @@ vllm:spec_decode_num_accepted_tokens{model_name="m"} 550
 
 def test_vllm_counter_deltas_give_hit_rate_and_acceptance():
     before, after = sm.parse(VLLM_BEFORE), sm.parse(VLLM_AFTER)
-    assert before[sm.PREFIX_QUERIES] == 2000.0  # summed over label sets
+    assert before[VLLM.prefix_queries] == 2000.0  # summed over label sets
     assert "vllm:num_requests_running" not in before and "vllm:prefix_cache_hits_created" not in before
     fig = sm.point_figures(before, after)
     assert fig["prefix_cache_queried_tokens"] == 4000.0
@@ -84,4 +85,4 @@ def test_an_exposition_written_by_prometheus_client_reads_back():
     hits.labels("1").inc(5)
     text = generate_latest(registry).decode()
     assert "vllm:prefix_cache_hits_created" in text  # the parser must not add the creation time
-    assert sm.parse(text) == {sm.PREFIX_HITS: 12.0}
+    assert sm.parse(text) == {VLLM.prefix_hits: 12.0}

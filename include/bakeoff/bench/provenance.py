@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +9,7 @@ import httpx
 
 from bakeoff import catalog
 from bakeoff.serving import egress
+from bakeoff.serving.engines import registry
 
 if TYPE_CHECKING:
     from bakeoff.serving.endpoint import Endpoint
@@ -57,19 +57,13 @@ def snapshot_provenance(
     return snap
 
 
-# the names each engine goes by in /version and /v1/models' owned_by (TensorRT-LLM says tensorrt_llm),
-# most specific first; by /metrics prefix (serving.yaml) only where one is the engine's own: ATOM exports
-# vLLM's names, so its metrics alone say "vllm"
-_NAMES: dict[str, re.Pattern[str]] = {
-    "atom": re.compile(r"\batom\b"),
-    "trtllm": re.compile(r"\b(tensorrt[_-]llm|trtllm)\b"),
-    "sglang": re.compile(r"\bsglang\b"),
-    "vllm": re.compile(r"\bvllm\b"),
-}
-
-
-def _named(text: str) -> str | None:
-    return next((e for e, pat in _NAMES.items() if pat.search(text)), None)
+def _named(text: str, *, model_cards: bool = False) -> str | None:
+    """The engine whose declared name the text says, most specific first (``serving/engines/``)."""
+    for engine in registry.by_precedence():
+        names = engine.names
+        if names is not None and (names.in_model_cards or not model_cards) and names.said.search(text):
+            return engine.name
+    return None
 
 
 def identify_engine(snap: dict[str, Any]) -> dict[str, Any]:
@@ -81,17 +75,16 @@ def identify_engine(snap: dict[str, Any]) -> dict[str, Any]:
     found = None
     if isinstance(version, dict):
         text = " ".join(f"{k} {v}" for k, v in version.items() if isinstance(v, (str, int, float))).lower()
-        if "bakeoff-emulator" in text:
-            found = ("emulator", "/version")
-        elif name := _named(text):
+        if name := _named(text):
             found = (name, "/version")
     models = (snap.get("models") or {}).get("json")
     if found is None and isinstance(models, dict) and isinstance(models.get("data"), list):
         owners = " ".join(str(m.get("owned_by", "")).lower() for m in models["data"] if isinstance(m, dict))
-        found = (name, "/v1/models") if (name := _named(owners)) else None
+        found = (name, "/v1/models") if (name := _named(owners, model_cards=True)) else None
     metrics = "\n" + ((snap.get("metrics") or {}).get("text") or "")
     if found is None and metrics.strip():
-        prefixes = {catalog.stacks()[e].metrics_prefix: e for e in ("vllm", "sglang", "trtllm")}
+        own = [e.name for e in registry.REGISTERED.values() if e.names is not None and e.names.own_metrics]
+        prefixes = {catalog.stacks()[e].metrics_prefix: e for e in own}
         found = next(((e, "/metrics") for p, e in prefixes.items() if p and f"\n{p}" in metrics), None)
     stack, source = found or ("unknown", None)
     return {

@@ -1,9 +1,9 @@
 """What the server counted during one point: prefix-cache hits and speculative-decoding acceptance.
 
 The client cannot see either, so /metrics (Prometheus text) is scraped just before and just after
-each point and the counters' deltas are the point's figures. vLLM exports counters (with or without
-the ``_total`` suffix, by version); SGLang exports gauges (``sglang:cache_hit_rate``,
-``sglang:spec_accept_length``) that describe its recent window, read as they stand after the point.
+each point and the counters' deltas are the point's figures. Each engine declares its names in its
+module (``serving/engines/``): vLLM exports counters (with or without the ``_total`` suffix, by
+version); SGLang exports gauges that describe its recent window, read as they stand after the point.
 A server that exports none of them gives None, never zero.
 
 - prefix_cache_hit_rate = delta(hits) / delta(queries) (tokens; None when no query was counted)
@@ -18,29 +18,24 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bakeoff.bench.metric_units import filled
 from bakeoff.serving import egress
+from bakeoff.serving.engines import registry
+
+if TYPE_CHECKING:
+    from bakeoff.serving.engines.base import Counters
 
 log = logging.getLogger(__name__)
 
-# counters summed over every label set; a name is looked up with and without "_total"
-PREFIX_HITS = "vllm:prefix_cache_hits"
-PREFIX_QUERIES = "vllm:prefix_cache_queries"
-HOST_HITS = "vllm:external_prefix_cache_hits"
-HOST_QUERIES = "vllm:external_prefix_cache_queries"
-SPEC_DRAFTS = "vllm:spec_decode_num_drafts"
-SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-COUNTERS = (PREFIX_HITS, PREFIX_QUERIES, HOST_HITS, HOST_QUERIES, SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED)
-# gauges read after the point (SGLang)
-SGLANG_HIT_RATE = "sglang:cache_hit_rate"
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
-GAUGES = (SGLANG_HIT_RATE, SGLANG_ACCEPT_LENGTH)
+# counters summed over every label set (a name is looked up with and without "_total"), and gauges read
+# after the point: every engine's, as its module declares them
+COUNTERS = registry.counters()
+GAUGES = registry.gauges()
 
 # The per-point columns this module fills, declared here only (bench.metrics.POINT_METRICS lists
 # the unit with the rest): None when the server does not export what a column is computed from.
@@ -64,7 +59,7 @@ def parse(text: str) -> dict[str, float]:
 
     The parser rejects a whole exposition at its first malformed line, so a server with one bad
     line would lose every figure: then each line is parsed on its own and the bad ones skipped."""
-    wanted = set(COUNTERS) | set(GAUGES)
+    wanted = {name for c in COUNTERS for name in c.names} | {name for g in GAUGES for name in g.names}
     try:
         samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
     except ValueError:
@@ -125,21 +120,33 @@ def point_figures(before: Mapping[str, float] | None, after: Mapping[str, float]
     if after is None:
         return out
     before = before or {}
-    queries = _delta(before, after, PREFIX_QUERIES)
-    out["prefix_cache_queried_tokens"] = queries
-    out["prefix_cache_hit_rate"] = _ratio(_delta(before, after, PREFIX_HITS), queries)
-    out["host_prefix_cache_hit_rate"] = _ratio(_delta(before, after, HOST_HITS), _delta(before, after, HOST_QUERIES))
-    drafts = _delta(before, after, SPEC_DRAFTS)
-    accepted = _delta(before, after, SPEC_ACCEPTED)
-    if drafts and accepted is not None:
-        out["spec_acceptance_length"] = 1.0 + accepted / drafts
-    out["spec_acceptance_rate"] = _ratio(accepted, _delta(before, after, SPEC_DRAFT_TOKENS))
-    source = "vllm-counters" if any(v is not None for v in out.values()) else None
-    if out["prefix_cache_hit_rate"] is None and SGLANG_HIT_RATE in after:
-        out["prefix_cache_hit_rate"] = after[SGLANG_HIT_RATE]
-        source = "sglang-gauges"
-    if out["spec_acceptance_length"] is None and after.get(SGLANG_ACCEPT_LENGTH):
-        out["spec_acceptance_length"] = after[SGLANG_ACCEPT_LENGTH]
-        source = "sglang-gauges"
+    source = None
+    for counters in COUNTERS:  # the first engine's counters the server exports
+        figures = _counted(before, after, counters)
+        if any(v is not None for v in figures.values()):
+            out |= figures
+            source = counters.source
+            break
+    for gauges in GAUGES:  # a window gauge where no counter gave the figure
+        if out["prefix_cache_hit_rate"] is None and gauges.hit_rate in after:
+            out["prefix_cache_hit_rate"] = after[gauges.hit_rate]
+            source = gauges.source
+        if out["spec_acceptance_length"] is None and after.get(gauges.accept_length):
+            out["spec_acceptance_length"] = after[gauges.accept_length]
+            source = gauges.source
     out["server_metrics_source"] = source
     return out
+
+
+def _counted(before: Mapping[str, float], after: Mapping[str, float], c: Counters) -> dict[str, float | None]:
+    """The columns one engine's counters give over the point."""
+    queries = _delta(before, after, c.prefix_queries)
+    drafts = _delta(before, after, c.spec_drafts)
+    accepted = _delta(before, after, c.spec_accepted)
+    return {
+        "prefix_cache_queried_tokens": queries,
+        "prefix_cache_hit_rate": _ratio(_delta(before, after, c.prefix_hits), queries),
+        "host_prefix_cache_hit_rate": _ratio(_delta(before, after, c.host_hits), _delta(before, after, c.host_queries)),
+        "spec_acceptance_length": 1.0 + accepted / drafts if drafts and accepted is not None else None,
+        "spec_acceptance_rate": _ratio(accepted, _delta(before, after, c.spec_draft_tokens)),
+    }

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from bakeoff import catalog
+from bakeoff.serving.engines import registry
 
 SCENARIOS = ("Offline", "Server", "Interactive")
 
@@ -71,12 +72,9 @@ class Row:
 
 
 def engine_family(framework: str) -> str:
-    """A published framework string as the engine family the fit keys on."""
-    f = framework.lower()
-    for key, family in (("tensorrt", "trtllm"), ("trtllm", "trtllm"), ("sglang", "sglang"), ("vllm", "vllm")):
-        if key in f:
-            return family
-    return "pytorch"  # vendor's own PyTorch / ROCm harness
+    """A published framework string as the engine family the fit keys on (each engine's module names
+    its frameworks)."""
+    return registry.framework_family(framework) or "pytorch"  # vendor's own PyTorch / ROCm harness
 
 
 def _text(name: str) -> str:
