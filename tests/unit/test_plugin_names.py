@@ -7,10 +7,9 @@ names; one word alone, such as the ``"local"`` storage protocol, is not one). Do
 messages and the catalog's YAML are data, not branches, and are not read. Each name set below comes from
 where its plug-ins are registered, and each allow-list entry says why that module may name them.
 
-To engines: the engine set (``serving/engines/registry.REGISTERED``) is held to ``serving/engines/``
-plus the modules in ``ENGINE_PENDING``, each allowed only until its engine table (provenance's
-server words, the twin's framework families) moves into the per-engine modules; then drop its entry
-(``test_every_allowed_module_still_names_its_plug_ins`` says when one is no longer needed).
+To engines: the engine set (``serving/engines/registry.REGISTERED``) is held to ``serving/engines/``,
+where each engine's module declares its flags, argv, provenance words, server metric names and twin
+family (``test_every_allowed_module_still_names_its_plug_ins`` says when an entry is no longer needed).
 """
 
 from __future__ import annotations
@@ -46,16 +45,11 @@ ENGINE_PLUG_INS = {
     "include/bakeoff/providers/registry.py": "'emulator' is a provider kind there, not the engine",
     "include/bakeoff/serving/endpoint.py": "a custom stack's declared routes ride in its provenance under 'custom'",
 }
-# Allowed until these engine tables move into the per-engine modules (the engine half of part 4).
-ENGINE_PENDING = {
-    "include/bakeoff/bench/provenance.py": "which engine reports which version and build fields",
-    "include/bakeoff/twin/calibration.py": "each engine's twin family",
-}
 
 # name set -> (its names, where they may be named)
 NAME_SETS: dict[str, tuple[Callable[[], set[str]], dict[str, str]]] = {
     "cloud": (lambda: set(PROVIDERS), CLOUD_PLUG_INS),
-    "engine": (_engines, {**ENGINE_PLUG_INS, **ENGINE_PENDING}),
+    "engine": (_engines, ENGINE_PLUG_INS),
 }
 LOOKUPS = {"get", "pop", "setdefault"}
 
