@@ -199,7 +199,7 @@ def mask_run_keys(run_dir: str) -> None:
         if key:
             mask_secret(key)
         try:
-            secrets.serving_secrets(t)  # plan_connection masks each value as it resolves
+            secrets.serving_secrets(t.name, t.secrets)  # plan_connection masks each value as it resolves
         except secrets.MissingSecret:
             pass
 

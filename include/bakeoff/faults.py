@@ -8,21 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bakeoff.plan.options import FAULT_STAGES
+
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
-
-# weights_incomplete is acted on by a sandbox node, not the pipeline: its boot's weights step finds a shard missing
-# node_create: the last node of a cluster target fails its create (bakeoff.cluster releases the others)
-STAGES = (
-    "launch",
-    "after_create",
-    "ready_timeout",
-    "deploy",
-    "benchmark",
-    "report",
-    "weights_incomplete",
-    "node_create",
-)
 
 
 class InjectedFault(RuntimeError):
@@ -42,7 +31,7 @@ def check_rehearsal(target: Target, real_cloud: bool) -> None:
 
 
 def maybe_fail(stage: str, target: Target) -> None:
-    assert stage in STAGES, stage
+    assert stage in FAULT_STAGES, stage
     wanted = target.provider_options.inject_fault
     if wanted == stage:
         raise InjectedFault(f"injected fault at stage {stage!r} for target {target.name!r}")

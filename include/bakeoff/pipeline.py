@@ -257,7 +257,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     provider = provider_for(target.provider, credentials)
     faults.check_rehearsal(target, PROVIDERS[target.provider].provisions and not provider.emulated_nodes)
     try:  # resolved here only (before the client bundle is uploaded), handed to the provider, never stored
-        serving_secrets = secrets.serving_secrets(target) if target.secrets else None
+        serving_secrets = secrets.serving_secrets(target.name, target.secrets) if target.secrets else None
     except secrets.MissingSecret as e:
         raise ProviderError(str(e)) from None
     agent = stage_client(target, bundle_url_s(target, expires), credentials)
@@ -560,7 +560,7 @@ def deploy(run_dir: str, slug: str, instance: dict[str, Any]) -> dict[str, Any]:
         Instance.from_dict(instance),
         api_key=serving_key(target, rid),
         out_dir=store.target_dir(plan.name, rid, target.slug),
-        secrets=secrets.serving_secrets(target) if target.secrets else None,
+        secrets=secrets.serving_secrets(target.name, target.secrets) if target.secrets else None,
     )
     return {"target": slug, "secrets": pushed}
 
@@ -586,7 +586,7 @@ def serving_ready(
         out_dir=store.target_dir(plan.name, rid, target.slug),
         waited_s=time.time() - since,
         credentials=credentials,
-        masked=tuple(secrets.serving_secrets(target).values()) if target.secrets else (),
+        masked=tuple(secrets.serving_secrets(target.name, target.secrets).values()) if target.secrets else (),
     )
     if endpoint is None:
         return None

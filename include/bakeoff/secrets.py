@@ -18,14 +18,10 @@ import hmac
 import os
 import re
 import secrets as _secrets
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from bakeoff import durable
 from bakeoff.paths import state_root
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
 
 MIN_SECRET_BYTES = 32  # HMAC-SHA256 keys shorter than its output weaken every derived key
 _MAKE_ONE = "python -c 'import secrets; print(secrets.token_hex(32))'"
@@ -179,16 +175,16 @@ def connection(conn_id: str, prefixes: tuple[str, ...]) -> dict[str, str]:
     return dict(_resolve_connection(conn_id) or {})
 
 
-def serving_secrets(target: Target) -> dict[str, str]:
-    """The target's serving secrets (env name -> value) from the connections its plan names, resolved
-    when a step needs them (provision hands them to the provider, deploy to the node agent); never
-    stored, logged or returned by a step."""
+def serving_secrets(target: str, declared: Mapping[str, str]) -> dict[str, str]:
+    """A target's serving secrets (env name -> value) from the connections its plan names (``declared``:
+    env name -> connection id), resolved when a step needs them (provision hands them to the provider,
+    deploy to the node agent); never stored, logged or returned by a step."""
     out: dict[str, str] = {}
-    for env, conn_id in target.secrets.items():
+    for env, conn_id in declared.items():
         value = connection(conn_id, SECRET_CONN_PREFIXES).get("password") or ""
         if not value:
             raise MissingSecret(
-                f"targets.{target.name}.secrets.{env}: connection {conn_id} is not defined or has no password; "
+                f"targets.{target}.secrets.{env}: connection {conn_id} is not defined or has no password; "
                 "create it (Admin -> Connections, the token as password; "
                 f"without Airflow set {env_var(conn_id, 'password')})"
             )

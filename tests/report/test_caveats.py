@@ -18,7 +18,8 @@ from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.caveats import CAVEATS, Caveat, caveat, caveat_lines
-from bakeoff.report.data import ReportData, gather
+from bakeoff.report.data import ReportData
+from bakeoff.report.gather import gather
 from bakeoff.report.rackscale import RackRow
 
 NAMES = ("mi355x-vllm", "b200-vllm")

@@ -7,7 +7,7 @@ import pandas as pd
 import synthetic
 
 from bakeoff.report import build_report, charts
-from bakeoff.report.data import gather
+from bakeoff.report.gather import gather
 
 CLIENT_BOUND = {("mi355x-vllm", 4)}  # both repeats of MI355X at c=4, the level meeting the SLO
 

@@ -6,7 +6,7 @@ import json
 import pandas as pd
 
 from bakeoff.plan import load_plan, plan_from_dict
-from bakeoff.report.data import _clients
+from bakeoff.report.gather import _clients
 
 
 def test_each_target_says_where_its_client_ran_and_where_power_came_from(tmp_path):

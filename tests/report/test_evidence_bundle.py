@@ -59,7 +59,7 @@ def test_same_run_gives_the_same_files(built, bundle, tmp_path):
 
 def test_the_approval_is_in_the_report_and_the_bundle(built, tmp_path, monkeypatch):
     from bakeoff import approval, store
-    from bakeoff.report import data
+    from bakeoff.report import gather
 
     monkeypatch.setenv("BAKEOFF_SECRET_KEY", KEY_A)
     rec = store.record_path(built["run_dir"], approval.RECORD)
@@ -67,7 +67,7 @@ def test_the_approval_is_in_the_report_and_the_bundle(built, tmp_path, monkeypat
     approval.record(built["run_dir"], approval.APPROVED, by=who, at=1.7e9, spend_usd=331.24, shown={"body": "…"})
     try:
         line = "Spend approval: approved by Alice at 2023-11-14 22:13 UTC; shown: 331.24 USD estimated."
-        assert line in data.gather(built["plan"], built["run_dir"]).caveats
+        assert line in gather.gather(built["plan"], built["run_dir"]).caveats
         path = evidence.build(built["plan"], built["run_dir"], built["paths"], tmp_path)
         text = evidence.describe(evidence.verify(str(path)))
         assert "approval: approved by Alice at 2023-11-14 22:13 UTC" in text

@@ -217,7 +217,7 @@ def test_no_cost_no_single_repeat_caveat_and_quarantined_requests_are_not_called
     """An SLO no level meets leaves every target without a cost: no caveat about costs' repeats.
     A quarantined target's requests exist: the latency chart says they are held back, not absent."""
     from bakeoff.report import charts
-    from bakeoff.report.data import gather
+    from bakeoff.report.gather import gather
 
     plan = synthetic.make_plan(names=("mi355x-vllm", "b200-vllm"), slo={"ttft_p99_ms": 1})
     rdir = synthetic.make_run(tmp_path / "res", plan, quarantine={t.slug for t in plan.targets})

@@ -16,7 +16,7 @@ from bakeoff import store
 from bakeoff.cost import ESTIMATED, cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report import build_report, capacity, html, markdown, pdf
-from bakeoff.report.data import gather
+from bakeoff.report.gather import gather
 
 TIERS = {"interactive": {"ttft_p99_ms": 200}, "standard": {"ttft_p99_ms": 1000}, "batch": {"ttft_p99_ms": 10000}}
 

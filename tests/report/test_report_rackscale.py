@@ -18,7 +18,7 @@ from bakeoff import cost
 from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report import build_report, csvsafe, html, markdown, pdf, rackscale
-from bakeoff.report.data import gather
+from bakeoff.report.gather import gather
 
 NAMES = ("mi355x-vllm", "b200-pair")
 

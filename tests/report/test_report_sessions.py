@@ -13,7 +13,7 @@ import synthetic
 from bakeoff import cost
 from bakeoff.plan import plan_from_dict
 from bakeoff.report import build_report
-from bakeoff.report.data import gather
+from bakeoff.report.gather import gather
 
 BINS = json.dumps(
     [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bakeoff.plan import load_plan, plan_from_dict
-from bakeoff.report.data import gather
+from bakeoff.report.gather import gather
 from bakeoff.report.markdown import render as render_markdown
 from bakeoff.serving.emulator.config import config_from_dict
 from bakeoff.serving.emulator.roofline import Roofline

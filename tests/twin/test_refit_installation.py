@@ -12,7 +12,7 @@ import pytest
 from bakeoff import pipeline, store
 from bakeoff.cli import main
 from bakeoff.plan import plan_from_dict
-from bakeoff.report.data import gather
+from bakeoff.report.gather import gather
 from bakeoff.report.html import render as render_html
 from bakeoff.report.markdown import render as render_markdown
 from bakeoff.twin import runs

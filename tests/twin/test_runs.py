@@ -9,7 +9,7 @@ import yaml
 
 from bakeoff.cli import main
 from bakeoff.plan import plan_from_dict
-from bakeoff.report.data import gather
+from bakeoff.report.gather import gather
 from bakeoff.report.markdown import render as render_markdown
 from bakeoff.twin import runs
 from bakeoff.twin.target import twin_for

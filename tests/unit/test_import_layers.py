@@ -44,12 +44,14 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST, *, module_level_only: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Import statements that run: everywhere (or only at module level), never under TYPE_CHECKING."""
+def _imports(
+    tree: ast.AST, *, module_level_only: bool = False, type_checking: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements that run: everywhere (or only at module level), under TYPE_CHECKING only when asked."""
     todo = list(ast.iter_child_nodes(tree))
     while todo:
         node = todo.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             todo.extend(node.orelse)
             continue
         if module_level_only and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -68,11 +70,14 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
-def imported_modules(module: str, path: Path, modules: dict[str, Path], *, module_level_only: bool = False) -> set[str]:
+def imported_modules(
+    module: str, path: Path, modules: dict[str, Path], *, module_level_only: bool = False, type_checking: bool = False
+) -> set[str]:
     """Library modules this file imports; ``from pkg import x`` is the module ``pkg.x`` when x is one."""
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8")), module_level_only=module_level_only):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in _imports(tree, module_level_only=module_level_only, type_checking=type_checking):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -89,9 +94,13 @@ def imported_modules(module: str, path: Path, modules: dict[str, Path], *, modul
     return out
 
 
-def import_graph(*, module_level_only: bool = False) -> dict[str, set[str]]:
+def import_graph(*, module_level_only: bool = False, type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> the library modules it imports; ``type_checking`` counts annotation-only imports too."""
     modules = library_modules()
-    return {m: imported_modules(m, p, modules, module_level_only=module_level_only) for m, p in modules.items()}
+    return {
+        m: imported_modules(m, p, modules, module_level_only=module_level_only, type_checking=type_checking)
+        for m, p in modules.items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from bakeoff import facts, store
-from bakeoff.dashboard.pages import Run, trend_page
+from bakeoff.dashboard.pages import trend_page
 from bakeoff.dashboard.render import render
+from bakeoff.dashboard.runs import Run
 from bakeoff.dashboard.stockouts import stockout_trend
 from bakeoff.plan import load_plan
 from bakeoff.report import markdown

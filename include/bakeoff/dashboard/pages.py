@@ -13,11 +13,10 @@ import json
 import math
 import os
 import re
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.approval import approval_line
+from bakeoff.dashboard.runs import Run
 from bakeoff.dashboard.stockouts import stockout_trend
 from bakeoff.paths import StorePath, at, fresh, reports_root
 from bakeoff.publish import list_published
@@ -40,43 +39,6 @@ class NotFound(LookupError):
         shown = value if len(value) <= 80 else value[:77] + "..."
         super().__init__(f"unknown {field}: {shown!r}")
         self.field, self.value = field, value
-
-
-@dataclass(frozen=True)
-class Run:
-    key: str  # "<plan dir>/<run dir>": how a URL names the run
-    doc: dict[str, Any]
-
-    @property
-    def dash(self) -> dict[str, Any]:
-        return self.doc.get("dashboard") or {}
-
-    @property
-    def started_at(self) -> float:
-        try:
-            return float(self.doc.get("started_at") or 0)
-        except (TypeError, ValueError):
-            return 0.0
-
-    @property
-    def month(self) -> str:
-        return time.strftime("%Y-%m", time.gmtime(self.started_at)) if self.started_at else ""
-
-    @property
-    def when(self) -> str:
-        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(self.started_at)) if self.started_at else ""
-
-    @property
-    def status(self) -> str:
-        return str(self.doc.get("status") or "unknown")
-
-    @property
-    def emulated(self) -> bool:
-        return bool(self.doc.get("emulated"))
-
-    @property
-    def targets(self) -> dict[str, dict[str, Any]]:
-        return self.dash.get("targets") or {}
 
 
 # parsed indexes by path, with the stamp they were read at: a page re-reads an index only when it

@@ -8,10 +8,9 @@ a run published before that key existed contributes nothing rather than a zero.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pages calls this module: a runtime import would be a cycle
-    from bakeoff.dashboard.pages import Run
+from bakeoff.dashboard.runs import Run
 
 
 def _prov(t: dict[str, Any]) -> dict[str, Any] | None:

@@ -6,8 +6,11 @@ reads the environment), never looked up here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 from bakeoff.providers.base import CapacityError, Instance, Provider, ProviderError
-from bakeoff.providers.registry import PROVIDERS, ProviderInfo, get_provider, provider_info
+from bakeoff.providers.registry import PROVIDERS, ProviderInfo, provider_info
 
 __all__ = [
     "get_provider",
@@ -19,3 +22,10 @@ __all__ = [
     "PROVIDERS",
     "ProviderInfo",
 ]
+
+
+def get_provider(name: str, credentials: dict[str, Any] | None = None, **options: Any) -> Provider:
+    """A provider instance for a plan's provider name, with the credentials the caller resolved; its
+    class is imported here, so the registry stays free of every provider's dependencies."""
+    cls = cast("Callable[..., Provider]", provider_info(name).load())  # every provider takes credentials=
+    return cls(credentials=credentials or {}, **options)

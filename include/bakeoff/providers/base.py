@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 # the interface's names for the tags every node carries (tags.py builds and encodes them)
+from bakeoff.providers.errors import ProviderError as ProviderError
 from bakeoff.providers.tags import TAG_EXPIRES as TAG_EXPIRES
 from bakeoff.providers.tags import TAG_INSTALLATION as TAG_INSTALLATION
 from bakeoff.providers.tags import TAG_PLAN as TAG_PLAN
@@ -39,10 +40,6 @@ if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan import
 log = logging.getLogger(__name__)
 # what a cloud's ``prepare`` makes and its other hooks receive (None for a cloud that prepares nothing)
 Context = TypeVar("Context")
-
-
-class ProviderError(RuntimeError):
-    """A provider call failed in a way a person must act on; the message says what to do."""
 
 
 class CapacityError(ProviderError):

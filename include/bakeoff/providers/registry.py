@@ -2,17 +2,18 @@
 
 One entry per provider: the DAG's groups, the plan checks, the budget, the cost table, the reaper,
 the deploy step and the Airflow connection lookup all read these facts instead of naming providers.
-Cheap to import (the DAG reads it at parse time): the classes are imported only by ``get_provider``.
+Cheap to import (the DAG reads it at parse time, the plan checks names against it): it imports no
+provider, whose classes ``bakeoff.providers.get_provider`` imports when asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Any, Literal
+from typing import Literal
 
-from bakeoff.providers.base import Provider, ProviderError
+from bakeoff.providers.errors import ProviderError
 
 Kind = Literal["cloud", "emulator", "endpoint"]
 ClientMode = Literal["co-located", "remote"]
@@ -80,9 +81,10 @@ class ProviderInfo:
         """Its create starts something that must be terminated (what the sweep and the reaper scan)."""
         return self.kind != "endpoint"
 
-    def load(self) -> type[Provider]:
+    def load(self) -> type[object]:
+        """Its class, imported now (``bakeoff.providers.get_provider`` makes the instance)."""
         module, cls = self.cls.split(":")
-        loaded: type[Provider] = getattr(import_module(module), cls)
+        loaded: type[object] = getattr(import_module(module), cls)
         return loaded
 
 
@@ -225,9 +227,3 @@ def provider_info(name: str) -> ProviderInfo:
         return PROVIDERS[name]
     except KeyError:
         raise ProviderError(f"provider {name!r} is not available; known: {', '.join(sorted(PROVIDERS))}") from None
-
-
-def get_provider(name: str, credentials: dict[str, Any] | None = None, **options: Any) -> Provider:
-    """A provider instance for a plan's provider name, with the credentials the caller resolved."""
-    cls: Callable[..., Provider] = provider_info(name).load()  # every provider takes credentials=
-    return cls(credentials=credentials or {}, **options)

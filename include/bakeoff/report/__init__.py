@@ -40,11 +40,11 @@ def build_report(
     import pandas as pd  # noqa: PLC0415 - pandas only when a report is built
 
     from bakeoff import store  # noqa: PLC0415 - pandas (store) only when a report is built
-    from bakeoff.report import capacity, csvsafe, data, html, markdown, pdf, perwatt, provisioning, rackscale  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
+    from bakeoff.report import capacity, csvsafe, gather, html, markdown, pdf, perwatt, provisioning, rackscale  # noqa: PLC0415 - matplotlib and fpdf2 only when a report is built
 
     t0 = time.perf_counter()
     run_dir, out_dir = at(run_dir), at(out_dir)
-    d = data.gather(plan, run_dir, failed_steps=failed_steps)
+    d = gather.gather(plan, run_dir, failed_steps=failed_steps)
     stem = f"bakeoff-{safe_name(plan.name)}-{safe_name(d.run_id)}"
     with tempfile.TemporaryDirectory(prefix="bakeoff-report-") as tmp:
         local = Path(tmp)
