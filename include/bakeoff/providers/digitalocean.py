@@ -26,7 +26,7 @@ import httpx
 from bakeoff.agent import AGENT_PORT
 from bakeoff.providers import rest_preflight
 from bakeoff.providers.base import Instance, ProviderError
-from bakeoff.providers.preflight_checks import FAIL, NA, OK, Check, image_provides, untried
+from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, Check, image_provides, untried
 from bakeoff.providers.rest import RestProvider, _epoch, api_error, rest_options
 from bakeoff.providers.tags import LABELS, PREFIX, TAG_RUN, TAG_TARGET
 
@@ -268,16 +268,13 @@ def _stale(fw: dict[str, Any]) -> bool:
 UNTRIED = [
     "the create itself (DigitalOcean has no dry run): its user-data, tags and cloud firewall",
     "GPU droplet access (granted per account, not readable) and stock at the moment of launch",
-    "the boot script running on the image",
+    BOOT_UNTRIED,
 ]
 
 
+@rest_preflight.account_first
 def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
     """The pre-flight's checks of a target here (registry ``preflight``): reads only."""
-    cred = rest_preflight.credentials(t, p)
-    yield cred
-    if cred.result == FAIL:
-        return
     regions = {x["slug"]: x for x in p.api.pages("regions", "regions", {"per_page": 200})}
     yield rest_preflight.known_regions(
         t, i, rest_preflight.regions(t, p), {r for r, x in regions.items() if x.get("available")}

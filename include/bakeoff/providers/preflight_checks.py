@@ -18,6 +18,8 @@ from bakeoff import catalog
 from bakeoff.providers.registry import PROVIDERS
 
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
+# What no cloud's pre-flight can try: the last item of each cloud's ``UNTRIED`` (its final row).
+BOOT_UNTRIED = "the boot script running on the image"
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,23 @@ whether a type is offered there, the SSH keys a create would name. Each cloud's 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from bakeoff.providers.preflight_checks import FAIL, OK, WARN, Check
+from bakeoff.providers.preflight_checks import FAIL, OK, WARN, Check, CloudChecks
 from bakeoff.providers.registry import PROVIDERS
+
+
+def account_first(checks: CloudChecks) -> CloudChecks:
+    """A REST cloud's checks, run once its account answers: a refused token stops the rest."""
+
+    def run(t: Any, i: int, p: Any) -> Iterator[Check]:
+        cred = credentials(t, p)
+        yield cred
+        if cred.result != FAIL:
+            yield from checks(t, i, p)
+
+    return run
 
 
 def credentials(t: Any, p: Any) -> Check:

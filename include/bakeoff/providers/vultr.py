@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from bakeoff.providers import rest_preflight
-from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, image_provides, untried
+from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides, untried
 from bakeoff.providers.rest import RestProvider, rest_options
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
@@ -71,16 +71,13 @@ class VultrProvider(RestProvider):
 UNTRIED = [
     "the create itself (Vultr has no dry run): its user-data and tags",
     "the account's bare-metal allowance (no quota call) and stock at the moment of launch",
-    "the boot script running on the image",
+    BOOT_UNTRIED,
 ]
 
 
+@rest_preflight.account_first
 def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
     """The pre-flight's checks of a target here (registry ``preflight``): reads only."""
-    cred = rest_preflight.credentials(t, p)
-    yield cred
-    if cred.result == FAIL:
-        return
     regions = {x["id"]: x for x in p.api.pages("regions", "regions", {"per_page": 500})}
     yield rest_preflight.known_regions(t, i, rest_preflight.regions(t, p), set(regions))
     plans = {x["id"]: x for x in p.api.pages("plans-metal", "plans_metal", {"per_page": 500})}

@@ -9,14 +9,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from bakeoff.providers.base import Placement, ProviderError
-from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, image_provides, untried
+from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides, untried
 
 # EC2 vCPU quota codes per instance family (Service Quotas "Running On-Demand <family> instances")
 EC2_QUOTAS = {"p": "L-417A185B"}
 # What its launch does that the pre-flight cannot try (also in docs/production.md): the target's last row.
 UNTRIED = [
     "capacity at the moment of launch (a dry run checks permissions and parameters, not stock)",
-    "the boot script running on the image",
+    BOOT_UNTRIED,
 ]
 STAND_IN_GROUP = (
     "the run's own security group (its CreateSecurityGroup was dry-run; the VPC's default group stood in "

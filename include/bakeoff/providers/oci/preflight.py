@@ -10,14 +10,14 @@ from typing import Any
 import oci
 
 from bakeoff.providers.base import ProviderError
-from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, image_provides, untried
+from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides, untried
 
 # What its launch does that the pre-flight cannot try (also in docs/production.md): the target's last row.
 UNTRIED = [
     "the launch itself (OCI has no dry run): its metadata and user-data, the tags and the network "
     "security group made with it",
     "capacity at the moment of launch (the capacity report is a snapshot)",
-    "the boot script running on the image",
+    BOOT_UNTRIED,
 ]
 
 
