@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import secrets, store
-from bakeoff.facts import Approval, Start
+from bakeoff.core.facts import Approval, Start
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan

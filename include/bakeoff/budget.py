@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pandas as pd
 
 from bakeoff import catalog, store
-from bakeoff.facts import EvaluationCost, RunFacts
+from bakeoff.core.facts import EvaluationCost, RunFacts
 from bakeoff.plan.precision import QUANT_BYTES
 from bakeoff.plan.settings import MAX_BUDGET_USD
 from bakeoff.providers.registry import PROVIDERS

@@ -19,7 +19,7 @@ from bakeoff import admission, catalog, pipeline, steps, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.bench.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
-from bakeoff.facts import RunFacts
+from bakeoff.core.facts import RunFacts
 from bakeoff.fielderrors import explain
 from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
 from bakeoff.plan.names import image_gaps, unverified_names

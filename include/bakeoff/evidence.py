@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from bakeoff import offers, secrets, store
 from bakeoff.approval import approval_line
-from bakeoff.facts import RunFacts
+from bakeoff.core.facts import RunFacts
 from bakeoff.paths import StorePath, at, safe_name, state_root
 from bakeoff.providers.registry import PROVIDERS
 

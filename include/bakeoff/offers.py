@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bakeoff.facts import RunFacts
+    from bakeoff.core.facts import RunFacts
     from bakeoff.plan import Plan
 
 

@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from bakeoff import admission, approval, facts, faults, node_slots, paths, secrets, store
+from bakeoff import admission, approval, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
+from bakeoff.core import facts
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
@@ -155,7 +156,7 @@ def serving_key(target: Target, run_id: str) -> str | None:
 
 
 def _target_step(run_dir: str | store.StorePath, slug: str, fact: facts.Fact) -> None:
-    """Record a target step's typed facts (``bakeoff.facts``) as its JSON record."""
+    """Record a target step's typed facts (``bakeoff.core.facts``) as its JSON record."""
     store.record(run_dir, fact.STEP, fact.to_json(), slug=slug)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from bakeoff import durable
-from bakeoff.facts import RunFacts
+from bakeoff.core.facts import RunFacts
 
 # re-exported: the store's callers name paths through it (store.at, store.StorePath, store.safe_name)
 from bakeoff.paths import StorePath as StorePath
@@ -197,7 +197,7 @@ def _records(folder: StorePath) -> dict[str, dict[str, Any]]:
 
 
 def run_facts(rdir: str | StorePath) -> RunFacts:
-    """The run's step records as typed facts (``bakeoff.facts``), each checked as it is read: the one
+    """The run's step records as typed facts (``bakeoff.core.facts``), each checked as it is read: the one
     reader of a run (an empty ``RunFacts`` when it was never started here)."""
     rdir = fresh(at(rdir))
     targets = {tdir.name.split("=", 1)[1]: _records(tdir) for tdir in _glob(rdir, "target=*")}

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff import facts, store
+from bakeoff import store
+from bakeoff.core import facts
 from tests.e2e.conftest import dag_run_state, live_emulators, mapped_task_instances, run_dag, small_plan
 from tests.smtp_sink import SmtpSink
 

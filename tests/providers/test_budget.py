@@ -11,7 +11,7 @@ import yaml
 
 from bakeoff import budget, pipeline, store
 from bakeoff.bench.sessions import load_sessions
-from bakeoff.facts import RunFacts
+from bakeoff.core.facts import RunFacts
 from bakeoff.plan import load_plan, plan_from_dict
 
 P = budget.PREFILL_TOKEN_S

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from cloud_helpers import launch_args, make_target, new_run_id
 
-from bakeoff import facts, pipeline, store
+from bakeoff import pipeline, store
+from bakeoff.core import facts
 from bakeoff.providers.base import (
     CapacityError,
     CloudProvider,

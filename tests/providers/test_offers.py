@@ -9,7 +9,8 @@ import copy
 import pytest
 from cloud_helpers import launch_args, new_run_id
 
-from bakeoff import budget, catalog, cost, evidence, facts, offers, store
+from bakeoff import budget, catalog, cost, evidence, offers, store
+from bakeoff.core import facts
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import CapacityError
 from bakeoff.providers.aws import AwsProvider

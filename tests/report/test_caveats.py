@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import synthetic
 
-from bakeoff import facts
+from bakeoff.core import facts
 from bakeoff.cost import cost_run
 from bakeoff.plan import plan_from_dict
 from bakeoff.report.capacity import CapacityRow

@@ -8,7 +8,8 @@ import io
 import pandas as pd
 from brief_spy import BriefSpy
 
-from bakeoff import facts, store
+from bakeoff import store
+from bakeoff.core import facts
 from bakeoff.plan import load_plan
 from bakeoff.report import csvsafe, pdf, provisioning
 from bakeoff.report.data import ReportData

@@ -100,7 +100,7 @@ def test_a_relaunch_whose_remaining_time_came_out_negative_does_not_pass_the_cap
     plan = load_plan("mi355x-vs-b200-sandbox")
     t = plan.targets[0]
     now = 1.8e9
-    from bakeoff.facts import RunFacts
+    from bakeoff.core.facts import RunFacts
 
     run = RunFacts.from_records({}, {t.slug: {"provision": {"instance_id": "i-1", "launched_at": now - 10 * 3600}}})
     monkeypatch.setattr(budget, "target_hours", lambda p, target: -1e6)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff import facts, store
+from bakeoff import store
+from bakeoff.core import facts
 
 
 def test_a_record_of_the_wrong_shape_is_refused_naming_the_record_and_the_field(data_root):

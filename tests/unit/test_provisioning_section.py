@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff import facts, store
+from bakeoff import store
+from bakeoff.core import facts
 from bakeoff.dashboard.pages import trend_page
 from bakeoff.dashboard.render import render
 from bakeoff.dashboard.runs import Run

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bakeoff import facts, store
+from bakeoff import store
+from bakeoff.core import facts
 from bakeoff.paths import run_folder
 
 

@@ -33,7 +33,7 @@ MUST_BE_STRICT = (
     "bakeoff.budget",
     "bakeoff.cli",
     "bakeoff.cost",
-    "bakeoff.facts",
+    "bakeoff.core.facts",
     "bakeoff.node_slots",
     "bakeoff.pipeline",
     "bakeoff.plan",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from bakeoff import claims, cost, store
-from bakeoff.facts import RunFacts
+from bakeoff.core.facts import RunFacts
 from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.headline import CLIENT_FIX
 from bakeoff.report.perwatt import WattRow

@@ -1,6 +1,6 @@
 """The report's Provisioning section: per target, how it got its node or why it got none.
 
-Read from the typed step records (``bakeoff.facts``): the provision record's ``provisioning`` (what
+Read from the typed step records (``bakeoff.core.facts``): the provision record's ``provisioning`` (what
 the provider says of its create: ``attempts``, ``refusals`` by reason, the ``region`` and
 ``instance_type`` that took it, ``tried``: every attempt as "<type> in <where>"; the pipeline adds
 ``create_s``), the ``provision_refused`` record when every place refused, ``node_ready`` (time to
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bakeoff.facts import ProvisioningRecord, RunFacts, TargetFacts
+from bakeoff.core.facts import ProvisioningRecord, RunFacts, TargetFacts
 from bakeoff.offers import ran_type
 
 
