@@ -99,26 +99,10 @@ class NodeTarget:
 
 def sites(target: Any) -> list[tuple[str, Any]]:
     """Where the whole cluster may be asked for, in the plan's order: (label, the target's options
-    pinned there). One availability domain (OCI), one zone or a region without zones (EC2, as its
-    placements order them), or one region (elsewhere); a single ``("", None)`` when the plan lists at
-    most one place, so the provider decides as for any node."""
-    opts = target.provider_options
-    ads = list(getattr(opts, "availability_domains", None) or [])
-    if len(ads) > 1:
-        return [(ad, opts.model_copy(update={"availability_domains": [ad]})) for ad in ads]
-    if ads:
-        return [("", None)]
-    zones = list(getattr(opts, "zones", None) or [])
-    regions = list(opts.regions)
-    regions += [r for r in dict.fromkeys(z[:-1] for z in zones) if r not in regions]
-    out: list[tuple[str, Any]] = []
-    for r in regions:
-        inside = [z for z in zones if z[:-1] == r]
-        for where in inside or [r]:
-            update: dict[str, Any] = {"regions": [r]}
-            if zones:
-                update["zones"] = [where] if inside else []
-            out.append((where, opts.model_copy(update=update)))
+    pinned there), as its cloud's options class places them (``ProviderOptions.sites``: one availability
+    domain on OCI, one zone or a region without zones on EC2, one region elsewhere); a single
+    ``("", None)`` when the plan lists at most one place, so the provider decides as for any node."""
+    out: list[tuple[str, Any]] = list(target.provider_options.sites())
     return out if len(out) > 1 else [("", None)]
 
 

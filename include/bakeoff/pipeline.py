@@ -461,7 +461,7 @@ def _record_refusal(run_dir: str, target: Target, asked: float, e: CapacityError
     from bakeoff.providers.rest import refusal_reason  # noqa: PLC0415 - the one reading of capacity vs quota
 
     opts = target.provider_options
-    places = list(getattr(opts, "availability_domains", None) or opts.regions or target.instance.regions)
+    places = opts.places() or list(target.instance.regions)
     fact = facts.ProvisionRefused(
         at=time.time(),
         requested_at=asked,

@@ -6,7 +6,7 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -84,6 +84,15 @@ class ProviderOptions(Strict):
             raise ValueError(f"unknown fault stage {v!r}; use one of {', '.join(FAULT_STAGES)}")
         return v
 
+    def places(self) -> list[str]:
+        """The places the plan lists for a node, in its order (what a capacity refusal names): its regions."""
+        return list(self.regions)
+
+    def sites(self) -> list[tuple[str, Self]]:
+        """Where a whole cluster may be asked for, in the plan's order: (label, these options pinned
+        there), one region each; a cloud with finer places says so on its own options."""
+        return [(r, self.model_copy(update={"regions": [r]})) for r in self.regions]
+
     def get(self, key: str, default: Any = None) -> Any:
         v = getattr(self, key, None)
         return default if v is None else v
@@ -143,6 +152,21 @@ class AwsOptions(CloudOptions):
             raise ValueError("give either ami or ssm_parameter, not both")
         return self
 
+    def sites(self) -> list[tuple[str, Self]]:
+        """One zone, or a region without zones, each: as EC2's placements order them (a zone's region is
+        its name less the last letter)."""
+        regions = list(self.regions)
+        regions += [r for r in dict.fromkeys(z[:-1] for z in self.zones) if r not in regions]
+        out: list[tuple[str, Self]] = []
+        for r in regions:
+            inside = [z for z in self.zones if z[:-1] == r]
+            for where in inside or [r]:
+                update: dict[str, Any] = {"regions": [r]}
+                if self.zones:
+                    update["zones"] = [where] if inside else []
+                out.append((where, self.model_copy(update=update)))
+        return out
+
 
 class OciOptions(CloudOptions):
     compartment_id: str | None = Field(
@@ -167,6 +191,16 @@ class OciOptions(CloudOptions):
         return _each(
             v, r"[A-Za-z0-9][A-Za-z0-9:_-]{0,63}", "is not an availability domain; write e.g. Uocm:US-ASHBURN-AD-1"
         )
+
+    def places(self) -> list[str]:
+        return list(self.availability_domains) or list(self.regions)
+
+    def sites(self) -> list[tuple[str, Self]]:
+        """One availability domain each, where the plan lists several (one listed: the provider decides)."""
+        ads = self.availability_domains
+        if ads:
+            return [(ad, self.model_copy(update={"availability_domains": [ad]})) for ad in ads] if len(ads) > 1 else []
+        return super().sites()
 
 
 class RestOptions(CloudOptions):
