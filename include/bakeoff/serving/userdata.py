@@ -112,11 +112,11 @@ def docker_argv(target: Target, port: int, *, tls: bool = False) -> list[str]:
     secrets (the plan chose its image): it reads the verified weights offline. The engine's extra files
     are mounted read-only at their own paths."""
     engine = engines.boot(target)
-    tls_here = tls and not engine.fronted
-    mounts = ["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls_here else []
+    tls_flags = engine.tls_flags if tls and not engine.fronted else None
+    mounts = ["-v", f"{TLS_DIR}:{TLS_DIR}:ro"] if tls_flags else []
     for path in engines.extra_files(target):
         mounts += ["-v", f"{path}:{path}:ro"]
-    tail = (["--ssl-certfile", TLS_CERT, "--ssl-keyfile", TLS_KEY] if tls_here else []) + list(engine.tail_args)
+    tail = ([tls_flags[0], TLS_CERT, tls_flags[1], TLS_KEY] if tls_flags else []) + list(engine.tail_args)
     host = "127.0.0.1" if engine.fronted else "0.0.0.0"
     return [
         "docker",

@@ -25,16 +25,22 @@ class Boot:
     engine so the boot script never compares engine names (printf is a builtin: no argv shows the key).
 
     fronted: no API-key check or TLS of its own, so it listens on loopback behind the node's front
-    (front.py), which reads the key file itself."""
+    (front.py), which reads the key file itself; otherwise ``tls_flags`` name the flags that take the
+    node's certificate and key files."""
 
     entrypoint: str
     fronted: bool = False
+    tls_flags: tuple[str, str] | None = None
     key_line: str = "# the engine checks no key: the front reads /etc/bakeoff/api_key itself"
     key_args: tuple[str, ...] = ()  # docker run arguments that give it the file key_line writes
     tail_args: tuple[str, ...] = ()  # after its command: where it reads its key from
     # the argv word after which (and one positional: the model or module) the engine's own parser reads
     # its flags, as engine_flags checks them
     parser_word: str = "-m"
+
+    def __post_init__(self) -> None:
+        if not self.fronted and self.tls_flags is None:
+            raise ValueError(f"{self.entrypoint}: an engine not behind the front serves TLS itself; name its tls_flags")
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ ENGINE = Sglang(
         key_line=f'printf \'api-key: "%s"\\n\' "$(cat {KEY_FILE})" > {SGLANG_CONFIG}',
         key_args=("-v", f"{SGLANG_CONFIG}:{SGLANG_CONFIG}:ro"),
         tail_args=("--config", SGLANG_CONFIG),
+        tls_flags=("--ssl-certfile", "--ssl-keyfile"),
     ),
     quantization={
         "bf16": ("--dtype", "bfloat16"),

@@ -85,6 +85,7 @@ ENGINE = Vllm(
         "vllm",
         key_line=f"printf 'VLLM_API_KEY=%s\\n' \"$(cat {KEY_FILE})\" > {KEY_ENV}",
         key_args=("--env-file", KEY_ENV),
+        tls_flags=("--ssl-certfile", "--ssl-keyfile"),
         parser_word="serve",
     ),
     quantization={
