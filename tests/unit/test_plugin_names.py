@@ -1,11 +1,12 @@
 """Clouds and engines are plug-ins: no module outside a plug-in branches on a cloud's or an engine's name.
 
 A branch is any code that picks by the name: a comparison or ``in`` (``x.provider == "aws"``,
-``stack in ("vllm", "sglang")``), a dict keyed by it (``{"aws": _aws}``), a lookup (``t["oci"]``,
-``.get("vultr")``), a ``match`` case, or a literal collection naming two or more of them (a table of
-names; one word alone, such as the ``"local"`` storage protocol, is not one). Docstrings, comments,
-messages and the catalog's YAML are data, not branches, and are not read. Each name set below comes from
-where its plug-ins are registered, and each allow-list entry says why that module may name them.
+``stack in ("vllm", "sglang")``), a dict keyed by it (``{"aws": _aws}``), a lookup or a prefix test
+(``t["oci"]``, ``.get("vultr")``, ``.startswith("aws")``), a ``match`` case, or a literal collection
+naming two or more of them (a table of names; one word alone, such as the ``"local"`` storage
+protocol, is not one). Docstrings, comments, messages and the catalog's YAML are data, not branches,
+and are not read. Each name set below comes from where its plug-ins are registered, and each
+allow-list entry says why that module may name them.
 
 To engines: the engine set (``serving/engines/registry.REGISTERED``) is held to ``serving/engines/``,
 where each engine's module declares its flags, argv, provenance words, server metric names and twin
@@ -51,7 +52,7 @@ NAME_SETS: dict[str, tuple[Callable[[], set[str]], dict[str, str]]] = {
     "cloud": (lambda: set(PROVIDERS), CLOUD_PLUG_INS),
     "engine": (_engines, ENGINE_PLUG_INS),
 }
-LOOKUPS = {"get", "pop", "setdefault"}
+LOOKUPS = {"get", "pop", "setdefault", "startswith", "endswith"}
 
 
 def _strings(node: ast.AST | None) -> list[str]:
@@ -153,6 +154,7 @@ def test_the_check_finds_every_kind_of_branch():
         'CLOUDS = ("aws", "oci")\n'
         'PROTOCOLS = ("", "file", "local")\n'
         'log.info("on aws: %s", x)\n'
+        'if region.startswith("oci"): pass\n'
         'def f():\n    """Not on oci."""\n'
     )
     assert name_branches(src, names) == [
@@ -163,5 +165,6 @@ def test_the_check_finds_every_kind_of_branch():
         "line 6: LIMITS.get('vultr', 0)",
         "line 8: case 'digitalocean' | 'elsewhere'",
         "line 10: ('aws', 'oci')",
+        "line 13: region.startswith('oci')",
     ]
     assert name_branches('if target.stack == "sglang": pass\n', _engines()) == ["line 1: target.stack == 'sglang'"]
