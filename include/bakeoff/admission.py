@@ -23,6 +23,7 @@ from bakeoff import approval, budget, installation, node_slots
 from bakeoff.claims import check_plan_claims
 from bakeoff.plan import Plan, PlanError
 from bakeoff.providers.registry import PROVIDERS
+from bakeoff.serving import userdata
 
 NODE_LIMITS_ENV = "BAKEOFF_PROVIDER_NODE_LIMITS"
 THRESHOLD_ENV = "BAKEOFF_APPROVAL_THRESHOLD_USD"
@@ -65,7 +66,6 @@ def boot_script_sizes(plan: Plan) -> tuple[list[str], list[str]]:
     launch, sized with stand-ins as long as the launch's own key, certificate and secret names: over it
     even with the short bundle URL of long-term keys is refused; over it only with the longer URL of
     temporary credentials is a warning."""
-    from bakeoff.serving import userdata  # noqa: PLC0415 - the boot script renderer only for cloud targets
 
     fix = "shorten env, engine_args, the command template or the image name"
     refusals, warned = [], []

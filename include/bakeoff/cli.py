@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bakeoff import admission, catalog, pipeline, steps, store
+from bakeoff import admission, catalog, images, installation, pipeline, steps, store
 from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.bench.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
@@ -24,10 +24,13 @@ from bakeoff.fielderrors import explain
 from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
 from bakeoff.plan.names import image_gaps, unverified_names
 from bakeoff.plan.prices import market_mismatches
+from bakeoff.preflight import blocking, preflight, table
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.report.headline import headline_table
+from bakeoff.secrets import installation_id
 from bakeoff.serving import engines, userdata
 from bakeoff.serving.emulator import disagg
+from bakeoff.twin.predict import predict_plan, render
 
 
 def _load(ref: str) -> Plan:
@@ -109,7 +112,6 @@ def _plan_check(args: argparse.Namespace) -> int:
 
 def _preflight(args: argparse.Namespace) -> int:
     """Read-only checks of every target against its cloud; non-zero when any would stop the run."""
-    from bakeoff.preflight import blocking, preflight, table  # noqa: PLC0415 - the clouds' SDKs only for this command
 
     rows = preflight(_load(args.plan), credentials_from_env)
     print(table(rows))
@@ -240,8 +242,6 @@ class Progress:
 
 
 def _predict(args: argparse.Namespace) -> int:
-
-    from bakeoff.twin.predict import predict_plan, render  # noqa: PLC0415 - numpy only for this command
 
     plan = _load(args.plan)
     doc = predict_plan(plan)
@@ -402,7 +402,6 @@ def _print_summary(run: RunFacts, failed: list[str] | None = None) -> None:
 
 def _installation_id(args: argparse.Namespace) -> int:
     """For the independent reaper's BAKEOFF_INSTALLATION_ID (it holds no installation secret)."""
-    from bakeoff.secrets import installation_id  # noqa: PLC0415 - the secret is read only for this command
 
     print(installation_id())
     return 0
@@ -411,8 +410,6 @@ def _installation_id(args: argparse.Namespace) -> int:
 def _images(args: argparse.Namespace) -> int:
     """Resolve tags to digests and print the trusted-images Variable's value (a JSON list)."""
     import httpx  # noqa: PLC0415 - httpx and the registry only for this command
-
-    from bakeoff import images, installation  # noqa: PLC0415 - the registry client only for this command
 
     wanted = list(args.images) + (images.recipe_images() if args.recipes else [])
     wanted += images.plan_images(args.plan) if args.plan else []

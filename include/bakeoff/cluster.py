@@ -37,10 +37,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import faults, teardown
 from bakeoff.plan.cluster import layout_for
+from bakeoff.plan.multinode import SCALE_OUT_GBPS
 from bakeoff.providers.address import node_address, url_host
 from bakeoff.providers.base import TAG_TARGET, CapacityError, Instance, LaunchSpec, Provider, ProviderError
 from bakeoff.providers.local import STOP_KEY_ENV, stop_key
+from bakeoff.serving.deploy import stack_facts
 from bakeoff.serving.emulator.config import STOP_ROUTE
+from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.serving.tls import pinned_context
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
@@ -336,8 +340,6 @@ def kv_seconds_per_token(target: Any) -> float:
     """Seconds one prompt token's KV takes from a prefill worker to a decode worker: over NVLink inside
     a rack, else over the GPUs' scale-out NICs (plan.multinode.SCALE_OUT_GBPS), each prefill GPU
     sending its shard (as serving.emulator.disagg models it). Emulated time, before time_scale."""
-    from bakeoff.plan.multinode import SCALE_OUT_GBPS  # noqa: PLC0415 - the recipes' module, only to serve a cluster
-    from bakeoff.serving.emulator.roofline import Roofline  # noqa: PLC0415 - the roofline only to serve a cluster
 
     cluster, gpu = target.cluster, target.gpu
     node = NodeTarget(target, 0, "prefill")
@@ -482,8 +484,6 @@ def look_roles(nodes: list[ClusterNode], target: Any, api_key: str | None, timeo
     {node index: why it does not serve the target's model yet}; empty once every role serves."""
     import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
 
-    from bakeoff.serving.tls import pinned_context  # noqa: PLC0415 - only a cluster's readiness pins its nodes
-
     cert = node_cert(nodes)
     verify: ssl.SSLContext | bool = pinned_context(cert) if cert else True
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -567,7 +567,6 @@ def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
     """Each node's role, the image and engine arguments it was asked to run (its role's parallelism;
     serving.deploy.stack_facts; on the local provider, whose nodes are emulator processes, the plan's
     image and extra arguments as declared), and the instance that ran them."""
-    from bakeoff.serving.deploy import stack_facts  # noqa: PLC0415 - the stack's renderer only for provenance
 
     out = []
     for n in nodes:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bakeoff.plan import Plan, PlanError
 from bakeoff.providers.registry import PROVIDERS
+from bakeoff.serving.userdata import image_for
 
 TRUSTED_IMAGES_VARIABLE = "bakeoff_trusted_images"
 TRUSTED_IMAGES_ENV = "BAKEOFF_TRUSTED_IMAGES"
@@ -62,7 +63,6 @@ def trusted_images(value: Any = None) -> frozenset[str]:
 def check_secret_images(plan: Plan, trusted: frozenset[str]) -> None:
     """A target with serving secrets must run an image the installation trusts, pinned by digest: a
     floating tag (every vendored recipe's, and the catalog's) can be re-pushed with other code."""
-    from bakeoff.serving.userdata import image_for  # noqa: PLC0415 - the image a node would run
 
     for i, t in enumerate(plan.targets):
         if not t.secrets:

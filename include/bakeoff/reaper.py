@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from bakeoff import airflow_api, secrets
 from bakeoff.providers import get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, Instance, list_best_effort
-from bakeoff.providers.credentials import configured
+from bakeoff.providers.credentials import configured, credentials_from_env
 from bakeoff.providers.registry import LAUNCHING, provider_info
 
 if TYPE_CHECKING:
@@ -116,7 +116,6 @@ def reap(
     Credentials come from ``credentials_fn(name)`` (the DAG passes its Airflow-connection resolver;
     default: the environment); whether a node's run is over, from ``run_state`` (see the module).
     """
-    from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415 - the environment's credentials only when no resolver is passed
 
     now = time.time() if now is None else now
     names = CLOUD_PROVIDERS if provider_names is None else provider_names
@@ -207,7 +206,6 @@ def reap_loop(
     """
     if not 0 < interval_s < float("inf"):  # also refuses NaN
         raise ValueError("--interval-s: expected a number of seconds > 0, e.g. --interval-s 300")
-    from bakeoff.providers.credentials import credentials_from_env  # noqa: PLC0415 - the environment's credentials only when no resolver is passed
 
     credentials_fn = credentials_fn or credentials_from_env
     provider_names = with_credentials(provider_names or CLOUD_PROVIDERS, credentials_fn)

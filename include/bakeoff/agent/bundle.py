@@ -29,6 +29,8 @@ from typing import Any
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
+import bakeoff
+
 log = logging.getLogger(__name__)
 
 
@@ -95,7 +97,6 @@ class Staged:
 
 
 def package_root() -> Path:
-    import bakeoff  # noqa: PLC0415 - the package's own folder, looked up only when a bundle is built
 
     return Path(bakeoff.__file__).parent
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakeoff.agent import AGENT_PORT, COUNTERS_CSV
+from bakeoff.serving import gpu_counters
 from bakeoff.serving.tls import server_context
 
 if TYPE_CHECKING:
@@ -94,8 +95,6 @@ def handle(args: argparse.Namespace) -> int:
         serve_cert=pin,
     )
     if args.gpu_vendor:
-        from bakeoff.serving import gpu_counters  # noqa: PLC0415 - only on a GPU node
-
         source = gpu_counters.start_thread(args.gpu_vendor, args.work_dir / COUNTERS_CSV)
         logging.info("energy counters: %s", source or "no vendor library; the CLI power sampler's rows are used")
     asyncio.run(_serve(agent, args.host, args.port, args.expires_at, ssl_ctx))

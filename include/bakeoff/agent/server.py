@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+import bakeoff
 from bakeoff import durable
 from bakeoff.agent import COUNTERS_CSV, FILE_FIELDS, MAX_JOB_BYTES, PLAIN_NAME, file_field, with_file_field
 from bakeoff.serving.power import PowerFile, format_samples
@@ -267,7 +268,6 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _health(request: web.Request) -> web.Response:
-    import bakeoff  # noqa: PLC0415 - the package version, read only when /health is asked
 
     agent = request.app[AGENT]
     return web.json_response(

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from bakeoff.agent import AGENT_PORT
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import Instance
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
@@ -19,7 +20,6 @@ def resolve_address(
     """Where the serving port and the node agent's port are reached from here: the node's IP and
     ports, or, when a port-forwarding layer publishes addresses (the sandbox, an SSH/SSM tunnel),
     what that layer says."""
-    from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where the node's ports are resolved
 
     if not address_map_url:
         return host, port, AGENT_PORT

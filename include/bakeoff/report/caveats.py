@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 from bakeoff import catalog
 from bakeoff.approval import approval_line
 from bakeoff.report import perwatt
+from bakeoff.twin.emulate import efficiency_info
+from bakeoff.twin.runs import band_count, out_of_band_caveat
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
@@ -100,7 +102,6 @@ def _twin_timed(d: ReportData) -> list[Target]:
 
 @caveat("twin_efficiencies", when=lambda d: bool(_twin_timed(d)))
 def _twin_efficiencies(d: ReportData) -> str:
-    from bakeoff.twin.emulate import efficiency_info  # noqa: PLC0415 - numpy only for such a plan
 
     parts = []
     for x in _twin_timed(d):
@@ -110,7 +111,6 @@ def _twin_efficiencies(d: ReportData) -> str:
             if e["source"] == "twin"
             else f"{x.name} (no calibration, so its manual efficiencies: {e.get('no_calibration', '')})"
         )
-    from bakeoff.twin.runs import band_count  # noqa: PLC0415 - numpy only for such a plan
 
     inside, n = band_count(d.twin_checks, {x.name for x in _twin_timed(d)})
     held = (
@@ -125,7 +125,6 @@ def _twin_efficiencies(d: ReportData) -> str:
 
 
 def _out_of_band(d: ReportData) -> str | None:
-    from bakeoff.twin.runs import out_of_band_caveat  # noqa: PLC0415 - the rule's reading lives with the twin
 
     return out_of_band_caveat(d)
 

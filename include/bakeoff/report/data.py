@@ -20,6 +20,7 @@ from bakeoff.report.headline import CLIENT_FIX
 from bakeoff.report.perwatt import WattRow
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.rackscale import RackRow
+from bakeoff.twin.runs import table
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -98,7 +99,6 @@ class ReportData:
     @property
     def predicted_vs_measured(self) -> list[dict[str, Any]]:
         """The predicted-vs-measured rows as the CSV writes them."""
-        from bakeoff.twin.runs import table  # noqa: PLC0415 - the twin's numpy fit only where the report has rows
 
         return table(self.twin_checks)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from bakeoff.core.facts import ProvisioningRecord, RunFacts, TargetFacts
 from bakeoff.offers import ran_type
+from bakeoff.providers.registry import PROVIDERS
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,6 @@ def target_row(t: TargetFacts, name: str, provider: str, instance_type: str, now
 
 def rows(plan: Any, run: RunFacts, now: float) -> list[ProvisioningRow]:
     """Every provisioned target of the plan (static endpoints and the emulator have no provisioning)."""
-    from bakeoff.providers.registry import PROVIDERS  # noqa: PLC0415 - it says which providers provision
 
     out = []
     for t in plan.targets:

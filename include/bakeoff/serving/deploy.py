@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import store
+from bakeoff.agent.remote import AgentClient, AgentError
+from bakeoff.bench.provenance import identify_engine, snapshot_provenance
 from bakeoff.providers import PROVIDERS, Instance, get_provider
 from bakeoff.providers.credentials import credentials_from_env
-from bakeoff.serving import engines
+from bakeoff.serving import engines, userdata
 from bakeoff.serving.endpoint import Endpoint
+from bakeoff.serving.power import provenance_from_console
 from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe
 
 if TYPE_CHECKING:
@@ -89,7 +92,6 @@ def push_secrets(
     target: Target, instance: Instance, api_key: str | None, secrets: dict[str, str], timeout_s: float = 900.0
 ) -> list[str]:
     """Hand the serving secrets to the node agent over the pinned channel; the names pushed."""
-    from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415 - the agent client only when secrets are pushed
 
     details = instance.details or {}
     if not details.get("agent_url"):
@@ -222,8 +224,6 @@ def _describe(
     output = None
     ready_at = time.time()
     if PROVIDERS[target.provider].provisions:
-        from bakeoff.serving.power import provenance_from_console  # noqa: PLC0415 - console parsing only for a provisioned node
-
         output = node_output(instance, api_key, credentials)
         booted_s = time.time() - (instance.launched_at or 0.0)
         if output is None and (instance.details or {}).get("agent_url") and booted_s < AGENT_GRACE_S:
@@ -280,9 +280,8 @@ def weights_facts(
         }
     if not PROVIDERS[target.provider].provisions:
         return None
-    from bakeoff.serving.userdata import weights_from_output  # noqa: PLC0415 - userdata imports the agent
 
-    seen = weights_from_output(output)
+    seen = userdata.weights_from_output(output)
     if seen is None:
         return {"checkpoint": target.checkpoint_id, "source": "unknown (no weights line from the node)"}
     engine = seen.get("engine_started")
@@ -314,7 +313,6 @@ def stack_facts(target: Target) -> dict[str, Any]:
     if target.provider in LOCAL_PROVIDERS or target.stack not in engines.ENGINES:
         local = {"engine_args": engines.command(target, 0, "127.0.0.1")} if custom else {}
         return {"stack": target.stack, **custom, **local, "client_mode": target.client_mode}
-    from bakeoff.serving import userdata  # noqa: PLC0415 - the boot script's renderer only for a cloud engine
 
     return {
         "stack": target.stack,
@@ -331,7 +329,6 @@ def stack_facts(target: Target) -> dict[str, Any]:
 def _served_by(url: str, api_key: str | None, info: dict[str, Any]) -> dict[str, Any]:
     """What a static endpoint says about itself, and only that: the engine and version identified
     from /version, /v1/models and /metrics, and the model ids it offers."""
-    from bakeoff.bench.provenance import identify_engine, snapshot_provenance  # noqa: PLC0415 - bench.provenance only for a static endpoint
 
     try:
         snap = snapshot_provenance(url, api_key)
@@ -353,8 +350,6 @@ def node_output(instance: Instance, api_key: str | None = None, credentials: Cre
         return None
     agent_url = (instance.details or {}).get("agent_url")
     if agent_url:
-        from bakeoff.agent.remote import AgentClient, AgentError  # noqa: PLC0415 - the agent client only for a node with an agent
-
         try:
             with AgentClient(
                 agent_url, api_key, timeout_s=10.0, tls_cert=(instance.details or {}).get("tls_cert")

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from bakeoff.serving import egress
+from bakeoff.serving.tls import client_context
 
 FAILURES = (
     "node_image",
@@ -152,7 +153,6 @@ def probe(
 
     With ``tls_cert`` (a cloud node's own certificate) only that server is spoken to: a server with
     any other certificate fails the handshake, so the key is never sent to it (``last`` says so)."""
-    from bakeoff.serving.tls import client_context  # noqa: PLC0415 - the TLS context only for a node with its own certificate
 
     verify = client_context(base_url, tls_cert)
     try:

@@ -43,7 +43,7 @@ from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.base import LaunchSpec
 from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import engines, front, hub_fetch, oci_sdk, power
-from bakeoff.serving.tls import check_cert
+from bakeoff.serving.tls import check_cert, stand_in_identity
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target
@@ -728,7 +728,6 @@ def stand_in_launch(target: Target, url_bytes: int = URL_BYTES_TEMPORARY_CREDENT
     and key, a client bundle behind a presigned URL of ``url_bytes``, the target's secret names and a
     48-hour expiry. What ``plan check`` measures and the pre-flight's dry run sends; no secret in it."""
     from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only a stand-in launch needs the bundle's pins
-    from bakeoff.serving.tls import stand_in_identity  # noqa: PLC0415 - worker-only dependency (cryptography)
 
     ident = stand_in_identity(target.slug)
     url = "https://" + "u" * (url_bytes - len("https://"))

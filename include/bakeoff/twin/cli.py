@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from bakeoff.twin import spend_index
+
 DEFAULT_RUNS = "twin-runs.csv"
 
 
@@ -84,7 +86,6 @@ def _refit(args: argparse.Namespace) -> int:
 
 
 def _spend_index(args: argparse.Namespace) -> int:
-    from bakeoff.twin import spend_index  # noqa: PLC0415 - the twin's fit only for this command
 
     doc = spend_index.write() if args.write else spend_index.build()
     for name, e in doc["plans"].items():

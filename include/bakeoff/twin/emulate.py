@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import catalog
+from bakeoff.plan.precision import COMPUTE_DTYPE
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S, NoCalibration, TargetTwin, twin_for
 
@@ -31,7 +32,6 @@ def emulator_roofline(target: Target) -> Roofline:
     if not isinstance(tw, TargetTwin):
         return base
     gpu, tp = catalog.gpus()[tw.gpu], target.tensor_parallel  # a twin exists only for a catalog GPU
-    from bakeoff.plan.precision import COMPUTE_DTYPE  # noqa: PLC0415 - as Roofline.for_target reads it
 
     return dataclasses.replace(
         base,

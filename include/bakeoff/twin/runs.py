@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from bakeoff import catalog, store
+from bakeoff.plan import plan_from_dict
 from bakeoff.twin import calibration, holdout, operating, score
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.calibration import engine_family
@@ -407,7 +408,6 @@ def _real_points(plan: Plan, rdir: store.StorePath, points: pd.DataFrame) -> pd.
 def published_run_rows(root: str | store.StorePath | None = None) -> tuple[list[RunRow], list[str]]:
     """Every run in the installation's results store as calibration rows, its real (non-emulated) targets'
     concurrency points only; and a line per run that gave none, saying why."""
-    from bakeoff.plan import plan_from_dict  # noqa: PLC0415 - the run's plan as it ran (plan.json)
 
     rows: list[RunRow] = []
     skipped: list[str] = []

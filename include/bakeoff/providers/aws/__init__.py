@@ -41,6 +41,7 @@ from bakeoff.providers.base import (
     reachable,
 )
 from bakeoff.providers.boot import UserDataBoot
+from bakeoff.serving.userdata import stand_in_launch
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.target import Target
@@ -131,7 +132,6 @@ class AwsProvider(Search, UserDataBoot, CloudProvider[None]):
     def preflight_dry_run(self, target: Target, place: Placement) -> list[tuple[str, str, str]]:
         """``dry_run`` with a run's stand-ins (``userdata.stand_in_launch``: a key, certificate, bundle URL
         and expiry as long as a run's own; tags of a run's form): what the pre-flight sends."""
-        from bakeoff.serving.userdata import stand_in_launch  # noqa: PLC0415 - the renderer only for a dry run
 
         launch = stand_in_launch(target)
         expires = str(int(launch.expires_at or 0))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.aws.api import AwsApi, client_token, options_of, tag_list
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.tags import TAG_RUN
@@ -88,7 +89,6 @@ class SecurityGroups(AwsApi):
                 f"targets.{target.name}.provider_options.ingress_cidr: set it, or give security_group_ids"
             )
         ranges = {"Ipv6Ranges": [{"CidrIpv6": cidr}]} if ":" in cidr else {"IpRanges": [{"CidrIp": cidr}]}
-        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where a security group opens its port
 
         return [
             {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, **ranges} for p in (target.stack_spec.port, AGENT_PORT)

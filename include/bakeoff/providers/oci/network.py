@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import oci
 from oci.exceptions import ServiceError
 
+from bakeoff.agent import AGENT_PORT
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.oci.api import GONE, TAGS, OciApi, options_of, retry_token
 from bakeoff.providers.tags import TAG_RUN
@@ -32,7 +33,6 @@ class SecurityGroups(OciApi):
 
     def _ensure_nsg(self, target: Target, run_id: str, compartment: str, region: str, tags: dict[str, str]) -> str:
         """The run+target's security group, found by name on a retry, with only the serving and agent ports open."""
-        from bakeoff.agent import AGENT_PORT  # noqa: PLC0415 - the agent package only where a security group opens its port
 
         net, opts = self._client("network", region), options_of(target)
         try:
