@@ -45,10 +45,7 @@ def boot(target: Target) -> Boot:
 
 def routes(target: Target) -> Routes:
     """The routes readiness and the benchmark use for the target's stack."""
-    c = target.custom
-    if c is None:
-        return Routes()
-    return Routes(c.health_route, c.readiness_route, c.tokenize_route, c.metrics_route)
+    return REGISTERED[target.stack].routes_of(target)
 
 
 def label(target: Target) -> str:

@@ -137,6 +137,10 @@ class Engine:
             raise ValueError(f"targets.{target.name}.stack: {self.name} cannot be deployed on a cloud node")
         return self.boot
 
+    def routes_of(self, target: Target) -> Routes:
+        """Where readiness, token counting and the metrics scrape find it: the OpenAI routes."""
+        return Routes()
+
     def argv(self, target: Target, port: int, host: str) -> list[str]:
         """The engine's own arguments after the image, before the catalog's recipe and the plan's."""
         raise NotImplementedError(self.name)

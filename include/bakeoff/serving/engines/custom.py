@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bakeoff.plan.custom_stack import CUSTOM_STACK, PLACEHOLDERS, fill
-from bakeoff.serving.engines.base import Boot, Engine
+from bakeoff.serving.engines.base import Boot, Engine, Routes
 from bakeoff.serving.engines.options import fail, gpus
 
 if TYPE_CHECKING:
@@ -24,6 +24,11 @@ class Custom(Engine):
     def boot_of(self, target: Target) -> Boot:
         """The template's first word is the program; fronted."""
         return Boot(_declared(target).command[0], fronted=True)
+
+    def routes_of(self, target: Target) -> Routes:
+        """The routes the plan declares (None where it declares none)."""
+        c = _declared(target)
+        return Routes(c.health_route, c.readiness_route, c.tokenize_route, c.metrics_route)
 
     def argv(self, target: Target, port: int, host: str) -> list[str]:
         """The template after its program, each placeholder replaced by its validated value in its own word
@@ -54,5 +59,5 @@ def _declared(target: Target) -> CustomStack:
     return c
 
 
-# its boot facts come from each target's template (boot_of), its routes from the plan (engines.routes)
+# its boot facts come from each target's template, its routes from the plan
 ENGINE = Custom(name=CUSTOM_STACK)

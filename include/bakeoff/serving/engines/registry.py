@@ -8,7 +8,15 @@ from bakeoff.serving.engines.base import Counters, Engine, Gauges
 
 # in the order messages list them
 REGISTERED: dict[str, Engine] = {
-    e.name: e for e in (vllm.ENGINE, sglang.ENGINE, atom.ENGINE, trtllm.ENGINE, custom.ENGINE, emulator.ENGINE)
+    e.name: e
+    for e in (
+        vllm.ENGINE,
+        sglang.ENGINE,
+        atom.ENGINE,
+        trtllm.ENGINE,
+        custom.ENGINE,
+        emulator.ENGINE,
+    )
 }
 
 
