@@ -217,7 +217,7 @@ def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, l
     readiness, deploy, serving readiness of every role, a short benchmark through the router, terminate
     and sweep. The cluster's timeline, the measured point (None when provisioning failed) and the
     lines saying when each step finished (seconds from the provision call)."""
-    from bakeoff import pipeline  # noqa: PLC0415 - the pipeline's steps only for part (a)
+    from bakeoff import pipeline, step_context  # noqa: PLC0415 - the pipeline's steps only for part (a)
 
     run = pipeline.start_run(str(path), f"manual__rack_scale_{uuid.uuid4().hex[:8]}")
     rdir, slug = run["run_dir"], run["targets"][0]
@@ -250,7 +250,7 @@ def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, l
     for n in res.nodes:  # teardown's release, on the provision call's clock (a failed cluster set its own)
         if n.released_s is None and n.instance_id in gone:
             n.released_s = time.monotonic() - t0
-    point = {**point, "target": pipeline.run_plan(rdir).target(slug)} if point else None
+    point = {**point, "target": step_context.run_plan(rdir).target(slug)} if point else None
     return res, point, steps
 
 

@@ -185,15 +185,16 @@ def install_plan_connections() -> None:
 def mask_run_keys(run_dir: str) -> None:
     """Register the run's per-target serving API keys and serving secrets with Airflow's masker (keys
     are derived, so any task can recompute them; masking makes an accidental log line show ***)."""
-    from bakeoff import pipeline, secrets, store  # noqa: PLC0415
+    from bakeoff import secrets, store  # noqa: PLC0415
     from bakeoff.providers import ProviderError  # noqa: PLC0415
+    from bakeoff.step_context import run_plan, serving_key  # noqa: PLC0415
 
     install_plan_connections()
-    plan = pipeline.run_plan(run_dir)
+    plan = run_plan(run_dir)
     rid = store.run_facts(run_dir).run_id
     for t in plan.targets:
         try:
-            key = pipeline.serving_key(t, rid)
+            key = serving_key(t, rid)
         except ProviderError:  # a static endpoint whose connection is not defined here: nothing to mask
             key = None
         if key:

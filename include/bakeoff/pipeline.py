@@ -11,13 +11,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from bakeoff import admission, approval, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
 from bakeoff.core import facts
 from bakeoff.paths import reports_root, safe_name
-from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode, plan_from_dict
+from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
 from bakeoff.providers.base import (
@@ -33,12 +33,15 @@ from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.userdata import kill_switch_minutes
+from bakeoff.step_context import EGRESS_FILE, RunContext, TargetContext, run_context, target_context
 
 log = logging.getLogger(__name__)
 
 # Turns a provider name into its credentials: passed into each step that reaches a provider (the
 # DAG passes its Airflow-connection resolver, the CLI and scripts the environment's).
 CredentialsFn = Callable[[str], dict[str, Any]]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def provider_for(name: str, credentials: CredentialsFn = credentials_from_env, **options: Any) -> Provider:
@@ -46,9 +49,6 @@ def provider_for(name: str, credentials: CredentialsFn = credentials_from_env, *
 
 
 # --- run-level steps ----------------------------------------------------------------------------
-
-
-EGRESS_FILE = "egress.json"  # the plan-chosen hosts every connection checks again (start_run writes it)
 
 
 def start_run(
@@ -125,39 +125,34 @@ def approval_needed(run_dir: str) -> dict[str, Any] | None:
     return dict(need) if need.get("required") else None
 
 
-def run_plan(run_dir: str | store.StorePath) -> Plan:
-    """The run's plan; the hosts start_run recorded are guarded at connect time from here on."""
-    hosts = (store.read_json(store.at(run_dir) / EGRESS_FILE) or {}).get("guarded_hosts")
-    if hosts:
-        from bakeoff.serving import egress  # noqa: PLC0415 - httpx only for a run with a guarded static endpoint
-
-        egress.guard(hosts)
-    return plan_from_dict(store.read_json(store.at(run_dir) / "plan.json"), source="plan.json")
-
-
-def _run_id(run_dir: str | store.StorePath) -> str:
-    start = store.run_facts(run_dir).start
-    if not start.run_id:
-        raise FileNotFoundError(
-            f"{run_dir}: no start record ({store.STEPS}/{store.START}.json): start_run has not run for this run "
-            "dir, or this worker's BAKEOFF_RESULTS points elsewhere than the worker that started it"
-        )
-    return start.run_id
-
-
-def serving_key(target: Target, run_id: str) -> str | None:
-    """The bearer key for a target's server: an existing endpoint's own key (static), else this
-    run's derived key. Never stored or returned by a step."""
-    if PROVIDERS[target.provider].existing_endpoint:
-        from bakeoff.providers.static import static_api_key  # noqa: PLC0415 - each step loads only the modules it runs
-
-        return static_api_key(target)
-    return secrets.api_key(run_id, target.slug)
-
-
 def _target_step(run_dir: str | store.StorePath, slug: str, fact: facts.Fact) -> None:
     """Record a target step's typed facts (``bakeoff.core.facts``) as its JSON record."""
     store.record(run_dir, fact.STEP, fact.to_json(), slug=slug)
+
+
+def _record(ctx: TargetContext, fact: facts.Fact) -> None:
+    _target_step(ctx.run_dir, ctx.slug, fact)
+
+
+def with_target(step: Callable[Concatenate[TargetContext, P], R]) -> Callable[Concatenate[str, str, P], R]:
+    """A per-target step as the DAG and the CLI call it, ``(run_dir, slug, ...)``: its context (plan,
+    target, run id, key, folder) built once for the call and handed to the step."""
+
+    @functools.wraps(step)
+    def run(run_dir: str, slug: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return step(target_context(run_dir, slug), *args, **kwargs)
+
+    return run
+
+
+def with_run(step: Callable[Concatenate[RunContext, P], R]) -> Callable[Concatenate[str, P], R]:
+    """A run-level step as the DAG and the CLI call it, ``(run_dir, ...)``, handed its run's context."""
+
+    @functools.wraps(step)
+    def run(run_dir: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return step(run_context(run_dir), *args, **kwargs)
+
+    return run
 
 
 # --- per-target steps ---------------------------------------------------------------------------
@@ -239,11 +234,11 @@ def release_node_slot(run_dir: str, slug: str) -> bool:
 
 
 @holds_slot("provision")
-def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
+@with_target
+def provision(ctx: TargetContext, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
     """Start the target's instance (idempotent per run and target); node_ready then checks until it is reachable."""
-    approval.ensure_approved(run_dir)  # before anything that costs money, whatever the DAG's shape
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
+    approval.ensure_approved(ctx.run_dir)  # before anything that costs money, whatever the DAG's shape
+    run_dir, slug, plan, rid, target = ctx.run_dir, ctx.slug, ctx.plan, ctx.run_id, ctx.target
     earlier = _recheck_budget(run_dir, plan, target)
     faults.maybe_fail("launch", target)
     from bakeoff.budget import kill_switch_s  # noqa: PLC0415 - each step loads only the modules it runs
@@ -264,7 +259,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
     agent = stage_client(target, bundle_url_s(target, expires), credentials)
     tls, node_cert = _node_tls(target, rid, bool(serving_secrets), bool(agent))
     spec = LaunchSpec(
-        api_key=serving_key(target, rid),
+        api_key=ctx.key,
         expires_at=expires,
         shutdown_after_s=kill_switch_s(plan, target),
         agent=agent,
@@ -273,7 +268,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         tls=tls,
     )
     if target.cluster is not None:
-        return _provision_cluster(run_dir, plan, target, rid, provider, tags, spec, earlier, credentials)
+        return _provision_cluster(ctx, provider, tags, spec, earlier, credentials)
     asked = time.time()
     try:
         inst = provider.create(target, rid, tags=tags, spec=spec)
@@ -289,8 +284,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
         inst.details["tls_cert"] = node_cert
     if agent:  # node_ready gives it the agent's address
         inst.details["client_bundle"] = agent["sha256"]
-    tdir = store.target_dir(plan.name, rid, target.slug)
-    store.write_json(tdir / "instance.json", inst.to_dict())
+    store.write_json(ctx.target_dir / "instance.json", inst.to_dict())
     launched = inst.launched_at or time.time()
     tries = (
         *(tr for tr in earlier if tr.instance_id != inst.id),
@@ -314,10 +308,7 @@ def provision(run_dir: str, slug: str, credentials: CredentialsFn = credentials_
 
 
 def _provision_cluster(
-    run_dir: str,
-    plan: Plan,
-    target: Target,
-    rid: str,
+    ctx: TargetContext,
     provider: Provider,
     tags: dict[str, str],
     spec: LaunchSpec,
@@ -332,6 +323,7 @@ def _provision_cluster(
     cloud cluster needs the recipe's orchestrator on its nodes, which bakeoff does not render yet."""
     from bakeoff import cluster  # noqa: PLC0415 - only a cluster target needs the cluster layer
 
+    target, rid, tdir = ctx.target, ctx.run_id, ctx.target_dir
     if not provider.emulated_nodes:
         raise ProviderError(
             f"targets.{target.name}.cluster: bakeoff provisions a {target.provider} cluster all or nothing "
@@ -340,7 +332,6 @@ def _provision_cluster(
             "emulator-backed: the local provider, or a sandbox cloud (python -m bakeoff_sandbox)"
         )
     res = cluster.provision(provider, target, rid, tags=tags, spec=spec)
-    tdir = store.target_dir(plan.name, rid, target.slug)
     try:
         if spec.tls:  # each node serves over the target's pinned certificate, as node_ready records it
             for n in res.nodes:
@@ -389,9 +380,8 @@ def _provision_cluster(
         facts.Launch(instance_id=n.instance_id, launched_at=(n.instance or {}).get("launched_at") or time.time())
         for n in res.nodes
     )
-    _target_step(
-        run_dir,
-        target.slug,
+    _record(
+        ctx,
         facts.Provision(
             instance_id=front.id,
             launched_at=front.launched_at or time.time(),
@@ -411,13 +401,13 @@ def _provision_cluster(
 
 
 @holds_slot("node_ready")
+@with_target
 def node_ready(
-    run_dir: str, slug: str, instance: dict[str, Any], since: float, credentials: CredentialsFn = credentials_from_env
+    ctx: TargetContext, instance: dict[str, Any], since: float, credentials: CredentialsFn = credentials_from_env
 ) -> dict[str, Any] | None:
     """One look at the node provision started: the instance once it runs and is reachable, None
     while it boots. ProviderError when it ended, or after the target's ready_timeout_s."""
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
+    run_dir, slug, target = ctx.run_dir, ctx.slug, ctx.target
     inst = Instance.from_dict(instance)
     if target.cluster is not None:  # provision waited for every node and started the router
         return inst.to_dict()
@@ -437,7 +427,7 @@ def node_ready(
         ready.details["client_bundle"] = bundle
         if ready.host and ready.details.get("agent_port"):  # the provider resolved where it is reached
             ready.details["agent_url"] = f"{'https' if cert else 'http'}://{ready.host}:{ready.details['agent_port']}"
-    store.write_json(store.target_dir(plan.name, rid, slug) / "instance.json", ready.to_dict())
+    store.write_json(ctx.target_dir / "instance.json", ready.to_dict())
     seen = store.run_facts(run_dir).target(slug).node_ready
     if seen is None or seen.instance_id != ready.id:  # the first look that found it running counts
         _target_step(run_dir, slug, facts.NodeReady(instance_id=ready.id, running_at=time.time()))
@@ -550,30 +540,30 @@ def stage_client(
 
 
 @holds_slot("deploy")
-def deploy(run_dir: str, slug: str, instance: dict[str, Any]) -> dict[str, Any]:
+@with_target
+def deploy(ctx: TargetContext, instance: dict[str, Any]) -> dict[str, Any]:
     """Hand the node what its serving stack needs (the target's serving secrets, to its agent over
     pinned TLS); serving_ready then checks until it serves the model. Safe to repeat."""
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
+    target = ctx.target
     faults.maybe_fail("deploy", target)
     pushed = serving.start_serving(
         target,
         Instance.from_dict(instance),
-        api_key=serving_key(target, rid),
-        out_dir=store.target_dir(plan.name, rid, target.slug),
+        api_key=ctx.key,
+        out_dir=ctx.target_dir,
         secrets=secrets.serving_secrets(target.name, target.secrets) if target.secrets else None,
     )
-    return {"target": slug, "secrets": pushed}
+    return {"target": ctx.slug, "secrets": pushed}
 
 
 @holds_slot("serving_ready")
+@with_target
 def serving_ready(
-    run_dir: str, slug: str, instance: dict[str, Any], since: float, credentials: CredentialsFn = credentials_from_env
+    ctx: TargetContext, instance: dict[str, Any], since: float, credentials: CredentialsFn = credentials_from_env
 ) -> dict[str, Any] | None:
     """One look at the server: its endpoint once it serves the model, None while it comes up;
     DeployFailed (deploy.json written) once waiting cannot help or after deploy_timeout."""
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
+    target, rid = ctx.target, ctx.run_id
     check: Callable[..., Endpoint | None] = serving.check_serving
     if target.cluster is not None:  # every role's node, then the router (cluster_serving)
         from bakeoff.cluster_serving import check_cluster_serving  # noqa: PLC0415 - only a cluster target has roles
@@ -583,8 +573,8 @@ def serving_ready(
     endpoint = check(
         target,
         Instance.from_dict(instance),
-        api_key=serving_key(target, rid),
-        out_dir=store.target_dir(plan.name, rid, target.slug),
+        api_key=ctx.key,
+        out_dir=ctx.target_dir,
         waited_s=time.time() - since,
         credentials=credentials,
         masked=tuple(secrets.serving_secrets(target.name, target.secrets).values()) if target.secrets else (),
@@ -592,46 +582,38 @@ def serving_ready(
     if endpoint is None:
         return None
     # emulated: e.g. a sandbox cloud node backed by the emulator (the run view marks the whole run)
-    _target_step(
-        run_dir,
-        slug,
+    _record(
+        ctx,
         facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated, ready_at=time.time()),
     )
-    _provisioning_time(run_dir, slug, "serving_ready_s")
+    _provisioning_time(ctx.run_dir, ctx.slug, "serving_ready_s")
     return endpoint.to_dict()
 
 
 @holds_slot("accuracy_gate")
-def accuracy_gate(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
+@with_target
+def accuracy_gate(ctx: TargetContext, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Score the endpoint on the offline accuracy set; the pass rule is applied at validation."""
     from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415 - each step loads only the modules it runs
 
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
-    result = run_gate(
-        Endpoint.from_dict(endpoint),
-        serving_key(target, rid),
-        target,
-        plan,
-        store.target_dir(plan.name, rid, target.slug),
-    )
+    result = run_gate(Endpoint.from_dict(endpoint), ctx.key, ctx.target, ctx.plan, ctx.target_dir)
     summary: dict[str, Any] = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
-    _target_step(run_dir, slug, facts.Accuracy.model_validate(summary))
+    _record(ctx, facts.Accuracy.model_validate(summary))
     return summary
 
 
 @holds_slot("benchmark")
-def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, Any]:
+@with_target
+def benchmark(ctx: TargetContext, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Remote client: run every workload's load points here, each stored as soon as it is measured.
     Co-located: submit the job to the node's agent and return; benchmark_done follows it."""
     from bakeoff.bench.run import run_workload  # noqa: PLC0415 - aiohttp, uvloop, pyarrow (bench.run) only in the benchmark step
 
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
+    plan, rid, target, slug = ctx.plan, ctx.run_id, ctx.target, ctx.slug
     ep = Endpoint.from_dict(endpoint)
-    tdir = store.target_dir(plan.name, rid, target.slug)
+    tdir = ctx.target_dir
     faults.maybe_fail("benchmark", target)
-    key = serving_key(target, rid)
+    key = ctx.key
     if target.client_mode == "co-located":
         return {"target": slug, "client_mode": "co-located", **job.submit(plan, target, ep, rid, key)}
     from bakeoff.agent.remote import AgentPower  # noqa: PLC0415 - each step loads only the modules it runs
@@ -659,13 +641,14 @@ def benchmark(run_dir: str, slug: str, endpoint: dict[str, Any]) -> dict[str, An
             capacity=plan.capacity,
         )
         points += len(summaries)
-    _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="remote"))
+    _record(ctx, facts.Benchmark(points=points, client_mode="remote"))
     return {"target": slug, "points": points, "client_mode": "remote"}
 
 
 @holds_slot("benchmark_done")
+@with_target
 def benchmark_done(
-    run_dir: str, slug: str, endpoint: dict[str, Any], started: dict[str, Any], since: float
+    ctx: TargetContext, endpoint: dict[str, Any], started: dict[str, Any], since: float
 ) -> dict[str, Any] | None:
     """One look at the benchmark ``benchmark`` started: its summary once done, None while a co-located
     job runs (each look copies the files it finished into the results store). A remote benchmark
@@ -673,33 +656,31 @@ def benchmark_done(
     of its hours (job.bench_timeout_s)."""
     if started.get("client_mode") != "co-located":
         return started
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
     points = job.check(
-        target,
+        ctx.target,
         Endpoint.from_dict(endpoint),
-        serving_key(target, rid),
+        ctx.key,
         started,
-        store.target_dir(plan.name, rid, target.slug),
+        ctx.target_dir,
         waited_s=time.time() - since,
-        timeout_s=job.bench_timeout_s(plan, target),
+        timeout_s=job.bench_timeout_s(ctx.plan, ctx.target),
     )
     if points is None:
         return None
-    _target_step(run_dir, slug, facts.Benchmark(points=points, client_mode="co-located"))
-    return {"target": slug, "points": points, "client_mode": "co-located"}
+    _record(ctx, facts.Benchmark(points=points, client_mode="co-located"))
+    return {"target": ctx.slug, "points": points, "client_mode": "co-located"}
 
 
+@with_target
 def terminate(
-    run_dir: str, slug: str, instance: dict[str, Any] | None, credentials: CredentialsFn = credentials_from_env
+    ctx: TargetContext, instance: dict[str, Any] | None, credentials: CredentialsFn = credentials_from_env
 ) -> dict[str, Any]:
     """Terminate the target's instance: the ids provision recorded first (no listing can block them),
     then whatever the run's tag finds for the target, best effort (the sweep looks again). Safe when
     the node is already gone or was never created; fails only when a termination failed."""
     from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    target = plan.target(slug)
+    run_dir, slug, plan, rid, target = ctx.run_dir, ctx.slug, ctx.plan, ctx.run_id, ctx.target
     provider = provider_for(target.provider, credentials)
     provider.include([target])
     known = list(
@@ -757,13 +738,14 @@ def _stop_routers(plan: Plan, rid: str, targets: list[Target]) -> None:
             _stop_router(rid, t.slug, inst)
 
 
-def sweep(run_dir: str, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
+@with_run
+def sweep(ctx: RunContext, credentials: CredentialsFn = credentials_from_env) -> dict[str, Any]:
     """Terminate everything of this run on every provider the plan uses: each recorded instance id, then
     whatever the run's tag finds. One provider's failure never stops the next; what was done and the
     measured cost are recorded, then any failure (a node not terminated, a place not searched) fails the step."""
     from bakeoff import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
+    run_dir, plan, rid = ctx.run_dir, ctx.plan, ctx.run_id
     killed: dict[str, list[str]] = {}
     errors: dict[str, str] = {}
     for name in sorted({t.provider for t in plan.targets}):
@@ -821,36 +803,38 @@ def _maybe_running(run_dir: str, plan: Plan, rid: str, errors: dict[str, str]) -
     return keep
 
 
-def validate(run_dir: str) -> dict[str, Any]:
+@with_run
+def validate(ctx: RunContext) -> dict[str, Any]:
     """Run every quality gate; results are stored first, then a failing target fails the step."""
     from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415 - each step loads only the modules it runs
 
-    summary = validate_run(run_plan(run_dir), store.at(run_dir))
+    summary = validate_run(ctx.plan, ctx.folder)
     failed = [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]
     checked = facts.Validation(passed=summary.get("passed"), failed_targets=tuple(failed))
-    store.record(run_dir, checked.STEP, checked.to_json())
+    store.record(ctx.run_dir, checked.STEP, checked.to_json())
     raise_if_failed(summary)
     return {"passed": summary.get("passed"), "failed_targets": failed}
 
 
-def cost(run_dir: str) -> dict[str, Any]:
+@with_run
+def cost(ctx: RunContext) -> dict[str, Any]:
     from bakeoff.cost import cost_run  # noqa: PLC0415 - scipy (cost) only in the cost step
 
-    return cost_run(run_plan(run_dir), store.at(run_dir))
+    return cost_run(ctx.plan, ctx.folder)
 
 
-def report(run_dir: str, failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+@with_run
+def report(ctx: RunContext, failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     """Build the run's reports into the reports store (<reports>/<plan>/run_id=<run>/); ``failed_steps``
     are the steps of this run that failed, as the orchestrator knows them (the DAG run's task states)."""
     from bakeoff.report import build_report  # noqa: PLC0415 - each step loads only the modules it runs
 
-    plan = run_plan(run_dir)
+    plan, rdir = ctx.plan, ctx.folder
     for t in plan.targets:
         faults.maybe_fail("report", t)
-    rdir = store.at(run_dir)
     paths = build_report(plan, rdir, report_dir(plan.name, rdir.name), failed_steps=list(failed_steps))
     reported = facts.Report(files=paths, failed_steps=tuple(failed_steps))
-    store.record(run_dir, reported.STEP, reported.to_json())
+    store.record(ctx.run_dir, reported.STEP, reported.to_json())
     return paths
 
 
@@ -859,32 +843,25 @@ def report_dir(plan_name: str, run_name: str) -> store.StorePath:
     return store.at(reports_root()) / safe_name(plan_name) / safe_name(run_name)
 
 
-def bundle(run_dir: str, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> str:
+def bundle(ctx: RunContext, paths: dict[str, str], failed_steps: list[str] | tuple[str, ...] = ()) -> str:
     """Build the run's signed evidence bundle (bakeoff.evidence) beside its reports; returns its path.
     Fails, building nothing, if any file would carry one of the run's serving keys."""
     from bakeoff import evidence  # noqa: PLC0415 - cryptography only for this step
 
-    plan, rid = run_plan(run_dir), _run_id(run_dir)
-    keys = []
-    for t in plan.targets:
-        try:
-            keys.append(serving_key(t, rid))
-        except secrets.MissingSecret:  # a static endpoint's key no longer resolvable: nothing to look for
-            continue
-    rdir = store.at(run_dir)
     path = evidence.build(
-        plan,
-        rdir,
+        ctx.plan,
+        ctx.folder,
         paths,
-        report_dir(plan.name, rdir.name),
+        report_dir(ctx.plan.name, ctx.folder.name),
         failed_steps=list(failed_steps),
-        known_secrets=[k for k in keys if k],
+        known_secrets=ctx.serving_keys(),
     )
     return str(path)
 
 
+@with_run
 def publish(
-    run_dir: str,
+    ctx: RunContext,
     paths: dict[str, str],
     failed_steps: list[str] | tuple[str, ...] = (),
     refit_twin: Any = None,
@@ -896,8 +873,8 @@ def publish(
     from bakeoff.publish import publish as publish_reports  # noqa: PLC0415 - each step loads only the modules it runs
     from bakeoff.twin import runs as twin_runs  # noqa: PLC0415 - the twin's fit only when the installation asks
 
-    files = {**paths, "evidence": bundle(run_dir, paths, failed_steps)}
-    published = publish_reports(run_plan(run_dir), store.at(run_dir), files, failed_steps=list(failed_steps))
+    files = {**paths, "evidence": bundle(ctx, paths, failed_steps)}
+    published = publish_reports(ctx.plan, ctx.folder, files, failed_steps=list(failed_steps))
     if twin_runs.refit_after_publish(refit_twin):
         try:
             r = twin_runs.refit_installation()

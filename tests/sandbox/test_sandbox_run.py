@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bakeoff import pipeline, secrets, store
+from bakeoff import pipeline, secrets, step_context, store
 from bakeoff.agent.remote import AgentClient
 from bakeoff_sandbox import Sandbox
 
@@ -83,7 +83,7 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
     # the report's provisioning section: each node's time to running and to serving, from the step records
     from bakeoff.report.provisioning import rows
 
-    prov = rows(pipeline.run_plan(run["run_dir"]), store.run_facts(run["run_dir"]), time.time())
+    prov = rows(step_context.run_plan(run["run_dir"]), store.run_facts(run["run_dir"]), time.time())
     assert {r.slug for r in prov} == set(run["targets"])
     for r in prov:
         assert r.outcome.startswith("running") and r.billed_hours and not r.still_billing

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from bakeoff import installation, pipeline
+from bakeoff import installation, pipeline, step_context
 from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.provenance import snapshot_provenance
@@ -112,7 +112,7 @@ def test_a_name_that_rebinds_after_start_run_is_refused_by_every_client(strict, 
     url = f"http://{NAME}:{server.server_address[1]}"
     started = pipeline.start_run(_static_plan(tmp_path, url), "manual__rebind")  # public then: accepted
     assert rebinder.calls == 1
-    pipeline.run_plan(started["run_dir"])  # what every later step does first: guards the plan's hosts
+    step_context.run_plan(started["run_dir"])  # what every later step does first: guards the plan's hosts
 
     found = probe(url, "key")
     assert found.ready is None and "now resolves to 127.0.0.1, an internal address" in found.last
@@ -178,7 +178,7 @@ def test_the_guard_reaches_processes_the_benchmark_spawns(strict):
 
 def test_start_run_records_no_guard_when_the_installation_allows_private_endpoints(data_root, tmp_path, rebinder):
     started = pipeline.start_run(_static_plan(tmp_path, f"http://{NAME}:9"), "manual__allowed")  # conftest allows
-    assert not (pipeline.store.at(started["run_dir"]) / pipeline.EGRESS_FILE).exists()
+    assert not (pipeline.store.at(started["run_dir"]) / step_context.EGRESS_FILE).exists()
 
 
 def test_an_ip_literal_or_an_unguarded_host_is_not_looked_up_by_the_guard(strict, monkeypatch):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import pipeline, reaper, secrets, store
+from bakeoff import pipeline, reaper, secrets, step_context, store
 from bakeoff.paths import run_folder
 from bakeoff.plan import plans_dir
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, Instance
@@ -41,9 +41,9 @@ def test_run_ids_that_look_alike_get_their_own_folders(data_root, tmp_path):
     assert a["run_dir"] != b["run_dir"]
     assert store.read_record(a["run_dir"], store.START)["run_id"] == FIRST
     assert store.read_record(b["run_dir"], store.START)["run_id"] == SECOND
-    assert pipeline.serving_key(pipeline.run_plan(a["run_dir"]).targets[0], pipeline._run_id(a["run_dir"])) == (
-        secrets.api_key(FIRST, pipeline.run_plan(a["run_dir"]).targets[0].slug)
-    )
+    assert step_context.serving_key(
+        step_context.run_plan(a["run_dir"]).targets[0], step_context.run_id_of(a["run_dir"])
+    ) == (secrets.api_key(FIRST, step_context.run_plan(a["run_dir"]).targets[0].slug))
 
 
 def test_start_run_never_takes_over_a_folder_that_holds_a_run(data_root, tmp_path):

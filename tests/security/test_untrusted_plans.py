@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import pipeline, secrets
+from bakeoff import pipeline, secrets, step_context
 from bakeoff.bench.workloads import WorkloadFileError, build_specs, trace_specs
 from bakeoff.plan import PlanError, plan_from_dict, plans_dir
 from bakeoff.plan.target import Target
@@ -238,7 +238,7 @@ def test_run_keys_and_serving_secrets_are_masked_in_task_logs(monkeypatch, data_
     assert "pool-key" in masked and HF in masked and "aws-secret" not in masked
     from bakeoff.providers.static import static_base_url
 
-    assert static_base_url(pipeline.run_plan(run["run_dir"]).targets[0]) == "https://gpu-pool.internal:8443"
+    assert static_base_url(step_context.run_plan(run["run_dir"]).targets[0]) == "https://gpu-pool.internal:8443"
     with pytest.raises(secrets.MissingSecret):  # the Airflow resolver never serves aws_default to a plan
         secrets.connection("aws_default", (secrets.STATIC_CONN_PREFIX,))
 
