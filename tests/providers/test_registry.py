@@ -104,6 +104,7 @@ def test_a_cloud_carries_its_plug_in_pieces_beside_its_provider(info):
     """Its pre-flight, fake, image fields and environment names are declared with it and resolve."""
     import importlib.util
 
+    from bakeoff import catalog
     from bakeoff.plan.target import OPTIONS
     from bakeoff.providers.preflight_checks import checks_of
 
@@ -112,6 +113,8 @@ def test_a_cloud_carries_its_plug_in_pieces_beside_its_provider(info):
     assert module == home or module.startswith(home + "."), "in its provider's module or package"
     assert info.fake and importlib.util.find_spec(info.fake) is not None, "the sandbox module faking its API"
     assert info.image_fields and set(info.image_fields) <= set(OPTIONS[info.name].model_fields)
+    default = catalog.default_images().get(info.name)
+    assert default is None or default.field in info.image_fields, "the catalog's default image is set by one of them"
     assert info.user_data_max_bytes is None or info.user_data_max_bytes > 16384
 
 
