@@ -276,7 +276,8 @@ def provision(ctx: TargetContext, credentials: CredentialsFn = credentials_from_
         _record_refusal(run_dir, target, asked, e)
         raise
     # the lifecycle's record (providers/base.Provisioning: attempts, refusals, placements tried, where it
-    # launched) and how long the whole create took; node_ready and serving_ready add their times
+    # launched) and how long the whole create took; the times to running and serving-ready are
+    # node_ready's and deploy's own records (TargetFacts.provisioning folds them in)
     provisioning = facts.ProvisioningRecord.model_validate(
         {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
     )
@@ -431,18 +432,7 @@ def node_ready(
     seen = store.run_facts(run_dir).target(slug).node_ready
     if seen is None or seen.instance_id != ready.id:  # the first look that found it running counts
         _target_step(run_dir, slug, facts.NodeReady(instance_id=ready.id, running_at=time.time()))
-    _provisioning_time(run_dir, slug, "running_s")
     return ready.to_dict()
-
-
-def _provisioning_time(run_dir: str, slug: str, key: facts.Timed) -> None:
-    """Seconds from the node's launch to now, into the provision record's ``provisioning`` under ``key``
-    (``running_s``: running with an address; ``serving_ready_s``: serving the model), once per launch."""
-    prov = store.run_facts(run_dir).target(slug).provision
-    if prov is None or prov.provisioning.timed(key) or prov.launched_at is None:
-        return
-    seconds = round(max(0.0, time.time() - prov.launched_at), 1)
-    _target_step(run_dir, slug, prov.model_copy(update={"provisioning": prov.provisioning.with_time(key, seconds)}))
 
 
 def _record_refusal(run_dir: str, target: Target, asked: float, e: CapacityError) -> None:
@@ -586,7 +576,6 @@ def serving_ready(
         ctx,
         facts.Deploy(ready=True, base_url=endpoint.base_url, emulated=endpoint.emulated, ready_at=time.time()),
     )
-    _provisioning_time(ctx.run_dir, ctx.slug, "serving_ready_s")
     return endpoint.to_dict()
 
 

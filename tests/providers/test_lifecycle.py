@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cloud_helpers import launch_args, make_target, new_run_id
 
-from bakeoff import pipeline, store
+from bakeoff import store
 from bakeoff.core import facts
 from bakeoff.providers.base import (
     CapacityError,
@@ -146,17 +146,20 @@ def test_a_launch_spec_with_an_unknown_field_is_refused_naming_it_and_hides_its_
     assert "bk-secret" not in repr(spec) and "PRIVATE" not in repr(spec) and spec.expires_at == 5.0
 
 
-def test_times_to_running_and_serving_ready_go_into_the_provision_record_once(data_root):
+def test_times_to_running_and_serving_ready_come_from_their_own_steps_records(data_root):
+    """provision writes its record once; node_ready and serving_ready write their own, and the typed
+    view folds their times into how the create went."""
     rdir = str(store.run_dir("demo", "r-times"))
     launched = time.time() - 30
     prov = facts.Provision(instance_id="i", launched_at=launched, provisioning={"attempts": 1})
     store.record(rdir, prov.STEP, prov.to_json(), slug="a")
-    pipeline._provisioning_time(rdir, "a", "running_s")
-    pipeline._provisioning_time(rdir, "a", "serving_ready_s")
-    first = store.read_record(rdir, "provision", "a")["provisioning"]
-    assert first["attempts"] == 1 and 29 <= first["running_s"] <= first["serving_ready_s"] < 120
-    pipeline._provisioning_time(rdir, "a", "running_s")  # a later look does not move it
-    assert store.read_record(rdir, "provision", "a")["provisioning"]["running_s"] == first["running_s"]
+    ready = facts.NodeReady(instance_id="i", running_at=launched + 29.5)
+    store.record(rdir, ready.STEP, ready.to_json(), slug="a")
+    served = facts.Deploy(ready=True, ready_at=launched + 31.0)
+    store.record(rdir, served.STEP, served.to_json(), slug="a")
+    first = store.run_facts(rdir).target("a").provisioning()
+    assert first.attempts == 1 and 29 <= first.running_s <= first.serving_ready_s < 120
+    assert store.read_record(rdir, "provision", "a") == prov.to_json()  # nobody else rewrote it
 
 
 def test_an_undo_that_fails_does_not_hide_why_the_create_failed():

@@ -113,8 +113,10 @@ class PlacementRefusal(BaseModel):
 
 
 class ProvisioningRecord(BaseModel):
-    """How a create went (providers/base.Provisioning writes it; the pipeline adds ``create_s`` and the
-    later steps ``running_s`` / ``serving_ready_s``); a cluster's records its ``nodes`` and ``ready_s``.
+    """How a create went (providers/base.Provisioning writes it; the pipeline adds ``create_s``); a
+    cluster's records its ``nodes`` and ``ready_s``. ``running_s`` / ``serving_ready_s`` are folded in
+    when read (``TargetFacts.provisioning``) from the node_ready and deploy records; runs of earlier
+    versions stored them here.
 
     It is read back from every version's files, so it is lenient where a step record is strict: a key
     this version does not know is ignored, and a value of the wrong type is dropped (logged, naming
@@ -375,6 +377,23 @@ class TargetFacts(BaseModel):
     provision_refused: ProvisionRefused | None = None
     node_ready: NodeReady | None = None
     launch: LaunchIntent | None = None
+
+    def provisioning(self) -> ProvisioningRecord:
+        """How the create went, with the seconds from the launch to running (node_ready's record, for
+        this launch's instance) and to serving-ready (deploy's) folded in: each step writes only its own record."""
+        prov = self.provision
+        if prov is None:
+            return ProvisioningRecord()
+        record, launched = prov.provisioning, prov.launched_at
+        if launched is None:
+            return record
+        ready = self.node_ready
+        if ready is not None and ready.instance_id == prov.instance_id and not record.timed("running_s"):
+            record = record.with_time("running_s", round(max(0.0, ready.running_at - launched), 1))
+        served = self.deploy.ready_at if self.deploy is not None else None
+        if served is not None and not record.timed("serving_ready_s"):
+            record = record.with_time("serving_ready_s", round(max(0.0, served - launched), 1))
+        return record
 
     def launches(self) -> tuple[Launch, ...]:
         """Every launch, oldest first, each ended at its own ``ended_at``, else at the termination
