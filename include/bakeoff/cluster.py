@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import faults, teardown
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.plan.cluster import layout_for
 from bakeoff.plan.multinode import SCALE_OUT_GBPS
 from bakeoff.providers.address import node_address, url_host
-from bakeoff.providers.base import TAG_TARGET, CapacityError, Instance, LaunchSpec, Provider, ProviderError
+from bakeoff.providers.base import TAG_TARGET, CapacityError, Instance, Provider, ProviderError
 from bakeoff.providers.local import STOP_KEY_ENV, stop_key
 from bakeoff.serving.deploy import stack_facts
 from bakeoff.serving.emulator.config import STOP_ROUTE

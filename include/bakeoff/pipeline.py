@@ -16,19 +16,12 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from bakeoff import admission, approval, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
 from bakeoff.core import facts
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
-from bakeoff.providers.base import (
-    TAG_EXPIRES,
-    TAG_INSTALLATION,
-    TAG_PLAN,
-    TAG_RUN,
-    TAG_TARGET,
-    CapacityError,
-    LaunchSpec,
-)
+from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.endpoint import Endpoint

@@ -13,15 +13,8 @@ from cloud_helpers import launch_args, make_target, new_run_id
 
 from bakeoff import store
 from bakeoff.core import facts
-from bakeoff.providers.base import (
-    CapacityError,
-    CloudProvider,
-    Instance,
-    LaunchSpec,
-    Placement,
-    ProviderError,
-    Refused,
-)
+from bakeoff.core.launch import LaunchSpec
+from bakeoff.providers.base import CapacityError, CloudProvider, Instance, Placement, ProviderError, Refused
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.tags import TAG_PORT, TAG_RUN, TAG_TARGET
 

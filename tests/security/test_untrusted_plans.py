@@ -169,7 +169,7 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
 
     seen = []
     real_create = AwsProvider.create
-    from bakeoff.providers.base import LaunchSpec
+    from bakeoff.core.launch import LaunchSpec
 
     def spy(self, target, run_id, *, tags, spec):
         seen.append(dict(LaunchSpec.of(spec).secrets))

@@ -21,11 +21,12 @@ import abc
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 # the interface's names for the tags every node carries (tags.py builds and encodes them)
-from bakeoff.providers.errors import ProviderError as ProviderError
+from bakeoff.core.errors import ProviderError as ProviderError
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.tags import TAG_EXPIRES as TAG_EXPIRES
 from bakeoff.providers.tags import TAG_INSTALLATION as TAG_INSTALLATION
 from bakeoff.providers.tags import TAG_PLAN as TAG_PLAN
@@ -195,38 +196,6 @@ class Provider(abc.ABC):
 
 
 # --- one launch, typed ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """What one launch of a target boots with, beyond the target itself: the serving key, the expiry
-    its tags carry, the kill-switch delay, the staged client bundle, the node's TLS identity and the
-    names of the serving secrets its agent will receive. It holds secrets, so its repr hides them and
-    it is never stored (instance.json and the records hold none of it). ``launch`` counts the target's
-    earlier launches in the run (clouds' idempotency tokens include it). ``mode`` and ``scripted``
-    configure the local emulator only."""
-
-    api_key: str | None = field(default=None, repr=False)
-    expires_at: float | None = None
-    shutdown_after_s: float | None = None
-    agent: Mapping[str, Any] | None = None  # the staged client bundle: url, sha256, requirements
-    launch: int = 0
-    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    tls: Mapping[str, str] | None = field(default=None, repr=False)  # the node's {cert, key} PEMs
-    mode: str = "roofline"
-    scripted: Mapping[str, Any] | None = None
-
-    @classmethod
-    def of(cls, spec: LaunchSpec | Mapping[str, Any] | None) -> LaunchSpec:
-        """A spec given as a mapping (a test, a caller at a JSON edge) as the typed one; an unknown key is refused."""
-        if isinstance(spec, LaunchSpec):
-            return spec
-        doc = dict(spec or {})
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(doc) - set(known))
-        if unknown:
-            raise ProviderError(f"launch spec: unknown field(s) {', '.join(unknown)}; known: {', '.join(known)}")
-        return cls(**doc)
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """The cloud node's boot script, for the cloud providers' lifecycle (base.CloudProvider.create).
 
-It lives apart from base.py because the script's renderer (serving.userdata) imports base's LaunchSpec
-and the registry: the template in base.py calls ``boot_script`` and each cloud class takes it from
-here, so no module imports back into the one that imports it.
+It lives apart from base.py so the provider interface does not import the script's renderer
+(serving.userdata, which reads the registry and core's LaunchSpec): the template in base.py calls
+``boot_script`` and each cloud class takes it from here.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bakeoff.providers.base import LaunchSpec
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.serving import userdata
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)

@@ -42,8 +42,9 @@ import httpx
 import psutil
 
 from bakeoff import durable, paths, secrets
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.address import is_loopback, node_address, url_host
-from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, LaunchSpec, Provider, ProviderError
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, Provider, ProviderError
 from bakeoff.serving import engines
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Literal
 
-from bakeoff.providers.errors import ProviderError
+from bakeoff.core.errors import ProviderError
 
 Kind = Literal["cloud", "emulator", "endpoint"]
 ClientMode = Literal["co-located", "remote"]

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
 
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import (
     CloudProvider,
     Instance,
-    LaunchSpec,
     PartialListing,
     Placement,
     ProviderError,

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx
 
 from bakeoff import secrets
-from bakeoff.providers.base import Instance, LaunchSpec, Provider, ProviderError
+from bakeoff.core.launch import LaunchSpec
+from bakeoff.providers.base import Instance, Provider, ProviderError
 
 if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.options import StaticOptions

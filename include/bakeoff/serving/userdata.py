@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
-from bakeoff.providers.base import LaunchSpec
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import engines, front, hub_fetch, oci_sdk, power
 from bakeoff.serving.tls import check_cert, stand_in_identity

@@ -25,21 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.aws.api import options_of
 from bakeoff.providers.aws.instance import CAPACITY_CODES, QUOTA_CODES
 from bakeoff.providers.aws.network import dry
 from bakeoff.providers.aws.search import Search
-from bakeoff.providers.base import (
-    CloudProvider,
-    Instance,
-    LaunchSpec,
-    PartialListing,
-    Placement,
-    ProviderError,
-    Refused,
-    reachable,
-)
+from bakeoff.providers.base import CloudProvider, Instance, PartialListing, Placement, ProviderError, Refused, reachable
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.serving.userdata import stand_in_launch
 

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from oci.exceptions import ServiceError
 
-from bakeoff.providers.base import CloudProvider, Instance, LaunchSpec, Placement, ProviderError, Refused, reachable
+from bakeoff.core.launch import LaunchSpec
+from bakeoff.providers.base import CloudProvider, Instance, Placement, ProviderError, Refused, reachable
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.oci.api import GONE, TAGS, options_of, region_of
 from bakeoff.providers.oci.instance import Network, is_capacity
