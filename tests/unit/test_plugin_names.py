@@ -29,7 +29,6 @@ SCANNED = ("include/bakeoff", "plugins", "dags")
 CLOUD_PLUG_INS = {
     "include/bakeoff/providers": "the registry and each cloud's own provider, pre-flight and options",
     "include/bakeoff/plan/target.py": "a plan's provider names (ProviderName) and options class per provider",
-    "include/bakeoff/plan/recipes.py": "the vendored InferenceX recipes name OCI shapes",
 }
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import catalog
 from bakeoff.plan.multinode import multinode_recipes
+from bakeoff.providers.registry import EMULATORS
 
 RECIPES_FILE = "inferencex.yaml"
 
@@ -139,7 +140,7 @@ def catalog_node(gpu: str, gpus: int) -> str | None:
     own row where the catalog has one (the GB300 tray), else OCI's bare-metal node (the one cloud with
     all three GPU families), else a priced one, else any."""
     fit = [it for it in catalog.instance_types().values() if it.gpu == gpu and it.gpus == gpus]
-    fit.sort(key=lambda it: (it.provider != "local", it.provider != HOME_CLOUD, it.usd_per_hour is None, it.type))
+    fit.sort(key=lambda it: (it.provider not in EMULATORS, it.provider != HOME_CLOUD, it.usd_per_hour is None, it.type))
     return fit[0].type if fit else None
 
 

@@ -25,7 +25,7 @@ from bakeoff.plan.options import (
 )
 from bakeoff.plan.precision import Quantization
 from bakeoff.plan.serving_options import KvOffload, Speculative, WeightsOptions
-from bakeoff.providers.registry import PROVIDERS, PROVISIONING
+from bakeoff.providers.registry import ENDPOINTS, PROVIDERS, PROVISIONING
 from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, allowed_connection
 
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
@@ -286,7 +286,7 @@ class Target(Strict):
                 template["instance_type"] = sold[0].type
             else:
                 template.pop("instance_type", None)
-        if provider == "static":
+        if provider in ENDPOINTS:
             for field in ("image", "engine_args", "env", "instance_type"):
                 template.pop(field, None)
         return {**template, **data}
@@ -596,7 +596,7 @@ class Target(Strict):
 
     def _static_only(self) -> None:
         """What only a static target may say, and what it may not (bakeoff does not start its server)."""
-        if self.provider != "static":
+        if not PROVIDERS[self.provider].existing_endpoint:
             for field in ("hardware", "served_model"):
                 if getattr(self, field) is not None:
                     raise ValueError(
@@ -614,7 +614,7 @@ class Target(Strict):
                 "hardware: give either instance_type (a catalog instance) or hardware (a free-form "
                 "description), not both"
             )
-        if self.provider == "static" and (self.image or self.engine_args or self.env):
+        if PROVIDERS[self.provider].existing_endpoint and (self.image or self.engine_args or self.env):
             raise ValueError(
                 "image / engine_args / env: bakeoff does not start a static endpoint's server, so these "
                 "would describe a deployment it did not make; remove them (the server's own /version, "

@@ -220,6 +220,8 @@ PROVIDERS: dict[str, ProviderInfo] = {
 
 PROVISIONING: tuple[str, ...] = tuple(n for n, p in PROVIDERS.items() if p.provisions)
 LAUNCHING: tuple[str, ...] = tuple(n for n, p in PROVIDERS.items() if p.launches)
+ENDPOINTS: tuple[str, ...] = tuple(n for n, p in PROVIDERS.items() if p.existing_endpoint)
+EMULATORS: tuple[str, ...] = tuple(n for n, p in PROVIDERS.items() if p.emulated)
 
 
 def provider_info(name: str) -> ProviderInfo:
