@@ -233,7 +233,11 @@ def _act(step: Step):
     """A declared step's task body: one call of its bakeoff.pipeline function, on the target of the map
     index (per target) or on the run, with the outputs of the steps it takes."""
 
-    def act(item: dict, *inputs):
+    def act(item: dict | None, *inputs):
+        if item is None:  # a run step after start_run, which never ran (its gate failed): nothing started
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"{step.name}: start_run did not run, so this run started nothing")
         per_target = step.per_target
         pipeline = _pipeline(item if per_target else None)
         kwargs: dict = {"credentials": _credentials()} if step.credentials else {}
