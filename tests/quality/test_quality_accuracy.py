@@ -94,6 +94,8 @@ def test_fixed_reference_and_output_length_rule(tmp_path):
     assert "mean output tokens 6.00 is outside +-10% of the reference 1.00" in msg
 
 
+# slow: Great Expectations validates a whole run (29-35 s)
+@pytest.mark.slow
 def test_validate_run_applies_gate_and_reports_agreement(tmp_path):
     plan = make_plan(accuracy={"eval_size": 60})
     write_run(tmp_path, plan)
@@ -110,6 +112,8 @@ def test_validate_run_applies_gate_and_reports_agreement(tmp_path):
     assert s["agreement"]["pairs"][0]["rate"] == bad_entry["accuracy"]["score"]
 
 
+# slow: Great Expectations validates a whole run (29-35 s)
+@pytest.mark.slow
 def test_validate_run_fails_a_target_whose_gate_never_ran(tmp_path):
     plan = make_plan(accuracy={"eval_size": 10})
     write_run(tmp_path, plan)

@@ -9,6 +9,10 @@ from quality_fixtures import make_plan, summarise, write_run
 
 from bakeoff.quality.validate import ValidationFailed, raise_if_failed, validate_run
 
+# slow (make test runs it, make test-unit leaves it out): each test validates a whole stored run
+# with Great Expectations, 10-47 s a test on the 2-core machine
+pytestmark = pytest.mark.slow
+
 NO_GATE = {"accuracy": {"enabled": False}}
 
 

@@ -30,6 +30,10 @@ from bakeoff.serving.endpoint import Endpoint
 from tests.conftest import FLEET_SECRET
 from tests.fleet_fixtures import ArrivalServer, ThreadMember
 
+# slow (make test runs it, make test-unit leaves it out): each test starts Celery client workers as
+# processes, 12-19 s a test on the 2-core machine
+pytestmark = pytest.mark.slow
+
 RUN = "r-messages"
 _WORKER = (
     "import json, sys\n"

@@ -149,6 +149,8 @@ def sandbox():
         yield sb
 
 
+# slow: a whole provision and deploy on the sandbox (53 s plus 13 s set-up)
+@pytest.mark.slow
 def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tmp_path, monkeypatch, caplog):
     """A whole run of a gated-model target on the sandbox EC2: the provider gets the token in
     spec["secrets"]; plan.json, deploy.json, every step's return value (XCom), provenance, logs,

@@ -26,6 +26,8 @@ def test_identical_setups_are_merged_into_one_row_with_the_geometric_mean_and_ev
     assert set(one.organization.split("+")) == {c.organization for c in copies}
 
 
+# slow: refits the twin once per hold-out scheme (39 s)
+@pytest.mark.slow
 def test_every_scheme_keeps_its_held_out_group_out_of_the_fit():
     rows = holdout.setups()
     scored = holdout.held_out(rows, "leave-one-submitter-out")
