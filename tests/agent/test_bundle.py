@@ -64,7 +64,7 @@ def test_the_agent_requirements_cover_what_the_client_imports():
     code = (
         "import sys, json, importlib.metadata as md\n"
         "import bakeoff.agent.cli, bakeoff.agent.server, bakeoff.bench.cli, bakeoff.bench.run, bakeoff.bench.sla, "
-        "bakeoff.bench.workers, bakeoff.bench.calibration, bakeoff.bench.provenance, bakeoff.cli\n"
+        "bakeoff.bench.workers, bakeoff.bench.calibration, bakeoff.serving.provenance, bakeoff.cli\n"
         "m = md.packages_distributions()\n"
         "tops = {n.split('.')[0] for n in sys.modules} - set(sys.stdlib_module_names)\n"
         "print(json.dumps(sorted({d for t in tops for d in m.get(t, [])} - {'bakeoff'})))"

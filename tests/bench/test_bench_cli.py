@@ -10,10 +10,10 @@ import pytest
 from bakeoff.bench import calibration
 from bakeoff.bench.cli import _mapping
 from bakeoff.bench.metrics import summarize
-from bakeoff.bench.provenance import identify_engine
 from bakeoff.bench.records import RequestRecord
 from bakeoff.plan import Slo
 from bakeoff.serving.emulator import scripted
+from bakeoff.serving.provenance import identify_engine
 
 KEY = "sekrit-key"
 

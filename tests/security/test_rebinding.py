@@ -22,11 +22,11 @@ import yaml
 from bakeoff import installation, pipeline, step_context
 from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.provenance import snapshot_provenance
 from bakeoff.bench.server_metrics import scrape
 from bakeoff.plan import plans_dir
 from bakeoff.plan.target import Target
 from bakeoff.serving import egress
+from bakeoff.serving.provenance import snapshot_provenance
 from bakeoff.serving.readiness import probe
 from tests.plan_fixtures import without_deployment
 

@@ -151,8 +151,8 @@ def test_a_public_ca_certificate_is_not_enough(emulator, node_tls):
 
 
 def test_accuracy_gate_and_provenance_pin_through_the_endpoint(emulator, node_tls):
-    from bakeoff.bench.provenance import snapshot_provenance
     from bakeoff.serving.endpoint import Endpoint
+    from bakeoff.serving.provenance import snapshot_provenance
 
     good = Endpoint(target="t", base_url=emulator, model=MODEL, stack="vllm", tls_cert=node_tls["mine"].cert_pem)
     bad = Endpoint(target="t", base_url=emulator, model=MODEL, stack="vllm", tls_cert=node_tls["other"].cert_pem)

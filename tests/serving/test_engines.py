@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from bakeoff import catalog
-from bakeoff.bench.provenance import identify_engine
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import engines, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
 from bakeoff.serving.engines import registry, sglang, trtllm
+from bakeoff.serving.provenance import identify_engine
 from tests.stub_host import docker_argv
 
 KEY = "bk-" + "0123456789abcdef" * 2 + "01234567"

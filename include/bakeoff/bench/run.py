@@ -27,7 +27,6 @@ from bakeoff.bench.loadgen import PointId, arrival_offsets
 from bakeoff.bench.metrics import summarize
 from bakeoff.bench.point import Ctx, PowerSource, client_for, measure_here, measure_sessions
 from bakeoff.bench.prompts import RequestSpec, prompt_seed
-from bakeoff.bench.provenance import snapshot_provenance
 from bakeoff.bench.records import REQUEST_FIELDS, RequestRecord
 from bakeoff.bench.runtime import run_async
 from bakeoff.bench.session_load import SessionSender, TurnSent, point_seed, point_sessions
@@ -37,6 +36,7 @@ from bakeoff.bench.workers import measure_in_workers
 from bakeoff.plan.capacity import CapacitySearch, ordered
 from bakeoff.plan.workload import rate_key
 from bakeoff.serving.energy import point_energy, power_trace
+from bakeoff.serving.provenance import snapshot_provenance
 
 if TYPE_CHECKING:
     from bakeoff.bench.clock import Offsets

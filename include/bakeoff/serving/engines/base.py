@@ -56,7 +56,7 @@ class Routes:
 
 @dataclass(frozen=True)
 class Names:
-    """How a server says it is this engine (``bench.provenance``): a whole word in /version and, where
+    """How a server says it is this engine (``serving.provenance``): a whole word in /version and, where
     ``in_model_cards``, in /v1/models' ``owned_by``; ``own_metrics``: its catalog ``metrics_prefix`` is
     its own, not another engine's names it exports."""
 
