@@ -116,11 +116,13 @@ def test_a_cloud_carries_its_plug_in_pieces_beside_its_provider(info):
     default = catalog.default_images().get(info.name)
     assert default is None or default.field in info.image_fields, "the catalog's default image is set by one of them"
     assert info.user_data_max_bytes is None or info.user_data_max_bytes > 16384
+    assert (info.self_delete is not None) == (info.kill_switch == "self-delete"), "a self-delete names its section"
 
 
 @pytest.mark.parametrize("info", [p for p in ENTRIES if not p.provisions], ids=lambda i: i.name)
 def test_what_launches_no_cloud_node_has_no_cloud_pieces(info):
     assert info.preflight is None and info.fake is None and not info.image_fields and not info.env
+    assert info.self_delete is None
 
 
 def test_a_cloud_with_a_vendored_api_definition_has_its_prose_rules_named():

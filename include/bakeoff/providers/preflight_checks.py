@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import import_module
-from typing import Any
+from typing import Any, cast
 
 from bakeoff import catalog
-from bakeoff.providers.registry import PROVIDERS
+from bakeoff.providers.registry import PROVIDERS, resolve
 
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
 # What no cloud's pre-flight can try: the last item of each cloud's ``UNTRIED`` (its final row).
@@ -39,9 +38,7 @@ def checks_of(provider: str) -> CloudChecks:
     """The cloud's own pre-flight checks, imported from beside its provider when a plan needs them."""
     ref = PROVIDERS[provider].preflight
     assert ref is not None, f"{provider} provisions nothing, so it has no pre-flight"
-    module, name = ref.split(":")
-    checks: CloudChecks = getattr(import_module(module), name)
-    return checks
+    return cast(CloudChecks, resolve(ref))
 
 
 def image_provides(t: Any, i: int, listed: str) -> Check:

@@ -61,6 +61,8 @@ class ProviderInfo:
     # the sandbox module that fakes its API, where the rules its API definition states in prose are
     # named checks (bakeoff_sandbox.spec_rules, by this name); None for what needs no fake
     fake: str | None = None
+    # for kill_switch "self-delete": "module:function" (minutes) -> the boot script's kill switch section
+    self_delete: str | None = None
 
     @property
     def provisions(self) -> bool:
@@ -83,9 +85,16 @@ class ProviderInfo:
 
     def load(self) -> type[object]:
         """Its class, imported now (``bakeoff.providers.get_provider`` makes the instance)."""
-        module, cls = self.cls.split(":")
-        loaded: type[object] = getattr(import_module(module), cls)
+        loaded = resolve(self.cls)
+        assert isinstance(loaded, type), self.cls
         return loaded
+
+
+def resolve(ref: str) -> object:
+    """What a ``module:name`` pointer of an entry names, imported now (the registry itself stays cheap)."""
+    module, name = ref.split(":")
+    found: object = getattr(import_module(module), name)
+    return found
 
 
 def _cloud(
@@ -104,6 +113,7 @@ def _cloud(
     image_fields: tuple[str, ...],
     fake: str,
     user_data_max_bytes: int | None = None,
+    self_delete: str | None = None,
 ) -> ProviderInfo:
     return ProviderInfo(
         name=name,
@@ -125,6 +135,7 @@ def _cloud(
         env=env,
         image_fields=image_fields,
         fake=fake,
+        self_delete=self_delete,
     )
 
 
@@ -196,6 +207,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             cleanup=True,
             console_output=True,
             kill_switch="self-delete",
+            self_delete="bakeoff.serving.oci_sdk:kill_switch",
             credentials="oci-api-key",
             preflight="bakeoff.providers.oci.preflight:checks",
             # its API signing key, as the compose .env names it (the key itself is the PEM text)

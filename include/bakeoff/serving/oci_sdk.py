@@ -1,4 +1,4 @@
-"""The OCI SDK that the self-deleting kill switch installs on an OCI node, pinned by hash.
+"""OCI's self-deleting kill switch: the boot script's section and the SDK it installs, pinned by hash.
 
 The node deletes itself with the SDK, signed as its instance principal, so a wheel swapped on the
 index or a mirror would run with that permission. The whole closure of ``oci`` is pinned to this
@@ -14,7 +14,10 @@ mode remote) gets no SDK; its self-delete fails closed (power-off, then the reap
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+
+from bakeoff import catalog
 
 ROOTS = ("oci",)
 HASHES_FILE = Path(__file__).with_name("requirements-oci-sdk.txt")
@@ -62,3 +65,28 @@ def install_argv(target_dir: str) -> str:
     return (
         f"pip install --quiet --no-cache-dir --require-hashes --no-deps --only-binary=:all: --target {target_dir} -r $f"
     )
+
+
+def kill_switch(minutes: int) -> str:
+    """The boot script's kill switch on OCI (the registry's ``self_delete``): after ``minutes`` the node
+    deletes itself through its instance principal (its dynamic group's policy allows deleting bakeoff
+    instances only), then powers off as a fallback."""
+    img = shlex.quote(catalog.agent_image())
+    install_sdk = install_argv("/ks")  # hash-pinned closure, this worker's versions
+    terminate = (
+        "import oci,sys; s=oci.auth.signers.InstancePrincipalsSecurityTokenSigner(); "
+        "oci.core.ComputeClient({'region': s.region}, signer=s).terminate_instance(sys.argv[1])"
+    )
+    delete = f'python -c {shlex.quote(terminate)} "$iid"'
+    return f"""# 1. kill switch: after the run's budgeted time the node deletes itself (a stopped OCI node still bills),
+#    authenticated as an instance principal; power-off follows as a fallback, even if Airflow is gone
+mkdir -p /opt/bakeoff/ks
+({wait_on_node()} && \\
+   docker run --rm -v /opt/bakeoff/ks:/ks -v $f:$f:ro {img} {install_sdk} >/dev/null 2>&1 || \\
+   echo "bakeoff: kill switch: oci SDK install failed; power-off only") &
+(sleep {minutes * 60}
+ iid=$(curl -sf -H 'Authorization: Bearer Oracle' http://169.254.169.254/opc/v2/instance/id)
+ docker run --rm --network host -v /opt/bakeoff/ks:/ks:ro -e PYTHONPATH=/ks {img} {delete} \\
+   || echo "bakeoff: kill switch: self-delete of $iid failed; powering off"
+ poweroff) &
+shutdown -h +{minutes + 5} "bakeoff kill switch (fallback)" &"""

@@ -35,14 +35,14 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
 from bakeoff.core.launch import LaunchSpec
-from bakeoff.providers.registry import PROVIDERS
-from bakeoff.serving import engines, front, hub_fetch, oci_sdk, power
+from bakeoff.providers.registry import PROVIDERS, resolve
+from bakeoff.serving import engines, front, hub_fetch, power
 from bakeoff.serving.tls import check_cert, stand_in_identity
 
 if TYPE_CHECKING:
@@ -412,8 +412,9 @@ def kill_switch_section(provider: str, minutes: int) -> str:
     """What ends billing at the run's budgeted time on this cloud, with no help from Airflow.
 
     Powering off ends billing only on EC2 (launched with InstanceInitiatedShutdownBehavior=terminate).
-    An OCI node deletes itself through its instance principal (its dynamic group's policy allows
-    deleting bakeoff instances only), then powers off as a fallback. Vultr and DigitalOcean bill a
+    A cloud whose kill switch is ``self-delete`` names its section in the registry (``self_delete``:
+    OCI's, in ``oci_sdk``, deletes the node through its instance principal, then powers off as a
+    fallback). Vultr and DigitalOcean bill a
     stopped node and offer no token scoped to one node, so there the node powers off and the
     independent reaper (``bakeoff reap --loop`` / cron) deletes it.
     """
@@ -429,26 +430,10 @@ def kill_switch_section(provider: str, minutes: int) -> str:
             f"{mark}\n# 1. kill switch ({what}) after the run's budgeted time, even if Airflow is gone\n"
             f'shutdown -h +{minutes} "bakeoff kill switch" || (sleep {minutes * 60} && poweroff) &'
         )
-    img = shlex.quote(catalog.agent_image())
-    install_sdk = oci_sdk.install_argv("/ks")  # hash-pinned closure, this worker's versions
-    terminate = (
-        "import oci,sys; s=oci.auth.signers.InstancePrincipalsSecurityTokenSigner(); "
-        "oci.core.ComputeClient({'region': s.region}, signer=s).terminate_instance(sys.argv[1])"
-    )
-    self_delete = f'python -c {shlex.quote(terminate)} "$iid"'
-    return f"""{mark}
-# 1. kill switch: after the run's budgeted time the node deletes itself (a stopped OCI node still bills),
-#    authenticated as an instance principal; power-off follows as a fallback, even if Airflow is gone
-mkdir -p /opt/bakeoff/ks
-({oci_sdk.wait_on_node()} && \\
-   docker run --rm -v /opt/bakeoff/ks:/ks -v $f:$f:ro {img} {install_sdk} >/dev/null 2>&1 || \\
-   echo "bakeoff: kill switch: oci SDK install failed; power-off only") &
-(sleep {minutes * 60}
- iid=$(curl -sf -H 'Authorization: Bearer Oracle' http://169.254.169.254/opc/v2/instance/id)
- docker run --rm --network host -v /opt/bakeoff/ks:/ks:ro -e PYTHONPATH=/ks {img} {self_delete} \\
-   || echo "bakeoff: kill switch: self-delete of $iid failed; powering off"
- poweroff) &
-shutdown -h +{minutes + 5} "bakeoff kill switch (fallback)" &"""
+    self_delete = PROVIDERS[provider].self_delete
+    assert self_delete is not None, f"{provider}: a self-delete kill switch names its section in the registry"
+    section = cast(Callable[[int], str], resolve(self_delete))
+    return f"{mark}\n{section(minutes)}"
 
 
 def kill_switch_from_userdata(script: str) -> dict[str, Any] | None:
