@@ -110,7 +110,7 @@ def write_indexes(root: str | StorePath, plan_name: str) -> dict[str, StorePath]
 
 def _manifest(plan: Plan, run_dir: StorePath, files: dict[str, str], failed_steps: list[str]) -> dict[str, Any]:
     from bakeoff import store  # noqa: PLC0415 - the results store loads pandas; the UI imports this module
-    from bakeoff.dashboard.summary import summarize  # noqa: PLC0415 - so does the cost step's summary
+    from bakeoff.report.summary import summarize  # noqa: PLC0415 - so does the cost step's summary
 
     run = store.run_facts(run_dir)
     head = _read_json(run_dir / "cost.json") or {}

@@ -5,7 +5,7 @@ import pandas as pd
 import synthetic
 
 from bakeoff.cost import cost_run
-from bakeoff.dashboard.summary import summarize
+from bakeoff.report.summary import summarize
 
 
 def test_summary_marks_client_bound_levels_and_lower_bounds(tmp_path):

@@ -92,7 +92,7 @@ def _publish_one_run(reports: Path) -> None:
 
 
 def _dashboard_doc() -> dict:
-    """The dashboard document publish writes (bakeoff.dashboard.summary), for two targets."""
+    """The dashboard document publish writes (bakeoff.report.summary), for two targets."""
 
     def target(name: str, gpu: str, tps: float) -> dict:
         frontier = [
