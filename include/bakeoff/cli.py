@@ -20,13 +20,13 @@ from bakeoff.bench.client_cores import client_cores, line, warnings
 from bakeoff.bench.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
 from bakeoff.core.facts import RunFacts
+from bakeoff.cost.headline import headline_table
 from bakeoff.fielderrors import explain
 from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
 from bakeoff.plan.names import image_gaps, unverified_names
 from bakeoff.plan.prices import market_mismatches
 from bakeoff.preflight import blocking, preflight, table
 from bakeoff.providers.credentials import credentials_from_env
-from bakeoff.report.headline import headline_table
 from bakeoff.secrets import installation_id
 from bakeoff.serving import engines, userdata
 from bakeoff.serving.emulator import disagg

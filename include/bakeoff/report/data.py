@@ -15,8 +15,8 @@ import pandas as pd
 
 from bakeoff import claims, cost, store
 from bakeoff.core.facts import RunFacts
+from bakeoff.cost.headline import CLIENT_FIX
 from bakeoff.report.capacity import CapacityRow
-from bakeoff.report.headline import CLIENT_FIX
 from bakeoff.report.perwatt import WattRow
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.rackscale import RackRow

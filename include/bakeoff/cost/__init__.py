@@ -29,7 +29,7 @@ cheapest only when the interval of their cost difference excludes zero.
 
 Inputs come from elsewhere: prices in force from the plan (``plan.prices`` folds a price sheet in),
 validation status from ``quality.status``, the evaluation's own cost from ``budget``; the headline
-sentence is written by ``report.headline``.
+sentence is written by ``cost.headline``.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from bakeoff import at_slo, catalog, offers, store
 from bakeoff.bench.client_cores import sizing_check
 from bakeoff.bench.stats import bootstrap_ci, difference_ci
 from bakeoff.budget import evaluation_cost
+from bakeoff.cost.headline import build_headline
 from bakeoff.quality.status import target_status
-from bakeoff.report.headline import build_headline
 from bakeoff.store import StorePath
 
 if TYPE_CHECKING:
