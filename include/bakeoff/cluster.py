@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import faults, teardown
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.plan.cluster import layout_for
 from bakeoff.plan.multinode import SCALE_OUT_GBPS
 from bakeoff.providers.address import node_address, url_host
-from bakeoff.providers.base import TAG_TARGET, CapacityError, Instance, Provider, ProviderError
+from bakeoff.providers.base import TAG_TARGET, CapacityError, Provider, ProviderError
 from bakeoff.providers.local import STOP_KEY_ENV, stop_key
 from bakeoff.serving.deploy import stack_facts
 from bakeoff.serving.emulator.config import STOP_ROUTE
@@ -353,7 +354,7 @@ def kv_seconds_per_token(target: Any) -> float:
 
 def node_cert(nodes: list[ClusterNode]) -> str | None:
     """The certificate the cluster's nodes serve with (one per target: serving.tls.node_identity), if any."""
-    certs = {((n.instance or {}).get("details") or {}).get("tls_cert") for n in nodes}
+    certs = {(n.instance or {}).get("tls_cert") for n in nodes}
     return next((c for c in certs if c), None)
 
 
@@ -394,7 +395,7 @@ def start_router(
     """Start the router (serving.emulator.router) over the cluster's prefill and decode nodes on
     this worker's node address (providers/address.py: loopback unless other workers must reach
     it); it exits by itself at ``expires_at``. For emulated clusters (local provider, sandbox);
-    nodes with a pinned certificate (``details["tls_cert"]``, one per target) are reached over it."""
+    nodes with a pinned certificate (``tls_cert``, one per target) are reached over it."""
     config = {
         "prefill": role_urls(result, "prefill"),
         "decode": role_urls(result, "decode"),
@@ -561,7 +562,7 @@ def check_emulated(
                 "(its own record, by instance id); the emulated router fronts emulator-backed nodes only, and a "
                 "cloud cluster's roles are not started"
             )
-        n.instance = {**(n.instance or {}), "details": {**((n.instance or {}).get("details") or {}), "emulated": True}}
+        n.instance = {**(n.instance or {}), "emulated": True}
 
 
 def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
@@ -587,7 +588,7 @@ def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
                 "tensor_parallel": nt.tensor_parallel,
                 "expert_parallel": nt.expert_parallel,
                 "data_parallel_attention": nt.data_parallel_attention,
-                "emulated": bool((inst.get("details") or {}).get("emulated")),
+                "emulated": bool(inst.get("emulated")),
             }
         )
     return out

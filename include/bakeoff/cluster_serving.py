@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bakeoff import cluster, store
-from bakeoff.providers import Instance
+from bakeoff.core.instance import Instance
 from bakeoff.serving import deploy
 from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.readiness import classify, mask
@@ -31,7 +31,7 @@ def nodes_of(out_dir: str | store.StorePath, node_cert: str | None = None) -> li
         raise deploy.DeployFailed("cluster.json names no nodes: provision did not finish", "crash", "no cluster.json")
     nodes = [cluster.ClusterNode(**{k: n.get(k) for k in ("index", "role", "slug", "instance")}) for n in doc["nodes"]]
     for n in nodes:
-        recorded = ((n.instance or {}).get("details") or {}).get("tls_cert")
+        recorded = (n.instance or {}).get("tls_cert")
         if node_cert and recorded != node_cert:
             why = f"{n.role} node {n.index}: cluster.json records a certificate that is not the target's"
             raise deploy.DeployFailed(f"{why}; the run's key is not sent to it", "crash", why)

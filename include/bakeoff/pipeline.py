@@ -11,16 +11,18 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from bakeoff import admission, approval, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
 from bakeoff.core import facts
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
-from bakeoff.providers import PROVIDERS, Instance, Provider, ProviderError, get_provider
+from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
@@ -271,13 +273,13 @@ def provision(ctx: TargetContext, credentials: CredentialsFn = credentials_from_
     # the lifecycle's record (providers/base.Provisioning: attempts, refusals, placements tried, where it
     # launched) and how long the whole create took; the times to running and serving-ready are
     # node_ready's and deploy's own records (TargetFacts.provisioning folds them in)
-    provisioning = facts.ProvisioningRecord.model_validate(
-        {**inst.details.pop("provisioning", {}), "create_s": round(time.time() - asked, 2)}
+    provisioning = (inst.provisioning or facts.ProvisioningRecord()).with_time(
+        "create_s", round(time.time() - asked, 2)
     )
-    if node_cert:  # every later call pins it: the base_url and agent_url become https
-        inst.details["tls_cert"] = node_cert
-    if agent:  # node_ready gives it the agent's address
-        inst.details["client_bundle"] = agent["sha256"]
+    # every later call pins the certificate (the base_url and agent_url become https); node_ready gives
+    # the client bundle's node its agent's address
+    bundle = agent["sha256"] if agent else inst.client_bundle
+    inst = replace(inst, provisioning=None, tls_cert=node_cert or inst.tls_cert, client_bundle=bundle)
     store.write_json(ctx.target_dir / "instance.json", inst.to_dict())
     launched = inst.launched_at or time.time()
     tries = (
@@ -329,7 +331,8 @@ def _provision_cluster(
     try:
         if spec.tls:  # each node serves over the target's pinned certificate, as node_ready records it
             for n in res.nodes:
-                (n.instance or {}).setdefault("details", {})["tls_cert"] = spec.tls["cert"]
+                if n.instance is not None:
+                    n.instance["tls_cert"] = spec.tls["cert"]
         if not PROVIDERS[target.provider].emulated:  # a cloud's nodes must show they run the emulator
             from bakeoff.cluster_serving import certain_failure  # noqa: PLC0415 - only a cloud cluster's nodes
 
@@ -367,7 +370,9 @@ def _provision_cluster(
         region=first.get("region"),
         launched_at=first.get("launched_at"),
         expires_at=float(spec.expires_at or 0),
-        details={"emulated": True, "cluster": [n.instance_id for n in res.nodes], "router_pid": router.pid},
+        emulated=True,
+        cluster=[n.instance_id for n in res.nodes if n.instance_id],
+        router_pid=router.pid,
     )
     store.write_json(tdir / "instance.json", front.to_dict())
     launches = tuple(
@@ -414,13 +419,13 @@ def node_ready(
                 f"{timeout_s:.0f}s; raise targets.{target.name}.provider_options.ready_timeout_s if it boots slower"
             )
         return None
-    cert, bundle = inst.details.get("tls_cert"), inst.details.get("client_bundle")
-    if cert:
-        ready.details["tls_cert"] = cert
-    if bundle:
-        ready.details["client_bundle"] = bundle
-        if ready.host and ready.details.get("agent_port"):  # the provider resolved where it is reached
-            ready.details["agent_url"] = f"{'https' if cert else 'http'}://{ready.host}:{ready.details['agent_port']}"
+    cert, bundle = inst.tls_cert, inst.client_bundle
+    agent_url = ready.agent_url
+    if bundle and ready.host and ready.agent_port:  # the provider resolved where it is reached
+        agent_url = f"{'https' if cert else 'http'}://{ready.host}:{ready.agent_port}"
+    ready = replace(
+        ready, tls_cert=cert or ready.tls_cert, client_bundle=bundle or ready.client_bundle, agent_url=agent_url
+    )
     store.write_json(ctx.target_dir / "instance.json", ready.to_dict())
     seen = store.run_facts(run_dir).target(slug).node_ready
     if seen is None or seen.instance_id != ready.id:  # the first look that found it running counts
@@ -441,7 +446,7 @@ def _record_refusal(run_dir: str, target: Target, asked: float, e: CapacityError
         reason="quota" if refusal_reason(str(e)) == "quota" else "capacity",
         offers=tuple(f"{it} in {p}" for it in target.offers for p in places) or tuple(target.offers),
         error=str(e)[:400],
-        provisioning=facts.ProvisioningRecord.model_validate(e.provisioning),
+        provisioning=e.provisioning,
     )
     _target_step(run_dir, target.slug, fact)
 
@@ -672,8 +677,8 @@ def terminate(
         )
     )
     failed: dict[str, str] = {}
-    if target.cluster is not None and instance and (instance.get("details") or {}).get("router_pid"):
-        _stop_router(rid, target.slug, instance)
+    if target.cluster is not None and instance:
+        _stop_router(rid, target.slug, Instance.from_dict(instance))
     done = teardown.terminate_ids(provider, rid, known, failed)
     found, more, unlisted = teardown.terminate_tagged(provider, rid, failed, slug=target.slug, skip=set(known))
     for where, why in unlisted.items():
@@ -699,14 +704,14 @@ def _router_folder(rid: str, slug: str) -> str:
     return safe_name(f"{rid}-{slug}")
 
 
-def _stop_router(rid: str, slug: str, instance: dict[str, Any]) -> None:
+def _stop_router(rid: str, slug: str, instance: Instance) -> None:
     """Stop the target's emulated router: signalled where it runs, else through its stop route at the
     recorded address (instance.json's host and port are the router's)."""
     from bakeoff.cluster import stop_router  # noqa: PLC0415 - only a cluster target has a router
 
-    pid = (instance.get("details") or {}).get("router_pid")
-    url = Instance.from_dict(instance).base_url if instance.get("host") and instance.get("port") else None
-    if isinstance(pid, int) and not stop_router(pid, _router_folder(rid, slug), url):
+    pid = instance.router_pid
+    url = instance.base_url if instance.host and instance.port else None
+    if pid is not None and not stop_router(pid, _router_folder(rid, slug), url):
         log.warning("the router of %s could not be stopped from here; it exits at the run's expiry", slug)
 
 
@@ -716,8 +721,8 @@ def _stop_routers(plan: Plan, rid: str, targets: list[Target]) -> None:
         if t.cluster is None:
             continue
         inst = store.read_json(store.target_dir(plan.name, rid, t.slug) / "instance.json", {}) or {}
-        if isinstance(inst, dict):
-            _stop_router(rid, t.slug, inst)
+        if isinstance(inst, dict) and inst.get("id"):
+            _stop_router(rid, t.slug, Instance.from_dict(inst))
 
 
 @with_run

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import airflow_api, secrets
+from bakeoff.core.instance import Instance
 from bakeoff.providers import get_provider
-from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, Instance, list_best_effort
+from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, list_best_effort
 from bakeoff.providers.credentials import configured, credentials_from_env
 from bakeoff.providers.registry import LAUNCHING, provider_info
 
@@ -95,7 +96,7 @@ def verdict(
     """Why this node should go, or None to keep it. A powered-off node goes too: its kill switch
     fired (or it died), and Vultr, DigitalOcean and OCI bill a stopped node until it is deleted."""
     if inst.state == "failed":
-        return f"powered off ({inst.details.get('ec2_state') or 'stopped'}): kill switch fired or the node failed"
+        return f"powered off ({inst.cloud_state or 'stopped'}): kill switch fired or the node failed"
     tags = {**inst.tags, TAG_RUN: inst.run_id}
     if inst.expires_at is not None:
         tags[TAG_EXPIRES] = str(int(inst.expires_at))

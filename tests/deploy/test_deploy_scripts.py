@@ -294,7 +294,7 @@ def test_a_node_that_outlived_its_teardown_fails_the_check_naming_it(tmp_path, m
         out = subprocess.run(check, capture_output=True, text=True, timeout=60)
         assert out.returncode == 1
         assert f"local node {node.id} of run planted" in out.stderr
-        assert f"node process {node.details['pid']} still runs" in out.stderr
+        assert f"node process {node.pid} still runs" in out.stderr
     finally:
         assert provider.terminate(node.id) is True
     out = subprocess.run(check, capture_output=True, text=True, timeout=60)

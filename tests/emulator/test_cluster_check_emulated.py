@@ -14,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from bakeoff import cluster
+from bakeoff.core.instance import Instance
 from bakeoff.plan import Target
 from bakeoff.providers.aws import AwsProvider
-from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.base import ProviderError
 from bakeoff.providers.local import LocalProvider
 
 TARGET = Target(name="pd", provider="local", recipe="dsr1-fp4-mi355x-sglang-disagg", recipe_arm=0)
@@ -69,4 +70,4 @@ def test_a_node_the_provider_did_not_launch_emulated_is_refused_naming_it(nodes)
         cluster.check_emulated(claiming, _result(emulated, emulated), TARGET, None, timeout_s=5)
     ok = _result(emulated, real)  # the local provider started every node itself: its record, not /version
     cluster.check_emulated(LocalProvider(), ok, TARGET, None, timeout_s=5)
-    assert all(n.instance and n.instance["details"]["emulated"] for n in ok.nodes)
+    assert all(n.instance and n.instance["emulated"] for n in ok.nodes)

@@ -92,7 +92,9 @@ def test_capacity_error_fails_over_to_the_next_placement(aws_creds, moto_server)
     ]
     inst = p.create(t, rid, **launch_args(rid, t))
     assert inst.region == "us-west-2" and len(_live(aws_creds, rid, "us-west-2")) == 1 and not _live(aws_creds, rid)
-    prov = inst.details["provisioning"]  # the lifecycle's record: both zones refused, then the region took it
+    prov = inst.provisioning.model_dump(
+        mode="json"
+    )  # the lifecycle's record: both zones refused, then the region took it
     assert prov["attempts"] == 3 and prov["refusals"] == {"capacity": 2} and prov["placement"] == "us-west-2"
     assert [r["where"] for r in prov["refused"]] == ["us-east-1a", "us-east-1b"]
     assert prov["instance_types"] == [t.instance_type] and prov["launch_s"] is not None

@@ -218,7 +218,7 @@ def test_a_create_says_how_many_attempts_and_which_refusals_it_took(name, cls, r
     (fake_clouds.vultr if name == "vultr" else fake_clouds.do).denied = {first}
     p = cls(rest_creds(name))
     inst = p.create(t, rid, **launch_args(rid, t))
-    prov = inst.details["provisioning"]
+    prov = inst.provisioning.model_dump(mode="json")
     assert prov["attempts"] == 2 and prov["refusals"] == {"capacity": 1} and prov["region"] == inst.region != first
     assert p.terminate(inst.id)
 

@@ -82,7 +82,7 @@ def test_create_fails_over_records_each_refusal_and_tags_the_node():
     inst = cloud.create(t, rid, **launch_args(rid, t))
     assert inst.region == "r3" and cloud.calls == ["require", "prepare", "launch r1", "launch r2", "launch r3"]
     assert inst.tags[TAG_PORT] == str(t.stack_spec.port) and inst.tags["bakeoff:plan"] == "p"
-    prov = inst.details["provisioning"]
+    prov = inst.provisioning.model_dump(mode="json")
     assert prov["attempts"] == 3 and prov["refusals"] == {"capacity": 1, "quota": 1}
     assert [(r["where"], r["reason"], r["code"]) for r in prov["refused"]] == [
         ("r1", "capacity", "OutOfStock"),
@@ -98,7 +98,7 @@ def test_a_retried_create_reuses_the_node_and_launches_nothing():
     cloud.calls.clear()
     again = cloud.create(t, rid, **launch_args(rid, t))
     assert again.id == first.id and cloud.calls == ["require"] and len(cloud.nodes) == 1
-    assert again.details["provisioning"]["reused"] is True
+    assert again.provisioning.model_dump(mode="json")["reused"] is True
 
 
 def test_every_placement_refused_undoes_the_network_and_names_what_was_tried():

@@ -68,7 +68,7 @@ def test_lifecycle(provider):
     assert [i.id for i in provider.list_tagged("run-a")] == [inst.id]
     assert provider.list_tagged("run-b") == []
     assert provider.describe(inst.id).port == ready.port
-    pid = inst.details["pid"]
+    pid = inst.pid
     assert provider.terminate(inst.id) is True
     assert gone(pid)
     assert provider.terminate(inst.id) is False  # already gone: no error
@@ -82,12 +82,12 @@ def test_create_is_idempotent(provider):
     a = provider.create(target(), "run-a", tags={}, spec={})
     b = provider.create(target(), "run-a", tags={}, spec={})
     c = provider.create(target("b200-vllm"), "run-a", tags={}, spec={})
-    assert a.id == b.id == instance_id("run-a", "mi355x-vllm") and a.details["pid"] == b.details["pid"]
+    assert a.id == b.id == instance_id("run-a", "mi355x-vllm") and a.pid == b.pid
     assert c.id != a.id
     assert len(provider.list_tagged("run-a")) == 2
     provider.terminate(a.id)
     d = provider.create(target(), "run-a", tags={}, spec={})  # after terminate: a fresh process
-    assert d.id == a.id and d.details["pid"] != a.details["pid"]
+    assert d.id == a.id and d.pid != a.pid
 
 
 def test_terminate_kills_the_whole_process_group(tmp_path, monkeypatch):
@@ -100,17 +100,17 @@ def test_terminate_kills_the_whole_process_group(tmp_path, monkeypatch):
     inst = provider.create(target(), "run-g", tags={}, spec={})
     try:
         inst = provider.wait_ready(inst, 30)
-        pgid = inst.details["pgid"]
+        pgid = inst.pgid
         stray = int((tmp_path / "stray.pid").read_text())
-        assert os.getpgid(inst.details["pid"]) == pgid == os.getpgid(stray) != os.getpgid(0)
+        assert os.getpgid(inst.pid) == pgid == os.getpgid(stray) != os.getpgid(0)
         assert provider.terminate(inst.id) is True
         deadline = time.monotonic() + 10
-        while not (gone(stray) and gone(inst.details["pid"])) and time.monotonic() < deadline:
+        while not (gone(stray) and gone(inst.pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert gone(inst.details["pid"]) and gone(stray)
+        assert gone(inst.pid) and gone(stray)
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(inst.details["pgid"], 9)
+            os.killpg(inst.pgid, 9)
 
 
 def test_list_tagged_after_the_creator_died(provider, tmp_path):
@@ -145,7 +145,7 @@ def test_api_key_only_in_the_child_environment(provider, tmp_path):
     assert httpx.get(f"{inst.base_url}/v1/models", timeout=5).status_code == 401
     ok = httpx.get(f"{inst.base_url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=5)
     assert ok.status_code == 200
-    proc = psutil.Process(inst.details["pid"])
+    proc = psutil.Process(inst.pid)
     assert key not in " ".join(proc.cmdline())
     for path in tmp_path.rglob("*"):
         if path.is_file():
@@ -154,7 +154,7 @@ def test_api_key_only_in_the_child_environment(provider, tmp_path):
 
 def test_dead_emulator_is_not_listed(provider):
     inst = provider.wait_ready(provider.create(target(), "run-x", tags={}, spec={}), 30)
-    os.killpg(inst.details["pgid"], 9)
+    os.killpg(inst.pgid, 9)
     deadline = time.monotonic() + 10
     while provider.list_tagged("run-x") and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -209,10 +209,10 @@ def test_workers_with_their_own_data_share_the_local_clouds_registry(tmp_path, m
         monkeypatch.setenv("BAKEOFF_DATA", str(tmp_path / "worker-b"))
         other = LocalProvider(grace_s=3.0)
         assert [i.id for i in other.list_tagged("run-s")] == [inst.id]
-        assert other.terminate(inst.id) is True and gone(inst.details["pid"])
+        assert other.terminate(inst.id) is True and gone(inst.pid)
     finally:
-        if not gone(inst.details["pid"]):
-            os.killpg(inst.details["pid"], 9)
+        if not gone(inst.pid):
+            os.killpg(inst.pid, 9)
 
 
 def _owned_elsewhere(provider: LocalProvider, iid: str, owner: str = "worker-elsewhere") -> None:
@@ -258,9 +258,9 @@ def test_terminate_from_another_host_uses_the_stop_route_and_sees_it_gone(provid
     assert [i.id for i in provider.list_tagged("run-far")] == [inst.id]
     assert provider.terminate(inst.id) is True  # its port refused: the absence seen from afar
     deadline = time.monotonic() + 20
-    while not gone(inst.details["pid"]) and time.monotonic() < deadline:  # the process ends after its listener
+    while not gone(inst.pid) and time.monotonic() < deadline:  # the process ends after its listener
         time.sleep(0.05)
-    assert gone(inst.details["pid"])
+    assert gone(inst.pid)
     assert provider.describe(inst.id).state == "terminated"
     assert provider.terminate(inst.id) is False
 
@@ -271,7 +271,7 @@ def test_terminate_fails_naming_a_node_it_cannot_stop(provider, monkeypatch):
     with monkeypatch.context() as m, pytest.raises(ProviderError, match=f"{inst.id}.*answered 401"):
         m.setenv("BAKEOFF_SECRET_KEY", "another-installation-" + "x" * 32)  # derives another stop key
         provider.terminate(inst.id)
-    assert not gone(inst.details["pid"])
+    assert not gone(inst.pid)
     assert provider.describe(inst.id).state == "running"  # not recorded terminated
     assert [i.id for i in provider.list_tagged()] == [inst.id]  # the reaper finds it again
     # this installation's secret again: its key opens the route

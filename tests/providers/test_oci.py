@@ -124,7 +124,7 @@ def test_launch_tags_user_data_image_and_security_group(creds, fake):
     assert vnic["nsgIds"] == [nsg["id"]] and vnic["subnetId"] == fake_oci.SUBNET and vnic["_public"]
     ready = p.wait_ready(inst, 10)
     assert ready.state == "running" and ready.host == vnic["_public"] and ready.port == 8000
-    assert ready.details["agent_port"] == 8089
+    assert ready.agent_port == 8089
     assert p.terminate(inst.id) is True
 
 
@@ -157,13 +157,13 @@ def test_capacity_fails_over_to_the_next_availability_domain(creds, fake):
     p, rid = OciProvider(creds), new_run_id()
     t = make_target(availability_domains=[AD1, AD2, AD3])
     inst = p.create(t, rid, **launch_args(rid, t))
-    assert inst.details["availability_domain"] == AD3
+    assert inst.zone == AD3
     p.terminate(inst.id)
     # no availability_domains in the plan: every domain of the region, in order
     fake.denied = {AD1}
     rid = new_run_id()
     inst = p.create(make_target(), rid, **launch_args(rid, make_target()))
-    assert inst.details["availability_domain"] == AD2
+    assert inst.zone == AD2
     p.terminate(inst.id)
 
 
@@ -195,7 +195,7 @@ def test_wait_ready_reads_the_address_map_and_boots_the_emulator(creds, tmp_path
         ready = p.wait_ready(inst, 20)
         host, port = backing.address("oci", inst.id)
         assert (ready.host, ready.port) == (host, port) and port != 8000
-        assert ready.details["agent_port"] == backing.agent_port("oci", inst.id) and ready.details["agent_port"]
+        assert ready.agent_port == backing.agent_port("oci", inst.id) and ready.agent_port
         assert p.terminate(inst.id) is True
         assert backing.address("oci", inst.id) is None and oci_fake.live() == []
     finally:

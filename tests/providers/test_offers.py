@@ -86,7 +86,7 @@ def test_first_offer_out_of_stock_launches_the_second_and_records_every_attempt(
     inst = p.create(t, rid, **launch_args(rid, t))
     try:
         assert inst.instance_type == SECOND
-        prov = inst.details["provisioning"]
+        prov = inst.provisioning.model_dump(mode="json")
         regions = t.provider_options.regions
         assert prov["tried"] == [f"{FIRST} in {r}" for r in regions] + [f"{SECOND} in {regions[0]}"]
         assert prov["instance_type"] == SECOND and prov["instance_types"] == [FIRST, SECOND]
@@ -103,7 +103,7 @@ def test_every_offer_refused_names_each_and_keeps_the_attempts(aws_creds, moto_s
         AwsProvider(aws_creds).create(t, rid, **launch_args(rid, t))
     assert f"no capacity for {FIRST} or {SECOND}" in str(e.value)
     assert f"{SECOND} in us-west-2 (InsufficientInstanceCapacity" in str(e.value)
-    assert e.value.provisioning is not None and len(e.value.provisioning["tried"]) == 4
+    assert e.value.provisioning is not None and len(e.value.provisioning.tried) == 4
     assert AwsProvider(aws_creds).list_tagged(rid) == []
 
 

@@ -8,8 +8,9 @@ import copy
 import pytest
 
 from bakeoff import secrets
+from bakeoff.core.instance import Instance
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
-from bakeoff.providers import Instance, ProviderError, get_provider
+from bakeoff.providers import ProviderError, get_provider
 from bakeoff.providers.static import StaticProvider, static_api_key
 from tests.plan_fixtures import without_deployment
 
@@ -34,11 +35,7 @@ def test_static_endpoint_comes_from_its_connection(monkeypatch):
     monkeypatch.setenv("BAKEOFF_CONN_STATIC_ENDPOINT_POOL_PASSWORD", "secret-from-conn")
     p = get_provider("static")
     inst = p.create(t, "r1", tags={}, spec={})
-    assert (
-        inst.host == "gpu-pool.internal"
-        and inst.port == 8443
-        and inst.details["base_url"] == "https://gpu-pool.internal:8443"
-    )
+    assert inst.host == "gpu-pool.internal" and inst.port == 8443 and inst.url == "https://gpu-pool.internal:8443"
     assert "secret-from-conn" not in repr(inst.to_dict())
     assert p.wait_ready(inst, 1) is inst and p.terminate(inst.id) is False and p.list_tagged("r1") == []
     assert t.usd_per_hour == 40.0
@@ -53,7 +50,7 @@ def test_static_endpoint_comes_from_its_connection(monkeypatch):
 def test_keyless_endpoint_by_url():
     t = static_target(base_url="http://10.0.0.5:8000")
     inst = get_provider("static").create(t, "r1", tags={}, spec={})
-    assert inst.details["base_url"] == "http://10.0.0.5:8000" and static_api_key(t) is None
+    assert inst.url == "http://10.0.0.5:8000" and static_api_key(t) is None
 
 
 def test_static_needs_an_endpoint_and_rejects_a_bad_one():
@@ -104,7 +101,7 @@ def test_static_target_describes_its_hardware_instead_of_a_catalog_instance():
     row = budget.estimate(plan)["targets"][0]
     assert row["spends"] is False and row["usd_per_hour"] == 12.0
     inst = get_provider("static").create(t, "r1", tags={}, spec={})
-    assert inst.details["base_url"] == "http://10.0.0.5:8000"
+    assert inst.url == "http://10.0.0.5:8000"
     # a catalog GPU name brings the catalog's figures for that chip, and only those
     b200 = described(hardware={"gpu": "B200", "gpus": 8}).targets[0]
     assert b200.gpu.all_in_kw > 0 and cost.node_spec(b200).startswith("8x B200 180 GB")

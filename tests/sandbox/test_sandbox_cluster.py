@@ -75,7 +75,7 @@ def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandb
         began = sandbox.clock.now()
         launched = pipeline.provision(rdir, slug)
         try:
-            nodes = launched["details"]["cluster"]
+            nodes = launched["cluster"]
             assert len(nodes) == 2 and sorted(sandbox.live()["aws"]) == sorted(nodes)
             doc = json.loads(next(Path(rdir).glob(f"target={slug}/cluster.json")).read_text())
             assert [n["role"] for n in doc["nodes"]] == ["prefill", "decode"]
@@ -107,7 +107,7 @@ def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandb
     assert deployed["ready"] is True
     roles = deployed["roles"]  # each role's image, args and node, from the nodes that served
     assert [r["role"] for r in roles] == ["prefill", "decode"]
-    assert [r["instance_id"] for r in roles] == launched["details"]["cluster"]
+    assert [r["instance_id"] for r in roles] == launched["cluster"]
     assert all(r["image"] == "vllm/vllm-openai:v0.25.0" and r["emulated"] for r in roles)
     assert [r["engine_args"][r["engine_args"].index("--tensor-parallel-size") + 1] for r in roles] == ["8", "8"]
     assert json.loads((tdir / "endpoint.json").read_text())["provenance"]["roles"] == roles
@@ -141,12 +141,12 @@ def test_a_role_that_stops_serving_fails_readiness_naming_it_and_nothing_is_left
             doc_path = next(Path(rdir).glob(f"target={slug}/cluster.json"))
             kept = doc_path.read_text()
             doc = json.loads(kept)
-            doc["nodes"][1]["instance"]["details"]["tls_cert"] = node_identity("another-run", slug).cert_pem
+            doc["nodes"][1]["instance"]["tls_cert"] = node_identity("another-run", slug).cert_pem
             doc_path.write_text(json.dumps(doc))
             with pytest.raises(DeployFailed, match=r"decode node 1: cluster.json records a certificate that is not"):
                 pipeline.serving_ready(rdir, slug, launched, since=time.time())
             doc_path.write_text(kept)
-            decode = launched["details"]["cluster"][1]
+            decode = launched["cluster"][1]
             assert sandbox.backing.stop_engine("aws", decode)
             with pytest.raises(DeployFailed, match=rf"decode node 1 \({decode}\) did not become ready"):
                 pipeline.until_done(pipeline.serving_ready, rdir, slug, launched, poll_s=0.2)

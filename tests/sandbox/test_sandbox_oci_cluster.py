@@ -70,7 +70,7 @@ def test_a_recipe_arm_on_sandbox_oci_serves_every_role_and_leaves_nothing(sandbo
         began = sandbox.clock.now()
         launched = pipeline.provision(rdir, slug)
         try:
-            nodes = launched["details"]["cluster"]
+            nodes = launched["cluster"]
             assert len(nodes) == 2 and sorted(sandbox.live()["oci"]) == sorted(nodes)
             inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
             pipeline.deploy(rdir, slug, inst)

@@ -38,9 +38,9 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
             launched = pipeline.provision(rdir, slug)  # returns once created: the node boots meanwhile
             inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
             assert inst["provider"] in providers and inst["state"] == "running" and inst["id"] == launched["id"]
-            cert = inst["details"]["tls_cert"]  # the node's own certificate: every client pins it
-            assert inst["details"]["agent_url"].startswith("https://")
-            with AgentClient(inst["details"]["agent_url"], secrets.api_key(run_id, slug), tls_cert=cert) as agent:
+            cert = inst["tls_cert"]  # the node's own certificate: every client pins it
+            assert inst["agent_url"].startswith("https://")
+            with AgentClient(inst["agent_url"], secrets.api_key(run_id, slug), tls_cert=cert) as agent:
                 health = agent.wait_healthy(30, poll_s=0.2)
             assert health["code"].startswith(str(sandbox.workdir))  # the agent runs the copy the node fetched
             assert pipeline.deploy(rdir, slug, inst) == {"target": slug, "secrets": []}

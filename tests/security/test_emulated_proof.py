@@ -11,8 +11,9 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from bakeoff import cluster
+from bakeoff.core.instance import Instance
 from bakeoff.providers.aws import AwsProvider
-from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.base import ProviderError
 from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.clouds import Clouds
 from tests.emulator.test_cluster_check_emulated import TARGET, _node
@@ -53,7 +54,7 @@ def test_a_node_that_says_it_is_emulated_but_was_not_booted_as_one_is_refused(re
     res = _result(forger)
     with pytest.raises(ProviderError, match=r"prefill node 0 is not one aws launched emulator-backed"):
         cluster.check_emulated(provider, res, TARGET, None, timeout_s=5)
-    assert not any((n.instance or {}).get("details", {}).get("emulated") for n in res.nodes)
+    assert not any((n.instance or {}).get("emulated") for n in res.nodes)
     assert not provider.launched_emulated("us-east-1:i-0")
 
 

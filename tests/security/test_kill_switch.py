@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from bakeoff import reaper
-from bakeoff.providers.base import Instance
+from bakeoff.core.instance import Instance
 from bakeoff_sandbox import oci as fake_oci
 
 BASE = "/20160918"

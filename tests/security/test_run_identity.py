@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from bakeoff import pipeline, reaper, secrets, step_context, store
+from bakeoff.core.instance import Instance
 from bakeoff.paths import run_folder
 from bakeoff.plan import plans_dir
-from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, Instance
+from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN
 
 FIRST, SECOND = "manual__2026-12-01T09:00:00+00:00", "manual__2026-12-01T09_00_00_00_00"
 

@@ -23,8 +23,8 @@ import pytest
 
 from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.bench.client import StreamingClient
+from bakeoff.core.instance import Instance
 from bakeoff.plan import load_plan, plan_from_dict
-from bakeoff.providers import Instance
 from bakeoff.serving import deploy as deploy_mod
 from bakeoff.serving import tls, userdata
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
@@ -281,7 +281,8 @@ def test_deploy_pushes_secrets_before_readiness_and_pins_the_endpoint(agent, emu
         state="running",
         host=host,
         port=int(port),
-        details={"tls_cert": node_tls["mine"].cert_pem, "agent_url": agent["url"]},
+        tls_cert=node_tls["mine"].cert_pem,
+        agent_url=agent["url"],
     )
     assert inst.base_url == emulator  # https because the node has a certificate
     (agent["dir"] / "secrets" / "serve.env").unlink(missing_ok=True)
@@ -303,7 +304,7 @@ def test_deploy_with_secrets_but_no_agent_fails_clearly(tmp_path):
         state="running",
         host="127.0.0.1",
         port=9,
-        details={"tls_cert": tls.node_identity("r", "t").cert_pem},
+        tls_cert=tls.node_identity("r", "t").cert_pem,
     )
     with pytest.raises(deploy_mod.DeployFailed, match="need the node agent") as err:
         deploy_mod.start_serving(_target("aws"), inst, api_key=KEY, out_dir=tmp_path, secrets={"HF_TOKEN": HF})
@@ -417,7 +418,7 @@ def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
         state="running",
         host="203.0.113.7",
         port=8000,
-        details={"tls_cert": cert},
+        tls_cert=cert,
     )
     assert inst.base_url == "https://203.0.113.7:8000" and "PRIVATE" not in json.dumps(inst.to_dict())
     local = _target("aws").model_copy(update={"provider": "local"})

@@ -65,7 +65,7 @@ def test_a_custom_stack_deploys_on_the_local_provider_with_real_http(tmp_path, m
     provider = LocalProvider(grace_s=3.0)
     inst = provider.create(t, "run-custom", tags={}, spec={"expires_at": time.time() + 300})
     try:
-        cmd = open(f"/proc/{inst.details['pid']}/cmdline", "rb").read().split(b"\0")
+        cmd = open(f"/proc/{inst.pid}/cmdline", "rb").read().split(b"\0")
         assert [w.decode() for w in cmd[1:7]] == engines.command(t, 0, "127.0.0.1")  # the template's argv
         ready = provider.wait_ready(inst, 30)
         assert httpx.get(f"{ready.base_url}/ping", timeout=5).status_code == 200

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from bakeoff.core.instance import Instance
 from bakeoff.plan import load_plan, plan_from_dict
-from bakeoff.providers import Instance
 from bakeoff.serving import deploy as deploy_mod
 from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe, wait_ready
 from tests.plan_fixtures import without_deployment
@@ -170,7 +170,7 @@ def _static_instance(port):
         state="running",
         host="127.0.0.1",
         port=port,
-        details={"base_url": f"http://127.0.0.1:{port}"},
+        url=f"http://127.0.0.1:{port}",
     )
 
 
@@ -212,7 +212,7 @@ def _node(server, log=None) -> Instance:
         state="running",
         host="127.0.0.1",
         port=server.port,
-        details={"log": str(log)} if log else {},
+        log=str(log) if log else None,
     )
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from bakeoff import catalog, store
+from bakeoff.core.instance import Instance
 from bakeoff.plan import load_plan, plan_from_dict
-from bakeoff.providers import Instance
 from bakeoff.serving import deploy, tls, userdata
 from bakeoff.serving.readiness import FAILURES, classify
 from tests.stub_host import StubHost
@@ -286,7 +286,7 @@ def test_failure_record_keeps_the_weights_facts_and_no_token(tmp_path):
     output = f"{userdata.WEIGHTS_MARK}{json.dumps(line)}\nbakeoff: weights_download: the hub refused {REPO}: gated\n"
     log = tmp_path / "node.log"
     log.write_text(output)
-    inst = Instance("aws", "i-1", t.slug, "run", "running", host="127.0.0.1", port=9, details={"log": str(log)})
+    inst = Instance("aws", "i-1", t.slug, "run", "running", host="127.0.0.1", port=9, log=str(log))
     with pytest.raises(deploy.DeployFailed) as e:
         deploy.check_serving(t, inst, api_key=KEY, out_dir=tmp_path, waited_s=1.0, masked=(TOKEN,))
     assert e.value.failure == "weights_download"

@@ -98,7 +98,7 @@ class LaunchIntent(Fact):
 
 Count = Annotated[int, Field(strict=True, ge=0)]  # a JSON integer, never a bool or a float
 Seconds = Annotated[float, Field(ge=0)]
-Timed = Literal["running_s", "serving_ready_s"]  # the times later steps add to a provision record
+Timed = Literal["create_s", "running_s", "serving_ready_s"]  # the times added to how a create went
 
 
 class PlacementRefusal(BaseModel):
@@ -170,7 +170,7 @@ class ProvisioningRecord(BaseModel):
         return {k: n for k, n in self.refusals.items() if n > 0}
 
     def timed(self, key: Timed) -> bool:
-        """Whether a later step already recorded this time (each is recorded once per launch)."""
+        """Whether this time is already recorded (an earlier version's provision record holds them)."""
         return key in self.model_fields_set
 
     def with_time(self, key: Timed, seconds: float) -> ProvisioningRecord:

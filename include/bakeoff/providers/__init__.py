@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from bakeoff.providers.base import CapacityError, Instance, Provider, ProviderError
+from bakeoff.providers.base import CapacityError, Provider, ProviderError
 from bakeoff.providers.registry import PROVIDERS, ProviderInfo, provider_info
 
 __all__ = [
     "get_provider",
     "provider_info",
-    "Instance",
     "Provider",
     "ProviderError",
     "CapacityError",

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 # the interface's names for the tags every node carries (tags.py builds and encodes them)
 from bakeoff.core.errors import ProviderError as ProviderError
+from bakeoff.core.facts import ProvisioningRecord
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.tags import TAG_EXPIRES as TAG_EXPIRES
 from bakeoff.providers.tags import TAG_INSTALLATION as TAG_INSTALLATION
@@ -45,9 +47,9 @@ Context = TypeVar("Context")
 
 class CapacityError(ProviderError):
     """No capacity for the instance type where it was asked for; ``provisioning`` is the lifecycle's
-    record of the placements it tried (``Provisioning.to_dict``), empty where none was kept."""
+    record of the placements it tried, empty where none was kept."""
 
-    provisioning: Mapping[str, Any] = {}
+    provisioning: ProvisioningRecord = ProvisioningRecord()
 
 
 RefusalReason = Literal["capacity", "quota"]
@@ -74,39 +76,6 @@ class PartialListing(ProviderError):
             f"{provider}: could not list every region: " + "; ".join(f"{where}: {why}" for where, why in errors.items())
         )
         self.found, self.errors = found, dict(errors)
-
-
-@dataclass
-class Instance:
-    """A running (or once running) node. Small and JSON-able: it travels between tasks."""
-
-    provider: str
-    id: str
-    target: str  # target slug
-    run_id: str
-    state: str  # pending | running | terminated | failed
-    host: str | None = None  # address the serving port is reached on
-    port: int | None = None  # serving port
-    instance_type: str = ""
-    region: str | None = None
-    launched_at: float | None = None  # epoch seconds
-    expires_at: float | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Instance:
-        return cls(**d)
-
-    @property
-    def base_url(self) -> str:
-        """https when the node was booted with a per-node certificate (``details["tls_cert"]``,
-        pinned by every client; see serving/tls.py), else plain http (the loopback emulator)."""
-        scheme = "https" if (self.details or {}).get("tls_cert") else "http"
-        return f"{scheme}://{self.host}:{self.port}"
 
 
 def reachable(
@@ -250,8 +219,9 @@ class Provisioning:
         self.region, self.placement, self.instance_type = place.region, place.where, place.instance_type
         self.launch_s = round(seconds, 3)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def record(self) -> ProvisioningRecord:
+        """The record as the provision step stores it: every field this lifecycle keeps."""
+        return ProvisioningRecord.model_validate(asdict(self))
 
 
 class CloudProvider(Provider, Generic[Context]):
@@ -281,7 +251,7 @@ class CloudProvider(Provider, Generic[Context]):
         if existing is not None:
             log.info("%s: %s already has node %s for run %s; reusing it", self.name, target.slug, existing.id, run_id)
             self.secured(target, run_id, existing)
-            existing.details["provisioning"] = Provisioning(reused=True).to_dict()
+            existing.provisioning = Provisioning(reused=True).record()
             return existing
         script = self.boot_script(target, launch)
         labels = node_tags(tags, run_id, target.slug, target.stack_spec.port)
@@ -315,7 +285,7 @@ class CloudProvider(Provider, Generic[Context]):
                     target.slug,
                 )
                 self.secured(target, run_id, inst)
-                inst.details["provisioning"] = record.to_dict()
+                inst.provisioning = record.record()
                 return inst
         except BaseException:
             self._undo(target, run_id, context)
@@ -332,7 +302,7 @@ class CloudProvider(Provider, Generic[Context]):
             f"{self.capacity_scope(context)}; "
             f"tried {tried or 'no placement'}. {self.capacity_advice(target)}"
         )
-        err.provisioning = record.to_dict()
+        err.provisioning = record.record()
         raise err
 
     def _offer_placements(self, target: Target, context: Context) -> Iterator[tuple[Target, Placement]]:

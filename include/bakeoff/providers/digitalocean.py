@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bakeoff.agent import AGENT_PORT
+from bakeoff.core.instance import Instance
 from bakeoff.providers import rest_preflight
-from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.base import ProviderError
 from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, Check, image_provides, untried
 from bakeoff.providers.rest import RestProvider, _epoch, api_error, rest_options
 from bakeoff.providers.tags import LABELS, PREFIX, TAG_RUN, TAG_TARGET

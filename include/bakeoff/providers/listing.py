@@ -4,13 +4,11 @@ listed it; each cloud passes only what its API spells differently (id, state, IP
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 
 from bakeoff.agent import AGENT_PORT
+from bakeoff.core.instance import Instance
 from bakeoff.providers import tags as node_tags
-from bakeoff.providers.base import Instance
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
 
@@ -57,10 +55,11 @@ def listed_instance(
     instance_type: str,
     region: str | None,
     launched_at: float | None,
-    details: dict[str, Any],
+    cloud_state: str | None,
+    zone: str | None = None,
 ) -> Instance:
     """One listed node: the serving port from its tags, its addresses resolved only once it runs (a
-    pending node has no forwarded ports yet), and the agent's port beside the cloud's own details."""
+    pending node has no forwarded ports yet), and the agent's port beside the cloud's state and zone."""
     port = node_tags.port_of(tags)
     host, agent_port = ip, None
     if state == "running":
@@ -78,5 +77,7 @@ def listed_instance(
         launched_at=launched_at,
         expires_at=node_tags.expiry_of(tags),
         tags=tags,
-        details={**details, "agent_port": agent_port},
+        cloud_state=cloud_state,
+        zone=zone,
+        agent_port=agent_port,
     )

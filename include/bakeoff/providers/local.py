@@ -42,9 +42,10 @@ import httpx
 import psutil
 
 from bakeoff import durable, paths, secrets
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.address import is_loopback, node_address, url_host
-from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Instance, Provider, ProviderError
+from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Provider, ProviderError
 from bakeoff.serving import engines
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
@@ -188,8 +189,14 @@ class LocalProvider(Provider):
             launched_at=rec.get("launched_at"),
             expires_at=rec.get("expires_at"),
             tags=dict(rec.get("tags", {})),
-            details={k: rec.get(k) for k in ("pid", "pgid", "log", "config", "mode", "owner", "power_csv")}
-            | {"emulated": True},
+            pid=rec.get("pid"),
+            pgid=rec.get("pgid"),
+            log=rec.get("log"),
+            config=rec.get("config"),
+            mode=rec.get("mode"),
+            owner=rec.get("owner"),
+            power_csv=rec.get("power_csv"),
+            emulated=True,
         )
 
     # Provider interface --------------------------------------------------------

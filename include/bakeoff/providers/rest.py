@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if_result, stop_after_attempt
 
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import (
     CloudProvider,
-    Instance,
     PartialListing,
     Placement,
     ProviderError,
@@ -330,7 +330,7 @@ class RestProvider(UserDataBoot, CloudProvider[None]):
             instance_type=str(raw.get("plan") or raw.get("size_slug") or ""),
             region=region,
             launched_at=_epoch(created),
-            details={"status": raw.get("status")},
+            cloud_state=raw.get("status"),
         )
 
     # the lifecycle's hooks (base.CloudProvider.create) -------------------------------------------
@@ -385,7 +385,7 @@ class RestProvider(UserDataBoot, CloudProvider[None]):
             self,
             instance,
             ended=lambda i: i.state in ("terminated", "failed"),
-            status=lambda i: i.details.get("status"),
+            status=lambda i: i.cloud_state,
         )
 
     def describe(self, instance_id: str) -> Instance | None:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx
 
 from bakeoff import secrets
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
-from bakeoff.providers.base import Instance, Provider, ProviderError
+from bakeoff.providers.base import Provider, ProviderError
 
 if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
     from bakeoff.plan.options import StaticOptions
@@ -51,11 +52,7 @@ class StaticProvider(Provider):
             region="static",
             launched_at=time.time(),
             tags=dict(tags),
-            details={
-                "base_url": str(url).rstrip("/"),
-                "scheme": url.scheme,
-                "endpoint_connection": _options(target).endpoint_connection,
-            },
+            url=str(url).rstrip("/"),
         )
 
     def check_ready(self, instance: Instance) -> Instance | None:

@@ -16,7 +16,7 @@ container start to the first ready probe, so at most one poke late); both are ex
 benchmark time and included in the evaluation's cost. The API key and secrets are masked out
 of every detail before it is stored. A static endpoint was started by someone else: its record
 holds only what it says about itself (engine, version, the model ids it offers). A cloud node is spoken
-to over https pinned to its own certificate (``details["tls_cert"]``, see tls.py).
+to over https pinned to its own certificate (``Instance.tls_cert``, see tls.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff import store
 from bakeoff.agent.remote import AgentClient, AgentError
-from bakeoff.providers import PROVIDERS, Instance, get_provider
+from bakeoff.core.instance import Instance
+from bakeoff.providers import PROVIDERS, get_provider
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import engines, userdata
 from bakeoff.serving.endpoint import Endpoint
@@ -72,7 +73,7 @@ def served_model(target: Target) -> str:
 
 
 def base_url(instance: Instance) -> str:
-    return (instance.details or {}).get("base_url") or instance.base_url
+    return instance.url or instance.base_url
 
 
 def deploy_timeout(target: Target) -> float:
@@ -92,9 +93,7 @@ def push_secrets(
     target: Target, instance: Instance, api_key: str | None, secrets: dict[str, str], timeout_s: float = 900.0
 ) -> list[str]:
     """Hand the serving secrets to the node agent over the pinned channel; the names pushed."""
-
-    details = instance.details or {}
-    if not details.get("agent_url"):
+    if not instance.agent_url:
         raise DeployFailed(
             f"{target.name}: serving secrets ({', '.join(sorted(secrets))}) need the node agent to "
             "receive them, and none is reachable; stage the client bundle (Variable "
@@ -103,7 +102,7 @@ def push_secrets(
             "no node agent for the serving secrets",
         )
     try:
-        with AgentClient(details["agent_url"], api_key, timeout_s=30.0, tls_cert=details.get("tls_cert")) as agent:
+        with AgentClient(instance.agent_url, api_key, timeout_s=30.0, tls_cert=instance.tls_cert) as agent:
             agent.wait_healthy(timeout_s)
             return [str(name) for name in agent.put_secrets(secrets).get("names", [])]
     except AgentError as e:
@@ -152,7 +151,7 @@ def check_serving(
     values never to store; ``credentials``: the provider's, to read a node's console; ``provenance``:
     more facts for deploy.json and the endpoint's provenance (a cluster's roles)."""
     url = base_url(instance)
-    tls_cert = (instance.details or {}).get("tls_cert")
+    tls_cert = instance.tls_cert
     try:
         routes = engines.routes(target)
         seen = probe(
@@ -213,9 +212,7 @@ def _describe(
     stack = stack_facts(target)
     # whatever the provider, a server that says it is the emulator makes every figure EMULATED
     emulated = (
-        target.provider in LOCAL_PROVIDERS
-        or bool((instance.details or {}).get("emulated"))
-        or bool((info.get("version") or {}).get("emulated"))
+        target.provider in LOCAL_PROVIDERS or instance.emulated or bool((info.get("version") or {}).get("emulated"))
     )
     network = measure_rtt(url) if target.provider not in LOCAL_PROVIDERS else {}
     if PROVIDERS[target.provider].existing_endpoint:
@@ -226,7 +223,7 @@ def _describe(
     if PROVIDERS[target.provider].provisions:
         output = node_output(instance, api_key, credentials)
         booted_s = time.time() - (instance.launched_at or 0.0)
-        if output is None and (instance.details or {}).get("agent_url") and booted_s < AGENT_GRACE_S:
+        if output is None and instance.agent_url and booted_s < AGENT_GRACE_S:
             log.info("deploy: %s serves, but its node agent does not answer yet; looking again", target.name)
             return None  # the agent hands back the weights facts and runs a co-located benchmark
         node = provenance_from_console(output, target.gpu.vendor)
@@ -238,9 +235,9 @@ def _describe(
         stack=target.stack,
         emulated=emulated,
         provenance={**info, **stack, "network": network, "node": node, **extra},
-        agent_url=(instance.details or {}).get("agent_url"),
-        tls_cert=(instance.details or {}).get("tls_cert"),
-        power_csv=(instance.details or {}).get("power_csv"),
+        agent_url=instance.agent_url,
+        tls_cert=instance.tls_cert,
+        power_csv=instance.power_csv,
     )
     store.write_json(
         store.at(out_dir) / "deploy.json",
@@ -343,17 +340,15 @@ def _served_by(url: str, api_key: str | None, info: dict[str, Any]) -> dict[str,
 def node_output(instance: Instance, api_key: str | None = None, credentials: Credentials | None = None) -> str | None:
     """The node's logs from its agent (any cloud), else its console (EC2) or emulator log (local),
     for failure classification and provenance."""
-    path = (instance.details or {}).get("log")
+    path = instance.log
     if path and Path(path).is_file():
         return Path(path).read_text(errors="replace")[-20000:]
     if not PROVIDERS[instance.provider].provisions:
         return None
-    agent_url = (instance.details or {}).get("agent_url")
+    agent_url = instance.agent_url
     if agent_url:
         try:
-            with AgentClient(
-                agent_url, api_key, timeout_s=10.0, tls_cert=(instance.details or {}).get("tls_cert")
-            ) as agent:
+            with AgentClient(agent_url, api_key, timeout_s=10.0, tls_cert=instance.tls_cert) as agent:
                 return agent.logs()
         except AgentError as e:
             log.warning("deploy: node agent of %s gave no logs (%s); trying the console", instance.id, e)

@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.aws.api import options_of
 from bakeoff.providers.aws.instance import CAPACITY_CODES, QUOTA_CODES
 from bakeoff.providers.aws.network import dry
 from bakeoff.providers.aws.search import Search
-from bakeoff.providers.base import CloudProvider, Instance, PartialListing, Placement, ProviderError, Refused, reachable
+from bakeoff.providers.base import CloudProvider, PartialListing, Placement, ProviderError, Refused, reachable
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.serving.userdata import stand_in_launch
 
@@ -161,6 +162,6 @@ class AwsProvider(Search, UserDataBoot, CloudProvider[None]):
         return reachable(
             self,
             instance,
-            ended=lambda i: i.details.get("ec2_state") in ("shutting-down", "terminated", "stopping", "stopped"),
-            status=lambda i: i.details.get("ec2_state"),
+            ended=lambda i: i.cloud_state in ("shutting-down", "terminated", "stopping", "stopped"),
+            status=lambda i: i.cloud_state,
         )

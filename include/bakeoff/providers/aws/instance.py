@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from bakeoff.core.instance import Instance
 from bakeoff.providers.aws.api import client_token, options_of, split_id, tag_list
 from bakeoff.providers.aws.network import SecurityGroups
-from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.providers.base import ProviderError
 from bakeoff.providers.listing import listed_instance
 
 if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
@@ -149,7 +150,8 @@ class Nodes(SecurityGroups):
             instance_type=raw.get("InstanceType", ""),
             region=region,
             launched_at=launched.timestamp() if launched else None,
-            details={"zone": (raw.get("Placement") or {}).get("AvailabilityZone"), "ec2_state": raw["State"]["Name"]},
+            zone=(raw.get("Placement") or {}).get("AvailabilityZone"),
+            cloud_state=raw["State"]["Name"],
         )
 
     def describe(self, instance_id: str) -> Instance | None:

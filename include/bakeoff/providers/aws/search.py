@@ -11,9 +11,10 @@ import logging
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bakeoff.core.instance import Instance
 from bakeoff.providers.aws.api import error_text
 from bakeoff.providers.aws.instance import Nodes
-from bakeoff.providers.base import Instance, PartialListing
+from bakeoff.providers.base import PartialListing
 from bakeoff.providers.tags import TAG_RUN
 
 log = logging.getLogger(__name__)

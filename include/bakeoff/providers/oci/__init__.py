@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 
 from oci.exceptions import ServiceError
 
+from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
-from bakeoff.providers.base import CloudProvider, Instance, Placement, ProviderError, Refused, reachable
+from bakeoff.providers.base import CloudProvider, Placement, ProviderError, Refused, reachable
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.oci.api import GONE, TAGS, options_of, region_of
 from bakeoff.providers.oci.instance import Network, is_capacity
@@ -132,7 +133,7 @@ class OciProvider(SecurityGroups, Search, UserDataBoot, CloudProvider[Network]):
             self,
             instance,
             ended=lambda i: i.state in ("terminated", "failed"),
-            status=lambda i: i.details.get("oci_state"),
+            status=lambda i: i.cloud_state,
         )
 
     def terminate(self, instance_id: str) -> bool:

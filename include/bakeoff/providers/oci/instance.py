@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import oci
 from oci.exceptions import ServiceError
 
-from bakeoff.providers.base import Instance, ProviderError
+from bakeoff.core.instance import Instance
+from bakeoff.providers.base import ProviderError
 from bakeoff.providers.listing import listed_instance
 from bakeoff.providers.oci.api import TAGS, OciApi, options_of, region_of, retry_token
 
@@ -190,11 +191,8 @@ class Nodes(OciApi):
             instance_type=raw.shape or "",
             region=region_of(raw.id, self.default_region),
             launched_at=raw.time_created.timestamp() if raw.time_created else None,
-            details={
-                "oci_state": raw.lifecycle_state,
-                "availability_domain": raw.availability_domain,
-                "compartment_id": raw.compartment_id,
-            },
+            cloud_state=raw.lifecycle_state,
+            zone=raw.availability_domain,
         )
 
     def describe(self, instance_id: str) -> Instance | None:

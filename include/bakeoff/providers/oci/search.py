@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import oci
 
-from bakeoff.providers.base import Instance, PartialListing, ProviderError
+from bakeoff.core.instance import Instance
+from bakeoff.providers.base import PartialListing, ProviderError
 from bakeoff.providers.oci.api import CONN_ID, GONE, TAGS, oci_error, options_of
 from bakeoff.providers.oci.instance import Nodes
 from bakeoff.providers.tags import TAG_RUN
