@@ -122,12 +122,13 @@ engine-flags: venv
 	$(PY) scripts/vendor_engine_flags.py --atom $(ATOM_GIT) $(if $(TRTLLM_DIR),--trtllm $(TRTLLM_DIR) --trtllm-source "$(TRTLLM_SOURCE)")
 
 ## node-rehearsal: boot the cloud boot script under cloud-init on a debootstrapped Debian (systemd, its
-## own Docker) with local stand-ins around it (docs/production.md); root, ~5 minutes a node. CLOUD=vultr
+## own Docker) with local stand-ins around it (docs/production.md); root; every cloud with vLLM, a bare
+## image and every engine family, side by side (about 12 minutes). CLOUD=vultr ENGINE=vllm narrow it
 node-rehearsal: venv
 	@if ! command -v debootstrap >/dev/null || ! command -v docker-registry >/dev/null || ! command -v dockerd >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap docker.io docker-registry >/dev/null; fi
 	@docker info >/dev/null 2>&1 || { mkdir -p var; (dockerd >var/dockerd.log 2>&1 &); sleep 5; }
-	$(PY) benchmarks/node_rehearsal.py $(if $(CLOUD),--cloud $(CLOUD))
+	$(PY) benchmarks/node_rehearsal.py $(if $(CLOUD),--cloud $(CLOUD)) $(if $(ENGINE),--engine $(ENGINE))
 
 distributed: venv
 	VENV="$(abspath $(VENV))" bash scripts/distributed_run.sh

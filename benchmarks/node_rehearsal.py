@@ -8,17 +8,22 @@ Ubuntu) runs as a privileged container with systemd as PID 1, and cloud-init rea
 NoCloud seed (``/var/lib/cloud/seed/nocloud``: meta-data + user-data). The node's own dockerd pulls the
 engine image and runs the engine with the script's own ``docker run``.
 
+The matrix (``CASES``): every cloud (EC2, OCI, Vultr, DigitalOcean) with vLLM, one Vultr node from a bare
+image (no Docker: the script installs Debian's docker.io under cloud-init, its time in the table), and the
+other engine families the recipes use (SGLang, ATOM, TensorRT-LLM) on OCI; the nodes boot side by side.
+
 What is outside a node is stood in for locally, each a real server on a container network this run makes:
 
-- the image registry: Debian's ``docker-registry`` over TLS, answering as ``registry-1.docker.io`` (the node's
-  /etc/hosts maps the name to it) with a CA the node trusts; it holds a STAND-IN engine image built here from
-  a debootstrapped base: bakeoff's emulator behind the engine's real entrypoint name (``vllm``) and argv;
+- the image registry: Debian's ``docker-registry`` over TLS, answering as ``registry-1.docker.io``, ``ghcr.io``
+  and ``nvcr.io`` (the node's /etc/hosts maps the names to it) with a CA the node trusts; it holds STAND-IN
+  engine images built here (node_rehearsal_engines.py): bakeoff's emulator behind each engine's real
+  entrypoint name and argv, and a stand-in agent image for the front of the engines that have no key check;
 - the GPU: STAND-IN device nodes (/dev/kfd, /dev/dri) and a STAND-IN ``amd-smi`` / ``nvidia-smi`` plus the
   ``nvidia-container-runtime-hook`` that docker's ``--gpus`` calls, so the script's GPU flags are accepted;
 - the weights: the node's cache is pre-seeded with a STAND-IN checkpoint (tokenizer and one shard), so the
   boot script's weights step verifies it and takes the cache path. The hub path and the node agent need the
-  digest-pinned agent image (catalog ``agent.image``), whose exact manifest cannot be served here, so the
-  rehearsed targets carry no client bundle and no serving secrets.
+  client bundle and the agent's own packages, not rehearsed here, so the rehearsed targets carry no client
+  bundle and no serving secrets.
 
 The harness then checks from the host, across that network, what a real first run depends on, and prints one
 table (cloud x engine x step, seconds, pass/fail); it exits non-zero when any cell fails. A failing step's
@@ -50,9 +55,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "include"))
 
+import node_rehearsal_engines as rehearsal_engines  # noqa: E402
+import node_rehearsal_hub as rehearsal_hub  # noqa: E402
+
+from bakeoff import catalog  # noqa: E402
 from bakeoff import plan as plan_mod  # noqa: E402
 from bakeoff.plan.target import Target  # noqa: E402
-from bakeoff.serving import engines, readiness, tls, userdata  # noqa: E402
+from bakeoff.serving import readiness, tls, userdata  # noqa: E402
 
 VAR = ROOT / "var" / "node-rehearsal"
 SUITE = "bookworm"
@@ -66,22 +75,67 @@ NODE_IMAGE = "bakeoff-rehearsal/node:bookworm"
 ENGINE_BASE = "bakeoff-rehearsal/engine-base:bookworm"
 NETWORK = "bakeoff-rehearsal"
 SUBNET, GATEWAY = "10.213.77.0/24", "10.213.77.1"
-NODE_IPS = {"vultr": "10.213.77.10", "aws": "10.213.77.11", "oci": "10.213.77.12", "digitalocean": "10.213.77.13"}
-REGISTRY_NAMES = ("registry-1.docker.io",)  # docker.io's images are pulled from here
-# a shipped plan's target per (cloud, engine): what the rehearsal renders
-TARGETS: dict[tuple[str, str], tuple[str, str]] = {
-    ("vultr", "vllm"): ("mi355x-vs-b200", "mi355x-vllm"),
-    ("aws", "vllm"): ("mi355x-vs-b200", "b200-vllm"),
-    ("oci", "vllm"): ("mi355x-vs-b200-oci", "b200-vllm"),
-}  # no shipped plan has a DigitalOcean target
+# the registries the shipped images name: Docker Hub's images are pulled from registry-1.docker.io
+REGISTRY_NAMES = ("registry-1.docker.io", "ghcr.io", "nvcr.io")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One node of the matrix: a shipped plan's target (or a recipe on a plan's cloud), on a node image
+    with Docker or a bare one. ``derive`` changes the target where no shipped plan has the row."""
+
+    cloud: str
+    engine: str
+    plan: str
+    target: str
+    derive: tuple[tuple[str, Any], ...] = ()
+    bare: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.engine + ("/bare-image" if self.bare else "")
+
+    @property
+    def slug(self) -> str:
+        return f"{self.cloud}-{self.engine}" + ("-bare" if self.bare else "")
+
+
+BARE_EXTRA_MINUTES = 4  # Debian's docker.io from the archive under cloud-init, on a loaded 2-core host
+_DO = (
+    ("provider", "digitalocean"),
+    ("instance_type", "gpu-mi300x8-1536gb"),
+    ("name", "mi300x-vllm"),
+    ("provider_options", {"regions": ["atl1"]}),
+)
+# every cloud with vLLM (the engine every cloud plan ships), one node from a bare image, and every other engine
+# family the recipes use on one cloud (OCI: the only cloud with both an MI355X and a B200 shape, and the
+# glm52-claim-check plan's SGLang targets), so each family's rendered docker run runs once: 8 nodes at once
+CASES = (
+    Case("aws", "vllm", "mi355x-vs-b200", "b200-vllm"),
+    Case("oci", "vllm", "mi355x-vs-b200-oci", "b200-vllm"),
+    Case("vultr", "vllm", "mi355x-vs-b200", "mi355x-vllm"),
+    # no shipped plan has a DigitalOcean target: Vultr's MI355X target on DigitalOcean's MI300X droplet
+    Case("digitalocean", "vllm", "mi355x-vs-b200", "mi355x-vllm", _DO),
+    # Vultr's default image (plain Ubuntu) has no Docker: the boot script installs it
+    Case("vultr", "vllm", "mi355x-vs-b200", "mi355x-vllm", bare=True),
+    Case("oci", "sglang", "glm52-claim-check", "mi355x-sglang"),
+    Case("oci", "atom", "mi355x-vs-b200-oci", "dsv4-fp4-mi355x-atom", (("instance_type", "BM.GPU.MI355X.8"),)),
+    Case("oci", "trtllm", "mi355x-vs-b200-oci", "dsv4-fp4-b200-trtllm", (("instance_type", "BM.GPU.B200.8"),)),
+)
 SCAN_PORTS = (22, 80, 443, 2375, 2376, 5000, 8000, 8001, 8080, 8443, 8888, 9000, 9100)
 STAND_INS = (
     "GPU: stand-in device nodes /dev/kfd, /dev/dri/renderD128 (AMD, made before cloud-init), "
     "nvidia-container-runtime and its hook (NVIDIA; no GPU attached)",
     "GPU tools: stand-in amd-smi / nvidia-smi printing fixed values, marked STAND-IN",
-    "engine: stand-in image under the real name: bakeoff's emulator behind the real entrypoint and argv",
-    "registry: Debian's docker-registry over TLS answering as registry-1.docker.io (local CA)",
-    "weights: a stand-in checkpoint pre-seeded in the node's cache (hub path and node agent not rehearsed)",
+    "engines: stand-in images under the real names: bakeoff's emulator behind each family's real entrypoint "
+    "(vllm, python3 -m sglang.launch_server, python3 -m atom.entrypoints.openai_server, mpirun trtllm-serve)",
+    "agent image (the weights downloader; the front of ATOM and TensorRT-LLM): a stand-in under "
+    "python:3.11-slim-bookworm, pinned to the stand-in's digest (a published digest names another image)",
+    "registry: Debian's docker-registry over TLS answering as registry-1.docker.io, ghcr.io, nvcr.io (local CA)",
+    "hub: a stand-in huggingface.co over TLS (local CA) serving a small stand-in checkpoint in the hub's API "
+    "shape; the node's cache starts empty, so bakeoff's downloader fetches it (node agent not rehearsed)",
+    "bare image: the node image less docker.io (purged, apt cache emptied): the boot script installs it "
+    "from Debian's archive",
     "OS: Debian bookworm (debootstrap), not the clouds' Ubuntu images (Ubuntu's archive is unreachable here)",
 )
 
@@ -232,6 +286,23 @@ def build_node_image(ca_crt: Path) -> str:
     return name
 
 
+BARE_DOCKERFILE = """FROM {base}
+# a bare cloud image: no container engine (Vultr's default os_id is plain Ubuntu); nothing of docker.io cached
+RUN apt-get purge -y -qq docker.io containerd runc tini >/dev/null && apt-get autoremove -y -qq >/dev/null \\
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/lib/docker && ! command -v docker
+"""
+
+
+def build_bare_image(node_image: str) -> str:
+    """The node image less Docker, so the boot script's install path runs under cloud-init."""
+    name = f"{node_image}-bare"
+    if not image_exists(name):
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "Dockerfile").write_text(BARE_DOCKERFILE.format(base=node_image))
+            sh("docker", "build", "-q", "-t", name, d, timeout=900)
+    return name
+
+
 def _short_hash(b: bytes) -> str:
     import hashlib  # noqa: PLC0415
 
@@ -242,21 +313,20 @@ def _short_hash(b: bytes) -> str:
 
 
 def make_ca(d: Path) -> tuple[Path, Path, Path]:
-    """A CA and the registry's certificate for its real names (and the gateway IP, for the host's push)."""
+    """A CA, the registry's certificate for its real names (and the gateway IP, for the host's push) and the
+    hub stand-in's for huggingface.co; issued again when the names change."""
     ca_key, ca_crt = d / "ca.key", d / "ca.crt"
     key, crt = d / "registry.key", d / "registry.crt"
-    if crt.exists():
+    san = ",".join([*(f"DNS:{n}" for n in REGISTRY_NAMES), f"IP:{GATEWAY}"])
+    if crt.exists() and (d / "hub.crt").exists() and (d / "ext.cnf").read_text() == f"subjectAltName={san}\n":
         return ca_crt, crt, key
     d.mkdir(parents=True, exist_ok=True)
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
     sh(
         "openssl",
         "req",
         "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
+        *ec,
         "-days",
         "30",
         "-subj",
@@ -266,41 +336,38 @@ def make_ca(d: Path) -> tuple[Path, Path, Path]:
         "-out",
         str(ca_crt),
     )
-    sh(
-        "openssl",
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-subj",
-        f"/CN={REGISTRY_NAMES[0]}",
-        "-keyout",
-        str(key),
-        "-out",
-        str(d / "registry.csr"),
-    )
-    san = ",".join([*(f"DNS:{n}" for n in REGISTRY_NAMES), f"IP:{GATEWAY}"])
+    for stem, names in (("registry", san), ("hub", f"DNS:{rehearsal_hub.NAME}")):
+        sh(
+            "openssl",
+            "req",
+            *ec,
+            "-subj",
+            f"/CN={names.split(',')[0][4:]}",
+            "-keyout",
+            str(d / f"{stem}.key"),
+            "-out",
+            str(d / f"{stem}.csr"),
+        )
+        (d / f"{stem}.cnf").write_text(f"subjectAltName={names}\n")
+        sh(
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            str(d / f"{stem}.csr"),
+            "-CA",
+            str(ca_crt),
+            "-CAkey",
+            str(ca_key),
+            "-CAcreateserial",
+            "-days",
+            "30",
+            "-extfile",
+            str(d / f"{stem}.cnf"),
+            "-out",
+            str(d / f"{stem}.crt"),
+        )
     (d / "ext.cnf").write_text(f"subjectAltName={san}\n")
-    sh(
-        "openssl",
-        "x509",
-        "-req",
-        "-in",
-        str(d / "registry.csr"),
-        "-CA",
-        str(ca_crt),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-days",
-        "30",
-        "-extfile",
-        str(d / "ext.cnf"),
-        "-out",
-        str(crt),
-    )
     return ca_crt, crt, key
 
 
@@ -439,43 +506,26 @@ EMULATOR_MODULES = (
     "_yaml",
     "yarl",
 )
-VLLM_STAND_IN = '''#!/usr/bin/python3
-"""STAND-IN for vLLM's `vllm` entrypoint (bakeoff node rehearsal): reads `vllm serve` argv and runs bakeoff's
-emulator with the host, port and TLS files it names; the API key is vLLM's own env (VLLM_API_KEY)."""
-import argparse, os, sys
-ap = argparse.ArgumentParser(prog="vllm")
-sub = ap.add_subparsers(dest="cmd", required=True)
-s = sub.add_parser("serve")
-s.add_argument("model")
-s.add_argument("--host", default="0.0.0.0")
-s.add_argument("--port", type=int, default=8000)
-s.add_argument("--ssl-certfile")
-s.add_argument("--ssl-keyfile")
-a, rest = ap.parse_known_args()
-print("STAND-IN vllm (bakeoff emulator): serve", a.model, "engine flags:", " ".join(rest), flush=True)
-tls = ["--tls-cert", a.ssl_certfile, "--tls-key", a.ssl_keyfile] if a.ssl_certfile else []
-os.execv(sys.executable, [sys.executable, "-m", "bakeoff.serving.emulator", "--config", "/opt/stand-in/config.json",
-                          "--host", a.host, "--port", str(a.port), *tls])
-'''
 ENGINE_DOCKERFILE = """FROM {base}
 COPY site/ /opt/stand-in/site/
-COPY config.json /opt/stand-in/config.json
-COPY entrypoint /usr/local/bin/{entrypoint}
+COPY stand_in.py config.json /opt/stand-in/
+COPY bin/ /usr/local/bin/
 ENV PYTHONPATH=/opt/stand-in/site
-LABEL org.bakeoff.stand-in="bakeoff's emulator behind {entrypoint}'s entrypoint (node rehearsal)"
+LABEL org.bakeoff.stand-in="bakeoff's emulator behind {family}'s entrypoint (node rehearsal)"
 """
 
 
 def build_engine_image(target: Target, summary: dict[str, Any]) -> str:
     """The stand-in engine image, built locally under a local name (pushed under the real one)."""
-    entry = engines.boot(target).entrypoint
-    if entry != "vllm":
-        raise NotImplementedError(f"no stand-in for the {target.stack} entrypoint {entry!r} yet")
+    family = target.stack
+    if family not in rehearsal_engines.ENTRYPOINTS:
+        raise NotImplementedError(f"no stand-in for the {family} engine")
     docker_import(lambda: debootstrap("engine-base", "python3"), ENGINE_BASE)
     site = Path(next(p for p in sys.path if p.endswith("site-packages")))
     with tempfile.TemporaryDirectory() as d:
         ctx = Path(d)
         (ctx / "site").mkdir()
+        (ctx / "bin").mkdir()
         for m in EMULATOR_MODULES:
             src = site / m
             if src.is_dir():
@@ -488,21 +538,51 @@ def build_engine_image(target: Target, summary: dict[str, Any]) -> str:
         cfg = {
             "mode": "roofline",
             "target": summary["target"],
-            "api_key_env": "VLLM_API_KEY",
+            "api_key_env": "BAKEOFF_STAND_IN_KEY",  # set by the stand-in from where the engine reads its key
             "expires_at": time.time() + 3600,
         }
         (ctx / "config.json").write_text(json.dumps(cfg))
-        (ctx / "entrypoint").write_text(VLLM_STAND_IN)
-        (ctx / "entrypoint").chmod(0o755)
-        (ctx / "Dockerfile").write_text(ENGINE_DOCKERFILE.format(base=ENGINE_BASE, entrypoint=entry))
+        (ctx / "stand_in.py").write_text(rehearsal_engines.STAND_IN)
+        for path, text in rehearsal_engines.ENTRYPOINTS[family].items():
+            rel = path.removeprefix("/opt/stand-in/") if path.startswith("/opt/stand-in/") else None
+            dest = ctx / rel if rel else ctx / "bin" / Path(path).name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text)
+            dest.chmod(0o755)
+        (ctx / "Dockerfile").write_text(ENGINE_DOCKERFILE.format(base=ENGINE_BASE, family=family))
         local = f"bakeoff-rehearsal/engine-{target.provider}-{target.slug}:latest"
         sh("docker", "build", "-q", "-t", local, str(ctx), timeout=900)
     return local
 
 
+AGENT_DOCKERFILE = """FROM {base}
+# python:3.11-slim's own name for its interpreter (the front runs `python front.py`)
+RUN ln -s /usr/bin/python3 /usr/local/bin/python
+# python:3.11-slim trusts the public CAs; the stand-in, the rehearsal's (the hub stand-in's certificate)
+COPY ca.crt /etc/ssl/rehearsal-ca.pem
+ENV SSL_CERT_FILE=/etc/ssl/rehearsal-ca.pem
+LABEL org.bakeoff.stand-in="the agent image's stand-in (node rehearsal): Debian's python3"
+"""
+
+
+def stand_in_agent_image(ca_crt: Path) -> str:
+    """The agent image (the front runs in it) as a stand-in under its real name; the reference the
+    rehearsal renders, pinned to the stand-in's digest (the published digest names another image)."""
+    docker_import(lambda: debootstrap("engine-base", "python3"), ENGINE_BASE)
+    real = catalog.agent_image().split("@", 1)[0]
+    local = "bakeoff-rehearsal/agent:latest"
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "Dockerfile").write_text(AGENT_DOCKERFILE.format(base=ENGINE_BASE))
+        shutil.copy(ca_crt, Path(d) / "ca.crt")
+        sh("docker", "build", "-q", "-t", local, d, timeout=900)
+    return f"{real}@{push_under_real_name(local, real, ca_crt)}"
+
+
 def push_under_real_name(local: str, real: str, ca_crt: Path) -> str:
     """Push the stand-in to the registry under the image's real repository and tag; its digest."""
     repo_tag = real.split("/", 1)[1] if real.count("/") >= 2 else real  # docker.io/<repo>:<tag> -> <repo>:<tag>
+    if "/" not in repo_tag:
+        repo_tag = f"library/{repo_tag}"  # Docker Hub's official images (python:3.11 is library/python)
     certs = Path("/etc/docker/certs.d") / GATEWAY  # only this address: the host's docker.io is untouched
     certs.mkdir(parents=True, exist_ok=True)
     shutil.copy(ca_crt, certs / "ca.crt")
@@ -532,23 +612,58 @@ def render_user_data(target: Target, kill_after_s: float) -> tuple[str, str, tls
     return script, api_key, ident
 
 
-def seed_weights(target: Target, into: Path) -> None:
-    """A stand-in checkpoint in the node's cache, in the hub cache's layout, as a previous run left it."""
-    folder = into / "hub" / ("models--" + target.checkpoint_id.replace("/", "--"))
-    snap = folder / "snapshots" / "rehearsal"
-    snap.mkdir(parents=True, exist_ok=True)
-    (folder / "refs").mkdir(exist_ok=True)
-    (folder / "refs" / "main").write_text("rehearsal")
-    (snap / "tokenizer.json").write_text('{"stand-in": true}')
-    (snap / "model.safetensors").write_bytes(b"\0" * 64)
+HUB_CONTAINER = "bakeoff-rehearsal-hub"
 
 
-def node_name(cloud: str, engine: str) -> str:
-    return f"bakeoff-rehearsal-{cloud}-{engine}"
+def start_hub(certs: Path, repos: set[str]) -> None:
+    """The hub stand-in: a container on the rehearsal's network answering as huggingface.co over TLS."""
+    root = VAR / "hub"
+    shutil.rmtree(root, ignore_errors=True)
+    rehearsal_hub.write_tree(root, repos)
+    subprocess.run(["docker", "rm", "-f", HUB_CONTAINER], capture_output=True, check=False)
+    sh(
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        HUB_CONTAINER,
+        "--network",
+        NETWORK,
+        "--ip",
+        rehearsal_hub.IP,
+        "-v",
+        f"{root}:/srv/hub:ro",
+        "-v",
+        f"{certs}:/srv/pki:ro",
+        ENGINE_BASE,
+        "python3",
+        "/srv/hub/server.py",
+        "/srv/pki/hub.crt",
+        "/srv/pki/hub.key",
+    )
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    ctx.check_hostname = False  # reached by address from the host; the nodes reach it by name
+    for _ in range(60):
+        try:
+            c = http.client.HTTPSConnection(rehearsal_hub.IP, 443, context=ctx, timeout=2)
+            c.request("GET", "/api/models/none/revision/main")
+            c.getresponse()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"the hub stand-in did not answer: {sh('docker', 'logs', HUB_CONTAINER, check=False)[-300:]}")
 
 
-def boot_node(r: Rehearsal, image: str, seed: Path, cache: Path, cache_dir: str, runtime: str | None) -> str:
-    name = node_name(r.cloud, r.engine)
+def node_name(case: Case) -> str:
+    return f"bakeoff-rehearsal-{case.slug}"
+
+
+def node_ip(case: Case) -> str:
+    return f"10.213.77.{10 + CASES.index(case)}"
+
+
+def boot_node(case: Case, image: str, seed: Path, cache: Path, cache_dir: str, runtime: str | None) -> str:
+    name = node_name(case)
     subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, check=False)
     argv = [
         "docker",
@@ -557,13 +672,13 @@ def boot_node(r: Rehearsal, image: str, seed: Path, cache: Path, cache_dir: str,
         "--name",
         name,
         "--hostname",
-        f"{r.cloud}-node",
+        f"{case.cloud}-node",
         "--privileged",
         *(["--runtime", runtime] if runtime else []),
         "--network",
         NETWORK,
         "--ip",
-        NODE_IPS[r.cloud],
+        node_ip(case),
         "--tmpfs",
         "/run",
         "--tmpfs",
@@ -575,6 +690,8 @@ def boot_node(r: Rehearsal, image: str, seed: Path, cache: Path, cache_dir: str,
         "-v",
         f"{cache}:{cache_dir}",
         *(a for n in REGISTRY_NAMES for a in ("--add-host", f"{n}:{GATEWAY}")),  # the node's /etc/hosts
+        "--add-host",
+        f"{rehearsal_hub.NAME}:{rehearsal_hub.IP}",
         image,
     ]
     sh(*argv)
@@ -582,20 +699,27 @@ def boot_node(r: Rehearsal, image: str, seed: Path, cache: Path, cache_dir: str,
 
 
 def node_sh(name: str, cmd: str, timeout: float = 120) -> str:
-    return sh("docker", "exec", name, "sh", "-c", cmd, check=False, timeout=timeout)
+    """A command's output on the node; '' when it did not finish in time (a loaded host: the caller retries)."""
+    try:
+        return sh("docker", "exec", name, "sh", "-c", cmd, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ""
 
 
 def wait_cloud_init(name: str, budget_s: float) -> tuple[bool, str]:
+    """Every cloud-init stage finished, and none with an error: its result file, read directly (what
+    ``cloud-init status`` reads, without starting cloud-init's Python under a loaded host)."""
     deadline = time.monotonic() + budget_s
     out = ""
-    while time.monotonic() < deadline:  # every stage finished (status says "error" as soon as one failed)
-        if node_sh(name, "test -e /run/cloud-init/result.json && echo finished", timeout=30).strip() == "finished":
-            break
-        time.sleep(3)
-    out = node_sh(name, "cloud-init status --long 2>&1", timeout=30)
-    ds = re.search(r"detail:\s*(.*)", out)
-    ok = "status: done" in out
-    return ok, f"{' '.join(out.split()[:2])}; {ds.group(1).strip() if ds else ''}"
+    while time.monotonic() < deadline and not out.strip():
+        out = node_sh(name, "cat /run/cloud-init/result.json 2>/dev/null", timeout=60)
+        if not out.strip():
+            time.sleep(3)
+    if not out.strip():
+        return False, f"not finished {budget_s:.0f} s after the node started"
+    result = json.loads(out)["v1"]
+    errors = result.get("errors") or []
+    return not errors, f"status: {'error ' + str(errors[:2]) if errors else 'done'}; {result.get('datasource')}"
 
 
 def boot_log(name: str) -> str:
@@ -628,6 +752,39 @@ def check_sections(name: str) -> tuple[bool, str]:
     return True, (
         f"boot, provenance (STAND-IN tools), digest, weights from {w['source']} ({w['files']} files), "
         f"serve.log {serve} lines, power.csv {power} rows"
+    )
+
+
+def check_docker_install(name: str, took: dict[str, float]) -> tuple[bool, str]:
+    """The bare image's row: the boot script found no Docker, installed Debian's docker.io and said how long."""
+    log = boot_log(name)
+    said = re.search(r"^bakeoff: node image .* has no Docker; installing docker.io$", log, re.M)
+    took_s = re.search(r"^bakeoff-install: docker (\d+)s$", log, re.M)
+    version = node_sh(name, "docker version -f '{{.Server.Version}}' 2>&1").strip()
+    if not (said and took_s):
+        return False, f"no install line in the boot log (docker: {version}); {classify(name)}"
+    took["s"] = float(took_s.group(1))
+    return True, f"installed docker.io {version} in {took_s.group(1)} s under cloud-init ({said.group(0)[9:80]}…)"
+
+
+def check_weights(name: str, repo: str, cache_dir: str) -> tuple[bool, str]:
+    """The weights step took the hub path and what landed in the node's cache is what the hub served."""
+    line = re.search(r"^bakeoff-weights: (.*)$", boot_log(name), re.M)
+    if not line:
+        return False, f"no weights line; {classify(name)}"
+    w = json.loads(line.group(1))
+    folder = f"{cache_dir}/hub/models--{repo.replace('/', '--')}"
+    rev = node_sh(name, f"cat {folder}/refs/main").strip()
+    got = dict(
+        reversed(ln.split()) for ln in node_sh(name, f"cd {folder}/snapshots/{rev} && sha256sum *").splitlines() if ln
+    )
+    want = rehearsal_hub.digests(repo)
+    served = sh("docker", "logs", HUB_CONTAINER, check=False).count(f"/{repo}/resolve/")
+    ok = w.get("ok") is True and w.get("source") == "hub" and rev == rehearsal_hub.revision(repo) and got == want
+    return ok, (
+        f"{repo} from the hub stand-in ({w.get('source')}, {len(got)}/{len(want)} files, SHA-256 "
+        f"{'match' if got == want else 'DIFFER'}, revision {rev[:12]}, {float(w.get('download_s') or 0):.1f} s); "
+        f"the hub served {served} file requests for it"
     )
 
 
@@ -799,36 +956,51 @@ _PUSH_LOCK = threading.Lock()
 _PUSHED: dict[str, str] = {}
 
 
-def rehearse(
-    cloud: str, engine: str, kill_minutes: int, node_image: str, ca_crt: Path, runtime: str | None
-) -> Rehearsal:
-    r = Rehearsal(cloud, engine)
-    plan_name, target_name = TARGETS[(cloud, engine)]
-    plan = plan_mod.load_plan(plan_name)
-    target = next(t for t in plan.targets if t.name == target_name)
-    # no serving secrets: they need the node agent, whose digest-pinned image cannot be stood in here
-    target = target.model_copy(update={"secrets": {}})
-    print(f"{cloud} x {engine}: plan {plan_name}, target {target_name}", flush=True)
-    port, ip = target.stack_spec.port, NODE_IPS[cloud]
+def case_target(case: Case) -> Target:
+    """The target a case renders: the plan's own, or a recipe on the plan's cloud, changed as ``derive`` says;
+    no serving secrets (they need the node agent and its client bundle, not rehearsed here)."""
+    plan = plan_mod.load_plan(case.plan)
+    mine = next((t for t in plan.targets if t.name == case.target), None)
+    if mine is not None:
+        d = mine.model_dump(mode="json", exclude_defaults=True)
+    else:  # a recipe on this plan's cloud, with its first target's provider options
+        first = plan.targets[0].model_dump(mode="json", exclude_defaults=True)
+        d = {"name": case.target, "recipe": case.target, "provider": first["provider"]}
+        d["provider_options"] = first.get("provider_options", {})
+    d.update(dict(case.derive))
+    d.pop("secrets", None)
+    p = plan.model_dump(mode="json", exclude_defaults=True) | {"targets": [d]}
+    p.pop("claims", None)
+    return plan_mod.Plan.model_validate(p).targets[0]
+
+
+def rehearse(case: Case, kill_minutes: int, images: dict[bool, str], ca_crt: Path, runtime: str | None) -> Rehearsal:
+    r = Rehearsal(case.cloud, case.label)
+    # a bare image installs Docker first: its budget (and so its kill switch) allows for that, as a plan's would
+    kill_minutes += BARE_EXTRA_MINUTES if case.bare else 0
+    target = case_target(case)
+    print(f"{case.cloud} x {case.label}: plan {case.plan}, target {target.name}", flush=True)
+    port, ip = target.stack_spec.port, node_ip(case)
     real = userdata.image_for(target)
-    work = VAR / "runs" / f"{cloud}-{engine}"
+    work = VAR / "runs" / case.slug
     shutil.rmtree(work, ignore_errors=True)
     (work / "seed").mkdir(parents=True)
     state: dict[str, Any] = {}
+    cache_dir = target.weights.cache_dir.rstrip("/")
 
     def prepare() -> tuple[bool, str]:
         script, key, ident = render_user_data(target, kill_minutes * 60 - 60)
         state.update(script=script, key=key, ident=ident)
         (work / "seed" / "user-data").write_text(script)
         (work / "seed" / "meta-data").write_text(
-            f"instance-id: rehearsal-{cloud}-{int(time.time())}\nlocal-hostname: {cloud}-node\n"
+            f"instance-id: rehearsal-{case.slug}-{int(time.time())}\nlocal-hostname: {case.cloud}-node\n"
         )
         with _PUSH_LOCK:  # one stand-in per real image name: nodes of two clouds pull the same tag
             if real not in _PUSHED:
                 local = build_engine_image(target, userdata.target_summary(target, port))
                 _PUSHED[real] = push_under_real_name(local, real, ca_crt)
         state["digest"] = _PUSHED[real]
-        seed_weights(target, work / "cache")
+        (work / "cache").mkdir()  # the node's NVMe cache, empty: a first run downloads from the hub
         return True, f"user-data {len(script.encode())} bytes; {real} pushed as {state['digest'][:19]}…"
 
     if not r.step("render + stand-in image", prepare):
@@ -837,8 +1009,8 @@ def rehearse(
 
     def boot() -> tuple[bool, str]:
         nonlocal node
-        node = boot_node(r, node_image, work / "seed", work / "cache", target.weights.cache_dir.rstrip("/"), runtime)
-        ok, detail = wait_cloud_init(node, 420)
+        node = boot_node(case, images[case.bare], work / "seed", work / "cache", cache_dir, runtime)
+        ok, detail = wait_cloud_init(node, kill_minutes * 60 + 180)
         state["boot_epoch"] = _script_start(node)
         return ok, f"cloud-init {detail}" + ("" if ok else f"; {classify(node)}")
 
@@ -848,8 +1020,13 @@ def rehearse(
     if not booted and not boot_log(node):
         return r
     ident, key = state["ident"], state["key"]
+    if case.bare:
+        took: dict[str, float] = {}
+        if r.step("Docker installed by the script", lambda: check_docker_install(node, took)):
+            r.cells[-1].seconds = took["s"]  # the row's seconds: the install's, as the boot script timed it
     r.step("sections logged", lambda: check_sections(node))
     r.step("image pulled over TLS, digest", lambda: check_image(node, real, state["digest"]))
+    r.step("weights from the hub", lambda: check_weights(node, target.checkpoint_id, cache_dir))
     if r.step("serving (pinned TLS)", lambda: wait_serving(node, ip, port, ident, key, 240)):
         r.step("TLS pinned, key required", lambda: check_front(ip, port, ident, key))
         r.step("request through the front", lambda: check_point(ip, port, ident, key, target.checkpoint_id))
@@ -857,7 +1034,9 @@ def rehearse(
     r.step("no secret in logs/disk/ps", lambda: check_secrets(node, key, ident))
     r.step(
         "kill switch stops the node",
-        lambda: check_kill_switch(node, kill_minutes, state.get("boot_epoch") or time.time(), kill_minutes * 60 + 240),
+        lambda: check_kill_switch(
+            node, kill_minutes, state.get("boot_epoch") or _script_start(node) or time.time(), kill_minutes * 60 + 240
+        ),
     )
     return r
 
@@ -876,32 +1055,45 @@ def table(cells: list[Cell]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--cloud", action="append", help="vultr, aws (default: every one with a target here)")
-    ap.add_argument("--engine", default="vllm")
+    clouds = sorted({c.cloud for c in CASES})
+    families = sorted({c.engine for c in CASES})
+    ap.add_argument("--cloud", action="append", choices=clouds, help="only these clouds (default: all)")
+    ap.add_argument("--engine", action="append", choices=families, help="only these engines (default: all)")
+    ap.add_argument("--image", choices=("docker", "bare", "all"), default="all", help="node image with Docker or bare")
     ap.add_argument("--kill-minutes", type=int, default=4, help="the kill switch's time (minutes after boot)")
-    ap.add_argument("--keep", action="store_true", help="leave the stopped node and the network for inspection")
+    ap.add_argument("--keep", action="store_true", help="leave the stopped nodes and the network for inspection")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its registry
-    clouds = a.cloud or sorted({c for c, e in TARGETS if e == a.engine})
+    cases = [
+        c
+        for c in CASES
+        if (not a.cloud or c.cloud in a.cloud)
+        and (not a.engine or c.engine in a.engine)
+        and a.image in ("all", "bare" if c.bare else "docker")
+    ]
+    if not cases:
+        ap.error("no case of the matrix matches")
     t0 = time.monotonic()
     certs = VAR / "pki"
     ca_crt, crt, key = make_ca(certs)
     node_image = build_node_image(ca_crt)
+    images = {False: node_image} | ({True: build_bare_image(node_image)} if any(c.bare for c in cases) else {})
     ensure_network()
     runtime = ensure_runtime()
     registry = start_registry(certs, crt, key)
     cells: list[Cell] = []
     try:  # the nodes boot side by side (each its own address), as a run's targets do
-        with ThreadPoolExecutor(len(clouds)) as pool:
-            done = pool.map(lambda c: rehearse(c, a.engine, a.kill_minutes, node_image, ca_crt, runtime), clouds)
-            for r in done:
+        agent = stand_in_agent_image(ca_crt)
+        catalog.agent_image = lambda: agent  # the downloader's and the front's image: the stand-in, by its digest
+        start_hub(certs, {case_target(c).checkpoint_id for c in cases})
+        with ThreadPoolExecutor(len(cases)) as pool:
+            for r in pool.map(lambda c: rehearse(c, a.kill_minutes, images, ca_crt, runtime), cases):
                 cells += r.cells
         if not a.keep:
-            for cloud in clouds:
-                subprocess.run(
-                    ["docker", "rm", "-f", "-v", node_name(cloud, a.engine)], capture_output=True, check=False
-                )
+            for c in cases:
+                subprocess.run(["docker", "rm", "-f", "-v", node_name(c)], capture_output=True, check=False)
     finally:
+        subprocess.run(["docker", "rm", "-f", HUB_CONTAINER], capture_output=True, check=False)
         registry.terminate()
         registry.wait()
     print()

@@ -53,7 +53,18 @@ def test_one_node_boots_the_real_script_and_its_kill_switch_stops_it():
     if why:
         pytest.skip(why)
     r = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "node_rehearsal.py"), "--cloud", "vultr", "--kill-minutes", "2"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "node_rehearsal.py"),
+            "--cloud",
+            "vultr",
+            "--engine",
+            "vllm",
+            "--image",
+            "docker",
+            "--kill-minutes",
+            "2",
+        ],
         capture_output=True,
         text=True,
         timeout=1400,
@@ -66,6 +77,7 @@ def test_one_node_boots_the_real_script_and_its_kill_switch_stops_it():
     for step in (
         "cloud-init ran the script",
         "image pulled over TLS, digest",
+        "weights from the hub",
         "firewall + default-deny",
         "TLS pinned, key required",
         "request through the front",
