@@ -6,12 +6,8 @@ A target opts in with ``provider_options: {inject_fault: <stage>}``; the pipelin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from bakeoff.plan.options import FAULT_STAGES
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
+from bakeoff.plan.target import Target
 
 
 class InjectedFault(RuntimeError):

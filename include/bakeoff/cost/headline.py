@@ -10,16 +10,14 @@ excludes parity (``cost._add_verdict``); otherwise the sentence says there is no
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bakeoff import store
+from bakeoff.plan import Plan
 from bakeoff.store import StorePath
-
-if TYPE_CHECKING:
-    from bakeoff.plan import Plan
 
 
 def _r(x: Any, nd: int = 4) -> Any:

@@ -9,16 +9,14 @@ a missing file means the step never got that far, which is itself the answer. A 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bakeoff.plan import Plan
+from bakeoff.plan.target import Target
 from bakeoff.quality import accuracy as accuracy_mod
 from bakeoff.quality import validate as validate_mod
 from bakeoff.serving import engines
 from bakeoff.store import StorePath, at, read_json
-
-if TYPE_CHECKING:
-    from bakeoff.plan import Plan
-    from bakeoff.plan.target import Target
 
 
 def support_matrix(plan: Plan, run_dir: str | StorePath) -> list[dict[str, Any]]:

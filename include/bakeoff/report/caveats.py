@@ -16,17 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bakeoff import catalog
 from bakeoff.approval import approval_line
+from bakeoff.plan.target import Target
 from bakeoff.report import perwatt
+from bakeoff.report.data import ReportData
 from bakeoff.twin.emulate import efficiency_info
 from bakeoff.twin.runs import band_count, out_of_band_caveat
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
-    from bakeoff.report.data import ReportData
 
 Text = Callable[["ReportData"], str | list[str]]
 When = Callable[["ReportData"], bool]

@@ -9,21 +9,19 @@ import math
 import numbers
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from bakeoff import claims, cost, store
 from bakeoff.core.facts import RunFacts
 from bakeoff.cost.headline import CLIENT_FIX
+from bakeoff.plan import Plan
 from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.perwatt import WattRow
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.rackscale import RackRow
 from bakeoff.twin.runs import table
-
-if TYPE_CHECKING:
-    from bakeoff.plan import Plan
 
 # what a reader of the provenance needs first, in this order; every other key is folded away
 PROVENANCE_FIRST = (

@@ -11,11 +11,12 @@ import math
 import re
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from bakeoff import claims, cost, offers, store
+from bakeoff.plan import Plan
 from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.capacity import rows as capacity_rows
@@ -26,9 +27,6 @@ from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.provisioning import rows as provisioning_rows
 from bakeoff.report.rackscale import RackRow
 from bakeoff.report.rackscale import rows as rack_rows
-
-if TYPE_CHECKING:
-    from bakeoff.plan import Plan
 
 log = logging.getLogger(__name__)
 # provenance keys never shown, whatever a provider put there

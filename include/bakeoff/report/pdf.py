@@ -12,19 +12,16 @@ import io
 import logging
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import matplotlib
 from fpdf import FPDF, FontFace, XPos, YPos
 
 from bakeoff import cost
+from bakeoff.plan.workload import Sessions, Workload
 from bakeoff.report import capacity, charts, claimcheck
 from bakeoff.report.data import ReportData, fmt
 from bakeoff.report.html import STATUS_TEXT
 from bakeoff.report.provisioning import refusal_text
-
-if TYPE_CHECKING:
-    from bakeoff.plan.workload import Sessions, Workload
 
 FONT_DIR = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 RED = (192, 0, 0)

@@ -10,15 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bakeoff import catalog
 from bakeoff.plan.precision import COMPUTE_DTYPE
+from bakeoff.plan.target import Target
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S, NoCalibration, TargetTwin, twin_for
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
 
 
 def _twin(target: Target) -> TargetTwin | NoCalibration | None:

@@ -23,12 +23,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from bakeoff import catalog, store
-from bakeoff.plan import plan_from_dict
+from bakeoff.plan import Plan, plan_from_dict
+from bakeoff.plan.target import Target
+from bakeoff.plan.workload import Workload
 from bakeoff.twin import calibration, holdout, operating, score
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.calibration import engine_family
@@ -42,11 +44,6 @@ from bakeoff.twin.target import (
     deployed,
     twin_for,
 )
-
-if TYPE_CHECKING:
-    from bakeoff.plan import Plan
-    from bakeoff.plan.target import Target
-    from bakeoff.plan.workload import Workload
 
 
 @dataclass(frozen=True)

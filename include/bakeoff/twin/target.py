@@ -17,17 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from bakeoff import catalog
+from bakeoff.plan.target import Target
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin import holdout, operating
 from bakeoff.twin.calibration import engine_family
 from bakeoff.twin.holdout import near_model
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
 
 PLAN_SCENARIO = "Server"
 PREFILL_CHUNK = 8192  # tokens per prefill pass (the engines' default chunk)
