@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from bakeoff import catalog
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import plan_from_dict
 from bakeoff.providers.local import LocalProvider
 from bakeoff.quality import accuracy
-from bakeoff.serving.endpoint import Endpoint
 
 KEY = "bk-floor-key"
 

@@ -62,9 +62,9 @@ from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.runtime import run_async
 from bakeoff.bench.sse import StreamState
 from bakeoff.bench.workers import measure_in_workers
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan.workload import Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
-from bakeoff.serving.endpoint import Endpoint
 from bakeoff.tokens import VOCAB
 
 TTFT_MS, ITL_MS, OUT = 100.0, 10.0, 256

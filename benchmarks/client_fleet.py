@@ -45,9 +45,9 @@ from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.bench.monitor import send_lag_figures
 from bakeoff.bench.point import Ctx
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
-from bakeoff.serving.endpoint import Endpoint
 
 # MLPerf Inference v6.1, closed division, Server scenario: CoreWeave GB300 NVL72 (72 GPUs, 18 nodes),
 # gpt-oss-120b, 1,160,490 tokens/s (mlcommons/inference_results_v6.1 summary.csv, commit

@@ -28,9 +28,9 @@ import pandas as pd
 from bakeoff.agent.remote import AgentClient, run_job
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
-from bakeoff.serving.endpoint import Endpoint
 
 TTFT_MS, ITL_MS, OUT = 50, 5, 32
 KEY = "client-placement-benchmark-key"

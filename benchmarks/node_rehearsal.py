@@ -60,6 +60,7 @@ import node_rehearsal_hub as rehearsal_hub  # noqa: E402
 
 from bakeoff import catalog  # noqa: E402
 from bakeoff import plan as plan_mod  # noqa: E402
+from bakeoff.core import pinning  # noqa: E402
 from bakeoff.plan.target import Target  # noqa: E402
 from bakeoff.serving import readiness, tls, userdata  # noqa: E402
 
@@ -815,7 +816,7 @@ def wait_serving(name: str, ip: str, port: int, ident: tls.NodeTLS, api_key: str
 def request(
     ip: str, port: int, ident: tls.NodeTLS | None, api_key: str | None, method: str, path: str, body: Any = None
 ) -> tuple[int, bytes]:
-    ctx = tls.pinned_context(ident.cert_pem) if ident else ssl.create_default_context()
+    ctx = pinning.pinned_context(ident.cert_pem) if ident else ssl.create_default_context()
     c = http.client.HTTPSConnection(ip, port, context=ctx, timeout=30)
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
     c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)

@@ -29,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from bakeoff import budget
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import PlanError, plan_from_dict, recipes
 from bakeoff.plan.settings import MAX_BUDGET_USD, Slo
 from bakeoff.serving import userdata
 from bakeoff.serving.emulator.config import config_from_dict
 from bakeoff.serving.emulator.server import build_app
-from bakeoff.serving.endpoint import Endpoint
 
 AGENTIC_LEN = (8192, 512)
 

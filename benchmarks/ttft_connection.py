@@ -19,9 +19,9 @@ from pathlib import Path
 
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess, server_cpu
-from bakeoff.serving.endpoint import Endpoint
 
 MODES = ("warm", "per_request")
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 from bakeoff import faults, teardown
 from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
+from bakeoff.core.pinning import pinned_context
 from bakeoff.plan.cluster import layout_for
 from bakeoff.plan.multinode import SCALE_OUT_GBPS
 from bakeoff.providers.address import node_address, url_host
@@ -46,7 +47,6 @@ from bakeoff.providers.local import STOP_KEY_ENV, stop_key
 from bakeoff.serving.deploy import stack_facts
 from bakeoff.serving.emulator.config import STOP_ROUTE
 from bakeoff.serving.emulator.roofline import Roofline
-from bakeoff.serving.tls import pinned_context
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target

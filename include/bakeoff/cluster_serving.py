@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bakeoff import cluster, store
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.core.instance import Instance
 from bakeoff.serving import deploy
-from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.readiness import classify, mask
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from bakeoff import admission, approval, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
 from bakeoff.core import facts
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.paths import reports_root, safe_name
@@ -26,7 +27,6 @@ from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
-from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.userdata import kill_switch_minutes
 from bakeoff.step_context import EGRESS_FILE, RunContext, TargetContext, run_context, target_context
 

@@ -18,6 +18,7 @@ import pytest
 
 from bakeoff.agent import job
 from bakeoff.agent.remote import AgentClient, AgentError, mirror, run_job
+from bakeoff.core import pinning
 from bakeoff.serving import tls
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 
@@ -119,7 +120,7 @@ W = {
 def test_every_route_needs_the_key(node):
     with AgentClient(node, "wrong-key", tls_cert=CERT) as c, pytest.raises(AgentError, match="401"):
         c.health()
-    assert httpx.get(f"{node}/agent/logs", verify=tls.pinned_context(CERT)).status_code == 401
+    assert httpx.get(f"{node}/agent/logs", verify=pinning.pinned_context(CERT)).status_code == 401
 
 
 def test_a_job_runs_next_to_the_server_and_its_results_are_mirrored(node, tmp_path):

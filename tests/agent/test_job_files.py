@@ -7,8 +7,8 @@ from pathlib import Path
 
 from bakeoff.agent import file_field, with_file_field
 from bakeoff.agent.job import build_job
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import load_plan, plan_from_dict
-from bakeoff.serving.endpoint import Endpoint
 
 
 def test_a_session_trace_travels_inlined_and_is_renamed_to_a_plain_name():

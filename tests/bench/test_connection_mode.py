@@ -11,8 +11,8 @@ import pytest
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict
-from bakeoff.serving.endpoint import Endpoint
 
 SSE = (
     b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'

@@ -17,8 +17,8 @@ from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.bench.point import Ctx
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict, plans_dir
-from bakeoff.serving.endpoint import Endpoint
 from tests.fleet_fixtures import ArrivalServer
 
 SKEW_S = 5.0

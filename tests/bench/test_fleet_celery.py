@@ -18,8 +18,8 @@ from bakeoff.bench import fleet, fleet_celery
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.bench.point import Ctx
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
-from bakeoff.serving.endpoint import Endpoint
 from tests.conftest import FLEET_SECRET
 from tests.fleet_fixtures import ArrivalServer, client_workers
 

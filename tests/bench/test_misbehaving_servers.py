@@ -11,8 +11,8 @@ from bakeoff.bench.client import StreamingClient
 from bakeoff.bench.loadgen import PointId, request_body, to_record
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload, load_plan
-from bakeoff.serving.endpoint import Endpoint
 
 KEY = "sekrit-key"
 

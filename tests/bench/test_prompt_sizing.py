@@ -13,8 +13,8 @@ from bakeoff.bench.prompts import prompt_seed, synthesize
 from bakeoff.bench.run import run_workload
 from bakeoff.bench.tokenize import TokenCounter, discover
 from bakeoff.bench.workloads import build_specs
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
-from bakeoff.serving.endpoint import Endpoint
 
 
 def _ep(url, model="sub"):

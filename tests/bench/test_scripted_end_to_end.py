@@ -12,9 +12,9 @@ from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.monitor import LoopMonitor
 from bakeoff.bench.run import run_workload
 from bakeoff.bench.runtime import run_async
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
-from bakeoff.serving.endpoint import Endpoint
 
 
 @pytest.fixture(scope="module")

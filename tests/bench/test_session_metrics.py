@@ -16,8 +16,8 @@ import pytest
 
 from bakeoff.bench.metrics import binned_ms, session_figures, tpot_by_position
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Target, Workload
-from bakeoff.serving.endpoint import Endpoint
 
 
 def _turn(root, sid, turn, n_turns, ttft=0.1, ctx=1000, unc=100, error=None, warm=False):

@@ -10,9 +10,9 @@ from bakeoff.bench import client_cores
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.loadgen import arrival_offsets
 from bakeoff.bench.run import run_workload
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload, plan_from_dict, plans_dir
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
-from bakeoff.serving.endpoint import Endpoint
 
 
 @pytest.fixture(scope="module")

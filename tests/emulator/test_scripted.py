@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from bakeoff.bench.client import StreamingClient
+from bakeoff.core import pinning
 from bakeoff.serving import tls
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 
@@ -54,7 +55,7 @@ def test_https_stream_keeps_the_script(https_server):
 
 def test_key_guards_v1_only_and_the_server_describes_itself(https_server):
     srv, cert = https_server
-    with httpx.Client(base_url=srv.url, verify=tls.client_context(srv.url, cert), timeout=5) as c:
+    with httpx.Client(base_url=srv.url, verify=pinning.client_context(srv.url, cert), timeout=5) as c:
         assert c.get("/health").status_code == 200
         assert c.get("/v1/models").status_code == 401
         assert c.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401

@@ -8,9 +8,9 @@ import pytest
 from fake_completions import FakeCompletions
 from quality_fixtures import make_plan, write_run
 
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.quality import accuracy, evalset
 from bakeoff.quality.validate import validate_run
-from bakeoff.serving.endpoint import Endpoint
 
 KEY = "bk-test-key-0123456789"
 

@@ -15,8 +15,8 @@ pytest.importorskip("bakeoff.serving.emulator")
 
 from quality_fixtures import make_plan
 
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.quality import accuracy
-from bakeoff.serving.endpoint import Endpoint
 
 
 def start_emulator(tmp_path, target, api_key: str):

@@ -7,11 +7,11 @@ import json
 from fake_completions import FakeCompletions
 from quality_fixtures import make_plan, write_run
 
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.quality import accuracy
 from bakeoff.quality.support import support_matrix
 from bakeoff.quality.validate import validate_run
-from bakeoff.serving.endpoint import Endpoint
 from bakeoff.store import write_json
 
 

@@ -12,8 +12,8 @@ import pytest
 from bakeoff.bench import fleet
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.point import Ctx
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
-from bakeoff.serving.endpoint import Endpoint
 from tests.fleet_fixtures import ThreadMember
 
 

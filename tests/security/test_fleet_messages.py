@@ -24,9 +24,9 @@ from bakeoff import secrets
 from bakeoff.bench import fleet, fleet_celery
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.point import Ctx
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving import egress
-from bakeoff.serving.endpoint import Endpoint
 from tests.conftest import FLEET_SECRET
 from tests.fleet_fixtures import ArrivalServer, ThreadMember
 

@@ -23,6 +23,7 @@ import pytest
 
 from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.bench.client import StreamingClient
+from bakeoff.core import pinning
 from bakeoff.core.instance import Instance
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.serving import deploy as deploy_mod
@@ -146,12 +147,12 @@ def test_benchmark_client_pins_and_refuses_another_certificate(emulator, node_tl
 def test_a_public_ca_certificate_is_not_enough(emulator, node_tls):
     """Without the node's certificate a client verifies against the system CAs, which never vouch
     for a node's self-signed certificate: there is no 'verify off' path."""
-    with httpx.Client(verify=tls.client_context(emulator, None)) as c, pytest.raises(httpx.ConnectError):
+    with httpx.Client(verify=pinning.client_context(emulator, None)) as c, pytest.raises(httpx.ConnectError):
         c.get(emulator + "/health")
 
 
 def test_accuracy_gate_and_provenance_pin_through_the_endpoint(emulator, node_tls):
-    from bakeoff.serving.endpoint import Endpoint
+    from bakeoff.core.endpoint import Endpoint
     from bakeoff.serving.provenance import snapshot_provenance
 
     good = Endpoint(target="t", base_url=emulator, model=MODEL, stack="vllm", tls_cert=node_tls["mine"].cert_pem)
@@ -163,8 +164,8 @@ def test_accuracy_gate_and_provenance_pin_through_the_endpoint(emulator, node_tl
 
 
 def test_lm_eval_backend_refuses_a_pinned_node():
+    from bakeoff.core.endpoint import Endpoint
     from bakeoff.quality.lm_eval_backend import evaluate
-    from bakeoff.serving.endpoint import Endpoint
 
     ep = Endpoint(
         target="t",
@@ -179,7 +180,7 @@ def test_lm_eval_backend_refuses_a_pinned_node():
 
 def test_a_garbled_certificate_is_refused_naming_the_field():
     with pytest.raises(ValueError, match="tls_cert: not one PEM certificate"):
-        tls.pinned_context("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n")
+        pinning.pinned_context("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n")
 
 
 # --- the node agent over TLS, and serving secrets ------------------------------------------------
@@ -240,7 +241,7 @@ def test_agent_serves_tls_pinned_and_refuses_an_impostor_pin(agent, node_tls):
 def test_secrets_reach_a_root_only_file_and_never_come_back(agent, node_tls):
     url, d = agent["url"], agent["dir"]
     anon = httpx.put(
-        url + "/agent/secrets", json={"env": {"HF_TOKEN": HF}}, verify=tls.pinned_context(node_tls["mine"].cert_pem)
+        url + "/agent/secrets", json={"env": {"HF_TOKEN": HF}}, verify=pinning.pinned_context(node_tls["mine"].cert_pem)
     )
     assert anon.status_code == 401 and not (d / "secrets" / "serve.env").exists()
     with AgentClient(url, KEY, tls_cert=node_tls["mine"].cert_pem) as c:

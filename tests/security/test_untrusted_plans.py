@@ -339,7 +339,7 @@ def test_binary_files_are_refused_without_quoting_bytes(workloads):
 
 def test_co_located_jobs_ship_only_files_from_the_workloads_folder(demo_raw, workloads, tmp_path):
     from bakeoff.agent.job import build_job
-    from bakeoff.serving.endpoint import Endpoint
+    from bakeoff.core.endpoint import Endpoint
 
     (workloads / "prompts.jsonl").write_text('{"prompt": "hello there"}\n')
     demo_raw["workloads"][0].update(source="jsonl", source_path="prompts.jsonl")

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from bakeoff import catalog
+from bakeoff.core import pinning
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import engines, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
@@ -310,7 +311,7 @@ def test_the_front_checks_the_key_serves_tls_and_streams(tmp_path, tls_identity)
     ]
     proc = subprocess.Popen([sys.executable, "-c", front_mod.program(), *argv])
     try:
-        ctx = tls.pinned_context(tls_identity["cert"])
+        ctx = pinning.pinned_context(tls_identity["cert"])
         url = f"https://127.0.0.1:{port}"
         for _ in range(100):
             try:

@@ -24,9 +24,9 @@ from bakeoff.agent.remote import AgentClient, AgentError, look
 from bakeoff.plan import PlanError
 
 if TYPE_CHECKING:
+    from bakeoff.core.endpoint import Endpoint
     from bakeoff.plan import Plan
     from bakeoff.plan.target import Target
-    from bakeoff.serving.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 MAX_INLINE_BYTES = MAX_JOB_BYTES

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 
 from bakeoff import store
+from bakeoff.core.pinning import client_context
 from bakeoff.serving import egress
 from bakeoff.serving.power import parse_samples
-from bakeoff.serving.tls import client_context
 
 log = logging.getLogger(__name__)
 NOT_MIRRORED = {"summary.json"}  # the node's console summary of its last workload; the store has the points

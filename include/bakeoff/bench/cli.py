@@ -28,13 +28,13 @@ from bakeoff.bench import console
 from bakeoff.bench.session_sources import fit, read_logs, write_trace
 from bakeoff.bench.sessions import expected_hit_rate
 from bakeoff.bench.workloads import WorkloadFileError
+from bakeoff.core.endpoint import Endpoint
+from bakeoff.core.pinning import check_cert
 from bakeoff.paths import results_root, safe_name
 from bakeoff.plan.slo import Slo
 from bakeoff.plan.workload import Workload
-from bakeoff.serving.endpoint import Endpoint
 from bakeoff.serving.power import PowerFile
 from bakeoff.serving.provenance import identify_engine, snapshot_provenance
-from bakeoff.serving.tls import check_cert
 
 _M = TypeVar("_M", bound=BaseModel)
 

@@ -34,8 +34,8 @@ import httptools
 
 from bakeoff.bench.sse import StreamError, StreamState
 from bakeoff.bench.tasks import TaskSet, task_failure
+from bakeoff.core.pinning import client_context
 from bakeoff.serving import egress
-from bakeoff.serving.tls import client_context
 
 _now = time.perf_counter
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; absent elsewhere

@@ -63,9 +63,9 @@ from bakeoff.bench.fleet import (
 from bakeoff.bench.point import Ctx
 from bakeoff.bench.prompts import RequestSpec
 from bakeoff.bench.sizing import PromptSizer
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan.workload import Workload
 from bakeoff.serving import egress
-from bakeoff.serving.endpoint import Endpoint
 
 BIND_ENV = "BAKEOFF_FLEET_BIND"
 ADVERTISE_ENV = "BAKEOFF_FLEET_ADVERTISE"

@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from bakeoff.bench.clock import Offsets
     from bakeoff.bench.sizing import PromptSizer
     from bakeoff.bench.tokenize import TokenCounter
+    from bakeoff.core.endpoint import Endpoint
     from bakeoff.plan.slo import Slo
     from bakeoff.plan.workload import Workload
-    from bakeoff.serving.endpoint import Endpoint
 
 # (start, end epoch s) -> the node's power rows over that window (serving.power.parse_samples)
 PowerSource = Callable[[float, float], list[dict[str, Any]]]

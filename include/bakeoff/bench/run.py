@@ -41,9 +41,9 @@ from bakeoff.serving.provenance import snapshot_provenance
 if TYPE_CHECKING:
     from bakeoff.bench.clock import Offsets
     from bakeoff.bench.sessions import Session
+    from bakeoff.core.endpoint import Endpoint
     from bakeoff.plan.slo import Slo
     from bakeoff.plan.workload import Sessions, Workload
-    from bakeoff.serving.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 

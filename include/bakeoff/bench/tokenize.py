@@ -25,7 +25,7 @@ from bakeoff.serving import egress
 
 if TYPE_CHECKING:
     from bakeoff.bench.records import RequestRecord
-    from bakeoff.serving.endpoint import Endpoint
+    from bakeoff.core.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 

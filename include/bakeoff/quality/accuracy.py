@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bakeoff import tokens
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.quality import evalset
 from bakeoff.quality.lm_eval_backend import evaluate as lm_eval_evaluate
 from bakeoff.serving import egress
-from bakeoff.serving.endpoint import Endpoint
 from bakeoff.store import StorePath, at, write_json
 
 if TYPE_CHECKING:

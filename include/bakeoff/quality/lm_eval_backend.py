@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from bakeoff import tokens
 
 if TYPE_CHECKING:
+    from bakeoff.core.endpoint import Endpoint
     from bakeoff.plan.settings import Accuracy
-    from bakeoff.serving.endpoint import Endpoint
 
 
 def evaluate(endpoint: Endpoint, api_key: str | None, acc: Accuracy) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from bakeoff.serving import egress
 from bakeoff.serving.engines import registry
 
 if TYPE_CHECKING:
-    from bakeoff.serving.endpoint import Endpoint
+    from bakeoff.core.endpoint import Endpoint
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:

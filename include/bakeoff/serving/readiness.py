@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
+from bakeoff.core.pinning import client_context
 from bakeoff.serving import egress
-from bakeoff.serving.tls import client_context
 
 FAILURES = (
     "node_image",

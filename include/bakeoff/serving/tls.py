@@ -3,7 +3,7 @@
 Why per-node self-signed certificates rather than a public CA: a cloud node has no DNS name and its
 IP is unknown when the certificate is made, so no CA could vouch for it. Instead the worker makes
 the node's key pair, hands the private key to the node inside its user-data (a root-only file),
-and every client trusts exactly that one certificate (``pinned_context``).
+and every client trusts exactly that one certificate (``core.pinning.pinned_context``).
 
 Why derived rather than random: the key is HMAC(installation secret, "tls/<run>/<target>"), like the
 run's API key (``bakeoff.secrets``). A retried provision that finds the node already running gets
@@ -22,11 +22,11 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
-import re
 import ssl
 from dataclasses import dataclass
 
 from bakeoff import secrets
+from bakeoff.core.pinning import check_cert
 
 # Only node_identity (on the worker) needs ``cryptography``; the rest runs on the node agent too,
 # whose pinned installs do not include it, so it uses the standard library's ssl alone.
@@ -88,49 +88,9 @@ def _identity(seed: bytes, slug: str) -> NodeTLS:
     )
 
 
-_PEM_CERT = re.compile(r"\s*-----BEGIN CERTIFICATE-----\n[A-Za-z0-9+/=\n]+-----END CERTIFICATE-----\s*")
-
-
 def fingerprint(cert_pem: str) -> str:
     """SHA-256 of the certificate's DER bytes, hex (what a person compares by eye, and logs)."""
     return hashlib.sha256(ssl.PEM_cert_to_DER_cert(check_cert(cert_pem).strip())).hexdigest()
-
-
-def check_cert(cert_pem: str, field: str = "tls_cert") -> str:
-    """The PEM if it is exactly one parseable certificate; else a clear error naming the field."""
-    ok = isinstance(cert_pem, str) and bool(_PEM_CERT.fullmatch(cert_pem))
-    if ok:
-        try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=cert_pem)
-        except (ssl.SSLError, ValueError):
-            ok = False
-    if not ok:
-        raise ValueError(
-            f"{field}: not one PEM certificate; give the node's certificate as '-----BEGIN CERTIFICATE-----...'"
-        )
-    return cert_pem
-
-
-def pinned_context(cert_pem: str) -> ssl.SSLContext:
-    """A client context that accepts only the server holding this certificate's key (see module doc)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.check_hostname = False  # the node has no name; the pinned anchor is the identity check
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.load_verify_locations(cadata=check_cert(cert_pem))
-    return ctx
-
-
-def client_context(base_url: str, cert_pem: str | None) -> ssl.SSLContext | bool:
-    """What an httpx client passes as ``verify``: the pinned context when a node certificate is
-    known, else the system's CA verification (https) -- never "off"."""
-    if cert_pem:
-        if not base_url.startswith("https://"):
-            raise ValueError(
-                f"endpoint: {base_url!r} is plain http but the node has a pinned certificate; use its https:// URL"
-            )
-        return pinned_context(cert_pem)
-    return True
 
 
 def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:

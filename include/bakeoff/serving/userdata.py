@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any, cast
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
 from bakeoff.core.launch import LaunchSpec
+from bakeoff.core.pinning import check_cert
 from bakeoff.providers.registry import PROVIDERS, resolve
 from bakeoff.serving import engines, front, hub_fetch, power
-from bakeoff.serving.tls import check_cert, stand_in_identity
+from bakeoff.serving.tls import stand_in_identity
 
 if TYPE_CHECKING:
     from bakeoff.plan.target import Target

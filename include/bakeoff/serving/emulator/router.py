@@ -30,9 +30,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import durable
+from bakeoff.core.pinning import pinned_context
 from bakeoff.serving.emulator.config import STOP_ROUTE
 from bakeoff.serving.emulator.server import KV_IN_HEADER, stop_handler, until_stopped
-from bakeoff.serving.tls import pinned_context
 
 log = logging.getLogger("bakeoff.emulator.router")
 

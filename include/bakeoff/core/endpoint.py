@@ -6,7 +6,7 @@ import ssl
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bakeoff.serving.tls import client_context
+from bakeoff.core.pinning import client_context
 
 
 @dataclass
