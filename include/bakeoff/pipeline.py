@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from bakeoff import admission, approval, faults, node_slots, paths, secrets, store
 from bakeoff.agent import job
@@ -28,15 +28,13 @@ from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.userdata import kill_switch_minutes
-from bakeoff.step_context import EGRESS_FILE, RunContext, TargetContext, run_context, target_context
+from bakeoff.step_context import EGRESS_FILE, RunContext, TargetContext, with_run, with_target
 
 log = logging.getLogger(__name__)
 
 # Turns a provider name into its credentials: passed into each step that reaches a provider (the
 # DAG passes its Airflow-connection resolver, the CLI and scripts the environment's).
 CredentialsFn = Callable[[str], dict[str, Any]]
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def provider_for(name: str, credentials: CredentialsFn = credentials_from_env, **options: Any) -> Provider:
@@ -127,27 +125,6 @@ def _target_step(run_dir: str | store.StorePath, slug: str, fact: facts.Fact) ->
 
 def _record(ctx: TargetContext, fact: facts.Fact) -> None:
     _target_step(ctx.run_dir, ctx.slug, fact)
-
-
-def with_target(step: Callable[Concatenate[TargetContext, P], R]) -> Callable[Concatenate[str, str, P], R]:
-    """A per-target step as the DAG and the CLI call it, ``(run_dir, slug, ...)``: its context (plan,
-    target, run id, key, folder) built once for the call and handed to the step."""
-
-    @functools.wraps(step)
-    def run(run_dir: str, slug: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return step(target_context(run_dir, slug), *args, **kwargs)
-
-    return run
-
-
-def with_run(step: Callable[Concatenate[RunContext, P], R]) -> Callable[Concatenate[str, P], R]:
-    """A run-level step as the DAG and the CLI call it, ``(run_dir, ...)``, handed its run's context."""
-
-    @functools.wraps(step)
-    def run(run_dir: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return step(run_context(run_dir), *args, **kwargs)
-
-    return run
 
 
 # --- per-target steps ---------------------------------------------------------------------------

@@ -3,18 +3,23 @@
 target, serving key and results folder.
 
 Every step and every sensor check used to derive these itself (the plan read and validated again, the
-start record read for the run id, the key derived); the step decorators in ``pipeline`` build one
-context per call and hand it to the step.
+start record read for the run id, the key derived); ``with_run`` and ``with_target`` build one context per
+call and hand it to the step.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Concatenate, ParamSpec, TypeVar
 
 from bakeoff import secrets, store
 from bakeoff.plan import Plan, Target, plan_from_dict
 from bakeoff.providers.registry import PROVIDERS
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 EGRESS_FILE = "egress.json"  # the plan-chosen hosts every connection checks again (start_run writes it)
 
@@ -102,3 +107,24 @@ def run_context(run_dir: str | store.StorePath) -> RunContext:
 def target_context(run_dir: str | store.StorePath, slug: str) -> TargetContext:
     plan = run_plan(run_dir)
     return TargetContext(str(run_dir), plan, run_id_of(run_dir), plan.target(slug))
+
+
+def with_target(step: Callable[Concatenate[TargetContext, P], R]) -> Callable[Concatenate[str, str, P], R]:
+    """A per-target step as the DAG and the CLI call it, ``(run_dir, slug, ...)``: its context (plan,
+    target, run id, key, folder) built once for the call and handed to the step."""
+
+    @functools.wraps(step)
+    def run(run_dir: str, slug: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return step(target_context(run_dir, slug), *args, **kwargs)
+
+    return run
+
+
+def with_run(step: Callable[Concatenate[RunContext, P], R]) -> Callable[Concatenate[str, P], R]:
+    """A run-level step as the DAG and the CLI call it, ``(run_dir, ...)``, handed its run's context."""
+
+    @functools.wraps(step)
+    def run(run_dir: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return step(run_context(run_dir), *args, **kwargs)
+
+    return run
