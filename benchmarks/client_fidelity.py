@@ -24,7 +24,7 @@ extrapolation to 8 cores. The scripted server stays on CPU 0 and reports its own
 written after it was due) and CPU, so a row where the server, not the client, set the pace shows as
 such. On a 2-core machine the 2-process row shares CPU 0 with the server.
 
-Transports compared on the same server with the same SSE accounting (bakeoff.bench.sse):
+Transports compared on the same server with the same SSE accounting (bakeoff.bench.client.sse):
   bakeoff  - the harness's client (asyncio protocol + httptools on uvloop)
   aiohttp  - aiohttp ClientSession, reading resp.content.iter_any()
   httpx    - httpx.AsyncClient, reading resp.aiter_raw()
@@ -53,15 +53,15 @@ import aiohttp
 import httpx
 import numpy as np
 
-from bakeoff.bench import point
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, Sender, arrival_offsets
-from bakeoff.bench.monitor import send_lag_figures
-from bakeoff.bench.prompts import RequestSpec
-from bakeoff.bench.runtime import run_async
-from bakeoff.bench.sse import StreamState
-from bakeoff.bench.workers import measure_in_workers
+from bakeoff.bench.client.monitor import send_lag_figures
+from bakeoff.bench.client.prompts import RequestSpec
+from bakeoff.bench.client.runtime import run_async
+from bakeoff.bench.client.sse import StreamState
+from bakeoff.bench.client.transport import StreamingClient
+from bakeoff.bench.fleet.workers import measure_in_workers
+from bakeoff.bench.load import point
+from bakeoff.bench.load.loadgen import PointId, Sender, arrival_offsets
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan.workload import Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess

@@ -40,11 +40,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fleet_fixtures, for --celery
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from bakeoff.bench import client_cores, fleet
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.loadgen import arrival_offsets
-from bakeoff.bench.monitor import send_lag_figures
-from bakeoff.bench.point import Ctx
+from bakeoff.bench.client import client_cores
+from bakeoff.bench.client.monitor import send_lag_figures
+from bakeoff.bench.fleet import members as fleet
+from bakeoff.bench.load.loadgen import arrival_offsets
+from bakeoff.bench.load.point import Ctx
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
@@ -151,7 +152,7 @@ def open_loop(url: str, members: int, rate: float, skew_s: float, run: Runner = 
 
 def celery_points(a: argparse.Namespace) -> None:
     """The open-loop and ingest points with members on Celery client workers (loopback Redis)."""
-    from bakeoff.bench import fleet_celery  # noqa: PLC0415 - Celery only for --celery
+    from bakeoff.bench.fleet import fleet_celery  # noqa: PLC0415 - Celery only for --celery
     from tests.fleet_fixtures import client_workers, redis_server  # noqa: PLC0415 - pytest only for --celery
 
     names = [f"clients-{m}" for m in range(a.members)]

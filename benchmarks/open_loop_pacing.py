@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bakeoff.bench.loadgen import arrival_offsets, open_loop
-from bakeoff.bench.monitor import SEND_LAG_BOUND_MS
+from bakeoff.bench.client.monitor import SEND_LAG_BOUND_MS
+from bakeoff.bench.load.loadgen import arrival_offsets, open_loop
 
 
 class Trial(NamedTuple):

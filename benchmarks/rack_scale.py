@@ -66,7 +66,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from bakeoff import catalog, cluster, cost
+from bakeoff import catalog, cost
+from bakeoff.clusters import cluster
 from bakeoff.plan import Target, multinode
 from bakeoff.serving.emulator import disagg
 from bakeoff_sandbox import Sandbox
@@ -217,7 +218,8 @@ def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, l
     readiness, deploy, serving readiness of every role, a short benchmark through the router, terminate
     and sweep. The cluster's timeline, the measured point (None when provisioning failed) and the
     lines saying when each step finished (seconds from the provision call)."""
-    from bakeoff import pipeline, step_context  # noqa: PLC0415 - the pipeline's steps only for part (a)
+    from bakeoff import step_context  # noqa: PLC0415 - the pipeline's steps only for part (a)
+    from bakeoff.run import pipeline  # noqa: PLC0415 - the pipeline's steps only for part (a)
 
     run = pipeline.start_run(str(path), f"manual__rack_scale_{uuid.uuid4().hex[:8]}")
     rdir, slug = run["run_dir"], run["targets"][0]

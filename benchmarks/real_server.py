@@ -59,7 +59,7 @@ import pandas as pd
 import yaml
 
 from bakeoff import catalog
-from bakeoff.bench.metrics import chunk_gaps, request_tpot
+from bakeoff.bench.metrics.summary import chunk_gaps, request_tpot
 from bakeoff.plan.options import ProviderOptions
 from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Workload

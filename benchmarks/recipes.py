@@ -27,7 +27,6 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from bakeoff import budget
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import PlanError, plan_from_dict, recipes
@@ -35,6 +34,7 @@ from bakeoff.plan.settings import MAX_BUDGET_USD, Slo
 from bakeoff.serving import userdata
 from bakeoff.serving.emulator.config import config_from_dict
 from bakeoff.serving.emulator.server import build_app
+from bakeoff.spend import budget
 
 AGENTIC_LEN = (8192, 512)
 

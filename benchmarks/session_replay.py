@@ -34,14 +34,14 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff import tokens
-from bakeoff.bench import server_metrics
-from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId
-from bakeoff.bench.point import measure_sessions
-from bakeoff.bench.runtime import run_async
-from bakeoff.bench.session_load import SessionSender, point_seed
-from bakeoff.bench.session_sources import Spread, SyntheticSpec, generate
-from bakeoff.bench.sessions import PromptBlocks, Session, expected_hit_rate
+from bakeoff.bench.client.runtime import run_async
+from bakeoff.bench.client.transport import StreamingClient
+from bakeoff.bench.load.loadgen import PointId
+from bakeoff.bench.load.point import measure_sessions
+from bakeoff.bench.load.session_load import SessionSender, point_seed
+from bakeoff.bench.metrics import server_metrics
+from bakeoff.bench.sessions.session_sources import Spread, SyntheticSpec, generate
+from bakeoff.bench.sessions.workload import PromptBlocks, Session, expected_hit_rate
 from bakeoff.plan import Workload
 from bakeoff.plan.target import Target
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.client.transport import StreamingClient
 from bakeoff.serving import tls
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 

@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from bakeoff import budget
 from bakeoff.plan import installed_plans, load_plan
+from bakeoff.spend import budget
 from bakeoff.twin import calibration, holdout, score
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.predict import predict_plan

@@ -41,7 +41,7 @@ from selenium.webdriver.chrome.service import Service
 from bakeoff import durable
 from bakeoff.cost import cost_run
 from bakeoff.paths import at, safe_name
-from bakeoff.publish import MANIFEST, list_published, publish, write_indexes
+from bakeoff.publishing.publish import MANIFEST, list_published, publish, write_indexes
 from bakeoff_sandbox.ec2 import MotoServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.pipeline, and the per-target group and the
-steps after it are built from the sequence bakeoff.steps declares (bakeoff run follows the same
+Thin wiring only: every task calls one step of bakeoff.run.pipeline, and the per-target group and the
+steps after it are built from the sequence bakeoff.run.steps declares (bakeoff run follows the same
 one). First a gate: a scheduled run starts only from the Variable bakeoff_schedule_from on
 (unpausing alone starts nothing); then the optional pre-flight (bakeoff.preflight: off, check first,
 or pre-flight only). Per target (one group mapped over the run's targets, each map index labelled
@@ -40,7 +40,7 @@ from bakeoff_approval import TASK_ID as APPROVAL_TASK
 from bakeoff_approval import SpendApproval
 from bakeoff_links import ReportLink
 
-from bakeoff.steps import AFTER, PER_TARGET, Step  # cheap: the declared steps, nothing imported
+from bakeoff.run.steps import AFTER, PER_TARGET, Step  # cheap: the declared steps, nothing imported
 from bakeoff.twin.spend_index import labels as spend_labels  # cheap: one JSON file, no fit
 
 # publish emits Asset("bakeoff://reports/<plan>") through this alias, so downstream DAGs can
@@ -188,7 +188,7 @@ CLOUD_POKE_S = cloud_poke_s()
 
 def _pipeline(item: dict | None = None):
     """The library's pipeline module, imported at run time (never at parse time)."""
-    from bakeoff import pipeline
+    from bakeoff.run import pipeline
 
     if item is not None:  # a per-target task: label it, and mask the run's serving keys in its log
         from bakeoff_connections import mask_run_keys
@@ -230,7 +230,7 @@ def _looked(found: dict | None) -> PokeReturnValue:
 
 
 def _act(step: Step):
-    """A declared step's task body: one call of its bakeoff.pipeline function, on the target of the map
+    """A declared step's task body: one call of its bakeoff.run.pipeline function, on the target of the map
     index (per target) or on the run, with the outputs of the steps it takes."""
 
     def act(item: dict | None, *inputs):
@@ -277,7 +277,7 @@ def _look(step: Step):
 
 
 def _publish(run: dict, paths: dict):
-    """publish: the evidence bundle and the index pages (bakeoff.pipeline.publish), then the plan's Asset."""
+    """publish: the evidence bundle and the index pages (bakeoff.run.pipeline.publish), then the plan's Asset."""
     published = _pipeline().publish(
         run["run_dir"],
         paths,
@@ -334,7 +334,7 @@ def bakeoff():
     def schedule_gate() -> bool:
         """A scheduled run starts only from the Variable bakeoff_schedule_from on, so unpausing the DAG
         starts nothing by itself; when it returns False every later task is skipped, teardowns too."""
-        from bakeoff.schedule_gate import VARIABLE, refusal
+        from bakeoff.run.schedule_gate import VARIABLE, refusal
 
         run = get_current_context()["dag_run"]
         why = refusal(run.run_type, run.run_after, Variable.get(VARIABLE, default=None))
@@ -376,7 +376,7 @@ def bakeoff():
             scheduled=ctx["dag_run"].run_type == "scheduled",
             trusted_images=Variable.get("bakeoff_trusted_images", default=None),
             allow_private_endpoints=Variable.get("bakeoff_allow_private_endpoints", default=None),
-            # Nodes a run may hold at once per cloud (bakeoff.node_slots); a target needing more is refused.
+            # Nodes a run may hold at once per cloud (bakeoff.clusters.node_slots); a target needing more is refused.
             node_limits=Variable.get("bakeoff_provider_node_limits", default=None),
         )
 
@@ -391,7 +391,7 @@ def bakeoff():
         return [{"run_dir": run["run_dir"], "slug": s, "poke_s": poke_s(s)} for s in run["targets"]]
 
     def target_task(step: Step):
-        """The task of one declared per-target step (bakeoff.steps.PER_TARGET): a sensor in reschedule mode
+        """The task of one declared per-target step (bakeoff.run.steps.PER_TARGET): a sensor in reschedule mode
         for a wait, a setup or teardown task for the steps that start and end what costs money."""
         opts: dict = {"task_id": step.name, "map_index_template": LABEL}
         if step.retries is not None:
@@ -409,7 +409,7 @@ def bakeoff():
         """One mapped group over the run's targets, each map index labelled with its target: the declared
         per-target steps in their order. Each long wait is a sensor in reschedule mode: its worker slot is
         free between pokes. wait_slot holds the target back until its nodes fit its cloud's node limit
-        (bakeoff.node_slots); terminate gives them back."""
+        (bakeoff.clusters.node_slots); terminate gives them back."""
         out: dict = {}
         previous = None
         for step in PER_TARGET:
@@ -423,7 +423,7 @@ def bakeoff():
                 watched_in_group.append(made)
 
     def run_task(step: Step):
-        """The task of one declared step after the targets (bakeoff.steps.AFTER), with its trigger rule."""
+        """The task of one declared step after the targets (bakeoff.run.steps.AFTER), with its trigger rule."""
         opts: dict = {"task_id": step.name, "trigger_rule": step.trigger_rule}
         if step.retries is not None:
             opts["retries"] = step.retries

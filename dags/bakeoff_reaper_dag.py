@@ -28,8 +28,8 @@ def bakeoff_reaper():
         # run time only: the DAG file parses without the library, Airflow's task runner or the hooks
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-        from bakeoff import reaper
         from bakeoff.airflow_api import DAG_ID
+        from bakeoff.cleanup import reaper
         from bakeoff_connections import configured_providers, masked, resolve
 
         def run_state(plan: str, run_id: str) -> str | None:

@@ -1,7 +1,7 @@
 """The spend approval step: Airflow's HITL ApprovalOperator, asked only when the run needs it.
 
 Right after the budget guard (start_run) and before anything is provisioned. start_run decided
-whether a person must approve (bakeoff.approval: above the installation's threshold, or the first
+whether a person must approve (bakeoff.spend.approval: above the installation's threshold, or the first
 scheduled run of a plan that bills money); when not, this step records why and is skipped. When
 so, it asks the approving role's members (Variable ``bakeoff_approvers``, passed to Airflow as the
 task's ``assigned_users``, so Airflow's API answers anyone else 403), showing the plan, each target
@@ -45,7 +45,8 @@ class SpendApproval(ApprovalOperator):
         from airflow.sdk import Variable  # noqa: PLC0415 - read when the step runs, never while parsing
         from airflow.sdk.exceptions import AirflowSkipException  # noqa: PLC0415
 
-        from bakeoff import approval, store  # noqa: PLC0415
+        from bakeoff import store  # noqa: PLC0415
+        from bakeoff.spend import approval  # noqa: PLC0415
 
         start = store.run_facts(self.run_dir).start
         need = start.approval_needed
@@ -69,7 +70,8 @@ class SpendApproval(ApprovalOperator):
         return super().execute(context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        from bakeoff import approval, store  # noqa: PLC0415
+        from bakeoff import store  # noqa: PLC0415
+        from bakeoff.spend import approval  # noqa: PLC0415
 
         asked = store.run_facts(self.run_dir).approval or approval.Approval(decision=approval.PENDING)
         kept = asked.model_dump(mode="json", include={"shown", "approvers", "spend_usd", "reason"})

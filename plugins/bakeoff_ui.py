@@ -44,7 +44,7 @@ SERVED = {
     ".csv": "text/csv; charset=utf-8",
     ".json": "application/json",
     ".parquet": "application/octet-stream",
-    ".zip": "application/zip",  # the run's evidence bundle (bakeoff.evidence)
+    ".zip": "application/zip",  # the run's evidence bundle (bakeoff.publishing.evidence)
 }
 DOWNLOADS = {".parquet", ".zip"}  # saved, never shown: Content-Disposition attachment
 
@@ -81,7 +81,7 @@ def _root():
 
 
 def _runs(plan: str | None = None) -> list[dict]:
-    from bakeoff.publish import list_published  # noqa: PLC0415
+    from bakeoff.publishing.publish import list_published  # noqa: PLC0415
 
     return list_published(_root(), plan)
 
@@ -90,7 +90,7 @@ def _runs(plan: str | None = None) -> list[dict]:
 def index() -> HTMLResponse:
     """Every published run, newest first, with links to its reports."""
     from bakeoff.dashboard.render import PAGES  # noqa: PLC0415
-    from bakeoff.publish import render_index  # noqa: PLC0415
+    from bakeoff.publishing.publish import render_index  # noqa: PLC0415
 
     page = render_index("Bake-off reports", _runs(), link_base="reports/", tabs=PAGES)
     return HTMLResponse(page, headers=HTML_HEADERS)

@@ -12,6 +12,6 @@ from __future__ import annotations
 
 from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
 
-import bakeoff.pipeline  # noqa: F401  (imported for its side effect: loaded before tasks fork)
+import bakeoff.run.pipeline  # noqa: F401  (imported for its side effect: loaded before tasks fork)
 
 CELERY_CONFIG = DEFAULT_CELERY_CONFIG

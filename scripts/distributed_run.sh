@@ -12,7 +12,7 @@
 # and tears down), each benchmarked for about 80 s (the EC2 nodes co-located, the cluster from an
 # Airflow worker), so the benchmarks can only all run at once if the waits free their worker slots.
 #
-# Two of bakeoff's own Celery client workers (bench/fleet_celery.py, their own hostnames and network
+# Two of bakeoff's own Celery client workers (bench/fleet/fleet_celery.py, their own hostnames and network
 # namespaces, one member slot each) serve the client fleet (client_fleet: 2) of the target
 # benchmarked from an Airflow worker: its members are sent through Redis database 2.
 #
@@ -337,7 +337,7 @@ for w in "${CLIENT_WORKERS[@]}"; do
   # secret (exported above), from which each member derives its channel and serving keys.
   start "$w" env -u AIRFLOW__DATABASE__SQL_ALCHEMY_CONN -u AIRFLOW__CELERY__BROKER_URL -u AIRFLOW__CELERY__RESULT_BACKEND \
     BAKEOFF_DATA="$WORK/data/$w" BAKEOFF_FLEET_BROKER="$FLEET_BROKER" \
-    "${IN_NS[@]}" celery -A bakeoff.bench.fleet_celery worker -Q bakeoff-clients -n "$w@%h" --concurrency 1 \
+    "${IN_NS[@]}" celery -A bakeoff.bench.fleet.fleet_celery worker -Q bakeoff-clients -n "$w@%h" --concurrency 1 \
     --without-mingle --without-gossip
 done
 

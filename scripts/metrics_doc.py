@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bakeoff.bench.metric_units import markdown_table
-from bakeoff.bench.metrics import POINT_METRICS
+from bakeoff.bench.metrics.metric_units import markdown_table
+from bakeoff.bench.metrics.summary import POINT_METRICS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 BEGIN, END = "<!-- point-columns: begin (scripts/metrics_doc.py) -->", "<!-- point-columns: end -->"

@@ -28,8 +28,8 @@ import httpx
 from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, table, timelines, ts, waited
 
 from bakeoff.paths import at, run_folder
-from bakeoff.pipeline import SLOTS
-from bakeoff.publish import list_published
+from bakeoff.publishing.publish import list_published
+from bakeoff.run.pipeline import SLOTS
 from bakeoff.store import read_frame, read_json
 
 FINAL_STATES = {"success", "failed"}
@@ -142,7 +142,7 @@ def published_report(reports: str | Path, run_id: str) -> list:
     return []
 
 
-# the DAG's sensors and the library check each poke calls (bakeoff.pipeline records each call's worker time)
+# the DAG's sensors and the library check each poke calls (bakeoff.run.pipeline records each call's worker time)
 SENSOR_CHECKS = {
     "node_slot": "wait_slot",
     "node_ready": "wait_node",

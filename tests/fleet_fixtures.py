@@ -132,7 +132,7 @@ class ClientWorkers:
         self.logs = {n: log_dir / f"{n}.log" for n in names}
         base = {**os.environ, **env, "BAKEOFF_FLEET_BROKER": url, "PYTHONUNBUFFERED": "1"}
         for n in names:
-            argv = [sys.executable, "-m", "celery", "-A", "bakeoff.bench.fleet_celery", "worker"]
+            argv = [sys.executable, "-m", "celery", "-A", "bakeoff.bench.fleet.fleet_celery", "worker"]
             argv += ["-Q", "bakeoff-clients", "--pool", "solo", "-n", f"{n}@%h", "--without-mingle"]
             argv += ["--without-gossip", "--loglevel", "INFO"]
             with self.logs[n].open("wb") as out:

@@ -6,7 +6,7 @@ where, the configuration the claim states and its figures. A plan lists the clai
 
 - at the claim's own configuration, where the run matches it (same model, precision, engine, GPUs
   per node, lengths, prefix share, and a point at the claimed rate or concurrency), with the
-  bootstrap interval over repeats (``bench.stats``, the one CI method);
+  bootstrap interval over repeats (``bench.metrics.stats``, the one CI method);
 - at the buyer's SLO (the load level the cost ranking uses);
 - a verdict: *reproduced* (the claimed figure, or the band its wording allows, meets bakeoff's
   interval), *not reproduced* (outside it; the ratio says by how much), or *not comparable* (the
@@ -665,8 +665,8 @@ def _load_text(row: Any, replicas: int = 1) -> str:
 
 def _measure(rows: pd.DataFrame, column: str, replicas: int = 1, workload: str | None = None) -> Measure | None:
     """Mean and bootstrap interval of a column over the repeats of one load level."""
-    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
-    from bakeoff.bench.stats import bootstrap_ci  # noqa: PLC0415 - start-up cost of plan validation
+    # bench.metrics.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
+    from bakeoff.bench.metrics.stats import bootstrap_ci  # noqa: PLC0415 - start-up cost of plan validation
 
     if rows.empty or column not in rows:
         return None
@@ -792,8 +792,8 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
 
 def _run_cost_ratio(t: Any, r: Any, wl: Any, tables: Any, col: str) -> tuple[Measure | None, list[str]]:
     """t's cost per token at the SLO over r's, with the interval of the difference over repeats; or why not."""
-    # bench.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
-    from bakeoff.bench.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation
+    # bench.metrics.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
+    from bakeoff.bench.metrics.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation
 
     a, b = _slo_row(tables, t.slug, wl.name), _slo_row(tables, r.slug, wl.name)
     if a is None or b is None:

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bakeoff import admission, catalog, images, installation, pipeline, steps, store
-from bakeoff.bench.client_cores import client_cores, line, warnings
-from bakeoff.bench.workloads import WorkloadFileError, check_files
+from bakeoff import catalog, images, installation, store
+from bakeoff.bench.client.client_cores import client_cores, line, warnings
+from bakeoff.bench.client.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
 from bakeoff.core.facts import RunFacts
 from bakeoff.cost.headline import headline_table
@@ -27,6 +27,7 @@ from bakeoff.plan.names import image_gaps, unverified_names
 from bakeoff.plan.prices import market_mismatches
 from bakeoff.preflight import blocking, preflight, table
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.run import admission, pipeline, steps
 from bakeoff.secrets import installation_id
 from bakeoff.serving import engines, userdata
 from bakeoff.serving.emulator import disagg
@@ -121,7 +122,7 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Sequential bake-off: the declared steps (bakeoff.steps), per target with terminate in finally."""
+    """Sequential bake-off: the declared steps (bakeoff.run.steps), per target with terminate in finally."""
     # SIGTERM (a CI timeout, a closed terminal) must still reach the finally blocks that terminate.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_id = args.run_id or f"cli__{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
@@ -140,7 +141,7 @@ def run_steps(
     slot_poll_s: float = 5.0,
     creds: pipeline.CredentialsFn = credentials_from_env,
 ) -> int:
-    """Every step of bakeoff.steps.SEQUENCE in this process, in its order: the run's first steps, each
+    """Every step of bakeoff.run.steps.SEQUENCE in this process, in its order: the run's first steps, each
     target's steps one target after the other (its teardown in finally), then the run's last steps
     whatever happened; a progress line names each step as it starts. The exit status: 0, 1 when a step
     failed, 2 when the run needs an approval nobody here can give."""
@@ -183,7 +184,7 @@ def run_steps(
 def _target_steps(
     rdir: str, slug: str, say: Callable[[str], None], slot_poll_s: float, creds: pipeline.CredentialsFn
 ) -> bool:
-    """One target's steps of bakeoff.steps.PER_TARGET: those before its setup step (the node slot), then
+    """One target's steps of bakeoff.run.steps.PER_TARGET: those before its setup step (the node slot), then
     setup to its last step, then its teardown whatever happened. False when a step failed."""
     out: dict[str, Any] = {}
     setup = next(i for i, s in enumerate(steps.PER_TARGET) if s.role == "setup")
@@ -372,7 +373,7 @@ def _multinode_recipes(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     """0 when every hash and the signature check under a trusted key, 1 when the bundle fails (naming
     what changed), 3 when it is intact but its signer is no key trusted here."""
-    from bakeoff import evidence  # noqa: PLC0415 - cryptography only for this command
+    from bakeoff.publishing import evidence  # noqa: PLC0415 - cryptography only for this command
 
     if args.show_key:
         key = evidence.installation_public_key()
@@ -502,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plain-http", action="append", metavar="HOST:PORT", help="a registry without TLS (local)")
     p.add_argument("--merge", action="store_true", help="keep the images already in $BAKEOFF_TRUSTED_IMAGES")
     p.set_defaults(func=_images)
-    for module in ("bakeoff.bench.cli", "bakeoff.reaper", "bakeoff.agent.cli", "bakeoff.twin.cli"):
+    for module in ("bakeoff.bench.cli", "bakeoff.cleanup.reaper", "bakeoff.agent.cli", "bakeoff.twin.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     return parser
 

@@ -1,7 +1,7 @@
 """The emulator's token convention, shared with the client's cross-check count.
 
 One token is one whitespace-separated word. Real servers use real tokenizers: prompts for them are
-sized with the server's own tokenizer (bench.sizing, bench.tokenize) and only fall back to this
+sized with the server's own tokenizer (bench.client.sizing, bench.client.tokenize) and only fall back to this
 convention, recorded as such, when the server offers no way to count.
 """
 

@@ -238,8 +238,8 @@ def test_a_check_fails_when_the_job_failed_or_outlived_its_budget(node, tmp_path
 
 
 def test_the_benchmark_timeout_is_the_budget_estimate_capped_by_the_node_life():
-    from bakeoff import budget
     from bakeoff.plan import load_plan
+    from bakeoff.spend import budget
 
     plan = load_plan("mi355x-vs-b200-sandbox")
     for t in plan.targets:

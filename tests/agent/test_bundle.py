@@ -18,10 +18,10 @@ import httpx
 import pytest
 from moto import mock_aws
 
-from bakeoff import pipeline
 from bakeoff.agent import AGENT_PORT, bundle
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import ProviderError
+from bakeoff.run import pipeline
 from bakeoff.serving import userdata
 from tests.stub_host import StubHost
 
@@ -34,7 +34,7 @@ def test_the_bundle_is_reproducible_and_holds_what_the_node_runs():
     assert sha == sha2 == hashlib.sha256(data).hexdigest() and data == again
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
     assert "bakeoff/__init__.py" in names and "bakeoff/agent/server.py" in names
-    assert "bakeoff/catalog/serving.yaml" in names and "bakeoff/bench/client.py" in names
+    assert "bakeoff/catalog/serving.yaml" in names and "bakeoff/bench/client/transport.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
@@ -63,8 +63,8 @@ OPTIONAL = {"click", "pygments", "rich", "pytz", "setuptools"}
 def test_the_agent_requirements_cover_what_the_client_imports():
     code = (
         "import sys, json, importlib.metadata as md\n"
-        "import bakeoff.agent.cli, bakeoff.agent.server, bakeoff.bench.cli, bakeoff.bench.run, bakeoff.bench.sla, "
-        "bakeoff.bench.workers, bakeoff.bench.calibration, bakeoff.serving.provenance, bakeoff.cli\n"
+        "import bakeoff.agent.cli, bakeoff.agent.server, bakeoff.bench.cli, bakeoff.bench.run, bakeoff.bench.load.sla, "
+        "bakeoff.bench.fleet.workers, bakeoff.bench.load.calibration, bakeoff.serving.provenance, bakeoff.cli\n"
         "m = md.packages_distributions()\n"
         "tops = {n.split('.')[0] for n in sys.modules} - set(sys.stdlib_module_names)\n"
         "print(json.dumps(sorted({d for t in tops for d in m.get(t, [])} - {'bakeoff'})))"

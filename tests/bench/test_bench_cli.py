@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from bakeoff.bench import calibration
 from bakeoff.bench.cli import _mapping
-from bakeoff.bench.metrics import summarize
-from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.load import calibration
+from bakeoff.bench.metrics.records import RequestRecord
+from bakeoff.bench.metrics.summary import summarize
 from bakeoff.plan import Slo
 from bakeoff.serving.emulator import scripted
 from bakeoff.serving.provenance import identify_engine

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bakeoff.bench.capacity import search_tiers
+from bakeoff.bench.load.capacity import search_tiers
 
 LIMITS = {"interactive": 5, "standard": 20, "batch": 100}  # the highest load each tier's SLO allows
 

@@ -3,7 +3,7 @@ the cores plan check said the top load needs, naming which of the two was wrong.
 
 import pandas as pd
 
-from bakeoff.bench.client_cores import client_cores, sizing_check
+from bakeoff.bench.client.client_cores import client_cores, sizing_check
 from bakeoff.plan import load_plan, plan_from_dict, plans_dir
 
 

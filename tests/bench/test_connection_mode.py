@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.client.transport import StreamingClient
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict

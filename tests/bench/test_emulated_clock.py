@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.bench import clock
-from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.client import clock
+from bakeoff.bench.metrics.records import RequestRecord
 from bakeoff.plan import Workload
 from bakeoff.serving.emulator.roofline import Roofline
 from tests.bench.test_session_metrics import _run, _target, emulator  # noqa: F401 - the emulator fixture

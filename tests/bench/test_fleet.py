@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff.bench import fleet
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.loadgen import arrival_offsets
-from bakeoff.bench.point import Ctx
+from bakeoff.bench.fleet import members as fleet
+from bakeoff.bench.load.loadgen import arrival_offsets
+from bakeoff.bench.load.point import Ctx
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import PlanError, Slo, Workload, plan_from_dict, plans_dir

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from bakeoff import secrets
-from bakeoff.bench import fleet, fleet_celery
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.loadgen import arrival_offsets
-from bakeoff.bench.point import Ctx
+from bakeoff.bench.fleet import fleet_celery
+from bakeoff.bench.fleet import members as fleet
+from bakeoff.bench.load.loadgen import arrival_offsets
+from bakeoff.bench.load.point import Ctx
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 from tests.conftest import FLEET_SECRET

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bakeoff.bench.loadgen import arrival_offsets
-from bakeoff.bench.sla import search_loads
-from bakeoff.bench.stats import STATS, bootstrap_ci, compare_targets, difference_ci, point_intervals, verdict
+from bakeoff.bench.load.loadgen import arrival_offsets
+from bakeoff.bench.load.sla import search_loads
+from bakeoff.bench.metrics.stats import STATS, bootstrap_ci, compare_targets, difference_ci, point_intervals, verdict
 from tests.conftest import ROOT
 
 

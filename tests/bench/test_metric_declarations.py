@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.bench import metric_units
-from bakeoff.bench.metrics import EVALUATION_ORDER, POINT_COLUMNS, POINT_METRICS, summarize
-from bakeoff.bench.records import POINT_KEY, RequestRecord
+from bakeoff.bench.metrics import metric_units
+from bakeoff.bench.metrics.records import POINT_KEY, RequestRecord
+from bakeoff.bench.metrics.summary import EVALUATION_ORDER, POINT_COLUMNS, POINT_METRICS, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 

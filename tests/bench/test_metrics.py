@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from bakeoff.bench.metrics import POINT_COLUMNS, summarize
-from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.metrics.records import RequestRecord
+from bakeoff.bench.metrics.summary import POINT_COLUMNS, summarize
 from bakeoff.plan import Slo
 
 

@@ -7,9 +7,9 @@ import time
 import pandas as pd
 import pytest
 
-from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, request_body, to_record
-from bakeoff.bench.prompts import RequestSpec
+from bakeoff.bench.client.prompts import RequestSpec
+from bakeoff.bench.client.transport import StreamingClient
+from bakeoff.bench.load.loadgen import PointId, request_body, to_record
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload, load_plan

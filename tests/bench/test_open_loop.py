@@ -11,12 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, Sender, open_loop, wait_until
-from bakeoff.bench.metrics import summarize
-from bakeoff.bench.monitor import STALL_BOUND_MS, LoopMonitor
-from bakeoff.bench.prompts import RequestSpec
-from bakeoff.bench.runtime import gc_paused, run_async
+from bakeoff.bench.client.monitor import STALL_BOUND_MS, LoopMonitor
+from bakeoff.bench.client.prompts import RequestSpec
+from bakeoff.bench.client.runtime import gc_paused, run_async
+from bakeoff.bench.client.transport import StreamingClient
+from bakeoff.bench.load.loadgen import PointId, Sender, open_loop, wait_until
+from bakeoff.bench.metrics.summary import summarize
 from bakeoff.plan import Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess, arrival_stats
 

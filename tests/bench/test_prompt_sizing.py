@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 from subword_server import BOS, SubwordServer, word_tokens
 
-from bakeoff.bench import sizing
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.prompts import prompt_seed, synthesize
+from bakeoff.bench.client import sizing
+from bakeoff.bench.client.prompts import prompt_seed, synthesize
+from bakeoff.bench.client.tokenize import TokenCounter, discover
+from bakeoff.bench.client.workloads import build_specs
 from bakeoff.bench.run import run_workload
-from bakeoff.bench.tokenize import TokenCounter, discover
-from bakeoff.bench.workloads import build_specs
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 

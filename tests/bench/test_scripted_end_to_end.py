@@ -7,11 +7,11 @@ import sys
 import pandas as pd
 import pytest
 
-from bakeoff.bench.calibration import calibrate
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.monitor import LoopMonitor
+from bakeoff.bench.client.monitor import LoopMonitor
+from bakeoff.bench.client.runtime import run_async
+from bakeoff.bench.load.calibration import calibrate
 from bakeoff.bench.run import run_workload
-from bakeoff.bench.runtime import run_async
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
@@ -196,7 +196,7 @@ def test_blocked_event_loop_marks_the_point_client_bound():
 
 
 def test_client_bound_rules():
-    from bakeoff.bench.monitor import client_verdict
+    from bakeoff.bench.client.monitor import client_verdict
 
     assert client_verdict(20, 1.0, None)["client_bound"] is False
     assert client_verdict(95, 1.0, None)["client_bound"] is True  # a saturated core
@@ -211,7 +211,7 @@ def test_kernel_receive_timestamps_survive_a_blocked_event_loop():
     import asyncio
     import time
 
-    from bakeoff.bench.client import StreamingClient
+    from bakeoff.bench.client.transport import StreamingClient
 
     async def go(url):
         c = StreamingClient(url, timeout_s=10)

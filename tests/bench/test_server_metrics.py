@@ -2,7 +2,7 @@
 
 import pytest
 
-from bakeoff.bench import server_metrics as sm
+from bakeoff.bench.metrics import server_metrics as sm
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.engines.vllm import COUNTERS as VLLM
 

@@ -6,13 +6,13 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId
-from bakeoff.bench.metrics import session_figures, summarize
-from bakeoff.bench.point import measure_sessions
-from bakeoff.bench.runtime import run_async
-from bakeoff.bench.session_load import SessionSender, point_seed, point_sessions, uncached_tokens
-from bakeoff.bench.sessions import PromptBlocks, Session, Turn, expected_hit_rate
+from bakeoff.bench.client.runtime import run_async
+from bakeoff.bench.client.transport import StreamingClient
+from bakeoff.bench.load.loadgen import PointId
+from bakeoff.bench.load.point import measure_sessions
+from bakeoff.bench.load.session_load import SessionSender, point_seed, point_sessions, uncached_tokens
+from bakeoff.bench.metrics.summary import session_figures, summarize
+from bakeoff.bench.sessions.workload import PromptBlocks, Session, Turn, expected_hit_rate
 from bakeoff.plan import Slo, Workload
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 

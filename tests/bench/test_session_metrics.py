@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bakeoff.bench.metrics import binned_ms, session_figures, tpot_by_position
+from bakeoff.bench.metrics.summary import binned_ms, session_figures, tpot_by_position
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Target, Workload

@@ -10,10 +10,10 @@ import pytest
 
 from bakeoff import tokens
 from bakeoff.bench.cli import main as bench_main
-from bakeoff.bench.session_sources import SyntheticSpec, fit, generate, read_logs, read_trace, write_trace
-from bakeoff.bench.sessions import PromptBlocks, Session, Turn, expected_hit_rate, load_sessions
-from bakeoff.bench.sizing import WORDS, PromptSizer
-from bakeoff.bench.workloads import WorkloadFileError, workloads_dir
+from bakeoff.bench.client.sizing import WORDS, PromptSizer
+from bakeoff.bench.client.workloads import WorkloadFileError, workloads_dir
+from bakeoff.bench.sessions.session_sources import SyntheticSpec, fit, generate, read_logs, read_trace, write_trace
+from bakeoff.bench.sessions.workload import PromptBlocks, Session, Turn, expected_hit_rate, load_sessions
 from bakeoff.plan import Workload
 from bakeoff.plan.workload import Sessions, Spread
 
@@ -347,8 +347,8 @@ def test_a_trace_beyond_a_targets_context_stops_the_run_before_any_spend(tmp_pat
     """start_run reads trace and log sessions against the tightest model context of the plan's targets."""
     import yaml
 
-    from bakeoff import pipeline
     from bakeoff.plan import load_plan
+    from bakeoff.run import pipeline
 
     monkeypatch.setenv("BAKEOFF_WORKLOADS_DIR", str(tmp_path))
     long = 140_000  # beyond Llama 3.1's 131,072-token context

@@ -10,12 +10,12 @@ import asyncio
 
 import pytest
 
-from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.loadgen import PointId, Sender
-from bakeoff.bench.point import measure
-from bakeoff.bench.prompts import RequestSpec
-from bakeoff.bench.runtime import run_async
-from bakeoff.bench.tasks import ClientTaskError, TaskSet
+from bakeoff.bench.client.prompts import RequestSpec
+from bakeoff.bench.client.runtime import run_async
+from bakeoff.bench.client.tasks import ClientTaskError, TaskSet
+from bakeoff.bench.client.transport import StreamingClient
+from bakeoff.bench.load.loadgen import PointId, Sender
+from bakeoff.bench.load.point import measure
 from bakeoff.plan import Workload
 
 BAD_HOST = "http://" + "a" * 64 + ".invalid:8000"

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff.bench import client_cores
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.loadgen import arrival_offsets
+from bakeoff.bench.client import client_cores
+from bakeoff.bench.load.loadgen import arrival_offsets
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload, plan_from_dict, plans_dir
@@ -112,8 +112,8 @@ def test_plan_check_warns_when_one_core_cannot_carry_the_top_load(capsys, tmp_pa
 
 
 def test_run_start_logs_the_client_core_warning(caplog):
-    from bakeoff import budget
+    from bakeoff.spend import budget
 
-    with caplog.at_level("WARNING", logger="bakeoff.budget"):
+    with caplog.at_level("WARNING", logger="bakeoff.spend.budget"):
         budget.check(_plan(load="rate", rates=[5000], requests_per_point=1000))
     assert "workloads[0].workers: top's top load" in caplog.text

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from bakeoff import tokens
-from bakeoff.bench.prompts import synthesize
-from bakeoff.bench.workloads import WorkloadFileError, build_specs, trace_specs
+from bakeoff.bench.client.prompts import synthesize
+from bakeoff.bench.client.workloads import WorkloadFileError, build_specs, trace_specs
 from bakeoff.plan import Workload
 
 

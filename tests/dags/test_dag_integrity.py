@@ -259,7 +259,8 @@ def test_parse_is_light():
         "bakeoff.providers.base",
         "bakeoff.providers.registry",
         "bakeoff.providers.tags",
-        "bakeoff.steps",
+        "bakeoff.run",
+        "bakeoff.run.steps",
         "bakeoff.twin",
         "bakeoff.twin.spend_index",
     )
@@ -354,7 +355,7 @@ def test_unpausing_starts_no_run_until_the_schedule_is_enabled(dagbag):
     from airflow.serialization.serialized_objects import DagSerialization
     from airflow.timetables.base import TimeRestriction
 
-    from bakeoff.schedule_gate import refusal
+    from bakeoff.run.schedule_gate import refusal
 
     dag = dagbag.dags["bakeoff"]
     scheduled = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the scheduler reads

@@ -1,6 +1,6 @@
 """The DAG and `bakeoff run` run the same steps in the same order: the DAG's tasks as the parsed DagBag
-has them, beside the steps the CLI's loop calls (every bakeoff.pipeline function it reaches recorded,
-nothing run), both from the one declared sequence (bakeoff.steps)."""
+has them, beside the steps the CLI's loop calls (every bakeoff.run.pipeline function it reaches recorded,
+nothing run), both from the one declared sequence (bakeoff.run.steps)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from bakeoff import cli, pipeline, steps
+from bakeoff import cli
+from bakeoff.run import pipeline, steps
 from tests.conftest import ROOT
 
 GROUP = "target."
@@ -33,7 +34,7 @@ def dag_order() -> list[str]:
 def cli_order(
     monkeypatch, targets: list[str], fail: dict[str, str] | None = None, **answer: Any
 ) -> tuple[int, list[tuple[str, str]]]:
-    """Run `bakeoff run`'s loop with every step's bakeoff.pipeline function replaced by a recorder:
+    """Run `bakeoff run`'s loop with every step's bakeoff.run.pipeline function replaced by a recorder:
     (its exit status, (step, target or "") for each step called, in order). ``fail``: step -> the
     target it raises for ("" for a run step); ``answer``: a function's return value instead of the usual."""
     called: list[tuple[str, str]] = []

@@ -162,7 +162,7 @@ def test_run_check_reports_a_run_that_was_not_distributed(tis, problem):
 
 
 def test_the_report_check_finds_only_the_files_published_for_that_run(tmp_path):
-    from bakeoff.publish import MANIFEST
+    from bakeoff.publishing.publish import MANIFEST
 
     run = tmp_path / "local-demo" / "run_id=r1"
     run.mkdir(parents=True)
@@ -211,7 +211,7 @@ def test_the_timeline_counts_each_poke_as_held_and_the_sensor_span_as_waiting():
 
 
 def test_pokes_are_read_from_the_worker_time_the_library_records_in_the_results_store(tmp_path):
-    from bakeoff import pipeline
+    from bakeoff.run import pipeline
     from bakeoff.store import run_dir
 
     rdir = str(run_dir("three", "manual__2026-11-30T14:00:00+00:00", root=str(tmp_path)))

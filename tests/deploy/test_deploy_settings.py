@@ -98,8 +98,8 @@ def test_variables_parse_and_default_the_plan(tmp_path):
     assert variables["bakeoff_client_bucket"]["value"] == "acme-client"
     unset = load_variables(str(_render_file("variables.json", {}, tmp_path)))
     assert unset["bakeoff_client_bucket"]["value"] == "" and unset["bakeoff_client_conn_id"]["value"] == "aws_default"
-    # no scheduled run starts anything until the operator names its first date (bakeoff.schedule_gate)
-    from bakeoff.schedule_gate import VARIABLE, refusal
+    # no scheduled run starts anything until the operator names its first date (bakeoff.run.schedule_gate)
+    from bakeoff.run.schedule_gate import VARIABLE, refusal
 
     assert unset[VARIABLE]["value"] == "" and refusal("scheduled", datetime.now(UTC), unset[VARIABLE]["value"])
     dated = load_variables(str(_render_file("variables.json", {"BAKEOFF_SCHEDULE_FROM": "2027-01-01"}, tmp_path)))
@@ -127,10 +127,10 @@ def test_the_default_plan_exists():
 
 
 def test_the_shipped_node_limits_cover_every_cloud_and_pass_the_librarys_check(tmp_path):
-    """Per-cloud concurrency is one Variable the library enforces (bakeoff.node_slots), not Airflow pools."""
+    """Per-cloud concurrency is one Variable the library enforces (bakeoff.clusters.node_slots), not Airflow pools."""
     from airflow.secrets.local_filesystem import load_variables
 
-    from bakeoff.node_slots import VARIABLE, parse_limits
+    from bakeoff.clusters.node_slots import VARIABLE, parse_limits
     from bakeoff.providers.registry import PROVISIONING
 
     variables = load_variables(str(_render_file("variables.json", {}, tmp_path)))

@@ -27,7 +27,7 @@ def _run_dir(env, plan_name: str) -> Path:
 
 
 def _slots(rdir: Path) -> dict[str, dict]:
-    """The run's node-limit records (bakeoff.node_slots), by target."""
+    """The run's node-limit records (bakeoff.clusters.node_slots), by target."""
     return {f.stem: json.loads(f.read_text()) for f in rdir.glob("node_slots/*.json")}
 
 

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bakeoff import cluster
+from bakeoff.clusters import cluster
 from bakeoff.core.instance import Instance
 from bakeoff.plan import Target
 from bakeoff.providers.aws import AwsProvider

@@ -12,7 +12,7 @@ import uuid
 import httpx
 import pytest
 
-from bakeoff import cluster
+from bakeoff.clusters import cluster
 from bakeoff.plan import Target
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.local import LocalProvider

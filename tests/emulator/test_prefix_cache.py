@@ -11,8 +11,8 @@ import time
 import pytest
 from emulator_fixtures import h100_8b, make_config, serve
 
-from bakeoff.bench.session_sources import SyntheticSpec, generate
-from bakeoff.bench.sessions import PromptBlocks, expected_hit_rate, send_order
+from bakeoff.bench.sessions.session_sources import SyntheticSpec, generate
+from bakeoff.bench.sessions.workload import PromptBlocks, expected_hit_rate, send_order
 from bakeoff.plan.workload import Spread
 from bakeoff.serving.emulator import prefix_cache
 from bakeoff.serving.emulator.engine import RooflineEngine, Sequence

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 
-from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.client.transport import StreamingClient
 from bakeoff.core import pinning
 from bakeoff.serving import tls
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess

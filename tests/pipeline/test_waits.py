@@ -9,9 +9,9 @@ import time
 import pytest
 import yaml
 
-from bakeoff import pipeline
 from bakeoff.plan import load_plan
 from bakeoff.providers import ProviderError
+from bakeoff.run import pipeline
 from bakeoff.serving.deploy import DeployFailed
 
 

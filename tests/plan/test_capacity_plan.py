@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from bakeoff import budget
 from bakeoff.plan import PlanError, load_plan, plan_from_dict, plans_dir
+from bakeoff.spend import budget
 
 
 def _raw(**extra):

@@ -72,7 +72,7 @@ def test_every_offer_and_rack_carries_a_source_and_date():
 
 
 def test_a_cluster_prices_every_node_in_the_budget_guard():
-    from bakeoff.budget import guard_usd_per_hour
+    from bakeoff.spend.budget import guard_usd_per_hour
 
     one = target()
     three = target(cluster={"rack": "gb200-nvl72", "nodes": 3, "decode": {"workers": 2, "tp": 4}})

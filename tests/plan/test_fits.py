@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff import catalog, pipeline
+from bakeoff import catalog
 from bakeoff.cli import main
 from bakeoff.plan import PlanError, fits, load_plan, plan_from_dict
+from bakeoff.run import pipeline
 from bakeoff.serving.emulator.roofline import Roofline
 
 

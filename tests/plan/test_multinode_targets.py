@@ -154,7 +154,7 @@ def test_the_targets_own_speculative_keys_win_and_null_serves_without():
 
 
 def test_the_emulated_decode_node_serves_the_arms_mtp():
-    from bakeoff.cluster import NodeTarget
+    from bakeoff.clusters.cluster import NodeTarget
     from bakeoff.serving.emulator import server
     from bakeoff.serving.emulator.config import EmulatorConfig
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bakeoff.bench.metrics import summarize
+from bakeoff.bench.metrics.summary import summarize
 from bakeoff.plan import PlanError, Slo, load_plan, plan_from_dict, plans_dir
 from bakeoff.plan.slo import METRICS, PERCENTILES, RequestTimes
 from tests.bench.test_metrics import rec

@@ -184,7 +184,7 @@ def test_without_configured_regions_every_account_region_is_scanned(aws_creds):
 
 
 def test_reaper_terminates_an_ended_runs_instance_and_deletes_its_security_group(aws_creds, data_root):
-    from bakeoff import reaper
+    from bakeoff.cleanup import reaper
 
     p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
     inst = p.create(t, rid, **launch_args(rid, t))

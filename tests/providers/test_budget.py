@@ -9,10 +9,12 @@ import time
 import pytest
 import yaml
 
-from bakeoff import budget, pipeline, store
-from bakeoff.bench.sessions import load_sessions
+from bakeoff import store
+from bakeoff.bench.sessions.workload import load_sessions
 from bakeoff.core.facts import RunFacts
 from bakeoff.plan import load_plan, plan_from_dict
+from bakeoff.run import pipeline
+from bakeoff.spend import budget
 
 P = budget.PREFILL_TOKEN_S
 

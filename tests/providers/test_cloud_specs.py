@@ -13,7 +13,7 @@ import httpx
 import pytest
 from cloud_helpers import launch_args, make_target, new_run_id
 
-from bakeoff import reaper
+from bakeoff.cleanup import reaper
 from bakeoff.providers import ProviderError
 from bakeoff.providers.base import PartialListing
 from bakeoff.providers.digitalocean import OUTBOUND_RULES, DigitalOceanProvider, firewall_name

@@ -9,7 +9,9 @@ import uuid
 import pytest
 from cloud_helpers import launch_args, new_run_id
 
-from bakeoff import cluster, reaper, secrets, teardown
+from bakeoff import secrets
+from bakeoff.cleanup import reaper, teardown
+from bakeoff.clusters import cluster
 from bakeoff.plan import Target
 from bakeoff.providers.aws import AwsProvider
 from bakeoff.providers.base import TAG_INSTALLATION, TAG_PLAN

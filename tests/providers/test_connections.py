@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import bakeoff_connections
-from bakeoff import pipeline
+from bakeoff.run import pipeline
 
 
 def test_rest_connection_gives_token_and_base_url(monkeypatch):

@@ -8,9 +8,10 @@ import time
 import pytest
 import yaml
 
-from bakeoff import pipeline, store
+from bakeoff import store
 from bakeoff.plan import load_plan
 from bakeoff.providers.aws import AwsProvider
+from bakeoff.run import pipeline
 
 
 class LostAnswer(Exception):

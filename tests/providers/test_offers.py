@@ -9,12 +9,14 @@ import copy
 import pytest
 from cloud_helpers import launch_args, new_run_id
 
-from bakeoff import budget, catalog, cost, evidence, offers, store
+from bakeoff import catalog, cost, store
 from bakeoff.core import facts
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import CapacityError
 from bakeoff.providers.aws import AwsProvider
+from bakeoff.publishing import evidence
 from bakeoff.report import provisioning
+from bakeoff.spend import budget, offers
 
 FIRST, SECOND = "p5en.48xlarge", "p5e.48xlarge"
 SECOND_USD = 71.5  # a priced p5e row for these tests only: the catalog lists it without a price

@@ -7,7 +7,7 @@ import time
 
 from cloud_helpers import launch_args, make_target, new_run_id
 
-from bakeoff import reaper
+from bakeoff.cleanup import reaper
 
 
 def _launch(creds, run_id, plan, expires_in):
@@ -86,7 +86,7 @@ def _no_aws_chain(monkeypatch, tmp_path):
 
 def test_loop_skips_clouds_without_credentials_with_one_info_line(data_root, monkeypatch, tmp_path, caplog):
     _no_aws_chain(monkeypatch, tmp_path)
-    caplog.set_level("INFO", logger="bakeoff.reaper")
+    caplog.set_level("INFO", logger="bakeoff.cleanup.reaper")
     names = ["local", "aws", "vultr", "digitalocean", "oci"]
     passes = reaper.reap_loop(300, names, lambda name: {}, wait=lambda s: False, max_passes=2)
     assert passes == 2
@@ -98,7 +98,7 @@ def test_loop_skips_clouds_without_credentials_with_one_info_line(data_root, mon
 
 def test_loop_logs_an_error_when_a_configured_cloud_cannot_be_listed(data_root, monkeypatch, tmp_path, caplog):
     _no_aws_chain(monkeypatch, tmp_path)
-    caplog.set_level("INFO", logger="bakeoff.reaper")
+    caplog.set_level("INFO", logger="bakeoff.cleanup.reaper")
     bad = {"token": "t", "base_url": "http://127.0.0.1:9/v2", "backoff_s": 0.001}
     creds = {"vultr": bad}
     reaper.reap_loop(

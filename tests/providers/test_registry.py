@@ -56,7 +56,7 @@ def test_an_endpoint_provider_starts_nothing():
 
 def test_every_list_is_derived_from_the_registry():
     import bakeoff_connections
-    from bakeoff import reaper
+    from bakeoff.cleanup import reaper
     from bakeoff.plan.target import CLOUD_PROVIDERS, ProviderName
     from bakeoff.serving.deploy import LOCAL_PROVIDERS
 
@@ -70,7 +70,7 @@ def test_every_list_is_derived_from_the_registry():
 def test_the_node_limits_apply_to_the_providers_bakeoff_provisions():
     """One DAG group runs every provider's targets; what bounds a cloud is the library's node limit,
     which a provider bakeoff provisions may have and no other (the emulator, existing endpoints)."""
-    from bakeoff.node_slots import NodeLimitError, parse_limits
+    from bakeoff.clusters.node_slots import NodeLimitError, parse_limits
 
     clouds = {n for n, p in PROVIDERS.items() if p.provisions}
     assert parse_limits({n: 2 for n in clouds}) == {n: 2 for n in clouds}
@@ -85,7 +85,7 @@ def test_an_unknown_provider_names_the_known_ones():
 
 
 def test_the_budget_takes_boot_hours_and_spending_from_the_registry():
-    from bakeoff import budget
+    from bakeoff.spend import budget
 
     rows = {
         r["provider"]: r for n in ("mi355x-vs-b200", "local-demo") for r in budget.estimate(load_plan(n))["targets"]

@@ -90,7 +90,8 @@ def described(**over):
 def test_static_target_describes_its_hardware_instead_of_a_catalog_instance():
     import math
 
-    from bakeoff import budget, cost
+    from bakeoff import cost
+    from bakeoff.spend import budget
 
     plan = described()
     t = plan.targets[0]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bakeoff.bench.metrics import POINT_COLUMNS
-from bakeoff.bench.records import RequestRecord
+from bakeoff.bench.metrics.records import RequestRecord
+from bakeoff.bench.metrics.summary import POINT_COLUMNS
 from bakeoff.plan import plan_from_dict
 from bakeoff.store import save_point
 

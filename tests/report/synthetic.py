@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from bakeoff import store
-from bakeoff.bench.metrics import POINT_COLUMNS
+from bakeoff.bench.metrics.summary import POINT_COLUMNS
 from bakeoff.plan import Plan, plan_from_dict
 
 XSS = "<script>alert(1)</script>"  # a target name every renderer must show as text

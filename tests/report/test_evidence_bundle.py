@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import evidence
 from bakeoff.cli import main
+from bakeoff.publishing import evidence
 
 KEY_A = "a" * 64
 
@@ -58,8 +58,9 @@ def test_same_run_gives_the_same_files(built, bundle, tmp_path):
 
 
 def test_the_approval_is_in_the_report_and_the_bundle(built, tmp_path, monkeypatch):
-    from bakeoff import approval, store
+    from bakeoff import store
     from bakeoff.report import gather
+    from bakeoff.spend import approval
 
     monkeypatch.setenv("BAKEOFF_SECRET_KEY", KEY_A)
     rec = store.record_path(built["run_dir"], approval.RECORD)

@@ -7,10 +7,12 @@ import zipfile
 import pytest
 import synthetic
 
-from bakeoff import evidence, pipeline, store
+from bakeoff import store
 from bakeoff.paths import run_folder
-from bakeoff.publish import list_published
+from bakeoff.publishing import evidence
+from bakeoff.publishing.publish import list_published
 from bakeoff.quality.validate import ValidationFailed
+from bakeoff.run import pipeline
 
 
 def test_report_and_publish_from_an_s3_results_store(s3_store, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import pipeline
+from bakeoff.run import pipeline
 from bakeoff_sandbox import Sandbox
 
 PLAN = "glm52-claim-check-sandbox"

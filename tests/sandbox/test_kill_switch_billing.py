@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from bakeoff import pipeline, reaper, store
+from bakeoff import store
+from bakeoff.cleanup import reaper
 from bakeoff.plan import load_plan
+from bakeoff.run import pipeline
 from bakeoff.serving import userdata
 from bakeoff_sandbox import Sandbox
 

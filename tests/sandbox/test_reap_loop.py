@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from bakeoff import reaper
+from bakeoff.cleanup import reaper
 from bakeoff.providers.credentials import CREDENTIALS_ENV
 
 

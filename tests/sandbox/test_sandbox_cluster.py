@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff import pipeline, secrets
+from bakeoff import secrets
 from bakeoff.plan import load_plan
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.run import pipeline
 from bakeoff.serving.deploy import DeployFailed
 from bakeoff.serving.tls import node_identity
 from bakeoff_sandbox import Sandbox

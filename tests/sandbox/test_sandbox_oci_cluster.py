@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from bakeoff import pipeline
 from bakeoff.plan import load_plan
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.run import pipeline
 from bakeoff_sandbox import Sandbox
 
 RECIPE = "dsr1-fp4-mi355x-sglang-disagg"  # arm 0: one TP8 prefill node, one TP8 decode node, KV over MoRI

@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bakeoff import pipeline, secrets, step_context, store
+from bakeoff import secrets, step_context, store
 from bakeoff.agent.remote import AgentClient
+from bakeoff.run import pipeline
 from bakeoff_sandbox import Sandbox
 
 

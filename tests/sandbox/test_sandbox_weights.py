@@ -10,8 +10,8 @@ import time
 import pytest
 import yaml
 
-from bakeoff import pipeline
 from bakeoff.plan import load_plan
+from bakeoff.run import pipeline
 from bakeoff_sandbox import Sandbox
 
 

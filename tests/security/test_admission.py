@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff import admission, installation, pipeline
+from bakeoff import installation
 from bakeoff.cli import main
 from bakeoff.plan import load_plan
 from bakeoff.plan.target import Target
+from bakeoff.run import admission, pipeline
 from tests.plan_fixtures import without_deployment
 
 ATTACKER = "docker.io/attacker/anything:latest"

@@ -12,9 +12,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from bakeoff import admission, approval, pipeline, store
-from bakeoff.approval import ApprovalError
+from bakeoff import store
 from bakeoff.cli import main
+from bakeoff.run import admission, pipeline
+from bakeoff.spend import approval
+from bakeoff.spend.approval import ApprovalError
 from tests.conftest import ROOT
 
 ALICE = {"id": "alice", "name": "Alice Approver"}

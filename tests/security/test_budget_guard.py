@@ -15,10 +15,12 @@ import time
 
 import pytest
 
-from bakeoff import budget, pipeline, store
-from bakeoff.budget import BudgetExceeded
+from bakeoff import store
 from bakeoff.plan import PlanError, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet
+from bakeoff.run import pipeline
+from bakeoff.spend import budget
+from bakeoff.spend.budget import BudgetExceeded
 from tests.conftest import ROOT
 
 PLAN = "mi355x-vs-b200"  # two list-priced nodes: about 330 USD at list

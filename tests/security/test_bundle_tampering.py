@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import evidence, secrets, store
+from bakeoff import secrets, store
 from bakeoff.cli import main
+from bakeoff.publishing import evidence
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "report"))

@@ -10,7 +10,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from bakeoff import cluster
+from bakeoff.clusters import cluster
 from bakeoff.core.instance import Instance
 from bakeoff.providers.aws import AwsProvider
 from bakeoff.providers.base import ProviderError

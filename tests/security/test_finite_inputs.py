@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import budget
-from bakeoff.bench.session_sources import read_logs, read_trace
-from bakeoff.bench.workloads import MAX_JSON_DEPTH, WorkloadFileError, parse_json
+from bakeoff.bench.client.workloads import MAX_JSON_DEPTH, WorkloadFileError, parse_json
+from bakeoff.bench.sessions.session_sources import read_logs, read_trace
 from bakeoff.plan import load_plan
+from bakeoff.spend import budget
 
 
 def _line(**fields) -> dict:

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from bakeoff.bench import fleet
 from bakeoff.bench.cli import AdhocTarget
-from bakeoff.bench.point import Ctx
+from bakeoff.bench.fleet import members as fleet
+from bakeoff.bench.load.point import Ctx
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
 from tests.fleet_fixtures import ThreadMember

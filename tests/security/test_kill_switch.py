@@ -10,7 +10,7 @@ import dataclasses
 import httpx
 import pytest
 
-from bakeoff import reaper
+from bakeoff.cleanup import reaper
 from bakeoff.core.instance import Instance
 from bakeoff_sandbox import oci as fake_oci
 

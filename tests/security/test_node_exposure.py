@@ -15,10 +15,11 @@ import logging
 import pytest
 import yaml
 
-from bakeoff import installation, pipeline
+from bakeoff import installation
 from bakeoff.agent.remote import mirror
 from bakeoff.plan import PlanError, load_plan, plan_from_dict, plans_dir
 from bakeoff.plan.target import Target
+from bakeoff.run import pipeline
 from tests.plan_fixtures import without_deployment
 
 

@@ -8,8 +8,9 @@ import json
 import multiprocessing
 from pathlib import Path
 
-from bakeoff import node_slots, store
-from bakeoff.node_slots import claim, held, release
+from bakeoff import store
+from bakeoff.clusters import node_slots
+from bakeoff.clusters.node_slots import claim, held, release
 from bakeoff.plan import load_plan, plan_from_dict
 from tests.unit.test_node_slots import _claimer  # claim, count the holders while holding, release
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from bakeoff import faults, pipeline, store
-from bakeoff.node_slots import _state
+from bakeoff import faults, store
+from bakeoff.clusters.node_slots import _state
 from bakeoff.plan import load_plan
+from bakeoff.run import pipeline
 
 
 def _plan(tmp_path, name: str, raw: dict) -> str:

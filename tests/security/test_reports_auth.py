@@ -55,7 +55,7 @@ FORGED = {
 
 
 def _publish_one_run(reports: Path) -> None:
-    from bakeoff.publish import MANIFEST
+    from bakeoff.publishing.publish import MANIFEST
 
     run = reports / "local-demo" / RUN_DIR
     run.mkdir(parents=True)

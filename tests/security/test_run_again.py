@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from bakeoff import pipeline, store
+from bakeoff import store
+from bakeoff.run import pipeline
 from tests.conftest import ROOT
 
 PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "bakeoff_ui.py"

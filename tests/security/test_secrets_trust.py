@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import catalog, installation, pipeline, secrets
+from bakeoff import catalog, installation, secrets
 from bakeoff.plan import PlanError, load_plan, plan_from_dict, recipes
+from bakeoff.run import pipeline
 from bakeoff.serving import engines, hub_fetch, tls, userdata
 
 ATTACKER = "docker.io/attacker/anything:latest"

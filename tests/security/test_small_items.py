@@ -196,7 +196,7 @@ def test_what_the_agent_would_refuse_is_refused_before_launch_naming_the_field(s
 def test_start_run_refuses_an_oversize_co_located_plan_before_recording_anything(
     tmp_path, data_root, monkeypatch, workloads
 ):
-    from bakeoff import pipeline
+    from bakeoff.run import pipeline
 
     monkeypatch.setattr(agent_job, "MAX_JOB_BYTES", 256 * 1024)
     plan = _colocated_plan(workloads, 300 * 1024)
@@ -338,7 +338,7 @@ def test_report_csvs_carry_no_formula_and_keep_negative_numbers(tmp_path, data_r
 
 
 def test_atomic_writes_fsync_the_file_before_rename_and_the_directory_after(tmp_path, monkeypatch):
-    from bakeoff import publish
+    from bakeoff.publishing import publish
 
     events = []
     real_fsync, real_replace = os.fsync, os.replace
@@ -448,8 +448,8 @@ def test_the_compose_reaper_passes_as_often_as_the_docs_say():
 
 
 def test_a_missing_secret_fails_before_the_client_bundle_is_uploaded(data_root, tmp_path, monkeypatch):
-    from bakeoff import pipeline
     from bakeoff.providers import ProviderError
+    from bakeoff.run import pipeline
 
     monkeypatch.setattr(secrets, "_resolve_connection", secrets.env_connection)
     image = "vllm/vllm-openai:v0.25.0@sha256:" + "5e" * 32

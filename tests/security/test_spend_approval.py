@@ -20,9 +20,11 @@ from airflow.providers.standard.exceptions import HITLRejectException, HITLTimeo
 from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from bakeoff import approval, pipeline, store
-from bakeoff.approval import ApprovalError
+from bakeoff import store
 from bakeoff.core import facts
+from bakeoff.run import pipeline
+from bakeoff.spend import approval
+from bakeoff.spend.approval import ApprovalError
 from tests.conftest import ROOT
 
 CLOUD_PLAN = "mi355x-vs-b200"  # two list-priced cloud nodes: a few hundred USD billed

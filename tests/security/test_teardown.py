@@ -16,14 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import pipeline, reaper, secrets, store
+from bakeoff import secrets, store
+from bakeoff.cleanup import reaper
+from bakeoff.cleanup.teardown import TeardownIncomplete
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.providers.base import PartialListing
 from bakeoff.providers.digitalocean import DigitalOceanProvider
 from bakeoff.providers.oci import OciProvider
 from bakeoff.providers.tags import LABELS
 from bakeoff.providers.vultr import VultrProvider
-from bakeoff.teardown import TeardownIncomplete
+from bakeoff.run import pipeline
 from bakeoff_sandbox import oci as fake_oci
 from bakeoff_sandbox import throwaway_api_key
 from bakeoff_sandbox.clouds import TOKEN, Clouds
@@ -228,7 +230,7 @@ def test_the_sweep_keeps_the_slot_of_a_node_whose_termination_failed(rest, cloud
     """A node the sweep could not terminate still runs and bills: its target keeps its node slot (the
     installation's limit still counts it) while the target whose node is gone releases; a later sweep that
     sees the node gone releases it."""
-    from bakeoff import node_slots
+    from bakeoff.clusters import node_slots
 
     plan = _plan(VULTR, {"name": "mi355x-two"})
     rdir, rid = _run(plan)

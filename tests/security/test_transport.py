@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from bakeoff.agent.remote import AgentClient, AgentError
-from bakeoff.bench.client import StreamingClient
+from bakeoff.bench.client.transport import StreamingClient
 from bakeoff.core import pinning
 from bakeoff.core.instance import Instance
 from bakeoff.plan import load_plan, plan_from_dict
@@ -406,7 +406,7 @@ def test_the_sandbox_node_boots_tls_from_its_user_data(tmp_path, node_tls):
 
 def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
     """What the pipeline stores for later tasks: the public certificate, never the private key."""
-    from bakeoff import pipeline
+    from bakeoff.run import pipeline
 
     pems, cert = pipeline._node_tls(_target("aws"), "r-prov", has_secrets=False, has_agent=False)
     assert cert == tls.node_identity("r-prov", _target("aws").slug).cert_pem
@@ -427,8 +427,8 @@ def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
 
 
 def test_provision_refuses_secrets_without_an_agent_before_any_cloud_call():
-    from bakeoff import pipeline
     from bakeoff.providers import ProviderError
+    from bakeoff.run import pipeline
 
     with pytest.raises(ProviderError, match=r"secrets: .*no client bundle") as err:
         pipeline._node_tls(_target("aws"), "r", has_secrets=True, has_agent=False)

@@ -10,7 +10,8 @@ import time
 import httpx
 import yaml
 
-from bakeoff.bench import server_metrics, tokenize
+from bakeoff.bench.client import tokenize
+from bakeoff.bench.metrics import server_metrics
 from bakeoff.plan import plan_from_dict
 from bakeoff.providers.local import LocalProvider
 from bakeoff.quality.support import support_matrix

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff import catalog
-from bakeoff.cluster import NodeTarget
+from bakeoff.clusters.cluster import NodeTarget
 from bakeoff.plan import load_plan, multinode, plan_from_dict, recipes
 from bakeoff.plan.target import Target
 from bakeoff.serving import engines

@@ -1,13 +1,13 @@
 """One "cost at the SLO": predict chooses among the twin's points on the plan's load levels with the function
-the cost step uses on measured points (bakeoff.at_slo), names every figure's unit, and marks as
+the cost step uses on measured points (bakeoff.spend.at_slo), names every figure's unit, and marks as
 EXTRAPOLATED what lies beyond the levels the plan asks for."""
 
 from __future__ import annotations
 
 import math
 
-from bakeoff import at_slo
 from bakeoff.plan import load_plan, plan_from_dict
+from bakeoff.spend import at_slo
 from bakeoff.twin.predict import predict_plan, render
 
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import pipeline, store
+from bakeoff import store
 from bakeoff.cli import main
 from bakeoff.plan import plan_from_dict
 from bakeoff.report.gather import gather
 from bakeoff.report.html import render as render_html
 from bakeoff.report.markdown import render as render_markdown
+from bakeoff.run import pipeline
 from bakeoff.twin import runs
 from tests.report import synthetic
 
@@ -102,7 +103,9 @@ def test_refit_after_publish_is_an_installation_opt_in(monkeypatch, value, env, 
 def test_publish_refits_when_the_installation_opts_in(data_root, monkeypatch):
     rdir = _real_run()
     monkeypatch.setattr(pipeline, "bundle", lambda *a, **k: "evidence.zip")
-    monkeypatch.setattr("bakeoff.publish.publish", lambda plan, run_dir, files, failed_steps: {"files": files})
+    monkeypatch.setattr(
+        "bakeoff.publishing.publish.publish", lambda plan, run_dir, files, failed_steps: {"files": files}
+    )
     assert "twin_refit" not in pipeline.publish(str(rdir), {}, refit_twin="false")
     assert runs.installation_rows() == []
     out = pipeline.publish(str(rdir), {}, refit_twin="true")

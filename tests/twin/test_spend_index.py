@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from bakeoff import budget
 from bakeoff.plan import load_plan
+from bakeoff.spend import budget
 from bakeoff.twin import spend_index
 
 

@@ -153,7 +153,7 @@ def test_predict_cli_prints_the_prediction_and_a_broken_plan_names_the_field(tmp
 
 
 def test_the_claim_check_plan_passes_the_default_ceiling_priced_by_the_twin():
-    from bakeoff import budget
+    from bakeoff.spend import budget
 
     plan = load_plan("glm52-claim-check")
     est = budget.check(plan)  # the default installation ceiling, no edit

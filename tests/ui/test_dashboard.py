@@ -15,7 +15,7 @@ from bakeoff import cost, store
 from bakeoff.cost import cost_run
 from bakeoff.dashboard import pages
 from bakeoff.plan import plan_from_dict
-from bakeoff.publish import publish
+from bakeoff.publishing.publish import publish
 
 PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "bakeoff_ui.py"
 DAY = 86_400
@@ -249,8 +249,8 @@ def _frontier_points(run, name):
 
 
 def test_the_runs_page_states_an_approval_in_the_reports_words():
-    from bakeoff.approval import approval_line
     from bakeoff.dashboard import pages
+    from bakeoff.spend.approval import approval_line
 
     record = {"decision": "approved", "by": {"id": "7", "name": "alex"}, "at": 1764590400, "spend_usd": 812.5}
     assert pages._approval_text(record) == approval_line(record)

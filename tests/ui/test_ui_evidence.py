@@ -9,9 +9,9 @@ import pytest
 import synthetic
 from fastapi.testclient import TestClient
 
-from bakeoff import evidence
 from bakeoff.cost import cost_run
-from bakeoff.publish import publish
+from bakeoff.publishing import evidence
+from bakeoff.publishing.publish import publish
 from bakeoff.report import build_report
 
 PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "bakeoff_ui.py"
@@ -83,7 +83,8 @@ class _FakeAirflowApi:
 
 
 def test_run_again_triggers_the_same_plan_with_the_same_conf(served, tmp_path, monkeypatch):
-    from bakeoff import pipeline, store
+    from bakeoff import store
+    from bakeoff.run import pipeline
     from tests.conftest import ROOT
 
     monkeypatch.setenv("BAKEOFF_RESULTS", str(tmp_path / "results"))

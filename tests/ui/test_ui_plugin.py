@@ -11,7 +11,7 @@ from synthetic import XSS
 
 from bakeoff.cost import cost_run
 from bakeoff.paths import run_folder
-from bakeoff.publish import publish
+from bakeoff.publishing.publish import publish
 from bakeoff.report import build_report
 
 PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "bakeoff_ui.py"
@@ -82,7 +82,7 @@ def test_the_reports_page_links_every_file_and_has_the_dashboards_tabs(published
 
 
 def test_the_evidence_bundle_is_listed_as_such(tmp_path):
-    from bakeoff.publish import render_index
+    from bakeoff.publishing.publish import render_index
 
     run = {
         "plan": "p",

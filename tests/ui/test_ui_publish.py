@@ -9,7 +9,7 @@ import synthetic
 
 from bakeoff.cost import cost_run
 from bakeoff.paths import run_folder
-from bakeoff.publish import asset_uri, publish
+from bakeoff.publishing.publish import asset_uri, publish
 from bakeoff.report import build_report
 
 

@@ -46,7 +46,7 @@ def _sweep_forever() -> None:
 def main(argv: list[str]) -> None:
     sweep = "--sweep" in argv
     dag_id, *cases = [a for a in argv if a != "--sweep"]
-    from bakeoff import pipeline
+    from bakeoff.run import pipeline
 
     plan = _plan_without_secrets()
     stamp = time.strftime("%Y%m%dT%H%M%S")

@@ -53,10 +53,10 @@ def _publish_two_runs(data: Path, build: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "report"))
     import synthetic
 
-    from bakeoff import evidence
     from bakeoff.cost import cost_run
     from bakeoff.plan import plan_from_dict
-    from bakeoff.publish import publish
+    from bakeoff.publishing import evidence
+    from bakeoff.publishing.publish import publish
     from bakeoff.report import build_report
 
     mp = pytest.MonkeyPatch()

@@ -69,7 +69,7 @@ def _free_port() -> int:
 
 def _publish_one_run(reports: Path) -> None:
     """A published run as the publish step leaves it: report files plus the manifest the UI lists."""
-    from bakeoff.publish import MANIFEST
+    from bakeoff.publishing.publish import MANIFEST
 
     run = reports / "local-demo" / RUN_DIR
     run.mkdir(parents=True)
@@ -155,9 +155,9 @@ def _publish_a_run_with_its_bundle(data: Path, build: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "report"))  # the synthetic-run builder the report tests share
     import synthetic
 
-    from bakeoff import evidence
     from bakeoff.cost import cost_run
-    from bakeoff.publish import publish
+    from bakeoff.publishing import evidence
+    from bakeoff.publishing.publish import publish
     from bakeoff.report import build_report
 
     mp = pytest.MonkeyPatch()
@@ -543,7 +543,8 @@ def _states(api, case: dict, name: str, until=lambda s: True, seconds: float = 3
 
 
 def _approval(case: dict) -> dict:
-    from bakeoff import approval, store
+    from bakeoff import store
+    from bakeoff.spend import approval
 
     return store.read_record(case["run_dir"], approval.RECORD) or {}
 
@@ -597,7 +598,8 @@ def test_the_evidence_bundle_downloads_from_the_runs_page_and_verifies(
 ):
     import zipfile
 
-    from bakeoff import cli, evidence
+    from bakeoff import cli
+    from bakeoff.publishing import evidence
 
     browser = logged_in
     browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})

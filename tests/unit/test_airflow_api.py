@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bakeoff import airflow_api, reaper
+from bakeoff import airflow_api
+from bakeoff.cleanup import reaper
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bakeoff import claims, cost
-from bakeoff.bench.metrics import POINT_COLUMNS
+from bakeoff.bench.metrics.summary import POINT_COLUMNS
 from bakeoff.plan import PlanError, plan_from_dict
 from bakeoff.plan.checkpoints import checkpoint_note, differing_checkpoints
 from bakeoff.plan.workload import rate_key
@@ -211,7 +211,8 @@ def test_plan_names_claims_by_name_and_refuses_unknown_ones():
 
 
 def test_a_run_naming_a_missing_claim_stops_before_anything_is_recorded(data_root):
-    from bakeoff import pipeline, store
+    from bakeoff import store
+    from bakeoff.run import pipeline
 
     raw = plan_dict()
     raw["claims"] = ["glm52-mi355x-wafre"]

@@ -18,7 +18,7 @@ LIB = ROOT / "include"
 PACKAGE = "bakeoff"
 # What a DAG file may import at module level from the library: parsed every few seconds by the
 # dag-processor, so only cheap modules (no pandas, GX, boto3, httpx); steps are imported inside tasks.
-DAG_PARSE_ALLOWED = {"bakeoff.providers.registry", "bakeoff.steps", "bakeoff.twin.spend_index"}
+DAG_PARSE_ALLOWED = {"bakeoff.providers.registry", "bakeoff.run.steps", "bakeoff.twin.spend_index"}
 HEAVY = ("pandas", "numpy", "pyarrow", "great_expectations", "aiohttp", "httpx", "boto3", "oci", "matplotlib")
 
 
@@ -174,7 +174,7 @@ def test_function_level_and_from_package_imports_are_edges(tmp_path):
         "def f():\n    from bakeoff.quality import status\n    import bakeoff.plan.prices\n",
         encoding="utf-8",
     )
-    modules = {m: Path() for m in ("bakeoff", "bakeoff.cost", "bakeoff.budget", "bakeoff.quality.status")}
+    modules = {m: Path() for m in ("bakeoff", "bakeoff.cost", "bakeoff.spend.budget", "bakeoff.quality.status")}
     modules["bakeoff.plan.prices"] = Path()
     found = imported_modules("bakeoff.x", src, modules)
     assert found == {"bakeoff.cost", "bakeoff.quality.status", "bakeoff.plan.prices"}

@@ -1,4 +1,4 @@
-"""The per-cloud node limit (bakeoff.node_slots): claims up to the limit in the plan's order, a cluster
+"""The per-cloud node limit (bakeoff.clusters.node_slots): claims up to the limit in the plan's order, a cluster
 holding one per node, idempotent claims, releases, the Variable's bad values named, a target larger
 than its limit refused at start_run, and concurrent claimers never over the limit."""
 
@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import node_slots, pipeline, store
-from bakeoff.node_slots import VARIABLE, NodeLimitError, claim, held, parse_limits, release, release_all
+from bakeoff import store
+from bakeoff.clusters import node_slots
+from bakeoff.clusters.node_slots import VARIABLE, NodeLimitError, claim, held, parse_limits, release, release_all
 from bakeoff.plan import load_plan
+from bakeoff.run import pipeline
 
 
 def _raw_plan(cluster_nodes: int = 2) -> dict:

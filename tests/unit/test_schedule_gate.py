@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bakeoff.schedule_gate import VARIABLE, refusal, schedule_from
+from bakeoff.run.schedule_gate import VARIABLE, refusal, schedule_from
 
 DEC = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -27,17 +27,17 @@ STRICT_FLAGS = (
 # path, the command line, the serving side (every serving module) and every provider module (the
 # clouds, OCI's parts).
 MUST_BE_STRICT = (
-    "bakeoff.bench.client",
-    "bakeoff.bench.point",
+    "bakeoff.bench.client.transport",
+    "bakeoff.bench.load.point",
     "bakeoff.bench.run",
-    "bakeoff.budget",
+    "bakeoff.spend.budget",
     "bakeoff.cli",
     "bakeoff.cost",
     "bakeoff.core.facts",
-    "bakeoff.node_slots",
-    "bakeoff.pipeline",
+    "bakeoff.clusters.node_slots",
+    "bakeoff.run.pipeline",
     "bakeoff.plan",
-    "bakeoff.reaper",
+    "bakeoff.cleanup.reaper",
     "bakeoff.report.caveats",
     "bakeoff.store",
 )

@@ -18,10 +18,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bakeoff import budget, store
+from bakeoff import store
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, file_field, with_file_field
 from bakeoff.agent.remote import AgentClient, AgentError, look
 from bakeoff.plan import PlanError
+from bakeoff.spend import budget
 
 if TYPE_CHECKING:
     from bakeoff.core.endpoint import Endpoint
@@ -117,7 +118,7 @@ def preflight(plan: Plan) -> None:
 def _inline(value: str, field: str) -> str:
     """The text of a workload file, found the way the remote client finds it (under the workloads
     folder, symlinks out refused), so co-located mode ships no file a remote run could not read."""
-    from bakeoff.bench.workloads import WorkloadFileError, resolve_file  # noqa: PLC0415 - bench.workloads only when a workload names a file
+    from bakeoff.bench.client.workloads import WorkloadFileError, resolve_file  # noqa: PLC0415 - bench.client.workloads only when a workload names a file
 
     try:
         path = resolve_file(value, field)

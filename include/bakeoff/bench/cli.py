@@ -25,9 +25,9 @@ from pydantic import BaseModel, ValidationError
 
 from bakeoff import store
 from bakeoff.bench import console
-from bakeoff.bench.session_sources import fit, read_logs, write_trace
-from bakeoff.bench.sessions import expected_hit_rate
-from bakeoff.bench.workloads import WorkloadFileError
+from bakeoff.bench.client.workloads import WorkloadFileError
+from bakeoff.bench.sessions.session_sources import fit, read_logs, write_trace
+from bakeoff.bench.sessions.workload import expected_hit_rate
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.core.pinning import check_cert
 from bakeoff.paths import results_root, safe_name

@@ -18,29 +18,31 @@ import pandas as pd
 import pyarrow as pa
 
 from bakeoff import store
-from bakeoff.bench import clock, server_metrics, sessions, sizing, workloads
-from bakeoff.bench.calibration import calibrate, calibration_line
-from bakeoff.bench.capacity import judge_of, search_tiers
-from bakeoff.bench.client import StreamingClient
-from bakeoff.bench.fleet import BROKER_ENV, FleetPoint, MemberWork, measure_in_fleet, run_fleet
-from bakeoff.bench.loadgen import PointId, arrival_offsets
-from bakeoff.bench.metrics import summarize
-from bakeoff.bench.point import Ctx, PowerSource, client_for, measure_here, measure_sessions
-from bakeoff.bench.prompts import RequestSpec, prompt_seed
-from bakeoff.bench.records import REQUEST_FIELDS, RequestRecord
-from bakeoff.bench.runtime import run_async
-from bakeoff.bench.session_load import SessionSender, TurnSent, point_seed, point_sessions
-from bakeoff.bench.sla import search
-from bakeoff.bench.tokenize import discover, recount_outputs
-from bakeoff.bench.workers import measure_in_workers
+from bakeoff.bench.client import clock, sizing, workloads
+from bakeoff.bench.client.prompts import RequestSpec, prompt_seed
+from bakeoff.bench.client.runtime import run_async
+from bakeoff.bench.client.tokenize import discover, recount_outputs
+from bakeoff.bench.client.transport import StreamingClient
+from bakeoff.bench.fleet.members import BROKER_ENV, FleetPoint, MemberWork, measure_in_fleet, run_fleet
+from bakeoff.bench.fleet.workers import measure_in_workers
+from bakeoff.bench.load.calibration import calibrate, calibration_line
+from bakeoff.bench.load.capacity import judge_of, search_tiers
+from bakeoff.bench.load.loadgen import PointId, arrival_offsets
+from bakeoff.bench.load.point import Ctx, PowerSource, client_for, measure_here, measure_sessions
+from bakeoff.bench.load.session_load import SessionSender, TurnSent, point_seed, point_sessions
+from bakeoff.bench.load.sla import search
+from bakeoff.bench.metrics import server_metrics
+from bakeoff.bench.metrics.records import REQUEST_FIELDS, RequestRecord
+from bakeoff.bench.metrics.summary import summarize
+from bakeoff.bench.sessions import workload as sessions
 from bakeoff.plan.capacity import CapacitySearch, ordered
 from bakeoff.plan.workload import rate_key
 from bakeoff.serving.energy import point_energy, power_trace
 from bakeoff.serving.provenance import snapshot_provenance
 
 if TYPE_CHECKING:
-    from bakeoff.bench.clock import Offsets
-    from bakeoff.bench.sessions import Session
+    from bakeoff.bench.client.clock import Offsets
+    from bakeoff.bench.sessions.workload import Session
     from bakeoff.core.endpoint import Endpoint
     from bakeoff.plan.slo import Slo
     from bakeoff.plan.workload import Sessions, Workload
@@ -112,7 +114,7 @@ def _save(
 
 
 def _prompts(ctx: Ctx) -> dict[str, Any]:
-    """How this workload's prompts were made (bench.metrics.summarize records it per point)."""
+    """How this workload's prompts were made (bench.metrics.summary.summarize records it per point)."""
     w = ctx.workload
     sized = workloads.sizes_prompts(w)
     return {
@@ -196,7 +198,7 @@ def _fleet_runner() -> Callable[[list[MemberWork]], FleetPoint]:
     (imported only then: the node's co-located client has no Celery)."""
     if not os.environ.get(BROKER_ENV, "").strip():
         return run_fleet
-    from bakeoff.bench.fleet_celery import run_celery_fleet  # noqa: PLC0415 - Celery only where it is used
+    from bakeoff.bench.fleet.fleet_celery import run_celery_fleet  # noqa: PLC0415 - Celery only where it is used
 
     return run_celery_fleet
 
@@ -226,7 +228,7 @@ async def _measure_and_save(
 
 
 def _scrape(ctx: Ctx) -> dict[str, Any] | None:
-    """The server's counters now (bench.server_metrics); None when it exports none or is unreachable."""
+    """The server's counters now (bench.metrics.server_metrics); None when it exports none or is unreachable."""
     try:
         return server_metrics.scrape(ctx.endpoint, ctx.api_key)
     except Exception as e:  # noqa: BLE001 - server figures must never cost a measurement
@@ -389,7 +391,7 @@ async def _run(
 
 
 async def _capacity(ctx: Ctx, client: StreamingClient, tiers: Mapping[str, Slo], cfg: CapacitySearch) -> None:
-    """The capacity at each SLO tier (bench.capacity): probes saved under ``capacity/``, out of the cost
+    """The capacity at each SLO tier (bench.load.capacity): probes saved under ``capacity/``, out of the cost
     tables' points, and the result as ``capacity-<workload>.json``."""
     w = ctx.workload
     cap = replace(ctx, out_dir=ctx.out_dir / "capacity")
@@ -433,7 +435,7 @@ def run_workload(
 ) -> list[dict[str, Any]]:
     """Run every load point x repeat of ``workload`` against ``endpoint``; save each point as it
     completes under ``out_dir`` (store.target_dir); return the point summaries. With SLO ``tiers``, then
-    search each tier's capacity within ``capacity``'s budget of points (bench.capacity).
+    search each tier's capacity within ``capacity``'s budget of points (bench.load.capacity).
 
     First (once per target folder) the client measures itself against a local scripted server and
     stores its own TTFT/TPOT error as client_calibration.json next to the results.

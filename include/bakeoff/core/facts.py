@@ -284,7 +284,7 @@ class Start(Fact):
     price_sheet_sha256: str | None = None  # the buyer's whole sheet, for the evidence bundle
     conf: dict[str, Any] = {}  # the trigger's configuration as given, so the run can be started again
     scheduled: bool = False
-    approval_needed: dict[str, Any] = {}  # bakeoff.approval.requirement: whether a person must approve
+    approval_needed: dict[str, Any] = {}  # bakeoff.spend.approval.requirement: whether a person must approve
 
 
 class Validation(Fact):

@@ -24,7 +24,7 @@ the point measured it and estimated from the nameplate otherwise; ``energy_sourc
 
 A target that did not pass validation is quarantined (``quality.status``): its numbers are kept (and
 shown apart) but it never enters the ranking or the break-even prices. Intervals over repeats are
-percentile bootstraps (``bench.stats``, the one CI method); a target is called dearer than the
+percentile bootstraps (``bench.metrics.stats``, the one CI method); a target is called dearer than the
 cheapest only when the interval of their cost difference excludes zero.
 
 Inputs come from elsewhere: prices in force from the plan (``plan.prices`` folds a price sheet in),
@@ -41,12 +41,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from bakeoff import at_slo, catalog, offers, store
-from bakeoff.bench.client_cores import sizing_check
-from bakeoff.bench.stats import bootstrap_ci, difference_ci
-from bakeoff.budget import evaluation_cost
+from bakeoff import catalog, store
+from bakeoff.bench.client.client_cores import sizing_check
+from bakeoff.bench.metrics.stats import bootstrap_ci, difference_ci
 from bakeoff.cost.headline import build_headline
 from bakeoff.quality.status import target_status
+from bakeoff.spend import at_slo, offers
+from bakeoff.spend.budget import evaluation_cost
 from bakeoff.store import StorePath
 
 if TYPE_CHECKING:

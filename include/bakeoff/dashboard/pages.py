@@ -15,12 +15,12 @@ import os
 import re
 from typing import Any
 
-from bakeoff.approval import approval_line
 from bakeoff.dashboard.runs import Run
 from bakeoff.dashboard.stockouts import stockout_trend
 from bakeoff.paths import StorePath, at, fresh, reports_root
-from bakeoff.publish import list_published
+from bakeoff.publishing.publish import list_published
 from bakeoff.report.colours import by_kind
+from bakeoff.spend.approval import approval_line
 
 MONTH = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
 EXPLORE_FILTERS = ("model", "gpu", "engine", "precision", "speculative")

@@ -63,7 +63,7 @@ class Plan(Strict):
     budget_usd: float = Field(
         gt=0,
         le=MAX_BUDGET_USD,
-        description="spend cap for the whole run, USD (at most the installation ceiling; see bakeoff.budget)",
+        description="spend cap for the whole run, USD (at most the installation ceiling; see bakeoff.spend.budget)",
     )
     max_instance_hours: float = Field(3.0, gt=0, le=48, description="an instance older than this is reaped")
     claims: list[str] = Field([], max_length=16, description="published claims the report checks (include/claims)")
@@ -154,7 +154,7 @@ class Plan(Strict):
 
 def _session_fits(i: int, sessions: Sessions, targets: list[Target]) -> None:
     """A synthetic session's largest possible context must fit every target's model (trace and log
-    sessions are checked with their numbers when the file is read: bench.sessions.load_sessions)."""
+    sessions are checked with their numbers when the file is read: bench.sessions.workload.load_sessions)."""
     if sessions.source != "synthetic" or sessions.fit_from:
         return
     peak, how = sessions.peak_context()

@@ -2,7 +2,7 @@
 
 A tier is a name and a set of bounds in the plan's SLO vocabulary (``Slo``): a plan naming tiers gets,
 per workload and target, the most concurrent requests or agent sessions each tier sustains
-(``bench.capacity``), within one budget of points per target and workload.
+(``bench.load.capacity``), within one budget of points per target and workload.
 """
 
 from __future__ import annotations

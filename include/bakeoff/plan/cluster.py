@@ -6,7 +6,7 @@ an NVL72-shaped one (the rack fixes GPUs per tray and the NVLink domain; ``nodes
 rack's trays the target takes, all of them by default). Which clouds place nodes together, and which
 rack shapes they sell, is the catalog's ``clusters.yaml`` (with sources and dates); a cluster on a
 cloud without an offer, a rack the cloud does not list, or roles that do not fit the nodes is refused
-here, naming the field. The cluster layer (bakeoff.cluster) provisions the nodes all or nothing.
+here, naming the field. The cluster layer (bakeoff.clusters.cluster) provisions the nodes all or nothing.
 """
 
 from __future__ import annotations

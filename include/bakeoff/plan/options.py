@@ -16,7 +16,7 @@ from bakeoff.secrets import STATIC_CONN_PREFIX, allowed_connection
 
 # The stages a plan may name in inject_fault (bakeoff.faults fails there on purpose).
 # weights_incomplete is acted on by a sandbox node, not the pipeline: its boot's weights step finds a shard missing
-# node_create: the last node of a cluster target fails its create (bakeoff.cluster releases the others)
+# node_create: the last node of a cluster target fails its create (bakeoff.clusters.cluster releases the others)
 FAULT_STAGES = (
     "launch",
     "after_create",

@@ -51,7 +51,7 @@ SERVER_BLOCK_TOKENS = 16  # vLLM's default prefix-cache block (the emulator uses
 
 class Spread(Strict):
     """A distribution stated by its mean and a hard ceiling (the generator's shapes are in
-    bench.session_sources: the mean is that of the capped values, so what is stated is what is sent)."""
+    bench.sessions.session_sources: the mean is that of the capped values, so what is stated is what is sent)."""
 
     mean: float = Field(gt=0, le=MAX_LEN)
     max: float = Field(gt=0, le=MAX_LEN)
@@ -80,7 +80,7 @@ class Sessions(Strict):
         le=65_536,
         description="tokens per hash_ids block of the trace (mooncake/AIPerf: 512); a multiple of 16",
     )
-    # --- synthetic distributions (bench.session_sources documents the shapes) ---
+    # --- synthetic distributions (bench.sessions.session_sources documents the shapes) ---
     sessions: int = Field(200, ge=1, le=MAX_SESSIONS, description="top-level sessions generated (synthetic)")
     turns: Spread = Spread(mean=8, max=24)
     first_prompt_tokens: Spread = Field(
@@ -306,7 +306,7 @@ class Workload(Strict):
         1,
         ge=1,
         le=64,
-        description="client members sharing the load without a shared clock (bench.fleet: one schedule, "
+        description="client members sharing the load without a shared clock (bench.fleet.members: one schedule, "
         "clock offsets measured and corrected); 1 = one client",
     )
 

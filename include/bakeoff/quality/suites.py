@@ -335,14 +335,14 @@ POINT_COLUMNS_CHECKED = {"workload", "concurrency", "repeat", "error_rate", "com
 
 
 class MissingColumns(ValueError):
-    """A stored table lacks columns of the records contract (bench.records); nothing to validate."""
+    """A stored table lacks columns of the records contract (bench.metrics.records); nothing to validate."""
 
 
 def _require(df: pd.DataFrame, needed: set[str], table: str) -> None:
     missing = sorted(needed - set(df.columns))
     if missing:
         raise MissingColumns(
-            f"the {table} table lacks contract columns {missing} (see bench/records.py); "
+            f"the {table} table lacks contract columns {missing} (see bench/metrics/records.py); "
             "it was written by an incompatible client version"
         )
 

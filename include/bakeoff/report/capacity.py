@@ -1,5 +1,5 @@
 """The report's Capacity section: per SLO tier and target, the most concurrent requests (a request workload)
-or agent sessions (a session workload) the target sustained within the tier (``bench.capacity``), and that
+or agent sessions (a session workload) the target sustained within the tier (``bench.load.capacity``), and that
 capacity per GPU, per kW and per USD/hour (requests/s served there, or concurrent sessions), with the cost
 per million output tokens or per session there.
 

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bakeoff import catalog
-from bakeoff.approval import approval_line
 from bakeoff.plan.target import Target
 from bakeoff.report import perwatt
 from bakeoff.report.data import ReportData
+from bakeoff.spend.approval import approval_line
 from bakeoff.twin.emulate import efficiency_info
 from bakeoff.twin.runs import band_count, out_of_band_caveat
 
@@ -330,7 +330,7 @@ def _did_not_pass(d: ReportData) -> list[str]:
 
 @caveat("client_sizing", when=lambda d: bool(d.tables.headline.get("client_sizing")))
 def _client_sizing(d: ReportData) -> list[str]:
-    """Plan check's client sizing against the loop monitor's verdicts (bench.client_cores.sizing_check)."""
+    """Plan check's client sizing against the loop monitor's verdicts (bench.client.client_cores.sizing_check)."""
     return [f"Client sizing: {line}." for line in d.tables.headline["client_sizing"]]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from bakeoff import claims, cost, offers, store
+from bakeoff import claims, cost, store
 from bakeoff.plan import Plan
 from bakeoff.plan.checkpoints import checkpoint_note
 from bakeoff.report.capacity import CapacityRow
@@ -27,6 +27,7 @@ from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.provisioning import rows as provisioning_rows
 from bakeoff.report.rackscale import RackRow
 from bakeoff.report.rackscale import rows as rack_rows
+from bakeoff.spend import offers
 
 log = logging.getLogger(__name__)
 # provenance keys never shown, whatever a provider put there

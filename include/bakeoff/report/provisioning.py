@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.core.facts import ProvisioningRecord, RunFacts, TargetFacts
-from bakeoff.offers import ran_type
 from bakeoff.providers.registry import PROVIDERS
+from bakeoff.spend.offers import ran_type
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff import at_slo, budget
 from bakeoff.plan import Plan
 from bakeoff.plan.slo import Slo
 from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Workload
+from bakeoff.spend import at_slo, budget
 from bakeoff.twin import calibration, holdout, score
 from bakeoff.twin.calibration import engine_family
 from bakeoff.twin.target import PLAN_SCENARIO, NoCalibration, TargetTwin, twin_for

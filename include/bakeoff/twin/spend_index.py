@@ -25,8 +25,8 @@ def digest(path: Path) -> str:
 
 def entry(plan_file: Path) -> dict[str, Any]:
     """One plan's predicted spend (budget.estimate: the twin-priced run, then with its margin)."""
-    from bakeoff.budget import estimate  # noqa: PLC0415 - the twin's fit only when (re)building the index
     from bakeoff.plan import load_plan  # noqa: PLC0415 - plans are parsed only when (re)building the index
+    from bakeoff.spend.budget import estimate  # noqa: PLC0415 - the twin's fit only when (re)building the index
 
     est = estimate(load_plan(str(plan_file)))
     return {

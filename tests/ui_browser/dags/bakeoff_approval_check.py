@@ -20,7 +20,7 @@ def _asks(cases: tuple[str, ...]) -> None:
 
         @task(task_id=f"provision_{case}", retries=0)
         def provision(run_dir: str) -> str:
-            from bakeoff import approval
+            from bakeoff.spend import approval
 
             approval.ensure_approved(run_dir)  # what pipeline.provision checks before any cloud call
             return "provisioned"

@@ -41,7 +41,7 @@ def watts(tdp_w: float, busy: float) -> float:
 class EmulatedGpus:
     """The group's energy and power from the engine's busy time (``busy(now)``: wall seconds in steps). A
     time-scaled emulator (``time_scale`` s: every delay runs s times as long) counts energy on the emulated
-    hardware's clock, as the benchmark keeps every duration (``bench.clock``): a wall second is 1/s of the
+    hardware's clock, as the benchmark keeps every duration (``bench.client.clock``): a wall second is 1/s of the
     GPU's seconds, so the counter gains power x wall seconds / s; power, a ratio, is unscaled."""
 
     def __init__(

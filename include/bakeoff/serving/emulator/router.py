@@ -5,7 +5,7 @@
 Each generation request goes to a prefill node (round robin) as a one-token, non-streaming request,
 so that node's roofline times the prompt's prefill under its own load; the router then waits the KV
 transfer time the modelled interconnect gives (``kv_s_per_token`` x prompt tokens: NVLink inside a
-rack, the GPUs' scale-out NICs between nodes; bakeoff.cluster.kv_seconds_per_token, after
+rack, the GPUs' scale-out NICs between nodes; bakeoff.clusters.cluster.kv_seconds_per_token, after
 serving.emulator.disagg), and sends the request to the decode node with the fewest requests in
 flight with ``X-Bakeoff-KV-Transferred`` set, so the decode node prefills nothing and streams the
 output. The decode node's stream is relayed byte for byte: the benchmark client reads exactly what a

@@ -1,7 +1,7 @@
 """The emulator's scripted mode: an OpenAI-compatible streaming server with known TTFT and ITL, nothing else.
 
 It is the one scripted reference server: the ruler the benchmark client is calibrated against
-(bench.calibration, benchmarks/client_fidelity.py), the exact token timing tests rely on, and a
+(bench.load.calibration, benchmarks/client_fidelity.py), the exact token timing tests rely on, and a
 local or sandbox node serving https with its certificate. It is configured like any emulator
 (``mode: "scripted"``, config.Scripted is the script) and started by the emulator's command line,
 but it does not run behind the roofline's aiohttp front end: a ruler must cost far less than what

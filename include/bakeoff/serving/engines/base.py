@@ -67,7 +67,7 @@ class Names:
 
 @dataclass(frozen=True)
 class Counters:
-    """Server counters (``bench.server_metrics``), each summed over its label sets and read as the
+    """Server counters (``bench.metrics.server_metrics``), each summed over its label sets and read as the
     delta over a point; ``source`` labels the figures they give."""
 
     source: str

@@ -37,7 +37,7 @@ def framework_family(framework: str) -> str | None:
 
 
 def counters() -> tuple[Counters, ...]:
-    """Every engine's server counters (bench.server_metrics scrapes them)."""
+    """Every engine's server counters (bench.metrics.server_metrics scrapes them)."""
     return tuple(e.counters for e in REGISTERED.values() if e.counters is not None)
 
 

@@ -1,0 +1,1 @@
+"""Agentic session workloads and where sessions come from (traces, logs, a fitted generator)."""

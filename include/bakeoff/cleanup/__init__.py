@@ -1,0 +1,1 @@
+"""Teardown that one failure cannot block, and the hourly reaper behind it."""
