@@ -20,7 +20,6 @@ from bakeoff.bench.client.client_cores import client_cores, line, warnings
 from bakeoff.bench.client.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
 from bakeoff.core.facts import RunFacts
-from bakeoff.cost.headline import headline_table
 from bakeoff.fielderrors import explain
 from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
 from bakeoff.plan.names import image_gaps, unverified_names
@@ -398,6 +397,8 @@ def _print_summary(run: RunFacts, failed: list[str] | None = None) -> None:
     print(f"run {run.start.run_id} of plan {run.start.plan}: {outcome}")
     for kind, path in sorted((run.report.files if run.report else {}).items()):
         print(f"  {kind}: {path}")
+    from bakeoff.cost.headline import headline_table  # noqa: PLC0415 - the cost package loads scipy, which the node's client has not
+
     print(headline_table(run.run_dir))
 
 
