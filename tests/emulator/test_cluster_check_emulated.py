@@ -59,7 +59,7 @@ def _result(*servers: ThreadingHTTPServer) -> cluster.ClusterResult:
     out = []
     for i, (role, s) in enumerate(zip(("prefill", "decode"), servers, strict=True)):
         inst = Instance("oci", f"node-{i}", "pd", "r", "running", "127.0.0.1", s.server_address[1])
-        out.append(cluster.ClusterNode(i, role, f"pd--n{i}", instance=inst.to_dict()))
+        out.append(cluster.ClusterNode(i, role, f"pd--n{i}", instance=inst))
     return cluster.ClusterResult("pd", out, 60.0)
 
 
@@ -70,4 +70,4 @@ def test_a_node_the_provider_did_not_launch_emulated_is_refused_naming_it(nodes)
         cluster.check_emulated(claiming, _result(emulated, emulated), TARGET, None, timeout_s=5)
     ok = _result(emulated, real)  # the local provider started every node itself: its record, not /version
     cluster.check_emulated(LocalProvider(), ok, TARGET, None, timeout_s=5)
-    assert all(n.instance and n.instance["emulated"] for n in ok.nodes)
+    assert all(n.instance and n.instance.emulated for n in ok.nodes)

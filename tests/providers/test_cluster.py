@@ -41,7 +41,7 @@ def test_every_node_up_then_the_targets_teardown_finds_them_all(local):
     tags = {TAG_PLAN: "p", TAG_INSTALLATION: secrets.installation_id()}
     res = cluster.provision(local, t, rid, tags=tags, spec={"expires_at": time.time() + 600}, deadline_s=60)
     assert [n.role for n in res.nodes] == ["prefill", "decode"]
-    assert all(n.ready_s is not None and n.instance["state"] == "running" for n in res.nodes)
+    assert all(n.ready_s is not None and n.instance.state == "running" for n in res.nodes)
     live = local.list_tagged(rid)
     assert sorted(i.target for i in live) == ["b200-disagg--n0", "b200-disagg--n1"]
     assert {i.tags[cluster.TAG_CLUSTER] for i in live} == {t.slug}

@@ -35,7 +35,7 @@ def forger() -> Iterator[ThreadingHTTPServer]:
 
 def _result(server: ThreadingHTTPServer) -> cluster.ClusterResult:
     port = server.server_address[1]
-    inst = [Instance("aws", f"us-east-1:i-{i}", "pd", "r", "running", "127.0.0.1", port).to_dict() for i in (0, 1)]
+    inst = [Instance("aws", f"us-east-1:i-{i}", "pd", "r", "running", "127.0.0.1", port) for i in (0, 1)]
     nodes = [
         cluster.ClusterNode(i, role, f"pd--n{i}", instance=inst[i]) for i, role in enumerate(("prefill", "decode"))
     ]
@@ -54,7 +54,7 @@ def test_a_node_that_says_it_is_emulated_but_was_not_booted_as_one_is_refused(re
     res = _result(forger)
     with pytest.raises(ProviderError, match=r"prefill node 0 is not one aws launched emulator-backed"):
         cluster.check_emulated(provider, res, TARGET, None, timeout_s=5)
-    assert not any((n.instance or {}).get("emulated") for n in res.nodes)
+    assert not any(n.instance is not None and n.instance.emulated for n in res.nodes)
     assert not provider.launched_emulated("us-east-1:i-0")
 
 

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -120,7 +120,7 @@ class ClusterNode:
     index: int
     role: str
     slug: str
-    instance: dict[str, Any] | None = None
+    instance: Instance | None = None
     asked_s: float | None = None
     created_s: float | None = None
     ready_s: float | None = None
@@ -129,10 +129,17 @@ class ClusterNode:
 
     @property
     def instance_id(self) -> str | None:
-        return (self.instance or {}).get("id")
+        return self.instance.id if self.instance is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(replace(self, instance=None)), "instance": self.instance.to_dict() if self.instance else None}
+
+
+def inst_of(node: ClusterNode) -> Instance:
+    """A created node's instance (ProviderError for a node never created: nothing to reach)."""
+    if node.instance is None:
+        raise ProviderError(f"{node.role} node {node.index} ({node.slug}) was never created")
+    return node.instance
 
 
 @dataclass
@@ -260,13 +267,13 @@ def _provision_at(
                 f"cluster {target.name}: node {node.index} ({node.role}) could not be created: {node.error}",
                 refused=isinstance(e, CapacityError),
             )
-        node.instance = inst.to_dict()
+        node.instance = inst
         node.created_s = clock() - t0
     pending = list(result.nodes)
     while pending:
         for node in list(pending):
             try:
-                ready = provider.check_ready(Instance.from_dict(node.instance or {}))
+                ready = provider.check_ready(inst_of(node))
             except Exception as e:  # noqa: BLE001
                 node.error = f"{type(e).__name__}: {e}"
                 _fail(
@@ -278,7 +285,7 @@ def _provision_at(
                     f"cluster {target.name}: node {node.index} ({node.role}) ended before it was ready: {node.error}",
                 )
             if ready is not None:
-                node.instance, node.ready_s = ready.to_dict(), clock() - t0
+                node.instance, node.ready_s = ready, clock() - t0
                 pending.remove(node)
         if pending and clock() >= deadline:
             late = ", ".join(f"node {n.index} ({n.role})" for n in pending)
@@ -355,12 +362,12 @@ def kv_seconds_per_token(target: Any) -> float:
 
 def node_cert(nodes: list[ClusterNode]) -> str | None:
     """The certificate the cluster's nodes serve with (one per target: serving.tls.node_identity), if any."""
-    certs = {(n.instance or {}).get("tls_cert") for n in nodes}
+    certs = {n.instance.tls_cert for n in nodes if n.instance is not None}
     return next((c for c in certs if c), None)
 
 
 def role_urls(result: ClusterResult, role: str) -> list[str]:
-    return [Instance.from_dict(n.instance or {}).base_url for n in result.by_role(role)]
+    return [inst_of(n).base_url for n in result.by_role(role)]
 
 
 @dataclass
@@ -495,7 +502,7 @@ def look_roles(nodes: list[ClusterNode], target: Any, api_key: str | None, timeo
     for n in nodes:
         if n.role not in SERVING_ROLES:
             continue
-        url = Instance.from_dict(n.instance or {}).base_url
+        url = inst_of(n).base_url
         try:
             health = httpx.get(f"{url}/health", timeout=timeout_s, verify=verify)
             models = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s, verify=verify)
@@ -557,13 +564,13 @@ def check_emulated(
     for n in result.nodes:
         if n.role not in SERVING_ROLES:
             continue
-        if not provider.launched_emulated(str((n.instance or {}).get("id") or "")):
+        if not provider.launched_emulated(n.instance_id or ""):
             raise ProviderError(
                 f"cluster {target.name}: {n.role} node {n.index} is not one {provider.name} launched emulator-backed "
                 "(its own record, by instance id); the emulated router fronts emulator-backed nodes only, and a "
                 "cloud cluster's roles are not started"
             )
-        n.instance = {**(n.instance or {}), "emulated": True}
+        n.instance = replace(inst_of(n), emulated=True)
 
 
 def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
@@ -573,23 +580,23 @@ def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
 
     out = []
     for n in nodes:
-        nt, inst = NodeTarget(target, n.index, n.role), n.instance or {}
+        nt, inst = NodeTarget(target, n.index, n.role), n.instance
         stack = stack_facts(cast("Target", nt))  # a NodeTarget reads as its Target
         out.append(
             {
                 "node": n.index,
                 "role": n.role,
-                "instance_id": inst.get("id"),
-                "instance_type": inst.get("instance_type") or target.instance_type,
-                "region": inst.get("region"),
-                "host": inst.get("host"),
+                "instance_id": inst.id if inst else None,
+                "instance_type": (inst.instance_type if inst else "") or target.instance_type,
+                "region": inst.region if inst else None,
+                "host": inst.host if inst else None,
                 "stack": stack.get("stack"),
                 "image": stack.get("image") or target.image,  # local: the plan's (or recipe's) image, not run
                 "engine_args": list(stack.get("engine_args") or target.engine_args),
                 "tensor_parallel": nt.tensor_parallel,
                 "expert_parallel": nt.expert_parallel,
                 "data_parallel_attention": nt.data_parallel_attention,
-                "emulated": bool(inst.get("emulated")),
+                "emulated": bool(inst and inst.emulated),
             }
         )
     return out

@@ -30,9 +30,17 @@ def nodes_of(out_dir: str | store.StorePath, node_cert: str | None = None) -> li
     doc = store.read_json(store.at(out_dir) / "cluster.json", None)
     if not isinstance(doc, dict) or not doc.get("nodes"):
         raise deploy.DeployFailed("cluster.json names no nodes: provision did not finish", "crash", "no cluster.json")
-    nodes = [cluster.ClusterNode(**{k: n.get(k) for k in ("index", "role", "slug", "instance")}) for n in doc["nodes"]]
+    nodes = [
+        cluster.ClusterNode(
+            n.get("index"),
+            n.get("role"),
+            n.get("slug"),
+            Instance.from_dict(n["instance"]) if n.get("instance") else None,
+        )
+        for n in doc["nodes"]
+    ]
     for n in nodes:
-        recorded = (n.instance or {}).get("tls_cert")
+        recorded = n.instance.tls_cert if n.instance else None
         if node_cert and recorded != node_cert:
             why = f"{n.role} node {n.index}: cluster.json records a certificate that is not the target's"
             raise deploy.DeployFailed(f"{why}; the run's key is not sent to it", "crash", why)
@@ -63,7 +71,7 @@ def check_cluster_serving(
         if not timed_out and failure not in deploy.CERTAIN_FAILURES:
             continue
         detail = mask(detail, api_key, *masked)
-        where = f"{n.role} node {n.index} ({(n.instance or {}).get('id')})"
+        where = f"{n.role} node {n.index} ({n.instance_id})"
         store.write_json(
             store.at(out_dir) / "deploy.json",
             {"ready": False, "failure": failure, "detail": f"{where}: {detail}", "role": n.role, "node": n.index},
@@ -89,7 +97,7 @@ def classify_node(
     node: cluster.ClusterNode, why: str, api_key: str | None, credentials: deploy.Credentials | None
 ) -> tuple[str, str]:
     """How a node that does not serve failed, from its own logs (agent, console): readiness.classify."""
-    inst = Instance.from_dict(node.instance or {})
+    inst = cluster.inst_of(node)
     return classify(deploy.node_output(inst, api_key, credentials), why)
 
 

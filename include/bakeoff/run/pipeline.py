@@ -312,7 +312,7 @@ def _provision_cluster(
         if spec.tls:  # each node serves over the target's pinned certificate, as node_ready records it
             for n in res.nodes:
                 if n.instance is not None:
-                    n.instance["tls_cert"] = spec.tls["cert"]
+                    n.instance.tls_cert = spec.tls["cert"]
         if not PROVIDERS[target.provider].emulated:  # a cloud's nodes must show they run the emulator
             from bakeoff.clusters.cluster_serving import certain_failure  # noqa: PLC0415 - only a cloud cluster's nodes
 
@@ -336,19 +336,19 @@ def _provision_cluster(
             "recipe": multinode.provenance(target.recipe, target.recipe_arm),
         },
     )
-    first = res.nodes[0].instance or {}
+    first = cluster.inst_of(res.nodes[0])
     host, port = router.base_url.rsplit("//", 1)[1].rsplit(":", 1)
     front = Instance(
         provider=target.provider,
-        id=str(first.get("id")),
+        id=first.id,
         target=target.slug,
         run_id=rid,
         state="running",
         host=host,
         port=int(port),
         instance_type=target.instance_type or "",
-        region=first.get("region"),
-        launched_at=first.get("launched_at"),
+        region=first.region,
+        launched_at=first.launched_at,
         expires_at=float(spec.expires_at or 0),
         emulated=True,
         cluster=[n.instance_id for n in res.nodes if n.instance_id],
@@ -356,7 +356,9 @@ def _provision_cluster(
     )
     store.write_json(tdir / "instance.json", front.to_dict())
     launches = tuple(
-        facts.Launch(instance_id=n.instance_id, launched_at=(n.instance or {}).get("launched_at") or time.time())
+        facts.Launch(
+            instance_id=n.instance_id, launched_at=(n.instance.launched_at if n.instance else None) or time.time()
+        )
         for n in res.nodes
     )
     _record(
@@ -372,7 +374,7 @@ def _provision_cluster(
                 attempts=len(res.sites),
                 refusals={"capacity": n} if (n := sum(x["outcome"] == "refused" for x in res.sites)) else {},
                 tried=tuple(x["where"] for x in res.sites if x["where"]),
-                region=first.get("region"),
+                region=first.region,
             ),
         ),
     )
