@@ -134,7 +134,7 @@ def run_dag_like(run_dir: str, slug: str) -> None:
 def sigkill_provision(sb: Sandbox, run_dir: str, slug: str, provider: str, before: int) -> None:
     code = (
         # sb.env() carries the sandbox's credentials: the step's default resolver reads them
-        f"from bakeoff import pipeline; pipeline.provision({run_dir!r}, {slug!r})"
+        f"from bakeoff.run import pipeline; pipeline.provision({run_dir!r}, {slug!r})"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -224,7 +224,8 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     slug = plan.targets[0].slug
     run = pipeline.start_run(str(path), f"faults__{provider}__airflow-dies__{time.time_ns()}")
     before = set(sb.live()[cloud])
-    setup = "from bakeoff import pipeline, reaper"  # credentials: the sandbox's, from its env
+    # credentials: the sandbox's, from its env
+    setup = "from bakeoff.run import pipeline; from bakeoff.cleanup import reaper"
     log = workdir / f"worker-{cloud}-{'elsewhere' if elsewhere else 'home'}.log"
     worker = _airflow_process(
         sb,

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 RUN = "r-messages"
 _WORKER = (
     "import json, sys\n"
-    "from bakeoff.bench import fleet_celery\n"
+    "from bakeoff.bench.fleet import fleet_celery\n"
     "class T:\n"
     "    class request: hostname = 'client@test'\n"
     "fleet_celery._fleet_member(T(), json.loads(sys.stdin.read()))\n"
