@@ -218,8 +218,7 @@ def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, l
     readiness, deploy, serving readiness of every role, a short benchmark through the router, terminate
     and sweep. The cluster's timeline, the measured point (None when provisioning failed) and the
     lines saying when each step finished (seconds from the provision call)."""
-    from bakeoff import step_context  # noqa: PLC0415 - the pipeline's steps only for part (a)
-    from bakeoff.run import pipeline  # noqa: PLC0415 - the pipeline's steps only for part (a)
+    from bakeoff.run import pipeline, step_context  # noqa: PLC0415 - the pipeline's steps only for part (a)
 
     run = pipeline.start_run(str(path), f"manual__rack_scale_{uuid.uuid4().hex[:8]}")
     rdir, slug = run["run_dir"], run["targets"][0]

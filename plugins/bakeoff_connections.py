@@ -187,7 +187,7 @@ def mask_run_keys(run_dir: str) -> None:
     are derived, so any task can recompute them; masking makes an accidental log line show ***)."""
     from bakeoff import secrets, store  # noqa: PLC0415
     from bakeoff.providers import ProviderError  # noqa: PLC0415
-    from bakeoff.step_context import run_plan, serving_key  # noqa: PLC0415
+    from bakeoff.run.step_context import run_plan, serving_key  # noqa: PLC0415
 
     install_plan_connections()
     plan = run_plan(run_dir)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bakeoff import secrets, step_context, store
+from bakeoff import secrets, store
 from bakeoff.agent.remote import AgentClient
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, step_context
 from bakeoff_sandbox import Sandbox
 
 

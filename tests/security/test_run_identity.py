@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import secrets, step_context, store
+from bakeoff import secrets, store
 from bakeoff.cleanup import reaper
 from bakeoff.core.instance import Instance
 from bakeoff.paths import run_folder
 from bakeoff.plan import plans_dir
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, step_context
 
 FIRST, SECOND = "manual__2026-12-01T09:00:00+00:00", "manual__2026-12-01T09_00_00_00_00"
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import secrets, step_context
+from bakeoff import secrets
 from bakeoff.bench.client.workloads import WorkloadFileError, build_specs, trace_specs
 from bakeoff.plan import PlanError, plan_from_dict, plans_dir
 from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Workload
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, step_context
 from tests.conftest import ROOT
 from tests.plan_fixtures import without_deployment
 

@@ -28,10 +28,10 @@ from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.run import admission
+from bakeoff.run.step_context import EGRESS_FILE, RunContext, TargetContext, with_run, with_target
 from bakeoff.serving import deploy as serving
 from bakeoff.serving.userdata import kill_switch_minutes
 from bakeoff.spend import approval
-from bakeoff.step_context import EGRESS_FILE, RunContext, TargetContext, with_run, with_target
 
 log = logging.getLogger(__name__)
 
