@@ -16,18 +16,15 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bakeoff import store
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, file_field, with_file_field
 from bakeoff.agent.remote import AgentClient, AgentError, look
-from bakeoff.plan import PlanError
+from bakeoff.core.endpoint import Endpoint
+from bakeoff.plan import Plan, PlanError
+from bakeoff.plan.target import Target
 from bakeoff.spend import budget
-
-if TYPE_CHECKING:
-    from bakeoff.core.endpoint import Endpoint
-    from bakeoff.plan import Plan
-    from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
 MAX_INLINE_BYTES = MAX_JOB_BYTES

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from bakeoff import catalog
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.serving import egress
 from bakeoff.serving.engines import registry
-
-if TYPE_CHECKING:
-    from bakeoff.core.endpoint import Endpoint
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:

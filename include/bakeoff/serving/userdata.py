@@ -36,18 +36,16 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from bakeoff import catalog
 from bakeoff.agent import AGENT_PORT
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.core.pinning import check_cert
+from bakeoff.plan.target import Target
 from bakeoff.providers.registry import PROVIDERS, resolve
 from bakeoff.serving import engines, front, hub_fetch, power
 from bakeoff.serving.tls import stand_in_identity
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
 
 CONTAINER = "bakeoff-serve"
 LOG_DIR = "/var/log/bakeoff"

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from bakeoff import tokens
+from bakeoff.bench.metrics.records import RequestRecord
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.serving import egress
-
-if TYPE_CHECKING:
-    from bakeoff.bench.metrics.records import RequestRecord
-    from bakeoff.core.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 

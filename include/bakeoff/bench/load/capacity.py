@@ -13,13 +13,11 @@ is the capacity's interval), every step, and the figures of the passing point th
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bakeoff.bench.load.sla import search_loads
 from bakeoff.bench.metrics.summary import request_times
-
-if TYPE_CHECKING:
-    from bakeoff.plan.slo import Slo
+from bakeoff.plan.slo import Slo
 
 # summary, the point's request records -> whether the point meets one tier's SLO
 Judge = Callable[[Mapping[str, Any], list[dict[str, Any]]], bool]

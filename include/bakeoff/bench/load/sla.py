@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bakeoff.bench.load.loadgen import arrival_offsets
-from bakeoff.plan.workload import rate_key
-
-if TYPE_CHECKING:
-    from bakeoff.plan.workload import Workload
+from bakeoff.plan.workload import Workload, rate_key
 
 
 @dataclass

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,9 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bakeoff.bench.metrics.metric_units import filled
 from bakeoff.serving import egress
 from bakeoff.serving.engines import registry
-
-if TYPE_CHECKING:
-    from bakeoff.serving.engines.base import Counters
+from bakeoff.serving.engines.base import Counters
 
 log = logging.getLogger(__name__)
 

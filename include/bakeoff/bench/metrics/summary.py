@@ -29,7 +29,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -37,10 +37,7 @@ import pandas as pd
 from bakeoff.bench.metrics import server_metrics
 from bakeoff.bench.metrics.metric_units import Column, Metric, Point, columns_of, derived, evaluation_order, filled, one
 from bakeoff.bench.metrics.records import POINT_KEY, RequestRecord
-from bakeoff.plan.slo import METRICS, PERCENTILES, RequestTimes
-
-if TYPE_CHECKING:
-    from bakeoff.plan.slo import Slo
+from bakeoff.plan.slo import METRICS, PERCENTILES, RequestTimes, Slo
 
 NAN = float("nan")
 # The statistics every per-request figure is summarised by; PERCENTILES are those an SLO may bound.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,11 +28,8 @@ from bakeoff.bench.sessions.session_sources import (
     read_logs,
     read_trace,
 )
-from bakeoff.plan.workload import SERVER_BLOCK_TOKENS
-
-if TYPE_CHECKING:
-    from bakeoff.plan import Plan
-    from bakeoff.plan.workload import Workload
+from bakeoff.plan import Plan
+from bakeoff.plan.workload import SERVER_BLOCK_TOKENS, Workload
 
 __all__ = [
     "Session",

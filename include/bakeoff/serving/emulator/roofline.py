@@ -41,16 +41,12 @@ beyond what TP already models (its all-to-all traffic is not modelled).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from bakeoff.catalog import Gpu
+from bakeoff.catalog import Gpu, ModelSpec
 from bakeoff.plan import fits
 from bakeoff.plan.fits import GPU_MEMORY_UTILIZATION
 from bakeoff.plan.precision import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
-
-if TYPE_CHECKING:
-    from bakeoff.catalog import ModelSpec
-    from bakeoff.plan.target import Target
+from bakeoff.plan.target import Target
 
 MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's default for its OpenAI server
 

@@ -23,7 +23,7 @@ import signal
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -33,14 +33,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
 from bakeoff import tokens
+from bakeoff.plan.target import Target
 from bakeoff.serving.emulator import VERSION, power, prefix_cache, speculation, sse, textgen
 from bakeoff.serving.emulator.config import STOP_ROUTE, EmulatorConfig, opens_stop
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
 from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.emulate import efficiency_info, emulator_roofline
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
 
 log = logging.getLogger("bakeoff.emulator")
 

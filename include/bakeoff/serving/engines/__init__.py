@@ -15,14 +15,12 @@ Nothing here sees a secret: the API key and tokens travel by files user-data wri
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bakeoff.plan.target import Target
 from bakeoff.serving.engines.base import Boot, Engine, Routes
 from bakeoff.serving.engines.options import draft, fail, kv_offload, pinned, speculative
 from bakeoff.serving.engines.registry import REGISTERED, deployable
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
 
 ENGINES = deployable()  # the stacks a cloud node can run
 # the built-in engines' boot facts, as engine_flags reads their parser word (a custom stack's are its template's)

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from bakeoff.plan.serving_options import KvOffload
+from bakeoff.plan.target import Target
 from bakeoff.serving.engines.base import Boot, Engine, Names
 from bakeoff.serving.engines.options import compact_json, fail, kv_offload, lmcache_env, num, pinned, speculative
-
-if TYPE_CHECKING:
-    from bakeoff.plan.serving_options import KvOffload
-    from bakeoff.plan.target import Target
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bakeoff.plan.serving_options import KvOffload
-    from bakeoff.plan.target import Target
+from bakeoff.plan.serving_options import KvOffload
+from bakeoff.plan.target import Target
 
 KEY_FILE = "/etc/bakeoff/api_key"  # the serving key on the node, root-only (user-data writes it)
 

@@ -4,15 +4,11 @@ its program as the entrypoint, always behind the node's front (bakeoff knows no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from bakeoff.plan.custom_stack import CUSTOM_STACK, PLACEHOLDERS, fill
+from bakeoff.plan.custom_stack import CUSTOM_STACK, PLACEHOLDERS, CustomStack, fill
+from bakeoff.plan.target import Target
 from bakeoff.serving.engines.base import Boot, Engine, Routes
 from bakeoff.serving.engines.options import fail, gpus
-
-if TYPE_CHECKING:
-    from bakeoff.plan.custom_stack import CustomStack
-    from bakeoff.plan.target import Target
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,10 @@ render what the target asks (a speculative method, a KV-offload backend, a golde
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from bakeoff.plan.serving_options import KvOffload, Speculative
-    from bakeoff.plan.target import Target
+from bakeoff.plan.serving_options import KvOffload, Speculative
+from bakeoff.plan.target import Target
 
 
 def fail(target: Target, field: str, why: str) -> ValueError:

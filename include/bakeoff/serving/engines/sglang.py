@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from bakeoff.plan.serving_options import KvOffload
+from bakeoff.plan.target import Target
 from bakeoff.serving.engines.base import KEY_FILE, Boot, Engine, Gauges, Names
 from bakeoff.serving.engines.options import draft, kv_offload, num, per_rank_gb, speculative
-
-if TYPE_CHECKING:
-    from bakeoff.plan.serving_options import KvOffload
-    from bakeoff.plan.target import Target
 
 SGLANG_CONFIG = "/etc/bakeoff/sglang.yaml"
 _ALGORITHM = {"mtp": "EAGLE", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft": "STANDALONE"}

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from bakeoff.plan.serving_options import KvOffload
+from bakeoff.plan.target import Target
 from bakeoff.serving.engines.base import Boot, Engine, Names
 from bakeoff.serving.engines.options import draft, kv_offload, num, speculative
-
-if TYPE_CHECKING:
-    from bakeoff.plan.serving_options import KvOffload
-    from bakeoff.plan.target import Target
 
 TRTLLM_OPTIONS = "/etc/bakeoff/trtllm-options.yaml"  # on the node, and at the same path in the container
 
