@@ -139,6 +139,21 @@ def test_scaling_the_workers_is_documented_as_touching_only_the_workers():
     assert "up -d --scale airflow-worker" not in COMPOSE_TEXT
 
 
+def test_a_volume_subpath_mount_comes_with_the_engine_version_it_needs(compose):
+    """Docker Engine before 26 ignores a volume's `subpath` silently and mounts the volume's root:
+    bakeoff-clients then finds no installation secret under its read-only mount and every fleet
+    member fails. The documented requirement must say so wherever the file mounts a subpath."""
+    subpaths = [
+        name
+        for name, service in compose["services"].items()
+        for mount in service.get("volumes", [])
+        if isinstance(mount, dict) and (mount.get("volume") or {}).get("subpath")
+    ]
+    assert subpaths == ["bakeoff-clients"]
+    production = (ROOT / "docs" / "production.md").read_text()
+    assert "Needs Docker Engine 26 or later" in production
+
+
 def test_workers_serve_emulated_nodes_on_their_compose_address(compose):
     env = compose["services"]["airflow-worker"]["environment"]
     assert env["BAKEOFF_NODE_ADDRESS"] == "@hostname"
