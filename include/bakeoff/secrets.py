@@ -19,6 +19,7 @@ import os
 import re
 import secrets as _secrets
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from bakeoff import durable
 from bakeoff.paths import state_root
@@ -39,20 +40,7 @@ def _installation_secret() -> bytes:
         return env.encode()
     path = state_root() / "secret.key"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".secret.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(_secrets.token_hex(32))
-            f.flush()
-            os.fsync(f.fileno())  # never an empty secret.key after a crash
-        try:
-            os.link(tmp, path)  # atomic and exclusive: when two workers race, the first one wins
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-        durable.fsync_path(path.parent, directory=True)
+        _create_secret(path)
     secret = path.read_text().strip().encode()
     if len(secret) < MIN_SECRET_BYTES:
         raise ValueError(
@@ -61,6 +49,33 @@ def _installation_secret() -> bytes:
             "to have one generated (keys of runs in flight change)"
         )
     return secret
+
+
+def _create_secret(path: Path) -> None:
+    """Write a new secret.key once; a reader that may not write (a read-only mount) is told what it lacks."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".secret.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise RuntimeError(
+            f"secret.key: no installation secret at {path}, and this process cannot create one there "
+            f"({exc.strerror}); a read-only reader (the compose file's bakeoff-clients) must see the "
+            "installation's own state/secret.key, or set BAKEOFF_SECRET_KEY to the installation's secret. "
+            "Docker Engine before 26 ignores a compose volume's subpath and mounts the whole volume instead "
+            "(docs/production.md)"
+        ) from exc
+    with os.fdopen(fd, "w") as f:
+        f.write(_secrets.token_hex(32))
+        f.flush()
+        os.fsync(f.fileno())  # never an empty secret.key after a crash
+    try:
+        os.link(tmp, path)  # atomic and exclusive: when two workers race, the first one wins
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    durable.fsync_path(path.parent, directory=True)
 
 
 def holds_installation_secret(data: bytes) -> bool:

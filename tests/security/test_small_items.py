@@ -390,6 +390,25 @@ def test_an_empty_or_short_secret_key_file_is_refused(monkeypatch, data_root, va
     assert secrets.api_key("r", "t") == secrets.api_key("r", "t") and len(path.read_text().strip()) == 64
 
 
+def test_a_reader_that_cannot_create_the_secret_is_told_what_it_lacks(monkeypatch, data_root):
+    """A read-only mount without secret.key (compose's clients on an engine that ignored the volume's
+    subpath) fails naming the file, the variable and the engine, not with a bare EROFS."""
+    import errno
+
+    monkeypatch.delenv("BAKEOFF_SECRET_KEY", raising=False)
+
+    def read_only(*_args, **_kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(secrets.os, "open", read_only)
+    with pytest.raises(
+        RuntimeError,
+        match=r"secret.key: no installation secret at .*Read-only file system.*"
+        r"BAKEOFF_SECRET_KEY.*Docker Engine before 26",
+    ):
+        secrets.api_key("r", "t")
+
+
 # --- second review: smaller items (N5 firewall, N8) ---------------------------------------------------
 
 
