@@ -18,7 +18,8 @@ import httpx
 import pytest
 from moto import mock_aws
 
-from bakeoff.agent import AGENT_PORT, bundle
+from bakeoff.agent import bundle
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import ProviderError
 from bakeoff.run import pipeline

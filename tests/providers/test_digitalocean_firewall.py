@@ -12,8 +12,8 @@ import pytest
 import respx
 from cloud_helpers import launch_args, make_target, new_run_id
 
-from bakeoff.agent import AGENT_PORT
 from bakeoff.cleanup import reaper
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.providers import CapacityError, ProviderError
 from bakeoff.providers.digitalocean import DigitalOceanProvider, firewall_name, firewall_owner, firewall_tag
 from bakeoff.providers.tags import LABELS

@@ -7,7 +7,8 @@ import shlex
 
 import pytest
 
-from bakeoff import agent, catalog
+from bakeoff import catalog
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.plan import PlanError, plan_from_dict
 from bakeoff.plan import custom_stack as cs
 from bakeoff.serving import front as front_mod
@@ -101,7 +102,7 @@ def test_the_local_provider_runs_only_the_emulator_through_the_template():
     )
     assert "custom.image" in refused("local", command=["python3", "-m", "evil", "--port", "{port}", "--host", "{host}"])
     assert "port 8089 is the node agent's" in refused(port=8088) and cs.RESERVED_PORTS == {
-        agent.AGENT_PORT: "the node agent's"
+        AGENT_PORT: "the node agent's"
     }
 
 

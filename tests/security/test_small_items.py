@@ -18,9 +18,10 @@ import pandas as pd
 import pytest
 
 from bakeoff import catalog, secrets, store
-from bakeoff.agent import AGENT_PORT, bundle
+from bakeoff.agent import bundle
 from bakeoff.agent import job as agent_job
 from bakeoff.agent.server import Agent, build_app
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.serving import userdata
 from tests.stub_host import StubHost

@@ -2,13 +2,12 @@
 server (co-located: the network never pollutes TTFT) and the node's power samples and logs come back.
 
 The boot script fetches the client bundle (a zip of this package, checked against its SHA-256),
-starts ``python -m bakeoff agent`` on AGENT_PORT, firewalled to the plan's CIDR like the serving
+starts ``python -m bakeoff agent`` on ``core.launch.AGENT_PORT``, firewalled to the plan's CIDR like the serving
 port and authenticated with the run's per-target key.
 """
 
 from typing import Any
 
-AGENT_PORT = 8089
 # the agent's GPU library sampler (serving.gpu_counters) writes here, in its work dir (its log dir is read-only)
 COUNTERS_CSV = "counters.csv"
 # workload fields naming a file (dotted: inside the workload's sessions block): a job carries its text

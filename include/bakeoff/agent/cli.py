@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakeoff.agent import AGENT_PORT, COUNTERS_CSV
+from bakeoff.agent import COUNTERS_CSV
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.serving import gpu_counters
 from bakeoff.serving.tls import server_context
 

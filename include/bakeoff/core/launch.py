@@ -9,6 +9,10 @@ from typing import Any
 
 from bakeoff.core.errors import ProviderError
 
+# The node agent's port: the boot script starts the agent on it, each cloud's firewall opens it beside the
+# serving port, a listed node reports it, and no custom stack may take it (plan.custom_stack.RESERVED_PORTS).
+AGENT_PORT = 8089
+
 
 @dataclass(frozen=True)
 class LaunchSpec:

@@ -62,7 +62,7 @@ _LISTEN_FLAG = re.compile(r"^-{1,2}[a-z0-9-]*(host|port|bind|listen|addr)[a-z0-9
 _LISTEN_VALUES = ("{host}", "{port}", "{host}:{port}")
 # a literal address or host:port: 0.0.0.0, [::], ::, 10.0.0.1:9000, :9000
 _ADDRESS = re.compile(r"^\[?[0-9A-Fa-f:.]*[:.][0-9A-Fa-f:.]*\]?(:[0-9]+)?$|^:[0-9]+$")
-# ports on a node that are taken: the node agent's (agent.AGENT_PORT, checked by a test)
+# ports on a node that are taken: the node agent's (core.launch.AGENT_PORT, checked by a test)
 RESERVED_PORTS = {8089: "the node agent's"}
 # the local provider's stand-in for an image: the project's own emulator, the only program it runs
 LOCAL_IMAGE = "bakeoff/emulator:local"

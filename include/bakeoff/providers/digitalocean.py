@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from bakeoff.agent import AGENT_PORT
 from bakeoff.core.instance import Instance
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.providers import rest_preflight
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, Check, image_provides, untried

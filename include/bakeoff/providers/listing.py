@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from bakeoff.agent import AGENT_PORT
 from bakeoff.core.instance import Instance
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 

@@ -39,8 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from bakeoff import catalog
-from bakeoff.agent import AGENT_PORT
-from bakeoff.core.launch import LaunchSpec
+from bakeoff.core.launch import AGENT_PORT, LaunchSpec
 from bakeoff.core.pinning import check_cert
 from bakeoff.plan.target import Target
 from bakeoff.providers.registry import PROVIDERS, resolve

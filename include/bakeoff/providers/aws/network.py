@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from bakeoff.agent import AGENT_PORT
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.providers.aws.api import AwsApi, client_token, options_of, tag_list
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.tags import TAG_RUN

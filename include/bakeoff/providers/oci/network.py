@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import oci
 from oci.exceptions import ServiceError
 
-from bakeoff.agent import AGENT_PORT
+from bakeoff.core.launch import AGENT_PORT
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.oci.api import GONE, TAGS, OciApi, options_of, retry_token
 from bakeoff.providers.tags import TAG_RUN
