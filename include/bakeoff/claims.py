@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Protocol
 
 import yaml
 from pydantic import (
@@ -40,7 +40,7 @@ from pydantic import (
 
 from bakeoff import catalog
 from bakeoff.fielderrors import explain
-from bakeoff.plan import Plan, PlanError
+from bakeoff.plan import Plan, PlanError, Target, Workload
 from bakeoff.plan.precision import QUANTIZATIONS
 
 if TYPE_CHECKING:
@@ -57,6 +57,18 @@ Metric = Literal["output_tps_per_node", "total_tps_per_node", "output_tps_per_gp
 LENGTH_TOLERANCE = 0.05  # "20k in" is 20,000 or 20,480: lengths within 5% count as the same
 PREFIX_TOLERANCE = 0.05  # absolute share
 RATE_TOLERANCE = 0.02  # relative
+
+
+class Tables(Protocol):
+    """The run's cost tables a claim is checked against (``cost.CostTables``, a higher rank than claims)."""
+
+    @property
+    def points(self) -> pd.DataFrame: ...
+    @property
+    def at_slo(self) -> pd.DataFrame: ...
+    @property
+    def targets(self) -> pd.DataFrame: ...
+
 
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 
@@ -245,7 +257,7 @@ def claim_names() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml") if re.fullmatch(CLAIM_ID_RE, p.stem) and p.is_file())
 
 
-def parse_claim(raw: Any, source: str) -> Claim:
+def parse_claim(raw: object, source: str) -> Claim:
     """A claim from a parsed YAML document; errors name the field and the fix."""
     if not isinstance(raw, dict):
         raise ClaimError(f"{source}: expected a mapping at the top level (who, claim, when, source, ...)")
@@ -401,12 +413,12 @@ class ClaimCheck:
     basis: BasisCheck | None = None
 
 
-def check_claims(plan: Any, tables: Any) -> list[ClaimCheck]:
+def check_claims(plan: Plan, tables: Tables) -> list[ClaimCheck]:
     """Every claim the plan names, checked against the run's cost tables (``cost.CostTables``)."""
-    return [check_claim(load_claim(name), plan, tables) for name in getattr(plan, "claims", None) or []]
+    return [check_claim(load_claim(name), plan, tables) for name in plan.claims]
 
 
-def check_claim(claim: Claim, plan: Any, tables: Any) -> ClaimCheck:
+def check_claim(claim: Claim, plan: Plan, tables: Tables) -> ClaimCheck:
     cfg = claim.configuration
     main_target = _best_target(cfg, plan.targets)
     wl = _best_workload(cfg, plan.workloads, _replicas(main_target) if main_target else 1)
@@ -484,7 +496,7 @@ def like_for_like_prices(tp: ThroughputBasis) -> list[PricePair]:
     return out
 
 
-def check_basis(claim: Claim, plan: Any, wl: Any, tables: Any, emulated: bool) -> BasisCheck:
+def check_basis(claim: Claim, plan: Plan, wl: Workload | None, tables: Tables, emulated: bool) -> BasisCheck:
     """The claim's own arithmetic first, then its throughputs at like-for-like prices, then the run's ratio."""
     assert claim.basis is not None
     tp, price = claim.basis.throughput, claim.basis.price
@@ -507,7 +519,7 @@ def check_basis(claim: Claim, plan: Any, wl: Any, tables: Any, emulated: bool) -
     )
 
 
-def _cost_column(plan: Any) -> str:
+def _cost_column(plan: Plan) -> str:
     return f"usd_per_m_{plan.pricing.rank_by}"
 
 
@@ -553,12 +565,12 @@ def _close(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b))
 
 
-def _replicas(t: Any) -> int:
+def _replicas(t: Target) -> int:
     """Replicas of the target's configuration that fill its node (a TP4 target on 8 GPUs: 2)."""
     return max(1, int(t.instance.gpus) // max(1, int(t.gpus_used)))
 
 
-def _workload_fields(cfg: Configuration, w: Any, replicas: int = 1) -> list[FieldMatch]:
+def _workload_fields(cfg: Configuration, w: Workload, replicas: int = 1) -> list[FieldMatch]:
     """The claim's workload fields against the run's. A claimed rate is per node; the benchmark sends a rate
     to one replica, so a node of ``replicas`` replicas serves ``replicas`` x that rate."""
     out = []
@@ -591,43 +603,33 @@ def _workload_fields(cfg: Configuration, w: Any, replicas: int = 1) -> list[Fiel
     return out
 
 
-def _target_fields(cfg: Configuration, t: Any) -> list[FieldMatch]:
-    run = {
-        "model": t.model,
-        "precision": t.quantization,
-        "engine": t.stack,
-        "gpu": t.gpu.name,
-        "GPUs per node": t.instance.gpus,
-    }
-    want = {
-        "model": cfg.model,
-        "precision": cfg.quantization,
-        "engine": cfg.stack,
-        "gpu": cfg.gpu,
-        "GPUs per node": cfg.gpus,
-    }
-    return [FieldMatch(k, str(v), str(run[k]), v == run[k]) for k, v in want.items() if v is not None]
+def _fields(cfg: Configuration, t: Target) -> list[tuple[str, object, object]]:
+    """(label, claimed or None when the claim does not say, the run's) for each deployment field."""
+    return [
+        ("model", cfg.model, t.model),
+        ("precision", cfg.quantization, t.quantization),
+        ("engine", cfg.stack, t.stack),
+        ("gpu", cfg.gpu, t.gpu.name),
+        ("GPUs per node", cfg.gpus, t.instance.gpus),
+    ]
 
 
-def _unstated(cfg: Configuration, t: Any) -> list[str]:
+def _target_fields(cfg: Configuration, t: Target) -> list[FieldMatch]:
+    return [FieldMatch(k, str(want), str(run), want == run) for k, want, run in _fields(cfg, t) if want is not None]
+
+
+def _unstated(cfg: Configuration, t: Target) -> list[str]:
     """What the run chose that the claim does not say (so a match on stated fields is not the whole story)."""
-    out = [f"tensor parallel (run: TP{t.tensor_parallel})"]
-    spec = getattr(t, "speculative", None)
-    out.append(f"speculative decoding (run: {spec.method if spec else 'off'})")
-    kv = getattr(t, "kv_offload", None)
-    out.append(f"KV offload (run: {kv.backend if kv else 'off'})")
-    for name, label in (
-        ("model", "model"),
-        ("quantization", "precision"),
-        ("stack", "engine"),
-        ("gpus", "GPUs per node"),
-    ):
-        if getattr(cfg, name) is None:
-            out.append(f"{label} (run: {getattr(t, name, None) if name != 'gpus' else t.instance.gpus})")
-    return out
+    spec, kv = t.speculative, t.kv_offload
+    return [
+        f"tensor parallel (run: TP{t.tensor_parallel})",
+        f"speculative decoding (run: {spec.method if spec else 'off'})",
+        f"KV offload (run: {kv.backend if kv else 'off'})",
+        *(f"{k} (run: {run})" for k, want, run in _fields(cfg, t) if want is None and k != "gpu"),
+    ]
 
 
-def _best_target(cfg: Configuration, targets: list[Any]) -> Any:
+def _best_target(cfg: Configuration, targets: list[Target]) -> Target | None:
     """The target on the claim's GPU closest to the claim (fewest differing fields; the first on a tie)."""
     candidates = [t for t in targets if t.gpu.name == cfg.gpu]
     if not candidates:
@@ -635,26 +637,26 @@ def _best_target(cfg: Configuration, targets: list[Any]) -> Any:
     return min(candidates, key=lambda t: sum(not f.same for f in _target_fields(cfg, t)))
 
 
-def _best_workload(cfg: Configuration, workloads: list[Any], replicas: int = 1) -> Any:
+def _best_workload(cfg: Configuration, workloads: list[Workload], replicas: int = 1) -> Workload | None:
     """The plan's workload closest to the claim's (fewest differing fields; the first on a tie)."""
     if not workloads:
         return None
     return min(workloads, key=lambda w: sum(not f.same for f in _workload_fields(cfg, w, replicas)))
 
 
-def _capacity_workload(cfg: Configuration, workloads: list[Any], claimed: Any) -> Any:
+def _capacity_workload(cfg: Configuration, workloads: list[Workload], claimed: Workload) -> Workload:
     """Where to read throughput and cost at the SLO: a closed-loop (or SLA-search) workload with the claim's
     lengths and prefix share when the plan has one, since an open-loop rate point measures the offered load,
     not what the node can carry; else the workload matched to the claim."""
 
-    def off(w: Any) -> int:
+    def off(w: Workload) -> int:
         return sum(not f.same for f in _workload_fields(cfg, w) if f.field not in ("rate", "concurrency"))
 
     closed = [w for w in workloads if w.load in ("concurrency", "sla") and off(w) <= off(claimed)]
     return closed[0] if closed else claimed
 
 
-def _load_text(row: Any, replicas: int = 1) -> str:
+def _load_text(row: pd.Series, replicas: int = 1) -> str:
     if str(row.get("load_mode", "")) == "rate" and math.isfinite(float(row.get("rate", math.nan))):
         rate = float(row["rate"])
         if replicas > 1:
@@ -687,7 +689,7 @@ def _at_claimed_load(cfg: Configuration, pts: pd.DataFrame, replicas: int = 1) -
     return pts.iloc[0:0]
 
 
-def _slo_row(tables: Any, slug: str, workload: str) -> Any:
+def _slo_row(tables: Tables, slug: str, workload: str) -> pd.Series | None:
     at = tables.at_slo
     if at.empty:
         return None
@@ -698,7 +700,7 @@ def _slo_row(tables: Any, slug: str, workload: str) -> Any:
 
 
 def _figure_check(
-    cfg: Configuration, metric: str, claimed: float, tolerance: float, plan: Any, wl: Any, tables: Any
+    cfg: Configuration, metric: str, claimed: float, tolerance: float, plan: Plan, wl: Workload | None, tables: Tables
 ) -> FigureCheck:
     gpus = f" ({cfg.gpus} GPUs)" if cfg.gpus else ""
     label = f"{(cfg.gpu or '?').upper()} {'node' if metric.endswith('_node') else 'GPU'}{gpus}"
@@ -728,7 +730,7 @@ def _figure_check(
     )
 
 
-def _why_not_comparable(fields: list[FieldMatch], tables: Any, t: Any, m: Measure | None) -> list[str]:
+def _why_not_comparable(fields: list[FieldMatch], tables: Tables, t: Target, m: Measure | None) -> list[str]:
     out = []
     differs = [f for f in fields if not f.same]
     if differs:
@@ -747,13 +749,15 @@ def _why_not_comparable(fields: list[FieldMatch], tables: Any, t: Any, m: Measur
     return out
 
 
-def _emulated(tables: Any, slug: str) -> bool:
+def _emulated(tables: Tables, slug: str) -> bool:
     p = tables.points
     sel = p[p["target"] == slug] if not p.empty else p
     return bool(not sel.empty and sel["emulated"].astype(bool).any())
 
 
-def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any, emulated: bool) -> list[CostCheck]:
+def _cost_checks(
+    claim: Claim, comp: Comparison, plan: Plan, wl: Workload | None, tables: Tables, emulated: bool
+) -> list[CostCheck]:
     """The claim's GPU's cost per token at the SLO over each rival GPU's, with the interval of the difference."""
     cfg = claim.configuration
     col = _cost_column(plan)
@@ -765,6 +769,7 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
         absent = f"the run has no {missing} target" if (not own or not rivals) else "the plan has no workload"
         return [CostCheck(text, comp.value, comp.tolerance, None, None, None, NOT_COMPARABLE, absent)]
     t = _best_target(cfg, own)
+    assert t is not None  # own holds only targets on the claim's GPU
     wl = _capacity_workload(cfg, plan.workloads, wl)
     # the cost claim is about the claim's deployment: its model, precision, engine and workload (not its rate:
     # the SLO chooses the load level)
@@ -790,7 +795,7 @@ def _cost_checks(claim: Claim, comp: Comparison, plan: Any, wl: Any, tables: Any
     return out
 
 
-def _run_cost_ratio(t: Any, r: Any, wl: Any, tables: Any, col: str) -> tuple[Measure | None, list[str]]:
+def _run_cost_ratio(t: Target, r: Target, wl: Workload, tables: Tables, col: str) -> tuple[Measure | None, list[str]]:
     """t's cost per token at the SLO over r's, with the interval of the difference over repeats; or why not."""
     # bench.metrics.stats pulls scipy in: imported when a run is checked, not when a plan merely names a claim
     from bakeoff.bench.metrics.stats import difference_ci  # noqa: PLC0415 - start-up cost of plan validation

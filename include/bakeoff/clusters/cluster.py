@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from bakeoff import faults
 from bakeoff.cleanup import teardown
@@ -42,15 +42,14 @@ from bakeoff.core.launch import LaunchSpec
 from bakeoff.core.pinning import pinned_context
 from bakeoff.plan.cluster import layout_for
 from bakeoff.plan.multinode import SCALE_OUT_GBPS
+from bakeoff.plan.options import DescribedGpu, ProviderOptions
+from bakeoff.plan.target import Target
 from bakeoff.providers.address import node_address, url_host
 from bakeoff.providers.base import TAG_TARGET, CapacityError, Provider, ProviderError
 from bakeoff.providers.local import STOP_KEY_ENV, stop_key
 from bakeoff.serving.deploy import stack_facts
 from bakeoff.serving.emulator.config import STOP_ROUTE
 from bakeoff.serving.emulator.roofline import Roofline
-
-if TYPE_CHECKING:
-    from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ class NodeTarget:
     (one worker per node, its TP capped at the node's GPUs: a worker spanning trays is served by its
     first one in the emulator). Everything else is the target's."""
 
-    def __init__(self, target: Any, index: int, role: str, options: Any = None):
+    def __init__(self, target: Target, index: int, role: str, options: ProviderOptions | None = None):
         self._target, self.index, self.role = target, index, role
         if options is not None:  # pinned to one site of the cluster's (``sites``)
             self.provider_options = options
@@ -104,12 +103,12 @@ class NodeTarget:
         return out
 
 
-def sites(target: Any) -> list[tuple[str, Any]]:
+def sites(target: Target) -> list[tuple[str, ProviderOptions | None]]:
     """Where the whole cluster may be asked for, in the plan's order: (label, the target's options
     pinned there), as its cloud's options class places them (``ProviderOptions.sites``: one availability
     domain on OCI, one zone or a region without zones on EC2, one region elsewhere); a single
     ``("", None)`` when the plan lists at most one place, so the provider decides as for any node."""
-    out: list[tuple[str, Any]] = list(target.provider_options.sites())
+    out: list[tuple[str, ProviderOptions | None]] = list(target.provider_options.sites())
     return out if len(out) > 1 else [("", None)]
 
 
@@ -185,7 +184,7 @@ class ClusterFailed(ProviderError):
 
 def provision(
     provider: Provider,
-    target: Any,
+    target: Target,
     run_id: str,
     *,
     tags: dict[str, str],
@@ -226,12 +225,12 @@ def provision(
 
 def _provision_at(
     provider: Provider,
-    target: Any,
+    target: Target,
     run_id: str,
     tags: dict[str, str],
     spec: LaunchSpec | Mapping[str, Any],
     result: ClusterResult,
-    options: Any,
+    options: ProviderOptions | None,
     poll_s: float,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
@@ -346,14 +345,20 @@ def release(
 # --- serving a cluster: KV path, the emulated router, readiness per role, provenance -------------
 
 
-def kv_seconds_per_token(target: Any) -> float:
+def kv_seconds_per_token(target: Target) -> float:
     """Seconds one prompt token's KV takes from a prefill worker to a decode worker: over NVLink inside
     a rack, else over the GPUs' scale-out NICs (plan.multinode.SCALE_OUT_GBPS), each prefill GPU
     sending its shard (as serving.emulator.disagg models it). Emulated time, before time_scale."""
 
     cluster, gpu = target.cluster, target.gpu
+    assert cluster is not None, f"{target.name} is not a cluster target"
     node = NodeTarget(target, 0, "prefill")
-    link_gbps = gpu.scale_up_gbps if cluster.kv_over_nvlink else SCALE_OUT_GBPS.get(gpu.name, 50.0)
+    # over NVLink on a GPU the catalog knows (one the plan only describes has no link figure)
+    link_gbps = (
+        gpu.scale_up_gbps
+        if cluster.kv_over_nvlink and not isinstance(gpu, DescribedGpu)
+        else SCALE_OUT_GBPS.get(gpu.name, 50.0)
+    )
     # a NodeTarget reads as its Target (every other attribute is the target's): the roofline sees one node
     return float(
         Roofline.for_target(cast("Target", node)).kv_bytes_per_token / (link_gbps * 1e9 * node.tensor_parallel)
@@ -398,7 +403,7 @@ _routers: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def start_router(
-    result: ClusterResult, target: Any, workdir: Path, *, expires_at: float | None = None, timeout_s: float = 30.0
+    result: ClusterResult, target: Target, workdir: Path, *, expires_at: float | None = None, timeout_s: float = 30.0
 ) -> Router:
     """Start the router (serving.emulator.router) over the cluster's prefill and decode nodes on
     this worker's node address (providers/address.py: loopback unless other workers must reach
@@ -489,7 +494,7 @@ def _stop_remote_router(url: str, folder: str, grace_s: float = 10.0) -> bool:
 SERVING_ROLES = ("prefill", "decode")  # an idle node (a rack's unused tray) serves nothing
 
 
-def look_roles(nodes: list[ClusterNode], target: Any, api_key: str | None, timeout_s: float = 5.0) -> dict[int, str]:
+def look_roles(nodes: list[ClusterNode], target: Target, api_key: str | None, timeout_s: float = 5.0) -> dict[int, str]:
     """One look at every serving node (its /health and /v1/models, over the nodes' pinned certificate):
     {node index: why it does not serve the target's model yet}; empty once every role serves."""
     import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
@@ -520,7 +525,7 @@ Failed = Callable[[ClusterNode, str], "str | None"]  # (node, why it does not se
 
 def check_roles(
     result: ClusterResult,
-    target: Any,
+    target: Target,
     api_key: str | None,
     timeout_s: float = 5.0,
     poll_s: float = 0.2,
@@ -550,7 +555,7 @@ def check_roles(
 def check_emulated(
     provider: Provider,
     result: ClusterResult,
-    target: Any,
+    target: Target,
     api_key: str | None,
     timeout_s: float = 60.0,
     failed: Failed | None = None,
@@ -573,7 +578,7 @@ def check_emulated(
         n.instance = replace(inst_of(n), emulated=True)
 
 
-def provenance(nodes: list[ClusterNode], target: Any) -> list[dict[str, Any]]:
+def provenance(nodes: list[ClusterNode], target: Target) -> list[dict[str, Any]]:
     """Each node's role, the image and engine arguments it was asked to run (its role's parallelism;
     serving.deploy.stack_facts; on the local provider, whose nodes are emulator processes, the plan's
     image and extra arguments as declared), and the instance that ran them."""
