@@ -50,9 +50,9 @@ class SpendApproval(ApprovalOperator):
 
         start = store.run_facts(self.run_dir).start
         need = start.approval_needed
-        if not need.get("required"):
-            approval.record(self.run_dir, approval.NOT_REQUIRED, reason=need.get("reason"))
-            raise AirflowSkipException(f"no approval needed: {need.get('reason')}")
+        if not need.required:
+            approval.record(self.run_dir, approval.NOT_REQUIRED, reason=need.reason)
+            raise AirflowSkipException(f"no approval needed: {need.reason}")
         users = approval.approvers(Variable.get(approval.APPROVERS_VARIABLE, default=None))
         hours = approval.timeout_h(Variable.get(approval.TIMEOUT_VARIABLE, default=None))
         self.subject, self.body = approval.request_text(start)
@@ -63,8 +63,8 @@ class SpendApproval(ApprovalOperator):
             approval.PENDING,
             shown={"subject": self.subject, "body": self.body},
             approvers=users,
-            spend_usd=need.get("spend_usd"),
-            reason=need.get("reason"),
+            spend_usd=need.spend_usd,
+            reason=need.reason,
             timeout_h=hours,
         )
         return super().execute(context)

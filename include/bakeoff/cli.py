@@ -87,16 +87,16 @@ def _plan_check(args: argparse.Namespace) -> int:
     admitted = admission.admit(plan)  # what run and the DAG's start_run would refuse, refused the same
     est = admitted.estimate
     print(
-        f"budget: estimate {est['estimate_usd']} USD of {est['cap_usd']} USD cap, installation ceiling "
-        f"{est['ceiling_usd']:g} USD (predicted {est['estimate_low_usd']} USD; the rest is the margin for the "
+        f"budget: estimate {est.estimate_usd} USD of {est.cap_usd} USD cap, installation ceiling "
+        f"{est.ceiling_usd:g} USD (predicted {est.estimate_low_usd} USD; the rest is the margin for the "
         "twin's error)"
     )
-    for r in est["targets"]:
-        print(f"  {r['target']}: {r['usd_low']}-{r['usd']} USD, {r['hours']} h; serving time {r['basis']}")
+    for r in est.targets:
+        print(f"  {r.target}: {r.usd_low}-{r.usd} USD, {r.hours} h; serving time {r.basis}")
     if admitted.node_limits:
         print("node limits: " + ", ".join(f"{k} {v}" for k, v in sorted(admitted.node_limits.items())))
     need = admitted.approval_needed
-    print(f"approval: {'needed before spend' if need['required'] else 'not needed'} ({need['reason']})")
+    print(f"approval: {'needed before spend' if need.required else 'not needed'} ({need.reason})")
     for row in client_cores(plan):
         print(line(row))
     for w in [

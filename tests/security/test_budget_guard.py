@@ -102,7 +102,7 @@ def test_trigger_cap_is_finite_bounded_and_under_the_ceiling(cap, data_root, no_
 
 def test_the_installation_ceiling_is_what_allows_a_larger_cap(data_root, no_cloud):
     run = pipeline.start_run(PLAN, "manual__ceiling", {"budget_usd": 5000}, budget_ceiling_usd="10000")
-    assert store.run_facts(run["run_dir"]).start.budget["ceiling_usd"] == 10000
+    assert store.run_facts(run["run_dir"]).start.budget.ceiling_usd == 10000
     with pytest.raises(BudgetExceeded, match="ceiling of 500 USD"):
         pipeline.start_run(PLAN, "manual__ceiling2", None, budget_ceiling_usd="500")  # the plan's 600 is too much
 

@@ -101,6 +101,18 @@ Seconds = Annotated[float, Field(ge=0)]
 Timed = Literal["create_s", "running_s", "serving_ready_s"]  # the times added to how a create went
 
 
+class AsGiven(BaseModel):
+    """A nested record read back from every version's files: a key this version does not know is
+    ignored, and it is stored with the keys it was given, no more (the JSON older readers know)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        doc: dict[str, Any] = handler(self)
+        return {k: v for k, v in doc.items() if k in self.model_fields_set}
+
+
 class PlacementRefusal(BaseModel):
     """One placement that refused the launch: where, which offer, capacity or quota, and the cloud's words."""
 
@@ -112,7 +124,7 @@ class PlacementRefusal(BaseModel):
     message: str = ""
 
 
-class ProvisioningRecord(BaseModel):
+class ProvisioningRecord(AsGiven):
     """How a create went (providers/base.Provisioning writes it; the pipeline adds ``create_s``); a
     cluster's records its ``nodes`` and ``ready_s``. ``running_s`` / ``serving_ready_s`` are folded in
     when read (``TargetFacts.provisioning``) from the node_ready and deploy records; runs of earlier
@@ -123,7 +135,6 @@ class ProvisioningRecord(BaseModel):
     the key) rather than losing the run's report. It is stored with the keys it was given, no more
     (the JSON older readers know)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
     attempts: Count | None = None
     refusals: dict[str, Count] = {}  # by reason: capacity, quota
     refused: tuple[PlacementRefusal, ...] = ()
@@ -159,11 +170,6 @@ class ProvisioningRecord(BaseModel):
             bad = {str(err["loc"][0]) for err in e.errors() if err["loc"]}
             log.warning("provisioning record: ignoring malformed %s", ", ".join(sorted(bad)))
             return handler({k: v for k, v in data.items() if k not in bad})
-
-    @model_serializer(mode="wrap")
-    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        doc: dict[str, Any] = handler(self)
-        return {k: v for k, v in doc.items() if k in self.model_fields_set}
 
     def refusal_counts(self) -> dict[str, int]:
         """``{reason: count}`` of the reasons that refused at least once."""
@@ -266,6 +272,53 @@ class Sweep(Fact):
     errors: tuple[str, ...] = ()
 
 
+class BudgetRow(AsGiven):
+    """One target's line of the budget guard's estimate (``spend.budget``): its hours and spend at the
+    guard price, the band's low end and where its serving time comes from. Rows of earlier versions
+    lack some figures (``usd_low``, ``basis``): None."""
+
+    target: str | None = None
+    provider: str | None = None
+    usd_per_hour: float | None = None
+    contract_usd_per_hour: float | None = None
+    boot_h: float | None = None
+    load_h: float | None = None
+    download_h: float | None = None
+    checkpoint_gb: float | None = None
+    gate_h: float | None = None
+    bench_h: float | None = None
+    serving_margin: float | None = None
+    basis: str | None = None
+    hours: float | None = None
+    usd: float | None = None
+    usd_low: float | None = None  # the band's low end: serving time at its prediction, without the margin
+    spends: bool = False  # the target bills money (not emulated, not an existing endpoint)
+    kill_switch_s: int | None = None
+
+
+class BudgetEstimate(AsGiven):
+    """The budget guard's estimate a run started with (``spend.budget.check``): the cap, the estimate
+    with and without the serving margin, the installation ceiling and one row per target."""
+
+    cap_usd: float | None = None
+    estimate_usd: float | None = None
+    estimate_low_usd: float | None = None
+    margin: float = 0.0
+    ceiling_usd: float | None = None
+    targets: tuple[BudgetRow, ...] = ()
+
+
+class ApprovalNeed(AsGiven):
+    """Whether a person must approve the run's spend before it provisions, and why
+    (``spend.approval.requirement``), bound to the digest of the plan content it was admitted with."""
+
+    required: bool = False
+    spend_usd: float | None = None
+    threshold_usd: float | None = None
+    plan_sha256: str | None = None
+    reason: str | None = None
+
+
 class TargetStart(Fact):
     STEP: ClassVar[str] = "start.targets"
     name: str | None = None
@@ -279,12 +332,12 @@ class Start(Fact):
     run_id: str | None = None
     started_at: Epoch | None = None
     emulated: bool = False
-    budget: dict[str, Any] = {}
+    budget: BudgetEstimate = BudgetEstimate()
     targets: dict[str, TargetStart] = {}
     price_sheet_sha256: str | None = None  # the buyer's whole sheet, for the evidence bundle
     conf: dict[str, Any] = {}  # the trigger's configuration as given, so the run can be started again
     scheduled: bool = False
-    approval_needed: dict[str, Any] = {}  # bakeoff.spend.approval.requirement: whether a person must approve
+    approval_needed: ApprovalNeed = ApprovalNeed()
 
 
 class Validation(Fact):

@@ -252,7 +252,7 @@ def _shows(plan: Plan, run_dir: StorePath, run: RunFacts, members: dict[str, byt
         "headline": head.get("summary", ""),
         "validation_passed": validation.get("passed"),
         "targets": [t.name for t in plan.targets],
-        "estimate_usd": run.start.budget.get("estimate_usd"),
+        "estimate_usd": run.start.budget.estimate_usd,
         "measured_cost_usd": head.get("evaluation_cost_usd"),
         "approval": run.approval.as_shown() if run.approval else None,
         "prices_sha256": _sha256(members[PRICES]),

@@ -22,6 +22,7 @@ from typing import Any
 from bakeoff import installation
 from bakeoff.claims import check_plan_claims
 from bakeoff.clusters import node_slots
+from bakeoff.core.facts import ApprovalNeed, BudgetEstimate
 from bakeoff.plan import Plan, PlanError
 from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import userdata
@@ -56,9 +57,9 @@ class Admitted:
     person must approve the spend first, and the static hosts every connection checks again."""
 
     plan: Plan
-    estimate: dict[str, Any]
+    estimate: BudgetEstimate
     node_limits: dict[str, int]
-    approval_needed: dict[str, Any]
+    approval_needed: ApprovalNeed
     guarded_hosts: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -101,7 +102,7 @@ def admit(plan: Plan, settings: Settings | None = None, scheduled: bool = False)
     oversize, tight = boot_script_sizes(plan)
     if oversize:
         raise PlanError("; ".join(oversize))
-    estimate = budget.check(plan, ceiling_usd=s.budget_ceiling_usd)
+    estimate = BudgetEstimate.model_validate(budget.check(plan, ceiling_usd=s.budget_ceiling_usd))
     installation.check_secret_images(plan, installation.trusted_images(s.trusted_images))
     private = installation.private_endpoints_allowed(s.allow_private_endpoints)
     installation.check_static_endpoints(plan, private)

@@ -105,7 +105,7 @@ def start_run(
     if guarded:  # checked again at every connection (DNS rebinding): serving/egress.py
         store.write_json(rdir / EGRESS_FILE, {"guarded_hosts": guarded})
     return {
-        "approval_required": need["required"],
+        "approval_required": need.required,
         "run_dir": str(rdir),
         "plan": plan.name,
         "targets": [t.slug for t in plan.targets],
@@ -118,7 +118,7 @@ def approval_needed(run_dir: str) -> dict[str, Any] | None:
     ``approval_needed``), None when it needs none. The DAG's approve_spend asks the approvers
     (plugins/bakeoff_approval.py); ``bakeoff run`` cannot ask anyone and stops there."""
     need = store.run_facts(run_dir).start.approval_needed
-    return dict(need) if need.get("required") else None
+    return need.model_dump(mode="json") if need.required else None
 
 
 def _target_step(run_dir: str | store.StorePath, slug: str, fact: facts.Fact) -> None:

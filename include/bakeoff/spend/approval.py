@@ -30,10 +30,11 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import secrets, store
-from bakeoff.core.facts import Approval, Start
+from bakeoff.core.facts import Approval, ApprovalNeed, BudgetEstimate, BudgetRow, Start
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -58,9 +59,11 @@ class ApprovalError(ValueError):
     """An installation setting that cannot be used, or a run that may not spend yet; says how to fix it."""
 
 
-def billed_usd(estimate: dict[str, Any]) -> float:
-    """The estimate's spend on targets that bill money (the budget guard's rows with ``spends``)."""
-    return round(sum(float(r.get("usd") or 0) for r in estimate.get("targets") or [] if r.get("spends")), 2)
+def billed_usd(estimate: BudgetEstimate | Mapping[str, object]) -> float:
+    """The estimate's spend on targets that bill money (the budget guard's rows with ``spends``); a
+    start record's JSON is read as the estimate it holds."""
+    rows = BudgetEstimate.model_validate(estimate).targets
+    return round(sum(r.usd or 0.0 for r in rows if r.spends), 2)
 
 
 def _number(raw: Any, name: str, low: float, high: float) -> float | None:
@@ -83,28 +86,28 @@ def plan_digest(plan: Plan | dict[str, Any]) -> str:
 
 
 def requirement(
-    plan: Plan, estimate: dict[str, Any], threshold_raw: Any = None, scheduled: bool = False
-) -> dict[str, Any]:
+    plan: Plan, estimate: BudgetEstimate, threshold_raw: object = None, scheduled: bool = False
+) -> ApprovalNeed:
     """Whether this run needs a person's approval before spending, and why (kept in the start record)."""
     spend = billed_usd(estimate)
     threshold = _number(threshold_raw, THRESHOLD_VARIABLE, 0, 1e9)
     digest = plan_digest(plan)
-    out: dict[str, Any] = {"required": False, "spend_usd": spend, "threshold_usd": threshold, "plan_sha256": digest}
+
+    def need(required: bool, reason: str) -> ApprovalNeed:
+        return ApprovalNeed(
+            required=required, spend_usd=spend, threshold_usd=threshold, plan_sha256=digest, reason=reason
+        )
+
     if spend <= 0:
-        return out | {"reason": "nothing billed (emulated targets or existing endpoints)"}
+        return need(False, "nothing billed (emulated targets or existing endpoints)")
     if threshold is not None and spend > threshold:
-        return out | {
-            "required": True,
-            "reason": f"estimated spend {spend:g} USD is above the threshold of {threshold:g} USD "
-            f"({THRESHOLD_VARIABLE})",
-        }
+        return need(
+            True, f"estimated spend {spend:g} USD is above the threshold of {threshold:g} USD ({THRESHOLD_VARIABLE})"
+        )
     if scheduled and not _scheduled_run_approved_before(plan.name, digest):
-        return out | {
-            "required": True,
-            "reason": f"first scheduled run of plan {plan.name} that bills money, as its content now reads",
-        }
+        return need(True, f"first scheduled run of plan {plan.name} that bills money, as its content now reads")
     limit = f"at most the threshold of {threshold:g} USD" if threshold is not None else "no threshold set"
-    return out | {"reason": f"estimated spend {spend:g} USD, {limit}"}
+    return need(False, f"estimated spend {spend:g} USD, {limit}")
 
 
 def _scheduled_run_approved_before(plan_name: str, digest: str) -> bool:
@@ -148,25 +151,22 @@ def _md(value: Any) -> str:
     return re.sub(r"([\\`*_\[\]<>|&!])", r"\\\1", str(value))
 
 
-def prediction_text(row: dict[str, Any]) -> str:
+def prediction_text(row: BudgetRow) -> str:
     """Where a target's estimate comes from: the calibrated twin's prediction, or "no prediction" (the
     pessimistic model, with the twin's reason) where the twin has no calibration for it."""
-    basis = str(row.get("basis") or "")
+    basis = row.basis or ""
     if basis.startswith("twin"):
         return "predicted by the " + basis
     reason = basis.removeprefix("pessimistic").strip(" ()") or "no twin estimate recorded"
     return f"no prediction ({reason}); pessimistic model"
 
 
-def spend_band(budget: dict[str, Any]) -> tuple[float, float]:
+def spend_band(budget: BudgetEstimate) -> tuple[float, float]:
     """The billed spend's band: serving time at its prediction (each row's ``usd_low``) to the estimate
     with its margin (``usd``); rows recorded before ``usd_low`` existed fall back to the guard's margin."""
     high = billed_usd(budget)
-    margin = float(budget.get("margin") or 0)
     low = sum(
-        float(r["usd_low"]) if r.get("usd_low") is not None else float(r.get("usd") or 0) / (1 + margin)
-        for r in budget.get("targets") or []
-        if r.get("spends")
+        r.usd_low if r.usd_low is not None else (r.usd or 0.0) / (1 + budget.margin) for r in budget.targets if r.spends
     )
     return round(min(low, high), 2), high
 
@@ -175,29 +175,29 @@ def request_text(run: Start) -> tuple[str, str]:
     """The subject and body (Markdown) an approver is shown: the plan, each target with the twin's
     predicted spend and band (or "no prediction"), and the run's spend band."""
     budget, need = run.budget, run.approval_needed
-    rows = budget.get("targets") or []
+    rows = budget.targets
     low, spend = spend_band(budget)
 
-    def usd(r: dict[str, Any]) -> str:
-        if not r.get("spends"):
+    def usd(r: BudgetRow) -> str:
+        if not r.spends:
             return "0 (not billed)"
-        return f"{r.get('usd')} (band {r.get('usd_low', '?')} to {r.get('usd')})"
+        return f"{r.usd} (band {'?' if r.usd_low is None else r.usd_low} to {r.usd})"
 
     lines = [
         f"**Plan** {_md(run.plan)}, run {_md(run.run_id)}",
-        f"**Why approval**: {_md(need.get('reason'))}",
+        f"**Why approval**: {_md(need.reason)}",
         "",
         "| target | provider | USD/h | hours | USD (band) | estimate from |",
         "| --- | --- | --- | --- | --- | --- |",
         *(
-            f"| {_md(r.get('target'))} | {_md(r.get('provider'))} | {r.get('usd_per_hour')} | {r.get('hours')} | "
+            f"| {_md(r.target)} | {_md(r.provider)} | {r.usd_per_hour} | {r.hours} | "
             f"{usd(r)} | {_md(prediction_text(r))} |"
             for r in rows
         ),
         "",
         f"**Estimated spend**: {spend:g} USD billed (band {low:g} to {spend:g} USD: serving time at the "
         "twin's prediction, then with its margin; the pessimistic model's fixed margin where there is no "
-        f"prediction); cap {budget.get('cap_usd')} USD. Each node's kill switch stops it at its budgeted hours.",
+        f"prediction); cap {budget.cap_usd} USD. Each node's kill switch stops it at its budgeted hours.",
         "Nothing is provisioned until this is approved; Reject, or no answer before the timeout, ends the run "
         "without spending.",
     ]
@@ -242,10 +242,10 @@ def ensure_approved(run_dir: str | store.StorePath) -> None:
     holds now (called before any cloud call)."""
     run = store.run_facts(run_dir)
     need = run.start.approval_needed
-    if not need.get("required"):
+    if not need.required:
         return
     digest = plan_digest(store.read_json(store.at(run_dir) / "plan.json") or {})
-    admitted = need.get("plan_sha256")
+    admitted = need.plan_sha256
     if admitted and admitted != digest:
         raise ApprovalError(
             "approval: the run's plan.json is not the plan admitted at its start (its content digest changed); "
@@ -254,7 +254,7 @@ def ensure_approved(run_dir: str | store.StorePath) -> None:
     why = _approved_why_not(run.approval, str(run.start.run_id), digest)
     if why is not None:
         raise ApprovalError(
-            f"approval: this run needs a person's approval before spending ({need.get('reason')}) and has "
+            f"approval: this run needs a person's approval before spending ({need.reason}) and has "
             f"{why}; nothing is provisioned. Approve its approve_spend task in Airflow (Required actions), "
             "or start it again"
         )
