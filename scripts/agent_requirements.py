@@ -3,7 +3,7 @@ that the OCI self-delete kill switch installs (``bakeoff/serving/requirements-oc
 
 The node installs the agent's third-party packages with ``pip install --require-hashes``, so a
 compromised index or mirror cannot swap a wheel. The file pins the whole dependency closure of the
-``agent`` extra in pyproject.toml (``bakeoff.agent.bundle.AGENT_REQUIREMENTS``) at the versions this
+``agent`` extra in pyproject.toml (``bakeoff.serving.bundle.AGENT_REQUIREMENTS``) at the versions this
 worker runs (requirements.txt), with the SHA-256 of the wheel pip picks on the node (CPython 3.11,
 manylinux x86_64, the agent image's platform).
 
@@ -26,8 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from bakeoff.agent import bundle
-from bakeoff.serving import oci_sdk
+from bakeoff.serving import bundle, oci_sdk
 
 # glibc 2.36 (Debian bookworm): pip on the node tries these platform tags in this order
 PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(36, 16, -1)] + [

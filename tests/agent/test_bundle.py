@@ -18,12 +18,11 @@ import httpx
 import pytest
 from moto import mock_aws
 
-from bakeoff.agent import bundle
 from bakeoff.core.launch import AGENT_PORT
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import ProviderError
 from bakeoff.run import pipeline
-from bakeoff.serving import userdata
+from bakeoff.serving import bundle, userdata
 from tests.stub_host import StubHost
 
 KEY = "k" * 32

@@ -20,9 +20,9 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
-from bakeoff.agent import bundle
 from bakeoff.plan import load_plan
 from bakeoff.run import pipeline
+from bakeoff.serving import bundle
 
 BUCKET = "bakeoff-client"
 CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}

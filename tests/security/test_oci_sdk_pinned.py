@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from bakeoff.agent import bundle
-from bakeoff.serving import oci_sdk, userdata
+from bakeoff.serving import bundle, oci_sdk, userdata
 from tests.stub_host import StubHost
 
 PIN = re.compile(r"[a-z0-9-]+==[A-Za-z0-9_.+-]+ --hash=sha256:[0-9a-f]{64}")

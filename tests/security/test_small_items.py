@@ -18,12 +18,11 @@ import pandas as pd
 import pytest
 
 from bakeoff import catalog, secrets, store
-from bakeoff.agent import bundle
 from bakeoff.agent import job as agent_job
 from bakeoff.agent.server import Agent, build_app
 from bakeoff.core.launch import AGENT_PORT
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
-from bakeoff.serving import userdata
+from bakeoff.serving import bundle, userdata
 from tests.stub_host import StubHost
 
 KEY = "small-items-key-0123456789abcdef"

@@ -496,7 +496,7 @@ def stage_client(
     the bucket); a co-located target cannot run without one, so say how to fix it before launching."""
     if not PROVIDERS[target.provider].provisions:
         return None
-    from bakeoff.agent.bundle import stage  # noqa: PLC0415 - only a provisioned node gets a client bundle
+    from bakeoff.serving.bundle import stage  # noqa: PLC0415 - only a provisioned node gets a client bundle
 
     staged = stage(credentials("client_bundle"), valid_s)
     if staged is None and target.client_mode == "co-located":

@@ -32,7 +32,7 @@ WAIT_S = 1800  # how long the install waits for the bundle to be unpacked
 
 def pins() -> tuple[str, ...]:
     """The closure of ``oci`` at this worker's versions (what the file must pin)."""
-    from bakeoff.agent import bundle  # noqa: PLC0415 - reads installed metadata on import (not on a node)
+    from bakeoff.serving import bundle  # noqa: PLC0415 - reads installed metadata on import (not on a node)
 
     return bundle.closure_pins(ROOTS)
 

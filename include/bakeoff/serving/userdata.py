@@ -474,7 +474,7 @@ def agent_section(agent: dict[str, Any] | None, serve_port: int, expires_at: flo
     """Fetch the client bundle, refuse it unless its SHA-256 matches, start the agent container."""
     if not agent:
         return "# no client bundle staged: no node agent (the benchmark client runs remotely)"
-    from bakeoff.agent.bundle import HASHES_IN_BUNDLE  # noqa: PLC0415 - reads installed metadata on import
+    from bakeoff.serving.bundle import HASHES_IN_BUNDLE  # noqa: PLC0415 - reads installed metadata on import
 
     q = shlex.quote
     sha = agent["sha256"]
@@ -710,7 +710,7 @@ def stand_in_launch(target: Target, url_bytes: int = URL_BYTES_TEMPORARY_CREDENT
     """A launch of ``target`` with stand-ins as long as a run's own: the run's key, a node certificate
     and key, a client bundle behind a presigned URL of ``url_bytes``, the target's secret names and a
     48-hour expiry. What ``plan check`` measures and the pre-flight's dry run sends; no secret in it."""
-    from bakeoff.agent.bundle import requirements  # noqa: PLC0415 - only a stand-in launch needs the bundle's pins
+    from bakeoff.serving.bundle import requirements  # noqa: PLC0415 - only a stand-in launch needs the bundle's pins
 
     ident = stand_in_identity(target.slug)
     url = "https://" + "u" * (url_bytes - len("https://"))
