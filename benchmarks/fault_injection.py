@@ -51,8 +51,8 @@ _OWN_DATA = None if os.environ.get("BAKEOFF_DATA") else tempfile.mkdtemp(prefix=
 os.environ.setdefault("BAKEOFF_DATA", _OWN_DATA or "")
 
 from bakeoff.cleanup import reaper  # noqa: E402
+from bakeoff.core.provider_facts import PROVISIONING  # noqa: E402
 from bakeoff.plan import load_plan  # noqa: E402
-from bakeoff.providers.registry import PROVISIONING  # noqa: E402
 from bakeoff.run import pipeline  # noqa: E402
 from bakeoff.spend import budget  # noqa: E402
 from bakeoff_sandbox import Sandbox  # noqa: E402

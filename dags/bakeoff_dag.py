@@ -383,7 +383,7 @@ def bakeoff():
     @task(trigger_rule="none_failed")  # after approve_spend: approved, or skipped (no approval needed)
     def targets_of(run: dict) -> list[dict]:
         """One item per target, in plan order, with the pace its sensors check at (its cloud's or local)."""
-        from bakeoff.providers.registry import PROVIDERS as REGISTRY
+        from bakeoff.core.provider_facts import PROVIDERS as REGISTRY
 
         def poke_s(slug: str) -> float:
             return CLOUD_POKE_S if REGISTRY[run["providers"][slug]].provisions else LOCAL_POKE_S

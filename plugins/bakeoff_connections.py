@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff.providers.registry import PROVIDERS
+from bakeoff.core.provider_facts import PROVIDERS
 
 log = logging.getLogger(__name__)
 

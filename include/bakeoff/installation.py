@@ -14,8 +14,8 @@ import re
 import socket
 from typing import Any
 
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import Plan, PlanError
-from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving.userdata import image_for
 
 TRUSTED_IMAGES_VARIABLE = "bakeoff_trusted_images"

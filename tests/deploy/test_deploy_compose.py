@@ -278,7 +278,7 @@ def test_the_reaper_runs_without_airflow_and_holds_cloud_credentials_only(compos
     """Its Airflow access is a Viewer user asking the REST API for run states: no Airflow secret,
     no database, no data volume."""
     from bakeoff import airflow_api
-    from bakeoff.providers.registry import PROVIDERS
+    from bakeoff.core.provider_facts import PROVIDERS
 
     reaper = compose["services"]["bakeoff-reaper"]
     assert reaper["command"] == ["python", "-m", "bakeoff", "reap", "--loop", "--interval-s", "300"]

@@ -131,7 +131,7 @@ def test_the_shipped_node_limits_cover_every_cloud_and_pass_the_librarys_check(t
     from airflow.secrets.local_filesystem import load_variables
 
     from bakeoff.clusters.node_slots import VARIABLE, parse_limits
-    from bakeoff.providers.registry import PROVISIONING
+    from bakeoff.core.provider_facts import PROVISIONING
 
     variables = load_variables(str(_render_file("variables.json", {}, tmp_path)))
     raw = variables[VARIABLE]["value"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.providers.credentials import CREDENTIALS_ENV, credentials_from_env
-from bakeoff.providers.registry import PROVIDERS
 
 
 def _clear(monkeypatch):

@@ -9,6 +9,7 @@ import pytest
 
 from bakeoff.plan import installed_plans, load_plan
 from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
+from bakeoff.providers.registry import provider_class
 from bakeoff.providers.rest import RestProvider
 
 ENTRIES = list(PROVIDERS.values())
@@ -16,7 +17,7 @@ ENTRIES = list(PROVIDERS.values())
 
 @pytest.mark.parametrize("info", ENTRIES, ids=lambda i: i.name)
 def test_declared_methods_match_the_class(info):
-    cls = info.load()
+    cls = provider_class(info.name)
     assert issubclass(cls, Provider) and cls.name == info.name
     assert callable(getattr(cls, "cleanup", None)) == info.cleanup, "cleanup declared <=> the class has it"
     assert callable(getattr(cls, "console_output", None)) == info.console_output

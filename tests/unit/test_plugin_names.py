@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bakeoff.providers.registry import PROVIDERS
+from bakeoff.core.provider_facts import PROVIDERS
 from tests.conftest import ROOT
 
 SCANNED = ("include/bakeoff", "plugins", "dags")
@@ -42,7 +42,7 @@ ENGINE_PLUG_INS = {
     "include/bakeoff/serving/engines": "one module per engine, registered in registry.py",
     "include/bakeoff/plan/workload.py": "length_interval's 'vllm' is vLLM's benchmark length rule, not the engine",
     "include/bakeoff/serving/emulator": "the emulator engine's own server (its 'emulator' is the plan's settings)",
-    "include/bakeoff/providers/registry.py": "'emulator' is a provider kind there, not the engine",
+    "include/bakeoff/core/provider_facts.py": "'emulator' is a provider kind there, not the engine",
     "include/bakeoff/core/endpoint.py": "a custom stack's declared routes ride in its provenance under 'custom'",
 }
 

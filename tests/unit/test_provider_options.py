@@ -7,11 +7,11 @@ import copy
 import pytest
 from pydantic import BaseModel, ValidationError, model_validator
 
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.fielderrors import explain
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.plan.options import AwsOptions, OciOptions, ProviderOptions, RestOptions, StaticOptions
 from bakeoff.plan.target import OPTIONS
-from bakeoff.providers.registry import PROVIDERS
 
 
 def _raw(provider: str = "aws") -> dict:

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff import airflow_api, secrets
 from bakeoff.core.instance import Instance
+from bakeoff.core.provider_facts import LAUNCHING, provider_info
 from bakeoff.providers import get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, list_best_effort
 from bakeoff.providers.credentials import configured, credentials_from_env
-from bakeoff.providers.registry import LAUNCHING, provider_info
 
 if TYPE_CHECKING:
     import argparse

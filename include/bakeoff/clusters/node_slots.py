@@ -35,8 +35,8 @@ import time
 from typing import Any
 
 from bakeoff import store
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import Plan, Target, plan_from_dict
-from bakeoff.providers.registry import PROVIDERS
 
 VARIABLE = "bakeoff_provider_node_limits"
 LIMITS = "node_limits.json"  # the run's limits, as start_run read them

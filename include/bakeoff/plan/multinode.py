@@ -25,9 +25,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import catalog
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan.cluster import KV_TRANSFERS, ClusterRole, check_offer, offers, racks
 from bakeoff.plan.fields import HF_REPO_RE
-from bakeoff.providers.registry import PROVIDERS
 
 MULTINODE_FILE = "inferencex-multinode.yaml"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bakeoff import catalog
-from bakeoff.providers.registry import PROVIDERS
+from bakeoff.core.provider_facts import PROVIDERS
 
 
 def unverified_names(plan: Any) -> list[str]:

@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff import catalog
+from bakeoff.core.provider_facts import EMULATORS
 from bakeoff.plan.multinode import multinode_recipes
-from bakeoff.providers.registry import EMULATORS
 
 RECIPES_FILE = "inferencex.yaml"
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bakeoff import catalog
+from bakeoff.core.provider_facts import ENDPOINTS, PROVIDERS, PROVISIONING
 from bakeoff.plan import cluster as clusters
 from bakeoff.plan import fits, multinode, recipes
 from bakeoff.plan.custom_stack import CUSTOM_STACK, LOCAL_ARGS, LOCAL_IMAGE, LOCAL_PROGRAM, CustomStack
@@ -25,7 +26,6 @@ from bakeoff.plan.options import (
 )
 from bakeoff.plan.precision import Quantization
 from bakeoff.plan.serving_options import KvOffload, Speculative, WeightsOptions
-from bakeoff.providers.registry import ENDPOINTS, PROVIDERS, PROVISIONING
 from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, allowed_connection
 
 ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from bakeoff.core.provider_facts import PROVIDERS, ProviderInfo, provider_info
 from bakeoff.providers.base import CapacityError, Provider, ProviderError
-from bakeoff.providers.registry import PROVIDERS, ProviderInfo, provider_info
+from bakeoff.providers.registry import provider_class
 
 __all__ = [
     "get_provider",
@@ -26,5 +27,5 @@ __all__ = [
 def get_provider(name: str, credentials: dict[str, Any] | None = None, **options: Any) -> Provider:
     """A provider instance for a plan's provider name, with the credentials the caller resolved; its
     class is imported here, so the registry stays free of every provider's dependencies."""
-    cls = cast("Callable[..., Provider]", provider_info(name).load())  # every provider takes credentials=
+    cls = cast("Callable[..., Provider]", provider_class(name))  # every provider takes credentials=
     return cls(credentials=credentials or {}, **options)

@@ -37,7 +37,7 @@ from bakeoff.providers.tags import TAG_RUN as TAG_RUN
 from bakeoff.providers.tags import TAG_TARGET as TAG_TARGET
 from bakeoff.providers.tags import Labels, Pairs, node_tags
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)

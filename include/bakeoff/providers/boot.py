@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.serving import userdata
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from bakeoff.providers.registry import PROVIDERS
+from bakeoff.core.provider_facts import PROVIDERS
 
 CREDENTIALS_ENV = "BAKEOFF_CREDENTIALS"
 

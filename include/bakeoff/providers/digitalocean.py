@@ -31,7 +31,7 @@ from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, Check
 from bakeoff.providers.rest import RestProvider, _epoch, api_error, rest_options
 from bakeoff.providers.tags import LABELS, PREFIX, TAG_RUN, TAG_TARGET
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)

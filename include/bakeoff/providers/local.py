@@ -48,7 +48,7 @@ from bakeoff.providers.address import is_loopback, node_address, url_host
 from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Provider, ProviderError
 from bakeoff.serving import engines
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 EMULATOR_MODULE = "bakeoff.serving.emulator"

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from bakeoff import catalog
-from bakeoff.providers.registry import PROVIDERS, resolve
+from bakeoff.core.provider_facts import PROVIDERS
+from bakeoff.providers.registry import resolve
 
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
 # What no cloud's pre-flight can try: the last item of each cloud's ``UNTRIED`` (its final row).

@@ -25,6 +25,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, retry_if
 
 from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
+from bakeoff.core.provider_facts import provider_info
 from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import (
     CloudProvider,
@@ -37,9 +38,8 @@ from bakeoff.providers.base import (
 )
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.listing import listed_instance
-from bakeoff.providers.registry import provider_info
 
-if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.options import RestOptions
     from bakeoff.plan.target import Target
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.providers.preflight_checks import FAIL, OK, WARN, Check, CloudChecks
-from bakeoff.providers.registry import PROVIDERS
 
 
 def account_first(checks: CloudChecks) -> CloudChecks:

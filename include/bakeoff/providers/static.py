@@ -24,7 +24,7 @@ from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.base import Provider, ProviderError
 
-if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.options import StaticOptions
     from bakeoff.plan.target import Target
 

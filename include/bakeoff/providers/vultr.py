@@ -21,7 +21,7 @@ from bakeoff.providers import rest_preflight
 from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides, untried
 from bakeoff.providers.rest import RestProvider, rest_options
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 # Ubuntu 24.04 LTS x64; a plan should name a ROCm-ready image (provider_options.os_image) where Vultr offers one.

@@ -42,8 +42,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from bakeoff import secrets, store
 from bakeoff.core.facts import RunFacts
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.paths import StorePath, at, safe_name, state_root
-from bakeoff.providers.registry import PROVIDERS
 from bakeoff.spend import offers
 from bakeoff.spend.approval import approval_line
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.core.facts import ProvisioningRecord, RunFacts, TargetFacts
-from bakeoff.providers.registry import PROVIDERS
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.spend.offers import ran_type
 
 

@@ -23,8 +23,8 @@ from bakeoff import installation
 from bakeoff.claims import check_plan_claims
 from bakeoff.clusters import node_slots
 from bakeoff.core.facts import ApprovalNeed, BudgetEstimate
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import Plan, PlanError
-from bakeoff.providers.registry import PROVIDERS
 from bakeoff.serving import userdata
 from bakeoff.spend import approval, budget
 

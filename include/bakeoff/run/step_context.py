@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, TypeVar
 
 from bakeoff import secrets, store
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import Plan, Target, plan_from_dict
-from bakeoff.providers.registry import PROVIDERS
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -41,8 +41,9 @@ from typing import Any, cast
 from bakeoff import catalog
 from bakeoff.core.launch import AGENT_PORT, LaunchSpec
 from bakeoff.core.pinning import check_cert
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan.target import Target
-from bakeoff.providers.registry import PROVIDERS, resolve
+from bakeoff.providers.registry import resolve
 from bakeoff.serving import engines, front, hub_fetch, power
 from bakeoff.serving.tls import stand_in_identity
 

@@ -35,9 +35,9 @@ import pandas as pd
 
 from bakeoff import catalog, store
 from bakeoff.core.facts import EvaluationCost, RunFacts
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan.precision import QUANT_BYTES
 from bakeoff.plan.settings import MAX_BUDGET_USD
-from bakeoff.providers.registry import PROVIDERS
 
 if TYPE_CHECKING:
     from bakeoff.bench.sessions.session_sources import Session

@@ -36,7 +36,7 @@ from bakeoff.providers.base import CloudProvider, PartialListing, Placement, Pro
 from bakeoff.providers.boot import UserDataBoot
 from bakeoff.serving.userdata import stand_in_launch
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from bakeoff.providers.aws.network import SecurityGroups
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.listing import listed_instance
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from bakeoff.providers.aws.api import AwsApi, client_token, options_of, tag_list
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.tags import TAG_RUN
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)

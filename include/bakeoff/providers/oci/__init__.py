@@ -38,7 +38,7 @@ from bakeoff.providers.oci.network import SecurityGroups
 from bakeoff.providers.oci.search import Search
 from bakeoff.providers.tags import TAG_RUN, TAG_TARGET
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)

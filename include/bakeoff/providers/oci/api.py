@@ -19,7 +19,7 @@ from bakeoff.providers import tags as node_tags
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import emulated_nodes
 
-if TYPE_CHECKING:  # the plan's models, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.options import OciOptions
     from bakeoff.plan.target import Target
 

@@ -23,7 +23,7 @@ from bakeoff.providers.base import ProviderError
 from bakeoff.providers.listing import listed_instance
 from bakeoff.providers.oci.api import TAGS, OciApi, options_of, region_of, retry_token
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)

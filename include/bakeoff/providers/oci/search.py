@@ -19,7 +19,7 @@ from bakeoff.providers.oci.api import CONN_ID, GONE, TAGS, oci_error, options_of
 from bakeoff.providers.oci.instance import Nodes
 from bakeoff.providers.tags import TAG_RUN
 
-if TYPE_CHECKING:  # the plan's model, for the annotations only (the plan imports the provider registry)
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
 
 log = logging.getLogger(__name__)
