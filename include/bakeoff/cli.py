@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bakeoff import catalog, images, installation, store
+from bakeoff import catalog, engines, images, installation, store
 from bakeoff.bench.client.client_cores import client_cores, line, warnings
 from bakeoff.bench.client.workloads import WorkloadFileError, check_files
 from bakeoff.catalog import cli as catalog_cli
@@ -28,7 +28,7 @@ from bakeoff.preflight import blocking, preflight, table
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.run import admission, pipeline, steps
 from bakeoff.secrets import installation_id
-from bakeoff.serving import engines, userdata
+from bakeoff.serving import userdata
 from bakeoff.serving.emulator import disagg
 from bakeoff.twin.predict import predict_plan, render
 

@@ -3,8 +3,8 @@
 import pytest
 
 from bakeoff.bench.metrics import server_metrics as sm
+from bakeoff.engines.vllm import COUNTERS as VLLM
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
-from bakeoff.serving.engines.vllm import COUNTERS as VLLM
 
 VLLM_BEFORE = """# HELP vllm:prefix_cache_queries_total Prefix cache queries, in tokens.
 # TYPE vllm:prefix_cache_queries_total counter

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff import catalog, installation, secrets
+from bakeoff import catalog, engines, installation, secrets
 from bakeoff.plan import PlanError, load_plan, plan_from_dict, recipes
 from bakeoff.run import pipeline
-from bakeoff.serving import engines, hub_fetch, tls, userdata
+from bakeoff.serving import hub_fetch, tls, userdata
 
 ATTACKER = "docker.io/attacker/anything:latest"
 PINNED = "vllm/vllm-openai:v0.25.0@sha256:" + "5e" * 32

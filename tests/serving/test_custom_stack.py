@@ -10,12 +10,13 @@ import time
 import httpx
 import yaml
 
+from bakeoff import engines
 from bakeoff.bench.client import tokenize
 from bakeoff.bench.metrics import server_metrics
 from bakeoff.plan import plan_from_dict
 from bakeoff.providers.local import LocalProvider
 from bakeoff.quality.support import support_matrix
-from bakeoff.serving import deploy, engines, readiness, tls, userdata
+from bakeoff.serving import deploy, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
 from bakeoff.store import write_json
 from tests.custom_stack_fixtures import CLOUD, DIGEST, KEY, plan_doc, refused, target

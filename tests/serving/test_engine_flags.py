@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import catalog
+from bakeoff import catalog, engines
 from bakeoff.clusters.cluster import NodeTarget
 from bakeoff.plan import load_plan, multinode, plan_from_dict, recipes
 from bakeoff.plan.target import Target
-from bakeoff.serving import engines
 from bakeoff.serving.engine_flags import flag_name, release_for, unknown_flags
 from bakeoff.serving.userdata import image_for
 

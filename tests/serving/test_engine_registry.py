@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from bakeoff import catalog
+from bakeoff.engines import registry
+from bakeoff.engines.base import Boot
 from bakeoff.plan.custom_stack import CUSTOM_STACK
-from bakeoff.serving.engines import registry
-from bakeoff.serving.engines.base import Boot
 
 
 def test_every_catalog_stack_is_a_registered_engine_and_every_engine_but_custom_has_its_row():

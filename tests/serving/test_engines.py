@@ -17,12 +17,12 @@ import httpx
 import pytest
 import yaml
 
-from bakeoff import catalog
+from bakeoff import catalog, engines
 from bakeoff.core import pinning
+from bakeoff.engines import registry, sglang, trtllm
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
-from bakeoff.serving import engines, readiness, tls, userdata
 from bakeoff.serving import front as front_mod
-from bakeoff.serving.engines import registry, sglang, trtllm
+from bakeoff.serving import readiness, tls, userdata
 from bakeoff.serving.provenance import identify_engine
 from tests.stub_host import docker_argv
 

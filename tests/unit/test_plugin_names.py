@@ -8,7 +8,7 @@ protocol, is not one). Docstrings, comments, messages and the catalog's YAML are
 and are not read. Each name set below comes from where its plug-ins are registered, and each
 allow-list entry says why that module may name them.
 
-To engines: the engine set (``serving/engines/registry.REGISTERED``) is held to ``serving/engines/``,
+To engines: the engine set (``engines/registry.REGISTERED``) is held to ``engines/``,
 where each engine's module declares its flags, argv, provenance words, server metric names and twin
 family (``test_every_allowed_module_still_names_its_plug_ins`` says when an entry is no longer needed).
 """
@@ -33,13 +33,13 @@ CLOUD_PLUG_INS = {
 
 
 def _engines() -> set[str]:
-    from bakeoff.serving.engines.registry import REGISTERED
+    from bakeoff.engines.registry import REGISTERED
 
     return set(REGISTERED)
 
 
 ENGINE_PLUG_INS = {
-    "include/bakeoff/serving/engines": "one module per engine, registered in registry.py",
+    "include/bakeoff/engines": "one module per engine, registered in registry.py",
     "include/bakeoff/plan/workload.py": "length_interval's 'vllm' is vLLM's benchmark length rule, not the engine",
     "include/bakeoff/serving/emulator": "the emulator engine's own server (its 'emulator' is the plan's settings)",
     "include/bakeoff/core/provider_facts.py": "'emulator' is a provider kind there, not the engine",
@@ -120,7 +120,7 @@ def test_no_module_branches_on_a_plug_in_name_outside_its_plug_in(kind):
     found = [f"{rel} {b}" for rel, src in _outside(allowed) for b in name_branches(src, names())]
     assert not found, (
         f"branches on a {kind}'s name outside its plug-in (declare the fact beside the {kind} and read it, "
-        "e.g. the provider registry's PROVIDERS[name].preflight or serving/engines/registry.REGISTERED):\n  "
+        "e.g. the provider registry's PROVIDERS[name].preflight or engines/registry.REGISTERED):\n  "
         + "\n  ".join(found)
     )
 

@@ -41,12 +41,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import psutil
 
-from bakeoff import durable, paths, secrets
+from bakeoff import durable, engines, paths, secrets
 from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.address import is_loopback, node_address, url_host
 from bakeoff.providers.base import TAG_EXPIRES, TAG_RUN, TAG_TARGET, Provider, ProviderError
-from bakeoff.serving import engines
 
 if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target

@@ -160,7 +160,7 @@ def _engine_args(target: Target, deploy: dict[str, Any]) -> dict[str, Any]:
         return {"engine_args": deploy["engine_args"], "engine_args_source": "as deployed"}
     if PROVIDERS[target.provider].existing_endpoint:
         return {"engine_args": None, "engine_args_source": "not deployed by bakeoff (an existing endpoint)"}
-    from bakeoff.serving import engines  # noqa: PLC0415 - the renderers load the serving catalog
+    from bakeoff import engines  # noqa: PLC0415 - the renderers load the serving catalog
 
     try:
         rendered = engines.command(target, target.stack_spec.port or 8000)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from bakeoff import engines
 from bakeoff.plan import Plan
 from bakeoff.plan.target import Target
 from bakeoff.quality import accuracy as accuracy_mod
 from bakeoff.quality import validate as validate_mod
-from bakeoff.serving import engines
 from bakeoff.store import StorePath, at, read_json
 
 

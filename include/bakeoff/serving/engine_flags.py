@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from bakeoff import catalog
-from bakeoff.serving.engines import BOOT
+from bakeoff.engines import BOOT
 
 _NUMBER = re.compile(r"-\d")
 

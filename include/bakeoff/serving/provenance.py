@@ -9,8 +9,8 @@ import httpx
 
 from bakeoff import catalog
 from bakeoff.core.endpoint import Endpoint
+from bakeoff.engines import registry
 from bakeoff.serving import egress
-from bakeoff.serving.engines import registry
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def snapshot_provenance(
 
 
 def _named(text: str, *, model_cards: bool = False) -> str | None:
-    """The engine whose declared name the text says, most specific first (``serving/engines/``)."""
+    """The engine whose declared name the text says, most specific first (``engines/``)."""
     for engine in registry.by_precedence():
         names = engine.names
         if names is not None and (names.in_model_cards or not model_cards) and names.said.search(text):

@@ -38,13 +38,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from bakeoff import catalog
+from bakeoff import catalog, engines
 from bakeoff.core.launch import AGENT_PORT, LaunchSpec
 from bakeoff.core.pinning import check_cert
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan.target import Target
 from bakeoff.providers.registry import resolve
-from bakeoff.serving import engines, front, hub_fetch, power
+from bakeoff.serving import front, hub_fetch, power
 from bakeoff.serving.tls import stand_in_identity
 
 CONTAINER = "bakeoff-serve"

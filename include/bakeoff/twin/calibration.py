@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from bakeoff import catalog
-from bakeoff.serving.engines import registry
+from bakeoff.engines import registry
 
 SCENARIOS = ("Offline", "Server", "Interactive")
 

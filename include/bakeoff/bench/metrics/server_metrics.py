@@ -2,7 +2,7 @@
 
 The client cannot see either, so /metrics (Prometheus text) is scraped just before and just after
 each point and the counters' deltas are the point's figures. Each engine declares its names in its
-module (``serving/engines/``): vLLM exports counters (with or without the ``_total`` suffix, by
+module (``engines/``): vLLM exports counters (with or without the ``_total`` suffix, by
 version); SGLang exports gauges that describe its recent window, read as they stand after the point.
 A server that exports none of them gives None, never zero.
 
@@ -24,9 +24,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bakeoff.bench.metrics.metric_units import filled
+from bakeoff.engines import registry
+from bakeoff.engines.base import Counters
 from bakeoff.serving import egress
-from bakeoff.serving.engines import registry
-from bakeoff.serving.engines.base import Counters
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from bakeoff.engines.base import Boot, Engine, Routes
+from bakeoff.engines.options import draft, fail, kv_offload, pinned, speculative
+from bakeoff.engines.registry import REGISTERED, deployable
 from bakeoff.plan.target import Target
-from bakeoff.serving.engines.base import Boot, Engine, Routes
-from bakeoff.serving.engines.options import draft, fail, kv_offload, pinned, speculative
-from bakeoff.serving.engines.registry import REGISTERED, deployable
 
 ENGINES = deployable()  # the stacks a cloud node can run
 # the built-in engines' boot facts, as engine_flags reads their parser word (a custom stack's are its template's)

@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
+from bakeoff.engines.base import Boot, Engine, Names
+from bakeoff.engines.options import draft, kv_offload, num, speculative
 from bakeoff.plan.serving_options import KvOffload
 from bakeoff.plan.target import Target
-from bakeoff.serving.engines.base import Boot, Engine, Names
-from bakeoff.serving.engines.options import draft, kv_offload, num, speculative
 
 TRTLLM_OPTIONS = "/etc/bakeoff/trtllm-options.yaml"  # on the node, and at the same path in the container
 

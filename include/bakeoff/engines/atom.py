@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bakeoff.engines.base import Boot, Engine, Names
+from bakeoff.engines.options import compact_json, fail, kv_offload, lmcache_env, num, pinned, speculative
 from bakeoff.plan.serving_options import KvOffload
 from bakeoff.plan.target import Target
-from bakeoff.serving.engines.base import Boot, Engine, Names
-from bakeoff.serving.engines.options import compact_json, fail, kv_offload, lmcache_env, num, pinned, speculative
 
 
 @dataclass(frozen=True)

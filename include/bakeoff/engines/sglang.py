@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bakeoff.engines.base import KEY_FILE, Boot, Engine, Gauges, Names
+from bakeoff.engines.options import draft, kv_offload, num, per_rank_gb, speculative
 from bakeoff.plan.serving_options import KvOffload
 from bakeoff.plan.target import Target
-from bakeoff.serving.engines.base import KEY_FILE, Boot, Engine, Gauges, Names
-from bakeoff.serving.engines.options import draft, kv_offload, num, per_rank_gb, speculative
 
 SGLANG_CONFIG = "/etc/bakeoff/sglang.yaml"
 _ALGORITHM = {"mtp": "EAGLE", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft": "STANDALONE"}

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from bakeoff.serving.engines import atom, custom, emulator, sglang, trtllm, vllm
-from bakeoff.serving.engines.base import Counters, Engine, Gauges
+from bakeoff.engines import atom, custom, emulator, sglang, trtllm, vllm
+from bakeoff.engines.base import Counters, Engine, Gauges
 
 # in the order messages list them
 REGISTERED: dict[str, Engine] = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bakeoff.engines.base import Boot, Engine, Routes
+from bakeoff.engines.options import fail, gpus
 from bakeoff.plan.custom_stack import CUSTOM_STACK, PLACEHOLDERS, CustomStack, fill
 from bakeoff.plan.target import Target
-from bakeoff.serving.engines.base import Boot, Engine, Routes
-from bakeoff.serving.engines.options import fail, gpus
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bakeoff.engines.base import KEY_FILE, Boot, Counters, Engine, Names
+from bakeoff.engines.options import compact_json, draft, kv_offload, lmcache_env, pinned, speculative
 from bakeoff.plan.serving_options import KvOffload
 from bakeoff.plan.target import Target
-from bakeoff.serving.engines.base import KEY_FILE, Boot, Counters, Engine, Names
-from bakeoff.serving.engines.options import compact_json, draft, kv_offload, lmcache_env, pinned, speculative
 
 KEY_ENV = "/etc/bakeoff/key.env"
 _METHOD = {"mtp": "mtp", "eagle": "eagle", "eagle3": "eagle3", "dspark": "dspark", "draft": "draft_model"}

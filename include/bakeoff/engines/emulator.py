@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from bakeoff.serving.engines.base import Engine, Names
+from bakeoff.engines.base import Engine, Names
 
 # read from /version only: its model cards' owner was never taken for the engine
 ENGINE = Engine(name="emulator", names=Names(re.compile(r"bakeoff-emulator"), in_model_cards=False), precedence=0)
