@@ -183,10 +183,12 @@ def test_static_endpoint_answers_to_its_served_model_and_claims_nothing_else(ser
     ep = deploy_mod.check_serving(t, _static_instance(server.port), api_key=KEY, out_dir=tmp_path, waited_s=0)
     doc = json.loads((tmp_path / "deploy.json").read_text())
     assert ep.model == "my-llama" and doc["ready"] is True
-    assert not {"image", "engine_args", "env"} & set(doc) and not {"image", "engine_args", "env"} & set(ep.provenance)
+    assert not {"image", "engine_args", "env"} & set(doc) and not {"image", "engine_args", "env"} & set(
+        ep.provenance.to_json()
+    )
     assert doc["served_by"] == {"stack": "vllm", "engine_version": "0.32.0", "identified_from": "/version"}
     assert doc["models_offered"] == ["my-llama"] and doc["deployed_by"].startswith("not bakeoff")
-    assert doc["stack"] == ep.provenance["stack"] == "vllm" and doc["stack_in_plan"] == "sglang"  # the server says
+    assert doc["stack"] == ep.provenance.stack == "vllm" and doc["stack_in_plan"] == "sglang"  # the server says
     assert KEY not in (tmp_path / "deploy.json").read_text() + (tmp_path / "endpoint.json").read_text()
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff import engines, store
 from bakeoff.agent.remote import AgentClient, AgentError
-from bakeoff.core.endpoint import Endpoint
+from bakeoff.core.endpoint import Endpoint, Provenance
 from bakeoff.core.instance import Instance
 from bakeoff.providers import PROVIDERS, get_provider
 from bakeoff.providers.credentials import credentials_from_env
@@ -234,7 +234,7 @@ def _describe(
         model=served_model(target),
         stack=target.stack,
         emulated=emulated,
-        provenance={**info, **stack, "network": network, "node": node, **extra},
+        provenance=Provenance.model_validate({**info, **stack, "network": network, "node": node, **extra}),
         agent_url=instance.agent_url,
         tls_cert=instance.tls_cert,
         power_csv=instance.power_csv,

@@ -50,7 +50,7 @@ def snapshot_provenance(
             "stack": endpoint.stack,
             "model": endpoint.model,
             "emulated": endpoint.emulated,
-            **(endpoint.provenance or {}),
+            **endpoint.provenance.to_json(),
         }
     return snap
 
