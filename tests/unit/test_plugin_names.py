@@ -28,7 +28,6 @@ SCANNED = ("include/bakeoff", "plugins", "dags")
 # Where naming a cloud is the point, each with its reason; everywhere else reads the registry's facts.
 CLOUD_PLUG_INS = {
     "include/bakeoff/providers": "the registry and each cloud's own provider and pre-flight",
-    "include/bakeoff/plan/target.py": "a plan's provider names (ProviderName) and options class per provider",
 }
 
 

@@ -39,6 +39,8 @@ class ProviderInfo:
     cleanup: bool  # has ``cleanup(select)`` for what nodes leave behind (security groups, firewalls)
     console_output: bool  # has ``console_output(id)``: the node's console, for failure triage
     tls: bool  # the node serves over a pinned per-node certificate (else plain http or the endpoint's own)
+    # its plan options' class in bakeoff.plan.options, by name (the plan picks it by the target's provider)
+    options: str
     api_base: str | None = None  # public API root of a REST cloud
     # what the node's boot script does at its budgeted time to end billing with no help from Airflow:
     # power off (ends billing only where the cloud terminates on shutdown), or delete itself
@@ -94,6 +96,7 @@ def _cloud(
     credentials: CredentialsForm = "api-token",
     halt_visible: bool = True,
     *,
+    options: str,
     preflight: str,
     env: Mapping[str, str],
     image_fields: tuple[str, ...],
@@ -112,6 +115,7 @@ def _cloud(
         cleanup=cleanup,
         console_output=console_output,
         tls=True,
+        options=options,
         api_base=api_base,
         kill_switch=kill_switch,
         credentials=credentials,
@@ -125,7 +129,7 @@ def _cloud(
     )
 
 
-def _on_this_machine(name: str, cls: str, kind: Kind) -> ProviderInfo:
+def _on_this_machine(name: str, cls: str, kind: Kind, options: str) -> ProviderInfo:
     """A provider that bills nothing and needs no credentials: the emulator, or an existing endpoint."""
     return ProviderInfo(
         name=name,
@@ -138,14 +142,15 @@ def _on_this_machine(name: str, cls: str, kind: Kind) -> ProviderInfo:
         cleanup=False,
         console_output=False,
         tls=False,
+        options=options,
     )
 
 
 PROVIDERS: dict[str, ProviderInfo] = {
     p.name: p
     for p in (
-        _on_this_machine("local", "bakeoff.providers.local:LocalProvider", "emulator"),
-        _on_this_machine("static", "bakeoff.providers.static:StaticProvider", "endpoint"),
+        _on_this_machine("local", "bakeoff.providers.local:LocalProvider", "emulator", "ProviderOptions"),
+        _on_this_machine("static", "bakeoff.providers.static:StaticProvider", "endpoint", "StaticOptions"),
         # EC2 launches with InstanceInitiatedShutdownBehavior=terminate: powering off ends billing
         _cloud(
             "aws",
@@ -155,6 +160,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             console_output=True,
             kill_switch="terminate",
             credentials="aws-keys",
+            options="AwsOptions",
             preflight="bakeoff.providers.aws.preflight:checks",
             env={},  # boto3's own chain (environment, profile, instance role)
             image_fields=("ami", "ssm_parameter"),
@@ -168,6 +174,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             console_output=False,
             api_base="https://api.vultr.com/v2",
             halt_visible=False,  # the bare-metal object has no power field; a halted node reads "active"
+            options="RestOptions",
             preflight="bakeoff.providers.vultr:preflight",
             env={"token": "VULTR_API_KEY", "base_url": "VULTR_API_URL"},
             image_fields=("os_image",),
@@ -180,6 +187,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             cleanup=True,
             console_output=False,
             api_base="https://api.digitalocean.com/v2",
+            options="RestOptions",
             preflight="bakeoff.providers.digitalocean:preflight",
             env={"token": "DIGITALOCEAN_TOKEN", "base_url": "DIGITALOCEAN_API_URL"},
             image_fields=("os_image",),
@@ -195,6 +203,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             kill_switch="self-delete",
             self_delete="bakeoff.serving.oci_sdk:kill_switch",
             credentials="oci-api-key",
+            options="OciOptions",
             preflight="bakeoff.providers.oci.preflight:checks",
             # its API signing key, as the compose .env names it (the key itself is the PEM text)
             env={

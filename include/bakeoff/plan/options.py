@@ -255,6 +255,12 @@ class StaticOptions(ProviderOptions):
         return self
 
 
+# each provider's options class by the name its registry entry gives (core.provider_facts ``options``)
+BY_NAME: dict[str, type[ProviderOptions]] = {
+    c.__name__: c for c in (ProviderOptions, StaticOptions, AwsOptions, OciOptions, RestOptions)
+}
+
+
 class EmulatorSettings(Strict):
     """Knobs of the hardware emulator's roofline; ignored by real serving stacks."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -14,33 +14,28 @@ from bakeoff.plan import fits, multinode, recipes
 from bakeoff.plan.custom_stack import CUSTOM_STACK, LOCAL_ARGS, LOCAL_IMAGE, LOCAL_PROGRAM, CustomStack
 from bakeoff.plan.fields import HF_REPO_RE, Strict
 from bakeoff.plan.options import (
-    AwsOptions,
+    BY_NAME,
     DescribedGpu,
     EmulatorSettings,
     Hardware,
-    OciOptions,
     PriceOverride,
     ProviderOptions,
-    RestOptions,
     StaticOptions,
 )
 from bakeoff.plan.precision import Quantization
 from bakeoff.plan.serving_options import KvOffload, Speculative, WeightsOptions
 from bakeoff.secrets import SECRET_CONN_PREFIXES, SECRET_ENV_PREFIXES, allowed_connection
 
-ProviderName = Literal["local", "static", "aws", "vultr", "digitalocean", "oci"]
+# the names a plan may give, the registry's in its order (a pydantic Literal: its error lists them)
+if TYPE_CHECKING:
+    ProviderName = str
+else:
+    ProviderName = Literal[tuple(PROVIDERS)]
 FP4_HINT = "write nvfp4 (NVIDIA Blackwell FP4) or mxfp4 (OCP MX FP4, MI355X and Blackwell)"
 CLOUD_PROVIDERS = PROVISIONING  # nodes bakeoff provisions (and can ship its client to)
 # provider_options as a union discriminated by the target's provider: each provider's fields are
 # checked on its own class, and a field of another provider's is refused naming whose it is
-OPTIONS: dict[str, type[ProviderOptions]] = {
-    "local": ProviderOptions,
-    "static": StaticOptions,
-    "aws": AwsOptions,
-    "oci": OciOptions,
-    "vultr": RestOptions,
-    "digitalocean": RestOptions,
-}
+OPTIONS: dict[str, type[ProviderOptions]] = {name: BY_NAME[p.options] for name, p in PROVIDERS.items()}
 
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest]. Anything else (spaces,
 # quotes, ';', '|', newlines) is refused here, and every value is shell-quoted again in user-data.
