@@ -42,7 +42,6 @@ ENGINE_PLUG_INS = {
     "include/bakeoff/plan/workload.py": "length_interval's 'vllm' is vLLM's benchmark length rule, not the engine",
     "include/bakeoff/serving/emulator": "the emulator engine's own server (its 'emulator' is the plan's settings)",
     "include/bakeoff/core/provider_facts.py": "'emulator' is a provider kind there, not the engine",
-    "include/bakeoff/core/endpoint.py": "a custom stack's declared routes ride in its provenance under 'custom'",
 }
 
 # name set -> (its names, where they may be named)
