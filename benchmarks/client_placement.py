@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bakeoff.agent.remote import AgentClient, run_job
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
+from bakeoff.serving.agent_client import AgentClient, run_job
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 
 TTFT_MS, ITL_MS, OUT = 50, 5, 32

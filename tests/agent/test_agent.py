@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 from bakeoff.agent import job
-from bakeoff.agent.remote import AgentClient, AgentError, mirror, run_job
 from bakeoff.core import pinning
 from bakeoff.serving import tls
+from bakeoff.serving.agent_client import AgentClient, AgentError, mirror, run_job
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 
 KEY = "agent-test-key-0123456789abcdef"

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from bakeoff import secrets, store
-from bakeoff.agent.remote import AgentClient
 from bakeoff.run import pipeline, step_context
+from bakeoff.serving.agent_client import AgentClient
 from bakeoff_sandbox import Sandbox
 
 

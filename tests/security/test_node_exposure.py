@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from bakeoff import installation
-from bakeoff.agent.remote import mirror
 from bakeoff.plan import PlanError, load_plan, plan_from_dict, plans_dir
 from bakeoff.plan.target import Target
 from bakeoff.run import pipeline
+from bakeoff.serving.agent_client import mirror
 from tests.plan_fixtures import without_deployment
 
 
@@ -85,7 +85,7 @@ def test_a_node_cannot_write_the_runs_control_records(tmp_path, caplog):
         "points/deeper/x.parquet": 4,
     }
     tdir = tmp_path / "target=t"
-    with caplog.at_level(logging.WARNING, logger="bakeoff.agent.remote"):
+    with caplog.at_level(logging.WARNING, logger="bakeoff.serving.agent_client"):
         n = mirror(_Node(), "job", offered, tdir, {})
     stored = sorted(str(p.relative_to(tdir)) for p in tdir.rglob("*") if p.is_file())
     assert stored == sorted(

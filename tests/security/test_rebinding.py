@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from bakeoff import installation
-from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.bench.client.transport import StreamingClient
 from bakeoff.bench.metrics.server_metrics import scrape
 from bakeoff.plan import plans_dir
 from bakeoff.plan.target import Target
 from bakeoff.run import pipeline, step_context
 from bakeoff.serving import egress
+from bakeoff.serving.agent_client import AgentClient, AgentError
 from bakeoff.serving.provenance import snapshot_provenance
 from bakeoff.serving.readiness import probe
 from tests.plan_fixtures import without_deployment

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.bench.client.transport import StreamingClient
 from bakeoff.core import pinning
 from bakeoff.core.instance import Instance
@@ -29,6 +28,7 @@ from bakeoff.engines import sglang
 from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.serving import deploy as deploy_mod
 from bakeoff.serving import tls, userdata
+from bakeoff.serving.agent_client import AgentClient, AgentError
 from bakeoff.serving.emulator.scripted import ScriptedServerProcess
 from bakeoff.serving.readiness import NotReady, wait_ready
 from tests.stub_host import docker_argv

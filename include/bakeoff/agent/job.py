@@ -20,10 +20,10 @@ from typing import Any
 
 from bakeoff import store
 from bakeoff.agent import FILE_FIELDS, MAX_JOB_BYTES, file_field, with_file_field
-from bakeoff.agent.remote import AgentClient, AgentError, look
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Plan, PlanError
 from bakeoff.plan.target import Target
+from bakeoff.serving.agent_client import AgentClient, AgentError, look
 from bakeoff.spend import budget
 
 log = logging.getLogger(__name__)

@@ -585,7 +585,7 @@ def benchmark(ctx: TargetContext, endpoint: dict[str, Any]) -> dict[str, Any]:
     key = ctx.key
     if target.client_mode == "co-located":
         return {"target": slug, "client_mode": "co-located", **job.submit(plan, target, ep, rid, key)}
-    from bakeoff.agent.remote import AgentPower  # noqa: PLC0415 - each step loads only the modules it runs
+    from bakeoff.serving.agent_client import AgentPower  # noqa: PLC0415 - each step loads only the modules it runs
     from bakeoff.serving.power import PowerFile  # noqa: PLC0415 - each step loads only the modules it runs
 
     power: AgentPower | PowerFile | None = None

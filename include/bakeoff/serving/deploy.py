@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import engines, store
-from bakeoff.agent.remote import AgentClient, AgentError
 from bakeoff.core.endpoint import Endpoint, Provenance
 from bakeoff.core.instance import Instance
 from bakeoff.providers import PROVIDERS, get_provider
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import userdata
+from bakeoff.serving.agent_client import AgentClient, AgentError
 from bakeoff.serving.power import provenance_from_console
 from bakeoff.serving.provenance import identify_engine, snapshot_provenance
 from bakeoff.serving.readiness import ModelNotServed, NotReady, classify, mask, probe

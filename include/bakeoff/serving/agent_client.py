@@ -1,5 +1,6 @@
-"""The Airflow side of the node agent: start a co-located benchmark, mirror its results as they
-finish, and read the node's logs and power samples.
+"""The control plane's client of the node agent (agent/): start a co-located benchmark, mirror its
+results as they finish, hand the node its serving secrets, and read its logs and power samples. It
+sits in serving, beside the deploy step that hands the secrets over; the node program sits above it.
 
 Results are mirrored file by file into the target's folder of the results store while the job
 runs, so a task that dies, a node that is killed or a job that fails keeps every point finished
@@ -59,7 +60,7 @@ class AgentClient:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         opts: dict[str, Any] = {"base_url": self.url, "timeout": timeout_s, "headers": headers}
         verify = client_context(self.url, tls_cert)
-        # a test's transport as given; otherwise the shared one (serving/egress.py)
+        # a test's transport as given; otherwise the shared one (egress.py)
         self._http = httpx.Client(transport=transport, **opts) if transport else egress.client(verify=verify, **opts)
 
     def close(self) -> None:
