@@ -27,13 +27,13 @@ DIGEST_PINNED = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
 _METADATA_HOSTS = {"metadata", "metadata.google.internal", "metadata.internal", "instance-data"}
 
 
-def _raw(value: Any, env: str) -> Any:
+def _raw(value: object, env: str) -> Any:
     if value is None or (isinstance(value, str) and not value.strip()):
         return os.environ.get(env) or None
     return value
 
 
-def trusted_images(value: Any = None) -> frozenset[str]:
+def trusted_images(value: object = None) -> frozenset[str]:
     """The images that may receive serving secrets: the Variable's raw value (a JSON list, or names
     separated by commas, spaces or lines), else $BAKEOFF_TRUSTED_IMAGES; each pinned by digest."""
     raw = _raw(value, TRUSTED_IMAGES_ENV)
@@ -82,7 +82,7 @@ def check_secret_images(plan: Plan, trusted: frozenset[str]) -> None:
         )
 
 
-def private_endpoints_allowed(value: Any = None) -> bool:
+def private_endpoints_allowed(value: object = None) -> bool:
     """Whether a static ``base_url`` may name loopback, link-local or private addresses (the Variable's
     raw value, else $BAKEOFF_ALLOW_PRIVATE_ENDPOINTS; default no)."""
     raw = _raw(value, PRIVATE_ENDPOINTS_ENV)

@@ -42,7 +42,7 @@ STEPS = "steps"
 START = "start"
 
 
-def json_depth(value: Any, limit: int) -> int:
+def json_depth(value: object, limit: int) -> int:
     """How deep a parsed JSON document nests, counted without recursion (an untrusted document may
     nest deeper than Python's stack) and given up just past ``limit``."""
     stack, deepest = [(value, 1)], 0
@@ -72,7 +72,7 @@ def write_bytes(path: str | StorePath, data: bytes) -> StorePath:
     return path
 
 
-def write_json(path: str | StorePath, obj: Any) -> StorePath:
+def write_json(path: str | StorePath, obj: object) -> StorePath:
     return write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
 
 
@@ -84,7 +84,7 @@ def read_bytes(path: str | StorePath) -> bytes | None:
         return None
 
 
-def read_json(path: str | StorePath, default: Any = None) -> Any:
+def read_json(path: str | StorePath, default: object = None) -> Any:
     data = read_bytes(path)
     return default if data is None else json.loads(data)
 

@@ -49,7 +49,7 @@ def point_line(s: dict[str, Any], *, judged: bool, emulated: bool) -> str:
     )
 
 
-def _share(v: Any) -> str | None:
+def _share(v: object) -> str | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
 
 

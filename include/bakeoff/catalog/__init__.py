@@ -72,7 +72,7 @@ class NameRef(_Frozen):
         return f"{self.source}, {self.as_of}" if self.verified else "unverified"
 
 
-def _name_ref(raw: Any) -> NameRef:
+def _name_ref(raw: object) -> NameRef:
     """``unverified`` (or nothing) -> an unverified ref; {source, as_of} -> a dated one (both required)."""
     if raw in (None, "unverified"):
         return NameRef()

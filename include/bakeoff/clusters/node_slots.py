@@ -56,7 +56,7 @@ def _fix() -> str:
     )
 
 
-def parse_limits(raw: Any) -> dict[str, int]:
+def parse_limits(raw: object) -> dict[str, int]:
     """The limits from the Variable's raw value (None or "" : none; a JSON string or an object)."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}

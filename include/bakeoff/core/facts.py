@@ -32,7 +32,7 @@ from pydantic import (
 log = logging.getLogger(__name__)
 
 
-def _epoch(v: Any) -> Any:
+def _epoch(v: object) -> Any:
     """An ISO 8601 time (as a record written by hand or another tool may hold) as epoch seconds;
     anything else is left for the float check to accept or refuse."""
     if isinstance(v, str):
@@ -153,7 +153,7 @@ class ProvisioningRecord(AsGiven):
 
     @field_validator("refusals", mode="before")
     @classmethod
-    def _counts(cls, v: Any) -> Any:
+    def _counts(cls, v: object) -> Any:
         """Each reason's count read on its own: one malformed entry does not drop the others."""
         if not isinstance(v, Mapping):
             return v

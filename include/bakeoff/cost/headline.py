@@ -20,7 +20,7 @@ from bakeoff.plan import Plan
 from bakeoff.store import StorePath
 
 
-def _r(x: Any, nd: int = 4) -> Any:
+def _r(x: object, nd: int = 4) -> Any:
     """JSON-safe rounding: NaN becomes None."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return None

@@ -99,13 +99,13 @@ def run_by_key(runs: list[Run], key: str, field: str = "run") -> Run:
     return found
 
 
-def _fmt(x: Any, nd: int = 4) -> str:
+def _fmt(x: object, nd: int = 4) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
     return f"{x:.{nd}g}" if isinstance(x, (int, float)) else str(x)
 
 
-def human(x: Any) -> str:
+def human(x: object) -> str:
     """A value as a person reads it: 850000000000.0 -> '850,000,000,000', 18.271003917392964 -> '18.27', a
     number in a string the same way, anything else as text."""
     if isinstance(x, str):

@@ -40,7 +40,7 @@ def _env() -> Environment:
     return env
 
 
-def _pct(x: Any) -> str:
+def _pct(x: object) -> str:
     return "–" if x is None else f"{x:.1f}%"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from bakeoff.core.numbers import as_float
 from bakeoff.fielderrors import explain
 from bakeoff.plan import fits
 from bakeoff.plan.capacity import CapacitySearch, check_tiers
@@ -256,7 +257,7 @@ PRICE_LINE = r"^\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)\s
 """One line of the trigger form's contract prices: a target name, "=", USD per node-hour."""
 
 
-def price_entries(value: Any) -> dict[str, Any]:
+def price_entries(value: object) -> dict[str, Any]:
     """Contract prices as {target name: USD per node-hour}, from the trigger form's lines
     ("mi355x-vllm = 40.0", one target a line; blank lines ignored) or a mapping (the API, older runs'
     stored conf). A line that does not parse, or a target named twice, is refused naming it."""
@@ -330,14 +331,11 @@ def apply_overrides(plan: Plan, overrides: dict[str, Any] | None) -> Plan:
     return plan_from_dict(raw, source=f"{plan.name} with overrides")
 
 
-def _number(field: str, value: Any, example: str) -> float:
+def _number(field: str, value: object, example: str) -> float:
     """A trigger-form number: a finite int or float (the plan's bounds are checked after)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         value = None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        out = float("nan")
+    out = as_float(value)
     if out != out or out in (float("inf"), float("-inf")):
         raise PlanError(f"{field}: {str(value)[:40]!r} is not a finite number; give a number of {example}")
     return out

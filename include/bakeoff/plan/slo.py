@@ -10,11 +10,13 @@ plain figures (a point's summary row, ``RequestTimes``) so the plan package need
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
+from bakeoff.core.numbers import as_float
 from bakeoff.plan.fields import Strict
 
 # metric key -> what the buyer calls it; percentiles a bound may name.
@@ -189,12 +191,9 @@ class Slo(Strict):
         return "; ".join(parts) or "no SLO set (every load level qualifies)"
 
 
-def _finite(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if f == f and f not in (float("inf"), float("-inf")) else None
+def _finite(v: object) -> float | None:
+    f = as_float(v)
+    return f if math.isfinite(f) else None
 
 
 def _fmt(v: float) -> str:

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from bakeoff import durable
+from bakeoff.core.numbers import as_float
 from bakeoff.paths import StorePath, at, fresh, reports_root, safe_name
 
 if TYPE_CHECKING:
@@ -86,9 +87,9 @@ def render_index(
     )
 
 
-def _when(ts: Any) -> str:
+def _when(ts: object) -> str:
     try:
-        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(ts)))
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(as_float(ts)))
     except (TypeError, ValueError):
         return ""
 

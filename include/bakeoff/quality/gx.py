@@ -154,5 +154,5 @@ def describe(suite_name: str, result: dict[str, Any], label: str) -> str:
     return f"[{suite_name}] {reason}: {cfg['type']}({cols}): {observed}"
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: object) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)

@@ -13,7 +13,7 @@ import pandas as pd
 TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def cell(value: Any) -> Any:
+def cell(value: object) -> Any:
     """The cell as a spreadsheet should show it: text that could start a formula is quoted."""
     if not isinstance(value, str) or not value.startswith(TRIGGERS):
         return value

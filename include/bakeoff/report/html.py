@@ -16,6 +16,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from bakeoff import catalog, cost
+from bakeoff.core.numbers import as_float
 from bakeoff.plan.checkpoints import checkpoint_of
 from bakeoff.report import capacity, charts, claimcheck, labels, perwatt
 from bakeoff.report.data import ReportData, fmt
@@ -47,9 +48,9 @@ _env = Environment(
 )
 
 
-def _started(ts: Any) -> str:
+def _started(ts: object) -> str:
     try:
-        return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return datetime.fromtimestamp(as_float(ts), UTC).strftime("%Y-%m-%d %H:%M UTC")
     except (TypeError, ValueError):
         return "unknown"
 
@@ -65,7 +66,7 @@ def _ci(row: pd.Series, col: str) -> str:
     return f"{fmt(lo)} – {fmt(hi)}"
 
 
-def _pct(x: Any) -> str:
+def _pct(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "–"
     return "cheapest" if abs(x) < 1e-9 else f"+{x:.1f}%"
@@ -86,12 +87,9 @@ def sensitivity_grid(d: ReportData, workload: str) -> dict[str, dict[str, list[f
     return out
 
 
-def _share(x: Any) -> str:
+def _share(x: object) -> str:
     """A fraction as a percentage; a dash when the server or the trace gave none."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "–"
+    v = as_float(x)
     return f"{v * 100:.1f}%" if math.isfinite(v) else "–"
 
 
@@ -111,7 +109,7 @@ def chart_set(d: ReportData, workload: str) -> dict[str, Markup]:
     return out
 
 
-def _cell(v: Any) -> str:
+def _cell(v: object) -> str:
     """A support-matrix value as text: lists joined, missing as empty, booleans as yes/no."""
     if v is None:
         return ""

@@ -8,6 +8,8 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from bakeoff.core.numbers import as_float
+
 # the software-support matrix's columns (bakeoff.quality.support), as a procurement reader reads them
 SUPPORT_LABELS = {
     "gpu": "GPU",
@@ -40,7 +42,7 @@ def label(column: str) -> str:
     return SUPPORT_LABELS.get(column) or TIER_LABELS.get(column) or column.replace("_", " ")
 
 
-def _num(v: Any) -> str:
+def _num(v: object) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return str(v)
     if isinstance(v, float) and not math.isfinite(v):
@@ -74,14 +76,14 @@ def accuracy_sentence(doc: dict[str, Any]) -> str:
 _EPOCH_KEYS = frozenset({"created", "created_at", "started_at"})  # epoch seconds in an OpenAI-style record
 
 
-def _stamp(v: Any) -> str:
+def _stamp(v: object) -> str:
     try:
-        return datetime.fromtimestamp(float(v), UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return datetime.fromtimestamp(as_float(v), UTC).strftime("%Y-%m-%d %H:%M UTC")
     except (TypeError, ValueError, OverflowError, OSError):
         return str(v)
 
 
-def provenance_value(v: Any) -> str:
+def provenance_value(v: object) -> str:
     """A provenance value as text: a record as 'key value, …' (None left out, numbers grouped), a list of
     records one after another; a plain value as itself."""
     if isinstance(v, dict):

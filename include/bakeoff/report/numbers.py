@@ -6,12 +6,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bakeoff.core.numbers import as_float
 
-def finite(v: Any) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return math.nan
+
+def finite(v: object) -> float:
+    x = as_float(v)
     return x if math.isfinite(x) else math.nan
 
 

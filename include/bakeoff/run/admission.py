@@ -34,7 +34,7 @@ THRESHOLD_ENV = "BAKEOFF_APPROVAL_THRESHOLD_USD"
 REFUSALS: tuple[type[Exception], ...] = (ValueError, budget.BudgetExceeded)
 
 
-def _env(raw: Any, env: str) -> Any:
+def _env(raw: object, env: str) -> Any:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return os.environ.get(env) or None
     return raw

@@ -52,13 +52,13 @@ def start_run(
     run_id: str,
     overrides: dict[str, Any] | None = None,
     price_sheet: dict[str, Any] | None = None,
-    budget_ceiling_usd: Any = None,
+    budget_ceiling_usd: object = None,
     conf: dict[str, Any] | None = None,
-    approval_threshold_usd: Any = None,
+    approval_threshold_usd: object = None,
     scheduled: bool = False,
-    trusted_images: Any = None,
-    allow_private_endpoints: Any = None,
-    node_limits: Any = None,
+    trusted_images: object = None,
+    allow_private_endpoints: object = None,
+    node_limits: object = None,
 ) -> dict[str, Any]:
     """Resolve the plan (file, then the buyer's price sheet, then trigger-form overrides, which win),
     admit it (bakeoff.run.admission: claims, budget cap and the installation ceiling, images trusted with

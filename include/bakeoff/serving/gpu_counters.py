@@ -137,7 +137,7 @@ class AmdsmiReader:
         return out
 
 
-def _number(v: Any) -> float | None:
+def _number(v: object) -> float | None:
     """A library value as a float; amdsmi answers "N/A" where a field is unsupported."""
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -147,7 +147,7 @@ def _scaled(ticks: float | None, res_uj: float | None) -> float | None:
     return ticks * res_uj / 1e6 if ticks is not None and res_uj else None
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 

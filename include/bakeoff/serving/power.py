@@ -61,7 +61,7 @@ def sampler_script(vendor: str, log_dir: str) -> str:
     return tmpl.format(dir=log_dir, rows_py=AMD_ROWS_PY).strip()
 
 
-def _watts(v: Any) -> float | None:
+def _watts(v: object) -> float | None:
     """A power value as amd-smi prints it across versions: 523, "523 W", {"value": 523, "unit": "W"}, "N/A"."""
     if isinstance(v, dict):
         v = v.get("value")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakeoff import secrets, store
 from bakeoff.core.facts import Approval, ApprovalNeed, BudgetEstimate, BudgetRow, Start
+from bakeoff.core.numbers import as_float
 
 if TYPE_CHECKING:
     from bakeoff.plan import Plan
@@ -66,13 +67,10 @@ def billed_usd(estimate: BudgetEstimate | Mapping[str, object]) -> float:
     return round(sum(r.usd or 0.0 for r in rows if r.spends), 2)
 
 
-def _number(raw: Any, name: str, low: float, high: float) -> float | None:
+def _number(raw: object, name: str, low: float, high: float) -> float | None:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = math.nan
+    value = as_float(raw)
     if not (math.isfinite(value) and low <= value <= high):
         raise ApprovalError(f"Variable {name}: {raw!r} is not a number from {low:g} to {high:g}; fix or delete it")
     return value
@@ -118,7 +116,7 @@ def _scheduled_run_approved_before(plan_name: str, digest: str) -> bool:
     )
 
 
-def approvers(raw: Any) -> list[dict[str, str]]:
+def approvers(raw: object) -> list[dict[str, str]]:
     """The approving role's members as Airflow HITL users ({"id", "name"}); refuses an empty role."""
     value = raw
     if isinstance(raw, str):
@@ -141,11 +139,11 @@ def approvers(raw: Any) -> list[dict[str, str]]:
     return users
 
 
-def timeout_h(raw: Any) -> float:
+def timeout_h(raw: object) -> float:
     return _number(raw, TIMEOUT_VARIABLE, 0.01, MAX_TIMEOUT_H) or DEFAULT_TIMEOUT_H
 
 
-def _md(value: Any) -> str:
+def _md(value: object) -> str:
     """Plan text (untrusted) as literal Markdown: characters that would start HTML, a link, emphasis or a
     table cell mid-line are escaped (Markdown shows the character itself)."""
     return re.sub(r"([\\`*_\[\]<>|&!])", r"\\\1", str(value))
@@ -207,7 +205,7 @@ def request_text(run: Start) -> tuple[str, str]:
 SIGNING_PURPOSE = "approval-record"  # the derived key's domain: it signs approval records only
 
 
-def _signature(run_id: str, digest: str, decision: str, by: Any) -> str:
+def _signature(run_id: str, digest: str, decision: str, by: object) -> str:
     """HMAC over what an answer means (this run, this plan content, this decision, this person)."""
     body = json.dumps([run_id, digest, decision, by], sort_keys=True, separators=(",", ":")).encode()
     return hmac.new(secrets.purpose_key(SIGNING_PURPOSE), body, hashlib.sha256).hexdigest()

@@ -35,6 +35,7 @@ import pandas as pd
 
 from bakeoff import catalog, store
 from bakeoff.core.facts import EvaluationCost, RunFacts
+from bakeoff.core.numbers import as_float
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan.precision import QUANT_BYTES
 from bakeoff.plan.settings import MAX_BUDGET_USD
@@ -119,17 +120,14 @@ def guard_usd_per_hour(target: Target) -> float:
     return max(x for x in (listed, target.usd_per_hour) if x is not None) * target.nodes
 
 
-def resolve_ceiling(value: Any = None) -> float:
+def resolve_ceiling(value: object = None) -> float:
     """The installation ceiling: the Airflow Variable's raw value, else $BAKEOFF_BUDGET_CEILING_USD,
     else the default. Only whoever runs the installation sets either; a trigger cannot."""
     if value is None or (isinstance(value, str) and not value.strip()):
         value = os.environ.get(CEILING_ENV) or None
     if value is None:
         return DEFAULT_CEILING_USD
-    try:
-        c = float(value)
-    except (TypeError, ValueError):
-        c = float("nan")
+    c = as_float(value)
     if isinstance(value, bool) or not math.isfinite(c) or not 0 < c <= MAX_BUDGET_USD:
         raise BudgetExceeded(
             f"{CEILING_VARIABLE}: {str(value)[:40]!r} is not a usable spend ceiling; set the Airflow Variable "
@@ -457,7 +455,7 @@ def _sane(what: str, values: list[float]) -> None:
         )
 
 
-def check(plan: Plan, ceiling_usd: Any = None) -> dict[str, Any]:
+def check(plan: Plan, ceiling_usd: object = None) -> dict[str, Any]:
     """The estimate, or BudgetExceeded naming the field to change. Called before any API call that
     costs money. ``ceiling_usd`` is the installation ceiling's raw value (None = the default)."""
     ceiling = resolve_ceiling(ceiling_usd)

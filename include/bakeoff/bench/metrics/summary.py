@@ -37,6 +37,7 @@ import pandas as pd
 from bakeoff.bench.metrics import server_metrics
 from bakeoff.bench.metrics.metric_units import Column, Metric, Point, columns_of, derived, evaluation_order, filled, one
 from bakeoff.bench.metrics.records import POINT_KEY, RequestRecord
+from bakeoff.core.numbers import as_float
 from bakeoff.plan.slo import METRICS, PERCENTILES, RequestTimes, Slo
 
 NAN = float("nan")
@@ -55,13 +56,8 @@ def _rows(records: Records) -> list[dict[str, Any]]:
     return [r.to_row() if isinstance(r, RequestRecord) else dict(r) for r in records]
 
 
-def _num(v: Any) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
+def _num(v: object) -> float | None:
+    f = as_float(v)
     return None if math.isnan(f) else f
 
 

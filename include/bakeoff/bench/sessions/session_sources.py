@@ -253,7 +253,7 @@ def _first(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((row[k] for k in keys if row.get(k) is not None), None)
 
 
-def _log_time(v: Any, where: str) -> float | None:
+def _log_time(v: object, where: str) -> float | None:
     """Epoch seconds (a number) or an ISO 8601 time, as seconds."""
     if v is None:
         return None

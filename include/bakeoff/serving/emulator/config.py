@@ -96,7 +96,7 @@ class EmulatorConfig(BaseModel):
 
     @field_validator("served_model", mode="before")
     @classmethod
-    def _default_model(cls, v: Any, info: ValidationInfo) -> Any:
+    def _default_model(cls, v: object, info: ValidationInfo) -> Any:
         """No served_model: the id the target's server answers to (its checkpoint; the target is validated
         first), else "scripted"."""
         if v is not None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
 
 DONE = b"data: [DONE]\n\n"
 
 
-def _dumps(obj: Any) -> str:
+def _dumps(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
