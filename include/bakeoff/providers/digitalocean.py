@@ -25,10 +25,10 @@ import httpx
 
 from bakeoff.core.instance import Instance
 from bakeoff.core.launch import AGENT_PORT
-from bakeoff.providers import rest_preflight
 from bakeoff.providers.base import ProviderError
-from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, Check, image_provides, untried
+from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, OK, Check, image_provides
 from bakeoff.providers.rest import RestProvider, _epoch, api_error, rest_options
+from bakeoff.providers.rest_preflight import Listing, RestPreflight
 from bakeoff.providers.tags import LABELS, PREFIX, TAG_RUN, TAG_TARGET
 
 if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
@@ -265,35 +265,16 @@ def _stale(fw: dict[str, Any]) -> bool:
     return created is not None and time.time() - created >= ORPHAN_GRACE_S
 
 
-# What its create does that the pre-flight cannot try (also in docs/production.md): the target's last row.
-UNTRIED = [
-    "the create itself (DigitalOcean has no dry run): its user-data, tags and cloud firewall",
-    "GPU droplet access (granted per account, not readable) and stock at the moment of launch",
-    BOOT_UNTRIED,
-]
-
-
-@rest_preflight.account_first
-def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
-    """The pre-flight's checks of a target here (registry ``preflight``): reads only."""
-    regions = {x["slug"]: x for x in p.api.pages("regions", "regions", {"per_page": 200})}
-    yield rest_preflight.known_regions(
-        t, i, rest_preflight.regions(t, p), {r for r, x in regions.items() if x.get("available")}
-    )
-    sizes = {s["slug"]: s for s in p.api.pages("sizes", "sizes", {"per_page": 200})}
-    size = sizes.get(t.instance_type)
-    size = size if size and size.get("available", True) else None
-    yield rest_preflight.offered(
-        t, i, rest_preflight.regions(t, p), size, "available size", (size or {}).get("regions")
-    )
-    acct = (p.api.json("GET", "account") or {}).get("account") or {}
-    limit = acct.get("droplet_limit")
+def _quota(t: Any, p: Any) -> Check:
+    limit = ((p.api.json("GET", "account") or {}).get("account") or {}).get("droplet_limit")
     if limit is not None and int(limit) < 1:
-        yield Check(t.name, "quota", FAIL, f"droplet limit {limit}", "ask DigitalOcean to raise the droplet limit")
-    else:
-        yield Check(
-            t.name, "quota", OK, f"droplet limit {limit}; GPU droplet access is granted per account, not readable here"
-        )
+        return Check(t.name, "quota", FAIL, f"droplet limit {limit}", "ask DigitalOcean to raise the droplet limit")
+    return Check(
+        t.name, "quota", OK, f"droplet limit {limit}; GPU droplet access is granted per account, not readable here"
+    )
+
+
+def _image(t: Any, i: int, p: Any) -> Iterator[Check]:
     image = t.provider_options.os_image or DEFAULT_IMAGE
     r = p.api.request("GET", f"images/{image}")
     if r.status_code == 200:
@@ -302,6 +283,22 @@ def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
         yield image_provides(t, i, listed)
     else:
         yield Check(t.name, "image", FAIL, f"image {image}: {r.status_code}", f"targets[{i}].provider_options.os_image")
-    yield rest_preflight.ssh_keys(t, i, p, "account/keys")
-    yield Check(t.name, "dry run", NA, "DigitalOcean has no dry-run create")
-    yield untried(t, UNTRIED)
+
+
+# The pre-flight's checks of a target here (registry ``preflight``): reads only; a region or size the
+# listing marks unavailable counts as not listed.
+preflight = RestPreflight(
+    cloud="DigitalOcean",
+    regions=Listing("regions", "regions", "slug", 200, counts=lambda x: bool(x.get("available"))),
+    offers=Listing("sizes", "sizes", "slug", 200, counts=lambda x: bool(x.get("available", True))),
+    offer_word="available size",
+    sold_in="regions",
+    ssh_keys="account/keys",
+    quota=_quota,
+    image=_image,
+    untried=(
+        "the create itself (DigitalOcean has no dry run): its user-data, tags and cloud firewall",
+        "GPU droplet access (granted per account, not readable) and stock at the moment of launch",
+        BOOT_UNTRIED,
+    ),
+)

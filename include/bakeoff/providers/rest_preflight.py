@@ -1,26 +1,69 @@
-"""The pre-flight checks Vultr and DigitalOcean share over their REST APIs: the account, the regions,
-whether a type is offered there, the SSH keys a create would name. Each cloud's own checks call these
-(``vultr.preflight``, ``digitalocean.preflight``)."""
+"""The pre-flight of a cloud on ``rest.py`` (Vultr, DigitalOcean): one sequence of checks over its REST
+API, the account, the regions, whether the type is offered there, the quota, the image, the SSH keys a
+create would name, with what differs per cloud (where each listing is, what its rows are keyed by, its
+quota and image reads, what its create does untried) given by the cloud's ``RestPreflight``, its
+registry ``preflight``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.core.provider_facts import PROVIDERS
-from bakeoff.providers.preflight_checks import FAIL, OK, WARN, Check, CloudChecks
+from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, untried
+
+Row = dict[str, Any]
 
 
-def account_first(checks: CloudChecks) -> CloudChecks:
-    """A REST cloud's checks, run once its account answers: a refused token stops the rest."""
+def _every(row: Row) -> bool:
+    return True
 
-    def run(t: Any, i: int, p: Any) -> Iterator[Check]:
+
+@dataclass(frozen=True)
+class Listing:
+    """One of the cloud's paged listings: its path, the answer's list field, each row's id field, the page
+    size it allows, and which rows count (DigitalOcean's unavailable regions and sizes do not)."""
+
+    path: str
+    key: str
+    id: str
+    per_page: int
+    counts: Callable[[Row], bool] = _every
+
+    def read(self, p: Any) -> dict[Any, Row]:
+        return {x[self.id]: x for x in p.api.pages(self.path, self.key, {"per_page": self.per_page}) if self.counts(x)}
+
+
+@dataclass(frozen=True)
+class RestPreflight:
+    """A REST cloud's pre-flight checks of one target on one offer (a ``CloudChecks``): reads only, the
+    rest once its account answers (a refused token stops them)."""
+
+    cloud: str  # as a person reads it in the rows ("Vultr")
+    regions: Listing
+    offers: Listing
+    offer_word: str  # what the listing calls an offer, for "no <word> <type>"
+    sold_in: str  # the offer's field that lists the regions it is sold in
+    ssh_keys: str  # the path an SSH key id is read back under
+    quota: Callable[[Any, Any], Check]  # (target, provider) -> its quota row
+    image: Callable[[Any, int, Any], Iterator[Check]]  # (target, index, provider) -> its image rows
+    untried: tuple[str, ...]  # what its create does that nothing here can try (also in docs/production.md)
+
+    def __call__(self, t: Any, i: int, p: Any) -> Iterator[Check]:
         cred = credentials(t, p)
         yield cred
-        if cred.result != FAIL:
-            yield from checks(t, i, p)
-
-    return run
+        if cred.result == FAIL:
+            return
+        wanted = list(t.provider_options.regions) or p.default_regions(t)
+        yield known_regions(t, i, wanted, set(self.regions.read(p)))
+        offer = self.offers.read(p).get(t.instance_type)
+        yield offered(t, i, wanted, offer, self.offer_word, (offer or {}).get(self.sold_in))
+        yield self.quota(t, p)
+        yield from self.image(t, i, p)
+        yield ssh_keys(t, i, p, self.ssh_keys)
+        yield Check(t.name, "dry run", NA, f"{self.cloud} has no dry-run create")
+        yield untried(t, list(self.untried))
 
 
 def credentials(t: Any, p: Any) -> Check:
@@ -39,10 +82,6 @@ def credentials(t: Any, p: Any) -> Check:
 
 def listed(items: list[str] | None) -> str:
     return ", ".join(items or []) or "none"
-
-
-def regions(t: Any, p: Any) -> list[str]:
-    return list(t.provider_options.regions) or p.default_regions(t)
 
 
 def offered(

@@ -17,9 +17,9 @@ import base64
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from bakeoff.providers import rest_preflight
-from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides, untried
+from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides
 from bakeoff.providers.rest import RestProvider, rest_options
+from bakeoff.providers.rest_preflight import Listing, RestPreflight
 
 if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
@@ -67,26 +67,11 @@ class VultrProvider(RestProvider):
         return state, ip, raw.get("region", "")
 
 
-# What its create does that the pre-flight cannot try (also in docs/production.md): the target's last row.
-UNTRIED = [
-    "the create itself (Vultr has no dry run): its user-data and tags",
-    "the account's bare-metal allowance (no quota call) and stock at the moment of launch",
-    BOOT_UNTRIED,
-]
+def _quota(t: Any, p: Any) -> Check:
+    return Check(t.name, "quota", NA, "Vultr's API has no quota call; a refusal comes at create")
 
 
-@rest_preflight.account_first
-def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
-    """The pre-flight's checks of a target here (registry ``preflight``): reads only."""
-    regions = {x["id"]: x for x in p.api.pages("regions", "regions", {"per_page": 500})}
-    yield rest_preflight.known_regions(t, i, rest_preflight.regions(t, p), set(regions))
-    plans = {x["id"]: x for x in p.api.pages("plans-metal", "plans_metal", {"per_page": 500})}
-    plan = plans.get(t.instance_type)
-    yield rest_preflight.offered(
-        t, i, rest_preflight.regions(t, p), plan, "bare-metal plan", (plan or {}).get("locations")
-    )
-    yield rest_preflight.ssh_keys(t, i, p, "ssh-keys")
-    yield Check(t.name, "quota", NA, "Vultr's API has no quota call; a refusal comes at create")
+def _image(t: Any, i: int, p: Any) -> Iterator[Check]:
     os_image = t.provider_options.os_image or DEFAULT_OS_ID
     if isinstance(os_image, str):
         yield Check(t.name, "image", WARN, f"image_id {os_image}: not checked (Marketplace images have no read)")
@@ -97,5 +82,21 @@ def preflight(t: Any, i: int, p: Any) -> Iterator[Check]:
         yield image_provides(t, i, str(oses[os_image].get("name", "")))
     else:
         yield Check(t.name, "image", FAIL, f"os_id {os_image} not offered", f"targets[{i}].provider_options.os_image")
-    yield Check(t.name, "dry run", NA, "Vultr has no dry-run create")
-    yield untried(t, UNTRIED)
+
+
+# The pre-flight's checks of a target here (registry ``preflight``): reads only; every list takes 500 a page.
+preflight = RestPreflight(
+    cloud="Vultr",
+    regions=Listing("regions", "regions", "id", 500),
+    offers=Listing("plans-metal", "plans_metal", "id", 500),
+    offer_word="bare-metal plan",
+    sold_in="locations",
+    ssh_keys="ssh-keys",
+    quota=_quota,
+    image=_image,
+    untried=(
+        "the create itself (Vultr has no dry run): its user-data and tags",
+        "the account's bare-metal allowance (no quota call) and stock at the moment of launch",
+        BOOT_UNTRIED,
+    ),
+)
