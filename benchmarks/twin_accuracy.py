@@ -34,10 +34,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from bakeoff.plan import installed_plans, load_plan
+from bakeoff.prediction.predict import predict_plan
 from bakeoff.spend import budget
 from bakeoff.twin import calibration, holdout, score
 from bakeoff.twin import fit as twin_fit
-from bakeoff.twin.predict import predict_plan
 from bakeoff.twin.target import deployed
 
 GOAL_SETUP, GOAL_LOAO, GOAL_RANK, GOAL_COVERAGE_PTS = 20.0, 25.0, 90.0, 10.0

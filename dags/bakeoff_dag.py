@@ -40,8 +40,8 @@ from bakeoff_approval import TASK_ID as APPROVAL_TASK
 from bakeoff_approval import SpendApproval
 from bakeoff_links import ReportLink
 
+from bakeoff.prediction.spend_index import labels as spend_labels  # cheap: one JSON file, no fit
 from bakeoff.run.steps import AFTER, PER_TARGET, Step  # cheap: the declared steps, nothing imported
-from bakeoff.twin.spend_index import labels as spend_labels  # cheap: one JSON file, no fit
 
 # publish emits Asset("bakeoff://reports/<plan>") through this alias, so downstream DAGs can
 # schedule on one plan's reports.

@@ -24,13 +24,13 @@ from bakeoff.fielderrors import explain
 from bakeoff.plan import Plan, PlanError, Target, load_plan, multinode, recipes, resolve_plan_path
 from bakeoff.plan.names import image_gaps, unverified_names
 from bakeoff.plan.prices import market_mismatches
+from bakeoff.prediction.predict import predict_plan, render
 from bakeoff.preflight import blocking, preflight, table
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.run import admission, pipeline, steps
 from bakeoff.secrets import installation_id
 from bakeoff.serving import userdata
 from bakeoff.serving.emulator import disagg
-from bakeoff.twin.predict import predict_plan, render
 
 
 def _load(ref: str) -> Plan:
@@ -504,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plain-http", action="append", metavar="HOST:PORT", help="a registry without TLS (local)")
     p.add_argument("--merge", action="store_true", help="keep the images already in $BAKEOFF_TRUSTED_IMAGES")
     p.set_defaults(func=_images)
-    for module in ("bakeoff.bench.cli", "bakeoff.cleanup.reaper", "bakeoff.agent.cli", "bakeoff.twin.cli"):
+    for module in ("bakeoff.bench.cli", "bakeoff.cleanup.reaper", "bakeoff.agent.cli", "bakeoff.prediction.cli"):
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     return parser
 

@@ -215,7 +215,7 @@ def test_plan_param_lists_the_installed_plans(dagbag):
 
 def test_plan_param_shows_each_shipped_plans_predicted_spend(dagbag):
     """Beside a shipped plan's name: its predicted spend from the precomputed index (no fit at parse time)."""
-    from bakeoff.twin import spend_index
+    from bakeoff.prediction import spend_index
 
     shown = dagbag.dags["bakeoff"].params.get_param("plan").schema["values_display"]
     labels = spend_index.labels(spend_index.SHIPPED)
@@ -261,8 +261,8 @@ def test_parse_is_light():
         "bakeoff.providers.tags",
         "bakeoff.run",
         "bakeoff.run.steps",
-        "bakeoff.twin",
-        "bakeoff.twin.spend_index",
+        "bakeoff.prediction",
+        "bakeoff.prediction.spend_index",
     )
     code = (
         "import sys, runpy; runpy.run_path('dags/bakeoff_dag.py'); runpy.run_path('dags/bakeoff_reaper_dag.py');"

@@ -260,7 +260,7 @@ def test_the_twin_bounds_what_a_plan_at_its_limits_can_make_it_compute():
     import time
 
     from bakeoff.plan.workload import MAX_CONCURRENCY, MAX_LEVELS, MAX_RATE, MAX_REQUESTS
-    from bakeoff.twin.predict import predict_plan
+    from bakeoff.prediction.predict import predict_plan
 
     levels = sorted({max(1, MAX_CONCURRENCY * (i + 1) // MAX_LEVELS) for i in range(MAX_LEVELS)})
     raw = aws_raw(concurrency=levels, requests_per_point=MAX_REQUESTS, warmup_requests=0)

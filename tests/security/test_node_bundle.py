@@ -47,7 +47,7 @@ def planted(tmp_path, monkeypatch):
     """A copy of the package with the twin's spend index and a run record beside the code."""
     root = tmp_path / "bakeoff"
     shutil.copytree(bundle.package_root(), root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    assert (root / "twin" / "predicted_spend.json").is_file()
+    assert (root / "prediction" / "predicted_spend.json").is_file()
     (root / "runs" / "plan" / "r1").mkdir(parents=True)
     (root / "runs" / "plan" / "r1" / "start.json").write_text('{"run_id": "r1", "approved_by": "ops"}')
     (root / "twin" / "spend_history.csv").write_text("plan,usd\nsecret-plan,990\n")
@@ -65,7 +65,7 @@ def test_the_bundle_holds_only_what_the_node_runs(planted):
     names = _names(data)
     outside = [n for n in names if not bundle.on_node(n.removeprefix("bakeoff/"))]
     assert not outside, outside
-    assert "bakeoff/twin/predicted_spend.json" not in names
+    assert "bakeoff/prediction/predicted_spend.json" not in names
     assert not [n for n in names if "runs/" in n or n.endswith((".csv", ".txt")) and "requirements" not in n]
     # what the boot script and the agent need is all there
     for rel in bundle.NODE_DATA:
@@ -75,7 +75,7 @@ def test_the_bundle_holds_only_what_the_node_runs(planted):
 
 def test_the_node_gets_that_bundle_and_its_url_opens_nothing_else(planted, s3):
     client, _ = s3
-    client.put_object(Bucket=BUCKET, Key="bakeoff/twin/predicted_spend.json", Body=b'{"secret-plan": 990}')
+    client.put_object(Bucket=BUCKET, Key="bakeoff/prediction/predicted_spend.json", Body=b'{"secret-plan": 990}')
     staged = bundle.stage({"bucket": BUCKET, "s3_client": client}, 3600)
     assert staged is not None
     got = httpx.get(staged.url, timeout=10)

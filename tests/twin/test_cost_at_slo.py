@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from bakeoff.plan import load_plan, plan_from_dict
+from bakeoff.prediction.predict import predict_plan, render
 from bakeoff.spend import at_slo
-from bakeoff.twin.predict import predict_plan, render
 
 
 def test_the_cheapest_point_meeting_the_slo_wins_and_a_tie_goes_to_the_higher_load():

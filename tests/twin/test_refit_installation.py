@@ -12,14 +12,15 @@ import pytest
 from bakeoff import store
 from bakeoff.cli import main
 from bakeoff.plan import plan_from_dict
+from bakeoff.prediction import runs
 from bakeoff.report.gather import gather
 from bakeoff.report.html import render as render_html
 from bakeoff.report.markdown import render as render_markdown
 from bakeoff.run import pipeline
-from bakeoff.twin import runs
+from bakeoff.twin import calibration
 from tests.report import synthetic
 
-SHIPPED = Path(runs.__file__).with_name("calibration.csv")
+SHIPPED = Path(calibration.__file__).with_name("calibration.csv")
 
 
 def _plan(provider: str = "oci"):

@@ -1,4 +1,4 @@
-"""Learning from each run (twin.runs): a measured run's points beside the twin's prediction, the report's
+"""Learning from each run (prediction.runs): a measured run's points beside the twin's prediction, the report's
 out-of-band flag, run points as calibration rows with provenance, and ``bakeoff twin add-run`` / ``refit``."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import yaml
 
 from bakeoff.cli import main
 from bakeoff.plan import plan_from_dict
+from bakeoff.prediction import runs
 from bakeoff.report.gather import gather
 from bakeoff.report.markdown import render as render_markdown
-from bakeoff.twin import runs
 from bakeoff.twin.target import twin_for
 from tests.report import synthetic
 

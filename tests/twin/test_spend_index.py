@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from bakeoff.plan import load_plan
+from bakeoff.prediction import spend_index
 from bakeoff.spend import budget
-from bakeoff.twin import spend_index
 
 
 def test_the_shipped_index_matches_the_budget_guards_estimate_for_every_plan_it_was_built_from():

@@ -13,9 +13,9 @@ import pytest
 from bakeoff import catalog
 from bakeoff.cli import main
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
+from bakeoff.prediction.predict import predict_plan
 from bakeoff.twin import calibration, holdout, operating, score
 from bakeoff.twin import fit as twin_fit
-from bakeoff.twin.predict import predict_plan
 from bakeoff.twin.target import NoCalibration, TargetTwin, near_model, twin_for
 
 
@@ -230,7 +230,7 @@ def test_a_configuration_no_published_row_ran_gets_the_new_configuration_band_me
 
 
 def test_predict_declines_to_separate_a_pair_resting_on_the_only_published_row_of_its_kind():
-    from bakeoff.twin.predict import render
+    from bakeoff.prediction.predict import render
 
     doc = predict_plan(load_plan("mi355x-vs-b200"))
     cells = {t["target"]: t["cell_rows"] for t in doc["targets"]}

@@ -18,7 +18,7 @@ LIB = ROOT / "include"
 PACKAGE = "bakeoff"
 # What a DAG file may import at module level from the library: parsed every few seconds by the
 # dag-processor, so only cheap modules (no pandas, GX, boto3, httpx); steps are imported inside tasks.
-DAG_PARSE_ALLOWED = {"bakeoff.providers.registry", "bakeoff.run.steps", "bakeoff.twin.spend_index"}
+DAG_PARSE_ALLOWED = {"bakeoff.providers.registry", "bakeoff.run.steps", "bakeoff.prediction.spend_index"}
 HEAVY = ("pandas", "numpy", "pyarrow", "great_expectations", "aiohttp", "httpx", "boto3", "oci", "matplotlib")
 
 

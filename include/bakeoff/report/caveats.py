@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from bakeoff import catalog
 from bakeoff.plan.target import Target
+from bakeoff.prediction.runs import band_count, out_of_band_caveat
 from bakeoff.report import perwatt
 from bakeoff.report.data import ReportData
 from bakeoff.spend.approval import approval_line
 from bakeoff.twin.emulate import efficiency_info
-from bakeoff.twin.runs import band_count, out_of_band_caveat
 
 Text = Callable[["ReportData"], str | list[str]]
 When = Callable[["ReportData"], bool]

@@ -17,11 +17,11 @@ from bakeoff import claims, cost, store
 from bakeoff.core.facts import RunFacts
 from bakeoff.cost.headline import CLIENT_FIX
 from bakeoff.plan import Plan
+from bakeoff.prediction.runs import table
 from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.perwatt import WattRow
 from bakeoff.report.provisioning import ProvisioningRow
 from bakeoff.report.rackscale import RackRow
-from bakeoff.twin.runs import table
 
 # what a reader of the provenance needs first, in this order; every other key is folded away
 PROVENANCE_FIRST = (
@@ -53,7 +53,7 @@ class ReportData:
     claims_error: str | None = None  # why the claim check could not be made (the report still renders)
     checkpoint_note: str | None = None  # targets serving different checkpoints of one model, in words
     provisioning: list[ProvisioningRow] = field(default_factory=list)  # per cloud target (report.provisioning)
-    twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (twin.runs.check_run)
+    twin_checks: list[dict[str, Any]] = field(default_factory=list)  # measured vs the twin (prediction.runs.check_run)
     rack_scale: list[RackRow] = field(default_factory=list)  # per cluster target and workload (report.rackscale)
     per_watt: list[WattRow] = field(default_factory=list)  # per target and workload at the SLO (report.perwatt)
     capacity: list[CapacityRow] = field(default_factory=list)  # per workload, SLO tier and target (report.capacity)

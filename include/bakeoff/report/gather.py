@@ -164,7 +164,7 @@ def _twin_checks(plan: Plan, tables: cost.CostTables) -> list[dict[str, Any]]:
     if tables.points.empty:
         return []
     try:
-        from bakeoff.twin import runs  # noqa: PLC0415 - numpy fit only for a measured run
+        from bakeoff.prediction import runs  # noqa: PLC0415 - numpy fit only for a measured run
 
         rows = runs.installation_rows()  # the installation's refit (bakeoff twin refit), if it has one
         return runs.check_run(plan, tables.points, runs.installation_twin(rows) if rows else None)

@@ -839,8 +839,8 @@ def publish(
     index pages; the manifest states the outcome (failed_steps, as for report). ``refit_twin``: the
     installation's opt-in (Variable bakeoff_twin_refit_after_publish, else the environment) to refit the
     twin on its real runs once the run is published (``bakeoff twin refit``)."""
+    from bakeoff.prediction import runs as twin_runs  # noqa: PLC0415 - the twin's fit only when the installation asks
     from bakeoff.publishing.publish import publish as publish_reports  # noqa: PLC0415 - each step loads only the modules it runs
-    from bakeoff.twin import runs as twin_runs  # noqa: PLC0415 - the twin's fit only when the installation asks
 
     files = {**paths, "evidence": bundle(ctx, paths, failed_steps)}
     published = publish_reports(ctx.plan, ctx.folder, files, failed_steps=list(failed_steps))

@@ -78,7 +78,7 @@ def keys(r: Keyed) -> tuple[str, ...]:
 @lru_cache(maxsize=65536)
 def ideal_per_gpu(r: Keyed) -> float:
     """The roofline's tokens/s per GPU for a row's configuration at its scenario's operating point (a run
-    row carries its own, twin.runs)."""
+    row carries its own, prediction.runs)."""
     own = getattr(r, "roofline_tokens_s_per_gpu", None)
     if own is not None:
         return float(own)

@@ -147,7 +147,7 @@ class TargetTwin:
 
 def twin_for(target: Target, installed: Deployed | None = None) -> TargetTwin | NoCalibration:
     """The twin of a plan target, or NoCalibration saying why there is no basis; ``installed``: a refitted
-    twin (twin.runs.installation_twin) in place of the shipped one."""
+    twin (prediction.runs.installation_twin) in place of the shipped one."""
     d = installed or deployed()
     gpu = target.gpu.name
     if gpu not in catalog.gpus() or gpu not in d.fit.seen["gpu"]:

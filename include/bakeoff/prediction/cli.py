@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bakeoff.twin import spend_index
+from bakeoff.prediction import spend_index
 
 DEFAULT_RUNS = "twin-runs.csv"
 
@@ -19,7 +19,7 @@ DEFAULT_RUNS = "twin-runs.csv"
 def _add_run(args: argparse.Namespace) -> int:
     from bakeoff import store  # noqa: PLC0415 - the results store only for add-run
     from bakeoff.plan import PlanError, load_plan  # noqa: PLC0415 - the plan only for add-run
-    from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
+    from bakeoff.prediction import runs  # noqa: PLC0415 - numpy only for this command
 
     try:
         plan = load_plan(args.plan)
@@ -45,7 +45,7 @@ def _add_run(args: argparse.Namespace) -> int:
 
 
 def _refit(args: argparse.Namespace) -> int:
-    from bakeoff.twin import runs  # noqa: PLC0415 - numpy only for this command
+    from bakeoff.prediction import runs  # noqa: PLC0415 - numpy only for this command
 
     extra = []
     if args.runs is not None or Path(DEFAULT_RUNS).exists():

@@ -31,10 +31,10 @@ from bakeoff import catalog, store
 from bakeoff.plan import Plan, plan_from_dict
 from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Workload
+from bakeoff.prediction.predict import _lengths, _point
 from bakeoff.twin import calibration, holdout, operating, score
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin.calibration import engine_family
-from bakeoff.twin.predict import _lengths, _point
 from bakeoff.twin.target import (
     PLAN_SCENARIO,
     STEP_OVERHEAD_S,
