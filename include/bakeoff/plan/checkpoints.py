@@ -10,15 +10,16 @@ fixed reference, and the report says plainly which targets serve which checkpoin
 
 from __future__ import annotations
 
-from typing import Any
+from bakeoff.plan.settings import Accuracy
+from bakeoff.plan.target import Target
 
 
-def checkpoint_of(target: Any) -> str:
-    """The weights repo a target serves (``Target.checkpoint_id``; the model's HF id where a target has none)."""
-    return str(getattr(target, "checkpoint_id", None) or target.model_spec.hf_id)
+def checkpoint_of(target: Target) -> str:
+    """The weights repo a target serves (``Target.checkpoint_id``: the model's HF id where a target names none)."""
+    return target.checkpoint_id
 
 
-def differing_checkpoints(targets: list[Any]) -> dict[str, dict[str, list[str]]]:
+def differing_checkpoints(targets: list[Target]) -> dict[str, dict[str, list[str]]]:
     """{model: {checkpoint: [target names]}} for each model that the targets serve from more than one checkpoint."""
     by_model: dict[str, dict[str, list[str]]] = {}
     for t in targets:
@@ -26,7 +27,7 @@ def differing_checkpoints(targets: list[Any]) -> dict[str, dict[str, list[str]]]
     return {m: ck for m, ck in by_model.items() if len(ck) > 1}
 
 
-def check_accuracy_reference(targets: list[Any], reference: float | str, enabled: bool = True) -> None:
+def check_accuracy_reference(targets: list[Target], reference: float | str, enabled: bool = True) -> None:
     """Refuse a fixed accuracy reference when targets serve different checkpoints of one model."""
     groups = differing_checkpoints(targets)
     if not groups or reference == "best" or not enabled:
@@ -47,14 +48,14 @@ def describe_groups(groups: dict[str, dict[str, list[str]]]) -> str:
     return f"these targets serve different checkpoints of {', '.join(parts)}"
 
 
-def checkpoint_note(targets: list[Any], accuracy: Any) -> str | None:
+def checkpoint_note(targets: list[Target], accuracy: Accuracy) -> str | None:
     """The report's plain sentence about mixed checkpoints, or None when every model has one checkpoint."""
     groups = differing_checkpoints(targets)
     if not groups:
         return None
     head = describe_groups(groups)
     head = head[0].upper() + head[1:]
-    if not getattr(accuracy, "enabled", True):
+    if not accuracy.enabled:
         return (
             f"{head}. The accuracy gate is off (quality.accuracy.enabled: false): a checkpoint that lost accuracy "
             "would be ranked as if it served the same model; enable the gate before relying on the ranking."

@@ -536,18 +536,18 @@ class Target(Strict):
                 f"expert_parallel: {ep} must divide the {used} GPUs used (tensor_parallel x pipeline_parallel); "
                 f"use one of {divisors}"
             )
-        experts = getattr(self.model_spec, "experts", None)
-        if ep > 1 and isinstance(experts, int) and experts <= 1:
+        experts = self.model_spec.experts
+        if ep > 1 and experts is not None and experts <= 1:
             raise ValueError(f"expert_parallel: {self.model} is a dense model (no experts); set expert_parallel: 1")
         if spec is not None:
-            methods = getattr(stack, "speculative", None)
-            if methods is not None and spec.method not in methods:
+            methods = stack.speculative
+            if spec.method not in methods:
                 raise ValueError(
                     f"speculative.method: the {self.stack} stack does not run {spec.method}; it runs "
                     f"{', '.join(methods) or 'no speculative decoding'}"
                 )
-            drafts = getattr(self.model_spec, "speculative", None)
-            if drafts is not None and spec.draft_model is None and spec.method not in drafts:
+            drafts = self.model_spec.speculative
+            if spec.draft_model is None and spec.method not in drafts:
                 raise ValueError(
                     f"speculative.method: {self.model} ships no {spec.method} draft (it ships: "
                     f"{', '.join(drafts) or 'none'}); use one of those or give speculative.draft_model (an HF repo)"
@@ -559,8 +559,8 @@ class Target(Strict):
                     f"{spec.num_speculative_tokens}; give acceptance_length (tokens per step) or use acceptance: real"
                 )
         if self.kv_offload is not None:
-            backends = getattr(stack, "kv_offload", None)
-            if backends is not None and self.kv_offload.backend not in backends:
+            backends = stack.kv_offload
+            if self.kv_offload.backend not in backends:
                 raise ValueError(
                     f"kv_offload.backend: the {self.stack} stack has no {self.kv_offload.backend} offload; it has "
                     f"{', '.join(backends) or 'none'}"
@@ -575,10 +575,11 @@ class Target(Strict):
                 f"checkpoint: {self.checkpoint} is a {named} checkpoint but quantization is {self.quantization}; "
                 f"set quantization: {named} or name a {self.quantization} checkpoint"
             )
-        runs = getattr(self.gpu, "precisions", None)
+        gpu = self.gpu
+        runs = [] if isinstance(gpu, DescribedGpu) else gpu.precisions  # a described GPU: nothing to check
         if not runs or self.quantization in runs:
             return
-        checkpoints: dict[str, str] = getattr(self.model_spec, "checkpoints", None) or {}
+        checkpoints = self.model_spec.checkpoints
         usable = [q for q in ("mxfp4", "nvfp4", "fp8", "bf16") if q in runs and q in checkpoints]
         hint = (
             f"use the {usable[0]} checkpoint {checkpoints[usable[0]]} (quantization: {usable[0]})"
@@ -619,7 +620,7 @@ class Target(Strict):
     @property
     def checkpoint_id(self) -> str:
         """The weights repo served: the plan's checkpoint, else the catalog's for the quantization, else the HF id."""
-        checkpoints: dict[str, str] = getattr(self.model_spec, "checkpoints", None) or {}
+        checkpoints = self.model_spec.checkpoints
         return self.checkpoint or checkpoints.get(self.quantization) or self.model_spec.hf_id
 
     @property

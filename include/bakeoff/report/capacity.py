@@ -24,7 +24,7 @@ from bakeoff.report.numbers import finite
 if TYPE_CHECKING:
     import pandas as pd
 
-    from bakeoff.plan import Plan
+    from bakeoff.plan import Plan, Target
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,9 @@ def steps_text(steps: list[dict[str, Any]], over: str) -> str:
     return ", ".join(f"{unit}{int(s['load'])} {'ok' if s['meets'] else 'miss'}" for s in steps)
 
 
-def row(workload: str, tier: str, target: Any, over: str, result: dict[str, Any], price: dict[str, Any]) -> CapacityRow:
+def row(
+    workload: str, tier: str, target: Target, over: str, result: dict[str, Any], price: dict[str, Any]
+) -> CapacityRow:
     """One tier's result for one target, priced: ``price`` is the target's row of the cost step's targets
     table (usd_per_gpu_hour_effective, all_in_kw_per_gpu, gpus_used)."""
     fig = result.get("figures") or {}
@@ -82,7 +84,7 @@ def row(workload: str, tier: str, target: Any, over: str, result: dict[str, Any]
         energy_source=_kind(fig, measured_kw) if math.isfinite(best) else "",
         steps=steps_text(result.get("steps") or [], over),
         stopped_short=bool(result.get("stopped_short")),
-        emulated=bool(fig.get("emulated")) or bool(getattr(target, "emulated", False)),
+        emulated=bool(fig.get("emulated")) or target.emulated,
     )
 
 
