@@ -1,6 +1,6 @@
 """Open-loop pacing: how late bakeoff's open loop sends each request after its scheduled time.
 
-The scenario of the unit test ``tests/bench/test_load_and_stats.py::test_open_loop_sends_on_schedule``,
+The scenario of the unit test ``tests/bench/load/test_load_and_stats.py::test_open_loop_sends_on_schedule``,
 with the absolute figure the unit suite no longer asserts (it failed a loaded 2-core machine at
 10.2 ms): 40 Poisson arrivals at 100 requests/s through ``bench.loadgen.open_loop``, each send held
 open 30 ms (responses in flight while later sends are due), beside a calibrated no-op (the same

@@ -1,7 +1,7 @@
 """Rewrite docs/metrics.md's column table from the point metrics' declarations (bench.metrics.POINT_METRICS).
 
 Run after adding or changing a point metric: ``PYTHONPATH=include python scripts/metrics_doc.py``;
-tests/bench/test_metric_declarations.py fails while the page and the declarations differ.
+tests/bench/metrics/test_metric_declarations.py fails while the page and the declarations differ.
 """
 
 from __future__ import annotations

@@ -455,7 +455,7 @@ def _settle_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command and its arguments, each with its help (tests/unit/test_cli_conventions.py holds them to it)."""
+    """Every command and its arguments, each with its help (tests/cli/test_cli_conventions.py holds them to it)."""
     parser = argparse.ArgumentParser(
         prog="bakeoff",
         description="bakeoff: head-to-head evaluations of AI inference hardware, as cost per token at your SLO. "

@@ -1,4 +1,5 @@
-"""Servers the benchmark tests talk to: a misbehaving one (below) and the scripted one (library).
+"""Servers the benchmark tests talk to: a misbehaving one (below), the roofline emulator as a process
+(``emulator``) and the scripted one (library).
 
 The faulty server picks its behaviour from the request's ``model`` field, so one server covers every
 misbehaviour: model "fault:<kind>" (kinds in FAULTS), anything else streams normally.
@@ -10,10 +11,15 @@ import asyncio
 import json
 import socket
 import struct
+import subprocess
+import sys
+import time
 
 import pytest
 from aiohttp import web
-from threaded_app import ThreadedApp
+
+from bakeoff.plan import Target
+from tests.bench.threaded_app import ThreadedApp
 
 API_KEY = web.AppKey("api_key", object)
 FAULTS = (
@@ -176,3 +182,29 @@ class ServerThread(ThreadedApp):
 def faulty_server():
     with ServerThread(api_key="sekrit-key") as srv:
         yield srv
+
+
+@pytest.fixture
+def emulator(tmp_path):
+    """Start the roofline emulator for a target (a subprocess, as the local provider runs it)."""
+    procs = []
+
+    def start(target: Target) -> str:
+        d = tmp_path / f"emu{len(procs)}"
+        d.mkdir()
+        (d / "config.json").write_text(
+            json.dumps({"mode": "roofline", "target": target.model_dump(mode="json"), "api_key_env": None})
+        )
+        cmd = [sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(d / "config.json")]
+        cmd += ["--host", "127.0.0.1", "--port", "0", "--port-file", str(d / "port")]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 30
+        while not (d / "port").exists():
+            assert procs[-1].poll() is None and time.monotonic() < deadline, "emulator did not start"
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{int((d / 'port').read_text())}"
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()

@@ -14,7 +14,8 @@ import json
 import math
 
 from aiohttp import web
-from threaded_app import ThreadedApp
+
+from tests.bench.threaded_app import ThreadedApp
 
 BOS, TEMPLATE = 1, 5
 OUT_WORDS = ("consectetur", "lorem", "ipsum", "sit", "do")  # 4, 2, 2, 1, 1 tokens

@@ -6,50 +6,25 @@ connection with no sandbox registry to ask."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from bakeoff.clusters import cluster
 from bakeoff.core.instance import Instance
-from bakeoff.plan import Target
 from bakeoff.providers.aws import AwsProvider
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.local import LocalProvider
-
-TARGET = Target(name="pd", provider="local", recipe="dsr1-fp4-mi355x-sglang-disagg", recipe_arm=0)
-
-
-def _node(version: dict) -> ThreadingHTTPServer:
-    """A node answering /health, /v1/models (the target's model) and /version with ``version``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = {
-                "/health": {},
-                "/v1/models": {"data": [{"id": TARGET.served_model_id}]},
-                "/version": version,
-            }.get(self.path)
-            raw = json.dumps(body).encode()
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+from tests.emulator.stand_in_nodes import TARGET, stand_in_node
 
 
 @pytest.fixture
 def nodes() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
-    emulated, real = _node({"emulated": True}), _node({"version": "0.11.0"})  # a real engine says no such thing
+    emulated, real = (
+        stand_in_node({"emulated": True}),
+        stand_in_node({"version": "0.11.0"}),
+    )  # a real engine says no such thing
     yield emulated, real
     for s in (emulated, real):
         s.shutdown()

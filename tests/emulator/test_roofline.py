@@ -228,7 +228,7 @@ def test_requests_that_can_never_fit_are_rejected():
 
 def test_a_gpu_the_catalog_does_not_know_is_refused_by_name():
     """A static endpoint's described hardware has no figures: the roofline says so, not an AttributeError."""
-    from tests.providers.test_static import described
+    from tests.providers.cloud_helpers import described
 
     t = described().targets[0]
     with pytest.raises(ValueError, match=r"targets\.[\w-]+\.hardware: .*RTX 6000 Ada is not one; give the target"):

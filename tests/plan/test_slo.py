@@ -9,7 +9,7 @@ import pytest
 from bakeoff.bench.metrics.summary import summarize
 from bakeoff.plan import PlanError, Slo, load_plan, plan_from_dict, plans_dir
 from bakeoff.plan.slo import METRICS, PERCENTILES, RequestTimes
-from tests.bench.test_metrics import rec
+from tests.bench.metrics.record_fixtures import rec
 
 
 def _plan(slo):

@@ -8,6 +8,7 @@ import uuid
 
 from bakeoff import secrets
 from bakeoff.plan import load_plan, plan_from_dict
+from tests.plan_fixtures import without_deployment
 
 
 def make_target(provider: str, **options):
@@ -39,3 +40,21 @@ def launch_args(run_id: str, target) -> dict:
 
 def new_run_id() -> str:
     return f"manual__2026-11-29T21:00:00.{uuid.uuid4().hex[:6]}+00:00"
+
+
+def described(**over):
+    """A static target with no catalog instance: its hardware as the owner describes it."""
+    raw = load_plan("local-demo").model_dump(mode="json")
+    t = without_deployment(copy.deepcopy(raw["targets"][0]))
+    for k in ("instance_type", "emulator"):
+        t.pop(k)
+    t.update(
+        provider="static",
+        provider_options={"base_url": "http://10.0.0.5:8000"},
+        served_model="my-llama",
+        hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "on-prem rack 3"},
+        price={"usd_per_hour": 12.0, "market": "contract"},
+    )
+    t.update(over)
+    raw["targets"] = [{k: v for k, v in t.items() if v is not None}]
+    return plan_from_dict(raw)

@@ -13,6 +13,7 @@ from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import ProviderError, get_provider
 from bakeoff.providers.static import StaticProvider, static_api_key
 from tests.plan_fixtures import without_deployment
+from tests.providers.cloud_helpers import described
 
 
 @pytest.fixture(autouse=True)
@@ -67,24 +68,6 @@ def test_connection_host_must_be_a_plain_url(monkeypatch):
     monkeypatch.setenv("BAKEOFF_CONN_STATIC_ENDPOINT_POOL_HOST", "ftp://user:pw@host")
     with pytest.raises(ProviderError, match="http\\(s\\) URL"):
         get_provider("static").create(t, "r1", tags={}, spec={})
-
-
-def described(**over):
-    """A static target with no catalog instance: its hardware as the owner describes it."""
-    raw = load_plan("local-demo").model_dump(mode="json")
-    t = without_deployment(copy.deepcopy(raw["targets"][0]))
-    for k in ("instance_type", "emulator"):
-        t.pop(k)
-    t.update(
-        provider="static",
-        provider_options={"base_url": "http://10.0.0.5:8000"},
-        served_model="my-llama",
-        hardware={"gpu": "RTX 6000 Ada", "gpus": 8, "description": "on-prem rack 3"},
-        price={"usd_per_hour": 12.0, "market": "contract"},
-    )
-    t.update(over)
-    raw["targets"] = [{k: v for k, v in t.items() if v is not None}]
-    return plan_from_dict(raw)
 
 
 def test_static_target_describes_its_hardware_instead_of_a_catalog_instance():

@@ -16,7 +16,7 @@ from bakeoff.providers.aws import AwsProvider
 from bakeoff.providers.base import ProviderError
 from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.clouds import Clouds
-from tests.emulator.test_cluster_check_emulated import TARGET, _node
+from tests.emulator.stand_in_nodes import TARGET, stand_in_node
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def registry(tmp_path) -> Iterator[Clouds]:
 
 @pytest.fixture
 def forger() -> Iterator[ThreadingHTTPServer]:
-    s = _node({"emulated": True, "version": "emulator"})  # exactly what the emulator answers
+    s = stand_in_node({"emulated": True, "version": "emulator"})  # exactly what the emulator answers
     yield s
     s.shutdown()
 

@@ -12,7 +12,7 @@ from bakeoff import store
 from bakeoff.clusters import node_slots
 from bakeoff.clusters.node_slots import claim, held, release
 from bakeoff.plan import load_plan, plan_from_dict
-from tests.unit.test_node_slots import _claimer  # claim, count the holders while holding, release
+from tests.clusters.slot_claimers import claimer  # claim, count the holders while holding, release
 
 LIMIT = {"aws": 1}
 
@@ -85,7 +85,7 @@ def test_two_runs_claiming_at_once_in_separate_processes_stay_within_one_limit(t
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     procs = [
-        ctx.Process(target=_claimer, args=(str(r), f"ec2-{i}", str(counter), 0.05, out))
+        ctx.Process(target=claimer, args=(str(r), f"ec2-{i}", str(counter), 0.05, out))
         for i in reversed(range(4))
         for r in runs
     ]

@@ -187,7 +187,7 @@ def test_vultr_kill_switch_only_powers_off(tmp_path):
 
 
 def test_a_gpu_outside_the_catalog_gets_no_boot_script_and_the_error_names_the_field():
-    from tests.providers.test_static import described
+    from tests.providers.cloud_helpers import described
 
     t = described().targets[0]  # RTX 6000 Ada, described in the plan: no catalog platform to pick an image by
     assert type(t.gpu).__name__ == "DescribedGpu"

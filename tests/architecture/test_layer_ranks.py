@@ -6,12 +6,10 @@ with its reason, and the list can only shrink (an entry no import needs any more
 
 from __future__ import annotations
 
-import ast
 import re
 
+from scripts.import_graph import cycles, import_graph, imported_modules, package_graph
 from tests.conftest import ROOT
-from tests.unit.test_architecture import function_level_imports, package_of
-from tests.unit.test_import_layers import _is_type_checking, cycles, import_graph, imported_modules, library_modules
 
 DOC = ROOT / "docs" / "architecture.md"
 RANKS = "<!-- package-ranks: begin -->", "<!-- package-ranks: end -->"
@@ -35,32 +33,9 @@ def documented_exceptions(text: str) -> set[tuple[str, str]]:
     return {(m["src"], m["dst"]) for line in _block(text, AGAINST) if (m := AGAINST_ROW.match(line))}
 
 
-def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Package -> the other packages its modules import (``bakeoff.plan.target`` is in ``plan``)."""
-    out: dict[str, set[str]] = {}
-    for module, targets in graph.items():
-        deps = out.setdefault(package_of(module), set())
-        deps.update(p for p in map(package_of, targets) if p != package_of(module))
-    return out
-
-
 def against_the_order(packages: dict[str, set[str]], ranks: dict[str, int]) -> set[tuple[str, str]]:
     """Every package edge that does not go to a strictly lower rank."""
     return {(a, b) for a, deps in packages.items() for b in deps if ranks[b] >= ranks[a]}
-
-
-def layer_measures() -> dict[str, int]:
-    """The figures issue 37 tracks: module cycles counting annotation-only imports, function-level
-    imports and TYPE_CHECKING blocks in the library (``python -m tests.unit.test_layer_ranks``)."""
-    trees = [ast.parse(p.read_text(encoding="utf-8")) for p in library_modules().values()]
-    return {
-        "module cycles, annotation-only imports counted": len(cycles(import_graph(type_checking=True))),
-        "package cycles, every import counted": len(cycles(package_graph(import_graph(type_checking=True)))),
-        "function-level imports": sum(len(function_level_imports(t)) for t in trees),
-        "TYPE_CHECKING blocks": sum(
-            isinstance(n, ast.If) and _is_type_checking(n.test) for t in trees for n in ast.walk(t)
-        ),
-    }
 
 
 def test_every_package_has_a_rank_and_every_rank_a_package():
@@ -109,8 +84,3 @@ def test_annotation_only_imports_are_edges_when_asked(tmp_path):
     modules = {"bakeoff": src, "bakeoff.budget": src}
     assert imported_modules("bakeoff.x", src, modules) == set()
     assert imported_modules("bakeoff.x", src, modules, type_checking=True) == {"bakeoff.budget"}
-
-
-if __name__ == "__main__":
-    for name, value in layer_measures().items():
-        print(f"{name}: {value}")

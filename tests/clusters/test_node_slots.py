@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from bakeoff.clusters import node_slots
 from bakeoff.clusters.node_slots import VARIABLE, NodeLimitError, claim, held, parse_limits, release, release_all
 from bakeoff.plan import load_plan
 from bakeoff.run import pipeline
+from tests.clusters.slot_claimers import claimer
 
 
 def _raw_plan(cluster_nodes: int = 2) -> dict:
@@ -124,27 +124,6 @@ def test_start_run_refuses_a_target_larger_than_its_limit_before_anything_is_rec
     assert store.read_json(Path(run["run_dir"]) / node_slots.LIMITS) == {"aws": 3}
 
 
-def _claimer(rdir: str, slug: str, counter: str, hold_s: float, out: multiprocessing.Queue) -> None:
-    """Claim (polling), count itself in while holding, release: the most holders at once goes to ``out``."""
-    import fcntl
-
-    while not claim(rdir, slug):
-        time.sleep(0.005)
-
-    def bump(delta: int) -> int:
-        with open(counter, "r+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            now = int(f.read() or 0) + delta
-            f.seek(0), f.truncate(), f.write(str(now))
-            return now
-
-    most = bump(1)
-    time.sleep(hold_s)
-    bump(-1)
-    release(rdir, slug)
-    out.put(most)
-
-
 def test_concurrent_claimers_in_separate_processes_never_exceed_the_limit(tmp_path):
     raw = _raw_plan()
     one = raw["targets"][0]
@@ -157,7 +136,7 @@ def test_concurrent_claimers_in_separate_processes_never_exceed_the_limit(tmp_pa
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     procs = [
-        ctx.Process(target=_claimer, args=(str(rdir), f"ec2-{i}", str(counter), 0.05, out)) for i in reversed(range(8))
+        ctx.Process(target=claimer, args=(str(rdir), f"ec2-{i}", str(counter), 0.05, out)) for i in reversed(range(8))
     ]
     for p in procs:
         p.start()

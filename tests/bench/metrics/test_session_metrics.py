@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from bakeoff.bench.metrics.summary import binned_ms, session_figures, tpot_by_position
-from bakeoff.bench.run import run_workload
-from bakeoff.core.endpoint import Endpoint
-from bakeoff.plan import Slo, Target, Workload
+from bakeoff.plan import Slo, Workload
+from tests.bench.emulated_runs import emulated_target, run_points
 
 
 def _turn(root, sid, turn, n_turns, ttft=0.1, ctx=1000, unc=100, error=None, warm=False):
@@ -76,65 +71,20 @@ def test_binned_summaries_and_tpot_by_position():
     assert json.loads(tpot_by_position([{"chunk_offsets": [0.0]}])) == []
 
 
-@pytest.fixture
-def emulator(tmp_path):
-    """Start the roofline emulator for a target (a subprocess, as the local provider runs it)."""
-    procs = []
-
-    def start(target: Target) -> str:
-        d = tmp_path / f"emu{len(procs)}"
-        d.mkdir()
-        (d / "config.json").write_text(
-            json.dumps({"mode": "roofline", "target": target.model_dump(mode="json"), "api_key_env": None})
-        )
-        cmd = [sys.executable, "-m", "bakeoff.serving.emulator", "--config", str(d / "config.json")]
-        cmd += ["--host", "127.0.0.1", "--port", "0", "--port-file", str(d / "port")]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 30
-        while not (d / "port").exists():
-            assert procs[-1].poll() is None and time.monotonic() < deadline, "emulator did not start"
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{int((d / 'port').read_text())}"
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
-
-
-def _target(**kw) -> Target:
-    base = dict(
-        name="h100-8b",
-        provider="local",
-        instance_type="p5.48xlarge",
-        model="llama-3.1-8b",
-        quantization="bf16",
-        kv_cache_dtype="auto",
-        tensor_parallel=1,
-        emulator={"time_scale": 0.05},
-    )
-    return Target(**(base | kw))
-
-
-def _run(url: str, target: Target, workload: Workload, out: Path) -> list[dict]:
-    ep = Endpoint(target=target.slug, base_url=url, model=target.served_model_id, stack="vllm", emulated=True)
-    return run_workload(ep, target, workload, Slo(), out, "r", None, True, provenance=False, calibrate=False)
-
-
 def test_request_points_carry_the_servers_spec_acceptance(emulator, tmp_path):
     draft = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-    t = _target(
+    t = emulated_target(
         speculative={"method": "eagle3", "draft_model": draft, "acceptance": "pinned", "acceptance_length": 2.5}
     )
     w = Workload(name="w", input_len=64, output_len=64, concurrency=[4], requests_per_point=12, warmup_requests=0)
-    (p,) = _run(emulator(t), t, w, tmp_path)
+    (p,) = run_points(emulator(t), t, w, tmp_path)
     assert p["server_metrics_source"] == "vllm-counters"
     assert p["spec_acceptance_length"] == pytest.approx(2.5, abs=0.25)
     assert 0 < p["spec_acceptance_rate"] < 1 and p["prefix_cache_hit_rate"] is not None
 
 
 def test_session_points_measure_the_emulators_hit_rate_beside_the_trace(emulator, tmp_path):
-    t = _target()
+    t = emulated_target()
     sessions = {
         "sessions": 6,
         "turns": {"mean": 3, "max": 4},
@@ -146,7 +96,7 @@ def test_session_points_measure_the_emulators_hit_rate_beside_the_trace(emulator
         "warmup_sessions": 1,
     }
     w = Workload(name="agent", kind="sessions", sessions=sessions)
-    pts = _run(emulator(t), t, w, tmp_path)
+    pts = run_points(emulator(t), t, w, tmp_path)
     assert [p["concurrency"] for p in pts] == [2, 6] and all(p["load_mode"] == "sessions" for p in pts)
     for p in pts:
         assert p["sessions_completed"] == 5 and p["sessions_cut"] == 0 and p["session_goodput_sps"] > 0

@@ -4,15 +4,13 @@ page that documents them come from one list, so none can drift from the others."
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
 from bakeoff.bench.metrics import metric_units
 from bakeoff.bench.metrics.records import POINT_KEY, RequestRecord
 from bakeoff.bench.metrics.summary import EVALUATION_ORDER, POINT_COLUMNS, POINT_METRICS, summarize
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def _script():

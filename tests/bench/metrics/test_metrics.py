@@ -5,27 +5,9 @@ import math
 
 import pytest
 
-from bakeoff.bench.metrics.records import RequestRecord
 from bakeoff.bench.metrics.summary import POINT_COLUMNS, summarize
 from bakeoff.plan import Slo
-
-
-def rec(i, start, **kw):
-    base = dict(
-        run_id="r",
-        target="t",
-        workload="w",
-        concurrency=4,
-        repeat=0,
-        index=i,
-        warmup=False,
-        send_time=1000.0 + start,
-        start_offset=start,
-        requested_input_len=30,
-        requested_output_len=8,
-    )
-    base.update(kw)
-    return RequestRecord(**base)
+from tests.bench.metrics.record_fixtures import rec
 
 
 def point():

@@ -8,8 +8,8 @@ from __future__ import annotations
 import tomllib
 from fnmatch import fnmatchcase
 
+from scripts.import_graph import library_modules
 from tests.conftest import ROOT
-from tests.unit.test_import_layers import library_modules
 
 STRICT_FLAGS = (
     "disallow_untyped_defs",

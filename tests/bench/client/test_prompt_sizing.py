@@ -5,7 +5,6 @@ import random
 
 import pandas as pd
 import pytest
-from subword_server import BOS, SubwordServer, word_tokens
 
 from bakeoff.bench.cli import AdhocTarget
 from bakeoff.bench.client import sizing
@@ -15,6 +14,7 @@ from bakeoff.bench.client.workloads import build_specs
 from bakeoff.bench.run import run_workload
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan import Slo, Workload
+from tests.bench.subword_server import BOS, SubwordServer, word_tokens
 
 
 def _ep(url, model="sub"):
