@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from bakeoff.catalog import ModelSpec, gpus, models
 from bakeoff.plan import Target
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 
 TODAY = ["glm-5.2", "deepseek-v4-pro", "qwen3.5-397b-a17b", "minimax-m3", "kimi-k3"]
 BASELINES = ["gpt-oss-120b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.1-405b", "deepseek-r1"]

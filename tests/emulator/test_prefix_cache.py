@@ -17,8 +17,8 @@ from bakeoff.plan.workload import Spread
 from bakeoff.serving.emulator import prefix_cache
 from bakeoff.serving.emulator.engine import RooflineEngine, Sequence
 from bakeoff.serving.emulator.prefix_cache import BLOCK_TOKENS, PrefixCache, block_keys
-from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.tokens import VOCAB
+from bakeoff.twin.roofline import Roofline
 
 
 def words(n: int, tag: str) -> list[str]:

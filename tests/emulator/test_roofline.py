@@ -12,7 +12,7 @@ import pytest
 from emulator_fixtures import make_target
 
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 
 
 def h100_8b(**emu):

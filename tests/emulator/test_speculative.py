@@ -10,8 +10,8 @@ import pytest
 from emulator_fixtures import h100_8b, make_config, make_target, serve
 
 from bakeoff.serving.emulator.engine import RooflineEngine, Sequence
-from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.serving.emulator.speculation import Acceptance, chain_probability, for_target, mean_length
+from bakeoff.twin.roofline import Roofline
 
 
 def spec_target(time_scale: float = 0.05, **spec):

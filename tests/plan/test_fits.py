@@ -15,7 +15,7 @@ from bakeoff import catalog
 from bakeoff.cli import main
 from bakeoff.plan import PlanError, fits, load_plan, plan_from_dict
 from bakeoff.run import pipeline
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 
 
 def _demo(**target: Any) -> dict[str, Any]:

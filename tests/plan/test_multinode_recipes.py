@@ -14,7 +14,7 @@ from bakeoff.cli import main
 from bakeoff.plan import multinode
 from bakeoff.plan.options import EmulatorSettings
 from bakeoff.serving.emulator import disagg
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S
 
 ROOT = Path(__file__).resolve().parents[2]

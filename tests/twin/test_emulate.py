@@ -8,10 +8,10 @@ from bakeoff.plan import load_plan, plan_from_dict
 from bakeoff.report.gather import gather
 from bakeoff.report.markdown import render as render_markdown
 from bakeoff.serving.emulator.config import config_from_dict
-from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.serving.emulator.server import version_info
 from bakeoff.twin import operating
 from bakeoff.twin.emulate import band_pcts, efficiency_info, emulator_roofline
+from bakeoff.twin.roofline import Roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S, TargetTwin, twin_for
 from tests.report import synthetic
 

@@ -49,7 +49,7 @@ from bakeoff.providers.base import TAG_TARGET, CapacityError, Provider, Provider
 from bakeoff.providers.local import STOP_KEY_ENV, stop_key
 from bakeoff.serving.deploy import stack_facts
 from bakeoff.serving.emulator.config import STOP_ROUTE
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 from bakeoff import catalog
 from bakeoff.plan.precision import COMPUTE_DTYPE
 from bakeoff.plan.target import Target
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S, NoCalibration, TargetTwin, twin_for
 
 

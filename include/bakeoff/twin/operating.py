@@ -19,7 +19,7 @@ from functools import lru_cache
 from bakeoff import catalog
 from bakeoff.plan.fits import GPU_MEMORY_UTILIZATION
 from bakeoff.plan.precision import COMPUTE_DTYPE, KV_BYTES, QUANT_BYTES
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 
 NOMINAL_EFFICIENCY = 0.5  # what a tuned stack reaches of the roofline, for sizing the batch under a TPOT limit
 MAX_BATCH = 2048  # sequences in flight per replica (engines cap max_num_seqs near this)

@@ -20,11 +20,11 @@ from functools import lru_cache
 
 from bakeoff import catalog
 from bakeoff.plan.target import Target
-from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin import fit as twin_fit
 from bakeoff.twin import holdout, operating
 from bakeoff.twin.calibration import engine_family
 from bakeoff.twin.holdout import near_model
+from bakeoff.twin.roofline import Roofline
 
 PLAN_SCENARIO = "Server"
 PREFILL_CHUNK = 8192  # tokens per prefill pass (the engines' default chunk)

@@ -9,7 +9,7 @@ import pytest
 from bakeoff.bench.client import clock
 from bakeoff.bench.metrics.records import RequestRecord
 from bakeoff.plan import Workload
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 from tests.bench.emulated_runs import emulated_target, run_points
 
 

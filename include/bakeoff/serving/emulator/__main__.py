@@ -27,9 +27,9 @@ from aiohttp import web
 from bakeoff import durable
 from bakeoff.serving.emulator import scripted
 from bakeoff.serving.emulator.config import EmulatorConfig, EmulatorConfigError, load_config
-from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.serving.emulator.server import build_app, until_stopped
 from bakeoff.serving.tls import server_context
+from bakeoff.twin.roofline import Roofline
 
 log = logging.getLogger("bakeoff.emulator")
 

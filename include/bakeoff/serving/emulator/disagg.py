@@ -1,7 +1,7 @@
 """A paper model of disaggregated serving: a prefill pool, a decode pool and the KV transfer between them.
 
 For one arm of a multi-node recipe (plan.multinode) and a closed-loop concurrency C, with every figure
-from the catalog and the roofline (serving.emulator.roofline), so each number can be redone by hand:
+from the catalog and the roofline (twin.roofline), so each number can be redone by hand:
 
 - a prefill worker (TP = its GPUs) prefills one prompt of isl tokens in ``prefill_s(isl)``; the pool of
   P workers finishes at most P / prefill_s requests a second;
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from bakeoff import catalog
 from bakeoff.plan.multinode import SCALE_OUT_GBPS, Arm, MultinodeRecipe
 from bakeoff.plan.options import EmulatorSettings
-from bakeoff.serving.emulator.roofline import Roofline
+from bakeoff.twin.roofline import Roofline
 from bakeoff.twin.target import STEP_OVERHEAD_S
 
 MTP_DRAFT_TOKENS = 3  # InferenceX's Dynamo MTP arms run mtp3 (their recipe files' names)

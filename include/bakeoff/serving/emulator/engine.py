@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff.serving.emulator.prefix_cache import PrefixCache
-from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.serving.emulator.speculation import Acceptance
+from bakeoff.twin.roofline import Roofline
 
 
 async def stop_task(task: asyncio.Task[None] | None) -> None:

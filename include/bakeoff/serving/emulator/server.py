@@ -37,8 +37,8 @@ from bakeoff.plan.target import Target
 from bakeoff.serving.emulator import VERSION, power, prefix_cache, speculation, sse, textgen
 from bakeoff.serving.emulator.config import STOP_ROUTE, EmulatorConfig, opens_stop
 from bakeoff.serving.emulator.engine import Rejected, RooflineEngine, Sequence, Stats
-from bakeoff.serving.emulator.roofline import Roofline
 from bakeoff.twin.emulate import efficiency_info, emulator_roofline
+from bakeoff.twin.roofline import Roofline
 
 log = logging.getLogger("bakeoff.emulator")
 
