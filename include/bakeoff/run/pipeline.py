@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 
 from bakeoff import faults, paths, secrets, store
 from bakeoff.agent import job
+from bakeoff.cleanup import teardown
 from bakeoff.clusters import node_slots
 from bakeoff.core import facts
 from bakeoff.core.endpoint import Endpoint
@@ -27,11 +28,18 @@ from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
 from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError
 from bakeoff.providers.credentials import credentials_from_env
+from bakeoff.publishing.publish import publish as publish_reports
+from bakeoff.quality.accuracy import run_gate
+from bakeoff.quality.validate import raise_if_failed, validate_run
+from bakeoff.report import build_report
 from bakeoff.run import admission
 from bakeoff.run.step_context import EGRESS_FILE, RunContext, TargetContext, with_run, with_target
 from bakeoff.serving import deploy as serving
+from bakeoff.serving.agent_client import AgentPower
+from bakeoff.serving.power import PowerFile
+from bakeoff.serving.tls import node_identity
 from bakeoff.serving.userdata import kill_switch_minutes
-from bakeoff.spend import approval
+from bakeoff.spend import approval, budget
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +205,6 @@ def release_node_slot(run_dir: str, slug: str) -> bool:
     """Give the target's nodes back to its provider's limit after a provision that failed for good, only
     when it created no node: a create that succeeded before the failure leaves a node that still counts
     until terminate or the sweep has it gone (they release it then)."""
-    from bakeoff.cleanup import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     run = store.run_facts(run_dir)
     ended = run.target(slug).terminate
@@ -216,11 +223,10 @@ def provision(ctx: TargetContext, credentials: CredentialsFn = credentials_from_
     run_dir, slug, plan, rid, target = ctx.run_dir, ctx.slug, ctx.plan, ctx.run_id, ctx.target
     earlier = _recheck_budget(run_dir, plan, target)
     faults.maybe_fail("launch", target)
-    from bakeoff.spend.budget import kill_switch_s  # noqa: PLC0415 - each step loads only the modules it runs
 
     hours = plan.max_instance_hours
     if not PROVIDERS[target.provider].halt_visible:  # nothing can see the node halt: it expires then
-        hours = min(hours, kill_switch_minutes(kill_switch_s(plan, target)) / 60)
+        hours = min(hours, kill_switch_minutes(budget.kill_switch_s(plan, target)) / 60)
     expires = _launch_expiry(run_dir, slug, len(earlier), hours)
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
     tags[TAG_INSTALLATION] = secrets.installation_id()
@@ -236,7 +242,7 @@ def provision(ctx: TargetContext, credentials: CredentialsFn = credentials_from_
     spec = LaunchSpec(
         api_key=ctx.key,
         expires_at=expires,
-        shutdown_after_s=kill_switch_s(plan, target),
+        shutdown_after_s=budget.kill_switch_s(plan, target),
         agent=agent,
         launch=len(earlier),
         secrets=serving_secrets or {},
@@ -437,7 +443,6 @@ def _recheck_budget(run_dir: str, plan: Plan, target: Target) -> tuple[facts.Lau
     """A target this run launched before (a retry, a cleared task) is launched again only if the
     spend so far plus what remains still fits budget_usd (budget.recheck raises BudgetExceeded
     before any cloud call). Returns the earlier launches, each stamped with when it ended."""
-    from bakeoff.spend import budget  # noqa: PLC0415 - each step loads only the modules it runs
 
     run = store.run_facts(run_dir)
     earlier = run.target(target.slug).launches()
@@ -471,7 +476,6 @@ def _node_tls(
             "over TLS, and no client bundle could be staged; set the Airflow Variable "
             "bakeoff_client_bucket, or drop the secrets (they are never put in user-data)"
         )
-    from bakeoff.serving.tls import node_identity  # noqa: PLC0415 - only a node with its own certificate needs serving.tls
 
     ident = node_identity(run_id, target.slug)
     return {"cert": ident.cert_pem, "key": ident.key_pem}, ident.cert_pem
@@ -563,7 +567,6 @@ def serving_ready(
 @with_target
 def accuracy_gate(ctx: TargetContext, endpoint: dict[str, Any]) -> dict[str, Any]:
     """Score the endpoint on the offline accuracy set; the pass rule is applied at validation."""
-    from bakeoff.quality.accuracy import run_gate  # noqa: PLC0415 - each step loads only the modules it runs
 
     result = run_gate(Endpoint.from_dict(endpoint), ctx.key, ctx.target, ctx.plan, ctx.target_dir)
     summary: dict[str, Any] = {k: result.get(k) for k in ("score", "n", "mean_output_tokens") if k in result}
@@ -585,8 +588,6 @@ def benchmark(ctx: TargetContext, endpoint: dict[str, Any]) -> dict[str, Any]:
     key = ctx.key
     if target.client_mode == "co-located":
         return {"target": slug, "client_mode": "co-located", **job.submit(plan, target, ep, rid, key)}
-    from bakeoff.serving.agent_client import AgentPower  # noqa: PLC0415 - each step loads only the modules it runs
-    from bakeoff.serving.power import PowerFile  # noqa: PLC0415 - each step loads only the modules it runs
 
     power: AgentPower | PowerFile | None = None
     if ep.agent_url:
@@ -647,7 +648,6 @@ def terminate(
     """Terminate the target's instance: the ids provision recorded first (no listing can block them),
     then whatever the run's tag finds for the target, best effort (the sweep looks again). Safe when
     the node is already gone or was never created; fails only when a termination failed."""
-    from bakeoff.cleanup import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     run_dir, slug, plan, rid, target = ctx.run_dir, ctx.slug, ctx.plan, ctx.run_id, ctx.target
     provider = provider_for(target.provider, credentials)
@@ -712,7 +712,6 @@ def sweep(ctx: RunContext, credentials: CredentialsFn = credentials_from_env) ->
     """Terminate everything of this run on every provider the plan uses: each recorded instance id, then
     whatever the run's tag finds. One provider's failure never stops the next; what was done and the
     measured cost are recorded, then any failure (a node not terminated, a place not searched) fails the step."""
-    from bakeoff.cleanup import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     run_dir, plan, rid = ctx.run_dir, ctx.plan, ctx.run_id
     killed: dict[str, list[str]] = {}
@@ -744,9 +743,8 @@ def sweep(ctx: RunContext, credentials: CredentialsFn = credentials_from_env) ->
         errors=tuple(f"{w}: {e}" for w, e in errors.items()),
     )
     store.record(run_dir, swept.STEP, swept.to_json())
-    from bakeoff.spend.budget import record_measured_cost  # noqa: PLC0415 - each step loads only the modules it runs
 
-    record_measured_cost(run_dir, plan)
+    budget.record_measured_cost(run_dir, plan)
     # every target is done: release each one's nodes, except where a node may still run (its termination
     # failed, or its cloud could not be searched): those keep their slot until a later sweep sees them gone
     node_slots.release_all(run_dir, keep=_maybe_running(run_dir, plan, rid, errors))
@@ -759,7 +757,6 @@ def _maybe_running(run_dir: str, plan: Plan, rid: str, errors: dict[str, str]) -
     """Targets whose nodes the sweep could not see gone. An error names a provider ("vultr") or a place or
     node in it ("vultr:<id>"): a recorded node id keeps its own target's slot; anything else (the cloud, a
     region not searched, a tagged node no record names) keeps the slot of every target on that provider."""
-    from bakeoff.cleanup import teardown  # noqa: PLC0415 - each step loads only the modules it runs
 
     owner = {i: t.slug for t in plan.targets for i in teardown.recorded_ids(run_dir, plan.name, rid, t.slug)}
     keep: set[str] = set()
@@ -775,7 +772,6 @@ def _maybe_running(run_dir: str, plan: Plan, rid: str, errors: dict[str, str]) -
 @with_run
 def validate(ctx: RunContext) -> dict[str, Any]:
     """Run every quality gate; results are stored first, then a failing target fails the step."""
-    from bakeoff.quality.validate import raise_if_failed, validate_run  # noqa: PLC0415 - each step loads only the modules it runs
 
     summary = validate_run(ctx.plan, ctx.folder)
     failed = [s for s, t in summary.get("targets", {}).items() if not t.get("passed")]
@@ -796,7 +792,6 @@ def cost(ctx: RunContext) -> dict[str, Any]:
 def report(ctx: RunContext, failed_steps: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
     """Build the run's reports into the reports store (<reports>/<plan>/run_id=<run>/); ``failed_steps``
     are the steps of this run that failed, as the orchestrator knows them (the DAG run's task states)."""
-    from bakeoff.report import build_report  # noqa: PLC0415 - each step loads only the modules it runs
 
     plan, rdir = ctx.plan, ctx.folder
     for t in plan.targets:
@@ -840,7 +835,6 @@ def publish(
     installation's opt-in (Variable bakeoff_twin_refit_after_publish, else the environment) to refit the
     twin on its real runs once the run is published (``bakeoff twin refit``)."""
     from bakeoff.prediction import runs as twin_runs  # noqa: PLC0415 - the twin's fit only when the installation asks
-    from bakeoff.publishing.publish import publish as publish_reports  # noqa: PLC0415 - each step loads only the modules it runs
 
     files = {**paths, "evidence": bundle(ctx, paths, failed_steps)}
     published = publish_reports(ctx.plan, ctx.folder, files, failed_steps=list(failed_steps))
