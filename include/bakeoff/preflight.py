@@ -10,8 +10,9 @@ for one node (EC2 Service Quotas, OCI service limits); the image; EC2's ``RunIns
 (OCI's capacity report creates no resource): nothing here can start a node or bill.
 
 Each cloud's checks sit beside its provider (the registry's ``preflight``, rows and shared checks in
-``providers.preflight_checks``); this module runs them per target and offer, adds the price's age and
-prints the table.
+``providers.preflight_checks``); this module runs them per target and offer, hands each the stand-in
+launch a dry run sends (``serving.userdata.stand_in_launch``, with its boot script's renderer, which the
+providers do not import), adds the price's age and prints the table.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bakeoff.plan.prices import apply_price_sheet
 from bakeoff.providers import PROVIDERS, ProviderError, get_provider
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, checks_of
+from bakeoff.serving.userdata import stand_in_launch
 
 __all__ = ["FAIL", "NA", "OK", "WARN", "Check", "PreflightFailed", "blocking", "gate", "preflight", "table"]
 
@@ -44,7 +46,7 @@ def preflight(plan: Plan, credentials: Callable[[str], dict[str, Any]] = credent
         check = checks_of(t.provider)
         try:
             provider = get_provider(t.provider, credentials=credentials(t.provider))
-            rows += _offers(t, [list(check(o, i, provider)) for o in _each_offer(t)])
+            rows += _offers(t, [list(check(o, i, provider, stand_in_launch(o))) for o in _each_offer(t)])
         except ProviderError as e:  # a connection that cannot even be built
             rows.append(Check(t.name, "credentials", FAIL, str(e), f"fix the {t.provider} connection"))
         rows.append(_price(t))

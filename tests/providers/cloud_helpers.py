@@ -8,6 +8,7 @@ import uuid
 
 from bakeoff import secrets
 from bakeoff.plan import load_plan, plan_from_dict
+from bakeoff.serving import userdata
 from tests.plan_fixtures import without_deployment
 
 
@@ -34,7 +35,12 @@ def launch_args(run_id: str, target) -> dict:
             "bakeoff:expires_at": str(int(exp)),
             "bakeoff:installation": secrets.installation_id(),  # as pipeline.provision tags it
         },
-        "spec": {"api_key": "bk-" + uuid.uuid4().hex[:40].ljust(40, "0"), "expires_at": exp},
+        # the boot script's renderer, as pipeline.provision hands it in (read at each call: a test may patch it)
+        "spec": {
+            "api_key": "bk-" + uuid.uuid4().hex[:40].ljust(40, "0"),
+            "expires_at": exp,
+            "boot": userdata.render_for,
+        },
     }
 
 

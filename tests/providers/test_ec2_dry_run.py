@@ -11,6 +11,7 @@ from cloud_helpers import launch_args, make_target, new_run_id
 
 from bakeoff.providers.aws import AwsProvider
 from bakeoff.providers.base import Placement
+from bakeoff.serving import userdata
 
 
 def _recording(p: AwsProvider) -> list[tuple[str, dict]]:
@@ -62,7 +63,7 @@ def test_the_preflight_dry_run_tries_the_whole_launch_and_makes_nothing(aws_cred
     p, ec2 = AwsProvider(aws_creds), _ec2(aws_creds)
     groups_before = {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]}
     sent = _recording(p)
-    tried = p.preflight_dry_run(t, Placement("us-east-1"))
+    tried = p.preflight_dry_run(t, Placement("us-east-1"), userdata.stand_in_launch(t))
     assert [(call, code) for call, code, _ in tried] == [
         ("CreateSecurityGroup", "DryRunOperation"),
         ("RunInstances", "DryRunOperation"),
@@ -88,7 +89,10 @@ def test_a_refused_dry_run_call_is_reported_with_its_code(aws_creds, moto_server
     p, t = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"])
     moto_server.gate.unauthorized = {refused}
     try:
-        tried = dict((call, code) for call, code, _ in p.preflight_dry_run(t, Placement("us-east-1")))
+        tried = dict(
+            (call, code)
+            for call, code, _ in p.preflight_dry_run(t, Placement("us-east-1"), userdata.stand_in_launch(t))
+        )
     finally:
         moto_server.gate.unauthorized = set()
     assert tried[refused] == "UnauthorizedOperation"

@@ -15,11 +15,10 @@ from bakeoff import store
 from bakeoff.core import facts
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.base import CapacityError, CloudProvider, Instance, Placement, ProviderError, Refused
-from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.tags import TAG_PORT, TAG_RUN, TAG_TARGET
 
 
-class TinyCloud(UserDataBoot, CloudProvider):
+class TinyCloud(CloudProvider):
     """Refuses the regions in ``full`` (capacity) and ``capped`` (quota); remembers every call."""
 
     name = "tiny"

@@ -26,6 +26,7 @@ from bakeoff.providers.oci import OciProvider
 from bakeoff.providers.tags import LABELS
 from bakeoff.providers.vultr import VultrProvider
 from bakeoff.run import pipeline
+from bakeoff.serving import userdata
 from bakeoff_sandbox import oci as fake_oci
 from bakeoff_sandbox import throwaway_api_key
 from bakeoff_sandbox.clouds import TOKEN, Clouds
@@ -159,7 +160,12 @@ def _launch(provider, plan, slug: str, rid: str, expires_in: float = 3600):
         "bakeoff:expires_at": str(int(time.time() + expires_in)),
         "bakeoff:installation": secrets.installation_id(),  # as pipeline.provision tags it
     }
-    return provider.create(target, rid, tags=tags, spec={"api_key": "bk-" + "0" * 40, "expires_at": time.time() + 3600})
+    return provider.create(
+        target,
+        rid,
+        tags=tags,
+        spec={"api_key": "bk-" + "0" * 40, "expires_at": time.time() + 3600, "boot": userdata.render_for},
+    )
 
 
 def _record(rdir: Path, slug: str, inst) -> None:

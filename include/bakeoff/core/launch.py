@@ -1,9 +1,11 @@
 """What one launch of a target boots with, typed once for the providers that launch it and the boot
-script's renderer (``serving.userdata``) that reads it: neither imports the other for it."""
+script's renderer (``serving.userdata``) that reads it: neither imports the other for it. The caller
+hands the renderer in with the spec (``LaunchSpec.boot``), so a cloud's create renders the script for
+the target it launches (a cluster's node included) without the providers importing serving."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -13,6 +15,9 @@ from bakeoff.core.errors import ProviderError
 # serving port, a listed node reports it, and no custom stack may take it (plan.custom_stack.RESERVED_PORTS).
 AGENT_PORT = 8089
 
+# (the plan's Target, this spec) -> the node's boot script: serving.userdata.render_for
+BootRenderer = Callable[[Any, "LaunchSpec"], str]
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -21,7 +26,8 @@ class LaunchSpec:
     names of the serving secrets its agent will receive. It holds secrets, so its repr hides them and
     it is never stored (instance.json and the records hold none of it). ``launch`` counts the target's
     earlier launches in the run (clouds' idempotency tokens include it). ``mode`` and ``scripted``
-    configure the local emulator only."""
+    configure the local emulator only. ``boot`` renders the boot script a cloud launches with (the
+    caller's ``serving.userdata.render_for``; the local and static providers boot none)."""
 
     api_key: str | None = field(default=None, repr=False)
     expires_at: float | None = None
@@ -32,6 +38,7 @@ class LaunchSpec:
     tls: Mapping[str, str] | None = field(default=None, repr=False)  # the node's {cert, key} PEMs
     mode: str = "roofline"
     scripted: Mapping[str, Any] | None = None
+    boot: BootRenderer | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, spec: LaunchSpec | Mapping[str, Any] | None) -> LaunchSpec:

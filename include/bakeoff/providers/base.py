@@ -238,9 +238,15 @@ class CloudProvider(Provider, Generic[Context]):
 
     tag_codec: Pairs | Labels  # how this cloud spells the tags
 
-    @abc.abstractmethod
     def boot_script(self, target: Target, launch: LaunchSpec) -> str:
-        """The node's user data for this launch (providers/boot.py renders it with serving.userdata)."""
+        """The node's user data for this launch, from the renderer the caller handed in with the spec
+        (``LaunchSpec.boot``: serving.userdata's, which this package does not import)."""
+        if launch.boot is None:
+            raise ProviderError(
+                f"{self.name}: targets.{target.name}: a cloud launch needs its boot script's renderer "
+                "(LaunchSpec.boot, serving.userdata.render_for)"
+            )
+        return launch.boot(target, launch)
 
     def create(
         self, target: Target, run_id: str, *, tags: Mapping[str, str], spec: LaunchSpec | Mapping[str, Any]

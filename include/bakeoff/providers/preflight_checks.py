@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from bakeoff import catalog
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.providers.registry import resolve
 
@@ -31,8 +32,9 @@ class Check:
     fix: str = ""
 
 
-# A cloud's checks of one target on one offer: (target, its index in the plan, the provider) -> rows.
-CloudChecks = Callable[[Any, int, Any], Iterator[Check]]
+# A cloud's checks of one target on one offer: (target, its index in the plan, the provider, the launch a
+# dry run sends: serving.userdata.stand_in_launch, with its boot script's renderer) -> rows.
+CloudChecks = Callable[[Any, int, Any, LaunchSpec], Iterator[Check]]
 
 
 def checks_of(provider: str) -> CloudChecks:

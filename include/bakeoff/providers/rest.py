@@ -36,7 +36,6 @@ from bakeoff.providers.base import (
     Refused,
     reachable,
 )
-from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.listing import listed_instance
 
 if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
@@ -266,7 +265,7 @@ def refusal_reason(message: str) -> RefusalReason:
 CAPACITY_RE = re.compile(r"not available|unavailable|out of stock|insufficient|capacity|sold[ -]?out|limit", re.I)
 
 
-class RestProvider(UserDataBoot, CloudProvider[None]):
+class RestProvider(CloudProvider[None]):
     """The create/poll/list/delete cycle both REST clouds share; subclasses say how their API spells it.
 
     Idempotency without client tokens: create first lists the run's nodes by tag and returns the

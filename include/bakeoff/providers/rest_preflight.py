@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, untried
 
@@ -50,7 +51,7 @@ class RestPreflight:
     image: Callable[[Any, int, Any], Iterator[Check]]  # (target, index, provider) -> its image rows
     untried: tuple[str, ...]  # what its create does that nothing here can try (also in docs/production.md)
 
-    def __call__(self, t: Any, i: int, p: Any) -> Iterator[Check]:
+    def __call__(self, t: Any, i: int, p: Any, launch: LaunchSpec) -> Iterator[Check]:
         cred = credentials(t, p)
         yield cred
         if cred.result == FAIL:

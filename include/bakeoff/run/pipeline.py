@@ -35,10 +35,10 @@ from bakeoff.report import build_report
 from bakeoff.run import admission
 from bakeoff.run.step_context import EGRESS_FILE, RunContext, TargetContext, with_run, with_target
 from bakeoff.serving import deploy as serving
+from bakeoff.serving import userdata
 from bakeoff.serving.agent_client import AgentPower
 from bakeoff.serving.power import PowerFile
 from bakeoff.serving.tls import node_identity
-from bakeoff.serving.userdata import kill_switch_minutes
 from bakeoff.spend import approval, budget
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ def provision(ctx: TargetContext, credentials: CredentialsFn = credentials_from_
 
     hours = plan.max_instance_hours
     if not PROVIDERS[target.provider].halt_visible:  # nothing can see the node halt: it expires then
-        hours = min(hours, kill_switch_minutes(budget.kill_switch_s(plan, target)) / 60)
+        hours = min(hours, userdata.kill_switch_minutes(budget.kill_switch_s(plan, target)) / 60)
     expires = _launch_expiry(run_dir, slug, len(earlier), hours)
     tags = {TAG_RUN: rid, TAG_TARGET: target.slug, TAG_PLAN: plan.name, TAG_EXPIRES: str(int(expires))}
     tags[TAG_INSTALLATION] = secrets.installation_id()
@@ -247,6 +247,7 @@ def provision(ctx: TargetContext, credentials: CredentialsFn = credentials_from_
         launch=len(earlier),
         secrets=serving_secrets or {},
         tls=tls,
+        boot=userdata.render_for,  # each cloud node's boot script (the providers do not import serving)
     )
     if target.cluster is not None:
         return _provision_cluster(ctx, provider, tags, spec, earlier, credentials)

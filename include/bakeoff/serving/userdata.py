@@ -722,6 +722,7 @@ def stand_in_launch(target: Target, url_bytes: int = URL_BYTES_TEMPORARY_CREDENT
         agent={"url": url, "sha256": "0" * 64, "requirements": list(requirements())},
         secrets={name: "stand-in" for name in sorted(target.secrets or {})},
         tls={"cert": ident.cert_pem, "key": ident.key_pem},
+        boot=render_for,
     )
 
 

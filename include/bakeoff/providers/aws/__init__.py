@@ -33,8 +33,6 @@ from bakeoff.providers.aws.instance import CAPACITY_CODES, QUOTA_CODES
 from bakeoff.providers.aws.network import dry
 from bakeoff.providers.aws.search import Search
 from bakeoff.providers.base import CloudProvider, PartialListing, Placement, ProviderError, Refused, reachable
-from bakeoff.providers.boot import UserDataBoot
-from bakeoff.serving.userdata import stand_in_launch
 
 if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
     from bakeoff.plan.target import Target
@@ -43,7 +41,7 @@ log = logging.getLogger(__name__)
 PREFLIGHT_RUN_ID = "manual__preflight"  # the dry run's stand-in run id (its tags and token take its place)
 
 
-class AwsProvider(Search, UserDataBoot, CloudProvider[None]):
+class AwsProvider(Search, CloudProvider[None]):
     name = "aws"
     tag_codec: node_tags.Pairs = node_tags.EC2
 
@@ -122,11 +120,10 @@ class AwsProvider(Search, UserDataBoot, CloudProvider[None]):
         kw = self._run_request(target, run_id, labels, script, place.region, place.zone, launch.launch, groups)
         return [*tried, ("RunInstances", *dry(self._client("ec2", place.region).run_instances, kw))]
 
-    def preflight_dry_run(self, target: Target, place: Placement) -> list[tuple[str, str, str]]:
-        """``dry_run`` with a run's stand-ins (``userdata.stand_in_launch``: a key, certificate, bundle URL
-        and expiry as long as a run's own; tags of a run's form): what the pre-flight sends."""
-
-        launch = stand_in_launch(target)
+    def preflight_dry_run(self, target: Target, place: Placement, launch: LaunchSpec) -> list[tuple[str, str, str]]:
+        """``dry_run`` with a run's stand-ins (``launch``: the pre-flight's ``userdata.stand_in_launch``, a
+        key, certificate, bundle URL and expiry as long as a run's own; tags of a run's form): what the
+        pre-flight sends."""
         expires = str(int(launch.expires_at or 0))
         tags = {
             node_tags.TAG_PLAN: "preflight",

@@ -8,6 +8,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.base import Placement, ProviderError
 from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides, untried
 
@@ -29,7 +30,7 @@ SENT = {
 }
 
 
-def checks(t: Any, i: int, p: Any) -> Iterator[Check]:
+def checks(t: Any, i: int, p: Any, launch: LaunchSpec) -> Iterator[Check]:
     """The pre-flight's checks of a target on EC2 (registry ``preflight``)."""
 
     def err(e: Exception) -> str:
@@ -103,7 +104,7 @@ def checks(t: Any, i: int, p: Any) -> Iterator[Check]:
     yield Check(name, "image", OK, f"{ami} ({images[0].get('Name', '')}) in {region}")
     yield image_provides(t, i, str(images[0].get("Name", "")))
     try:
-        tried = p.preflight_dry_run(t, Placement(region, zone))
+        tried = p.preflight_dry_run(t, Placement(region, zone), launch)
     except ProviderError as e:
         yield Check(name, "dry run", FAIL, str(e), f"targets[{i}].provider_options")
         return

@@ -31,7 +31,6 @@ from oci.exceptions import ServiceError
 from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.base import CloudProvider, Placement, ProviderError, Refused, reachable
-from bakeoff.providers.boot import UserDataBoot
 from bakeoff.providers.oci.api import GONE, TAGS, options_of, region_of
 from bakeoff.providers.oci.instance import Network, is_capacity
 from bakeoff.providers.oci.network import SecurityGroups
@@ -44,7 +43,7 @@ if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG 
 log = logging.getLogger(__name__)
 
 
-class OciProvider(SecurityGroups, Search, UserDataBoot, CloudProvider[Network]):
+class OciProvider(SecurityGroups, Search, CloudProvider[Network]):
     name = "oci"
     tag_codec = TAGS
 

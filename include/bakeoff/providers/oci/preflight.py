@@ -9,6 +9,7 @@ from typing import Any
 
 import oci
 
+from bakeoff.core.launch import LaunchSpec
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.preflight_checks import BOOT_UNTRIED, FAIL, NA, OK, WARN, Check, image_provides, untried
 
@@ -21,7 +22,7 @@ UNTRIED = [
 ]
 
 
-def checks(t: Any, i: int, p: Any) -> Iterator[Check]:
+def checks(t: Any, i: int, p: Any, launch: LaunchSpec) -> Iterator[Check]:
     """The pre-flight's checks of a target on OCI (registry ``preflight``)."""
 
     def err(e: Exception) -> str:
