@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pydantic import ValidationError
 
 from bakeoff import catalog, engines, images, installation, store
@@ -242,7 +243,6 @@ class Progress:
 
 
 def _predict(args: argparse.Namespace) -> int:
-
     plan = _load(args.plan)
     doc = predict_plan(plan)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
@@ -411,7 +411,6 @@ def _installation_id(args: argparse.Namespace) -> int:
 
 def _images(args: argparse.Namespace) -> int:
     """Resolve tags to digests and print the trusted-images Variable's value (a JSON list)."""
-    import httpx  # noqa: PLC0415 - httpx and the registry only for this command
 
     wanted = list(args.images) + (images.recipe_images() if args.recipes else [])
     wanted += images.plan_images(args.plan) if args.plan else []

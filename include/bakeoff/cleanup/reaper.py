@@ -22,6 +22,8 @@ per-run security groups, DigitalOcean cloud firewalls with no droplet left behin
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -35,7 +37,6 @@ from bakeoff.providers.credentials import configured, credentials_from_env
 
 if TYPE_CHECKING:
     import argparse
-    import threading
 
 log = logging.getLogger(__name__)
 CLOUD_PROVIDERS = LAUNCHING  # every provider whose create starts a node
@@ -240,8 +241,6 @@ def reap_loop(
 
 def _stop_on_signals() -> threading.Event:
     """An Event set by SIGTERM or SIGINT, so a service manager's stop ends the loop between passes."""
-    import signal  # noqa: PLC0415 - signal handling only for the reaper's own loop
-    import threading  # noqa: PLC0415 - signal handling only for the reaper's own loop
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

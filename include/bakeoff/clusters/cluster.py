@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -34,6 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
+
+import httpx
 
 from bakeoff import faults
 from bakeoff.cleanup import teardown
@@ -384,8 +387,6 @@ class Router:
     config: dict[str, Any]
 
     def stop(self, grace_s: float = 3.0) -> None:
-        import signal  # noqa: PLC0415 - only stopping a router needs signals
-
         try:
             os.killpg(self.pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -465,8 +466,6 @@ def stop_router(pid: int, folder: str, url: str | None = None) -> bool:
 
 
 def _stop_remote_router(url: str, folder: str, grace_s: float = 10.0) -> bool:
-    import httpx  # noqa: PLC0415 - only a router on another worker is stopped over the network
-
     auth = {"Authorization": f"Bearer {stop_key(router_stop_id(folder))}"}
     try:
         answer = httpx.post(f"{url}{STOP_ROUTE}", headers=auth, timeout=5.0).status_code
@@ -497,7 +496,6 @@ SERVING_ROLES = ("prefill", "decode")  # an idle node (a rack's unused tray) ser
 def look_roles(nodes: list[ClusterNode], target: Target, api_key: str | None, timeout_s: float = 5.0) -> dict[int, str]:
     """One look at every serving node (its /health and /v1/models, over the nodes' pinned certificate):
     {node index: why it does not serve the target's model yet}; empty once every role serves."""
-    import httpx  # noqa: PLC0415 - only readiness checks of a cluster reach its nodes
 
     cert = node_cert(nodes)
     verify: ssl.SSLContext | bool = pinned_context(cert) if cert else True

@@ -18,6 +18,7 @@ import pandas as pd
 from bakeoff import claims, cost, store
 from bakeoff.plan import Plan
 from bakeoff.plan.checkpoints import checkpoint_note
+from bakeoff.prediction import runs
 from bakeoff.report.capacity import CapacityRow
 from bakeoff.report.capacity import rows as capacity_rows
 from bakeoff.report.caveats import caveat_lines
@@ -28,6 +29,7 @@ from bakeoff.report.provisioning import rows as provisioning_rows
 from bakeoff.report.rackscale import RackRow
 from bakeoff.report.rackscale import rows as rack_rows
 from bakeoff.spend import offers
+from bakeoff.twin.emulate import band_pcts
 
 log = logging.getLogger(__name__)
 # provenance keys never shown, whatever a provider put there
@@ -164,8 +166,6 @@ def _twin_checks(plan: Plan, tables: cost.CostTables) -> list[dict[str, Any]]:
     if tables.points.empty:
         return []
     try:
-        from bakeoff.prediction import runs  # noqa: PLC0415 - numpy fit only for a measured run
-
         rows = runs.installation_rows()  # the installation's refit (bakeoff twin refit), if it has one
         return runs.check_run(plan, tables.points, runs.installation_twin(rows) if rows else None)
     except Exception as e:  # noqa: BLE001 - a broken optional section must not lose the report
@@ -178,8 +178,6 @@ def _emulator_bands(plan: Plan) -> dict[str, float]:
     if not any(t.emulated and t.emulator.efficiency == "twin" for t in plan.targets):
         return {}
     try:
-        from bakeoff.twin.emulate import band_pcts  # noqa: PLC0415 - numpy fit only for such a plan
-
         return band_pcts(plan.targets)
     except Exception as e:  # noqa: BLE001 - a broken optional figure must not lose the report
         log.warning("twin band beside EMULATED figures skipped: %s", type(e).__name__)

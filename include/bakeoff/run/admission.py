@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bakeoff import installation
+from bakeoff.agent.job import preflight
+from bakeoff.bench.client.workloads import check_files
+from bakeoff.bench.sessions.workload import check_plan_contexts
 from bakeoff.claims import check_plan_claims
 from bakeoff.clusters import node_slots
 from bakeoff.core.facts import ApprovalNeed, BudgetEstimate
@@ -96,8 +99,6 @@ def admit(plan: Plan, settings: Settings | None = None, scheduled: bool = False)
     files and the settings; records nothing."""
     s = settings or Settings()
     check_plan_claims(plan)
-    from bakeoff.bench.client.workloads import check_files  # noqa: PLC0415 - numpy only once a plan is admitted
-
     check_files(plan.workloads)  # before the estimate reads them: a missing file is one line naming it
     oversize, tight = boot_script_sizes(plan)
     if oversize:
@@ -106,11 +107,7 @@ def admit(plan: Plan, settings: Settings | None = None, scheduled: bool = False)
     installation.check_secret_images(plan, installation.trusted_images(s.trusted_images))
     private = installation.private_endpoints_allowed(s.allow_private_endpoints)
     installation.check_static_endpoints(plan, private)
-    from bakeoff.agent.job import preflight  # noqa: PLC0415 - a co-located job the node would refuse stops here
-
-    preflight(plan)
-    from bakeoff.bench.sessions.workload import check_plan_contexts  # noqa: PLC0415 - numpy only for session workloads
-
+    preflight(plan)  # a co-located job the node would refuse stops here
     check_plan_contexts(plan)
     limits = node_slots.parse_limits(_env(s.node_limits, NODE_LIMITS_ENV))
     node_slots.check_plan(plan, limits)

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from bakeoff import engines, store
 from bakeoff.core.endpoint import Endpoint, Provenance
 from bakeoff.core.instance import Instance
@@ -367,7 +369,6 @@ def node_output(instance: Instance, api_key: str | None = None, credentials: Cre
 def measure_rtt(url: str, samples: int = 5) -> dict[str, Any]:
     """TCP connect round trip from the Airflow worker to the server: what a remote client's TTFT
     includes (recorded next to the results; a co-located client does not pay it)."""
-    import httpx  # noqa: PLC0415 - local to the round-trip measurement
 
     u = httpx.URL(url)
     port = u.port or (443 if u.scheme == "https" else 80)
