@@ -289,7 +289,7 @@ def storm_during_teardown(sb: Sandbox, provider: str, workdir: Path) -> dict:
     run = pipeline.start_run(str(path), f"faults__{provider}__storm__{time.time_ns()}")
     before = set(sb.live()[provider])
     inst = pipeline.provision(run["run_dir"], slug)
-    cloud = sb.clouds.cloud(provider)
+    cloud = sb.fakes[provider]
     calls = cloud.requests
     cloud.rate_limited_until = time.time() + STORM_S
     start = time.monotonic()
@@ -326,10 +326,7 @@ def reprovision_after_clear(sb: Sandbox, provider: str, workdir: Path) -> dict:
 
 def spec_counts(sb: Sandbox) -> dict[str, tuple[int, int, int]]:
     """Per spec-held fake: (requests served, requests the definition refused, answers that departed from it)."""
-    return {
-        c: (sb.clouds.cloud(c).requests, len(sb.clouds.cloud(c).refused), len(sb.clouds.cloud(c).answer_problems))
-        for c in REST_CLOUDS
-    }
+    return {c: (sb.fakes[c].requests, len(sb.fakes[c].refused), len(sb.fakes[c].answer_problems)) for c in REST_CLOUDS}
 
 
 def _add_counts(total: dict[str, list[int]], counts: dict[str, tuple[int, int, int]]) -> None:
@@ -392,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         if "stages" in only:
             guard = budget_guard(sb, workdir)
         leftover = sb.live()
-        firewalls = len(sb.clouds.do.firewalls)
-        nsgs = len(sb.oci.nsgs)
+        firewalls = len(sb.fakes["digitalocean"].firewalls)
+        nsgs = len(sb.fakes["oci"].nsgs)
         _add_counts(spec, spec_counts(sb))
     dies = []
     rows_dies = [(p, False) for p in clouds] + ([("oci", True)] if "oci" in clouds else [])

@@ -63,8 +63,7 @@ def moto_server():
     """One moto server (EC2, SSM, S3) per session, with the Deep Learning AMI parameter published."""
     import boto3
 
-    from bakeoff_sandbox import AWS_REGIONS
-    from bakeoff_sandbox.ec2 import MotoServer, publish_dlami
+    from bakeoff_sandbox.ec2 import AWS_REGIONS, MotoServer, publish_dlami
 
     server = MotoServer(None).start()
     ec2 = boto3.client(

@@ -31,18 +31,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.providers.credentials import CREDENTIALS_ENV, json_credentials
-from bakeoff_sandbox import oci as fake_oci
+from bakeoff_sandbox.address_map import AddressMap
 from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.billing import Clock, Meter
-from bakeoff_sandbox.clouds import TOKEN, Clouds
-from bakeoff_sandbox.ec2 import MotoServer, publish_dlami
+from bakeoff_sandbox.ec2 import CREDS, MotoServer
+from bakeoff_sandbox.fakes import CloudFake, Parts, every_fake
 
 log = logging.getLogger(__name__)
 ENV = CREDENTIALS_ENV  # JSON credentials per provider, for processes the sandbox did not start
-AWS_REGIONS = ["us-east-1", "us-east-2", "us-west-2"]
 CLIENT_BUCKET = "bakeoff-sandbox-client"  # moto S3: where the client bundle is staged for the nodes
-_AWS_CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
 class Sandbox:
@@ -53,34 +52,35 @@ class Sandbox:
         self.backing = Backing(self.workdir, self.clock)
         self.backing.kill_switch_handler = self._kill_switch
         self.clock.on_advance(self.backing.fire_due, self.backing.next_due)
-        self.clouds = Clouds(self.backing, boot_s=boot_s, meter=self.meter)
-        self.moto = MotoServer(self.backing, meter=self.meter)
-        self.oci = fake_oci.FakeOci(self.backing, boot_s=boot_s, meter=self.meter)
+        self.moto = MotoServer(self.backing, meter=self.meter)  # EC2's fake, and the client bundle's S3
+        self.address_map = AddressMap(self.backing)
+        self.parts = Parts(self.backing, self.meter, boot_s, self.moto)
+        # each cloud's fake, from the module its registry entry names: the sandbox names no cloud
+        self.fakes: dict[str, CloudFake] = every_fake(self.parts)
         self._ticking = threading.Event()
-        self.oci_key_pem, self.oci_fingerprint = "", ""
 
     def start(self) -> Sandbox:
         threading.Thread(target=self._tick, daemon=True, name="sandbox-kill-switches").start()
         self.moto.start()
-        self.clouds.start()
-        self.oci.start()
-        self.oci_key_pem, self.oci_fingerprint = throwaway_api_key()
+        self.address_map.start()
+        for server in self.parts.servers.values():
+            server.start()
+        for step in self.parts.after_start:
+            step()
         import boto3  # noqa: PLC0415
 
-        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS)
-        ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-        publish_dlami(AWS_REGIONS, ami)
-        boto3.client("s3", region_name="us-east-1", endpoint_url=self.moto.url, **_AWS_CREDS).create_bucket(
+        boto3.client("s3", region_name="us-east-1", endpoint_url=self.moto.url, **CREDS).create_bucket(
             Bucket=CLIENT_BUCKET
         )
-        log.info("sandbox: moto at %s, clouds at %s, oci at %s", self.moto.url, self.clouds.url, self.oci.url)
+        log.info("sandbox: moto at %s, fakes of %s", self.moto.url, ", ".join(self.fakes))
         return self
 
     def stop(self) -> None:
         self._ticking.set()
         self.backing.close()
-        self.clouds.stop()
-        self.oci.stop()
+        for server in self.parts.servers.values():
+            server.stop()
+        self.address_map.stop()
         self.moto.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -92,39 +92,9 @@ class Sandbox:
 
     # what providers are given ---------------------------------------------------------------
     def all_credentials(self) -> dict[str, dict[str, Any]]:
-        amap = f"{self.clouds.url}/address"
-        rest = {"token": TOKEN, "address_map_url": amap, "poll_s": 0.1, "backoff_s": 0.02}
-        return {
-            "aws": {
-                **_AWS_CREDS,
-                "region_name": "us-east-1",
-                "endpoint_url": self.moto.url,
-                "address_map_url": amap,
-                "regions": AWS_REGIONS,
-                "emulated_nodes": True,  # each node boots the emulator (Backing): cluster targets may run here
-            },
-            "vultr": {**rest, "base_url": f"{self.clouds.url}/vultr/v2"},
-            "digitalocean": {**rest, "base_url": f"{self.clouds.url}/do/v2"},
-            "oci": {
-                "user": fake_oci.USER,
-                "tenancy": fake_oci.TENANCY,
-                "fingerprint": self.oci_fingerprint,
-                "region": fake_oci.REGION,
-                "key_content": self.oci_key_pem,
-                "compartment_id": fake_oci.COMPARTMENT,
-                "service_endpoint": self.oci.endpoint,
-                "address_map_url": amap,
-                "poll_s": 0.1,
-                "backoff_s": 0.02,
-                "emulated_nodes": True,  # each node boots the emulator (Backing): cluster targets may run here
-            },
-            "client_bundle": {
-                **_AWS_CREDS,
-                "region_name": "us-east-1",
-                "endpoint_url": self.moto.url,
-                "bucket": CLIENT_BUCKET,
-            },
-        }
+        amap = f"{self.address_map.url}/address"
+        bundle = {**CREDS, "region_name": "us-east-1", "endpoint_url": self.moto.url, "bucket": CLIENT_BUCKET}
+        return {**{name: f.credentials(amap) for name, f in self.fakes.items()}, "client_bundle": bundle}
 
     def credentials(self, provider: str) -> dict[str, Any]:
         return dict(self.all_credentials().get(provider, {}))
@@ -144,51 +114,12 @@ class Sandbox:
 
     def env(self) -> dict[str, str]:
         """Environment for other processes: the JSON credentials, and Airflow connections for the DAG."""
-        c = self.all_credentials()
-        amap = c["aws"]["address_map_url"]
+        amap = f"{self.address_map.url}/address"
         conns = {
-            "AIRFLOW_CONN_AWS_DEFAULT": {
-                "conn_type": "aws",
-                "login": "testing",
-                "password": "testing",
-                "extra": {
-                    "region_name": "us-east-1",
-                    "endpoint_url": self.moto.url,
-                    "bakeoff_address_map_url": amap,
-                    "bakeoff_regions": AWS_REGIONS,
-                    "bakeoff_emulated_nodes": True,
-                },
-            },
-            "AIRFLOW_CONN_VULTR_DEFAULT": {
-                "conn_type": "http",
-                "host": c["vultr"]["base_url"],
-                "password": TOKEN,
-                "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1},
-            },
-            "AIRFLOW_CONN_DIGITALOCEAN_DEFAULT": {
-                "conn_type": "http",
-                "host": c["digitalocean"]["base_url"],
-                "password": TOKEN,
-                "extra": {"bakeoff_address_map_url": amap, "poll_s": 0.1},
-            },
-            "AIRFLOW_CONN_OCI_DEFAULT": {
-                "conn_type": "generic",
-                "login": fake_oci.USER,
-                "password": self.oci_key_pem,
-                "extra": {
-                    "tenancy": fake_oci.TENANCY,
-                    "fingerprint": self.oci_fingerprint,
-                    "region": fake_oci.REGION,
-                    "compartment_id": fake_oci.COMPARTMENT,
-                    "service_endpoint": self.oci.endpoint,
-                    "bakeoff_address_map_url": amap,
-                    "poll_s": 0.1,
-                    "bakeoff_emulated_nodes": True,
-                },
-            },
+            f"AIRFLOW_CONN_{str(PROVIDERS[name].conn_id).upper()}": f.connection(amap) for name, f in self.fakes.items()
         }
         return {
-            ENV: json.dumps(c),
+            ENV: json.dumps(self.all_credentials()),
             "AIRFLOW_VAR_BAKEOFF_CLIENT_BUCKET": CLIENT_BUCKET,
             **{k: json.dumps(v) for k, v in conns.items()},
         }
@@ -196,21 +127,7 @@ class Sandbox:
     # ground truth for rehearsals -------------------------------------------------------------
     def live(self) -> dict[str, list[str]]:
         """Nodes each fake cloud still has (not via the providers: this is what they are checked against)."""
-        import boto3  # noqa: PLC0415
-
-        aws = []
-        for region in AWS_REGIONS:
-            ec2 = boto3.client("ec2", region_name=region, endpoint_url=self.moto.url, **_AWS_CREDS)
-            for r in ec2.describe_instances(
-                Filters=[{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
-            )["Reservations"]:
-                aws += [f"{region}/{i['InstanceId']}" for i in r["Instances"]]
-        return {
-            "aws": sorted(aws),
-            "vultr": self.clouds.vultr.live(),
-            "digitalocean": self.clouds.do.live(),
-            "oci": self.oci.live(),
-        }
+        return {name: f.live() for name, f in self.fakes.items()}
 
     def billed_minutes(self, provider: str, since: float, until: float | None = None) -> float:
         """Node-minutes this cloud bills between two sandbox-clock times (ground truth, from the fakes)."""
@@ -223,61 +140,21 @@ class Sandbox:
 
     def _kill_switch(self, provider: str, node: str, action: str) -> None:
         """What a node's kill-switch section does to its cloud once it fires."""
+        fake = self.fakes.get(provider)
         try:
-            if provider == "aws":
-                self.moto.gate.power_off(node)
-            elif provider == "oci":
-                if action != "self-delete" or not self._oci_self_delete(node):
-                    self.oci.power_off(node)
-            elif provider in ("vultr", "digitalocean"):
-                self.clouds.cloud(provider).power_off(node)
+            if fake is not None:
+                fake.kill_switch(node, action)
         except Exception:  # logged, not raised: a node that fails to act is what the reaper is for
             log.exception("sandbox: %s node %s kill switch could not act on its cloud", provider, node)
 
-    def _oci_self_delete(self, iid: str) -> bool:
-        """TerminateInstance on itself, signed as its instance principal, at its region's endpoint."""
-        import httpx  # noqa: PLC0415
-
-        token = self.oci.instance_principal(iid)
-        if not token:
-            return False
-        auth = f'Signature version="1",keyId="ST${token}",algorithm="rsa-sha256",headers="date",signature="sandbox"'
-        resp = httpx.delete(
-            f"{self.oci.instance_endpoint(iid)}/20160918/instances/{iid}", headers={"Authorization": auth}, timeout=10.0
-        )
-        if resp.status_code != 204:
-            log.warning("sandbox: oci node %s self-delete refused: %s", iid, resp.status_code)
-        return resp.status_code == 204
-
     def api_calls(self) -> int:
         """Control-plane calls the fake clouds have answered so far."""
-        return self.moto.gate.requests + self.clouds.vultr.requests + self.clouds.do.requests + self.oci.requests
+        return sum(f.requests for f in self.fakes.values())
 
-    def deny_capacity(self, provider: str, regions: list[str]) -> None:
-        """Refuse capacity in these regions/zones (aws), regions (vultr, digitalocean) or availability domains
-        (oci), or for these instance types / plans / sizes / shapes wherever they are asked for."""
-        if provider == "aws":
-            self.moto.gate.denied = set(regions)
-        elif provider == "oci":
-            self.oci.denied = set(regions)
-        else:
-            self.clouds.cloud(provider).denied = set(regions)
-
-
-def throwaway_api_key() -> tuple[str, str]:
-    """An RSA API signing key (PEM) and its OCI fingerprint (MD5 of the public key's DER, colon-separated)."""
-    import hashlib  # noqa: PLC0415
-
-    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    digest = hashlib.md5(der, usedforsecurity=False).hexdigest()
-    return pem, ":".join(digest[i : i + 2] for i in range(0, 32, 2))
+    def deny_capacity(self, provider: str, places: list[str]) -> None:
+        """Refuse capacity in these regions, zones or availability domains, or for these instance types,
+        plans, sizes or shapes wherever they are asked for."""
+        self.fakes[provider].deny_capacity(places)
 
 
 # Credentials resolver for a process started with a sandbox's ``env()`` (empty if none).

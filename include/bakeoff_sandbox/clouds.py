@@ -36,17 +36,21 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from bakeoff_sandbox import address_map
 from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.billing import Clock, Meter
 from bakeoff_sandbox.httpd import LoopbackServer
 from bakeoff_sandbox.rest_catalog import RestCatalog
 from bakeoff_sandbox.spec_check import Spec
+
+if TYPE_CHECKING:
+    from bakeoff_sandbox.fakes import Parts
 
 TOKEN = "sandbox-token"
 _FW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
@@ -60,7 +64,14 @@ def _now_iso() -> str:
 class FakeCloud:
     """State and fault knobs of one fake cloud."""
 
-    def __init__(self, name: str, backing: Backing | None, boot_s: float, meter: Meter | None = None):
+    def __init__(
+        self,
+        name: str,
+        backing: Backing | None,
+        boot_s: float,
+        meter: Meter | None = None,
+        catalog: RestCatalog | None = None,
+    ):
         self.name, self.backing, self.boot_s = name, backing, boot_s
         self.meter = meter or Meter(backing.clock if backing else Clock())
         self.clock = self.meter.clock
@@ -76,6 +87,32 @@ class FakeCloud:
         self.sent: list[float] = []  # wall-clock times of recent requests (DigitalOcean's hourly window)
         self.lock = threading.Lock()
         self._ids = itertools.count(400000001)
+        self.base_url = ""  # its API root on the server, once served
+        self.catalog = catalog or RestCatalog()  # what the account is offered (read-only endpoints)
+
+    # as the sandbox drives it (fakes.CloudFake) ----------------------------------------------
+    def credentials(self, address_map_url: str) -> dict[str, Any]:
+        return {
+            "token": TOKEN,
+            "address_map_url": address_map_url,
+            "poll_s": 0.1,
+            "backoff_s": 0.02,
+            "base_url": self.base_url,
+        }
+
+    def connection(self, address_map_url: str) -> dict[str, Any]:
+        return {
+            "conn_type": "http",
+            "host": self.base_url,
+            "password": TOKEN,
+            "extra": {"bakeoff_address_map_url": address_map_url, "poll_s": 0.1},
+        }
+
+    def kill_switch(self, node: str, action: str) -> None:
+        self.power_off(node)
+
+    def deny_capacity(self, places: list[str]) -> None:
+        self.denied = set(places)
 
     def live(self) -> list[str]:
         with self.lock:
@@ -112,9 +149,9 @@ class Clouds(LoopbackServer):
         """``backing=None``: control plane only, no emulator behind the nodes (provider tests)."""
         self.backing = backing
         meter = meter or Meter(backing.clock if backing else Clock())
-        self.vultr = FakeCloud("vultr", backing, boot_s, meter)
-        self.do = FakeCloud("digitalocean", backing, boot_s, meter)
         self.catalog = RestCatalog()  # what the accounts are offered (read-only endpoints)
+        self.vultr = FakeCloud("vultr", backing, boot_s, meter, self.catalog)
+        self.do = FakeCloud("digitalocean", backing, boot_s, meter, self.catalog)
         self.url_map = Map(
             [
                 Rule("/vultr/v2/bare-metals", endpoint="v_list", methods=["GET"]),
@@ -137,6 +174,7 @@ class Clouds(LoopbackServer):
         )
         self.specs = {"vultr": Spec("vultr", "/vultr/v2"), "digitalocean": Spec("digitalocean", "/do")}
         self._serve(self, "sandbox-clouds")
+        self.vultr.base_url, self.do.base_url = f"{self.url}/vultr/v2", f"{self.url}/do/v2"
 
     def cloud(self, provider: str) -> FakeCloud:
         return {"vultr": self.vultr, "digitalocean": self.do}[provider]
@@ -456,17 +494,7 @@ class Clouds(LoopbackServer):
 
     # address map and control -------------------------------------------------------------
     def address(self, req: Request, provider: str, nid: str) -> Response:
-        addr = self.backing.address(provider, nid) if self.backing else None
-        if addr is None:
-            return _json({"error": "not serving yet"}, 404)
-        return _json(
-            {
-                "host": addr[0],
-                "port": addr[1],
-                "agent_port": self.backing.agent_port(provider, nid),
-                "emulated": self.backing.emulated(provider, nid),  # the sandbox's record, not the node's answer
-            }
-        )
+        return address_map.answer(self.backing, provider, nid)
 
     def control(self, req: Request) -> Response:
         """For rehearsals in other processes: {"provider": "vultr", "deny_regions": [...], "fail_next": [429, 503],
@@ -533,3 +561,8 @@ def _refusal(cloud: FakeCloud, message: str) -> Response:
 
 def _json(obj: Any, status: int = 200) -> Response:
     return Response(json.dumps(obj), status=status, mimetype="application/json")
+
+
+def fake(name: str, parts: Parts) -> FakeCloud:
+    """A REST cloud's fake (registry ``fake``), on the one server both share."""
+    return parts.server(__name__, lambda: Clouds(parts.backing, boot_s=parts.boot_s, meter=parts.meter)).cloud(name)

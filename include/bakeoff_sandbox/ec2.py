@@ -23,7 +23,8 @@ import re
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
@@ -33,7 +34,12 @@ from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.billing import Clock, Meter
 from bakeoff_sandbox.httpd import LoopbackServer
 
+if TYPE_CHECKING:
+    from bakeoff_sandbox.fakes import Parts
+
 ACCOUNT_ID = "123456789012"
+AWS_REGIONS = ["us-east-1", "us-east-2", "us-west-2"]
+CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 _REGION_RE = re.compile(r"Credential=[^/]+/[^/]+/([^/]+)/")
 
@@ -248,3 +254,70 @@ def publish_dlami(regions: list[str], ami_id: str) -> None:
                 data_type="text",
             )
         )
+
+
+@dataclass
+class Ec2Fake:
+    """EC2 as the sandbox drives it: moto behind its gate, every node emulator-backed (so cluster
+    targets may run here), the Deep Learning AMI parameter published in every region."""
+
+    moto: MotoServer
+
+    @property
+    def requests(self) -> int:
+        return self.moto.gate.requests
+
+    def credentials(self, address_map_url: str) -> dict[str, Any]:
+        return {
+            **CREDS,
+            "region_name": AWS_REGIONS[0],
+            "endpoint_url": self.moto.url,
+            "address_map_url": address_map_url,
+            "regions": AWS_REGIONS,
+            "emulated_nodes": True,
+        }
+
+    def connection(self, address_map_url: str) -> dict[str, Any]:
+        return {
+            "conn_type": "aws",
+            "login": CREDS["aws_access_key_id"],
+            "password": CREDS["aws_secret_access_key"],
+            "extra": {
+                "region_name": AWS_REGIONS[0],
+                "endpoint_url": self.moto.url,
+                "bakeoff_address_map_url": address_map_url,
+                "bakeoff_regions": AWS_REGIONS,
+                "bakeoff_emulated_nodes": True,
+            },
+        }
+
+    def live(self) -> list[str]:
+        import boto3  # noqa: PLC0415
+
+        out = []
+        for region in AWS_REGIONS:
+            ec2 = boto3.client("ec2", region_name=region, endpoint_url=self.moto.url, **CREDS)
+            for r in ec2.describe_instances(
+                Filters=[{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
+            )["Reservations"]:
+                out += [f"{region}/{i['InstanceId']}" for i in r["Instances"]]
+        return sorted(out)
+
+    def kill_switch(self, node: str, action: str) -> None:
+        self.moto.gate.power_off(node)
+
+    def deny_capacity(self, places: list[str]) -> None:
+        self.moto.gate.denied = set(places)
+
+    def publish_dlami(self) -> None:
+        import boto3  # noqa: PLC0415
+
+        ec2 = boto3.client("ec2", region_name=AWS_REGIONS[0], endpoint_url=self.moto.url, **CREDS)
+        publish_dlami(AWS_REGIONS, ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+
+
+def fake(name: str, parts: Parts) -> Ec2Fake:
+    """The sandbox's EC2 (registry ``fake``), on the sandbox's own moto."""
+    made = Ec2Fake(parts.moto)
+    parts.after_start.append(made.publish_dlami)
+    return made

@@ -38,12 +38,14 @@ import binascii
 import hashlib
 import itertools
 import json
+import logging
 import re
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
@@ -52,6 +54,11 @@ from bakeoff_sandbox.backing import Backing
 from bakeoff_sandbox.billing import Clock, Meter
 from bakeoff_sandbox.clouds import take_fault
 from bakeoff_sandbox.httpd import LoopbackServer
+
+if TYPE_CHECKING:
+    from bakeoff_sandbox.fakes import Parts
+
+log = logging.getLogger(__name__)
 
 REGION, REGION_CODE = "us-ashburn-1", "iad"
 ADS = [f"Uocm:US-ASHBURN-AD-{n}" for n in (1, 2, 3)]
@@ -330,6 +337,69 @@ class FakeOci(LoopbackServer):
                 or RUN_TAG not in target["freeformTags"]
             ):
                 raise _not_found(f"{req.method} {req.path} for an instance principal")
+
+    # as the sandbox drives it (fakes.CloudFake) ----------------------------------------------
+    @cached_property
+    def api_key(self) -> tuple[str, str]:
+        """The sandbox connection's API signing key (PEM) and fingerprint, made when first asked."""
+        return throwaway_api_key()
+
+    def credentials(self, address_map_url: str) -> dict[str, Any]:
+        pem, fingerprint = self.api_key
+        return {
+            "user": USER,
+            "tenancy": TENANCY,
+            "fingerprint": fingerprint,
+            "region": REGION,
+            "key_content": pem,
+            "compartment_id": COMPARTMENT,
+            "service_endpoint": self.endpoint,
+            "address_map_url": address_map_url,
+            "poll_s": 0.1,
+            "backoff_s": 0.02,
+            "emulated_nodes": True,  # each node boots the emulator (Backing): cluster targets may run here
+        }
+
+    def connection(self, address_map_url: str) -> dict[str, Any]:
+        pem, fingerprint = self.api_key
+        return {
+            "conn_type": "generic",
+            "login": USER,
+            "password": pem,
+            "extra": {
+                "tenancy": TENANCY,
+                "fingerprint": fingerprint,
+                "region": REGION,
+                "compartment_id": COMPARTMENT,
+                "service_endpoint": self.endpoint,
+                "bakeoff_address_map_url": address_map_url,
+                "poll_s": 0.1,
+                "bakeoff_emulated_nodes": True,
+            },
+        }
+
+    def kill_switch(self, node: str, action: str) -> None:
+        """A self-delete section deletes the node through its instance principal; else it powers off."""
+        if action != "self-delete" or not self._self_delete(node):
+            self.power_off(node)
+
+    def deny_capacity(self, places: list[str]) -> None:
+        self.denied = set(places)
+
+    def _self_delete(self, iid: str) -> bool:
+        """TerminateInstance on itself, signed as its instance principal, at its region's endpoint."""
+        import httpx  # noqa: PLC0415
+
+        token = self.instance_principal(iid)
+        if not token:
+            return False
+        auth = f'Signature version="1",keyId="ST${token}",algorithm="rsa-sha256",headers="date",signature="sandbox"'
+        resp = httpx.delete(
+            f"{self.instance_endpoint(iid)}/20160918/instances/{iid}", headers={"Authorization": auth}, timeout=10.0
+        )
+        if resp.status_code != 204:
+            log.warning("sandbox: oci node %s self-delete refused: %s", iid, resp.status_code)
+        return resp.status_code == 204
 
     def power_off(self, iid: str) -> bool:
         """The node ran ``poweroff``: STOPPED, and still billed."""
@@ -893,3 +963,22 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 def _error(e: OciError) -> Response:
     return _json({"code": e.code, "message": e.message}, e.status)
+
+
+def throwaway_api_key() -> tuple[str, str]:
+    """An RSA API signing key (PEM) and its OCI fingerprint (MD5 of the public key's DER, colon-separated)."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    digest = hashlib.md5(der, usedforsecurity=False).hexdigest()
+    return pem, ":".join(digest[i : i + 2] for i in range(0, 32, 2))
+
+
+def fake(name: str, parts: Parts) -> FakeOci:
+    """OCI's fake (registry ``fake``)."""
+    return parts.server(__name__, lambda: FakeOci(parts.backing, boot_s=parts.boot_s, meter=parts.meter))

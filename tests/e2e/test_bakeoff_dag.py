@@ -182,8 +182,8 @@ def test_sandbox_plan_runs_through_the_dag_with_co_located_clients(airflow_env, 
         env = {**airflow_env, **sb.env()}
         res = run_dag(env, plan)
         live = sb.live()
-        signing_key_line = sb.oci_key_pem.strip().splitlines()[1]
-        firewalls_left = dict(sb.clouds.do.firewalls)
+        signing_key_line = sb.fakes["oci"].api_key[0].strip().splitlines()[1]
+        firewalls_left = dict(sb.fakes["digitalocean"].firewalls)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert signing_key_line not in res.stdout + res.stderr
     rdir = _run_dir(airflow_env, plan)

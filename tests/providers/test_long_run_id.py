@@ -16,7 +16,7 @@ from bakeoff.providers.oci import OciProvider
 from bakeoff.providers.tags import LABELS, MAX_LABEL, TAG_RUN, TAG_TARGET
 from bakeoff.providers.vultr import VultrProvider
 from bakeoff_sandbox import oci as fake_oci
-from bakeoff_sandbox import throwaway_api_key
+from bakeoff_sandbox.oci import throwaway_api_key
 
 AIRFLOW_RUN_ID_MAX = 250  # airflow.models.dagrun: run_id is a String(250) column
 

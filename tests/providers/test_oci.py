@@ -23,7 +23,7 @@ from bakeoff.providers.oci.api import TAGS, retry_token
 from bakeoff.providers.oci.network import nsg_name
 from bakeoff.serving import userdata
 from bakeoff_sandbox import oci as fake_oci
-from bakeoff_sandbox import throwaway_api_key
+from bakeoff_sandbox.oci import throwaway_api_key
 
 AD1, AD2, AD3 = fake_oci.ADS
 CIDR = "127.0.0.1/32"

@@ -7,7 +7,7 @@ import json
 import bakeoff_connections
 from bakeoff.providers.oci import OciProvider
 from bakeoff_sandbox import oci as fake_oci
-from bakeoff_sandbox import throwaway_api_key
+from bakeoff_sandbox.oci import throwaway_api_key
 
 
 def test_oci_connection_gives_sdk_config_and_masks_the_key(monkeypatch):

@@ -75,8 +75,8 @@ def test_every_check_passes_on_the_sandbox_plans_and_nothing_is_launched(sb, cap
     assert all(r.result == "n/a" and "boot script" in r.detail for r in untried)
     assert any("default group stood in" in r.detail for r in untried)
     # no billable resource exists anywhere afterwards
-    assert _ec2_instances(sb) == before and sb.clouds.vultr.live() == [] and sb.clouds.do.live() == []
-    assert sb.oci.live() == [] and sb.clouds.do.firewalls == {} and sb.oci.nsgs == {}
+    assert _ec2_instances(sb) == before and sb.fakes["vultr"].live() == [] and sb.fakes["digitalocean"].live() == []
+    assert sb.fakes["oci"].live() == [] and sb.fakes["digitalocean"].firewalls == {} and sb.fakes["oci"].nsgs == {}
 
 
 def test_each_ec2_check_can_fail(sb):
@@ -109,7 +109,7 @@ def test_each_ec2_check_can_fail(sb):
 
 
 def test_each_oci_check_can_fail(sb):
-    fake = sb.oci
+    fake = sb.fakes["oci"]
     plan, t = _variant(PLANS[1], "oci")
     fake.denied, fake.limits["gpu-mi355x-count"] = set(fake_oci.ADS), 0
     try:
@@ -135,7 +135,7 @@ def test_each_oci_check_can_fail(sb):
 
 
 def test_each_vultr_and_digitalocean_check_can_fail(sb):
-    offer = sb.clouds.catalog.offer
+    offer = sb.fakes["vultr"].catalog.offer
     saved = copy.deepcopy(offer)
     plan, t = _variant(PLANS[0], "vultr", provider_options={"regions": ["sjc"]})
     assert _rows(plan, sb)[(t, "offered")].result == FAIL
@@ -165,11 +165,11 @@ def test_each_vultr_and_digitalocean_check_can_fail(sb):
     bad = lambda name: {**sb.credentials(name), "token": "wrong"}  # noqa: E731
     rows = {(r.target, r.check): r for r in preflight(do_plan, bad)}
     assert rows[(d, "credentials")].result == FAIL and "token" in rows[(d, "credentials")].fix
-    assert sb.clouds.vultr.live() == [] and sb.clouds.do.live() == []
+    assert sb.fakes["vultr"].live() == [] and sb.fakes["digitalocean"].live() == []
 
 
 def test_rest_regions_and_ssh_keys_are_read_back_and_can_fail(sb):
-    offer = sb.clouds.catalog.offer
+    offer = sb.fakes["vultr"].catalog.offer
     vultr_key, do_key = next(iter(offer["vultr_ssh_keys"])), next(iter(offer["do_ssh_keys"]))
     plan, t = _variant(PLANS[0], "vultr", provider_options={"ssh_key_ids": [vultr_key]})
     do_plan, d = _variant(
@@ -197,8 +197,8 @@ def test_rest_regions_and_ssh_keys_are_read_back_and_can_fail(sb):
     assert rows[(d, "region")].result == WARN and "zz9 not listed" in rows[(d, "region")].detail
     assert rows[(d, "ssh keys")].result == FAIL and "999 not on the account" in rows[(d, "ssh keys")].detail
     # every read answered as the vendored definitions say, and none refused
-    assert sb.clouds.vultr.answer_problems == [] and sb.clouds.do.answer_problems == []
-    assert sb.clouds.vultr.refused == [] and sb.clouds.do.refused == []
+    assert sb.fakes["vultr"].answer_problems == [] and sb.fakes["digitalocean"].answer_problems == []
+    assert sb.fakes["vultr"].refused == [] and sb.fakes["digitalocean"].refused == []
 
 
 def test_what_the_default_image_provides_is_held_to_the_clouds_listing(sb, monkeypatch):
@@ -210,11 +210,11 @@ def test_what_the_default_image_provides_is_held_to_the_clouds_listing(sb, monke
     assert "has no GPU driver, so the boot would stop" in row.detail and "amdgpu and ROCm" in row.fix
     own, o = _variant(PLANS[0], "vultr", provider_options={"os_image": 2284})
     assert _rows(own, sb)[(o, "image provides")].result == "n/a"
-    sb.clouds.catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 26.04 LTS x64"
+    sb.fakes["vultr"].catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 26.04 LTS x64"
     try:
         row = _rows(plan, sb)[(t, "image provides")]
     finally:
-        sb.clouds.catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 24.04 LTS x64"
+        sb.fakes["vultr"].catalog.offer["vultr_os"][2284]["name"] = "Ubuntu 24.04 LTS x64"
     assert row.result == WARN and "the listing names it 'Ubuntu 26.04 LTS x64'" in row.detail
     # a record with a dated source that says the driver is missing stops the run before any spend
     vultr = catalog.node_images()["vultr"]
@@ -245,15 +245,15 @@ def test_the_dag_gate_goes_on_stops_or_refuses(sb):
     assert gate(PLANS[1], "off", credentials=lambda name: calls.append(name) or {}) is True and calls == []
     assert gate(PLANS[1], "check first", credentials=sb.credentials) is True
     assert gate(PLANS[1], "pre-flight only", credentials=sb.credentials) is False
-    sb.oci.denied = set(fake_oci.ADS)
+    sb.fakes["oci"].denied = set(fake_oci.ADS)
     try:
         with pytest.raises(PreflightFailed, match="nothing was launched: mi355x-vllm capacity: out of host capacity"):
             gate(PLANS[1], "check first", {"targets": ["mi355x-vllm"]}, credentials=sb.credentials)
     finally:
-        sb.oci.denied = set()
+        sb.fakes["oci"].denied = set()
     with pytest.raises(ValueError, match="params.preflight"):
         gate(PLANS[1], "maybe")
-    assert sb.oci.live() == []
+    assert sb.fakes["oci"].live() == []
 
 
 def test_each_fallback_offer_is_checked_and_stops_the_run_only_when_none_passes(sb):

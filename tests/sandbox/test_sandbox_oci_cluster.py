@@ -57,10 +57,10 @@ def test_an_oci_account_without_the_claim_is_refused_before_any_create(sandbox, 
 
     with sandbox.exported():
         run = pipeline.start_run(plan_path, "manual__oci_cluster_real")
-        before = sandbox.oci.requests
+        before = sandbox.fakes["oci"].requests
         with pytest.raises(ProviderError, match=r"targets\.mi355x-sglang-pd\.cluster: .*emulator-backed"):
             pipeline.provision(run["run_dir"], run["targets"][0], credentials=real_account)
-        assert sandbox.live()["oci"] == [] and sandbox.oci.requests == before  # not one call to OCI
+        assert sandbox.live()["oci"] == [] and sandbox.fakes["oci"].requests == before  # not one call to OCI
 
 
 def test_a_recipe_arm_on_sandbox_oci_serves_every_role_and_leaves_nothing(sandbox, data_root, plan_path):

@@ -28,8 +28,8 @@ from bakeoff.providers.vultr import VultrProvider
 from bakeoff.run import pipeline
 from bakeoff.serving import userdata
 from bakeoff_sandbox import oci as fake_oci
-from bakeoff_sandbox import throwaway_api_key
 from bakeoff_sandbox.clouds import TOKEN, Clouds
+from bakeoff_sandbox.oci import throwaway_api_key
 
 ROOT = Path(__file__).resolve().parents[2]
 CIDR = "127.0.0.1/32"
