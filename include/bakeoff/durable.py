@@ -35,12 +35,12 @@ def replace(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
 
 def is_local(path: Any) -> bool:
     """A pathlib path, a plain string, or an object-storage path on the local file system."""
-    return (getattr(path, "protocol", "") or "") in LOCAL_PROTOCOLS
+    return (getattr(path, "protocol", "") or "") in LOCAL_PROTOCOLS  # a str or pathlib path has no protocol
 
 
 def _staged(path: Any, data: bytes) -> tuple[Path, str]:
     """``data`` written to an owner-only temporary file beside the local ``path``: (path, temp name)."""
-    local = Path(getattr(path, "path", path))
+    local = Path(getattr(path, "path", path))  # an ObjectStoragePath's local path; a plain path is itself
     local.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=f".{local.name}.", suffix=".tmp")
     try:

@@ -71,7 +71,7 @@ def at(ref: str | StorePath) -> StorePath:
 def fresh(path: StorePath) -> StorePath:
     """``path`` with its file system's cached listings dropped, before listing what other processes
     (workers on other hosts) may have written since this one last looked (s3fs caches listings)."""
-    fs = getattr(path, "fs", None)
+    fs = getattr(path, "fs", None)  # an ObjectStoragePath's fsspec file system; a local Path has none
     if fs is not None:
         fs.invalidate_cache()
     return path

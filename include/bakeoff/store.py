@@ -101,6 +101,7 @@ def read_frame(path: str | StorePath, columns: list[str] | None = None) -> pd.Da
     then exits could abort ("terminate called without an active exception")."""
     path = at(path)
     if durable.is_local(path):  # ObjectStoragePath on file:// names its local path in .path
+        # an ObjectStoragePath on local disk by its plain path (pyarrow reads it faster); a string as given
         return pd.read_parquet(getattr(path, "path", None) or str(path), columns=columns)
     return pd.read_parquet(io.BytesIO(path.read_bytes()), columns=columns)
 

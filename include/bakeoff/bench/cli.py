@@ -90,6 +90,7 @@ def _mapping(text: str, what: str) -> dict[str, Any]:
         else:
             raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
+        # a YAML error says its problem; other parse errors (JSON, a bad value) have only their type
         where = getattr(e, "problem", None) or type(e).__name__
         raise SystemExit(
             f"--{what}: cannot read {text!r} as YAML ({where}); give a file, a mapping such as "

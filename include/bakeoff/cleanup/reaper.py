@@ -158,7 +158,8 @@ def reap(
                     inst.target,
                     why,
                 )
-        cleanup = getattr(provider, "cleanup", None)  # EC2 per-run security groups, DigitalOcean firewalls
+        # only clouds whose registry entry declares ``cleanup`` have it: EC2 security groups, DigitalOcean firewalls
+        cleanup = getattr(provider, "cleanup", None)
         if cleanup:
             try:
                 out.setdefault("cleaned", []).extend(

@@ -247,6 +247,7 @@ def load_plan(ref: str | os.PathLike[str]) -> Plan:
 def yaml_problem(e: yaml.YAMLError) -> str:
     """PyYAML's error without its "<unicode string>" stand-in for the file: the line and column (1-based)
     and what the parser expected, for a message that already names the file."""
+    # PyYAML's MarkedYAMLError carries marks and a problem; its other errors carry neither
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
@@ -314,6 +315,7 @@ def apply_overrides(plan: Plan, overrides: dict[str, Any] | None) -> Plan:
                 f"prices.{name}: no such target in this run; use one of {[t['name'] for t in raw['targets']]}"
             )
         usd = _number(f"prices.{name}", price, "USD per node-hour such as 40.0")
+        # pydantic keeps each bound as its own metadata object: only the upper bound has ``le``
         top = next(m.le for m in PriceOverride.model_fields["usd_per_hour"].metadata if getattr(m, "le", None))
         if not 0 < usd <= top:
             raise PlanError(

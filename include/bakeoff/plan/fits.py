@@ -25,12 +25,14 @@ class Memory(Protocol):
     def name(self) -> str: ...
     @property
     def hbm_gb(self) -> float: ...
+    @property
+    def usable_gib(self) -> float | None: ...
 
 
 def gpu_bytes(gpu: Memory) -> float:
     """One GPU's memory in bytes: the catalog's usable GiB where it records one, else its HBM."""
-    usable = getattr(gpu, "usable_gib", None)
-    return float(usable) * 2**30 if usable else gpu.hbm_gb * 1e9
+    usable = gpu.usable_gib
+    return usable * 2**30 if usable else gpu.hbm_gb * 1e9
 
 
 def memory(

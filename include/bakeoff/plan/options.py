@@ -318,6 +318,7 @@ class DescribedGpu:
     vendor: str | None = None
     hbm_gb: float = math.nan
     hbm_tbps: float = math.nan
+    usable_gib: float | None = None  # as the catalog says when it records no usable figure
     tdp_w: float = math.nan
     all_in_kw: float = math.nan
     source: str = "described in the plan (not in the hardware catalog)"

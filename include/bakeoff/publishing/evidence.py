@@ -329,7 +329,7 @@ def _layout_errors(path: str | os.PathLike[str], z: zipfile.ZipFile) -> list[str
                 return [f"{info.filename}: a data descriptor, which bundles never have"]
             pos += 30 + name_len + extra_len + info.compress_size
         directory = sum(46 + len(_raw_name(i)) + len(i.extra) + len(i.comment) for i in z.infolist())
-        start_dir = int(getattr(z, "start_dir", -1))
+        start_dir = int(getattr(z, "start_dir", -1))  # ZipFile's undocumented central-directory offset
         end = os.fstat(f.fileno()).st_size - start_dir - directory
     if start_dir != pos:
         return [f"bytes {pos}..{start_dir} of the archive belong to no listed entry"]

@@ -75,6 +75,7 @@ def columns_read(suite: gx.ExpectationSuite, label: str) -> set[str] | None:
     None when an expectation names no column (a table-level one), so the whole frame is needed."""
     cols = {label}
     for e in suite.expectations:
+        # each GX expectation class declares only its own column fields (a table-level one: none)
         named = [getattr(e, k, None) for k in ("column", "column_A", "column_B")]
         named += list(getattr(e, "column_list", None) or [])
         if not any(named):

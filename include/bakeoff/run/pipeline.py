@@ -732,7 +732,7 @@ def sweep(ctx: RunContext, credentials: CredentialsFn = credentials_from_env) ->
         _, more, unlisted = teardown.terminate_tagged(provider, rid, errors, skip=set(known))
         killed[name] += more
         errors.update(unlisted)
-        try:  # the run's firewalls / security groups, once nothing uses them
+        try:  # the run's firewalls / security groups, once nothing uses them (clouds declaring ``cleanup``)
             getattr(provider, "cleanup", lambda select: [])(lambda tags: tags.get(TAG_RUN) == rid)
         except Exception as e:  # noqa: BLE001 - the reaper retries; the sweep still records the run's cost
             log.error("sweep: %s cleanup failed: %s", name, e)

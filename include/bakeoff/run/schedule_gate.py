@@ -35,7 +35,7 @@ def schedule_from(value: str | None) -> datetime | None:
 
 def refusal(run_type: object, run_after: datetime, value: str | None) -> str | None:
     """None when the run may go on; else why this scheduled run starts nothing, naming the fix."""
-    if getattr(run_type, "value", run_type) != SCHEDULED:
+    if getattr(run_type, "value", run_type) != SCHEDULED:  # Airflow gives a DagRunType enum or its string
         return None
     start = schedule_from(value)
     if start is None:

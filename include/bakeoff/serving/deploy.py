@@ -359,7 +359,7 @@ def node_output(instance: Instance, api_key: str | None = None, credentials: Cre
     try:
         resolve = credentials or credentials_from_env  # the DAG passes its connection resolver
         provider = get_provider(instance.provider, credentials=resolve(instance.provider))
-        fetch = getattr(provider, "console_output", None)
+        fetch = getattr(provider, "console_output", None)  # declared by the registry entry checked above
         return fetch(instance.id) if fetch else None
     except Exception as e:  # noqa: BLE001 - triage must not hide the real failure
         log.warning("deploy: could not read %s console of %s: %s", instance.provider, instance.id, type(e).__name__)

@@ -594,6 +594,7 @@ def _accept(
             if errors:
                 break
             if t.is_alive() and (_now() > deadline or any(not h.is_alive() for h in handles)):
+                # a Celery member's adapter says why it ended; a local multiprocessing.Process cannot
                 why = "; ".join(str(getattr(h, "failure", lambda: "")()) for h in handles if not h.is_alive())
                 raise FleetError(
                     f"coordinator: {n - len(out)} member(s) never connected to {reach[0]}:{reach[1]}"

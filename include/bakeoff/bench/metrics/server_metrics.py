@@ -24,6 +24,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bakeoff.bench.metrics.metric_units import filled
+from bakeoff.core.endpoint import Endpoint
 from bakeoff.engines import registry
 from bakeoff.engines.base import Counters
 from bakeoff.serving import egress
@@ -76,13 +77,13 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
-def scrape(endpoint: Any, api_key: str | None, *, timeout_s: float = 5.0) -> dict[str, float] | None:
+def scrape(endpoint: Endpoint | str, api_key: str | None, *, timeout_s: float = 5.0) -> dict[str, float] | None:
     """The parsed /metrics of ``endpoint`` (an Endpoint or a base URL); None when the server has no
     /metrics or cannot be reached (the point is still measured)."""
     base = endpoint if isinstance(endpoint, str) else endpoint.base_url
     verify = True if isinstance(endpoint, str) else endpoint.verify()
-    declared = getattr(endpoint, "route", None)  # an Endpoint: a custom stack's declared route, or none
-    path = declared("metrics", "/metrics") if declared else "/metrics"
+    # an Endpoint: a custom stack's declared route, or none
+    path = "/metrics" if isinstance(endpoint, str) else endpoint.route("metrics", "/metrics")
     if path is None:  # a custom stack that declares no metrics route
         return None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -47,7 +47,7 @@ from bakeoff.serving.emulator.engine import Stats
 from bakeoff.serving.emulator.server import metrics_text, stop_soon, version_info
 
 _now = time.perf_counter
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; absent elsewhere
 _TS = struct.Struct("qq")
 _ANC = socket.CMSG_SPACE(_TS.size)
 _KEY_ENV = "BAKEOFF_SCRIPTED_API_KEY"
