@@ -59,8 +59,8 @@ class ProviderInfo:
     # the plan's provider options that name the node image, in the order its launch reads them: set,
     # the catalog's records of its default image (``default_images``, ``node_images``) do not apply
     image_fields: tuple[str, ...] = ()
-    # the sandbox module that fakes its API, where the rules its API definition states in prose are
-    # named checks (bakeoff_sandbox.spec_rules, by this name); None for what needs no fake
+    # the sandbox module that fakes its API (its ``fake(name, parts)``, which the sandbox calls), and the
+    # name the rules its API definition states in prose go by (bakeoff_sandbox.spec_rules); None: no fake
     fake: str | None = None
     # for kill_switch "self-delete": "module:function" (minutes) -> the boot script's kill switch section
     self_delete: str | None = None
