@@ -22,9 +22,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import Plan, apply_overrides, load_plan
 from bakeoff.plan.prices import apply_price_sheet
-from bakeoff.providers import PROVIDERS, ProviderError, get_provider
+from bakeoff.providers import ProviderError, get_provider
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, checks_of
 from bakeoff.serving.userdata import stand_in_launch

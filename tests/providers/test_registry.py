@@ -7,8 +7,9 @@ import typing
 
 import pytest
 
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import installed_plans, load_plan
-from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
+from bakeoff.providers import Provider, ProviderError, get_provider
 from bakeoff.providers.registry import provider_class
 from bakeoff.providers.rest import RestProvider
 

@@ -1,4 +1,4 @@
-"""Providers: a plan's provider name -> a Provider instance (see registry.py for what each one is).
+"""Providers: a plan's provider name -> a Provider instance (``bakeoff.core.provider_facts`` says what each one is).
 
 Credentials are passed in by the caller (the DAG layer turns Airflow connections into them; the CLI
 reads the environment), never looked up here.
@@ -9,19 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from bakeoff.core.provider_facts import PROVIDERS, ProviderInfo, provider_info
 from bakeoff.providers.base import CapacityError, Provider, ProviderError
 from bakeoff.providers.registry import provider_class
 
-__all__ = [
-    "get_provider",
-    "provider_info",
-    "Provider",
-    "ProviderError",
-    "CapacityError",
-    "PROVIDERS",
-    "ProviderInfo",
-]
+__all__ = ["get_provider", "Provider", "ProviderError", "CapacityError"]
 
 
 def get_provider(name: str, credentials: dict[str, Any] | None = None, **options: Any) -> Provider:

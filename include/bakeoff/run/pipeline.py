@@ -22,10 +22,11 @@ from bakeoff.core import facts
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.core.instance import Instance
 from bakeoff.core.launch import LaunchSpec
+from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.paths import reports_root, safe_name
 from bakeoff.plan import Plan, Target, apply_overrides, load_plan, multinode
 from bakeoff.plan.prices import apply_price_sheet, sheet_sha256
-from bakeoff.providers import PROVIDERS, Provider, ProviderError, get_provider
+from bakeoff.providers import Provider, ProviderError, get_provider
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN, TAG_TARGET, CapacityError
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.publishing.publish import publish as publish_reports

@@ -34,7 +34,8 @@ import httpx
 from bakeoff import engines, store
 from bakeoff.core.endpoint import Endpoint, Provenance
 from bakeoff.core.instance import Instance
-from bakeoff.providers import PROVIDERS, get_provider
+from bakeoff.core.provider_facts import PROVIDERS
+from bakeoff.providers import get_provider
 from bakeoff.providers.credentials import credentials_from_env
 from bakeoff.serving import userdata
 from bakeoff.serving.agent_client import AgentClient, AgentError
