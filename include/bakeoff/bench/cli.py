@@ -16,7 +16,6 @@ import sys
 import textwrap
 import time
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,29 +25,18 @@ from pydantic import BaseModel, ValidationError
 from bakeoff import store
 from bakeoff.bench import console
 from bakeoff.bench.client.workloads import WorkloadFileError
+from bakeoff.bench.load.point import AdhocTarget
 from bakeoff.bench.sessions.session_sources import fit, read_logs, write_trace
 from bakeoff.bench.sessions.workload import expected_hit_rate
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.core.pinning import check_cert
-from bakeoff.paths import results_root, safe_name
+from bakeoff.paths import results_root
 from bakeoff.plan.slo import Slo
 from bakeoff.plan.workload import Workload
 from bakeoff.serving.power import PowerFile
 from bakeoff.serving.provenance import identify_engine, snapshot_provenance
 
 _M = TypeVar("_M", bound=BaseModel)
-
-
-@dataclass
-class AdhocTarget:
-    """What run_workload needs of a target when there is no plan: a name and the GPU divisor."""
-
-    name: str
-    gpus_used: int = 1
-
-    @property
-    def slug(self) -> str:
-        return safe_name(self.name.lower())
 
 
 def _split_top(text: str) -> list[str]:

@@ -28,7 +28,7 @@ from bakeoff.bench.fleet.workers import measure_in_workers
 from bakeoff.bench.load.calibration import calibrate, calibration_line
 from bakeoff.bench.load.capacity import judge_of, search_tiers
 from bakeoff.bench.load.loadgen import PointId, arrival_offsets
-from bakeoff.bench.load.point import Ctx, PowerSource, client_for, measure_here, measure_sessions
+from bakeoff.bench.load.point import AdhocTarget, Ctx, PowerSource, client_for, measure_here, measure_sessions
 from bakeoff.bench.load.session_load import SessionSender, TurnSent, point_seed, point_sessions
 from bakeoff.bench.load.sla import search
 from bakeoff.bench.metrics import server_metrics
@@ -36,6 +36,7 @@ from bakeoff.bench.metrics.records import REQUEST_FIELDS, RequestRecord
 from bakeoff.bench.metrics.summary import summarize
 from bakeoff.bench.sessions import workload as sessions
 from bakeoff.plan.capacity import CapacitySearch, ordered
+from bakeoff.plan.target import Target
 from bakeoff.plan.workload import rate_key
 from bakeoff.serving.energy import point_energy, power_trace
 from bakeoff.serving.provenance import snapshot_provenance
@@ -311,9 +312,12 @@ async def measure_session_point(
 def _loaded_sessions(ctx: Ctx) -> tuple[list[Session], int, int | None]:
     """The workload's sessions and how many of them a point plays (point_sessions' arguments)."""
     w, cfg = ctx.workload, _session_block(ctx.workload)
-    spec = getattr(ctx.target, "model_spec", None)  # a plan's target: refuse sessions beyond its context
+    planned = ctx.target if isinstance(ctx.target, Target) else None  # a plan's: no session beyond its context
     loaded = sessions.load_sessions(
-        w, w.seed, context_tokens=spec.context if spec else None, model=getattr(ctx.target, "model", "the model")
+        w,
+        w.seed,
+        context_tokens=planned.model_spec.context if planned else None,
+        model=planned.model if planned else "the model",
     )
     return loaded, cfg.warmup_sessions, cfg.max_sessions_per_point
 
@@ -418,7 +422,7 @@ async def _capacity(ctx: Ctx, client: StreamingClient, tiers: Mapping[str, Slo],
 
 def run_workload(
     endpoint: Endpoint,
-    target: Any,
+    target: Target | AdhocTarget,
     workload: Workload,
     slo: Slo | None,
     out_dir: str | store.StorePath,

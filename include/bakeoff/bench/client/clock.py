@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 if TYPE_CHECKING:
     import numpy as np
 
+    from bakeoff.plan.target import Target
+
     # arrival offsets (s from a point's start): a list, or the array an arrival process or trace yields
     Offsets: TypeAlias = Sequence[float] | np.ndarray
 
@@ -25,12 +27,11 @@ if TYPE_CHECKING:
 DURATION_FIELDS = ("start_offset", "ttft", "ttfa", "e2e", "elapsed", "scheduled_offset", "send_lag")
 
 
-def time_scale(target: Any, emulated: bool) -> float:
+def time_scale(target: Target, emulated: bool) -> float:
     """The factor the endpoint's delays run at: the target's emulator time_scale on the emulator, else 1."""
     if not emulated:
         return 1.0
-    settings = getattr(target, "emulator", None)
-    scale = float(getattr(settings, "time_scale", 1.0) or 1.0)
+    scale = target.emulator.time_scale
     if scale <= 0:
         raise ValueError(f"emulator.time_scale: must be > 0, got {scale}")
     return scale

@@ -39,7 +39,6 @@ import re
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -62,7 +61,7 @@ from bakeoff.bench.fleet.members import (
     member_main,
     run_fleet,
 )
-from bakeoff.bench.load.point import Ctx
+from bakeoff.bench.load.point import AdhocTarget, Ctx
 from bakeoff.core.endpoint import Endpoint
 from bakeoff.plan.workload import Workload
 from bakeoff.serving import egress
@@ -150,21 +149,13 @@ def advertise_host(bound: str) -> str:
 # --- the message: the point as JSON, no key ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Target:
-    """What a member needs of the target: its slug (in the records) and GPU count."""
-
-    slug: str
-    gpus_used: int = 1
-
-
 def serving_auth(ctx: Ctx) -> str:
     """``derived`` when members can derive the serving key themselves, ``none`` when there is none."""
     if ctx.api_key is None:
         return "none"
     if ctx.api_key == secrets.api_key(ctx.run_id, ctx.target.slug):
         return "derived"
-    name = getattr(ctx.target, "name", ctx.target.slug)
+    name = ctx.target.name
     raise FleetError(
         f"targets.{name}: its serving key is its own (an existing endpoint's connection), which members on "
         f"client workers cannot derive and the broker must not carry; set workloads[].client_fleet to 1 for "
@@ -268,7 +259,8 @@ def work_from(msg: Any) -> tuple[MemberWork, tuple[str, int], bytes, list[str]]:
 
 def _work(body: dict[str, Any]) -> tuple[MemberWork, tuple[str, int], bytes, list[str]]:
     p = body["point"]
-    target = _Target(str(p["target"]["slug"]), int(p["target"]["gpus_used"]))
+    # what a member needs of the target: its slug (in the records) and GPU count; a slug names itself
+    target = AdhocTarget(str(p["target"]["slug"]), int(p["target"]["gpus_used"]))
     api_key = secrets.api_key(str(p["run_id"]), target.slug) if p["auth"] == "derived" else None
     ctx = Ctx(
         Endpoint.from_dict(p["endpoint"]),

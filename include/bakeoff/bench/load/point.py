@@ -20,7 +20,8 @@ from bakeoff.bench.client.transport import StreamingClient
 from bakeoff.bench.load.loadgen import PointId, Sender, Sent, open_loop
 from bakeoff.bench.load.session_load import SessionSender, TurnSent
 from bakeoff.bench.metrics.records import RequestRecord
-from bakeoff.paths import StorePath
+from bakeoff.paths import StorePath, safe_name
+from bakeoff.plan.target import Target
 
 if TYPE_CHECKING:
     from bakeoff.bench.client.clock import Offsets
@@ -35,11 +36,23 @@ PowerSource = Callable[[float, float], list[dict[str, Any]]]
 
 
 @dataclass
+class AdhocTarget:
+    """What run_workload needs of a target when there is no plan: a name and the GPU divisor."""
+
+    name: str
+    gpus_used: int = 1
+
+    @property
+    def slug(self) -> str:
+        return safe_name(self.name.lower())
+
+
+@dataclass
 class Ctx:
     """Everything a point needs besides its load level."""
 
     endpoint: Endpoint
-    target: Any  # a plan's Target, or bench.cli.AdhocTarget (a name and a GPU count) outside a plan
+    target: Target | AdhocTarget  # AdhocTarget outside a plan (bakeoff-bench)
     workload: Workload
     slo: Slo | None
     out_dir: StorePath  # the target's folder in the results store
@@ -60,6 +73,8 @@ class Ctx:
     @property
     def time_scale(self) -> float:
         """The emulator's delay factor (1 on real hardware): bench.client.clock keeps figures on its clock."""
+        if not isinstance(self.target, Target):  # outside a plan a target has no emulator settings
+            return 1.0
         return clock.time_scale(self.target, self.emulated)
 
     def __getstate__(self) -> dict[str, Any]:
