@@ -27,7 +27,7 @@ def field_path(loc: tuple[Any, ...], root: str = "(top level)") -> str:
     return out or root
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def _models_in(annotation: object) -> list[type[BaseModel]]:
     """The pydantic models an annotation may hold: itself, or inside Optional, list, dict and Annotated."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]

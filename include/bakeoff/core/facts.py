@@ -161,7 +161,7 @@ class ProvisioningRecord(AsGiven):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _lenient(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    def _lenient(cls, data: object, handler: ValidatorFunctionWrapHandler) -> Any:
         try:
             return handler(data)
         except ValidationError as e:
@@ -358,7 +358,7 @@ class Report(Fact):
 
     @model_validator(mode="before")
     @classmethod
-    def _flat(cls, data: Any) -> Any:
+    def _flat(cls, data: object) -> Any:
         if not isinstance(data, Mapping) or "files" in data:
             return data
         return {

@@ -185,7 +185,7 @@ def runs_page(runs: list[Run], q: dict[str, str | None]) -> dict[str, Any]:
     }
 
 
-def _approval_text(approval: Any) -> str:
+def _approval_text(approval: object) -> str:
     """The approval record in the report's words (approval.approval_line); blank for a run without one."""
     return approval_line(approval) if isinstance(approval, dict) and approval else ""
 

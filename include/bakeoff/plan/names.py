@@ -8,13 +8,13 @@ itself has the last word: ``bakeoff preflight`` asks it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from bakeoff import catalog
 from bakeoff.core.provider_facts import PROVIDERS
+from bakeoff.plan import Plan
+from bakeoff.plan.target import Target
 
 
-def unverified_names(plan: Any) -> list[str]:
+def unverified_names(plan: Plan) -> list[str]:
     """One warning per name a cloud target would send that the catalog marks unverified."""
     out = []
     for i, t in enumerate(plan.targets):
@@ -34,13 +34,13 @@ def unverified_names(plan: Any) -> list[str]:
     return out
 
 
-def _plan_sets(target: Any) -> bool:
+def _plan_sets(target: Target) -> bool:
     """The plan names the node image itself (any of its cloud's ``image_fields``: an AMI given outright
     needs no parameter), so the catalog's records of the default image do not apply."""
     return any(target.provider_options.get(f) for f in PROVIDERS[target.provider].image_fields)
 
 
-def image_gaps(plan: Any) -> list[str]:
+def image_gaps(plan: Plan) -> list[str]:
     """One warning per cloud target launched on its cloud's default image where that image is recorded
     without, or not known to have, what the boot script needs (catalog ``node_images``): Docker is
     installed at boot; a missing GPU driver or NVIDIA container toolkit stops the boot."""

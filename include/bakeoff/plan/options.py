@@ -63,7 +63,7 @@ class ProviderOptions(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_key_env(cls, data: Any) -> Any:
+    def _no_key_env(cls, data: object) -> Any:
         if isinstance(data, dict) and "api_key_env" in data:
             raise ValueError(
                 "api_key_env is no longer accepted: a plan must not name the worker's environment "

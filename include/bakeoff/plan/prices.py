@@ -13,7 +13,7 @@ from typing import Any
 from bakeoff.plan import Plan, PlanError, plan_from_dict
 
 
-def sheet_sha256(sheet: Any) -> str | None:
+def sheet_sha256(sheet: object) -> str | None:
     """The SHA-256 of a price sheet as canonical JSON (sorted keys, no spaces), recorded when a run
     starts: one sheet serves the installation, so a run's evidence names the whole sheet by its hash."""
     if sheet is None:

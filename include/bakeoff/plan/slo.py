@@ -30,7 +30,7 @@ def _bound(metric: str) -> Any:
     return Field(None, gt=0, le=_MAX_MS[metric])
 
 
-def _known_keys(model: type[Strict], data: Any) -> Any:
+def _known_keys(model: type[Strict], data: object) -> Any:
     """An unknown key names every valid one, since the fix is usually a spelling."""
     if isinstance(data, Mapping):
         unknown = sorted(str(k) for k in data if k not in model.model_fields)
@@ -61,7 +61,7 @@ class PerRequestSlo(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _keys(cls, data: Any) -> Any:
+    def _keys(cls, data: object) -> Any:
         return _known_keys(cls, data)
 
     @model_validator(mode="after")
@@ -100,7 +100,7 @@ class Slo(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _keys(cls, data: Any) -> Any:
+    def _keys(cls, data: object) -> Any:
         return _known_keys(cls, data)
 
     # --- what it asks ---------------------------------------------------------------------------

@@ -214,7 +214,7 @@ class Target(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _options_of_the_provider(cls, data: Any) -> Any:
+    def _options_of_the_provider(cls, data: object) -> Any:
         """provider_options read as the target's provider's own class (``OPTIONS``)."""
         if not isinstance(data, dict) or data.get("provider") not in OPTIONS:
             return data  # an unknown provider: the provider field's own check names the choices
@@ -251,7 +251,7 @@ class Target(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _from_recipe(cls, data: Any) -> Any:
+    def _from_recipe(cls, data: object) -> Any:
         """A named recipe's fields first, then this target's own (which win); ``recipe`` stays for provenance."""
         if not isinstance(data, dict) or data.get("recipe") is None:
             return data
@@ -294,7 +294,7 @@ class Target(Strict):
 
     @field_validator("quantization", mode="before")
     @classmethod
-    def _fp4_renamed(cls, v: Any) -> Any:
+    def _fp4_renamed(cls, v: object) -> Any:
         if isinstance(v, str) and v.lower() == "fp4":
             raise ValueError(f"'fp4' names two formats; {FP4_HINT}")
         return v
@@ -357,7 +357,7 @@ class Target(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _first_offer(cls, data: Any) -> Any:
+    def _first_offer(cls, data: object) -> Any:
         """``instance_types`` alone: its first offer is the target's instance_type."""
         if isinstance(data, dict) and data.get("instance_type") is None:
             offers = data.get("instance_types")

@@ -113,7 +113,7 @@ def _price_sheet(plan: Plan, sheet_sha256: str | None) -> dict[str, Any]:
     return {"sheet_sha256": sheet_sha256, "targets": rows}
 
 
-def _clean(doc: Any) -> Any:
+def _clean(doc: object) -> Any:
     """``doc`` without keys that name a secret, whatever a provider or server put there."""
     if isinstance(doc, dict):
         return {k: _clean(v) for k, v in doc.items() if not _SECRETISH.search(str(k))}

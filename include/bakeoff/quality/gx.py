@@ -53,7 +53,7 @@ def why(text: str) -> dict[str, str]:
     return {"why": text}
 
 
-def _condition_columns(cond: Any) -> set[str] | None:
+def _condition_columns(cond: object) -> set[str] | None:
     """Columns a row condition reads; None when it is of a kind not understood here (a pandas string)."""
     if cond is None:
         return set()

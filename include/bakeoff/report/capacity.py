@@ -13,6 +13,7 @@ EMULATED where the target is.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +111,7 @@ def rows(plan: Plan, run_dir: store.StorePath, targets: pd.DataFrame) -> list[Ca
     return out
 
 
-def capacity_text(r: CapacityRow, fmt: Any) -> str:
+def capacity_text(r: CapacityRow, fmt: Callable[[float], str]) -> str:
     """'≥ 12, < 13 requests' (the bracket), '≥ 64 sessions (met at the search's max)', 'none met', with
     '— stopped short (budget)' where the budget ran out first."""
     unit = "sessions" if r.over == "sessions" else "requests"
@@ -136,7 +137,7 @@ HEAD = (
 )
 
 
-def cells(r: CapacityRow, fmt: Any) -> list[str]:
+def cells(r: CapacityRow, fmt: Callable[[float], str]) -> list[str]:
     """A row's cells as the Markdown and HTML tables show them (HEAD's order)."""
     money = fmt(r.usd_per_session) + " /session" if r.over == "sessions" else fmt(r.usd_per_m_output) + " /M out"
     return [

@@ -293,7 +293,7 @@ def weights_line(w: dict[str, Any], usd: float | None = None) -> str:
     )
 
 
-def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(doc: object, prefix: str = "") -> dict[str, Any]:
     """A nested provenance document as dotted keys (``driver.version``): the report and the dashboard
     show the same keys."""
     if isinstance(doc, dict):
@@ -304,7 +304,7 @@ def flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): doc}
 
 
-def fmt(x: Any, nd: int = 4) -> str:
+def fmt(x: object, nd: int = 4) -> str:
     """Numbers for people: significant digits, thousands separators, a dash for missing."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)) or x is pd.NA:
         return "–"

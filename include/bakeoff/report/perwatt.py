@@ -12,6 +12,7 @@ ranked by neither here, and a caveat says so (``report.caveats``). EMULATED wher
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ class WattRow:
     emulated: bool
 
 
-def _interval(row: Any, col: str) -> Interval:
+def _interval(row: pd.Series, col: str) -> Interval:
     return (field(row, col), field(row, f"{col}_ci_low"), field(row, f"{col}_ci_high"))
 
 
@@ -69,7 +70,7 @@ def rows(at_slo: pd.DataFrame, usd_per_kwh: float) -> list[WattRow]:
     return out
 
 
-def with_ci(iv: Interval, fmt: Any) -> str:
+def with_ci(iv: Interval, fmt: Callable[[float], str]) -> str:
     """``estimate (low–high)``, the estimate alone with one repeat, a dash without one."""
     m, lo, hi = iv
     if not math.isfinite(m):
@@ -89,7 +90,7 @@ HEAD = (
 )
 
 
-def cells(r: WattRow, fmt: Any) -> list[str]:
+def cells(r: WattRow, fmt: Callable[[float], str]) -> list[str]:
     """A row's cells as every format shows them (HEAD's order), throttling beside the energy figure's kind."""
     kind = r.energy_source + ("; throttled" if r.throttled else "")
     return [

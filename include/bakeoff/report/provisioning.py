@@ -17,6 +17,8 @@ from typing import Any
 
 from bakeoff.core.facts import ProvisioningRecord, RunFacts, TargetFacts
 from bakeoff.core.provider_facts import PROVIDERS
+from bakeoff.paths import StorePath
+from bakeoff.plan import Plan
 from bakeoff.spend.offers import ran_type
 
 
@@ -96,7 +98,7 @@ def target_row(t: TargetFacts, name: str, provider: str, instance_type: str, now
     )
 
 
-def rows(plan: Any, run: RunFacts, now: float) -> list[ProvisioningRow]:
+def rows(plan: Plan, run: RunFacts, now: float) -> list[ProvisioningRow]:
     """Every provisioned target of the plan (static endpoints and the emulator have no provisioning)."""
 
     out = []
@@ -152,7 +154,7 @@ def summary(row: ProvisioningRow) -> dict[str, Any]:
     }
 
 
-def summaries(plan: Any, run_dir: Any, now: float) -> dict[str, dict[str, Any]]:
+def summaries(plan: Plan, run_dir: str | StorePath, now: float) -> dict[str, dict[str, Any]]:
     """Per provisioned target slug: ``summary`` of its row (the dashboard document's ``provisioning``);
     empty when the run's records cannot be read (the dashboard must still list the run)."""
     from bakeoff import store  # noqa: PLC0415 - the store only when a run is summarised

@@ -15,7 +15,11 @@ import re
 import time
 from typing import Any
 
+import pandas as pd
+
 from bakeoff import cost, store
+from bakeoff.core.numbers import as_float
+from bakeoff.plan import Plan, Target
 from bakeoff.plan.checkpoints import checkpoint_of
 from bakeoff.report.data import flatten
 from bakeoff.report.provisioning import summaries as provisioning_summaries
@@ -26,11 +30,8 @@ _PROV_KEY = re.compile(r"image|digest|driver|rocm|cuda|version", re.I)
 _SECRETISH = re.compile(r"key|secret|passw|authoriz|credential|(^|[._])token$", re.I)
 
 
-def _num(x: Any, nd: int = 6) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
+def _num(x: object, nd: int = 6) -> float | None:
+    v = as_float(x)
     return round(v, nd) if math.isfinite(v) else None
 
 
@@ -44,7 +45,7 @@ def _provenance(tdir: store.StorePath) -> dict[str, str]:
     }
 
 
-def _config(t: Any, trow: dict[str, Any], prov: dict[str, str]) -> dict[str, Any]:
+def _config(t: Target, trow: dict[str, Any], prov: dict[str, str]) -> dict[str, Any]:
     spec = t.speculative
     return {
         "provider": t.provider,
@@ -66,7 +67,7 @@ def _config(t: Any, trow: dict[str, Any], prov: dict[str, str]) -> dict[str, Any
     }
 
 
-def _frontier(points: Any, slug: str, workload: str) -> list[dict[str, Any]]:
+def _frontier(points: pd.DataFrame, slug: str, workload: str) -> list[dict[str, Any]]:
     """Per load level (means over repeats): interactivity, throughput and cost per GPU, SLO met."""
     part = points[(points["target"] == slug) & (points["workload"] == workload)]
     out = []
@@ -119,7 +120,7 @@ def _at_slo(row: dict[str, Any], basis: str, tiers: list[str]) -> dict[str, Any]
     }
 
 
-def summarize(plan: Any, run_dir: str | store.StorePath) -> dict[str, Any]:
+def summarize(plan: Plan, run_dir: str | store.StorePath) -> dict[str, Any]:
     """The dashboard's document for one stored run (empty targets when the cost step did not run)."""
     run_dir = store.at(run_dir)
     run = store.run_facts(run_dir)

@@ -10,10 +10,11 @@ target with one offer, or none launched yet, is left as the plan says.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bakeoff.core.facts import RunFacts
+    from bakeoff.paths import StorePath
     from bakeoff.plan import Plan
 
 
@@ -23,7 +24,7 @@ def ran_type(run: RunFacts, slug: str) -> str | None:
     return (prov.provisioning.instance_type or None) if prov is not None else None
 
 
-def as_ran(plan: Plan, run_dir: Any) -> Plan:
+def as_ran(plan: Plan, run_dir: str | StorePath) -> Plan:
     """The plan with each multi-offer target on the offer it launched as (``Target.ran_as``); the run's
     records are read only when a target lists several offers. A record naming a type the target does
     not list is ignored (the plan's first offer stays): a record is input, and it must not price a

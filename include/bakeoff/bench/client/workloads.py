@@ -51,7 +51,7 @@ def _refuse_constant(name: str) -> Any:
     raise _NotFinite(name)
 
 
-def _depth(obj: Any) -> int:
+def _depth(obj: object) -> int:
     """How deeply lists and objects nest (iteratively: a hostile file cannot exhaust the stack here)."""
     deepest, stack = 0, [(obj, 1)]
     while stack:

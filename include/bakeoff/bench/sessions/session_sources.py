@@ -368,7 +368,7 @@ class SyntheticSpec:
     block_tokens: int = 512
 
     @classmethod
-    def of(cls, block: Any) -> SyntheticSpec:
+    def of(cls, block: Sessions) -> SyntheticSpec:
         """The spec a plan's sessions block states."""
         names = [f for f in cls.__dataclass_fields__ if f != "block_tokens"]
         return cls(**{n: getattr(block, n) for n in names}, block_tokens=block.block_tokens)

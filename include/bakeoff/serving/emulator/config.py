@@ -140,7 +140,7 @@ class EmulatorConfig(BaseModel):
         return opens_stop(self.stop_key_env, authorization)
 
 
-def config_from_dict(raw: Any, source: str = "emulator config") -> EmulatorConfig:
+def config_from_dict(raw: object, source: str = "emulator config") -> EmulatorConfig:
     if not isinstance(raw, dict):
         raise EmulatorConfigError(f"{source}: expected a JSON object at the top level")
     try:

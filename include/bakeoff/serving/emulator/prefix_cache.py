@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bakeoff.plan.target import Target
+
 BLOCK_TOKENS = 16  # vLLM's default block size
 
 
@@ -112,7 +114,7 @@ def _engine_flag(args: list[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
 
 
-def for_target(target: Any, kv_bytes_per_token: float, kv_capacity_tokens: int) -> PrefixCache | None:
+def for_target(target: Target, kv_bytes_per_token: float, kv_capacity_tokens: int) -> PrefixCache | None:
     """The target's prefix cache, or None when its engine_args turn prefix caching off (vLLM's
     --no-enable-prefix-caching). The host tier holds kv_offload.host_memory_gb of blocks."""
     if _engine_flag(target.engine_args, "--no-enable-prefix-caching"):

@@ -221,7 +221,7 @@ def _int_field(body: dict[str, Any], name: str, default: int, minimum: int) -> i
     return value
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     if content is None:
         return ""
     if isinstance(content, str):

@@ -19,6 +19,7 @@ import random
 from typing import Any
 
 from bakeoff import catalog
+from bakeoff.plan.target import Target
 
 FALLBACK_AL_PER_TOKEN, FALLBACK_AL_MAX = 0.6, 4.0  # no golden curve: AL = min(1 + 0.6 x k, 4)
 
@@ -70,9 +71,11 @@ class Acceptance:
         }
 
 
-def mean_length(target: Any) -> float:
+def mean_length(target: Target) -> float:
     """The AL the emulator aims at: pinned, the target's; real, the golden curve's (else the fallback)."""
     spec = target.speculative
+    if spec is None:
+        raise ValueError(f"{target.name} serves without speculative decoding: it has no acceptance length")
     if spec.acceptance == "pinned" and target.pinned_acceptance_length is not None:
         return float(target.pinned_acceptance_length)
     k = spec.num_speculative_tokens
@@ -82,7 +85,7 @@ def mean_length(target: Any) -> float:
     return golden if golden is not None else min(1 + FALLBACK_AL_PER_TOKEN * k, FALLBACK_AL_MAX, k + 1)
 
 
-def for_target(target: Any, seed: int = 0) -> Acceptance | None:
+def for_target(target: Target, seed: int = 0) -> Acceptance | None:
     """The target's acceptance model, or None without speculative decoding."""
     spec = target.speculative
     if spec is None:
