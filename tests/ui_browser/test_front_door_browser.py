@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.ui_browser.test_ui_browser import (
+from tests.ui_browser.browser_site import (
     CHROMEDRIVER,
     CHROMIUM,
     CHROMIUM_FLAGS,
@@ -28,11 +28,11 @@ from tests.ui_browser.test_ui_browser import (
     SECRET_KEY,
     SIMPLE_AUTH_MANAGER,
     USER,
-    _by_text,
-    _free_port,
-    _stop,
-    _wait,
+    by_text,
+    free_port,
     start_api_server,
+    stop,
+    wait,
 )
 
 pytestmark = [
@@ -83,7 +83,7 @@ def site(tmp_path_factory, airflow_db):
     home = tmp_path_factory.mktemp("front-door")
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({USER: PASSWORD}))
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
     env.update(
         {
@@ -107,7 +107,7 @@ def site(tmp_path_factory, airflow_db):
     try:
         yield base
     finally:
-        _stop(proc, signal.SIGTERM)
+        stop(proc, signal.SIGTERM)
         log.close()
 
 
@@ -123,11 +123,11 @@ def browser(tmp_path_factory, site):
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         driver.get(site + "/")
-        _wait(driver).until(EC.url_contains("/auth/login"))
-        _wait(driver).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
+        wait(driver).until(EC.url_contains("/auth/login"))
+        wait(driver).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
         driver.find_element(By.NAME, "password").send_keys(PASSWORD)
         driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        _wait(driver).until(EC.url_to_be(site + "/"))
+        wait(driver).until(EC.url_to_be(site + "/"))
         yield driver
     finally:
         driver.quit()
@@ -154,7 +154,7 @@ def _chart_colours(browser) -> dict[str, str]:
 
 def test_the_reports_page_links_every_file_and_has_the_dashboards_tabs(browser, site):
     browser.get(site + "/bakeoff/")
-    _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", "Bake-off reports")))
+    wait(browser).until(EC.visibility_of_element_located(by_text("h1", "Bake-off reports")))
     tabs = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav.tabs a")]
     assert tabs == ["Runs", "Trend", "Compare", "Explore", "Reports"]
     runs = httpx.get(site + "/bakeoff/api/runs", cookies=browser_cookies(browser)).json()
@@ -166,7 +166,7 @@ def test_the_reports_page_links_every_file_and_has_the_dashboards_tabs(browser, 
         assert not [t for t in texts if "_" in t]
     _shot(browser, "reports-page")
     browser.find_element(By.XPATH, "//nav[@class='tabs']/a[.='Compare']").click()
-    _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", "Compare")))
+    wait(browser).until(EC.visibility_of_element_located(by_text("h1", "Compare")))
 
 
 def browser_cookies(browser) -> dict[str, str]:
@@ -177,7 +177,7 @@ def test_the_reports_first_screen_fits_1400px_and_labels_its_columns(browser, si
     browser.set_window_size(1400, 1000)
     browser.get(site + "/bakeoff/")
     browser.find_element(By.XPATH, "(//td[@class='files'])[1]/a[.='report']").click()
-    _wait(browser).until(EC.visibility_of_element_located((By.ID, "headline")))
+    wait(browser).until(EC.visibility_of_element_located((By.ID, "headline")))
     _shot(browser, "report-first-screen")
     overflow = browser.execute_script(
         "return [...document.querySelectorAll('table')].filter(t => {"
@@ -197,7 +197,7 @@ def test_the_reports_first_screen_fits_1400px_and_labels_its_columns(browser, si
 
 def test_compare_opens_on_the_two_latest_runs_differences_first(browser, site):
     browser.get(site + "/bakeoff/compare")
-    _wait(browser).until(lambda b: _charts_drawn(b) == 1)
+    wait(browser).until(lambda b: _charts_drawn(b) == 1)
     chosen = [
         s.get_attribute("value") for s in browser.find_elements(By.CSS_SELECTOR, "select[name=a], select[name=b]")
     ]
@@ -222,7 +222,7 @@ def test_trend_and_explore_mark_emulated_charts_and_keep_one_colour_per_gpu(brow
         browser.get(f"{site}/bakeoff/{page}")
         # Trend has a third chart (output tokens per joule), Explore two: every chart drawn, each marked
         charts = len(browser.find_elements(By.CSS_SELECTOR, "figure.chart"))
-        _wait(browser).until(lambda b, n=charts: _charts_drawn(b) == n)
+        wait(browser).until(lambda b, n=charts: _charts_drawn(b) == n)
         captions = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "figure.chart figcaption")]
         assert charts >= 2 and len(captions) == charts and all("EMULATED" in c for c in captions), page
         assert _chart_colours(browser)[label] == GPU_COLOURS["mi355x"], page
@@ -234,16 +234,16 @@ def test_trend_and_explore_mark_emulated_charts_and_keep_one_colour_per_gpu(brow
 
 def test_the_trigger_form_says_what_blank_means_and_what_a_free_plan_costs(browser, site):
     browser.get(site + "/dags/bakeoff")
-    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
-    _wait(browser).until(EC.visibility_of_element_located(_by_text("p", "Run Parameters")))
+    wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
+    wait(browser).until(EC.visibility_of_element_located(by_text("p", "Run Parameters")))
     dialog = browser.find_element(By.CSS_SELECTOR, "[role=dialog][data-state=open]")
-    _wait(browser).until(lambda b: "p99 TTFT" in dialog.text)
+    wait(browser).until(lambda b: "p99 TTFT" in dialog.text)
     text = dialog.text
     assert text.count("Blank: the plan's value.") >= 4  # the SLO boxes, utilisation
     assert "one name a line" in text and '["mi355x-vllm"]' not in text
     plan = dialog.find_element(By.ID, "element_plan")
     plan.find_element(By.CSS_SELECTOR, "input[role=combobox]").send_keys("local-demo")
-    option = _wait(browser).until(
+    option = wait(browser).until(
         EC.visibility_of_element_located(
             (By.XPATH, "//*[@role='option' and starts-with(normalize-space(), 'local-demo')]")
         )

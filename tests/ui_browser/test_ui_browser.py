@@ -14,26 +14,34 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW = str(Path(sys.executable).with_name("airflow"))
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-USER, PASSWORD = "admin", "ui-test-password"
+from tests.ui_browser.browser_site import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    PASSWORD,
+    ROOT,
+    SECRET_KEY,
+    SIMPLE_AUTH_MANAGER,
+    USER,
+    by_text,
+    free_port,
+    start_api_server,
+    stop,
+    wait,
+)
+
 OUTSIDER = "outsider"  # an admin too, but not in the approving role (Variable bakeoff_approvers)
-SECRET_KEY = "b" * 64  # the installation secret: it signs evidence bundles (bakeoff.secrets)
 BUNDLE_PLAN, BUNDLE_RUN = "synthetic", "manual__2026-10-01T00:00:00+00:00"
 RUN_DIR = "manual__2026-11-01T00_00_00_00_00"
 REPORT_TEXT = "EMULATED demo report for the browser test"
-SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 pytestmark = [
     pytest.mark.skipif(
@@ -46,25 +54,6 @@ pytestmark = [
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _publish_one_run(reports: Path) -> None:
@@ -213,7 +202,7 @@ def airflow_site(tmp_path_factory, airflow_db):
     dags.mkdir()
     for f in [*(ROOT / "dags").glob("*.py"), *(Path(__file__).parent / "dags").glob("*.py")]:
         (dags / f.name).symlink_to(f)
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BAKEOFF"))}
     env.update(
         {
@@ -240,48 +229,9 @@ def airflow_site(tmp_path_factory, airflow_db):
         yield {"base": base, "env": env, "home": home, "runners": runners}
     finally:
         for p in locals().get("runners", {}).values():  # test harness on a throwaway database: nothing to save
-            _stop(p, signal.SIGKILL)
-        _stop(proc, signal.SIGTERM)
+            stop(p, signal.SIGKILL)
+        stop(proc, signal.SIGTERM)
         log.close()
-
-
-def start_api_server(env: dict, home: Path, port: int, wait_s: float = 120) -> tuple[subprocess.Popen, str, IO[str]]:
-    """The DAGs serialised into the site's database, then an api-server on loopback once it answers:
-    (its process, its base URL, its log file)."""
-    subprocess.run([AIRFLOW, "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=240)
-    log = open(home / "api-server.log", "w")
-    proc = subprocess.Popen(
-        [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            if httpx.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200:
-                return proc, base, log
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc, signal.SIGTERM)
-            log.close()
-            pytest.fail("api-server did not start:\n" + (home / "api-server.log").read_text()[-3000:])
-        time.sleep(1)
-
-
-def _stop(proc: subprocess.Popen, sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    except ProcessLookupError:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -315,22 +265,14 @@ def browser(tmp_path_factory):
         driver.quit()
 
 
-def _wait(driver, seconds: float = 30) -> WebDriverWait:
-    return WebDriverWait(driver, seconds)
-
-
-def _by_text(tag: str, text: str) -> tuple[str, str]:
-    return By.XPATH, f"//{tag}[normalize-space()={json.dumps(text)}]"
-
-
 @pytest.fixture(scope="module")
 def logged_in(browser, api_server):
     browser.get(api_server + "/")
-    _wait(browser).until(EC.url_contains("/auth/login"))  # the UI is not open without a login
-    _wait(browser).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
+    wait(browser).until(EC.url_contains("/auth/login"))  # the UI is not open without a login
+    wait(browser).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(USER)
     browser.find_element(By.NAME, "password").send_keys(PASSWORD)
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    _wait(browser).until(EC.url_to_be(api_server + "/"))
+    wait(browser).until(EC.url_to_be(api_server + "/"))
     return browser
 
 
@@ -349,15 +291,15 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
     assert "plan" in titles
 
     browser.get(api_server + "/dags/bakeoff")
-    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
-    dialog = _wait(browser).until(
+    wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))).click()
+    dialog = wait(browser).until(
         EC.visibility_of_element_located((By.CSS_SELECTOR, "[role=dialog][data-state=open][aria-modal=true]"))
     )
-    _wait(browser).until(EC.visibility_of_element_located(_by_text("p", "Run Parameters")))
+    wait(browser).until(EC.visibility_of_element_located(by_text("p", "Run Parameters")))
     for name, title in titles.items():
         # each Param is one labelled field group; its input is named element_<param>
         field = f"[@id='element_{name}' or @name='element_{name}']"
-        group = _wait(browser).until(
+        group = wait(browser).until(
             EC.presence_of_element_located(
                 (By.XPATH, f"//*[@role='dialog' and @data-state='open']//*[@role='group'][.//label][.//*{field}]")
             ),
@@ -373,11 +315,11 @@ def test_trigger_form_shows_the_plans_params_and_triggers_a_run(logged_in, api_s
         plan.find_element(By.CSS_SELECTOR, "input[role=combobox]").send_keys("local-demo")
         # the option reads as the DAG labels it (with the plan's predicted spend where the index has it)
         shown = ((params["plan"].get("schema") or {}).get("values_display") or {}).get("local-demo", "local-demo")
-        _wait(browser).until(
+        wait(browser).until(
             EC.element_to_be_clickable((By.XPATH, f'//*[@role="option" and normalize-space()="{shown}"]')),
             f"no option {shown!r} in the plan list",
         ).click()
-    trigger = _wait(browser).until(
+    trigger = wait(browser).until(
         EC.element_to_be_clickable(
             (By.XPATH, "//*[@role='dialog' and @data-state='open']//button[normalize-space()='Trigger']")
         )
@@ -402,7 +344,7 @@ def test_the_grid_shows_one_target_group_and_no_provider_groups(logged_in, api_s
     assert {"targets_of", "target.wait_slot", "target.provision", "target.terminate"} <= tasks
     assert not [t for t in tasks if t.endswith("_targets") or t.split(".")[0] in ("aws", "local", "oci", "vultr")]
     browser.get(api_server + "/dags/bakeoff")
-    group = _wait(browser).until(EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid='task-target']")))
+    group = wait(browser).until(EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-testid='task-target']")))
     assert group.text.startswith("target [")  # a mapped group: its map indexes in the brackets once expanded
     # the task list's rows (the run columns' cells carry data-task-id too, with a data-run-id)
     rows = [
@@ -411,7 +353,7 @@ def test_the_grid_shows_one_target_group_and_no_provider_groups(logged_in, api_s
     assert "targets_of" in rows and rows.count("target") == 1, rows
     assert not [r for r in rows if r.endswith("_targets") or r in ("aws", "local", "oci", "vultr")], rows
     browser.find_element(By.CSS_SELECTOR, "[aria-label='Toggle group'][data-group-id='target']").click()
-    _wait(browser).until(
+    wait(browser).until(
         EC.visibility_of_element_located((By.CSS_SELECTOR, "[data-node-id][data-task-id='target.wait_slot']"))
     )
     inside = browser.find_elements(By.CSS_SELECTOR, "[data-node-id][data-task-id^='target.']")
@@ -424,17 +366,17 @@ def test_the_grid_shows_one_target_group_and_no_provider_groups(logged_in, api_s
 def test_reports_page_is_reachable_from_the_navigation_and_serves_a_report(logged_in, api_server):
     browser = logged_in
     browser.get(api_server + "/")
-    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
-    _wait(browser).until(
+    wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
+    wait(browser).until(
         EC.element_to_be_clickable((By.CSS_SELECTOR, "[role=menuitem][data-value='Bake-off reports']"))
     ).click()
-    frame = _wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='bakeoff']")))
+    frame = wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='bakeoff']")))
     browser.switch_to.frame(frame)
     try:
-        _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", "Bake-off reports")))
-        link = _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"a[href*='{RUN_DIR}']")))
+        wait(browser).until(EC.visibility_of_element_located(by_text("h1", "Bake-off reports")))
+        link = wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"a[href*='{RUN_DIR}']")))
         link.click()
-        _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", REPORT_TEXT)))
+        wait(browser).until(EC.visibility_of_element_located(by_text("h1", REPORT_TEXT)))
     finally:
         browser.switch_to.default_content()
 
@@ -444,11 +386,11 @@ def dashboard(logged_in, api_server):
     """The dashboard, opened from the navigation: its Runs page inside the Airflow UI's frame."""
     browser = logged_in
     browser.get(api_server + "/")
-    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
-    _wait(browser).until(
+    wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, "button[aria-label='Browse']"))).click()
+    wait(browser).until(
         EC.element_to_be_clickable((By.CSS_SELECTOR, "[role=menuitem][data-value='Bake-off dashboard']"))
     ).click()
-    frame = _wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='bakeoff']")))
+    frame = wait(browser).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='bakeoff']")))
     browser.switch_to.frame(frame)
     browser.get_log("browser")  # start each page's check with an empty console
     yield browser
@@ -456,9 +398,9 @@ def dashboard(logged_in, api_server):
 
 
 def _open_tab(browser, name: str) -> None:
-    _wait(browser).until(EC.element_to_be_clickable((By.XPATH, f"//nav[@class='tabs']/a[normalize-space()='{name}']")))
+    wait(browser).until(EC.element_to_be_clickable((By.XPATH, f"//nav[@class='tabs']/a[normalize-space()='{name}']")))
     browser.find_element(By.XPATH, f"//nav[@class='tabs']/a[normalize-space()='{name}']").click()
-    _wait(browser).until(EC.visibility_of_element_located(_by_text("h1", name)))
+    wait(browser).until(EC.visibility_of_element_located(by_text("h1", name)))
 
 
 def _charts_drawn(browser) -> int:
@@ -475,8 +417,8 @@ def _no_csp_violations(browser) -> None:
 
 
 def test_dashboard_runs_page(dashboard):
-    _wait(dashboard).until(EC.visibility_of_element_located(_by_text("h1", "Runs")))
-    row = _wait(dashboard).until(EC.visibility_of_element_located((By.XPATH, "//table[@class='runs']//tr[2]")))
+    wait(dashboard).until(EC.visibility_of_element_located(by_text("h1", "Runs")))
+    row = wait(dashboard).until(EC.visibility_of_element_located((By.XPATH, "//table[@class='runs']//tr[2]")))
     assert "mi355x-vllm cheaper" in row.text and "EMULATED" in row.text
     link = row.find_element(By.CSS_SELECTOR, "a[title='the run in Airflow']")
     assert link.get_attribute("href").endswith("/dags/bakeoff/runs/manual__2026-11-01T00%3A00%3A00%2B00%3A00")
@@ -485,14 +427,14 @@ def test_dashboard_runs_page(dashboard):
 
 def test_dashboard_trend_page(dashboard):
     _open_tab(dashboard, "Trend")
-    _wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
+    wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
     assert "mi355x-vllm" in dashboard.find_element(By.XPATH, "//h2[.='Table']/following::table[1]").text
     _no_csp_violations(dashboard)
 
 
 def test_dashboard_compare_page(dashboard):
     _open_tab(dashboard, "Compare")
-    _wait(dashboard).until(lambda b: _charts_drawn(b) == 1)
+    wait(dashboard).until(lambda b: _charts_drawn(b) == 1)
     assert "A: mi355x-vllm" in dashboard.execute_script(
         "return Chart.getChart(document.querySelector('canvas')).data.datasets.map(d => d.label).join(',');"
     )
@@ -501,10 +443,10 @@ def test_dashboard_compare_page(dashboard):
 
 def test_dashboard_explore_page_filters(dashboard):
     _open_tab(dashboard, "Explore")
-    _wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
+    wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
     dashboard.find_element(By.CSS_SELECTOR, "select[name=gpu] option[value=b200]").click()  # submits the form
-    _wait(dashboard).until(EC.url_contains("gpu=b200"))
-    _wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
+    wait(dashboard).until(EC.url_contains("gpu=b200"))
+    wait(dashboard).until(lambda b: _charts_drawn(b) == 2)
     labels = dashboard.execute_script(
         "return Chart.getChart(document.querySelector('canvas')).data.datasets.map(d => d.label);"
     )
@@ -552,20 +494,20 @@ def _approval(case: dict) -> dict:
 def _respond(browser, api_server, case: dict, name: str, option: str) -> None:
     """Answer in Airflow's own Required Actions view of the task, as an approver would."""
     browser.get(f"{api_server}/dags/{case['dag_id']}/runs/{case['run_id']}/tasks/approve_{name}/required_actions")
-    _wait(browser).until(
+    wait(browser).until(
         EC.visibility_of_element_located((By.XPATH, "//*[contains(., 'Approve') and contains(., 'USD for bake-off')]"))
     )
-    _wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"[data-testid='hitl-option-{option}']"))).click()
+    wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"[data-testid='hitl-option-{option}']"))).click()
 
 
 def _sign_in(browser, api_server, user: str) -> None:
     browser.delete_all_cookies()
     browser.get(api_server + "/")
-    _wait(browser).until(EC.url_contains("/auth/login"))
-    _wait(browser).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    wait(browser).until(EC.url_contains("/auth/login"))
+    wait(browser).until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(user)
     browser.find_element(By.NAME, "password").send_keys(PASSWORD)
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    _wait(browser).until(EC.url_to_be(api_server + "/"))
+    wait(browser).until(EC.url_to_be(api_server + "/"))
 
 
 def test_an_approver_approves_the_spend_in_required_actions(airflow_site, logged_in, api_server, api):
@@ -605,7 +547,7 @@ def test_the_evidence_bundle_downloads_from_the_runs_page_and_verifies(
     browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
     browser.get(f"{api_server}/bakeoff/runs?plan={BUNDLE_PLAN}")
     link = (By.XPATH, "//table[@class='runs']//a[normalize-space()='evidence']")
-    _wait(browser).until(EC.element_to_be_clickable(link)).click()
+    wait(browser).until(EC.element_to_be_clickable(link)).click()
     deadline = time.monotonic() + 20
     while not (got := list(tmp_path.glob("*.zip"))) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -649,7 +591,7 @@ def test_an_answer_from_outside_the_approvers_is_refused(airflow_site, logged_in
         for cookie in admin:
             logged_in.add_cookie(cookie)
         logged_in.get(api_server + "/")
-        _wait(logged_in).until(EC.url_to_be(api_server + "/"))  # signed in again: no login page
+        wait(logged_in).until(EC.url_to_be(api_server + "/"))  # signed in again: no login page
 
 
 def test_no_answer_before_the_timeout_rejects(airflow_site, logged_in, api_server, api):
@@ -660,6 +602,6 @@ def test_no_answer_before_the_timeout_rejects(airflow_site, logged_in, api_serve
     assert got == {"approve": "failed", "provision": "upstream_failed"}
     assert _approval(case)["decision"] == "timed out"
     logged_in.get(f"{api_server}/dags/{case['dag_id']}/runs/{case['run_id']}/tasks/approve_timeout")
-    _wait(logged_in).until(
+    wait(logged_in).until(
         EC.visibility_of_element_located((By.XPATH, "//*[normalize-space()='failed' or normalize-space()='Failed']"))
     )
