@@ -52,7 +52,9 @@ test: venv system-deps
 ## test-unit: the fast tests, without the e2e, browser, sandbox and distributed ones (markers set by
 ## folder in tests/conftest.py) and without the slow ones (marked slow: tests/ui, the FAB migration,
 ## the reports' authentication against a live API server, the Great Expectations validations of whole
-## runs, the Celery client workers' message checks, a whole sandbox deploy, the twin's hold-out refits)
+## runs, the Celery client workers, a whole sandbox deploy, the twin's hold-out refits, and each test
+## that takes seconds on its own: a node agent's job, the bench CLI and worker processes end to end,
+## the pipeline's waits on a local node, a report rendered to PDF in full). Under 3 minutes on 2 cores.
 test-unit: venv
 	$(PY) -m pytest -q -m "not e2e and not browser and not sandbox and not distributed and not slow"
 

@@ -123,6 +123,7 @@ def test_every_route_needs_the_key(node):
     assert httpx.get(f"{node}/agent/logs", verify=pinning.pinned_context(CERT)).status_code == 401
 
 
+@pytest.mark.slow
 def test_a_job_runs_next_to_the_server_and_its_results_are_mirrored(node, tmp_path):
     with AgentClient(node, KEY, tls_cert=CERT) as c:
         assert c.health()["bundle"] == "f" * 64
@@ -141,6 +142,7 @@ def test_a_job_runs_next_to_the_server_and_its_results_are_mirrored(node, tmp_pa
     assert not any(p.name.startswith(".") for p in tmp_path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_a_failing_job_keeps_what_it_finished(node, tmp_path):
     bad = {**W, "name": "bad", "concurrency": [-1]}
     with AgentClient(node, KEY, tls_cert=CERT) as c, pytest.raises(AgentError, match="failed on the node") as e:
@@ -197,6 +199,7 @@ def _node_endpoint(url: str) -> tuple[SimpleNamespace, SimpleNamespace]:
     return SimpleNamespace(name="b200-vllm", slug="b200-vllm"), SimpleNamespace(agent_url=url, tls_cert=CERT)
 
 
+@pytest.mark.slow
 def test_each_check_copies_what_the_job_finished_so_far(node, tmp_path):
     """A check while the job runs returns None and has already copied the finished points, so a
     later failure loses nothing measured; the check after it ends counts the points."""
@@ -217,6 +220,7 @@ def test_each_check_copies_what_the_job_finished_so_far(node, tmp_path):
     assert json.loads((tmp_path / "client.json").read_text())["bundle"] == "f" * 64
 
 
+@pytest.mark.slow
 def test_a_check_fails_when_the_job_failed_or_outlived_its_budget(node, tmp_path):
     target, endpoint = _node_endpoint(node)
     long = {**W, "name": "long", "concurrency": [1], "requests_per_point": 300}

@@ -60,6 +60,7 @@ def _closure(names: tuple[str, ...]) -> set[str]:
 OPTIONAL = {"click", "pygments", "rich", "pytz", "setuptools"}
 
 
+@pytest.mark.slow
 def test_the_agent_requirements_cover_what_the_client_imports():
     code = (
         "import sys, json, importlib.metadata as md\n"
@@ -182,6 +183,7 @@ def test_a_co_located_target_without_a_bucket_stops_before_launch():
     assert pipeline.stage_client(_target("aws", client_mode="remote"), 3600, no_bucket) is None
 
 
+@pytest.mark.slow
 def test_presigned_url_serves_the_bundle_from_moto_server():
     """What a node does with the URL: a plain GET, no AWS credentials (moto in server mode)."""
     from bakeoff_sandbox import Sandbox

@@ -43,6 +43,7 @@ def test_help_lists_the_workload_and_slo_keys():
     assert "load (default 'concurrency'; one of concurrency, rate, trace, sla)" in r.stdout
 
 
+@pytest.mark.slow
 def test_no_slo_no_verdict_and_the_engine_is_named(faulty_server, tmp_path):
     """The server says vLLM through /v1/models (its /version has a number only): stack is recorded."""
     r = bench(
@@ -63,6 +64,7 @@ def test_no_slo_no_verdict_and_the_engine_is_named(faulty_server, tmp_path):
     assert (doc["stack"], doc["engine_version"], doc["identified_from"]) == ("vllm", "0.32.0", "/v1/models")
 
 
+@pytest.mark.slow
 def test_an_all_failed_point_says_so_and_mismatches_are_printed(faulty_server, tmp_path):
     r = bench(
         faulty_server.url,

@@ -28,6 +28,7 @@ def _ep(url):
     return Endpoint(target="t", base_url=url, model="scripted", stack="scripted", emulated=True)
 
 
+@pytest.mark.slow
 def test_known_timing_is_measured_back(knee_server, tmp_path):
     w = Workload(name="w", input_len=16, output_len=21, concurrency=[1, 4], requests_per_point=12, warmup_requests=2)
     out = run_workload(_ep(knee_server.url), AdhocTarget("t", 2), w, Slo(), tmp_path, "r", None, True, provenance=False)
@@ -53,6 +54,7 @@ def test_known_timing_is_measured_back(knee_server, tmp_path):
     assert peak == 4
 
 
+@pytest.mark.slow
 def test_sla_search_finds_the_knee_within_one_step(tmp_path):
     # every token gap = 1 ms + 2 ms x requests in flight, so at concurrency C TPOT ~ 1 + 2C ms:
     # median TPOT <= 26 ms holds up to C = 12 (25 ms) and fails from C = 13 (27 ms). InferenceMAX
@@ -79,6 +81,7 @@ def test_sla_search_finds_the_knee_within_one_step(tmp_path):
     assert len(out) == len(res["probes"]) and res["monotone"]
 
 
+@pytest.mark.slow
 def test_worker_processes_share_a_point(knee_server, tmp_path):
     w = Workload(
         name="mp", input_len=8, output_len=5, concurrency=[4], requests_per_point=16, warmup_requests=4, workers=2
@@ -111,6 +114,7 @@ def test_rate_mode_records_schedule(knee_server, tmp_path):
     assert ((df["start_offset"] - df["scheduled_offset"]) < 0.05).all()
 
 
+@pytest.mark.slow
 def test_cli_writes_parquet_and_summary(knee_server, tmp_path, monkeypatch):
     monkeypatch.setenv("BENCH_TEST_KEY", "k-123")
     out = tmp_path / "cli"

@@ -249,6 +249,7 @@ def test_publish_updates_reports_asset(dagbag):
     assert [o.name for o in publish.outlets] == ["bakeoff-reports"]
 
 
+@pytest.mark.slow
 def test_parse_is_light():
     """Parsing must not import the heavy stack (pandas, GX, pyarrow, aiohttp, the cloud SDKs) or the
     library's steps: of bakeoff, only the provider registry, the interface with its tag names and the

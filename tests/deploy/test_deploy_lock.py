@@ -14,6 +14,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -134,6 +135,7 @@ def test_ci_checks_lint_and_types_before_it_runs_the_tests():
     assert "mypy" in _recipe("typecheck")
 
 
+@pytest.mark.slow
 def test_tests_carry_their_folders_marker():
     """tests/conftest.py marks by folder: -m selects a folder's tests and nothing else."""
     argv = [

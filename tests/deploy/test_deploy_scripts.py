@@ -89,6 +89,7 @@ def test_init_secrets_writes_each_secret_where_its_services_mount_it(tmp_path):
     assert paths["JWT_SECRET_FILE"].read_text() != paths["API_SECRET_KEY_FILE"].read_text()
 
 
+@pytest.mark.slow
 def test_stray_processes_finds_and_stops_what_carries_the_marker(tmp_path):
     marker = f"BAKEOFF_DATA={tmp_path}/{uuid.uuid4().hex}"
     name, value = marker.split("=", 1)
@@ -278,6 +279,7 @@ def test_shell_scripts_parse(script):
     subprocess.run(["bash", "-n", str(SCRIPTS / script)], check=True)
 
 
+@pytest.mark.slow
 def test_a_node_that_outlived_its_teardown_fails_the_check_naming_it(tmp_path, monkeypatch):
     """The check `make distributed` runs after the sweep: a real local node planted to survive is found,
     by its registry record and its process, and once terminated the check passes."""

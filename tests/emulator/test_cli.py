@@ -73,7 +73,7 @@ def test_port_file_health_and_sigterm(tmp_path, procs):
 
 
 def test_exits_by_itself_at_expiry(tmp_path, procs):
-    proc, port_file = start(tmp_path, make_config(expires_at=time.time() + 8.0))
+    proc, port_file = start(tmp_path, make_config(expires_at=time.time() + 1.0))
     procs.append(proc)
     wait_port(proc, port_file)
     assert proc.wait(timeout=30) == 0

@@ -41,6 +41,7 @@ def _until(check, *args, since: float):
     return out, looks
 
 
+@pytest.mark.slow
 def test_each_wait_is_an_action_then_checks(run):
     rdir, slug, inst = run
     now = time.time()
@@ -58,6 +59,7 @@ def test_each_wait_is_an_action_then_checks(run):
     assert set(held) == {slug} and held[slug] > 0
 
 
+@pytest.mark.slow
 def test_checks_fail_for_good_when_the_node_ended_or_the_deadline_passed(run):
     rdir, slug, inst = run
     # not up yet (the emulator was started a moment ago) and waited past the target's deadline

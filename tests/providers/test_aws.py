@@ -34,6 +34,7 @@ def _live(creds, run_id, region="us-east-1"):
     return [i for r in res for i in r["Instances"]]
 
 
+@pytest.mark.slow
 def test_launch_tags_kill_switch_and_ssm_ami(aws_creds):
     p, t, rid = AwsProvider(aws_creds), make_target("aws", regions=["us-east-1"]), new_run_id()
     inst = p.create(t, rid, **launch_args(rid, t))
@@ -216,6 +217,7 @@ def test_a_region_refusing_calls_blocks_only_targets_that_may_launch_there(aws_c
     AwsProvider(aws_creds).terminate(inst.id)
 
 
+@pytest.mark.slow
 def test_a_relaunch_after_termination_gets_a_new_node_not_the_terminated_one(aws_creds):
     """A cleared provision task launches again: the ClientToken carries the launch count, so EC2 does
     not hand back the terminated node (which would fail wait_ready as 'ended before it was ready')."""

@@ -58,6 +58,7 @@ def test_the_dry_run_sends_the_launchs_run_instances_request(aws_creds):
     assert p.terminate(inst.id)
 
 
+@pytest.mark.slow
 def test_the_preflight_dry_run_tries_the_whole_launch_and_makes_nothing(aws_creds):
     t = make_target("aws", regions=["us-east-1"], capacity_reservation_id="cr-0123456789abcdef0")
     p, ec2 = AwsProvider(aws_creds), _ec2(aws_creds)

@@ -18,6 +18,7 @@ class LostAnswer(Exception):
     """The launch happened, its answer never came back."""
 
 
+@pytest.mark.slow
 def test_a_retried_provision_sends_the_same_launch(aws_creds, data_root, tmp_path, monkeypatch):
     raw = load_plan("mi355x-vs-b200-sandbox").model_dump(mode="json")
     raw["targets"] = [t for t in raw["targets"] if t["provider"] == "aws"]

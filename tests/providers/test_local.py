@@ -113,6 +113,7 @@ def test_terminate_kills_the_whole_process_group(tmp_path, monkeypatch):
             os.killpg(inst.pgid, 9)
 
 
+@pytest.mark.slow
 def test_list_tagged_after_the_creator_died(provider, tmp_path):
     """An instance created by another process (say an Airflow task that was killed) is still found."""
     script = textwrap.dedent("""

@@ -54,6 +54,7 @@ def _ec2_instances(sb) -> set[str]:
     return out
 
 
+@pytest.mark.slow
 def test_every_check_passes_on_the_sandbox_plans_and_nothing_is_launched(sb, capsys, monkeypatch):
     monkeypatch.setenv("BAKEOFF_CREDENTIALS", json.dumps(sb.all_credentials()))
     before = _ec2_instances(sb)

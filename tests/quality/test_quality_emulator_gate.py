@@ -75,6 +75,7 @@ def emulators(tmp_path):
         p.wait(10)
 
 
+@pytest.mark.slow
 def test_emulator_passes_the_gate_and_injected_errors_fail_it(tmp_path, emulators):
     plan = make_plan(accuracy={"eval_size": 100, "concurrency": 16})
     raw = plan.model_dump(mode="json")

@@ -4,6 +4,7 @@ the Markdown, the brief, the CSVs; the headline names a client-bound cheapest le
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import synthetic
 
 from bakeoff.report import build_report, charts
@@ -22,6 +23,7 @@ def _run(tmp_path):
     return plan, rdir
 
 
+@pytest.mark.slow
 def test_client_bound_points_are_marked_everywhere_and_the_headline_says_lower_bound(tmp_path):
     plan, rdir = _run(tmp_path)
     paths = build_report(plan, rdir, tmp_path / "out")
@@ -59,6 +61,7 @@ def _hollow(fig) -> int:
     return n
 
 
+@pytest.mark.slow
 def test_a_run_without_client_bound_points_marks_none(tmp_path):
     plan = synthetic.make_plan(concurrency=(1, 4), repeats=1)
     rdir = synthetic.make_run(tmp_path / "res", plan)

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import synthetic
 from synthetic import XSS
 
@@ -133,6 +134,7 @@ def test_real_hardware_run_has_no_emulated_stamp(tmp_path):
     assert "EMULATED" not in Path(paths["markdown"]).read_text()
 
 
+@pytest.mark.slow
 def test_static_target_with_described_hardware_renders_without_invented_figures(tmp_path):
     """A static endpoint described in the plan (no catalog instance): the report shows the description,
     its own price and served model id, and no memory or power figure for a GPU the catalog lacks."""
@@ -229,6 +231,7 @@ def test_no_cost_no_single_repeat_caveat_and_quarantined_requests_are_not_called
     assert texts and all("did\nnot pass validation" in t for t in texts) and "no request data" not in texts
 
 
+@pytest.mark.slow
 def test_measured_prompt_lengths_are_printed_and_a_gap_is_called_out(tmp_path):
     """Requested and server-measured prompt tokens per target: one on the mark, one as the issue found
     it (128 asked, 350.3 measured), which also gets a caveat."""

@@ -87,6 +87,7 @@ def test_capacity_rows_by_hand(report):
     assert rows["interactive"].energy_source == ""  # nothing met: no figure to name
 
 
+@pytest.mark.slow
 def test_capacity_in_every_format_and_its_csv(report):
     plan, rdir, d, root = report
     md = markdown.render(d)
@@ -133,6 +134,7 @@ def test_the_brief_has_the_capacity_per_tier_and_target_with_the_cost_there(repo
 
 
 @pytest.mark.skipif(shutil.which("pdftotext") is None, reason="needs poppler (pdftotext, pdfinfo)")
+@pytest.mark.slow
 def test_a_capacity_table_too_long_for_the_brief_is_left_to_the_report(report, tmp_path):
     _, _, d, _ = report
     fits, long = copy.copy(d), copy.copy(d)

@@ -15,6 +15,7 @@ from bakeoff.quality.validate import ValidationFailed
 from bakeoff.run import pipeline
 
 
+@pytest.mark.slow
 def test_report_and_publish_from_an_s3_results_store(s3_store, tmp_path):
     plan = synthetic.make_plan(concurrency=(1, 4))
     rdir = synthetic.make_run(None, plan, run_id="manual__s3", held_hours={plan.targets[0].slug: 0.5})

@@ -110,6 +110,7 @@ def test_pdf_pages_and_text(built, tmp_path):
 
 
 @needs_poppler
+@pytest.mark.slow
 def test_long_brief_stays_within_two_pages_stamped_on_each(tmp_path):
     """Six targets and two workloads push the brief onto a second page; both pages carry EMULATED."""
     import synthetic

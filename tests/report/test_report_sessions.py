@@ -56,6 +56,7 @@ def _rows(spec: bool = False):
     return rows
 
 
+@pytest.mark.slow
 def test_session_workload_report_has_charts_hit_rates_and_cost_per_session(tmp_path):
     plan = _session_plan()
     rdir = synthetic.write_points(tmp_path, plan, _rows(spec=True))

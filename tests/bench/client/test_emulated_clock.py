@@ -25,6 +25,7 @@ def test_records_go_back_on_the_emulated_clock_and_arrivals_out_on_the_wall_cloc
     assert clock.time_scale(t, emulated=True) == 0.05 and clock.time_scale(t, emulated=False) == 1.0
 
 
+@pytest.mark.slow
 def test_a_time_scaled_emulator_reports_the_emulated_hardwares_figures(emulator, tmp_path):
     t = emulated_target(emulator={"time_scale": 0.2})
     url = emulator(t)

@@ -47,6 +47,7 @@ def test_deal_splits_the_budget_and_the_schedule_exactly():
     assert fleet.best_sample([fleet.ClockSample(9.0, 0.5), s]).offset_s == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_open_loop_fleet_sends_the_schedule_once_and_corrects_a_skewed_clock(server, tmp_path):
     w = Workload(name="ol", input_len=8, output_len=2, load="rate", rates=[200], requests_per_point=40)
     offsets = [float(o) for o in arrival_offsets(40, 200, "poisson", 1.0, seed=0)]
@@ -98,6 +99,7 @@ def test_the_point_is_client_bound_when_any_member_was():
     assert figs["client_fleet"] == 3 and figs["clock_offset_ms_max"] == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_a_workload_with_client_fleet_runs_through_the_benchmark_step(server, tmp_path):
     w = Workload(
         name="fl", input_len=8, output_len=2, concurrency=[3], requests_per_point=24, warmup_requests=0, client_fleet=2

@@ -33,6 +33,7 @@ def _ctx(server, w: Workload, tmp_path, api_key: str | None) -> Ctx:
     return Ctx(ep, AdhocTarget("t"), w, Slo(), tmp_path, RUN, api_key, True, provenance=False)
 
 
+@pytest.mark.slow
 def test_open_loop_members_on_two_workers_send_the_schedule_once_on_one_clock(celery_fleet, tmp_path):
     key = secrets.api_key(RUN, "t")
     w = Workload(name="ol", input_len=8, output_len=2, load="rate", rates=[200], requests_per_point=40)
@@ -68,6 +69,7 @@ def test_closed_loop_members_keep_one_budget_and_a_stalled_one_marks_the_point(c
     assert by[0].dealt == 24 and by[0].records + by[1].records == 40
 
 
+@pytest.mark.slow
 def test_a_member_whose_worker_dies_fails_the_point_without_hanging_it(fleet_broker, tmp_path, monkeypatch):
     url = fleet_broker.rsplit("/", 1)[0] + "/3"  # its own broker database: these workers are killed
     monkeypatch.setenv("BAKEOFF_FLEET_BROKER", url)

@@ -47,6 +47,7 @@ def _levels(df):
     return peak, area / (last - first)
 
 
+@pytest.mark.slow
 def test_closed_loop_workers_keep_one_concurrency_budget(server, tmp_path):
     # C = 3 over 2 processes: 2 + 1 slots. One budget means 3 in flight until the requests run out,
     # whichever process's slots free up first; a fixed half of the requests per process would leave
@@ -61,6 +62,7 @@ def test_closed_loop_workers_keep_one_concurrency_budget(server, tmp_path):
     assert mean >= 0.85 * 3, f"mean in flight {mean:.2f}: the budget was not shared"
 
 
+@pytest.mark.slow
 def test_open_loop_workers_send_the_one_schedule_once_within_one_cap(server, tmp_path):
     w = Workload(
         name="ol",
@@ -88,6 +90,7 @@ def _plan(**workload):
     return plan_from_dict(raw, source="t.yaml")
 
 
+@pytest.mark.slow
 def test_plan_check_warns_when_one_core_cannot_carry_the_top_load(capsys, tmp_path):
     heavy = _plan(load="rate", rates=[100, 5000])
     need = client_cores.cores_needed(heavy.workloads[0])

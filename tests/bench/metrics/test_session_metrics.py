@@ -83,6 +83,7 @@ def test_request_points_carry_the_servers_spec_acceptance(emulator, tmp_path):
     assert 0 < p["spec_acceptance_rate"] < 1 and p["prefix_cache_hit_rate"] is not None
 
 
+@pytest.mark.slow
 def test_session_points_measure_the_emulators_hit_rate_beside_the_trace(emulator, tmp_path):
     t = emulated_target()
     sessions = {

@@ -235,6 +235,7 @@ def test_generator_is_deterministic_and_meets_its_stated_means():
         assert s.turns[0].hash_ids[:keep] == at.hash_ids[:keep]
 
 
+@pytest.mark.slow
 def test_fit_recovers_the_generators_parameters(tmp_path):
     sessions = generate(SPEC, 3)
     write_trace(sessions, tmp_path / "g.jsonl")
