@@ -113,7 +113,7 @@ def _levels(d: ReportData, workload: str) -> pd.DataFrame:
     )
 
 
-def _points(ax: Any, g: pd.DataFrame, x: str, y: str, colour: str | None, **kw: Any) -> None:
+def _points(ax: Axes, g: pd.DataFrame, x: str, y: str, colour: str | None, **kw: Any) -> None:
     """Levels as markers: filled where the server set the pace, hollow where the client did (not the
     hardware's figure); ``kw`` sets the marker and size."""
     paced = g[~g["client_bound"]]
@@ -122,7 +122,7 @@ def _points(ax: Any, g: pd.DataFrame, x: str, y: str, colour: str | None, **kw: 
     ax.scatter(bound[x], bound[y], facecolors="white", edgecolors=colour, linewidths=1.2, zorder=3, **kw)
 
 
-def _hollow_note(ax: Any, lv: pd.DataFrame) -> None:
+def _hollow_note(ax: Axes, lv: pd.DataFrame) -> None:
     """Says what a hollow marker means, on a chart that has one."""
     if not lv.empty and lv["client_bound"].any():
         ax.text(0.01, 0.01, "hollow: client-bound (the client set the pace)", transform=ax.transAxes, fontsize=7)

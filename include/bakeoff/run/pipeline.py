@@ -830,7 +830,7 @@ def publish(
     ctx: RunContext,
     paths: dict[str, str],
     failed_steps: list[str] | tuple[str, ...] = (),
-    refit_twin: Any = None,
+    refit_twin: object = None,
 ) -> dict[str, Any]:
     """Build the evidence bundle, then list the run's reports and the bundle (kind ``evidence``) in the
     index pages; the manifest states the outcome (failed_steps, as for report). ``refit_twin``: the

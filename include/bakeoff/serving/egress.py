@@ -23,6 +23,7 @@ import contextlib
 import ipaddress
 import os
 import socket
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,11 +123,15 @@ class AsyncPinnedTransport(httpx.AsyncHTTPTransport):
         return await super().handle_async_request(request)
 
 
-def client(*, verify: Any = True, limits: httpx.Limits | None = None, **kw: Any) -> httpx.Client:
+def client(
+    *, verify: ssl.SSLContext | str | bool = True, limits: httpx.Limits | None = None, **kw: Any
+) -> httpx.Client:
     """An httpx.Client whose connections go through PinnedTransport (``verify`` is the transport's)."""
     return httpx.Client(transport=PinnedTransport(verify=verify, limits=limits or _LIMITS), **kw)
 
 
-def async_client(*, verify: Any = True, limits: httpx.Limits | None = None, **kw: Any) -> httpx.AsyncClient:
+def async_client(
+    *, verify: ssl.SSLContext | str | bool = True, limits: httpx.Limits | None = None, **kw: Any
+) -> httpx.AsyncClient:
     transport = AsyncPinnedTransport(verify=verify, limits=limits or _LIMITS)
     return httpx.AsyncClient(transport=transport, **kw)

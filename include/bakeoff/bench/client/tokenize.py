@@ -15,6 +15,7 @@ The API key is sent, never logged or returned.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,7 @@ class TokenCounter:
         base_url: str = "",
         model: str = "",
         api_key: str | None = None,
-        verify: Any = True,
+        verify: ssl.SSLContext | str | bool = True,
         timeout_s: float = 30.0,
     ):
         self.base_url, self.model, self.api_key = base_url.rstrip("/"), model, api_key
