@@ -11,6 +11,7 @@ is the module ``pkg.x`` when x is one.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Literal
@@ -124,13 +125,20 @@ def imported_modules(
     return set().union(*(edges[w] for w in _wheres(module_level_only, type_checking)))
 
 
+@functools.cache
+def _work_tree_edges() -> dict[str, dict[Where, set[str]]]:
+    """Every library module's imports by where they sit, read once per process (the tests ask often)."""
+    modules = library_modules()
+    out = {}
+    for m, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        out[m] = module_edges(m, tree, is_package=path.name == "__init__.py", modules=modules)
+    return out
+
+
 def import_graph(*, module_level_only: bool = False, type_checking: bool = False) -> Graph:
     """The work tree's module graph; ``type_checking`` counts annotation-only imports too."""
-    modules = library_modules()
-    return {
-        m: imported_modules(m, p, modules, module_level_only=module_level_only, type_checking=type_checking)
-        for m, p in modules.items()
-    }
+    return graph_of(_work_tree_edges(), _wheres(module_level_only, type_checking))
 
 
 def package_graph(graph: Graph) -> Graph:
