@@ -17,6 +17,9 @@ from typing import Any
 
 import httpx
 
+from bakeoff.plan import load_plan, recipes
+from bakeoff.serving.userdata import image_for
+
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 MANIFEST_TYPES = ", ".join(
     (
@@ -117,14 +120,11 @@ def pin_all(images: list[str], plain_http: frozenset[str] = frozenset(), timeout
 
 def recipe_images() -> list[str]:
     """Every image the vendored single-node recipes name."""
-    from bakeoff.plan import recipes  # noqa: PLC0415 - the recipes only for --recipes
 
     return sorted({r.image for r in recipes.recipes().values()})
 
 
 def plan_images(plan_ref: str) -> list[str]:
     """The image each of a plan's targets would run (its override, else its stack's)."""
-    from bakeoff.plan import load_plan  # noqa: PLC0415 - a plan only for --plan
-    from bakeoff.serving.userdata import image_for  # noqa: PLC0415 - the image a target runs, only for --plan
 
     return sorted({image_for(t) for t in load_plan(plan_ref).targets})

@@ -14,8 +14,11 @@ import re
 import socket
 from typing import Any
 
+import httpx
+
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import Plan, PlanError
+from bakeoff.serving import egress
 from bakeoff.serving.userdata import image_for
 
 TRUSTED_IMAGES_VARIABLE = "bakeoff_trusted_images"
@@ -101,7 +104,6 @@ def private_endpoints_allowed(value: object = None) -> bool:
 
 def internal_host(host: str) -> str | None:
     """Why ``host`` is internal (the address it resolves to), or None for a public one."""
-    from bakeoff.serving import egress  # noqa: PLC0415 - httpx only for plans with a static endpoint
 
     name = host.strip("[]").rstrip(".").lower()
     if name in _METADATA_HOSTS or name.endswith(".internal") or name == "localhost" or name.endswith(".localhost"):
@@ -119,7 +121,6 @@ def guarded_hosts(plan: Plan, allowed: bool) -> list[str]:
     none when the installation allows private endpoints."""
     if allowed:
         return []
-    import httpx  # noqa: PLC0415 - httpx only for plans with a static endpoint
 
     urls = [t.provider_options.get("base_url") for t in plan.targets if PROVIDERS[t.provider].existing_endpoint]
     return sorted({httpx.URL(u).host for u in urls if u} - {""})
@@ -131,7 +132,6 @@ def check_static_endpoints(plan: Plan, allowed: bool) -> None:
     ``endpoint_connection`` (the installation's own connection) stays the way to name a private endpoint."""
     if allowed:
         return
-    import httpx  # noqa: PLC0415 - httpx only for plans with a static endpoint
 
     for i, t in enumerate(plan.targets):
         url = t.provider_options.get("base_url") if PROVIDERS[t.provider].existing_endpoint else None
