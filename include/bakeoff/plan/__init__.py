@@ -201,7 +201,7 @@ def installed_plans() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml") if re.fullmatch(PLAN_NAME_RE, p.stem) and p.is_file())
 
 
-def installed_plan_path(name: Any, field: str = "plan") -> Path:
+def installed_plan_path(name: object, field: str = "plan") -> Path:
     """The file of an installed plan, by name only: whoever triggers a run chooses among the plans the
     installation holds, never a path (a path would let them run any YAML file on the worker)."""
     names = installed_plans()

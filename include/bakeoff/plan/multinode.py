@@ -178,7 +178,7 @@ def arm_choices(r: MultinodeRecipe) -> str:
     return "; ".join(out)
 
 
-def pick_arm(r: MultinodeRecipe, index: Any) -> int:
+def pick_arm(r: MultinodeRecipe, index: object) -> int:
     """The arm a target names (``recipe_arm``); one is required when the recipe has several."""
     if index is None:
         if len(r.arms) == 1:
@@ -234,10 +234,10 @@ def _node_type(r: MultinodeRecipe, provider: str, rack: str | None, node_gpus: i
 
 def cluster_template(
     r: MultinodeRecipe,
-    index: Any,
-    provider: Any,
-    instance_type: Any,
-    own_cluster: Any,
+    index: object,
+    provider: object,
+    instance_type: object,
+    own_cluster: object,
     catalog_node: Callable[[str, int], str | None],
 ) -> dict[str, Any]:
     """Target fields one arm of a multi-node recipe sets: engine, image, checkpoint, the node type and

@@ -93,7 +93,7 @@ class ProviderOptions(Strict):
         there), one region each; a cloud with finer places says so on its own options."""
         return [(r, self.model_copy(update={"regions": [r]})) for r in self.regions]
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> Any:
         v = getattr(self, key, None)
         return default if v is None else v
 

@@ -135,12 +135,12 @@ def _from_multinode_recipe(data: dict[str, Any], r: multinode.MultinodeRecipe) -
     return {**template, **own, "recipe_arm": arm}
 
 
-def cloud_types(provider: Any) -> list[str]:
+def cloud_types(provider: object) -> list[str]:
     """The instance types the catalog lists on one cloud, sorted."""
     return sorted(it.type for it in catalog.instance_types().values() if it.provider == provider)
 
 
-def unknown_instance_message(value: str, provider: Any) -> str:
+def unknown_instance_message(value: str, provider: object) -> str:
     """An unknown instance type, with the types the target's own cloud sells (every catalog type for the
     local emulator and a static endpoint, which take any: the type only describes the hardware)."""
     shown = value[:80]

@@ -240,7 +240,9 @@ def bundle_name(plan_name: str, run_id: str) -> str:
     return f"bakeoff-{safe_name(plan_name)}-{safe_name(run_id)}-evidence.zip"
 
 
-def _shows(plan: Plan, run_dir: StorePath, run: RunFacts, members: dict[str, bytes], failed: Any) -> dict[str, Any]:
+def _shows(
+    plan: Plan, run_dir: StorePath, run: RunFacts, members: dict[str, bytes], failed: list[str] | tuple[str, ...]
+) -> dict[str, Any]:
     """The claims the signed manifest makes about the run, for verify to print."""
     head = store.read_json(run_dir / "cost.json") or {}
     validation = store.read_json(run_dir / "validation.json") or {}
