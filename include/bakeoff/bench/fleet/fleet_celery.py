@@ -216,7 +216,7 @@ def message(point: dict[str, Any], work: MemberWork, address: tuple[str, int]) -
     return {"body": body, "mac": _mac(body)}
 
 
-def authentic_body(msg: Any) -> dict[str, Any]:
+def authentic_body(msg: object) -> dict[str, Any]:
     """The message's body once its MAC, version and expiry hold; a FleetError naming what does not,
     before anything of it is acted on."""
     if not isinstance(msg, dict) or not isinstance(msg.get("body"), dict) or not isinstance(msg.get("mac"), str):
@@ -247,7 +247,7 @@ def authentic_body(msg: Any) -> dict[str, Any]:
     return dict(body)
 
 
-def work_from(msg: Any) -> tuple[MemberWork, tuple[str, int], bytes, list[str]]:
+def work_from(msg: object) -> tuple[MemberWork, tuple[str, int], bytes, list[str]]:
     """The member's work, where to connect, its channel key and the guarded hosts, from a task's
     message once it is authentic; the serving key re-derived here, never received."""
     body = authentic_body(msg)

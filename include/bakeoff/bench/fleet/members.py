@@ -489,7 +489,7 @@ class _Coordinator:
                 out.append(rec)
 
 
-def _record(row: Any, who: str) -> RequestRecord:
+def _record(row: object, who: str) -> RequestRecord:
     if not isinstance(row, dict):
         raise FleetError(f"{who}: a record that is not an object")
     unknown = set(row) - _RECORD_FIELDS - {"output_pieces"}
