@@ -34,7 +34,9 @@ from bakeoff.bench.client.runtime import gc_paused
 from bakeoff.bench.client.transport import Outcome, StreamingClient
 from bakeoff.bench.load.loadgen import PointId, request_body, to_record, wait_until
 from bakeoff.bench.metrics.records import RequestRecord
-from bakeoff.bench.sessions.workload import SERVER_BLOCK_TOKENS, expected_hit_rate
+from bakeoff.bench.sessions.session_sources import Session
+from bakeoff.bench.sessions.workload import SERVER_BLOCK_TOKENS, PromptBlocks, expected_hit_rate
+from bakeoff.plan.workload import Workload
 
 if TYPE_CHECKING:
     from bakeoff.bench.client.clock import Offsets
@@ -105,11 +107,11 @@ class SessionSender:
     def __init__(
         self,
         client: StreamingClient,
-        workload: Any,
+        workload: Workload,
         model: str,
         pid: PointId,
-        sessions: Sequence[Any],
-        blocks: Any,
+        sessions: Sequence[Session],
+        blocks: PromptBlocks,
         *,
         block_tokens: int,
         warmup: int = 0,
@@ -142,13 +144,13 @@ class SessionSender:
         self.specs: dict[tuple[int, int], RequestSpec] = {}
         self.raw: dict[tuple[int, int], bytes] = {}
         self.index: dict[tuple[int, int], int] = {}
-        for s, sess in enumerate(self.sessions):
+        for n, sess in enumerate(self.sessions):
             for t, turn in enumerate(sess.turns):
                 spec = RequestSpec(input_len=int(turn.input_tokens), output_len=max(1, int(turn.output_tokens)))
                 text = blocks.prompt(turn.hash_ids, spec.input_len)
-                self.raw[(s, t)] = client.build(*request_body(replace(spec, prompt=text), workload, model))
-                self.specs[(s, t)] = spec  # the record's lengths; the text lives only in the request bytes
-                self.index[(s, t)] = len(self.index)
+                self.raw[(n, t)] = client.build(*request_body(replace(spec, prompt=text), workload, model))
+                self.specs[(n, t)] = spec  # the record's lengths; the text lives only in the request bytes
+                self.index[(n, t)] = len(self.index)
         self.t0 = _now()
 
     def _tree(self, s: int) -> list[int]:
