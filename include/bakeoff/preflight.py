@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bakeoff.core.provider_facts import PROVIDERS
-from bakeoff.plan import Plan, apply_overrides, load_plan
+from bakeoff.plan import Plan, Target, apply_overrides, load_plan
 from bakeoff.plan.prices import apply_price_sheet
 from bakeoff.providers import ProviderError, get_provider
 from bakeoff.providers.credentials import credentials_from_env
@@ -54,12 +54,12 @@ def preflight(plan: Plan, credentials: Callable[[str], dict[str, Any]] = credent
     return rows
 
 
-def _each_offer(t: Any) -> list[Any]:
+def _each_offer(t: Target) -> list[Any]:
     """The target on each of its offers (``instance_types``), or the target itself."""
     return [t.ran_as(x) for x in t.offers] if len(t.offers) > 1 else [t]
 
 
-def _offers(t: Any, per_offer: list[list[Check]]) -> list[Check]:
+def _offers(t: Target, per_offer: list[list[Check]]) -> list[Check]:
     """Every offer's rows; a target with fallback offers is stopped only when no offer passes, so
     an offer's FAIL reads as a warning while another offer passes every check."""
     if len(per_offer) == 1:
@@ -126,7 +126,7 @@ def table(rows: list[Check]) -> str:
 # --- price ----------------------------------------------------------------------------------------
 
 
-def _price(t: Any, today: dt.date | None = None) -> Check:
+def _price(t: Target, today: dt.date | None = None) -> Check:
     if t.price:
         return Check(t.name, "price", OK, f"{t.usd_per_hour:.2f} USD/h from the plan ({t.price_source})")
     it = t.instance

@@ -265,7 +265,7 @@ def _stale(fw: dict[str, Any]) -> bool:
     return created is not None and time.time() - created >= ORPHAN_GRACE_S
 
 
-def _quota(t: Any, p: Any) -> Check:
+def _quota(t: Target, p: RestProvider) -> Check:
     limit = ((p.api.json("GET", "account") or {}).get("account") or {}).get("droplet_limit")
     if limit is not None and int(limit) < 1:
         return Check(t.name, "quota", FAIL, f"droplet limit {limit}", "ask DigitalOcean to raise the droplet limit")
@@ -274,8 +274,8 @@ def _quota(t: Any, p: Any) -> Check:
     )
 
 
-def _image(t: Any, i: int, p: Any) -> Iterator[Check]:
-    image = t.provider_options.os_image or DEFAULT_IMAGE
+def _image(t: Target, i: int, p: RestProvider) -> Iterator[Check]:
+    image = rest_options(t).os_image or DEFAULT_IMAGE
     r = p.api.request("GET", f"images/{image}")
     if r.status_code == 200:
         listed = str((r.json().get("image") or {}).get("name", ""))

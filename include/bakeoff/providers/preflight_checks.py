@@ -11,12 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from bakeoff import catalog
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.providers.registry import resolve
+
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
+    from bakeoff.plan.target import Target
 
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
 # What no cloud's pre-flight can try: the last item of each cloud's ``UNTRIED`` (its final row).
@@ -44,7 +47,7 @@ def checks_of(provider: str) -> CloudChecks:
     return cast(CloudChecks, resolve(ref))
 
 
-def image_provides(t: Any, i: int, listed: str) -> Check:
+def image_provides(t: Target, i: int, listed: str) -> Check:
     """What the default node image is recorded to provide (catalog ``node_images``), held to the name
     the cloud's listing gives the image: a GPU driver it is recorded without stops the boot (FAIL where
     the record has a source, else a warning); the boot script checks every item on the node anyway."""
@@ -74,5 +77,5 @@ def image_provides(t: Any, i: int, listed: str) -> Check:
     return Check(t.name, "image provides", OK, detail)
 
 
-def untried(t: Any, parts: list[str]) -> Check:
+def untried(t: Target, parts: list[str]) -> Check:
     return Check(t.name, "not tried", NA, "; ".join(parts))

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bakeoff.core.launch import LaunchSpec
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.providers.preflight_checks import FAIL, NA, OK, WARN, Check, untried
+from bakeoff.providers.rest import RestProvider, rest_options
+
+if TYPE_CHECKING:  # annotations only: providers load without the plan (the DAG parses over base)
+    from bakeoff.plan.target import Target
 
 Row = dict[str, Any]
 
@@ -32,7 +36,7 @@ class Listing:
     per_page: int
     counts: Callable[[Row], bool] = _every
 
-    def read(self, p: Any) -> dict[Any, Row]:
+    def read(self, p: RestProvider) -> dict[Any, Row]:
         return {x[self.id]: x for x in p.api.pages(self.path, self.key, {"per_page": self.per_page}) if self.counts(x)}
 
 
@@ -47,11 +51,11 @@ class RestPreflight:
     offer_word: str  # what the listing calls an offer, for "no <word> <type>"
     sold_in: str  # the offer's field that lists the regions it is sold in
     ssh_keys: str  # the path an SSH key id is read back under
-    quota: Callable[[Any, Any], Check]  # (target, provider) -> its quota row
-    image: Callable[[Any, int, Any], Iterator[Check]]  # (target, index, provider) -> its image rows
+    quota: Callable[[Target, RestProvider], Check]  # (target, provider) -> its quota row
+    image: Callable[[Target, int, RestProvider], Iterator[Check]]  # (target, index, provider) -> its image rows
     untried: tuple[str, ...]  # what its create does that nothing here can try (also in docs/production.md)
 
-    def __call__(self, t: Any, i: int, p: Any, launch: LaunchSpec) -> Iterator[Check]:
+    def __call__(self, t: Target, i: int, p: RestProvider, launch: LaunchSpec) -> Iterator[Check]:
         cred = credentials(t, p)
         yield cred
         if cred.result == FAIL:
@@ -67,7 +71,7 @@ class RestPreflight:
         yield untried(t, list(self.untried))
 
 
-def credentials(t: Any, p: Any) -> Check:
+def credentials(t: Target, p: RestProvider) -> Check:
     r = p.api.request("GET", "account")
     if r.status_code != 200:
         conn = PROVIDERS[t.provider].conn_id
@@ -86,7 +90,7 @@ def listed(items: list[str] | None) -> str:
 
 
 def offered(
-    t: Any, i: int, regions: list[str], offer: dict[str, Any] | None, what: str, locations: list[str] | None
+    t: Target, i: int, regions: list[str], offer: dict[str, Any] | None, what: str, locations: list[str] | None
 ) -> Check:
     """Is the target's type offered in one of its regions: ``offer`` is the cloud's listing entry for
     it (None: not listed), ``locations`` where that entry says it is sold."""
@@ -104,7 +108,7 @@ def offered(
     )
 
 
-def known_regions(t: Any, i: int, wanted: list[str], known: set[str]) -> Check:
+def known_regions(t: Target, i: int, wanted: list[str], known: set[str]) -> Check:
     """Are the target's regions ones the cloud lists (and, on DigitalOcean, open to new nodes)?"""
     unknown = [r for r in wanted if r not in known]
     if not unknown:
@@ -115,9 +119,9 @@ def known_regions(t: Any, i: int, wanted: list[str], known: set[str]) -> Check:
     )
 
 
-def ssh_keys(t: Any, i: int, p: Any, path: str) -> Check:
+def ssh_keys(t: Target, i: int, p: RestProvider, path: str) -> Check:
     """Each SSH key id the create would name, read back from the account."""
-    ids = list(t.provider_options.ssh_key_ids)
+    ids = list(rest_options(t).ssh_key_ids)
     if not ids:
         return Check(t.name, "ssh keys", OK, "none named (no SSH port opened)")
     missing = [k for k in ids if p.api.request("GET", f"{path}/{k}").status_code != 200]

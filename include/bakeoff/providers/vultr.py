@@ -67,12 +67,12 @@ class VultrProvider(RestProvider):
         return state, ip, raw.get("region", "")
 
 
-def _quota(t: Any, p: Any) -> Check:
+def _quota(t: Target, p: RestProvider) -> Check:
     return Check(t.name, "quota", NA, "Vultr's API has no quota call; a refusal comes at create")
 
 
-def _image(t: Any, i: int, p: Any) -> Iterator[Check]:
-    os_image = t.provider_options.os_image or DEFAULT_OS_ID
+def _image(t: Target, i: int, p: RestProvider) -> Iterator[Check]:
+    os_image = rest_options(t).os_image or DEFAULT_OS_ID
     if isinstance(os_image, str):
         yield Check(t.name, "image", WARN, f"image_id {os_image}: not checked (Marketplace images have no read)")
         return
