@@ -26,6 +26,7 @@ def bench(url, *args, key=True, timeout=120):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.slow
 def test_the_help_example_parses_and_bad_yaml_is_a_clear_error():
     raw = _mapping("name=w,input_len=1024,output_len=128,concurrency=[1,4,16]", "workload")
     assert raw == {"name": "w", "input_len": 1024, "output_len": 128, "concurrency": [1, 4, 16]}
@@ -35,6 +36,7 @@ def test_the_help_example_parses_and_bad_yaml_is_a_clear_error():
     assert "--workload" in r.stderr and "concurrency=[1,4,16]" in r.stderr
 
 
+@pytest.mark.slow
 def test_help_lists_the_workload_and_slo_keys():
     r = subprocess.run([sys.executable, "-m", "bakeoff", "bench", "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0

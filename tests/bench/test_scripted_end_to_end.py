@@ -169,6 +169,7 @@ def test_cli_writes_parquet_and_summary(knee_server, tmp_path, monkeypatch):
     assert bad.returncode != 0 and "concurrency" in bad.stderr
 
 
+@pytest.mark.slow
 def test_self_calibration_reports_small_error():
     cal = calibrate(concurrency=4, requests=16, ttft_ms=50, itl_ms=2, output_tokens=10)
     assert cal["ok"] == 16 and cal["truth_ttft_ms"] == 50

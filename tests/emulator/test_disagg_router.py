@@ -46,6 +46,7 @@ def served(tmp_path, monkeypatch):
     cluster.release(p, rid, res, {})
 
 
+@pytest.mark.slow
 def test_a_request_prefills_on_one_node_and_decodes_on_the_other(served):
     t, p, res, router = served
     cluster.check_roles(res, t, KEY)
@@ -72,6 +73,7 @@ def test_a_request_prefills_on_one_node_and_decodes_on_the_other(served):
     assert bad.status_code == 401
 
 
+@pytest.mark.slow
 def test_a_dead_role_is_named(served):
     t, p, res, router = served
     dec = res.by_role("decode")[0]
@@ -90,6 +92,7 @@ def _listening(url: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_worker_that_does_not_run_the_router_stops_it_through_its_stop_route(served, tmp_path):
     _, _, _, router = served
     assert _listening(router.base_url)
@@ -101,6 +104,7 @@ def test_a_worker_that_does_not_run_the_router_stops_it_through_its_stop_route(s
     assert not _listening(router.base_url)
 
 
+@pytest.mark.slow
 def test_the_router_is_signalled_where_it_runs(served):
     _, _, _, router = served
     assert cluster.stop_router(router.pid, "router") is True

@@ -156,6 +156,7 @@ def test_a_reaper_pass_that_could_not_list_every_kind_does_not_report_success(re
     assert reaper._print_reap(out) == 1
 
 
+@pytest.mark.slow
 def test_a_rate_limit_is_waited_out_to_its_reset_and_teardown_does_not_give_up(rest_creds, fake_clouds):
     t, rid = make_target("digitalocean"), new_run_id()
     p = DigitalOceanProvider(rest_creds("digitalocean"))

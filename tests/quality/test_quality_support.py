@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fake_completions import FakeCompletions
 from quality_fixtures import make_plan, write_run
 
@@ -15,6 +16,7 @@ from bakeoff.quality.validate import validate_run
 from bakeoff.store import write_json
 
 
+@pytest.mark.slow
 def test_matrix_shows_a_working_target_and_an_oom_deploy(tmp_path):
     plan = make_plan(accuracy={"eval_size": 20})
     ok_t, oom_t = plan.targets

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import httpx
+import pytest
 import yaml
 
 from bakeoff import engines
@@ -59,6 +60,7 @@ def test_the_boot_script_runs_the_custom_image_behind_the_front():
     assert KEY not in " ".join(serve) and userdata.SECRETS_ENV not in " ".join(serve)  # no key, no secrets file
 
 
+@pytest.mark.slow
 def test_a_custom_stack_deploys_on_the_local_provider_with_real_http(tmp_path, monkeypatch):
     """A real emulator process, started through the rendered template, answers on the declared routes;
     readiness asks those routes, and deploy.json records the image and the argv that ran."""

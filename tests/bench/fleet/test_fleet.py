@@ -71,6 +71,7 @@ def test_open_loop_fleet_sends_the_schedule_once_and_corrects_a_skewed_clock(ser
     assert all(r.start_offset >= r.scheduled_offset for r in recs)
 
 
+@pytest.mark.slow
 def test_closed_loop_fleet_keeps_one_budget_and_a_slow_member_marks_the_point(server, tmp_path):
     w = Workload(name="cl", input_len=8, output_len=2, concurrency=[5], requests_per_point=40, warmup_requests=0)
     works = fleet.member_works(_ctx(server, w, tmp_path), key=5, repeat=0, concurrency=5, members=2)
@@ -128,6 +129,7 @@ def test_a_fleet_the_benchmark_cannot_run_is_refused_naming_the_field():
     assert "client_fleet" in _plan_error(input_len=8, output_len=2, client_fleet=0)
 
 
+@pytest.mark.slow
 def test_a_member_that_fails_fails_the_point(tmp_path):
     w = Workload(name="x", input_len=8, output_len=2, concurrency=[2], requests_per_point=4)
     ep = Endpoint(target="t", base_url="http://127.0.0.1:9/", model="m", stack="scripted", emulated=True)

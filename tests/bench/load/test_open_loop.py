@@ -146,6 +146,7 @@ def test_a_failed_send_fails_the_point_and_leaves_nothing_running():
     assert run_async(go()) == [] and started[:2] == [0, 1]
 
 
+@pytest.mark.slow
 def test_finished_requests_leave_no_reference_cycles(server):
     """A request's parser, callbacks and state are freed by reference counting: with collection
     paused for a whole point, garbage left in cycles would only grow memory (and, collected, stall

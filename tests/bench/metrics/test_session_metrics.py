@@ -71,6 +71,7 @@ def test_binned_summaries_and_tpot_by_position():
     assert json.loads(tpot_by_position([{"chunk_offsets": [0.0]}])) == []
 
 
+@pytest.mark.slow
 def test_request_points_carry_the_servers_spec_acceptance(emulator, tmp_path):
     draft = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     t = emulated_target(
