@@ -56,6 +56,7 @@ def test_open_loop_members_on_two_workers_send_the_schedule_once_on_one_clock(ce
     assert np.abs(started - point.start_time).max() < 0.02
 
 
+@pytest.mark.slow
 def test_closed_loop_members_keep_one_budget_and_a_stalled_one_marks_the_point(celery_fleet, tmp_path):
     w = Workload(name="cl", input_len=8, output_len=2, concurrency=[5], requests_per_point=40, warmup_requests=0)
     with ArrivalServer() as server:
