@@ -104,9 +104,7 @@ def test_refit_after_publish_is_an_installation_opt_in(monkeypatch, value, env, 
 def test_publish_refits_when_the_installation_opts_in(data_root, monkeypatch):
     rdir = _real_run()
     monkeypatch.setattr(pipeline, "bundle", lambda *a, **k: "evidence.zip")
-    monkeypatch.setattr(
-        "bakeoff.publishing.publish.publish", lambda plan, run_dir, files, failed_steps: {"files": files}
-    )
+    monkeypatch.setattr(pipeline, "publish_reports", lambda plan, run_dir, files, failed_steps: {"files": files})
     assert "twin_refit" not in pipeline.publish(str(rdir), {}, refit_twin="false")
     assert runs.installation_rows() == []
     out = pipeline.publish(str(rdir), {}, refit_twin="true")
