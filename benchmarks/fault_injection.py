@@ -53,7 +53,7 @@ os.environ.setdefault("BAKEOFF_DATA", _OWN_DATA or "")
 from bakeoff.cleanup import reaper  # noqa: E402
 from bakeoff.core.provider_facts import PROVISIONING  # noqa: E402
 from bakeoff.plan import load_plan  # noqa: E402
-from bakeoff.run import pipeline  # noqa: E402
+from bakeoff.run import pipeline, provisioning, teardown_steps, worker_time  # noqa: E402
 from bakeoff.spend import budget  # noqa: E402
 from bakeoff_sandbox import Sandbox  # noqa: E402
 from bakeoff_sandbox import oci as fake_oci  # noqa: E402
@@ -115,26 +115,26 @@ def plan_file(provider: str, fault: str | None, workdir: Path, elsewhere: bool =
 def run_dag_like(run_dir: str, slug: str) -> None:
     """The mapped group with Airflow's setup/teardown rule: teardown runs only after a successful setup."""
     try:
-        inst = pipeline.provision(run_dir, slug)
+        inst = provisioning.provision(run_dir, slug)
     except Exception as e:  # noqa: BLE001 - a failed setup is a row outcome, not a crash of the script
         logging.info("provision failed: %s", e)
         return
     try:
-        ready = pipeline.until_done(pipeline.node_ready, run_dir, slug, inst)
+        ready = worker_time.until_done(provisioning.node_ready, run_dir, slug, inst)
         pipeline.deploy(run_dir, slug, ready)
-        ep = pipeline.until_done(pipeline.serving_ready, run_dir, slug, ready)
+        ep = worker_time.until_done(pipeline.serving_ready, run_dir, slug, ready)
         pipeline.accuracy_gate(run_dir, slug, ep)
-        pipeline.until_done(pipeline.benchmark_done, run_dir, slug, ep, pipeline.benchmark(run_dir, slug, ep))
+        worker_time.until_done(pipeline.benchmark_done, run_dir, slug, ep, pipeline.benchmark(run_dir, slug, ep))
     except Exception as e:  # noqa: BLE001
         logging.info("step failed: %s", e)
     finally:
-        pipeline.terminate(run_dir, slug, inst)
+        teardown_steps.terminate(run_dir, slug, inst)
 
 
 def sigkill_provision(sb: Sandbox, run_dir: str, slug: str, provider: str, before: int) -> None:
     code = (
         # sb.env() carries the sandbox's credentials: the step's default resolver reads them
-        f"from bakeoff.run import pipeline; pipeline.provision({run_dir!r}, {slug!r})"
+        f"from bakeoff.run import provisioning; provisioning.provision({run_dir!r}, {slug!r})"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -165,7 +165,7 @@ def one_row(sb: Sandbox, provider: str, stage: str, fault: str | None, workdir: 
         run_dag_like(run["run_dir"], t.slug)
     after_teardown = len(sb.live()[provider]) - before
     if not killed:
-        pipeline.sweep(run["run_dir"])
+        teardown_steps.sweep(run["run_dir"])
     after_sweep = len(sb.live()[provider]) - before
     if not killed:
         for step in (pipeline.validate, pipeline.cost, pipeline.report):
@@ -225,13 +225,13 @@ def airflow_dies(sb: Sandbox, provider: str, workdir: Path, elsewhere: bool = Fa
     run = pipeline.start_run(str(path), f"faults__{provider}__airflow-dies__{time.time_ns()}")
     before = set(sb.live()[cloud])
     # credentials: the sandbox's, from its env
-    setup = "from bakeoff.run import pipeline; from bakeoff.cleanup import reaper"
+    setup = "from bakeoff.run import teardown_steps; from bakeoff.cleanup import reaper"
     log = workdir / f"worker-{cloud}-{'elsewhere' if elsewhere else 'home'}.log"
     worker = _airflow_process(
         sb,
         f"{setup}; import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
         f"from fault_injection import run_dag_like; run_dag_like({run['run_dir']!r}, {slug!r}); "
-        f"pipeline.sweep({run['run_dir']!r})",
+        f"teardown_steps.sweep({run['run_dir']!r})",
         log,
     )
     scheduler = _airflow_process(
@@ -288,13 +288,13 @@ def storm_during_teardown(sb: Sandbox, provider: str, workdir: Path) -> dict:
     slug = load_plan(path).targets[0].slug
     run = pipeline.start_run(str(path), f"faults__{provider}__storm__{time.time_ns()}")
     before = set(sb.live()[provider])
-    inst = pipeline.provision(run["run_dir"], slug)
+    inst = provisioning.provision(run["run_dir"], slug)
     cloud = sb.fakes[provider]
     calls = cloud.requests
     cloud.rate_limited_until = time.time() + STORM_S
     start = time.monotonic()
     try:
-        pipeline.terminate(run["run_dir"], slug, inst)
+        teardown_steps.terminate(run["run_dir"], slug, inst)
         outcome = "deleted"
     except Exception as e:  # noqa: BLE001 - a teardown that gave up is the row's outcome
         outcome = f"gave up: {type(e).__name__}"
@@ -310,14 +310,14 @@ def reprovision_after_clear(sb: Sandbox, provider: str, workdir: Path) -> dict:
     slug = load_plan(path).targets[0].slug
     run = pipeline.start_run(str(path), f"faults__{provider}__reprovision__{time.time_ns()}")
     before = set(sb.live()[provider])
-    first = pipeline.provision(run["run_dir"], slug)
-    pipeline.terminate(run["run_dir"], slug, first)
+    first = provisioning.provision(run["run_dir"], slug)
+    teardown_steps.terminate(run["run_dir"], slug, first)
     try:
-        second = pipeline.provision(run["run_dir"], slug)
+        second = provisioning.provision(run["run_dir"], slug)
         live = set(sb.live()[provider]) - before
         fresh = second["id"] != first["id"] and len(live) == 1
         outcome = "fresh node" if fresh else f"reused {second['id']} (live: {len(live)})"
-        pipeline.terminate(run["run_dir"], slug, second)
+        teardown_steps.terminate(run["run_dir"], slug, second)
     except Exception as e:  # noqa: BLE001 - a refused re-provision is the row's outcome
         fresh, outcome = False, f"failed: {type(e).__name__}: {str(e)[:80]}"
     left = len(set(sb.live()[provider]) - before)

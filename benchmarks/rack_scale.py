@@ -218,21 +218,21 @@ def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, l
     readiness, deploy, serving readiness of every role, a short benchmark through the router, terminate
     and sweep. The cluster's timeline, the measured point (None when provisioning failed) and the
     lines saying when each step finished (seconds from the provision call)."""
-    from bakeoff.run import pipeline, step_context  # noqa: PLC0415 - the pipeline's steps only for part (a)
+    from bakeoff.run import pipeline, provisioning, step_context, teardown_steps, worker_time  # noqa: PLC0415 - the pipeline's steps only for part (a)
 
     run = pipeline.start_run(str(path), f"manual__rack_scale_{uuid.uuid4().hex[:8]}")
     rdir, slug = run["run_dir"], run["targets"][0]
     t0, steps, point = time.monotonic(), [], None
     launched = None
     try:
-        launched = pipeline.provision(rdir, slug)
+        launched = provisioning.provision(rdir, slug)
         steps.append(f"provisioned {time.monotonic() - t0:.2f}")
-        inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.2)
+        inst = worker_time.until_done(provisioning.node_ready, rdir, slug, launched, poll_s=0.2)
         pipeline.deploy(rdir, slug, inst)
-        ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
+        ep = worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
         steps.append(f"every role serving {time.monotonic() - t0:.2f}")
         started = pipeline.benchmark(rdir, slug, ep)
-        pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+        worker_time.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
         steps.append(f"benchmarked {time.monotonic() - t0:.2f}")
         tdir = Path(rdir) / f"target={slug}"
         point = pd.read_parquet(tdir / "points").iloc[0].to_dict()
@@ -245,8 +245,8 @@ def _serve_in_sandbox(path: Path) -> tuple[cluster.ClusterResult, dict | None, l
         why = str(e).split("; released")[0]
         steps.append(f"provision failed {time.monotonic() - t0:.2f} ({why}), released {len(res.released)} node(s)")
     finally:
-        gone = set(pipeline.terminate(rdir, slug, launched).get("terminated") or [])
-        pipeline.sweep(rdir)
+        gone = set(teardown_steps.terminate(rdir, slug, launched).get("terminated") or [])
+        teardown_steps.sweep(rdir)
         steps.append(f"terminated and swept {time.monotonic() - t0:.2f}")
     for n in res.nodes:  # teardown's release, on the provision call's clock (a failed cluster set its own)
         if n.released_s is None and n.instance_id in gone:

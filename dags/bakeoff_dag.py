@@ -1,6 +1,6 @@
 """The bakeoff DAG: one head-to-head evaluation, from provisioning to a published report.
 
-Thin wiring only: every task calls one step of bakeoff.run.pipeline, and the per-target group and the
+Thin wiring only: every task calls one step of bakeoff.run (steps.function finds it), and the per-target group and the
 steps after it are built from the sequence bakeoff.run.steps declares (bakeoff run follows the same
 one). First a gate: a scheduled run starts only from the Variable bakeoff_schedule_from on
 (unpausing alone starts nothing); then the optional pre-flight (bakeoff.preflight: off, check first,
@@ -162,7 +162,7 @@ DEFAULT_ARGS = {"owner": "bakeoff", "retries": 1, "retry_delay": pendulum.durati
 LABEL = "{{ target_label }}"
 
 # Sensor pokes: a cloud node boots and loads weights for minutes, the emulator in about a second. Every
-# target is a map index of one sensor, so each poke sets its own target's pace (_pipeline, poke_s).
+# target is a map index of one sensor, so each poke sets its own target's pace (_step_function, poke_s).
 CLOUD_POKE_ENV = "BAKEOFF_CLOUD_POKE_S"
 LOCAL_POKE_S = 2
 
@@ -186,9 +186,9 @@ def cloud_poke_s() -> float:
 CLOUD_POKE_S = cloud_poke_s()
 
 
-def _pipeline(item: dict | None = None):
-    """The library's pipeline module, imported at run time (never at parse time)."""
-    from bakeoff.run import pipeline
+def _step_function(step: Step, item: dict | None = None):
+    """The library function a declared step calls, imported at run time (never at parse time)."""
+    from bakeoff.run.steps import function
 
     if item is not None:  # a per-target task: label it, and mask the run's serving keys in its log
         from bakeoff_connections import mask_run_keys
@@ -200,7 +200,7 @@ def _pipeline(item: dict | None = None):
             # a sensor's next check: one operator serves every map index, and the sensor reads its
             # interval after this poke, so a local target checks every 2 s beside a cloud's 30 s
             ctx["task"].poke_interval = float(item["poke_s"])
-    return pipeline
+    return function(step)
 
 
 def _credentials():
@@ -230,7 +230,7 @@ def _looked(found: dict | None) -> PokeReturnValue:
 
 
 def _act(step: Step):
-    """A declared step's task body: one call of its bakeoff.run.pipeline function, on the target of the map
+    """A declared step's task body: one call of its bakeoff.run function, on the target of the map
     index (per target) or on the run, with the outputs of the steps it takes."""
 
     def act(item: dict | None, *inputs):
@@ -239,16 +239,17 @@ def _act(step: Step):
 
             raise AirflowSkipException(f"{step.name}: start_run did not run, so this run started nothing")
         per_target = step.per_target
-        pipeline = _pipeline(item if per_target else None)
+        call = _step_function(step, item if per_target else None)
         kwargs: dict = {"credentials": _credentials()} if step.credentials else {}
         if step.failed_steps:
             kwargs["failed_steps"] = _failed_steps()
-        call = getattr(pipeline, step.call)
         try:
             return call(item["run_dir"], *([item["slug"]] if per_target else []), *inputs, **kwargs)
         except BaseException:
             if step.role == "setup" and _last_try():  # terminate will not run: the node slot goes back
-                pipeline.release_node_slot(item["run_dir"], item["slug"])
+                from bakeoff.run.provisioning import release_node_slot
+
+                release_node_slot(item["run_dir"], item["slug"])
             raise
 
     act.__name__ = act.__qualname__ = step.name
@@ -266,7 +267,7 @@ def _look(step: Step):
     as a poke that is done once it found something, measured from when this wait began."""
 
     def look(item: dict, *inputs):
-        call = getattr(_pipeline(item), step.call)
+        call = _step_function(step, item)
         if step.wait == "claim":
             return call(item["run_dir"], item["slug"])
         kwargs: dict = {"credentials": _credentials()} if step.credentials else {}
@@ -278,7 +279,9 @@ def _look(step: Step):
 
 def _publish(run: dict, paths: dict):
     """publish: the evidence bundle and the index pages (bakeoff.run.pipeline.publish), then the plan's Asset."""
-    published = _pipeline().publish(
+    from bakeoff.run import pipeline
+
+    published = pipeline.publish(
         run["run_dir"],
         paths,
         failed_steps=_failed_steps(),
@@ -365,7 +368,9 @@ def bakeoff():
         threshold = Variable.get("bakeoff_approval_threshold_usd", default=None)
         plan = _plan_ref(params)
         # What a plan may reach: images trusted with secrets, private static endpoints (unset: no).
-        return _pipeline().start_run(
+        from bakeoff.run import pipeline
+
+        return pipeline.start_run(
             plan,
             ctx["run_id"],
             _overrides(params),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
 
-import bakeoff.run.pipeline  # noqa: F401  (imported for its side effect: loaded before tasks fork)
+# imported for their side effect: the run's step modules (provisioning through pipeline) loaded before tasks fork
+import bakeoff.run.pipeline
+import bakeoff.run.teardown_steps  # noqa: F401
 
 CELERY_CONFIG = DEFAULT_CELERY_CONFIG

@@ -29,7 +29,7 @@ from run_timeline import FAIL_PCT, GOAL_PCT, common_overlap, table, timelines, t
 
 from bakeoff.paths import at, run_folder
 from bakeoff.publishing.publish import list_published
-from bakeoff.run.pipeline import SLOTS
+from bakeoff.run.worker_time import SLOTS
 from bakeoff.store import read_frame, read_json
 
 FINAL_STATES = {"success", "failed"}
@@ -142,7 +142,7 @@ def published_report(reports: str | Path, run_id: str) -> list:
     return []
 
 
-# the DAG's sensors and the library check each poke calls (bakeoff.run.pipeline records each call's worker time)
+# the DAG's sensors and the library check each poke calls (bakeoff.run.worker_time records each call's worker time)
 SENSOR_CHECKS = {
     "node_slot": "wait_slot",
     "node_ready": "wait_node",

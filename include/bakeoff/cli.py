@@ -28,7 +28,8 @@ from bakeoff.plan.prices import market_mismatches
 from bakeoff.prediction.predict import predict_plan, render
 from bakeoff.preflight import blocking, preflight, table
 from bakeoff.providers.credentials import credentials_from_env
-from bakeoff.run import admission, pipeline, steps
+from bakeoff.run import admission, steps, worker_time
+from bakeoff.run.step_context import CredentialsFn
 from bakeoff.secrets import installation_id
 from bakeoff.serving import userdata
 from bakeoff.serving.emulator import disagg
@@ -139,16 +140,16 @@ def run_steps(
     targets: list[str],
     progress: Progress,
     slot_poll_s: float = 5.0,
-    creds: pipeline.CredentialsFn = credentials_from_env,
+    creds: CredentialsFn = credentials_from_env,
 ) -> int:
     """Every step of bakeoff.run.steps.SEQUENCE in this process, in its order: the run's first steps, each
     target's steps one target after the other (its teardown in finally), then the run's last steps
     whatever happened; a progress line names each step as it starts. The exit status: 0, 1 when a step
     failed, 2 when the run needs an approval nobody here can give."""
     start, approve = steps.BEFORE
-    run = getattr(pipeline, start.call)(plan, run_id, {"targets": targets})
+    run = steps.function(start)(plan, run_id, {"targets": targets})
     rdir = run["run_dir"]
-    need = getattr(pipeline, approve.call)(rdir)
+    need = steps.function(approve)(rdir)
     if need:  # the DAG holds such a run at approve_spend; here nobody can be asked
         print(
             f"error: approval: this run needs a person's approval before spending ({need.get('reason')}); "
@@ -171,7 +172,7 @@ def run_steps(
             kwargs: dict[str, Any] = {"credentials": creds} if step.credentials else {}
             if step.failed_steps:  # this process is the run's orchestrator: it knows which steps failed
                 kwargs["failed_steps"] = list(failed)
-            out[step.name] = getattr(pipeline, step.call)(rdir, *(out[t] for t in step.takes), **kwargs)
+            out[step.name] = steps.function(step)(rdir, *(out[t] for t in step.takes), **kwargs)
         except Exception as e:  # noqa: BLE001 - a failed step is reported; the later ones still run
             failed.append(step.name)
             print(f"step {step.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
@@ -181,9 +182,7 @@ def run_steps(
     return 1 if failed else 0
 
 
-def _target_steps(
-    rdir: str, slug: str, say: Callable[[str], None], slot_poll_s: float, creds: pipeline.CredentialsFn
-) -> bool:
+def _target_steps(rdir: str, slug: str, say: Callable[[str], None], slot_poll_s: float, creds: CredentialsFn) -> bool:
     """One target's steps of bakeoff.run.steps.PER_TARGET: those before its setup step (the node slot), then
     setup to its last step, then its teardown whatever happened. False when a step failed."""
     out: dict[str, Any] = {}
@@ -211,10 +210,10 @@ def _target_step(
     out: dict[str, Any],
     say: Callable[[str], None],
     slot_poll_s: float,
-    creds: pipeline.CredentialsFn,
+    creds: CredentialsFn,
 ) -> Any:
     """One per-target step: an action called once, a claim asked until granted, a check until it answers."""
-    call = getattr(pipeline, step.call)
+    call = steps.function(step)
     inputs = [out.get(t) for t in step.takes]  # a teardown gets None for what never came
     kwargs: dict[str, Any] = {"credentials": creds} if step.credentials else {}
     if step.wait == "claim":  # the installation's node limit, as the DAG's wait_slot
@@ -224,7 +223,7 @@ def _target_step(
                 time.sleep(slot_poll_s)
         return True
     if step.wait == "check":
-        return pipeline.until_done(call, rdir, slug, *inputs, **kwargs)
+        return worker_time.until_done(call, rdir, slug, *inputs, **kwargs)
     say(_SAYS.get(step.name, step.name.replace("_", " ")))
     return call(rdir, slug, *inputs, **kwargs)
 

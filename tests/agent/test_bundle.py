@@ -21,7 +21,7 @@ from moto import mock_aws
 from bakeoff.core.launch import AGENT_PORT
 from bakeoff.plan import PlanError, load_plan, plan_from_dict
 from bakeoff.providers import ProviderError
-from bakeoff.run import pipeline
+from bakeoff.run import provisioning
 from bakeoff.serving import bundle, userdata
 from tests.stub_host import StubHost
 
@@ -179,8 +179,8 @@ def test_clouds_default_to_a_co_located_client_and_others_cannot_have_one():
 def test_a_co_located_target_without_a_bucket_stops_before_launch():
     no_bucket = lambda name: {}  # noqa: E731 - no client_bundle settings
     with pytest.raises(ProviderError, match="bakeoff_client_bucket"):
-        pipeline.stage_client(_target("aws"), 3600, no_bucket)
-    assert pipeline.stage_client(_target("aws", client_mode="remote"), 3600, no_bucket) is None
+        provisioning.stage_client(_target("aws"), 3600, no_bucket)
+    assert provisioning.stage_client(_target("aws", client_mode="remote"), 3600, no_bucket) is None
 
 
 @pytest.mark.slow

@@ -1,16 +1,17 @@
 """The DAG and `bakeoff run` run the same steps in the same order: the DAG's tasks as the parsed DagBag
-has them, beside the steps the CLI's loop calls (every bakeoff.run.pipeline function it reaches recorded,
+has them, beside the steps the CLI's loop calls (every bakeoff.run step function it reaches recorded,
 nothing run), both from the one declared sequence (bakeoff.run.steps)."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from bakeoff import cli
-from bakeoff.run import pipeline, steps
+from bakeoff.run import steps
 from tests.conftest import ROOT
 
 GROUP = "target."
@@ -34,7 +35,7 @@ def dag_order() -> list[str]:
 def cli_order(
     monkeypatch, targets: list[str], fail: dict[str, str] | None = None, **answer: Any
 ) -> tuple[int, list[tuple[str, str]]]:
-    """Run `bakeoff run`'s loop with every step's bakeoff.run.pipeline function replaced by a recorder:
+    """Run `bakeoff run`'s loop with every step's bakeoff.run function replaced by a recorder:
     (its exit status, (step, target or "") for each step called, in order). ``fail``: step -> the
     target it raises for ("" for a run step); ``answer``: a function's return value instead of the usual."""
     called: list[tuple[str, str]] = []
@@ -59,20 +60,20 @@ def cli_order(
 
         return record
 
-    for call in by_call:
-        monkeypatch.setattr(pipeline, call, recorder(call))
+    for s in steps.SEQUENCE:
+        monkeypatch.setattr(importlib.import_module(f"bakeoff.run.{s.module}"), s.call, recorder(s.call))
     monkeypatch.setattr(cli, "_print_summary", lambda *_: None)
     rc = cli.run_steps("local-demo", "r1", targets, cli.Progress(), slot_poll_s=0)
     return rc, called
 
 
-def test_the_declared_steps_name_distinct_tasks_and_pipeline_functions():
+def test_the_declared_steps_name_distinct_tasks_and_step_functions():
     names = [s.name for s in steps.SEQUENCE]
     assert len(set(names)) == len(names)
     assert len({s.call for s in steps.SEQUENCE}) == len(names)
     assert not set(names) & set(steps.ORCHESTRATION)
     for s in steps.SEQUENCE:
-        assert callable(getattr(pipeline, s.call)), s.call
+        assert callable(steps.function(s)), s.call
         assert all(names.index(t) < names.index(s.name) for t in s.takes), f"{s.name} takes a later step"
     assert [s.role for s in steps.PER_TARGET].count("setup") == 1
 

@@ -212,15 +212,15 @@ def test_the_timeline_counts_each_poke_as_held_and_the_sensor_span_as_waiting():
 
 
 def test_pokes_are_read_from_the_worker_time_the_library_records_in_the_results_store(tmp_path):
-    from bakeoff.run import pipeline
+    from bakeoff.run import worker_time
     from bakeoff.store import run_dir
 
     rdir = str(run_dir("three", "manual__2026-11-30T14:00:00+00:00", root=str(tmp_path)))
-    look = pipeline.holds_slot("benchmark_done")(lambda run_dir, slug: None)
+    look = worker_time.holds_slot("benchmark_done")(lambda run_dir, slug: None)
     for _ in range(2):
         look(rdir, "b200-vllm")
         time.sleep(0.01)  # a record is named by its millisecond
-    pipeline.holds_slot("provision")(lambda run_dir, slug: None)(rdir, "b200-vllm")  # a task, not a poke
+    worker_time.holds_slot("provision")(lambda run_dir, slug: None)(rdir, "b200-vllm")  # a task, not a poke
     spans = poke_spans(str(tmp_path), "manual__2026-11-30T14:00:00+00:00")
     assert list(spans) == [("wait_benchmark", "b200-vllm")] and len(spans["wait_benchmark", "b200-vllm"]) == 2
     assert all(0 <= end - start < 5 for start, end in spans["wait_benchmark", "b200-vllm"])

@@ -11,7 +11,7 @@ import yaml
 
 from bakeoff.plan import load_plan
 from bakeoff.providers import ProviderError
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning, teardown_steps, worker_time
 from bakeoff.serving.deploy import DeployFailed
 
 
@@ -26,9 +26,9 @@ def run(data_root, tmp_path):
     path.write_text(yaml.safe_dump(raw))
     run = pipeline.start_run(str(path), "manual__waits")
     rdir, slug = run["run_dir"], run["targets"][0]
-    inst = pipeline.provision(rdir, slug)
+    inst = provisioning.provision(rdir, slug)
     yield rdir, slug, inst
-    pipeline.terminate(rdir, slug, inst)
+    teardown_steps.terminate(rdir, slug, inst)
 
 
 def _until(check, *args, since: float):
@@ -45,7 +45,7 @@ def _until(check, *args, since: float):
 def test_each_wait_is_an_action_then_checks(run):
     rdir, slug, inst = run
     now = time.time()
-    ready, looks = _until(pipeline.node_ready, rdir, slug, inst, since=now)
+    ready, looks = _until(provisioning.node_ready, rdir, slug, inst, since=now)
     assert looks >= 1, "provision returned before the emulator answered: the first look says not yet"
     assert ready["id"] == inst["id"] and ready["state"] == "running" and ready["port"]
     assert pipeline.deploy(rdir, slug, ready) == {"target": slug, "secrets": []}
@@ -55,7 +55,7 @@ def test_each_wait_is_an_action_then_checks(run):
     assert started == {"target": slug, "points": 1, "client_mode": "remote"}
     # a remote benchmark was measured by the action itself: its check is done at once
     assert pipeline.benchmark_done(rdir, slug, endpoint, started, since=now) == started
-    held = pipeline.held_seconds(rdir)  # every call of every step above, provision included
+    held = worker_time.held_seconds(rdir)  # every call of every step above, provision included
     assert set(held) == {slug} and held[slug] > 0
 
 
@@ -64,11 +64,11 @@ def test_checks_fail_for_good_when_the_node_ended_or_the_deadline_passed(run):
     rdir, slug, inst = run
     # not up yet (the emulator was started a moment ago) and waited past the target's deadline
     with pytest.raises(ProviderError, match="ready_timeout_s"):
-        pipeline.node_ready(rdir, slug, inst, since=time.time() - 1801)
-    ready, _ = _until(pipeline.node_ready, rdir, slug, inst, since=time.time())
-    pipeline.terminate(rdir, slug, inst)
+        provisioning.node_ready(rdir, slug, inst, since=time.time() - 1801)
+    ready, _ = _until(provisioning.node_ready, rdir, slug, inst, since=time.time())
+    teardown_steps.terminate(rdir, slug, inst)
     with pytest.raises(ProviderError, match="ended before it was ready|exited before it was ready"):
-        pipeline.node_ready(rdir, slug, inst, since=time.time())
+        provisioning.node_ready(rdir, slug, inst, since=time.time())
     with pytest.raises(DeployFailed) as e:  # nothing serves, and the deadline is long past
         pipeline.serving_ready(rdir, slug, ready, since=time.time() - 3600)
     assert e.value.failure in ("timeout", "crash")

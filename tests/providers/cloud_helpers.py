@@ -33,9 +33,9 @@ def launch_args(run_id: str, target) -> dict:
             "bakeoff:target": target.slug,
             "bakeoff:plan": "p",
             "bakeoff:expires_at": str(int(exp)),
-            "bakeoff:installation": secrets.installation_id(),  # as pipeline.provision tags it
+            "bakeoff:installation": secrets.installation_id(),  # as provisioning.provision tags it
         },
-        # the boot script's renderer, as pipeline.provision hands it in (read at each call: a test may patch it)
+        # the boot script's renderer, as provisioning.provision hands it in (read at each call: a test may patch it)
         "spec": {
             "api_key": "bk-" + uuid.uuid4().hex[:40].ljust(40, "0"),
             "expires_at": exp,

@@ -13,7 +13,7 @@ from bakeoff import store
 from bakeoff.bench.sessions.workload import load_sessions
 from bakeoff.core.facts import RunFacts
 from bakeoff.plan import load_plan, plan_from_dict
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning, teardown_steps
 from bakeoff.spend import budget
 
 P = budget.PREFILL_TOKEN_S
@@ -277,19 +277,19 @@ def test_reprovision_after_a_clear_is_rechecked_before_any_cloud_call(
     creds = lambda name: rest_creds(name) if name == "vultr" else {}  # noqa: E731
     run = pipeline.start_run("recheck", f"manual__recheck_{time.time_ns()}")
     rdir, slug = run["run_dir"], run["targets"][0]
-    first = pipeline.provision(rdir, slug, credentials=creds)
-    pipeline.terminate(rdir, slug, first, credentials=creds)
-    second = pipeline.provision(rdir, slug, credentials=creds)
+    first = provisioning.provision(rdir, slug, credentials=creds)
+    teardown_steps.terminate(rdir, slug, first, credentials=creds)
+    second = provisioning.provision(rdir, slug, credentials=creds)
     prov = store.read_record(rdir, "provision", slug)
     tries = prov["tries"]
     assert [t["instance_id"] for t in tries] == [first["id"], second["id"]] and tries[0]["ended_at"]
-    pipeline.terminate(rdir, slug, second, credentials=creds)
+    teardown_steps.terminate(rdir, slug, second, credentials=creds)
     # the first node, it turns out, billed four hours before it was terminated
     tries[0]["launched_at"] -= 4 * 3600
     store.record(rdir, "provision", prov, slug=slug)
     before = fake_clouds.vultr.requests
     with pytest.raises(budget.BudgetExceeded, match=r"^budget_usd: launching mi355x-vllm again .* over the cap of 60"):
-        pipeline.provision(rdir, slug, credentials=creds)
+        provisioning.provision(rdir, slug, credentials=creds)
     assert fake_clouds.vultr.requests == before
 
 

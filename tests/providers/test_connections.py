@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import bakeoff_connections
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, step_context
 
 
 def test_rest_connection_gives_token_and_base_url(monkeypatch):
@@ -69,7 +69,7 @@ def test_aws_connection_gives_a_session_and_endpoint(monkeypatch):
 def test_the_resolver_is_passed_into_the_pipeline(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
     creds = bakeoff_connections.credentials_resolver()
-    provider = pipeline.provider_for("vultr", creds)
+    provider = step_context.provider_for("vultr", creds)
     assert provider.base_url == "https://api.vultr.com/v2" and creds("vultr")["token"] == "v-token"
     assert not hasattr(pipeline, "set_credentials_resolver")  # no module-global resolver to leak between tasks
 
@@ -79,7 +79,7 @@ def test_tokens_and_run_keys_are_registered_with_the_log_masker(monkeypatch, dat
     monkeypatch.setattr(bakeoff_connections, "mask_secret", seen.append)
     monkeypatch.setenv("AIRFLOW_CONN_VULTR_DEFAULT", json.dumps({"conn_type": "http", "password": "v-token"}))
     run = pipeline.start_run("mi355x-vs-b200-sandbox", "manual__mask")
-    pipeline.provider_for("vultr", bakeoff_connections.credentials_resolver(run["run_dir"]))
+    step_context.provider_for("vultr", bakeoff_connections.credentials_resolver(run["run_dir"]))
     from bakeoff import secrets
 
     assert set(seen) == {"v-token"} | {secrets.api_key("manual__mask", s) for s in run["targets"]}

@@ -11,7 +11,7 @@ import yaml
 from bakeoff import store
 from bakeoff.plan import load_plan
 from bakeoff.providers.aws import AwsProvider
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning
 
 
 class LostAnswer(Exception):
@@ -42,9 +42,9 @@ def test_a_retried_provision_sends_the_same_launch(aws_creds, data_root, tmp_pat
     # the duplicate guard does not see the first node yet (EC2's listing is eventually consistent)
     monkeypatch.setattr(AwsProvider, "list_tagged", lambda self, run_id=None: [])
     with pytest.raises(LostAnswer) as lost:
-        pipeline.provision(run["run_dir"], slug, credentials=creds)
+        provisioning.provision(run["run_dir"], slug, credentials=creds)
     time.sleep(1.1)  # a retry comes later: an expiry computed afresh would differ
-    inst = pipeline.provision(run["run_dir"], slug, credentials=creds)
+    inst = provisioning.provision(run["run_dir"], slug, credentials=creds)
     assert inst["id"] == str(lost.value)  # EC2 replayed the first launch: no second node
     assert sent[0] == sent[1]  # the same tags (expiry), user-data and launch number
     monkeypatch.setattr(AwsProvider, "list_tagged", real_list)

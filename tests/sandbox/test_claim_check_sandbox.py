@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning, teardown_steps, worker_time
 from bakeoff_sandbox import Sandbox
 
 PLAN = "glm52-claim-check-sandbox"
@@ -32,18 +32,20 @@ def test_claim_check_plan_runs_end_to_end(sandbox, data_root, monkeypatch):
         rdir = run["run_dir"]
         assert len(run["targets"]) == 3
         for slug in run["targets"]:
-            inst = pipeline.until_done(pipeline.node_ready, rdir, slug, pipeline.provision(rdir, slug), poll_s=0.1)
+            inst = worker_time.until_done(
+                provisioning.node_ready, rdir, slug, provisioning.provision(rdir, slug), poll_s=0.1
+            )
             assert inst["provider"] == "oci"
             pipeline.deploy(rdir, slug, inst)
-            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
+            ep = worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
             assert ep["emulated"] is True
             pipeline.accuracy_gate(rdir, slug, ep)
             started = pipeline.benchmark(rdir, slug, ep)
-            measured = pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+            measured = worker_time.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
             assert measured["points"] == 2 * 2 + 1 * 2  # rate: 2 levels x 2 repeats; sweep: 1 level x 2 repeats
-            pipeline.terminate(rdir, slug, inst)
+            teardown_steps.terminate(rdir, slug, inst)
         assert sandbox.live()["oci"] == []
-        pipeline.sweep(rdir)
+        teardown_steps.sweep(rdir)
     assert pipeline.validate(rdir)["passed"]
     pipeline.cost(rdir)
     paths = pipeline.report(rdir)

@@ -14,7 +14,7 @@ import pytest
 from bakeoff import store
 from bakeoff.cleanup import reaper
 from bakeoff.plan import load_plan
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning
 from bakeoff.serving import userdata
 from bakeoff_sandbox import Sandbox
 
@@ -49,7 +49,7 @@ def launch(sandbox, tmp_path, provider: str, run_id: str):
     with sandbox.exported():
         run = pipeline.start_run(one_target_plan(tmp_path, provider), run_id)
         slug = run["targets"][0]
-        inst = pipeline.provision(run["run_dir"], slug)
+        inst = provisioning.provision(run["run_dir"], slug)
     return run, slug, inst
 
 
@@ -134,7 +134,7 @@ def test_a_vultr_node_expires_at_its_kill_switch_not_at_max_instance_hours(sandb
     t_real, t_sandbox = time.time(), sandbox.clock.now()
     with sandbox.exported():
         run = pipeline.start_run(one_target_plan(tmp_path, "vultr", max_instance_hours=12), "manual__ks_vultr_exp")
-        inst = pipeline.provision(run["run_dir"], run["targets"][0])
+        inst = provisioning.provision(run["run_dir"], run["targets"][0])
     switch_after = sandbox.backing.next_due() - t_sandbox
     expires = float(inst["expires_at"])
     prov = store.read_record(run["run_dir"], "provision", run["targets"][0])["provisioning"]
@@ -161,7 +161,7 @@ def test_a_create_refused_in_every_region_leaves_a_record_the_report_reads(sandb
         with sandbox.exported():
             run = pipeline.start_run(path, "manual__stockout_vultr")
             with pytest.raises(CapacityError):
-                pipeline.provision(run["run_dir"], run["targets"][0])
+                provisioning.provision(run["run_dir"], run["targets"][0])
     finally:
         sandbox.deny_capacity("vultr", [])
     refused = store.read_record(run["run_dir"], "provision_refused", run["targets"][0])

@@ -18,7 +18,7 @@ from bakeoff import secrets
 from bakeoff.plan import load_plan
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import credentials_from_env
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning, teardown_steps, worker_time
 from bakeoff.serving.deploy import DeployFailed
 from bakeoff.serving.tls import node_identity
 from bakeoff_sandbox import Sandbox
@@ -54,7 +54,7 @@ def test_a_cloud_without_emulated_nodes_is_refused_before_any_create(sandbox, da
     with sandbox.exported():
         run = pipeline.start_run(path, "manual__cloud_cluster")
         with pytest.raises(ProviderError, match=rf"targets\.{name}\.cluster: .*emulator-backed"):
-            pipeline.provision(run["run_dir"], run["targets"][0], credentials=real_cloud)
+            provisioning.provision(run["run_dir"], run["targets"][0], credentials=real_cloud)
         assert sandbox.live()["aws"] == []
 
 
@@ -74,7 +74,7 @@ def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandb
         rdir, slug = run["run_dir"], run["targets"][0]
         key = secrets.api_key(run_id, slug)
         began = sandbox.clock.now()
-        launched = pipeline.provision(rdir, slug)
+        launched = provisioning.provision(rdir, slug)
         try:
             nodes = launched["cluster"]
             assert len(nodes) == 2 and sorted(sandbox.live()["aws"]) == sorted(nodes)
@@ -89,19 +89,19 @@ def test_a_sandbox_ec2_cluster_is_deployed_benchmarked_costed_and_released(sandb
             body = {"model": _served_model(base, auth), "prompt": "hello", "max_tokens": 4}
             r = httpx.post(f"{base}/v1/completions", json=body, headers=auth, timeout=30)
             assert r.status_code == 200, r.text
-            inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
+            inst = worker_time.until_done(provisioning.node_ready, rdir, slug, launched, poll_s=0.1)
             assert pipeline.deploy(rdir, slug, inst) == {"target": slug, "secrets": []}
-            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
+            ep = worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
             assert ep["emulated"] is True
             gate = pipeline.accuracy_gate(rdir, slug, ep)  # the plan's gate, through the router
             started = pipeline.benchmark(rdir, slug, ep)
-            measured = pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+            measured = worker_time.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
         finally:
-            done = pipeline.terminate(rdir, slug, launched)
+            done = teardown_steps.terminate(rdir, slug, launched)
             ended = sandbox.clock.now()
         assert measured["points"] == 1 and measured["client_mode"] == "remote" and gate["n"] > 0
         assert sorted(done["terminated"]) == sorted(nodes)  # the target's teardown knew every node
-        assert sandbox.live()["aws"] == [] and pipeline.sweep(rdir) == {"aws": []}
+        assert sandbox.live()["aws"] == [] and teardown_steps.sweep(rdir) == {"aws": []}
         assert sandbox.backing.running() == []
     tdir = Path(rdir) / f"target={slug}"
     deployed = json.loads((tdir / "deploy.json").read_text())
@@ -136,7 +136,7 @@ def test_a_role_that_stops_serving_fails_readiness_naming_it_and_nothing_is_left
     with sandbox.exported():
         run = pipeline.start_run(path, "manual__sandbox_cluster_role_down")
         rdir, slug = run["run_dir"], run["targets"][0]
-        launched = pipeline.provision(rdir, slug)
+        launched = provisioning.provision(rdir, slug)
         try:
             # cluster.json edited to send readiness elsewhere: the nodes' certificate is derived again, not read
             doc_path = next(Path(rdir).glob(f"target={slug}/cluster.json"))
@@ -150,9 +150,9 @@ def test_a_role_that_stops_serving_fails_readiness_naming_it_and_nothing_is_left
             decode = launched["cluster"][1]
             assert sandbox.backing.stop_engine("aws", decode)
             with pytest.raises(DeployFailed, match=rf"decode node 1 \({decode}\) did not become ready"):
-                pipeline.until_done(pipeline.serving_ready, rdir, slug, launched, poll_s=0.2)
+                worker_time.until_done(pipeline.serving_ready, rdir, slug, launched, poll_s=0.2)
         finally:
-            pipeline.terminate(rdir, slug, launched)
+            teardown_steps.terminate(rdir, slug, launched)
         assert sandbox.live()["aws"] == []
     doc = json.loads(next(Path(rdir).glob(f"target={slug}/deploy.json")).read_text())
     assert doc["ready"] is False and doc["role"] == "decode" and doc["node"] == 1
@@ -172,6 +172,6 @@ def test_a_role_that_cannot_load_fails_provision_at_once_naming_it(sandbox, data
         run = pipeline.start_run(str(path), "manual__sandbox_cluster_oom")
         t0 = time.monotonic()
         with pytest.raises(ProviderError, match=r"prefill node 0 failed: oom: "):
-            pipeline.provision(run["run_dir"], run["targets"][0])
+            provisioning.provision(run["run_dir"], run["targets"][0])
         assert time.monotonic() - t0 < 120  # long before the 600 s deadline
         assert sandbox.live()["aws"] == []

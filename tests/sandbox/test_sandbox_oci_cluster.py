@@ -16,7 +16,7 @@ import yaml
 from bakeoff.plan import load_plan
 from bakeoff.providers.base import ProviderError
 from bakeoff.providers.credentials import credentials_from_env
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning, teardown_steps, worker_time
 from bakeoff_sandbox import Sandbox
 
 RECIPE = "dsr1-fp4-mi355x-sglang-disagg"  # arm 0: one TP8 prefill node, one TP8 decode node, KV over MoRI
@@ -59,7 +59,7 @@ def test_an_oci_account_without_the_claim_is_refused_before_any_create(sandbox, 
         run = pipeline.start_run(plan_path, "manual__oci_cluster_real")
         before = sandbox.fakes["oci"].requests
         with pytest.raises(ProviderError, match=r"targets\.mi355x-sglang-pd\.cluster: .*emulator-backed"):
-            pipeline.provision(run["run_dir"], run["targets"][0], credentials=real_account)
+            provisioning.provision(run["run_dir"], run["targets"][0], credentials=real_account)
         assert sandbox.live()["oci"] == [] and sandbox.fakes["oci"].requests == before  # not one call to OCI
 
 
@@ -68,22 +68,22 @@ def test_a_recipe_arm_on_sandbox_oci_serves_every_role_and_leaves_nothing(sandbo
         run = pipeline.start_run(plan_path, "manual__oci_cluster_recipe")
         rdir, slug = run["run_dir"], run["targets"][0]
         began = sandbox.clock.now()
-        launched = pipeline.provision(rdir, slug)
+        launched = provisioning.provision(rdir, slug)
         try:
             nodes = launched["cluster"]
             assert len(nodes) == 2 and sorted(sandbox.live()["oci"]) == sorted(nodes)
-            inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
+            inst = worker_time.until_done(provisioning.node_ready, rdir, slug, launched, poll_s=0.1)
             pipeline.deploy(rdir, slug, inst)
-            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
+            ep = worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
             assert ep["emulated"] is True
             started = pipeline.benchmark(rdir, slug, ep)
-            measured = pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+            measured = worker_time.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
         finally:
-            done = pipeline.terminate(rdir, slug, launched)
+            done = teardown_steps.terminate(rdir, slug, launched)
             ended = sandbox.clock.now()
         assert measured["points"] == 1
         assert sorted(done["terminated"]) == sorted(nodes)
-        assert sandbox.live()["oci"] == [] and pipeline.sweep(rdir) == {"oci": []}
+        assert sandbox.live()["oci"] == [] and teardown_steps.sweep(rdir) == {"oci": []}
     tdir = Path(rdir) / f"target={slug}"
     doc = json.loads((tdir / "cluster.json").read_text())
     assert doc["recipe"]["recipe"] == RECIPE and [n["role"] for n in doc["nodes"]] == ["prefill", "decode"]

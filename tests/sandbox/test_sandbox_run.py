@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from bakeoff import secrets, store
-from bakeoff.run import pipeline, step_context
+from bakeoff.run import pipeline, provisioning, step_context, teardown_steps, worker_time
 from bakeoff.serving.agent_client import AgentClient
 from bakeoff_sandbox import Sandbox
 
@@ -36,8 +36,8 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
         results = [run]
         rdir = run["run_dir"]
         for slug in run["targets"]:
-            launched = pipeline.provision(rdir, slug)  # returns once created: the node boots meanwhile
-            inst = pipeline.until_done(pipeline.node_ready, rdir, slug, launched, poll_s=0.1)
+            launched = provisioning.provision(rdir, slug)  # returns once created: the node boots meanwhile
+            inst = worker_time.until_done(provisioning.node_ready, rdir, slug, launched, poll_s=0.1)
             assert inst["provider"] in providers and inst["state"] == "running" and inst["id"] == launched["id"]
             cert = inst["tls_cert"]  # the node's own certificate: every client pins it
             assert inst["agent_url"].startswith("https://")
@@ -45,17 +45,17 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
                 health = agent.wait_healthy(30, poll_s=0.2)
             assert health["code"].startswith(str(sandbox.workdir))  # the agent runs the copy the node fetched
             assert pipeline.deploy(rdir, slug, inst) == {"target": slug, "secrets": []}
-            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
+            ep = worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.1)
             assert ep["emulated"] is True  # the emulator says so in /version
             assert ep["base_url"].startswith("https://") and ep["tls_cert"] == cert
             gate = pipeline.accuracy_gate(rdir, slug, ep)
             started = pipeline.benchmark(rdir, slug, ep)  # submitted to the node's agent: returns at once
             assert started["client_mode"] == "co-located" and "points" not in started
-            measured = pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
-            results += [inst, ep, gate, started, measured, pipeline.terminate(rdir, slug, inst)]
+            measured = worker_time.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)
+            results += [inst, ep, gate, started, measured, teardown_steps.terminate(rdir, slug, inst)]
             assert measured["points"] == 2
         assert sandbox.live() == {"aws": [], "vultr": [], "digitalocean": [], "oci": []}
-        assert pipeline.sweep(run["run_dir"]) == {p: [] for p in providers}
+        assert teardown_steps.sweep(run["run_dir"]) == {p: [] for p in providers}
         assert sandbox.backing.running() == []
     keys = [secrets.api_key(run_id, slug) for slug in run["targets"]]
     xcoms = json.dumps(results)
@@ -90,7 +90,7 @@ def test_sandbox_plan_runs_and_leaves_nothing(sandbox, data_root, caplog, plan, 
         assert r.outcome.startswith("running") and r.billed_hours and not r.still_billing
         assert r.to_running_s is not None and r.to_serving_s is not None and 0 < r.to_running_s <= r.to_serving_s
     # every step recorded the worker time it held
-    held = pipeline.held_seconds(run["run_dir"])
+    held = worker_time.held_seconds(run["run_dir"])
     assert set(held) == set(run["targets"]) and all(s > 0 for s in held.values())
 
 
@@ -130,15 +130,17 @@ def test_a_server_that_cannot_start_is_classified_from_the_nodes_logs(
     with sandbox.exported():
         run = pipeline.start_run(str(path), f"manual__oom_{provider}")
         rdir = run["run_dir"]
-        inst = pipeline.until_done(pipeline.node_ready, rdir, slug, pipeline.provision(rdir, slug), poll_s=0.1)
+        inst = worker_time.until_done(
+            provisioning.node_ready, rdir, slug, provisioning.provision(rdir, slug), poll_s=0.1
+        )
         pipeline.deploy(rdir, slug, inst)
         t0 = time.monotonic()
         with pytest.raises(Exception) as e:
-            pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
+            worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
         assert time.monotonic() - t0 < 120
         assert getattr(e.value, "failure", None) == "oom"
         found = data_root.rglob(f"run_id=manual__oom_{provider}.*/target={slug}/deploy.json")
         doc = json.loads(next(found).read_text())
         assert doc == {**doc, "ready": False, "failure": "oom"} and "GB of weights" in doc["detail"]
-        pipeline.terminate(run["run_dir"], slug, inst)
+        teardown_steps.terminate(run["run_dir"], slug, inst)
         assert sandbox.live()[provider] == []

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bakeoff.plan import load_plan
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning, teardown_steps, worker_time
 from bakeoff_sandbox import Sandbox
 
 
@@ -34,19 +34,21 @@ def test_weights_are_timed_or_their_failure_classified(sandbox, data_root, tmp_p
     with sandbox.exported():
         run = pipeline.start_run(str(path), f"manual__{name}")
         rdir = run["run_dir"]
-        inst = pipeline.until_done(pipeline.node_ready, rdir, slug, pipeline.provision(rdir, slug), poll_s=0.1)
+        inst = worker_time.until_done(
+            provisioning.node_ready, rdir, slug, provisioning.provision(rdir, slug), poll_s=0.1
+        )
         pipeline.deploy(rdir, slug, inst)
         t0 = time.monotonic()
         try:
             if fault:
                 with pytest.raises(Exception) as e:
-                    pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
+                    worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
                 assert getattr(e.value, "failure", None) == "weights_incomplete"
                 assert time.monotonic() - t0 < 60  # certain at once: no wait for the deploy deadline
             else:
-                pipeline.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
+                worker_time.until_done(pipeline.serving_ready, rdir, slug, inst, poll_s=0.2)
         finally:
-            pipeline.terminate(rdir, slug, inst)
+            teardown_steps.terminate(rdir, slug, inst)
     doc = json.loads(next(data_root.rglob(f"run_id=manual__{name}.*/target={slug}/deploy.json")).read_text())
     w = doc["weights"]
     assert w["source"] == "hub (EMULATED)" and w["bytes"] > 0 and w["download_s"] > 0

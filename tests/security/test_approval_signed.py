@@ -14,7 +14,7 @@ import yaml
 
 from bakeoff import store
 from bakeoff.cli import main
-from bakeoff.run import admission, pipeline
+from bakeoff.run import admission, pipeline, provisioning
 from bakeoff.spend import approval
 from bakeoff.spend.approval import ApprovalError
 from tests.conftest import ROOT
@@ -49,7 +49,7 @@ def test_a_hand_written_approved_record_provisions_nothing(data_root, cloud_plan
     rdir = _held(cloud_plan(), "manual__forged")
     store.record(rdir, approval.RECORD, {"decision": approval.APPROVED, "by": ALICE, "at": 1.0})
     with pytest.raises(ApprovalError, match="did not sign"):
-        pipeline.provision(rdir, "b200-vllm")
+        provisioning.provision(rdir, "b200-vllm")
     approval.record(rdir, approval.APPROVED, by=ALICE, at=1.0)  # the approval step's own record
     approval.ensure_approved(rdir)
 

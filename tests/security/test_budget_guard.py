@@ -18,7 +18,7 @@ import pytest
 from bakeoff import store
 from bakeoff.plan import PlanError, apply_overrides, load_plan, plan_from_dict
 from bakeoff.plan.prices import apply_price_sheet
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning
 from bakeoff.spend import budget
 from bakeoff.spend.budget import BudgetExceeded
 from tests.conftest import ROOT
@@ -205,7 +205,7 @@ def test_a_cleared_provision_rechecks_the_spend_so_far(data_root, no_cloud):
     slug = run["targets"][0]
     store.record(run["run_dir"], "provision", {"instance_id": "i-1", "launched_at": time.time() - 30 * 3600}, slug=slug)
     with pytest.raises(BudgetExceeded, match=r"^budget_usd: launching .* again would bring this run to"):
-        pipeline.provision(run["run_dir"], slug, credentials=no_cloud)
+        provisioning.provision(run["run_dir"], slug, credentials=no_cloud)
 
 
 # --- the trigger form -----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from bakeoff.plan import load_plan
-from bakeoff.run import pipeline
+from bakeoff.run import provisioning
 from bakeoff.serving import bundle
 
 BUCKET = "bakeoff-client"
@@ -93,7 +93,7 @@ def test_the_node_gets_that_bundle_and_its_url_opens_nothing_else(planted, s3):
 
 def test_the_url_lives_until_the_boot_deadline_not_the_whole_run():
     target = load_plan("mi355x-vs-b200-sandbox").targets[0]
-    valid = pipeline.bundle_url_s(target, time.time() + 24 * 3600)
+    valid = provisioning.bundle_url_s(target, time.time() + 24 * 3600)
     boot = float(target.provider_options.get("ready_timeout_s", 1800))
-    assert valid <= boot + pipeline.CREATE_ALLOWANCE_S
-    assert pipeline.bundle_url_s(target, time.time() + 600) <= 600
+    assert valid <= boot + provisioning.CREATE_ALLOWANCE_S
+    assert provisioning.bundle_url_s(target, time.time() + 600) <= 600

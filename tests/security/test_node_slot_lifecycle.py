@@ -10,7 +10,7 @@ import yaml
 from bakeoff import faults, store
 from bakeoff.clusters.node_slots import _state
 from bakeoff.plan import load_plan
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning, teardown_steps
 
 
 def _plan(tmp_path, name: str, raw: dict) -> str:
@@ -27,12 +27,12 @@ def test_a_provision_failing_after_its_create_keeps_its_slot_until_the_node_is_g
     slug = raw["targets"][0]["name"]
     run = pipeline.start_run(_plan(tmp_path, "orphan-slot", raw), "manual__orphan")
     rdir = run["run_dir"]
-    assert pipeline.node_slot(rdir, slug) is True
+    assert provisioning.node_slot(rdir, slug) is True
     with pytest.raises(faults.InjectedFault):
-        pipeline.provision(rdir, slug)
-    assert pipeline.release_node_slot(rdir, slug) is False  # the failed provision's node still lives
+        provisioning.provision(rdir, slug)
+    assert provisioning.release_node_slot(rdir, slug) is False  # the failed provision's node still lives
     assert _state(rdir, slug).get("released_at") is None
-    pipeline.terminate(
+    teardown_steps.terminate(
         rdir, slug, store.read_json(store.target_dir("orphan-slot", "manual__orphan", slug) / "instance.json")
     )
     assert _state(rdir, slug).get("released_at")  # gone: released by terminate
@@ -48,5 +48,5 @@ def test_a_planned_failure_is_refused_on_a_real_cloud_before_any_create(data_roo
     monkeypatch.setattr("bakeoff.providers.base.CloudProvider.create", lambda *a, **k: creates.append(a))
     creds = {"aws_access_key_id": "AKIAEXAMPLE", "aws_secret_access_key": "x" * 40, "region_name": "us-east-1"}
     with pytest.raises(faults.InjectedFault, match=r"inject_fault: 'after_create' is for rehearsals"):
-        pipeline.provision(run["run_dir"], raw["targets"][0]["name"], credentials=lambda _: creds)
+        provisioning.provision(run["run_dir"], raw["targets"][0]["name"], credentials=lambda _: creds)
     assert creates == []

@@ -21,7 +21,7 @@ from bakeoff.core.instance import Instance
 from bakeoff.paths import run_folder
 from bakeoff.plan import plans_dir
 from bakeoff.providers.base import TAG_EXPIRES, TAG_INSTALLATION, TAG_PLAN, TAG_RUN
-from bakeoff.run import pipeline, step_context
+from bakeoff.run import pipeline, provisioning, step_context
 
 FIRST, SECOND = "manual__2026-12-01T09:00:00+00:00", "manual__2026-12-01T09_00_00_00_00"
 
@@ -117,9 +117,9 @@ def test_provision_tags_the_node_with_this_installation(data_root, tmp_path, mon
             raise RuntimeError("stop here: nothing launched")
 
     run = pipeline.start_run(_plan(tmp_path), "manual__tagged")
-    monkeypatch.setattr(pipeline, "provider_for", lambda *a, **k: Spy())
+    monkeypatch.setattr(provisioning, "provider_for", lambda *a, **k: Spy())
     with pytest.raises(RuntimeError, match="stop here"):
-        pipeline.provision(run["run_dir"], run["targets"][0])
+        provisioning.provision(run["run_dir"], run["targets"][0])
     assert seen[TAG_INSTALLATION] == secrets.installation_id() and seen[TAG_RUN] == "manual__tagged"
 
 

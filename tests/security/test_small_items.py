@@ -468,7 +468,7 @@ def test_the_compose_reaper_passes_as_often_as_the_docs_say():
 
 def test_a_missing_secret_fails_before_the_client_bundle_is_uploaded(data_root, tmp_path, monkeypatch):
     from bakeoff.providers import ProviderError
-    from bakeoff.run import pipeline
+    from bakeoff.run import pipeline, provisioning
 
     monkeypatch.setattr(secrets, "_resolve_connection", secrets.env_connection)
     image = "vllm/vllm-openai:v0.25.0@sha256:" + "5e" * 32
@@ -481,9 +481,9 @@ def test_a_missing_secret_fails_before_the_client_bundle_is_uploaded(data_root, 
     path.write_text(json.dumps(raw))
     run = pipeline.start_run(str(path), "manual__absent")
     staged: list = []
-    monkeypatch.setattr(pipeline, "stage_client", lambda *a, **k: staged.append(a) or None)
+    monkeypatch.setattr(provisioning, "stage_client", lambda *a, **k: staged.append(a) or None)
     with pytest.raises(ProviderError, match="huggingface_absent"):
-        pipeline.provision(run["run_dir"], run["targets"][0])
+        provisioning.provision(run["run_dir"], run["targets"][0])
     assert staged == []
 
 

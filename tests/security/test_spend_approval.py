@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from bakeoff import store
 from bakeoff.core import facts
-from bakeoff.run import pipeline
+from bakeoff.run import pipeline, provisioning
 from bakeoff.spend import approval
 from bakeoff.spend.approval import ApprovalError
 from tests.conftest import ROOT
@@ -94,7 +94,7 @@ def test_the_request_shows_plan_targets_and_spend_to_the_role_only(asked):
     assert "<img" not in body.replace("\\<", "") and "\\<img src=x onerror=alert(1)\\>" in body
     assert rec["decision"] == approval.PENDING and rec["shown"]["body"] == seen["body"]
     with pytest.raises(ApprovalError, match="has 'pending'; nothing is provisioned"):
-        pipeline.provision(asked["run_dir"], start["budget"]["targets"][0]["target"])
+        provisioning.provision(asked["run_dir"], start["budget"]["targets"][0]["target"])
 
 
 def test_the_request_shows_the_twins_predicted_spend_and_band_or_no_prediction(asked):

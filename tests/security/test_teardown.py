@@ -25,7 +25,7 @@ from bakeoff.providers.digitalocean import DigitalOceanProvider
 from bakeoff.providers.oci import OciProvider
 from bakeoff.providers.tags import LABELS
 from bakeoff.providers.vultr import VultrProvider
-from bakeoff.run import pipeline
+from bakeoff.run import teardown_steps
 from bakeoff.serving import userdata
 from bakeoff_sandbox import oci as fake_oci
 from bakeoff_sandbox.clouds import TOKEN, Clouds
@@ -158,7 +158,7 @@ def _launch(provider, plan, slug: str, rid: str, expires_in: float = 3600):
         "bakeoff:target": target.slug,
         "bakeoff:plan": plan.name,
         "bakeoff:expires_at": str(int(time.time() + expires_in)),
-        "bakeoff:installation": secrets.installation_id(),  # as pipeline.provision tags it
+        "bakeoff:installation": secrets.installation_id(),  # as provisioning.provision tags it
     }
     return provider.create(
         target,
@@ -187,7 +187,7 @@ def test_terminate_kills_the_known_node_when_listing_fails(rest, clouds, resolve
     if known_from == "instance.json":
         store.write_json(store.target_dir(plan.name, rid, "mi355x-vllm") / "instance.json", inst.to_dict())
     clouds.vultr.fail_queue.extend([f"{VULTR_LIST}:503"] * 12)
-    out = pipeline.terminate(
+    out = teardown_steps.terminate(
         str(rdir), "mi355x-vllm", inst.to_dict() if known_from == "xcom" else None, credentials=resolver
     )
     assert inst.id not in clouds.vultr.live() and out["terminated"] == [inst.id]
@@ -219,7 +219,7 @@ def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(res
     resolver.use(lambda name: DEAD if name == "digitalocean" else rest(name))
     clouds.vultr.fail_queue.extend([f"{VULTR_LIST}:503"] * 6)
     with pytest.raises(TeardownIncomplete) as err:
-        pipeline.sweep(str(rdir), credentials=resolver)
+        teardown_steps.sweep(str(rdir), credentials=resolver)
     assert "digitalocean" in str(err.value) and "vultr" in str(err.value)
     assert recorded.id not in clouds.vultr.live()  # by id, though no listing worked
     doc = store.run_facts(rdir)
@@ -227,7 +227,7 @@ def test_sweep_tries_every_provider_kills_recorded_ids_and_raises_at_the_end(res
     assert doc.evaluation_cost is not None  # the cost was still recorded
     # once the clouds answer again, the node whose create answer was lost is found by its tag
     resolver.use(lambda name: rest(name))
-    killed = pipeline.sweep(str(rdir), credentials=resolver)
+    killed = teardown_steps.sweep(str(rdir), credentials=resolver)
     assert killed["vultr"] == [lost] and lost not in clouds.vultr.live()
     assert store.read_record(rdir, "sweep")["errors"] == []
 
@@ -249,12 +249,12 @@ def test_the_sweep_keeps_the_slot_of_a_node_whose_termination_failed(rest, cloud
     resolver.use(rest)
     clouds.vultr.fail_queue.extend([f"DELETE /vultr/v2/bare-metals/{stuck.id}:503"] * 20)
     with pytest.raises(TeardownIncomplete, match=stuck.id):
-        pipeline.sweep(str(rdir), credentials=resolver)
+        teardown_steps.sweep(str(rdir), credentials=resolver)
     assert stuck.id in clouds.vultr.live() and fine.id not in clouds.vultr.live()
     assert node_slots._state(rdir, "mi355x-vllm")["released_at"] is None  # still counted: the node runs
     assert node_slots._state(rdir, "mi355x-two")["released_at"]
     clouds.vultr.fail_queue.clear()
-    pipeline.sweep(str(rdir), credentials=resolver)
+    teardown_steps.sweep(str(rdir), credentials=resolver)
     assert stuck.id not in clouds.vultr.live() and node_slots.held(rdir) == {}
 
 
@@ -265,7 +265,7 @@ def test_a_tampered_record_cannot_aim_the_sweep_at_another_runs_node(rest, cloud
     _record(rdir, "mi355x-vllm", other)
     resolver.use(lambda name: rest(name))
     with pytest.raises(TeardownIncomplete, match="not tagged with run"):
-        pipeline.sweep(str(rdir), credentials=resolver)
+        teardown_steps.sweep(str(rdir), credentials=resolver)
     assert other.id in clouds.vultr.live()
     VultrProvider(rest("vultr")).terminate(other.id)
 
@@ -298,7 +298,7 @@ def test_oci_sweep_finds_an_unrecorded_node_in_another_compartment_and_region(oc
     rdir, rid = _run(plan)
     node = _launch(OciProvider(oci_creds), plan, "b200-oci", rid)  # provision died before recording it
     resolver.use(lambda name: oci_creds)
-    assert pipeline.sweep(str(rdir), credentials=resolver) == {"oci": [node.id]}
+    assert teardown_steps.sweep(str(rdir), credentials=resolver) == {"oci": [node.id]}
     assert node.id not in oci_fake.live()
 
 

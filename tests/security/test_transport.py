@@ -406,9 +406,9 @@ def test_the_sandbox_node_boots_tls_from_its_user_data(tmp_path, node_tls):
 
 def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
     """What the pipeline stores for later tasks: the public certificate, never the private key."""
-    from bakeoff.run import pipeline
+    from bakeoff.run import provisioning
 
-    pems, cert = pipeline._node_tls(_target("aws"), "r-prov", has_secrets=False, has_agent=False)
+    pems, cert = provisioning.node_tls(_target("aws"), "r-prov", has_secrets=False, has_agent=False)
     assert cert == tls.node_identity("r-prov", _target("aws").slug).cert_pem
     assert pems is not None and pems["key"].startswith("-----BEGIN PRIVATE KEY-----")
     inst = Instance(
@@ -423,13 +423,13 @@ def test_provision_gives_cloud_nodes_a_pinned_https_endpoint():
     )
     assert inst.base_url == "https://203.0.113.7:8000" and "PRIVATE" not in json.dumps(inst.to_dict())
     local = _target("aws").model_copy(update={"provider": "local"})
-    assert pipeline._node_tls(local, "r", False, False) == (None, None)  # loopback emulator: plain http (local.py)
+    assert provisioning.node_tls(local, "r", False, False) == (None, None)  # loopback emulator: plain http (local.py)
 
 
 def test_provision_refuses_secrets_without_an_agent_before_any_cloud_call():
     from bakeoff.providers import ProviderError
-    from bakeoff.run import pipeline
+    from bakeoff.run import provisioning
 
     with pytest.raises(ProviderError, match=r"secrets: .*no client bundle") as err:
-        pipeline._node_tls(_target("aws"), "r", has_secrets=True, has_agent=False)
+        provisioning.node_tls(_target("aws"), "r", has_secrets=True, has_agent=False)
     assert HF not in str(err.value)

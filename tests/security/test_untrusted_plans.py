@@ -21,7 +21,7 @@ from bakeoff.bench.client.workloads import WorkloadFileError, build_specs, trace
 from bakeoff.plan import PlanError, plan_from_dict, plans_dir
 from bakeoff.plan.target import Target
 from bakeoff.plan.workload import Workload
-from bakeoff.run import pipeline, step_context
+from bakeoff.run import pipeline, provisioning, step_context, teardown_steps, worker_time
 from tests.conftest import ROOT
 from tests.plan_fixtures import without_deployment
 
@@ -138,7 +138,7 @@ def test_a_missing_serving_secret_stops_provisioning_before_launch(demo_raw, dat
     from bakeoff.providers import ProviderError
 
     with pytest.raises(ProviderError, match="huggingface_missing.*BAKEOFF_CONN_HUGGINGFACE_MISSING_PASSWORD"):
-        pipeline.provision(run["run_dir"], run["targets"][0])
+        provisioning.provision(run["run_dir"], run["targets"][0])
     assert not list(Path(run["run_dir"]).rglob("instance.json"))
 
 
@@ -194,17 +194,17 @@ def test_serving_secret_reaches_the_node_and_nothing_else(sandbox, data_root, tm
         run = pipeline.start_run(str(path), "manual__secret")
         rdir, slug = run["run_dir"], run["targets"][0]
         results = [run]
-        inst = pipeline.provision(rdir, slug)
+        inst = provisioning.provision(rdir, slug)
         try:
-            ready = pipeline.until_done(pipeline.node_ready, rdir, slug, inst, poll_s=0.1)
+            ready = worker_time.until_done(provisioning.node_ready, rdir, slug, inst, poll_s=0.1)
             results += [ready, pipeline.deploy(rdir, slug, ready)]
-            ep = pipeline.until_done(pipeline.serving_ready, rdir, slug, ready, poll_s=0.1)
+            ep = worker_time.until_done(pipeline.serving_ready, rdir, slug, ready, poll_s=0.1)
             results += [inst, ep, pipeline.accuracy_gate(rdir, slug, ep)]
             started = pipeline.benchmark(rdir, slug, ep)
-            results += [started, pipeline.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)]
+            results += [started, worker_time.until_done(pipeline.benchmark_done, rdir, slug, ep, started, poll_s=0.2)]
         finally:
-            results.append(pipeline.terminate(rdir, slug, inst))
-        results.append(pipeline.sweep(rdir))
+            results.append(teardown_steps.terminate(rdir, slug, inst))
+        results.append(teardown_steps.sweep(rdir))
         for step in (pipeline.cost, pipeline.report):
             results.append(step(rdir))
     assert seen == [{"HF_TOKEN": HF}]

@@ -125,7 +125,7 @@ class PlacementRefusal(BaseModel):
 
 
 class ProvisioningRecord(AsGiven):
-    """How a create went (providers/base.Provisioning writes it; the pipeline adds ``create_s``); a
+    """How a create went (providers/base.Provisioning writes it; ``run/provisioning.py`` adds ``create_s``); a
     cluster's records its ``nodes`` and ``ready_s``. ``running_s`` / ``serving_ready_s`` are folded in
     when read (``TargetFacts.provisioning``) from the node_ready and deploy records; runs of earlier
     versions stored them here.

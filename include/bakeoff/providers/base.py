@@ -110,7 +110,7 @@ class Provider(abc.ABC):
     name: str
     poll_s: float | None = None  # how often wait_ready looks (None: a fiftieth of its timeout, 0.05 s to 5 s)
     # every node it creates runs the hardware emulator from its boot script (the local provider; a sandbox
-    # cloud whose credentials say ``emulated_nodes``): what lets a cluster target run here (pipeline)
+    # cloud whose credentials say ``emulated_nodes``): what lets a cluster target run here (run/provisioning.py)
     emulated_nodes: bool = False
 
     def launched_emulated(self, instance_id: str) -> bool:
@@ -184,7 +184,7 @@ class Placement:
 class Provisioning:
     """How a create went, for the provision record and the report: every placement tried, in order,
     with the refusals by reason (capacity, quota) and the cloud's words, where it launched, and the
-    seconds the launch call took to be answered (``pipeline.provision`` adds the whole create's)."""
+    seconds the launch call took to be answered (``provisioning.provision`` adds the whole create's)."""
 
     attempts: int = 0
     refusals: dict[str, int] = field(default_factory=dict)

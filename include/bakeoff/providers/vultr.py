@@ -8,7 +8,7 @@ The boot script's shutdown timer is the node-side kill switch, but a halted bare
 bills and the API cannot show it halted: the bare-metal object has no power field, and its
 ``status`` (active, pending, suspended) stays ``active``. So nothing can delete a Vultr node *because*
 it stopped; its expiry tag is set to the kill-switch time instead (``halt_visible=False`` in the
-registry, see ``pipeline.provision``), and the independent reaper deletes it when that passes.
+registry, see ``provisioning.provision``), and the independent reaper deletes it when that passes.
 """
 
 from __future__ import annotations

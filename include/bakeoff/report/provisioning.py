@@ -2,8 +2,8 @@
 
 Read from the typed step records (``bakeoff.core.facts``): the provision record's ``provisioning`` (what
 the provider says of its create: ``attempts``, ``refusals`` by reason, the ``region`` and
-``instance_type`` that took it, ``tried``: every attempt as "<type> in <where>"; the pipeline adds
-``create_s``), the ``provision_refused`` record when every place refused, ``node_ready`` (time to
+``instance_type`` that took it, ``tried``: every attempt as "<type> in <where>"; ``provisioning.provision``
+adds ``create_s``), the ``provision_refused`` record when every place refused, ``node_ready`` (time to
 running) and ``deploy.ready_at`` (time to serving-ready), both counted from the create request. The
 record (``facts.ProvisioningRecord``) reads another version's files leniently (a key of the wrong
 type is dropped, not fatal), so they never lose the report. A stockout is a

@@ -1,3 +1,4 @@
-"""The run: its steps as plain functions (``pipeline``), their one declared order (``steps``), the
-one admission and the gate before a scheduled run.
+"""The run: its steps as plain functions (the nodes brought up in ``provisioning``, taken down in
+``teardown_steps``, the rest in ``pipeline``), their one declared order (``steps``), the one admission
+and the gate before a scheduled run.
 """

@@ -1,6 +1,7 @@
 """What a step works in, built once per task from the run's folder: the plan as the run holds it
 (``plan.json``, with the hosts ``start_run`` guarded armed again), the run id, and for a target step its
-target, serving key and results folder.
+target, serving key and results folder; how a step reaches a provider (with the credentials its caller
+resolves) and records its facts.
 
 Every step and every sensor check used to derive these itself (the plan read and validated again, the
 start record read for the run id, the key derived); ``with_run`` and ``with_target`` build one context per
@@ -12,16 +13,27 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from bakeoff import secrets, store
+from bakeoff.core import facts
 from bakeoff.core.provider_facts import PROVIDERS
 from bakeoff.plan import Plan, Target, plan_from_dict
+from bakeoff.providers import Provider, get_provider
+from bakeoff.providers.credentials import credentials_from_env
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 EGRESS_FILE = "egress.json"  # the plan-chosen hosts every connection checks again (start_run writes it)
+
+# Turns a provider name into its credentials: passed into each step that reaches a provider (the
+# DAG passes its Airflow-connection resolver, the CLI and scripts the environment's).
+CredentialsFn = Callable[[str], dict[str, Any]]
+
+
+def provider_for(name: str, credentials: CredentialsFn = credentials_from_env, **options: Any) -> Provider:
+    return get_provider(name, credentials=credentials(name), **options)
 
 
 def run_plan(run_dir: str | store.StorePath) -> Plan:
@@ -98,6 +110,10 @@ class TargetContext(RunContext):
     def key(self) -> str | None:
         """The target's serving key, derived (or read from its connection) once, when a step first needs it."""
         return serving_key(self.target, self.run_id)
+
+    def record(self, fact: facts.Fact) -> None:
+        """Record a target step's typed facts (``bakeoff.core.facts``) as its JSON record."""
+        store.record(self.run_dir, fact.STEP, fact.to_json(), slug=self.slug)
 
 
 def run_context(run_dir: str | store.StorePath) -> RunContext:

@@ -22,7 +22,7 @@ def _asks(cases: tuple[str, ...]) -> None:
         def provision(run_dir: str) -> str:
             from bakeoff.spend import approval
 
-            approval.ensure_approved(run_dir)  # what pipeline.provision checks before any cloud call
+            approval.ensure_approved(run_dir)  # what provisioning.provision checks before any cloud call
             return "provisioned"
 
         asked >> provision(f"{{{{ dag_run.conf['{case}'] }}}}")
