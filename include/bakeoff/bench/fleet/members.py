@@ -300,6 +300,7 @@ async def _member(conn: Connection, work: MemberWork, where: str) -> None:
     cap = shares(concurrency or wl.max_concurrency or 0, work.members)[work.member] or None
     client = client_for(ctx)
     sync: dict[str, Any] = {}
+    heartbeat: list[asyncio.Task[None]] = []  # before the try: a sender that fails to build reaches the finally
     try:
         sender = point_sender(
             ctx,
@@ -313,7 +314,6 @@ async def _member(conn: Connection, work: MemberWork, where: str) -> None:
         mine = dealt(len(sender.specs), work.members, work.member, concurrency)
         hello = {"op": "hello", "member": work.member, "requests": len(sender.specs), "dealt": len(mine)}
         _send(conn, {**hello, "where": where[:200]})
-        heartbeat: list[asyncio.Task[None]] = []
 
         async def start_at() -> float:
             sample = await asyncio.to_thread(_sync_clock, conn, clock, who)
