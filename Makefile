@@ -54,9 +54,14 @@ test: venv system-deps
 ## the reports' authentication against a live API server, the Great Expectations validations of whole
 ## runs, the Celery client workers, a whole sandbox deploy, the twin's hold-out refits, and each test
 ## that takes seconds on its own: a node agent's job, the bench CLI and worker processes end to end,
-## the pipeline's waits on a local node, a report rendered to PDF in full). Under 3 minutes on 2 cores.
+## the pipeline's waits on a local node, a report rendered to PDF in full). Its tests mostly wait on
+## sockets and child processes, so pytest-xdist runs them in UNIT_WORKERS processes, a test file per
+## process (--dist loadfile keeps a file's fixtures together); UNIT_WORKERS=0 runs them in one.
+## Measured on a quiet 2-core machine (2026-12-05): 1 m 43 s with 3 workers, 2 m 59 s in one process.
+UNIT_WORKERS ?= 3
 test-unit: venv
-	$(PY) -m pytest -q -m "not e2e and not browser and not sandbox and not distributed and not slow"
+	$(PY) -m pytest -q -n $(UNIT_WORKERS) $(if $(filter 0,$(UNIT_WORKERS)),,--dist loadfile) \
+		-m "not e2e and not browser and not sandbox and not distributed and not slow"
 
 ## lint: ruff's rules and ruff format (pyproject.toml [tool.ruff]); typecheck: mypy on include/bakeoff
 ## (pyproject.toml [tool.mypy], strict on the modules it lists). CI runs both first.
