@@ -98,12 +98,15 @@ async def _ask_all(
     """Every item asked, ``acc.concurrency`` at a time, each request bounded by ``acc.request_timeout_s``
     (its connection by CONNECT_TIMEOUT_S). Once a full round of requests has failed in transport
     (refused, timed out, reset) with no answer before them, the rest are not sent: EndpointUnreachable
-    names the endpoint and the error, instead of every item waiting out its timeout in turn."""
+    names the endpoint and the error, instead of every item waiting out its timeout in turn. Until the
+    first round is decided (an answer came, or the whole round failed), no request past it starts: its
+    failures may arrive one by one, and a slot freed by the first must not send a second round."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=acc.concurrency, max_keepalive_connections=acc.concurrency)
     gate = asyncio.Semaphore(acc.concurrency)
     failed: list[str] = []  # transport errors while nothing has answered
     answered = False
+    decided = asyncio.Event()  # the first round answered at least once, or failed whole
     async with egress.async_client(
         base_url=endpoint.base_url,
         headers=headers,
@@ -112,8 +115,10 @@ async def _ask_all(
         verify=endpoint.verify(),
     ) as client:
 
-        async def one(item: evalset.Item) -> dict[str, Any]:
+        async def one(index: int, item: evalset.Item) -> dict[str, Any]:
             nonlocal answered
+            if index >= acc.concurrency:
+                await decided.wait()
             async with gate:
                 if not answered and len(failed) >= acc.concurrency:
                     raise EndpointUnreachable(
@@ -123,13 +128,16 @@ async def _ask_all(
                 out, transport_failed = await _ask(client, endpoint.model, item, acc.max_tokens)
             if transport_failed:
                 failed.append(str(out["error"]))
+                if len(failed) >= acc.concurrency:
+                    decided.set()
             else:
                 answered = True
+                decided.set()
             return out
 
         try:
             async with asyncio.TaskGroup() as tasks:  # the first EndpointUnreachable cancels the rest
-                asked = [tasks.create_task(one(it)) for it in items]
+                asked = [tasks.create_task(one(i, it)) for i, it in enumerate(items)]
         except* EndpointUnreachable as e:
             raise e.exceptions[0] from None
         return [t.result() for t in asked]
